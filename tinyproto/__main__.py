@@ -1,0 +1,3 @@
+from tinyproto.cli import main
+
+main()
