@@ -1,0 +1,40 @@
+/* Raw float features -> standardised int8 inputs (see tinyproto/inputstage.py, which this matches bit for bit).
+ *
+ * x[i] = clamp(round((raw[i] - mean[i]) * gain[i]), -127, 127) in float32; mean and gain are half floats that
+ * share one power-of-two exponent per array. Only this input stage uses float; tp_predict() does not.
+ */
+#include <math.h>
+
+#include "tinyproto.h"
+#include "tinyproto_model.h"
+
+/* Decode an IEEE half float scaled by 2^shared_exp; exact in float32 (11-bit mantissa, power-of-two scale). */
+static float tp_half_to_float(uint16_t bits, int16_t shared_exp)
+{
+    int16_t biased = (int16_t)((bits >> 10) & 0x1F);
+    int32_t mantissa = (int32_t)(bits & 0x3FF);
+    int16_t power = shared_exp;
+    if (biased == 0) {
+        power = (int16_t)(power - 24); /* subnormal: m * 2^-24 */
+    } else {
+        mantissa |= 0x400;
+        power = (int16_t)(power + biased - 25); /* normal: (1024 + m) * 2^(e - 25) */
+    }
+    float value = (float)ldexp((float)mantissa, power);
+    return (bits & 0x8000u) ? -value : value;
+}
+
+void tp_input_quantize(const float *raw, int8_t *x)
+{
+    for (uint16_t i = 0; i < TP_N_FEATURES; ++i) {
+        float mean = tp_half_to_float(tp_read_u16(&tp_input_mean[i]), TP_INPUT_MEAN_EXP);
+        float gain = tp_half_to_float(tp_read_u16(&tp_input_gain[i]), TP_INPUT_GAIN_EXP);
+        float t = (raw[i] - mean) * gain;
+        if (t > 127.0f) {
+            t = 127.0f;
+        } else if (t < -127.0f) {
+            t = -127.0f;
+        }
+        x[i] = (int8_t)(t >= 0.0f ? (int16_t)(t + 0.5f) : (int16_t)(t - 0.5f));
+    }
+}
