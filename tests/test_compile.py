@@ -1,0 +1,146 @@
+"""`tinyproto compile` for ProtoNN: budgets, ledger == rendered bytes, host C == numpy reference, determinism."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tinyproto.carray import CTYPES
+from tinyproto.hostc import build_host_runner, run_int8, run_raw
+from tinyproto.modeldir import load_model_dir
+
+from .conftest import needs
+
+ARRAY_RE = re.compile(r"^const (\w+) tp_(\w+)\[(\d+)\] PROGMEM = \{(.*?)\};", re.S | re.M)
+
+
+def header_array_bytes(header: str) -> dict[str, int]:
+    """Bytes of every array definition in a generated header, counted from its initializer."""
+    out = {}
+    for ctype, name, count, body in ARRAY_RE.findall(header):
+        values = [v for v in body.replace("\n", " ").split(",") if v.strip()]
+        assert len(values) == int(count), name
+        out[name] = len(values) * CTYPES[ctype][1]
+    return out
+
+
+@pytest.mark.parametrize("data", ["digits", "breast_cancer"])
+@pytest.mark.parametrize("budget", ["0.5kB", "1kB", "2kB", "4kB", "16kB"])
+def test_budget_is_never_exceeded_and_ledger_equals_header(compiled, data, budget):
+    model_dir = load_model_dir(compiled(data, budget))
+    report = model_dir.report
+    header = (model_dir.path / "include" / "tinyproto_model.h").read_text()
+    rendered = header_array_bytes(header)
+    ledger = {name: entry["bytes"] for name, entry in report["ledger"]["arrays"].items()}
+    assert rendered == ledger
+    assert report["model_bytes"] == sum(rendered.values()) <= report["budget_bytes"]
+    assert report["budget_bytes"] == int(float(budget[:-2]) * 1024)
+
+
+@needs("gcc")
+@pytest.mark.parametrize("data,budget", [("digits", "2kB"), ("breast_cancer", "1kB"), ("digits", "0.5kB")])
+def test_host_c_equals_numpy_reference_on_every_score(compiled, tmp_path, data, budget):
+    model_dir = load_model_dir(compiled(data, budget))
+    vectors = model_dir.vectors()
+    model = model_dir.int_model()  # rebuilt from model.json alone
+    assert np.array_equal(model.scores(vectors.xq), vectors.scores)
+    runner = build_host_runner(model_dir.path, tmp_path / "runner", "protonn")
+    labels, scores = run_int8(runner, vectors.xq)
+    assert scores.shape == vectors.scores.shape
+    assert np.array_equal(scores, vectors.scores)  # every element of every vector
+    assert np.array_equal(labels, vectors.labels)
+    xq, raw_labels, _ = run_raw(runner, vectors.X_raw)
+    assert np.array_equal(xq, vectors.xq)  # the input stage in C == InputStage.quantize
+    assert np.array_equal(raw_labels, vectors.labels)
+
+
+def test_report_has_the_documented_keys(compiled):
+    report = load_model_dir(compiled("digits", "2kB")).report
+    for key in ["model", "dataset", "seed", "budget_bytes", "model_bytes", "ledger", "hyperparameters", "n_test",
+                "float_accuracy", "int8_accuracy", "int8_float_agreement"]:
+        assert key in report
+    assert report["n_test"] == 450
+    assert report["int8_accuracy"] > 0.9
+
+
+@needs("avr-gcc")
+def test_avr_gcc_compiles_model_into_flash_not_data(compiled, tmp_path):
+    project = compiled("digits", "2kB")
+    lib = project / "lib" / "tinyproto"
+    flags = ["-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror", f"-I{project / 'include'}", f"-I{lib}"]
+    for source in ["tp_protonn.c", "tp_input.c"]:
+        obj = tmp_path / (source + ".o")
+        subprocess.run(["avr-gcc", *flags, "-c", str(lib / source), "-o", str(obj)], check=True)
+        sizes = subprocess.run(["avr-size", "-A", "-d", str(obj)], capture_output=True, text=True, check=True).stdout
+        data = re.search(r"^\.data\s+(\d+)", sizes, re.M)
+        assert data is None or int(data.group(1)) == 0, sizes
+        if source == "tp_protonn.c":
+            progmem = re.search(r"^\.progmem\.data\s+(\d+)", sizes, re.M)
+            report = load_model_dir(project).report
+            assert progmem and int(progmem.group(1)) == report["model_bytes"], sizes
+
+
+def test_two_compiles_are_byte_identical(tmp_path):
+    from tinyproto.compile import compile_model
+
+    outs = []
+    for name in ("a", "b"):
+        compile_model("iris", "protonn", "1kB", 3, "uno", tmp_path / name)
+        outs.append(tmp_path / name)
+    files_a = sorted(p.relative_to(outs[0]) for p in outs[0].rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(outs[1]) for p in outs[1].rglob("*") if p.is_file())
+    assert files_a == files_b
+    volatile = {"report.json"}  # holds the training wall time
+    for rel in files_a:
+        if rel.name not in volatile:
+            assert (outs[0] / rel).read_bytes() == (outs[1] / rel).read_bytes(), rel
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize(
+    "csv_body,budget",
+    [
+        ("1,nan,0\n2,3,1\n4,5,0\n6,7,1\n", "2kB"),
+        ("1,inf,0\n2,3,1\n4,5,0\n6,7,1\n", "2kB"),
+        ("1,red,0\n2,3,1\n4,5,0\n6,7,1\n", "2kB"),
+        ("1,2,0\n2,3,0\n4,5,0\n3,3,0\n", "2kB"),
+        ("1,2,0\n2,3,1\n4,5,0\n6,7,1\n", "abc"),
+        ("1,2,0\n2,3,1\n4,5,0\n6,7,1\n", "0kB"),
+        ("1,2,0\n2,3,1\n4,5,0\n6,7,1\n", "20B"),
+    ],
+)
+def test_bad_input_is_one_line_error_and_no_output(tmp_path, csv_body, budget):
+    data = tmp_path / "data.csv"
+    data.write_text("f1,f2,label\n" + csv_body)
+    out = tmp_path / "out"
+    result = run_cli("compile", str(data), "--budget", budget, "--out", str(out))
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # no scratch left behind
+
+
+def test_too_small_budget_says_the_minimum(tmp_path):
+    result = run_cli("compile", "digits", "--budget", "300B", "--out", str(tmp_path / "o"))
+    assert result.returncode == 1
+    assert re.search(r"needs \d+ B", result.stderr)
+
+
+def test_unknown_board_and_data(tmp_path):
+    assert "unknown board" in run_cli("compile", "iris", "--board", "mega9", "--out", str(tmp_path / "o")).stderr
+    assert "neither a built-in" in run_cli("compile", "nosuch", "--out", str(tmp_path / "o")).stderr
+
+
+def test_help_explains_budget_units():
+    result = run_cli("compile", "--help")
+    assert result.returncode == 0
+    assert "1 kB = 1024 bytes" in result.stdout

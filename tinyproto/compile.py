@@ -1,0 +1,168 @@
+"""`tinyproto compile`: data -> model under a byte budget -> int8 model -> C + PlatformIO project + report."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from tinyproto import __version__
+from tinyproto.boards import Board, load_board
+from tinyproto.budget import parse_budget
+from tinyproto.datasets import Dataset, load_dataset, split
+from tinyproto.errors import TinyprotoError
+from tinyproto.families import fit_under_budget
+from tinyproto.ledger import Ledger
+from tinyproto.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, atomic_directory, write_json
+from tinyproto.render import model_hash, write_sources
+
+INT8_LOSS_WARNING_POINTS = 0.5
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    out_dir: Path
+    report: dict
+    ledger: Ledger
+
+
+def firmware_sram_estimate(model, board: Board) -> dict:
+    """SRAM the deployed firmware will need, before building: inference buffers + serial frame + reserve.
+
+    The build replaces this by `avr-size` figures and the device by its measured stack peak.
+    """
+    from tinyproto.device.costmodel import rx_frame_bytes
+
+    working = sum(item.nbytes for item in model.working_sram())
+    frame = rx_frame_bytes(model.n_features, model.n_classes)
+    total = working + frame + board.sram_reserved_bytes
+    return {"working_bytes": working, "serial_frame_bytes": frame, "reserved_bytes": board.sram_reserved_bytes,
+            "estimated_total_bytes": total, "board_sram_bytes": board.sram_bytes}
+
+
+def compile_model(
+    data: str,
+    family: str = "protonn",
+    budget: str = "2kB",
+    seed: int = 0,
+    board_name: str = "uno",
+    out: Path | None = None,
+    label: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CompileResult:
+    budget_bytes = parse_budget(budget)
+    board = load_board(board_name)
+    dataset = load_dataset(data, label=label)
+    out_dir = Path(out) if out is not None else Path("build") / dataset.name
+    sp = split(dataset)
+
+    started = time.perf_counter()
+    clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress)
+    train_seconds = time.perf_counter() - started
+
+    ledger = Ledger(model.carrays(), model.working_sram())
+    if ledger.model_bytes > budget_bytes:  # the solver guarantees this; a breach is a bug, never shipped
+        raise TinyprotoError(f"internal error: model is {ledger.model_bytes} B, over the {budget_bytes} B budget")
+    sram = firmware_sram_estimate(model, board)
+    if sram["estimated_total_bytes"] > board.sram_bytes:
+        raise TinyprotoError(
+            f"the model's inference needs about {sram['estimated_total_bytes']} B of SRAM "
+            f"(buffers {sram['working_bytes']} B + serial frame {sram['serial_frame_bytes']} B + reserve "
+            f"{sram['reserved_bytes']} B), more than the {board.sram_bytes} B of {board.title}"
+        )
+
+    vectors = _test_vectors(model, sp.X_test, sp.y_test)
+    float_pred = clf.predict(sp.X_test)
+    int8_pred = np.asarray(model.classes)[vectors.labels]
+    report = _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
+                     float_pred, int8_pred, sp.y_test)
+
+    if progress:
+        progress(f"writing {out_dir}")
+    with atomic_directory(out_dir) as scratch:
+        write_json(scratch / "model.json", _model_json(model, dataset, family, seed, budget_bytes, board, info))
+        vectors.save(scratch / "test_vectors.npz")
+        write_sources(model, scratch, dataset.name, seed, budget_bytes)
+        _write_project(model, scratch, board, vectors)
+        write_json(scratch / "report.json", report)
+    return CompileResult(out_dir, report, ledger)
+
+
+def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:
+    xq = model.input_stage.quantize(X_test)
+    scores = model.scores(xq)
+    class_index = {c: i for i, c in enumerate(model.classes)}
+    y_index = np.array([class_index[_plain(v)] for v in y_test], dtype=np.int64)
+    return TestVectors(X_test.astype(np.float32), xq, y_index, scores.astype(np.int64),
+                       model.labels(scores).astype(np.int64))
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def _write_project(model, project_dir: Path, board: Board, vectors: TestVectors) -> None:
+    """platformio.ini and the `pio test` suite (a handful of vectors with their reference scores)."""
+    from tinyproto.device.build import render_pio_test, render_platformio_ini
+
+    (project_dir / "platformio.ini").write_text(render_platformio_ini(board))
+    n = min(8, len(vectors.labels))
+    render_pio_test(project_dir, vectors.xq[:n], vectors.scores[:n], vectors.labels[:n])
+
+
+def _model_json(model, dataset: Dataset, family: str, seed: int, budget_bytes: int, board: Board, info: dict) -> dict:
+    return {
+        "format": MODEL_FORMAT,
+        "format_version": MODEL_FORMAT_VERSION,
+        "tinyproto_version": __version__,
+        "family": family,
+        "dataset": dataset.name,
+        "seed": seed,
+        "board": board.name,
+        "budget_bytes": budget_bytes,
+        "model_hash": f"0x{model_hash(model):08X}",
+        "hyperparameters": info["chosen"],
+        "int_model": model.to_json(),
+    }
+
+
+def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
+            float_pred, int8_pred, y_test) -> dict:
+    from tinyproto.device.costmodel import predict_cycles
+
+    float_acc = float(np.mean(float_pred == y_test))
+    int8_acc = float(np.mean(int8_pred == y_test))
+    warnings = []
+    if (float_acc - int8_acc) * 100 > INT8_LOSS_WARNING_POINTS:
+        warnings.append(f"int8 accuracy is {100 * (float_acc - int8_acc):.1f} points below float")
+    margin = board.sram_bytes - sram["estimated_total_bytes"]
+    if margin < 256:
+        warnings.append(f"estimated SRAM margin is only {margin} B")
+    cycles = predict_cycles(model)
+    return {
+        "model": family,
+        "dataset": dataset.name,
+        "seed": seed,
+        "board": board.name,
+        "budget_bytes": budget_bytes,
+        "model_bytes": ledger.model_bytes,
+        "model_hash": f"0x{model_hash(model):08X}",
+        "ledger": ledger.to_dict(),
+        "sram_estimate": sram,
+        "hyperparameters": info["chosen"],
+        "solver": {k: v for k, v in info.items() if k != "chosen"},
+        "n_features": model.n_features,
+        "n_classes": model.n_classes,
+        "n_train": int(dataset.X.shape[0] - len(y_test)),
+        "n_test": int(len(y_test)),
+        "float_accuracy": float_acc,
+        "int8_accuracy": int8_acc,
+        "int8_float_agreement": float(np.mean(float_pred == int8_pred)),
+        "train_seconds": round(train_seconds, 2),
+        "predicted_cycles": cycles,
+        "predicted_latency_ms": 1000.0 * cycles["total"] / board.f_cpu_hz,
+        "warnings": warnings,
+    }

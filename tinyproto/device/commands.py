@@ -1,0 +1,187 @@
+"""CLI commands that touch firmware and boards: build, flash, validate, run. Heavy imports stay inside."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from tinyproto.errors import TinyprotoError
+
+MODEL_DIR = click.Path(path_type=Path, file_okay=False)
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def build_model_dir(path: Path, env: str, console) -> dict:
+    """Build the model directory's PlatformIO project; record the result in build.json."""
+    from tinyproto.boards import load_board
+    from tinyproto.device.build import build_project
+    from tinyproto.modeldir import load_model_dir, write_json
+
+    model_dir = load_model_dir(path)
+    board = load_board(model_dir.meta.get("board", "uno"))
+    with console.status(f"building {path} ({env})...", spinner="dots"):
+        result = build_project(model_dir.path, env=env)
+    sizes = result.sizes
+    info = {
+        "env": env,
+        "tool": result.tool,
+        "elf": str(result.elf.relative_to(model_dir.path.resolve()) if result.elf.is_absolute() else result.elf),
+        "hex": str(result.hex.relative_to(model_dir.path.resolve()) if result.hex.is_absolute() else result.hex),
+        "flash_bytes": sizes.flash_bytes,
+        "text_bytes": sizes.text_bytes,
+        "data_bytes": sizes.data_bytes,
+        "bss_bytes": sizes.bss_bytes,
+        "sram_static_bytes": sizes.sram_static_bytes,
+        "flash_available_bytes": board.flash_bytes_for_sketch,
+        "sram_bytes": board.sram_bytes,
+        "model_bytes": model_dir.report.get("model_bytes"),
+    }
+    if sizes.flash_bytes > board.flash_bytes_for_sketch:
+        raise TinyprotoError(f"firmware needs {sizes.flash_bytes} B of flash; {board.title} has {board.flash_bytes_for_sketch} B")
+    if sizes.sram_static_bytes >= board.sram_bytes - board.sram_reserved_bytes:
+        raise TinyprotoError(
+            f"firmware's static SRAM ({sizes.sram_static_bytes} B) leaves less than {board.sram_reserved_bytes} B "
+            f"of {board.sram_bytes} B for the stack"
+        )
+    write_json(model_dir.path / "build.json", info)
+    return info
+
+
+def print_build(console, info: dict, path: Path) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"firmware for {path} (built with {info['tool']}, env {info['env']})", show_header=False)
+    table.add_row("flash", f"{info['flash_bytes']} of {info['flash_available_bytes']} B "
+                  f"({100 * info['flash_bytes'] / info['flash_available_bytes']:.1f} %), model data {info['model_bytes']} B")
+    table.add_row("SRAM static (.data + .bss)", f"{info['sram_static_bytes']} of {info['sram_bytes']} B "
+                  f"(.data {info['data_bytes']}, .bss {info['bss_bytes']}); stack peak is measured by validate")
+    table.add_row("ELF", info["elf"])
+    console.print(table)
+
+
+@click.command("build")
+@click.argument("model_dir", type=MODEL_DIR)
+@click.option("--env", default="uno_sim", show_default=True,
+              help="PlatformIO environment: uno_sim works offline (system avr-gcc); uno uses the official atmelavr platform.")
+def build_command(model_dir: Path, env: str) -> None:
+    """Build the firmware of MODEL_DIR (PlatformIO; avr-gcc directly if PlatformIO is missing) and report flash / SRAM."""
+    console = _console()
+    print_build(console, build_model_dir(model_dir, env, console), model_dir)
+
+
+@click.command("flash")
+@click.argument("model_dir", type=MODEL_DIR)
+@click.option("--port", default=None, help="Serial port of a real Uno, e.g. /dev/ttyACM0 (avrdude, 115200).")
+@click.option("--sim", is_flag=True, help="'Flash' the simulated Uno: start it with the ELF and check the handshake.")
+def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
+    """Put MODEL_DIR's firmware on a board (--port) or on the simulated Uno (--sim, the default without --port)."""
+    from tinyproto.boards import load_board
+    from tinyproto.device.flash import flash_port
+    from tinyproto.device.protocol import check_model, open_device
+    from tinyproto.device.sim import SimulatedUno
+    from tinyproto.device.validate import load_build_info
+    from tinyproto.modeldir import load_model_dir
+
+    if port and sim:
+        raise TinyprotoError("give either --port (a real board) or --sim, not both")
+    md = load_model_dir(model_dir)
+    board = load_board(md.meta.get("board", "uno"))
+    build = load_build_info(md)
+    model = md.int_model()
+    console = _console()
+    if port:
+        with console.status(f"flashing {port} with avrdude...", spinner="dots"):
+            flash_port(board, port, build.hex)
+        with open_device(port, baud=board.serial_baud) as client:
+            check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)
+        console.print(f"flashed {build.hex} to {port}; the board answers with model {md.meta['model_hash']}")
+        return
+    with SimulatedUno(build.elf) as uno, open_device(uno.port, baud=board.serial_baud) as client:
+        check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)
+    console.print(f"simulated Uno started with {build.elf}: handshake OK, model {md.meta['model_hash']} "
+                  "(the simulator stops again; validate --sim starts its own)")
+
+
+def _progress_factory(progress):
+    def factory(label: str, total: int):
+        task = progress.add_task(label, total=total)
+        return lambda n: progress.advance(task, n)
+
+    return factory
+
+
+def run_validation(model_dir: Path, port: str | None, resume: bool, raw: bool, as_json: bool) -> dict:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tinyproto.device.validate import validate
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=_console(stderr=True), transient=as_json) as progress:
+        return validate(model_dir, port=port, resume=resume, raw_check=raw, progress_factory=_progress_factory(progress))
+
+
+def finish_validation(summary: dict, model_dir: Path, as_json: bool) -> None:
+    from tinyproto.report import print_validation_report
+
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        print_validation_report(_console(), summary, model_dir)
+    if summary["score_agreement"] < 1.0 or summary["label_agreement"] < 1.0:
+        raise TinyprotoError(
+            f"device and host reference disagree on {round((1 - summary['score_agreement']) * summary['n_vectors'])} "
+            f"of {summary['n_vectors']} score vectors (details in {model_dir / 'validation.json'})"
+        )
+
+
+@click.command("validate")
+@click.argument("model_dir", type=MODEL_DIR)
+@click.option("--port", default=None, help="Serial port of a real, flashed Uno (e.g. /dev/ttyACM0).")
+@click.option("--sim", is_flag=True, help="Use the simulated Uno (the default when no --port is given).")
+@click.option("--json", "as_json", is_flag=True, help="Print validation.json instead of the table.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run from validation.jsonl.")
+@click.option("--no-raw", is_flag=True, help="Skip the check of the on-device input stage (raw float features).")
+def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool, resume: bool, no_raw: bool) -> None:
+    """Stream every test vector of MODEL_DIR to the device and compare label AND score vector with the host.
+
+    Exits non-zero if any vector disagrees. Writes validation.json (accuracy, cycles, latency, energy,
+    flash, SRAM, stack peak) into MODEL_DIR.
+    """
+    if port and sim:
+        raise TinyprotoError("give either --port (a real board) or --sim, not both")
+    summary = run_validation(model_dir, port, resume, not no_raw, as_json)
+    finish_validation(summary, model_dir, as_json)
+
+
+@click.command("run")
+@click.argument("data", default="digits", required=False)
+@click.option("--model", "family", type=click.Choice(["protonn", "flynn"]), default="protonn", show_default=True)
+@click.option("--budget", default="2kB", show_default=True, help="Model size limit (1 kB = 1024 bytes).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Model directory (default build/<data>).")
+@click.option("--port", default=None, help="A real Uno: flash it and validate there instead of the simulator.")
+def run_command(data: str, family: str, budget: str, seed: int, out: Path | None, port: str | None) -> None:
+    """The whole loop: compile DATA under --budget, build, flash (or simulate), validate, print the reports."""
+    from tinyproto.boards import load_board
+    from tinyproto.compile import compile_model
+    from tinyproto.device.flash import flash_port
+    from tinyproto.report import print_compile_report
+
+    console = _console()
+    with console.status("training under the budget...", spinner="dots"):
+        result = compile_model(data, family, budget, seed, "uno", out, None,
+                               progress=lambda m: console.print(f"[dim]· {m}[/dim]"))
+    print_compile_report(console, result.report, result.out_dir)
+    info = build_model_dir(result.out_dir, "uno_sim", console)
+    print_build(console, info, result.out_dir)
+    if port:
+        flash_port(load_board("uno"), port, result.out_dir / info["hex"])
+    summary = run_validation(result.out_dir, port, False, True, False)
+    finish_validation(summary, result.out_dir, False)

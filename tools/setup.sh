@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One-time (idempotent) set-up of a fresh Debian/Ubuntu machine for tinyproto:
+#   apt: avr-gcc toolchain, avr-libc, simavr + headers (the simulated Uno), avrdude (real boards), clang (fuzzing)
+#   .venv: tinyproto with its test extras (PlatformIO, SCons, pytest, hypothesis)
+#   the simulated Uno host program, compiled against libsimavr
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(gcc-avr binutils-avr avr-libc simavr libsimavr-dev libsimavrparts1 avrdude clang libclang-rt-14-dev gcc make)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+if ! .venv/bin/python -c "import tinyproto, pytest, hypothesis, platformio" 2>/dev/null; then
+  echo "setup: installing tinyproto into .venv" >&2
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[test]'
+fi
+.venv/bin/python -c "from tinyproto.device.sim import ensure_simulator; ensure_simulator()"
+echo "setup: ready (.venv/bin/tinyproto)" >&2
