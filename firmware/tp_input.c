@@ -30,7 +30,9 @@ void tp_input_quantize(const float *raw, int8_t *x)
         float mean = tp_half_to_float(tp_read_u16(&tp_input_mean[i]), TP_INPUT_MEAN_EXP);
         float gain = tp_half_to_float(tp_read_u16(&tp_input_gain[i]), TP_INPUT_GAIN_EXP);
         float t = (raw[i] - mean) * gain;
-        if (t > 127.0f) {
+        if (t != t) {
+            t = 0.0f; /* NaN (a broken sensor reading) maps to the mean instead of undefined behaviour */
+        } else if (t > 127.0f) {
             t = 127.0f;
         } else if (t < -127.0f) {
             t = -127.0f;

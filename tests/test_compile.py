@@ -14,7 +14,7 @@ from tinyproto.carray import CTYPES
 from tinyproto.hostc import build_host_runner, run_int8, run_raw
 from tinyproto.modeldir import load_model_dir
 
-from .conftest import needs
+from conftest import needs
 
 ARRAY_RE = re.compile(r"^const (\w+) tp_(\w+)\[(\d+)\] PROGMEM = \{(.*?)\};", re.S | re.M)
 

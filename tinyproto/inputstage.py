@@ -74,6 +74,7 @@ class InputStage:
         x = np.asarray(X, dtype=np.float32)
         with np.errstate(over="ignore", invalid="ignore"):
             t = (x - self.mean) * self.gain  # float32 throughout, same order as the C code
+        t = np.where(np.isnan(t), np.float32(0), t)  # a NaN reading maps to the mean, as in the C code
         t = np.clip(t, np.float32(-INPUT_MAX), np.float32(INPUT_MAX))
         half = np.float32(0.5)
         rounded = np.where(t >= 0, np.trunc(t + half), np.trunc(t - half))

@@ -3,8 +3,8 @@
 What the device computes (firmware/tp_protonn.c), step by step, for an int8 input x:
 
 1. projection   p_r  = sum_i Wq[r, i] * x[i]                          int32 (int8 x int8 products)
-2. rescale      z_r  = clamp(shift(p_r, PROJ_SHIFT), +-PZ_MAX)        int16; shift rounds half up
-3. distance     d_j  = sum_r (z_r - Bq[j, r])^2                       int32
+2. rescale      z_r  = clamp(shift(p_r, PROJ_SHIFT), +-127)           int8; shift rounds half up
+3. distance     d_j  = sum_r |z_r - Bq[j, r]|^2                       uint32 (|.| <= 254: one 8-bit mul)
 4. kernel       k_j  = TABLE[min(d_j >> TABLE_SHIFT, T - 1)]          uint8, ~ 255 * exp(-gamma^2 * dist)
 5. scores       s_l  = sum_j Zq[j, l] * k_j                           int32; label = argmax, ties -> lowest l
 
@@ -24,7 +24,9 @@ from tinyproto.carray import CArray
 from tinyproto.inputstage import INPUT_MAX, InputStage, choose_input_scale
 from tinyproto.ledger import SramItem
 
-PZ_MAX = 2047  # |z_r| bound: 16x B's range; keeps D * (PZ_MAX + 127)^2 far below 2^31
+# |z_r| bound: B's own range. Projected points essentially never leave it (measured: 0-0.3 % of coordinates on
+# digits / breast_cancer / wine, no prediction changed), and int8 z makes each distance term one 8x8 multiply.
+PZ_MAX = 127
 KERNEL_MAX = 255  # kernel values are uint8
 KERNEL_CUTOFF = math.log(2 * KERNEL_MAX)  # exp(-u) * 255 < 0.5 beyond this: the table stops here
 DEFAULT_TABLE_SIZE = 64
@@ -77,7 +79,8 @@ class IntProtoNN:
             arrays.append(CArray("pn_W_mask", "uint8_t", mask, "projection W, nonzero bitmap (D x ceil(d/8))"))
             arrays.append(CArray("pn_W_values", "int8_t", self.W_q[self.W_q != 0], "projection W, nonzeros row by row"))
         arrays.append(CArray("pn_B", "int8_t", self.B_q, "prototypes B, int8 (m x D)"))
-        arrays.append(CArray("pn_Z", "int8_t", self.Z_q, "prototype labels Z, int8 (m x L)"))
+        # Class-major, so each class score is one running sum over the prototypes' kernels.
+        arrays.append(CArray("pn_Z", "int8_t", self.Z_q.T, "prototype labels Z, int8 (L x m)"))
         arrays.append(CArray("pn_kernel", "uint8_t", self.table, "exp(-gamma^2 dist) lookup table"))
         return arrays
 
@@ -98,7 +101,8 @@ class IntProtoNN:
     def working_sram(self) -> list[SramItem]:
         return [
             SramItem("input", self.n_features, "int8 input vector"),
-            SramItem("projection", 2 * self.n_components, "int16 projected vector z"),
+            SramItem("projection", self.n_components, "int8 projected vector z"),
+            SramItem("kernels", self.n_prototypes, "uint8 kernel value per prototype"),
             SramItem("scores", 4 * self.n_classes, "int32 score per class"),
         ]
 
@@ -108,7 +112,7 @@ class IntProtoNN:
 
     # ---- the bit-exact reference --------------------------------------------------------------------
     def projections(self, xq: np.ndarray) -> np.ndarray:
-        """Steps 1-2: int16 projected vectors z (n, D)."""
+        """Steps 1-2: int8 projected vectors z (n, D), held as int64."""
         p = np.asarray(xq, dtype=np.int64) @ self.W_q.T.astype(np.int64)
         if self.proj_shift > 0:
             z = (p + (1 << (self.proj_shift - 1))) >> self.proj_shift

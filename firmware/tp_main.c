@@ -1,0 +1,456 @@
+/* tinyproto device application: answers HELLO / PREDICT / PREDICT_RAW / STATS frames (docs/design.md).
+ *
+ * One static buffer serves as receive buffer, work area and transmit buffer: the device is strictly
+ * request/response, so a request is fully consumed before its response is built in the same bytes.
+ *
+ * Compile-time options:
+ *   TP_NO_RAW_INPUT  - no PREDICT_RAW (answered ERROR unknown type): the buffer shrinks from 5 * n_features
+ *                      to n_features bytes + scores, and tp_input_quantize() (soft float) is never called.
+ *   TP_HOST          - informational; any non-AVR build talks over stdin/stdout and reports cycles = 0.
+ *   TP_PORT_CUSTOM   - host only: no main(), no stdio; the including file defines tp_port_putc() and
+ *                      tp_port_flush() and feeds bytes to tp_app_byte() itself (the fuzz harness).
+ *   TP_MAX_BUF       - AVR only: refuse to build if the frame buffer exceeds this many bytes (default 1024).
+ *   TP_BAUD          - UART baud rate (default 115200, double speed: UBRR0 = 16 at 16 MHz).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "tinyproto.h"
+#include "tinyproto_model.h"
+#include "tp_serial.h"
+
+#ifndef TP_FAMILY_ID
+#error "tinyproto_model.h must define TP_FAMILY_ID (1 = protonn, 2 = flynn)"
+#endif
+#if TP_N_CLASSES < 1 || TP_N_CLASSES > 255 || TP_N_FEATURES < 1 || TP_N_FEATURES > 65535
+#error "TP_N_CLASSES must be 1..255 and TP_N_FEATURES 1..65535 (the HELLO fields are u8 and u16)"
+#endif
+
+/* ---- buffer layout ---------------------------------------------------------------------------------------
+ * F = TP_N_FEATURES, C = TP_N_CLASSES. Offsets into tp_buf.b:
+ *   request       [type seq payload crc]               PREDICT: x at 2; PREDICT_RAW: float32 at 2
+ *   PREDICT_RAW   raw floats moved down to 0 (aligned), x quantized at 4F
+ *   scores        int32[C] always in the LAST 4C bytes (aligned: the buffer size is a multiple of 4)
+ *   response      [type seq label cycles (x) scores crc] built from offset 0; scores are copied DOWN from the
+ *                 tail, which is safe element by element because the tail starts past the response's scores.
+ */
+#define TP_MAX2(a, b) ((a) > (b) ? (a) : (b))
+#define TP_SCORE_BYTES (4u * TP_N_CLASSES)
+#define TP_PRED_HEAD 7u /* type seq label cycles */
+
+#ifdef TP_NO_RAW_INPUT
+#define TP_REQ_MAX (TP_FRAME_OVERHEAD + TP_N_FEATURES)
+#define TP_WORK_MAX (2u + TP_N_FEATURES + TP_SCORE_BYTES)
+#define TP_RESP_MAX (TP_PRED_HEAD + TP_SCORE_BYTES + 2u)
+#else
+#define TP_REQ_MAX (TP_FRAME_OVERHEAD + 4u * TP_N_FEATURES)
+#define TP_WORK_MAX (5u * TP_N_FEATURES + TP_SCORE_BYTES)
+#define TP_RESP_MAX (TP_PRED_HEAD + TP_N_FEATURES + TP_SCORE_BYTES + 2u)
+#endif
+#define TP_HELLO_MAX (TP_FRAME_OVERHEAD + TP_HELLO_PAYLOAD)
+#define TP_BUF_NEED TP_MAX2(TP_MAX2(TP_REQ_MAX, TP_WORK_MAX), TP_MAX2(TP_RESP_MAX, TP_HELLO_MAX))
+#define TP_BUF_SIZE ((TP_BUF_NEED + 3u) & ~3u)
+#define TP_SCORES_AT (TP_BUF_SIZE - TP_SCORE_BYTES)
+
+#if TP_BUF_SIZE > 65535
+#error "frames this large do not fit the parser's 16-bit lengths"
+#endif
+#ifndef TP_MAX_BUF
+#define TP_MAX_BUF 1024
+#endif
+#if defined(__AVR__) && TP_BUF_SIZE > TP_MAX_BUF
+#ifdef TP_NO_RAW_INPUT
+#error "the frame buffer (n_features + 4 * n_classes bytes) exceeds TP_MAX_BUF: too large for the 2 KB SRAM"
+#else
+#error "the frame buffer exceeds TP_MAX_BUF (2 KB SRAM): build with -DTP_NO_RAW_INPUT (raw input: 5 B/feature)"
+#endif
+#endif
+
+typedef union {
+    uint8_t b[TP_BUF_SIZE];
+    int32_t i32[TP_BUF_SIZE / 4u];
+    float f32[TP_BUF_SIZE / 4u];
+} tp_buf_t;
+
+static tp_buf_t tp_buf;
+static tp_parser_t tp_rx;
+static uint16_t tp_frames_bad;
+
+/* ---- transport: the only machine-specific part besides timing and SRAM figures ---------------------------- */
+#if defined(__AVR__)
+#include <avr/interrupt.h>
+#include <avr/io.h>
+
+#ifndef F_CPU
+#define F_CPU 16000000UL
+#endif
+#ifndef TP_BAUD
+#define TP_BAUD 115200UL
+#endif
+#define TP_UBRR ((F_CPU + 4UL * TP_BAUD) / (8UL * TP_BAUD) - 1UL) /* U2X: 16 at 16 MHz, 115200 (+2.1 %) */
+
+static void tp_port_init(void)
+{
+    UBRR0H = (uint8_t)(TP_UBRR >> 8);
+    UBRR0L = (uint8_t)TP_UBRR;
+    UCSR0A = _BV(U2X0);
+    UCSR0B = _BV(RXEN0) | _BV(TXEN0);
+    UCSR0C = _BV(UCSZ01) | _BV(UCSZ00); /* 8N1 */
+}
+
+static int16_t tp_port_getc(void)
+{
+    while (!(UCSR0A & _BV(RXC0))) {
+    }
+    return UDR0;
+}
+
+static void tp_port_putc(uint8_t c)
+{
+    while (!(UCSR0A & _BV(UDRE0))) {
+    }
+    UDR0 = c;
+}
+
+static void tp_port_flush(void)
+{
+}
+
+#elif defined(TP_PORT_CUSTOM)
+static void tp_port_putc(uint8_t c); /* defined by the including file */
+static void tp_port_flush(void);
+
+#else
+#include <stdio.h>
+
+static void tp_port_init(void)
+{
+}
+
+static int16_t tp_port_getc(void)
+{
+    int c = getchar();
+    return c == EOF ? -1 : (int16_t)c;
+}
+
+static void tp_port_putc(uint8_t c)
+{
+    (void)putchar(c);
+}
+
+static void tp_port_flush(void)
+{
+    (void)fflush(stdout); /* a response must leave now: the host waits for it */
+}
+#endif
+
+/* ---- cycles: Timer1 at clk/1 around tp_predict only ------------------------------------------------------ */
+typedef uint8_t (*tp_predict_fn)(const int8_t *x, int32_t *scores);
+
+#if defined(__AVR__)
+#define TP_MARK_PREDICT 1    /* GPIOR0 = 1 before, 2 after tp_predict() */
+#define TP_MARK_CALIBRATE 17 /* GPIOR0 = 17 / 18 around the start-up calibration (same code path) */
+
+static volatile uint16_t tp_t1_overflows;
+static uint16_t tp_overhead; /* cycles an empty call measures; subtracted from every figure */
+
+ISR(TIMER1_OVF_vect)
+{
+    ++tp_t1_overflows;
+}
+
+static uint8_t tp_empty_predict(const int8_t *x, int32_t *scores)
+{
+    (void)x;
+    (void)scores;
+    return 0;
+}
+
+/* One code path for the calibration and the real call (the target comes in as a pointer, noclone keeps gcc
+ * from specialising it), so their overheads are identical and cancel. */
+__attribute__((noinline, noclone)) static uint32_t tp_timed(tp_predict_fn fn, const int8_t *x, int32_t *scores,
+                                                            uint8_t *label, uint8_t mark)
+{
+    tp_t1_overflows = 0;
+    TCNT1 = 0;
+    TIFR1 = _BV(TOV1);
+    TCCR1B = _BV(CS10);
+    GPIOR0 = mark;
+    uint8_t result = fn(x, scores);
+    GPIOR0 = (uint8_t)(mark + 1u);
+    /* Read the counter while it runs (simavr reads a stopped Timer1 as 0). An overflow whose interrupt has not
+     * run yet shows as TOV1 set with a small count; a late TOV1 after reading a large count is not ours. */
+    cli();
+    uint16_t count = TCNT1;
+    uint16_t overflows = tp_t1_overflows;
+    if ((TIFR1 & _BV(TOV1)) && count < 0x8000u) {
+        ++overflows;
+    }
+    TCCR1B = 0;
+    TIFR1 = _BV(TOV1);
+    sei();
+    *label = result;
+    return ((uint32_t)overflows << 16) | count;
+}
+
+static void tp_timer_init(void)
+{
+    TCCR1A = 0;
+    TCCR1B = 0;
+    TIMSK1 = _BV(TOIE1);
+    sei();
+    uint8_t unused;
+    tp_overhead = (uint16_t)tp_timed(tp_empty_predict, 0, 0, &unused, TP_MARK_CALIBRATE);
+}
+
+static uint32_t tp_predict_timed(const int8_t *x, int32_t *scores, uint8_t *label)
+{
+    uint32_t cycles = tp_timed(tp_predict, x, scores, label, TP_MARK_PREDICT);
+    return cycles > tp_overhead ? cycles - tp_overhead : 0;
+}
+
+#else /* host: no cycle counter */
+static void tp_timer_init(void)
+{
+}
+
+static uint32_t tp_predict_timed(const int8_t *x, int32_t *scores, uint8_t *label)
+{
+    *label = tp_predict(x, scores);
+    return 0;
+}
+#endif
+
+/* ---- SRAM figures: painted stack high-water mark and .data + .bss ---------------------------------------- */
+#if defined(__AVR__)
+#define TP_STACK_PAINT 0xC5
+
+extern uint8_t __heap_start; /* first byte after .data, .bss and .noinit: free RAM up to the stack */
+extern uint8_t __data_start;
+extern uint8_t __bss_end;
+
+/* Runs in .init3: the stack pointer is set, .data/.bss are not yet initialised and nothing lives above
+ * __heap_start, so every byte from there to RAMEND is painted. Plain asm: a naked function must not rely on
+ * the compiler keeping its locals out of a (non-existent) stack frame. */
+void tp_stack_paint(void) __attribute__((naked, used, section(".init3")));
+void tp_stack_paint(void)
+{
+    __asm__ volatile("    ldi r30, lo8(__heap_start)\n"
+                     "    ldi r31, hi8(__heap_start)\n"
+                     "    ldi r24, %0\n"
+                     "    ldi r25, hi8(%1)\n"
+                     "1:  st Z+, r24\n"
+                     "    cpi r30, lo8(%1)\n"
+                     "    cpc r31, r25\n"
+                     "    brne 1b\n"
+                     :
+                     : "M"(TP_STACK_PAINT), "i"(RAMEND + 1)
+                     : "r24", "r25", "r30", "r31", "memory");
+}
+
+/* Bytes of stack ever used: from RAMEND down to the lowest byte that lost its paint. */
+static uint16_t tp_stack_peak(void)
+{
+    const volatile uint8_t *p = (const volatile uint8_t *)&__heap_start;
+    while (p <= (const volatile uint8_t *)RAMEND && *p == TP_STACK_PAINT) {
+        ++p;
+    }
+    return (uint16_t)(RAMEND + 1u - (uint16_t)(uintptr_t)p);
+}
+
+static uint16_t tp_static_sram(void)
+{
+    return (uint16_t)((uintptr_t)&__bss_end - (uintptr_t)&__data_start);
+}
+#else
+static uint16_t tp_stack_peak(void)
+{
+    return 0;
+}
+
+static uint16_t tp_static_sram(void)
+{
+    return 0;
+}
+#endif
+
+#ifndef F_CPU
+#define F_CPU 0UL /* host build: HELLO reports f_cpu = 0 */
+#endif
+
+/* ---- responses --------------------------------------------------------------------------------------------- */
+static void tp_reply(uint8_t type, uint8_t seq, uint16_t n_payload)
+{
+    tp_buf.b[0] = type;
+    tp_buf.b[1] = seq;
+    tp_frame_send(tp_buf.b, n_payload, tp_port_putc);
+    tp_port_flush();
+}
+
+static void tp_reply_error(uint8_t seq, uint8_t code)
+{
+    if (tp_frames_bad != UINT16_MAX) {
+        ++tp_frames_bad;
+    }
+    tp_buf.b[2] = code;
+    tp_reply(TP_MSG_ERROR, seq, 1);
+}
+
+static void tp_on_hello(uint8_t seq)
+{
+    uint8_t *p = tp_buf.b + 2;
+    p[0] = 'T'; /* byte by byte: a "TPRO" literal would sit in .data and cost SRAM */
+    p[1] = 'P';
+    p[2] = 'R';
+    p[3] = 'O';
+    p[4] = TP_PROTO_VERSION;
+    p[5] = TP_RUNTIME_ABI;
+    p[6] = TP_FAMILY_ID;
+    tp_put_u32(p + 7, (uint32_t)TP_MODEL_HASH);
+    tp_put_u16(p + 11, TP_N_FEATURES);
+    p[13] = TP_N_CLASSES;
+    p[14] = 1; /* input bytes per feature (int8) */
+    p[15] = 4; /* score bytes per class (int32) */
+    tp_put_u32(p + 16, (uint32_t)F_CPU);
+#ifdef TP_NO_RAW_INPUT
+    p[20] = 0;
+#else
+    p[20] = TP_HELLO_FLAG_RAW;
+#endif
+    tp_reply(TP_MSG_HELLO | TP_MSG_RESPONSE, seq, TP_HELLO_PAYLOAD);
+}
+
+static void tp_on_stats(uint8_t seq)
+{
+    tp_put_u16(tp_buf.b + 2, tp_stack_peak());
+    tp_put_u16(tp_buf.b + 4, tp_static_sram());
+    tp_put_u16(tp_buf.b + 6, tp_frames_bad);
+    tp_reply(TP_MSG_STATS | TP_MSG_RESPONSE, seq, 6);
+}
+
+/* Run the model on x, then lay out label, cycles, (x,) scores from offset 2 and send. x must not overlap the
+ * response header or the scores tail; the callers place it at 2 (PREDICT) or 4F (PREDICT_RAW). */
+static void tp_predict_and_reply(uint8_t type, uint8_t seq, const int8_t *x, uint16_t n_x)
+{
+    int32_t *scores = &tp_buf.i32[TP_SCORES_AT / 4u];
+    uint8_t label;
+    uint32_t cycles = tp_predict_timed(x, scores, &label);
+    uint8_t *out = tp_buf.b + TP_PRED_HEAD;
+    if (n_x != 0) {
+        memmove(out, x, n_x);
+        out += n_x;
+    }
+    for (uint8_t c = 0; c < TP_N_CLASSES; ++c) {
+        tp_put_u32(out + 4u * c, (uint32_t)scores[c]); /* writes stay below scores[c + 1] */
+    }
+    tp_buf.b[2] = label;
+    tp_put_u32(tp_buf.b + 3, cycles);
+    tp_reply(type | TP_MSG_RESPONSE, seq, (uint16_t)(TP_PRED_HEAD - 2u + n_x + TP_SCORE_BYTES));
+}
+
+#ifndef TP_NO_RAW_INPUT
+static void tp_on_predict_raw(uint8_t seq)
+{
+    /* float32 LE at offset 2 -> aligned float[] at offset 0, in place, front to back (each element's source
+     * is read whole before its destination, two bytes lower, is written). */
+    for (uint16_t i = 0; i < TP_N_FEATURES; ++i) {
+        union {
+            uint32_t u;
+            float f;
+        } v;
+        v.u = tp_get_u32(tp_buf.b + 2u + 4u * i);
+        tp_buf.f32[i] = v.f;
+    }
+    int8_t *x = (int8_t *)(tp_buf.b + 4u * TP_N_FEATURES);
+    tp_input_quantize(tp_buf.f32, x);
+    tp_predict_and_reply(TP_MSG_PREDICT_RAW, seq, x, TP_N_FEATURES);
+}
+#endif
+
+#define TP_NO_SUCH_TYPE 0xFFFFu
+
+/* Payload length a request type must have, or TP_NO_SUCH_TYPE if this firmware does not implement it.
+ * An if chain, not a switch: avr-gcc turns such a switch into a lookup table in .data, i.e. SRAM. */
+static uint16_t tp_request_payload(uint8_t type)
+{
+    if (type == TP_MSG_HELLO || type == TP_MSG_STATS) {
+        return 0;
+    }
+    if (type == TP_MSG_PREDICT) {
+        return TP_N_FEATURES;
+    }
+#ifndef TP_NO_RAW_INPUT
+    if (type == TP_MSG_PREDICT_RAW) {
+        return 4u * TP_N_FEATURES;
+    }
+#endif
+    return TP_NO_SUCH_TYPE;
+}
+
+static void tp_dispatch(uint16_t len)
+{
+    uint8_t type = tp_buf.b[0];
+    uint8_t seq = tp_buf.b[1];
+    uint16_t want = tp_request_payload(type);
+    if (want == TP_NO_SUCH_TYPE) {
+        tp_reply_error(seq, TP_ERR_UNKNOWN_TYPE);
+    } else if ((uint16_t)(len - TP_FRAME_OVERHEAD) != want) {
+        tp_reply_error(seq, TP_ERR_LENGTH);
+    } else if (type == TP_MSG_HELLO) {
+        tp_on_hello(seq);
+    } else if (type == TP_MSG_STATS) {
+        tp_on_stats(seq);
+    } else if (type == TP_MSG_PREDICT) {
+        tp_predict_and_reply(TP_MSG_PREDICT, seq, (const int8_t *)(tp_buf.b + 2), 0); /* x stays in place */
+    } else {
+#ifndef TP_NO_RAW_INPUT
+        tp_on_predict_raw(seq);
+#endif
+    }
+}
+
+/* ---- the application: init once (timer calibration included), then one call per received byte ------------ */
+static void tp_app_init(void)
+{
+    tp_timer_init();
+    tp_parser_init(&tp_rx, tp_buf.b, TP_BUF_SIZE);
+    tp_frames_bad = 0;
+}
+
+static void tp_app_byte(uint8_t c)
+{
+    tp_rx_t status = tp_parser_feed(&tp_rx, c);
+    if (status == TP_RX_NONE) {
+        return;
+    }
+    if (status == TP_RX_FRAME) {
+        tp_dispatch(tp_rx.len);
+        return;
+    }
+    /* A broken frame: answer with the seq byte it claims (the host drops it if that is garbage). */
+    uint8_t seq = tp_rx.len >= 2 ? tp_buf.b[1] : 0;
+    uint8_t code = TP_ERR_CRC;
+    if (status == TP_RX_SHORT) {
+        code = TP_ERR_LENGTH;
+    } else if (status == TP_RX_TOO_LONG) {
+        /* The type byte arrived: a PREDICT_RAW without raw support is "unknown type", not "too long". */
+        code = tp_request_payload(tp_buf.b[0]) == TP_NO_SUCH_TYPE ? TP_ERR_UNKNOWN_TYPE : TP_ERR_TOO_LONG;
+    }
+    tp_reply_error(seq, code);
+}
+
+#if !defined(TP_PORT_CUSTOM) || defined(__AVR__)
+int main(void)
+{
+    tp_port_init();
+    tp_app_init();
+    for (;;) {
+        int16_t c = tp_port_getc();
+        if (c < 0) {
+            break; /* host: end of input */
+        }
+        tp_app_byte((uint8_t)c);
+    }
+    return 0;
+}
+#endif

@@ -1,0 +1,105 @@
+/* tinyproto serial framing: COBS + CRC-16/CCITT-FALSE frames and the protocol's constants (docs/design.md).
+ *
+ * A frame on the wire is COBS(body) 0x00 with body = type u8 | seq u8 | payload | crc16 u16 LE; the CRC covers
+ * type, seq and payload. The parser decodes COBS byte by byte straight into a caller-supplied buffer, so the
+ * buffer holds the decoded body only (no COBS overhead), and a 0x00 always ends a frame (resync). The encoder
+ * streams COBS out of the body buffer, so sending needs no second buffer. No malloc, C99, fixed-width types.
+ */
+#ifndef TP_SERIAL_H
+#define TP_SERIAL_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TP_CHECK_RESULT __attribute__((warn_unused_result))
+#else
+#define TP_CHECK_RESULT
+#endif
+
+#define TP_PROTO_VERSION 1
+
+/* Message types: a response is the request type | TP_MSG_RESPONSE, or TP_MSG_ERROR. */
+#define TP_MSG_HELLO 0x01
+#define TP_MSG_PREDICT 0x02
+#define TP_MSG_PREDICT_RAW 0x03
+#define TP_MSG_STATS 0x04
+#define TP_MSG_RESPONSE 0x80
+#define TP_MSG_ERROR 0x7F
+
+/* Payload of an ERROR frame. */
+#define TP_ERR_CRC 1          /* CRC mismatch or broken COBS: the frame was corrupted */
+#define TP_ERR_LENGTH 2       /* payload length wrong for the type, or a body too short to hold a CRC */
+#define TP_ERR_UNKNOWN_TYPE 3 /* type not implemented (PREDICT_RAW when built with TP_NO_RAW_INPUT) */
+#define TP_ERR_TOO_LONG 4     /* frame longer than the receive buffer */
+
+#define TP_FRAME_OVERHEAD 4u /* type, seq and crc16 around the payload */
+#define TP_HELLO_PAYLOAD 21u /* "TPRO" proto abi family hash(4) n_features(2) n_classes in_b score_b f_cpu(4) flags */
+#define TP_HELLO_FLAG_RAW 0x01
+
+/* What one received byte completed. */
+typedef enum {
+    TP_RX_NONE = 0,    /* mid-frame, or an empty frame (0x00 0x00): nothing to do */
+    TP_RX_FRAME,       /* a valid body of p->len bytes (CRC included) is in the buffer */
+    TP_RX_BAD_CRC,     /* CRC mismatch */
+    TP_RX_BAD_COBS,    /* a COBS block was cut short by the delimiter */
+    TP_RX_SHORT,       /* body shorter than type + seq + crc */
+    TP_RX_TOO_LONG     /* the body did not fit the buffer; the rest of the frame was skipped */
+} tp_rx_t;
+
+/* Byte-at-a-time frame parser. The buffer and the frame length stay valid until the next tp_parser_feed(). */
+typedef struct {
+    uint8_t *buf;
+    uint16_t cap;  /* buffer size in bytes */
+    uint16_t len;  /* decoded body bytes so far */
+    uint8_t code;  /* current COBS code byte; 0 before the first one */
+    uint8_t left;  /* data bytes still to come in the current COBS block */
+    uint8_t flags; /* TP_PARSER_* */
+} tp_parser_t;
+
+/* Where the encoder sends bytes (the UART on the device, stdout or a capture buffer on the host). */
+typedef void (*tp_putc_fn)(uint8_t c);
+
+void tp_parser_init(tp_parser_t *p, uint8_t *buf, uint16_t cap);
+
+/* Feed one received byte; returns what it completed (TP_RX_NONE most of the time). */
+TP_CHECK_RESULT tp_rx_t tp_parser_feed(tp_parser_t *p, uint8_t c);
+
+/* CRC-16/CCITT-FALSE: poly 0x1021, no reflection, no xorout; start with crc = 0xFFFF. */
+TP_CHECK_RESULT uint16_t tp_crc16(uint16_t crc, const uint8_t *data, uint16_t n);
+
+/* body[0] = type, body[1] = seq and n_payload bytes of payload are in place: append the CRC at body[2 + n_payload]
+ * (the caller's buffer must hold n_payload + TP_FRAME_OVERHEAD bytes) and send COBS(body) 0x00. */
+void tp_frame_send(uint8_t *body, uint16_t n_payload, tp_putc_fn put);
+
+/* Little-endian field access (the wire order, independent of the machine's). */
+static inline void tp_put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void tp_put_u32(uint8_t *p, uint32_t v)
+{
+    tp_put_u16(p, (uint16_t)v);
+    tp_put_u16(p + 2, (uint16_t)(v >> 16));
+}
+
+static inline uint16_t tp_get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | ((uint16_t)p[1] << 8));
+}
+
+static inline uint32_t tp_get_u32(const uint8_t *p)
+{
+    return (uint32_t)tp_get_u16(p) | ((uint32_t)tp_get_u16(p + 2) << 16);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TP_SERIAL_H */

@@ -1,0 +1,237 @@
+"""Offline firmware builds (PlatformIO with tinyproto's local platform, avr-gcc fallback) and `pio test`.
+
+Uses the fake model project in tests/fixtures/sim/project (scores[c] = (c + 1) * sum(x)).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import struct
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinyproto.boards import load_board
+from tinyproto.errors import TinyprotoError
+from tinyproto.ledger import FirmwareSizes
+
+FIXTURE_PROJECT = Path(__file__).parent / "fixtures" / "sim" / "project"
+REPO = Path(__file__).resolve().parent.parent
+
+needs_avr = pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed")
+needs_pio = pytest.mark.skipif(
+    importlib.util.find_spec("platformio") is None or importlib.util.find_spec("SCons") is None,
+    reason="platformio / scons not installed",
+)
+needs_simavr = pytest.mark.skipif(
+    not Path("/usr/include/simavr/sim_avr.h").is_file(), reason="libsimavr-dev not installed"
+)
+
+AVR_SIZE_SAMPLE = """\
+firmware.elf  :
+section                     size      addr
+.data                         18   8388864
+.text                       1234         0
+.bss                          40   8388882
+.noinit                        2   8388922
+.comment                      17         0
+.note.gnu.avr.deviceinfo      64         0
+.debug_info                 1904         0
+Total                       3279
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    """PlatformIO's home, the toolchain package and simuno live in a per-module cache, never the user's."""
+    previous = os.environ.get("TINYPROTO_CACHE")
+    os.environ["TINYPROTO_CACHE"] = str(tmp_path_factory.mktemp("tinyproto-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("TINYPROTO_CACHE", None)
+    else:
+        os.environ["TINYPROTO_CACHE"] = previous
+
+
+def make_project(root: Path) -> Path:
+    """A copy of the fixture project as the renderer would lay it out (runtime header + platformio.ini)."""
+    from tinyproto.device.build import render_platformio_ini
+
+    project = root / "project"
+    shutil.copytree(FIXTURE_PROJECT, project)
+    shutil.copyfile(REPO / "firmware" / "tinyproto.h", project / "lib" / "tinyproto" / "tinyproto.h")
+    (project / "platformio.ini").write_text(render_platformio_ini(load_board("uno")))
+    return project
+
+
+def fake_reference(xq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    sums = xq.astype(np.int64).sum(axis=1)
+    scores = np.stack([sums * (c + 1) for c in range(3)], axis=1)
+    return scores, scores.argmax(axis=1)  # argmax: ties go to the lowest index, like the firmware
+
+
+@pytest.fixture(scope="module")
+def pio_build(tmp_path_factory):
+    """The fixture project built once with `pio run -e uno_sim` (offline)."""
+    from tinyproto.device.build import build_project
+
+    if shutil.which("avr-gcc") is None or importlib.util.find_spec("platformio") is None:
+        pytest.skip("needs avr-gcc and platformio")
+    project = make_project(tmp_path_factory.mktemp("pio"))
+    return project, build_project(project, "uno_sim")
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_parse_avr_size():
+    from tinyproto.device.build import parse_avr_size
+
+    assert parse_avr_size(AVR_SIZE_SAMPLE) == FirmwareSizes(text_bytes=1234, data_bytes=18, bss_bytes=42)
+    with pytest.raises(TinyprotoError):
+        parse_avr_size("avr-size: 'x.elf': No such file")
+
+
+def test_platformio_ini_has_the_three_environments():
+    from tinyproto.device.build import render_platformio_ini
+
+    ini = render_platformio_ini(load_board("uno"))
+    for section in ("[env:uno]", "[env:uno_offline]", "[env:uno_sim]"):
+        assert section in ini
+    assert "platform = atmelavr" in ini
+    assert not [line for line in ini.splitlines() if line.startswith("framework")]  # bare avr-libc C
+    assert "-std=gnu99 -Wall -Wextra -Werror -Iinclude -Ilib/tinyproto" in ini
+    assert "board_build.f_cpu = 16000000UL" in ini
+    assert "tinyproto.device.sim" in ini and "--stdio" in ini
+
+
+@needs_avr
+@needs_pio
+def test_pio_run_offline_builds_elf_hex_and_sizes(pio_build):
+    project, result = pio_build
+    assert result.tool == "platformio"
+    assert result.elf == project / ".pio" / "build" / "uno_sim" / "firmware.elf"
+    assert result.elf.is_file() and result.hex.is_file()
+    assert result.hex.read_text().startswith(":")
+    assert 200 < result.sizes.text_bytes < 4096
+    assert result.sizes.stack_peak_bytes is None
+    assert "SUCCESS" in result.log
+
+
+@needs_avr
+def test_avr_gcc_fallback_gives_the_same_firmware_size(pio_build, tmp_path, monkeypatch):
+    from tinyproto.device import build
+
+    _, pio_result = pio_build
+    monkeypatch.setattr(build, "platformio_available", lambda: False)
+    project = make_project(tmp_path)
+    with pytest.warns(UserWarning, match="avr-gcc directly"):
+        result = build.build_project(project, "uno_sim")
+    assert result.tool == "avr-gcc"
+    assert result.elf.is_file() and result.hex.is_file()
+    assert result.sizes == pio_result.sizes  # same sources, same flags
+
+
+@needs_avr
+@pytest.mark.parametrize("use_pio", [True, False], ids=["platformio", "avr-gcc"])
+def test_compile_error_reports_the_compiler_error(tmp_path, monkeypatch, use_pio):
+    from tinyproto.device import build
+
+    if use_pio and not build.platformio_available():
+        pytest.skip("platformio not installed")
+    monkeypatch.setattr(build, "platformio_available", lambda: use_pio)
+    project = make_project(tmp_path)
+    main = project / "src" / "main.c"
+    main.write_text(main.read_text().replace("uart_init();\n    for", "uart_init();\n    int unused_var;\n    for"))
+    with pytest.raises(TinyprotoError, match="unused_var") as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the avr-gcc path also warns that PlatformIO is missing
+        build.build_project(project, "uno_sim")
+    assert "error" in str(info.value)
+    assert "main.c" in str(info.value)
+
+
+def test_missing_avr_gcc_names_the_apt_packages(tmp_path, monkeypatch):
+    from tinyproto.device import build
+
+    monkeypatch.setattr(build.shutil, "which", lambda name, *a, **k: None)
+    project = make_project(tmp_path)
+    with pytest.raises(TinyprotoError, match="apt-get install gcc-avr avr-libc binutils-avr"):
+        build.build_project(project, "uno_sim")
+
+
+def test_unknown_environment_is_a_clear_error(tmp_path):
+    from tinyproto.device.build import build_project
+
+    with pytest.raises(TinyprotoError, match="uno_sim"):
+        build_project(make_project(tmp_path), "nano")
+
+
+@needs_avr
+@needs_simavr
+def test_built_firmware_answers_on_the_simulated_uno(pio_build):
+    serial = pytest.importorskip("serial")
+    from tinyproto.device.sim import SimulatedUno
+
+    _, result = pio_build
+    x = np.array([[1, 2, 3, -1], [-100, -100, -100, 5]], dtype=np.int8)
+    scores, labels = fake_reference(x)
+    with SimulatedUno(result.elf) as uno:
+        with serial.Serial(uno.port, 115200, timeout=1) as port:
+            for row, want_scores, want_label in zip(x, scores, labels):
+                port.write(row.tobytes())
+                reply = port.read(13)
+                assert reply[0] == want_label
+                assert list(struct.unpack("<3i", reply[1:])) == list(want_scores)
+            port.write(bytes([0x7F] * 4))
+        assert uno.wait(timeout=10) == 0
+        markers = uno.markers()
+    assert [value for value, _ in markers] == [1, 2, 1, 2]
+    assert all(0 < markers[i + 1][1] - markers[i][1] < 2000 for i in (0, 2))
+
+
+@needs_avr
+@needs_pio
+@needs_simavr
+def test_pio_test_on_the_simulated_uno_passes_and_fails(pio_build, tmp_path):
+    from tinyproto.device.build import render_pio_test, run_pio_test
+
+    project, built = pio_build
+    firmware_before = built.elf.read_bytes()
+    xq = np.array([[1, 2, 3, -1], [5, -10, 0, 0], [0, 0, 0, 0], [127, 127, -128, 1]], dtype=np.int8)
+    scores, labels = fake_reference(xq)
+    test_dir = render_pio_test(project, xq, scores, labels)
+    assert (test_dir / "test_main.c").is_file() and (project / "test" / "test_custom_runner.py").is_file()
+    passed, log = run_pio_test(project, "uno_sim")
+    assert passed, log
+    assert "4 succeeded" in log
+
+    wrong = scores.copy()
+    wrong[2, 1] += 1  # one score off by one must fail the run
+    render_pio_test(project, xq, wrong, labels)
+    passed, log = run_pio_test(project, "uno_sim")
+    assert not passed
+    assert "test_vector_2" in log and "FAIL" in log
+    assert built.elf.read_bytes() == firmware_before  # the test program is built elsewhere
+
+
+@needs_avr
+@needs_simavr
+def test_sim_test_without_platformio(tmp_path, monkeypatch):
+    from tinyproto.device import build
+
+    monkeypatch.setattr(build, "platformio_available", lambda: False)
+    project = make_project(tmp_path)
+    xq = np.array([[3, 1, -4, 1]], dtype=np.int8)
+    scores, labels = fake_reference(xq)
+    build.render_pio_test(project, xq, scores, labels)
+    with pytest.warns(UserWarning):
+        passed, log = build.run_pio_test(project, "uno_sim")
+    assert passed, log
+    build.render_pio_test(project, xq, scores, (labels + 1) % 3)
+    with pytest.warns(UserWarning):
+        passed, log = build.run_pio_test(project, "uno_sim")
+    assert not passed and "label Expected" in log

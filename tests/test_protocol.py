@@ -1,0 +1,658 @@
+"""Serial protocol: the Python codec and client (tinyproto/device/protocol.py) and the device application
+(firmware/tp_main.c + tp_serial.c) compiled for the host and driven through pipes and a pty, with the fake model
+of tests/fixtures/protocol mirrored below in numpy."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import shutil
+import struct
+import subprocess
+import termios
+import time
+import tty
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import serial
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinyproto.device import protocol as P
+from tinyproto.errors import TinyprotoError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIRMWARE = ROOT / "firmware"
+FIXTURE = ROOT / "tests" / "fixtures" / "protocol"
+N_FEATURES, N_CLASSES, MODEL_HASH = 8, 3, 0xC0FFEE42
+PROPERTY = settings(max_examples=150, deadline=None, derandomize=True)  # derandomized: stable in CI
+
+
+# ---- the fake model, mirrored from tests/fixtures/protocol/fake_model.c ------------------------------------
+
+
+def fake_scores(x: np.ndarray, n_classes: int = N_CLASSES) -> np.ndarray:
+    c = np.arange(n_classes)[:, None]
+    i = np.arange(x.shape[-1])[None, :]
+    weights = (7 * c + 3 * i) % 11 - 5
+    return weights @ x.astype(np.int64) + 100000 * np.arange(n_classes) - 150000
+
+
+def fake_quantize(raw: np.ndarray) -> np.ndarray:
+    t = raw.astype(np.float32) * np.float32(16)
+    t = np.where(np.isnan(t), np.float32(0), t)
+    return np.trunc(np.clip(t, -127, 127)).astype(np.int8)
+
+
+# ---- ports -------------------------------------------------------------------------------------------------
+
+
+class BytesPort:
+    """In-memory port: read() serves scripted bytes (optionally in small chunks), write() records."""
+
+    def __init__(self, data: bytes = b"", chunk: int = 7) -> None:
+        self.rx = bytearray(data)
+        self.written: list[bytes] = []
+        self.timeout: float | None = 0.01
+        self.chunk = chunk
+        self.port = "mem://test"
+
+    def read(self, size: int = 1) -> bytes:
+        n = min(size, self.chunk, len(self.rx))
+        if n == 0:
+            time.sleep(self.timeout or 0)
+            return b""
+        out = bytes(self.rx[:n])
+        del self.rx[:n]
+        return out
+
+    def write(self, data: bytes) -> int:
+        self.written.append(bytes(data))
+        return len(data)
+
+    def close(self) -> None:
+        pass
+
+
+class ScriptedDevice(BytesPort):
+    """A Python stand-in for the firmware with fault injection: each request is answered by ``answer(frame,
+    n)`` (n = index of the request), which returns the raw bytes to put on the line (b"" = stay silent)."""
+
+    def __init__(self, answer) -> None:
+        super().__init__()
+        self.answer = answer
+        self.requests: list[P.Frame] = []
+
+    def write(self, data: bytes) -> int:
+        super().write(data)
+        for encoded in bytes(data).split(b"\x00"):
+            if encoded:
+                frame = P.decode_frame(encoded)
+                self.rx += self.answer(frame, len(self.requests))
+                self.requests.append(frame)
+        return len(data)
+
+
+def hello_payload(model_hash: int = MODEL_HASH, flags: int = 1) -> bytes:
+    return struct.pack("<4sBBBIHBBBIB", b"TPRO", 1, 1, 1, model_hash, N_FEATURES, N_CLASSES, 1, 4, 16_000_000, flags)
+
+
+def prediction_payload(x: np.ndarray) -> bytes:
+    scores = fake_scores(x)
+    return struct.pack("<BI", int(np.argmax(scores)), 1234) + scores.astype("<i4").tobytes()
+
+
+def good_answer(frame: P.Frame, _n: int = 0) -> bytes:
+    if frame.type == P.MSG_HELLO:
+        return P.encode_frame(0x81, frame.seq, hello_payload())
+    if frame.type == P.MSG_PREDICT:
+        return P.encode_frame(0x82, frame.seq, prediction_payload(np.frombuffer(frame.payload, np.int8)))
+    return P.encode_frame(0x84, frame.seq, struct.pack("<HHH", 300, 120, 0))
+
+
+class PipePort:
+    """The host-compiled firmware as a port: its stdin/stdout are the serial line."""
+
+    def __init__(self, exe: Path) -> None:
+        self.proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.fd = self.proc.stdout.fileno()
+        self.timeout: float | None = 0.02
+        self.port = f"pipe:{exe.name}"
+
+    @property
+    def in_waiting(self) -> int:
+        buf = fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0")
+        return struct.unpack("i", buf)[0]
+
+    def read(self, size: int = 1) -> bytes:
+        ready, _, _ = select.select([self.fd], [], [], self.timeout)
+        return os.read(self.fd, size) if ready else b""
+
+    def write(self, data: bytes) -> int:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+        return len(data)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+
+def answers(port: PipePort, data: bytes, quiet: float = 0.15) -> list[P.Frame]:
+    """Send raw bytes to the firmware and collect every frame it sends until it has been quiet a while."""
+    port.write(data)
+    reader = P.FrameReader(port)
+    frames = []
+    while (frame := reader.read_frame(quiet)) is not None:
+        frames.append(frame)
+    return frames
+
+
+# ---- builds ------------------------------------------------------------------------------------------------
+
+C_SOURCES = [FIRMWARE / "tp_main.c", FIRMWARE / "tp_serial.c", FIXTURE / "fake_model.c"]
+C_FLAGS = ["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", f"-I{FIRMWARE}", f"-I{FIXTURE}"]
+
+
+def build_host(cc: str, out: Path, *defines: str) -> Path:
+    if shutil.which(cc) is None:
+        pytest.skip(f"{cc} not installed")
+    subprocess.run([cc, *C_FLAGS, *defines, *map(str, C_SOURCES), "-o", str(out)], check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def host_builds(tmp_path_factory):
+    """name -> host executable of the device app; built once per session, on first use."""
+    out = tmp_path_factory.mktemp("tp_host")
+    variants = {
+        "default": ("gcc",),
+        "noraw": ("gcc", "-DTP_NO_RAW_INPUT"),
+        "big": ("gcc", "-DTP_N_FEATURES=300", "-DTP_N_CLASSES=70"),
+        "clang": ("clang",),
+    }
+    cache: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in cache:
+            cc, *defines = variants[name]
+            cache[name] = build_host(cc, out / name, *defines)
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture
+def device(host_builds):
+    """A DeviceClient talking to the host-compiled firmware (default variant) through pipes."""
+    port = PipePort(host_builds("default"))
+    client = P.DeviceClient(port, n_retries=1, timeout=1.0)
+    yield client
+    client.close()
+
+
+# ---- codec -------------------------------------------------------------------------------------------------
+
+
+def test_crc16_ccitt_false_check_value():
+    assert P.crc16_ccitt(b"123456789") == 0x29B1
+    assert P.crc16_ccitt(b"") == 0xFFFF
+
+
+@pytest.mark.parametrize(
+    "raw, encoded",
+    [
+        (b"", b"\x01"),
+        (b"\x00", b"\x01\x01"),
+        (b"\x00\x00", b"\x01\x01\x01"),
+        (b"\x11\x22\x00\x33", b"\x03\x11\x22\x02\x33"),
+        (b"\x11\x22\x33\x44", b"\x05\x11\x22\x33\x44"),
+        (bytes(range(1, 255)), b"\xff" + bytes(range(1, 255))),
+        (bytes(range(1, 255)) + b"\x00", b"\xff" + bytes(range(1, 255)) + b"\x01\x01"),
+        (bytes(range(1, 256)), b"\xff" + bytes(range(1, 255)) + b"\x02\xff"),
+    ],
+)
+def test_cobs_known_vectors(raw, encoded):
+    assert P.cobs_encode(raw) == encoded
+    assert P.cobs_decode(encoded) == raw
+
+
+@PROPERTY
+@given(st.binary(max_size=1200))
+def test_cobs_round_trip(data):
+    encoded = P.cobs_encode(data)
+    assert 0 not in encoded
+    assert len(encoded) <= len(data) + len(data) // 254 + 1
+    assert P.cobs_decode(encoded) == data
+
+
+@pytest.mark.parametrize("bad", [b"\x05\x11\x22", b"\x02\x11\x00", b"\x00"])
+def test_cobs_decode_rejects_malformed(bad):
+    with pytest.raises(P.FrameError):
+        P.cobs_decode(bad)
+
+
+@PROPERTY
+@given(st.integers(0, 255), st.integers(0, 255), st.binary(max_size=600), st.binary(max_size=60))
+def test_frame_round_trip_after_garbage(type_, seq, payload, garbage):
+    port = BytesPort(garbage + b"\x00" + P.encode_frame(type_, seq, payload))
+    frame = P.FrameReader(port).read_frame(1.0)
+    assert frame == P.Frame(type_, seq, payload)
+
+
+@PROPERTY
+@given(st.binary(min_size=1, max_size=40), st.data())
+def test_corrupted_byte_is_dropped_and_reader_recovers(payload, data):
+    wire = bytearray(P.encode_frame(0x02, 7, payload))
+    pos = data.draw(st.integers(0, len(wire) - 2), label="position")
+    wire[pos] ^= data.draw(st.integers(1, 255), label="xor")
+    good = P.encode_frame(0x04, 8, b"ok")
+    reader = P.FrameReader(BytesPort(bytes(wire) + b"\x00" + good))
+    before = []
+    while (frame := reader.read_frame(1.0)) != P.Frame(0x04, 8, b"ok"):
+        assert frame is not None, "the good frame after the corrupted one was lost"
+        before.append(frame)
+    assert P.Frame(0x02, 7, payload) not in before  # the corrupted frame never passes as the original
+
+
+def test_wrong_crc_truncated_frame_and_garbage_are_dropped():
+    good = P.encode_frame(0x81, 3, b"hello")
+    bad_crc = bytearray(good)
+    bad_crc[2] ^= 0x40
+    truncated = good[: len(good) // 2] + b"\x00"
+    reader = P.FrameReader(BytesPort(b"\xde\xad\x00" + bytes(bad_crc) + truncated + b"\x01\x00" + good))
+    assert reader.read_frame(1.0) == P.Frame(0x81, 3, b"hello")
+    assert reader.bad_frames == 4  # garbage, wrong CRC, truncated, too short
+
+
+def test_overlong_run_without_delimiter_is_skipped():
+    good = P.encode_frame(0x84, 1, b"\x01\x02\x03\x04\x05\x06")
+    reader = P.FrameReader(BytesPort(b"\x55" * 300 + b"\x00" + good, chunk=64), max_body=100)
+    assert reader.read_frame(1.0) == P.Frame(0x84, 1, b"\x01\x02\x03\x04\x05\x06")
+    assert reader.bad_frames == 1
+
+
+def test_frames_through_pyserial_loop_url():
+    port = serial.serial_for_url("loop://", timeout=0.02)
+    try:
+        port.write(b"junk\x00" + P.encode_frame(0x82, 9, bytes(range(256))) + P.encode_frame(0x7F, 10, b"\x01"))
+        reader = P.FrameReader(port)
+        assert reader.read_frame(1.0) == P.Frame(0x82, 9, bytes(range(256)))
+        assert reader.read_frame(1.0) == P.Frame(0x7F, 10, b"\x01")
+        assert reader.read_frame(0.05) is None
+    finally:
+        port.close()
+
+
+# ---- client against scripted faults ------------------------------------------------------------------------
+
+
+def test_client_hello_predict_stats_against_scripted_device():
+    client = P.DeviceClient(ScriptedDevice(good_answer), timeout=0.2)
+    hello = client.hello()
+    assert (hello.model_hash, hello.n_features, hello.n_classes, hello.raw_input) == (MODEL_HASH, 8, 3, True)
+    x = np.arange(-4, 4, dtype=np.int8)
+    prediction = client.predict(x)
+    assert prediction.cycles == 1234
+    np.testing.assert_array_equal(prediction.scores, fake_scores(x))
+    assert client.stats() == P.Stats(300, 120, 0)
+
+
+def test_corrupted_answer_is_retried():
+    def answer(frame, n):
+        wire = bytearray(good_answer(frame))
+        if n == 0:
+            wire[3] ^= 0x10  # the first answer arrives with a flipped bit
+        return bytes(wire)
+
+    device = ScriptedDevice(answer)
+    client = P.DeviceClient(device, n_retries=2, timeout=0.1)
+    assert client.hello().model_hash == MODEL_HASH
+    assert len(device.requests) == 2
+    assert device.requests[0].seq == device.requests[1].seq  # a retry keeps its request's seq
+
+
+def test_truncated_answer_without_delimiter_is_retried():
+    def answer(frame, n):
+        wire = good_answer(frame)
+        return wire[:5] if n == 0 else wire
+
+    client = P.DeviceClient(ScriptedDevice(answer), n_retries=1, timeout=0.1)
+    assert client.hello().n_classes == N_CLASSES
+
+
+def test_stale_seq_is_dropped():
+    def answer(frame, n):
+        stale = P.encode_frame(0x81, (frame.seq - 1) & 0xFF, hello_payload(model_hash=0xBAD))
+        return stale + good_answer(frame)
+
+    client = P.DeviceClient(ScriptedDevice(answer), timeout=0.2)
+    assert client.hello().model_hash == MODEL_HASH
+    assert client.stale_frames == 1
+
+
+def test_device_error_crc_is_retried_then_gives_up_clearly():
+    device = ScriptedDevice(lambda frame, n: P.encode_frame(0x7F, frame.seq, b"\x01"))
+    client = P.DeviceClient(device, n_retries=2, timeout=0.2)
+    with pytest.raises(P.DeviceError, match="received HELLO corrupted 3 times"):
+        client.hello()
+    assert len(device.requests) == 3
+
+
+@pytest.mark.parametrize("code, message", [(2, "payload length"), (3, "does not implement PREDICT")])
+def test_device_error_length_or_type_is_not_retried(code, message):
+    device = ScriptedDevice(lambda frame, n: P.encode_frame(0x7F, frame.seq, bytes([code])))
+    client = P.DeviceClient(device, n_retries=3, timeout=0.2)
+    with pytest.raises(P.DeviceError, match=message):
+        client.predict(np.zeros(N_FEATURES, np.int8))
+    assert len(device.requests) == 1
+
+
+def test_silent_device_raises_after_bounded_tries():
+    device = ScriptedDevice(lambda frame, n: b"")
+    client = P.DeviceClient(device, n_retries=2, timeout=0.1)
+    start = time.monotonic()
+    with pytest.raises(P.DeviceError) as info:
+        client.stats()
+    assert time.monotonic() - start < 1.0
+    assert len(device.requests) == 3
+    assert isinstance(info.value, TinyprotoError)
+    assert "no answer from the device on mem://test after 3 tries" in str(info.value)
+    assert "firmware flashed and the baud rate 115200" in str(info.value)
+
+
+def test_loop_url_echo_is_not_an_answer():
+    # loop:// returns our own request: a valid frame with our seq but a request type, so it must be ignored.
+    client = P.DeviceClient(serial.serial_for_url("loop://", timeout=0.02), n_retries=1, timeout=0.1)
+    try:
+        with pytest.raises(P.DeviceError, match="no answer from the device on loop:// after 2 tries"):
+            client.hello()
+        assert client.stale_frames == 2
+    finally:
+        client.close()
+
+
+def test_check_model():
+    hello = P.parse_hello(hello_payload())
+    P.check_model(hello, MODEL_HASH, N_FEATURES, N_CLASSES)
+    message = "device runs model 0xc0ffee42, directory holds 0x12345678 — flash first"
+    with pytest.raises(TinyprotoError, match=message):
+        P.check_model(hello, 0x12345678, N_FEATURES, N_CLASSES)
+    with pytest.raises(TinyprotoError, match="flash first"):
+        P.check_model(hello, MODEL_HASH, N_FEATURES + 1, N_CLASSES)
+
+
+def test_hello_from_another_device_or_version_is_refused():
+    with pytest.raises(P.DeviceError, match="not a tinyproto device"):
+        P.parse_hello(b"XXXX" + hello_payload()[4:])
+    with pytest.raises(P.DeviceError, match="protocol version 2"):
+        P.parse_hello(b"TPRO\x02" + hello_payload()[5:])
+
+
+def test_predict_checks_the_vector_before_sending():
+    client = P.DeviceClient(ScriptedDevice(good_answer), timeout=0.2)
+    client.hello()
+    with pytest.raises(TinyprotoError, match="7 features, the device model 8"):
+        client.predict(np.zeros(7, np.int8))
+    with pytest.raises(TinyprotoError, match="int8"):
+        client.predict(np.full(8, 300))
+
+
+# ---- opening ports -----------------------------------------------------------------------------------------
+
+
+def test_open_nonexistent_port():
+    with pytest.raises(TinyprotoError, match="serial port /dev/ttyTINYPROTO9 does not exist"):
+        P.open_device("/dev/ttyTINYPROTO9")
+
+
+def test_open_unknown_url_scheme():
+    with pytest.raises(TinyprotoError, match="cannot open nope://x"):
+        P.open_device("nope://x")
+
+
+@contextmanager
+def pty_firmware(exe: Path):
+    """The host-compiled firmware behind a pseudo-terminal, the way simuno exposes a simulated Uno."""
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    path = os.ttyname(slave)
+    proc = subprocess.Popen([str(exe)], stdin=master, stdout=master)
+    os.close(master)
+    try:
+        yield path
+    finally:
+        os.close(slave)  # the firmware reads EIO/EOF and exits
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_open_device_on_a_pty(host_builds):
+    with pty_firmware(host_builds("default")) as path:
+        with P.open_device(path, handshake_timeout=3.0) as client:
+            assert client.info.model_hash == MODEL_HASH
+            x = np.array([1, -2, 3, -4, 5, -6, 7, -8], np.int8)
+            np.testing.assert_array_equal(client.predict(x).scores, fake_scores(x))
+
+
+def test_open_busy_port(host_builds):
+    with pty_firmware(host_builds("default")) as path:
+        holder = serial.Serial(path, exclusive=True)
+        try:
+            with pytest.raises(TinyprotoError, match=f"serial port {path} is busy"):
+                P.open_device(path, handshake_timeout=0.5)
+        finally:
+            holder.close()
+
+
+def test_open_device_handshake_times_out_on_silent_port():
+    master, slave = os.openpty()
+    try:
+        start = time.monotonic()
+        with pytest.raises(P.DeviceError, match=r"no answer from the device on /dev/pts/\d+ after \d+ tries"):
+            P.open_device(os.ttyname(slave), handshake_timeout=0.6)
+        assert 0.5 < time.monotonic() - start < 2.0
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+# ---- the device application compiled for the host ----------------------------------------------------------
+
+
+def test_host_firmware_hello(device):
+    hello = device.hello()
+    assert hello == P.Hello(
+        proto=1, abi=1, family=1, model_hash=MODEL_HASH, n_features=N_FEATURES, n_classes=N_CLASSES,
+        input_bytes=1, score_bytes=4, f_cpu=0, flags=1,
+    )  # fmt: skip
+    P.check_model(hello, MODEL_HASH, N_FEATURES, N_CLASSES)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.integers(-128, 127), min_size=N_FEATURES, max_size=N_FEATURES))
+def test_host_firmware_predict_equals_fake_model(host_builds, values):
+    x = np.array(values, np.int8)
+    port = PipePort(host_builds("default"))
+    try:
+        prediction = P.DeviceClient(port, timeout=1.0).predict(x)
+    finally:
+        port.close()
+    scores = fake_scores(x)
+    np.testing.assert_array_equal(prediction.scores, scores)
+    assert prediction.label == int(np.argmax(scores))
+    assert prediction.cycles == 0
+
+
+def test_host_firmware_predict_raw(device):
+    raw = np.array([0.5, -1.0, 2.0, 100.0, -100.0, 0.1, np.nan, -np.inf], np.float32)
+    answer = device.predict_raw(raw)
+    np.testing.assert_array_equal(answer.x, fake_quantize(raw))
+    np.testing.assert_array_equal(answer.scores, fake_scores(fake_quantize(raw)))
+    assert answer.label == int(np.argmax(answer.scores))
+
+
+def test_host_firmware_answers_invalid_frames_with_errors_and_recovers(device):
+    port = device.port
+    good = P.encode_frame(0x01, 5, b"")
+    bad_crc = bytearray(good)
+    bad_crc[2] ^= 0x01  # the seq byte (never turns into a delimiter)
+    cases = [
+        (b"\x13\x37\x42\x00", P.ERR_CRC),  # garbage: a COBS block cut short
+        (bytes(bad_crc), P.ERR_CRC),
+        (P.encode_frame(0x02, 6, b"\x01\x02"), P.ERR_LENGTH),
+        (P.encode_frame(0x01, 7, b"\x00"), P.ERR_LENGTH),
+        (P.encode_frame(0x55, 8, b""), P.ERR_UNKNOWN_TYPE),
+        (P.encode_frame(0x02, 9, bytes(400)), P.ERR_TOO_LONG),
+        (P.cobs_encode(b"\x01\x0a") + b"\x00", P.ERR_LENGTH),  # shorter than type + seq + crc
+    ]
+    for wire, code in cases:
+        frames = answers(port, wire)
+        assert [(f.type, f.payload) for f in frames] == [(P.MSG_ERROR, bytes([code]))], wire.hex()
+    assert answers(port, b"\x00\x00\x00") == []  # empty frames are resync, not errors
+    assert device.stats().frames_bad == len(cases)
+    x = np.full(N_FEATURES, -7, np.int8)
+    np.testing.assert_array_equal(device.predict(x).scores, fake_scores(x))
+
+
+def test_host_firmware_error_frames_echo_the_request_seq(device):
+    (frame,) = answers(device.port, P.encode_frame(0x66, 0xAB, b""))
+    assert (frame.type, frame.seq) == (P.MSG_ERROR, 0xAB)
+
+
+def test_host_firmware_garbage_between_requests(device):
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        answers(device.port, rng.integers(0, 256, size=int(rng.integers(1, 80)), dtype=np.uint8).tobytes(), 0.02)
+        x = rng.integers(-128, 128, size=N_FEATURES, dtype=np.int8)
+        np.testing.assert_array_equal(device.predict(x).scores, fake_scores(x))
+
+
+def test_host_firmware_without_raw_input(host_builds):
+    port = PipePort(host_builds("noraw"))
+    client = P.DeviceClient(port, n_retries=0, timeout=1.0)
+    try:
+        assert not client.hello().raw_input
+        with pytest.raises(P.DeviceError, match="TP_NO_RAW_INPUT"):
+            client.predict_raw(np.zeros(N_FEATURES, np.float32))
+        client.info = None  # bypass the client-side check: the firmware itself must refuse
+        with pytest.raises(P.DeviceError, match="does not implement PREDICT_RAW"):
+            client.predict_raw(np.zeros(N_FEATURES, np.float32))
+        x = np.arange(N_FEATURES, dtype=np.int8)
+        np.testing.assert_array_equal(client.predict(x).scores, fake_scores(x))
+    finally:
+        client.close()
+
+
+def test_host_firmware_big_frames_span_several_cobs_blocks(host_builds):
+    """300 features, 70 classes: requests of 1204 and answers of 585 bytes, with zero-free runs > 254 bytes."""
+    port = PipePort(host_builds("big"))
+    client = P.DeviceClient(port, timeout=1.0)
+    try:
+        assert (client.hello().n_features, client.info.n_classes) == (300, 70)
+        raw = np.linspace(0.1, 7.0, 300).astype(np.float32)  # no zero byte anywhere in x
+        answer = client.predict_raw(raw)
+        np.testing.assert_array_equal(answer.x, fake_quantize(raw))
+        np.testing.assert_array_equal(answer.scores, fake_scores(fake_quantize(raw), 70))
+        x = np.full(300, 99, np.int8)
+        np.testing.assert_array_equal(client.predict(x).scores, fake_scores(x, 70))
+    finally:
+        client.close()
+
+
+def test_firmware_builds_warning_free_with_clang(host_builds):
+    port = PipePort(host_builds("clang"))
+    try:
+        assert P.DeviceClient(port, timeout=1.0).hello().model_hash == MODEL_HASH
+    finally:
+        port.close()
+
+
+# ---- AVR build (size figures) and, when simuno is around, the AVR firmware itself ---------------------------
+
+AVR_FLAGS = ["-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror", "-DF_CPU=16000000UL"]
+
+
+def build_avr(out: Path, *defines: str) -> Path:
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed")
+    cmd = ["avr-gcc", *AVR_FLAGS, f"-I{FIRMWARE}", f"-I{FIXTURE}", *defines, *map(str, C_SOURCES), "-o", str(out)]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+def avr_sizes(elf: Path) -> dict[str, int]:
+    text = subprocess.run(["avr-size", "-A", "-d", str(elf)], capture_output=True, text=True, check=True).stdout
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\.\w+)\s+(\d+)", text, re.M)}
+
+
+@pytest.mark.device
+def test_avr_build_is_small(tmp_path):
+    sizes = avr_sizes(build_avr(tmp_path / "fw.elf"))
+    assert sizes[".data"] == 0  # no initialised data: nothing copied to SRAM
+    # 52-byte frame buffer (8 features: raw request / work area) + parser 9 + counters 6
+    assert sizes[".bss"] <= 70
+    assert sizes[".text"] < 4096
+    noraw = avr_sizes(build_avr(tmp_path / "noraw.elf", "-DTP_NO_RAW_INPUT"))
+    assert noraw[".bss"] < sizes[".bss"]
+
+
+@pytest.mark.device
+@pytest.mark.skipif(not (ROOT / "tools" / "simuno" / "simuno.c").exists(), reason="tools/simuno not present")
+def test_avr_firmware_on_simuno(tmp_path):
+    """The real AVR build on the cycle-exact simulator: protocol, Timer1 cycles against the GPIOR0 markers
+    (Timer1 = marker span of the call - marker span of the empty calibration call), SRAM figures."""
+    simuno = tmp_path / "simuno"
+    built = subprocess.run(
+        ["cc", "-O2", "-std=gnu99", str(ROOT / "tools/simuno/simuno.c"), "-lsimavr", "-o", str(simuno)],
+        capture_output=True,
+    )
+    if built.returncode != 0:
+        pytest.skip("simuno does not build here (libsimavr-dev missing?)")
+    elf = build_avr(tmp_path / "fw.elf", "-DTP_FAKE_SPIN=20000")  # ~0.7 M cycles: several Timer1 overflows
+    markers = tmp_path / "markers.txt"
+    proc = subprocess.Popen(
+        [str(simuno), "--pty", "--parent-pipe", "--markers", str(markers), str(elf)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        path = proc.stdout.readline().split()[1]  # "PTY /dev/pts/N"
+        with P.open_device(path, handshake_timeout=5.0, timeout=3.0) as client:
+            assert client.info.f_cpu == 16_000_000
+            x = np.arange(-3, 5, dtype=np.int8)
+            prediction = client.predict(x)
+            raw = np.array([0.5, -1.0, 2.0, 100.0, -100.0, 0.1, 7.0, -3.0], np.float32)
+            raw_answer = client.predict_raw(raw)
+            stats = client.stats()
+    finally:
+        proc.stdin.close()  # --parent-pipe: simuno exits
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    np.testing.assert_array_equal(prediction.scores, fake_scores(x))
+    np.testing.assert_array_equal(raw_answer.x, fake_quantize(raw))
+    np.testing.assert_array_equal(raw_answer.scores, fake_scores(fake_quantize(raw)))
+    events = [tuple(map(int, line.split())) for line in markers.read_text().split("\n") if line.strip()]
+    calibration = dict(events[:2])
+    spans = [b[1] - a[1] for a, b in zip(events[2::2], events[3::2])]
+    assert [a[0] for a in events[:2]] == [17, 18] and all(v in (1, 2) for v, _ in events[2:])
+    overhead = calibration[18] - calibration[17]
+    assert prediction.cycles == spans[0] - overhead > 65536 * 5
+    assert raw_answer.cycles == spans[1] - overhead
+    assert 67 <= stats.static_sram <= 80 and 30 < stats.stack_peak < 200 and stats.frames_bad == 0

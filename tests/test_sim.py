@@ -1,0 +1,204 @@
+"""The simulated Uno (tools/simuno + tinyproto.device.sim) with tiny firmwares from tests/fixtures/sim/simtest.c."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tinyproto.errors import TinyprotoError
+
+pytestmark = [
+    pytest.mark.device,
+    pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed"),
+    pytest.mark.skipif(not Path("/usr/include/simavr/sim_avr.h").is_file(), reason="libsimavr-dev not installed"),
+]
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sim"
+EOT = 0x04  # ends the echo firmware
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    """simuno goes to a per-module cache, never the user's (restored afterwards for other modules)."""
+    previous = os.environ.get("TINYPROTO_CACHE")
+    os.environ["TINYPROTO_CACHE"] = str(tmp_path_factory.mktemp("tinyproto-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("TINYPROTO_CACHE", None)
+    else:
+        os.environ["TINYPROTO_CACHE"] = previous
+
+
+@pytest.fixture(scope="module")
+def simuno(private_cache) -> Path:
+    from tinyproto.device.sim import ensure_simulator
+
+    return ensure_simulator()
+
+
+@pytest.fixture(scope="module")
+def firmware(tmp_path_factory):
+    """firmware("ECHO") -> ELF of simtest.c built with -DTEST_ECHO (cached per module)."""
+    out = tmp_path_factory.mktemp("simtest")
+    built: dict[str, Path] = {}
+
+    def make(mode: str) -> Path:
+        if mode not in built:
+            elf = out / f"simtest_{mode.lower()}.elf"
+            subprocess.run(
+                ["avr-gcc", "-mmcu=atmega328p", "-DF_CPU=16000000UL", "-Os", "-std=gnu99", "-Wall", "-Wextra",
+                 "-Werror", f"-DTEST_{mode}", "-o", str(elf), str(FIXTURES / "simtest.c")],
+                check=True,
+            )  # fmt: skip
+            built[mode] = elf
+        return built[mode]
+
+    return make
+
+
+def _read_exactly(port, n: int, timeout: float = 10.0) -> bytes:
+    data = b""
+    deadline = time.monotonic() + timeout
+    while len(data) < n and time.monotonic() < deadline:
+        data += port.read(n - len(data))
+    return data
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); Popen.wait() reaped ours, so this is a live process
+    return True
+
+
+def test_pty_echo_is_binary_clean_and_loses_no_byte(simuno, firmware):
+    serial = pytest.importorskip("serial")
+    from tinyproto.device.sim import SimulatedUno
+
+    payload = bytes(b for b in range(256) if b != EOT) * 8  # 2040 bytes: far more than the UART's 64-byte FIFO
+    with SimulatedUno(firmware("ECHO"), markers=False) as uno:
+        assert uno.port.startswith("/dev/")
+        with serial.Serial(uno.port, 115200, timeout=1) as port:
+            port.write(payload)
+            assert _read_exactly(port, len(payload)) == payload
+            uno.ensure_running()
+            port.write(bytes([EOT]))
+            assert uno.wait(timeout=10) == 0  # the firmware ended with cli + sleep
+        with pytest.raises(TinyprotoError, match="firmware finished"):
+            uno.ensure_running()
+
+
+def test_stdio_echo(simuno, firmware):
+    payload = bytes([0, 255, 10, 13, 0x11, 0x13]) + b"tinyproto" * 50
+    result = subprocess.run(
+        [str(simuno), "--stdio", str(firmware("ECHO"))], input=payload + bytes([EOT]) + b"ignored",
+        capture_output=True, timeout=20, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == payload
+
+
+def test_markers_give_exact_cycle_counts(simuno, firmware):
+    from tinyproto.device.sim import SimulatedUno
+
+    with SimulatedUno(firmware("MARKERS")) as uno:
+        assert uno.wait(timeout=10) == 0
+        markers = uno.markers()
+    assert [value for value, _ in markers] == [1, 2] * 3
+    spans = [markers[i + 1][1] - markers[i][1] for i in range(0, len(markers), 2)]
+    # out GPIOR0 (1 cycle) + sbiw/brne loop (4n - 1) + ldi (1): exactly 4n + 1 between the two OUTs
+    assert spans == [4 * n + 1 for n in (1, 1000, 40000)]
+
+
+def test_timeout_crash_and_missing_elf(simuno, firmware, tmp_path):
+    from tinyproto.device.sim import EXIT_CRASH, EXIT_TIMEOUT, SimulatedUno
+
+    spin = subprocess.run([str(simuno), "--stdio", "--timeout-cycles", "1000000", str(firmware("SPIN"))],
+                          capture_output=True, timeout=20, check=False)  # fmt: skip
+    assert spin.returncode == EXIT_TIMEOUT
+    crash = subprocess.run([str(simuno), "--stdio", str(firmware("CRASH"))], capture_output=True, timeout=20,
+                           check=False)  # fmt: skip
+    assert crash.returncode == EXIT_CRASH
+    assert b"crashed" in crash.stderr
+    with pytest.raises(TinyprotoError, match="does not exist"), SimulatedUno(tmp_path / "missing.elf"):
+        pass
+
+
+def test_two_instances_run_in_parallel(simuno, firmware):
+    serial = pytest.importorskip("serial")
+    from tinyproto.device.sim import SimulatedUno
+
+    with SimulatedUno(firmware("ECHO")) as first, SimulatedUno(firmware("ECHO")) as second:
+        assert first.port != second.port
+        results: dict[str, bytes] = {}
+
+        def talk(uno, payload: bytes) -> None:
+            with serial.Serial(uno.port, 115200, timeout=1) as port:
+                port.write(payload)
+                results[uno.port] = _read_exactly(port, len(payload))
+
+        payloads = {first.port: b"first" * 200, second.port: b"second" * 200}
+        threads = [threading.Thread(target=talk, args=(uno, payloads[uno.port])) for uno in (first, second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=20)
+        assert results == payloads
+
+
+def test_no_process_left_behind_and_idle_does_not_spin(simuno, firmware):
+    from tinyproto.device.sim import SimulatedUno
+
+    with pytest.raises(RuntimeError), SimulatedUno(firmware("ECHO")) as uno:
+        pid = uno._proc.pid
+        ticks_before = _cpu_ticks(pid)
+        time.sleep(0.6)  # the firmware polls an empty receiver: simuno must mostly sleep
+        busy = (_cpu_ticks(pid) - ticks_before) / os.sysconf("SC_CLK_TCK")
+        raise RuntimeError("failure inside the block")
+    assert busy < 0.3, f"simuno used {busy:.2f} s of CPU in 0.6 s while the firmware waited for input"
+    assert not _alive(pid)
+    assert uno.returncode is not None
+
+
+def test_simuno_exits_when_its_parent_pipe_closes(simuno, firmware):
+    from tinyproto.device.sim import SimulatedUno  # noqa: F401  (same binary as SimulatedUno uses)
+
+    proc = subprocess.Popen([str(simuno), "--pty", "--parent-pipe", str(firmware("ECHO"))],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stdout.readline().startswith(b"PTY /dev/")
+    proc.stdin.close()  # what the kernel does when the parent dies, however abruptly
+    assert proc.wait(timeout=10) == 4
+    proc.stdout.close()
+    proc.stderr.close()
+
+
+def test_ensure_simulator_names_apt_packages_when_gcc_is_missing(monkeypatch, tmp_path):
+    from tinyproto.device import sim
+
+    monkeypatch.setenv("TINYPROTO_CACHE", str(tmp_path))
+    real_which = shutil.which
+    monkeypatch.setattr(sim.shutil, "which", lambda name, *a, **k: None if name == "gcc" else real_which(name))
+    with pytest.raises(TinyprotoError, match="apt-get install gcc libsimavr-dev"):
+        sim.ensure_simulator()
+
+
+def test_parse_markers_ignores_a_torn_last_line():
+    from tinyproto.device.sim import parse_markers
+
+    assert parse_markers("1 100\n2 250\n") == [(1, 100), (2, 250)]
+    assert parse_markers("1 100\n2 25") == [(1, 100)]
+    assert parse_markers("") == []
+
+
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime

@@ -1,0 +1,272 @@
+"""The simulated Arduino Uno: tools/simuno (a small C program on libsimavr) driven from Python.
+
+`SimulatedUno(elf)` starts simuno on a fresh pseudo-terminal; `.port` is a path pyserial opens like the USB
+port of a real board, so the same `DeviceClient` talks to both. The simulation is cycle-exact (the firmware's
+Timer1 figures are exact) and the firmware's GPIOR0 writes are reported with their cycle (`.markers()`), which
+cross-checks the Timer1 measurement of an inference (the firmware writes 1 just before, 2 just after).
+
+simuno is compiled on first use with the host gcc against libsimavr into a per-user cache
+(`$TINYPROTO_CACHE`, else `$XDG_CACHE_HOME/tinyproto`, else `~/.cache/tinyproto`), keyed by the source's hash.
+
+`python -m tinyproto.device.sim [simuno options] firmware.elf` builds simuno if needed and runs it
+(the generated platformio.ini uses this as `test_testing_command`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from tinyproto.errors import TinyprotoError
+from tinyproto.resources import resource_dir
+
+APT_SIM_PACKAGES = "gcc libsimavr-dev"
+_SIMAVR_HEADER = Path("/usr/include/simavr/sim_avr.h")
+_START_TIMEOUT_S = 10.0  # ELF loading takes milliseconds; this only catches a wedged start
+_STOP_TIMEOUT_S = 3.0
+
+# simuno's exit codes (see tools/simuno/simuno.c)
+EXIT_DONE = 0
+EXIT_USAGE = 1
+EXIT_CRASH = 2
+EXIT_TIMEOUT = 3
+EXIT_PARENT_GONE = 4
+_EXIT_REASONS = {
+    EXIT_DONE: "the firmware finished (it slept with interrupts off; is this the pio test firmware?)",
+    EXIT_USAGE: "simuno could not load the firmware",
+    EXIT_CRASH: "the firmware crashed",
+    EXIT_TIMEOUT: "the cycle limit was reached",
+    EXIT_PARENT_GONE: "its parent closed the control pipe",
+}
+
+
+def tinyproto_cache_dir() -> Path:
+    """Root of tinyproto's per-user cache (simulator binaries, the offline PlatformIO home)."""
+    explicit = os.environ.get("TINYPROTO_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "tinyproto"
+
+
+def simulator_source() -> Path:
+    return resource_dir("tools") / "simuno" / "simuno.c"
+
+
+def _compile_command(source: Path, output: Path) -> list[str]:
+    return ["gcc", "-O2", "-std=gnu99", "-Wall", "-Wextra", "-o", str(output), str(source), "-lsimavr"]
+
+
+def _check_build_prerequisites() -> None:
+    if shutil.which("gcc") is None:
+        raise TinyprotoError(
+            f"the simulated Uno needs a host C compiler; install it with: sudo apt-get install {APT_SIM_PACKAGES}"
+        )
+    if not _SIMAVR_HEADER.is_file():
+        raise TinyprotoError(
+            f"the simulated Uno needs libsimavr's headers ({_SIMAVR_HEADER} is missing); "
+            f"install them with: sudo apt-get install {APT_SIM_PACKAGES}"
+        )
+
+
+def ensure_simulator() -> Path:
+    """Path of a simuno binary built from the current tools/simuno/simuno.c (compiled once per source hash)."""
+    source = simulator_source()
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    binary = tinyproto_cache_dir() / f"simuno-{digest}"
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return binary
+    _check_build_prerequisites()
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    # Compile to a private name and rename: parallel first uses (test workers) never see a half-written file.
+    fd, tmp_name = tempfile.mkstemp(prefix=binary.name + ".", suffix=".tmp", dir=binary.parent)
+    os.close(fd)
+    try:
+        result = subprocess.run(_compile_command(source, Path(tmp_name)), check=False, capture_output=True, text=True)
+        if result.returncode != 0:
+            detail = "\n".join(result.stderr.strip().splitlines()[:12])
+            hint = f" (install: sudo apt-get install {APT_SIM_PACKAGES})" if "simavr" in detail else ""
+            raise TinyprotoError(f"could not compile the simulated Uno{hint}:\n{detail}")
+        os.chmod(tmp_name, 0o755)
+        os.replace(tmp_name, binary)
+    finally:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+    return binary
+
+
+def parse_markers(text: str) -> list[tuple[int, int]]:
+    """simuno's marker lines `<value> <cycle>` -> [(value, cycle)]; a last line without its newline is ignored
+    (simuno may be writing it right now)."""
+    markers = []
+    for line in text.split("\n")[:-1]:
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            markers.append((int(parts[0]), int(parts[1])))
+    return markers
+
+
+class SimulatedUno:
+    """A simulated Uno running `elf_path`, reachable on the pseudo-terminal `.port` while the context is open.
+
+    >>> with SimulatedUno(elf) as uno:
+    ...     client = DeviceClient(serial.Serial(uno.port, 115200, timeout=1))
+    ...     ...
+    ...     uno.markers()  # [(1, cycle_before), (2, cycle_after), ...]
+    """
+
+    def __init__(self, elf_path: Path | str, markers: bool = True, timeout_cycles: int | None = None) -> None:
+        self.elf_path = Path(elf_path)
+        self.want_markers = markers
+        self.timeout_cycles = timeout_cycles
+        self.port: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._workdir: tempfile.TemporaryDirectory[str] | None = None
+        self._markers_path: Path | None = None
+        self._stderr_path: Path | None = None
+        self.returncode: int | None = None  # simuno's exit status once it has stopped
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def __enter__(self) -> SimulatedUno:
+        if not self.elf_path.is_file():
+            raise TinyprotoError(f"firmware {self.elf_path} does not exist; build it first (tinyproto build)")
+        binary = ensure_simulator()
+        self._workdir = tempfile.TemporaryDirectory(prefix="tinyproto-sim-")
+        work = Path(self._workdir.name)
+        self._stderr_path = work / "simuno.stderr"
+        # --parent-pipe: simuno exits when our end of its stdin closes, even if this process is SIGKILLed.
+        command = [str(binary), "--pty", "--parent-pipe"]
+        if self.want_markers:
+            self._markers_path = work / "markers.txt"
+            command += ["--markers", str(self._markers_path)]
+        if self.timeout_cycles:
+            command += ["--timeout-cycles", str(int(self.timeout_cycles))]
+        command.append(str(self.elf_path))
+        try:
+            with open(self._stderr_path, "wb") as stderr:
+                # Own process group: a Ctrl-C in the terminal reaches Python, which then stops simuno itself.
+                self._proc = subprocess.Popen(
+                    command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True
+                )
+            self.port = self._read_pty_line()
+        except BaseException:
+            self._shutdown()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._shutdown()
+
+    def _read_pty_line(self) -> str:
+        assert self._proc is not None and self._proc.stdout is not None
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        buffered = b""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._proc.stdout, selectors.EVENT_READ)
+            while b"\n" not in buffered:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TinyprotoError(f"the simulated Uno did not start within {_START_TIMEOUT_S:.0f} s")
+                if not selector.select(timeout=remaining):
+                    continue
+                chunk = os.read(self._proc.stdout.fileno(), 256)
+                if not chunk:
+                    self._proc.wait(timeout=_STOP_TIMEOUT_S)
+                    raise TinyprotoError(
+                        f"the simulated Uno exited at start (status {self._proc.returncode}): {self.stderr_text()}"
+                    )
+                buffered += chunk
+        line = buffered.split(b"\n", 1)[0].decode("ascii", "replace").strip()
+        if not line.startswith("PTY "):
+            raise TinyprotoError(f"unexpected first line from the simulated Uno: {line!r}")
+        return line[4:]
+
+    def _shutdown(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=_STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc, signal.SIGKILL)
+                    proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+            self.returncode = proc.returncode
+        # Markers and stderr stay readable after exit until the object is garbage collected.
+
+    # -- results -----------------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Waits for the firmware to finish (sleep with interrupts off -> 0); returns simuno's exit status."""
+        if self._proc is None:
+            return self.returncode
+        try:
+            return self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise TinyprotoError(f"the simulated firmware did not finish within {timeout} s") from exc
+
+    def ensure_running(self) -> None:
+        """Raises a clear TinyprotoError if simuno has stopped (its pty is gone with it)."""
+        if self._proc is None or self._proc.poll() is not None:
+            status = self.returncode if self._proc is None else self._proc.returncode
+            reason = _EXIT_REASONS.get(status, f"exit status {status}") if status is not None else "not started"
+            raise TinyprotoError(f"the simulated Uno has stopped: {reason}. {self.stderr_text()}".strip())
+
+    def markers(self) -> list[tuple[int, int]]:
+        """Every GPIOR0 write so far as (value, cycle); cycles count from reset, exact."""
+        if self._markers_path is None:
+            raise TinyprotoError("markers were not requested (SimulatedUno(elf, markers=True))")
+        try:
+            return parse_markers(self._markers_path.read_text())
+        except FileNotFoundError:
+            return []
+
+    def stderr_text(self) -> str:
+        if self._stderr_path is None or not self._stderr_path.is_file():
+            return ""
+        return self._stderr_path.read_text(errors="replace").strip()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signo: int) -> None:
+    try:
+        os.killpg(proc.pid, signo)  # the whole group: nothing is left behind
+    except ProcessLookupError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m tinyproto.device.sim [simuno options] firmware.elf`: build simuno if needed, then exec it."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        binary = ensure_simulator()
+    except TinyprotoError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
+    os.execv(binary, [str(binary), *args])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""SCons build script of tinyproto's offline AVR dev-platform.
+
+Bare avr-libc C (no Arduino framework) with the avr-gcc/binutils found on PATH. PlatformIO puts the
+`toolchain-atmelavr` package's bin/ first on PATH; tinyproto's package is a folder of symlinks to the
+system tools (Debian gcc-avr, binutils-avr), so nothing is downloaded.
+
+Targets: the default build (firmware.elf + firmware.hex + size check), `size`, and `upload`:
+  upload_protocol = arduino (or any avrdude programmer) -> avrdude from PATH, like the official platform
+  upload_protocol = simavr                              -> nothing to flash: the simulated Uno loads the ELF
+"""
+
+import os
+
+from SCons.Script import AlwaysBuild, Builder, Default, DefaultEnvironment
+
+env = DefaultEnvironment()
+
+env.Replace(
+    AR="avr-ar",
+    AS="avr-as",
+    CC="avr-gcc",
+    CXX="avr-g++",
+    GDB="avr-gdb",
+    OBJCOPY="avr-objcopy",
+    RANLIB="avr-ranlib",
+    SIZETOOL="avr-size",
+    ARFLAGS=["rc"],
+    # Used by PlatformIO's `checkprogsize` against the board's maximum_size / maximum_ram_size.
+    SIZEPROGREGEXP=r"^(?:\.text|\.data|\.bootloader)\s+(\d+).*",
+    SIZEDATAREGEXP=r"^(?:\.data|\.bss|\.noinit)\s+(\d+).*",
+    SIZECHECKCMD="$SIZETOOL -A -d $SOURCES",
+    SIZEPRINTCMD="$SIZETOOL -A -d $SOURCES",
+    PROGSUFFIX=".elf",
+)
+
+# Same flags as the official atmelavr platform's bare build, minus LTO (the generated platformio.ini
+# removes LTO there too, so both environments compile the same way). The project's build_flags add
+# -std=gnu99 -Wall -Wextra -Werror and the include directories.
+env.Append(
+    ASFLAGS=["-x", "assembler-with-cpp"],
+    CCFLAGS=["-Os", "-mmcu=$BOARD_MCU", "-ffunction-sections", "-fdata-sections"],
+    CFLAGS=["-std=gnu99"],
+    CPPDEFINES=[("F_CPU", "$BOARD_F_CPU")],
+    LINKFLAGS=["-Os", "-mmcu=$BOARD_MCU", "-Wl,--gc-sections"],
+    LIBS=["m"],
+)
+env.Append(ASFLAGS=env.get("CCFLAGS", [])[:])
+
+env.Append(
+    BUILDERS={
+        "ElfToHex": Builder(
+            action=env.VerboseAction("$OBJCOPY -O ihex -R .eeprom $SOURCES $TARGET", "Building $TARGET"),
+            suffix=".hex",
+        )
+    }
+)
+
+if env.get("PROGNAME", "program") == "program":
+    env.Replace(PROGNAME="firmware")
+
+# --- build -------------------------------------------------------------------------------------------
+
+target_elf = env.BuildProgram()
+target_hex = env.ElfToHex(os.path.join("$BUILD_DIR", "${PROGNAME}"), target_elf)
+target_buildprog = env.Alias("buildprog", target_hex, target_hex)
+
+target_size = env.Alias("size", target_elf, env.VerboseAction("$SIZEPRINTCMD", "Calculating size $SOURCE"))
+AlwaysBuild(target_size)
+
+# --- upload ------------------------------------------------------------------------------------------
+
+
+def _before_avrdude(target, source, env):  # pylint: disable=unused-argument
+    if env.subst("$UPLOAD_SPEED"):
+        env.Append(UPLOADERFLAGS=["-b", "$UPLOAD_SPEED"])
+    env.Append(UPLOADERFLAGS=["-D"])  # the Uno's bootloader erases pages itself
+    env.AutodetectUploadPort()
+    env.Append(UPLOADERFLAGS=["-P", '"$UPLOAD_PORT"'])
+
+
+def _simulated_upload(target, source, env):  # pylint: disable=unused-argument
+    print(f"Simulated Uno: nothing to flash, the simulator loads {target_elf[0].get_abspath()} directly")
+
+
+if env.subst("$UPLOAD_PROTOCOL") == "simavr":
+    upload_actions = [env.VerboseAction(_simulated_upload, "Simulated upload")]
+else:
+    env.Replace(
+        UPLOADER="avrdude",
+        UPLOADERFLAGS=["-p", "$BOARD_MCU", "-c", "$UPLOAD_PROTOCOL"],
+        UPLOADCMD="$UPLOADER $UPLOADERFLAGS -U flash:w:$SOURCES:i",
+    )
+    upload_actions = [
+        env.VerboseAction(_before_avrdude, "Looking for upload port..."),
+        env.VerboseAction("$UPLOADCMD", "Uploading $SOURCE"),
+    ]
+
+AlwaysBuild(env.Alias("upload", target_hex, upload_actions))
+
+Default([target_buildprog, target_size])
