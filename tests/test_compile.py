@@ -119,7 +119,7 @@ def run_cli(*args, cwd=None):
 )
 def test_bad_input_is_one_line_error_and_no_output(tmp_path, csv_body, budget):
     data = tmp_path / "data.csv"
-    data.write_text("f1,f2,label\n" + csv_body)
+    data.write_text("f1,f2,label\n" + csv_body * 4)  # 16 rows: enough for the 25 % split
     out = tmp_path / "out"
     result = run_cli("compile", str(data), "--budget", budget, "--out", str(out))
     assert result.returncode == 1
@@ -127,6 +127,13 @@ def test_bad_input_is_one_line_error_and_no_output(tmp_path, csv_body, budget):
     assert "Traceback" not in result.stderr
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # no scratch left behind
+
+
+def test_too_few_rows_for_the_split(tmp_path):
+    data = tmp_path / "tiny.csv"
+    data.write_text("f1,f2,label\n1,2,0\n2,3,1\n4,5,0\n6,7,1\n")
+    result = run_cli("compile", str(data), "--out", str(tmp_path / "o"))
+    assert result.returncode == 1 and "too few samples" in result.stderr
 
 
 def test_too_small_budget_says_the_minimum(tmp_path):

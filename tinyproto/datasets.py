@@ -143,6 +143,13 @@ def split(dataset: Dataset, seed: int = 0) -> Split:
     """The fixed stratified split used for every reported figure (25 % test)."""
     from sklearn.model_selection import train_test_split
 
+    classes, counts = np.unique(dataset.y, return_counts=True)
+    n_test = int(np.ceil(TEST_FRACTION * len(dataset.y)))
+    if n_test < classes.size or counts.min() < 4:
+        raise TinyprotoError(
+            f"{dataset.name}: too few samples ({len(dataset.y)} rows, smallest class {counts.min()}) for a "
+            f"stratified 25 % test split; every class needs at least 4 samples"
+        )
     X_tr, X_te, y_tr, y_te = train_test_split(
         dataset.X, dataset.y, test_size=TEST_FRACTION, stratify=dataset.y, random_state=seed
     )

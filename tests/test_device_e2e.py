@@ -1,0 +1,119 @@
+"""End to end on the simulated Uno (real libsimavr, real firmware, real serial protocol over a pty):
+compile -> build (offline PlatformIO env) -> run -> validate every test vector bit-exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tinyproto.protonn.solver import minimum_budget
+
+from conftest import needs
+
+pytestmark = [needs("avr-gcc"), pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"),
+                                                   reason="libsimavr-dev not installed")]
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=600)
+
+
+def build_and_validate(model_dir):
+    built = cli("build", str(model_dir))
+    assert built.returncode == 0, built.stderr
+    result = cli("validate", str(model_dir), "--sim", "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary == json.loads((model_dir / "validation.json").read_text())
+    return summary
+
+
+@pytest.mark.parametrize("data,budget", [("digits", "2kB"), ("breast_cancer", "1kB")])
+def test_device_equals_host_reference(compiled, data, budget):
+    model_dir = compiled(data, budget)
+    report = json.loads((model_dir / "report.json").read_text())
+    v = build_and_validate(model_dir)
+    assert v["n_vectors"] == report["n_test"] and v["complete"]
+    assert v["score_agreement"] == 1.0
+    assert v["label_agreement"] == 1.0
+    assert v["device_accuracy"] == pytest.approx(report["int8_accuracy"])
+    # Timer1 on the device and the simulator's GPIOR0 markers measure the same inference
+    markers = v["simulator_marker_cycles"]
+    assert markers["n_compared"] == v["n_vectors"]
+    assert markers["marker_minus_timer1_min"] == markers["marker_minus_timer1_max"]  # a constant offset
+    # SRAM: static + measured stack peak fits with margin; model is in flash
+    assert v["stack_peak_bytes"] > 0 and v["sram_margin_bytes"] >= 256
+    assert v["model_bytes"] <= v["budget_bytes"]
+    raw = v["raw_input"]
+    assert raw["inputs_differing_by_more_than_1_lsb"] == 0 and raw["labels_changed"] == 0
+    assert v["cycles_min"] > 1000 and v["latency_ms_mean"] == pytest.approx(v["cycles_mean"] / 16000.0)
+
+
+def test_smallest_budget_that_fits_digits(tmp_path):
+    from tinyproto.compile import compile_model
+
+    smallest = minimum_budget(64, 10)
+    out = tmp_path / "smallest"
+    result = compile_model("digits", "protonn", f"{smallest}B", 0, "uno", out)
+    assert result.report["model_bytes"] <= smallest
+    v = build_and_validate(out)
+    assert v["score_agreement"] == 1.0 and v["label_agreement"] == 1.0
+    below = cli("compile", "digits", "--budget", f"{smallest - 1}B", "--out", str(tmp_path / "below"))
+    assert below.returncode == 1 and f"needs {smallest} B" in below.stderr
+
+
+def test_pio_test_runs_on_the_simulated_uno(compiled):
+    from tinyproto.device.build import run_pio_test
+
+    passed, log = run_pio_test(compiled("breast_cancer", "1kB"), env="uno_sim")
+    assert passed, log[-2000:]
+
+
+def test_validate_resume_keeps_what_was_measured(compiled):
+    model_dir = compiled("breast_cancer", "1kB")
+    assert cli("build", str(model_dir)).returncode == 0
+    first = cli("validate", str(model_dir), "--json", "--no-raw")
+    assert first.returncode == 0, first.stderr
+    journal = (model_dir / "validation.jsonl").read_text().splitlines()
+    (model_dir / "validation.jsonl").write_text("\n".join(journal[:40]) + "\n")
+    resumed = cli("validate", str(model_dir), "--json", "--no-raw", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["n_vectors"] == len(journal)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["validate", "{dir}", "--port", "/dev/does-not-exist"], "does not exist"),
+    (["flash", "{dir}", "--port", "/dev/does-not-exist"], "does not exist"),
+])
+def test_bad_port_is_one_clear_error(compiled, args, message):
+    model_dir = compiled("breast_cancer", "1kB")
+    assert cli("build", str(model_dir)).returncode == 0
+    result = cli(*[a.replace("{dir}", str(model_dir)) for a in args])
+    assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_validate_without_firmware_says_build_first(tmp_path):
+    from tinyproto.compile import compile_model
+
+    compile_model("iris", "protonn", "1kB", 0, "uno", tmp_path / "m")
+    for command in ("validate", "flash"):
+        result = cli(command, str(tmp_path / "m"))
+        assert result.returncode == 1 and "tinyproto build" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_busy_port_is_one_clear_error(compiled):
+    """A port another program holds open exclusively (here: a simulated Uno we are talking to)."""
+    from tinyproto.device.protocol import open_device
+    from tinyproto.device.sim import SimulatedUno
+    from tinyproto.errors import TinyprotoError
+
+    model_dir = compiled("breast_cancer", "1kB")
+    assert cli("build", str(model_dir)).returncode == 0
+    elf = model_dir / json.loads((model_dir / "build.json").read_text())["elf"]
+    with SimulatedUno(elf) as uno, open_device(uno.port):
+        with pytest.raises(TinyprotoError, match="busy|in use|locked"):
+            open_device(uno.port)
