@@ -14,6 +14,13 @@
 #error "tp_protonn.c needs a ProtoNN model header (TP_FAMILY_PROTONN)"
 #endif
 
+/* 8-bit loop counters where the model allows them: each step of a 16-bit counter costs extra cycles. */
+#if TP_PN_PROTOS < 256
+typedef uint8_t tp_pn_proto_index_t;
+#else
+typedef uint16_t tp_pn_proto_index_t;
+#endif
+
 /* Bring one projection sum onto B's grid: a rounding right shift (or a left shift) and a clamp. */
 static int8_t tp_pn_rescale(int32_t p)
 {
@@ -88,23 +95,30 @@ static void tp_pn_project(const int8_t *x, int8_t *z)
 #endif
 }
 
-/* Kernel of the prototype at *b (advanced past it): table[sum_r |z_r - b_r|^2 >> shift]. */
-TP_NOINLINE static uint8_t tp_pn_kernel_of(const int8_t *z, const int8_t **b)
+/* Table index of a squared distance: min(dist >> TABLE_SHIFT, TABLE_SIZE - 1). Comparing against the table's
+ * reach first avoids a 32-bit shift for the (many) far prototypes. */
+static uint8_t tp_pn_table_index(uint32_t dist)
 {
-    const int8_t *proto = *b; /* a local copy stays in a register */
-    uint32_t dist = 0;
-    for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
-        int8_t zr = z[r];
-        int8_t br = tp_next_i8(&proto);
-        uint8_t magnitude = zr > br ? (uint8_t)(zr - br) : (uint8_t)(br - zr); /* <= 254 */
-        dist += tp_mul_u8(magnitude, magnitude);
+    if (dist >= ((uint32_t)(TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT)) {
+        return TP_PN_TABLE_SIZE - 1;
     }
-    *b = proto;
-    uint32_t index = dist >> TP_PN_TABLE_SHIFT;
-    if (index >= TP_PN_TABLE_SIZE) {
-        index = TP_PN_TABLE_SIZE - 1;
+    return (uint8_t)(dist >> TP_PN_TABLE_SHIFT);
+}
+
+/* kernel[j] = table[index(sum_r |z_r - B[j,r]|^2)] for every prototype, in one loop nest (no call per prototype). */
+TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
+{
+    const int8_t *proto = tp_pn_B;
+    for (tp_pn_proto_index_t j = 0; j < TP_PN_PROTOS; ++j) {
+        uint32_t dist = 0;
+        for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
+            int8_t zr = z[r];
+            int8_t br = tp_next_i8(&proto);
+            uint8_t magnitude = zr > br ? (uint8_t)(zr - br) : (uint8_t)(br - zr); /* <= 254 */
+            dist += tp_mul_u8(magnitude, magnitude);
+        }
+        kernel[j] = tp_read_u8(&tp_pn_kernel[tp_pn_table_index(dist)]);
     }
-    return tp_read_u8(&tp_pn_kernel[index]);
 }
 
 uint8_t tp_predict(const int8_t *x, int32_t *scores)
@@ -112,16 +126,13 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
     int8_t z[TP_PN_DIM];
     uint8_t kernel[TP_PN_PROTOS];
     tp_pn_project(x, z);
-    const int8_t *b = tp_pn_B;
-    for (uint16_t j = 0; j < TP_PN_PROTOS; ++j) {
-        kernel[j] = tp_pn_kernel_of(z, &b);
-    }
+    tp_pn_kernels(z, kernel);
     const int8_t *zrow = tp_pn_Z;
     uint8_t label = 0;
     for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
         int32_t sum = 0;
         const uint8_t *k = kernel;
-        for (uint16_t j = 0; j < TP_PN_PROTOS; ++j) {
+        for (tp_pn_proto_index_t j = 0; j < TP_PN_PROTOS; ++j) {
             sum += tp_mul_s8u8(tp_next_i8(&zrow), *k++);
         }
         scores[l] = sum;
