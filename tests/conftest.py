@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from tinyproto.carray import CTYPES
 from tinyproto.compile import compile_model
+
+ARRAY_RE = re.compile(r"^const (\w+) tp_(\w+)\[(\d+)\] PROGMEM = \{(.*?)\};", re.S | re.M)
 
 
 def needs(tool: str):
     return pytest.mark.skipif(shutil.which(tool) is None, reason=f"{tool} not installed")
+
+
+def header_array_bytes(header: str) -> dict[str, int]:
+    """Bytes of every array definition in a generated header, counted from its initializer."""
+    out = {}
+    for ctype, name, count, body in ARRAY_RE.findall(header):
+        values = [v for v in body.replace("\n", " ").split(",") if v.strip()]
+        assert len(values) == int(count), name
+        out[name] = len(values) * CTYPES[ctype][1]
+    return out
 
 
 @pytest.fixture(scope="session")

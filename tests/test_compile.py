@@ -3,31 +3,16 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from tinyproto.carray import CTYPES
 from tinyproto.hostc import build_host_runner, run_int8, run_raw
 from tinyproto.modeldir import load_model_dir
 
-from conftest import needs
-
-ARRAY_RE = re.compile(r"^const (\w+) tp_(\w+)\[(\d+)\] PROGMEM = \{(.*?)\};", re.S | re.M)
-
-
-def header_array_bytes(header: str) -> dict[str, int]:
-    """Bytes of every array definition in a generated header, counted from its initializer."""
-    out = {}
-    for ctype, name, count, body in ARRAY_RE.findall(header):
-        values = [v for v in body.replace("\n", " ").split(",") if v.strip()]
-        assert len(values) == int(count), name
-        out[name] = len(values) * CTYPES[ctype][1]
-    return out
-
+from conftest import header_array_bytes, needs
 
 @pytest.mark.parametrize("data", ["digits", "breast_cancer"])
 @pytest.mark.parametrize("budget", ["0.5kB", "1kB", "2kB", "4kB", "16kB"])
@@ -151,3 +136,11 @@ def test_help_explains_budget_units():
     result = run_cli("compile", "--help")
     assert result.returncode == 0
     assert "1 kB = 1024 bytes" in result.stdout
+
+
+def test_wrong_feature_count_at_predict(compiled):
+    from tinyproto.errors import TinyprotoError
+
+    model = load_model_dir(compiled("digits", "2kB")).int_model()
+    with pytest.raises(TinyprotoError, match="takes 64 features"):
+        model.predict(np.zeros((3, 63)))

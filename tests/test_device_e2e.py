@@ -32,9 +32,10 @@ def build_and_validate(model_dir):
     return summary
 
 
+@pytest.mark.parametrize("family", ["protonn", "flynn"])
 @pytest.mark.parametrize("data,budget", [("digits", "2kB"), ("breast_cancer", "1kB")])
-def test_device_equals_host_reference(compiled, data, budget):
-    model_dir = compiled(data, budget)
+def test_device_equals_host_reference(compiled, data, budget, family):
+    model_dir = compiled(data, budget, family)
     report = json.loads((model_dir / "report.json").read_text())
     v = build_and_validate(model_dir)
     assert v["n_vectors"] == report["n_test"] and v["complete"]
@@ -51,6 +52,10 @@ def test_device_equals_host_reference(compiled, data, budget):
     raw = v["raw_input"]
     assert raw["inputs_differing_by_more_than_1_lsb"] == 0 and raw["labels_changed"] == 0
     assert v["cycles_min"] > 1000 and v["latency_ms_mean"] == pytest.approx(v["cycles_mean"] / 16000.0)
+    # the static cost model (compile time, before any build) predicts the simulator's exact cycles within 10 %
+    assert abs(v["predicted_error"]) < 0.10
+    assert v["predicted_cycles"] == report["predicted_cycles"]["total"]
+    assert v["measured_over_bound"] > 1.0  # the bound is a bound
 
 
 def test_smallest_budget_that_fits_digits(tmp_path):

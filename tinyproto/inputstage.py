@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinyproto.carray import CArray
+from tinyproto.errors import TinyprotoError
 
 INPUT_MAX = 127  # int8 inputs are symmetric: -127..127
 _HALF_MAX_EXP = 14  # scale so the largest magnitude lands in [2^14, 2^15): well inside half's 65504
@@ -72,6 +73,10 @@ class InputStage:
     def quantize(self, X: np.ndarray) -> np.ndarray:
         """Raw features (n, d) -> int8 (n, d), bit-exact with tp_input_quantize() in firmware/tp_input.c."""
         x = np.asarray(X, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.n_features:
+            raise TinyprotoError(
+                f"the model takes {self.n_features} features per sample, got data of shape {x.shape}"
+            )
         with np.errstate(over="ignore", invalid="ignore"):
             t = (x - self.mean) * self.gain  # float32 throughout, same order as the C code
         t = np.where(np.isnan(t), np.float32(0), t)  # a NaN reading maps to the mean, as in the C code

@@ -46,9 +46,7 @@ def predict_cycles(model) -> dict:
     if model.family == "protonn":
         return _protonn_cycles(model)
     if model.family == "flynn":
-        from tinyproto.flynn.quantize import predict_flynn_cycles
-
-        return predict_flynn_cycles(model)
+        return _flynn_cycles(model)
     raise ValueError(model.family)
 
 
@@ -81,3 +79,13 @@ def _protonn_cycles(model) -> dict:
         "total": cycles["fixed"] + projection + distances + scores,
         "lower_bound": lower_bound_cycles(model),
     }
+
+
+def _flynn_cycles(model) -> dict:
+    """FlyNN's cycle model lives with its solver (which uses it to cap inference time while searching)."""
+    from tinyproto.flynn.solver import estimate_cycles
+
+    m, s = model.indices.shape
+    total = int(round(estimate_cycles(m, s, model.n_winners, model.bits, model.n_classes, model.n_hash_inputs,
+                                      model.store_M)))
+    return {"total": total, "lower_bound": lower_bound_cycles(model)}

@@ -1,0 +1,563 @@
+"""FlyNN: the float estimator, the integer reference, the C runtime (host gcc, avr-gcc, simavr) and the solver."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from tinyproto.render import render_header
+
+from conftest import header_array_bytes
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sklearn.datasets import load_breast_cancer, load_digits
+from sklearn.model_selection import train_test_split
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from tinyproto.errors import TinyprotoError
+from tinyproto.flynn import solver
+from tinyproto.flynn.quantize import IntFlyNN, pack_bits, unpack_bits
+from tinyproto.flynn.train import (
+    SEED_PERIOD,
+    FlyNNClassifier,
+    seeded_indices,
+    top_winners,
+    xorshift16_states,
+    xorshift16_step,
+)
+from tinyproto.inputstage import InputStage
+from tinyproto.resources import resource_dir
+
+FIRMWARE = resource_dir("firmware")
+HAVE_GCC = shutil.which("gcc") is not None
+HAVE_AVR = shutil.which("avr-gcc") is not None
+HAVE_SIMAVR = HAVE_AVR and shutil.which("simavr") is not None and Path("/usr/include/simavr/avr/avr_mcu_section.h").exists()
+needs_gcc = pytest.mark.skipif(not HAVE_GCC, reason="host gcc not installed")
+
+
+# ---------------------------------------------------------------- data
+
+
+@functools.lru_cache(maxsize=None)
+def split(name: str):
+    loader = {"digits": load_digits, "breast_cancer": load_breast_cancer}[name]
+    X, y = loader(return_X_y=True)
+    return train_test_split(X, y, test_size=0.25, stratify=y, random_state=0)
+
+
+@functools.lru_cache(maxsize=None)
+def solved(name: str, budget: int):
+    Xtr, Xte, ytr, yte = split(name)
+    return solver.fit_flynn_under_budget(Xtr, ytr, budget, random_state=0)
+
+
+def int_model(name: str, *, bits=1, store_M=False, sign_split=True, m=300, s=6, rho=16, decay=0.3, scaling="feature"):
+    Xtr, Xte, ytr, yte = split(name)
+    clf = FlyNNClassifier(m, s, rho, decay, scaling, sign_split, random_state=7).fit(Xtr, ytr)
+    return IntFlyNN.from_classifier(clf, Xtr, ytr, bits=bits, store_M=store_M)
+
+
+def render_model_header(model) -> str:
+    """include/tinyproto_model.h exactly as `tinyproto compile` renders it."""
+    return render_header(model, "test", 0, model.model_bytes())
+
+
+HOST_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "tinyproto.h"
+#include "tinyproto_model.h"
+
+/* stdin: "q n" then n int8 vectors, or "r n" then n raw float vectors (hex floats); stdout: label x.. scores.. */
+int main(void)
+{
+    char mode;
+    int n;
+    if (scanf(" %c %d", &mode, &n) != 2) return 2;
+    for (int r = 0; r < n; ++r) {
+        int8_t x[TP_N_FEATURES];
+        if (mode == 'q') {
+            for (int i = 0; i < TP_N_FEATURES; ++i) {
+                int v;
+                if (scanf("%d", &v) != 1) return 3;
+                x[i] = (int8_t)v;
+            }
+        } else {
+            float raw[TP_N_FEATURES];
+            for (int i = 0; i < TP_N_FEATURES; ++i) {
+                char word[64];
+                if (scanf("%63s", word) != 1) return 4;
+                raw[i] = strtof(word, NULL);
+            }
+            tp_input_quantize(raw, x);
+        }
+        int32_t scores[TP_N_CLASSES];
+        unsigned label = tp_predict(x, scores);
+        printf("%u", label);
+        for (int i = 0; i < TP_N_FEATURES; ++i) printf(" %d", x[i]);
+        for (int l = 0; l < TP_N_CLASSES; ++l) printf(" %ld", (long)scores[l]);
+        printf("\n");
+    }
+    return 0;
+}
+"""
+
+
+class HostBuild:
+    """firmware/tp_flynn.c + tp_input.c + a stdin/stdout main, compiled for the host with -Werror."""
+
+    def __init__(self, model, workdir: Path) -> None:
+        self.model = model
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "tinyproto_model.h").write_text(render_model_header(model))
+        (workdir / "main.c").write_text(HOST_MAIN)
+        self.exe = workdir / "flynn_host"
+        sources = [FIRMWARE / "tp_flynn.c", FIRMWARE / "tp_input.c", workdir / "main.c"]
+        cmd = ["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", f"-I{workdir}", f"-I{FIRMWARE}"]
+        subprocess.run([*cmd, *map(str, sources), "-lm", "-o", str(self.exe)], check=True, capture_output=True)
+
+    def _run(self, text: str):
+        out = subprocess.run([str(self.exe)], input=text, capture_output=True, text=True, check=True).stdout
+        rows = np.array([[int(v) for v in line.split()] for line in out.strip().splitlines()], dtype=np.int64)
+        d = self.model.n_features
+        return rows[:, 0], rows[:, 1 : 1 + d], rows[:, 1 + d :]
+
+    def predict_int8(self, xq: np.ndarray):
+        body = "\n".join(" ".join(map(str, row)) for row in np.asarray(xq, dtype=np.int64))
+        labels, _, scores = self._run(f"q {len(xq)}\n{body}\n")
+        return labels, scores
+
+    def predict_raw(self, X: np.ndarray):
+        X32 = np.asarray(X, dtype=np.float32)
+        body = "\n".join(" ".join(float(v).hex() for v in row) for row in X32)
+        return self._run(f"r {len(X32)}\n{body}\n")
+
+
+def assert_host_matches_reference(model, xq, workdir: Path) -> None:
+    labels, scores = HostBuild(model, workdir).predict_int8(xq)
+    ref = model.scores(xq)
+    np.testing.assert_array_equal(scores, ref)
+    np.testing.assert_array_equal(labels, model.labels(ref))
+
+
+def extreme_vectors(d: int) -> np.ndarray:
+    """Corner inputs: all -128 (read as -127), all 127, alternating, zeros (every projection ties)."""
+    alt = np.where(np.arange(d) % 2 == 0, 127, -128)
+    return np.array([np.full(d, -128), np.full(d, 127), alt, np.zeros(d)], dtype=np.int64)
+
+
+# ---------------------------------------------------------------- the seeded M and the PRNG
+
+
+def test_xorshift16_has_full_period_and_states_follow_the_step():
+    states = xorshift16_states(1, SEED_PERIOD)
+    assert len(np.unique(states)) == SEED_PERIOD and 0 not in states
+    assert int(xorshift16_states(4321, 1)[0]) == xorshift16_step(4321)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(1, 65535),
+    m=st.integers(1, 40),
+    n_inputs=st.sampled_from([1, 2, 3, 30, 64, 128, 255, 256, 257, 300]),
+    s_frac=st.floats(0, 1),
+)
+def test_seeded_rows_have_s_distinct_inputs_in_range(seed, m, n_inputs, s_frac):
+    s = max(1, min(n_inputs, int(round(s_frac * min(n_inputs, 24)))))
+    rows = seeded_indices(seed, m, s, n_inputs)
+    assert rows.shape == (m, s)
+    assert rows.min() >= 0 and rows.max() < n_inputs
+    assert all(len(set(row)) == s for row in rows.tolist())
+    np.testing.assert_array_equal(seeded_indices(seed, m // 2 + 1, s, n_inputs), rows[: m // 2 + 1])  # prefixes
+
+
+# ---------------------------------------------------------------- winner-take-all
+
+
+def brute_force_winners(P: np.ndarray, rho: int) -> np.ndarray:
+    """Sort each row by (value descending, index ascending) and keep the first rho indices."""
+    return np.array([sorted(range(P.shape[1]), key=lambda j: (-row[j], j))[:rho] for row in P.tolist()])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(1, 5),
+    m=st.integers(1, 40),
+    levels=st.integers(1, 6),
+)
+def test_top_winners_breaks_ties_by_lower_index(data, n, m, levels):
+    rho = data.draw(st.integers(1, m))
+    P = np.array(data.draw(st.lists(st.lists(st.integers(0, levels - 1), min_size=m, max_size=m), min_size=n, max_size=n)))
+    got = np.sort(top_winners(P, rho), axis=1)
+    np.testing.assert_array_equal(got, np.sort(brute_force_winners(P, rho), axis=1))
+    np.testing.assert_array_equal(np.sort(top_winners(P.astype(np.float64) / 3, rho), axis=1), got)
+
+
+# ---------------------------------------------------------------- the float estimator
+
+
+def dense_paper_flynn(X_train, y_train, X_test, M, rho, decay, mean, scale, sign_split):
+    """FBFC / FBFC* written straight from the papers' formulas with a dense M, one sample at a time."""
+
+    def h(x):
+        z = np.round((x - mean) / scale * 2**24) / 2**24  # the estimator's exact-sum grid: ties are real ties
+        z = np.concatenate([z, -z]) if sign_split else z
+        Mx = M @ z
+        order = sorted(range(len(Mx)), key=lambda j: (-Mx[j], j))
+        out = np.zeros(len(Mx), dtype=np.int64)
+        out[order[:rho]] = 1
+        return out
+
+    classes = np.unique(y_train)
+    counts = np.zeros((len(classes), M.shape[0]), dtype=np.int64)
+    for x, label in zip(X_train, y_train):
+        counts[np.searchsorted(classes, label)] += h(x)
+    w = (counts == 0).astype(float) if decay == 1.0 else (1.0 - decay) ** counts
+    hashes = np.array([h(x) for x in X_test])
+    f = hashes @ w.T / rho
+    return counts, hashes, f, classes[np.argmin(f, axis=1)]
+
+
+@pytest.mark.parametrize("sign_split, decay, scaling", [(False, 1.0, "feature"), (True, 0.3, "global"), (True, 1.0, "feature")])
+def test_float_flynn_equals_dense_paper_formulas(sign_split, decay, scaling):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(90, 12)) * rng.uniform(0.5, 4, size=12) + rng.normal(size=12)
+    y = rng.integers(0, 3, size=90)
+    clf = FlyNNClassifier(200, 5, 12, decay, scaling, sign_split, random_state=11).fit(X[:60], y[:60])
+    M = np.zeros((200, clf.n_hash_inputs_))
+    M[np.repeat(np.arange(200), 5), clf.M_indices_.reshape(-1)] = 1
+    assert (M.sum(axis=1) == 5).all()
+    if not sign_split:  # C(12, 5) = 792 row sets for 200 rows: equal rows, hence exactly tied projections, occur
+        assert len({tuple(sorted(row)) for row in clf.M_indices_.tolist()}) < 200
+    counts, hashes, f, pred = dense_paper_flynn(X[:60], y[:60], X[60:], M, 12, decay, clf.mean_, clf.scale_, sign_split)
+    np.testing.assert_array_equal(clf.counts_, counts)
+    winners = clf.winners(X[60:])
+    dense = np.zeros_like(hashes)
+    np.put_along_axis(dense, winners, 1, axis=1)
+    np.testing.assert_array_equal(dense, hashes)
+    np.testing.assert_allclose(clf.novelty(X[60:]), f)
+    np.testing.assert_array_equal(clf.predict(X[60:]), pred)
+    proba = clf.predict_proba(X[60:])
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(clf.classes_[np.argmax(proba, axis=1)], pred)
+
+
+def test_partial_fit_in_any_chunk_order_equals_fit():
+    Xtr, _, ytr, _ = split("breast_cancer")
+    A, yA = Xtr[:200], ytr[:200]
+    perm = np.random.default_rng(0).permutation(200)
+    X, y = np.vstack([A, A[perm]]), np.concatenate([yA, yA[perm]])  # same mean/std as A: the first chunk's
+    full = FlyNNClassifier(256, 6, 16, 0.3, random_state=2).fit(X, y)
+    chunked = FlyNNClassifier(256, 6, 16, 0.3, random_state=2)
+    chunked.partial_fit(A, yA, classes=np.unique(y))
+    order = np.random.default_rng(1).permutation(200)
+    for part in np.array_split(order, 7):
+        chunked.partial_fit(A[perm][part], yA[perm][part])
+    np.testing.assert_array_equal(chunked.counts_, full.counts_)
+    np.testing.assert_array_equal(chunked.predict(Xtr), full.predict(Xtr))
+    one_call = FlyNNClassifier(256, 6, 16, 0.3, random_state=2).partial_fit(X, y, classes=np.unique(y))
+    np.testing.assert_array_equal(one_call.counts_, full.counts_)
+
+
+def test_partial_fit_needs_classes_first():
+    with pytest.raises(ValueError, match="classes"):
+        FlyNNClassifier().partial_fit(np.zeros((3, 4)), [0, 1, 0])
+
+
+@parametrize_with_checks([FlyNNClassifier(n_hashes=128, n_winners=8, random_state=0)])
+def test_sklearn_estimator_contract(estimator, check):
+    check(estimator)
+
+
+# ---------------------------------------------------------------- the integer model against the C runtime
+
+
+@needs_gcc
+@pytest.mark.parametrize(
+    "name, bits, store_M, sign_split",
+    [
+        ("digits", 1, False, True),
+        ("digits", 3, True, True),
+        ("digits", 2, False, False),
+        ("digits", 4, True, False),
+        ("breast_cancer", 1, True, True),
+        ("breast_cancer", 3, False, True),
+    ],
+)
+def test_integer_reference_equals_host_c(tmp_path, name, bits, store_M, sign_split):
+    model = int_model(name, bits=bits, store_M=store_M, sign_split=sign_split, rho=24 if bits > 1 else 16)
+    _, Xte, _, _ = split(name)
+    xq = np.vstack([model.input_stage.quantize(Xte), extreme_vectors(model.n_features)])
+    assert_host_matches_reference(model, xq, tmp_path)
+
+
+@needs_gcc
+@pytest.mark.parametrize("store_M", [False, True])
+def test_more_than_256_hash_inputs_use_16_bit_indices(tmp_path, store_M):
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(150, 150))
+    y = (X[:, :10].sum(axis=1) > 0).astype(int)
+    clf = FlyNNClassifier(120, 9, 10, 0.5, sign_split=True, random_state=3).fit(X[:100], y[:100])
+    model = IntFlyNN.from_classifier(clf, X[:100], y[:100], bits=2, store_M=store_M)
+    assert model.n_hash_inputs == 300
+    if store_M:
+        assert next(a for a in model.carrays() if a.name == "fly_M").ctype == "uint16_t"
+    xq = np.vstack([model.input_stage.quantize(X[100:]), extreme_vectors(150)])
+    assert_host_matches_reference(model, xq, tmp_path)
+
+
+@needs_gcc
+def test_raw_float_inputs_go_through_tp_input_quantize(tmp_path):
+    model = int_model("digits", bits=2, rho=20)
+    _, Xte, _, _ = split("digits")
+    labels, x, scores = HostBuild(model, tmp_path).predict_raw(Xte[:60])
+    np.testing.assert_array_equal(x, model.input_stage.quantize(Xte[:60]))
+    np.testing.assert_array_equal(scores, model.scores(x))
+    np.testing.assert_array_equal(np.asarray(model.classes)[labels], model.predict(Xte[:60]))
+
+
+def random_int_model(data, n_features: int, n_classes: int) -> IntFlyNN:
+    """Any valid IntFlyNN, with random counts, so that scores expose a wrongly regenerated M."""
+    sign_split = data.draw(st.booleans())
+    n_inputs = 2 * n_features if sign_split else n_features
+    m = data.draw(st.integers(1, 300))
+    s = data.draw(st.integers(1, min(n_inputs, 20)))
+    rho = data.draw(st.integers(1, min(m, 40)))
+    bits = data.draw(st.integers(1, 8))
+    seed = data.draw(st.integers(1, 65535))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    stage = InputStage.from_standardisation(np.zeros(n_features), np.ones(n_features), 0.05)
+    return IntFlyNN(
+        classes=list(range(n_classes)),
+        input_stage=stage,
+        sign_split=sign_split,
+        seed=seed,
+        indices=seeded_indices(seed, m, s, n_inputs),
+        n_winners=rho,
+        bits=bits,
+        counts=rng.integers(0, 1 << bits, size=(n_classes, m)),
+        decay=data.draw(st.sampled_from([1.0, 0.5, 0.2, 0.05])),
+        store_M=data.draw(st.booleans()),
+    )
+
+
+@needs_gcc
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_seeded_and_stored_M_match_c_on_random_models(tmp_path_factory, data):
+    n_features = data.draw(st.sampled_from([1, 5, 30, 64, 129, 200]))
+    n_classes = data.draw(st.integers(1, 12))
+    model = random_int_model(data, n_features, n_classes)
+    rng = np.random.default_rng(0)
+    xq = np.vstack([rng.integers(-128, 128, size=(12, n_features)), rng.integers(-3, 4, size=(6, n_features)), extreme_vectors(n_features)])
+    assert_host_matches_reference(model, xq, tmp_path_factory.mktemp("flynn"))
+
+
+# ---------------------------------------------------------------- bytes, SRAM, JSON
+
+
+@pytest.mark.parametrize("bits, store_M, sign_split", [(1, False, True), (3, True, False), (8, True, True)])
+def test_ledger_equals_bytes_in_rendered_header(bits, store_M, sign_split):
+    model = int_model("digits", bits=bits, store_M=store_M, sign_split=sign_split, m=123, s=5)
+    rendered = header_array_bytes(render_model_header(model))
+    assert rendered == {a.name: a.nbytes for a in model.carrays()}
+    assert sum(rendered.values()) == model.model_bytes()
+    n_inputs = model.n_hash_inputs
+    assert model.model_bytes() == solver.model_bytes(123, 5, bits, 10, 64, n_inputs, store_M)
+
+
+def test_packed_counts_round_trip():
+    rng = np.random.default_rng(0)
+    for bits in range(1, 9):
+        values = rng.integers(0, 1 << bits, size=101)
+        packed = pack_bits(values, bits)
+        assert packed.size == -(-101 * bits // 8)
+        np.testing.assert_array_equal(unpack_bits(packed, bits, 101), values)
+
+
+def test_working_sram_does_not_grow_with_m():
+    small, large = int_model("digits", m=100), int_model("digits", m=2000)
+    assert sum(i.nbytes for i in small.working_sram()) == sum(i.nbytes for i in large.working_sram())
+    assert {i.name for i in int_model("digits", store_M=True).working_sram()} == {"fly_heap", "fly_inputs", "fly_sums"}
+
+
+def test_json_round_trip_keeps_scores():
+    model = int_model("breast_cancer", bits=3, store_M=True)
+    again = IntFlyNN.from_json(model.to_json())
+    _, Xte, _, _ = split("breast_cancer")
+    xq = model.input_stage.quantize(Xte)
+    np.testing.assert_array_equal(again.scores(xq), model.scores(xq))
+    assert again.defines() == model.defines()
+    assert [a.name for a in again.carrays()] == [a.name for a in model.carrays()]
+
+
+# ---------------------------------------------------------------- the solver
+
+
+@pytest.mark.parametrize("name", ["digits", "breast_cancer"])
+@pytest.mark.parametrize("budget", [512, 1024, 2048, 4096])
+def test_solver_never_exceeds_the_budget(name, budget):
+    clf, model, info = solved(name, budget)
+    assert model.model_bytes() == info["model_bytes"] <= budget
+    assert sum(a.nbytes for a in model.carrays()) <= budget
+    assert info["estimated_ms"] <= solver.DEFAULT_MAX_MS
+    assert info["candidates"] and all(c["model_bytes"] <= budget for c in info["candidates"])
+    hp = info["chosen"]
+    assert (model.n_hashes, model.n_inputs_per_hash, model.n_winners, model.bits) == (
+        hp["n_hashes"], hp["n_inputs_per_hash"], hp["n_winners"], hp["count_bits"]
+    )
+
+
+def test_solver_reaches_the_digits_goal_at_2kB_quickly():
+    Xtr, Xte, ytr, yte = split("digits")
+    clf, model, info = solved("digits", 2048)
+    assert info["seconds"] < 20
+    assert np.mean(model.predict(Xte) == yte) >= 0.94
+
+
+def test_solver_names_the_minimum_budget():
+    Xtr, _, ytr, _ = split("digits")
+    with pytest.raises(TinyprotoError, match=r"needs 276 B"):
+        solver.fit_flynn_under_budget(Xtr, ytr, 200, random_state=0)
+
+
+# ---------------------------------------------------------------- AVR
+
+
+AVR_FLAGS = ["-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror"]
+
+
+@pytest.mark.skipif(not HAVE_AVR, reason="avr-gcc not installed")
+@pytest.mark.parametrize("bits, store_M, sign_split", [(1, False, True), (3, True, True), (2, False, False)])
+def test_avr_gcc_compiles_tp_flynn_with_werror(tmp_path, bits, store_M, sign_split):
+    model = int_model("digits", bits=bits, store_M=store_M, sign_split=sign_split, m=150)
+    (tmp_path / "tinyproto_model.h").write_text(render_model_header(model))
+    obj = tmp_path / "tp_flynn.o"
+    subprocess.run(
+        ["avr-gcc", *AVR_FLAGS, f"-I{tmp_path}", f"-I{FIRMWARE}", "-c", str(FIRMWARE / "tp_flynn.c"), "-o", str(obj)],
+        check=True,
+        capture_output=True,
+    )
+    assert obj.stat().st_size > 0
+
+
+AVR_MAIN = r"""
+#include <avr/io.h>
+#include <avr/interrupt.h>
+#include <avr/sleep.h>
+#include "avr_mcu_section.h"
+#include "tinyproto.h"
+#include "tinyproto_model.h"
+#include "vectors.h"
+
+AVR_MCU(16000000, "atmega328p");
+AVR_MCU_SIMAVR_CONSOLE(&GPIOR0); /* simavr prints what is written here, one line per '\r' */
+
+static volatile uint16_t overflows;
+ISR(TIMER1_OVF_vect) { ++overflows; }
+
+static uint32_t now(void)
+{
+    uint8_t sreg = SREG;
+    cli();
+    uint16_t t = TCNT1;
+    uint16_t o = overflows;
+    if ((TIFR1 & 1) && t < 0x8000u) ++o;
+    SREG = sreg;
+    return ((uint32_t)o << 16) | t;
+}
+
+static void put_char(char c) { GPIOR0 = (uint8_t)c; }
+static void put_int(int32_t v)
+{
+    char b[12];
+    uint8_t n = 0;
+    uint32_t u = v < 0 ? (uint32_t)(-v) : (uint32_t)v;
+    if (v < 0) put_char('-');
+    do { b[n++] = (char)('0' + u % 10u); u /= 10u; } while (u);
+    while (n) put_char(b[--n]);
+}
+
+int main(void)
+{
+    TCCR1A = 0;
+    TCCR1B = 1;
+    TIMSK1 = 1;
+    sei();
+    uint32_t t0 = now();
+    uint32_t overhead = now() - t0;
+    for (uint16_t r = 0; r < N_VECTORS; ++r) {
+        int8_t x[TP_N_FEATURES];
+        for (uint16_t i = 0; i < TP_N_FEATURES; ++i) x[i] = (int8_t)pgm_read_byte(&vectors[r * TP_N_FEATURES + i]);
+        int32_t scores[TP_N_CLASSES];
+        uint32_t a = now();
+        uint8_t label = tp_predict(x, scores);
+        uint32_t b = now();
+        put_int((int32_t)(b - a - overhead));
+        put_char(' ');
+        put_int(label);
+        for (uint8_t l = 0; l < TP_N_CLASSES; ++l) { put_char(' '); put_int(scores[l]); }
+        put_char('\r');
+    }
+    cli();
+    sleep_cpu();
+    return 0;
+}
+"""
+
+
+def run_on_simavr(model, xq: np.ndarray, workdir: Path):
+    """Build for the ATmega328P and run under simavr: (cycles, labels, scores) per vector."""
+    (workdir / "tinyproto_model.h").write_text(render_model_header(model))
+    flat = ", ".join(str(int(v)) for v in np.asarray(xq).reshape(-1))
+    (workdir / "vectors.h").write_text(f"#define N_VECTORS {len(xq)}\nconst int8_t vectors[] PROGMEM = {{{flat}}};\n")
+    (workdir / "avr_main.c").write_text(AVR_MAIN)
+    elf = workdir / "flynn.elf"
+    subprocess.run(
+        ["avr-gcc", *AVR_FLAGS, f"-I{workdir}", f"-I{FIRMWARE}", "-I/usr/include/simavr/avr",
+         "-Wl,--undefined=_mmcu,--section-start=.mmcu=0x910000",
+         str(FIRMWARE / "tp_flynn.c"), str(workdir / "avr_main.c"), "-o", str(elf)],
+        check=True,
+        capture_output=True,
+    )
+    out = subprocess.run(["simavr", str(elf)], capture_output=True, text=True, timeout=120)
+    lines = [line.split("O:", 1)[1] for line in (out.stdout + out.stderr).splitlines() if "O:" in line]
+    rows = np.array([[int(v) for v in line.split()] for line in lines], dtype=np.int64)
+    assert len(rows) == len(xq), out.stderr
+    return rows[:, 0], rows[:, 1], rows[:, 2:]
+
+
+@pytest.mark.device
+@pytest.mark.skipif(not HAVE_SIMAVR, reason="simavr (with its headers) not installed")
+def test_simulated_uno_matches_reference_within_the_time_budget(tmp_path):
+    """The chosen digits @2 kB model on a simulated ATmega328P: identical scores, under 30 ms at 16 MHz, and
+    the solver's cycle estimate within 20 %."""
+    _, Xte, _, _ = split("digits")
+    clf, model, info = solved("digits", 2048)
+    xq = np.vstack([model.input_stage.quantize(Xte[:25]), extreme_vectors(model.n_features)])
+    cycles, labels, scores = run_on_simavr(model, xq, tmp_path)
+    np.testing.assert_array_equal(scores, model.scores(xq))
+    np.testing.assert_array_equal(labels, model.labels(scores))
+    real = cycles[:25]
+    assert real.max() < 0.030 * solver.F_CPU
+    assert abs(real.mean() - info["estimated_cycles"]) < 0.2 * real.mean()
+
+
+@pytest.mark.device
+@pytest.mark.skipif(not HAVE_SIMAVR, reason="simavr (with its headers) not installed")
+@pytest.mark.parametrize("bits, store_M", [(3, True), (2, False)])
+def test_simulated_uno_matches_reference_for_other_layouts(tmp_path, bits, store_M):
+    """16-bit int and 8-bit registers: the AVR build must agree with the reference as well as the host build."""
+    model = int_model("breast_cancer", bits=bits, store_M=store_M, m=200, s=8, rho=20)
+    _, Xte, _, _ = split("breast_cancer")
+    xq = np.vstack([model.input_stage.quantize(Xte[:15]), extreme_vectors(model.n_features)])
+    _, labels, scores = run_on_simavr(model, xq, tmp_path)
+    np.testing.assert_array_equal(scores, model.scores(xq))
+    est = solver.estimate_cycles(200, 8, 20, bits, 2, model.n_hash_inputs, store_M)
+    assert est > 0
