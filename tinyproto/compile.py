@@ -12,7 +12,7 @@ import numpy as np
 from tinyproto import __version__
 from tinyproto.boards import Board, load_board
 from tinyproto.budget import parse_budget
-from tinyproto.datasets import Dataset, load_dataset, split
+from tinyproto.datasets import Dataset, Split, load_dataset, split
 from tinyproto.errors import TinyprotoError
 from tinyproto.families import fit_under_budget
 from tinyproto.ledger import Ledger
@@ -62,9 +62,20 @@ def compile_model(
     started = time.perf_counter()
     clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress)
     train_seconds = time.perf_counter() - started
+    return write_model_directory(clf, model, info, dataset, sp, seed, budget_bytes, board, out_dir,
+                                 train_seconds, progress)
 
+
+def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, seed: int, budget_bytes: int,
+                          board: Board, out_dir: Path, train_seconds: float,
+                          progress: Callable[[str], None] | None = None) -> CompileResult:
+    """Check a fitted model against the budget and the board, then write its model directory atomically.
+
+    Shared by `compile` and every other producer of models (federated training, benchmarks), so each
+    directory has the same files, report keys and checks.
+    """
     ledger = Ledger(model.carrays(), model.working_sram())
-    if ledger.model_bytes > budget_bytes:  # the solver guarantees this; a breach is a bug, never shipped
+    if ledger.model_bytes > budget_bytes:  # the solvers guarantee this; a breach is a bug, never shipped
         raise TinyprotoError(f"internal error: model is {ledger.model_bytes} B, over the {budget_bytes} B budget")
     sram = firmware_sram_estimate(model, board)
     if sram["estimated_total_bytes"] > board.sram_bytes:
@@ -74,6 +85,7 @@ def compile_model(
             f"{sram['reserved_bytes']} B), more than the {board.sram_bytes} B of {board.title}"
         )
 
+    family = model.family
     vectors = _test_vectors(model, sp.X_test, sp.y_test)
     float_pred = clf.predict(sp.X_test)
     int8_pred = np.asarray(model.classes)[vectors.labels]
@@ -88,7 +100,7 @@ def compile_model(
         write_sources(model, scratch, dataset.name, seed, budget_bytes)
         _write_project(model, scratch, board, vectors)
         write_json(scratch / "report.json", report)
-    return CompileResult(out_dir, report, ledger)
+    return CompileResult(Path(out_dir), report, ledger)
 
 
 def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:

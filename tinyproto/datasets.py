@@ -10,7 +10,7 @@ import numpy as np
 
 from tinyproto.errors import TinyprotoError
 
-BUILTIN = ("digits", "breast_cancer", "wine", "iris")
+BUILTIN = ("digits", "breast_cancer", "wine", "iris", "segment")
 TEST_FRACTION = 0.25
 
 
@@ -48,6 +48,8 @@ def load_dataset(spec: str, label: str | None = None) -> Dataset:
 
 
 def _load_builtin(name: str) -> Dataset:
+    if name == "segment":
+        return _load_segment()
     from sklearn import datasets as skd
 
     loader = {
@@ -58,6 +60,24 @@ def _load_builtin(name: str) -> Dataset:
     }[name]
     bunch = loader()
     return Dataset(name, np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target))
+
+
+def _load_segment() -> Dataset:
+    """UCI image segments (2310 x 19, 7 classes), as shipped inside the `river` package (no download)."""
+    import io
+    import zipfile
+
+    try:
+        import river
+    except ImportError:
+        raise TinyprotoError("the segment data set ships with the `river` package: pip install river") from None
+    archive = Path(river.__file__).parent / "datasets" / "segment.csv.zip"
+    with zipfile.ZipFile(archive) as zf:
+        text = zf.read(zf.namelist()[0]).decode()
+    rows = list(csv.reader(io.StringIO(text)))
+    X = np.array([[float(v) for v in row[:-1]] for row in rows[1:]], dtype=np.float64)
+    y = np.array([row[-1] for row in rows[1:]])
+    return Dataset("segment", X, y)
 
 
 def _load_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:

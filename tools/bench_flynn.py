@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Benchmark FlyNN (issue 4) on the fixed split (seed 0, 25 % test); prints three tables.
+
+    python tools/bench_flynn.py [--data digits breast_cancer segment] [--budget 2kB] [--skip-device]
+
+1. Host: FlyNN without a byte or latency budget (the solver with 64 kB, no time cap) vs kNN with k in 1..64
+   chosen by 5-fold CV on the training data (and, optimistic, the best k on the test set). Goal: within 1.5 pt.
+2. Simulated Uno, FlyNN at the budget with M regenerated from a seed vs the same filters with M stored.
+3. Simulated Uno, ProtoNN vs FlyNN at the same budget: accuracy, latency, energy, bytes.
+Goals: FlyNN @2 kB on digits >= 94 % on the device, <= 30 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from sklearn.model_selection import GridSearchCV
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from tinyproto.boards import load_board
+from tinyproto.budget import parse_budget
+from tinyproto.compile import compile_model, write_model_directory
+from tinyproto.datasets import load_dataset, split
+from tinyproto.device.validate import validate
+from tinyproto.flynn.quantize import IntFlyNN
+from tinyproto.flynn.solver import fit_flynn_under_budget
+
+UNBUDGETED_BYTES = 64 * 1024
+
+
+def knn_accuracies(sp) -> tuple[float, int, float, int]:
+    """(test accuracy of the CV-chosen k, that k, best test accuracy over k, its k)."""
+    pipe = make_pipeline(StandardScaler(), KNeighborsClassifier())
+    search = GridSearchCV(pipe, {"kneighborsclassifier__n_neighbors": list(range(1, 65))}, cv=5)
+    search.fit(sp.X_train, sp.y_train)
+    k_cv = search.best_params_["kneighborsclassifier__n_neighbors"]
+    cv_acc = float(np.mean(search.predict(sp.X_test) == sp.y_test))
+    scaler = StandardScaler().fit(sp.X_train)
+    best = max(
+        (float(np.mean(KNeighborsClassifier(k).fit(scaler.transform(sp.X_train), sp.y_train)
+                       .predict(scaler.transform(sp.X_test)) == sp.y_test)), k)
+        for k in range(1, 65)
+    )
+    return cv_acc, k_cv, best[0], best[1]
+
+
+def host_table(names: list[str]) -> None:
+    print("1. host: FlyNN without budget vs tuned kNN")
+    print(f"{'data':<14}{'kNN (CV k)':>12}{'k':>4}{'kNN best':>10}{'k':>4}{'FlyNN float':>13}{'FlyNN int':>11}{'gap pt':>8}{'s':>6}")
+    for name in names:
+        sp = split(load_dataset(name))
+        cv_acc, k_cv, best, k_best = knn_accuracies(sp)
+        started = time.perf_counter()
+        clf, model, _ = fit_flynn_under_budget(sp.X_train, sp.y_train, UNBUDGETED_BYTES, 0, max_inference_ms=None)
+        seconds = time.perf_counter() - started
+        fl = float(np.mean(clf.predict(sp.X_test) == sp.y_test))
+        it = float(np.mean(model.predict(sp.X_test) == sp.y_test))
+        print(f"{name:<14}{100 * cv_acc:>12.2f}{k_cv:>4}{100 * best:>10.2f}{k_best:>4}{100 * fl:>13.2f}"
+              f"{100 * it:>11.2f}{100 * (cv_acc - it):>8.2f}{seconds:>6.1f}", flush=True)
+
+
+def device_row(out: Path) -> dict:
+    from tinyproto.device.commands import build_model_dir
+
+    class _Quiet:
+        def status(self, *a, **k):
+            import contextlib
+
+            return contextlib.nullcontext()
+
+    build_model_dir(out, "uno_sim", _Quiet())
+    return validate(out, raw_check=False)
+
+
+def print_device(label: str, data: str, v: dict) -> None:
+    exact = "yes" if v["score_agreement"] == 1.0 else "NO"
+    print(f"{label:<18}{data:<14}{v['model_bytes']:>6}{100 * v['device_accuracy']:>8.2f}{exact:>6}"
+          f"{v['cycles_mean']:>9.0f}{v['latency_ms_mean']:>8.2f}{v['energy_mj_mcu']:>8.3f}{v['energy_mj_board']:>8.3f}"
+          f"{v['flash_bytes']:>7}{v['sram_static_bytes'] + v['stack_peak_bytes']:>6}", flush=True)
+
+
+DEVICE_HEADER = (f"{'model':<18}{'data':<14}{'bytes':>6}{'acc %':>8}{'exact':>6}{'cycles':>9}{'ms':>8}"
+                 f"{'mJ mcu':>8}{'mJ brd':>8}{'flash':>7}{'sram':>6}")
+
+
+def seeded_vs_stored(names: list[str], budget: str, workdir: Path) -> None:
+    print(f"\n2. simulated Uno: FlyNN @{budget}, M seeded vs stored (same filters; stored M may exceed the budget)")
+    print(DEVICE_HEADER)
+    board = load_board("uno")
+    budget_bytes = parse_budget(budget)
+    for name in names:
+        dataset = load_dataset(name)
+        sp = split(dataset)
+        clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, 0)
+        for store in (False, True):
+            variant = IntFlyNN.from_classifier(clf, sp.X_train, sp.y_train, bits=model.bits, store_M=store)
+            out = workdir / f"fly-{name}-{store}"
+            write_model_directory(clf, variant, info, dataset, sp, 0, max(budget_bytes, variant.model_bytes()),
+                                  board, out, 0.0)
+            print_device("flynn M stored" if store else "flynn M seeded", name, device_row(out))
+
+
+def protonn_vs_flynn(names: list[str], budget: str, workdir: Path) -> None:
+    print(f"\n3. simulated Uno: ProtoNN vs FlyNN at {budget}")
+    print(DEVICE_HEADER)
+    for name in names:
+        for family in ("protonn", "flynn"):
+            out = workdir / f"{family}-{name}"
+            compile_model(name, family, budget, 0, "uno", out)
+            print_device(family, name, device_row(out))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", nargs="+", default=["digits", "breast_cancer", "segment"])
+    parser.add_argument("--budget", default="2kB")
+    parser.add_argument("--skip-device", action="store_true")
+    args = parser.parse_args()
+    host_table(args.data)
+    if args.skip_device:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        seeded_vs_stored(args.data, args.budget, Path(tmp))
+        protonn_vs_flynn(args.data, args.budget, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
