@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -42,3 +43,16 @@ def compiled(tmp_path_factory):
         return cache[key]
 
     return make
+
+
+@pytest.fixture(scope="module")
+def private_cache(tmp_path_factory):
+    """PlatformIO's home, the toolchain package and simuno in a per-module cache, never the user's
+    (restored afterwards for other modules)."""
+    previous = os.environ.get("TINYPROTO_CACHE")
+    os.environ["TINYPROTO_CACHE"] = str(tmp_path_factory.mktemp("tinyproto-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("TINYPROTO_CACHE", None)
+    else:
+        os.environ["TINYPROTO_CACHE"] = previous

@@ -6,7 +6,6 @@ Uses the fake model project in tests/fixtures/sim/project (scores[c] = (c + 1) *
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import struct
 import warnings
@@ -45,16 +44,7 @@ Total                       3279
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    """PlatformIO's home, the toolchain package and simuno live in a per-module cache, never the user's."""
-    previous = os.environ.get("TINYPROTO_CACHE")
-    os.environ["TINYPROTO_CACHE"] = str(tmp_path_factory.mktemp("tinyproto-cache"))
-    yield
-    if previous is None:
-        os.environ.pop("TINYPROTO_CACHE", None)
-    else:
-        os.environ["TINYPROTO_CACHE"] = previous
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def make_project(root: Path) -> Path:

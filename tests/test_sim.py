@@ -17,22 +17,13 @@ pytestmark = [
     pytest.mark.device,
     pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed"),
     pytest.mark.skipif(not Path("/usr/include/simavr/sim_avr.h").is_file(), reason="libsimavr-dev not installed"),
+    pytest.mark.usefixtures("private_cache"),
 ]
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sim"
 EOT = 0x04  # ends the echo firmware
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    """simuno goes to a per-module cache, never the user's (restored afterwards for other modules)."""
-    previous = os.environ.get("TINYPROTO_CACHE")
-    os.environ["TINYPROTO_CACHE"] = str(tmp_path_factory.mktemp("tinyproto-cache"))
-    yield
-    if previous is None:
-        os.environ.pop("TINYPROTO_CACHE", None)
-    else:
-        os.environ["TINYPROTO_CACHE"] = previous
 
 
 @pytest.fixture(scope="module")
@@ -169,8 +160,6 @@ def test_no_process_left_behind_and_idle_does_not_spin(simuno, firmware):
 
 
 def test_simuno_exits_when_its_parent_pipe_closes(simuno, firmware):
-    from tinyproto.device.sim import SimulatedUno  # noqa: F401  (same binary as SimulatedUno uses)
-
     proc = subprocess.Popen([str(simuno), "--pty", "--parent-pipe", str(firmware("ECHO"))],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     assert proc.stdout.readline().startswith(b"PTY /dev/")

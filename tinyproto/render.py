@@ -25,10 +25,13 @@ DEVICE_APP = "tp_main.c"
 
 
 def jinja_env() -> jinja2.Environment:
+    """The one Jinja2 environment for every template: a missing variable is an error, not an empty string."""
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
         autoescape=False,
     )
 

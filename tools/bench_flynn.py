@@ -13,7 +13,6 @@ Goals: FlyNN @2 kB on digits >= 94 % on the device, <= 30 ms.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import tempfile
 import time
 from pathlib import Path

@@ -30,12 +30,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
 import numpy as np
 
 from tinyproto.device.sim import EXIT_DONE, ensure_simulator, tinyproto_cache_dir
 from tinyproto.errors import TinyprotoError
 from tinyproto.ledger import FirmwareSizes
+from tinyproto.render import jinja_env
 from tinyproto.resources import REPO_ROOT, resource_dir
 
 Progress = Callable[[str], None]
@@ -99,20 +99,9 @@ def sim_test_command() -> list[str]:
 # platformio.ini
 
 
-def _jinja() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-
-
 def render_platformio_ini(board) -> str:
     """platformio.ini text for `board` (a tinyproto.boards.Board): environments <name>, <name>_offline, <name>_sim."""
-    return _jinja().get_template("platformio.ini.j2").render(
+    return jinja_env().get_template("platformio.ini.j2").render(
         board=board,
         offline_platform_dir=offline_platform_dir().as_posix(),
         offline_toolchain_dir=pio_toolchain_dir().as_posix(),
@@ -421,7 +410,7 @@ def render_pio_test(project_dir: Path, xq: np.ndarray, scores: np.ndarray, label
         raise ValueError("scores must fit in int32")
     if labels.min() < 0 or labels.max() >= scores.shape[1]:
         raise ValueError("labels must be class indices")
-    source = _jinja().get_template("pio_test_main.c.j2").render(
+    source = jinja_env().get_template("pio_test_main.c.j2").render(
         vectors=[_c_row(row) for row in xq],
         expected_scores=[_c_row(row) for row in scores],
         expected_labels=_c_row(labels),
