@@ -20,10 +20,8 @@ fi
 
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-if ! .venv/bin/python -c "import tinyproto, pytest, hypothesis, platformio" 2>/dev/null; then
-  echo "setup: installing tinyproto into .venv" >&2
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test]'
-fi
+# Always (it takes seconds when nothing changed): a dependency added to pyproject.toml reaches old venvs too.
+echo "setup: installing tinyproto and its test extras into .venv" >&2
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 .venv/bin/python -c "from tinyproto.device.sim import ensure_simulator; ensure_simulator()"
 echo "setup: ready (.venv/bin/tinyproto)" >&2
