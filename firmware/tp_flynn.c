@@ -17,6 +17,12 @@
  *
  * Inputs are kept biased (u + 128, 1..255) so the inner loop adds zero-extended bytes into a uint16; every row
  * has exactly TP_FLY_S terms, so the bias shifts all P_j equally and does not change the winners.
+ *
+ * TP_FLY_LEARN (the learning firmware, see tinyproto/device/learn.py): the counts live in SRAM (tp_fly_counts,
+ * same packing as tp_fly_filters, which only seeds them at start-up), tp_predict reads them from there, and
+ * tp_fly_learn() adds one labelled sample: the same FlyHash, then t_lj = min(t_lj + 1, 2^b - 1) for each winner
+ * j and the sample's class l -- exactly the host's saturated count_winners(). Without the switch this file
+ * compiles to the same code as before.
  */
 #define TP_MODEL_DATA
 #include "tinyproto.h"
@@ -35,6 +41,19 @@
 /* A winner is one uint32 key: P_j + 128 * TP_FLY_S in the high half (>= TP_FLY_S > 0 for a real row), the
  * complement of the row index in the low half. Keys are unique, and key a < key b exactly when a ranks below b
  * (smaller projection, or the same projection from a later row), so the heap needs one comparison per step. */
+#ifdef TP_FLY_LEARN
+/* The packed counts in SRAM; the protocol reads and writes them through tp_main.c. */
+#define TP_FLY_COUNT_BYTES ((uint16_t)(((uint32_t)TP_FLY_M * TP_N_CLASSES * TP_FLY_BITS + 7u) / 8u))
+uint8_t tp_fly_counts[TP_FLY_COUNT_BYTES];
+void tp_fly_counts_from_flash(void);
+void tp_fly_learn(const int8_t *x, uint8_t label);
+#define TP_FLY_FILTERS tp_fly_counts
+#define TP_FLY_FILTER_BYTE(p) (*(p))
+#else
+#define TP_FLY_FILTERS tp_fly_filters
+#define TP_FLY_FILTER_BYTE(p) tp_read_u8(p)
+#endif
+
 #define TP_FLY_KEY(sum, j) (((uint32_t)(sum) << 16) | (uint16_t)~(uint16_t)(j))
 #define TP_FLY_ROW(key) ((uint16_t)~(uint16_t)(key))
 
@@ -216,13 +235,13 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
         /* t_lj is TP_FLY_BITS bits at bit (j * L + l) * b of tp_fly_filters, LSB first: stream them through a
          * small bit buffer so each class costs a constant shift, and a byte is fetched every 8 / b classes. */
         uint32_t bit = (uint32_t)TP_FLY_ROW(heap[w]) * (uint32_t)(TP_N_CLASSES * TP_FLY_BITS);
-        const uint8_t *byte = &tp_fly_filters[(uint16_t)(bit >> 3)];
+        const uint8_t *byte = &TP_FLY_FILTERS[(uint16_t)(bit >> 3)];
         uint8_t have = (uint8_t)(8u - ((uint8_t)bit & 7u));
-        uint16_t buffer = (uint16_t)(tp_read_u8(byte) >> (8u - have));
+        uint16_t buffer = (uint16_t)(TP_FLY_FILTER_BYTE(byte) >> (8u - have));
         for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
             if (have < TP_FLY_BITS) {
                 ++byte;
-                buffer |= (uint16_t)((uint16_t)tp_read_u8(byte) << have);
+                buffer |= (uint16_t)((uint16_t)TP_FLY_FILTER_BYTE(byte) << have);
                 have = (uint8_t)(have + 8u);
             }
             uint8_t t = (uint8_t)(buffer & ((1u << TP_FLY_BITS) - 1u));
@@ -247,3 +266,53 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
     }
     return best;
 }
+
+#ifdef TP_FLY_LEARN
+/* Start-up: the counts the model was compiled with (so the learning firmware first predicts like the normal one). */
+void tp_fly_counts_from_flash(void)
+{
+    for (uint16_t i = 0; i < TP_FLY_COUNT_BYTES; ++i) {
+        tp_fly_counts[i] = tp_read_u8(&tp_fly_filters[i]);
+    }
+}
+
+/* t = min(t + 1, 2^b - 1) for the b-bit count at `bit`. A field that is not all ones takes the +1 without a
+ * carry out of it, so one add on a 16-bit window (the field may straddle two bytes) is the whole update. */
+static void tp_fly_count_up(uint32_t bit)
+{
+    uint8_t *p = &tp_fly_counts[(uint16_t)(bit >> 3)];
+    uint8_t shift = (uint8_t)((uint8_t)bit & 7u);
+#if TP_FLY_BITS == 1
+    *p = (uint8_t)(*p | (uint8_t)(1u << shift));
+#else
+    uint8_t straddles = (uint8_t)((uint8_t)(shift + TP_FLY_BITS) > 8u); /* never reads past the last byte */
+    uint16_t window = *p;
+    if (straddles) {
+        window |= (uint16_t)((uint16_t)p[1] << 8);
+    }
+    uint16_t field = (uint16_t)(((1u << TP_FLY_BITS) - 1u) << shift);
+    if ((window & field) != field) {
+        window = (uint16_t)(window + (uint16_t)(1u << shift));
+        p[0] = (uint8_t)window;
+        if (straddles) {
+            p[1] = (uint8_t)(window >> 8);
+        }
+    }
+#endif
+}
+
+/* One labelled sample: the FlyHash winners of x (the same code path as tp_predict), then each winner's count
+ * for class `label` (< TP_N_CLASSES, checked by the caller) goes up by one, saturating. */
+void tp_fly_learn(const int8_t *x, uint8_t label)
+{
+    uint32_t heap[TP_FLY_RHO];
+    for (uint8_t w = 0; w < TP_FLY_RHO; ++w) {
+        heap[w] = 0;
+    }
+    tp_fly_hash(x, heap);
+    for (uint8_t w = 0; w < TP_FLY_RHO; ++w) {
+        uint32_t entry = (uint32_t)TP_FLY_ROW(heap[w]) * TP_N_CLASSES + label;
+        tp_fly_count_up(entry * TP_FLY_BITS);
+    }
+}
+#endif /* TP_FLY_LEARN */

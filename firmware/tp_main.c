@@ -1,4 +1,5 @@
-/* tinyproto device application: answers HELLO / PREDICT / PREDICT_RAW / STATS frames (docs/design.md).
+/* tinyproto device application: answers HELLO / PREDICT / PREDICT_RAW / STATS frames (docs/design.md), and with
+ * TP_FLY_LEARN also LEARN / READ_COUNTS / CLEAR / EEPROM_SAVE / EEPROM_LOAD.
  *
  * One static buffer serves as receive buffer, work area and transmit buffer: the device is strictly
  * request/response, so a request is fully consumed before its response is built in the same bytes.
@@ -11,6 +12,11 @@
  *                      tp_port_flush() and feeds bytes to tp_app_byte() itself (the fuzz harness).
  *   TP_MAX_BUF       - AVR only: refuse to build if the frame buffer exceeds this many bytes (default 1024).
  *   TP_BAUD          - UART baud rate (default 115200, double speed: UBRR0 = 16 at 16 MHz).
+ *   TP_FLY_LEARN     - FlyNN only: the learning firmware. The counts live in SRAM (tp_flynn.c), LEARN updates
+ *                      them, inference uses them; EEPROM_SAVE / EEPROM_LOAD persist them when the record fits.
+ *   TP_FLY_LAYOUT_KEY - with TP_FLY_LEARN: 32-bit identity of the model without its counts (M, sizes, input
+ *                      stage), stored with the EEPROM record so counts of another model are never loaded.
+ *   TP_FLY_EEPROM_ADDR - with TP_FLY_LEARN: EEPROM address of the record (default 0).
  */
 #include <stdint.h>
 #include <string.h>
@@ -24,6 +30,17 @@
 #endif
 #if TP_N_CLASSES < 1 || TP_N_CLASSES > 255 || TP_N_FEATURES < 1 || TP_N_FEATURES > 65535
 #error "TP_N_CLASSES must be 1..255 and TP_N_FEATURES 1..65535 (the HELLO fields are u8 and u16)"
+#endif
+
+#ifdef TP_FLY_LEARN
+#ifndef TP_FAMILY_FLYNN
+#error "TP_FLY_LEARN is the FlyNN learning firmware: the model must be a FlyNN"
+#endif
+/* Defined in tp_flynn.c (same TP_FLY_LEARN switch): the packed SRAM counts and the learning step. */
+#define TP_FLY_COUNT_BYTES ((uint16_t)(((uint32_t)TP_FLY_M * TP_N_CLASSES * TP_FLY_BITS + 7u) / 8u))
+extern uint8_t tp_fly_counts[TP_FLY_COUNT_BYTES];
+void tp_fly_counts_from_flash(void);
+void tp_fly_learn(const int8_t *x, uint8_t label);
 #endif
 
 /* ---- buffer layout ---------------------------------------------------------------------------------------
@@ -48,7 +65,14 @@
 #define TP_RESP_MAX (TP_PRED_HEAD + TP_N_FEATURES + TP_SCORE_BYTES + 2u)
 #endif
 #define TP_HELLO_MAX (TP_FRAME_OVERHEAD + TP_HELLO_PAYLOAD)
-#define TP_BUF_NEED TP_MAX2(TP_MAX2(TP_REQ_MAX, TP_WORK_MAX), TP_MAX2(TP_RESP_MAX, TP_HELLO_MAX))
+#ifdef TP_FLY_LEARN
+#define TP_LEARN_REQ_MAX (TP_FRAME_OVERHEAD + 1u + TP_N_FEATURES) /* label + x; every other learning frame is
+                                                                      smaller than HELLO's answer */
+#else
+#define TP_LEARN_REQ_MAX 0u
+#endif
+#define TP_BUF_NEED \
+    TP_MAX2(TP_MAX2(TP_MAX2(TP_REQ_MAX, TP_WORK_MAX), TP_MAX2(TP_RESP_MAX, TP_HELLO_MAX)), TP_LEARN_REQ_MAX)
 #define TP_BUF_SIZE ((TP_BUF_NEED + 3u) & ~3u)
 #define TP_SCORES_AT (TP_BUF_SIZE - TP_SCORE_BYTES)
 
@@ -221,6 +245,37 @@ static uint32_t tp_predict_timed(const int8_t *x, int32_t *scores, uint8_t *labe
 }
 #endif
 
+#ifdef TP_FLY_LEARN
+/* The learning step behind the predict signature, so tp_timed() measures it on the same code path. */
+static uint8_t tp_learn_label;
+
+static uint8_t tp_learn_step(const int8_t *x, int32_t *scores)
+{
+    (void)scores;
+    tp_fly_learn(x, tp_learn_label);
+    return 0;
+}
+
+#if defined(__AVR__)
+#define TP_MARK_LEARN 3 /* GPIOR0 = 3 before, 4 after tp_fly_learn() */
+
+static uint32_t tp_learn_timed(const int8_t *x, uint8_t label)
+{
+    uint8_t unused;
+    tp_learn_label = label;
+    uint32_t cycles = tp_timed(tp_learn_step, x, 0, &unused, TP_MARK_LEARN);
+    return cycles > tp_overhead ? cycles - tp_overhead : 0;
+}
+#else
+static uint32_t tp_learn_timed(const int8_t *x, uint8_t label)
+{
+    tp_learn_label = label;
+    (void)tp_learn_step(x, 0);
+    return 0;
+}
+#endif
+#endif /* TP_FLY_LEARN */
+
 /* ---- SRAM figures: painted stack high-water mark and .data + .bss ---------------------------------------- */
 #if defined(__AVR__)
 #define TP_STACK_PAINT 0xC5
@@ -296,6 +351,234 @@ static void tp_reply_error(uint8_t seq, uint8_t code)
     tp_reply(TP_MSG_ERROR, seq, 1);
 }
 
+/* ---- on-device learning (TP_FLY_LEARN) ------------------------------------------------------------------
+ * EEPROM record at TP_FLY_EEPROM_ADDR, little-endian:
+ *   0 'T' 'F' | 2 layout key u32 | 6 count bytes u16 | 8 n_samples u32 | 12 crc16 u16 | 14 packed counts
+ * The CRC (tp_crc16) covers n_samples and the counts, so a save cut short by a power loss reads back as "no
+ * record" instead of as wrong counts. Saving writes only the bytes that differ (EEPROM cells wear out after
+ * ~100 000 writes), and only when the host asks for it. */
+#ifdef TP_FLY_LEARN
+#ifndef TP_FLY_LAYOUT_KEY /* tinyproto learn passes the host's key; this fallback covers hand builds */
+#define TP_FLY_LAYOUT_KEY                                                                                       \
+    (((uint32_t)TP_FLY_SEED << 16) ^ ((uint32_t)TP_FLY_M << 3) ^ ((uint32_t)TP_FLY_S << 24) ^                   \
+     ((uint32_t)TP_N_CLASSES << 8) ^ ((uint32_t)TP_FLY_RHO << 12) ^ ((uint32_t)TP_N_FEATURES << 18) ^         \
+     ((uint32_t)TP_FLY_BITS << 29) ^ ((uint32_t)TP_FLY_SPLIT << 31) ^ (uint32_t)TP_FLY_SEEDED)
+#endif
+#ifndef TP_FLY_EEPROM_ADDR
+#define TP_FLY_EEPROM_ADDR 0u
+#endif
+#define TP_EE_HEADER 14u
+#define TP_EE_RECORD (TP_EE_HEADER + (uint32_t)TP_FLY_COUNT_BYTES)
+#define TP_COUNTS_CHUNK (TP_BUF_SIZE - TP_FRAME_OVERHEAD - 2u) /* READ_COUNTS data bytes one answer can carry */
+
+#if defined(__AVR__)
+#include <avr/eeprom.h>
+#define TP_EEPROM_BYTES (E2END + 1UL)
+static uint8_t tp_ee_read(uint16_t addr)
+{
+    return eeprom_read_byte((const uint8_t *)(uintptr_t)addr);
+}
+
+static void tp_ee_update(uint16_t addr, uint8_t value)
+{
+    eeprom_update_byte((uint8_t *)(uintptr_t)addr, value); /* avr-libc skips the write if the byte is equal */
+}
+#else /* host build: an erased EEPROM that lives as long as the process */
+#ifndef TP_EEPROM_BYTES
+#define TP_EEPROM_BYTES 1024UL
+#endif
+static uint8_t tp_ee_image[TP_EEPROM_BYTES];
+
+static uint8_t tp_ee_read(uint16_t addr)
+{
+    return tp_ee_image[addr];
+}
+
+static void tp_ee_update(uint16_t addr, uint8_t value)
+{
+    tp_ee_image[addr] = value;
+}
+#endif
+
+/* The same sizes as plain integers: the preprocessor cannot evaluate the casts above. */
+#if TP_FLY_EEPROM_ADDR + TP_EE_HEADER + (TP_FLY_M * TP_N_CLASSES * TP_FLY_BITS + 7) / 8 <= TP_EEPROM_BYTES
+#define TP_FLY_EEPROM 1
+#define TP_LEARN_FLAGS (TP_HELLO_FLAG_LEARN | TP_HELLO_FLAG_EEPROM)
+#else /* the counts do not fit the EEPROM: no EEPROM messages (the host checks this before building) */
+#define TP_LEARN_FLAGS TP_HELLO_FLAG_LEARN
+#endif
+
+static uint32_t tp_learn_samples; /* samples learned since start-up / CLEAR, or as restored by EEPROM_LOAD */
+
+static void tp_learn_init(void)
+{
+    tp_fly_counts_from_flash();
+    tp_learn_samples = 0;
+#if !defined(__AVR__)
+    memset(tp_ee_image, 0xFF, sizeof tp_ee_image);
+#endif
+}
+
+/* LEARN: label at 2, x at 3. */
+static void tp_on_learn(uint8_t seq)
+{
+    uint8_t label = tp_buf.b[2];
+    if (label >= TP_N_CLASSES) {
+        tp_reply_error(seq, TP_ERR_ARGUMENT);
+        return;
+    }
+    uint32_t cycles = tp_learn_timed((const int8_t *)(tp_buf.b + 3), label);
+    if (tp_learn_samples != UINT32_MAX) {
+        ++tp_learn_samples;
+    }
+    tp_put_u32(tp_buf.b + 2, tp_learn_samples);
+    tp_put_u32(tp_buf.b + 6, cycles);
+    tp_reply(TP_MSG_LEARN | TP_MSG_RESPONSE, seq, 8);
+}
+
+/* READ_COUNTS: offset u16 at 2, length u8 at 4 -> total u16, then as many bytes as asked, left and fit. */
+static void tp_on_read_counts(uint8_t seq)
+{
+    uint16_t offset = tp_get_u16(tp_buf.b + 2);
+    uint16_t n = tp_buf.b[4];
+    if (offset > TP_FLY_COUNT_BYTES) {
+        tp_reply_error(seq, TP_ERR_ARGUMENT);
+        return;
+    }
+    if (n > (uint16_t)(TP_FLY_COUNT_BYTES - offset)) {
+        n = (uint16_t)(TP_FLY_COUNT_BYTES - offset);
+    }
+    if (n > TP_COUNTS_CHUNK) {
+        n = TP_COUNTS_CHUNK;
+    }
+    tp_put_u16(tp_buf.b + 2, TP_FLY_COUNT_BYTES);
+    memcpy(tp_buf.b + 4, tp_fly_counts + offset, n);
+    tp_reply(TP_MSG_READ_COUNTS | TP_MSG_RESPONSE, seq, (uint16_t)(2u + n));
+}
+
+static void tp_on_clear(uint8_t seq)
+{
+    memset(tp_fly_counts, 0, TP_FLY_COUNT_BYTES);
+    tp_learn_samples = 0;
+    tp_reply(TP_MSG_CLEAR | TP_MSG_RESPONSE, seq, 0);
+}
+
+#ifdef TP_FLY_EEPROM
+/* The record's header as it is (to be) stored; the CRC covers n_samples (bytes 8..11) and then the counts. */
+static void tp_ee_header(uint8_t *h)
+{
+    h[0] = 'T';
+    h[1] = 'F';
+    tp_put_u32(h + 2, (uint32_t)TP_FLY_LAYOUT_KEY);
+    tp_put_u16(h + 6, TP_FLY_COUNT_BYTES);
+    tp_put_u32(h + 8, tp_learn_samples);
+    uint16_t crc = tp_crc16(0xFFFFu, h + 8, 4);
+    tp_put_u16(h + 12, tp_crc16(crc, tp_fly_counts, TP_FLY_COUNT_BYTES));
+}
+
+/* Write `value` only if the cell holds something else; returns 1 when it did. */
+static uint8_t tp_ee_put(uint16_t addr, uint8_t value)
+{
+    if (tp_ee_read(addr) == value) {
+        return 0;
+    }
+    tp_ee_update(addr, value);
+    return 1;
+}
+
+/* Counts first, header last: an interrupted save leaves a CRC that does not match, i.e. no record. */
+static void tp_on_eeprom_save(uint8_t seq)
+{
+    uint8_t *h = tp_buf.b + 8; /* the request is consumed; the answer needs bytes 0..7 only */
+    uint16_t written = 0;
+    tp_ee_header(h);
+    for (uint16_t i = 0; i < TP_FLY_COUNT_BYTES; ++i) {
+        written = (uint16_t)(written + tp_ee_put((uint16_t)(TP_FLY_EEPROM_ADDR + TP_EE_HEADER + i), tp_fly_counts[i]));
+    }
+    for (uint8_t i = 0; i < TP_EE_HEADER; ++i) {
+        written = (uint16_t)(written + tp_ee_put((uint16_t)(TP_FLY_EEPROM_ADDR + i), h[i]));
+    }
+    tp_put_u16(tp_buf.b + 2, written);
+    tp_put_u16(tp_buf.b + 4, (uint16_t)TP_EE_RECORD);
+    tp_reply(TP_MSG_EEPROM_SAVE | TP_MSG_RESPONSE, seq, 4);
+}
+
+/* Check the record (magic, layout, size, CRC) before touching the SRAM counts; load them only if it is valid. */
+static uint8_t tp_ee_load(void)
+{
+    uint8_t h[TP_EE_HEADER];
+    for (uint8_t i = 0; i < TP_EE_HEADER; ++i) {
+        h[i] = tp_ee_read((uint16_t)(TP_FLY_EEPROM_ADDR + i));
+    }
+    if (h[0] != 'T' || h[1] != 'F') {
+        return TP_EEPROM_EMPTY;
+    }
+    if (tp_get_u32(h + 2) != (uint32_t)TP_FLY_LAYOUT_KEY || tp_get_u16(h + 6) != TP_FLY_COUNT_BYTES) {
+        return TP_EEPROM_OTHER;
+    }
+    uint16_t crc = tp_crc16(0xFFFFu, h + 8, 4);
+    for (uint16_t i = 0; i < TP_FLY_COUNT_BYTES; ++i) {
+        uint8_t byte = tp_ee_read((uint16_t)(TP_FLY_EEPROM_ADDR + TP_EE_HEADER + i));
+        crc = tp_crc16(crc, &byte, 1);
+    }
+    if (crc != tp_get_u16(h + 12)) {
+        return TP_EEPROM_EMPTY;
+    }
+    for (uint16_t i = 0; i < TP_FLY_COUNT_BYTES; ++i) {
+        tp_fly_counts[i] = tp_ee_read((uint16_t)(TP_FLY_EEPROM_ADDR + TP_EE_HEADER + i));
+    }
+    tp_learn_samples = tp_get_u32(h + 8);
+    return TP_EEPROM_LOADED;
+}
+
+static void tp_on_eeprom_load(uint8_t seq)
+{
+    tp_buf.b[2] = tp_ee_load();
+    tp_put_u32(tp_buf.b + 3, tp_learn_samples);
+    tp_reply(TP_MSG_EEPROM_LOAD | TP_MSG_RESPONSE, seq, 5);
+}
+#endif /* TP_FLY_EEPROM */
+
+/* Payload length of a learning request, or 0xFFFF (TP_NO_SUCH_TYPE) if this build does not answer it. */
+static uint16_t tp_learn_payload(uint8_t type)
+{
+    if (type == TP_MSG_LEARN) {
+        return 1u + TP_N_FEATURES;
+    }
+    if (type == TP_MSG_READ_COUNTS) {
+        return 3;
+    }
+    if (type == TP_MSG_CLEAR) {
+        return 0;
+    }
+#ifdef TP_FLY_EEPROM
+    if (type == TP_MSG_EEPROM_SAVE || type == TP_MSG_EEPROM_LOAD) {
+        return 0;
+    }
+#endif
+    return 0xFFFFu;
+}
+
+static void tp_on_learning_request(uint8_t type, uint8_t seq)
+{
+    if (type == TP_MSG_LEARN) {
+        tp_on_learn(seq);
+    } else if (type == TP_MSG_READ_COUNTS) {
+        tp_on_read_counts(seq);
+    } else if (type == TP_MSG_CLEAR) {
+        tp_on_clear(seq);
+#ifdef TP_FLY_EEPROM
+    } else if (type == TP_MSG_EEPROM_SAVE) {
+        tp_on_eeprom_save(seq);
+    } else {
+        tp_on_eeprom_load(seq);
+#endif
+    }
+}
+#else
+#define TP_LEARN_FLAGS 0
+#endif /* TP_FLY_LEARN */
+
 static void tp_on_hello(uint8_t seq)
 {
     uint8_t *p = tp_buf.b + 2;
@@ -313,9 +596,9 @@ static void tp_on_hello(uint8_t seq)
     p[15] = 4; /* score bytes per class (int32) */
     tp_put_u32(p + 16, (uint32_t)F_CPU);
 #ifdef TP_NO_RAW_INPUT
-    p[20] = 0;
+    p[20] = TP_LEARN_FLAGS;
 #else
-    p[20] = TP_HELLO_FLAG_RAW;
+    p[20] = TP_HELLO_FLAG_RAW | TP_LEARN_FLAGS;
 #endif
     tp_reply(TP_MSG_HELLO | TP_MSG_RESPONSE, seq, TP_HELLO_PAYLOAD);
 }
@@ -384,7 +667,11 @@ static uint16_t tp_request_payload(uint8_t type)
         return 4u * TP_N_FEATURES;
     }
 #endif
+#ifdef TP_FLY_LEARN
+    return tp_learn_payload(type);
+#else
     return TP_NO_SUCH_TYPE;
+#endif
 }
 
 static void tp_dispatch(uint16_t len)
@@ -402,6 +689,10 @@ static void tp_dispatch(uint16_t len)
         tp_on_stats(seq);
     } else if (type == TP_MSG_PREDICT) {
         tp_predict_and_reply(TP_MSG_PREDICT, seq, (const int8_t *)(tp_buf.b + 2), 0); /* x stays in place */
+#ifdef TP_FLY_LEARN
+    } else if (type >= TP_MSG_LEARN) {
+        tp_on_learning_request(type, seq);
+#endif
     } else {
 #ifndef TP_NO_RAW_INPUT
         tp_on_predict_raw(seq);
@@ -415,6 +706,9 @@ static void tp_app_init(void)
     tp_timer_init();
     tp_parser_init(&tp_rx, tp_buf.b, TP_BUF_SIZE);
     tp_frames_bad = 0;
+#ifdef TP_FLY_LEARN
+    tp_learn_init();
+#endif
 }
 
 static void tp_app_byte(uint8_t c)

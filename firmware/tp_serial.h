@@ -27,6 +27,12 @@ extern "C" {
 #define TP_MSG_PREDICT 0x02
 #define TP_MSG_PREDICT_RAW 0x03
 #define TP_MSG_STATS 0x04
+/* On-device learning (FlyNN firmware built with TP_FLY_LEARN; any other firmware answers ERROR unknown type). */
+#define TP_MSG_LEARN 0x05        /* label u8, int8[n_features] -> n_samples u32, cycles u32 */
+#define TP_MSG_READ_COUNTS 0x06  /* offset u16, length u8 -> total u16, up to `length` bytes of packed counts */
+#define TP_MSG_CLEAR 0x07        /* -> (empty): every count and n_samples to 0 */
+#define TP_MSG_EEPROM_SAVE 0x08  /* -> written u16 (bytes that changed), record u16 (bytes of the record) */
+#define TP_MSG_EEPROM_LOAD 0x09  /* -> status u8 (TP_EEPROM_*), n_samples u32 */
 #define TP_MSG_RESPONSE 0x80
 #define TP_MSG_ERROR 0x7F
 
@@ -35,10 +41,18 @@ extern "C" {
 #define TP_ERR_LENGTH 2       /* payload length wrong for the type, or a body too short to hold a CRC */
 #define TP_ERR_UNKNOWN_TYPE 3 /* type not implemented (PREDICT_RAW when built with TP_NO_RAW_INPUT) */
 #define TP_ERR_TOO_LONG 4     /* frame longer than the receive buffer */
+#define TP_ERR_ARGUMENT 5     /* a field out of range: LEARN label >= n_classes, READ_COUNTS offset past the end */
+
+/* EEPROM_LOAD status. */
+#define TP_EEPROM_LOADED 0    /* the counts and n_samples now come from the EEPROM record */
+#define TP_EEPROM_EMPTY 1     /* no valid record (blank, or the CRC does not match): nothing changed */
+#define TP_EEPROM_OTHER 2     /* a valid record of another model layout: nothing changed */
 
 #define TP_FRAME_OVERHEAD 4u /* type, seq and crc16 around the payload */
 #define TP_HELLO_PAYLOAD 21u /* "TPRO" proto abi family hash(4) n_features(2) n_classes in_b score_b f_cpu(4) flags */
-#define TP_HELLO_FLAG_RAW 0x01
+#define TP_HELLO_FLAG_RAW 0x01    /* answers PREDICT_RAW */
+#define TP_HELLO_FLAG_LEARN 0x02  /* answers LEARN, READ_COUNTS, CLEAR; inference uses the SRAM counts */
+#define TP_HELLO_FLAG_EEPROM 0x04 /* answers EEPROM_SAVE / EEPROM_LOAD (the counts fit the EEPROM) */
 
 /* What one received byte completed. */
 typedef enum {

@@ -57,8 +57,11 @@ def _progress_printer(console):
               help="Model directory to write (default: build/<data name>). Replaced only on success.")
 @click.option("--label", default=None, help="CSV label column (default: the last column).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the summary table.")
+@click.option("--learnable", is_flag=True,
+              help="FlyNN only: keep the counts small enough to learn on the device (tinyproto learn): they must fit "
+                   "the SRAM beside the learning firmware's buffers, and the EEPROM.")
 def compile_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None,
-                    label: str | None, as_json: bool) -> None:
+                    label: str | None, as_json: bool, learnable: bool) -> None:
     """Train a model on DATA within --budget and write its C code, PlatformIO project and report.
 
     DATA is a built-in data set (digits [default], breast_cancer, wine, iris, segment [needs river]), a CSV file with a header row
@@ -74,7 +77,8 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
 
     console = Console(stderr=as_json)
     with console.status("training under the budget...", spinner="dots"):
-        result = compile_model(data, family, budget, seed, board, out, label, progress=_progress_printer(console))
+        result = compile_model(data, family, budget, seed, board, out, label, progress=_progress_printer(console),
+                               learnable=learnable)
     if as_json:
         click.echo(json.dumps(result.report, indent=2))
     else:
@@ -84,8 +88,9 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
 def _register_device_commands() -> None:
     """build / flash / validate / run live in tinyproto.device.commands; their heavy imports are inside them."""
     from tinyproto.device.commands import build_command, flash_command, run_command, validate_command
+    from tinyproto.device.learn_cli import learn_command
 
-    for command in (run_command, build_command, flash_command, validate_command):
+    for command in (run_command, build_command, flash_command, validate_command, learn_command):
         main.add_command(command)
 
 

@@ -52,15 +52,23 @@ def compile_model(
     out: Path | None = None,
     label: str | None = None,
     progress: Callable[[str], None] | None = None,
+    learnable: bool = False,
 ) -> CompileResult:
+    """learnable (FlyNN only): also fit the counts into what the device holds while learning (`tinyproto
+    learn`): SRAM beside the learning firmware's buffers, stack and reserve, and the EEPROM record."""
     budget_bytes = parse_budget(budget)
     board = load_board(board_name)
+    if learnable and family != "flynn":
+        raise TinyprotoError("--learnable is for --model flynn: only FlyNN learns on the device")
     dataset = load_dataset(data, label=label)
     out_dir = Path(out) if out is not None else Path("build") / dataset.name
     sp = split(dataset)
 
     started = time.perf_counter()
-    clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress)
+    if learnable:
+        clf, model, info = _fit_learnable_flynn(sp, budget_bytes, seed, board, progress)
+    else:
+        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress)
     train_seconds = time.perf_counter() - started
     return write_model_directory(clf, model, info, dataset, sp, seed, budget_bytes, board, out_dir,
                                  train_seconds, progress)
@@ -101,6 +109,20 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
         _write_project(model, scratch, board, vectors)
         write_json(scratch / "report.json", report)
     return CompileResult(Path(out_dir), report, ledger)
+
+
+def _fit_learnable_flynn(sp: Split, budget_bytes: int, seed: int, board: Board,
+                         progress: Callable[[str], None] | None):
+    """The FlyNN solver with m capped so the counts fit the learning firmware's SRAM and the EEPROM."""
+    from tinyproto.device.learn import count_limit, learn_sizes
+    from tinyproto.flynn.solver import fit_flynn_under_budget
+
+    limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
+    clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, progress,
+                                              count_limit=limit)
+    info["chosen"]["learnable"] = True
+    info["learning"] = learn_sizes(model, board).to_dict()
+    return clf, model, info
 
 
 def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:

@@ -13,7 +13,7 @@ import errno
 import struct
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -26,6 +26,13 @@ MSG_HELLO = 0x01
 MSG_PREDICT = 0x02
 MSG_PREDICT_RAW = 0x03
 MSG_STATS = 0x04
+# On-device learning: only the FlyNN learning firmware (TP_FLY_LEARN) answers these; others say "unknown type".
+MSG_LEARN = 0x05
+MSG_READ_COUNTS = 0x06
+MSG_CLEAR = 0x07
+MSG_EEPROM_SAVE = 0x08
+MSG_EEPROM_LOAD = 0x09
+LEARNING_MESSAGES = (MSG_LEARN, MSG_READ_COUNTS, MSG_CLEAR, MSG_EEPROM_SAVE, MSG_EEPROM_LOAD)
 MSG_RESPONSE = 0x80
 MSG_ERROR = 0x7F
 
@@ -33,15 +40,30 @@ ERR_CRC = 1
 ERR_LENGTH = 2
 ERR_UNKNOWN_TYPE = 3
 ERR_TOO_LONG = 4
-ERROR_NAMES = {ERR_CRC: "CRC", ERR_LENGTH: "length", ERR_UNKNOWN_TYPE: "unknown type", ERR_TOO_LONG: "frame too long"}
-_REQUEST_NAMES = {MSG_HELLO: "HELLO", MSG_PREDICT: "PREDICT", MSG_PREDICT_RAW: "PREDICT_RAW", MSG_STATS: "STATS"}
+ERR_ARGUMENT = 5
+ERROR_NAMES = {ERR_CRC: "CRC", ERR_LENGTH: "length", ERR_UNKNOWN_TYPE: "unknown type", ERR_TOO_LONG: "frame too long",
+               ERR_ARGUMENT: "argument out of range"}
+_REQUEST_NAMES = {MSG_HELLO: "HELLO", MSG_PREDICT: "PREDICT", MSG_PREDICT_RAW: "PREDICT_RAW", MSG_STATS: "STATS",
+                  MSG_LEARN: "LEARN", MSG_READ_COUNTS: "READ_COUNTS", MSG_CLEAR: "CLEAR",
+                  MSG_EEPROM_SAVE: "EEPROM_SAVE", MSG_EEPROM_LOAD: "EEPROM_LOAD"}
+
+FLAG_RAW = 0x01
+FLAG_LEARN = 0x02
+FLAG_EEPROM = 0x04
+EEPROM_LOADED, EEPROM_EMPTY, EEPROM_OTHER = 0, 1, 2
+CANNOT_LEARN = "this firmware cannot learn; run tinyproto learn (it builds the learning firmware)"
 
 FRAME_OVERHEAD = 4  # type, seq, crc16
 MAX_BODY = 8192  # host-side guard: a longer run without a delimiter is garbage (the Uno has 2 KB of SRAM)
 READ_SLICE = 0.02  # s: the port's own read timeout; deadlines are kept by the reader's loop
 DEFAULT_TIMEOUT = 1.0  # s per try: frames take < 40 ms at 115200 baud, inference tens of ms on the Uno
+EEPROM_SAVE_TIMEOUT = 5.0  # s: the ATmega328P writes an EEPROM byte in 3.4 ms, so a fresh 1 KB record takes ~3.5 s
 _HELLO = struct.Struct("<4sBBBIHBBBIB")  # magic proto abi family hash n_features n_classes in_b score_b f_cpu flags
 _STATS = struct.Struct("<HHH")
+_LEARN_ACK = struct.Struct("<II")  # n_samples, cycles
+_READ_COUNTS = struct.Struct("<HB")  # offset, length
+_EEPROM_SAVE = struct.Struct("<HH")  # bytes written, record bytes
+_EEPROM_LOAD = struct.Struct("<BI")  # status, n_samples
 _PREDICTION_HEAD = struct.Struct("<BI")  # label, cycles
 
 
@@ -206,7 +228,17 @@ class Hello:
     @property
     def raw_input(self) -> bool:
         """The firmware answers PREDICT_RAW (not built with TP_NO_RAW_INPUT)."""
-        return bool(self.flags & 0x01)
+        return bool(self.flags & FLAG_RAW)
+
+    @property
+    def learning(self) -> bool:
+        """The FlyNN learning firmware (TP_FLY_LEARN): LEARN / READ_COUNTS / CLEAR, inference on SRAM counts."""
+        return bool(self.flags & FLAG_LEARN)
+
+    @property
+    def eeprom(self) -> bool:
+        """The learning firmware can save its counts to EEPROM and load them back (the record fits)."""
+        return bool(self.flags & FLAG_EEPROM)
 
 
 @dataclass(frozen=True, eq=False)
@@ -222,6 +254,28 @@ class RawPrediction:
     cycles: int
     x: np.ndarray  # int8 (n_features,): the device's tp_input_quantize() output
     scores: np.ndarray  # int32 (n_classes,)
+
+
+@dataclass(frozen=True)
+class LearnAck:
+    n_samples: int  # samples learned since start-up / CLEAR (or as restored by EEPROM_LOAD), this one included
+    cycles: int  # Timer1 cycles of tp_fly_learn(); 0 on the host build
+
+
+@dataclass(frozen=True)
+class EepromSave:
+    written: int  # EEPROM bytes that differed and were written (the rest were left alone: endurance)
+    record: int  # bytes of the whole record (header + counts)
+
+
+@dataclass(frozen=True)
+class EepromLoad:
+    status: int  # EEPROM_LOADED, EEPROM_EMPTY (no valid record) or EEPROM_OTHER (another model's record)
+    n_samples: int  # the device's sample counter afterwards
+
+    @property
+    def loaded(self) -> bool:
+        return self.status == EEPROM_LOADED
 
 
 @dataclass(frozen=True)
@@ -354,6 +408,77 @@ class DeviceClient:
     def stats(self) -> Stats:
         return parse_stats(self._request(MSG_STATS))
 
+    # -- on-device learning (the FlyNN learning firmware) --
+    def learn(self, xq: np.ndarray, label: int) -> LearnAck:
+        """Add one labelled int8 sample to the device's counts (saturating, like the host's)."""
+        self._require_learning("LEARN")
+        if self.info is not None and not 0 <= int(label) < self.info.n_classes:
+            raise TinyprotoError(f"class index {label} is out of range for {self.info.n_classes} classes")
+        payload = bytes((int(label) & 0xFF,)) + self._vector(xq, np.int8, "xq")
+        answer = self._request(MSG_LEARN, payload)
+        if len(answer) != _LEARN_ACK.size:
+            raise DeviceError(f"LEARN answer of {len(answer)} bytes, expected {_LEARN_ACK.size}")
+        return LearnAck(*_LEARN_ACK.unpack(answer))
+
+    def read_counts(self, offset: int = 0, length: int = 255) -> tuple[int, bytes]:
+        """(total count bytes, up to `length` bytes of the packed counts from `offset`); the device sends fewer
+        when its frame buffer is smaller, or none at the end."""
+        self._require_learning("READ_COUNTS")
+        answer = self._request(MSG_READ_COUNTS, _READ_COUNTS.pack(offset, min(length, 255)))
+        if len(answer) < 2:
+            raise DeviceError(f"READ_COUNTS answer of {len(answer)} bytes is too short")
+        (total,) = struct.unpack_from("<H", answer)
+        data = answer[2:]
+        if len(data) > length or offset + len(data) > total:
+            raise DeviceError(f"READ_COUNTS answered {len(data)} bytes at {offset} of {total}")
+        return total, data
+
+    def read_all_counts(self, progress: Callable[[int], None] | None = None) -> bytes:
+        """Every packed count byte, in as many READ_COUNTS chunks as the device's frame buffer needs."""
+        total, out = None, bytearray()
+        while total is None or len(out) < total:
+            total, chunk = self.read_counts(len(out))
+            if not chunk and len(out) < total:
+                raise DeviceError(f"READ_COUNTS stopped at byte {len(out)} of {total}")
+            out += chunk
+            if progress:
+                progress(len(chunk))
+        return bytes(out)
+
+    def clear(self) -> None:
+        """Every count and the sample counter to 0."""
+        self._require_learning("CLEAR")
+        self._request(MSG_CLEAR)
+
+    def eeprom_save(self) -> EepromSave:
+        """Persist the counts (only the EEPROM bytes that change are written)."""
+        self._require_learning("EEPROM_SAVE", eeprom=True)
+        usual, self.timeout = self.timeout, max(self.timeout, EEPROM_SAVE_TIMEOUT)
+        try:
+            answer = self._request(MSG_EEPROM_SAVE)
+        finally:
+            self.timeout = usual
+        if len(answer) != _EEPROM_SAVE.size:
+            raise DeviceError(f"EEPROM_SAVE answer of {len(answer)} bytes, expected {_EEPROM_SAVE.size}")
+        return EepromSave(*_EEPROM_SAVE.unpack(answer))
+
+    def eeprom_load(self) -> EepromLoad:
+        """Replace the SRAM counts by the EEPROM record, if it holds a valid one for this model."""
+        self._require_learning("EEPROM_LOAD", eeprom=True)
+        answer = self._request(MSG_EEPROM_LOAD)
+        if len(answer) != _EEPROM_LOAD.size:
+            raise DeviceError(f"EEPROM_LOAD answer of {len(answer)} bytes, expected {_EEPROM_LOAD.size}")
+        return EepromLoad(*_EEPROM_LOAD.unpack(answer))
+
+    def _require_learning(self, what: str, eeprom: bool = False) -> None:
+        """Refuse before sending when the HELLO already says the firmware cannot do it."""
+        if self.info is None:
+            return  # not known yet: the device's own ERROR unknown type gives the same message
+        if not self.info.learning:
+            raise DeviceError(CANNOT_LEARN)
+        if eeprom and not self.info.eeprom:
+            raise DeviceError(f"the learning firmware on {self.name} has no {what}: its counts do not fit the EEPROM")
+
     def close(self) -> None:
         self.port.close()
 
@@ -448,9 +573,13 @@ class DeviceClient:
     def _on_error(self, type: int, code: int) -> None:
         """Raise for errors a retry cannot fix; return for corruption (CRC, too long), which it can."""
         what = _REQUEST_NAMES[type]
+        if code == ERR_UNKNOWN_TYPE and type in LEARNING_MESSAGES:
+            raise DeviceError(f"the device on {self.name} does not implement {what}: {CANNOT_LEARN}")
         if code == ERR_UNKNOWN_TYPE:
             hint = " (firmware built with TP_NO_RAW_INPUT?)" if type == MSG_PREDICT_RAW else ""
             raise DeviceError(f"the device on {self.name} does not implement {what}{hint}")
+        if code == ERR_ARGUMENT:
+            raise DeviceError(f"the device on {self.name} refused a field of {what} as out of range")
         if code == ERR_LENGTH:
             raise DeviceError(
                 f"the device on {self.name} rejected the {what} payload length — it runs a model with another "

@@ -4,6 +4,8 @@
 port of a real board, so the same `DeviceClient` talks to both. The simulation is cycle-exact (the firmware's
 Timer1 figures are exact) and the firmware's GPIOR0 writes are reported with their cycle (`.markers()`), which
 cross-checks the Timer1 measurement of an inference (the firmware writes 1 just before, 2 just after).
+`SimulatedUno(elf, eeprom=path)` keeps the simulated EEPROM in a file (loaded at start if it exists, written when
+the simulator stops), so stopping and starting again is a power cycle that keeps the EEPROM.
 
 simuno is compiled on first use with the host gcc against libsimavr into a per-user cache
 (`$TINYPROTO_CACHE`, else `$XDG_CACHE_HOME/tinyproto`, else `~/.cache/tinyproto`), keyed by the source's hash.
@@ -125,10 +127,17 @@ class SimulatedUno:
     ...     uno.markers()  # [(1, cycle_before), (2, cycle_after), ...]
     """
 
-    def __init__(self, elf_path: Path | str, markers: bool = True, timeout_cycles: int | None = None) -> None:
+    def __init__(
+        self,
+        elf_path: Path | str,
+        markers: bool = True,
+        timeout_cycles: int | None = None,
+        eeprom: Path | str | None = None,
+    ) -> None:
         self.elf_path = Path(elf_path)
         self.want_markers = markers
         self.timeout_cycles = timeout_cycles
+        self.eeprom = Path(eeprom) if eeprom is not None else None  # raw EEPROM image, kept across runs
         self.port: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
@@ -152,6 +161,8 @@ class SimulatedUno:
             command += ["--markers", str(self._markers_path)]
         if self.timeout_cycles:
             command += ["--timeout-cycles", str(int(self.timeout_cycles))]
+        if self.eeprom is not None:
+            command += ["--eeprom", str(self.eeprom.resolve())]
         command.append(str(self.elf_path))
         try:
             with open(self._stderr_path, "wb") as stderr:

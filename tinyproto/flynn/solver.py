@@ -2,7 +2,8 @@
 
 Searched: preprocessing (per-feature or global scale, sign split), s, ρ, count bits b, decay c, stored or seeded
 M; m is then the largest number of hash rows that fits both the byte budget (exactly: Σ CArray.nbytes of the
-rendered model) and the time cap (the calibrated AVR cycle model below).
+rendered model) and the time cap (the calibrated AVR cycle model below), and, for a model that learns on the
+device (`count_limit`), whose L x m x b bits of counts fit the device's SRAM and EEPROM.
 
 Validation is K-fold cross-validation on the training data, and it costs almost nothing extra: FlyNN counts are
 additive, so the filters without fold k are counts(all) - counts(fold k), and each sample is hashed once. Every
@@ -149,6 +150,10 @@ def _prepare(X: np.ndarray, scaling: str, sign_split: bool) -> _Prepared:
     return _Prepared(scaling, sign_split, hash_inputs(stage.quantize(X), sign_split).astype(np.float64))
 
 
+# (ρ, b, hash inputs, stored M) -> the largest m whose counts the device can hold while learning
+# (tinyproto.device.learn.count_limit); None: counts stay in flash only.
+CountLimit = Callable[[int, int, int, bool], int]
+
 _ROW_BITS = 17  # keys: P * 2^17 + (2^17 - 1 - j): larger key = larger P, then lower row (the device's order)
 
 
@@ -212,11 +217,13 @@ def fit_flynn_under_budget(
     max_inference_ms: float | None = DEFAULT_MAX_MS,
     f_cpu: int = F_CPU,
     n_folds: int = 5,
+    count_limit: CountLimit | None = None,
 ) -> tuple[FlyNNClassifier, IntFlyNN, dict]:
     """Fit the FlyNN with the best cross-validated integer accuracy whose model bytes are <= budget_bytes.
 
     progress, if given, receives one-line status messages. max_inference_ms caps the estimated AVR inference time
-    at f_cpu (None: no cap). Returns the float classifier refitted on all of X_train, its integer model, and an
+    at f_cpu (None: no cap). count_limit, if given, caps m for each (ρ, b, inputs, M mode) so the counts fit
+    where the learning firmware keeps them (SRAM, EEPROM). Returns the float classifier refitted on all of X_train, its integer model, and an
     info dict (chosen hyper-parameters, every candidate tried with its bytes, cycles and CV accuracy).
     """
     started = time.perf_counter()
@@ -249,7 +256,7 @@ def fit_flynn_under_budget(
     def evaluate(prep: _Prepared, s_grid, rho_grid, bits_grid, store_grid) -> None:
         n_in = prep.U.shape[1]
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):  # s <= half the inputs keeps rows diverse
-            plan = _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in)
+            plan = _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
             if not plan:
                 continue
             m_values = sorted({c.m for c in plan})
@@ -273,8 +280,10 @@ def fit_flynn_under_budget(
         evaluate(prep, (4, 8), (8, 16, 32), (1, 2), (False,))
         say(f"flynn: preprocessing {prep.scaling}/{'split' if prep.sign_split else 'plain'} tried")
     if not tried:
+        learnable = " with counts that fit the device's SRAM and EEPROM (--learnable)" if count_limit else ""
         raise TinyprotoError(
-            f"no FlyNN fits {budget} B within {max_inference_ms} ms per inference; raise the budget or the time cap"
+            f"no FlyNN fits {budget} B within {max_inference_ms} ms per inference{learnable}; raise the budget or "
+            "the time cap"
         )
     best_prep = max(tried.values(), key=_rank)
     prep = next(p for p in prepared if (p.scaling, p.sign_split) == (best_prep.scaling, best_prep.sign_split))
@@ -344,14 +353,17 @@ def _fold_ids(y_index: np.ndarray, n_folds: int, rng: np.random.RandomState) -> 
     return folds
 
 
-def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in) -> list[Candidate]:
-    """Every (ρ, b, c, M mode) for this s, each with the largest m that fits bytes and time."""
+def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit=None) -> list[Candidate]:
+    """Every (ρ, b, c, M mode) for this s, each with the largest m that fits bytes and time (and the device's
+    count storage when learning)."""
     plan = []
     for store in store_grid:
         for bits in bits_grid:
             m_bytes = largest_m(budget, s, bits, L, d, n_in, store)
             for rho in rho_grid:
                 m = min(m_bytes, fastest_m(max_cycles, s, rho, bits, L, n_in, store))
+                if count_limit is not None:
+                    m = min(m, count_limit(rho, bits, n_in, store))
                 if m < max(MIN_HASHES, 2 * rho):
                     continue
                 nbytes = model_bytes(m, s, bits, L, d, n_in, store)

@@ -1,7 +1,7 @@
 /* simuno: a cycle-exact simulated Arduino Uno (ATmega328P) that behaves like a serial port.
  *
  *   simuno [--pty | --stdio] [--markers FILE] [--timeout-cycles N] [--mcu atmega328p] [--freq 16000000]
- *          [--parent-pipe] [-v] firmware.elf
+ *          [--parent-pipe] [--eeprom FILE] [-v] firmware.elf
  *
  * UART0 is connected either to a fresh pseudo-terminal (--pty, the default: prints exactly one line
  * "PTY /dev/pts/N" on stdout, then a program opens that path like a USB serial port) or to
@@ -11,6 +11,11 @@
  *
  * --parent-pipe (with --pty): stdin is a pipe from the parent process; when it reaches EOF (the parent closed
  * it, or died however abruptly) simuno exits, so no simulator outlives the program that started it.
+ *
+ * --eeprom FILE: the MCU's EEPROM persists in FILE, a raw image (1024 bytes on the ATmega328P). It is loaded at
+ * start if it exists (a shorter file fills the start, the rest stays erased, 0xFF) and written back whenever
+ * simuno stops (also on SIGTERM and when the parent pipe closes), so a restart is like a power cycle.
+ * Without it the EEPROM starts erased and is forgotten, as before.
  *
  * Exit status: 0 the firmware slept with interrupts disabled (its way of saying "done"); 1 usage or
  * load error; 2 the simulated CPU crashed; 3 --timeout-cycles reached; 4 the --parent-pipe closed;
@@ -34,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <simavr/avr_eeprom.h>
 #include <simavr/avr_uart.h>
 #include <simavr/sim_avr.h>
 #include <simavr/sim_elf.h>
@@ -62,6 +68,7 @@ typedef struct {
     uint32_t freq;
     int verbose;
     int parent_pipe;     /* --parent-pipe: stdin is a pipe from the parent; its EOF means "parent gone, exit" */
+    const char *eeprom_path; /* --eeprom: load at start if present, save at exit */
     const char *elf_path;
 } options_t;
 
@@ -134,7 +141,7 @@ static void install_signal_handlers(void)
 static void usage(void)
 {
     fputs("usage: simuno [--pty | --stdio] [--markers FILE] [--timeout-cycles N] [--mcu atmega328p]\n"
-          "              [--freq 16000000] [--parent-pipe] [-v] firmware.elf\n",
+          "              [--freq 16000000] [--parent-pipe] [--eeprom FILE] [-v] firmware.elf\n",
           stderr);
     exit(EXIT_USAGE);
 }
@@ -152,7 +159,7 @@ static uint64_t parse_u64(const char *text, const char *what)
 
 static options_t parse_options(int argc, char **argv)
 {
-    options_t opt = {1, NULL, 0, "atmega328p", 16000000u, 0, 0, NULL};
+    options_t opt = {1, NULL, 0, "atmega328p", 16000000u, 0, 0, NULL, NULL};
     for (int i = 1; i < argc; ++i) {
         const char *arg = argv[i];
         int has_value = i + 1 < argc;
@@ -174,6 +181,8 @@ static options_t parse_options(int argc, char **argv)
             opt.freq = (uint32_t)freq;
         } else if (strcmp(arg, "--parent-pipe") == 0) {
             opt.parent_pipe = 1;
+        } else if (strcmp(arg, "--eeprom") == 0 && has_value) {
+            opt.eeprom_path = argv[++i];
         } else if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
             opt.verbose = 1;
         } else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -401,6 +410,74 @@ static avr_t *load_avr(const options_t *opt)
     return avr;
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* EEPROM persistence (--eeprom)                                                                     */
+
+/* The MCU's EEPROM bytes and size: libsimavr hands out a pointer to its own array for a GET without a
+ * destination, and refuses a range past the end, so the largest accepted power of two is the size. */
+static uint8_t *eeprom_bytes(avr_t *avr, uint32_t *size)
+{
+    for (uint32_t n = 65536u; n >= 16u; n /= 2u) {
+        avr_eeprom_desc_t desc = {NULL, 0, n};
+        avr_ioctl(avr, AVR_IOCTL_EEPROM_GET, &desc);
+        if (desc.ee != NULL) {
+            *size = n;
+            return desc.ee;
+        }
+    }
+    *size = 0;
+    return NULL;
+}
+
+static void eeprom_load(avr_t *avr, const char *path)
+{
+    uint32_t size;
+    uint8_t *ee = eeprom_bytes(avr, &size);
+    if (ee == NULL) {
+        die("--eeprom: this MCU has no EEPROM");
+    }
+    FILE *file = fopen(path, "rb");
+    if (file == NULL) {
+        if (errno == ENOENT) {
+            return; /* first run: erased EEPROM, written at exit */
+        }
+        die("cannot read EEPROM image %s: %s", path, strerror(errno));
+    }
+    size_t n = fread(ee, 1, size, file);
+    int longer = fgetc(file) != EOF;
+    fclose(file);
+    if (longer) {
+        die("EEPROM image %s is larger than the %u bytes of EEPROM", path, (unsigned)size);
+    }
+    if (g_verbose) {
+        fprintf(stderr, "simuno: loaded %zu EEPROM bytes from %s\n", n, path);
+    }
+}
+
+/* Written to a temporary name and renamed: a reader never sees half an image. */
+static int eeprom_save(avr_t *avr, const char *path)
+{
+    uint32_t size;
+    uint8_t *ee = eeprom_bytes(avr, &size);
+    char tmp[4096];
+    if (ee == NULL || snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        return -1;
+    }
+    FILE *file = fopen(tmp, "wb");
+    if (file == NULL) {
+        fprintf(stderr, "simuno: cannot write EEPROM image %s: %s\n", tmp, strerror(errno));
+        return -1;
+    }
+    int ok = fwrite(ee, 1, size, file) == size;
+    ok = (fclose(file) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "simuno: cannot write EEPROM image %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 static void connect_uart(avr_t *avr, io_state_t *io)
 {
     /* No usleep() on UCSR0A polls (it would slow every TX wait to a crawl) and no console echo. */
@@ -572,6 +649,9 @@ int main(int argc, char **argv)
     install_signal_handlers();
 
     avr_t *avr = load_avr(&opt);
+    if (opt.eeprom_path != NULL) {
+        eeprom_load(avr, opt.eeprom_path);
+    }
     memset(&g_io, 0, sizeof g_io);
     connect_uart(avr, &g_io);
     if (opt.markers_path != NULL) {
@@ -580,6 +660,9 @@ int main(int argc, char **argv)
     open_host_side(&opt, &g_io, data_out_fd);
 
     int status = simulate(avr, &g_io, opt.timeout_cycles);
+    if (opt.eeprom_path != NULL && eeprom_save(avr, opt.eeprom_path) != 0 && status == EXIT_DONE) {
+        status = EXIT_USAGE;
+    }
     avr_terminate(avr);
     return status;
 }

@@ -1,0 +1,320 @@
+"""FlyNN learns on the device (tinyproto learn): the learning firmware's counts equal the host's, predictions on
+them validate bit-exactly, EEPROM persistence survives a restart, what does not fit is refused before any build,
+and firmware that cannot learn says so. The learning app also runs host-compiled (gcc) for the fast checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinyproto.boards import load_board
+from tinyproto.device import learn as L
+from tinyproto.device import protocol as P
+from tinyproto.errors import TinyprotoError
+
+from conftest import needs
+
+HAVE_SIM = os.path.exists("/usr/include/simavr/sim_avr.h")
+BOARD = load_board("uno")
+
+
+def cli(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd, env=env)
+
+
+def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16) -> Path:
+    """A FlyNN model directory with chosen shapes (bits > 1 saturates and straddles bytes)."""
+    from tinyproto.compile import write_model_directory
+    from tinyproto.datasets import load_dataset, split
+    from tinyproto.flynn.quantize import IntFlyNN
+    from tinyproto.flynn.train import FlyNNClassifier
+
+    dataset = load_dataset("breast_cancer")
+    sp = split(dataset)
+    clf = FlyNNClassifier(n_hashes=m, n_inputs_per_hash=s, n_winners=rho, decay=0.5, random_state=3)
+    clf.fit(sp.X_train, sp.y_train)
+    model = IntFlyNN.from_classifier(clf, sp.X_train, sp.y_train, bits=bits)
+    info = {"chosen": {"n_hashes": m, "count_bits": bits}, "candidates": []}
+    write_model_directory(clf, model, info, dataset, sp, 0, 4096, BOARD, out, 0.0)
+    return out
+
+
+# ---- sizes and the solver (no device) ----------------------------------------------------------------------
+
+
+def test_counts_and_frame_sizes():
+    assert L.count_bytes(597, 2, 1) == 150 and L.count_bytes(203, 2, 3) == 153
+    # 64 features, 10 classes: the PREDICT work area (2 + 64 + 40) is the largest, rounded up to 4
+    assert L.learn_frame_bytes(64, 10) == 108
+    assert L.learn_frame_bytes(30, 2) == 40
+
+
+def test_learnable_compile_fits_sram_and_eeprom(compiled, tmp_path):
+    from tinyproto.compile import compile_model
+
+    big = json.loads((compiled("digits", "2kB", "flynn") / "model.json").read_text())["hyperparameters"]
+    result = compile_model("digits", "flynn", "2kB", 0, "uno", tmp_path / "dl", learnable=True)
+    model = json.loads((tmp_path / "dl" / "model.json").read_text())
+    from tinyproto.families import int_model_from_json
+
+    sizes = L.learn_sizes(int_model_from_json(model["int_model"]), BOARD)
+    assert sizes.fits_sram and sizes.fits_eeprom
+    assert model["hyperparameters"]["learnable"] is True and model["hyperparameters"]["n_hashes"] < big["n_hashes"]
+    assert result.report["solver"]["learning"]["count_bytes"] == sizes.counts
+    # working SRAM of the solver's formula is the model's own
+    m = int_model_from_json(model["int_model"])
+    assert L.fly_working_bytes(m.n_winners, m.n_hash_inputs, m.n_classes, m.store_M) == sum(
+        item.nbytes for item in m.working_sram())
+
+
+def test_learnable_is_flynn_only(tmp_path):
+    result = cli("compile", "iris", "--model", "protonn", "--learnable", "--out", str(tmp_path / "x"))
+    assert result.returncode == 1 and "only FlyNN learns" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("save_eeprom", [False, True])
+def test_too_big_model_is_refused_before_any_build(compiled, save_eeprom):
+    model_dir = compiled("digits", "2kB", "flynn")
+    args = ["learn", str(model_dir), "--sim"] + (["--save-eeprom"] if save_eeprom else [])
+    result = cli(*args)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    from tinyproto.modeldir import load_model_dir
+
+    sizes = L.learn_sizes(load_model_dir(model_dir).int_model(), BOARD)
+    fit = min(sizes.largest_m_sram, sizes.largest_m_eeprom) if save_eeprom else sizes.largest_m_sram
+    assert f"At most m={fit} fits" in result.stderr and "--learnable" in result.stderr
+    assert "SRAM needs" in result.stderr and ("EEPROM record needs" in result.stderr) == save_eeprom
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (model_dir / L.LEARNING_DIR).exists()  # refused before building anything
+
+
+# ---- the learning app compiled for the host: saturation, chunks, errors, EEPROM emulation ------------------
+
+
+class PipePort:
+    """The host-compiled learning firmware; its stdin/stdout are the serial line."""
+
+    def __init__(self, exe: Path) -> None:
+        self.proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.fd = self.proc.stdout.fileno()
+        self.timeout: float | None = 0.02
+        self.port = f"pipe:{exe.name}"
+
+    def read(self, size: int = 1) -> bytes:
+        ready, _, _ = select.select([self.fd], [], [], self.timeout)
+        return os.read(self.fd, size) if ready else b""
+
+    def write(self, data: bytes) -> int:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+        return len(data)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=5)
+        self.proc.stdout.close()
+
+
+def host_learning_app(model_dir: Path, out: Path) -> Path:
+    from tinyproto.modeldir import load_model_dir
+
+    md = load_model_dir(model_dir)
+    project = L.prepare_learning_project(md, md.int_model(), BOARD)
+    lib = project / "lib" / "tinyproto"
+    sources = [project / "src" / "main.c", lib / "tp_serial.c", lib / "tp_flynn.c", lib / "tp_input.c"]
+    cmd = ["gcc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", *L.LEARN_FLAGS,
+           f"-I{project / 'include'}", f"-I{lib}", *map(str, sources), "-lm", "-o", str(out)]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+@needs("gcc")
+@pytest.mark.parametrize("bits, m", [(2, 101), (3, 203), (5, 77)])
+def test_host_learning_app_saturates_like_the_host(tmp_path, bits, m):
+    from tinyproto.modeldir import load_model_dir
+
+    model_dir = flynn_dir(tmp_path / "model", bits, m)
+    model = load_model_dir(model_dir).int_model()
+    client = P.DeviceClient(PipePort(host_learning_app(model_dir, tmp_path / "app")), n_retries=1, timeout=2.0)
+    try:
+        hello = client.hello()
+        assert hello.learning and hello.eeprom and not hello.raw_input
+        assert np.array_equal(L.unpack_counts(client.read_all_counts(), model), model.counts)  # boot: flash counts
+        client.clear()
+        assert not any(client.read_all_counts())
+        rng = np.random.default_rng(bits)
+        xq = rng.integers(-128, 128, size=(300, model.n_features)).astype(np.int8)
+        xq[:100] = xq[0]  # one vector many times: its winners saturate
+        y = rng.integers(0, model.n_classes, size=300)
+        y[:100] = 1
+        for i in range(len(xq)):
+            assert client.learn(xq[i], int(y[i])).n_samples == i + 1
+        expected = L.host_counts(model, xq, y)
+        assert expected.max() == (1 << bits) - 1
+        # chunks of 7 bytes read the same bytes as the largest chunks
+        total, _ = client.read_counts(0, 0)
+        small = b"".join(client.read_counts(o, 7)[1] for o in range(0, total, 7))
+        packed = client.read_all_counts()
+        assert small == packed and total == L.count_bytes(m, model.n_classes, bits)
+        assert np.array_equal(L.unpack_counts(packed, model), expected)
+        # predictions use the learned counts
+        learned = replace(model, counts=expected)
+        for i in range(0, 300, 50):
+            np.testing.assert_array_equal(client.predict(xq[i]).scores, learned.scores(xq[i : i + 1])[0])
+        assert client.read_counts(total, 10) == (total, b"")
+        with pytest.raises(P.DeviceError, match="out of range"):
+            client.read_counts(total + 1, 1)
+        # EEPROM: first save writes, the second one nothing; CLEAR then LOAD restores counts and n_samples
+        first = client.eeprom_save()
+        assert first.record == L.EEPROM_HEADER_BYTES + total and 0 < first.written <= first.record
+        assert client.eeprom_save().written == 0
+        client.clear()
+        loaded = client.eeprom_load()
+        assert loaded.loaded and loaded.n_samples == 300
+        assert client.read_all_counts() == packed
+        client.info = None  # skip the client's own check: the device must refuse the label itself
+        with pytest.raises(P.DeviceError, match="out of range"):
+            client.learn(xq[0], model.n_classes)
+    finally:
+        client.close()
+
+
+# ---- the simulated Uno -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def learned_bc(tmp_path_factory):
+    """breast_cancer compiled --learnable, learned on the simulated Uno with --save-eeprom (the CLI)."""
+    if shutil.which("avr-gcc") is None or not HAVE_SIM:
+        pytest.skip("needs avr-gcc and libsimavr-dev")
+    root = tmp_path_factory.mktemp("learn")
+    out = root / "bc"
+    compiled = cli("compile", "breast_cancer", "--model", "flynn", "--budget", "1kB", "--learnable", "--out", str(out))
+    assert compiled.returncode == 0, compiled.stderr
+    # a relative model directory, as a user types it
+    result = cli("learn", "bc", "--data", "breast_cancer", "--sim", "--save-eeprom", "--json", cwd=root)
+    assert result.returncode == 0, result.stderr
+    return out, json.loads(result.stdout)
+
+
+@pytest.mark.device
+def test_device_learns_exactly_the_host_counts(learned_bc):
+    out, summary = learned_bc
+    assert summary == json.loads((out / "learn.json").read_text())
+    report = json.loads((out / "report.json").read_text())
+    assert summary["n_samples"] == report["n_train"] and summary["counts_identical"]
+    # learning the compile data set again gives the compiled counts: the device learned what the host did
+    assert summary["counts_equal_compiled_model"]
+    test = summary["test"]
+    assert test["score_agreement"] == 1.0 and test["label_agreement"] == 1.0
+    assert test["device_accuracy"] == pytest.approx(report["int8_accuracy"])
+    assert summary["learn_cycles_mean"] > 1000
+    # SRAM: the static part is exactly counts + frame buffer + app state; the measured total keeps a margin
+    sram = summary["sram"]
+    assert sram["static_bytes"] == sram["count_bytes"] + sram["frame_buffer_bytes"] + sram["app_static_bytes"]
+    assert sram["stack_peak_bytes"] <= sram["inference_stack_bytes"] + sram["reserved_bytes"] // 2
+    assert sram["used_bytes"] <= sram["sram_estimate_bytes"] and sram["margin_bytes"] >= 256
+    eeprom = summary["eeprom"]
+    assert eeprom["saved"] and eeprom["reloaded_identical"]
+    assert eeprom["record_bytes"] == L.EEPROM_HEADER_BYTES + summary["count_bytes"]
+    assert 0 < eeprom["bytes_written"] <= eeprom["record_bytes"]  # erased EEPROM: nearly every byte changes
+
+
+@pytest.mark.device
+def test_learned_model_validates_bit_exactly(learned_bc):
+    out, summary = learned_bc
+    learned = out / L.LEARNED_DIR
+    meta = json.loads((learned / "model.json").read_text())
+    assert meta["model_hash"] == summary["learned_model_hash"] and meta["learned_on_device"]["counts_identical"]
+    result = cli("validate", str(learned), "--sim", "--json", "--no-raw")
+    assert result.returncode == 0, result.stderr
+    v = json.loads(result.stdout)
+    assert v["score_agreement"] == 1.0 and v["label_agreement"] == 1.0 and v["complete"]
+
+
+@pytest.mark.device
+def test_eeprom_survives_a_restart_and_guards_its_record(learned_bc, tmp_path):
+    from tinyproto.device.sim import SimulatedUno
+    from tinyproto.modeldir import load_model_dir
+
+    out, summary = learned_bc
+    md = load_model_dir(out)
+    model = md.int_model()
+    elf = out / L.LEARNING_DIR / json.loads((out / L.LEARNING_DIR / "build.json").read_text())["elf"]
+    image = tmp_path / "eeprom.bin"
+    shutil.copyfile(out / L.LEARNING_DIR / L.EEPROM_IMAGE, image)
+    assert image.stat().st_size == BOARD.eeprom_bytes
+    with SimulatedUno(elf, markers=False, eeprom=image) as uno, P.open_device(uno.port) as client:
+        assert client.info.learning and client.info.eeprom
+        client.clear()
+        loaded = client.eeprom_load()
+        assert loaded.loaded and loaded.n_samples == summary["n_samples"]
+        assert np.array_equal(L.unpack_counts(client.read_all_counts(), model), model.counts)
+        client.clear()  # the EEPROM keeps the record: CLEAR touches SRAM only
+    with SimulatedUno(elf, markers=False, eeprom=image) as uno, P.open_device(uno.port) as client:
+        assert client.eeprom_load().loaded
+    # one flipped count bit: the CRC refuses the record and the SRAM counts stay as they were
+    data = bytearray(image.read_bytes())
+    data[L.EEPROM_HEADER_BYTES + 3] ^= 0x10
+    image.write_bytes(bytes(data))
+    with SimulatedUno(elf, markers=False, eeprom=image) as uno, P.open_device(uno.port) as client:
+        client.clear()
+        assert client.eeprom_load().status == P.EEPROM_EMPTY
+        assert not any(client.read_all_counts())
+    image.write_bytes(bytes(BOARD.eeprom_bytes + 1))  # not an ATmega328P EEPROM image
+    with pytest.raises(TinyprotoError, match="larger than the 1024 bytes of EEPROM"):
+        SimulatedUno(elf, markers=False, eeprom=image).__enter__()
+
+
+@pytest.mark.device
+def test_counts_straddling_bytes_saturate_on_the_avr(tmp_path, learned_bc):
+    """3-bit counts (entries cross byte boundaries, many saturate) learned on the simulated AVR; the EEPROM record
+    of another model (breast_cancer's learnable one) is recognised as such and not loaded."""
+    from tinyproto.device.sim import SimulatedUno
+    from tinyproto.modeldir import load_model_dir
+
+    model_dir = flynn_dir(tmp_path / "b3", bits=3, m=203)
+    summary = L.learn_on_device(model_dir, "breast_cancer", build_learned=False)
+    assert summary["counts_identical"] and summary["test"]["score_agreement"] == 1.0
+    counts = load_model_dir(model_dir / L.LEARNED_DIR).int_model().counts
+    assert (counts == 7).sum() > 10 and ((counts > 0) & (counts < 7)).sum() > 10
+    other = learned_bc[0] / L.LEARNING_DIR / L.EEPROM_IMAGE
+    image = tmp_path / "other.bin"
+    shutil.copyfile(other, image)
+    elf = model_dir / summary["firmware"]["elf"]
+    with SimulatedUno(elf, markers=False, eeprom=image) as uno, P.open_device(uno.port) as client:
+        assert client.eeprom_load().status == P.EEPROM_OTHER
+
+
+@pytest.mark.device
+def test_firmware_that_cannot_learn_says_so(learned_bc, tmp_path):
+    from tinyproto.device.sim import SimulatedUno
+
+    out = tmp_path / "copy"
+    shutil.copytree(learned_bc[0], out)
+    built = cli("build", str(out))
+    assert built.returncode == 0, built.stderr
+    elf = out / json.loads((out / "build.json").read_text())["elf"]
+    with SimulatedUno(elf, markers=False) as uno:
+        with P.open_device(uno.port) as client:
+            assert not client.info.learning
+            with pytest.raises(TinyprotoError, match="this firmware cannot learn; run tinyproto learn"):
+                client.learn(np.zeros(client.info.n_features, np.int8), 0)
+            client.info = None  # the device's own answer (ERROR unknown type) gives the same message
+            with pytest.raises(TinyprotoError, match="this firmware cannot learn; run tinyproto learn"):
+                client.clear()
+        result = cli("learn", str(out), "--port", uno.port, "--no-flash")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "this firmware cannot learn; run tinyproto learn (it builds the learning firmware)" in result.stderr
