@@ -85,13 +85,14 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
         print_compile_report(Console(), result.report, result.out_dir)
 
 
-def _register_device_commands() -> None:
-    """build / flash / validate / run live in tinyproto.device.commands; their heavy imports are inside them."""
+def _register_commands() -> None:
+    """The other commands live in their own modules; their heavy imports are inside the commands."""
     from tinyproto.device.commands import build_command, flash_command, run_command, validate_command
     from tinyproto.device.learn_cli import learn_command
+    from tinyproto.federate_cli import federate_command
 
-    for command in (run_command, build_command, flash_command, validate_command, learn_command):
+    for command in (run_command, build_command, flash_command, validate_command, learn_command, federate_command):
         main.add_command(command)
 
 
-_register_device_commands()
+_register_commands()

@@ -1,0 +1,210 @@
+"""`tinyproto federate`: one FlyNN trained by N parties that keep their rows, written as a normal model directory.
+
+The fixed stratified split (25 % test, seed 0) is made first; the parties divide the *training* part
+(`--split`), the test part is the held-out set of every reported figure, as in `compile`. The protocol is in
+tinyproto/flynn/federated.py; this module runs it, trains the same configuration centrally for comparison, and
+writes the directory with `compile.write_model_directory` (same files and checks as `compile`, so `build`,
+`flash` and `validate` work on it) plus the federation's keys in report.json.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from tinyproto.errors import TinyprotoError
+
+BACKENDS = ("dask", "local")
+
+
+@dataclass(frozen=True)
+class FederateResult:
+    out_dir: Path
+    report: dict
+
+
+def default_dp_T(n_classes: int, n_hashes: int) -> int:
+    """T when --dp-T is not given: L·m/64 of the L·m counts (at least one).
+
+    Smaller T means less noise per released count (Laplace scale 2Tτ/ε) and a sharper exponential mechanism,
+    but fewer filter bits set; in tools/bench_federated.py L·m/64 is near the best T for ε in 1..4 on the
+    synthetic data (digits prefers even fewer). It depends on the data only through L and m, which are public.
+    """
+    return max(1, (n_classes * n_hashes) // 64)
+
+
+def check_arguments(parties: int, dp_epsilon: float | None, dp_T: int | None, backend: str,
+                    scheduler: str | None) -> None:
+    """Everything that can be refused before any data is read (one-line TinyprotoError each)."""
+    if parties < 1:
+        raise TinyprotoError(f"--parties must be at least 1, got {parties}")
+    if dp_epsilon is not None and not (dp_epsilon > 0 and math.isfinite(dp_epsilon)):
+        raise TinyprotoError(f"--dp-epsilon must be a positive number, got {dp_epsilon}")
+    if dp_T is not None and dp_T < 1:
+        raise TinyprotoError(f"--dp-T must be at least 1, got {dp_T}")
+    if dp_T is not None and dp_epsilon is None:
+        raise TinyprotoError("--dp-T needs --dp-epsilon (T only matters for the differentially private release)")
+    if backend not in BACKENDS:
+        raise TinyprotoError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if scheduler and backend != "dask":
+        raise TinyprotoError("--scheduler needs --backend dask")
+
+
+@contextmanager
+def open_backend(kind: str, shards: list, scheduler: str | None = None, workers: int | None = None,
+                 processes: bool = False) -> Iterator:
+    """The parties, placed: in this process (local) or on dask workers (a LocalCluster unless --scheduler)."""
+    from tinyproto.flynn.federated import DaskBackend, LocalBackend
+
+    if kind == "local":
+        backend = LocalBackend(shards)
+    else:
+        import importlib.util
+
+        if importlib.util.find_spec("distributed") is None:
+            raise TinyprotoError("--backend dask needs dask.distributed: pip install 'dask[distributed]' "
+                                 "(or use --backend local)")
+        backend = DaskBackend(shards, scheduler=scheduler, n_workers=workers, processes=processes)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def federate_model(
+    data: str = "digits",
+    parties: int = 2,
+    *,
+    dp_epsilon: float | None = None,
+    dp_T: int | None = None,
+    backend: str = "dask",
+    scheduler: str | None = None,
+    split_spec: str = "iid",
+    seed: int = 0,
+    budget: str = "2kB",
+    board_name: str = "uno",
+    out: Path | None = None,
+    label: str | None = None,
+    workers: int | None = None,
+    processes: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> FederateResult:
+    """Train FlyNN across `parties` parties (optionally with DP) and write the model directory; see module doc."""
+    from tinyproto.boards import load_board
+    from tinyproto.budget import parse_budget
+    from tinyproto.compile import write_model_directory
+    from tinyproto.datasets import load_dataset, split
+    from tinyproto.flynn import federated as fed
+
+    say = progress or (lambda message: None)
+    check_arguments(parties, dp_epsilon, dp_T, backend, scheduler)
+    split_kind = fed.parse_split(split_spec)
+    budget_bytes = parse_budget(budget)
+    board = load_board(board_name)
+    dataset = load_dataset(data, label=label)
+    sp = split(dataset)
+    n_train = len(sp.y_train)
+    if parties > n_train:
+        raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
+    out_dir = Path(out) if out is not None else Path("build") / f"{dataset.name}-federated"
+
+    rows = fed.split_parties(sp.y_train, parties, split_kind, seed)
+    shards = [(sp.X_train[r], sp.y_train[r]) for r in rows]
+    party_classes = [int(np.unique(y).size) for _, y in shards]
+    say(f"{parties} parties ({split_kind}): {', '.join(str(len(r)) for r in rows)} rows")
+
+    started = time.perf_counter()
+    with open_backend(backend, shards, scheduler, workers, processes) as parties_backend:
+        say(f"backend: {_describe(parties_backend.describe())}")
+        classes = fed.agree_classes(parties_backend)
+        config, info = fed.choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
+                                         party_classes[0])
+        say(f"hyper-parameters: {info['hyperparameter_source']}: m={config.n_hashes} s={config.n_inputs_per_hash} "
+            f"rho={config.n_winners} bits={config.count_bits}")
+        dp = None
+        if dp_epsilon is not None:
+            T = dp_T if dp_T is not None else default_dp_T(len(classes), config.n_hashes)
+            dp = fed.DPParams(float(dp_epsilon), int(T), parties)
+        fit = fed.federated_fit(parties_backend, config, classes, dp=dp, seed=seed, progress=say)
+        party_accuracy = parties_backend.map(fed.party_accuracy, parties_backend.handles, fit.model)
+        cluster = parties_backend.describe()
+    federated_seconds = time.perf_counter() - started
+
+    say("training the same configuration centrally for comparison")
+    central = fed.central_fit(sp.X_train, sp.y_train, config, classes)
+    extra = _federation_report(fit, central, sp, rows, party_classes, party_accuracy, split_kind, backend, cluster,
+                               dp, info, federated_seconds)
+    result = write_model_directory(fit.clf, fit.model, info, dataset, sp, seed, budget_bytes, board, out_dir,
+                                   federated_seconds, progress)
+    report = {**result.report, **extra}
+    _replace_json(result.out_dir / "report.json", report)
+    return FederateResult(result.out_dir, report)
+
+
+def _federation_report(fit, central, sp, rows, party_classes, party_accuracy, split_kind, backend, cluster, dp,
+                       info, seconds) -> dict:
+    """The report keys `compile` does not have."""
+    from tinyproto.flynn.federated import INPUT_QUANTILE
+
+    pred = fit.model.predict(sp.X_test)
+    central_pred = central.model.predict(sp.X_test)
+    same_counts = bool(np.array_equal(fit.int_counts, central.int_counts)
+                       and np.array_equal(fit.float_counts, central.float_counts))
+    return {
+        "parties": len(rows),
+        "split": str(split_kind),
+        "backend": backend,
+        "cluster": cluster,
+        "dp": dp.to_json() if dp is not None else None,
+        "accuracy": float(np.mean(pred == sp.y_test)),
+        "central_accuracy": float(np.mean(central_pred == sp.y_test)),
+        "central_float_accuracy": float(np.mean(central.clf.predict(sp.X_test) == sp.y_test)),
+        "federated_equals_central": same_counts,
+        "prediction_agreement_with_central": float(np.mean(pred == central_pred)),
+        "counts_differing_from_central": int(np.count_nonzero(fit.int_counts != central.int_counts)),
+        "party_rows": [len(r) for r in rows],
+        "party_classes": party_classes,
+        "party_train_accuracy": party_accuracy,
+        "hyperparameter_source": info["hyperparameter_source"],
+        "protocol": {
+            "allreduce_rounds": 3 + fit.quantile_rounds,  # classes, moment sums, quantile search, counts
+            "quantile_rounds": fit.quantile_rounds,
+            "standardisation": "exact all-reduce of n, sum x, sum x^2 per feature (integer arithmetic)",
+            "input_scale": f"exact distributed {INPUT_QUANTILE:g} quantile of |z| (search over float64 bit "
+                           "patterns)",
+            "input_scale_value": fit.spec.input_scale,
+            "seed_of_M": fit.spec.config.seed,
+        },
+        "federated_seconds": round(seconds, 2),
+    }
+
+
+def _describe(cluster: dict) -> str:
+    if cluster["name"] == "local":
+        return "local (every party in this process)"
+    mode = {True: "processes", False: "threads", None: "remote"}[cluster["processes"]]
+    return f"dask {cluster['scheduler']} ({cluster['workers']} workers, {mode})"
+
+
+def _replace_json(path: Path, data: dict) -> None:
+    """Rewrite one JSON file atomically (temp file + rename), so report.json is never half-written."""
+    from tinyproto.modeldir import write_json
+
+    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".json", dir=path.parent)
+    os.close(fd)
+    try:
+        write_json(Path(tmp), data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
