@@ -122,3 +122,26 @@ def test_busy_port_is_one_clear_error(compiled):
     with SimulatedUno(elf) as uno, open_device(uno.port):
         with pytest.raises(TinyprotoError, match="busy|in use|locked"):
             open_device(uno.port)
+
+
+def test_validate_fails_when_one_score_disagrees(tmp_path):
+    """Tamper with one element of one host reference score vector: validate must notice and exit non-zero."""
+    import numpy as np
+
+    from tinyproto.compile import compile_model
+    from tinyproto.modeldir import TestVectors
+
+    out = tmp_path / "m"
+    compile_model("iris", "protonn", "1kB", 0, "uno", out)
+    assert cli("build", str(out)).returncode == 0
+    vectors = TestVectors.load(out / "test_vectors.npz")
+    scores = vectors.scores.copy()
+    scores[5, 1] += 1  # labels stay the same: only the full score comparison can catch this
+    TestVectors(vectors.X_raw, vectors.xq, vectors.y, scores, vectors.labels).save(out / "test_vectors.npz")
+    result = cli("validate", str(out), "--no-raw")
+    assert result.returncode == 1
+    assert "disagree on 1 of" in result.stderr
+    summary = json.loads((out / "validation.json").read_text())
+    assert summary["label_agreement"] == 1.0 and summary["score_agreement"] < 1.0
+    assert summary["mismatches"][0]["vector"] == 5
+    assert np.array_equal(np.array(summary["mismatches"][0]["device_scores"]), vectors.scores[5])
