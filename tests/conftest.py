@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import select
 import shutil
+import struct
+import subprocess
+import termios
 from pathlib import Path
 
 import pytest
@@ -56,3 +61,37 @@ def private_cache(tmp_path_factory):
         os.environ.pop("TINYPROTO_CACHE", None)
     else:
         os.environ["TINYPROTO_CACHE"] = previous
+
+
+class PipePort:
+    """The host-compiled firmware as a port: its stdin/stdout are the serial line."""
+
+    def __init__(self, exe: Path) -> None:
+        self.proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.fd = self.proc.stdout.fileno()
+        self.timeout: float | None = 0.02
+        self.port = f"pipe:{exe.name}"
+
+    @property
+    def in_waiting(self) -> int:
+        buf = fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0")
+        return struct.unpack("i", buf)[0]
+
+    def read(self, size: int = 1) -> bytes:
+        ready, _, _ = select.select([self.fd], [], [], self.timeout)
+        return os.read(self.fd, size) if ready else b""
+
+    def write(self, data: bytes) -> int:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+        return len(data)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()

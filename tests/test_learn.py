@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from tinyproto.device import learn as L
 from tinyproto.device import protocol as P
 from tinyproto.errors import TinyprotoError
 
-from conftest import needs
+from conftest import PipePort, needs
 
 HAVE_SIM = os.path.exists("/usr/include/simavr/sim_avr.h")
 BOARD = load_board("uno")
@@ -101,30 +100,6 @@ def test_too_big_model_is_refused_before_any_build(compiled, save_eeprom):
 
 
 # ---- the learning app compiled for the host: saturation, chunks, errors, EEPROM emulation ------------------
-
-
-class PipePort:
-    """The host-compiled learning firmware; its stdin/stdout are the serial line."""
-
-    def __init__(self, exe: Path) -> None:
-        self.proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.fd = self.proc.stdout.fileno()
-        self.timeout: float | None = 0.02
-        self.port = f"pipe:{exe.name}"
-
-    def read(self, size: int = 1) -> bytes:
-        ready, _, _ = select.select([self.fd], [], [], self.timeout)
-        return os.read(self.fd, size) if ready else b""
-
-    def write(self, data: bytes) -> int:
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-        return len(data)
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=5)
-        self.proc.stdout.close()
 
 
 def host_learning_app(model_dir: Path, out: Path) -> Path:

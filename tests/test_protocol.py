@@ -4,14 +4,11 @@ of tests/fixtures/protocol mirrored below in numpy."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-import select
 import shutil
 import struct
 import subprocess
-import termios
 import time
 import tty
 from contextlib import contextmanager
@@ -25,6 +22,8 @@ from hypothesis import strategies as st
 
 from tinyproto.device import protocol as P
 from tinyproto.errors import TinyprotoError
+
+from conftest import PipePort
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRMWARE = ROOT / "firmware"
@@ -113,40 +112,6 @@ def good_answer(frame: P.Frame, _n: int = 0) -> bytes:
     if frame.type == P.MSG_PREDICT:
         return P.encode_frame(0x82, frame.seq, prediction_payload(np.frombuffer(frame.payload, np.int8)))
     return P.encode_frame(0x84, frame.seq, struct.pack("<HHH", 300, 120, 0))
-
-
-class PipePort:
-    """The host-compiled firmware as a port: its stdin/stdout are the serial line."""
-
-    def __init__(self, exe: Path) -> None:
-        self.proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.fd = self.proc.stdout.fileno()
-        self.timeout: float | None = 0.02
-        self.port = f"pipe:{exe.name}"
-
-    @property
-    def in_waiting(self) -> int:
-        buf = fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0")
-        return struct.unpack("i", buf)[0]
-
-    def read(self, size: int = 1) -> bytes:
-        ready, _, _ = select.select([self.fd], [], [], self.timeout)
-        return os.read(self.fd, size) if ready else b""
-
-    def write(self, data: bytes) -> int:
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-        return len(data)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stdout.close()
 
 
 def answers(port: PipePort, data: bytes, quiet: float = 0.15) -> list[P.Frame]:
