@@ -347,3 +347,85 @@ def test_federate_refuses_bad_arguments(tmp_path, args):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert not out.exists()
+
+
+# ---------------------------------------------------------------- parties that learn on a (simulated) Uno
+
+
+def needs_simulated_uno():
+    import os
+    import shutil
+
+    if shutil.which("avr-gcc") is None or not os.path.exists("/usr/include/simavr/sim_avr.h"):
+        pytest.skip("needs avr-gcc and libsimavr-dev")
+
+
+def tinyproto_cli(*args):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+def test_device_parties_release_saturated_counts_and_the_resaturated_sum_is_exact():
+    """Each simulated Uno learns its shard; its counts (read with READ_COUNTS) saturate on the device, so their sum
+    is not the pooled sum, but the deployed (re-saturated) counts equal central training exactly."""
+    needs_simulated_uno()
+    from tinyproto.boards import load_board
+    from tinyproto.device.federated import DeviceBackend
+
+    sp = data("wine")
+    config = config_for(n_hashes=120, s=6, rho=16, bits=2)
+    classes = np.unique(sp.y_train)
+    with DeviceBackend(shards(sp, 2, "by-class"), load_board("uno")) as backend:
+        fit = fed.federated_fit(backend, config, classes)
+        parties = backend.describe()["device_parties"]
+    ref = fed.central_fit(sp.X_train, sp.y_train, config, classes)
+    assert [p["counts_identical_to_host"] for p in parties] == [True, True]
+    assert all(p["entries_at_cap"] > 0 for p in parties)  # the devices did saturate
+    assert not np.array_equal(fit.int_counts, ref.int_counts)  # so the raw sums differ ...
+    np.testing.assert_array_equal(fit.model.counts, ref.model.counts)  # ... but not the model
+    np.testing.assert_array_equal(fit.model.predict(sp.X_test), ref.model.predict(sp.X_test))
+
+
+def test_federate_sim_backend_equals_local_and_validates_on_the_simulator(tmp_path):
+    needs_simulated_uno()
+    out, local = tmp_path / "fed-sim", tmp_path / "fed-local"
+    common = ["wine", "--parties", "3", "--split", "dirichlet:0.5", "--json"]
+    result = run_cli(*common, "--backend", "sim", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert run_cli(*common, "--backend", "local", "--out", str(local)).exit_code == 0
+    report = load_model_dir(out).report
+    assert report["backend"] == "sim" and report["federated_equals_central"] is True
+    assert report["counts_differing_from_central"] == 0
+    parties = report["cluster"]["device_parties"]
+    assert len(parties) == 3 and all(p["counts_identical_to_host"] for p in parties)
+    assert sum(p["n_samples"] for p in parties) == sum(report["party_rows"])
+    sim_model, local_model = load_model_dir(out), load_model_dir(local)
+    assert sim_model.meta["int_model"] == local_model.meta["int_model"]  # the local backend's counts, exactly
+    assert sim_model.meta["model_hash"] == local_model.meta["model_hash"]
+    built = tinyproto_cli("build", str(out))
+    assert built.returncode == 0, built.stderr
+    checked = tinyproto_cli("validate", str(out), "--sim", "--json")
+    assert checked.returncode == 0, checked.stderr
+    validation = json.loads(checked.stdout)
+    assert validation["complete"] and validation["score_agreement"] == validation["label_agreement"] == 1.0
+
+
+def test_federate_port_backend_refuses_a_missing_port(tmp_path):
+    out = tmp_path / "never"
+    result = CliRunner().invoke(federate_command, ["iris", "--parties", "1", "--backend", "port", "--ports",
+                                                   "/dev/does-not-exist", "--out", str(out)])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: serial port /dev/does-not-exist does not exist")
+    assert not out.exists()
+    for args in (["--backend", "port"], ["--backend", "sim", "--ports", "/dev/null"],
+                 ["--backend", "port", "--ports", "/dev/null,/dev/null"]):
+        result = CliRunner().invoke(federate_command, ["iris", "--parties", "2", *args, "--out", str(out)])
+        assert result.exit_code == 1 and result.stderr.startswith("error: ") and not out.exists()

@@ -23,7 +23,8 @@ import numpy as np
 
 from tinyproto.errors import TinyprotoError
 
-BACKENDS = ("dask", "local")
+BACKENDS = ("dask", "local", "sim", "port")
+DEVICE_BACKENDS = ("sim", "port")  # parties that learn on a (simulated) Uno: tinyproto/device/federated.py
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def default_dp_T(n_classes: int, n_hashes: int) -> int:
 
 
 def check_arguments(parties: int, dp_epsilon: float | None, dp_T: int | None, backend: str,
-                    scheduler: str | None) -> None:
+                    scheduler: str | None, ports: str | None = None) -> None:
     """Everything that can be refused before any data is read (one-line TinyprotoError each)."""
     if parties < 1:
         raise TinyprotoError(f"--parties must be at least 1, got {parties}")
@@ -57,16 +58,30 @@ def check_arguments(parties: int, dp_epsilon: float | None, dp_T: int | None, ba
         raise TinyprotoError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if scheduler and backend != "dask":
         raise TinyprotoError("--scheduler needs --backend dask")
+    if (ports is not None) != (backend == "port"):
+        raise TinyprotoError("--backend port needs --ports P1,P2,... (one board per party)" if ports is None
+                             else "--ports needs --backend port")
+    if ports is not None:
+        from tinyproto.device.federated import check_ports
+
+        check_ports(ports.split(","), parties)
 
 
 @contextmanager
 def open_backend(kind: str, shards: list, scheduler: str | None = None, workers: int | None = None,
-                 processes: bool = False) -> Iterator:
-    """The parties, placed: in this process (local) or on dask workers (a LocalCluster unless --scheduler)."""
+                 processes: bool = False, *, board=None, ports: str | None = None, dataset: str = "federated",
+                 budget_bytes: int = 0, progress: Callable[[str], None] | None = None) -> Iterator:
+    """The parties, placed: in this process (local), on dask workers (a LocalCluster unless --scheduler), or
+    on devices that learn their shard (sim: one simulated Uno per party; port: one board per port)."""
     from tinyproto.flynn.federated import DaskBackend, LocalBackend
 
     if kind == "local":
         backend = LocalBackend(shards)
+    elif kind in DEVICE_BACKENDS:
+        from tinyproto.device.federated import DeviceBackend
+
+        backend = DeviceBackend(shards, board, None if kind == "sim" else ports.split(","), dataset=dataset,
+                                budget_bytes=budget_bytes, progress=progress)
     else:
         import importlib.util
 
@@ -96,6 +111,7 @@ def federate_model(
     label: str | None = None,
     workers: int | None = None,
     processes: bool = False,
+    ports: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> FederateResult:
     """Train FlyNN across `parties` parties (optionally with DP) and write the model directory; see module doc."""
@@ -106,7 +122,7 @@ def federate_model(
     from tinyproto.flynn import federated as fed
 
     say = progress or (lambda message: None)
-    check_arguments(parties, dp_epsilon, dp_T, backend, scheduler)
+    check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports)
     split_kind = fed.parse_split(split_spec)
     budget_bytes = parse_budget(budget)
     board = load_board(board_name)
@@ -123,11 +139,17 @@ def federate_model(
     say(f"{parties} parties ({split_kind}): {', '.join(str(len(r)) for r in rows)} rows")
 
     started = time.perf_counter()
-    with open_backend(backend, shards, scheduler, workers, processes) as parties_backend:
+    with open_backend(backend, shards, scheduler, workers, processes, board=board, ports=ports,
+                      dataset=dataset.name, budget_bytes=budget_bytes, progress=say) as parties_backend:
         say(f"backend: {_describe(parties_backend.describe())}")
         classes = fed.agree_classes(parties_backend)
+        limit = None
+        if backend in DEVICE_BACKENDS:  # the counts must fit the learning firmware (as compile --learnable)
+            from tinyproto.device.learn import count_limit
+
+            limit = count_limit(board, sp.X_train.shape[1], len(classes))
         config, info = fed.choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
-                                         party_classes[0])
+                                         party_classes[0], count_limit=limit)
         say(f"hyper-parameters: {info['hyperparameter_source']}: m={config.n_hashes} s={config.n_inputs_per_hash} "
             f"rho={config.n_winners} bits={config.count_bits}")
         dp = None
@@ -157,8 +179,14 @@ def _federation_report(fit, central, sp, rows, party_classes, party_accuracy, sp
 
     pred = fit.model.predict(sp.X_test)
     central_pred = central.model.predict(sp.X_test)
-    same_counts = bool(np.array_equal(fit.int_counts, central.int_counts)
-                       and np.array_equal(fit.float_counts, central.float_counts))
+    on_device = backend in DEVICE_BACKENDS
+    if on_device:  # devices release saturated counts only: compare the deployed (re-saturated) counts
+        same_counts = bool(np.array_equal(fit.model.counts, central.model.counts))
+        differing = int(np.count_nonzero(fit.model.counts != central.model.counts))
+    else:
+        same_counts = bool(np.array_equal(fit.int_counts, central.int_counts)
+                           and np.array_equal(fit.float_counts, central.float_counts))
+        differing = int(np.count_nonzero(fit.int_counts != central.int_counts))
     return {
         "parties": len(rows),
         "split": str(split_kind),
@@ -170,7 +198,11 @@ def _federation_report(fit, central, sp, rows, party_classes, party_accuracy, sp
         "central_float_accuracy": float(np.mean(central.clf.predict(sp.X_test) == sp.y_test)),
         "federated_equals_central": same_counts,
         "prediction_agreement_with_central": float(np.mean(pred == central_pred)),
-        "counts_differing_from_central": int(np.count_nonzero(fit.int_counts != central.int_counts)),
+        "counts_differing_from_central": differing,
+        "compared_counts": ("the deployed integer counts, saturated to the count bits (each device releases its "
+                            "counts saturated; the sum is saturated again, which equals saturating the pooled "
+                            "counts); the device adds no DP noise, the party's host does after reading" if on_device
+                            else "the integer and float models' counts, summed before saturation"),
         "party_rows": [len(r) for r in rows],
         "party_classes": party_classes,
         "party_train_accuracy": party_accuracy,
@@ -191,6 +223,10 @@ def _federation_report(fit, central, sp, rows, party_classes, party_accuracy, sp
 def _describe(cluster: dict) -> str:
     if cluster["name"] == "local":
         return "local (every party in this process)"
+    if cluster["name"] == "sim":
+        return f"sim ({cluster['devices']} simulated Unos learning on-device)"
+    if cluster["name"] == "port":
+        return f"port ({', '.join(cluster['ports'])}, learning on-device)"
     mode = {True: "processes", False: "threads", None: "remote"}[cluster["processes"]]
     return f"dask {cluster['scheduler']} ({cluster['workers']} workers, {mode})"
 

@@ -25,8 +25,12 @@ BUDGET_HELP = "Model size limit in flash: 2kB, 2KiB, 1.5kB, 2048B or 2048 (1 kB 
                    "Without it the federated model equals the central one exactly.")
 @click.option("--dp-T", "--dp-t", "dp_T", type=int, default=None,
               help="Counts each party releases under DP (>= 1); default: L*m/64 of the L*m counts.")
-@click.option("--backend", type=click.Choice(["dask", "local"]), default="dask", show_default=True,
-              help="dask: each party on a dask.distributed worker; local: all parties in this process.")
+@click.option("--backend", type=click.Choice(["dask", "local", "sim", "port"]), default="dask", show_default=True,
+              help="dask: each party on a dask.distributed worker; local: all parties in this process; sim: each "
+                   "party's counts are learned on-device by its own simulated Uno (learning firmware, LEARN / "
+                   "READ_COUNTS over serial); port: the same on real Unos (--ports).")
+@click.option("--ports", default=None, metavar="P1,P2,...",
+              help="--backend port: one serial port per party (each board is flashed with the learning firmware).")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Address of a running dask scheduler (e.g. tcp://10.0.0.5:8786); default: a LocalCluster.")
 @click.option("--workers", type=int, default=None,
@@ -42,8 +46,8 @@ BUDGET_HELP = "Model size limit in flash: 2kB, 2KiB, 1.5kB, 2048B or 2048 (1 kB 
 @click.option("--label", default=None, help="CSV label column (default: the last column).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the summary tables.")
 def federate_command(data: str, parties: int, split_spec: str, dp_epsilon: float | None, dp_T: int | None,
-                     backend: str, scheduler: str | None, workers: int | None, processes: bool, budget: str,
-                     seed: int, board: str, out: Path | None, label: str | None, as_json: bool) -> None:
+                     backend: str, ports: str | None, scheduler: str | None, workers: int | None, processes: bool,
+                     budget: str, seed: int, board: str, out: Path | None, label: str | None, as_json: bool) -> None:
     """Train one FlyNN on DATA split across --parties parties, without moving their rows, and write a model
     directory exactly like `compile` (then `tinyproto build` / `validate` as usual).
 
@@ -63,23 +67,25 @@ def federate_command(data: str, parties: int, split_spec: str, dp_epsilon: float
       tinyproto federate digits --parties 4 --split dirichlet:0.1 --out build/fed
       tinyproto federate digits --parties 2 --dp-epsilon 16 --dp-T 30 --backend local
       tinyproto federate data.csv --parties 3 --scheduler tcp://127.0.0.1:8786
+      tinyproto federate iris --parties 3 --backend sim --out build/fed-sim
+      tinyproto federate iris --parties 2 --backend port --ports /dev/ttyACM0,/dev/ttyACM1
     """
     try:
-        _run(data, parties, split_spec, dp_epsilon, dp_T, backend, scheduler, workers, processes, budget, seed,
-             board, out, label, as_json)
+        _run(data, parties, split_spec, dp_epsilon, dp_T, backend, ports, scheduler, workers, processes, budget,
+             seed, board, out, label, as_json)
     except TinyprotoError as exc:  # also one line when used outside the tinyproto group
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 
 
-def _run(data, parties, split_spec, dp_epsilon, dp_T, backend, scheduler, workers, processes, budget, seed, board,
-         out, label, as_json) -> None:
+def _run(data, parties, split_spec, dp_epsilon, dp_T, backend, ports, scheduler, workers, processes, budget, seed,
+         board, out, label, as_json) -> None:
     from rich.console import Console
 
     from tinyproto.federate import check_arguments, federate_model
     from tinyproto.report import print_compile_report
 
-    check_arguments(parties, dp_epsilon, dp_T, backend, scheduler)  # refuse before the spinner starts
+    check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports)  # refuse before the spinner starts
     console = Console(stderr=as_json)
 
     def say(message: str) -> None:
@@ -89,7 +95,7 @@ def _run(data, parties, split_spec, dp_epsilon, dp_T, backend, scheduler, worker
         result = federate_model(data, parties, dp_epsilon=dp_epsilon, dp_T=dp_T, backend=backend,
                                 scheduler=scheduler, split_spec=split_spec, seed=seed, budget=budget,
                                 board_name=board, out=out, label=label, workers=workers, processes=processes,
-                                progress=say)
+                                ports=ports, progress=say)
     if as_json:
         click.echo(json.dumps(result.report, indent=2))
         return
@@ -106,8 +112,16 @@ def print_federation_report(console, report: dict) -> None:
 
     table = Table(title=f"federated training: {report['parties']} parties, split {report['split']}", show_header=False)
     cluster = report["cluster"]
-    table.add_row("backend", report["backend"] if cluster["name"] == "local" else
-                  f"dask, {cluster['scheduler']}, {cluster['workers']} workers")
+    if cluster["name"] == "dask":
+        table.add_row("backend", f"dask, {cluster['scheduler']}, {cluster['workers']} workers")
+    elif cluster["name"] in ("sim", "port"):
+        parties = cluster["device_parties"]
+        same = sum(p["counts_identical_to_host"] for p in parties)
+        where = "simulated Unos" if cluster["name"] == "sim" else ", ".join(cluster["ports"])
+        table.add_row("backend", f"{cluster['name']}: counts learned on-device ({where}), read with READ_COUNTS")
+        table.add_row("device counts = host reference", f"{same} of {len(parties)} parties")
+    else:
+        table.add_row("backend", report["backend"])
     table.add_row("rows per party", ", ".join(map(str, report["party_rows"])))
     table.add_row("classes per party", ", ".join(map(str, report["party_classes"])))
     table.add_row("hyper-parameters", report["hyperparameter_source"])
@@ -118,7 +132,8 @@ def print_federation_report(console, report: dict) -> None:
     table.add_row("int8 accuracy, federated", pct(report["accuracy"]))
     table.add_row("int8 accuracy, central", pct(report["central_accuracy"]))
     same = report["federated_equals_central"]
-    table.add_row("counts", "identical to central" if same else
+    table.add_row("counts" + (" (saturated)" if cluster["name"] in ("sim", "port") else ""),
+                  "identical to central" if same else
                   f"{report['counts_differing_from_central']} entries differ from central")
     table.add_row("test predictions = central", pct(report["prediction_agreement_with_central"]))
     table.add_row("all-reduce rounds", f"{report['protocol']['allreduce_rounds']} "

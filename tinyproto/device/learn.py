@@ -269,14 +269,20 @@ def learning_ini(board: Board, key: int) -> str:
 
 def prepare_learning_project(model_dir: ModelDir, model, board: Board) -> Path:
     """DIR/learning/: the model's sources (rendered from model.json with today's runtime) + the learning flags."""
+    meta = model_dir.meta
+    return write_learning_project(model_dir.path / LEARNING_DIR, model, board, meta.get("dataset", "?"),
+                                  int(meta.get("seed", 0)), int(meta["budget_bytes"]))
+
+
+def write_learning_project(project: Path, model, board: Board, dataset: str, seed: int, budget_bytes: int) -> Path:
+    """A learning-firmware project for `model` in `project` (also used without a model directory, by the
+    federated device parties, whose model has no counts yet)."""
     from tinyproto.render import write_sources
 
-    project = model_dir.path / LEARNING_DIR
     for sub in ("include", "lib", "src"):
         shutil.rmtree(project / sub, ignore_errors=True)  # no stale runtime file survives
     project.mkdir(parents=True, exist_ok=True)
-    meta = model_dir.meta
-    write_sources(model, project, meta.get("dataset", "?"), int(meta.get("seed", 0)), int(meta["budget_bytes"]))
+    write_sources(model, project, dataset, seed, budget_bytes)
     (project / "platformio.ini").write_text(learning_ini(board, layout_key(model)))
     return project
 
@@ -291,12 +297,13 @@ class LearningFirmware:
     tool: str
 
 
-def build_learning_firmware(model_dir: ModelDir, model, board: Board, sizes: LearnSizes,
+def build_learning_firmware(project: Path, model, board: Board, sizes: LearnSizes,
                             say: Callable[[str], None]) -> LearningFirmware:
-    """Build DIR/learning/ and check its static SRAM (counts + buffers) against the plan and the board."""
+    """Build a prepared learning project (DIR/learning/, `prepare_learning_project`) and check its static SRAM
+    (counts + buffers) against the plan and the board."""
     from tinyproto.device.build import build_project
 
-    project = prepare_learning_project(model_dir, model, board).resolve()
+    project = Path(project).resolve()
     result = build_project(project, progress=say)
     static = result.sizes.sram_static_bytes
     if result.sizes.flash_bytes > board.flash_bytes_for_sketch:
@@ -451,7 +458,7 @@ def learn_on_device(
     data = data or _default_data(model_dir)
     data_name, xq, y_index = training_samples(model, data, label)
     expected = host_counts(model, xq, y_index)
-    firmware = build_learning_firmware(model_dir, model, board, sizes, say)
+    firmware = build_learning_firmware(prepare_learning_project(model_dir, model, board), model, board, sizes, say)
     if port is not None and flash:
         from tinyproto.device.flash import flash_port
 

@@ -22,7 +22,10 @@ Everything before the counting has to be agreed the same way, with sums that add
    vectors give the same quantile numpy computes on the pooled data;
 5. the counts: per party, the float model's counts and the integer model's counts (the device's hash of the
    int8 inputs, as `IntFlyNN.from_classifier` recounts them), summed; saturation to the model's count bits
-   happens after the sum (min(Σ, cap) is not Σ min).
+   happens after the sum (min(Σ, cap) is not Σ min). Parties that learn on a device (DeviceBackend) can only
+   release counts already saturated on the device; re-saturating their sum is still exact, because for
+   non-negative c_p: min(Σ_p min(c_p, cap), cap) = min(Σ_p c_p, cap) (if any c_p reaches the cap both sides
+   are the cap, otherwise nothing was clipped). Only the deployed, saturated counts are then comparable.
 
 Without differential privacy the federated model is therefore *identical* to the central one: same counts,
 same predictions (tests/test_federated.py checks this for strongly non-IID splits too).
@@ -46,7 +49,9 @@ without noise, and the sum is not a secure aggregation; the report says so.
 
 Backends: `LocalBackend` runs every party in this process (tests, central baseline); `DaskBackend` places
 each party's shard once on a dask.distributed worker (client.scatter) and runs every party's computation
-there (client.submit pinned to that worker); the all-reduce is a tree of additions on the cluster.
+there (client.submit pinned to that worker); the all-reduce is a tree of additions on the cluster;
+`tinyproto.device.federated.DeviceBackend` makes each party a (simulated) Uno that learns its shard with the
+learning firmware and whose counts are read back over serial (`allreduce_counts`).
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ from tinyproto.flynn.solver import (
     MIN_HASHES,
     estimate_cycles,
     fastest_m,
+    CountLimit,
     fit_flynn_under_budget,
     largest_m,
     model_bytes,
@@ -367,8 +373,10 @@ def default_config(seed: int) -> FlyNNConfig:
 
 
 def fit_to_classes(config: FlyNNConfig, n_classes: int, n_features: int, budget_bytes: int,
-                   max_inference_ms: float | None = DEFAULT_MAX_MS) -> FlyNNConfig:
-    """Shrink m (and s, as the solver caps it) so the filters of all n_classes fit the budget and the time cap.
+                   max_inference_ms: float | None = DEFAULT_MAX_MS,
+                   count_limit: CountLimit | None = None) -> FlyNNConfig:
+    """Shrink m (and s, as the solver caps it) so the filters of all n_classes fit the budget and the time cap
+    (and, with count_limit, the learning firmware's SRAM/EEPROM: parties that learn on a device).
 
     Party 0 may hold fewer classes than the federation; its configuration would then overflow the budget."""
     n_in = 2 * n_features if config.sign_split else n_features
@@ -377,10 +385,13 @@ def fit_to_classes(config: FlyNNConfig, n_classes: int, n_features: int, budget_
     m = min(config.n_hashes,
             largest_m(budget_bytes, s, config.count_bits, n_classes, n_features, n_in, config.store_M),
             fastest_m(max_cycles, s, config.n_winners, config.count_bits, n_classes, n_in, config.store_M))
+    if count_limit is not None:
+        m = min(m, count_limit(config.n_winners, config.count_bits, n_in, config.store_M))
     if m < max(MIN_HASHES, config.n_winners):
         need = model_bytes(max(MIN_HASHES, config.n_winners), s, config.count_bits, n_classes, n_features, n_in,
                            config.store_M)
-        raise TinyprotoError(f"the chosen FlyNN (rho={config.n_winners}) does not fit {budget_bytes} B for "
+        where = " and the learning firmware's SRAM/EEPROM" if count_limit is not None else ""
+        raise TinyprotoError(f"the chosen FlyNN (rho={config.n_winners}) does not fit {budget_bytes} B{where} for "
                              f"{n_classes} classes; it needs about {need} B")
     return FlyNNConfig(m, s, config.n_winners, config.decay, config.count_bits, config.store_M, config.scaling,
                        config.sign_split, config.seed, config.random_state)
@@ -422,10 +433,11 @@ def party_abs_z_bits(shard: Shard, spec: FederatedSpec) -> np.ndarray:
     return np.sort(z.view(np.int64))
 
 
-def party_choose_config(shard: Shard, budget_bytes: int, seed: int) -> dict:
-    """Party 0: the budget solver on its own shard; returns the solver info (chosen + candidates), no model."""
+def party_choose_config(shard: Shard, budget_bytes: int, seed: int, count_limit: CountLimit | None = None) -> dict:
+    """Party 0: the budget solver on its own shard; returns the solver info (chosen + candidates), no model.
+    count_limit (device parties): m capped so the counts fit the learning firmware (device.learn.count_limit)."""
     X, y = shard
-    _, _, info = fit_flynn_under_budget(X, y, budget_bytes, seed)
+    _, _, info = fit_flynn_under_budget(X, y, budget_bytes, seed, count_limit=count_limit)
     return info
 
 
@@ -572,6 +584,9 @@ class Backend(Protocol):
 
     def allreduce(self, fn: Callable, handles: list, *args, per_party: Sequence | None = None) -> Any: ...
 
+    def allreduce_counts(self, spec: FederatedSpec, dp: DPParams | None,
+                         seeds: Sequence[np.random.SeedSequence]) -> CountRelease: ...
+
     def close(self) -> None: ...
 
 
@@ -603,6 +618,12 @@ class LocalBackend:
 
     def allreduce(self, fn: Callable, handles: list, *args, per_party: Sequence | None = None) -> Any:
         return tree_sum(self.map(fn, handles, *args, per_party=per_party))
+
+    def allreduce_counts(self, spec: FederatedSpec, dp: DPParams | None,
+                         seeds: Sequence[np.random.SeedSequence]) -> CountRelease:
+        """The counting round: every party's `party_counts` (the host's hash of its int8 rows), summed.
+        tinyproto.device.federated.DeviceBackend overrides it: there the devices learn and are read back."""
+        return self.allreduce(party_counts, self.handles, spec, dp, per_party=seeds)
 
     def close(self) -> None:
         pass
@@ -690,6 +711,10 @@ class DaskBackend:
                      else level[i] for i in range(0, len(level), 2)]
         return level[0].result()
 
+    def allreduce_counts(self, spec: FederatedSpec, dp: DPParams | None,
+                         seeds: Sequence[np.random.SeedSequence]) -> CountRelease:
+        return self.allreduce(party_counts, self.handles, spec, dp, per_party=seeds)
+
     def close(self) -> None:
         client, cluster = getattr(self, "client", None), self._cluster
         if client is not None:
@@ -718,7 +743,7 @@ class FederatedFit:
     clf: FlyNNClassifier  # float model (DP: its counts are the released integer-hash counts)
     model: IntFlyNN  # the deployed integer model
     spec: FederatedSpec
-    int_counts: np.ndarray  # summed, before saturation
+    int_counts: np.ndarray  # summed, before saturation (device parties: sums of their saturated counts)
     float_counts: np.ndarray  # summed (DP: = int_counts)
     quantile_rounds: int
 
@@ -730,11 +755,12 @@ def agree_classes(backend: Backend, handles: list | None = None) -> np.ndarray:
 
 
 def choose_config(backend: Backend, budget_bytes: int, seed: int, classes: np.ndarray, n_features: int,
-                  party0_classes: int) -> tuple[FlyNNConfig, dict]:
+                  party0_classes: int, count_limit: CountLimit | None = None) -> tuple[FlyNNConfig, dict]:
     """Hyper-parameters from party 0's shard (the solver runs there), resized for all classes; a default
-    configuration when party 0 holds a single class (the solver cannot rank anything)."""
+    configuration when party 0 holds a single class (the solver cannot rank anything). count_limit (parties
+    that learn on a device, `device.learn.count_limit` for all classes) keeps the counts learnable."""
     if party0_classes >= 2:
-        info = backend.run_on(0, party_choose_config, budget_bytes, seed)
+        info = backend.run_on(0, party_choose_config, budget_bytes, seed, count_limit)
         config = config_from_solver(info["chosen"], seed)
         source = "fit_flynn_under_budget on party 0's shard"
     else:
@@ -742,7 +768,7 @@ def choose_config(backend: Backend, budget_bytes: int, seed: int, classes: np.nd
         config = default_config(seed)
         source = "default configuration (party 0 holds a single class)"
     party0 = info.get("chosen")
-    config = fit_to_classes(config, len(classes), n_features, budget_bytes)
+    config = fit_to_classes(config, len(classes), n_features, budget_bytes, count_limit=count_limit)
     n_in = 2 * n_features if config.sign_split else n_features
     cycles = estimate_cycles(config.n_hashes, config.n_inputs_per_hash, config.n_winners, config.count_bits,
                              len(classes), n_in, config.store_M)
@@ -779,7 +805,7 @@ def federated_fit(backend: Backend, config: FlyNNConfig, classes: np.ndarray, dp
     say(f"all-reduce: int8 step from the exact {INPUT_QUANTILE:g} quantile of |z| ({rounds} rounds)")
 
     per_party = party_seed_sequences(seed, backend.n_parties)[1]
-    total = backend.allreduce(party_counts, handles, spec, dp, per_party=per_party)
+    total = backend.allreduce_counts(spec, dp, per_party)
     say(f"all-reduce: counts of {len(classes)} classes x {config.n_hashes} hash bits"
         + (f" (DP: epsilon={dp.epsilon:g}, T={dp.T})" if dp else ""))
     float_counts = total.float_counts if total.float_counts is not None else total.int_counts
