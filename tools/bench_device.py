@@ -14,22 +14,17 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from rich.console import Console
+
 from tinyproto.compile import compile_model
 from tinyproto.device.commands import build_model_dir
 from tinyproto.device.validate import validate
 
 
-class _Quiet:
-    def status(self, *args, **kwargs):
-        import contextlib
-
-        return contextlib.nullcontext()
-
-
 def run(model: str, data: str, budget: str, workdir: Path) -> dict:
     out = workdir / f"{model}-{data}-{budget}"
     compile_model(data, model, budget, 0, "uno", out)
-    build_model_dir(out, "uno_sim", _Quiet())
+    build_model_dir(out, "uno_sim", Console(quiet=True))
     return validate(out, raw_check=False)
 
 

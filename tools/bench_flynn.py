@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
 from sklearn.model_selection import GridSearchCV
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import make_pipeline
@@ -68,13 +69,7 @@ def host_table(names: list[str]) -> None:
 def device_row(out: Path) -> dict:
     from tinyproto.device.commands import build_model_dir
 
-    class _Quiet:
-        def status(self, *a, **k):
-            import contextlib
-
-            return contextlib.nullcontext()
-
-    build_model_dir(out, "uno_sim", _Quiet())
+    build_model_dir(out, "uno_sim", Console(quiet=True))
     return validate(out, raw_check=False)
 
 

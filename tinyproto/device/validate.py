@@ -87,10 +87,10 @@ def _raw_input_check(client, vectors, progress: Callable[[int], None] | None) ->
     }
 
 
-def summarise(model_dir: ModelDir, board: Board, build: BuildInfo, target: str, rows: dict[int, dict],
-              n_total: int, stack_peak: int | None, markers: dict | None, raw: dict | None) -> dict:
-    model = model_dir.int_model()
-    vectors = model_dir.vectors()
+def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInfo, target: str,
+              rows: dict[int, dict], stack_peak: int | None, markers: dict | None, raw: dict | None) -> dict:
+    """validation.json from the rows measured so far (`model` and `vectors` as validate() loaded them)."""
+    n_total = len(vectors.labels)
     ordered = [rows[i] for i in sorted(rows)]
     cycles = np.array([r["cycles"] for r in ordered], dtype=np.float64)
     n = len(ordered)
@@ -200,7 +200,7 @@ def validate(
                     tick(1)
                 if count % PROGRESS_EVERY == 0:
                     write_json(model_dir.path / "validation.json",
-                               summarise(model_dir, board, build, target, rows, n_total, None, None, None))
+                               summarise(model_dir, model, vectors, board, build, target, rows, None, None, None))
         marker_check = None
         if sim is not None:
             spans = _marker_cycles(sim.markers())[spans_before:]
@@ -211,7 +211,7 @@ def validate(
             raw = _raw_input_check(client, vectors, raw_tick)
         stack_peak = client.stats().stack_peak
 
-    summary = summarise(model_dir, board, build, target, rows, n_total, stack_peak, marker_check, raw)
+    summary = summarise(model_dir, model, vectors, board, build, target, rows, stack_peak, marker_check, raw)
     write_json(model_dir.path / "validation.json", summary)
     return summary
 
