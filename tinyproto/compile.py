@@ -76,11 +76,13 @@ def compile_model(
 
 def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, seed: int, budget_bytes: int,
                           board: Board, out_dir: Path, train_seconds: float,
-                          progress: Callable[[str], None] | None = None) -> CompileResult:
+                          progress: Callable[[str], None] | None = None,
+                          extra_report: dict | None = None) -> CompileResult:
     """Check a fitted model against the budget and the board, then write its model directory atomically.
 
     Shared by `compile` and every other producer of models (federated training, benchmarks), so each
-    directory has the same files, report keys and checks.
+    directory has the same files, report keys and checks. `extra_report` adds a producer's own keys to
+    report.json inside the same atomic write.
     """
     ledger = Ledger(model.carrays(), model.working_sram())
     if ledger.model_bytes > budget_bytes:  # the solvers guarantee this; a breach is a bug, never shipped
@@ -99,6 +101,7 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
     int8_pred = np.asarray(model.classes)[vectors.labels]
     report = _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
                      float_pred, int8_pred, sp.y_test)
+    report.update(extra_report or {})
 
     if progress:
         progress(f"writing {out_dir}")

@@ -10,8 +10,6 @@ writes the directory with `compile.write_model_directory` (same files and checks
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -166,10 +164,8 @@ def federate_model(
     extra = _federation_report(fit, central, sp, rows, party_classes, party_accuracy, split_kind, backend, cluster,
                                dp, info, federated_seconds)
     result = write_model_directory(fit.clf, fit.model, info, dataset, sp, seed, budget_bytes, board, out_dir,
-                                   federated_seconds, progress)
-    report = {**result.report, **extra}
-    _replace_json(result.out_dir / "report.json", report)
-    return FederateResult(result.out_dir, report)
+                                   federated_seconds, progress, extra_report=extra)
+    return FederateResult(result.out_dir, result.report)
 
 
 def _federation_report(fit, central, sp, rows, party_classes, party_accuracy, split_kind, backend, cluster, dp,
@@ -229,18 +225,3 @@ def _describe(cluster: dict) -> str:
         return f"port ({', '.join(cluster['ports'])}, learning on-device)"
     mode = {True: "processes", False: "threads", None: "remote"}[cluster["processes"]]
     return f"dask {cluster['scheduler']} ({cluster['workers']} workers, {mode})"
-
-
-def _replace_json(path: Path, data: dict) -> None:
-    """Rewrite one JSON file atomically (temp file + rename), so report.json is never half-written."""
-    from tinyproto.modeldir import write_json
-
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".json", dir=path.parent)
-    os.close(fd)
-    try:
-        write_json(Path(tmp), data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
