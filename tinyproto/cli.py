@@ -1,29 +1,64 @@
 """The `tinyproto` command line: a thin layer over the library (one function per command).
 
-User errors (TinyprotoError) print one line and exit 1; anything else is a bug and shows a traceback.
+Every failure ends in one line on stderr and a non-zero exit, never a traceback: a user error
+(TinyprotoError) or a system error (OSError: disk full, permission) exits 1, Ctrl-C exits 130, and an
+unexpected exception, a bug, exits 70 (EX_SOFTWARE) with its type and message; TINYPROTO_DEBUG=1 shows its
+traceback. Click's own usage errors exit 2. SIGTERM and SIGHUP are handled like Ctrl-C, so cleanup runs.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from pathlib import Path
 
 import click
 
 from tinyproto.errors import TinyprotoError
+from tinyproto.options import BUDGET_HELP, SEED
 
-BUDGET_HELP = "Model size limit in flash: 2kB, 2KiB, 1.5kB, 2048B or 2048 (1 kB = 1024 bytes)."
+
+
+INTERNAL_ERROR = 70  # EX_SOFTWARE: distinct from user errors (1) and click's usage errors (2)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
 
 
 class _Group(click.Group):
-    """Turns TinyprotoError into one line on stderr and exit status 1."""
+    """Turns every exception into one line on stderr and an exit status (see the module doc)."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise  # click's own usage errors and --help already speak one line
         except TinyprotoError as exc:
-            click.echo(f"error: {exc}", err=True)
+            _fail(f"error: {exc}", 1)
+        except KeyboardInterrupt:
+            _fail("interrupted; nothing half-written was left behind", 130)
+        except BrokenPipeError:
+            sys.stderr.close()  # the reader went away (| head): nothing more to say
             sys.exit(1)
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            _fail(f"error: {exc.strerror or exc}{where}", 1)
+        except Exception as exc:
+            if os.environ.get("TINYPROTO_DEBUG"):
+                raise
+            _fail(f"internal error ({type(exc).__name__}: {_one_line(exc)[:200]}); please report it, "
+                  "TINYPROTO_DEBUG=1 shows the traceback", INTERNAL_ERROR)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(_one_line(message), err=True)
+    sys.exit(code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,6 +72,11 @@ def main() -> None:
       tinyproto build build/digits              # firmware for the Uno (PlatformIO, offline too)
       tinyproto validate build/digits --sim     # run on the simulated Uno, compare with the host
     """
+    import signal
+
+    if threading.current_thread() is threading.main_thread():  # (not when a test calls us from a thread)
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _interrupt)
 
 
 def _progress_printer(console):
@@ -51,7 +91,7 @@ def _progress_printer(console):
 @click.option("--model", "family", type=click.Choice(["protonn", "flynn"]), default="protonn", show_default=True,
               help="Model family.")
 @click.option("--budget", default="2kB", show_default=True, help=BUDGET_HELP)
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for every random choice of training.")
+@click.option("--seed", default=0, show_default=True, type=SEED, help="Seed for every random choice of training.")
 @click.option("--board", default="uno", show_default=True, help="Target board (boards/<name>.json).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Model directory to write (default: build/<data name>). Replaced only on success.")

@@ -16,7 +16,8 @@ from tinyproto.datasets import Dataset, Split, load_dataset, split
 from tinyproto.errors import TinyprotoError
 from tinyproto.families import fit_under_budget
 from tinyproto.ledger import Ledger
-from tinyproto.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, atomic_directory, write_json
+from tinyproto.modeldir import (MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, atomic_directory, check_output_dir,
+                                file_sha256, int_model_digest, write_json)
 from tinyproto.render import model_hash, write_sources
 
 INT8_LOSS_WARNING_POINTS = 0.5
@@ -62,6 +63,7 @@ def compile_model(
         raise TinyprotoError("--learnable is for --model flynn: only FlyNN learns on the device")
     dataset = load_dataset(data, label=label)
     out_dir = Path(out) if out is not None else Path("build") / dataset.name
+    check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
     sp = split(dataset)
 
     started = time.perf_counter()
@@ -106,8 +108,10 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
     if progress:
         progress(f"writing {out_dir}")
     with atomic_directory(out_dir) as scratch:
-        write_json(scratch / "model.json", _model_json(model, dataset, family, seed, budget_bytes, board, info))
         vectors.save(scratch / "test_vectors.npz")
+        meta = _model_json(model, dataset, family, seed, budget_bytes, board, info)
+        meta["vectors_sha256"] = file_sha256(scratch / "test_vectors.npz")  # validate refuses other vectors
+        write_json(scratch / "model.json", meta)
         write_sources(model, scratch, dataset.name, seed, budget_bytes)
         _write_project(model, scratch, board, vectors)
         write_json(scratch / "report.json", report)
@@ -163,6 +167,7 @@ def _model_json(model, dataset: Dataset, family: str, seed: int, budget_bytes: i
         "model_hash": f"0x{model_hash(model):08X}",
         "hyperparameters": info["chosen"],
         "int_model": model.to_json(),
+        "int_model_sha256": int_model_digest(model.to_json()),
     }
 
 

@@ -49,10 +49,14 @@ def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
 
 
 def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:
-    ok = v["score_agreement"] == 1.0 and v["label_agreement"] == 1.0
     table = Table(title=f"validation of {model_dir} on {v['target']} ({v['board']})", show_header=False)
-    verdict = "[green]device == host reference, bit-exact[/green]" if ok else "[red]DISAGREEMENT[/red]"
+    failed = [name for name, check in v["checks"].items() if check["ok"] is False]
+    verdict = ("[green]device == host reference, bit-exact; every check passed[/green]" if v["passed"]
+               else f"[red]FAILED: {', '.join(failed)}[/red]")
     table.add_row("verdict", verdict)
+    for name, check in v["checks"].items():
+        mark = {True: "[green]ok[/green]", False: "[red]FAILED[/red]", None: "[dim]skipped[/dim]"}[check["ok"]]
+        table.add_row(f"check: {name}", f"{mark} {check['detail']}")
     table.add_row("vectors", f"{v['n_vectors']}{'' if v['complete'] else ' (incomplete)'}")
     table.add_row("score vectors identical", _pct(v["score_agreement"]))
     table.add_row("labels identical", _pct(v["label_agreement"]))

@@ -6,8 +6,8 @@ Environments of the generated platformio.ini (templates/platformio.ini.j2):
     uno_offline  tinyproto's local dev-platform (tools/pio/tinyproto-avr) + system avr-gcc; real Uno, offline
     uno_sim      uno_offline whose `upload` is a no-op and whose `pio test` runs in the simulated Uno
 
-PlatformIO runs with a tinyproto-owned core directory (`<cache>/pio-core`, see `prepare_pio_core`) so the user's
-own ~/.platformio is never touched, and with every update check and telemetry switched off: nothing is
+PlatformIO runs with a tinyproto-owned core directory (`<cache>/pio-core-<hash of this installation>`, see
+`pio_core_dir`) so the user's own ~/.platformio is never touched, and with every update check and telemetry switched off: nothing is
 downloaded for the offline environments. Without PlatformIO (or SCons) the same sources are compiled with
 avr-gcc directly, with the same flags.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import configparser
 import contextlib
+import hashlib
 import fcntl
 import importlib.util
 import json
@@ -78,7 +79,10 @@ def offline_platform_dir() -> Path:
 
 
 def pio_core_dir() -> Path:
-    return tinyproto_cache_dir() / "pio-core"
+    """PlatformIO's home for this installation: PlatformIO records the local dev-platform by its path, so two
+    installations (checkouts, venvs) sharing one home would overwrite each other's platform link."""
+    digest = hashlib.sha256(str(offline_platform_dir().resolve()).encode()).hexdigest()[:12]
+    return tinyproto_cache_dir() / f"pio-core-{digest}"
 
 
 def pio_toolchain_dir() -> Path:
@@ -115,7 +119,11 @@ def _read_ini(project_dir: Path) -> configparser.ConfigParser:
     if not ini.is_file():
         raise TinyprotoError(f"{project_dir} is not a PlatformIO project (no platformio.ini); run tinyproto compile")
     parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
-    parser.read(ini)
+    try:
+        parser.read(ini)
+    except (configparser.Error, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0][:120]
+        raise TinyprotoError(f"{ini} is damaged ({first}); run tinyproto compile again") from None
     return parser
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import click
 
 from tinyproto.errors import TinyprotoError
-
-MODEL_DIR = click.Path(path_type=Path, file_okay=False)
+from tinyproto.options import BUDGET_HELP, MODEL_DIR, SEED
 
 
 def _console(stderr: bool = False):
@@ -20,20 +19,37 @@ def _console(stderr: bool = False):
 
 def build_model_dir(path: Path, env: str, console) -> dict:
     """Build the model directory's PlatformIO project; record the result in build.json."""
-    from tinyproto.boards import load_board
-    from tinyproto.device.build import build_project
-    from tinyproto.modeldir import load_model_dir, write_json
+    from tinyproto.modeldir import load_model_dir, locked, record_outputs
 
     model_dir = load_model_dir(path)
+    with locked(model_dir.path, "build"):
+        record_outputs(model_dir.path, ".pio", "build.json")
+        return _build_locked(model_dir, env, console)
+
+
+def _build_locked(model_dir, env: str, console) -> dict:
+    from tinyproto.boards import load_board
+    from tinyproto.device.build import build_project
+    from tinyproto.device.validate import header_model_hash
+    from tinyproto.modeldir import file_sha256, write_json
+
     board = load_board(model_dir.meta.get("board", "uno"))
-    with console.status(f"building {path} ({env})...", spinner="dots"):
+    model_dir.int_model()  # refuses an edited or damaged model.json before anything is built from it
+    built_hash = header_model_hash(model_dir.path)
+    if built_hash != model_dir.meta["model_hash"]:
+        raise TinyprotoError(f"{model_dir.path}/include/tinyproto_model.h does not hold the model of model.json "
+                             f"({built_hash} vs {model_dir.meta['model_hash']}); run `tinyproto compile` again")
+    with console.status(f"building {model_dir.path} ({env})...", spinner="dots"):
         result = build_project(model_dir.path, env=env)
     sizes = result.sizes
+    root = model_dir.path.resolve()
     info = {
         "env": env,
         "tool": result.tool,
-        "elf": str(result.elf.relative_to(model_dir.path.resolve()) if result.elf.is_absolute() else result.elf),
-        "hex": str(result.hex.relative_to(model_dir.path.resolve()) if result.hex.is_absolute() else result.hex),
+        "elf": str(result.elf.relative_to(root) if result.elf.is_absolute() else result.elf),
+        "hex": str(result.hex.relative_to(root) if result.hex.is_absolute() else result.hex),
+        "firmware_sha256": file_sha256(result.elf),
+        "model_hash": built_hash,
         "flash_bytes": sizes.flash_bytes,
         "text_bytes": sizes.text_bytes,
         "data_bytes": sizes.data_bytes,
@@ -86,15 +102,16 @@ def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
     from tinyproto.device.flash import flash_port
     from tinyproto.device.protocol import check_model, open_device
     from tinyproto.device.sim import SimulatedUno
-    from tinyproto.device.validate import load_build_info
+    from tinyproto.device.validate import check_firmware, load_build_info
     from tinyproto.modeldir import load_model_dir
 
     if port and sim:
         raise TinyprotoError("give either --port (a real board) or --sim, not both")
     md = load_model_dir(model_dir)
     board = load_board(md.meta.get("board", "uno"))
-    build = load_build_info(md)
     model = md.int_model()
+    build = load_build_info(md)
+    check_firmware(md, build)  # flash exactly what `build` made from this model.json
     console = _console()
     if port:
         with console.status(f"flashing {port} with avrdude...", spinner="dots"):
@@ -134,11 +151,9 @@ def finish_validation(summary: dict, model_dir: Path, as_json: bool) -> None:
         click.echo(json.dumps(summary, indent=2))
     else:
         print_validation_report(_console(), summary, model_dir)
-    if summary["score_agreement"] < 1.0 or summary["label_agreement"] < 1.0:
-        raise TinyprotoError(
-            f"device and host reference disagree on {round((1 - summary['score_agreement']) * summary['n_vectors'])} "
-            f"of {summary['n_vectors']} score vectors (details in {model_dir / 'validation.json'})"
-        )
+    failed = [f"{name} ({check['detail']})" for name, check in summary["checks"].items() if check["ok"] is False]
+    if failed:
+        raise TinyprotoError(f"validation failed: {'; '.join(failed)} (details in {model_dir / 'validation.json'})")
 
 
 @click.command("validate")
@@ -163,8 +178,8 @@ def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool
 @click.command("run")
 @click.argument("data", default="digits", required=False)
 @click.option("--model", "family", type=click.Choice(["protonn", "flynn"]), default="protonn", show_default=True)
-@click.option("--budget", default="2kB", show_default=True, help="Model size limit (1 kB = 1024 bytes).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--budget", default="2kB", show_default=True, help=BUDGET_HELP)
+@click.option("--seed", default=0, show_default=True, type=SEED, help="Seed for every random choice of training.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Model directory (default build/<data>).")
 @click.option("--port", default=None, help="A real Uno: flash it and validate there instead of the simulator.")
 def run_command(data: str, family: str, budget: str, seed: int, out: Path | None, port: str | None) -> None:

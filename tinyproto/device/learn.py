@@ -39,7 +39,9 @@ import numpy as np
 
 from tinyproto.boards import Board, load_board
 from tinyproto.errors import TinyprotoError
-from tinyproto.modeldir import ModelDir, TestVectors, atomic_directory, load_model_dir, write_json
+from tinyproto.modeldir import (ModelDir, TestVectors, atomic_directory, file_sha256, int_model_digest,
+                                load_model_dir, locked,
+                                record_outputs, write_json)
 
 LEARN_FLAGS = ("-DTP_FLY_LEARN", "-DTP_NO_RAW_INPUT")  # PREDICT_RAW's float buffer would cost 4 B per feature
 EEPROM_HEADER_BYTES = 14  # 'T' 'F' · layout key u32 · count bytes u16 · n_samples u32 · crc16 (tp_main.c)
@@ -409,13 +411,15 @@ def write_learned_dir(model_dir: ModelDir, learned, summary: dict) -> Path:
     board = load_board(model_dir.meta.get("board", "uno"))
     digest = f"0x{model_hash(learned):08X}"
     meta = dict(model_dir.meta, model_hash=digest, int_model=learned.to_json(),
+                int_model_sha256=int_model_digest(learned.to_json()),
                 learned_on_device={k: summary[k] for k in ("target", "data", "n_samples", "counts_identical")})
     report = dict(model_dir.report, model_hash=digest, int8_accuracy=float(np.mean(vectors.labels == vectors.y)),
                   learned_on_device=meta["learned_on_device"])
     out = model_dir.path / LEARNED_DIR
-    with atomic_directory(out) as scratch:
-        write_json(scratch / "model.json", meta)
+    with atomic_directory(out, "learn") as scratch:
         vectors.save(scratch / "test_vectors.npz")
+        meta["vectors_sha256"] = file_sha256(scratch / "test_vectors.npz")
+        write_json(scratch / "model.json", meta)
         write_sources(learned, scratch, meta.get("dataset", "?"), int(meta.get("seed", 0)), int(meta["budget_bytes"]))
         (scratch / "platformio.ini").write_text(render_platformio_ini(board))
         n = min(8, len(vectors.labels))
@@ -449,9 +453,19 @@ def learn_on_device(
     say: Callable[[str], None] | None = None,
 ) -> dict:
     """Learn DATA's training split on the device (simulated when port is None); returns learn.json's content."""
+    model_dir = load_model_dir(path)
+    with locked(model_dir.path, "learn"):
+        record_outputs(model_dir.path, LEARNING_DIR, LEARNED_DIR, "learn.json")
+        return _learn_locked(model_dir, data, port, save_eeprom, label, flash, build_learned, progress_factory, say)
+
+
+def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_eeprom: bool, label: str | None,
+                  flash: bool, build_learned: bool, progress_factory: ProgressFactory | None,
+                  say: Callable[[str], None] | None) -> dict:
+    from tinyproto.device.validate import checked_vectors
+
     started = time.monotonic()
     say = say or (lambda message: None)
-    model_dir = load_model_dir(path)
     model = model_dir.int_model()
     board = load_board(model_dir.meta.get("board", "uno"))
     sizes = check_learnable(model, board, save_eeprom)  # before anything is built
@@ -470,7 +484,7 @@ def learn_on_device(
     def tick(what: str, total: int) -> Callable[[int], None] | None:
         return progress_factory(what, total) if progress_factory else None
 
-    vectors = model_dir.vectors()
+    vectors = checked_vectors(model_dir, model)
     with ExitStack() as stack:
         client = target.open(stack, firmware.elf, board.serial_baud)
         check_learning_device(client.info, model_dir.model_hash, model.n_features, model.n_classes)

@@ -8,8 +8,7 @@ from pathlib import Path
 import click
 
 from tinyproto.errors import TinyprotoError
-
-MODEL_DIR = click.Path(path_type=Path, file_okay=False)
+from tinyproto.options import MODEL_DIR
 
 
 def _yes(flag: bool) -> str:
