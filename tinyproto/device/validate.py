@@ -252,7 +252,7 @@ def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict 
         "labels": {"ok": n > 0 and n_labels_ok == n, "detail": f"{n_labels_ok} of {n} labels identical"},
     }
     if raw_skipped:
-        checks["raw_input"] = {"ok": None, "detail": "skipped (--no-raw)"}
+        checks["raw_input"] = {"ok": None, "detail": "on request (--no-raw)"}
     elif raw is None:
         checks["raw_input"] = {"ok": False, "detail": "not run"}
     else:

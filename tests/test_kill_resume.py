@@ -1,0 +1,249 @@
+"""Crash and resume: SIGKILL at several points of compile, validate, learn and federate.
+
+After every kill: the output directory is either the old one or a complete new one (never half of one),
+no user file is lost, nothing of the killed run survives a following run (scratch directories, simulator
+processes), and a resumed validation measures every vector exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tinyproto.modeldir import SCRATCH_PREFIX, load_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tinyproto(*args: str, cwd: Path | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tinyproto", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tinyproto", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+def kill_when(proc: subprocess.Popen, ready, timeout: float = 120.0) -> None:
+    """SIGKILL `proc` as soon as ready() holds (polled), or fail if it ended or never got there."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert proc.poll() is None, f"ended before the kill point: {proc.communicate()}"
+        assert time.monotonic() < deadline, "kill point never reached"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+
+
+def journal_lines(model: Path) -> int:
+    path = model / "validation.jsonl"
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def assert_complete_model(model: Path) -> str:
+    """The directory is a whole model directory; returns its model hash."""
+    from tinyproto.device.validate import checked_vectors
+
+    md = load_model_dir(model)
+    checked_vectors(md, md.int_model())
+    return md.meta["model_hash"]
+
+
+def no_scratch_left(parent: Path) -> None:
+    assert not [p.name for p in parent.iterdir() if p.name.startswith(SCRATCH_PREFIX)]
+
+
+# ------------------------------------------------------------------------------------------------ compile
+
+KILL_IN_SWAP = textwrap.dedent("""
+    import os, signal, sys
+    import tinyproto.modeldir as md
+    point = sys.argv[1]
+    def die(*_a, **_k):
+        os.kill(os.getpid(), signal.SIGKILL)
+    original_manifest, original_exchange = md.write_manifest, md._exchange
+    if point == "before-manifest":
+        md.write_manifest = die
+    elif point == "before-swap":
+        md._exchange = die
+    elif point == "after-swap":
+        def exchange_then_die(a, b):
+            original_exchange(a, b)
+            die()
+        md._exchange = exchange_then_die
+    from tinyproto.compile import compile_model
+    compile_model("iris", "protonn", "1kB", int(sys.argv[3]), "uno", sys.argv[2])
+""")
+
+
+@pytest.mark.parametrize("point", ["before-manifest", "before-swap", "after-swap"])
+def test_compile_killed_while_replacing_leaves_old_or_new(tmp_path, point):
+    out = tmp_path / "m"
+    (tmp_path / "data.csv").write_text("mine\n")
+    assert run("compile", "iris", "--budget", "1kB", "--out", str(out)).returncode == 0
+    old_hash = assert_complete_model(out)
+    killed = subprocess.run([sys.executable, "-c", KILL_IN_SWAP, point, str(out), "7"], capture_output=True)
+    assert killed.returncode == -signal.SIGKILL
+    now = assert_complete_model(out)
+    assert (now == old_hash) == (point != "after-swap")
+    assert (tmp_path / "data.csv").read_text() == "mine\n"
+    again = run("compile", "iris", "--budget", "1kB", "--seed", "3", "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert_complete_model(out)
+    no_scratch_left(tmp_path)
+
+
+@pytest.mark.parametrize("delay", [0.5, 2.0])
+def test_compile_killed_while_training_changes_nothing(tmp_path, delay):
+    out = tmp_path / "m"
+    assert run("compile", "iris", "--budget", "1kB", "--out", str(out)).returncode == 0
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".tinyproto.lock"}
+    proc = tinyproto("compile", "digits", "--budget", "2kB", "--out", str(out))
+    start = time.monotonic()
+    kill_when(proc, lambda: time.monotonic() - start > delay)
+    after = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".tinyproto.lock"}
+    assert after == before
+    assert run("compile", "iris", "--budget", "1kB", "--out", str(out)).returncode == 0
+    no_scratch_left(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------ validate
+
+
+@pytest.fixture(scope="module")
+def built_digits(tmp_path_factory, private_cache) -> Path:
+    out = tmp_path_factory.mktemp("kill") / "digits"
+    for args in (("compile", "digits", "--budget", "1kB", "--out", str(out)), ("build", str(out))):
+        result = run(*args)
+        assert result.returncode == 0, result.stderr
+    return out
+
+
+def simulators_of(model: Path) -> list[str]:
+    """Live simulator processes started for this model's firmware."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "simuno" in cmdline and str(model) in cmdline:
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.parametrize("phase", ["vectors", "raw-inputs"])
+def test_validate_killed_then_resumed_measures_every_vector_once(built_digits, phase):
+    model = built_digits
+    n_vectors = len(load_model_dir(model).vectors().labels)
+    first_kill_at = 60 if phase == "vectors" else n_vectors + 1  # +1: the binding line
+    proc = tinyproto("validate", str(model))
+    kill_when(proc, lambda: journal_lines(model) >= first_kill_at)
+    time.sleep(0.5)
+    assert not simulators_of(model), "the simulator outlived its parent"
+    summary = json.loads((model / "validation.json").read_text()) if (model / "validation.json").exists() else {}
+    assert summary.get("complete") is not True or summary.get("n_vectors") == n_vectors
+
+    resumed = run("validate", str(model), "--resume", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    result = json.loads(resumed.stdout)
+    assert result["passed"] and result["complete"] and result["n_vectors"] == n_vectors
+    rows = [json.loads(line) for line in (model / "validation.jsonl").read_text().splitlines()[1:]]
+    assert sorted(row["i"] for row in rows) == list(range(n_vectors))
+
+
+def test_validate_killed_before_its_first_result_keeps_the_old_journal(built_digits):
+    """Killed while it waits for a board that never answers: the previous run's results are still there."""
+    model = built_digits
+    assert run("validate", str(model), "--no-raw").returncode == 0
+    old = (model / "validation.jsonl").read_bytes()
+    controller, device = os.openpty()  # a port nobody answers on
+    try:
+        proc = tinyproto("validate", str(model), "--no-raw", "--port", os.ttyname(device))
+        start = time.monotonic()
+        kill_when(proc, lambda: time.monotonic() - start > 3.0)
+    finally:
+        os.close(controller)
+        os.close(device)
+    assert (model / "validation.jsonl").read_bytes() == old
+    assert run("validate", str(model), "--no-raw", "--resume").returncode == 0
+
+
+def test_torn_last_line_is_measured_again(built_digits):
+    model = built_digits
+    assert run("validate", str(model), "--no-raw").returncode == 0
+    journal = model / "validation.jsonl"
+    data = journal.read_bytes()
+    journal.write_bytes(data[: len(data) - 10])  # a kill in the middle of the last write
+    resumed = run("validate", str(model), "--no-raw", "--resume", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    rows = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
+    assert len(rows) == len({row["i"] for row in rows}) == json.loads(resumed.stdout)["n_vectors"]
+
+
+def test_a_second_writer_is_refused_while_the_first_runs(built_digits):
+    model = built_digits
+    proc = tinyproto("validate", str(model), "--no-raw")
+    try:
+        deadline = time.monotonic() + 60
+        while journal_lines(model) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for verb in (("validate", str(model), "--resume"), ("build", str(model)),
+                     ("compile", "iris", "--budget", "1kB", "--out", str(model))):
+            second = run(*verb)
+            assert second.returncode == 1 and "in use by `tinyproto validate`" in second.stderr, second.stderr
+    finally:
+        proc.wait(timeout=120)
+    assert proc.returncode == 0
+
+
+# ------------------------------------------------------------------------------------------------ learn, federate
+
+
+def test_learn_killed_then_run_again(tmp_path, private_cache):
+    model = tmp_path / "fly"
+    assert run("compile", "iris", "--model", "flynn", "--budget", "1kB", "--learnable", "--out", str(model)).returncode == 0
+    proc = tinyproto("learn", str(model), "--sim")
+    kill_when(proc, lambda: (model / "learning" / "build.json").exists(), timeout=300)
+    time.sleep(0.5)
+    assert not (model / "learned").exists() or assert_complete_model(model / "learned")
+    again = run("learn", str(model), "--sim")
+    assert again.returncode == 0, again.stderr
+    assert_complete_model(model / "learned")
+    no_scratch_left(model)
+
+
+@pytest.mark.parametrize("delay", [1.0, 3.0])
+def test_federate_killed_leaves_no_partial_output(tmp_path, delay):
+    out = tmp_path / "fed"
+    proc = tinyproto("federate", "wine", "--parties", "3", "--backend", "local", "--out", str(out))
+    start = time.monotonic()
+    while proc.poll() is None and time.monotonic() - start < delay:
+        time.sleep(0.02)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert not out.exists() or assert_complete_model(out)
+    again = run("federate", "wine", "--parties", "3", "--backend", "local", "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    no_scratch_left(tmp_path)
+
+
+def test_sigterm_cleans_up_like_ctrl_c(tmp_path):
+    out = tmp_path / "m"
+    proc = tinyproto("compile", "digits", "--budget", "2kB", "--out", str(out))
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert not out.exists()
+    no_scratch_left(tmp_path)
