@@ -349,6 +349,9 @@ JOURNAL_DAMAGE = {
                     "validation.jsonl:2"),
     "fields-missing": (_with_binding(['{"i": 0}']), "validation.jsonl:2"),
     "row-not-object": (_with_binding(["[1, 2]"]), "validation.jsonl:2"),
+    "link-to-user-file": (lambda m: (m / "validation.jsonl").symlink_to(m.parent / "user.txt"), "validation.jsonl"),
+    "fifo": (lambda m: os.mkfifo(m / "validation.jsonl"), "validation.jsonl"),
+    "directory": (lambda m: (m / "validation.jsonl").mkdir(), "validation.jsonl"),
 }
 
 
@@ -357,6 +360,7 @@ def test_damaged_journal_refuses_resume(tmp_path, golden, monkeypatch, case):
     damage, keyword = JOURNAL_DAMAGE[case]
 
     def args(work: Path, model: Path) -> list[str]:
+        (work / "user.txt").write_text("the user's own notes\n")
         damage(model)
         return ["validate", str(model), "--resume"]
 
@@ -371,6 +375,17 @@ SOURCE_DAMAGE = {
     "platformio-ini-garbage": (_write("platformio.ini", "[[[not an ini"), "platformio.ini"),
     "platformio-ini-missing": (_remove("platformio.ini"), "platformio.ini"),
 }
+
+
+def test_planted_side_journal_is_not_followed(tmp_path, golden, monkeypatch):
+    """A link planted where validate writes its new journal must not make it write to the user's file."""
+
+    def args(work: Path, model: Path) -> list[str]:
+        (work / "user.txt").write_text("the user's own notes\n")
+        (model / ".validation.jsonl.new").symlink_to(work / "user.txt")
+        return ["validate", str(model)]
+
+    run_case(tmp_path, golden, args, ".validation.jsonl.new", monkeypatch)
 
 
 @pytest.mark.parametrize("case", sorted(SOURCE_DAMAGE))
@@ -474,5 +489,5 @@ def test_case_count():
     """The issue asks for at least 150 cases across every verb and file."""
     total = (len(MODEL_JSON_DAMAGE) * len(MODEL_VERBS) + len(MODEL_DIR_ARGUMENT) * len(MODEL_VERBS)
              + len(VECTORS_DAMAGE) + 2 * len(BUILD_JSON_DAMAGE) + len(JOURNAL_DAMAGE) + len(SOURCE_DAMAGE)
-             + 2 * len(OUT_CASES) + len(OPTION_CASES))
+             + 2 * len(OUT_CASES) + len(OPTION_CASES) + 1)
     assert total >= 150, total

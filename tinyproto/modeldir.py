@@ -159,7 +159,10 @@ class ModelDir:
         raw = self.meta.get("int_model")
         if not isinstance(raw, dict):
             raise TinyprotoError(f"{self.path / 'model.json'} is damaged: no int_model")
-        if self.meta.get("int_model_sha256") != int_model_digest(raw):
+        if "int_model_sha256" not in self.meta:
+            raise TinyprotoError(f"{self.path / 'model.json'} has no int_model_sha256 (written by an older "
+                                 "tinyproto, or edited); run `tinyproto compile` again")
+        if self.meta["int_model_sha256"] != int_model_digest(raw):
             raise TinyprotoError(f"{self.path / 'model.json'} was changed after it was written: its int_model "
                                  "does not match its recorded sha256")
         try:

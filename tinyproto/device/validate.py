@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,9 +135,17 @@ class Journal:
 
     def resume(self, n_vectors: int, n_classes: int) -> dict[int, dict]:
         """Rows of a previous run of the same binding; a torn last line (a kill mid-write) is dropped."""
-        if not self.path.exists():
+        if not self.path.exists() and not self.path.is_symlink():
             raise TinyprotoError(f"nothing to resume: {self.path} does not exist; run validate without --resume")
-        data = self.path.read_bytes()
+        handle = _open_own(self.path, os.O_RDWR | os.O_APPEND)
+        try:
+            return self._resume_from(handle, n_vectors, n_classes)
+        except BaseException:
+            handle.close()
+            raise
+
+    def _resume_from(self, handle, n_vectors: int, n_classes: int) -> dict[int, dict]:
+        data = _read_all(handle)
         if not data.strip():
             raise TinyprotoError(f"{self.path} is empty: nothing to resume; run validate without --resume")
         lines = data.split(b"\n")
@@ -164,13 +173,12 @@ class Journal:
                 raise TinyprotoError(f"{self.path}:{number} is not a result line ({exc}); run validate without "
                                      "--resume") from None
             good_end += len(line) + 1
-        with open(self.path, "r+b") as handle:  # cut a torn tail so the next line starts clean
-            handle.truncate(min(good_end, len(data)))
-        self._handle = open(self.path, "a")
+        os.ftruncate(handle.fileno(), min(good_end, len(data)))  # cut a torn tail: the next line starts clean
+        self._handle = handle
         return rows
 
     def start_new(self) -> None:
-        self._handle = open(self.new_path, "w")
+        self._handle = _open_own(self.new_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         self._write({"binding": self.binding})
         self._pending_rename = True
 
@@ -181,7 +189,7 @@ class Journal:
             self._pending_rename = False
 
     def _write(self, entry: dict) -> None:
-        self._handle.write(json.dumps(entry) + "\n")
+        self._handle.write((json.dumps(entry) + "\n").encode())
         self._handle.flush()
         os.fsync(self._handle.fileno())
 
@@ -191,6 +199,25 @@ class Journal:
             self._handle = None
         if self._pending_rename:
             self.new_path.unlink(missing_ok=True)
+
+
+def _open_own(path: Path, flags: int):
+    """Open a journal without following a symbolic link and only if it is a regular file: a link or a FIFO
+    planted in the model directory must not make tinyproto write to (or block on) something else."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise TinyprotoError(f"cannot open {path}: {exc.strerror}; tinyproto writes only regular files it made") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TinyprotoError(f"{path} is not a regular file; move it away")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "r+b" if flags & os.O_RDWR else "wb")
+
+
+def _read_all(handle) -> bytes:
+    handle.seek(0)
+    return handle.read()
 
 
 def _journal_row(entry: object, n_vectors: int, n_classes: int) -> tuple[int, dict]:
@@ -400,13 +427,13 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
     try:
         with ExitStack() as stack:
             stack.callback(journal.close)
+            if not resume:
+                journal.start_new()  # a side file: the previous journal stays until the first new result
             sim = None
             if port is None:
                 sim = stack.enter_context(SimulatedUno(build.elf))
             client = stack.enter_context(open_device(sim.port if sim else port, baud=board.serial_baud))
             check_model(client.hello(), model_dir.model_hash, model.n_features, model.n_classes)
-            if not resume:
-                journal.start_new()
             todo = [i for i in range(n_total) if i not in rows]
             spans_before = len(_marker_cycles(sim.markers())) if sim is not None else 0
             tick = progress_factory("vectors", len(todo)) if progress_factory else None
