@@ -37,7 +37,7 @@ from tinyproto.device.sim import EXIT_DONE, ensure_simulator, tinyproto_cache_di
 from tinyproto.errors import TinyprotoError
 from tinyproto.ledger import FirmwareSizes
 from tinyproto.render import jinja_env
-from tinyproto.resources import REPO_ROOT, resource_dir
+from tinyproto.resources import IMPORT_ROOT, resource_dir
 
 Progress = Callable[[str], None]
 
@@ -279,7 +279,7 @@ def pio_environment(core: Path) -> dict[str, str]:
         PLATFORMIO_DISABLE_UPGRADE_CHECK="true",
         PLATFORMIO_DISABLE_PROGRESSBAR="true",
         PLATFORMIO_NO_ANSI="true",
-        PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p),
+        PYTHONPATH=os.pathsep.join(p for p in (str(IMPORT_ROOT), env.get("PYTHONPATH", "")) if p),
     )
     return env
 
