@@ -8,8 +8,11 @@ number of executions from a seed corpus of valid frames, and print one table.
 Firmwares (harness, model):
   inference        tools/fuzz/fuzz_serial.c, the protocol tests' fake model (tests/fixtures/protocol);
   learning         tools/fuzz/fuzz_learn.c, tools/fuzz/models/bc_b3_seeded (3-bit counts, seeded M);
-  learning-digits  tools/fuzz/fuzz_learn.c, tools/fuzz/models/digits_b1_stored (1-bit counts, M in flash).
-`all` (the default) runs every one (several names run those), each to --runs executions (default 10^6) unless --seconds runs out first.
+  learning-digits  tools/fuzz/fuzz_learn.c, tools/fuzz/models/digits_b1_stored (1-bit counts, M in flash);
+  learning-ee-end  bc_b3_seeded, its EEPROM record ending exactly at the EEPROM's last byte;
+  learning-no-ee   digits_b1_stored, its record one byte too long for the EEPROM: no EEPROM messages.
+`all` (the default) runs every one (several names run those), each to --runs executions (default 10^6) unless
+--seconds runs out first.
 --model replaces the model of a single firmware: the fixture's flat layout, a directory holding only
 tinyproto_model.h (+ an optional `cflags` file; the runtime then comes from --firmware-dir), or a generated
 project (include/tinyproto_model.h, runtime .c files in lib/tinyproto/; src/main.c is the app and is skipped).
@@ -33,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,13 +62,20 @@ class Target:
     harness: Path
     model: Path
     learning: bool
+    eeprom_edge: int | None = None  # learning: put the record's last byte this many bytes past the EEPROM's end
 
 
+LEARN_BC = FUZZ_DIR / "models" / "bc_b3_seeded"
+LEARN_DIGITS = FUZZ_DIR / "models" / "digits_b1_stored"
+EEPROM_BYTES = 1024  # the Uno's, and the host build's default TP_EEPROM_BYTES
 TARGETS = {
     "inference": Target("inference", FUZZ_DIR / "fuzz_serial.c", DEFAULT_MODEL, False),
-    "learning": Target("learning", FUZZ_DIR / "fuzz_learn.c", FUZZ_DIR / "models" / "bc_b3_seeded", True),
-    "learning-digits": Target("learning-digits", FUZZ_DIR / "fuzz_learn.c", FUZZ_DIR / "models" / "digits_b1_stored",
-                              True),
+    "learning": Target("learning", FUZZ_DIR / "fuzz_learn.c", LEARN_BC, True),
+    "learning-digits": Target("learning-digits", FUZZ_DIR / "fuzz_learn.c", LEARN_DIGITS, True),
+    # both sides of the "record fits the EEPROM" check: the last record byte is the last EEPROM byte, or one past
+    # it (then the firmware has no EEPROM messages at all)
+    "learning-ee-end": Target("learning-ee-end", FUZZ_DIR / "fuzz_learn.c", LEARN_BC, True, eeprom_edge=0),
+    "learning-no-ee": Target("learning-no-ee", FUZZ_DIR / "fuzz_learn.c", LEARN_DIGITS, True, eeprom_edge=1),
 }
 
 
@@ -132,11 +142,21 @@ def model_cflags(model: Path, learning: bool) -> list[str]:
     return ["-DTP_FLY_LEARN", "-DTP_NO_RAW_INPUT"] if learning else []
 
 
+def eeprom_flags(target: Target, include: Path) -> list[str]:
+    """-DTP_FLY_EEPROM_ADDR placing the record's end `eeprom_edge` bytes past the end of the EEPROM."""
+    if target.eeprom_edge is None:
+        return []
+    bits = header_define(include, "TP_FLY_M") * header_define(include, "TP_N_CLASSES") * header_define(
+        include, "TP_FLY_BITS")
+    record = 14 + (bits + 7) // 8  # EEPROM_HEADER_BYTES + packed counts (tinyproto/device/learn.py)
+    return [f"-DTP_FLY_EEPROM_ADDR={EEPROM_BYTES - record + target.eeprom_edge}u"]
+
+
 def compile_harness(clang: str, target: Target, firmware: Path, out: Path, extra: list[str]) -> None:
     include, sources = model_files(target.model, firmware)
     cmd = [
         clang, "-g", "-O1", "-std=c99", "-Wall", "-Wextra", "-Werror", "-DTP_HOST",
-        *model_cflags(target.model, target.learning), *extra,
+        *model_cflags(target.model, target.learning), *eeprom_flags(target, include), *extra,
         f"-I{firmware}", f"-I{include}", str(target.harness), str(firmware / "tp_serial.c"), *map(str, sources),
         "-o", str(out),
     ]  # fmt: skip
@@ -325,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             target = TARGETS[name]
             if args.model is not None:
-                target = Target(name, target.harness, args.model, target.learning)
+                target = replace(target, model=args.model)
             r = fuzz_one(clang, target, args.firmware_dir.resolve(), work / name, args)
             print(f"{r.name}: {r.executions} executions in {r.seconds:.1f} s ({r.rate:.0f} exec/s), "
                   f"{len(r.crashes)} crashes", flush=True)
