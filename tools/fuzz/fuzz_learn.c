@@ -65,6 +65,7 @@ typedef struct {
 } state_t;
 
 static state_t before;
+static uint32_t errors_sent; /* ERROR frames since boot: what STATS must report as frames_bad (saturating) */
 
 static void snapshot(state_t *s)
 {
@@ -138,6 +139,13 @@ static void expect_error(msg_t a, uint8_t code)
     expect_unchanged();
 }
 
+static void check_stats(msg_t a)
+{
+    expect(a.type == (TP_MSG_STATS | TP_MSG_RESPONSE) && a.n == 6);
+    expect(tp_get_u16(a.p + 4) == (errors_sent > UINT16_MAX ? UINT16_MAX : errors_sent));
+    expect_unchanged();
+}
+
 /* Payload length of a request type, from the protocol description; -1: this firmware must not know the type. */
 static long request_payload(uint8_t type)
 {
@@ -174,6 +182,29 @@ static void check_hello(msg_t a)
     expect_unchanged();
 }
 
+/* Novelty of one count: 1 for a zero bit with 1-bit counts, else the decay table's entry. */
+static uint32_t novelty(uint8_t t)
+{
+#if TP_FLY_BITS == 1
+    return t == 0;
+#else
+    return tp_read_u8(&tp_fly_lut[t]);
+#endif
+}
+
+/* If every count of class l holds the same value, its score is rho times that value's novelty whatever the
+ * winners are (CLEAR and saturated records make this common); UINT32_MAX if the counts differ. */
+static uint32_t uniform_score(uint8_t l)
+{
+    uint8_t t = field(tp_fly_counts, 0, l);
+    for (uint32_t j = 1; j < TP_FLY_M; ++j) {
+        if (field(tp_fly_counts, j, l) != t) {
+            return UINT32_MAX;
+        }
+    }
+    return TP_FLY_RHO * novelty(t);
+}
+
 /* Scores are novelty sums of rho look-ups of at most 255 each; the label is their argmin, ties to the lowest. */
 static void check_predict(msg_t a)
 {
@@ -181,7 +212,8 @@ static void check_predict(msg_t a)
     uint8_t best = 0;
     for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
         uint32_t s = tp_get_u32(a.p + 5 + 4u * l);
-        expect(s <= 255u * TP_FLY_RHO);
+        uint32_t uniform = uniform_score(l);
+        expect(s <= 255u * TP_FLY_RHO && (uniform == UINT32_MAX || s == uniform));
         if (s < tp_get_u32(a.p + 5 + 4u * best)) {
             best = l;
         }
@@ -332,8 +364,7 @@ static void check_request(const uint8_t *body, uint16_t n, msg_t a)
     } else if (type == TP_MSG_HELLO) {
         check_hello(a);
     } else if (type == TP_MSG_STATS) {
-        expect(a.type == (TP_MSG_STATS | TP_MSG_RESPONSE) && a.n == 6);
-        expect_unchanged();
+        check_stats(a);
     } else if (type == TP_MSG_PREDICT) {
         check_predict(a);
     } else if (type == TP_MSG_LEARN) {
@@ -379,6 +410,7 @@ static void feed_byte(uint8_t c)
         return;
     }
     msg_t a = parse_answer();
+    errors_sent += a.type == TP_MSG_ERROR;
     if (status == TP_RX_FRAME) {
         expect(a.seq == shadow_buf[1]);
         check_request(shadow_buf, (uint16_t)(shadow.len - TP_FRAME_OVERHEAD), a);
@@ -397,6 +429,7 @@ static void feed(const uint8_t *data, size_t n)
 /* ---- harness operations --------------------------------------------------------------------------------------- */
 static void boot(void)
 {
+    errors_sent = 0;
     tp_app_init();
     tp_parser_init(&shadow, shadow_buf, sizeof shadow_buf);
 }
