@@ -58,8 +58,8 @@ def test_fuzz_serial_no_crash(tmp_path):
 def test_fuzz_learning_no_crash_and_reaches_every_handler(tmp_path):
     """The CI run of the learning harness: seconds, seeded. Line coverage of the firmware by the final corpus
     guards against a vacuous pass (a harness whose frames stopped reaching the learning handlers)."""
-    result = run_fuzz("--firmware", "learning", "learning-no-ee", "--runs", "30000", "--seconds", "40",
-                      "--workdir", str(tmp_path), timeout=150)
+    result = run_fuzz("--firmware", "learning", "learning-no-ee", "--runs", "30000", "--seconds", "120",
+                      "--workdir", str(tmp_path), timeout=400)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     for name in ("learning", "learning-no-ee"):
         executions, crashes = summary(result.stdout, name)
@@ -83,8 +83,8 @@ def test_fuzz_learning_finds_a_planted_off_by_one(tmp_path):
     feedback. The crash input must not crash the real firmware, so it is the planted bug that was found."""
     planted = tmp_path / "planted"
     plant(planted, "if (offset > TP_FLY_COUNT_BYTES) {", "if (offset > TP_FLY_COUNT_BYTES + 1u) {")
-    result = run_fuzz("--firmware", "learning", "--runs", "600000", "--seconds", "90", "--no-lines",
-                      "--firmware-dir", str(planted), "--workdir", str(tmp_path / "w"), timeout=240)
+    result = run_fuzz("--firmware", "learning", "--runs", "600000", "--seconds", "200", "--no-lines",
+                      "--firmware-dir", str(planted), "--workdir", str(tmp_path / "w"), timeout=400)
     assert result.returncode == 1, result.stdout + result.stderr[-3000:]
     _, crashes = summary(result.stdout, "learning")
     found = sorted((tmp_path / "w" / "learning").glob("crash-*"))
