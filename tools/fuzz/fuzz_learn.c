@@ -16,8 +16,10 @@
  * frame the device completes. Each completed (non-empty) frame must get exactly one well-formed answer with the
  * request's seq, nothing else may be sent, and the answer plus the device's state afterwards (SRAM counts,
  * n_samples, EEPROM) must match an independent model of the protocol (docs/design.md, tp_main.c's comments):
- * errors change nothing, LEARN adds +1 (saturating) to at most rho counts of its class only, a saved record
- * loads back, a tampered one does not, EEPROM writes stay inside the record. Any violation aborts.
+ * errors change nothing (and STATS counts them), LEARN adds +1 (saturating) to at most rho counts of its class
+ * only, READ_COUNTS returns the SRAM bytes, PREDICT's label is the argmin of scores that a class of equal counts
+ * fixes exactly, a saved record loads back, a tampered one does not, EEPROM writes stay inside the record.
+ * Any violation aborts (a "crash" for libFuzzer).
  */
 #include <stddef.h>
 #include <stdint.h>
