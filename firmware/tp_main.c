@@ -374,6 +374,24 @@ static void tp_reply_error(uint8_t seq, uint8_t code)
 #if defined(__AVR__)
 #include <avr/eeprom.h>
 #define TP_EEPROM_BYTES (E2END + 1UL)
+#else /* host build: an erased EEPROM that lives as long as the process */
+#ifndef TP_EEPROM_BYTES
+#define TP_EEPROM_BYTES 1024UL
+#endif
+static uint8_t tp_ee_image[TP_EEPROM_BYTES];
+#endif
+
+/* The same sizes as plain integers: the preprocessor cannot evaluate the casts above. */
+#if TP_FLY_EEPROM_ADDR + TP_EE_HEADER + (TP_FLY_M * TP_N_CLASSES * TP_FLY_BITS + 7) / 8 <= TP_EEPROM_BYTES
+#define TP_FLY_EEPROM 1
+#define TP_LEARN_FLAGS (TP_HELLO_FLAG_LEARN | TP_HELLO_FLAG_EEPROM)
+#else /* the counts do not fit the EEPROM: no EEPROM messages (the host checks this before building) */
+#define TP_LEARN_FLAGS TP_HELLO_FLAG_LEARN
+#endif
+
+/* Only a firmware with a record has EEPROM accessors: unused static functions would fail its -Werror build. */
+#ifdef TP_FLY_EEPROM
+#if defined(__AVR__)
 static uint8_t tp_ee_read(uint16_t addr)
 {
     return eeprom_read_byte((const uint8_t *)(uintptr_t)addr);
@@ -383,12 +401,7 @@ static void tp_ee_update(uint16_t addr, uint8_t value)
 {
     eeprom_update_byte((uint8_t *)(uintptr_t)addr, value); /* avr-libc skips the write if the byte is equal */
 }
-#else /* host build: an erased EEPROM that lives as long as the process */
-#ifndef TP_EEPROM_BYTES
-#define TP_EEPROM_BYTES 1024UL
-#endif
-static uint8_t tp_ee_image[TP_EEPROM_BYTES];
-
+#else
 static uint8_t tp_ee_read(uint16_t addr)
 {
     return tp_ee_image[addr];
@@ -399,14 +412,7 @@ static void tp_ee_update(uint16_t addr, uint8_t value)
     tp_ee_image[addr] = value;
 }
 #endif
-
-/* The same sizes as plain integers: the preprocessor cannot evaluate the casts above. */
-#if TP_FLY_EEPROM_ADDR + TP_EE_HEADER + (TP_FLY_M * TP_N_CLASSES * TP_FLY_BITS + 7) / 8 <= TP_EEPROM_BYTES
-#define TP_FLY_EEPROM 1
-#define TP_LEARN_FLAGS (TP_HELLO_FLAG_LEARN | TP_HELLO_FLAG_EEPROM)
-#else /* the counts do not fit the EEPROM: no EEPROM messages (the host checks this before building) */
-#define TP_LEARN_FLAGS TP_HELLO_FLAG_LEARN
-#endif
+#endif /* TP_FLY_EEPROM */
 
 static uint32_t tp_learn_samples; /* samples learned since start-up / CLEAR, or as restored by EEPROM_LOAD */
 

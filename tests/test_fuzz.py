@@ -1,4 +1,6 @@
-"""libFuzzer over the device's frame parser + dispatcher (tools/fuzz): a bounded run must find no crash."""
+"""libFuzzer over the device firmware (tools/fuzz): bounded runs of the inference and the learning harness must find
+no crash, a planted off-by-one must be found (so a clean run means something), and the learning firmware builds
+without EEPROM messages when its record does not fit (a configuration the learning fuzz target found broken)."""
 
 from __future__ import annotations
 
@@ -8,23 +10,137 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from tinyproto.device import protocol as P
+
+from conftest import PipePort, needs
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_FUZZ = ROOT / "tools" / "fuzz" / "run_fuzz.py"
+FIRMWARE = ROOT / "firmware"
+DIGITS = ROOT / "tools" / "fuzz" / "models" / "digits_b1_stored"
+needs_clang = pytest.mark.skipif(shutil.which("clang") is None, reason="clang not installed")
+
+
+def run_fuzz(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, str(RUN_FUZZ), *args], capture_output=True, text=True, timeout=timeout)
+    if result.returncode == 2 and "libFuzzer" in result.stderr:
+        pytest.skip(result.stderr.strip())
+    return result
+
+
+def summary(stdout: str, name: str) -> tuple[int, int]:
+    """(executions, crashes) of one firmware's summary line."""
+    match = re.search(rf"^{name}: (\d+) executions in [\d.]+ s \((\d+) exec/s\), (\d+) crashes$", stdout, re.M)
+    assert match, stdout
+    return int(match.group(1)), int(match.group(3))
+
+
+def table_row(stdout: str, name: str) -> list[str]:
+    rows = [line.split() for line in stdout.splitlines() if line.split()[:1] == [name]]
+    assert len(rows) == 1, stdout
+    return rows[0]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("clang") is None, reason="clang not installed")
+@needs_clang
 def test_fuzz_serial_no_crash(tmp_path):
-    cmd = [sys.executable, str(RUN_FUZZ), "--runs", "120000", "--seconds", "45", "--workdir", str(tmp_path)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
-    if result.returncode == 2 and "libFuzzer" in result.stderr:
-        pytest.skip(result.stderr.strip())
+    result = run_fuzz("--firmware", "inference", "--runs", "120000", "--seconds", "45", "--no-lines",
+                      "--workdir", str(tmp_path), timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    match = re.search(r"fuzz_serial: (\d+) executions in [\d.]+ s \((\d+) exec/s\), 0 crashes", result.stdout)
-    assert match, result.stdout
-    assert int(match.group(1)) >= 100_000
+    executions, crashes = summary(result.stdout, "inference")
+    assert crashes == 0 and executions >= 120_000
+
+
+@needs_clang
+def test_fuzz_learning_no_crash_and_reaches_every_handler(tmp_path):
+    """The CI run of the learning harness: seconds, seeded. Line coverage of the firmware by the final corpus
+    guards against a vacuous pass (a harness whose frames stopped reaching the learning handlers)."""
+    result = run_fuzz("--firmware", "learning", "learning-no-ee", "--runs", "30000", "--seconds", "120",
+                      "--workdir", str(tmp_path), timeout=400)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    for name in ("learning", "learning-no-ee"):
+        executions, crashes = summary(result.stdout, name)
+        assert crashes == 0 and executions >= 30_000
+    lines = table_row(result.stdout, "learning")[-1]
+    assert lines.endswith("%") and float(lines[:-1]) >= 95.0, result.stdout
+
+
+def plant(firmware: Path, old: str, new: str) -> None:
+    """Copy of the firmware with one deliberate bug (the pattern must exist exactly once, or the test is void)."""
+    shutil.copytree(FIRMWARE, firmware)
+    text = (firmware / "tp_main.c").read_text()
+    assert text.count(old) == 1, f"the planted bug no longer applies: {old!r}"
+    (firmware / "tp_main.c").write_text(text.replace(old, new))
+
+
+@pytest.mark.slow
+@needs_clang
+def test_fuzz_learning_finds_a_planted_off_by_one(tmp_path):
+    """READ_COUNTS accepting offset == count bytes + 1: one value in 65536, reachable only through the comparison
+    feedback. The crash input must not crash the real firmware, so it is the planted bug that was found."""
+    planted = tmp_path / "planted"
+    plant(planted, "if (offset > TP_FLY_COUNT_BYTES) {", "if (offset > TP_FLY_COUNT_BYTES + 1u) {")
+    result = run_fuzz("--firmware", "learning", "--runs", "600000", "--seconds", "200", "--no-lines",
+                      "--firmware-dir", str(planted), "--workdir", str(tmp_path / "w"), timeout=400)
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    _, crashes = summary(result.stdout, "learning")
+    found = sorted((tmp_path / "w" / "learning").glob("crash-*"))
+    assert crashes == 1 and len(found) == 1
+
+    clean = run_fuzz("--firmware", "learning", "--runs", "1", "--no-lines", "--workdir", str(tmp_path / "c"),
+                     timeout=120)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    replay = subprocess.run([str(tmp_path / "c" / "learning" / "fuzz_learning"), str(found[0])],
+                            capture_output=True, text=True, timeout=60)
+    assert replay.returncode == 0, replay.stderr[-3000:]
+
+
+# ---- regression: a learning firmware whose EEPROM record does not fit ------------------------------------------
+
+
+def no_eeprom_flags(model: Path) -> list[str]:
+    """The model's learning switches with the record moved so that its last byte is one past the EEPROM."""
+    text = (model / "tinyproto_model.h").read_text()
+    m, classes, bits = (int(re.search(rf"#define {k} (\d+)", text).group(1))
+                        for k in ("TP_FLY_M", "TP_N_CLASSES", "TP_FLY_BITS"))  # fmt: skip
+    record = 14 + (m * classes * bits + 7) // 8
+    return [*(model / "cflags").read_text().split(), f"-DTP_FLY_EEPROM_ADDR={1024 - record + 1}u"]
+
+
+@needs("gcc")
+def test_learning_firmware_without_eeprom_builds_and_refuses_eeprom_messages(tmp_path):
+    """tp_main.c's EEPROM accessors used to be defined even when no record fits, and -Werror (the device build's
+    flags) rejected the unused functions: the learning firmware of a model whose counts fit the SRAM but not the
+    EEPROM did not build. Now it builds warning-free, learns, and answers the EEPROM messages "unknown type"."""
+    exe = tmp_path / "app"
+    sources = [FIRMWARE / "tp_main.c", FIRMWARE / "tp_serial.c", FIRMWARE / "tp_flynn.c", FIRMWARE / "tp_input.c"]
+    cmd = ["gcc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", *no_eeprom_flags(DIGITS),
+           f"-I{FIRMWARE}", f"-I{DIGITS}", *map(str, sources), "-lm", "-o", str(exe)]  # fmt: skip
+    build = subprocess.run(cmd, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    client = P.DeviceClient(PipePort(exe), n_retries=1, timeout=2.0)
+    try:
+        hello = client.hello()
+        assert hello.learning and not hello.eeprom
+        assert client.learn(np.zeros(hello.n_features, dtype=np.int8), 3).n_samples == 1
+        client.info = None  # skip the client's own refusal: the device must answer for itself
+        for request, name in ((client.eeprom_save, "EEPROM_SAVE"), (client.eeprom_load, "EEPROM_LOAD")):
+            with pytest.raises(P.DeviceError, match=f"does not implement {name}"):  # ERROR unknown type
+                request()
+    finally:
+        client.close()
+
+
+@needs("avr-gcc")
+def test_learning_firmware_without_eeprom_compiles_for_the_uno(tmp_path):
+    cmd = ["avr-gcc", "-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror",
+           *no_eeprom_flags(DIGITS), f"-I{FIRMWARE}", f"-I{DIGITS}", "-c", str(FIRMWARE / "tp_main.c"),
+           "-o", str(tmp_path / "tp_main.o")]  # fmt: skip
+    build = subprocess.run(cmd, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
 
 
 def test_run_fuzz_explains_missing_clang(tmp_path):

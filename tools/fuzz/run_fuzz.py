@@ -1,36 +1,107 @@
 #!/usr/bin/env python3
-"""Build tools/fuzz/fuzz_serial.c with clang's libFuzzer + ASan + UBSan and run it for a bounded time.
+"""Fuzz benchmark of the device firmware: build each libFuzzer harness with clang (ASan + UBSan), run it to a
+number of executions from a seed corpus of valid frames, and print one table.
 
-    python tools/fuzz/run_fuzz.py [--runs N] [--seconds S] [--model DIR] [--workdir DIR]
+    python tools/fuzz/run_fuzz.py [--firmware all|inference|learning|learning-digits ...] [--runs N] [--seconds S]
+                                  [--seed N] [--model DIR] [--firmware-dir DIR] [--workdir DIR] [--no-lines]
 
-The model defaults to the protocol tests' fake (tests/fixtures/protocol); a generated model directory works too
-(include/tinyproto_model.h, runtime .c files in lib/tinyproto/; src/main.c is the app and comes from firmware/). Prints one summary line
-"fuzz_serial: N executions in T s (R exec/s), C crashes"; exit status 0 clean, 1 crash (the crashing input is
+Firmwares (harness, model):
+  inference        tools/fuzz/fuzz_serial.c, the protocol tests' fake model (tests/fixtures/protocol);
+  learning         tools/fuzz/fuzz_learn.c, tools/fuzz/models/bc_b3_seeded (3-bit counts, seeded M);
+  learning-digits  tools/fuzz/fuzz_learn.c, tools/fuzz/models/digits_b1_stored (1-bit counts, M in flash);
+  learning-ee-end  bc_b3_seeded, its EEPROM record ending exactly at the EEPROM's last byte;
+  learning-no-ee   digits_b1_stored, its record one byte too long for the EEPROM: no EEPROM messages.
+`all` (the default) runs every one (several names run those), each to --runs executions (default 10^6) unless
+--seconds runs out first.
+--model replaces the model of a single firmware: the fixture's flat layout, a directory holding only
+tinyproto_model.h (+ an optional `cflags` file; the runtime then comes from --firmware-dir), or a generated
+project (include/tinyproto_model.h, runtime .c files in lib/tinyproto/; src/main.c is the app and is skipped).
+--firmware-dir (default firmware/) is the application under test: tp_main.c, tp_serial.c and the runtime.
+
+Runs are deterministic for a given --seed (libFuzzer's -seed; one process, no parallel jobs).
+Output: one line per firmware, "NAME: N executions in T s (R exec/s), C crashes", then the table with the
+coverage libFuzzer reports (cov: instrumented edges reached) and, unless --no-lines, the line coverage of the
+firmware sources reached by the final corpus (llvm-cov). Exit status 0 clean, 1 crash (the crashing input is
 kept in the work directory), 2 clang / libFuzzer missing or build failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+FUZZ_DIR = Path(__file__).resolve().parent
 FIRMWARE = ROOT / "firmware"
-HARNESS = Path(__file__).resolve().parent / "fuzz_serial.c"
 DEFAULT_MODEL = ROOT / "tests" / "fixtures" / "protocol"
-# Files of the device application itself: taken from firmware/, never from the model directory.
+# Files of the device application itself: taken from the firmware directory, never from the model directory.
 APP_FILES = {"main.c", "tp_main.c", "tp_serial.c"}
 CLANG_NAMES = ("clang", "clang-16", "clang-15", "clang-14")
+SANITIZE = "-fsanitize=fuzzer,address,undefined"
+MAX_LEN = 2048
+# Harness operations of fuzz_learn.c (record types it does not send to the device).
+HOP_REBOOT, HOP_TAMPER, HOP_PLANT = 0xEE, 0xED, 0xEC
 
 
 class FuzzSetupError(Exception):
-    """clang or libFuzzer is missing, or the harness does not build."""
+    """clang or libFuzzer is missing, or a harness does not build."""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    harness: Path
+    model: Path
+    learning: bool
+    eeprom_edge: int | None = None  # learning: put the record's last byte this many bytes past the EEPROM's end
+
+
+LEARN_BC = FUZZ_DIR / "models" / "bc_b3_seeded"
+LEARN_DIGITS = FUZZ_DIR / "models" / "digits_b1_stored"
+EEPROM_BYTES = 1024  # the Uno's, and the host build's default TP_EEPROM_BYTES
+TARGETS = {
+    "inference": Target("inference", FUZZ_DIR / "fuzz_serial.c", DEFAULT_MODEL, False),
+    "learning": Target("learning", FUZZ_DIR / "fuzz_learn.c", LEARN_BC, True),
+    "learning-digits": Target("learning-digits", FUZZ_DIR / "fuzz_learn.c", LEARN_DIGITS, True),
+    # both sides of the "record fits the EEPROM" check: the last record byte is the last EEPROM byte, or one past
+    # it (then the firmware has no EEPROM messages at all)
+    "learning-ee-end": Target("learning-ee-end", FUZZ_DIR / "fuzz_learn.c", LEARN_BC, True, eeprom_edge=0),
+    "learning-no-ee": Target("learning-no-ee", FUZZ_DIR / "fuzz_learn.c", LEARN_DIGITS, True, eeprom_edge=1),
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the seeds need to know about a model."""
+
+    n_features: int
+    n_classes: int
+
+
+@dataclass
+class Result:
+    name: str
+    executions: int
+    seconds: float
+    crashes: list[Path]
+    edges: int | None
+    lines: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.executions / self.seconds if self.seconds > 0 else 0.0
+
+
+# ---- building ------------------------------------------------------------------------------------------------
 
 
 def find_clang() -> str:
@@ -43,27 +114,51 @@ def find_clang() -> str:
     )
 
 
-def model_files(model: Path) -> tuple[Path, list[Path]]:
-    """(include directory, model .c sources) of a model directory: the fixture's flat layout, or a generated
-    project (include/tinyproto_model.h, runtime in lib/tinyproto/, src/main.c = the app, skipped)."""
+def header_define(include: Path, name: str, default: int | None = None) -> int | None:
+    text = (include / "tinyproto_model.h").read_text()
+    match = re.search(rf"#define\s+{name}\s+\(?(\d+)", text)
+    return int(match.group(1)) if match else default
+
+
+def model_files(model: Path, firmware: Path = FIRMWARE) -> tuple[Path, list[Path]]:
+    """(include directory, model + runtime .c sources) of a model directory. A directory with a header only (the
+    committed learning models) is built with the runtime of the firmware under test."""
     include = next((d for d in (model, model / "include") if (d / "tinyproto_model.h").is_file()), None)
     if include is None:
         raise FuzzSetupError(f"no tinyproto_model.h in {model} or {model / 'include'}")
     dirs = [d for d in (model, model / "src", model / "lib" / "tinyproto") if d.is_dir()]
     sources = sorted(p for d in dirs for p in d.glob("*.c") if p.name not in APP_FILES)
     if not sources:
-        raise FuzzSetupError(f"no model .c files (tp_predict, tp_input_quantize) in {model}")
+        family = "tp_flynn.c" if header_define(include, "TP_FAMILY_FLYNN") else "tp_protonn.c"
+        sources = [firmware / family, firmware / "tp_input.c"]
     return include, sources
 
 
-def build(clang: str, model: Path, out: Path) -> Path:
-    include, sources = model_files(model)
-    exe = out / "fuzz_serial"
+def model_cflags(model: Path, learning: bool) -> list[str]:
+    """The model's `cflags` file (learning switches + layout key), or the learning switches alone."""
+    path = model / "cflags"
+    if path.is_file():
+        return path.read_text().split()
+    return ["-DTP_FLY_LEARN", "-DTP_NO_RAW_INPUT"] if learning else []
+
+
+def eeprom_flags(target: Target, include: Path) -> list[str]:
+    """-DTP_FLY_EEPROM_ADDR placing the record's end `eeprom_edge` bytes past the end of the EEPROM."""
+    if target.eeprom_edge is None:
+        return []
+    bits = header_define(include, "TP_FLY_M") * header_define(include, "TP_N_CLASSES") * header_define(
+        include, "TP_FLY_BITS")
+    record = 14 + (bits + 7) // 8  # EEPROM_HEADER_BYTES + packed counts (tinyproto/device/learn.py)
+    return [f"-DTP_FLY_EEPROM_ADDR={EEPROM_BYTES - record + target.eeprom_edge}u"]
+
+
+def compile_harness(clang: str, target: Target, firmware: Path, out: Path, extra: list[str]) -> None:
+    include, sources = model_files(target.model, firmware)
     cmd = [
         clang, "-g", "-O1", "-std=c99", "-Wall", "-Wextra", "-Werror", "-DTP_HOST",
-        "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all",
-        f"-I{FIRMWARE}", f"-I{include}", str(HARNESS), str(FIRMWARE / "tp_serial.c"), *map(str, sources),
-        "-o", str(exe),
+        *model_cflags(target.model, target.learning), *eeprom_flags(target, include), *extra,
+        f"-I{firmware}", f"-I{include}", str(target.harness), str(firmware / "tp_serial.c"), *map(str, sources),
+        "-o", str(out),
     ]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
@@ -71,82 +166,200 @@ def build(clang: str, model: Path, out: Path) -> Path:
             raise FuzzSetupError(
                 "clang's libFuzzer runtime is missing — install it (Debian: apt-get install libclang-rt-14-dev)"
             )
-        raise FuzzSetupError(f"building the fuzz harness failed:\n{result.stderr.strip()}")
+        raise FuzzSetupError(f"building the {target.name} fuzz harness failed:\n{result.stderr.strip()}")
+
+
+def build(clang: str, target: Target, firmware: Path, work: Path) -> Path:
+    exe = work / f"fuzz_{target.name}"
+    compile_harness(clang, target, firmware, exe, [SANITIZE, "-fno-sanitize-recover=all"])
     return exe
 
 
-def n_features(include: Path) -> int:
-    text = (include / "tinyproto_model.h").read_text()
-    match = re.search(r"#define\s+TP_N_FEATURES\s+\(?(\d+)", text)
-    return int(match.group(1)) if match else 4
+# ---- seeds: valid sessions from the host's protocol code -------------------------------------------------------
 
 
-def write_seeds(seeds: Path, features: int) -> None:
-    """A few well-formed sessions so the fuzzer starts inside the dispatcher, not at the CRC wall."""
+def _protocol():
     sys.path.insert(0, str(ROOT))
-    from tinyproto.device.protocol import encode_frame
+    from tinyproto.device import protocol
 
-    seeds.mkdir(parents=True, exist_ok=True)
+    return protocol
+
+
+def _vector(shape: Shape, k: int) -> bytes:
+    """A deterministic int8 feature vector (k-th of a fixed sequence), extremes included."""
+    return bytes(((i * 37 + k * 101) % 256) for i in range(shape.n_features))
+
+
+def _raw(frames: list[tuple[int, int, bytes]]) -> bytes:
+    """Raw-mode input: a 0x00 resync and the host's encoding of each frame."""
+    P = _protocol()
+    return b"\x01" + b"".join(b"\x00" + P.encode_frame(t, s, p) for t, s, p in frames)
+
+
+def _records(frames: list[tuple[int, int, bytes]]) -> bytes:
+    """Record-mode input: [type][seq][len][payload] per frame (payload clipped to 255 bytes)."""
+    return b"\x00" + b"".join(bytes((t, s, len(p[:255]))) + p[:255] for t, s, p in frames)
+
+
+def inference_seeds(shape: Shape) -> dict[str, bytes]:
+    P = _protocol()
     frames = [
-        (0x01, 1, b""),
-        (0x02, 2, bytes(range(features))),
-        (0x03, 3, b"\x00\x00\x80\x3f" * features),
-        (0x04, 4, b""),
+        (P.MSG_HELLO, 1, b""),
+        (P.MSG_PREDICT, 2, bytes(range(shape.n_features))),
+        (P.MSG_PREDICT_RAW, 3, struct.pack("<f", 1.0) * shape.n_features),
+        (P.MSG_STATS, 4, b""),
     ]
-    stream = b"".join(b"\x00" + encode_frame(t, s, p) for t, s, p in frames)
-    (seeds / "raw_session").write_bytes(b"\x01" + stream)
-    (seeds / "raw_garbage").write_bytes(b"\x01" + b"\x12\x34\x00\xff\xff" + stream[:7] + stream)
-    for t, s, p in frames:  # record mode: [type][seq][len][payload], payload clipped to 255 bytes
-        p = p[:255]
-        (seeds / f"record_{t:02x}").write_bytes(b"\x00" + bytes((t, s, len(p))) + p)
+    seeds = {"raw_session": _raw(frames), "raw_garbage": b"\x01\x12\x34\x00\xff\xff" + _raw(frames)[1:8]
+             + _raw(frames)[1:]}  # fmt: skip
+    seeds.update({f"record_{t:02x}": _records([(t, s, p)]) for t, s, p in frames})
+    return seeds
 
 
-def run(exe: Path, work: Path, runs: int, seconds: int) -> tuple[int, float, list[Path]]:
+def learning_seeds(shape: Shape) -> dict[str, bytes]:
+    """Every learning message alone, and sessions that reach the interesting states: learned counts saved and
+    loaded back, a saved record tampered with (CRC and layout key), a record of saturated counts and n_samples,
+    a reboot between save and load."""
+    P = _protocol()
+    learn = [(P.MSG_LEARN, 10 + k, bytes((k % shape.n_classes,)) + _vector(shape, k)) for k in range(4)]
+    read_all = (P.MSG_READ_COUNTS, 20, struct.pack("<HB", 0, 255))
+    save, load, clear = (P.MSG_EEPROM_SAVE, 21, b""), (P.MSG_EEPROM_LOAD, 22, b""), (P.MSG_CLEAR, 23, b"")
+    predict = (P.MSG_PREDICT, 24, _vector(shape, 9))
+    tamper_crc = (HOP_TAMPER, 0, struct.pack("<HB", 14, 0x01))  # first count byte of a record at address 0
+    tamper_key = (HOP_TAMPER, 0, struct.pack("<HB", 2, 0x80))
+    plant_full = (HOP_PLANT, 0, b"\xff" * 4 + b"\xff" * 250)
+    reboot = (HOP_REBOOT, 0, b"")
+    singles = [(P.MSG_HELLO, 1, b""), (P.MSG_STATS, 2, b""), predict, learn[0], read_all,
+               (P.MSG_READ_COUNTS, 3, struct.pack("<HB", 1, 7)), clear, save, load]  # fmt: skip
+    seeds = {f"record_{t:02x}_{i}": _records([(t, s, p)]) for i, (t, s, p) in enumerate(singles)}
+    seeds.update({
+        "learn_save_load": _records([*learn, save, clear, load, read_all, predict]),
+        "tampered_crc": _records([*learn[:2], save, tamper_crc, clear, load, read_all]),
+        "tampered_key": _records([learn[0], save, tamper_key, load]),
+        "saturated": _records([plant_full, load, *learn, read_all, save, predict]),
+        "reboot": _records([*learn[:2], save, reboot, load, read_all]),
+        "clear_learn": _records([clear, *learn, learn[0], read_all]),
+        "raw_session": _raw([(P.MSG_HELLO, 1, b""), *learn[:2], read_all, save, clear, load, predict]),
+    })  # fmt: skip
+    return seeds
+
+
+def write_seeds(seeds: Path, target: Target, include: Path) -> None:
+    shape = Shape(header_define(include, "TP_N_FEATURES", 4), header_define(include, "TP_N_CLASSES", 2))
+    seeds.mkdir(parents=True, exist_ok=True)
+    for name, data in (learning_seeds if target.learning else inference_seeds)(shape).items():
+        (seeds / name).write_bytes(data[:MAX_LEN])
+
+
+# ---- running -----------------------------------------------------------------------------------------------
+
+
+def run(exe: Path, work: Path, runs: int, seconds: int, seed: int) -> tuple[int, float, list[Path], int | None]:
+    """(executions, wall seconds, crash artifacts, edges covered) of one bounded libFuzzer run."""
     corpus = work / "corpus"
     corpus.mkdir(exist_ok=True)
     cmd = [
-        str(exe), f"-runs={runs}", f"-max_total_time={seconds}", "-max_len=2048", "-print_final_stats=1",
-        f"-artifact_prefix={work}/", str(corpus), str(work / "seeds"),
+        str(exe), f"-seed={seed}", f"-runs={runs}", f"-max_total_time={seconds}", f"-max_len={MAX_LEN}",
+        # value profiling rewards inputs that get closer on a comparison: that is how an off-by-one length or
+        # offset check gets crossed without a seed sitting on the boundary (a planted READ_COUNTS off-by-one
+        # survived 300k runs without it and fell in ~30k with it; tests/test_fuzz.py plants it)
+        "-use_value_profile=1", "-print_final_stats=1", f"-artifact_prefix={work}/", str(corpus), str(work / "seeds"),
     ]  # fmt: skip
     start = time.monotonic()
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
     elapsed = time.monotonic() - start
     match = re.search(r"stat::number_of_executed_units:\s*(\d+)", result.stderr)
     executions = int(match.group(1)) if match else 0
-    crashes = sorted(work.glob("crash-*")) + sorted(work.glob("leak-*")) + sorted(work.glob("timeout-*"))
+    edges = [int(v) for v in re.findall(r"\bcov: (\d+)", result.stderr)]
+    crashes = sorted(p for p in work.iterdir() if re.match(r"(crash|leak|timeout|oom)-", p.name))
     if result.returncode != 0 and not crashes:
-        sys.stderr.write(result.stderr[-4000:])
         crashes = [exe]  # died without an artifact: still a failure
-    elif crashes:
+    if crashes:
         sys.stderr.write(result.stderr[-4000:])
-    return executions, elapsed, crashes
+    return executions, elapsed, crashes, (edges[-1] if edges else None)
+
+
+def line_coverage(clang: str, target: Target, firmware: Path, work: Path) -> float | None:
+    """Percent of the firmware's lines (app, framing, model runtime) the final corpus executes: a build with
+    clang's source coverage replays the corpus once. None if llvm-profdata / llvm-cov are not installed."""
+    tools = [shutil.which(n) or shutil.which(f"{n}-14") for n in ("llvm-profdata", "llvm-cov")]
+    if not all(tools):
+        return None
+    exe = work / f"cov_{target.name}"
+    compile_harness(clang, target, firmware, exe, ["-fsanitize=fuzzer", "-fprofile-instr-generate",
+                                                   "-fcoverage-mapping"])
+    raw, data = work / "cov.profraw", work / "cov.profdata"
+    env = dict(os.environ, LLVM_PROFILE_FILE=str(raw))
+    subprocess.run([str(exe), "-runs=0", f"-max_len={MAX_LEN}", str(work / "corpus"), str(work / "seeds")],
+                   capture_output=True, env=env, timeout=600)
+    subprocess.run([tools[0], "merge", "-sparse", str(raw), "-o", str(data)], check=True, capture_output=True)
+    _, sources = model_files(target.model, firmware)
+    if "-DTP_NO_RAW_INPUT" in model_cflags(target.model, target.learning):
+        sources = [p for p in sources if p.name != "tp_input.c"]  # linked, but only PREDICT_RAW calls it
+    files = [str(firmware / "tp_main.c"), str(firmware / "tp_serial.c"), *map(str, sources)]
+    report = subprocess.run([tools[1], "report", str(exe), f"-instr-profile={data}", *files],
+                            capture_output=True, text=True, check=True).stdout
+    total = re.search(r"^TOTAL(?:\s+\S+){6}\s+(\d+)\s+(\d+)\s+([\d.]+)%", report, re.M)
+    return float(total.group(3)) if total else None
+
+
+def fuzz_one(clang: str, target: Target, firmware: Path, work: Path, args: argparse.Namespace) -> Result:
+    work.mkdir(parents=True, exist_ok=True)
+    exe = build(clang, target, firmware, work)
+    write_seeds(work / "seeds", target, model_files(target.model, firmware)[0])
+    executions, elapsed, crashes, edges = run(exe, work, args.runs, args.seconds, args.seed)
+    result = Result(target.name, executions, elapsed, crashes, edges)
+    if args.lines and not crashes:
+        result.lines = line_coverage(clang, target, firmware, work)
+    return result
+
+
+def print_table(results: list[Result], runs: int) -> None:
+    print(f"\n{'firmware':<16} {'executions':>11} {'exec/s':>8} {'crashes':>7} {'cov (edges)':>11} {'lines':>7}")
+    for r in results:
+        lines = f"{r.lines:.1f}%" if r.lines is not None else "-"
+        edges = str(r.edges) if r.edges is not None else "-"
+        short = "" if r.executions >= runs or r.crashes else "  (time limit before --runs)"
+        print(f"{r.name:<16} {r.executions:>11} {r.rate:>8.0f} {len(r.crashes):>7} {edges:>11} {lines:>7}{short}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=200_000, help="stop after this many executions")
-    parser.add_argument("--seconds", type=int, default=60, help="stop after this many seconds")
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="model directory (default: fake model)")
-    parser.add_argument("--workdir", type=Path, help="keep the build, corpus and crashes here")
+    parser.add_argument("--firmware", nargs="+", choices=["all", *TARGETS], default=["all"],
+                        help="which harnesses (default all)")
+    parser.add_argument("--runs", type=int, default=1_000_000, help="executions per firmware (default 10^6)")
+    parser.add_argument("--seconds", type=int, default=900, help="time limit per firmware")
+    parser.add_argument("--seed", type=int, default=1, help="libFuzzer's random seed (deterministic runs)")
+    parser.add_argument("--model", type=Path, help="model directory for a single --firmware")
+    parser.add_argument("--firmware-dir", type=Path, default=FIRMWARE, help="the application under test")
+    parser.add_argument("--workdir", type=Path, help="keep builds, corpora and crashes here")
+    parser.add_argument("--no-lines", dest="lines", action="store_false", help="skip the line-coverage replay")
     args = parser.parse_args(argv)
 
+    names = list(TARGETS) if "all" in args.firmware else list(dict.fromkeys(args.firmware))
+    if args.model is not None and len(names) != 1:
+        parser.error("--model needs a single --firmware")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="tp-fuzz-"))
-    work.mkdir(parents=True, exist_ok=True)
+    results = []
     try:
         clang = find_clang()
-        exe = build(clang, args.model, work)
-        write_seeds(work / "seeds", n_features(model_files(args.model)[0]))
+        for name in names:
+            target = TARGETS[name]
+            if args.model is not None:
+                target = replace(target, model=args.model)
+            r = fuzz_one(clang, target, args.firmware_dir.resolve(), work / name, args)
+            print(f"{r.name}: {r.executions} executions in {r.seconds:.1f} s ({r.rate:.0f} exec/s), "
+                  f"{len(r.crashes)} crashes", flush=True)
+            for path in r.crashes:
+                print(f"crash input: {path}")
+            results.append(r)
     except FuzzSetupError as exc:
         print(f"run_fuzz: {exc}", file=sys.stderr)
         return 2
-    executions, elapsed, crashes = run(exe, work, args.runs, args.seconds)
-    rate = executions / elapsed if elapsed > 0 else 0.0
-    print(f"fuzz_serial: {executions} executions in {elapsed:.1f} s ({rate:.0f} exec/s), {len(crashes)} crashes")
-    for path in crashes:
-        print(f"crash input: {path}")
-    if args.workdir is None and not crashes:
+    print_table(results, args.runs)
+    crashed = any(r.crashes for r in results)
+    if args.workdir is None and not crashed:
         shutil.rmtree(work, ignore_errors=True)
-    return 1 if crashes else 0
+    return 1 if crashed else 0
 
 
 if __name__ == "__main__":
