@@ -335,6 +335,7 @@ def check_output_dir(out: Path) -> Path:
         if not out.is_dir():
             raise TinyprotoError(f"--out {out} exists and is not a directory; choose another --out")
         _check_replaceable(out)
+        _check_not_in_use(out)
         ancestor = out.parent
     else:
         ancestor = out.parent
@@ -362,6 +363,20 @@ def _check_replaceable(out: Path) -> None:
                                  f"{', '.join(foreign)}); choose another --out, nothing was changed")
         raise TinyprotoError(f"--out {out} holds files tinyproto did not write ({', '.join(foreign)}); "
                              "choose another --out or move them away, nothing was changed")
+
+
+def _check_not_in_use(directory: Path) -> None:
+    """Refuse now, not after training, if another command holds the directory's lock."""
+    lock_path = directory / LOCK
+    if not lock_path.is_file() or lock_path.is_symlink():
+        return
+    try:
+        fd = _try_lock(lock_path, "check")
+    except OSError:
+        return  # not lockable here: the real attempt at the end will say why
+    if fd is None:
+        raise TinyprotoError(f"{directory} is in use by {_holder(lock_path)}; wait for it to finish")
+    os.close(fd)
 
 
 def _exchange(a: Path, b: Path) -> bool:
