@@ -171,10 +171,11 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_regular_file(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+def read_regular_file(path: Path, limit: int | None = None) -> bytes:
     """The bytes of a regular file of at most `limit` bytes, or a TinyprotoError. The type is checked before
     opening and again on the open descriptor (opened non-blocking, so a FIFO swapped in cannot block)."""
     name = str(path)
+    limit = MAX_FILE_BYTES if limit is None else limit
     try:
         info = os.stat(path)
     except (OSError, ValueError) as exc:
