@@ -280,7 +280,7 @@ NPZ_BAD = {
     "one-hot y": (dict(X=X8, y=np.eye(2)[Y8]), "one-hot"),
     "3-D X": (dict(X=np.zeros((8, 2, 2)), y=Y8), "2-D.*reshape"),
     "1-D X": (dict(X=np.arange(8.0), y=Y8), r"2-D.*reshape\(-1, 1\)"),
-    "X with NaN": (dict(X=np.where(X8 == 3, np.nan, X8), y=Y8), "NaN or infinite.*row 0, column 1"),
+    "X with NaN": (dict(X=np.where(X8 == 3, np.nan, X8), y=Y8), r"NaN or infinite.*X\[0, 1\]"),
     "X beyond float32": (dict(X=X8 * 1e300, y=Y8), "beyond float32"),
     "complex X": (dict(X=X8 + 1j, y=Y8), "complex"),
     "string X": (dict(X=X8.astype(str), y=Y8), "strings"),

@@ -69,6 +69,7 @@ class Dataset:
     name: str
     X: np.ndarray  # float64 (n, d), finite, within float32
     y: np.ndarray  # original labels (n,): int64 or str
+    columns: tuple[str, ...] | None = None  # feature names for messages ("column 2 ('width')"), CSV only
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def load_dataset(spec: str, label: str | None = None) -> Dataset:
     else:
         X, y, columns = _load_csv(raw, spec, label)
     X, y = validate_xy(X, y, source=spec, columns=columns)
-    return Dataset(path.stem or path.name, X, y)
+    return Dataset(path.stem or path.name, X, y, tuple(columns) if columns is not None else None)
 
 
 # ---------------------------------------------------------------------------------------------- built-ins
@@ -394,8 +395,8 @@ def _fast_csv_body(text: str, header_line: int, columns: _Columns, trailing_empt
     names the line of the problem). What numpy's loadtxt accepts here is a subset of what `_number` accepts
     (tests/test_data_inputs.py checks the two agree), so the fast path never changes what is accepted.
     """
-    if trailing_empty or "\ufeff" in text:
-        return None
+    if trailing_empty or "\ufeff" in text or text.count("\r") != text.count("\r\n"):
+        return None  # lone CRs: let the csv module count the lines
     pos = -1
     for _ in range(header_line):
         pos = text.find("\n", pos + 1)
@@ -460,7 +461,9 @@ def _csv_body(reader, columns: _Columns, trailing_empty: bool, name: str):
     n = len(columns.names)
     features = columns.features
     label_col = columns.label_col
+    blocks: list[np.ndarray] = []  # rows are packed into float64 blocks as they come (bounded memory)
     rows: list[list[float]] = []
+    n_rows = 0
     labels: list[str] = []
     label_lines: list[int] = []
     for record in reader:
@@ -470,14 +473,19 @@ def _csv_body(reader, columns: _Columns, trailing_empty: bool, name: str):
         if len(record) != n and not (len(record) == n + 1 and not record[-1].strip(" \t")):
             hint = " (a trailing delimiter?)" if len(record) == n + 1 else ""
             raise TinyprotoError(f"{name}, line {line}: has {len(record)} fields, the header has {n}{hint}")
-        if len(rows) * len(features) > MAX_VALUES:
+        n_rows += 1
+        if n_rows * len(features) > MAX_VALUES:
             raise TinyprotoError(f"{name}: more than {MAX_VALUES:,} feature values; tinyproto's limit")
         rows.append([_number(record[j], name, line, columns, j) for j in features])
+        if len(rows) == 4096:
+            blocks.append(np.array(rows, dtype=np.float64))
+            rows = []
         labels.append(record[label_col])
         label_lines.append(line)
-    if not rows:
+    if not n_rows:
         raise TinyprotoError(f"{name}: has a header but no data rows")
-    return np.array(rows, dtype=np.float64), labels, label_lines
+    blocks.append(np.array(rows, dtype=np.float64).reshape(-1, len(features)))
+    return np.concatenate(blocks), labels, label_lines
 
 
 def _number(cell: str, name: str, line: int, columns: _Columns, j: int) -> float:
@@ -674,18 +682,21 @@ def validate_xy(X: np.ndarray, y: np.ndarray, source: str,
     def column(j: int) -> str:
         return columns[j] if columns is not None else f"column {j}"
 
+    def cell(row: int, col: int) -> str:  # 0-based array indices, or a named column
+        return f"row {row + 1}, {columns[col]}" if columns is not None else f"X[{row}, {col}]"
+
     bad = ~np.isfinite(X)
     if bad.any():
         row, col = np.argwhere(bad)[0]
         raise TinyprotoError(
-            f"{source}: {int(bad.sum())} feature values are NaN or infinite (first at row {row}, {column(col)}); "
+            f"{source}: {int(bad.sum())} feature values are NaN or infinite (first at {cell(row, col)}); "
             "clean or impute them first"
         )
     big = np.abs(X) > FLOAT32_MAX
     if big.any():
         row, col = np.argwhere(big)[0]
         raise TinyprotoError(
-            f"{source}: row {row}, {column(col)} is {X[row, col]:.3g}, beyond float32's range (|x| > 3.4e38), "
+            f"{source}: {cell(row, col)} is {X[row, col]:.3g}, beyond float32's range (|x| > 3.4e38), "
             "which the device computes in"
         )
     classes, counts = np.unique(y, return_counts=True)
@@ -738,5 +749,7 @@ def split(dataset: Dataset, seed: int = 0) -> Split:
     X_tr, X_te, y_tr, y_te = train_test_split(
         dataset.X, dataset.y, test_size=TEST_FRACTION, stratify=dataset.y, random_state=seed
     )
-    check_features_usable(X_tr, f"{dataset.name} (training split)")
+    names = dataset.columns
+    check_features_usable(X_tr, f"{dataset.name} (training split)",
+                          (lambda j: names[j]) if names is not None else (lambda j: f"column {j}"))
     return Split(X_tr, y_tr, X_te, y_te)
