@@ -471,7 +471,7 @@ def _csv_body(reader, columns: _Columns, trailing_empty: bool, name: str):
             continue
         line = reader.line_num
         if len(record) != n and not (len(record) == n + 1 and not record[-1].strip(" \t")):
-            hint = " (a trailing delimiter?)" if len(record) == n + 1 else ""
+            hint = " (an unquoted delimiter inside a value?)" if len(record) > n else ""
             raise TinyprotoError(f"{name}, line {line}: has {len(record)} fields, the header has {n}{hint}")
         n_rows += 1
         if n_rows * len(features) > MAX_VALUES:
@@ -494,7 +494,7 @@ def _number(cell: str, name: str, line: int, columns: _Columns, j: int) -> float
         value = float(text)
         if abs(value) <= FLOAT32_MAX:
             return value
-        problem = f"{text!r} is beyond float32's range (|x| > 3.4e38), which the device computes in"
+        problem = f"{_short(text)} is beyond float32's range (|x| > 3.4e38), which the device computes in"
     elif not text:
         problem = "is empty (a missing value); fill or drop the row"
     elif _NONFINITE.fullmatch(text):
@@ -634,7 +634,7 @@ def _npz_labels(y: np.ndarray, name: str) -> np.ndarray:
         bad = ~np.isfinite(y)
         if bad.any():
             i = int(np.argmax(bad))
-            raise TinyprotoError(f"{name}: y[{i}] is {y[i]!r}, not a class (missing label?)")
+            raise TinyprotoError(f"{name}: y[{i}] is {float(y[i])!r}, not a class (missing label?)")
         fractional = y != np.round(y)
         if fractional.any():
             i = int(np.argmax(fractional))
