@@ -81,6 +81,12 @@ CSV_BAD = {
     "huge label id": ("f1,f2,y\n1,2,99999999999999999999\n3,4,1\n", "too large"),
     "constant features": ("f1,f2,y\n0.3,5,a\n0.3,5,b\n0.3,5,a\n0.3,5,b\n", "no feature varies"),
     "tiny values": ("f1,f2,y\n1e-300,2e-300,a\n3e-300,1e-300,b\n2e-300,0,a\n0,1e-300,b\n", "below 1e-30"),
+    "timestamps": ("t,f2,y\n" + "".join(f"{1.7e9 + 1e4 * i},{i % 3},{'ab'[i % 2]}\n" for i in range(20)),
+                   r"column 1 \('t'\) varies too little.*subtract an offset"),
+    "one tiny difference": ("f1,f2,y\n" + "".join(f"{5.0 + (i == 3) * 1e-4},{i % 3},{'ab'[i % 2]}\n"
+                                                   for i in range(20)), "varies too little"),
+    "tiny varying": ("f1,f2,y\n" + "".join(f"{1e-35 * (i % 4)},{i % 3},{'ab'[i % 2]}\n" for i in range(20)),
+                     "below 1e-27"),
     "mismatched spreads": (
         "f1,f2,y\n" + "".join(f"{1e-9 * (i % 3)},{1e6 * (i % 5)},{'ab'[i % 2]}\n" for i in range(20)),
         "column 1 .*varies by.*rescale",

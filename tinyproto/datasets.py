@@ -28,8 +28,10 @@ CSV (.csv, .txt, .tsv), documented handling:
 out-of-float32 X, wrong shapes and empty arrays are refused.
 
 Then for every source (`validate_xy`): 2..255 classes with at least 2 samples each, and features the device can
-see: not every feature constant, and no feature's spread a million times smaller than the data's overall
-spread (the input stage's half-float gains share one exponent; see inputstage.standardise_moments).
+see: not every feature constant, no feature that varies by less than the device resolves (0.1 % of its
+magnitude: the half-float mean; subtract an offset), and no feature's spread a million times smaller than the
+data's overall spread (the input stage's half-float gains share one exponent; see
+inputstage.standardise_moments). Truly constant features (std at floating-point noise) are fine.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ MAX_CLASSES = 255
 MAX_FILE_BYTES = 512 * 1024 * 1024  # a 10,000 x 784 CSV of pixels is ~30 MB
 MAX_VALUES = 1 << 26  # X entries (537 MB as float64)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+NOISE_RELATIVE = 2.0**-40  # a std below this x |mean| is floating-point noise: the feature is truly constant
 CSV_SUFFIXES = (".csv", ".txt", ".tsv")
 
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -715,6 +718,19 @@ def validate_xy(X: np.ndarray, y: np.ndarray, source: str,
 def check_features_usable(X: np.ndarray, source: str, column=lambda j: f"column {j}") -> None:
     """Refuse features the device cannot use, by the rule of inputstage.standardise_moments."""
     rule = standardise_moments(X.mean(axis=0), X.var(axis=0), "feature")
+    magnitude = np.abs(rule.mean)
+    # constant for the device, yet more than floating-point noise (a column of 0.3s has std ~1e-17): refuse
+    # rather than let the variation vanish without a word; an offset makes it visible
+    lost = rule.constant & (rule.std > NOISE_RELATIVE * magnitude) & (rule.std > 0)
+    if lost.any():
+        j = int(np.argmax(lost))
+        if rule.std[j] <= 2.0**-100 and magnitude[j] <= 2.0**-90:
+            why = "its values are below 1e-27, which float32 on the device cannot resolve; scale it up"
+        else:
+            why = (f"its std {rule.std[j]:.3g} around {rule.mean[j]:.7g} is {rule.std[j] / magnitude[j]:.2g} of its "
+                   "magnitude, finer than the device's half-float mean (good to 2.4e-4 of it); subtract an offset "
+                   "(e.g. its minimum) from the column, or drop it")
+        raise TinyprotoError(f"{source}: {column(j)} varies too little for the device to see: {why}")
     if rule.constant.all():
         tiny = float(np.abs(X).max()) < 2.0**-100
         why = ("every value is below 1e-30 in magnitude, which float32 on the device cannot resolve" if tiny else
