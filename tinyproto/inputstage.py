@@ -59,10 +59,20 @@ class InputStage:
     @classmethod
     def from_standardisation(cls, mean: np.ndarray, std: np.ndarray, input_scale: float) -> "InputStage":
         """Build the stage from per-feature mean/std (std > 0) and the shared int8 step `input_scale`."""
-        mean_bits, mean_exp = encode_half_block(np.asarray(mean, dtype=np.float64))
-        gain = 1.0 / (np.asarray(std, dtype=np.float64) * input_scale)
+        mean = np.asarray(mean, dtype=np.float64)
+        std = np.asarray(std, dtype=np.float64)
+        if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all() and input_scale > 0):
+            raise TinyprotoError("the input standardisation is not finite and positive (features beyond float64?)")
+        mean_bits, mean_exp = encode_half_block(mean)
+        with np.errstate(over="ignore"):
+            gain = 1.0 / (std * input_scale)
         gain_bits, gain_exp = encode_half_block(gain)
-        return cls(mean_bits, mean_exp, gain_bits, gain_exp, float(input_scale))
+        stage = cls(mean_bits, mean_exp, gain_bits, gain_exp, float(input_scale))
+        if not (np.isfinite(stage.mean).all() and np.isfinite(stage.gain).all()):
+            raise TinyprotoError(
+                "the features' means or spreads are beyond float32 (|x| > 3.4e38), which the device computes in"
+            )
+        return stage
 
     @property
     def n_features(self) -> int:
@@ -147,7 +157,7 @@ def standardise_moments(mean, variance, scaling: str = "feature") -> Standardisa
 
         std_j = sqrt(variance_j),  S = sqrt(mean_j std_j^2)  (the data's overall spread, "global" scaling's std)
         constant_j  <=>  std_j <= max(2^-10 |mean_j|, 2^-100)
-        scale_j = max(|mean_j|, S)            if constant_j (1.0 if that is 0 too: nothing varies at all)
+        scale_j = max(|mean_j|, S)            if constant_j (1.0 if that is <= 2^-100 too: nothing varies)
                 = max(std_j,  2^-20 S)        otherwise, scaling="feature" (each feature's own std)
                 = max(S,      2^-20 S) = S    otherwise, scaling="global" (one std for all: pixels share a unit)
 
@@ -178,7 +188,7 @@ def standardise_moments(mean, variance, scaling: str = "feature") -> Standardisa
     magnitude = np.abs(mean)
     constant = std <= np.maximum(CONSTANT_RELATIVE * magnitude, ABSOLUTE_FLOOR)
     fallback = np.maximum(magnitude, spread)
-    fallback = np.where(fallback > 0, fallback, 1.0)
+    fallback = np.where(fallback > ABSOLUTE_FLOOR, fallback, 1.0)
     floor = SPREAD_FLOOR_RELATIVE * spread
     varying = std if scaling == "feature" else np.full_like(std, spread)
     floored = ~constant & (varying < floor)
