@@ -424,3 +424,48 @@ def test_cli_prints_one_error_line(tmp_path, name, content, pattern):
     assert len(lines) == 1 and lines[0].startswith("error: ") and pattern in lines[0], result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert not (tmp_path / "m").exists()
+
+
+# ---------------------------------------------------------------------------------------------- mutation fuzz
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['"', '""', '" "', ",;", "\t\n", '"a', 'a,"b\n1,2', 'a,b\n"1,2\n3,4', "\ufeff", "\ufeff\ufeff", "a,b\n1,2\n\x1a",
+     '" ",","\n', '"\n"\n', "a;b,c\n1;2,3\n", "\r\r\n\r", ",,,\n,,,\n", "a,b,\n1,2,\n", "\u2028a,b\u2028"],
+)
+def test_degenerate_csv_never_crashes(tmp_path, text):
+    with pytest.raises(TinyprotoError):
+        split(load_dataset(_write(tmp_path, "e.csv", text)))
+
+
+def test_mutated_csv_only_ever_raises_tinyproto_errors(tmp_path):
+    """Random byte-level mutations of a good CSV: accepted, or refused with one line; nothing else escapes."""
+    good = ("f1,f2,f3,label\n" + "".join(f"{i * 0.5},{(i * 7) % 5},{i % 3},{'abc'[i % 3]}\n" for i in range(30))).encode()
+    tokens = [b"", b" ", b"nan", b"inf", b"1e400", b"-1e39", b'"', b'""', b",", b";", b"\t", b"\r", b"\n", b"\r\n",
+              b"\x00", "\ufeff".encode(), "é".encode(), b"\xff", b"1_0", b"0x10", b"true", b"3.4e38", b"1e-320",
+              b"9" * 400, b"a,a", b"\\", b"'", "\u2028".encode(), b"1.5", b"NA", b'" "']
+    rng = np.random.default_rng(0)
+    path = tmp_path / "m.csv"
+    refused = 0
+    for trial in range(300):
+        data = bytearray(good)
+        for _ in range(int(rng.integers(1, 5))):
+            pos = int(rng.integers(0, len(data) + 1))
+            op = rng.random()
+            if op < 0.5:
+                data[pos:pos] = tokens[int(rng.integers(len(tokens)))]
+            elif op < 0.7:
+                del data[pos:pos + int(rng.integers(1, 10))]
+            elif op < 0.9 and data:
+                data[min(pos, len(data) - 1)] = int(rng.integers(256))
+            else:
+                data = data[:pos]
+        path.write_bytes(bytes(data))
+        label = [None, None, "label", "f1", "nope"][trial % 5]
+        try:
+            split(load_dataset(str(path), label=label))
+        except TinyprotoError as exc:
+            refused += 1
+            assert "\n" not in str(exc)
+    assert 0 < refused < 300

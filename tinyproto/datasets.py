@@ -343,6 +343,8 @@ def _load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.
             if not _blank(record):
                 header, header_line = record, reader.line_num
                 break
+        if header is None:
+            raise TinyprotoError(f"{name}: has no header and no data (only blank lines)")
         columns, trailing_empty = _header(header, header_line, name, label)
         fast = _fast_csv_body(text, header_line, columns, trailing_empty, delimiter)
         if fast is not None:
