@@ -354,6 +354,12 @@ def _load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.
     except csv.Error as exc:
         raise TinyprotoError(f"{name}, line {reader.line_num}: cannot be parsed as CSV ({_reason(exc)})") from None
     y = _typed_labels(labels, label_lines, name, columns)
+    label_name = columns.names[columns.label_col]
+    if all(_NUMBER.fullmatch(columns.names[j]) for j in columns.features) and label_name in {_clean(v) for v in labels}:
+        raise TinyprotoError(
+            f"{name}, line {header_line}: the first line looks like data (numbers, then the class {label_name!r}), "
+            "not a header; add a header line naming the columns (e.g. f1,f2,...,label)"
+        )
     return X, y, columns.feature_names()
 
 
@@ -548,6 +554,8 @@ def _typed_labels(raw_labels: list[str], lines: list[int], name: str, columns: _
         return np.asarray(labels)
     ids = []
     for i, value in enumerate(labels):
+        if len(value) > 40:  # no class id needs more digits (and int() refuses > 4300 of them)
+            raise TinyprotoError(f"{name}, line {lines[i]}: the label {_short(value)} is too large for a class id")
         number = int(value) if _INTEGER.fullmatch(value) else float(value)
         if isinstance(number, float) and not number.is_integer():
             raise TinyprotoError(
