@@ -93,6 +93,9 @@ CSV_BAD = {
         "f1,f2,y\n" + "".join(f"{1e-9 * (i % 3)},{1e6 * (i % 5)},{'ab'[i % 2]}\n" for i in range(20)),
         "column 1 .*varies by.*rescale",
     ),
+    "outliers flatten every feature": (
+        "f1,f2,y\n" + "".join(f"{1e30 if i % 500 == 7 else i % 2},{-1e30 if i % 500 == 9 else i % 3},{'ab'[i % 2]}\n"
+                              for i in range(2000)), "one value in all but a handful of rows"),
     "too few for the split": ("f1,f2,y\n1,2,a\n3,4,b\n5,6,a\n7,8,b\n", "too few samples"),
 }
 
@@ -443,7 +446,8 @@ def test_degenerate_csv_never_crashes(tmp_path, text):
 
 def test_mutated_csv_only_ever_raises_tinyproto_errors(tmp_path):
     """Random byte-level mutations of a good CSV: accepted, or refused with one line; nothing else escapes."""
-    good = ("f1,f2,f3,label\n" + "".join(f"{i * 0.5},{(i * 7) % 5},{i % 3},{'abc'[i % 3]}\n" for i in range(30))).encode()
+    rows = "".join(f"{i * 0.5},{(i * 7) % 5},{i % 3},{'abc'[i % 3]}\n" for i in range(30))
+    good = ("f1,f2,f3,label\n" + rows).encode()
     tokens = [b"", b" ", b"nan", b"inf", b"1e400", b"-1e39", b'"', b'""', b",", b";", b"\t", b"\r", b"\n", b"\r\n",
               b"\x00", "\ufeff".encode(), "é".encode(), b"\xff", b"1_0", b"0x10", b"true", b"3.4e38", b"1e-320",
               b"9" * 400, b"a,a", b"\\", b"'", "\u2028".encode(), b"1.5", b"NA", b'" "']

@@ -778,4 +778,27 @@ def split(dataset: Dataset, seed: int = 0) -> Split:
     names = dataset.columns
     check_features_usable(X_tr, f"{dataset.name} (training split)",
                           (lambda j: names[j]) if names is not None else (lambda j: f"column {j}"))
+    check_int8_inputs_vary(X_tr, f"{dataset.name} (training split)")
     return Split(X_tr, y_tr, X_te, y_te)
+
+
+def check_int8_inputs_vary(X: np.ndarray, source: str) -> None:
+    """Refuse data whose int8 inputs would all be constant: every feature standardised (the one rule) and put
+    on the int8 grid (`choose_input_scale`, as every family does) takes a single value. This happens when a few
+    enormous outliers set each feature's std, so every ordinary value rounds to the same int8 step."""
+    from tinyproto.inputstage import INPUT_MAX, choose_input_scale, standardisation
+
+    X = X[:: max(1, len(X) // 4000)]  # a deterministic sample is plenty for this
+    mean, scale = standardisation(X)
+    Z = (X - mean) / scale
+    step = choose_input_scale(Z)
+    n, d = X.shape
+    q = np.clip(np.rint(Z / step), -INPUT_MAX, INPUT_MAX).astype(np.int64) + INPUT_MAX  # 0..254
+    counts = np.bincount((q + (2 * INPUT_MAX + 1) * np.arange(d)).reshape(-1), minlength=(2 * INPUT_MAX + 1) * d)
+    differing = n - counts.reshape(d, -1).max(axis=1)  # rows off each feature's most common int8 value
+    if not (differing >= max(2, math.ceil(0.005 * n))).any():
+        raise TinyprotoError(
+            f"{source}: on the int8 grid every feature takes one value in all but a handful of rows, so a model "
+            "would be useless (a few huge outliers setting every feature's spread?); remove the outliers or "
+            "transform the features (e.g. log)"
+        )
