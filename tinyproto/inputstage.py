@@ -1,6 +1,7 @@
 """Raw float features -> standardised int8 inputs, the first stage of every deployed model.
 
-x_q[i] = clamp(round((x[i] - mean[i]) * gain[i]), -127, 127), gain[i] = 1 / (std[i] * input_scale).
+x_q[i] = clamp(round((x[i] - mean[i]) * gain[i]), -127, 127), gain[i] = 1 / (scale[i] * input_scale), with
+mean and scale from `standardise_moments`, the one standardisation rule of every family (see its docstring).
 
 On the device `mean` and `gain` are stored as IEEE half floats with one shared power-of-two exponent per array
 (4 bytes per feature, instead of 8 for two float32): a half float covers 2^-24..65504, the shared exponent moves
