@@ -222,6 +222,14 @@ def test_whole_number_labels_become_integer_ids(tmp_path):
     assert _accepted(path).y.tolist() == [1, 7, 2] * 4
 
 
+def test_header_trailing_delimiter_or_unnamed_label_column(tmp_path):
+    rows = "".join(f"{i},{i * i % 5},{'xy'[i % 2]}\n" for i in range(8))
+    short = _accepted(_write(tmp_path, "a.csv", "f1,f2,y,\n" + rows))  # data rows without the trailing comma
+    assert short.X.shape == (8, 2) and short.y[0] == "x"
+    unnamed = _accepted(_write(tmp_path, "b.csv", "f1,f2,\n" + rows))  # the label column has no name
+    assert unnamed.X.shape == (8, 2) and unnamed.y[0] == "x"
+
+
 def test_constant_and_empty_name_columns_are_fine(tmp_path):
     path = _write(tmp_path, "d.csv", ",const,y\n" + "".join(f"{i},0.3,{i % 2}\n" for i in range(12)))
     dataset = _accepted(path)

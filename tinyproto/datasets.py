@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 import os
 import re
@@ -345,12 +346,18 @@ def _load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.
                 break
         if header is None:
             raise TinyprotoError(f"{name}: has no header and no data (only blank lines)")
-        columns, trailing_empty = _header(header, header_line, name, label)
-        fast = _fast_csv_body(text, header_line, columns, trailing_empty, delimiter)
+        # "a,b,label," with "1,2,x," rows: a trailing delimiter; with "1,2,x,y" rows: an unnamed last column
+        first = next((record for record in reader if not _blank(record)), None)
+        first_line = reader.line_num
+        trailing_delimiter = (len(header) > 1 and not header[-1].strip(" \t") and
+                              (first is None or len(first) < len(header) or not first[-1].strip(" \t")))
+        columns = _header(header[:-1] if trailing_delimiter else header, header_line, name, label)
+        fast = None if trailing_delimiter else _fast_csv_body(text, header_line, columns, delimiter)
         if fast is not None:
             X, labels, label_lines = fast
         else:
-            X, labels, label_lines = _csv_body(reader, columns, trailing_empty, name)
+            records = [] if first is None else [(first, first_line)]
+            X, labels, label_lines = _csv_body(records, reader, columns, name)
     except csv.Error as exc:
         raise TinyprotoError(f"{name}, line {reader.line_num}: cannot be parsed as CSV ({_reason(exc)})") from None
     y = _typed_labels(labels, label_lines, name, columns)
@@ -363,11 +370,8 @@ def _load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.
     return X, y, columns.feature_names()
 
 
-def _header(header: list[str], line: int, name: str, label: str | None) -> tuple[_Columns, bool]:
+def _header(header: list[str], line: int, name: str, label: str | None) -> _Columns:
     names = [_clean(h) for h in header]
-    trailing_empty = len(names) > 1 and names[-1] == ""
-    if trailing_empty:  # "a,b,label," : a trailing delimiter, not a column
-        names = names[:-1]
     seen: dict[str, int] = {}
     for j, h in enumerate(names):
         if h and h in seen:
@@ -396,17 +400,17 @@ def _header(header: list[str], line: int, name: str, label: str | None) -> tuple
             f"{name}, line {line}: only one column ({names[0]!r}); needs feature columns and a label column "
             "(separated by ',', ';' or tabs)"
         )
-    return _Columns(names, label_col), trailing_empty
+    return _Columns(names, label_col)
 
 
-def _fast_csv_body(text: str, header_line: int, columns: _Columns, trailing_empty: bool, delimiter: str):
+def _fast_csv_body(text: str, header_line: int, columns: _Columns, delimiter: str):
     """The common case (every row well-formed, every value a plain finite number) at numpy speed, or None.
 
     `_csv_body` is the reference: whenever anything is unusual this returns None and that parse decides (and
     names the line of the problem). What numpy's loadtxt accepts here is a subset of what `_number` accepts
     (tests/test_data_inputs.py checks the two agree), so the fast path never changes what is accepted.
     """
-    if trailing_empty or "\ufeff" in text or text.count("\r") != text.count("\r\n"):
+    if "\ufeff" in text or text.count("\r") != text.count("\r\n"):
         return None  # lone CRs: let the csv module count the lines
     pos = -1
     for _ in range(header_line):
@@ -468,7 +472,8 @@ def _fast_csv_body(text: str, header_line: int, columns: _Columns, trailing_empt
     return X, labels, label_lines
 
 
-def _csv_body(reader, columns: _Columns, trailing_empty: bool, name: str):
+def _csv_body(records: list, reader, columns: _Columns, name: str):
+    """The reference parse: `records` (already read (record, line) pairs), then the rest of `reader`."""
     n = len(columns.names)
     features = columns.features
     label_col = columns.label_col
@@ -477,10 +482,9 @@ def _csv_body(reader, columns: _Columns, trailing_empty: bool, name: str):
     n_rows = 0
     labels: list[str] = []
     label_lines: list[int] = []
-    for record in reader:
+    for record, line in itertools.chain(records, ((r, reader.line_num) for r in reader)):
         if _blank(record):
             continue
-        line = reader.line_num
         if len(record) != n and not (len(record) == n + 1 and not record[-1].strip(" \t")):
             hint = " (an unquoted delimiter inside a value?)" if len(record) > n else ""
             raise TinyprotoError(f"{name}, line {line}: has {len(record)} fields, the header has {n}{hint}")
