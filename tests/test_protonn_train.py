@@ -101,12 +101,12 @@ def test_fitted_attributes_and_helpers(breast_cancer):
     assert clf.decision_function(X_test).shape == (X_test.shape[0],)
 
 
-def test_constant_feature_gets_unit_scale():
+def test_constant_feature_is_scaled_by_its_magnitude():
     rng = np.random.RandomState(0)
     X = np.c_[rng.randn(1347, 2), np.full(1347, 3.0), np.full(1347, 0.3)]  # 0.3s: std is rounding noise
     y = (X[:, 0] > 0).astype(int)
     clf = ProtoNNClassifier(n_components=2, n_epochs=3, random_state=0).fit(X, y)
-    assert clf.scale_[2] == clf.scale_[3] == 1.0
+    assert clf.scale_[2] == 3.0 and clf.scale_[3] == pytest.approx(np.sqrt(np.mean(X.std(axis=0) ** 2)))
     assert np.abs(clf.standardize(X + 1.0)).max() < 10.0
 
 

@@ -81,7 +81,7 @@ from tinyproto.flynn.solver import (
     model_bytes,
 )
 from tinyproto.flynn.train import FlyNNClassifier, count_winners, draw_seed
-from tinyproto.inputstage import InputStage, choose_input_scale
+from tinyproto.inputstage import InputStage, choose_input_scale, standardise_moments
 
 Shard = tuple[np.ndarray, np.ndarray]  # (X, y) of one party
 
@@ -225,21 +225,15 @@ def _scaled(value: int, exp2: int, denominator: int) -> Fraction:
 
 
 def standardisation(sums: MomentSums, scaling: str) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, scale) as FlyNNClassifier defines them (scale: each feature's population std, or with
-    scaling="global" the root-mean-square of the stds; 0 -> 1), computed from the exact sums with one rounding
-    each, so any partition of the same rows gives bit-identical statistics."""
+    """(mean, scale) by the one rule of every family (`inputstage.standardise_moments`), from the exact sums:
+    mean and population variance are rounded once each from the exact totals, so any partition of the same rows
+    gives bit-identical statistics, and the rule maps them to bit-identical scales."""
     if sums.n < 1:
         raise TinyprotoError("no training rows to standardise")
     means = [_scaled(s1, sums.exponent, sums.n) for s1 in sums.sum1]
     variances = [_scaled(s2, 2 * sums.exponent, sums.n) - mu * mu for s2, mu in zip(sums.sum2, means)]
-    mean = np.array([float(mu) for mu in means], dtype=np.float64)
-    if scaling == "global":
-        std = np.full(len(means), math.sqrt(float(sum(variances, Fraction(0)) / len(variances))))
-    elif scaling == "feature":
-        std = np.array([math.sqrt(float(v)) for v in variances], dtype=np.float64)
-    else:
-        raise ValueError(f"unknown scaling {scaling!r}")
-    return mean, np.where(std > 0, std, 1.0)
+    result = standardise_moments([float(mu) for mu in means], [float(v) for v in variances], scaling)
+    return result.mean, result.scale
 
 
 # ---------------------------------------------------------------- exact distributed quantile (the int8 step)

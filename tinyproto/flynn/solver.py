@@ -27,8 +27,8 @@ from sklearn.utils import check_random_state
 
 from tinyproto.errors import TinyprotoError
 from tinyproto.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
-from tinyproto.flynn.train import FlyNNClassifier, draw_seed, feature_scale, project, projection_matrix, seeded_indices
-from tinyproto.inputstage import InputStage, choose_input_scale
+from tinyproto.flynn.train import FlyNNClassifier, draw_seed, project, projection_matrix, seeded_indices
+from tinyproto.inputstage import InputStage, choose_input_scale, standardisation
 
 F_CPU = 16_000_000
 DEFAULT_MAX_MS = 20.0  # leaves room under a 30 ms-per-inference target on a 16 MHz Uno
@@ -145,7 +145,7 @@ class _Prepared:
 
 def _prepare(X: np.ndarray, scaling: str, sign_split: bool) -> _Prepared:
     """Standardise and quantize as FlyNNClassifier.fit + IntFlyNN.from_classifier will on the same X."""
-    mean, scale = X.mean(axis=0), feature_scale(X, scaling)
+    mean, scale = standardisation(X, scaling)
     stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
     return _Prepared(scaling, sign_split, hash_inputs(stage.quantize(X), sign_split).astype(np.float64))
 

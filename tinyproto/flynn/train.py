@@ -38,6 +38,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from tinyproto.inputstage import standardisation
+
 SEED_PERIOD = 65535  # xorshift16 visits every non-zero 16-bit state
 # The float path hashes z rounded to multiples of 2^-24 and clipped to ±2^20: any sum of up to 256 such values is
 # exact in float64 (< 2^52 units), so projections do not depend on summation order and two rows with the same
@@ -137,11 +139,9 @@ def draw_seed(random_state) -> int:
 
 
 def feature_scale(X: np.ndarray, scaling: str) -> np.ndarray:
-    """Per-feature divisors: each feature's std ("feature") or their root-mean-square ("global"); 0 -> 1."""
-    std = np.asarray(X, dtype=np.float64).std(axis=0)
-    if scaling == "global":
-        std = np.full_like(std, float(np.sqrt(np.mean(std**2))))
-    return np.where(std > 0, std, 1.0)
+    """Per-feature divisors by the one rule of every family (`tinyproto.inputstage.standardise_moments`): each
+    feature's std ("feature") or their root-mean-square ("global"); constant features by their magnitude."""
+    return standardisation(X, scaling)[1]
 
 
 # ---------------------------------------------------------------- winner-take-all
@@ -257,8 +257,7 @@ class FlyNNClassifier(ClassifierMixin, BaseEstimator):
     def _initialise(self, X: np.ndarray, classes: np.ndarray) -> None:
         self.classes_ = classes
         n_features = X.shape[1]
-        self.mean_ = X.mean(axis=0)
-        self.scale_ = feature_scale(X, self.scaling)
+        self.mean_, self.scale_ = standardisation(X, self.scaling)
         self.n_hash_inputs_ = 2 * n_features if self.sign_split else n_features
         self.n_hashes_ = int(self.n_hashes)
         self.n_inputs_per_hash_ = min(int(self.n_inputs_per_hash), self.n_hash_inputs_)

@@ -34,6 +34,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
+from tinyproto.inputstage import standardisation as inputstage_standardisation
+
 # Prototypes per class when n_prototypes is None.
 DEFAULT_PROTOTYPES_PER_CLASS = 5
 # gamma = GAMMA_NUMERATOR / median(||b_j - W x_i||) at initialisation (the paper's heuristic).
@@ -126,15 +128,10 @@ def kmeans(P: np.ndarray, k: int, rng: np.random.RandomState, n_iter: int = KMEA
 
 
 def standardisation(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature mean and scale (std; 1 for a constant feature, which then stays at 0 instead of 0/0).
-
-    "Constant" includes a std that is only rounding noise: a column of 0.3s has std ~6e-17 in floating point,
-    and dividing by that would turn any other value at prediction time into ~1e16.
-    """
-    mean = X.mean(axis=0)
-    scale = X.std(axis=0)
-    constant = scale <= 1e-12 * np.maximum(1.0, np.abs(mean))
-    return mean, np.where(constant, 1.0, scale)
+    """Per-feature mean and scale: the one rule of every family, `tinyproto.inputstage.standardisation`
+    (each feature's std; a constant feature, including one whose std is only rounding noise, is scaled by its
+    magnitude instead, so it stays at 0 in training and a drifting reading stays small)."""
+    return inputstage_standardisation(X, "feature")
 
 
 def squared_distances(P: np.ndarray, B: np.ndarray) -> np.ndarray:
