@@ -386,7 +386,7 @@ def open_cluster(scheduler: str | None, workers: int | None, n_points: int) -> I
             with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
                                   "distributed.comm.timeouts.connect": f"{CONNECT_TIMEOUT_S}s"}):
                 cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, silence_logs=logging.CRITICAL)
+                                       dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
             client = Client(cluster, timeout=CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             if cluster is not None:
