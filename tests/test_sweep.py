@@ -116,7 +116,10 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
         sweep("iris", out, **GRID)  # never silently redone or mixed
     with pytest.raises(TinyprotoError, match="other inputs"):
         sweep("wine", out, resume=True, **GRID)
-    resumed = sweep("iris", out, resume=True, workers=2, **GRID)
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0") as cluster:
+        resumed = sweep("iris", out, resume=True, scheduler=cluster.scheduler_address, **GRID)  # --scheduler
     assert resumed.skipped == len(before) and resumed.ran == len(GRID_IDS) - len(before)
     after = read_results(out / "results.jsonl")
     assert (out / "results.jsonl").read_bytes().endswith(b"\n")
@@ -130,6 +133,7 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     config = json.loads((out / "sweep.json").read_text())
     # the killed run never finished; the resumed one and the no-op are recorded with their cluster and times
     assert [run["cluster"] and run["cluster"]["workers"] for run in config["runs"]] == [2, None]
+    assert config["runs"][0]["cluster"]["scheduler"].startswith("tcp://")
     from tinyproto.modeldir import foreign_entries
 
     assert foreign_entries(out) == []
