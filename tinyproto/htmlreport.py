@@ -234,7 +234,8 @@ def print_summary(console, data: ReportInput, max_bytes: int | None = None, max_
                       f"{c['latency_ms']:.2f}" + ("" if c["measured"] else "*"), f"{c['energy_mj']:.3f}")
     table.caption = ("accuracy: the device's where validated, else the host int8 reference's; ms and mJ per inference"
                      + ("" if measured else "; * predicted by the cost model"))
-    console.print(table)
+    if frontier:
+        console.print(table)
     line = recommend(configs, max_bytes, max_ms)
     console.print(line)
     return line
@@ -279,6 +280,7 @@ def fig_accuracy_vs_bytes(rows: list[dict], title: str) -> bytes:
     colors = _colors(rows)
     fig, ax = _figure()
     for name, members in _by_model(configs).items():
+        members = sorted(members, key=lambda c: c["model_bytes"])  # a bigger budget may give a smaller model
         color = colors[members[0]["model"]]
         x = [c["model_bytes"] for c in members]
         ax.plot(x, [100 * c["int8_accuracy"] for c in members], "-o", color=color, label=f"{name}: int8 (host)")
@@ -564,6 +566,8 @@ def write_report(path: Path, max_bytes: int | None = None, max_ms: float | None 
         record_outputs(data.path, REPORT, FIGURES, f".{REPORT}.tmp")
         figures = build_figures(data)
         folder = data.path / FIGURES
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise TinyprotoError(f"{folder} is not a directory tinyproto wrote; move it away and run report again")
         folder.mkdir(exist_ok=True)
         written = []
         for stem, _, png in figures:

@@ -520,7 +520,7 @@ def _run_points(client, cluster_info: dict, todo: list[Point], data: str, label:
         pass
 
     futures = {}
-    for p in todo:  # the biggest budgets (the longest points) first: fewer idle workers at the end
+    for p in sorted(todo, key=lambda p: -p.budget_bytes):  # the longest points first: fewer idle workers at the end
         future = client.submit(run_point, asdict(p), data, label, device, str(out / POINTS / p.id), raw_check,
                                token, key=f"tinyproto-sweep-{p.id}-{token[:8]}", pure=False, priority=p.budget_bytes)
         futures[future] = p
