@@ -60,6 +60,7 @@ def test_grid_is_parsed_checked_and_ordered():
     (["--models", "svm"], "unknown model"),
     (["--budgets", "abc"], "is not a size"),
     (["--max-bytes", "x"], "is not a size"),
+    (["--max-ms", "-1"], "--max-ms must be a positive"),
 ])
 def test_sweep_refuses_bad_arguments_in_one_line(tmp_path, args, message):
     result = _cli("sweep", "iris", "--device", "none", "--out", str(tmp_path / "s"), *args)

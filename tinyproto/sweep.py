@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -376,8 +377,9 @@ def open_cluster(scheduler: str | None, workers: int | None, n_points: int) -> I
     if scheduler:
         try:
             client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
-        except (OSError, TimeoutError) as exc:
-            raise TinyprotoError(f"cannot reach the dask scheduler at {scheduler}: {_one_line(str(exc))}") from None
+        except Exception as exc:  # refused, timed out, or an address dask cannot parse: one line, whatever it is
+            raise TinyprotoError(f"cannot reach the dask scheduler at {scheduler} (waited up to "
+                                 f"{CONNECT_TIMEOUT_S:g} s): {type(exc).__name__}: {_one_line(str(exc))}") from None
     else:
         n_workers = workers or max(1, min(n_points, os.cpu_count() or 1))
         # worker processes: training is Python and numpy, so threads would share one GIL. Like federate, keep
@@ -390,7 +392,7 @@ def open_cluster(scheduler: str | None, workers: int | None, n_points: int) -> I
             client = Client(cluster, timeout=CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             if cluster is not None:
-                cluster.close(timeout=CLOSE_TIMEOUT_S)
+                _quietly(cluster.close, timeout=CLOSE_TIMEOUT_S)
             raise TinyprotoError(f"could not start a dask LocalCluster: {_one_line(str(exc))}") from None
     try:
         info = client.scheduler_info()
@@ -405,12 +407,17 @@ def open_cluster(scheduler: str | None, workers: int | None, n_points: int) -> I
         threads = sum(w.get("nthreads", 1) for w in client.scheduler_info().get("workers", {}).values())
         yield client, {"scheduler": scheduler or "LocalCluster", "workers": n, "threads": threads,
                        "processes": True if cluster is not None else None}
-    finally:
-        try:
-            client.close(timeout=CLOSE_TIMEOUT_S)
-        finally:
-            if cluster is not None:
-                cluster.close(timeout=CLOSE_TIMEOUT_S)
+    finally:  # closing must not hide why we stopped (an error, Ctrl-C); each close has its timeout
+        _quietly(client.close, timeout=CLOSE_TIMEOUT_S)
+        if cluster is not None:
+            _quietly(cluster.close, timeout=CLOSE_TIMEOUT_S)
+
+
+def _quietly(close: Callable, **kwargs) -> None:
+    try:
+        close(**kwargs)
+    except Exception:
+        pass
 
 
 # ------------------------------------------------------------------------------------------------ the driver
@@ -506,11 +513,13 @@ def _run_points(client, cluster_info: dict, todo: list[Point], data: str, label:
 
     token = uuid.uuid4().hex
     started: set[str] = set()
+    started_lock = threading.Lock()  # the handler runs on the client's event-loop thread
 
     def on_event(event) -> None:
         message = event[1] if isinstance(event, tuple) and len(event) == 2 else event
         if isinstance(message, dict) and message.get("token") == token:
-            started.add(message.get("start"))
+            with started_lock:
+                started.add(message.get("start"))
 
     subscribed = False
     try:
@@ -541,7 +550,8 @@ def _run_points(client, cluster_info: dict, todo: list[Point], data: str, label:
                 state.last = f"{p.id}: {record['status']}" + (f" ({record['stage']})" if record["status"] != "ok" else "")
                 last_finish = time.monotonic()
             if subscribed:
-                state.running = len(started - finished)
+                with started_lock:
+                    state.running = len(started - finished)
             else:
                 state.running = min(cluster_info["threads"], len(todo) - len(finished))
             if progress:
@@ -637,6 +647,8 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
     from tinyproto.htmlreport import load_sweep, print_summary
 
     max_bytes_n = parse_budget(max_bytes) if max_bytes else None  # refused now, not after the sweep
+    if max_ms is not None and not max_ms > 0:
+        raise TinyprotoError(f"--max-ms must be a positive number of milliseconds, got {max_ms}")
     check_arguments(device, workers, scheduler, timeout)
     console = Console(stderr=True)
     with Progress(TextColumn("points"), BarColumn(), MofNCompleteColumn(),
