@@ -339,13 +339,13 @@ def _open_sweep_dir(out: Path, binding: dict, resume: bool) -> dict:
         config = read_json(config_path, "the sweep's configuration")
         if config.get("format") != SWEEP_FORMAT or config.get("format_version") != SWEEP_FORMAT_VERSION:
             raise TinyprotoError(f"{config_path} is not a tinyproto sweep of format version {SWEEP_FORMAT_VERSION}")
-        if not resume:
+        if not resume and read_results(out / RESULTS):  # a sweep that never finished a point is simply started
             raise TinyprotoError(f"--out {out} already holds a sweep; add --resume to continue it, or choose "
                                  "another --out")
         if config.get("binding") != binding:
             theirs, ours = config.get("binding", {}), binding
             diff = [k for k in ours if theirs.get(k) != ours[k]]
-            raise TinyprotoError(f"--resume: {out} is a sweep of other inputs ({', '.join(diff) or 'binding'} "
+            raise TinyprotoError(f"{out} is a sweep of other inputs ({', '.join(diff) or 'binding'} "
                                  "differ); use the same DATA and --device, or another --out")
         return config
     if resume:
