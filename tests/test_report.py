@@ -18,7 +18,8 @@ from tinyproto.cli import main
 from tinyproto.errors import TinyprotoError
 from tinyproto.htmlreport import configurations, pareto_frontier, recommend, write_report
 
-pytestmark = [pytest.mark.device, pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed")]
+device = pytest.mark.device  # with the simulated board: avr-gcc and simavr (tools/setup.sh installs both)
+needs_avr_gcc = pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -33,6 +34,8 @@ def sim_sweep(tmp_path_factory):
     return out
 
 
+@device
+@needs_avr_gcc
 def test_sweep_on_the_simulated_board_records_device_figures(sim_sweep):
     records = [json.loads(line) for line in (sim_sweep / "results.jsonl").read_text().splitlines()]
     assert [r["id"] for r in records] == ["protonn-512B-seed0-uno", "flynn-512B-seed0-uno"]
@@ -75,6 +78,8 @@ def test_report_cli_refuses_what_is_not_a_sweep_or_model(tmp_path):
         write_report(tmp_path / "missing")
 
 
+@device
+@needs_avr_gcc
 def test_sweep_report_files_and_terminal(sim_sweep):
     result = CliRunner().invoke(main, ["report", str(sim_sweep), "--max-bytes", "1kB", "--max-ms", "10"])
     assert result.exit_code == 0, result.output
@@ -89,6 +94,8 @@ def test_sweep_report_files_and_terminal(sim_sweep):
     assert foreign_entries(sim_sweep) == []  # report.html and figures/ are recorded as tinyproto's
 
 
+@device
+@needs_avr_gcc
 def test_single_model_report(sim_sweep):
     model_dir = sim_sweep / "points" / "protonn-512B-seed0-uno"
     report = write_report(model_dir)
@@ -99,6 +106,8 @@ def test_single_model_report(sim_sweep):
     assert foreign_entries(model_dir) == []
 
 
+@device
+@needs_avr_gcc
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (tools/setup.sh installs Debian's chromium)")
 def test_report_renders_in_a_headless_browser(sim_sweep, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")

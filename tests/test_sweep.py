@@ -139,6 +139,15 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
 
     assert foreign_entries(out) == []
 
+    # the report of a compile-only sweep: predicted latency and energy, no device figures, the failures listed
+    from tinyproto.htmlreport import write_report
+
+    report = write_report(tmp_path / "ref")
+    assert {p.stem for p in report.figures} == {"accuracy_vs_bytes", "accuracy_vs_latency", "accuracy_vs_energy"}
+    html = (tmp_path / "ref" / "report.html").read_text()
+    assert 'id="failed"' in html and "protonn-16B-seed0-uno" in html and "(pred.)" in html
+    assert report.recommendation.startswith("best overall: ") and report.recommendation.endswith(" predicted")
+
 
 def test_torn_results_line_is_dropped_and_cut(tmp_path):
     path = tmp_path / "results.jsonl"
