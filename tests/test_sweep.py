@@ -161,3 +161,15 @@ def test_torn_results_line_is_dropped_and_cut(tmp_path):
 
 def test_point_ids_are_stable():
     assert Point("flynn", 2048, 3, "uno").id == "flynn-2048B-seed3-uno"
+
+
+def test_a_sweep_that_waits_too_long_stops_in_one_line(tmp_path):
+    # digits at 8 kB trains for many seconds: a 1 s --timeout stops the sweep, cancels the point, keeps DIR usable
+    out = tmp_path / "slow"
+    result = _cli("sweep", "digits", "--models", "protonn", "--budgets", "8kB", "--device", "none", "--workers", "1",
+                  "--timeout", "1", "--out", str(out))
+    assert result.exit_code == 1, result.output
+    assert "no point finished within 1 s (--timeout); 0 of 1 are recorded" in result.output
+    assert "Traceback" not in result.output
+    assert read_results(out / "results.jsonl") == []
+    assert json.loads((out / "sweep.json").read_text())["runs"][0]["points_finished"] == 0
