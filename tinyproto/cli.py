@@ -130,8 +130,11 @@ def _register_commands() -> None:
     from tinyproto.device.commands import build_command, flash_command, run_command, validate_command
     from tinyproto.device.learn_cli import learn_command
     from tinyproto.federate_cli import federate_command
+    from tinyproto.htmlreport import report_command
+    from tinyproto.sweep import sweep_command
 
-    for command in (run_command, build_command, flash_command, validate_command, learn_command, federate_command):
+    for command in (run_command, build_command, flash_command, validate_command, learn_command, federate_command,
+                    sweep_command, report_command):
         main.add_command(command)
 
 

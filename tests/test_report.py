@@ -1,0 +1,153 @@
+"""tinyproto report: figures and a self-contained report.html, opened in a real headless browser (Debian's chromium
+driven by playwright) that must show every plot, the frontier table, no console error and no network request.
+
+The sweep here validates its points on the simulated board (iris, two families at one budget), so the device
+figures (agreement, measured cycles) are drawn too; one of its model directories is reported on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tinyproto.cli import main
+from tinyproto.errors import TinyprotoError
+from tinyproto.htmlreport import configurations, pareto_frontier, recommend, write_report
+
+device = pytest.mark.device  # with the simulated board: avr-gcc and simavr (tools/setup.sh installs both)
+needs_avr_gcc = pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def sim_sweep(tmp_path_factory):
+    pytest.importorskip("distributed")
+    from tinyproto.sweep import sweep
+
+    out = tmp_path_factory.mktemp("report") / "sweep"
+    result = sweep("iris", out, models="protonn,flynn", budgets="0.5kB", device="sim", workers=2)
+    assert result.complete
+    return out
+
+
+@device
+@needs_avr_gcc
+def test_sweep_on_the_simulated_board_records_device_figures(sim_sweep):
+    records = [json.loads(line) for line in (sim_sweep / "results.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in records] == ["protonn-512B-seed0-uno", "flynn-512B-seed0-uno"]
+    for r in records:
+        assert r["status"] == "ok", r["error"]
+        device = r["device"]
+        assert device["passed"] and device["label_agreement"] == 1.0 and device["score_agreement"] == 1.0
+        assert device["accuracy"] == r["int8_accuracy"]  # bit-exact: the device is the host int8 reference
+        assert device["cycles_mean"] > 0 and device["stack_peak_bytes"] > 0
+        assert set(r["seconds"]) == {"compile", "build", "validate", "total"}
+        assert (sim_sweep / r["dir"] / "validation.json").exists()
+
+
+def _row(model, budget, nbytes, acc, ms):
+    return {"model": model, "budget_bytes": budget, "board": "uno", "seed": 0, "model_bytes": nbytes,
+            "accuracy": acc, "float_accuracy": acc, "int8_accuracy": acc, "device_accuracy": acc,
+            "latency_ms": ms, "energy_mj": ms / 4, "measured": True}
+
+
+def test_frontier_and_recommendation():
+    rows = [_row("protonn", 1024, 1000, 0.90, 1.0), _row("protonn", 2048, 2000, 0.97, 3.2),
+            _row("flynn", 1024, 1024, 0.93, 4.0), _row("flynn", 2048, 2048, 0.95, 6.0),
+            _row("protonn", 4096, 4000, 0.97, 6.5)]
+    frontier = pareto_frontier(configurations(rows))
+    assert [(c["model"], c["budget_bytes"]) for c in frontier] == [("protonn", 1024), ("flynn", 1024),
+                                                                    ("protonn", 2048)]
+    configs = configurations(rows)
+    assert recommend(configs, 2048, 5.0) == "best within 2 kB and 5 ms: protonn 2kB, 97.0 %, 3.2 ms"
+    assert recommend(configs, 1024, None) == "best within 1 kB: flynn 1kB, 93.0 %, 4.0 ms"
+    assert recommend(configs).startswith("best overall: protonn 2kB")  # ties: the smaller one
+    assert recommend(configs, 512, None).startswith("nothing fits 0.5 kB; the smallest point is protonn 1kB")
+
+
+def test_report_cli_refuses_what_is_not_a_sweep_or_model(tmp_path):
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert result.exit_code == 1 and "neither a sweep directory" in result.output
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "missing")])
+    assert result.exit_code == 1 and "is not a directory" in result.output
+    with pytest.raises(TinyprotoError, match="not a directory"):
+        write_report(tmp_path / "missing")
+
+
+@device
+@needs_avr_gcc
+def test_sweep_report_files_and_terminal(sim_sweep):
+    result = CliRunner().invoke(main, ["report", str(sim_sweep), "--max-bytes", "1kB", "--max-ms", "10"])
+    assert result.exit_code == 0, result.output
+    assert "Pareto frontier" in result.output and "best within 1 kB and 10 ms: " in result.output
+    stems = {p.stem for p in (sim_sweep / "figures").glob("*.png")}
+    assert stems == {"accuracy_vs_bytes", "accuracy_vs_latency", "accuracy_vs_energy", "agreement", "cycles"}
+    html = (sim_sweep / "report.html").read_text()
+    assert html.count('src="data:image/png;base64,') == len(stems)
+    assert "http://" not in html and "https://" not in html and "<script" not in html  # self-contained
+    from tinyproto.modeldir import foreign_entries
+
+    assert foreign_entries(sim_sweep) == []  # report.html and figures/ are recorded as tinyproto's
+
+
+@device
+@needs_avr_gcc
+def test_single_model_report(sim_sweep):
+    model_dir = sim_sweep / "points" / "protonn-512B-seed0-uno"
+    report = write_report(model_dir)
+    assert {p.stem for p in report.figures} == {"accuracy", "ledger", "confusion", "sram", "cycles", "agreement"}
+    assert report.recommendation.startswith("best overall: protonn 0.5kB")
+    from tinyproto.modeldir import foreign_entries
+
+    assert foreign_entries(model_dir) == []
+
+
+@device
+@needs_avr_gcc
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (tools/setup.sh installs Debian's chromium)")
+def test_report_renders_in_a_headless_browser(sim_sweep, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    write_report(sim_sweep)
+    single = sim_sweep / "points" / "flynn-512B-seed0-uno"
+    write_report(single)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        try:
+            for directory, n_images in ((sim_sweep, 5), (single, 6)):
+                _check_page(browser, directory / "report.html", n_images, tmp_path / f"{directory.name}.png")
+        finally:
+            browser.close()
+
+
+def _check_page(browser, html: Path, n_images: int, screenshot: Path) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors, requests = [], []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def route(r):
+        if not r.request.url.startswith(("file:", "data:")):
+            requests.append(r.request.url)
+            r.abort()
+        else:
+            r.continue_()
+
+    page.route("**/*", route)
+    page.goto(html.as_uri(), wait_until="load")
+    images = page.evaluate("""() => Array.from(document.images).map(img => ({
+        complete: img.complete, w: img.naturalWidth, h: img.naturalHeight,
+        shown: img.getBoundingClientRect().width * img.getBoundingClientRect().height}))""")
+    assert len(images) == n_images
+    assert all(i["complete"] and i["w"] > 100 and i["h"] > 100 and i["shown"] > 0 for i in images), images
+    assert page.locator("#frontier tbody tr").count() >= 1
+    assert "%" in page.locator("#recommendation").inner_text()
+    page.screenshot(path=str(screenshot), full_page=True)
+    assert screenshot.stat().st_size > 10_000
+    page.close()
+    assert errors == [], errors
+    assert requests == [], requests

@@ -1,0 +1,175 @@
+"""tinyproto sweep: refusals, and a results.jsonl that is complete, resumable after a kill and deterministic.
+
+Kept small (iris, --device none, budgets where one point is refused): the device path is exercised by
+tests/test_report.py, whose sweep validates on the simulated board.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tinyproto.cli import main
+from tinyproto.errors import TinyprotoError
+from tinyproto.sweep import Point, parse_grid, read_results, sweep
+
+pytest.importorskip("distributed")
+
+# 16 B is refused by both families (a failed point, recorded); 0.5 kB compiles quickly on iris.
+GRID = dict(models="protonn,flynn", budgets="16B,0.5kB", seeds="0", boards="uno", device="none")
+GRID_IDS = {"protonn-16B-seed0-uno", "protonn-512B-seed0-uno", "flynn-16B-seed0-uno", "flynn-512B-seed0-uno"}
+
+
+def _without_timings(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_grid_is_parsed_checked_and_ordered():
+    points = parse_grid("flynn,protonn,flynn", "1kB,0.5kB,1024", "1,0", "uno")
+    assert [p.id for p in points] == ["protonn-512B-seed0-uno", "protonn-512B-seed1-uno", "protonn-1024B-seed0-uno",
+                                      "protonn-1024B-seed1-uno", "flynn-512B-seed0-uno", "flynn-512B-seed1-uno",
+                                      "flynn-1024B-seed0-uno", "flynn-1024B-seed1-uno"]
+    for models, budgets, seeds, boards, message in [
+        ("protonn,svm", "1kB", "0", "uno", "unknown model 'svm'"),
+        ("protonn", "1kB,,2kB", "0", "uno", "without empty items"),
+        ("protonn", "1 MB", "0", "uno", "unknown unit"),
+        ("protonn", "1kB", "-1", "uno", "is not a seed"),
+        ("protonn", "1kB", "0", "mega", "unknown board 'mega'"),
+    ]:
+        with pytest.raises(TinyprotoError, match=message):
+            parse_grid(models, budgets, seeds, boards)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--workers", "-2"], "--workers must be at least 1"),
+    (["--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "brings its own workers"),
+    (["--timeout", "0"], "--timeout must be a positive"),
+    (["--models", "svm"], "unknown model"),
+    (["--budgets", "abc"], "is not a size"),
+    (["--max-bytes", "x"], "is not a size"),
+    (["--max-ms", "-1"], "--max-ms must be a positive"),
+])
+def test_sweep_refuses_bad_arguments_in_one_line(tmp_path, args, message):
+    result = _cli("sweep", "iris", "--device", "none", "--out", str(tmp_path / "s"), *args)
+    assert result.exit_code == 1, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "s").exists()  # refused before anything was written
+
+
+def test_sweep_refuses_foreign_and_model_directories(tmp_path, compiled):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    result = _cli("sweep", "iris", "--device", "none", "--out", str(foreign))
+    assert result.exit_code == 1 and "not written by tinyproto" in result.output
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+    model_dir = compiled("iris", "0.5kB", "flynn")
+    with pytest.raises(TinyprotoError, match="is a model directory"):
+        sweep("iris", model_dir, **GRID)
+    with pytest.raises(TinyprotoError, match="nothing to resume"):
+        sweep("iris", tmp_path / "new", resume=True, **GRID)
+
+
+def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
+    # the reference: one uninterrupted sweep (2 workers)
+    reference = sweep("iris", tmp_path / "ref", workers=2, **GRID)
+    assert reference.complete and {r["id"] for r in reference.records} == GRID_IDS
+    lines = read_results(tmp_path / "ref" / "results.jsonl")
+    assert [r["id"] for r in lines] == [p.id for p in parse_grid(GRID["models"], GRID["budgets"], "0", "uno")]
+    refused = [r for r in lines if r["budget_bytes"] == 16]
+    assert all(r["status"] == "failed" and r["stage"] == "compile" and r["error"] for r in refused)
+    assert all(r["status"] == "ok" and r["model_bytes"] <= 512 and (tmp_path / "ref" / r["dir"] / "model.json").exists()
+               for r in lines if r["budget_bytes"] == 512)
+
+    # the same sweep, killed (driver and its dask workers, SIGKILL) once the first point is recorded
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "tinyproto", "sweep", "iris", "--workers", "1", "--out", str(out),
+               *[f"--{k}={v}" for k, v in GRID.items()]]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len(read_results(out / "results.jsonl")) >= 1:
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = read_results(out / "results.jsonl")
+    assert 1 <= len(before) < len(GRID_IDS), "the sweep was not interrupted midway"
+    with open(out / "results.jsonl", "a") as handle:  # and a line torn by the kill, mid-write
+        handle.write('{"id": "flynn-512B-seed0-uno", "status": "o')
+
+    with pytest.raises(TinyprotoError, match="already holds a sweep"):
+        sweep("iris", out, **GRID)  # never silently redone or mixed
+    with pytest.raises(TinyprotoError, match="other inputs"):
+        sweep("wine", out, resume=True, **GRID)
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0") as cluster:
+        resumed = sweep("iris", out, resume=True, scheduler=cluster.scheduler_address, **GRID)  # --scheduler
+    assert resumed.skipped == len(before) and resumed.ran == len(GRID_IDS) - len(before)
+    after = read_results(out / "results.jsonl")
+    assert (out / "results.jsonl").read_bytes().endswith(b"\n")
+    assert [r["id"] for r in after] == [r["id"] for r in lines]  # complete, each point once, grid order
+    assert _without_timings(after) == _without_timings(lines)  # deterministic: same content except timings
+    assert all(isinstance(r["seconds"], dict) for r in after)
+
+    # nothing left to do: resume is a no-op that starts no cluster; the sweep's files are its own
+    again = sweep("iris", out, resume=True, **GRID)
+    assert again.ran == 0 and again.cluster is None
+    config = json.loads((out / "sweep.json").read_text())
+    # the killed run never finished; the resumed one and the no-op are recorded with their cluster and times
+    assert [run["cluster"] and run["cluster"]["workers"] for run in config["runs"]] == [2, None]
+    assert config["runs"][0]["cluster"]["scheduler"].startswith("tcp://")
+    from tinyproto.modeldir import foreign_entries
+
+    assert foreign_entries(out) == []
+
+    # the report of a compile-only sweep: predicted latency and energy, no device figures, the failures listed
+    from tinyproto.htmlreport import write_report
+
+    report = write_report(tmp_path / "ref")
+    assert {p.stem for p in report.figures} == {"accuracy_vs_bytes", "accuracy_vs_latency", "accuracy_vs_energy"}
+    html = (tmp_path / "ref" / "report.html").read_text()
+    assert 'id="failed"' in html and "protonn-16B-seed0-uno" in html and "(pred.)" in html
+    assert report.recommendation.startswith("best overall: ") and report.recommendation.endswith(" predicted")
+
+
+def test_torn_results_line_is_dropped_and_cut(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "c"')
+    assert [r["id"] for r in read_results(path, repair=True)] == ["a", "b"]
+    assert path.read_text() == '{"id": "a"}\n{"id": "b"}\n'
+    path.write_text('{"id": "a"}\nnot json\n{"id": "b"}\n')
+    with pytest.raises(TinyprotoError, match="results.jsonl:2 is not a result line"):
+        read_results(path)
+
+
+def test_point_ids_are_stable():
+    assert Point("flynn", 2048, 3, "uno").id == "flynn-2048B-seed3-uno"
+
+
+def test_a_sweep_that_waits_too_long_stops_in_one_line(tmp_path):
+    # digits at 8 kB trains for many seconds: a 1 s --timeout stops the sweep, cancels the point, keeps DIR usable
+    out = tmp_path / "slow"
+    result = _cli("sweep", "digits", "--models", "protonn", "--budgets", "8kB", "--device", "none", "--workers", "1",
+                  "--timeout", "1", "--out", str(out))
+    assert result.exit_code == 1, result.output
+    assert "no point finished within 1 s (--timeout); 0 of 1 are recorded" in result.output
+    assert "Traceback" not in result.output
+    assert read_results(out / "results.jsonl") == []
+    assert json.loads((out / "sweep.json").read_text())["runs"][0]["points_finished"] == 0
