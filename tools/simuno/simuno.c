@@ -71,7 +71,11 @@
 #define EXIT_PARENT_GONE 4
 
 #define GPIOR0_DATA_ADDR 0x3E   /* I/O 0x1E + 0x20: the marker register */
+#define UCSR0A_DATA_ADDR 0xC0
 #define UCSR0B_DATA_ADDR 0xC1
+#define UBRR0L_DATA_ADDR 0xC4
+#define UBRR0H_DATA_ADDR 0xC5
+#define U2X0_BIT 1
 #define RXEN0_BIT 4
 
 #define BATCH_INSTRUCTIONS 4096u  /* instructions run between two host I/O services (~50 us of host time) */
@@ -362,11 +366,31 @@ static int uart_rx_enabled(avr_t *avr)
     return (avr->data[UCSR0B_DATA_ADDR] >> RXEN0_BIT) & 1u;
 }
 
-/* Pushes pending host bytes into the UART's input FIFO until it reports full (XOFF) or we run out.
- * The UART itself paces delivery to the firmware at the configured baud rate. */
+/* Board mode: host bytes reach the UART no faster than the wire carries them (start + 8 data + stop bits at
+ * the baud rate the firmware programmed), as on a real board; the default mode delivers as fast as the FIFO
+ * takes them. */
+static int g_pace_rx = 0;
+static uint64_t g_next_rx_cycle = 0;
+
+static uint64_t uart_frame_cycles(avr_t *avr)
+{
+    uint32_t ubrr = ((uint32_t)(avr->data[UBRR0H_DATA_ADDR] & 0x0Fu) << 8) | avr->data[UBRR0L_DATA_ADDR];
+    uint32_t divider = ((avr->data[UCSR0A_DATA_ADDR] >> U2X0_BIT) & 1u) ? 8u : 16u;
+    return 10ull * divider * (ubrr + 1u);
+}
+
+/* Pushes pending host bytes into the UART's input FIFO until it reports full (XOFF) or we run out. */
 static void uart_feed(avr_t *avr, io_state_t *io)
 {
     while (io->in_len > 0 && !io->xoff && uart_rx_enabled(avr)) {
+        if (g_pace_rx) {
+            if (avr->cycle < g_next_rx_cycle) {
+                break; /* the previous byte is still on the wire */
+            }
+            uint64_t frame = uart_frame_cycles(avr);
+            /* back to back while a stream lasts; after a pause the next byte starts now */
+            g_next_rx_cycle = avr->cycle - g_next_rx_cycle > frame ? avr->cycle + frame : g_next_rx_cycle + frame;
+        }
         uint8_t byte = io->in_buf[io->in_head];
         io->in_head = (io->in_head + 1) % IO_BUF_SIZE;
         io->in_len--;
@@ -1044,6 +1068,7 @@ static int board_main(const options_t *opt, int data_out_fd)
     board.avr = avr;
     board.flash_size = avr->flashend + 1u;
     board.flash_path = opt->flash_path;
+    g_pace_rx = 1;
     board.eeprom_path = opt->eeprom_path;
     if (opt->flash_path != NULL) {
         lock_state_dir(opt->flash_path);
