@@ -357,9 +357,15 @@ def test_board_sim_command_errors_are_one_line(tmp_path):
     # two boards on one state directory would lose uploads: the second refuses
     from tinyproto.device.board_sim import SimulatedBoard
 
-    with SimulatedBoard("atmega328p", tmp_path / "one"):
+    with SimulatedBoard("atmega328p", tmp_path / "one") as board:
         with pytest.raises(TinyprotoError, match="in use by another simulated board"):
             SimulatedBoard("atmega328p", tmp_path / "one").start()
+        deadline = time.monotonic() + 5
+        while not board.flash_image.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)  # the first periodic save (every second)
+        with pytest.raises(TinyprotoError, match="in use by another simulated board"):
+            SimulatedBoard("atmega328p", tmp_path / "one", fresh=True).start()
+        assert board.flash_image.exists()  # --fresh deletes nothing under a running board
 
 
 def _children(pid: int) -> list[int]:

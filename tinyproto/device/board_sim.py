@@ -27,6 +27,8 @@ Command line (runs until Ctrl-C / SIGTERM; one line `<name> <port>` per board on
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import selectors
@@ -39,6 +41,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+import click
 
 from tinyproto.errors import TinyprotoError
 
@@ -161,6 +165,21 @@ def ensure_bootloader(mcu: str) -> Path:
     return STK500V2_MEGA_HEX
 
 
+@contextlib.contextmanager
+def _state_lock(directory: Path):
+    """The lock simuno holds on its state directory while it runs (flock on the directory itself: nothing is
+    left on disk, and a killed holder releases it)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise TinyprotoError(f"the state directory {directory} is in use by another simulated board") from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def default_state_dir(name: str) -> Path:
     from tinyproto.device.sim import tinyproto_cache_dir
 
@@ -208,9 +227,10 @@ class SimulatedBoard:
         binary = ensure_simulator()
         hex_path = ensure_bootloader(self.mcu)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        if self.fresh:  # a new chip: only the images this class writes are removed
-            for image in (self.flash_image, self.eeprom_image):
-                image.unlink(missing_ok=True)
+        if self.fresh:  # a new chip: only the images this class writes are removed, and never under a running board
+            with _state_lock(self.state_dir):
+                for image in (self.flash_image, self.eeprom_image):
+                    image.unlink(missing_ok=True)
         self._stderr_file = tempfile.TemporaryFile(prefix="tinyproto-board-")
         command = [str(binary), "--bootloader", str(hex_path), "--mcu", self.mcu, "--freq", str(self.f_cpu_hz),
                    "--flash", str(self.flash_image.resolve()), "--eeprom", str(self.eeprom_image.resolve()),
@@ -348,28 +368,28 @@ def serve(board_name: str, count: int, state: Path | None, fresh: bool, out=sys.
     return 0
 
 
+@click.command("board-sim", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--board", "board_name", default="uno", show_default=True,
+              help="A board file (boards/NAME.json) or an MCU with a simulated bootloader (atmega2560).")
+@click.option("--count", default=1, show_default=True, help="How many boards (each its own port and state).")
+@click.option("--state", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Directory for flash.bin / eeprom.bin (one sub-directory per board with --count > 1). "
+                   "Default: <tinyproto cache>/boards/<name>.")
+@click.option("--fresh", is_flag=True, help="Start with erased flash and EEPROM (a new chip with its bootloader).")
+def board_sim_command(board_name: str, count: int, state: Path | None, fresh: bool) -> None:
+    """A simulated board that behaves like the real one at its serial port: its real bootloader, a reset when the
+    port is opened, real-time pacing, flash and EEPROM kept across starts. Prints `<name> <port>` per board, then
+    runs until Ctrl-C or SIGTERM. Upload with avrdude / `tinyproto flash DIR --port PORT` as to a physical board."""
+    try:
+        code = serve(board_name, count, state, fresh)
+    except TinyprotoError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
+    raise SystemExit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
-    import click
-
-    @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-    @click.option("--board", "board_name", default="uno", show_default=True,
-                  help="A board file (boards/NAME.json) or an MCU with a simulated bootloader (atmega2560).")
-    @click.option("--count", default=1, show_default=True, help="How many boards (each its own port and state).")
-    @click.option("--state", type=click.Path(path_type=Path, file_okay=False), default=None,
-                  help="Directory for flash.bin / eeprom.bin (one sub-directory per board with --count > 1). "
-                       "Default: <tinyproto cache>/boards/<name>.")
-    @click.option("--fresh", is_flag=True, help="Start with erased flash and EEPROM (a new chip with its bootloader).")
-    def command(board_name: str, count: int, state: Path | None, fresh: bool) -> None:
-        """A simulated board that behaves like the real one at its serial port: its real bootloader, a reset
-        when the port is opened, real-time pacing, flash and EEPROM kept across starts. Prints `<name> <port>`
-        per board, then runs until Ctrl-C or SIGTERM."""
-        try:
-            raise SystemExit(serve(board_name, count, state, fresh))
-        except TinyprotoError as exc:
-            click.echo(f"error: {exc}", err=True)
-            raise SystemExit(1) from None
-
-    command.main(args=argv, prog_name="python -m tinyproto.device.board_sim")
+    board_sim_command.main(args=argv, prog_name="python -m tinyproto.device.board_sim")
 
 
 if __name__ == "__main__":

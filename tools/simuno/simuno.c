@@ -715,6 +715,7 @@ static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
 #define BOARD_BATCH_INSTRUCTIONS 1024u /* ~0.1 ms simulated at 16 MHz between two looks at the port */
 #define BOARD_MAX_LAG_NS 20000000LL    /* 20 ms behind the wall clock: stop owing time (no catch-up burst) */
 #define BOARD_MIN_SLEEP_NS 250000LL    /* sleep only when at least 0.25 ms ahead (timer slack, syscalls) */
+#define BOARD_MAX_SLEEP_NS 1000000LL   /* ... and at most 1 ms at a time before looking at the port again */
 #define BOARD_SAVE_PERIOD_NS 1000000000LL
 #define MCUSR_DATA_ADDR 0x54           /* ATmega328P and ATmega2560 alike: I/O 0x34 */
 #define MCUSR_PORF 0x01u
@@ -1022,7 +1023,7 @@ static int run_board(board_t *b, io_state_t *io)
                 if (avr->pc < b->boot_start && avr->flash[avr->pc] == 0xFFu && avr->flash[avr->pc + 1u] == 0xFFu) {
                     /* Erased flash: simavr would decode 0xFFFF into stray I/O writes; silicon just moves on. */
                     board_slide_to_boot(b);
-                    continue;
+                    break; /* a slide is up to ms of simulated time: pace and look at the port first */
                 }
                 int state = avr_run(avr);
                 if (state == cpu_Done) {
@@ -1035,12 +1036,17 @@ static int run_board(board_t *b, io_state_t *io)
                 }
             }
             board_flush_output(io, connected);
-            /* Pace: simulated time may run ahead of the wall clock by less than a sleep's worth. */
+            /* Pace: simulated time may run ahead of the wall clock by less than a sleep's worth. Sleep in
+             * short steps, each followed by a look at the port: an open must never wait behind a long sleep
+             * (its bytes would then be discarded as sent before the reset). */
             int64_t sim_ns = (int64_t)((double)(avr->cycle - cycle_anchor) * 1e9 / (double)avr->frequency);
             int64_t wall_ns = now_ns() - wall_anchor;
-            if (sim_ns - wall_ns >= BOARD_MIN_SLEEP_NS) {
-                sleep_ns(sim_ns - wall_ns);
-            } else if (wall_ns - sim_ns > BOARD_MAX_LAG_NS) {
+            while (sim_ns - wall_ns >= BOARD_MIN_SLEEP_NS && !g_stop_signal && client_present(io) == connected) {
+                int64_t ahead = sim_ns - wall_ns;
+                sleep_ns(ahead < BOARD_MAX_SLEEP_NS ? ahead : BOARD_MAX_SLEEP_NS);
+                wall_ns = now_ns() - wall_anchor;
+            }
+            if (wall_ns - sim_ns > BOARD_MAX_LAG_NS) {
                 wall_anchor = now_ns(); /* too slow a host: simulated time slows down, never races */
                 cycle_anchor = avr->cycle;
             }
