@@ -15,6 +15,9 @@ simuno is compiled on first use with the host gcc against libsimavr into a per-u
 
 `python -m tinyproto.device.sim [simuno options] firmware.elf` builds simuno if needed and runs it
 (the generated platformio.ini uses this as `test_testing_command`).
+
+This is the fast path (`--sim`): the ELF is loaded straight into the chip. For the path of a physical board
+(avrdude, the bootloader, the reset on open) see tinyproto.device.board_sim, simuno's board mode.
 """
 
 from __future__ import annotations
