@@ -298,6 +298,29 @@ def test_port_held_by_another_program(uno, models):
         holder.wait()
 
 
+def test_a_simulator_holding_both_ends_of_its_pty_is_the_device():
+    """Simulators (simavr's uart_pty, simuno's ELF mode) often keep their own slave fd open: the process that
+    holds the master of that pty is the device, not "another program" on the port."""
+    from tinyproto.device.flash import port_holders
+
+    device = subprocess.Popen([sys.executable, "-c", "import os, pty, time\nm, s = pty.openpty()\n"
+                               "print(os.ttyname(s), flush=True)\ntime.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = device.stdout.readline().strip()
+        assert port_holders(port) == []
+        with open(port, "rb", buffering=0) as held:
+            monitor = subprocess.Popen(["sleep", "30"], stdin=held)
+        try:
+            assert port_holders(port) == [(monitor.pid, "sleep")]
+        finally:
+            monitor.kill()
+            monitor.wait()
+    finally:
+        device.kill()
+        device.wait()
+        device.stdout.close()
+
+
 def test_leonardo_upload_cannot_be_simulated():
     from tinyproto.device.board_sim import bootloader_for
 

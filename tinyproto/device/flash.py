@@ -46,12 +46,16 @@ def avrdude_command(board: Board, port: str, hex_path: Path) -> list[str]:
 
 def port_holders(port: str) -> list[tuple[int, str]]:
     """(pid, program) of the other processes that have `port` open, from /proc (what `fuser` does). Processes of
-    other users are invisible without privileges; pyserial's exclusive lock catches those that lock."""
+    other users are invisible without privileges; pyserial's exclusive lock catches those that lock.
+
+    For a pseudo-terminal (/dev/pts/N, a simulated board) a process that also holds its master side is the
+    device itself -- a simulator keeping its own slave open, like tools/simuno's ELF mode or simavr's uart_pty --
+    and not counted."""
     try:
-        target = os.path.realpath(port)
-        wanted = os.stat(target)
+        wanted = os.stat(os.path.realpath(port))
     except OSError:
         return []
+    pts_index = _pts_index(os.path.realpath(port))
     holders = []
     own = os.getpid()
     for entry in os.scandir("/proc"):
@@ -62,27 +66,50 @@ def port_holders(port: str) -> list[tuple[int, str]]:
             fds = os.listdir(fd_dir)
         except OSError:
             continue
+        holds_slave = holds_master = False
         for fd in fds:
             try:
                 st = os.stat(f"{fd_dir}/{fd}")
             except OSError:
                 continue
             if st.st_rdev == wanted.st_rdev and st.st_ino == wanted.st_ino and st.st_dev == wanted.st_dev:
-                try:
-                    with open(f"/proc/{entry.name}/comm") as comm:
-                        name = comm.read().strip()
-                except OSError:
-                    name = "?"
-                holders.append((int(entry.name), name))
-                break
+                holds_slave = True
+            elif pts_index is not None and _is_master_of(entry.name, fd, pts_index):
+                holds_master = True
+        if holds_slave and not holds_master:
+            holders.append((int(entry.name), _program(entry.name)))
     return holders
+
+
+def _pts_index(path: str) -> int | None:
+    match = re.fullmatch(r"/dev/pts/(\d+)", path)
+    return int(match.group(1)) if match else None
+
+
+def _is_master_of(pid: str, fd: str, index: int) -> bool:
+    """fd of process pid is /dev/ptmx for pts `index` (Linux shows `tty-index:` in its fdinfo)."""
+    try:
+        if not os.readlink(f"/proc/{pid}/fd/{fd}").endswith("ptmx"):
+            return False
+        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+            return f"tty-index:\t{index}\n" in info.read()
+    except OSError:
+        return False
+
+
+def _program(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return "?"
 
 
 def check_port_free(port: str) -> None:
     """A port another program holds is refused: two programs on one serial line corrupt each other's bytes."""
     if "://" in port:
         return
-    holders = [(pid, name) for pid, name in port_holders(port) if not name.startswith("simuno")]
+    holders = port_holders(port)
     if holders:
         who = ", ".join(f"{name} (pid {pid})" for pid, name in holders[:3])
         raise TinyprotoError(f"serial port {port} is in use by {who}; close it first (a serial monitor, "

@@ -642,12 +642,12 @@ def _wait_reset_gap(port_url: str) -> None:
 
 def _check_not_held(port_url: str) -> None:
     """Another program holding the port (a serial monitor, avrdude) would share its bytes: refuse, naming it.
-    The simulator's own end of a simulated Uno's pty (simuno) is the device, not another program."""
+    A simulator holding both ends of its pty is the device, not another program (see port_holders)."""
     if "://" in port_url:
         return
     from tinyproto.device.flash import port_holders
 
-    holders = [(pid, name) for pid, name in port_holders(port_url) if not name.startswith("simuno")]
+    holders = port_holders(port_url)
     if holders:
         who = ", ".join(f"{name} (pid {pid})" for pid, name in holders[:3])
         raise TinyprotoError(f"serial port {port_url} is busy: {who} has it open — close that program first")
