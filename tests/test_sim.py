@@ -169,6 +169,35 @@ def test_simuno_exits_when_its_parent_pipe_closes(simuno, firmware):
     proc.stderr.close()
 
 
+def test_kill_9_of_the_python_process_leaves_nothing_behind(simuno, firmware, tmp_path):
+    """A SIGKILLed parent cannot clean up: the simulator must leave no temporary file or directory and no process
+    (simuno sees its --parent-pipe close and exits)."""
+    import sys
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = (
+        "import sys, time\n"
+        "from tinyproto.device.sim import SimulatedUno\n"
+        "uno = SimulatedUno(sys.argv[1]).__enter__()\n"
+        "print(uno._proc.pid, uno.port, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = dict(os.environ, TMPDIR=str(tmp))
+    parent = subprocess.Popen([sys.executable, "-c", script, str(firmware("ECHO"))], stdout=subprocess.PIPE,
+                              env=env, text=True)
+    pid, port = parent.stdout.readline().split()
+    assert _alive(int(pid)) and Path(port).exists()
+    parent.kill()
+    parent.wait()
+    parent.stdout.close()
+    deadline = time.monotonic() + 5
+    while _alive(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(int(pid))
+    assert list(tmp.iterdir()) == []  # no tinyproto-sim-* directory, no markers or stderr file
+
+
 def test_ensure_simulator_names_apt_packages_when_gcc_is_missing(monkeypatch, tmp_path):
     from tinyproto.device import sim
 

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # One-time (idempotent) set-up of a fresh Debian/Ubuntu machine for tinyproto:
-#   apt: avr-gcc toolchain, avr-libc, simavr + headers (the simulated Uno), avrdude (real boards), clang (fuzzing)
+#   apt: avr-gcc toolchain, avr-libc, simavr + headers (the simulated Uno), avrdude (uploads to real and simulated
+#        boards), arduino-core-avr (Optiboot's source, the Mega's stk500v2 bootloader), clang (fuzzing),
+#        chromium (the report's browser test)
 #   .venv: tinyproto with its test extras (PlatformIO, SCons, pytest, hypothesis)
-#   the simulated Uno host program, compiled against libsimavr
+#   the simulated Uno host program, compiled against libsimavr, and Optiboot built from Debian's source
+#   (both into tinyproto's per-user cache; tinyproto would also build them on first use)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(gcc-avr binutils-avr avr-libc simavr libsimavr-dev libsimavrparts1 avrdude clang libclang-rt-14-dev gcc make chromium)
+APT_PACKAGES=(gcc-avr binutils-avr avr-libc simavr libsimavr-dev libsimavrparts1 avrdude arduino-core-avr clang libclang-rt-14-dev gcc make chromium)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -24,4 +27,5 @@ PYTHON=${PYTHON:-python3}
 echo "setup: installing tinyproto and its test extras into .venv" >&2
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 .venv/bin/python -c "from tinyproto.device.sim import ensure_simulator; ensure_simulator()"
+.venv/bin/python -c "from tinyproto.device.board_sim import ensure_bootloader; ensure_bootloader('atmega328p')"
 echo "setup: ready (.venv/bin/tinyproto)" >&2

@@ -94,10 +94,14 @@ def build_command(model_dir: Path, env: str) -> None:
 
 @click.command("flash")
 @click.argument("model_dir", type=MODEL_DIR)
-@click.option("--port", default=None, help="Serial port of a real Uno, e.g. /dev/ttyACM0 (avrdude, 115200).")
+@click.option("--port", default=None,
+              help="Serial port of a board, e.g. /dev/ttyACM0, or of a simulated one (python -m "
+                   "tinyproto.device.board_sim): avrdude through its bootloader, protocol and speed from the board file.")
 @click.option("--sim", is_flag=True, help="'Flash' the simulated Uno: start it with the ELF and check the handshake.")
 def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
     """Put MODEL_DIR's firmware on a board (--port) or on the simulated Uno (--sim, the default without --port)."""
+    import time
+
     from tinyproto.boards import load_board
     from tinyproto.device.flash import flash_port
     from tinyproto.device.protocol import check_model, open_device
@@ -114,11 +118,18 @@ def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
     check_firmware(md, build)  # flash exactly what `build` made from this model.json
     console = _console()
     if port:
-        with console.status(f"flashing {port} with avrdude...", spinner="dots"):
-            flash_port(board, port, build.hex)
-        with open_device(port, baud=board.serial_baud) as client:
-            check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)
-        console.print(f"flashed {build.hex} to {port}; the board answers with model {md.meta['model_hash']}")
+        # The path of a physical board, also for a simulated one (python -m tinyproto.device.board_sim): avrdude
+        # through the bootloader, then reopen the port (a reset) and wait for the firmware's HELLO.
+        started = time.monotonic()
+        with console.status(f"flashing {port} with avrdude -c {board.upload_protocol}...", spinner="dots"):
+            result = flash_port(board, port, build.hex)
+        with console.status(f"waiting for the firmware on {port} after the reset...", spinner="dots"), \
+                open_device(port, baud=board.serial_baud) as client:
+            check_model(client.info, md.model_hash, model.n_features, model.n_classes)
+        written = f"{result.bytes_written} B" if result.bytes_written is not None else build.hex.name
+        console.print(f"flashed {written} to {port} with avrdude -c {board.upload_protocol} -b {board.upload_speed} "
+                      f"in {result.seconds:.1f} s; after the reset the board answers with model "
+                      f"{md.meta['model_hash']} ({time.monotonic() - started:.1f} s in all)")
         return
     with SimulatedUno(build.elf) as uno, open_device(uno.port, baud=board.serial_baud) as client:
         check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)

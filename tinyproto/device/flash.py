@@ -1,32 +1,166 @@
-"""Put a built firmware on a real Uno with avrdude (the Uno's bootloader speaks the `arduino` protocol)."""
+"""Put a built firmware on a board with avrdude, through the board's bootloader (protocol and speed from
+boards/<name>.json: the Uno's Optiboot speaks `arduino` at 115200).
+
+One path for physical and simulated boards: a board from `python -m tinyproto.device.board_sim` runs the real
+bootloader behind a pseudo-terminal, and avrdude cannot tell it from /dev/ttyACM0 (it only warns that a pty has
+no DTR line). Every failure is one TinyprotoError line that says what was tried and the likely cause.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tinyproto.boards import Board
 from tinyproto.errors import TinyprotoError
 
+APT_AVRDUDE = "avrdude"
+AVRDUDE_TIMEOUT_S = 180.0  # a 32 KB image with verify takes ~10 s at 115200 baud; this only stops a wedged avrdude
+# stk500v1 (`-c arduino`) sync attempts: avrdude's default of 10 waits ~56 s on a port where nothing answers;
+# Optiboot answers the first attempt after the reset, so 3 keep a margin for line noise and fail in ~17 s.
+ARDUINO_SYNC_ATTEMPTS = 3
+
+# avrdude's device signatures of the chips tinyproto knows, to name the board that answered instead
+SIGNATURES = {"1e950f": "ATmega328P (Uno, Nano)", "1e9514": "ATmega328 (not P)", "1e9801": "ATmega2560 (Mega 2560)",
+              "1e9587": "ATmega32U4 (Leonardo, Micro)", "1e9406": "ATmega168"}
+
+
+@dataclass(frozen=True)
+class FlashResult:
+    seconds: float  # avrdude's run, from start to exit
+    bytes_written: int | None  # as avrdude reports it ("N bytes of flash written")
+    log: str
+
 
 def avrdude_command(board: Board, port: str, hex_path: Path) -> list[str]:
-    return [
-        "avrdude", "-p", board.mcu, "-c", board.upload_protocol, "-P", port, "-b", str(board.upload_speed),
-        "-D", "-U", f"flash:w:{hex_path}:i",
-    ]
+    command = ["avrdude", "-p", board.mcu, "-c", board.upload_protocol, "-P", port, "-b", str(board.upload_speed)]
+    if board.upload_protocol == "arduino":
+        command += ["-x", f"attempts={ARDUINO_SYNC_ATTEMPTS}"]
+    return [*command, "-D", "-U", f"flash:w:{hex_path}:i"]
 
 
-def flash_port(board: Board, port: str, hex_path: Path) -> str:
-    """Upload `hex_path`; returns avrdude's log. A missing tool, port or a failed upload is a TinyprotoError."""
+def port_holders(port: str) -> list[tuple[int, str]]:
+    """(pid, program) of the other processes that have `port` open, from /proc (what `fuser` does). Processes of
+    other users are invisible without privileges; pyserial's exclusive lock catches those that lock.
+
+    For a pseudo-terminal (/dev/pts/N, a simulated board) a process that also holds its master side is the
+    device itself -- a simulator keeping its own slave open, like tools/simuno's ELF mode or simavr's uart_pty --
+    and not counted."""
+    try:
+        wanted = os.stat(os.path.realpath(port))
+    except OSError:
+        return []
+    pts_index = _pts_index(os.path.realpath(port))
+    holders = []
+    own = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == own:
+            continue
+        fd_dir = f"/proc/{entry.name}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        holds_slave = holds_master = False
+        for fd in fds:
+            try:
+                st = os.stat(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if st.st_rdev == wanted.st_rdev and st.st_ino == wanted.st_ino and st.st_dev == wanted.st_dev:
+                holds_slave = True
+            elif pts_index is not None and _is_master_of(entry.name, fd, pts_index):
+                holds_master = True
+        if holds_slave and not holds_master:
+            holders.append((int(entry.name), _program(entry.name)))
+    return holders
+
+
+def _pts_index(path: str) -> int | None:
+    match = re.fullmatch(r"/dev/pts/(\d+)", path)
+    return int(match.group(1)) if match else None
+
+
+def _is_master_of(pid: str, fd: str, index: int) -> bool:
+    """fd of process pid is /dev/ptmx for pts `index` (Linux shows `tty-index:` in its fdinfo)."""
+    try:
+        if not os.readlink(f"/proc/{pid}/fd/{fd}").endswith("ptmx"):
+            return False
+        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+            return f"tty-index:\t{index}\n" in info.read()
+    except OSError:
+        return False
+
+
+def _program(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return "?"
+
+
+def check_port_free(port: str) -> None:
+    """A port another program holds is refused: two programs on one serial line corrupt each other's bytes."""
+    if "://" in port:
+        return
+    holders = port_holders(port)
+    if holders:
+        who = ", ".join(f"{name} (pid {pid})" for pid, name in holders[:3])
+        raise TinyprotoError(f"serial port {port} is in use by {who}; close it first (a serial monitor, "
+                             "another tinyproto or avrdude run)")
+
+
+def _written(log: str) -> int | None:
+    match = re.search(r"(\d+) bytes of flash written", log)
+    return int(match.group(1)) if match else None
+
+
+def explain_failure(board: Board, port: str, log: str) -> str:
+    """avrdude's log of a failed upload -> one line: what was tried and the likely cause."""
+    tried = f"avrdude -c {board.upload_protocol} -b {board.upload_speed} -p {board.mcu} on {port}"
+    signature = re.search(r"[Dd]evice signature = (?:0x)?([0-9a-fA-F]{6})", log)
+    if signature and "expected signature" in log:
+        found = signature.group(1).lower()
+        chip = SIGNATURES.get(found, f"a chip with signature 0x{found}")
+        return f"{tried}: the board answers as {chip}, not {board.mcu} — wrong board file or wrong port"
+    if re.search(r"not in sync|not responding|timeout|failed to get sync|no response", log, re.IGNORECASE):
+        return (f"{tried}: no bootloader answered — wrong port, a board other than the {board.title.split(' (')[0]} "
+                "(another bootloader or baud rate), no bootloader on the chip, or the board did not reset")
+    if re.search(r"verification error|content mismatch", log, re.IGNORECASE):
+        return f"{tried}: the flash read back differs from the image — flash again; if it repeats the chip is worn"
+    if re.search(r"Permission denied", log):
+        return f"{tried}: no permission to open {port} — add your user to the 'dialout' group"
+    if re.search(r"cannot open port|No such file", log):
+        return f"{tried}: cannot open {port} — is the board plugged in? (ls /dev/ttyACM* /dev/ttyUSB*)"
+    last = next((line.strip() for line in reversed(log.strip().splitlines()) if "error" in line.lower()), "")
+    return f"{tried} failed: {last or 'see avrdude -v'}"
+
+
+def flash_port(board: Board, port: str, hex_path: Path) -> FlashResult:
+    """Upload `hex_path` through the board's bootloader. A missing tool or port, a busy port or a failed upload is
+    one TinyprotoError line."""
     if shutil.which("avrdude") is None:
-        raise TinyprotoError("avrdude is not installed (apt-get install avrdude)")
+        raise TinyprotoError(f"avrdude is not installed; install it with: sudo apt-get install {APT_AVRDUDE}")
     if not Path(port).exists() and "://" not in port:
         raise TinyprotoError(f"serial port {port} does not exist; is the board plugged in? (try ls /dev/ttyACM* /dev/ttyUSB*)")
     if not hex_path.is_file():
         raise TinyprotoError(f"firmware {hex_path} does not exist; run `tinyproto build` first")
-    result = subprocess.run(avrdude_command(board, port, hex_path), capture_output=True, text=True, timeout=120)
+    check_port_free(port)
+    started = time.monotonic()
+    try:
+        result = subprocess.run(avrdude_command(board, port, hex_path), capture_output=True, text=True,
+                                timeout=AVRDUDE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise TinyprotoError(f"avrdude did not finish flashing {port} within {AVRDUDE_TIMEOUT_S:.0f} s "
+                             "(a board that stopped answering midway?); flash again") from exc
+    seconds = time.monotonic() - started
+    log = result.stdout + result.stderr
     if result.returncode != 0:
-        tail = "\n".join(result.stderr.strip().splitlines()[-4:])
-        raise TinyprotoError(f"avrdude could not flash {port}:\n{tail}")
-    return result.stderr
+        raise TinyprotoError(explain_failure(board, port, log))
+    return FlashResult(seconds, _written(log), log)

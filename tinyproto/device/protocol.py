@@ -481,6 +481,7 @@ class DeviceClient:
 
     def close(self) -> None:
         self.port.close()
+        _closed_at[self.name] = time.monotonic()  # see open_port: the next open must be a reset
 
     def __enter__(self) -> DeviceClient:
         return self
@@ -624,11 +625,41 @@ def _open_error(port_url: str, exc: Exception) -> TinyprotoError:
     return TinyprotoError(f"cannot open serial port {port_url}: {text}")
 
 
+# Opening a board's port resets it (DTR pulls RESET low through a capacitor) only if the port was closed long
+# enough before: the capacitor recharges in ~1 ms on an Uno, and a simulated board notices the close by polling.
+# A reopen of a port this process closed waits out the rest of this gap, so it is a reset on both.
+RESET_GAP_S = 0.05
+_closed_at: dict[str, float] = {}
+
+
+def _wait_reset_gap(port_url: str) -> None:
+    closed = _closed_at.get(port_url)
+    if closed is not None:
+        left = RESET_GAP_S - (time.monotonic() - closed)
+        if left > 0:
+            time.sleep(left)
+
+
+def _check_not_held(port_url: str) -> None:
+    """Another program holding the port (a serial monitor, avrdude) would share its bytes: refuse, naming it.
+    A simulator holding both ends of its pty is the device, not another program (see port_holders)."""
+    if "://" in port_url:
+        return
+    from tinyproto.device.flash import port_holders
+
+    holders = port_holders(port_url)
+    if holders:
+        who = ", ".join(f"{name} (pid {pid})" for pid, name in holders[:3])
+        raise TinyprotoError(f"serial port {port_url} is busy: {who} has it open — close that program first")
+
+
 def open_port(port_url: str, baud: int = 115200) -> SerialPort:
     """Open a pyserial URL (``/dev/ttyACM0``, ``/dev/pts/N``, ``loop://``, ``socket://host:port``) for
     exclusive use; each failure becomes one clear TinyprotoError."""
     import serial  # pyserial; imported here so that `tinyproto --help` stays fast
 
+    _check_not_held(port_url)
+    _wait_reset_gap(port_url)
     try:
         return serial.serial_for_url(
             port_url, baudrate=baud, timeout=READ_SLICE, write_timeout=5.0, exclusive=True
@@ -647,7 +678,8 @@ def open_device(
     timeout: float = DEFAULT_TIMEOUT,
 ) -> DeviceClient:
     """Open the port and complete the HELLO handshake (retried until ``handshake_timeout`` s, which covers the
-    Uno's reset + bootloader); the returned client's ``info`` holds the device's Hello."""
+    Uno's reset + bootloader: no fixed sleep, the first answer ends the wait); the returned client's ``info``
+    holds the device's Hello."""
     port = open_port(port_url, baud)
     client = DeviceClient(port, n_retries=n_retries, timeout=timeout)
     try:

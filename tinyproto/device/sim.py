@@ -7,11 +7,17 @@ cross-checks the Timer1 measurement of an inference (the firmware writes 1 just 
 `SimulatedUno(elf, eeprom=path)` keeps the simulated EEPROM in a file (loaded at start if it exists, written when
 the simulator stops), so stopping and starting again is a power cycle that keeps the EEPROM.
 
+The simulator leaves nothing on disk: its stderr and markers go to anonymous files (unlinked from the start),
+and simuno exits by itself when this process dies, however abruptly (its --parent-pipe reaches EOF).
+
 simuno is compiled on first use with the host gcc against libsimavr into a per-user cache
 (`$TINYPROTO_CACHE`, else `$XDG_CACHE_HOME/tinyproto`, else `~/.cache/tinyproto`), keyed by the source's hash.
 
 `python -m tinyproto.device.sim [simuno options] firmware.elf` builds simuno if needed and runs it
 (the generated platformio.ini uses this as `test_testing_command`).
+
+This is the fast path (`--sim`): the ELF is loaded straight into the chip. For the path of a physical board
+(avrdude, the bootloader, the reset on open) see tinyproto.device.board_sim, simuno's board mode.
 """
 
 from __future__ import annotations
@@ -140,9 +146,9 @@ class SimulatedUno:
         self.eeprom = Path(eeprom) if eeprom is not None else None  # raw EEPROM image, kept across runs
         self.port: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._workdir: tempfile.TemporaryDirectory[str] | None = None
-        self._markers_path: Path | None = None
-        self._stderr_path: Path | None = None
+        # Anonymous files (O_TMPFILE): no name in /tmp, so a kill -9 of this process leaves nothing behind.
+        self._markers_file = None
+        self._stderr_file = None
         self.returncode: int | None = None  # simuno's exit status once it has stopped
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -151,25 +157,25 @@ class SimulatedUno:
         if not self.elf_path.is_file():
             raise TinyprotoError(f"firmware {self.elf_path} does not exist; build it first (tinyproto build)")
         binary = ensure_simulator()
-        self._workdir = tempfile.TemporaryDirectory(prefix="tinyproto-sim-")
-        work = Path(self._workdir.name)
-        self._stderr_path = work / "simuno.stderr"
+        self._stderr_file = tempfile.TemporaryFile(prefix="tinyproto-sim-")
         # --parent-pipe: simuno exits when our end of its stdin closes, even if this process is SIGKILLed.
         command = [str(binary), "--pty", "--parent-pipe"]
+        pass_fds: tuple[int, ...] = ()
         if self.want_markers:
-            self._markers_path = work / "markers.txt"
-            command += ["--markers", str(self._markers_path)]
+            self._markers_file = tempfile.TemporaryFile(prefix="tinyproto-sim-")
+            pass_fds = (self._markers_file.fileno(),)
+            command += ["--markers-fd", str(self._markers_file.fileno())]
         if self.timeout_cycles:
             command += ["--timeout-cycles", str(int(self.timeout_cycles))]
         if self.eeprom is not None:
             command += ["--eeprom", str(self.eeprom.resolve())]
         command.append(str(self.elf_path))
         try:
-            with open(self._stderr_path, "wb") as stderr:
-                # Own process group: a Ctrl-C in the terminal reaches Python, which then stops simuno itself.
-                self._proc = subprocess.Popen(
-                    command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True
-                )
+            # Own process group: a Ctrl-C in the terminal reaches Python, which then stops simuno itself.
+            self._proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr_file,
+                pass_fds=pass_fds, start_new_session=True,
+            )  # fmt: skip
             self.port = self._read_pty_line()
         except BaseException:
             self._shutdown()
@@ -248,17 +254,21 @@ class SimulatedUno:
 
     def markers(self) -> list[tuple[int, int]]:
         """Every GPIOR0 write so far as (value, cycle); cycles count from reset, exact."""
-        if self._markers_path is None:
+        if self._markers_file is None:
             raise TinyprotoError("markers were not requested (SimulatedUno(elf, markers=True))")
-        try:
-            return parse_markers(self._markers_path.read_text())
-        except FileNotFoundError:
-            return []
+        return parse_markers(_read_whole(self._markers_file).decode("ascii", "replace"))
 
     def stderr_text(self) -> str:
-        if self._stderr_path is None or not self._stderr_path.is_file():
+        if self._stderr_file is None:
             return ""
-        return self._stderr_path.read_text(errors="replace").strip()
+        return _read_whole(self._stderr_file).decode("utf-8", "replace").strip()
+
+
+def _read_whole(file) -> bytes:
+    """Everything in a file simuno shares with us, read with pread: the shared file offset (where simuno
+    appends) must not move."""
+    fd = file.fileno()
+    return os.pread(fd, os.fstat(fd).st_size, 0)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], signo: int) -> None:

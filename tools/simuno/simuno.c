@@ -1,13 +1,15 @@
 /* simuno: a cycle-exact simulated Arduino Uno (ATmega328P) that behaves like a serial port.
  *
- *   simuno [--pty | --stdio] [--markers FILE] [--timeout-cycles N] [--mcu atmega328p] [--freq 16000000]
- *          [--parent-pipe] [--eeprom FILE] [-v] firmware.elf
+ *   simuno [--pty | --stdio] [--markers FILE | --markers-fd N] [--timeout-cycles N] [--mcu atmega328p]
+ *          [--freq 16000000] [--parent-pipe] [--eeprom FILE] [-v] firmware.elf
+ *   simuno --bootloader BOOT.hex [--flash FILE] [--eeprom FILE] [--mcu M] [--freq F] [--parent-pipe] [-v]
  *
  * UART0 is connected either to a fresh pseudo-terminal (--pty, the default: prints exactly one line
  * "PTY /dev/pts/N" on stdout, then a program opens that path like a USB serial port) or to
  * stdin/stdout (--stdio, binary clean, for `pio test` and pipes). Every write to GPIOR0 is a marker:
- * "<value> <cycle>" goes to --markers FILE, one flushed line per write, where <cycle> is avr->cycle at
- * the start of the OUT/STS instruction (so the difference of two markers is an exact cycle count).
+ * "<value> <cycle>" goes to --markers FILE (or the already open file descriptor --markers-fd N), one flushed
+ * line per write, where <cycle> is avr->cycle at the start of the OUT/STS instruction (so the difference of two
+ * markers is an exact cycle count).
  *
  * --parent-pipe (with --pty): stdin is a pipe from the parent process; when it reaches EOF (the parent closed
  * it, or died however abruptly) simuno exits, so no simulator outlives the program that started it.
@@ -17,9 +19,24 @@
  * simuno stops (also on SIGTERM and when the parent pipe closes), so a restart is like a power cycle.
  * Without it the EEPROM starts erased and is forgotten, as before.
  *
- * Exit status: 0 the firmware slept with interrupts disabled (its way of saying "done"); 1 usage or
- * load error; 2 the simulated CPU crashed; 3 --timeout-cycles reached; 4 the --parent-pipe closed;
- * 128+signo on SIGTERM/SIGINT/SIGHUP.
+ * Board mode (--bootloader): the chip behaves at its port like a real board with a serial bootloader, so the
+ * real upload path (avrdude -> bootloader -> self-programming) runs unchanged:
+ *   - flash starts erased (or from --flash FILE, a raw image of the whole flash), the bootloader's Intel HEX is
+ *     written over it, and every reset starts at the boot section (the HEX's start record, else its lowest
+ *     address): the BOOTRST fuse of a real board;
+ *   - power-on reset at start (MCUSR = PORF); an external reset (MCUSR = EXTRF) whenever a program opens the pty,
+ *     which is what the USB bridge's DTR line and the reset capacitor do on an Uno or a Mega;
+ *   - the simulation is paced to real time, so the bootloader's watchdog window and avrdude's timeouts relate
+ *     as on the board; if the host cannot keep up, simulated time slows down instead of racing to catch up;
+ *   - a crash (erased or half-written flash) slides to the boot section like the real CPU does through 0xFFFF
+ *     words; sleeping with interrupts off halts the chip until the next reset. Neither ends simuno;
+ *   - flash and EEPROM are written to their files (atomically) when they changed: every second, when the
+ *     program on the port closes it, and at exit. The directory of --flash is locked while simuno runs.
+ *   Runs until SIGINT/SIGTERM (exit 0) or until the --parent-pipe closes (exit 4).
+ *
+ * Exit status: 0 the firmware slept with interrupts disabled (its way of saying "done"), or board mode stopped
+ * by a signal; 1 usage or load error; 2 the simulated CPU crashed; 3 --timeout-cycles reached; 4 the
+ * --parent-pipe closed; 128+signo on SIGTERM/SIGINT/SIGHUP.
  *
  * Built against libsimavr (Debian: libsimavr-dev): cc -O2 -std=gnu99 simuno.c -lsimavr -o simuno
  */
@@ -35,9 +52,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
+#include <libgen.h>
 
 #include <simavr/avr_eeprom.h>
 #include <simavr/avr_uart.h>
@@ -52,7 +71,11 @@
 #define EXIT_PARENT_GONE 4
 
 #define GPIOR0_DATA_ADDR 0x3E   /* I/O 0x1E + 0x20: the marker register */
+#define UCSR0A_DATA_ADDR 0xC0
 #define UCSR0B_DATA_ADDR 0xC1
+#define UBRR0L_DATA_ADDR 0xC4
+#define UBRR0H_DATA_ADDR 0xC5
+#define U2X0_BIT 1
 #define RXEN0_BIT 4
 
 #define BATCH_INSTRUCTIONS 4096u  /* instructions run between two host I/O services (~50 us of host time) */
@@ -69,6 +92,9 @@ typedef struct {
     int verbose;
     int parent_pipe;     /* --parent-pipe: stdin is a pipe from the parent; its EOF means "parent gone, exit" */
     const char *eeprom_path; /* --eeprom: load at start if present, save at exit */
+    int markers_fd;      /* --markers-fd: an inherited, already open file; -1 if not given */
+    const char *bootloader_path; /* --bootloader: board mode (see the header comment) */
+    const char *flash_path;      /* --flash: board mode's persistent flash image */
     const char *elf_path;
 } options_t;
 
@@ -140,8 +166,10 @@ static void install_signal_handlers(void)
 
 static void usage(void)
 {
-    fputs("usage: simuno [--pty | --stdio] [--markers FILE] [--timeout-cycles N] [--mcu atmega328p]\n"
-          "              [--freq 16000000] [--parent-pipe] [--eeprom FILE] [-v] firmware.elf\n",
+    fputs("usage: simuno [--pty | --stdio] [--markers FILE | --markers-fd N] [--timeout-cycles N]\n"
+          "              [--mcu atmega328p] [--freq 16000000] [--parent-pipe] [--eeprom FILE] [-v] firmware.elf\n"
+          "       simuno --bootloader BOOT.hex [--flash FILE] [--eeprom FILE] [--mcu M] [--freq F]\n"
+          "              [--parent-pipe] [-v]\n",
           stderr);
     exit(EXIT_USAGE);
 }
@@ -159,7 +187,7 @@ static uint64_t parse_u64(const char *text, const char *what)
 
 static options_t parse_options(int argc, char **argv)
 {
-    options_t opt = {1, NULL, 0, "atmega328p", 16000000u, 0, 0, NULL, NULL};
+    options_t opt = {1, NULL, 0, "atmega328p", 16000000u, 0, 0, NULL, -1, NULL, NULL, NULL};
     for (int i = 1; i < argc; ++i) {
         const char *arg = argv[i];
         int has_value = i + 1 < argc;
@@ -183,6 +211,16 @@ static options_t parse_options(int argc, char **argv)
             opt.parent_pipe = 1;
         } else if (strcmp(arg, "--eeprom") == 0 && has_value) {
             opt.eeprom_path = argv[++i];
+        } else if (strcmp(arg, "--markers-fd") == 0 && has_value) {
+            uint64_t fd = parse_u64(argv[++i], "--markers-fd");
+            if (fd > 1023u) {
+                die("--markers-fd out of range");
+            }
+            opt.markers_fd = (int)fd;
+        } else if (strcmp(arg, "--bootloader") == 0 && has_value) {
+            opt.bootloader_path = argv[++i];
+        } else if (strcmp(arg, "--flash") == 0 && has_value) {
+            opt.flash_path = argv[++i];
         } else if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
             opt.verbose = 1;
         } else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -196,8 +234,19 @@ static options_t parse_options(int argc, char **argv)
             usage();
         }
     }
-    if (opt.elf_path == NULL) {
+    if (opt.bootloader_path != NULL) {
+        if (opt.elf_path != NULL || !opt.use_pty || opt.markers_path != NULL || opt.markers_fd >= 0 ||
+            opt.timeout_cycles != 0) {
+            die("--bootloader runs a board: no firmware.elf, --stdio, markers or --timeout-cycles with it "
+                "(upload the application through the bootloader)");
+        }
+    } else if (opt.elf_path == NULL) {
         usage();
+    } else if (opt.flash_path != NULL) {
+        die("--flash needs --bootloader (board mode)");
+    }
+    if (opt.markers_path != NULL && opt.markers_fd >= 0) {
+        die("give --markers FILE or --markers-fd N, not both");
     }
     return opt;
 }
@@ -243,6 +292,8 @@ static int open_pty(int announce_fd, int *slave_fd_out)
     return master;
 }
 
+static int parent_gone(io_state_t *io);
+
 /* Writes everything or gives up when the reader is gone; waits (interruptibly) while the pipe is full. */
 static void write_all(io_state_t *io, const uint8_t *data, size_t len)
 {
@@ -252,8 +303,8 @@ static void write_all(io_state_t *io, const uint8_t *data, size_t len)
             data += n;
             len -= (size_t)n;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            if (g_stop_signal) {
-                return;
+            if (g_stop_signal || parent_gone(io)) {
+                return; /* a reader that never drains must not keep us alive after the parent died */
             }
             struct pollfd pfd = {io->out_fd, POLLOUT, 0};
             poll(&pfd, 1, 50);
@@ -315,11 +366,31 @@ static int uart_rx_enabled(avr_t *avr)
     return (avr->data[UCSR0B_DATA_ADDR] >> RXEN0_BIT) & 1u;
 }
 
-/* Pushes pending host bytes into the UART's input FIFO until it reports full (XOFF) or we run out.
- * The UART itself paces delivery to the firmware at the configured baud rate. */
+/* Board mode: host bytes reach the UART no faster than the wire carries them (start + 8 data + stop bits at
+ * the baud rate the firmware programmed), as on a real board; the default mode delivers as fast as the FIFO
+ * takes them. */
+static int g_pace_rx = 0;
+static uint64_t g_next_rx_cycle = 0;
+
+static uint64_t uart_frame_cycles(avr_t *avr)
+{
+    uint32_t ubrr = ((uint32_t)(avr->data[UBRR0H_DATA_ADDR] & 0x0Fu) << 8) | avr->data[UBRR0L_DATA_ADDR];
+    uint32_t divider = ((avr->data[UCSR0A_DATA_ADDR] >> U2X0_BIT) & 1u) ? 8u : 16u;
+    return 10ull * divider * (ubrr + 1u);
+}
+
+/* Pushes pending host bytes into the UART's input FIFO until it reports full (XOFF) or we run out. */
 static void uart_feed(avr_t *avr, io_state_t *io)
 {
     while (io->in_len > 0 && !io->xoff && uart_rx_enabled(avr)) {
+        if (g_pace_rx) {
+            if (avr->cycle < g_next_rx_cycle) {
+                break; /* the previous byte is still on the wire */
+            }
+            uint64_t frame = uart_frame_cycles(avr);
+            /* back to back while a stream lasts; after a pause the next byte starts now */
+            g_next_rx_cycle = avr->cycle - g_next_rx_cycle > frame ? avr->cycle + frame : g_next_rx_cycle + frame;
+        }
         uint8_t byte = io->in_buf[io->in_head];
         io->in_head = (io->in_head + 1) % IO_BUF_SIZE;
         io->in_len--;
@@ -504,6 +575,12 @@ static void open_host_side(const options_t *opt, io_state_t *io, int data_out_fd
         if (io->markers == NULL) {
             die("cannot write markers to %s: %s", opt->markers_path, strerror(errno));
         }
+    } else if (opt->markers_fd >= 0) {
+        /* An inherited anonymous file (the parent keeps no named file that could outlive it). */
+        io->markers = fdopen(opt->markers_fd, "w");
+        if (io->markers == NULL) {
+            die("cannot write markers to file descriptor %d: %s", opt->markers_fd, strerror(errno));
+        }
     }
     if (opt->use_pty) {
         int master = open_pty(data_out_fd, &io->pty_slave_fd);
@@ -632,6 +709,437 @@ static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
     }
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Board mode (--bootloader): a board with a serial bootloader, at its port                          */
+
+#define BOARD_BATCH_INSTRUCTIONS 1024u /* ~0.1 ms simulated at 16 MHz between two looks at the port */
+#define BOARD_MAX_LAG_NS 20000000LL    /* 20 ms behind the wall clock: stop owing time (no catch-up burst) */
+#define BOARD_MIN_SLEEP_NS 250000LL    /* sleep only when at least 0.25 ms ahead (timer slack, syscalls) */
+#define BOARD_MAX_SLEEP_NS 1000000LL   /* ... and at most 1 ms at a time before looking at the port again */
+#define BOARD_SAVE_PERIOD_NS 1000000000LL
+#define MCUSR_DATA_ADDR 0x54           /* ATmega328P and ATmega2560 alike: I/O 0x34 */
+#define MCUSR_PORF 0x01u
+#define MCUSR_EXTRF 0x02u
+
+typedef struct {
+    avr_t *avr;
+    const char *flash_path;   /* NULL: flash is forgotten at exit */
+    const char *eeprom_path;  /* NULL: EEPROM is forgotten at exit */
+    uint8_t *flash_saved;     /* flash as last written to flash_path (to save only when it changed) */
+    uint8_t *eeprom_saved;
+    uint32_t flash_size;
+    uint32_t boot_start;      /* byte address of the boot section: where every reset starts */
+    int halted;               /* slept with interrupts off: nothing runs until the next reset */
+    int connected;            /* a program has the pty open (the master does not report a hang-up) */
+    uint64_t resets, crashes;
+} board_t;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int hex_nibble(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* Intel HEX into flash. Our own reader because libsimavr 1.6's read_ihex_chunks() refuses the start-address
+ * records (type 03/05) that Debian's bootloader files carry. Returns the start address (from a 03/05 record)
+ * or, without one, the lowest address written. Any malformed line is a clear error. */
+static uint32_t load_ihex(const char *path, uint8_t *flash, uint32_t flash_size)
+{
+    FILE *file = fopen(path, "r");
+    if (file == NULL) {
+        die("cannot read bootloader %s: %s", path, strerror(errno));
+    }
+    char line[600];
+    uint32_t base = 0, lowest = UINT32_MAX, start = UINT32_MAX;
+    unsigned line_no = 0;
+    int seen_eof = 0;
+    while (!seen_eof && fgets(line, sizeof line, file) != NULL) {
+        line_no++;
+        size_t len = strcspn(line, "\r\n");
+        if (len == 0) {
+            continue;
+        }
+        uint8_t rec[300];
+        if (line[0] != ':' || len % 2 != 1 || (len - 1) / 2 > sizeof rec || len < 11) {
+            die("%s line %u is not an Intel HEX record", path, line_no);
+        }
+        size_t n = (len - 1) / 2;
+        uint8_t sum = 0;
+        for (size_t i = 0; i < n; ++i) {
+            int hi = hex_nibble(line[1 + 2 * i]), lo = hex_nibble(line[2 + 2 * i]);
+            if (hi < 0 || lo < 0) {
+                die("%s line %u holds a non-hex character", path, line_no);
+            }
+            rec[i] = (uint8_t)(hi * 16 + lo);
+            sum = (uint8_t)(sum + rec[i]);
+        }
+        uint8_t count = rec[0], type = rec[3];
+        uint32_t offset = ((uint32_t)rec[1] << 8) | rec[2];
+        if (n != (size_t)count + 5u || sum != 0) {
+            die("%s line %u: wrong length or checksum", path, line_no);
+        }
+        const uint8_t *data = rec + 4;
+        switch (type) {
+        case 0x00: /* data */
+            for (uint32_t i = 0; i < count; ++i) {
+                uint32_t addr = base + offset + i;
+                if (addr >= flash_size) {
+                    die("%s writes address 0x%05x, past the %u bytes of flash of this MCU", path, addr,
+                        (unsigned)flash_size);
+                }
+                flash[addr] = data[i];
+                lowest = addr < lowest ? addr : lowest;
+            }
+            break;
+        case 0x01:
+            seen_eof = 1;
+            break;
+        case 0x02: /* extended segment address: base = segment * 16 */
+            base = (((uint32_t)data[0] << 8) | data[1]) << 4;
+            break;
+        case 0x03: /* start segment address CS:IP */
+            start = ((((uint32_t)data[0] << 8) | data[1]) << 4) + (((uint32_t)data[2] << 8) | data[3]);
+            break;
+        case 0x04: /* extended linear address: upper 16 bits */
+            base = (((uint32_t)data[0] << 8) | data[1]) << 16;
+            break;
+        case 0x05: /* start linear address */
+            start = ((uint32_t)data[0] << 24) | ((uint32_t)data[1] << 16) | ((uint32_t)data[2] << 8) | data[3];
+            break;
+        default:
+            die("%s line %u: unknown record type %u", path, line_no, (unsigned)type);
+        }
+    }
+    fclose(file);
+    if (!seen_eof || lowest == UINT32_MAX) {
+        die("%s is not a complete Intel HEX file (no data or no end record)", path);
+    }
+    if (start == UINT32_MAX) {
+        start = lowest;
+    }
+    if (start >= flash_size || start % 2 != 0) {
+        die("%s starts at 0x%05x, not a word address inside flash", path, start);
+    }
+    return start;
+}
+
+/* Reads a raw image of exactly `size` bytes; 0 if the file does not exist yet. */
+static int load_image(const char *path, uint8_t *dest, uint32_t size, const char *what)
+{
+    FILE *file = fopen(path, "rb");
+    if (file == NULL) {
+        if (errno == ENOENT) {
+            return 0;
+        }
+        die("cannot read %s image %s: %s", what, path, strerror(errno));
+    }
+    size_t n = fread(dest, 1, size, file);
+    int longer = fgetc(file) != EOF;
+    fclose(file);
+    if (n != size || longer) {
+        die("%s image %s does not hold the %u bytes of this MCU's %s: it belongs to another board", what, path,
+            (unsigned)size, what);
+    }
+    return 1;
+}
+
+/* Written to a temporary name and renamed: a reader (or the next start after a crash) never sees half. */
+static int save_image(const char *path, const uint8_t *data, uint32_t size)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        return -1;
+    }
+    FILE *file = fopen(tmp, "wb");
+    if (file == NULL) {
+        fprintf(stderr, "simuno: cannot write %s: %s\n", tmp, strerror(errno));
+        return -1;
+    }
+    int ok = fwrite(data, 1, size, file) == size;
+    ok = (fclose(file) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "simuno: cannot write %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Saves flash and EEPROM if they changed since the last save; returns -1 if a write failed. */
+static int board_save(board_t *b)
+{
+    int status = 0;
+    if (b->flash_path != NULL && memcmp(b->flash_saved, b->avr->flash, b->flash_size) != 0) {
+        if (save_image(b->flash_path, b->avr->flash, b->flash_size) == 0) {
+            memcpy(b->flash_saved, b->avr->flash, b->flash_size);
+        } else {
+            status = -1;
+        }
+    }
+    if (b->eeprom_path != NULL) {
+        uint32_t size;
+        uint8_t *ee = eeprom_bytes(b->avr, &size);
+        if (ee != NULL && memcmp(b->eeprom_saved, ee, size) != 0) {
+            if (save_image(b->eeprom_path, ee, size) == 0) {
+                memcpy(b->eeprom_saved, ee, size);
+            } else {
+                status = -1;
+            }
+        }
+    }
+    return status;
+}
+
+/* One simuno per state directory: two boards writing the same files would lose uploads. The lock goes with the
+ * process (also on kill -9), so no lock file is left behind. */
+static void lock_state_dir(const char *path)
+{
+    char copy[4096];
+    snprintf(copy, sizeof copy, "%s", path);
+    const char *dir = dirname(copy);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        die("cannot open the state directory %s: %s", dir, strerror(errno));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        die("the state directory %s is in use by another simulated board", dir);
+    }
+    /* fd stays open (and locked) until exit */
+}
+
+static void board_reset(board_t *b, io_state_t *io, uint8_t mcusr_flags)
+{
+    avr_reset(b->avr); /* clears the I/O registers, MCUSR included; PC = reset_pc (the boot section) */
+    b->avr->data[MCUSR_DATA_ADDR] |= mcusr_flags;
+    b->halted = 0;
+    b->resets++;
+    io->xoff = 0;      /* the UART's input FIFO was emptied by the reset */
+}
+
+/* What a real CPU does on erased flash (0xFFFF words) or after running off its code: it runs on until it
+ * reaches the boot section, registers and I/O untouched, MCUSR as the code left it. Resume at the boot section
+ * after the cycles the slide would have taken, so a board without an application loops through its bootloader
+ * at the real pace (and can always be flashed). */
+static void board_slide_to_boot(board_t *b)
+{
+    avr_t *avr = b->avr;
+    uint32_t pc = avr->pc < b->boot_start ? avr->pc : 0;
+    b->crashes++;
+    if (g_verbose && b->crashes <= 3u) {
+        fprintf(stderr, "simuno: no valid code at pc=0x%05x (cycle %" PRIu64 "): on to the boot section\n",
+                (unsigned)avr->pc, (uint64_t)avr->cycle);
+    }
+    avr->cycle += (b->boot_start - pc) / 2u; /* one cycle per word */
+    avr->pc = b->boot_start;
+    avr->state = cpu_Running;
+}
+
+/* Is a program holding the pty's slave side open? The master reports POLLHUP while nobody does. */
+static int client_present(io_state_t *io)
+{
+    struct pollfd pfd = {io->in_fd, POLLIN, 0};
+    if (poll(&pfd, 1, 0) < 0) {
+        return 0;
+    }
+    return (pfd.revents & POLLHUP) == 0;
+}
+
+/* Bytes the firmware sends while nobody has the port open are lost, as with a USB bridge; so are bytes the host
+ * does not read fast enough (the pty's buffer is full): the simulation must never wait for the host. */
+static void board_flush_output(io_state_t *io, int connected)
+{
+    if (connected && io->out_len > 0) {
+        ssize_t n = write(io->out_fd, io->out_buf, io->out_len);
+        (void)n;
+    }
+    io->out_len = 0;
+}
+
+static void board_discard_input(io_state_t *io)
+{
+    io->in_head = 0;
+    io->in_len = 0;
+    uint8_t scratch[256];
+    while (fd_readable(io->in_fd, 0) && read(io->in_fd, scratch, sizeof scratch) > 0) {
+    }
+}
+
+static void sleep_ns(int64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+    nanosleep(&ts, NULL); /* EINTR (a signal) just ends the sleep early */
+}
+
+static int run_board(board_t *b, io_state_t *io)
+{
+    avr_t *avr = b->avr;
+    int64_t wall_anchor = now_ns(), last_save = wall_anchor;
+    uint64_t cycle_anchor = avr->cycle;
+    uint32_t services = 0;
+    board_reset(b, io, MCUSR_PORF); /* power on */
+    for (;;) {
+        if (g_stop_signal) {
+            return EXIT_DONE;
+        }
+        if ((++services & 255u) == 0 && parent_gone(io)) {
+            return EXIT_PARENT_GONE;
+        }
+        int connected = client_present(io);
+        if (connected && !b->connected) {
+            /* DTR went active: the reset capacitor pulls RESET low. Bytes sent before are lost. */
+            board_discard_input(io);
+            board_reset(b, io, MCUSR_EXTRF);
+            wall_anchor = now_ns();
+            cycle_anchor = avr->cycle;
+        } else if (!connected && b->connected) {
+            io->in_head = io->in_len = 0;
+            board_save(b); /* an upload just ended (or was killed): keep what is in flash now */
+        }
+        b->connected = connected;
+        if (connected) {
+            read_input(io);
+            if (io->in_fd < 0) {
+                io->in_fd = io->out_fd; /* EIO from a closing client is not the end of the master */
+            }
+            uart_feed(avr, io);
+        }
+
+        int64_t now = now_ns();
+        if (b->halted) {
+            sleep_ns(1000000LL); /* nothing runs until a reset; keep watching the port */
+            wall_anchor = now_ns();
+            cycle_anchor = avr->cycle;
+        } else {
+            for (uint32_t i = 0; i < BOARD_BATCH_INSTRUCTIONS; ++i) {
+                if (avr->pc < b->boot_start && avr->flash[avr->pc] == 0xFFu && avr->flash[avr->pc + 1u] == 0xFFu) {
+                    /* Erased flash: simavr would decode 0xFFFF into stray I/O writes; silicon just moves on. */
+                    board_slide_to_boot(b);
+                    break; /* a slide is up to ms of simulated time: pace and look at the port first */
+                }
+                int state = avr_run(avr);
+                if (state == cpu_Done) {
+                    b->halted = 1;
+                    break;
+                }
+                if (state == cpu_Crashed || state == cpu_Stopped) {
+                    board_slide_to_boot(b);
+                    break;
+                }
+            }
+            board_flush_output(io, connected);
+            /* Pace: simulated time may run ahead of the wall clock by less than a sleep's worth. Sleep in
+             * short steps, each followed by a look at the port: an open must never wait behind a long sleep
+             * (its bytes would then be discarded as sent before the reset). */
+            int64_t sim_ns = (int64_t)((double)(avr->cycle - cycle_anchor) * 1e9 / (double)avr->frequency);
+            int64_t wall_ns = now_ns() - wall_anchor;
+            while (sim_ns - wall_ns >= BOARD_MIN_SLEEP_NS && !g_stop_signal && client_present(io) == connected) {
+                int64_t ahead = sim_ns - wall_ns;
+                sleep_ns(ahead < BOARD_MAX_SLEEP_NS ? ahead : BOARD_MAX_SLEEP_NS);
+                wall_ns = now_ns() - wall_anchor;
+            }
+            if (wall_ns - sim_ns > BOARD_MAX_LAG_NS) {
+                wall_anchor = now_ns(); /* too slow a host: simulated time slows down, never races */
+                cycle_anchor = avr->cycle;
+            }
+        }
+        if (now - last_save >= BOARD_SAVE_PERIOD_NS) {
+            board_save(b);
+            last_save = now;
+        }
+    }
+}
+
+static int board_main(const options_t *opt, int data_out_fd)
+{
+    avr_t *avr = avr_make_mcu_by_name(opt->mcu);
+    if (avr == NULL) {
+        die("unknown MCU '%s'", opt->mcu);
+    }
+    avr_init(avr);
+    avr->log = opt->verbose ? LOG_TRACE : LOG_ERROR;
+    avr->frequency = opt->freq;
+    avr->sleep = on_avr_sleep; /* libsimavr's default sleeps in host time; run_board() paces instead */
+
+    static board_t board;
+    memset(&board, 0, sizeof board);
+    board.avr = avr;
+    board.flash_size = avr->flashend + 1u;
+    board.flash_path = opt->flash_path;
+    g_pace_rx = 1;
+    board.eeprom_path = opt->eeprom_path;
+    if (opt->flash_path != NULL) {
+        lock_state_dir(opt->flash_path);
+    }
+    if (opt->eeprom_path != NULL && opt->flash_path == NULL) {
+        lock_state_dir(opt->eeprom_path);
+    }
+    memset(avr->flash, 0xFF, board.flash_size); /* erased */
+    if (opt->flash_path != NULL) {
+        load_image(opt->flash_path, avr->flash, board.flash_size, "flash");
+    }
+    /* The boot section is lock-bit protected on a real board: whatever the image holds, the bootloader is intact. */
+    board.boot_start = load_ihex(opt->bootloader_path, avr->flash, board.flash_size);
+    avr->reset_pc = board.boot_start;
+    avr->codeend = avr->flashend; /* all of flash is code: no "jump outside the firmware" stop */
+
+    uint32_t ee_size = 0;
+    uint8_t *ee = eeprom_bytes(avr, &ee_size);
+    if (opt->eeprom_path != NULL) {
+        if (ee == NULL) {
+            die("--eeprom: this MCU has no EEPROM");
+        }
+        memset(ee, 0xFF, ee_size);
+        load_image(opt->eeprom_path, ee, ee_size, "EEPROM");
+        board.eeprom_saved = malloc(ee_size);
+        if (board.eeprom_saved == NULL) {
+            die("out of memory");
+        }
+        memcpy(board.eeprom_saved, ee, ee_size);
+    }
+    board.flash_saved = malloc(board.flash_size);
+    if (board.flash_saved == NULL) {
+        die("out of memory");
+    }
+    /* Not yet saved: a fresh board writes its (erased + bootloader) flash at the first save. */
+    memset(board.flash_saved, 0, board.flash_size);
+    if (opt->flash_path != NULL && access(opt->flash_path, F_OK) == 0) {
+        memcpy(board.flash_saved, avr->flash, board.flash_size);
+    }
+
+    memset(&g_io, 0, sizeof g_io);
+    connect_uart(avr, &g_io);
+    g_io.pty_slave_fd = -1;
+    g_io.markers = NULL;
+    /* The master alone: nobody holds the slave, so a program opening it is seen (POLLHUP clears). */
+    int slave = -1;
+    int master = open_pty(data_out_fd, &slave);
+    close(slave);
+    close(data_out_fd);
+    g_io.in_fd = master;
+    g_io.out_fd = master;
+    g_io.parent_fd = opt->parent_pipe ? STDIN_FILENO : -1;
+
+    int status = run_board(&board, &g_io);
+    if (board_save(&board) != 0) {
+        status = EXIT_USAGE;
+    }
+    if (g_verbose) {
+        fprintf(stderr, "simuno: board stopped at cycle %" PRIu64 " after %" PRIu64 " resets, %" PRIu64
+                " slides to the boot section\n", (uint64_t)avr->cycle, board.resets, board.crashes);
+    }
+    avr_terminate(avr);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     /* stdout is a data channel (UART bytes, or the PTY line): keep it private and send fd 1 -- where
@@ -647,6 +1155,9 @@ int main(int argc, char **argv)
     g_verbose = opt.verbose;
     avr_global_logger_set(sim_logger);
     install_signal_handlers();
+    if (opt.bootloader_path != NULL) {
+        return board_main(&opt, data_out_fd);
+    }
 
     avr_t *avr = load_avr(&opt);
     if (opt.eeprom_path != NULL) {
@@ -654,7 +1165,7 @@ int main(int argc, char **argv)
     }
     memset(&g_io, 0, sizeof g_io);
     connect_uart(avr, &g_io);
-    if (opt.markers_path != NULL) {
+    if (opt.markers_path != NULL || opt.markers_fd >= 0) {
         avr_register_io_write(avr, GPIOR0_DATA_ADDR, on_gpior0_write, &g_io);
     }
     open_host_side(&opt, &g_io, data_out_fd);

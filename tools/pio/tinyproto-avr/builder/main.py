@@ -6,7 +6,10 @@ system tools (Debian gcc-avr, binutils-avr), so nothing is downloaded.
 
 Targets: the default build (firmware.elf + firmware.hex + size check), `size`, and `upload`:
   upload_protocol = arduino (or any avrdude programmer) -> avrdude from PATH, like the official platform
-  upload_protocol = simavr                              -> nothing to flash: the simulated Uno loads the ELF
+  upload_protocol = simavr                              -> nothing to flash: the simulated Uno loads the ELF;
+      with an upload port (--upload-port / upload_port) it flashes that port like a real board, with the
+      protocol of the board manifest (upload.protocol: the bootloader's), e.g. a simulated board from
+      `python -m tinyproto.device.board_sim` or a physical one
 """
 
 import os
@@ -79,15 +82,20 @@ def _before_avrdude(target, source, env):  # pylint: disable=unused-argument
 
 
 def _simulated_upload(target, source, env):  # pylint: disable=unused-argument
-    print(f"Simulated Uno: nothing to flash, the simulator loads {target_elf[0].get_abspath()} directly")
+    print(f"Simulated Uno: nothing to flash, the simulator loads {target_elf[0].get_abspath()} directly "
+          "(give --upload-port to flash a board, e.g. one from python -m tinyproto.device.board_sim)")
 
 
-if env.subst("$UPLOAD_PROTOCOL") == "simavr":
+_protocol = env.subst("$UPLOAD_PROTOCOL")
+if _protocol == "simavr" and env.subst("$UPLOAD_PORT"):
+    _protocol = env.BoardConfig().get("upload.protocol", "arduino")  # a port was named: flash it for real
+
+if _protocol == "simavr":
     upload_actions = [env.VerboseAction(_simulated_upload, "Simulated upload")]
 else:
     env.Replace(
         UPLOADER="avrdude",
-        UPLOADERFLAGS=["-p", "$BOARD_MCU", "-c", "$UPLOAD_PROTOCOL"],
+        UPLOADERFLAGS=["-p", "$BOARD_MCU", "-c", _protocol],
         UPLOADCMD="$UPLOADER $UPLOADERFLAGS -U flash:w:$SOURCES:i",
     )
     upload_actions = [
