@@ -125,8 +125,11 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
 {
     int8_t z[TP_PN_DIM];
     uint8_t kernel[TP_PN_PROTOS];
+    TP_STAGE(TP_STAGE_PN_PROJECTION);
     tp_pn_project(x, z);
+    TP_STAGE(TP_STAGE_PN_DISTANCES);
     tp_pn_kernels(z, kernel);
+    TP_STAGE(TP_STAGE_PN_SCORES);
     const int8_t *zrow = tp_pn_Z;
     uint8_t label = 0;
     for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
