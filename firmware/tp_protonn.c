@@ -50,14 +50,29 @@ typedef uint16_t tp_pn_proto_index_t;
 /* Drop the n * 0x8000 bias of n biased products and sign-extend the 24-bit sum. */
 static inline int32_t tp_pn_unbias(__uint24 acc, uint16_t n)
 {
-    return (int32_t)(__int24)(__uint24)(acc - ((__uint24)n << 15));
+    /* n << 15 as (n << 7) << 8: a 16-bit shift and a byte move (a 24-bit shift by 15 is a 15-step loop);
+     * n <= 511, so n << 7 fits 16 bits. */
+    __uint24 bias = (__uint24)(uint16_t)(n << 7) << 8;
+    return (int32_t)(__int24)(__uint24)(acc - bias);
 }
 #endif
 
 /* Bring one projection sum onto B's grid: a rounding right shift (or a left shift) and a clamp. */
 static int8_t tp_pn_rescale(int32_t p)
 {
-#if TP_PN_PROJ_RSHIFT > 0
+#if TP_PN_ASM && TP_PN_PROJ_RSHIFT >= 8 && (16384L * TP_N_FEATURES + (1L << (TP_PN_PROJ_RSHIFT - 1))) < 8388608L
+    /* |p + half| < 2^23 (the projection bound above), so (p + half) >> 8 fits an int16 and the remaining shift
+     * and the clamp are 16-bit (avr-gcc shifts an int32 one bit per 5-cycle loop step). */
+    int16_t q = (int16_t)((p + ((int32_t)1 << (TP_PN_PROJ_RSHIFT - 1))) >> 8);
+    q = (int16_t)(q >> (TP_PN_PROJ_RSHIFT - 8));
+    if (q > TP_PN_PZ_MAX) {
+        return TP_PN_PZ_MAX;
+    }
+    if (q < -TP_PN_PZ_MAX) {
+        return -TP_PN_PZ_MAX;
+    }
+    return (int8_t)q;
+#elif TP_PN_PROJ_RSHIFT > 0
     p = (p + ((int32_t)1 << (TP_PN_PROJ_RSHIFT - 1))) >> TP_PN_PROJ_RSHIFT;
 #else
     /* Clamp first so the left shift cannot overflow; the result is the same after the final clamp. */
@@ -129,8 +144,9 @@ TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const int8_t **w)
     "2:\n\t"
 /* Fixed scratch registers (clobbered, so gcc keeps nothing there and needs no frame pointer): r18 mask byte,
  * r19 byte counter, r20 x_i, r21 w, r22 zero, r23 0x80, r24:r25 the values pointer while Z reads the mask,
- * r28:r29 (Y) x. */
-TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const uint8_t **mask, const int8_t **value)
+ * r28:r29 (Y) x. Inlined into the row loop (no .rept here, so gcc sizes the asm right): the registers gcc
+ * must save for it are saved once per projection, not per row. */
+static inline __attribute__((always_inline)) int32_t tp_pn_row_dot(const int8_t *x, const uint8_t **mask, const int8_t **value)
 {
     const uint8_t *m = *mask;
     const int8_t *v = *value;
@@ -205,7 +221,7 @@ TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const uint8_t **mask, 
 }
 #endif
 
-static void tp_pn_project(const int8_t *x, int8_t *z)
+TP_NOINLINE static void tp_pn_project(const int8_t *x, int8_t *z)
 {
 #if TP_PN_W_DENSE
     const int8_t *w = tp_pn_W;
