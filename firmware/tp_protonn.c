@@ -299,7 +299,13 @@ TP_NOINLINE static uint8_t tp_pn_proto_kernel(const int8_t *zp, const int8_t *pr
     if ((uint8_t)(dist >> 16) != 0 || (uint16_t)dist >= (uint16_t)TP_PN_TABLE_REACH) {
         index = TP_PN_TABLE_SIZE - 1;
     } else {
-        index = (uint8_t)((uint16_t)dist >> TP_PN_TABLE_SHIFT);
+#if TP_PN_TABLE_SHIFT >= 8
+        index = (uint8_t)((uint8_t)((uint16_t)dist >> 8) >> (TP_PN_TABLE_SHIFT - 8));
+#else
+        /* dist < (SIZE - 1) << SHIFT, so dist << (8 - SHIFT) < (SIZE - 1) << 8 fits 16 bits: a short left shift
+         * and the high byte instead of a SHIFT-step right-shift loop. */
+        index = (uint8_t)((uint16_t)((uint16_t)dist << (8 - TP_PN_TABLE_SHIFT)) >> 8);
+#endif
     }
 #else
     index = tp_pn_table_index((uint32_t)dist);

@@ -14,20 +14,35 @@ import numpy as np
 # lpm (3) + ld (2) + muls (2) + add/adc into a 16-bit accumulator (2) = 9 cycles.
 MIN_CYCLES_PER_MAC = 9
 
-# ProtoNN: cycles per unit of each term (avr-gcc 5.4 -Os, firmware/tp_protonn.c), fitted by
+# ProtoNN, AVR assembly kernels (firmware/tp_protonn.c, TP_PN_ASM): cycles per unit of each term, fitted by
 # tools/calibrate_costmodel.py on synthetic models measured in the simulator (which is cycle-exact).
 PN_CYCLES = {
-    "fixed": 62,  # call, argmax set-up
-    "row": 181,  # per projected dimension: call, rescale shift, clamp, store
-    "mask_byte": 15,  # per bitmap byte
-    "scanned_bit": 11,  # per bitmap bit up to the byte's highest set bit
-    "nonzero": 21,  # per W nonzero: load, multiply, 32-bit accumulate
-    "dense_mac": 20,  # per entry of a dense W
-    "proto": 25,  # per prototype: table index and lookup
-    "dist_term": 26,  # per |z_r - b_jr|^2 term
-    "class": 40,  # per class: accumulator set-up, store, compare
-    "score_term": 21,  # per Z entry times a kernel
+    "fixed": 150,  # calls, register saves, argmax set-up
+    "row": 40,  # per projected dimension: row set-up, bias removal, rescale, clamp, store
+    "mask_byte": 14,  # per nonzero bitmap byte
+    "zero_mask_byte": 11,  # per all-zero bitmap byte (its 8 inputs are skipped at once)
+    "clear_bit": 3,  # per zero bit of a nonzero bitmap byte
+    "nonzero": 13,  # per W nonzero: ldd, lpm, muls, biased 24-bit add
+    "dense_step": 4,  # per 8 entries of a dense W row
+    "dense_mac": 11,  # per entry of a dense W
+    "proto": 60,  # per prototype: call, table index and lookup, store
+    "dist_step": 3,  # per 4 distance terms (only when D > 32)
+    "dist_term": 13,  # per |z_r - b_jr|^2 term
+    "class": 120,  # per class: call, bias removal, store, compare
+    "score_step": 3,  # per 4 score terms (only when m > 32)
+    "score_term": 11,  # per Z entry times a kernel
 }
+# The portable C loops, which the AVR build falls back to outside the assembly kernels' proven bounds
+# (d > 511 features, D > 255 dimensions or m > 256 prototypes): the previous calibration of the same C code.
+PN_CYCLES_C = {
+    "fixed": 62, "row": 181, "mask_byte": 15, "scanned_bit": 11, "nonzero": 21, "dense_mac": 20, "proto": 25,
+    "dist_term": 26, "class": 40, "score_term": 21,
+}
+
+
+def protonn_uses_asm(model) -> bool:
+    """Whether the AVR build runs the assembly kernels (the same test as TP_PN_ASM in tp_protonn.c)."""
+    return model.n_features <= 511 and model.n_components <= 255 and model.n_prototypes <= 256
 
 
 def rx_frame_bytes(n_features: int, n_classes: int) -> int:
@@ -53,6 +68,29 @@ def predict_cycles(model) -> dict:
 def protonn_cost_terms(model) -> dict[str, int]:
     """How many times each costed unit of work runs in one ProtoNN inference (data-independent)."""
     D, m, L, d = model.n_components, model.n_prototypes, model.n_classes, model.n_features
+    if not protonn_uses_asm(model):
+        return _protonn_c_terms(model)
+    terms = {name: 0 for name in PN_CYCLES}
+    terms.update(fixed=1, row=D, proto=m, dist_term=m * D, **{"class": L}, score_term=m * L)
+    if D > 32:
+        terms["dist_step"] = m * (D // 4)
+    if m > 32:
+        terms["score_step"] = L * (m // 4)
+    if model.w_dense:
+        terms["dense_mac"] = D * d
+        terms["dense_step"] = D * (d // 8)
+    else:
+        mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
+        nonzero_bytes = mask[mask != 0]
+        terms["mask_byte"] = int(nonzero_bytes.size)
+        terms["zero_mask_byte"] = int(mask.size - nonzero_bytes.size)
+        terms["nonzero"] = int(np.count_nonzero(model.W_q))
+        terms["clear_bit"] = 8 * int(nonzero_bytes.size) - terms["nonzero"]
+    return terms
+
+
+def _protonn_c_terms(model) -> dict[str, int]:
+    D, m, L, d = model.n_components, model.n_prototypes, model.n_classes, model.n_features
     terms = {"fixed": 1, "row": D, "proto": m, "dist_term": m * D, "class": L, "score_term": m * L,
              "mask_byte": 0, "scanned_bit": 0, "nonzero": 0, "dense_mac": 0}
     if model.w_dense:
@@ -60,7 +98,6 @@ def protonn_cost_terms(model) -> dict[str, int]:
     else:
         mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
         terms["mask_byte"] = int(mask.size)
-        # the bit loop of a byte stops after its highest set bit
         terms["scanned_bit"] = int(sum(int(b).bit_length() for b in mask))
         terms["nonzero"] = int(np.count_nonzero(model.W_q))
     return terms
@@ -68,10 +105,12 @@ def protonn_cost_terms(model) -> dict[str, int]:
 
 def _protonn_cycles(model) -> dict:
     terms = protonn_cost_terms(model)
-    cycles = {name: count * PN_CYCLES[name] for name, count in terms.items()}
-    projection = sum(cycles[k] for k in ("row", "mask_byte", "scanned_bit", "nonzero", "dense_mac"))
-    distances = cycles["proto"] + cycles["dist_term"]
-    scores = cycles["class"] + cycles["score_term"]
+    table = PN_CYCLES if protonn_uses_asm(model) else PN_CYCLES_C
+    cycles = {name: count * table[name] for name, count in terms.items()}
+    projection = sum(cycles.get(k, 0) for k in ("row", "mask_byte", "zero_mask_byte", "clear_bit", "scanned_bit",
+                                                "nonzero", "dense_mac", "dense_step"))
+    distances = cycles["proto"] + cycles["dist_term"] + cycles.get("dist_step", 0)
+    scores = cycles["class"] + cycles["score_term"] + cycles.get("score_step", 0)
     return {
         "projection": projection,
         "distances": distances,
