@@ -150,11 +150,12 @@ def bench_model_dir(path: Path, workdir: Path, n_vectors: int | None) -> dict:
     return result
 
 
-def print_table(rows: list[tuple[str, dict]]) -> None:
+def print_table(rows: list[tuple[str, dict]], header: bool = True) -> None:
     head = (f"{'model':<28}{'acc %':>6}{'exact':>6}{'cycles':>8}{'ms':>7}{'bound':>7}{'x bnd':>6}{'pred':>8}"
             f"{'err %':>6}{'mJ':>7}  stages (cycles, marker build)")
-    print(head)
-    print("-" * len(head))
+    if header:
+        print(head)
+        print("-" * len(head))
     for name, r in rows:
         stages = "  ".join(f"{k} {v:.0f}" for k, v in r["stages"].items() if k != "total")
         if "stages_input_raw" in r:
@@ -178,7 +179,7 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        dirs = [(str(p), p) for p in args.model_dir]
+        dirs = [(p.name, p) for p in args.model_dir]
         for spec in args.models if not args.model_dir else []:
             family, data, budget = spec.split(":")
             out = Path(tmp) / spec.replace(":", "-")
@@ -188,7 +189,7 @@ def main() -> None:
             work = Path(tmp) / "work"
             work.mkdir(exist_ok=True)
             rows.append((name, bench_model_dir(path, work, args.vectors)))
-            print_table(rows[-1:]) if len(rows) > 1 else print_table(rows)
+            print_table(rows[-1:], header=len(rows) == 1)
     if args.json:
         args.json.write_text(json.dumps(dict(rows), indent=1))
 
