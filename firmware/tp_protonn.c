@@ -47,6 +47,14 @@ typedef uint16_t tp_pn_proto_index_t;
     "add %A[" acc "], r0\n\t" \
     "adc %B[" acc "], r1\n\t" \
     "adc %C[" acc "], %[zero]\n\t"
+/* gcc sizes an asm statement by counting its lines, so a `.rept` block looks one instruction long and a C loop
+ * branching back over it could get a short branch that does not reach (the link fails). Padding with empty lines
+ * (nothing to the assembler) makes gcc's estimate an upper bound: 768 lines, more than the words a .rept of up
+ * to 64 ten-word terms emits. */
+#define TP_PN_PAD8 "\n\n\n\n\n\n\n\n"
+#define TP_PN_PAD64 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8
+#define TP_PN_PAD384 TP_PN_PAD64 TP_PN_PAD64 TP_PN_PAD64 TP_PN_PAD64 TP_PN_PAD64 TP_PN_PAD64
+#define TP_PN_PAD TP_PN_PAD384 TP_PN_PAD384 "\n\t"
 /* Drop the n * 0x8000 bias of n biased products and sign-extend the 24-bit sum. */
 static inline int32_t tp_pn_unbias(__uint24 acc, uint16_t n)
 {
@@ -99,7 +107,7 @@ static int8_t tp_pn_rescale(int32_t p)
     "ld %[xv], %a[x]+\n\t"                                                                                 \
     "lpm %[w], Z+\n\t"                                                                                     \
     "muls %[w], %[xv]\n\t" TP_PN_ADD_BIASED("acc")
-TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const int8_t **w)
+static inline __attribute__((always_inline)) int32_t tp_pn_row_dot(const int8_t *x, const int8_t **w)
 {
     const int8_t *weight = *w;
     __uint24 acc = 0;
@@ -119,7 +127,7 @@ TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const int8_t **w)
         "5:\n\t"
 #endif
         ".rept %[rest]\n\t" TP_PN_DENSE_TERM ".endr\n\t"
-        "clr __zero_reg__\n\t"
+        "clr __zero_reg__\n\t" TP_PN_PAD
         : [acc] "+r"(acc), [x] "+x"(x), [wp] "+z"(weight), [n] "+r"(n), [xv] "=&a"(xv), [w] "=&a"(wv)
         : [zero] "r"(zero), [k80] "r"(k80), [rest] "n"(TP_N_FEATURES % 8)
         : "r0", "memory");
@@ -249,7 +257,7 @@ static inline uint8_t tp_pn_table_index(uint32_t dist)
 
 #if TP_PN_ASM
 /* kernel[j] for every prototype: the D terms |z_r - B[j,r]|^2 of a prototype are unrolled (4 per loop step
- * above 32 dimensions). Per term: ld 2 + lpm 3 + sub 1 + (brge 2 | brge 1 + neg 1) + mul 2 + 24-bit add 3 =
+ * above 64 dimensions). Per term: ld 2 + lpm 3 + sub 1 + (brge 2 | brge 1 + neg 1) + mul 2 + 24-bit add 3 =
  * 13 cycles. sub sets S = N ^ V, the sign of the true 9-bit difference, so neg gives |z - b| <= 255. */
 #define TP_PN_DIST_TERM                                                                                    \
     "ld %[t], %a[zp]+\n\t"                                                                                 \
@@ -262,7 +270,7 @@ static inline uint8_t tp_pn_table_index(uint32_t dist)
     "add %A[d], r0\n\t"                                                                                    \
     "adc %B[d], r1\n\t"                                                                                    \
     "adc %C[d], %[zero]\n\t"
-#if TP_PN_DIM > 32
+#if TP_PN_DIM > 64
 #define TP_PN_DIST_STEPS (TP_PN_DIM / 4)
 #define TP_PN_DIST_REST (TP_PN_DIM % 4)
 #else
@@ -270,9 +278,8 @@ static inline uint8_t tp_pn_table_index(uint32_t dist)
 #define TP_PN_DIST_REST TP_PN_DIM
 #endif
 #define TP_PN_TABLE_REACH ((uint32_t)(TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT)
-/* kernel value of one prototype. Out of line, like tp_pn_class_score below: gcc sizes an asm by its line count,
- * so a C loop branching back over an unrolled (.rept) asm could get a short branch that does not reach. */
-TP_NOINLINE static uint8_t tp_pn_proto_kernel(const int8_t *zp, const int8_t *proto)
+/* kernel value of one prototype (inlined into the prototype loop; see TP_PN_PAD). */
+static inline __attribute__((always_inline)) uint8_t tp_pn_proto_kernel(const int8_t *zp, const int8_t *proto)
 {
     __uint24 dist = 0;
     uint8_t t, b, zero = 0;
@@ -287,7 +294,7 @@ TP_NOINLINE static uint8_t tp_pn_proto_kernel(const int8_t *zp, const int8_t *pr
         "brne 5b\n\t"
 #endif
         ".rept %[rest]\n\t" TP_PN_DIST_TERM ".endr\n\t"
-        "clr __zero_reg__\n\t"
+        "clr __zero_reg__\n\t" TP_PN_PAD
         : [d] "+r"(dist), [zp] "+e"(zp), [bp] "+z"(proto), [t] "=&r"(t), [b] "=&r"(b)
 #if TP_PN_DIST_STEPS
           , [n] "+r"(n)
@@ -324,19 +331,19 @@ TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
 }
 
 /* s_l = sum_j Z[l,j] k_j for one class: Z in flash through Z, the kernels through X; per term lpm 3 + ld 2 +
- * mulsu 2 + biased 24-bit add 4 = 11 cycles (4 terms per loop step above 32 prototypes). */
+ * mulsu 2 + biased 24-bit add 4 = 11 cycles (4 terms per loop step above 64 prototypes). */
 #define TP_PN_SCORE_TERM                                                                                   \
     "lpm %[zv], Z+\n\t"                                                                                    \
     "ld %[k], %a[kp]+\n\t"                                                                                 \
     "mulsu %[zv], %[k]\n\t" TP_PN_ADD_BIASED("s")
-#if TP_PN_PROTOS > 32
+#if TP_PN_PROTOS > 64
 #define TP_PN_SCORE_STEPS (TP_PN_PROTOS / 4)
 #define TP_PN_SCORE_REST (TP_PN_PROTOS % 4)
 #else
 #define TP_PN_SCORE_STEPS 0
 #define TP_PN_SCORE_REST TP_PN_PROTOS
 #endif
-TP_NOINLINE static int32_t tp_pn_class_score(const int8_t *zp, const uint8_t *kernel)
+static inline __attribute__((always_inline)) int32_t tp_pn_class_score(const int8_t *zp, const uint8_t *kernel)
 {
     __uint24 s = 0;
     uint8_t zv, k, zero = 0, k80 = 0x80;
@@ -351,7 +358,7 @@ TP_NOINLINE static int32_t tp_pn_class_score(const int8_t *zp, const uint8_t *ke
         "brne 6b\n\t"
 #endif
         ".rept %[rest]\n\t" TP_PN_SCORE_TERM ".endr\n\t"
-        "clr __zero_reg__\n\t"
+        "clr __zero_reg__\n\t" TP_PN_PAD
         : [s] "+r"(s), [kp] "+e"(kernel), [zp] "+z"(zp), [zv] "=&a"(zv), [k] "=&a"(k)
 #if TP_PN_SCORE_STEPS
           , [n] "+r"(n)
@@ -388,6 +395,25 @@ static inline int32_t tp_pn_class_score(const int8_t *zp, const uint8_t *k)
 }
 #endif /* TP_PN_ASM */
 
+/* s_l for every class and the first maximum; out of line so that its pointers stay in registers (tp_predict's
+ * frame holds z and the kernels). */
+TP_NOINLINE static uint8_t tp_pn_scores(const uint8_t *kernel, int32_t *scores)
+{
+    const int8_t *zrow = tp_pn_Z;
+    uint8_t label = 0;
+    int32_t best = 0;
+    for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
+        int32_t sum = tp_pn_class_score(zrow, kernel);
+        zrow += TP_PN_PROTOS;
+        scores[l] = sum;
+        if (l == 0 || sum > best) {
+            best = sum;
+            label = l;
+        }
+    }
+    return label;
+}
+
 uint8_t tp_predict(const int8_t *x, int32_t *scores)
 {
     int8_t z[TP_PN_DIM];
@@ -397,15 +423,5 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
     TP_STAGE(TP_STAGE_PN_DISTANCES);
     tp_pn_kernels(z, kernel);
     TP_STAGE(TP_STAGE_PN_SCORES);
-    const int8_t *zrow = tp_pn_Z;
-    uint8_t label = 0;
-    for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
-        int32_t sum = tp_pn_class_score(zrow, kernel);
-        zrow += TP_PN_PROTOS;
-        scores[l] = sum;
-        if (sum > scores[label]) {
-            label = l;
-        }
-    }
-    return label;
+    return tp_pn_scores(kernel, scores);
 }

@@ -106,7 +106,10 @@ def bench_model(model, xq: np.ndarray, reference_scores: np.ndarray, raw: np.nda
         if project.exists():
             shutil.rmtree(project)
         write_project(model, project, marked, board)
-        build = build_project(project, "uno_sim")
+        try:
+            build = build_project(project, "uno_sim")
+        except Exception:  # PlatformIO's shared home can be mid-update by a parallel build: one retry
+            build = build_project(project, "uno_sim")
         predictions, markers, raw_markers = run_firmware(build.elf, xq, raw if marked else None)
         scores = np.array([p.scores for p in predictions], dtype=np.int64)
         exact = bool(np.array_equal(scores, np.asarray(reference_scores, dtype=np.int64)))

@@ -16,25 +16,24 @@ MIN_CYCLES_PER_MAC = 9
 
 # ProtoNN, AVR assembly kernels (firmware/tp_protonn.c, TP_PN_ASM): cycles per unit of each term, fitted by
 # tools/calibrate_costmodel.py (non-negative least squares) on 16 synthetic shapes measured in the simulator
-# (cycle-exact): every shape within 1.8 %. The hand counts of the inner loops are 13 per nonzero, 3 per clear
-# bit, 11 per dense term, 13 per distance term, 11 per score term; the fit spreads the per-row / per-byte
-# overheads that are collinear with them (e.g. "mask_byte" 0 with "nonzero" 15), so read the sum, not one term.
+# (cycle-exact), with the projection's inner-loop costs held at their hand counts (13 per nonzero, 3 per clear
+# bit, 11 per dense term, 4 per 8-term dense step): every shape within 2.4 %.
 PN_CYCLES = {
-    "fixed": 107,  # calls, register saves, argmax set-up
-    "row": 103,  # per projected dimension: row set-up, bias removal, rescale, clamp, store
-    "mask_byte": 0,  # per nonzero bitmap byte
+    "fixed": 126,  # calls, register saves, argmax set-up
+    "row": 102,  # per projected dimension: row set-up, bias removal, rescale, clamp, store
+    "mask_byte": 15,  # per nonzero bitmap byte
     "zero_mask_byte": 19,  # per all-zero bitmap byte (its 8 inputs are skipped at once)
-    "clear_bit": 5,  # per zero bit of a nonzero bitmap byte
-    "nonzero": 15,  # per W nonzero: ldd, lpm, muls, biased 24-bit add
-    "dense_row": 55,  # per row of a dense W: its out-of-line call
-    "dense_step": 14,  # per 8 entries of a dense W row
-    "dense_mac": 9,  # per entry of a dense W
+    "clear_bit": 3,  # per zero bit of a nonzero bitmap byte
+    "nonzero": 13,  # per W nonzero: ldd, lpm, muls, biased 24-bit add
+    "dense_row": 44,  # per row of a dense W: its out-of-line call
+    "dense_step": 4,  # per 8 entries of a dense W row
+    "dense_mac": 11,  # per entry of a dense W
     "proto": 41,  # per prototype: call, table index and lookup, store
     "dist_step": 4,  # per 4 distance terms (only when D > 32)
     "dist_term": 13,  # per |z_r - b_jr|^2 term
-    "class": 86,  # per class: call, bias removal, store, compare
+    "class": 88,  # per class: call, bias removal, store, compare
     "score_step": 4,  # per 4 score terms (only when m > 32)
-    "score_term": 11,  # per Z entry times a kernel
+    "score_term": 10,  # per Z entry times a kernel
 }
 # The portable C loops, which the AVR build falls back to outside the assembly kernels' proven bounds
 # (d > 511 features, D > 255 dimensions or m > 256 prototypes): the previous calibration of the same C code.
