@@ -320,6 +320,105 @@ static inline __attribute__((always_inline)) uint8_t tp_pn_proto_kernel(const in
     return tp_read_u8(&tp_pn_kernel[index]);
 }
 
+#if TP_PN_DIM <= 16 && TP_PN_TABLE_SIZE <= 256 && ((TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT) <= 0xFFFF
+/* D <= 16: the whole prototype loop in one asm block with z held in r2..r(D+1), so a term is
+ *   lpm t, Z+ (3); sub t, z_r (1); brge/neg (2); mul t, t (2); 24-bit add (3) = 11 cycles
+ * ((b - z)^2 = (z - b)^2; sub's S flag is the sign of the true difference, as above), then the table index
+ * min(dist >> SHIFT, SIZE - 1) as a compare with the table's reach and a short shift, and the lookup.
+ * Registers: r18:r19:r20 dist, r21 t, r22 zero, r23 scratch, r24 prototype counter, X z then free, Y kernel
+ * out, Z B (saved in r0:r1 during the lookup). */
+#if TP_PN_DIM == 1
+#define TP_PN_ZREGS "r2"
+#elif TP_PN_DIM == 2
+#define TP_PN_ZREGS "r2,r3"
+#elif TP_PN_DIM == 3
+#define TP_PN_ZREGS "r2,r3,r4"
+#elif TP_PN_DIM == 4
+#define TP_PN_ZREGS "r2,r3,r4,r5"
+#elif TP_PN_DIM == 5
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6"
+#elif TP_PN_DIM == 6
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7"
+#elif TP_PN_DIM == 7
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8"
+#elif TP_PN_DIM == 8
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9"
+#elif TP_PN_DIM == 9
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10"
+#elif TP_PN_DIM == 10
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11"
+#elif TP_PN_DIM == 11
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12"
+#elif TP_PN_DIM == 12
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13"
+#elif TP_PN_DIM == 13
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14"
+#elif TP_PN_DIM == 14
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15"
+#elif TP_PN_DIM == 15
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15,r16"
+#elif TP_PN_DIM == 16
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15,r16,r17"
+#endif
+#if TP_PN_TABLE_SHIFT >= 8
+#define TP_PN_INDEX_SHIFT "mov r23, r19\n\t.rept %[shift] - 8\n\tlsr r23\n\t.endr\n\t"
+#else
+#define TP_PN_INDEX_SHIFT ".rept 8 - %[shift]\n\tlsl r18\n\trol r19\n\t.endr\n\tmov r23, r19\n\t"
+#endif
+TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
+{
+    const int8_t *proto = tp_pn_B;
+    __asm__ volatile(
+        ".irp reg, " TP_PN_ZREGS "\n\t"
+        "ld \\reg, X+\n\t"
+        ".endr\n\t"
+        "ldi r22, 0\n\t"
+        "ldi r24, lo8(%[protos])\n\t"
+        "1:\n\t"
+        "clr r18\n\t"
+        "clr r19\n\t"
+        "clr r20\n\t"
+        ".irp reg, " TP_PN_ZREGS "\n\t"
+        "lpm r21, Z+\n\t"
+        "sub r21, \\reg\n\t"
+        "brge 2f\n\t"
+        "neg r21\n\t"
+        "2:\n\t"
+        "mul r21, r21\n\t"
+        "add r18, r0\n\t"
+        "adc r19, r1\n\t"
+        "adc r20, r22\n\t"
+        ".endr\n\t"
+        "cpi r18, lo8(%[reach])\n\t"
+        "ldi r23, hi8(%[reach])\n\t"
+        "cpc r19, r23\n\t"
+        "cpc r20, r22\n\t"
+        "brsh 3f\n\t"
+        TP_PN_INDEX_SHIFT
+        "rjmp 4f\n\t"
+        "3:\n\t"
+        "ldi r23, %[last]\n\t"
+        "4:\n\t"
+        "movw r0, r30\n\t"
+        "ldi r30, lo8(%[table])\n\t"
+        "ldi r31, hi8(%[table])\n\t"
+        "add r30, r23\n\t"
+        "adc r31, r22\n\t"
+        "lpm r23, Z\n\t"
+        "st Y+, r23\n\t"
+        "movw r30, r0\n\t"
+        "dec r24\n\t"
+        "breq 5f\n\t"
+        "rjmp 1b\n\t" /* brne reaches only 64 words */
+        "5:\n\t"
+        "clr __zero_reg__\n\t"
+        : "+x"(z), "+y"(kernel), "+z"(proto)
+        : [protos] "i"(TP_PN_PROTOS), [reach] "i"((TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT),
+          [shift] "i"(TP_PN_TABLE_SHIFT), [last] "i"(TP_PN_TABLE_SIZE - 1), [table] "i"(tp_pn_kernel)
+        : "r0", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "r16",
+          "r17", "r18", "r19", "r20", "r21", "r22", "r23", "r24", "memory");
+}
+#else
 TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
 {
     const int8_t *proto = tp_pn_B;
@@ -329,6 +428,7 @@ TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
         proto += TP_PN_DIM;
     } while (++j != TP_PN_PROTOS);
 }
+#endif
 
 /* s_l = sum_j Z[l,j] k_j for one class: Z in flash through Z, the kernels through X; per term lpm 3 + ld 2 +
  * mulsu 2 + biased 24-bit add 4 = 11 cycles (4 terms per loop step above 64 prototypes). */
