@@ -315,7 +315,25 @@ static inline __attribute__((always_inline)) uint8_t tp_pn_proto_kernel(const in
 #endif
     }
 #else
-    index = tp_pn_table_index((uint32_t)dist);
+    /* reach > 0xFFFF (SHIFT >= 9, as SIZE <= 256): a 24-bit compare, then whole bytes and a short shift
+     * instead of tp_pn_table_index's 32-bit shift loop. */
+#if TP_PN_TABLE_SHIFT >= 24
+    index = 0; /* dist < 2^24 */
+    (void)dist;
+#else
+#if ((TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT) <= 0xFFFFFF
+    if (dist >= (__uint24)TP_PN_TABLE_REACH) {
+        index = TP_PN_TABLE_SIZE - 1;
+    } else
+#endif /* else the reach is beyond every 24-bit distance */
+    {
+#if TP_PN_TABLE_SHIFT >= 16
+        index = (uint8_t)((uint8_t)(dist >> 16) >> (TP_PN_TABLE_SHIFT - 16));
+#else
+        index = (uint8_t)((uint16_t)(dist >> 8) >> (TP_PN_TABLE_SHIFT - 8));
+#endif
+    }
+#endif
 #endif
     return tp_read_u8(&tp_pn_kernel[index]);
 }

@@ -46,6 +46,26 @@ def make_model(d, D, m, L, rng, *, w="random", density=1.0, b="random", z="rando
                       scales={})
 
 
+def with_informative_table(model, xq, rng=None):
+    """Kernels that are not all 0, so the scores carry every projection and distance bit. D <= 16 (the
+    register-z distance loop needs a table reach <= 0xFFFF): keep the small table and plant one prototype near
+    each vector's projection (B = z + small noise). Larger D: a table whose reach covers the median distance."""
+    from dataclasses import replace
+
+    from tinyproto.protonn.quantize import kernel_table
+
+    z = model.projections(xq)
+    if model.n_components <= 16 and rng is not None:
+        B = model.B_q.astype(np.int64).copy()
+        n = min(len(z), B.shape[0])
+        B[:n] = np.clip(z[:n] + rng.integers(-3, 4, size=z[:n].shape), -128, 127)
+        return replace(model, B_q=B.astype(np.int8))
+    dist = ((z[:, None, :] - model.B_q.astype(np.int64)[None]) ** 2).sum(axis=2)
+    gamma = float(np.sqrt(np.log(2) / max(float(np.median(dist)), 1.0)))
+    table, shift = kernel_table(gamma=gamma, b_scale=1.0, size=model.table.size)
+    return replace(model, table=table, table_shift=shift)
+
+
 def vectors(d, rng, n_random=4):
     rows = [np.full(d, 127), np.full(d, -128), np.where(np.arange(d) % 2, 127, -128), np.full(d, -127)]
     rows += [rng.integers(-128, 128, size=d) for _ in range(n_random)]
@@ -61,9 +81,10 @@ CASES = [
     ("proj-sparse-zero-bytes", 96, 10, 20, 4, dict(w="max", density=0.04, proj_shift=9)),
     # distances: z saturates at +-127 and B = -128: every term 255^2 (or 1), D = 200 -> 13 M of 16.7 M
     ("dist-24bit", 16, 200, 20, 2, dict(w="max", b="min", proj_shift=0)),
-    # scores: W = 0 and B = 0 so every kernel is 255, Z = -128: s = -128 * 255 * 256 = -8.36 M (2^23 = 8.39 M)
-    ("scores-24bit", 8, 4, 256, 4, dict(w="zero", b="zero", z="min")),
-    ("scores-max", 8, 4, 256, 3, dict(w="zero", b="zero", z="max")),
+    # scores: |p| <= 16384 * 8 < 2^19, so a shift of 20 makes z = 0 = B and every kernel 255; Z = -128:
+    # s = -128 * 255 * 256 = -8.36 M (2^23 = 8.39 M)
+    ("scores-24bit", 8, 4, 256, 4, dict(w="max", b="zero", z="min", proj_shift=20)),
+    ("scores-max", 8, 4, 256, 3, dict(w="max", b="zero", z="max", proj_shift=20)),
     # cost-model sweep: loops above 32 dimensions / prototypes, remainders, odd sizes
     ("sweep-a", 64, 12, 60, 10, dict(density=0.4, table_size=64, proj_shift=10)),
     ("sweep-b", 30, 30, 20, 2, dict(density=0.2, proj_shift=9)),
@@ -107,8 +128,12 @@ def test_asm_kernels_bit_exact_and_cost_model_within_3_percent(tmp_path, name, d
     model = make_model(d, D, m, L, rng, **options)
     assert protonn_uses_asm(model)
     xq = vectors(d, rng)
+    if options.get("b") != "zero":
+        model = with_informative_table(model, xq, rng if name.startswith(("sweep-c", "sweep-e", "sweep-f",
+                                                                          "proj-dense")) else None)
     reference = model.scores(xq)
     assert np.abs(reference).max() < 2**23  # the bound the 24-bit accumulators rely on
+    assert np.count_nonzero(model.kernels(xq)) > xq.shape[0]  # the kernels carry the projections' bits
 
     result = build(model, tmp_path / "avr", "-DTP_NO_RAW_INPUT=1" if d > 180 else "")  # frame buffer <= 1 KB
     scores, labels, cycles = run_sim(result.elf, xq)
@@ -129,5 +154,23 @@ def test_avr_c_fallback_is_bit_exact_too(tmp_path):
     rng = np.random.default_rng(7)
     model = make_model(64, 20, 40, 3, rng, w="max", density=0.5, b="min", proj_shift=9)
     xq = vectors(64, rng)
+    model = with_informative_table(model, xq)
     scores, _, _ = run_sim(build(model, tmp_path / "c", "-DTP_PN_NO_ASM=1").elf, xq)
     np.testing.assert_array_equal(scores, model.scores(xq))
+
+
+@pytest.mark.parametrize("data,budget", [("digits", "2kB"), ("breast_cancer", "1kB"), ("wine", "1kB"),
+                                         ("wine", "2kB"), ("segment", "2kB")])
+def test_flynn_cost_model_within_3_percent(compiled, tmp_path, data, budget):
+    """Seeded and stored-M FlyNN models from the solver: measured cycles (bit-exact run) vs the static model."""
+    from bench_latency import bench_model
+    from tinyproto.device.costmodel import predict_cycles
+    from tinyproto.modeldir import load_model_dir
+
+    model_dir = load_model_dir(compiled(data, budget, "flynn"))
+    model, vectors = model_dir.int_model(), model_dir.vectors()
+    n = 30
+    result = bench_model(model, vectors.xq[:n], vectors.scores[:n], None, tmp_path)
+    assert result["exact"] and result["exact_marked"]
+    predicted = predict_cycles(model)["total"]
+    assert abs(predicted - result["cycles_mean"]) / result["cycles_mean"] < 0.03, (predicted, result["cycles_mean"])
