@@ -315,25 +315,22 @@ static inline __attribute__((always_inline)) uint8_t tp_pn_proto_kernel(const in
 #endif
     }
 #else
-    /* reach > 0xFFFF (SHIFT >= 9, as SIZE <= 256): a 24-bit compare, then whole bytes and a short shift
-     * instead of tp_pn_table_index's 32-bit shift loop. */
+    /* reach > 0xFFFF (SHIFT >= 9, as SIZE <= 256): dist >> SHIFT from whole bytes and a short shift (not
+     * tp_pn_table_index's 32-bit shift loop), always computed, then clamped, so the time does not depend on
+     * the distance (the cost model stays exact). */
 #if TP_PN_TABLE_SHIFT >= 24
-    index = 0; /* dist < 2^24 */
+    uint16_t wide = 0; /* dist < 2^24 */
     (void)dist;
+#elif TP_PN_TABLE_SHIFT >= 16
+    uint8_t high = (uint8_t)(dist >> 16);
+    __asm__(".rept %[k]\n\tlsr %0\n\t.endr" : "+r"(high) : [k] "n"(TP_PN_TABLE_SHIFT - 16));
+    uint16_t wide = high;
 #else
-#if ((TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT) <= 0xFFFFFF
-    if (dist >= (__uint24)TP_PN_TABLE_REACH) {
-        index = TP_PN_TABLE_SIZE - 1;
-    } else
-#endif /* else the reach is beyond every 24-bit distance */
-    {
-#if TP_PN_TABLE_SHIFT >= 16
-        index = (uint8_t)((uint8_t)(dist >> 16) >> (TP_PN_TABLE_SHIFT - 16));
-#else
-        index = (uint8_t)((uint16_t)(dist >> 8) >> (TP_PN_TABLE_SHIFT - 8));
+    /* a .rept of lsr/ror: 2 cycles a bit (avr-gcc turns some 16-bit shifts into loops) */
+    uint16_t wide = (uint16_t)(dist >> 8);
+    __asm__(".rept %[k]\n\tlsr %B0\n\tror %A0\n\t.endr" : "+r"(wide) : [k] "n"(TP_PN_TABLE_SHIFT - 8));
 #endif
-    }
-#endif
+    index = wide < TP_PN_TABLE_SIZE - 1 ? (uint8_t)wide : (uint8_t)(TP_PN_TABLE_SIZE - 1);
 #endif
     return tp_read_u8(&tp_pn_kernel[index]);
 }
