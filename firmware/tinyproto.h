@@ -78,6 +78,27 @@ static inline int16_t tp_mul_s8u8(int8_t a, uint8_t b) { return (int16_t)(a * b)
  * far stack slots (Y+63 and beyond need extra instructions on every access). */
 #define TP_NOINLINE __attribute__((noinline))
 
+/* Per-stage cycle markers for the latency benchmark (tools/bench_latency.py builds with -DTP_STAGE_MARKERS):
+ * TP_STAGE(id) writes id to GPIOR0, which the simulator logs with its cycle; the span until the next marker is
+ * charged to stage id. The normal firmware compiles them to nothing (its code and cycles do not change).
+ * Ids: 0x20 input stage, 0x2F back to the device app; ProtoNN 0x30 projection, 0x31 distances, 0x32 scores;
+ * FlyNN 0x40 input preparation, 0x41 hashing, 0x42 top-rho heap, 0x43 filter lookup. */
+#if defined(TP_STAGE_MARKERS) && defined(__AVR__)
+#include <avr/io.h>
+#define TP_STAGE(id) (GPIOR0 = (uint8_t)(id))
+#else
+#define TP_STAGE(id) ((void)0)
+#endif
+#define TP_STAGE_INPUT 0x20
+#define TP_STAGE_APP 0x2F
+#define TP_STAGE_PN_PROJECTION 0x30
+#define TP_STAGE_PN_DISTANCES 0x31
+#define TP_STAGE_PN_SCORES 0x32
+#define TP_STAGE_FLY_PREPARE 0x40
+#define TP_STAGE_FLY_HASH 0x41
+#define TP_STAGE_FLY_TOPRHO 0x42
+#define TP_STAGE_FLY_LOOKUP 0x43
+
 #ifdef __cplusplus
 extern "C" {
 #endif

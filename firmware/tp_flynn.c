@@ -63,6 +63,7 @@ void tp_fly_learn(const int8_t *x, uint8_t label);
 #define TP_FLY_HEAP_BYTES (4u * TP_FLY_RHO)
 static __attribute__((noinline)) uint16_t tp_fly_replace_root(uint32_t *heap, uint32_t key)
 {
+    TP_STAGE(TP_STAGE_FLY_TOPRHO);
     uint8_t *base = (uint8_t *)heap;
     uint16_t hole = 0;
     for (;;) {
@@ -86,6 +87,7 @@ static __attribute__((noinline)) uint16_t tp_fly_replace_root(uint32_t *heap, ui
         hole = child;
     }
     *(uint32_t *)(base + hole) = key;
+    TP_STAGE(TP_STAGE_FLY_HASH);
     return (uint16_t)(heap[0] >> 16);
 }
 
@@ -181,6 +183,7 @@ static void tp_fly_hash(const int8_t *x, uint32_t *heap)
         slots[i].value = tp_fly_biased(x, i);
         slots[i].stamp = 0;
     }
+    TP_STAGE(TP_STAGE_FLY_HASH);
     tp_fly_project(slots, heap);
 }
 
@@ -213,6 +216,7 @@ static void tp_fly_hash(const int8_t *x, uint32_t *heap)
     for (uint16_t i = 0; i < TP_FLY_INPUTS; ++i) {
         values[i] = tp_fly_biased(x, i);
     }
+    TP_STAGE(TP_STAGE_FLY_HASH);
     tp_fly_project(values, heap);
 }
 
@@ -221,10 +225,12 @@ static void tp_fly_hash(const int8_t *x, uint32_t *heap)
 uint8_t tp_predict(const int8_t *x, int32_t *scores)
 {
     uint32_t heap[TP_FLY_RHO];
+    TP_STAGE(TP_STAGE_FLY_PREPARE);
     for (uint8_t w = 0; w < TP_FLY_RHO; ++w) {
         heap[w] = 0; /* sentinels rank below every real row and are all replaced (TP_FLY_RHO <= TP_FLY_M) */
     }
     tp_fly_hash(x, heap);
+    TP_STAGE(TP_STAGE_FLY_LOOKUP);
 
     /* Novelty sums fit in uint16 (at most 255 * TP_FLY_RHO); widen once at the end. */
     uint16_t sums[TP_N_CLASSES];

@@ -26,6 +26,7 @@ static float tp_half_to_float(uint16_t bits, int16_t shared_exp)
 
 void tp_input_quantize(const float *raw, int8_t *x)
 {
+    TP_STAGE(TP_STAGE_INPUT);
     for (uint16_t i = 0; i < TP_N_FEATURES; ++i) {
         float mean = tp_half_to_float(tp_read_u16(&tp_input_mean[i]), TP_INPUT_MEAN_EXP);
         float gain = tp_half_to_float(tp_read_u16(&tp_input_gain[i]), TP_INPUT_GAIN_EXP);
@@ -39,4 +40,5 @@ void tp_input_quantize(const float *raw, int8_t *x)
         }
         x[i] = (int8_t)(t >= 0.0f ? (int16_t)(t + 0.5f) : (int16_t)(t - 0.5f));
     }
+    TP_STAGE(TP_STAGE_APP);
 }

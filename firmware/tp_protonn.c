@@ -21,10 +21,66 @@ typedef uint8_t tp_pn_proto_index_t;
 typedef uint16_t tp_pn_proto_index_t;
 #endif
 
+/* ---- AVR kernels ---------------------------------------------------------------------------------------------
+ * On the AVR the three inner loops (projection, distances, scores) are hand-scheduled inline assembly with 24-bit
+ * accumulators; everywhere else (the host build, -DTP_PN_NO_ASM, or shapes outside the proven bounds below) the
+ * portable C loops further down run instead. Both give the same integers as tinyproto/protonn/quantize.py.
+ *
+ * Accumulator widths (|W|, |B|, |Z| <= 128 and |x| <= 128 even for int8 models not made by the solver):
+ *   projection  |p_r| <= 128 * 128 * nnz(row) <= 16384 * TP_N_FEATURES      -> signed 24 bit for d <= 511
+ *   distance    d_j   <= (127 + 128)^2 * TP_PN_DIM = 65025 * D             -> unsigned 24 bit for D <= 258
+ *   scores      |s_l| <= 128 * 255 * TP_PN_PROTOS = 32640 * m              -> signed 24 bit for m <= 256
+ * (16 bits are not enough: one digits row already reaches 16384 * 64.) Signed 16-bit products are added as
+ * unsigned (p + 0x8000: flipping the product's top bit) modulo 2^24, and n * 0x8000 is taken off once at the end
+ * (n = terms added); the true sum fits in 24 signed bits, so the wrapped result is exact.
+ */
+#if defined(__AVR__) && !defined(TP_PN_NO_ASM) && TP_N_FEATURES <= 511 && TP_PN_DIM <= 255 && TP_PN_PROTOS <= 256
+#define TP_PN_ASM 1
+#else
+#define TP_PN_ASM 0
+#endif
+
+#if TP_PN_ASM
+/* acc += (uint16_t)(r1:r0 + 0x8000) for the signed product in r1:r0 (then r1 is not zero: see the callers). */
+#define TP_PN_ADD_BIASED(acc) \
+    "eor r1, %[k80]\n\t"      \
+    "add %A[" acc "], r0\n\t" \
+    "adc %B[" acc "], r1\n\t" \
+    "adc %C[" acc "], %[zero]\n\t"
+/* gcc sizes an asm statement by counting its lines, so a `.rept` block looks one instruction long and a C loop
+ * branching back over it could get a short branch that does not reach (the link fails). Padding with empty lines
+ * (nothing to the assembler) makes gcc's estimate an upper bound: 768 lines, more than the words a .rept of up
+ * to 64 ten-word terms emits. */
+#define TP_PN_PAD8 "\n\n\n\n\n\n\n\n"
+#define TP_PN_PAD64 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8 TP_PN_PAD8
+#define TP_PN_PAD384 TP_PN_PAD64 TP_PN_PAD64 TP_PN_PAD64 TP_PN_PAD64 TP_PN_PAD64 TP_PN_PAD64
+#define TP_PN_PAD TP_PN_PAD384 TP_PN_PAD384 "\n\t"
+/* Drop the n * 0x8000 bias of n biased products and sign-extend the 24-bit sum. */
+static inline int32_t tp_pn_unbias(__uint24 acc, uint16_t n)
+{
+    /* n << 15 as (n << 7) << 8: a 16-bit shift and a byte move (a 24-bit shift by 15 is a 15-step loop);
+     * n <= 511, so n << 7 fits 16 bits. */
+    __uint24 bias = (__uint24)(uint16_t)(n << 7) << 8;
+    return (int32_t)(__int24)(__uint24)(acc - bias);
+}
+#endif
+
 /* Bring one projection sum onto B's grid: a rounding right shift (or a left shift) and a clamp. */
 static int8_t tp_pn_rescale(int32_t p)
 {
-#if TP_PN_PROJ_RSHIFT > 0
+#if TP_PN_ASM && TP_PN_PROJ_RSHIFT >= 8 && (16384L * TP_N_FEATURES + (1L << (TP_PN_PROJ_RSHIFT - 1))) < 8388608L
+    /* |p + half| < 2^23 (the projection bound above), so (p + half) >> 8 fits an int16 and the remaining shift
+     * and the clamp are 16-bit (avr-gcc shifts an int32 one bit per 5-cycle loop step). */
+    int16_t q = (int16_t)((p + ((int32_t)1 << (TP_PN_PROJ_RSHIFT - 1))) >> 8);
+    q = (int16_t)(q >> (TP_PN_PROJ_RSHIFT - 8));
+    if (q > TP_PN_PZ_MAX) {
+        return TP_PN_PZ_MAX;
+    }
+    if (q < -TP_PN_PZ_MAX) {
+        return -TP_PN_PZ_MAX;
+    }
+    return (int8_t)q;
+#elif TP_PN_PROJ_RSHIFT > 0
     p = (p + ((int32_t)1 << (TP_PN_PROJ_RSHIFT - 1))) >> TP_PN_PROJ_RSHIFT;
 #else
     /* Clamp first so the left shift cannot overflow; the result is the same after the final clamp. */
@@ -44,7 +100,101 @@ static int8_t tp_pn_rescale(int32_t p)
     return (int8_t)p;
 }
 
-#if TP_PN_W_DENSE
+#if TP_PN_ASM && TP_PN_W_DENSE
+/* Dense row: x in SRAM through X, W in flash through Z; 8 terms per loop step, then the remainder. Per term:
+ * ld 2 + lpm 3 + muls 2 + biased 24-bit add 4 = 11 cycles. */
+#define TP_PN_DENSE_TERM                                                                                   \
+    "ld %[xv], %a[x]+\n\t"                                                                                 \
+    "lpm %[w], Z+\n\t"                                                                                     \
+    "muls %[w], %[xv]\n\t" TP_PN_ADD_BIASED("acc")
+static inline __attribute__((always_inline)) int32_t tp_pn_row_dot(const int8_t *x, const int8_t **w)
+{
+    const int8_t *weight = *w;
+    __uint24 acc = 0;
+    uint8_t xv, wv, zero = 0, k80 = 0x80;
+#if TP_N_FEATURES >= 8
+    uint8_t n = TP_N_FEATURES / 8;
+#else
+    uint8_t n = 0;
+#endif
+    __asm__ volatile(
+#if TP_N_FEATURES >= 8
+        "1:\n\t"
+        ".rept 8\n\t" TP_PN_DENSE_TERM ".endr\n\t"
+        "dec %[n]\n\t"
+        "breq 5f\n\t"
+        "rjmp 1b\n\t" /* brne reaches only 64 words */
+        "5:\n\t"
+#endif
+        ".rept %[rest]\n\t" TP_PN_DENSE_TERM ".endr\n\t"
+        "clr __zero_reg__\n\t" TP_PN_PAD
+        : [acc] "+r"(acc), [x] "+x"(x), [wp] "+z"(weight), [n] "+r"(n), [xv] "=&a"(xv), [w] "=&a"(wv)
+        : [zero] "r"(zero), [k80] "r"(k80), [rest] "n"(TP_N_FEATURES % 8)
+        : "r0", "memory");
+    *w = weight;
+    return tp_pn_unbias(acc, TP_N_FEATURES);
+}
+#elif TP_PN_ASM
+/* Sparse row: per bitmap byte (8 inputs) one lpm of the mask (Z swaps between the mask and the values), a
+ * zero byte skips its 8 inputs at once, and each bit costs sbrs + rjmp (3 cycles) when clear, and when set
+ * sbrs 2 + ldd 2 + lpm 3 + muls 2 + biased 24-bit add 4 = 13 cycles. x is read through Y (r28:r29, claimed
+ * by the asm and saved by the prologue) with a displacement. */
+#define TP_PN_SPARSE_BIT(k)                                                                                \
+    "sbrs r18, " #k "\n\t"                                                                                 \
+    "rjmp 2f\n\t"                                                                                          \
+    "ldd r20, Y+" #k "\n\t"                                                                                \
+    "lpm r21, Z+\n\t"                                                                                      \
+    "muls r21, r20\n\t"                                                                                    \
+    "eor r1, r23\n\t"                                                                                      \
+    "add %A[acc], r0\n\t"                                                                                  \
+    "adc %B[acc], r1\n\t"                                                                                  \
+    "adc %C[acc], r22\n\t"                                                                                 \
+    "2:\n\t"
+/* Fixed scratch registers (clobbered, so gcc keeps nothing there and needs no frame pointer): r18 mask byte,
+ * r19 byte counter, r20 x_i, r21 w, r22 zero, r23 0x80, r24:r25 the values pointer while Z reads the mask,
+ * r28:r29 (Y) x. Inlined into the row loop (no .rept here, so gcc sizes the asm right): the registers gcc
+ * must save for it are saved once per projection, not per row. */
+static inline __attribute__((always_inline)) int32_t tp_pn_row_dot(const int8_t *x, const uint8_t **mask, const int8_t **value)
+{
+    const uint8_t *m = *mask;
+    const int8_t *v = *value;
+    const int8_t *first = v;
+    __uint24 acc;
+    __asm__ volatile(
+        "clr %A[acc]\n\t"
+        "clr %B[acc]\n\t"
+        "clr %C[acc]\n\t"
+        "movw r28, %[x]\n\t"
+        "ldi r19, %[bytes]\n\t"
+        "ldi r22, 0\n\t"
+        "ldi r23, 0x80\n\t"
+        "1:\n\t"
+        "movw r24, r30\n\t"
+        "movw r30, %[m]\n\t"
+        "lpm r18, Z+\n\t"
+        "movw %[m], r30\n\t"
+        "movw r30, r24\n\t"
+        "tst r18\n\t"
+        "brne 4f\n\t"
+        "rjmp 3f\n\t" /* breq/brne reach only 64 words */
+        "4:\n\t"
+        TP_PN_SPARSE_BIT(0) TP_PN_SPARSE_BIT(1) TP_PN_SPARSE_BIT(2) TP_PN_SPARSE_BIT(3)
+        TP_PN_SPARSE_BIT(4) TP_PN_SPARSE_BIT(5) TP_PN_SPARSE_BIT(6) TP_PN_SPARSE_BIT(7)
+        "3:\n\t"
+        "adiw r28, 8\n\t"
+        "dec r19\n\t"
+        "breq 5f\n\t"
+        "rjmp 1b\n\t"
+        "5:\n\t"
+        "clr __zero_reg__\n\t"
+        : [acc] "=&r"(acc), [m] "+r"(m), [v] "+z"(v)
+        : [x] "r"(x), [bytes] "M"(TP_PN_W_MASK_BYTES)
+        : "r0", "r18", "r19", "r20", "r21", "r22", "r23", "r24", "r25", "r28", "r29", "memory");
+    *mask = m;
+    *value = v;
+    return tp_pn_unbias(acc, (uint16_t)(v - first));
+}
+#elif TP_PN_W_DENSE
 TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const int8_t **w)
 {
     const int8_t *weight = *w; /* a local copy stays in a register; through **w it is reloaded every step */
@@ -79,7 +229,7 @@ TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const uint8_t **mask, 
 }
 #endif
 
-static void tp_pn_project(const int8_t *x, int8_t *z)
+TP_NOINLINE static void tp_pn_project(const int8_t *x, int8_t *z)
 {
 #if TP_PN_W_DENSE
     const int8_t *w = tp_pn_W;
@@ -97,7 +247,7 @@ static void tp_pn_project(const int8_t *x, int8_t *z)
 
 /* Table index of a squared distance: min(dist >> TABLE_SHIFT, TABLE_SIZE - 1). Comparing against the table's
  * reach first avoids a 32-bit shift for the (many) far prototypes. */
-static uint8_t tp_pn_table_index(uint32_t dist)
+static inline uint8_t tp_pn_table_index(uint32_t dist)
 {
     if (dist >= ((uint32_t)(TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT)) {
         return TP_PN_TABLE_SIZE - 1;
@@ -105,6 +255,234 @@ static uint8_t tp_pn_table_index(uint32_t dist)
     return (uint8_t)(dist >> TP_PN_TABLE_SHIFT);
 }
 
+#if TP_PN_ASM
+/* kernel[j] for every prototype: the D terms |z_r - B[j,r]|^2 of a prototype are unrolled (4 per loop step
+ * above 64 dimensions). Per term: ld 2 + lpm 3 + sub 1 + (brge 2 | brge 1 + neg 1) + mul 2 + 24-bit add 3 =
+ * 13 cycles. sub sets S = N ^ V, the sign of the true 9-bit difference, so neg gives |z - b| <= 255. */
+#define TP_PN_DIST_TERM                                                                                    \
+    "ld %[t], %a[zp]+\n\t"                                                                                 \
+    "lpm %[b], Z+\n\t"                                                                                     \
+    "sub %[t], %[b]\n\t"                                                                                   \
+    "brge 4f\n\t"                                                                                          \
+    "neg %[t]\n\t"                                                                                         \
+    "4:\n\t"                                                                                               \
+    "mul %[t], %[t]\n\t"                                                                                   \
+    "add %A[d], r0\n\t"                                                                                    \
+    "adc %B[d], r1\n\t"                                                                                    \
+    "adc %C[d], %[zero]\n\t"
+#if TP_PN_DIM > 64
+#define TP_PN_DIST_STEPS (TP_PN_DIM / 4)
+#define TP_PN_DIST_REST (TP_PN_DIM % 4)
+#else
+#define TP_PN_DIST_STEPS 0
+#define TP_PN_DIST_REST TP_PN_DIM
+#endif
+#define TP_PN_TABLE_REACH ((uint32_t)(TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT)
+/* kernel value of one prototype (inlined into the prototype loop; see TP_PN_PAD). */
+static inline __attribute__((always_inline)) uint8_t tp_pn_proto_kernel(const int8_t *zp, const int8_t *proto)
+{
+    __uint24 dist = 0;
+    uint8_t t, b, zero = 0;
+#if TP_PN_DIST_STEPS
+    uint8_t n = TP_PN_DIST_STEPS;
+#endif
+    __asm__ volatile(
+#if TP_PN_DIST_STEPS
+        "5:\n\t"
+        ".rept 4\n\t" TP_PN_DIST_TERM ".endr\n\t"
+        "dec %[n]\n\t"
+        "brne 5b\n\t"
+#endif
+        ".rept %[rest]\n\t" TP_PN_DIST_TERM ".endr\n\t"
+        "clr __zero_reg__\n\t" TP_PN_PAD
+        : [d] "+r"(dist), [zp] "+e"(zp), [bp] "+z"(proto), [t] "=&r"(t), [b] "=&r"(b)
+#if TP_PN_DIST_STEPS
+          , [n] "+r"(n)
+#endif
+        : [zero] "r"(zero), [rest] "n"(TP_PN_DIST_REST)
+        : "r0", "memory");
+    uint8_t index;
+#if ((TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT) <= 0xFFFF
+    if ((uint8_t)(dist >> 16) != 0 || (uint16_t)dist >= (uint16_t)TP_PN_TABLE_REACH) {
+        index = TP_PN_TABLE_SIZE - 1;
+    } else {
+#if TP_PN_TABLE_SHIFT >= 8
+        index = (uint8_t)((uint8_t)((uint16_t)dist >> 8) >> (TP_PN_TABLE_SHIFT - 8));
+#else
+        /* dist < (SIZE - 1) << SHIFT, so dist << (8 - SHIFT) < (SIZE - 1) << 8 fits 16 bits: a short left shift
+         * and the high byte instead of a SHIFT-step right-shift loop. */
+        index = (uint8_t)((uint16_t)((uint16_t)dist << (8 - TP_PN_TABLE_SHIFT)) >> 8);
+#endif
+    }
+#else
+    /* reach > 0xFFFF (SHIFT >= 9, as SIZE <= 256): dist >> SHIFT from whole bytes and a short shift (not
+     * tp_pn_table_index's 32-bit shift loop), always computed, then clamped, so the time does not depend on
+     * the distance (the cost model stays exact). */
+#if TP_PN_TABLE_SHIFT >= 24
+    uint16_t wide = 0; /* dist < 2^24 */
+    (void)dist;
+#elif TP_PN_TABLE_SHIFT >= 16
+    uint8_t high = (uint8_t)(dist >> 16);
+    __asm__(".rept %[k]\n\tlsr %0\n\t.endr" : "+r"(high) : [k] "n"(TP_PN_TABLE_SHIFT - 16));
+    uint16_t wide = high;
+#else
+    /* a .rept of lsr/ror: 2 cycles a bit (avr-gcc turns some 16-bit shifts into loops) */
+    uint16_t wide = (uint16_t)(dist >> 8);
+    __asm__(".rept %[k]\n\tlsr %B0\n\tror %A0\n\t.endr" : "+r"(wide) : [k] "n"(TP_PN_TABLE_SHIFT - 8));
+#endif
+    index = wide < TP_PN_TABLE_SIZE - 1 ? (uint8_t)wide : (uint8_t)(TP_PN_TABLE_SIZE - 1);
+#endif
+    return tp_read_u8(&tp_pn_kernel[index]);
+}
+
+#if TP_PN_DIM <= 16 && TP_PN_TABLE_SIZE <= 256 && ((TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT) <= 0xFFFF
+/* D <= 16: the whole prototype loop in one asm block with z held in r2..r(D+1), so a term is
+ *   lpm t, Z+ (3); sub t, z_r (1); brge/neg (2); mul t, t (2); 24-bit add (3) = 11 cycles
+ * ((b - z)^2 = (z - b)^2; sub's S flag is the sign of the true difference, as above), then the table index
+ * min(dist >> SHIFT, SIZE - 1) as a compare with the table's reach and a short shift, and the lookup.
+ * Registers: r18:r19:r20 dist, r21 t, r22 zero, r23 scratch, r24 prototype counter, X z then free, Y kernel
+ * out, Z B (saved in r0:r1 during the lookup). */
+#if TP_PN_DIM == 1
+#define TP_PN_ZREGS "r2"
+#elif TP_PN_DIM == 2
+#define TP_PN_ZREGS "r2,r3"
+#elif TP_PN_DIM == 3
+#define TP_PN_ZREGS "r2,r3,r4"
+#elif TP_PN_DIM == 4
+#define TP_PN_ZREGS "r2,r3,r4,r5"
+#elif TP_PN_DIM == 5
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6"
+#elif TP_PN_DIM == 6
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7"
+#elif TP_PN_DIM == 7
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8"
+#elif TP_PN_DIM == 8
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9"
+#elif TP_PN_DIM == 9
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10"
+#elif TP_PN_DIM == 10
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11"
+#elif TP_PN_DIM == 11
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12"
+#elif TP_PN_DIM == 12
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13"
+#elif TP_PN_DIM == 13
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14"
+#elif TP_PN_DIM == 14
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15"
+#elif TP_PN_DIM == 15
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15,r16"
+#elif TP_PN_DIM == 16
+#define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15,r16,r17"
+#endif
+#if TP_PN_TABLE_SHIFT >= 8
+#define TP_PN_INDEX_SHIFT "mov r23, r19\n\t.rept %[shift] - 8\n\tlsr r23\n\t.endr\n\t"
+#else
+#define TP_PN_INDEX_SHIFT ".rept 8 - %[shift]\n\tlsl r18\n\trol r19\n\t.endr\n\tmov r23, r19\n\t"
+#endif
+TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
+{
+    const int8_t *proto = tp_pn_B;
+    __asm__ volatile(
+        ".irp reg, " TP_PN_ZREGS "\n\t"
+        "ld \\reg, X+\n\t"
+        ".endr\n\t"
+        "ldi r22, 0\n\t"
+        "ldi r24, lo8(%[protos])\n\t"
+        "1:\n\t"
+        "clr r18\n\t"
+        "clr r19\n\t"
+        "clr r20\n\t"
+        ".irp reg, " TP_PN_ZREGS "\n\t"
+        "lpm r21, Z+\n\t"
+        "sub r21, \\reg\n\t"
+        "brge 2f\n\t"
+        "neg r21\n\t"
+        "2:\n\t"
+        "mul r21, r21\n\t"
+        "add r18, r0\n\t"
+        "adc r19, r1\n\t"
+        "adc r20, r22\n\t"
+        ".endr\n\t"
+        "cpi r18, lo8(%[reach])\n\t"
+        "ldi r23, hi8(%[reach])\n\t"
+        "cpc r19, r23\n\t"
+        "cpc r20, r22\n\t"
+        "brsh 3f\n\t"
+        TP_PN_INDEX_SHIFT
+        "rjmp 4f\n\t"
+        "3:\n\t"
+        "ldi r23, %[last]\n\t"
+        "4:\n\t"
+        "movw r0, r30\n\t"
+        "ldi r30, lo8(%[table])\n\t"
+        "ldi r31, hi8(%[table])\n\t"
+        "add r30, r23\n\t"
+        "adc r31, r22\n\t"
+        "lpm r23, Z\n\t"
+        "st Y+, r23\n\t"
+        "movw r30, r0\n\t"
+        "dec r24\n\t"
+        "breq 5f\n\t"
+        "rjmp 1b\n\t" /* brne reaches only 64 words */
+        "5:\n\t"
+        "clr __zero_reg__\n\t"
+        : "+x"(z), "+y"(kernel), "+z"(proto)
+        : [protos] "i"(TP_PN_PROTOS), [reach] "i"((TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT),
+          [shift] "i"(TP_PN_TABLE_SHIFT), [last] "i"(TP_PN_TABLE_SIZE - 1), [table] "i"(tp_pn_kernel)
+        : "r0", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "r16",
+          "r17", "r18", "r19", "r20", "r21", "r22", "r23", "r24", "memory");
+}
+#else
+TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
+{
+    const int8_t *proto = tp_pn_B;
+    tp_pn_proto_index_t j = 0;
+    do {
+        kernel[j] = tp_pn_proto_kernel(z, proto);
+        proto += TP_PN_DIM;
+    } while (++j != TP_PN_PROTOS);
+}
+#endif
+
+/* s_l = sum_j Z[l,j] k_j for one class: Z in flash through Z, the kernels through X; per term lpm 3 + ld 2 +
+ * mulsu 2 + biased 24-bit add 4 = 11 cycles (4 terms per loop step above 64 prototypes). */
+#define TP_PN_SCORE_TERM                                                                                   \
+    "lpm %[zv], Z+\n\t"                                                                                    \
+    "ld %[k], %a[kp]+\n\t"                                                                                 \
+    "mulsu %[zv], %[k]\n\t" TP_PN_ADD_BIASED("s")
+#if TP_PN_PROTOS > 64
+#define TP_PN_SCORE_STEPS (TP_PN_PROTOS / 4)
+#define TP_PN_SCORE_REST (TP_PN_PROTOS % 4)
+#else
+#define TP_PN_SCORE_STEPS 0
+#define TP_PN_SCORE_REST TP_PN_PROTOS
+#endif
+static inline __attribute__((always_inline)) int32_t tp_pn_class_score(const int8_t *zp, const uint8_t *kernel)
+{
+    __uint24 s = 0;
+    uint8_t zv, k, zero = 0, k80 = 0x80;
+#if TP_PN_SCORE_STEPS
+    uint8_t n = TP_PN_SCORE_STEPS;
+#endif
+    __asm__ volatile(
+#if TP_PN_SCORE_STEPS
+        "6:\n\t"
+        ".rept 4\n\t" TP_PN_SCORE_TERM ".endr\n\t"
+        "dec %[n]\n\t"
+        "brne 6b\n\t"
+#endif
+        ".rept %[rest]\n\t" TP_PN_SCORE_TERM ".endr\n\t"
+        "clr __zero_reg__\n\t" TP_PN_PAD
+        : [s] "+r"(s), [kp] "+e"(kernel), [zp] "+z"(zp), [zv] "=&a"(zv), [k] "=&a"(k)
+#if TP_PN_SCORE_STEPS
+          , [n] "+r"(n)
+#endif
+        : [zero] "r"(zero), [k80] "r"(k80), [rest] "n"(TP_PN_SCORE_REST)
+        : "r0", "memory");
+    return tp_pn_unbias(s, TP_PN_PROTOS);
+}
+#else
 /* kernel[j] = table[index(sum_r |z_r - B[j,r]|^2)] for every prototype, in one loop nest (no call per prototype). */
 TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
 {
@@ -121,24 +499,44 @@ TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
     }
 }
 
-uint8_t tp_predict(const int8_t *x, int32_t *scores)
+/* One class's score in portable C. */
+static inline int32_t tp_pn_class_score(const int8_t *zp, const uint8_t *k)
 {
-    int8_t z[TP_PN_DIM];
-    uint8_t kernel[TP_PN_PROTOS];
-    tp_pn_project(x, z);
-    tp_pn_kernels(z, kernel);
+    int32_t sum = 0;
+    for (tp_pn_proto_index_t j = 0; j < TP_PN_PROTOS; ++j) {
+        sum += tp_mul_s8u8(tp_next_i8(&zp), *k++);
+    }
+    return sum;
+}
+#endif /* TP_PN_ASM */
+
+/* s_l for every class and the first maximum; out of line so that its pointers stay in registers (tp_predict's
+ * frame holds z and the kernels). */
+TP_NOINLINE static uint8_t tp_pn_scores(const uint8_t *kernel, int32_t *scores)
+{
     const int8_t *zrow = tp_pn_Z;
     uint8_t label = 0;
+    int32_t best = 0;
     for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
-        int32_t sum = 0;
-        const uint8_t *k = kernel;
-        for (tp_pn_proto_index_t j = 0; j < TP_PN_PROTOS; ++j) {
-            sum += tp_mul_s8u8(tp_next_i8(&zrow), *k++);
-        }
+        int32_t sum = tp_pn_class_score(zrow, kernel);
+        zrow += TP_PN_PROTOS;
         scores[l] = sum;
-        if (sum > scores[label]) {
+        if (l == 0 || sum > best) {
+            best = sum;
             label = l;
         }
     }
     return label;
+}
+
+uint8_t tp_predict(const int8_t *x, int32_t *scores)
+{
+    int8_t z[TP_PN_DIM];
+    uint8_t kernel[TP_PN_PROTOS];
+    TP_STAGE(TP_STAGE_PN_PROJECTION);
+    tp_pn_project(x, z);
+    TP_STAGE(TP_STAGE_PN_DISTANCES);
+    tp_pn_kernels(z, kernel);
+    TP_STAGE(TP_STAGE_PN_SCORES);
+    return tp_pn_scores(kernel, scores);
 }
