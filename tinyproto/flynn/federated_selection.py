@@ -1,0 +1,246 @@
+"""Federated model selection for FlyNN: the budget solver's choice, made with every party's rows.
+
+`fit_flynn_under_budget` (solver.py) ranks candidate shapes by K-fold cross-validated accuracy of the integer
+model on the pooled rows. Here the same candidates are ranked the same way, but no row leaves its party:
+
+1. the parties agree on each preprocessing's input stage exactly (moment sums and the distributed |z| quantile
+   of federated.py, once per scaling);
+2. every party assigns its own rows to K folds (seeded by the run's seed and its party index, stratified within
+   the party) -- its local validation parts;
+3. for each (preprocessing, s) the solver's plan of (m, ρ) shapes is hashed by every party on its own rows; the
+   per-fold counts (K x L x m per shape) are all-reduced: they add up exactly, as the training counts do;
+4. every party scores its rows of fold k with the counts of the other folds (total - fold k), for every count
+   width and decay, and the numbers of correct predictions are all-reduced: the global K-fold accuracy of every
+   candidate, exactly the solver's estimate on the pooled rows with this fold assignment;
+5. the solver's two stages (preprocessing on a reference grid, then every shape for the best one) and its
+   ranking (accuracy, then speed, then size) pick the winner; M is seeded as the solver seeds it.
+
+Communication is counted per party as if every all-reduce moved dense vectors (int32 counts, int64 tallies);
+the implementation sends sparse counts when a party's are sparse.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from tinyproto.errors import TinyprotoError
+from tinyproto.flynn import solver as _solver
+from tinyproto.flynn.quantize import decay_lut, hash_inputs
+from tinyproto.flynn.solver import (
+    BITS_GRID, DEFAULT_MAX_MS, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, Candidate, CountLimit,
+    estimate_cycles, model_bytes,
+)
+from tinyproto.flynn.train import draw_seed, seeded_indices
+from tinyproto.inputstage import InputStage
+
+N_FOLDS = 5
+STAGE1 = ((4, 8), (8, 16, 32), (1, 2), (False,))  # the solver's reference grid for the preprocessing
+STAGE2 = (S_GRID, RHO_GRID, BITS_GRID, (False, True))
+
+
+# ---------------------------------------------------------------- what a party computes
+
+
+def party_folds(y: np.ndarray, n_folds: int, seed: int, party: int) -> np.ndarray:
+    """Fold of each of the party's rows: per class, the rows in a seeded random order get consecutive folds from
+    a random start, so every party's folds are stratified and the global folds balanced."""
+    rng = np.random.default_rng([int(seed), int(party), 0xF01D])
+    folds = np.empty(len(y), dtype=np.int64)
+    for c in np.unique(y):
+        rows = rng.permutation(np.flatnonzero(y == c))
+        folds[rows] = (int(rng.integers(n_folds)) + np.arange(rows.size)) % n_folds
+    return folds
+
+
+@dataclass
+class PartyState:
+    """A party's hashed rows for one (preprocessing, s): the winners of every m, its class indices and folds."""
+
+    ranked: dict[int, np.ndarray]
+    y_index: np.ndarray
+    folds: np.ndarray
+
+
+def party_hash(shard, stage: tuple, sign_split: bool, indices: np.ndarray, m_values: list[int], k: int,
+               classes: np.ndarray, n_folds: int, seed: int, party: int) -> PartyState:
+    X, y = shard
+    mean, scale, input_scale = stage
+    xq = InputStage.from_standardisation(mean, scale, input_scale).quantize(X)
+    U = hash_inputs(xq, sign_split).astype(np.float64)
+    ranked = _solver._ranked_winners(U, indices, m_values, k) if len(y) else {m: np.empty((0, k), np.int64)
+                                                                             for m in m_values}
+    return PartyState(ranked, np.searchsorted(classes, y), party_folds(y, n_folds, seed, party))
+
+
+@dataclass
+class SparseCounts:
+    """Per shape (m, ρ): a flat count vector of `sizes[shape]` entries as sorted unique keys and their counts."""
+
+    sizes: dict
+    keys: dict
+    values: dict
+
+    def __add__(self, other: "SparseCounts") -> "SparseCounts":
+        keys, values = {}, {}
+        for shape in self.sizes:
+            k = np.concatenate([self.keys[shape], other.keys[shape]])
+            v = np.concatenate([self.values[shape], other.values[shape]])
+            keys[shape], inverse = np.unique(k, return_inverse=True)
+            values[shape] = np.bincount(inverse.reshape(-1), weights=v, minlength=keys[shape].size).astype(np.int64)
+        return SparseCounts(self.sizes, keys, values)
+
+    def dense(self, shape, n_folds: int, n_classes: int) -> np.ndarray:
+        out = np.zeros(self.sizes[shape], dtype=np.int64)
+        out[self.keys[shape]] = self.values[shape]
+        return out.reshape(n_folds, n_classes, shape[0])
+
+
+def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds: int, n_classes: int) -> SparseCounts:
+    """Counts t_lj of each fold of the party's rows, for each shape (m, ρ): key (fold·L + class)·m + j."""
+    keys, values, sizes = {}, {}, {}
+    for m, rho in shapes:
+        w = state.ranked[m][:, :rho]
+        flat = ((state.folds * n_classes + state.y_index)[:, None] * m + w).reshape(-1)
+        keys[(m, rho)], values[(m, rho)] = np.unique(flat, return_counts=True)
+        values[(m, rho)] = values[(m, rho)].astype(np.int64)
+        sizes[(m, rho)] = n_folds * n_classes * m
+    return SparseCounts(sizes, keys, values)
+
+
+def party_correct(state: PartyState, totals: dict, plan: list[tuple[tuple[int, int], list[tuple[int, float]]]]
+                  ) -> np.ndarray:
+    """How many of the party's rows each candidate classifies correctly, every row scored by the counts of the
+    folds it is not in (the solver's _cv_accuracies, restricted to this party's rows)."""
+    out = []
+    n = len(state.y_index)
+    for (m, rho), weightings in plan:
+        per_fold = totals[(m, rho)]  # (K, L, m)
+        if n == 0:
+            out.extend([0] * len(weightings))
+            continue
+        L = per_fold.shape[1]
+        w = state.ranked[m][:, :rho]
+        total = per_fold.sum(axis=0)
+        gathered = (total[np.arange(L)[None, :, None], w[:, None, :]]
+                    - per_fold[state.folds[:, None, None], np.arange(L)[None, :, None], w[:, None, :]])
+        for bits, decay in weightings:
+            saturated = np.minimum(gathered, (1 << bits) - 1)
+            if bits == 1:
+                scores = (saturated == 0).sum(axis=2)
+            else:
+                scores = decay_lut(decay, bits)[saturated].sum(axis=2)
+            out.append(int(np.sum(np.argmin(scores, axis=1) == state.y_index)))
+    return np.asarray(out, dtype=np.int64)
+
+
+# ---------------------------------------------------------------- the coordinator
+
+
+@dataclass
+class Communication:
+    rounds: int = 0
+    sent: int = 0  # bytes per party
+    received: int = 0
+
+    def allreduce(self, n_values: int, itemsize: int, broadcast: bool = True) -> None:
+        self.rounds += 1
+        self.sent += n_values * itemsize
+        self.received += n_values * itemsize if broadcast else 0
+
+
+def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_features: int, stages: dict,
+                  *, count_limit: CountLimit | None = None, max_inference_ms: float | None = DEFAULT_MAX_MS,
+                  n_folds: int = N_FOLDS, progress: Callable[[str], None] | None = None,
+                  communication: Communication | None = None):
+    """The solver's candidate set ranked by federated K-fold accuracy; returns (the winning Candidate, info).
+
+    stages: scaling -> (mean, scale, input_scale), agreed beforehand by exact all-reduces. The row count n is
+    the sum of the parties' (from the moment sums)."""
+    from tinyproto.flynn.federated import solver_random_state
+
+    started = time.perf_counter()
+    say = progress or (lambda message: None)
+    comm = communication or Communication()
+    L, d = len(classes), n_features
+    budget = int(budget_bytes)
+    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False)
+    if budget < smallest:
+        raise TinyprotoError(
+            f"budget {budget} B is too small for FlyNN on {d} features and {L} classes: the smallest model "
+            f"({MIN_HASHES} hash bits, seeded M) needs {smallest} B")
+    max_cycles = None if max_inference_ms is None else max_inference_ms * 1e-3 * F_CPU
+    seed_M = draw_seed(solver_random_state(seed))
+    n_rows = int(stages["n"])
+    K = max(2, min(n_folds, n_rows))
+    parties = list(range(backend.n_parties))
+    tried: dict[Candidate, Candidate] = {}
+
+    def evaluate(scaling: str, sign_split: bool, s_grid, rho_grid, bits_grid, store_grid) -> None:
+        n_in = 2 * d if sign_split else d
+        for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):
+            plan = _solver._plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+            if not plan:
+                continue
+            by_shape: dict[tuple[int, int], list[Candidate]] = {}
+            for c in plan:
+                c = replace(c, scaling=scaling, sign_split=sign_split)
+                if c not in tried:
+                    by_shape.setdefault((c.m, c.rho), []).append(c)
+            if not by_shape:
+                continue
+            m_values = sorted({m for m, _ in by_shape})
+            k = max(rho for _, rho in by_shape)
+            indices = seeded_indices(seed_M, max(m_values), s, n_in)
+            states = backend.derive(party_hash, backend.handles, stages[scaling], sign_split, indices, m_values, k,
+                                    np.asarray(classes), K, seed, per_party=parties)
+            shapes = sorted(by_shape)
+            summed = backend.allreduce(party_fold_counts, states, shapes, K, L)
+            totals = {shape: summed.dense(shape, K, L).astype(np.int32) for shape in shapes}
+            comm.allreduce(sum(K * L * m for m, _ in shapes), 4)
+            work = [(shape, sorted({(c.bits, c.decay) for c in by_shape[shape]})) for shape in shapes]
+            correct = backend.allreduce(party_correct, states, totals, work)
+            comm.allreduce(sum(len(w) for _, w in work), 8)
+            backend.release(states)
+            accuracy = {}
+            i = 0
+            for shape, weightings in work:
+                for weighting in weightings:
+                    accuracy[(shape, weighting)] = float(correct[i]) / n_rows
+                    i += 1
+            for shape, group in by_shape.items():
+                for c in group:
+                    tried[c] = replace(c, cv_accuracy=accuracy[(shape, (c.bits, c.decay))])
+
+    for scaling, sign_split in PREPROCESSING:
+        evaluate(scaling, sign_split, *STAGE1)
+        say(f"selection: preprocessing {scaling}/{'split' if sign_split else 'plain'} tried on all parties")
+    if not tried:
+        learnable = " with counts that fit the device's SRAM and EEPROM" if count_limit else ""
+        raise TinyprotoError(f"no FlyNN fits {budget} B within {max_inference_ms} ms per inference{learnable}; "
+                             "raise the budget or the time cap")
+    best_prep = max(tried.values(), key=_solver._rank)
+    evaluate(best_prep.scaling, best_prep.sign_split, *STAGE2)
+    candidates = list(tried.values())
+    best = max(candidates, key=_solver._rank)
+    say(f"selection: {len(candidates)} candidates ranked by {K}-fold accuracy over all parties' rows")
+    n_in = 2 * d if best.sign_split else d
+    cycles = estimate_cycles(best.m, best.s, best.rho, best.bits, L, n_in, best.store_M)
+    info = {
+        "cv_accuracy": best.cv_accuracy,
+        "validation": f"{K}-fold cross-validation of the integer model over every party's rows: each party "
+                      "assigns its own rows to folds (seeded), per-fold counts and correct-prediction tallies "
+                      "are all-reduced",
+        "candidates": [asdict(c) for c in candidates],
+        "estimated_cycles": int(cycles),
+        "estimated_ms": cycles / F_CPU * 1e3,
+        "max_inference_ms": max_inference_ms,
+        "selection_seconds": round(time.perf_counter() - started, 3),
+    }
+    return best, info
+
+
+__all__ = ["Communication", "N_FOLDS", "party_folds", "select_config"]
