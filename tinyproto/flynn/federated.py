@@ -6,9 +6,10 @@ hash (a shared seed fixes M and every other random choice) can each count locall
 Everything before the counting has to be agreed the same way, with sums that add up *exactly*:
 
 1. the classes: the union of the parties' label sets;
-2. the hyper-parameters: `fit_flynn_under_budget` on party 0's shard only (no party sees pooled data; with one
-   class at party 0 a fixed default configuration is used instead), then m is shrunk, if needed, so that the
-   filters of *all* classes still fit the byte budget and the time cap;
+2. the hyper-parameters (`choose_config`): the budget solver's candidate shapes ranked by K-fold accuracy of
+   the integer model over *every* party's rows (flynn/federated_selection.py: per-fold counts and correct-
+   prediction tallies are all-reduced, no row leaves its party), so the choice tracks what `compile` picks on
+   the pooled rows at any number of parties; under DP a data-independent default shape instead;
 3. the standardisation: every party sends n, Σx and Σx² per feature as exact integers (each float64 is an
    integer times a power of two, so the sums are exact Python integers); mean and std follow from the exact
    totals with one rounding each, so they are bit-identical for every partition of the data, including the
@@ -39,13 +40,13 @@ leave it. On the flattened count vector c (all L·m entries, class-major):
   ε₀·c_i/2 + Gumbel noise, in decreasing order), which has exactly the distribution of T sequential draws;
 * release each picked count as c_i + Laplace(2Tτ/ε) (scale 1/ε₀), rounded to the nearest integer and clipped
   at 0 (post-processing: the integer model needs non-negative integer counts); every other entry is 0;
-* T larger than L·m picks every entry.
+* T is at most L·m (`federate` caps a larger --dp-T and records both, T and T_requested).
 The authors' reference code weights the exponential mechanism as exp(ε₀·c), twice as strongly as the paper;
 this module follows the paper (exp(ε₀·c/2), the textbook mechanism for a sensitivity-1 score).
 Each party's randomness is a numpy Generator on its own child of SeedSequence(seed) (`party_seed_sequences`),
 so runs are reproducible and parties' streams independent. What DP covers: the released counts. The class set,
-the standardisation sums, the quantile search counts and party 0's hyper-parameter choice are released
-without noise, and the sum is not a secure aggregation; the report says so.
+the standardisation sums and the quantile search counts are released without noise (under DP the shape is a
+data-independent default, so model selection releases nothing), and the sum is not a secure aggregation; the report says so.
 
 Backends: `LocalBackend` runs every party in this process (tests, central baseline); `DaskBackend` places
 each party's shard once on a dask.distributed worker (client.scatter) and runs every party's computation
@@ -77,7 +78,6 @@ from tinyproto.flynn.solver import (
     estimate_cycles,
     fastest_m,
     CountLimit,
-    fit_flynn_under_budget,
     largest_m,
     model_bytes,
 )
@@ -93,7 +93,7 @@ QUANTILE_CUTS = 1023  # cut points per search round and target: the interval shr
 CONNECT_TIMEOUT = 20.0  # seconds: connecting to a scheduler, starting workers (--timeout)
 ROUND_TIMEOUT = 600.0  # seconds: one all-reduce round on the cluster
 
-# used when party 0 cannot choose (it holds a single class): a middle-of-the-road FlyNN, m sized to the budget
+# the shape under DP (data-independent): a middle-of-the-road FlyNN, m sized to the budget
 DEFAULT_CONFIG = {"n_inputs_per_hash": 8, "n_winners": 16, "decay": 1.0, "count_bits": 1, "store_M": False,
                   "scaling": "feature", "sign_split": True}
 
@@ -436,21 +436,14 @@ def party_abs_z_bits(shard: Shard, spec: FederatedSpec) -> np.ndarray:
     return np.sort(z.view(np.int64))
 
 
-def party_choose_config(shard: Shard, budget_bytes: int, seed: int, count_limit: CountLimit | None = None) -> dict:
-    """Party 0: the budget solver on its own shard; returns the solver info (chosen + candidates), no model.
-    count_limit (device parties): m capped so the counts fit the learning firmware (device.learn.count_limit)."""
-    X, y = shard
-    _, _, info = fit_flynn_under_budget(X, y, budget_bytes, seed, count_limit=count_limit)
-    return info
-
-
 @dataclass(frozen=True)
 class DPParams:
     """The paper's Algorithm 2 budget: ε over T picks + T releases and τ parties."""
 
     epsilon: float
-    T: int
+    T: int  # the T used (at most L·m: more picks than counts do not exist)
     n_parties: int
+    T_requested: int | None = None  # --dp-T as given (None: the default rule)
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
@@ -472,6 +465,7 @@ class DPParams:
         return {
             "epsilon": self.epsilon,
             "T": self.T,
+            "T_requested": self.T_requested,
             "parties": self.n_parties,
             "epsilon_0": self.epsilon_0,
             "laplace_scale": self.laplace_scale,
@@ -481,7 +475,7 @@ class DPParams:
                          "count + Laplace(laplace_scale), rounded to the nearest integer and clipped at 0; "
                          "other entries 0",
             "covers": "the released per-class counts only; class set, standardisation sums, quantile-search "
-                      "counts and party 0's hyper-parameter choice are released without noise; no secure "
+                      "counts are released without noise (the model shape is a data-independent default under DP); no secure "
                       "aggregation",
         }
 
