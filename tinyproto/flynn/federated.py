@@ -170,7 +170,11 @@ def _dirichlet_parts(y_index: np.ndarray, n_parties: int, alpha: float, rng: np.
     parts: list[list[int]] = [[] for _ in range(n_parties)]
     for c in range(int(y_index.max()) + 1):
         rows = rng.permutation(np.flatnonzero(y_index == c))
-        cuts = np.round(np.cumsum(rng.dirichlet(np.full(n_parties, alpha))) * len(rows)).astype(np.int64)
+        shares = rng.dirichlet(np.full(n_parties, alpha))
+        if not np.all(np.isfinite(shares)):
+            raise TinyprotoError(f"--split dirichlet:{alpha:g}: the concentration is too extreme to sample; "
+                                 "use a value between 1e-3 and 1e6")
+        cuts = np.round(np.cumsum(shares) * len(rows)).astype(np.int64)
         for p, chunk in enumerate(np.split(rows, cuts[:-1])):
             parts[p].extend(chunk.tolist())
     for p in range(n_parties):  # deterministic repair: the largest party gives up its last row
@@ -657,6 +661,7 @@ class DaskBackend:
         from distributed import Client, LocalCluster
 
         self._cluster = None
+        self._scratch = None
         self.client = None
         self.scheduler = scheduler
         self.processes = processes
@@ -673,16 +678,21 @@ class DaskBackend:
             else:
                 import dask
 
+                import tempfile
+
                 workers = n_workers or max(1, min(len(shards), _cpu_count()))
+                self._scratch = tempfile.mkdtemp(prefix="tinyproto-dask-")  # removed by close()
                 # processes=False: workers are threads of this process talking over inproc:// (no ports, no
                 # spawned interpreters). processes=True gives real parallelism. dask spawns worker processes
                 # with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc hand every freed numpy buffer back to the
                 # OS (hashing ran 2x slower); None keeps glibc's adaptive default.
                 with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                                      "distributed.comm.timeouts.connect": f"{self.timeout:g}s"}):
+                                      "distributed.comm.timeouts.connect": f"{self.timeout:g}s",
+                                      "temporary-directory": self._scratch}):
                     self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
-                                                 dashboard_address=None, silence_logs=logging.ERROR,
-                                                 host="127.0.0.1" if processes else None)
+                                                 dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+                                                 host="127.0.0.1" if processes else None,
+                                                 local_directory=self._scratch)
                 self.client = Client(self._cluster, timeout=self.timeout)
                 self.client.wait_for_workers(workers, timeout=self.timeout)
             self.workers = sorted(self.client.scheduler_info()["workers"])
@@ -797,6 +807,11 @@ class DaskBackend:
             except Exception:  # noqa: BLE001
                 pass
         self.client = self._cluster = None
+        if self._scratch is not None:
+            import shutil
+
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     def __enter__(self) -> "DaskBackend":
         return self
