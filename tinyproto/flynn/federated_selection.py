@@ -78,7 +78,9 @@ def party_hash(shard, stage: tuple, sign_split: bool, indices: np.ndarray, m_val
 
 @dataclass
 class SparseCounts:
-    """Per shape (m, ρ): a flat count vector of `sizes[shape]` entries as sorted unique keys and their counts."""
+    """Per shape (m, ρ): a flat count vector of `sizes[shape]` entries, as (key, count) pairs that may repeat
+    a key (their counts add). Adding concatenates; a vector with more pairs than entries is compacted (one
+    bincount), so a sum never holds more than about twice the dense size."""
 
     sizes: dict
     keys: dict
@@ -86,54 +88,58 @@ class SparseCounts:
 
     def __add__(self, other: "SparseCounts") -> "SparseCounts":
         keys, values = {}, {}
-        for shape in self.sizes:
-            k = np.concatenate([self.keys[shape], other.keys[shape]])
-            v = np.concatenate([self.values[shape], other.values[shape]])
-            keys[shape], inverse = np.unique(k, return_inverse=True)
-            values[shape] = np.bincount(inverse.reshape(-1), weights=v, minlength=keys[shape].size).astype(np.int64)
+        for shape, size in self.sizes.items():
+            keys[shape] = np.concatenate([self.keys[shape], other.keys[shape]])
+            values[shape] = np.concatenate([self.values[shape], other.values[shape]])
+            if keys[shape].size > size:
+                keys[shape], values[shape] = _compact(keys[shape], values[shape], size)
         return SparseCounts(self.sizes, keys, values)
 
     def dense(self, shape, n_folds: int, n_classes: int) -> np.ndarray:
-        out = np.zeros(self.sizes[shape], dtype=np.int64)
-        out[self.keys[shape]] = self.values[shape]
-        return out.reshape(n_folds, n_classes, shape[0])
+        out = np.bincount(self.keys[shape], weights=self.values[shape], minlength=self.sizes[shape])
+        return np.rint(out).astype(np.int64).reshape(n_folds, n_classes, shape[0])
+
+
+def _compact(keys: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Non-zero entries of the summed vector (weights of bincount are float64: exact below 2^53)."""
+    summed = np.rint(np.bincount(keys, weights=values, minlength=size)).astype(np.int64)
+    nonzero = np.flatnonzero(summed)
+    return nonzero, summed[nonzero]
 
 
 def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds: int, n_classes: int) -> SparseCounts:
     """Counts t_lj of each fold of the party's rows, for each shape (m, ρ): key (fold·L + class)·m + j."""
     keys, values, sizes = {}, {}, {}
     for m, rho in shapes:
-        w = state.ranked[m][:, :rho]
-        flat = ((state.folds * n_classes + state.y_index)[:, None] * m + w).reshape(-1)
-        keys[(m, rho)], values[(m, rho)] = np.unique(flat, return_counts=True)
-        values[(m, rho)] = values[(m, rho)].astype(np.int64)
-        sizes[(m, rho)] = n_folds * n_classes * m
+        size = n_folds * n_classes * m
+        flat = ((state.folds * n_classes + state.y_index)[:, None] * m + state.ranked[m][:, :rho]).reshape(-1)
+        if flat.size > size:
+            keys[(m, rho)], values[(m, rho)] = _compact(flat, np.ones(flat.size), size)
+        else:
+            keys[(m, rho)], values[(m, rho)] = flat, np.ones(flat.size, dtype=np.int64)
+        sizes[(m, rho)] = size
     return SparseCounts(sizes, keys, values)
 
 
-def party_correct(state: PartyState, totals: dict, plan: list[tuple[tuple[int, int], list[tuple[int, float]]]]
-                  ) -> np.ndarray:
+def party_correct(state: PartyState, totals: dict, plan: list) -> np.ndarray:
     """How many of the party's rows each candidate classifies correctly, every row scored by the counts of the
-    folds it is not in (the solver's _cv_accuracies, restricted to this party's rows)."""
+    folds it is not in (the solver's _cv_accuracies, restricted to this party's rows). totals[shape] is
+    (per-fold counts (K, L, m), their sum (L, m)); plan lists each shape with its (bits, lut or None)."""
     out = []
     n = len(state.y_index)
     for (m, rho), weightings in plan:
-        per_fold = totals[(m, rho)]  # (K, L, m)
         if n == 0:
             out.extend([0] * len(weightings))
             continue
-        L = per_fold.shape[1]
+        per_fold, total = totals[(m, rho)]
+        L = total.shape[0]
         w = state.ranked[m][:, :rho]
-        total = per_fold.sum(axis=0)
-        gathered = (total[np.arange(L)[None, :, None], w[:, None, :]]
-                    - per_fold[state.folds[:, None, None], np.arange(L)[None, :, None], w[:, None, :]])
-        for bits, decay in weightings:
+        classes = np.arange(L)[None, :, None]
+        gathered = total[classes, w[:, None, :]] - per_fold[state.folds[:, None, None], classes, w[:, None, :]]
+        for bits, lut in weightings:
             saturated = np.minimum(gathered, (1 << bits) - 1)
-            if bits == 1:
-                scores = (saturated == 0).sum(axis=2)
-            else:
-                scores = decay_lut(decay, bits)[saturated].sum(axis=2)
-            out.append(int(np.sum(np.argmin(scores, axis=1) == state.y_index)))
+            scores = (saturated == 0).sum(axis=2) if lut is None else lut[saturated].sum(axis=2)
+            out.append(int(np.count_nonzero(np.argmin(scores, axis=1) == state.y_index)))
     return np.asarray(out, dtype=np.int64)
 
 
@@ -199,10 +205,15 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                                     np.asarray(classes), K, seed, per_party=parties)
             shapes = sorted(by_shape)
             summed = backend.allreduce(party_fold_counts, states, shapes, K, L)
-            totals = {shape: summed.dense(shape, K, L).astype(np.int32) for shape in shapes}
+            totals = {}
+            for shape in shapes:
+                per_fold = summed.dense(shape, K, L).astype(np.int32)
+                totals[shape] = (per_fold, per_fold.sum(axis=0))
             comm.allreduce(sum(K * L * m for m, _ in shapes), 4)
             work = [(shape, sorted({(c.bits, c.decay) for c in by_shape[shape]})) for shape in shapes]
-            correct = backend.allreduce(party_correct, states, totals, work)
+            luts = [(shape, [(bits, None if bits == 1 else decay_lut(decay, bits)) for bits, decay in weightings])
+                    for shape, weightings in work]
+            correct = backend.allreduce(party_correct, states, totals, luts)
             comm.allreduce(sum(len(w) for _, w in work), 8)
             backend.release(states)
             accuracy = {}
