@@ -756,6 +756,9 @@ class DaskBackend:
 
     def _submit_chunks(self, runner: Callable, fn: Callable, handles: list, args: tuple,
                        per_party: Sequence | None) -> list:
+        if len(handles) > 1 and _payload_bytes(args) > _BROADCAST_BYTES:  # one copy straight to each worker
+            args = self._wait(self.client.scatter([args], broadcast=True, hash=False, timeout=self.round_timeout),
+                              "broadcasting the round's arguments")[0]
         return [self.client.submit(runner, h, fn, args, pp, workers=[self.workers[w]], allow_other_workers=False,
                                    pure=False)
                 for w, (h, pp) in enumerate(zip(handles, self._chunk_args(per_party)))]
@@ -818,6 +821,20 @@ class DaskBackend:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_BROADCAST_BYTES = 1 << 20
+
+
+def _payload_bytes(value) -> int:
+    """Bytes of the numpy arrays in value (tuples, lists, dicts of them), roughly."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, (tuple, list)):
+        return sum(_payload_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_payload_bytes(v) for v in value.values())
+    return 0
 
 
 def _chunk_map(chunk: list, fn: Callable, args: tuple, per_party: list | None) -> list:

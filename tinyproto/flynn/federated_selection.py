@@ -34,7 +34,7 @@ from tinyproto.flynn.solver import (
     BITS_GRID, DEFAULT_MAX_MS, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, Candidate, CountLimit,
     estimate_cycles, model_bytes,
 )
-from tinyproto.flynn.train import draw_seed, seeded_indices
+from tinyproto.flynn.train import draw_seed, project, projection_matrix, seeded_indices
 from tinyproto.inputstage import InputStage
 
 N_FOLDS = 5
@@ -57,6 +57,21 @@ def party_folds(y: np.ndarray, n_folds: int, seed: int, party: int) -> np.ndarra
 
 
 @dataclass
+class PartyData:
+    """A party's rows as selection needs them, computed once: int8 inputs per scaling, class indices, folds."""
+
+    xq: dict
+    y_index: np.ndarray
+    folds: np.ndarray
+
+
+def party_setup(shard, stages: dict, classes: np.ndarray, n_folds: int, seed: int, party: int) -> PartyData:
+    X, y = shard
+    xq = {scaling: InputStage.from_standardisation(*stage).quantize(X) for scaling, stage in stages.items()}
+    return PartyData(xq, np.searchsorted(classes, y), party_folds(y, n_folds, seed, party))
+
+
+@dataclass
 class PartyState:
     """A party's hashed rows for one (preprocessing, s): the winners of every m, its class indices and folds."""
 
@@ -65,15 +80,29 @@ class PartyState:
     folds: np.ndarray
 
 
-def party_hash(shard, stage: tuple, sign_split: bool, indices: np.ndarray, m_values: list[int], k: int,
-               classes: np.ndarray, n_folds: int, seed: int, party: int) -> PartyState:
-    X, y = shard
-    mean, scale, input_scale = stage
-    xq = InputStage.from_standardisation(mean, scale, input_scale).quantize(X)
-    U = hash_inputs(xq, sign_split).astype(np.float64)
-    ranked = _solver._ranked_winners(U, indices, m_values, k) if len(y) else {m: np.empty((0, k), np.int64)
-                                                                             for m in m_values}
-    return PartyState(ranked, np.searchsorted(classes, y), party_folds(y, n_folds, seed, party))
+def party_hash(data: PartyData, scaling: str, sign_split: bool, M, m_values: list[int], k: int) -> PartyState:
+    """The top-k winners of every m in m_values (M: the projection of the largest m), as the solver ranks them."""
+    U = hash_inputs(data.xq[scaling], sign_split).astype(np.float64)
+    return PartyState(ranked_winners(U, M, m_values, k), data.y_index, data.folds)
+
+
+def ranked_winners(U: np.ndarray, M, m_values: list[int], k: int) -> dict[int, np.ndarray]:
+    """solver._ranked_winners with the projection matrix given (built once per round, not once per party)."""
+    n = U.shape[0]
+    bits = _solver._ROW_BITS
+    P = project(U, M).astype(np.int64) if n else np.empty((0, M.shape[0]), np.int64)
+    keys = (P << bits) + ((1 << bits) - 1 - np.arange(M.shape[0]))
+    out: dict[int, np.ndarray] = {}
+    best = np.empty((n, 0), dtype=np.int64)
+    done = 0
+    for m in sorted(set(m_values)):
+        pool = np.concatenate([best, keys[:, done:m]], axis=1)
+        kk = min(k, pool.shape[1])
+        best = -np.partition(-pool, kk - 1, axis=1)[:, :kk] if pool.shape[1] > kk else pool
+        done = m
+        ranked = -np.sort(-best, axis=1)
+        out[m] = (1 << bits) - 1 - (ranked & ((1 << bits) - 1))
+    return out
 
 
 @dataclass
@@ -110,9 +139,10 @@ def _compact(keys: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarra
 def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds: int, n_classes: int) -> SparseCounts:
     """Counts t_lj of each fold of the party's rows, for each shape (m, ρ): key (fold·L + class)·m + j."""
     keys, values, sizes = {}, {}, {}
+    base = (state.folds * n_classes + state.y_index)[:, None]
     for m, rho in shapes:
         size = n_folds * n_classes * m
-        flat = ((state.folds * n_classes + state.y_index)[:, None] * m + state.ranked[m][:, :rho]).reshape(-1)
+        flat = (base * m + state.ranked[m][:, :rho]).reshape(-1)
         if flat.size > size:
             keys[(m, rho)], values[(m, rho)] = _compact(flat, np.ones(flat.size), size)
         else:
@@ -121,26 +151,40 @@ def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds:
     return SparseCounts(sizes, keys, values)
 
 
+COUNT_CLIP = (1 << max(BITS_GRID)) - 1  # the widest counts saturate here: larger counts weigh the same for all
+ROW_BLOCK = 2048  # rows scored at a time (bounds memory: weightings x rows x L x ρ)
+
+
+def weight_table(weightings: list[tuple[int, float]]) -> np.ndarray:
+    """(n weightings, COUNT_CLIP + 1): the weight of a count t under each (bits, decay), t clipped at 15 first.
+    Binary filters weigh [t == 0] (score = zeros among the winners), others decay_lut[min(t, 2^b - 1)]; the
+    lowest score wins, as in the solver."""
+    t = np.arange(COUNT_CLIP + 1)
+    rows = []
+    for bits, decay in weightings:
+        saturated = np.minimum(t, (1 << bits) - 1)
+        rows.append((saturated == 0).astype(np.int64) if bits == 1 else decay_lut(decay, bits)[saturated])
+    return np.stack(rows)
+
+
 def party_correct(state: PartyState, totals: dict, plan: list) -> np.ndarray:
     """How many of the party's rows each candidate classifies correctly, every row scored by the counts of the
     folds it is not in (the solver's _cv_accuracies, restricted to this party's rows). totals[shape] is
-    (per-fold counts (K, L, m), their sum (L, m)); plan lists each shape with its (bits, lut or None)."""
+    (per-fold counts (K, L, m), their sum (L, m)); plan lists each shape with its weight_table."""
     out = []
     n = len(state.y_index)
-    for (m, rho), weightings in plan:
-        if n == 0:
-            out.extend([0] * len(weightings))
-            continue
+    for (m, rho), table in plan:
+        correct = np.zeros(table.shape[0], dtype=np.int64)
         per_fold, total = totals[(m, rho)]
-        L = total.shape[0]
-        w = state.ranked[m][:, :rho]
-        classes = np.arange(L)[None, :, None]
-        gathered = total[classes, w[:, None, :]] - per_fold[state.folds[:, None, None], classes, w[:, None, :]]
-        for bits, lut in weightings:
-            saturated = np.minimum(gathered, (1 << bits) - 1)
-            scores = (saturated == 0).sum(axis=2) if lut is None else lut[saturated].sum(axis=2)
-            out.append(int(np.count_nonzero(np.argmin(scores, axis=1) == state.y_index)))
-    return np.asarray(out, dtype=np.int64)
+        classes = np.arange(total.shape[0])[None, :, None]
+        for start in range(0, n, ROW_BLOCK):
+            rows = slice(start, start + ROW_BLOCK)
+            w = state.ranked[m][rows, :rho][:, None, :]
+            held_out = total[classes, w] - per_fold[state.folds[rows, None, None], classes, w]
+            scores = table[:, np.minimum(held_out, COUNT_CLIP)].sum(axis=3)  # (weightings, rows, L)
+            correct += np.count_nonzero(np.argmin(scores, axis=2) == state.y_index[rows], axis=1)
+        out.append(correct)
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
 # ---------------------------------------------------------------- the coordinator
@@ -184,6 +228,9 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     K = max(2, min(n_folds, n_rows))
     parties = list(range(backend.n_parties))
     tried: dict[Candidate, Candidate] = {}
+    scalings = {scaling for scaling, _ in PREPROCESSING}
+    setup = backend.derive(party_setup, backend.handles, {sc: stages[sc] for sc in scalings}, np.asarray(classes),
+                           K, seed, per_party=parties)
 
     def evaluate(scaling: str, sign_split: bool, s_grid, rho_grid, bits_grid, store_grid) -> None:
         n_in = 2 * d if sign_split else d
@@ -200,9 +247,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                 continue
             m_values = sorted({m for m, _ in by_shape})
             k = max(rho for _, rho in by_shape)
-            indices = seeded_indices(seed_M, max(m_values), s, n_in)
-            states = backend.derive(party_hash, backend.handles, stages[scaling], sign_split, indices, m_values, k,
-                                    np.asarray(classes), K, seed, per_party=parties)
+            M = projection_matrix(seeded_indices(seed_M, max(m_values), s, n_in), n_in)
+            states = backend.derive(party_hash, setup, scaling, sign_split, M, m_values, k)
             shapes = sorted(by_shape)
             summed = backend.allreduce(party_fold_counts, states, shapes, K, L)
             totals = {}
@@ -211,9 +257,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                 totals[shape] = (per_fold, per_fold.sum(axis=0))
             comm.allreduce(sum(K * L * m for m, _ in shapes), 4)
             work = [(shape, sorted({(c.bits, c.decay) for c in by_shape[shape]})) for shape in shapes]
-            luts = [(shape, [(bits, None if bits == 1 else decay_lut(decay, bits)) for bits, decay in weightings])
-                    for shape, weightings in work]
-            correct = backend.allreduce(party_correct, states, totals, luts)
+            tables = [(shape, weight_table(weightings)) for shape, weightings in work]
+            correct = backend.allreduce(party_correct, states, totals, tables)
             comm.allreduce(sum(len(w) for _, w in work), 8)
             backend.release(states)
             accuracy = {}
@@ -235,6 +280,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                              "raise the budget or the time cap")
     best_prep = max(tried.values(), key=_solver._rank)
     evaluate(best_prep.scaling, best_prep.sign_split, *STAGE2)
+    backend.release(setup)
     candidates = list(tried.values())
     best = max(candidates, key=_solver._rank)
     say(f"selection: {len(candidates)} candidates ranked by {K}-fold accuracy over all parties' rows")
