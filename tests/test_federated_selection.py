@@ -50,7 +50,8 @@ def test_federated_tallies_are_the_pooled_cross_validation_with_the_parties_fold
         config, info = fed.choose_config(backend, 1024, 0, classes, sp.X_train.shape[1])
     X = np.concatenate([p[0] for p in parts])
     y_index = np.searchsorted(classes, np.concatenate([p[1] for p in parts]))
-    folds = np.concatenate([sel.party_folds(p[1], sel.N_FOLDS, 0, i) for i, p in enumerate(parts)])
+    folds = np.concatenate([sel.party_folds(p[1], sel.N_FOLDS, 0, i, sel.N_REPEATS) for i, p in enumerate(parts)],
+                           axis=1)
     seed_M = draw_seed(fed.solver_random_state(0))
     candidates = [solver.Candidate(**c) for c in info["candidates"]]
     rng = np.random.default_rng(0)
@@ -59,8 +60,9 @@ def test_federated_tallies_are_the_pooled_cross_validation_with_the_parties_fold
         mean, scale, step = stages[c.scaling]
         U = hash_inputs(InputStage.from_standardisation(mean, scale, step).quantize(X), c.sign_split).astype(float)
         ranked = solver._ranked_winners(U, seeded_indices(seed_M, c.m, c.s, U.shape[1]), [c.m], c.rho)
-        pooled = solver._cv_accuracies(ranked[c.m], y_index, folds, len(classes), c.m, [(c.bits, c.decay)])[0]
-        assert c.cv_accuracy == pooled
+        correct = sum(round(len(X) * solver._cv_accuracies(ranked[c.m], y_index, f, len(classes), c.m,
+                                                             [(c.bits, c.decay)])[0]) for f in folds)
+        assert c.cv_accuracy == correct / (len(X) * sel.N_REPEATS)
     best = max(candidates, key=solver._rank)
     assert (config.n_hashes, config.n_inputs_per_hash, config.n_winners, config.count_bits) == \
         (best.m, best.s, best.rho, best.bits)
@@ -69,9 +71,12 @@ def test_federated_tallies_are_the_pooled_cross_validation_with_the_parties_fold
 
 def test_folds_are_seeded_stratified_and_balanced():
     y = np.repeat(np.arange(3), [50, 11, 4])
-    a, b = sel.party_folds(y, 5, 7, 3), sel.party_folds(y, 5, 7, 3)
+    a, b = sel.party_folds(y, 5, 7, 3)[0], sel.party_folds(y, 5, 7, 3)[0]
     np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a, sel.party_folds(y, 5, 7, 4))
+    assert not np.array_equal(a, sel.party_folds(y, 5, 7, 4)[0])
+    repeats = sel.party_folds(y, 5, 7, 3, 3)
+    np.testing.assert_array_equal(repeats[0], a)
+    assert not np.array_equal(repeats[1], repeats[0])
     for c in range(3):
         counts = np.bincount(a[y == c], minlength=5)
         assert counts.max() - counts.min() <= 1

@@ -5,13 +5,13 @@ model on the pooled rows. Here the same candidates are ranked the same way, but 
 
 1. the parties agree on each preprocessing's input stage exactly (moment sums and the distributed |z| quantile
    of federated.py, once per scaling);
-2. every party assigns its own rows to K folds (seeded by the run's seed and its party index, stratified within
-   the party) -- its local validation parts;
+2. every party assigns its own rows to K folds, R times over (repeated K-fold; seeded by the run's seed and
+   its party index, stratified within the party) -- its local validation parts;
 3. for each (preprocessing, s) the solver's plan of (m, ρ) shapes is hashed by every party on its own rows; the
    per-fold counts (K x L x m per shape) are all-reduced: they add up exactly, as the training counts do;
 4. every party scores its rows of fold k with the counts of the other folds (total - fold k), for every count
    width and decay, and the numbers of correct predictions are all-reduced: the global K-fold accuracy of every
-   candidate, exactly the solver's estimate on the pooled rows with this fold assignment;
+   candidate (averaged over the R repeats), exactly the solver's estimate on the pooled rows with these folds;
 5. the solver's two stages (preprocessing on a reference grid, then every shape for the best one) and its
    ranking (accuracy, then speed, then size) pick the winner; M is seeded as the solver seeds it.
 
@@ -38,6 +38,7 @@ from tinyproto.flynn.train import draw_seed, project, projection_matrix, seeded_
 from tinyproto.inputstage import InputStage
 
 N_FOLDS = 5
+N_REPEATS = 3  # repeated K-fold: the ranking of close candidates depends much less on one draw of the folds
 STAGE1 = ((4, 8), (8, 16, 32), (1, 2), (False,))  # the solver's reference grid for the preprocessing
 STAGE2 = (S_GRID, RHO_GRID, BITS_GRID, (False, True))
 
@@ -45,14 +46,16 @@ STAGE2 = (S_GRID, RHO_GRID, BITS_GRID, (False, True))
 # ---------------------------------------------------------------- what a party computes
 
 
-def party_folds(y: np.ndarray, n_folds: int, seed: int, party: int) -> np.ndarray:
-    """Fold of each of the party's rows: per class, the rows in a seeded random order get consecutive folds from
-    a random start, so every party's folds are stratified and the global folds balanced."""
+def party_folds(y: np.ndarray, n_folds: int, seed: int, party: int, n_repeats: int = 1) -> np.ndarray:
+    """Fold of each of the party's rows, (n_repeats, n): per repeat and class, the rows in a seeded random order
+    get consecutive folds from a random start, so every party's folds are stratified and the global folds
+    balanced."""
     rng = np.random.default_rng([int(seed), int(party), 0xF01D])
-    folds = np.empty(len(y), dtype=np.int64)
-    for c in np.unique(y):
-        rows = rng.permutation(np.flatnonzero(y == c))
-        folds[rows] = (int(rng.integers(n_folds)) + np.arange(rows.size)) % n_folds
+    folds = np.empty((n_repeats, len(y)), dtype=np.int64)
+    for r in range(n_repeats):
+        for c in np.unique(y):
+            rows = rng.permutation(np.flatnonzero(y == c))
+            folds[r, rows] = (int(rng.integers(n_folds)) + np.arange(rows.size)) % n_folds
     return folds
 
 
@@ -65,10 +68,13 @@ class PartyData:
     folds: np.ndarray
 
 
-def party_setup(shard, stages: dict, classes: np.ndarray, n_folds: int, seed: int, party: int) -> PartyData:
+def party_setup(shard, stages: dict, classes: np.ndarray, n_folds: int, n_repeats: int, seed: int,
+                party: int) -> PartyData:
     X, y = shard
     xq = {scaling: InputStage.from_standardisation(*stage).quantize(X) for scaling, stage in stages.items()}
-    return PartyData(xq, np.searchsorted(classes, y), party_folds(y, n_folds, seed, party))
+    folds = party_folds(y, n_folds, seed, party, n_repeats)
+    folds += (np.arange(n_repeats) * n_folds)[:, None]  # repeat r's folds are r·K .. r·K + K - 1
+    return PartyData(xq, np.searchsorted(classes, y), folds)
 
 
 @dataclass
@@ -137,12 +143,13 @@ def _compact(keys: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarra
 
 
 def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds: int, n_classes: int) -> SparseCounts:
-    """Counts t_lj of each fold of the party's rows, for each shape (m, ρ): key (fold·L + class)·m + j."""
+    """Counts t_lj of each fold (of every repeat) of the party's rows, for each shape (m, ρ): key
+    (fold·L + class)·m + j, n_folds counting every repeat's folds."""
     keys, values, sizes = {}, {}, {}
-    base = (state.folds * n_classes + state.y_index)[:, None]
+    base = (state.folds * n_classes + state.y_index)[:, :, None]  # (repeats, n, 1)
     for m, rho in shapes:
         size = n_folds * n_classes * m
-        flat = (base * m + state.ranked[m][:, :rho]).reshape(-1)
+        flat = (base * m + state.ranked[m][None, :, :rho]).reshape(-1)
         if flat.size > size:
             keys[(m, rho)], values[(m, rho)] = _compact(flat, np.ones(flat.size), size)
         else:
@@ -180,9 +187,11 @@ def party_correct(state: PartyState, totals: dict, plan: list) -> np.ndarray:
         for start in range(0, n, ROW_BLOCK):
             rows = slice(start, start + ROW_BLOCK)
             w = state.ranked[m][rows, :rho][:, None, :]
-            held_out = total[classes, w] - per_fold[state.folds[rows, None, None], classes, w]
-            scores = table[:, np.minimum(held_out, COUNT_CLIP)].sum(axis=3)  # (weightings, rows, L)
-            correct += np.count_nonzero(np.argmin(scores, axis=2) == state.y_index[rows], axis=1)
+            with_all = total[classes, w]
+            for folds in state.folds:  # every repeat scores every row once
+                held_out = with_all - per_fold[folds[rows, None, None], classes, w]
+                scores = table[:, np.minimum(held_out, COUNT_CLIP)].sum(axis=3)  # (weightings, rows, L)
+                correct += np.count_nonzero(np.argmin(scores, axis=2) == state.y_index[rows], axis=1)
         out.append(correct)
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
@@ -204,7 +213,7 @@ class Communication:
 
 def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_features: int, stages: dict,
                   *, count_limit: CountLimit | None = None, max_inference_ms: float | None = DEFAULT_MAX_MS,
-                  n_folds: int = N_FOLDS, progress: Callable[[str], None] | None = None,
+                  n_folds: int = N_FOLDS, n_repeats: int = N_REPEATS, progress: Callable[[str], None] | None = None,
                   communication: Communication | None = None):
     """The solver's candidate set ranked by federated K-fold accuracy; returns (the winning Candidate, info).
 
@@ -230,7 +239,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     tried: dict[Candidate, Candidate] = {}
     scalings = {scaling for scaling, _ in PREPROCESSING}
     setup = backend.derive(party_setup, backend.handles, {sc: stages[sc] for sc in scalings}, np.asarray(classes),
-                           K, seed, per_party=parties)
+                           K, n_repeats, seed, per_party=parties)
+    RK = n_repeats * K
 
     def evaluate(scaling: str, sign_split: bool, s_grid, rho_grid, bits_grid, store_grid) -> None:
         n_in = 2 * d if sign_split else d
@@ -250,12 +260,12 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
             M = projection_matrix(seeded_indices(seed_M, max(m_values), s, n_in), n_in)
             states = backend.derive(party_hash, setup, scaling, sign_split, M, m_values, k)
             shapes = sorted(by_shape)
-            summed = backend.allreduce(party_fold_counts, states, shapes, K, L)
+            summed = backend.allreduce(party_fold_counts, states, shapes, RK, L)
             totals = {}
             for shape in shapes:
-                per_fold = summed.dense(shape, K, L).astype(np.int32)
-                totals[shape] = (per_fold, per_fold.sum(axis=0))
-            comm.allreduce(sum(K * L * m for m, _ in shapes), 4)
+                per_fold = summed.dense(shape, RK, L).astype(np.int32)
+                totals[shape] = (per_fold, per_fold[:K].sum(axis=0))  # one repeat's folds hold every row once
+            comm.allreduce(sum(RK * L * m for m, _ in shapes), 4)
             work = [(shape, sorted({(c.bits, c.decay) for c in by_shape[shape]})) for shape in shapes]
             tables = [(shape, weight_table(weightings)) for shape, weightings in work]
             correct = backend.allreduce(party_correct, states, totals, tables)
@@ -265,7 +275,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
             i = 0
             for shape, weightings in work:
                 for weighting in weightings:
-                    accuracy[(shape, weighting)] = float(correct[i]) / n_rows
+                    accuracy[(shape, weighting)] = float(correct[i]) / (n_rows * n_repeats)
                     i += 1
             for shape, group in by_shape.items():
                 for c in group:
@@ -283,14 +293,14 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     backend.release(setup)
     candidates = list(tried.values())
     best = max(candidates, key=_solver._rank)
-    say(f"selection: {len(candidates)} candidates ranked by {K}-fold accuracy over all parties' rows")
+    say(f"selection: {len(candidates)} candidates ranked by {n_repeats} x {K}-fold accuracy over all parties' rows")
     n_in = 2 * d if best.sign_split else d
     cycles = estimate_cycles(best.m, best.s, best.rho, best.bits, L, n_in, best.store_M)
     info = {
         "cv_accuracy": best.cv_accuracy,
-        "validation": f"{K}-fold cross-validation of the integer model over every party's rows: each party "
-                      "assigns its own rows to folds (seeded), per-fold counts and correct-prediction tallies "
-                      "are all-reduced",
+        "validation": f"{n_repeats} x {K}-fold cross-validation of the integer model over every party's rows: "
+                      "each party assigns its own rows to folds (seeded), per-fold counts and correct-prediction "
+                      "tallies are all-reduced",
         "candidates": [asdict(c) for c in candidates],
         "estimated_cycles": int(cycles),
         "estimated_ms": cycles / F_CPU * 1e3,
