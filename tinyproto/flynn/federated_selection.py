@@ -159,7 +159,7 @@ def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds:
 
 
 COUNT_CLIP = (1 << max(BITS_GRID)) - 1  # the widest counts saturate here: larger counts weigh the same for all
-ROW_BLOCK = 2048  # rows scored at a time (bounds memory: weightings x rows x L x ρ)
+ROW_BLOCK = 512  # rows scored at a time (bounds memory: repeats x rows x weightings x L x ρ)
 
 
 def weight_table(weightings: list[tuple[int, float]]) -> np.ndarray:
@@ -174,24 +174,35 @@ def weight_table(weightings: list[tuple[int, float]]) -> np.ndarray:
     return np.stack(rows)
 
 
-def party_correct(state: PartyState, totals: dict, plan: list) -> np.ndarray:
-    """How many of the party's rows each candidate classifies correctly, every row scored by the counts of the
-    folds it is not in (the solver's _cv_accuracies, restricted to this party's rows). totals[shape] is
-    (per-fold counts (K, L, m), their sum (L, m)); plan lists each shape with its weight_table."""
+def held_out_weights(per_fold: np.ndarray, n_folds: int, table: np.ndarray) -> np.ndarray:
+    """What every party needs to score its rows, from the all-reduced per-fold counts (RK, L, m): for each fold
+    f of each repeat and each weighting, the weight of every filter bit in the model trained without fold f,
+    (RK, weightings, L, m) uint8 (weights are 0/1 or a decay table <= 255)."""
+    total = per_fold[:n_folds].sum(axis=0)  # one repeat's folds hold every row once
+    held_out = np.minimum(total[None] - per_fold, COUNT_CLIP)
+    return np.ascontiguousarray(table[:, held_out].transpose(1, 0, 2, 3)).astype(np.uint8)
+
+
+def party_correct(state: PartyState, weights: dict, plan: list) -> np.ndarray:
+    """How many of the party's rows each candidate classifies correctly, every row scored (once per repeat) by
+    the model of the folds it is not in: the solver's _cv_accuracies restricted to this party's rows. plan lists
+    the shapes; weights[shape] is held_out_weights (RK, weightings, L, m); the lowest score wins."""
     out = []
     n = len(state.y_index)
-    for (m, rho), table in plan:
-        correct = np.zeros(table.shape[0], dtype=np.int64)
-        per_fold, total = totals[(m, rho)]
-        classes = np.arange(total.shape[0])[None, :, None]
+    for m, rho in plan:
+        W = weights[(m, rho)]
+        n_w, L = W.shape[1], W.shape[2]
+        flat = W.reshape(-1)
+        correct = np.zeros(n_w, dtype=np.int64)
+        # flat index of W[f, k, c, j] = f·(n_w·L·m) + (k·L + c)·m + j
+        kc = ((np.arange(n_w)[:, None] * L + np.arange(L)[None, :]) * m)[None, None, :, :, None]
         for start in range(0, n, ROW_BLOCK):
             rows = slice(start, start + ROW_BLOCK)
-            w = state.ranked[m][rows, :rho][:, None, :]
-            with_all = total[classes, w]
-            for folds in state.folds:  # every repeat scores every row once
-                held_out = with_all - per_fold[folds[rows, None, None], classes, w]
-                scores = table[:, np.minimum(held_out, COUNT_CLIP)].sum(axis=3)  # (weightings, rows, L)
-                correct += np.count_nonzero(np.argmin(scores, axis=2) == state.y_index[rows], axis=1)
+            index = (state.folds[:, rows] * (n_w * L * m))[:, :, None, None, None] + kc \
+                + state.ranked[m][rows, :rho][None, :, None, None, :]
+            scores = flat.take(index).sum(axis=4, dtype=np.int64)  # (R, rows, weightings, L)
+            hits = np.argmin(scores, axis=3) == state.y_index[rows][None, :, None]
+            correct += hits.reshape(-1, n_w).sum(axis=0)
         out.append(correct)
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
@@ -261,14 +272,12 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
             states = backend.derive(party_hash, setup, scaling, sign_split, M, m_values, k)
             shapes = sorted(by_shape)
             summed = backend.allreduce(party_fold_counts, states, shapes, RK, L)
-            totals = {}
-            for shape in shapes:
-                per_fold = summed.dense(shape, RK, L).astype(np.int32)
-                totals[shape] = (per_fold, per_fold[:K].sum(axis=0))  # one repeat's folds hold every row once
-            comm.allreduce(sum(RK * L * m for m, _ in shapes), 4)
+            comm.allreduce(sum(RK * L * m for m, _ in shapes), 4, broadcast=False)
             work = [(shape, sorted({(c.bits, c.decay) for c in by_shape[shape]})) for shape in shapes]
-            tables = [(shape, weight_table(weightings)) for shape, weightings in work]
-            correct = backend.allreduce(party_correct, states, totals, tables)
+            weights = {shape: held_out_weights(summed.dense(shape, RK, L), K, weight_table(weightings))
+                       for shape, weightings in work}
+            comm.received += sum(w.size for w in weights.values())  # uint8
+            correct = backend.allreduce(party_correct, states, weights, shapes)
             comm.allreduce(sum(len(w) for _, w in work), 8)
             backend.release(states)
             accuracy = {}
