@@ -172,6 +172,8 @@ def dask_backend():
 def test_dask_backend_equals_local_backend(dask_backend):
     sp = data("digits")
     assert len(set(dask_backend.placement)) == 2  # the parties really are on different workers
+    # one chunk (one task per round) per worker, whatever the number of parties
+    assert len(dask_backend.handles) == 2 and sorted(sum(dask_backend.chunks, [])) == [0, 1, 2]
     classes = fed.agree_classes(dask_backend)
     fit = fed.federated_fit(dask_backend, config_for(), classes)
     assert_same_fit(fit, central("digits"), sp.X_test)
@@ -309,7 +311,7 @@ def test_federate_writes_a_model_directory(tmp_path):
     assert report["counts_equal_pooled"] is True and report["counts_differing_from_pooled"] == 0
     assert report["accuracy"] == report["pooled_same_config_accuracy"] == report["int8_accuracy"]
     assert report["accuracy_vs_compile_points"] == pytest.approx(100 * (report["accuracy"] -
-                                                                         report["compile_accuracy"]))
+                                                                         report["compile_accuracy"]), abs=1e-4)
     assert report["selection"]["candidates"] > 50 and report["selection"]["bytes_sent_per_party"] > 0
     assert "equals" not in json.dumps({k: v for k, v in report.items() if k != "ledger"})
     assert report["model_bytes"] <= report["budget_bytes"] == 1024
