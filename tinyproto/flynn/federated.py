@@ -710,6 +710,10 @@ class DaskBackend:
             self.close()
             raise TinyprotoError(f"dask cluster ({scheduler or 'LocalCluster'}) did not start within "
                                  f"{self.timeout:g} s: {_one_line(exc)}") from None
+        except (RuntimeError, OSError) as exc:  # e.g. "Nanny failed to start", no free port
+            self.close()
+            raise TinyprotoError(f"could not start the dask cluster ({scheduler or 'LocalCluster'}): "
+                                 f"{_one_line(exc)}") from None
         except BaseException:
             self.close()
             raise
