@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 
 import numpy as np
 import pytest
@@ -136,3 +137,22 @@ def test_sparse_counts_add_exactly():
         dense[keys] += values
         parts.append(sel.SparseCounts(sizes, {(4, 2): keys}, {(4, 2): values.astype(np.int64)}))
     np.testing.assert_array_equal(fed.tree_sum(parts).dense((4, 2), 2, 5).reshape(-1), dense)
+
+
+def test_federate_is_byte_identical_for_the_same_inputs(tmp_path):
+    from tinyproto.federate import federate_model
+
+    outs = []
+    for name in ("a", "b"):
+        result = federate_model("wine", 5, backend="local", split_spec="dirichlet:0.5", seed=11, budget="1kB",
+                                out=tmp_path / name)
+        outs.append(result.out_dir)
+    for f in ("model.json", "test_vectors.npz"):
+        assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes()
+    a, b = (json.loads((o / "report.json").read_text()) for o in outs)
+    for report in (a, b):
+        for key in ("train_seconds", "federated_seconds"):
+            report.pop(key, None)
+        report["solver"].pop("selection_seconds", None)
+        report["selection"].pop("selection_seconds", None)
+    assert a == b
