@@ -181,6 +181,13 @@ def test_probe_accepts_a_real_scheduler():
 # ---------------------------------------------------------------- Ctrl-C
 
 
+def _default_sigint() -> None:
+    """The child starts as a terminal would start it: SIGINT delivered and handled by default (whatever the test
+    process inherited or set)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _descendants(pid: int) -> set[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -220,7 +227,7 @@ def test_ctrl_c_exits_130_cleanly(tmp_path, backend_args, wait_for):
     env = dict(os.environ, TMPDIR=str(scratch), PYTHONPATH=str(ROOT), COLUMNS="200", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "tinyproto", "federate", "digits", "--parties", "64",
                              *backend_args, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, cwd=tmp_path, text=True)
+                            env=env, cwd=tmp_path, text=True, preexec_fn=_default_sigint)
     seen = set()
     try:
         deadline = time.monotonic() + 60
@@ -228,6 +235,7 @@ def test_ctrl_c_exits_130_cleanly(tmp_path, backend_args, wait_for):
             if wait_for in line or time.monotonic() > deadline:
                 break
         seen = _descendants(proc.pid)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     finally:
