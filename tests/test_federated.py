@@ -23,7 +23,8 @@ from tinyproto.inputstage import choose_input_scale
 from tinyproto.modeldir import load_model_dir
 
 REPORT_KEYS = {
-    "parties", "dp", "accuracy", "central_accuracy", "federated_equals_central", "split", "backend",
+    "parties", "dp", "accuracy", "compile_accuracy", "compile_model_bytes", "accuracy_vs_compile_points",
+    "counts_equal_pooled", "pooled_same_config_accuracy", "selection", "split", "backend",
     "model", "dataset", "seed", "budget_bytes", "model_bytes", "ledger", "hyperparameters", "n_test",
     "float_accuracy", "int8_accuracy", "int8_float_agreement",
 }
@@ -172,6 +173,8 @@ def dask_backend():
 def test_dask_backend_equals_local_backend(dask_backend):
     sp = data("digits")
     assert len(set(dask_backend.placement)) == 2  # the parties really are on different workers
+    # one chunk (one task per round) per worker, whatever the number of parties
+    assert len(dask_backend.handles) == 2 and sorted(sum(dask_backend.chunks, [])) == [0, 1, 2]
     classes = fed.agree_classes(dask_backend)
     fit = fed.federated_fit(dask_backend, config_for(), classes)
     assert_same_fit(fit, central("digits"), sp.X_test)
@@ -184,27 +187,26 @@ def test_dask_backend_equals_local_backend(dask_backend):
         [fed.party_accuracy(s, fit.model) for s in shards(sp, 3, "dirichlet:0.1")]
 
 
-# ---------------------------------------------------------------- hyper-parameters from party 0
+# ---------------------------------------------------------------- hyper-parameters from every party
 
 
-def test_config_fits_the_budget_for_all_classes_and_single_class_party0_gets_the_default():
+def test_config_fits_the_budget_for_all_classes_and_dp_gets_the_data_independent_default():
     sp = data("digits")
     parts = shards(sp, 20, "by-class")
     assert np.unique(parts[0][1]).size == 1
     with fed.LocalBackend(parts) as backend:
         classes = fed.agree_classes(backend)
-        config, info = fed.choose_config(backend, 1024, 0, classes, 64, len(np.unique(parts[0][1])))
-        assert info["hyperparameter_source"].startswith("default")
+        config, info = fed.choose_config(backend, 1024, 0, classes, 64, dp=True)
+        assert info["hyperparameter_source"] == fed.DP_SHAPE_NOTE
+        assert info["selection_communication"]["allreduce_rounds"] == 0  # nothing released to choose it
         fit = fed.federated_fit(backend, config, classes)
     assert fit.model.model_bytes() <= 1024
     assert fit.model.model_bytes() == model_bytes(config.n_hashes, config.n_inputs_per_hash, config.count_bits, 10,
                                                   64, 128, False)
-    # party 0 with 2 of 10 classes: the solver sizes m for 2 classes; fit_to_classes shrinks it for 10
-    parts = shards(sp, 5, "by-class")
-    with fed.LocalBackend(parts) as backend:
-        config, info = fed.choose_config(backend, 1024, 0, classes, 64, len(np.unique(parts[0][1])))
-        assert info["hyperparameter_source"].startswith("fit_flynn_under_budget")
-        assert fed.federated_fit(backend, config, classes).model.model_bytes() <= 1024
+    # the default is the same whatever the data: another data set with as many classes and features, same shape
+    other = [(np.random.default_rng(i).standard_normal((30, 64)), np.arange(30) % 10) for i in range(2)]
+    with fed.LocalBackend(other) as backend:
+        assert fed.choose_config(backend, 1024, 0, classes, 64, dp=True)[0] == config
 
 
 # ---------------------------------------------------------------- differential privacy
@@ -307,8 +309,12 @@ def test_federate_writes_a_model_directory(tmp_path):
     report = md.report
     assert REPORT_KEYS <= set(report)
     assert report["parties"] == 3 and report["dp"] is None and report["split"] == "by-class"
-    assert report["federated_equals_central"] is True
-    assert report["accuracy"] == report["central_accuracy"] == report["int8_accuracy"]
+    assert report["counts_equal_pooled"] is True and report["counts_differing_from_pooled"] == 0
+    assert report["accuracy"] == report["pooled_same_config_accuracy"] == report["int8_accuracy"]
+    assert report["accuracy_vs_compile_points"] == pytest.approx(100 * (report["accuracy"] -
+                                                                         report["compile_accuracy"]), abs=1e-4)
+    assert report["selection"]["candidates"] > 50 and report["selection"]["bytes_sent_per_party"] > 0
+    assert "equals" not in json.dumps({k: v for k, v in report.items() if k != "ledger"})
     assert report["model_bytes"] <= report["budget_bytes"] == 1024
     model = md.int_model()
     vectors = md.vectors()
@@ -329,7 +335,8 @@ def test_federate_on_dask_with_dp(tmp_path):
     dp = report["dp"]
     assert (dp["epsilon"], dp["T"]) == (2.0, 20)
     assert math.isclose(dp["epsilon_0"], 2 / (2 * 20 * 2)) and math.isclose(dp["laplace_scale"], 2 * 20 * 2 / 2)
-    assert report["federated_equals_central"] is False
+    assert report["counts_equal_pooled"] is False
+    assert report["hyperparameter_source"] == fed.DP_SHAPE_NOTE
 
 
 @pytest.mark.parametrize("args", [
@@ -396,20 +403,23 @@ def test_device_parties_release_saturated_counts_and_the_resaturated_sum_is_exac
 
 def test_federate_sim_backend_equals_local_and_validates_on_the_simulator(tmp_path):
     needs_simulated_uno()
-    out, local = tmp_path / "fed-sim", tmp_path / "fed-local"
-    common = ["wine", "--parties", "3", "--split", "dirichlet:0.5", "--json"]
-    result = run_cli(*common, "--backend", "sim", "--out", str(out))
+    out = tmp_path / "fed-sim"
+    result = run_cli("wine", "--parties", "3", "--split", "dirichlet:0.5", "--json", "--backend", "sim", "--out",
+                     str(out))
     assert result.exit_code == 0, result.output
-    assert run_cli(*common, "--backend", "local", "--out", str(local)).exit_code == 0
     report = load_model_dir(out).report
-    assert report["backend"] == "sim" and report["federated_equals_central"] is True
-    assert report["counts_differing_from_central"] == 0
+    assert report["backend"] == "sim" and report["counts_equal_pooled"] is True
+    assert report["counts_differing_from_pooled"] == 0
     parties = report["cluster"]["device_parties"]
     assert len(parties) == 3 and all(p["counts_identical_to_host"] for p in parties)
     assert sum(p["n_samples"] for p in parties) == sum(report["party_rows"])
-    sim_model, local_model = load_model_dir(out), load_model_dir(local)
-    assert sim_model.meta["int_model"] == local_model.meta["int_model"]  # the local backend's counts, exactly
-    assert sim_model.meta["model_hash"] == local_model.meta["model_hash"]
+    # the device-learned model is the one the same configuration gives on the pooled rows, exactly
+    sim_model, sp, chosen = load_model_dir(out), data("wine"), report["hyperparameters"]
+    config = fed.FlyNNConfig(chosen["n_hashes"], chosen["n_inputs_per_hash"], chosen["n_winners"], chosen["decay"],
+                             chosen["count_bits"], chosen["store_M"], chosen["scaling"], chosen["sign_split"],
+                             chosen["seed"], fed.solver_random_state(report["seed"]))
+    pooled = fed.central_fit(sp.X_train, sp.y_train, config).model
+    assert sim_model.meta["int_model"] == json.loads(json.dumps(pooled.to_json()))
     built = tinyproto_cli("build", str(out))
     assert built.returncode == 0, built.stderr
     checked = tinyproto_cli("validate", str(out), "--sim", "--json")

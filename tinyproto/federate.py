@@ -2,9 +2,15 @@
 
 The fixed stratified split (25 % test, seed 0) is made first; the parties divide the *training* part
 (`--split`), the test part is the held-out set of every reported figure, as in `compile`. The protocol is in
-tinyproto/flynn/federated.py; this module runs it, trains the same configuration centrally for comparison, and
-writes the directory with `compile.write_model_directory` (same files and checks as `compile`, so `build`,
-`flash` and `validate` work on it) plus the federation's keys in report.json.
+tinyproto/flynn/federated.py (model selection: flynn/federated_selection.py); this module runs it and writes
+the directory with `compile.write_model_directory` (same files and checks as `compile`, so `build`, `flash`
+and `validate` work on it) plus the federation's keys in report.json. Two references are trained on the pooled
+training rows, which no party could do:
+
+* what `compile --model flynn` would deploy (its own solver on the pooled rows): the accuracy and bytes the
+  federation is compared with (`compile_accuracy`, `accuracy_vs_compile_points`);
+* the federated configuration trained on the pooled rows: its counts must equal the federated ones exactly
+  without DP (`counts_equal_pooled`), the check that the all-reduces lose nothing.
 """
 
 from __future__ import annotations
@@ -41,11 +47,31 @@ def default_dp_T(n_classes: int, n_hashes: int) -> int:
     return max(1, (n_classes * n_hashes) // 64)
 
 
+SEED_MAX = 2**32 - 1  # numpy's RandomState and SeedSequence take 0..2^32-1
+
+
 def check_arguments(parties: int, dp_epsilon: float | None, dp_T: int | None, backend: str,
-                    scheduler: str | None, ports: str | None = None) -> None:
+                    scheduler: str | None, ports: str | None = None, *, seed: int = 0, workers: int | None = None,
+                    processes: bool = False, timeout: float | None = None, split_spec: str | None = None) -> None:
     """Everything that can be refused before any data is read (one-line TinyprotoError each)."""
     if parties < 1:
         raise TinyprotoError(f"--parties must be at least 1, got {parties}")
+    if not 0 <= seed <= SEED_MAX:
+        raise TinyprotoError(f"--seed must be in 0..{SEED_MAX}, got {seed}")
+    if workers is not None and workers < 1:
+        raise TinyprotoError(f"--workers must be at least 1, got {workers}")
+    if workers is not None and (backend != "dask" or scheduler):
+        raise TinyprotoError("--workers sets the LocalCluster's workers: it needs --backend dask without "
+                             "--scheduler")
+    if processes and (backend != "dask" or scheduler):
+        raise TinyprotoError("--processes runs LocalCluster workers as processes: it needs --backend dask "
+                             "without --scheduler")
+    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+        raise TinyprotoError(f"--timeout must be a positive number of seconds, got {timeout}")
+    if split_spec is not None:
+        from tinyproto.flynn.federated import parse_split
+
+        parse_split(split_spec)
     if dp_epsilon is not None and not (dp_epsilon > 0 and math.isfinite(dp_epsilon)):
         raise TinyprotoError(f"--dp-epsilon must be a positive number, got {dp_epsilon}")
     if dp_T is not None and dp_T < 1:
@@ -68,7 +94,8 @@ def check_arguments(parties: int, dp_epsilon: float | None, dp_T: int | None, ba
 @contextmanager
 def open_backend(kind: str, shards: list, scheduler: str | None = None, workers: int | None = None,
                  processes: bool = False, *, board=None, ports: str | None = None, dataset: str = "federated",
-                 budget_bytes: int = 0, progress: Callable[[str], None] | None = None) -> Iterator:
+                 budget_bytes: int = 0, timeout: float | None = None,
+                 progress: Callable[[str], None] | None = None) -> Iterator:
     """The parties, placed: in this process (local), on dask workers (a LocalCluster unless --scheduler), or
     on devices that learn their shard (sim: one simulated Uno per party; port: one board per port)."""
     from tinyproto.flynn.federated import DaskBackend, LocalBackend
@@ -86,11 +113,39 @@ def open_backend(kind: str, shards: list, scheduler: str | None = None, workers:
         if importlib.util.find_spec("distributed") is None:
             raise TinyprotoError("--backend dask needs dask.distributed: pip install 'dask[distributed]' "
                                  "(or use --backend local)")
-        backend = DaskBackend(shards, scheduler=scheduler, n_workers=workers, processes=processes)
+        from tinyproto.flynn.federated import CONNECT_TIMEOUT
+
+        backend = None
+        try:
+            with _sigint_blocked_for_children():
+                backend = DaskBackend(shards, scheduler=scheduler, n_workers=workers, processes=processes,
+                                      timeout=CONNECT_TIMEOUT if timeout is None else timeout)
+        except BaseException:  # Ctrl-C pending during the start is raised when SIGINT is unblocked
+            if backend is not None:
+                backend.close()
+            raise
     try:
         yield backend
     finally:
         backend.close()
+
+
+@contextmanager
+def _sigint_blocked_for_children() -> Iterator[None]:
+    """SIGINT blocked while the cluster starts: the threads and worker processes dask creates inherit the
+    blocked mask, so Ctrl-C in the terminal reaches only this process, which shuts the cluster down itself (no
+    worker tracebacks, no orphans). A Ctrl-C during the start stays pending and is raised on leaving."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def federate_model(
@@ -110,6 +165,7 @@ def federate_model(
     workers: int | None = None,
     processes: bool = False,
     ports: str | None = None,
+    timeout: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> FederateResult:
     """Train FlyNN across `parties` parties (optionally with DP) and write the model directory; see module doc."""
@@ -120,7 +176,8 @@ def federate_model(
     from tinyproto.flynn import federated as fed
 
     say = progress or (lambda message: None)
-    check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports)
+    check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports, seed=seed, workers=workers,
+                    processes=processes, timeout=timeout)
     split_kind = fed.parse_split(split_spec)
     budget_bytes = parse_budget(budget)
     board = load_board(board_name)
@@ -138,7 +195,8 @@ def federate_model(
 
     started = time.perf_counter()
     with open_backend(backend, shards, scheduler, workers, processes, board=board, ports=ports,
-                      dataset=dataset.name, budget_bytes=budget_bytes, progress=say) as parties_backend:
+                      dataset=dataset.name, budget_bytes=budget_bytes, timeout=timeout,
+                      progress=say) as parties_backend:
         say(f"backend: {_describe(parties_backend.describe())}")
         classes = fed.agree_classes(parties_backend)
         limit = None
@@ -147,29 +205,50 @@ def federate_model(
 
             limit = count_limit(board, sp.X_train.shape[1], len(classes))
         config, info = fed.choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
-                                         party_classes[0], count_limit=limit)
-        say(f"hyper-parameters: {info['hyperparameter_source']}: m={config.n_hashes} s={config.n_inputs_per_hash} "
-            f"rho={config.n_winners} bits={config.count_bits}")
+                                         dp=dp_epsilon is not None, count_limit=limit, progress=say)
+        say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
+            f"bits={config.count_bits} ({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
         dp = None
         if dp_epsilon is not None:
+            n_counts = len(classes) * config.n_hashes
             T = dp_T if dp_T is not None else default_dp_T(len(classes), config.n_hashes)
-            dp = fed.DPParams(float(dp_epsilon), int(T), parties)
+            if T > n_counts:
+                say(f"--dp-T {T} is more than the {n_counts} counts (L x m): every count is released, T = {n_counts}")
+            dp = fed.DPParams(float(dp_epsilon), min(int(T), n_counts), parties,
+                              T_requested=None if dp_T is None else int(dp_T))
         fit = fed.federated_fit(parties_backend, config, classes, dp=dp, seed=seed, progress=say)
         party_accuracy = parties_backend.map(fed.party_accuracy, parties_backend.handles, fit.model)
         cluster = parties_backend.describe()
     federated_seconds = time.perf_counter() - started
 
-    say("training the same configuration centrally for comparison")
+    say("reference 1: the same configuration trained on the pooled rows (exact check of the counts)")
     central = fed.central_fit(sp.X_train, sp.y_train, config, classes)
-    extra = _federation_report(fit, central, sp, rows, party_classes, party_accuracy, split_kind, backend, cluster,
-                               dp, info, federated_seconds)
+    say("reference 2: what compile would deploy (its solver on the pooled rows)")
+    reference = _compile_reference(sp, budget_bytes, seed, board, backend in DEVICE_BACKENDS)
+    extra = _federation_report(fit, central, reference, sp, rows, party_classes, party_accuracy, split_kind,
+                               backend, cluster, dp, info, federated_seconds)
     result = write_model_directory(fit.clf, fit.model, info, dataset, sp, seed, budget_bytes, board, out_dir,
                                    federated_seconds, progress, extra_report=extra)
     return FederateResult(result.out_dir, result.report)
 
 
-def _federation_report(fit, central, sp, rows, party_classes, party_accuracy, split_kind, backend, cluster, dp,
-                       info, seconds) -> dict:
+def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool) -> dict:
+    """`compile --model flynn` on the pooled training rows (with --learnable's cap for device parties): its
+    int8 test accuracy, bytes and hyper-parameters."""
+    from tinyproto.flynn.solver import fit_flynn_under_budget
+
+    limit = None
+    if learnable:
+        from tinyproto.device.learn import count_limit
+
+        limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
+    _, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, count_limit=limit)
+    return {"accuracy": float(np.mean(model.predict(sp.X_test) == sp.y_test)), "model_bytes": model.model_bytes(),
+            "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"]}
+
+
+def _federation_report(fit, central, reference, sp, rows, party_classes, party_accuracy, split_kind, backend,
+                       cluster, dp, info, seconds) -> dict:
     """The report keys `compile` does not have."""
     from tinyproto.flynn.federated import INPUT_QUANTILE
 
@@ -183,18 +262,29 @@ def _federation_report(fit, central, sp, rows, party_classes, party_accuracy, sp
         same_counts = bool(np.array_equal(fit.int_counts, central.int_counts)
                            and np.array_equal(fit.float_counts, central.float_counts))
         differing = int(np.count_nonzero(fit.int_counts != central.int_counts))
+    accuracy = float(np.mean(pred == sp.y_test))
+    chosen = {k: v for k, v in info["chosen"].items()}
+    compile_chosen = {k: v for k, v in reference["hyperparameters"].items() if k != "learnable"}
     return {
         "parties": len(rows),
         "split": str(split_kind),
         "backend": backend,
         "cluster": cluster,
         "dp": dp.to_json() if dp is not None else None,
-        "accuracy": float(np.mean(pred == sp.y_test)),
-        "central_accuracy": float(np.mean(central_pred == sp.y_test)),
-        "central_float_accuracy": float(np.mean(central.clf.predict(sp.X_test) == sp.y_test)),
-        "federated_equals_central": same_counts,
-        "prediction_agreement_with_central": float(np.mean(pred == central_pred)),
-        "counts_differing_from_central": differing,
+        "accuracy": accuracy,
+        "compile_accuracy": reference["accuracy"],
+        "compile_model_bytes": reference["model_bytes"],
+        "accuracy_vs_compile_points": round(100 * (accuracy - reference["accuracy"]), 4),
+        "compile_hyperparameters": reference["hyperparameters"],
+        "hyperparameters_equal_compile": chosen == compile_chosen,
+        "compile_reference": "tinyproto compile --model flynn with the same budget and seed on the pooled training "
+                             "rows" + (" (--learnable)" if on_device else "") + ", scored on the same test split",
+        "pooled_same_config_accuracy": float(np.mean(central_pred == sp.y_test)),
+        "counts_equal_pooled": same_counts,
+        "counts_differing_from_pooled": differing,
+        "prediction_agreement_with_pooled": float(np.mean(pred == central_pred)),
+        "pooled_reference": "the federated configuration trained on the pooled training rows: without DP its "
+                            "counts equal the federated counts exactly",
         "compared_counts": ("the deployed integer counts, saturated to the count bits (each device releases its "
                             "counts saturated; the sum is saturated again, which equals saturating the pooled "
                             "counts); the device adds no DP noise, the party's host does after reading" if on_device
@@ -203,6 +293,8 @@ def _federation_report(fit, central, sp, rows, party_classes, party_accuracy, sp
         "party_classes": party_classes,
         "party_train_accuracy": party_accuracy,
         "hyperparameter_source": info["hyperparameter_source"],
+        "selection": {"validation": info.get("validation"), "cv_accuracy": info.get("cv_accuracy"),
+                      "candidates": len(info.get("candidates", [])), **info["selection_communication"]},
         "protocol": {
             "allreduce_rounds": 3 + fit.quantile_rounds,  # classes, moment sums, quantile search, counts
             "quantile_rounds": fit.quantile_rounds,

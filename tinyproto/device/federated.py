@@ -102,8 +102,11 @@ class DeviceBackend(LocalBackend):
         def one(i: int) -> tuple[np.ndarray, dict]:
             return self._learn_party(i, blank, expected_hash, firmware.elf, spec)
 
-        with ThreadPoolExecutor(max_workers=min(self.parallel, len(self.handles))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(self.parallel, len(self.handles)))
+        try:
             learned = list(pool.map(one, range(len(self.handles))))
+        finally:  # on an error or Ctrl-C: no new party starts; those learning end within the protocol's timeouts
+            pool.shutdown(wait=True, cancel_futures=True)
         self.party_reports = [report for _, report in learned]
         releases = []
         for (counts, _), seed_seq in zip(learned, seeds):

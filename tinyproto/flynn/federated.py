@@ -6,9 +6,10 @@ hash (a shared seed fixes M and every other random choice) can each count locall
 Everything before the counting has to be agreed the same way, with sums that add up *exactly*:
 
 1. the classes: the union of the parties' label sets;
-2. the hyper-parameters: `fit_flynn_under_budget` on party 0's shard only (no party sees pooled data; with one
-   class at party 0 a fixed default configuration is used instead), then m is shrunk, if needed, so that the
-   filters of *all* classes still fit the byte budget and the time cap;
+2. the hyper-parameters (`choose_config`): the budget solver's candidate shapes ranked by K-fold accuracy of
+   the integer model over *every* party's rows (flynn/federated_selection.py: per-fold counts and correct-
+   prediction tallies are all-reduced, no row leaves its party), so the choice tracks what `compile` picks on
+   the pooled rows at any number of parties; under DP a data-independent default shape instead;
 3. the standardisation: every party sends n, Σx and Σx² per feature as exact integers (each float64 is an
    integer times a power of two, so the sums are exact Python integers); mean and std follow from the exact
    totals with one rounding each, so they are bit-identical for every partition of the data, including the
@@ -39,13 +40,13 @@ leave it. On the flattened count vector c (all L·m entries, class-major):
   ε₀·c_i/2 + Gumbel noise, in decreasing order), which has exactly the distribution of T sequential draws;
 * release each picked count as c_i + Laplace(2Tτ/ε) (scale 1/ε₀), rounded to the nearest integer and clipped
   at 0 (post-processing: the integer model needs non-negative integer counts); every other entry is 0;
-* T larger than L·m picks every entry.
+* T is at most L·m (`federate` caps a larger --dp-T and records both, T and T_requested).
 The authors' reference code weights the exponential mechanism as exp(ε₀·c), twice as strongly as the paper;
 this module follows the paper (exp(ε₀·c/2), the textbook mechanism for a sensitivity-1 score).
 Each party's randomness is a numpy Generator on its own child of SeedSequence(seed) (`party_seed_sequences`),
 so runs are reproducible and parties' streams independent. What DP covers: the released counts. The class set,
-the standardisation sums, the quantile search counts and party 0's hyper-parameter choice are released
-without noise, and the sum is not a secure aggregation; the report says so.
+the standardisation sums and the quantile search counts are released without noise (under DP the shape is a
+data-independent default, so model selection releases nothing), and the sum is not a secure aggregation; the report says so.
 
 Backends: `LocalBackend` runs every party in this process (tests, central baseline); `DaskBackend` places
 each party's shard once on a dask.distributed worker (client.scatter) and runs every party's computation
@@ -59,6 +60,7 @@ from __future__ import annotations
 import inspect
 import math
 import operator
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -76,7 +78,6 @@ from tinyproto.flynn.solver import (
     estimate_cycles,
     fastest_m,
     CountLimit,
-    fit_flynn_under_budget,
     largest_m,
     model_bytes,
 )
@@ -89,8 +90,10 @@ Shard = tuple[np.ndarray, np.ndarray]  # (X, y) of one party
 INPUT_QUANTILE = float(inspect.signature(choose_input_scale).parameters["quantile"].default)
 _INF_BITS = int(np.float64(np.inf).view(np.int64))  # every finite |z| has a smaller bit pattern
 QUANTILE_CUTS = 1023  # cut points per search round and target: the interval shrinks 1024-fold per round
+CONNECT_TIMEOUT = 20.0  # seconds: connecting to a scheduler, starting workers (--timeout)
+ROUND_TIMEOUT = 600.0  # seconds: one all-reduce round on the cluster
 
-# used when party 0 cannot choose (it holds a single class): a middle-of-the-road FlyNN, m sized to the budget
+# the shape under DP (data-independent): a middle-of-the-road FlyNN, m sized to the budget
 DEFAULT_CONFIG = {"n_inputs_per_hash": 8, "n_winners": 16, "decay": 1.0, "count_bits": 1, "store_M": False,
                   "scaling": "feature", "sign_split": True}
 
@@ -167,7 +170,11 @@ def _dirichlet_parts(y_index: np.ndarray, n_parties: int, alpha: float, rng: np.
     parts: list[list[int]] = [[] for _ in range(n_parties)]
     for c in range(int(y_index.max()) + 1):
         rows = rng.permutation(np.flatnonzero(y_index == c))
-        cuts = np.round(np.cumsum(rng.dirichlet(np.full(n_parties, alpha))) * len(rows)).astype(np.int64)
+        shares = rng.dirichlet(np.full(n_parties, alpha))
+        if not np.all(np.isfinite(shares)):
+            raise TinyprotoError(f"--split dirichlet:{alpha:g}: the concentration is too extreme to sample; "
+                                 "use a value between 1e-3 and 1e6")
+        cuts = np.round(np.cumsum(shares) * len(rows)).astype(np.int64)
         for p, chunk in enumerate(np.split(rows, cuts[:-1])):
             parts[p].extend(chunk.tolist())
     for p in range(n_parties):  # deterministic repair: the largest party gives up its last row
@@ -427,21 +434,14 @@ def party_abs_z_bits(shard: Shard, spec: FederatedSpec) -> np.ndarray:
     return np.sort(z.view(np.int64))
 
 
-def party_choose_config(shard: Shard, budget_bytes: int, seed: int, count_limit: CountLimit | None = None) -> dict:
-    """Party 0: the budget solver on its own shard; returns the solver info (chosen + candidates), no model.
-    count_limit (device parties): m capped so the counts fit the learning firmware (device.learn.count_limit)."""
-    X, y = shard
-    _, _, info = fit_flynn_under_budget(X, y, budget_bytes, seed, count_limit=count_limit)
-    return info
-
-
 @dataclass(frozen=True)
 class DPParams:
     """The paper's Algorithm 2 budget: ε over T picks + T releases and τ parties."""
 
     epsilon: float
-    T: int
+    T: int  # the T used (at most L·m: more picks than counts do not exist)
     n_parties: int
+    T_requested: int | None = None  # --dp-T as given (None: the default rule)
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
@@ -463,6 +463,7 @@ class DPParams:
         return {
             "epsilon": self.epsilon,
             "T": self.T,
+            "T_requested": self.T_requested,
             "parties": self.n_parties,
             "epsilon_0": self.epsilon_0,
             "laplace_scale": self.laplace_scale,
@@ -472,7 +473,7 @@ class DPParams:
                          "count + Laplace(laplace_scale), rounded to the nearest integer and clipped at 0; "
                          "other entries 0",
             "covers": "the released per-class counts only; class set, standardisation sums, quantile-search "
-                      "counts and party 0's hyper-parameter choice are released without noise; no secure "
+                      "counts are released without noise (the model shape is a data-independent default under DP); no secure "
                       "aggregation",
         }
 
@@ -570,7 +571,7 @@ class Backend(Protocol):
 
     def describe(self) -> dict: ...
 
-    def derive(self, fn: Callable, handles: list, *args) -> list: ...
+    def derive(self, fn: Callable, handles: list, *args, per_party: Sequence | None = None) -> list: ...
 
     def map(self, fn: Callable, handles: list, *args, per_party: Sequence | None = None) -> list: ...
 
@@ -580,6 +581,8 @@ class Backend(Protocol):
 
     def allreduce_counts(self, spec: FederatedSpec, dp: DPParams | None,
                          seeds: Sequence[np.random.SeedSequence]) -> CountRelease: ...
+
+    def release(self, handles: list) -> None: ...
 
     def close(self) -> None: ...
 
@@ -599,9 +602,12 @@ class LocalBackend:
     def describe(self) -> dict:
         return {"name": self.name}
 
-    def derive(self, fn: Callable, handles: list, *args) -> list:
-        """Per-party state fn(handle, *args) kept where the party is (here: in memory)."""
-        return [fn(h, *args) for h in handles]
+    def derive(self, fn: Callable, handles: list, *args, per_party: Sequence | None = None) -> list:
+        """Per-party state fn(handle, *args[, per_party[i]]) kept where the party is (here: in memory)."""
+        return self.map(fn, handles, *args, per_party=per_party)
+
+    def release(self, handles: list) -> None:
+        pass
 
     def map(self, fn: Callable, handles: list, *args, per_party: Sequence | None = None) -> list:
         """fn(handle_i, *args[, per_party[i]]) for every party, results returned to the coordinator."""
@@ -630,97 +636,312 @@ class LocalBackend:
 
 
 class DaskBackend:
-    """Parties on the workers of a dask.distributed cluster: each shard is scattered once to its worker (party i
-    on worker i mod W) and every computation on it is submitted to that worker only."""
+    """Parties on the workers of a dask.distributed cluster, in chunks: worker w holds the shards of parties
+    w, w + W, w + 2W, ... as one scattered list (party i on worker i mod W), and every round is one task per
+    worker that runs all its parties. An all-reduce first sums within the chunk (on the worker), then a tree of
+    additions across the workers brings one result to the coordinator: per round W tasks and log2(W) levels,
+    whatever the number of parties, and each worker holds only its own parties' rows and results.
+
+    Every wait is bounded: connecting (`connect_timeout`, after a probe that the address speaks dask's protocol)
+    and every round (`round_timeout`); a timeout or a lost worker is a TinyprotoError naming what was tried."""
 
     name = "dask"
 
     def __init__(self, shards: Sequence[Shard], scheduler: str | None = None, n_workers: int | None = None,
-                 processes: bool = False, timeout: float = 10.0) -> None:
+                 processes: bool = False, timeout: float = CONNECT_TIMEOUT,
+                 round_timeout: float = ROUND_TIMEOUT) -> None:
         import logging
 
         from distributed import Client, LocalCluster
 
         self._cluster = None
+        self._scratch = None
+        self.client = None
         self.scheduler = scheduler
         self.processes = processes
-        if scheduler:
-            try:
-                self.client = Client(scheduler, timeout=timeout)
-            except (OSError, TimeoutError) as exc:
-                raise TinyprotoError(f"cannot reach the dask scheduler at {scheduler}: {exc}") from None
-        else:
-            import dask
-
-            workers = n_workers or max(1, min(len(shards), _cpu_count()))
-            # processes=False: workers are threads of this process talking over inproc:// (no ports, no spawned
-            # interpreters): robust on small CI machines. processes=True gives real parallelism. dask spawns
-            # worker processes with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc hand every freed numpy buffer
-            # back to the OS: the hashing ran 2x slower than in this process. None keeps glibc's adaptive default.
-            with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-                self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
-                                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
-            self.client = Client(self._cluster)
+        self.timeout = float(timeout)
+        self.round_timeout = float(round_timeout)
         try:
+            if scheduler:
+                address = probe_scheduler(scheduler, self.timeout)
+                try:
+                    self.client = Client(address, timeout=self.timeout)
+                except (OSError, TimeoutError, ValueError) as exc:
+                    raise TinyprotoError(f"cannot connect to the dask scheduler at {scheduler} within "
+                                         f"{self.timeout:g} s: {_one_line(exc)}") from None
+            else:
+                import dask
+
+                import tempfile
+
+                workers = n_workers or max(1, min(len(shards), _cpu_count()))
+                self._scratch = tempfile.mkdtemp(prefix="tinyproto-dask-")  # removed by close()
+                # processes=False: workers are threads of this process talking over inproc:// (no ports, no
+                # spawned interpreters). processes=True gives real parallelism. dask spawns worker processes
+                # with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc hand every freed numpy buffer back to the
+                # OS (hashing ran 2x slower); None keeps glibc's adaptive default.
+                with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                                      "distributed.comm.timeouts.connect": f"{self.timeout:g}s",
+                                      "temporary-directory": self._scratch}):
+                    self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
+                                                 dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+                                                 host="127.0.0.1" if processes else None,
+                                                 local_directory=self._scratch)
+                self.client = Client(self._cluster, timeout=self.timeout)
+                self.client.wait_for_workers(workers, timeout=self.timeout)
             self.workers = sorted(self.client.scheduler_info()["workers"])
             if not self.workers:
                 raise TinyprotoError(f"the dask scheduler at {scheduler} has no workers")
-            self.placement = [self.workers[i % len(self.workers)] for i in range(len(shards))]
-            self.handles = [self.client.scatter((np.asarray(X), np.asarray(y)), workers=[w], hash=False)
-                            for (X, y), w in zip(shards, self.placement)]
+            W = min(len(self.workers), len(shards))
+            self.placement = [self.workers[i % W] for i in range(len(shards))]
+            self.chunks = [list(range(w, len(shards), W)) for w in range(W)]
+            self.handles = [self._wait(self.client.scatter([[(np.asarray(shards[i][0]), np.asarray(shards[i][1]))
+                                                              for i in chunk]], workers=[self.workers[w]],
+                                                            hash=False, timeout=self.round_timeout),
+                                       "placing the shards")[0]
+                            for w, chunk in enumerate(self.chunks)]
+        except TimeoutError as exc:
+            self.close()
+            raise TinyprotoError(f"dask cluster ({scheduler or 'LocalCluster'}) did not start within "
+                                 f"{self.timeout:g} s: {_one_line(exc)}") from None
+        except (RuntimeError, OSError) as exc:  # e.g. "Nanny failed to start", no free port
+            self.close()
+            raise TinyprotoError(f"could not start the dask cluster ({scheduler or 'LocalCluster'}): "
+                                 f"{_one_line(exc)}") from None
         except BaseException:
             self.close()
             raise
+        self._n_parties = len(shards)
 
     @property
     def n_parties(self) -> int:
-        return len(self.handles)
+        return self._n_parties
 
     def describe(self) -> dict:
         return {"name": self.name, "scheduler": self.scheduler or "LocalCluster", "workers": len(self.workers),
-                "processes": self.processes if self._cluster is not None else None}
+                "processes": self.processes if self._cluster is not None else None,
+                "reduction": "per-worker chunk sums, then a tree of additions across workers"}
 
-    def _submit(self, party: int, fn: Callable, handle, *args):
-        return self.client.submit(fn, handle, *args, workers=[self.placement[party]], allow_other_workers=False,
-                                  pure=False)
+    def _wait(self, value, what: str):
+        """Resolve futures (or a list of them) within round_timeout; worker loss -> one-line TinyprotoError."""
+        from distributed import Future
 
-    def derive(self, fn: Callable, handles: list, *args) -> list:
-        return [self._submit(i, fn, h, *args) for i, h in enumerate(handles)]
+        try:
+            if isinstance(value, Future):
+                return value.result(timeout=self.round_timeout)
+            if isinstance(value, list) and value and isinstance(value[0], Future):
+                return self.client.gather(value) if self.round_timeout is None else \
+                    _gather_with_timeout(self.client, value, self.round_timeout)
+            return value
+        except TinyprotoError:
+            raise
+        except TimeoutError:
+            raise TinyprotoError(f"dask: {what} did not finish within {self.round_timeout:g} s "
+                                 f"({self.scheduler or 'LocalCluster'})") from None
+        except (OSError, RuntimeError) as exc:
+            from distributed.client import FutureCancelledError
 
-    def _futures(self, fn: Callable, handles: list, args: tuple, per_party: Sequence | None) -> list:
-        return [self._submit(i, fn, h, *args, *(() if per_party is None else (per_party[i],)))
-                for i, h in enumerate(handles)]
+            raise TinyprotoError(f"dask: {what} failed ({self.scheduler or 'LocalCluster'}): "
+                                 f"{_one_line(exc)}") from None
+        except Exception as exc:  # KilledWorker, CommClosedError, cancelled futures
+            if type(exc).__module__.startswith("distributed"):
+                raise TinyprotoError(f"dask: {what} failed ({self.scheduler or 'LocalCluster'}): "
+                                     f"{type(exc).__name__}: {_one_line(exc)}") from None
+            raise
+
+    def _chunk_args(self, per_party: Sequence | None) -> list:
+        return [None if per_party is None else [per_party[i] for i in chunk] for chunk in self.chunks]
+
+    def _submit_chunks(self, runner: Callable, fn: Callable, handles: list, args: tuple,
+                       per_party: Sequence | None) -> list:
+        if len(handles) > 1 and _payload_bytes(args) > _BROADCAST_BYTES:  # one copy straight to each worker
+            args = self._wait(self.client.scatter([args], broadcast=True, hash=False, timeout=self.round_timeout),
+                              "broadcasting the round's arguments")[0]
+        return [self.client.submit(runner, h, fn, args, pp, workers=[self.workers[w]], allow_other_workers=False,
+                                   pure=False)
+                for w, (h, pp) in enumerate(zip(handles, self._chunk_args(per_party)))]
+
+    def derive(self, fn: Callable, handles: list, *args, per_party: Sequence | None = None) -> list:
+        return self._submit_chunks(_chunk_map, fn, handles, args, per_party)
 
     def map(self, fn: Callable, handles: list, *args, per_party: Sequence | None = None) -> list:
-        return self.client.gather(self._futures(fn, handles, args, per_party))
+        per_chunk = self._wait(self._submit_chunks(_chunk_map, fn, handles, args, per_party), fn.__name__)
+        out: list = [None] * self._n_parties
+        for chunk, results in zip(self.chunks, per_chunk):
+            for i, r in zip(chunk, results):
+                out[i] = r
+        return out
 
     def run_on(self, party: int, fn: Callable, *args) -> Any:
-        return self._submit(party, fn, self.handles[party], *args).result()
+        w = party % len(self.chunks)
+        pos = self.chunks[w].index(party)
+        future = self.client.submit(_chunk_one, self.handles[w], pos, fn, args, workers=[self.workers[w]],
+                                    allow_other_workers=False, pure=False)
+        return self._wait(future, fn.__name__)
 
     def allreduce(self, fn: Callable, handles: list, *args, per_party: Sequence | None = None) -> Any:
-        """Each party's result stays on the cluster; a tree of additions there, one result to the coordinator."""
-        level = self._futures(fn, handles, args, per_party)
+        """Sum within each worker's chunk, then a tree of additions across workers; one result comes back."""
+        level = self._submit_chunks(_chunk_sum, fn, handles, args, per_party)
         while len(level) > 1:
             level = [self.client.submit(operator.add, level[i], level[i + 1], pure=False) if i + 1 < len(level)
                      else level[i] for i in range(0, len(level), 2)]
-        return level[0].result()
+        return self._wait(level[0], f"all-reduce of {fn.__name__}")
 
     def allreduce_counts(self, spec: FederatedSpec, dp: DPParams | None,
                          seeds: Sequence[np.random.SeedSequence]) -> CountRelease:
         return self.allreduce(party_counts, self.handles, spec, dp, per_party=seeds)
 
+    def release(self, handles: list) -> None:
+        for h in handles:
+            h.release()
+
     def close(self) -> None:
         client, cluster = getattr(self, "client", None), self._cluster
         if client is not None:
-            client.close()
+            try:
+                client.close(timeout=self.timeout)
+            except Exception:  # noqa: BLE001 - closing a broken connection must not hide the first error
+                pass
         if cluster is not None:
-            cluster.close()
+            try:
+                cluster.close(timeout=self.timeout)
+            except Exception:  # noqa: BLE001
+                pass
+        self.client = self._cluster = None
+        if self._scratch is not None:
+            import shutil
+
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     def __enter__(self) -> "DaskBackend":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_BROADCAST_BYTES = 1 << 20
+
+
+def _payload_bytes(value) -> int:
+    """Bytes of the numpy arrays in value (tuples, lists, dicts of them), roughly."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, (tuple, list)):
+        return sum(_payload_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_payload_bytes(v) for v in value.values())
+    return 0
+
+
+def _chunk_map(chunk: list, fn: Callable, args: tuple, per_party: list | None) -> list:
+    return [fn(h, *args, *(() if per_party is None else (per_party[j],))) for j, h in enumerate(chunk)]
+
+
+def _chunk_sum(chunk: list, fn: Callable, args: tuple, per_party: list | None) -> Any:
+    return tree_sum(_chunk_map(chunk, fn, args, per_party))
+
+
+def _chunk_one(chunk: list, pos: int, fn: Callable, args: tuple) -> Any:
+    return fn(chunk[pos], *args)
+
+
+def _gather_with_timeout(client, futures: list, timeout: float) -> list:
+    from distributed import wait
+
+    done = wait(futures, timeout=timeout)  # raises TimeoutError
+    del done
+    return client.gather(futures)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return (text[:200] + "...") if len(text) > 200 else (text or type(exc).__name__)
+
+
+def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT) -> str:
+    """Check that `address` is a reachable dask scheduler before dask tries it (dask can wait forever on a
+    service that accepts and stays silent, or read garbage as a 3 EiB message length). Returns the address in
+    tcp://HOST:PORT form; TinyprotoError (one line, naming the address) otherwise.
+
+    A dask comm listener writes its handshake first: an 8-byte length, then frames (a count, their lengths,
+    msgpack); the probe reads that much, bounded in time and size, without sending anything."""
+    import socket
+    import struct
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    text = address.strip()
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "tcp", text
+    if scheme.lower() != "tcp":
+        raise TinyprotoError(f"--scheduler {address!r}: give the scheduler's tcp://HOST:PORT address (e.g. "
+                             f"tcp://127.0.0.1:8786); {scheme}:// is not a dask scheduler protocol tinyproto uses")
+    host, colon, port_text = rest.rstrip("/").rpartition(":")
+    if not colon:
+        host, port_text = rest.rstrip("/"), "8786"
+    host = host.strip("[]")
+    if not host or "/" in host or "/" in port_text:
+        raise TinyprotoError(f"--scheduler {address!r}: expected tcp://HOST:PORT")
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise TinyprotoError(f"--scheduler {address!r}: the port must be a number in 1..65535")
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        infos = pool.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM).result(timeout=timeout)
+    except FutureTimeout:
+        raise TinyprotoError(f"--scheduler {address}: resolving {host!r} took more than {timeout:g} s") from None
+    except OSError as exc:
+        raise TinyprotoError(f"--scheduler {address}: cannot resolve host {host!r} ({_one_line(exc)})") from None
+    finally:
+        pool.shutdown(wait=False)
+    family, _, _, _, sockaddr = infos[0]
+    deadline = time.monotonic() + timeout
+
+    def recv_exactly(sock, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            sock.settimeout(left)
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the connection was closed")
+            data += chunk
+        return data
+
+    where = f"--scheduler {address}"
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(sockaddr)
+            (total,) = struct.unpack("<Q", recv_exactly(sock, 8))
+            if not 16 <= total <= _HANDSHAKE_MAX:
+                raise ValueError(f"its first message would be {total} bytes long")
+            body = recv_exactly(sock, total)
+            (n_frames,) = struct.unpack_from("<Q", body)
+            if not 1 <= n_frames <= 64 or 8 + 8 * n_frames > total:
+                raise ValueError("its first message is not a dask handshake")
+    except TimeoutError:
+        raise TinyprotoError(f"{where}: no dask handshake within {timeout:g} s (is it a dask scheduler?)") from None
+    except ValueError as exc:
+        raise TinyprotoError(f"{where}: not a dask scheduler ({exc})") from None
+    except ConnectionError as exc:
+        if isinstance(exc, ConnectionRefusedError):
+            raise TinyprotoError(f"{where}: connection refused (no scheduler listening on {host}:{port})") from None
+        raise TinyprotoError(f"{where}: the service closed the connection without a dask handshake") from None
+    except OSError as exc:
+        raise TinyprotoError(f"{where}: cannot connect ({_one_line(exc)})") from None
+    return f"tcp://{host if ':' not in host else '[' + host + ']'}:{port}"
+
+
+_HANDSHAKE_MAX = 1 << 20  # a dask handshake is ~100 bytes
 
 
 def _cpu_count() -> int:
@@ -748,37 +969,93 @@ def agree_classes(backend: Backend, handles: list | None = None) -> np.ndarray:
     return np.unique(np.concatenate(backend.map(party_classes, handles)))
 
 
-def choose_config(backend: Backend, budget_bytes: int, seed: int, classes: np.ndarray, n_features: int,
-                  party0_classes: int, count_limit: CountLimit | None = None) -> tuple[FlyNNConfig, dict]:
-    """Hyper-parameters from party 0's shard (the solver runs there), resized for all classes; a default
-    configuration when party 0 holds a single class (the solver cannot rank anything). count_limit (parties
-    that learn on a device, `device.learn.count_limit` for all classes) keeps the counts learnable."""
-    if party0_classes >= 2:
-        info = backend.run_on(0, party_choose_config, budget_bytes, seed, count_limit)
-        config = config_from_solver(info["chosen"], seed)
-        source = "fit_flynn_under_budget on party 0's shard"
+def party_z_bits(shard: Shard, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Sorted bit patterns of |z| over the party's values, z = (x - mean) / scale exactly as
+    FlyNNClassifier.transform_input computes it (kept on the party for the quantile search)."""
+    z = np.abs((np.asarray(shard[0], dtype=np.float64) - mean) / scale).reshape(-1)
+    return np.sort(z.view(np.int64))
+
+
+def agree_input_stages(backend: Backend, communication=None, scalings: Sequence[str] = ("feature", "global")
+                       ) -> dict:
+    """{"n": rows, scaling: (mean, scale, int8 step)} for each scaling, by the same exact all-reduces as the
+    training (moment sums once, one distributed quantile search per scaling)."""
+    from tinyproto.flynn.federated_selection import Communication
+
+    comm = communication if communication is not None else Communication()
+    handles = backend.handles
+    sums = backend.allreduce(party_moment_sums, handles)
+    comm.allreduce(1, 8 + sum((abs(v).bit_length() + 8) // 8 for v in sums.sum1 + sums.sum2), broadcast=False)
+    stages: dict = {"n": sums.n}
+    n_values = sums.n * len(sums.sum1)
+    k, k1, t = quantile_positions(n_values)
+    for scaling in scalings:
+        mean, scale = standardisation(sums, scaling)
+        z_bits = backend.derive(party_z_bits, handles, mean, scale)
+
+        def count(cuts: np.ndarray) -> np.ndarray:
+            comm.allreduce(len(cuts), 8)
+            return backend.allreduce(count_at_most, z_bits, cuts)
+
+        (a_k, a_k1), _ = select_order_statistics(count, [k, k1])
+        backend.release(z_bits)
+        stages[scaling] = (mean, scale, input_scale_from_order_statistics(a_k, a_k1, t))
+    return stages
+
+
+DP_SHAPE_NOTE = ("data-independent default shape (differential privacy: ranking shapes on the parties' rows would "
+                 "release information the DP budget does not cover, and splitting epsilon over ~500 candidate "
+                 "accuracies would leave each too noisy to rank; the default depends only on the budget, the "
+                 "number of classes and features, which are public)")
+
+
+def choose_config(backend: Backend, budget_bytes: int, seed: int, classes: np.ndarray, n_features: int, *,
+                  dp: bool = False, count_limit: CountLimit | None = None,
+                  progress: Callable[[str], None] | None = None) -> tuple[FlyNNConfig, dict]:
+    """The hyper-parameters every party will use.
+
+    Without DP: the budget solver's candidates ranked by K-fold accuracy over every party's rows
+    (flynn/federated_selection.py; no row leaves its party). With DP: a data-independent default shape sized to
+    the budget (DP_SHAPE_NOTE). count_limit (parties that learn on a device, `device.learn.count_limit`) keeps
+    the counts learnable."""
+    from tinyproto.flynn.federated_selection import Communication, select_config
+
+    comm = Communication()
+    if dp:
+        info: dict = {"candidates": [], "cv_accuracy": None, "validation": "none: the shape is not chosen from data"}
+        config = fit_to_classes(default_config(seed), len(classes), n_features, budget_bytes,
+                                count_limit=count_limit)
+        source = DP_SHAPE_NOTE
     else:
-        info = {"candidates": [], "cv_accuracy": None}
-        config = default_config(seed)
-        source = "default configuration (party 0 holds a single class)"
-    party0 = info.get("chosen")
-    config = fit_to_classes(config, len(classes), n_features, budget_bytes, count_limit=count_limit)
+        stages = agree_input_stages(backend, comm)
+        best, info = select_config(backend, budget_bytes, seed, classes, n_features, stages,
+                                   count_limit=count_limit, progress=progress, communication=comm)
+        state = solver_random_state(seed)
+        config = FlyNNConfig(best.m, best.s, best.rho, best.decay, best.bits, best.store_M, best.scaling,
+                             best.sign_split, draw_seed(state), state)
+        source = ("federated model selection: the budget solver's candidates ranked by K-fold accuracy of the "
+                  "integer model over every party's rows (all-reduced counts and correct-prediction tallies)")
     n_in = 2 * n_features if config.sign_split else n_features
     cycles = estimate_cycles(config.n_hashes, config.n_inputs_per_hash, config.n_winners, config.count_bits,
                              len(classes), n_in, config.store_M)
-    info = {  # the solver's figures were for party 0's classes; these are the deployed configuration's
+    info = {
         **info,
         "chosen": config.chosen(),
-        "party0_chosen": party0,
         "hyperparameter_source": source,
         "model_bytes": model_bytes(config.n_hashes, config.n_inputs_per_hash, config.count_bits, len(classes),
                                    n_features, n_in, config.store_M),
         "estimated_cycles": int(cycles),
         "estimated_ms": cycles / F_CPU * 1e3,
+        "selection_communication": {
+            "allreduce_rounds": comm.rounds,
+            "bytes_sent_per_party": comm.sent,
+            "bytes_received_per_party": comm.received,
+            "counted_as": "dense vectors per all-reduce (count vectors int32, tallies and quantile counts int64, "
+                          "moment sums as their exact integers); sparse count vectors are sent when smaller",
+        },
     }
-    if party0 is not None:
-        info["validation"] = f"{info.get('validation', 'cross-validation')} of party 0 (its shard only)"
     return config, info
+
 
 
 def federated_fit(backend: Backend, config: FlyNNConfig, classes: np.ndarray, dp: DPParams | None = None, seed: int = 0,

@@ -1,0 +1,253 @@
+"""`tinyproto federate` under misuse: bad options, services that are not dask schedulers, Ctrl-C.
+
+Every case must end quickly with one line on stderr (exit 1; Ctrl-C: 130), no traceback, no leftover processes
+or temporary directories and no --out directory. Network cases use loopback servers only."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tinyproto.errors import TinyprotoError
+from tinyproto.federate_cli import federate_command
+from tinyproto.flynn import federated as fed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def refuse(tmp_path, *args, max_seconds: float = 15.0) -> str:
+    out = tmp_path / "never"
+    started = time.monotonic()
+    result = CliRunner().invoke(federate_command, ["iris", *args, "--out", str(out)])
+    assert time.monotonic() - started < max_seconds
+    assert result.exit_code == 1, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert not out.exists()
+    return lines[0]
+
+
+# ---------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--parties", "0"], "--parties"),
+    (["--parties", "2", "--seed", "-1"], "--seed"),
+    (["--parties", "2", "--seed", str(2**32)], "--seed"),
+    (["--parties", "2", "--seed", str(10**30)], "--seed"),
+    (["--parties", "2", "--workers", "0"], "--workers"),
+    (["--parties", "2", "--workers", "-2"], "--workers"),
+    (["--parties", "2", "--backend", "local", "--workers", "2"], "--workers"),
+    (["--parties", "2", "--backend", "local", "--processes"], "--processes"),
+    (["--parties", "2", "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--workers"),
+    (["--parties", "2", "--dp-epsilon", "inf"], "--dp-epsilon"),
+    (["--parties", "2", "--dp-epsilon", "nan"], "--dp-epsilon"),
+    (["--parties", "2", "--dp-epsilon", "1", "--dp-T", "-5"], "--dp-T"),
+    (["--parties", "2", "--dp-T", "5"], "--dp-T"),
+    (["--parties", "2", "--split", "dirichlet:abc"], "dirichlet"),
+    (["--parties", "2", "--split", "dirichlet:-1"], "dirichlet"),
+    (["--parties", "2", "--split", "dirichlet:inf"], "dirichlet"),
+    (["--parties", "2", "--split", "dirichlet:"], "dirichlet"),
+    (["--parties", "2", "--split", "shuffled"], "--split"),
+    (["--parties", "2", "--timeout", "0"], "--timeout"),
+    (["--parties", "2", "--timeout", "nan"], "--timeout"),
+    (["--parties", "2", "--backend", "local", "--scheduler", "tcp://127.0.0.1:1"], "--scheduler"),
+])
+def test_bad_options_are_refused_in_one_line(tmp_path, args, expected):
+    assert expected in refuse(tmp_path, *args)
+
+
+def test_dp_T_above_the_counts_is_capped_and_recorded(tmp_path):
+    out = tmp_path / "dp"
+    result = CliRunner().invoke(federate_command, ["iris", "--parties", "2", "--backend", "local", "--budget", "1kB",
+                                                   "--dp-epsilon", "4", "--dp-T", "1000000", "--out", str(out),
+                                                   "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    report = json.loads(result.stdout)
+    dp, m = report["dp"], report["hyperparameters"]["n_hashes"]
+    assert dp["T_requested"] == 1000000 and dp["T"] == 3 * m  # 3 classes x m counts: every count released
+    assert dp["epsilon_0"] == pytest.approx(4 / (2 * dp["T"] * 2))
+
+
+# ---------------------------------------------------------------- services that are not a dask scheduler
+
+
+class FakeService:
+    """A loopback TCP server that misbehaves: 'garbage' (sends bytes that read as a 3 EiB length), 'silent'
+    (accepts, says nothing), 'close' (accepts and hangs up), 'http' (answers like a web server)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        self.conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        for _ in range(2000):  # bounded: at most ~400 s of 0.2 s accept timeouts
+            if self.stop.is_set():
+                break
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            if self.mode == "garbage":
+                conn.sendall(b"\xff\xff\xff\xff\xff\xff\xff\x2f" + os.urandom(56))
+            elif self.mode == "http":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            elif self.mode == "close":
+                conn.close()
+                continue
+            self.conns.append(conn)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def service(request):
+    s = FakeService(request.param)
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("service,expected", [
+    ("garbage", "not a dask scheduler"),
+    ("http", "not a dask scheduler"),
+    ("silent", "no dask handshake within 1 s"),
+    ("close", "closed the connection"),
+], indirect=["service"])
+def test_scheduler_that_is_not_dask_fails_fast(tmp_path, service, expected):
+    pytest.importorskip("distributed")
+    address = f"tcp://127.0.0.1:{service.port}"
+    line = refuse(tmp_path, "--parties", "2", "--scheduler", address, "--timeout", "1", max_seconds=10)
+    assert expected in line and address in line
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("address,expected", [
+    (None, "connection refused"),  # a closed port
+    ("tcp://no-such-host.invalid:8786", "cannot resolve host"),
+    ("http://127.0.0.1:8787/status", "tcp://HOST:PORT"),
+    ("https://example.invalid", "tcp://HOST:PORT"),
+    ("tcp://127.0.0.1:99999", "port"),
+    ("tcp://127.0.0.1:abc", "port"),
+    ("tcp://", "tcp://HOST:PORT"),
+])
+def test_unreachable_or_malformed_scheduler_addresses(tmp_path, address, expected):
+    pytest.importorskip("distributed")
+    address = address or f"tcp://127.0.0.1:{free_port()}"
+    line = refuse(tmp_path, "--parties", "2", "--scheduler", address, "--timeout", "2", max_seconds=10)
+    assert expected in line
+
+
+def test_probe_accepts_a_real_scheduler():
+    pytest.importorskip("distributed")
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster:
+        address = cluster.scheduler_address
+        if not address.startswith("tcp://"):
+            pytest.skip(f"scheduler on {address}")
+        assert fed.probe_scheduler(address, 5) == address
+        with pytest.raises(TinyprotoError, match="has no workers|did not start|cannot connect"):
+            fed.DaskBackend([(None, None)], scheduler=address, timeout=3)
+
+
+# ---------------------------------------------------------------- Ctrl-C
+
+
+def _default_sigint() -> None:
+    """The child starts as a terminal would start it: SIGINT delivered and handled by default (whatever the test
+    process inherited or set)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("backend_args,wait_for", [
+    (["--backend", "dask", "--processes", "--workers", "2"], "selection: preprocessing"),
+    (["--backend", "local"], "selection: preprocessing"),
+    (["--backend", "dask", "--processes", "--workers", "2"], "parties (iid)"),  # while the cluster starts
+])
+def test_ctrl_c_exits_130_cleanly(tmp_path, backend_args, wait_for):
+    if backend_args[1] == "dask":
+        pytest.importorskip("distributed")
+    out = tmp_path / "never"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch), PYTHONPATH=str(ROOT), COLUMNS="200", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "tinyproto", "federate", "digits", "--parties", "64",
+                             *backend_args, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, cwd=tmp_path, text=True, preexec_fn=_default_sigint)
+    seen = set()
+    try:
+        deadline = time.monotonic() + 60
+        for line in proc.stdout:  # progress lines; bounded by the deadline and the process ending
+            if wait_for in line or time.monotonic() > deadline:
+                break
+        seen = _descendants(proc.pid)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    lines = stderr.strip().splitlines()
+    assert lines == ["error: interrupted; nothing was written"], stderr
+    assert not out.exists()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in seen) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in seen)
+    assert list(scratch.iterdir()) == []

@@ -1,0 +1,158 @@
+"""Federated model selection: the budget solver's candidates ranked by K-fold accuracy over every party's rows."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+
+from tinyproto.datasets import load_dataset, split
+from tinyproto.flynn import federated as fed
+from tinyproto.flynn import federated_selection as sel
+from tinyproto.flynn import solver
+from tinyproto.flynn.quantize import hash_inputs
+from tinyproto.flynn.train import draw_seed, seeded_indices
+from tinyproto.inputstage import InputStage
+
+
+@functools.lru_cache(maxsize=None)
+def data(name: str):
+    return split(load_dataset(name))
+
+
+def shards(sp, n, split_spec="iid", seed=0):
+    return [(sp.X_train[r], sp.y_train[r]) for r in fed.split_parties(sp.y_train, n, split_spec, seed)]
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(name: str, budget: int = 2048):
+    sp = data(name)
+    return solver.fit_flynn_under_budget(sp.X_train, sp.y_train, budget, 0)
+
+
+@functools.lru_cache(maxsize=None)
+def selected(name: str, n: int, split_spec: str, budget: int = 2048):
+    sp = data(name)
+    with fed.LocalBackend(shards(sp, n, split_spec)) as backend:
+        classes = fed.agree_classes(backend)
+        return fed.choose_config(backend, budget, 0, classes, sp.X_train.shape[1])
+
+
+def test_federated_tallies_are_the_pooled_cross_validation_with_the_parties_folds():
+    """Every candidate's accuracy is exactly the solver's K-fold estimate on the pooled rows, with the folds the
+    parties assigned locally: counts and correct predictions add up exactly."""
+    sp = data("wine")
+    parts = shards(sp, 6, "dirichlet:0.3")
+    with fed.LocalBackend(parts) as backend:
+        classes = fed.agree_classes(backend)
+        stages = fed.agree_input_stages(backend)
+        config, info = fed.choose_config(backend, 1024, 0, classes, sp.X_train.shape[1])
+    X = np.concatenate([p[0] for p in parts])
+    y_index = np.searchsorted(classes, np.concatenate([p[1] for p in parts]))
+    folds = np.concatenate([sel.party_folds(p[1], sel.N_FOLDS, 0, i, sel.N_REPEATS) for i, p in enumerate(parts)],
+                           axis=1)
+    seed_M = draw_seed(fed.solver_random_state(0))
+    candidates = [solver.Candidate(**c) for c in info["candidates"]]
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(candidates), 12, replace=False):
+        c = candidates[i]
+        mean, scale, step = stages[c.scaling]
+        U = hash_inputs(InputStage.from_standardisation(mean, scale, step).quantize(X), c.sign_split).astype(float)
+        ranked = solver._ranked_winners(U, seeded_indices(seed_M, c.m, c.s, U.shape[1]), [c.m], c.rho)
+        correct = sum(round(len(X) * solver._cv_accuracies(ranked[c.m], y_index, f, len(classes), c.m,
+                                                             [(c.bits, c.decay)])[0]) for f in folds)
+        assert c.cv_accuracy == correct / (len(X) * sel.N_REPEATS)
+    best = max(candidates, key=solver._rank)
+    assert (config.n_hashes, config.n_inputs_per_hash, config.n_winners, config.count_bits) == \
+        (best.m, best.s, best.rho, best.bits)
+    assert info["cv_accuracy"] == best.cv_accuracy
+
+
+def test_folds_are_seeded_stratified_and_balanced():
+    y = np.repeat(np.arange(3), [50, 11, 4])
+    a, b = sel.party_folds(y, 5, 7, 3)[0], sel.party_folds(y, 5, 7, 3)[0]
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, sel.party_folds(y, 5, 7, 4)[0])
+    repeats = sel.party_folds(y, 5, 7, 3, 3)
+    np.testing.assert_array_equal(repeats[0], a)
+    assert not np.array_equal(repeats[1], repeats[0])
+    for c in range(3):
+        counts = np.bincount(a[y == c], minlength=5)
+        assert counts.max() - counts.min() <= 1
+
+
+def test_selection_uses_the_solvers_candidates_and_tracks_compile():
+    """With four parties the candidate set is the solver's (same shapes, bytes, cycles) and the winner's accuracy on
+    the test split is within a point of what compile deploys."""
+    sp = data("digits")
+    config, info = selected("digits", 4, "iid")
+    _, model, central = compiled("digits")
+    shape = lambda c: (c["scaling"], c["sign_split"], c["s"], c["m"], c["rho"], c["bits"], c["decay"],  # noqa: E731
+                       c["store_M"], c["model_bytes"], c["est_cycles"])
+    assert {shape(c) for c in central["candidates"]} <= {shape(c) for c in info["candidates"]} | \
+        {shape(c) for c in central["candidates"] if c["scaling"] != config.scaling}
+    with fed.LocalBackend(shards(sp, 4)) as backend:
+        fit = fed.federated_fit(backend, config, fed.agree_classes(backend))
+    acc = np.mean(fit.model.predict(sp.X_test) == sp.y_test)
+    assert acc >= np.mean(model.predict(sp.X_test) == sp.y_test) - 0.01
+    assert fit.model.model_bytes() <= 2048 and config.seed == central["chosen"]["seed"]
+    comm = info["selection_communication"]
+    assert comm["allreduce_rounds"] > 10 and comm["bytes_sent_per_party"] > 0
+
+
+@pytest.mark.parametrize("n,split_spec", [(64, "by-class")])
+def test_many_small_parties_choose_as_well_as_few(n, split_spec):
+    sp = data("digits")
+    config, info = selected("digits", n, split_spec)
+    with fed.LocalBackend(shards(sp, n, split_spec)) as backend:
+        fit = fed.federated_fit(backend, config, fed.agree_classes(backend))
+    _, model, _ = compiled("digits")
+    assert np.mean(fit.model.predict(sp.X_test) == sp.y_test) >= np.mean(model.predict(sp.X_test) == sp.y_test) - 0.015
+
+
+def test_selection_is_identical_on_dask_and_deterministic():
+    pytest.importorskip("distributed")
+    sp = data("wine")
+    parts = shards(sp, 5, "dirichlet:0.5")
+    with fed.LocalBackend(parts) as backend:
+        classes = fed.agree_classes(backend)
+        local = fed.choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
+        again = fed.choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
+    with fed.DaskBackend(parts, n_workers=2, processes=False) as backend:
+        remote = fed.choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
+    strip = lambda info: {k: v for k, v in info.items() if k != "selection_seconds"}  # noqa: E731
+    assert local[0] == again[0] == remote[0]
+    assert strip(local[1]) == strip(again[1]) == strip(remote[1])
+
+
+def test_sparse_counts_add_exactly():
+    rng = np.random.default_rng(0)
+    sizes = {(4, 2): 40}
+    dense = np.zeros(40, dtype=np.int64)
+    parts = []
+    for _ in range(7):
+        keys, values = np.unique(rng.integers(0, 40, 15), return_counts=True)
+        dense[keys] += values
+        parts.append(sel.SparseCounts(sizes, {(4, 2): keys}, {(4, 2): values.astype(np.int64)}))
+    np.testing.assert_array_equal(fed.tree_sum(parts).dense((4, 2), 2, 5).reshape(-1), dense)
+
+
+def test_federate_is_byte_identical_for_the_same_inputs(tmp_path):
+    from tinyproto.federate import federate_model
+
+    outs = []
+    for name in ("a", "b"):
+        result = federate_model("wine", 5, backend="local", split_spec="dirichlet:0.5", seed=11, budget="1kB",
+                                out=tmp_path / name)
+        outs.append(result.out_dir)
+    for f in ("model.json", "test_vectors.npz"):
+        assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes()
+    a, b = (json.loads((o / "report.json").read_text()) for o in outs)
+    for report in (a, b):
+        for key in ("train_seconds", "federated_seconds"):
+            report.pop(key, None)
+        report["solver"].pop("selection_seconds", None)
+        report["selection"].pop("selection_seconds", None)
+    assert a == b
