@@ -1,3 +1,20 @@
-from tinyproto.cli import main
+"""`python -m tinyproto` and the `tinyproto` console script.
 
-main()
+The CLI is imported inside `run()` so that Ctrl-C during the (seconds-long) import of numpy, sklearn and click
+ends in one line and exit 130, like Ctrl-C anywhere else, instead of a traceback.
+"""
+
+import sys
+
+
+def run() -> None:
+    try:
+        from tinyproto.cli import main
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    main()
+
+
+if __name__ == "__main__":
+    run()

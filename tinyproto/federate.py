@@ -173,6 +173,7 @@ def federate_model(
     from tinyproto.budget import parse_budget
     from tinyproto.compile import write_model_directory
     from tinyproto.datasets import load_dataset, split
+    from tinyproto.modeldir import check_output_dir
     from tinyproto.flynn import federated as fed
 
     say = progress or (lambda message: None)
@@ -187,6 +188,7 @@ def federate_model(
     if parties > n_train:
         raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
     out_dir = Path(out) if out is not None else Path("build") / f"{dataset.name}-federated"
+    check_output_dir(out_dir)  # an unusable --out is refused now, not after the parties have trained
 
     rows = fed.split_parties(sp.y_train, parties, split_kind, seed)
     shards = [(sp.X_train[r], sp.y_train[r]) for r in rows]
