@@ -173,3 +173,13 @@ def test_a_sweep_that_waits_too_long_stops_in_one_line(tmp_path):
     assert "Traceback" not in result.output
     assert read_results(out / "results.jsonl") == []
     assert json.loads((out / "sweep.json").read_text())["runs"][0]["points_finished"] == 0
+
+
+def test_a_sweep_where_every_point_fails_exits_non_zero(tmp_path):
+    out = tmp_path / "refused"
+    result = _cli("sweep", "iris", "--models", "protonn,flynn", "--budgets", "16B", "--device", "none",
+                  "--workers", "1", "--out", str(out))
+    assert result.exit_code == 1, result.output
+    assert "every point of the sweep failed" in result.output
+    records = read_results(out / "results.jsonl")
+    assert len(records) == 2 and all(r["status"] == "failed" and r["stage"] == "compile" for r in records)

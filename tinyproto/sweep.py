@@ -673,3 +673,10 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
         console.print(f"[red]failed[/red] {record['id']} ({record.get('stage')}): {record.get('error')}")
     print_summary(Console(), load_sweep(result.out_dir), max_bytes_n, max_ms)
     click.echo(f"wrote {result.out_dir / RESULTS}; `tinyproto report {result.out_dir}` draws the figures")
+    # A refused budget is an answer; a device that disagrees with the host, or a sweep with no answer, is not.
+    disagreeing = [r["id"] for r in failed if r.get("stage") == "validate"]
+    if disagreeing:
+        raise TinyprotoError(f"{len(disagreeing)} points failed validation on the device ({', '.join(disagreeing[:3])}); "
+                             f"see {result.out_dir / RESULTS}")
+    if result.records and len(failed) == len(result.records):
+        raise TinyprotoError(f"every point of the sweep failed; see {result.out_dir / RESULTS}")
