@@ -468,6 +468,10 @@ OPTION_CASES = {
     "learn-port-and-sim": (["learn", "m", "--port", "/dev/null", "--sim"], "--port"),
     "validate-port-missing": (["validate", "m", "--port", "/dev/does-not-exist"], "does not exist"),
     "flash-port-missing": (["flash", "m", "--port", "/dev/does-not-exist"], "does not exist"),
+    "flash-port-devnull": (["flash", "m", "--port", "/dev/null"], "not a serial port"),
+    "flash-port-regular-file": (["flash", "m", "--port", "notes.txt.bak"], "not a serial port"),
+    "validate-port-devnull": (["validate", "m", "--port", "/dev/null"], "/dev/null"),
+    "validate-port-directory": (["validate", "m", "--port", "adir.csv"], "adir.csv"),
     "unknown-verb": (["frobnicate"], "frobnicate"),
     "unknown-option": (["compile", "--frob"], "--frob"),
 }

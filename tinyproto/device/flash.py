@@ -109,11 +109,27 @@ def check_port_free(port: str) -> None:
     """A port another program holds is refused: two programs on one serial line corrupt each other's bytes."""
     if "://" in port:
         return
+    _check_is_terminal(port)
     holders = port_holders(port)
     if holders:
         who = ", ".join(f"{name} (pid {pid})" for pid, name in holders[:3])
         raise TinyprotoError(f"serial port {port} is in use by {who}; close it first (a serial monitor, "
                              "another tinyproto or avrdude run)")
+
+
+def _check_is_terminal(port: str) -> None:
+    """/dev/null, a regular file or a directory given as --port: say so, instead of blaming whoever has it open."""
+    try:
+        fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return  # avrdude's own open reports why (missing, permission)
+    try:
+        is_terminal = os.isatty(fd)
+    finally:
+        os.close(fd)
+    if not is_terminal:
+        raise TinyprotoError(f"{port} is not a serial port (not a terminal device); give the board's port, "
+                             "e.g. /dev/ttyACM0 or /dev/ttyUSB0")
 
 
 def _written(log: str) -> int | None:
