@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ def avrdude_command(board: Board, port: str, hex_path: Path) -> list[str]:
     return [*command, "-D", "-U", f"flash:w:{hex_path}:i"]
 
 
+MEMORY_DEVICES_MAJOR = 1  # Linux: /dev/null, /dev/zero, /dev/urandom, ... (shared by every process, no tty)
+
+
 def port_holders(port: str) -> list[tuple[int, str]]:
     """(pid, program) of the other processes that have `port` open, from /proc (what `fuser` does). Processes of
     other users are invisible without privileges; pyserial's exclusive lock catches those that lock.
@@ -55,6 +59,8 @@ def port_holders(port: str) -> list[tuple[int, str]]:
         wanted = os.stat(os.path.realpath(port))
     except OSError:
         return []
+    if not stat.S_ISCHR(wanted.st_mode) or os.major(wanted.st_rdev) == MEMORY_DEVICES_MAJOR:
+        return []  # not a serial line (a file; /dev/null, /dev/zero): opening it says what is wrong
     pts_index = _pts_index(os.path.realpath(port))
     holders = []
     own = os.getpid()
@@ -105,11 +111,12 @@ def _program(pid: str) -> str:
         return "?"
 
 
-def check_port_free(port: str) -> None:
+def check_port_free(port: str, must_be_terminal: bool = True) -> None:
     """A port another program holds is refused: two programs on one serial line corrupt each other's bytes."""
     if "://" in port:
         return
-    _check_is_terminal(port)
+    if must_be_terminal:
+        _check_is_terminal(port)
     holders = port_holders(port)
     if holders:
         who = ", ".join(f"{name} (pid {pid})" for pid, name in holders[:3])

@@ -620,6 +620,9 @@ def _open_error(port_url: str, exc: Exception) -> TinyprotoError:
         )
     if code == errno.ECONNREFUSED:
         return TinyprotoError(f"nothing accepts connections at {port_url} (connection refused)")
+    if "Inappropriate ioctl" in text or "Is a directory" in text or "(22, 'Invalid argument')" in text:
+        return TinyprotoError(f"{port_url} is not a serial port (not a terminal device); give the board's port, "
+                              "e.g. /dev/ttyACM0 or /dev/ttyUSB0")
     if code in _DENIED:
         return TinyprotoError(f"no permission to open {port_url} — add your user to the 'dialout' group")
     return TinyprotoError(f"cannot open serial port {port_url}: {text}")
@@ -643,14 +646,9 @@ def _wait_reset_gap(port_url: str) -> None:
 def _check_not_held(port_url: str) -> None:
     """Another program holding the port (a serial monitor, avrdude) would share its bytes: refuse, naming it.
     A simulator holding both ends of its pty is the device, not another program (see port_holders)."""
-    if "://" in port_url:
-        return
-    from tinyproto.device.flash import port_holders
+    from tinyproto.device.flash import check_port_free
 
-    holders = port_holders(port_url)
-    if holders:
-        who = ", ".join(f"{name} (pid {pid})" for pid, name in holders[:3])
-        raise TinyprotoError(f"serial port {port_url} is busy: {who} has it open — close that program first")
+    check_port_free(port_url, must_be_terminal=False)  # pyserial's open says it if the port is no terminal
 
 
 def open_port(port_url: str, baud: int = 115200) -> SerialPort:
