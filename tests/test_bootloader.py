@@ -291,7 +291,7 @@ def test_port_held_by_another_program(uno, models):
         hex_path = models[0] / json.loads((models[0] / "build.json").read_text())["hex"]
         with pytest.raises(TinyprotoError, match=rf"in use by sleep \(pid {holder.pid}\)"):
             flash_port(load_board("uno"), uno.port, hex_path)
-        with pytest.raises(TinyprotoError, match=rf"busy: sleep \(pid {holder.pid}\)"):
+        with pytest.raises(TinyprotoError, match=rf"in use by sleep \(pid {holder.pid}\)"):
             open_device(uno.port)
     finally:
         holder.kill()
