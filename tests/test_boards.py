@@ -171,3 +171,30 @@ def test_a_model_too_big_for_the_unos_sram_is_refused_there_and_runs_on_the_mega
     assert result.returncode == 0, result.stderr
     v = json.loads(result.stdout)
     assert v["passed"] and v["score_agreement"] == 1.0 and v["sram_static_bytes"] > 1024  # over the Uno's 1 kB frame cap
+
+
+def test_the_pro_minis_real_bootloader_takes_the_upload_at_57600_and_8_mhz(validated, tmp_path):
+    """The physical board's path on the simulated Pro Mini: avrdude -c arduino -b 57600 into Debian's ATmegaBOOT
+    (8 MHz build) on an ATmega328P clocked at 8 MHz, then the protocol at 57600 from the application."""
+    from tinyproto.device.board_sim import SimulatedBoard, board_bootloader
+
+    board = load_board("pro_mini_3v3")
+    loader = board_bootloader(board)
+    assert (loader.protocol, loader.speed, loader.boot_start) == ("arduino", 57600, 0x7800)
+    model_dir = validated["pro_mini_3v3"][0]
+    with SimulatedBoard(board.mcu, tmp_path / "state", board.f_cpu_hz, bootloader=loader) as sim:
+        flashed = cli("flash", str(model_dir), "--port", sim.port, timeout=120)
+        assert flashed.returncode == 0, flashed.stderr + flashed.stdout
+        result = cli("validate", str(model_dir), "--port", sim.port, "--json", timeout=120)
+    assert result.returncode == 0, result.stderr
+    v = json.loads(result.stdout)
+    assert v["passed"] and v["score_agreement"] == 1.0
+    assert v["cycles_mean"] == validated["pro_mini_3v3"][2]["cycles_mean"]  # same chip, same figures as --sim
+
+
+def test_the_leonardos_upload_is_refused_by_name_but_its_sim_path_works(validated):
+    from tinyproto.device.board_sim import board_bootloader
+
+    with pytest.raises(TinyprotoError, match="Caterina.*USB"):
+        board_bootloader(load_board("leonardo"))
+    assert validated["leonardo"][2]["passed"]
