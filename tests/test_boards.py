@@ -198,3 +198,13 @@ def test_the_leonardos_upload_is_refused_by_name_but_its_sim_path_works(validate
     with pytest.raises(TinyprotoError, match="Caterina.*USB"):
         board_bootloader(load_board("leonardo"))
     assert validated["leonardo"][2]["passed"]
+
+
+@pytest.mark.parametrize("name", ["pro_mini_3v3", "leonardo"])
+def test_pio_test_of_the_board_sim_env_runs_on_the_boards_chip(validated, name):
+    """`pio test -e <board>_sim`: the Unity test firmware (USART1 on the ATmega32U4, the board's baud) in simuno with
+    the board's --mcu / --freq."""
+    from tinyproto.device.build import run_pio_test
+
+    passed, log = run_pio_test(validated[name][0])
+    assert passed, log[-2000:]
