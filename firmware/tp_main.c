@@ -11,7 +11,8 @@
  *   TP_PORT_CUSTOM   - host only: no main(), no stdio; the including file defines tp_port_putc() and
  *                      tp_port_flush() and feeds bytes to tp_app_byte() itself (the fuzz harness).
  *   TP_MAX_BUF       - AVR only: refuse to build if the frame buffer exceeds this many bytes (default 1024).
- *   TP_BAUD          - UART baud rate (default 115200, double speed: UBRR0 = 16 at 16 MHz).
+ *   TP_BAUD          - UART baud rate (default 115200, double speed: UBRR0 = 16 at 16 MHz; the board file's
+ *                      serial_baud, e.g. 57600 at 8 MHz). USART0, or USART1 on the ATmega32U4.
  *   TP_FLY_LEARN     - FlyNN only: the learning firmware. The counts live in SRAM (tp_flynn.c), LEARN updates
  *                      them, inference uses them; EEPROM_SAVE / EEPROM_LOAD persist them when the record fits.
  *   TP_FLY_LAYOUT_KEY - with TP_FLY_LEARN: 32-bit identity of the model without its counts (M, sizes, input
@@ -111,29 +112,64 @@ static uint16_t tp_frames_bad;
 #ifndef TP_BAUD
 #define TP_BAUD 115200UL
 #endif
-#define TP_UBRR ((F_CPU + 4UL * TP_BAUD) / (8UL * TP_BAUD) - 1UL) /* U2X: 16 at 16 MHz, 115200 (+2.1 %) */
+/* U2X: UBRR 16 at 16 MHz and 115200, or at 8 MHz and 57600 (both +2.1 %; 115200 at 8 MHz would be -3.5 %). */
+#define TP_UBRR ((F_CPU + 4UL * TP_BAUD) / (8UL * TP_BAUD) - 1UL)
+
+/* The protocol's USART: USART0 (ATmega328P; the ATmega2560's USART0 has the same registers), or USART1 on a
+ * chip without USART0 (ATmega32U4: the Leonardo's Serial1 on pins 0/1; its USB port is not used). */
+#if defined(UDR0)
+#define TP_UBRRH UBRR0H
+#define TP_UBRRL UBRR0L
+#define TP_UCSRA UCSR0A
+#define TP_UCSRB UCSR0B
+#define TP_UCSRC UCSR0C
+#define TP_UDR UDR0
+#define TP_U2X U2X0
+#define TP_RXEN RXEN0
+#define TP_TXEN TXEN0
+#define TP_UCSZ1 UCSZ01
+#define TP_UCSZ0 UCSZ00
+#define TP_RXC RXC0
+#define TP_UDRE UDRE0
+#elif defined(UDR1)
+#define TP_UBRRH UBRR1H
+#define TP_UBRRL UBRR1L
+#define TP_UCSRA UCSR1A
+#define TP_UCSRB UCSR1B
+#define TP_UCSRC UCSR1C
+#define TP_UDR UDR1
+#define TP_U2X U2X1
+#define TP_RXEN RXEN1
+#define TP_TXEN TXEN1
+#define TP_UCSZ1 UCSZ11
+#define TP_UCSZ0 UCSZ10
+#define TP_RXC RXC1
+#define TP_UDRE UDRE1
+#else
+#error "this MCU has neither USART0 nor USART1"
+#endif
 
 static void tp_port_init(void)
 {
-    UBRR0H = (uint8_t)(TP_UBRR >> 8);
-    UBRR0L = (uint8_t)TP_UBRR;
-    UCSR0A = _BV(U2X0);
-    UCSR0B = _BV(RXEN0) | _BV(TXEN0);
-    UCSR0C = _BV(UCSZ01) | _BV(UCSZ00); /* 8N1 */
+    TP_UBRRH = (uint8_t)(TP_UBRR >> 8);
+    TP_UBRRL = (uint8_t)TP_UBRR;
+    TP_UCSRA = _BV(TP_U2X);
+    TP_UCSRB = _BV(TP_RXEN) | _BV(TP_TXEN);
+    TP_UCSRC = _BV(TP_UCSZ1) | _BV(TP_UCSZ0); /* 8N1 */
 }
 
 static int16_t tp_port_getc(void)
 {
-    while (!(UCSR0A & _BV(RXC0))) {
+    while (!(TP_UCSRA & _BV(TP_RXC))) {
     }
-    return UDR0;
+    return TP_UDR;
 }
 
 static void tp_port_putc(uint8_t c)
 {
-    while (!(UCSR0A & _BV(UDRE0))) {
+    while (!(TP_UCSRA & _BV(TP_UDRE))) {
     }
-    UDR0 = c;
+    TP_UDR = c;
 }
 
 static void tp_port_flush(void)

@@ -27,6 +27,14 @@ class Board:
     board_active_current_ma: float
     mcu_active_current_source: str
     board_active_current_source: str
+    pio_board: str = "uno"  # PlatformIO's board id (official atmelavr platform and tinyproto's offline one)
+    fqbn: str = "arduino:avr:uno"  # Arduino's fully qualified board name
+    bootloader: str = "optiboot"  # the bootloader the board ships with (tinyproto.device.board_sim)
+    serial_port: str = "Serial (USART0)"  # where the protocol runs
+
+    @property
+    def mhz(self) -> float:
+        return self.f_cpu_hz / 1e6
 
     def energy_mj(self, seconds: float, current_ma: float) -> float:
         """V x I x t in millijoules (a model from datasheet figures, not a measurement)."""
@@ -59,4 +67,49 @@ def load_board(name: str) -> Board:
         board_active_current_ma=float(raw["board_active_current_ma"]),
         mcu_active_current_source=raw["mcu_active_current_source"],
         board_active_current_source=raw["board_active_current_source"],
+        pio_board=raw.get("pio_board", raw["name"]),
+        fqbn=raw.get("fqbn", f"arduino:avr:{raw['name']}"),
+        bootloader=raw["upload"].get("bootloader", "optiboot"),
+        serial_port=raw.get("serial_port", "Serial (USART0)"),
     )
+
+
+def all_boards() -> list[Board]:
+    return [load_board(name) for name in available_boards()]
+
+
+def boards_table_rows() -> list[tuple[str, ...]]:
+    """One row per board for `tinyproto boards`."""
+    rows = []
+    for b in all_boards():
+        rows.append((b.name, b.mcu, f"{b.mhz:g} MHz", f"{b.voltage_v:g} V", f"{b.sram_bytes}", f"{b.flash_bytes_for_sketch}",
+                     f"{b.eeprom_bytes}", f"{b.serial_baud}", f"{b.upload_protocol}@{b.upload_speed}",
+                     f"{b.mcu_active_current_ma:g}/{b.board_active_current_ma:g} mA"))
+    return rows
+
+
+def _boards_command():
+    import click
+
+    @click.command("boards")
+    @click.option("--json", "as_json", is_flag=True, help="Print every board file's facts as JSON.")
+    def boards_command(as_json: bool) -> None:
+        """List the boards --board accepts (boards/<name>.json): chip, clock, supply, memories, serial and upload
+        speeds, and the active currents the energy model uses (their sources are in the files)."""
+        if as_json:
+            import dataclasses
+
+            click.echo(json.dumps([dataclasses.asdict(b) for b in all_boards()], indent=2))
+            return
+        headers = ("board", "MCU", "clock", "supply", "SRAM B", "flash B", "EEPROM B", "serial", "upload",
+                   "I MCU/board")
+        rows = [headers, *boards_table_rows()]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
+        for row in rows:  # plain columns: readable in a narrow terminal and in a pipe
+            click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        click.echo("sources of every figure: the board files (tinyproto boards --json, boards/<name>.json)")
+
+    return boards_command
+
+
+boards_command = _boards_command()

@@ -41,11 +41,20 @@ def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
                     f"(buffers {sram['working_bytes']}, serial {sram['serial_frame_bytes']}, reserve {sram['reserved_bytes']})")
     cycles = report["predicted_cycles"]
     summary.add_row("predicted cycles / inference",
-                    f"{cycles['total']} ({report['predicted_latency_ms']:.2f} ms at 16 MHz; lower bound {cycles['lower_bound']})")
+                    f"{cycles['total']} ({report['predicted_latency_ms']:.2f} ms at {_board_mhz(report.get('board', 'uno')):g} MHz; lower bound {cycles['lower_bound']})")
     console.print(summary)
     for warning in report["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     console.print(f"wrote [b]{out_dir}[/b] (model.json, report.json, test_vectors.npz, C sources, platformio.ini)")
+
+
+def _board_mhz(name: str) -> float:
+    from tinyproto.boards import load_board
+
+    try:
+        return load_board(name).f_cpu_hz / 1e6
+    except Exception:  # a report of a board file that no longer exists: the Uno's clock, as before
+        return 16.0
 
 
 def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:
@@ -62,7 +71,7 @@ def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:
     table.add_row("labels identical", _pct(v["label_agreement"]))
     table.add_row("device accuracy", f"{_pct(v['device_accuracy'])} (host int8 {_pct(v['host_accuracy'])})")
     table.add_row("cycles / inference", f"mean {v['cycles_mean']:.0f}, min {v['cycles_min']}, max {v['cycles_max']}")
-    table.add_row("latency", f"{v['latency_ms_mean']:.3f} ms at 16 MHz")
+    table.add_row("latency", f"{v['latency_ms_mean']:.3f} ms at {v.get('f_cpu_hz', 16_000_000) / 1e6:g} MHz")
     err = v["predicted_error"]
     table.add_row("cost model", f"predicted {v['predicted_cycles']} cycles ({100 * err:+.1f} %)" if err is not None else "-")
     if v["measured_over_bound"] is not None:
@@ -70,7 +79,7 @@ def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:
     table.add_row("energy / inference (model)", f"MCU {v['energy_mj_mcu']:.4f} mJ, board {v['energy_mj_board']:.4f} mJ")
     table.add_row("flash", f"{v['flash_bytes']} of {v['flash_available_bytes']} B (model {v['model_bytes']} B, budget {v['budget_bytes']} B)")
     stack = v["stack_peak_bytes"]
-    table.add_row("SRAM", f"static {v['sram_static_bytes']} B + stack peak {stack} B, margin {v['sram_margin_bytes']} B of 2048")
+    table.add_row("SRAM", f"static {v['sram_static_bytes']} B + stack peak {stack} B, margin {v['sram_margin_bytes']} B of {v.get('sram_bytes', 2048)}")
     markers = v.get("simulator_marker_cycles")
     if markers and markers["n_compared"]:
         table.add_row("simulator markers", f"GPIOR0 spans - Timer1 cycles: {markers['marker_minus_timer1_min']}..{markers['marker_minus_timer1_max']}")

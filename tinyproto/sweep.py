@@ -190,7 +190,7 @@ def _build(point_dir: Path) -> None:
 
     from tinyproto.device.commands import build_model_dir
 
-    build_model_dir(point_dir, "uno_sim", Console(file=io.StringIO(), quiet=True))
+    build_model_dir(point_dir, None, Console(file=io.StringIO(), quiet=True))
 
 
 def _validate(point_dir: Path, raw_check: bool) -> dict:

@@ -4,9 +4,10 @@
 `SimulatedBoard` is the other half: simuno's board mode (tools/simuno, `--bootloader`) runs the board's real
 bootloader and nothing else, so whatever reaches the port goes the way it goes on a physical board:
 
-- the chip starts in its boot section (BOOTRST), in the board's own bootloader: Optiboot for ATmega328P boards
-  (built once from Debian's arduino-core-avr source; see `ensure_bootloader`), Debian's stk500v2 hex for the
-  ATmega2560 (Mega 2560);
+- the chip starts in its boot section (BOOTRST), in the board's own bootloader (boards/<name>.json
+  `upload.bootloader`): Optiboot for the Uno and the current Nano (built once from Debian's arduino-core-avr source;
+  see `ensure_bootloader`), Debian's ATmegaBOOT hex at 57600 baud for the Pro Mini 3.3 V (8 MHz), Debian's stk500v2
+  hex for the ATmega2560 (Mega 2560);
 - opening the port is an external reset (what DTR and the reset capacitor do); power-on at start;
 - simulated time is paced to the wall clock, so the bootloader's 1 s window and avrdude's timeouts relate as
   they do on the board;
@@ -50,6 +51,7 @@ APT_BOOTLOADER_PACKAGE = "arduino-core-avr"
 ARDUINO_BOOTLOADERS = Path("/usr/share/arduino/hardware/arduino/avr/bootloaders")
 OPTIBOOT_SOURCE = ARDUINO_BOOTLOADERS / "optiboot"
 STK500V2_MEGA_HEX = ARDUINO_BOOTLOADERS / "stk500v2" / "stk500boot_v2_mega2560.hex"
+ATMEGABOOT_PRO_8MHZ_HEX = ARDUINO_BOOTLOADERS / "atmega" / "ATmegaBOOT_168_atmega328_pro_8MHz.hex"
 FLASH_IMAGE = "flash.bin"
 EEPROM_IMAGE = "eeprom.bin"
 _START_TIMEOUT_S = 10.0
@@ -67,7 +69,13 @@ class Bootloader:
 
 _OPTIBOOT_328P = Bootloader("atmega328p", "Optiboot 4.4 (Debian arduino-core-avr source)", "arduino", 115200, 0x7E00)
 _STK500V2_2560 = Bootloader("atmega2560", "stk500v2 (Debian arduino-core-avr hex)", "wiring", 115200, 0x3E000)
-_BOOTLOADERS = {b.mcu: b for b in (_OPTIBOOT_328P, _STK500V2_2560)}
+# The Pro Mini 3.3 V / 8 MHz ships with ATmegaBOOT (boards.txt pro.menu.cpu.8MHzatmega328): 57600 baud, a 2 KB boot
+# section. Debian's hex is built for 8 MHz, so it runs only on a chip clocked at 8 MHz.
+_ATMEGABOOT_PRO8 = Bootloader("atmega328p", "ATmegaBOOT 168 for the Pro 8 MHz (Debian arduino-core-avr hex)", "arduino",
+                              57600, 0x7800)
+_BOOTLOADERS = {b.mcu: b for b in (_OPTIBOOT_328P, _STK500V2_2560)}  # an MCU's usual bootloader (16 MHz boards)
+# boards/<name>.json `upload.bootloader` -> the bootloader (the Uno and the current Nano: Optiboot)
+BOOTLOADERS_BY_NAME = {"optiboot": _OPTIBOOT_328P, "stk500v2": _STK500V2_2560, "atmegaboot_pro_8mhz": _ATMEGABOOT_PRO8}
 _NOT_SIMULABLE = {
     "atmega32u4": "the Leonardo's Caterina bootloader speaks USB CDC and simavr has no USB host, so its upload "
                   "cannot be simulated here (its application can still run in the simulator)",
@@ -155,11 +163,16 @@ def _build_optiboot() -> Path:
     return out
 
 
-def ensure_bootloader(mcu: str) -> Path:
-    """Intel HEX of `mcu`'s bootloader: Optiboot built into the cache (once per source hash), or Debian's hex."""
-    loader = bootloader_for(mcu)
+def ensure_bootloader(mcu: str | Bootloader) -> Path:
+    """Intel HEX of `mcu`'s bootloader (or of a given Bootloader): Optiboot built into the cache (once per source
+    hash), or Debian's hex."""
+    loader = mcu if isinstance(mcu, Bootloader) else bootloader_for(mcu)
     if loader is _OPTIBOOT_328P:
         return _build_optiboot()
+    if loader is _ATMEGABOOT_PRO8:
+        if not ATMEGABOOT_PRO_8MHZ_HEX.is_file():
+            raise _missing_package(f"the Pro Mini's ATmegaBOOT ({ATMEGABOOT_PRO_8MHZ_HEX} is missing)")
+        return ATMEGABOOT_PRO_8MHZ_HEX
     if not STK500V2_MEGA_HEX.is_file():
         raise _missing_package(f"the Mega's stk500v2 bootloader ({STK500V2_MEGA_HEX} is missing)")
     return STK500V2_MEGA_HEX
@@ -194,8 +207,11 @@ class SimulatedBoard:
     ...     subprocess.run(["avrdude", "-c", "arduino", "-P", board.port, ...])
     """
 
-    def __init__(self, mcu: str, state_dir: Path | str, f_cpu_hz: int = 16_000_000, fresh: bool = False) -> None:
-        self.bootloader = bootloader_for(mcu)
+    def __init__(self, mcu: str, state_dir: Path | str, f_cpu_hz: int = 16_000_000, fresh: bool = False,
+                 bootloader: Bootloader | None = None) -> None:
+        self.bootloader = bootloader or bootloader_for(mcu)
+        if self.bootloader.mcu != mcu:
+            raise TinyprotoError(f"{self.bootloader.name} is a bootloader for the {self.bootloader.mcu}, not the {mcu}")
         self.mcu = mcu
         self.state_dir = Path(state_dir)
         self.f_cpu_hz = f_cpu_hz
@@ -225,7 +241,7 @@ class SimulatedBoard:
         from tinyproto.device.sim import ensure_simulator
 
         binary = ensure_simulator()
-        hex_path = ensure_bootloader(self.mcu)
+        hex_path = ensure_bootloader(self.bootloader)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.fresh:  # a new chip: only the images this class writes are removed, and never under a running board
             with _state_lock(self.state_dir):
@@ -302,23 +318,41 @@ class SimulatedBoard:
 # ------------------------------------------------------------------------------------------------ command line
 
 
+def board_bootloader(board) -> Bootloader:
+    """The bootloader a board (tinyproto.boards.Board) ships with, from its file's `upload.bootloader`."""
+    if board.mcu in _NOT_SIMULABLE:
+        raise TinyprotoError(f"{board.name} ({board.mcu}): {_NOT_SIMULABLE[board.mcu]}")
+    if board.bootloader not in BOOTLOADERS_BY_NAME:
+        raise TinyprotoError(f"{board.name}: no simulated {board.bootloader} bootloader; simulated: "
+                             f"{', '.join(sorted(BOOTLOADERS_BY_NAME))}")
+    loader = BOOTLOADERS_BY_NAME[board.bootloader]
+    if loader.mcu != board.mcu:
+        raise TinyprotoError(f"{board.name}: {loader.name} is for the {loader.mcu}, the board has an {board.mcu}")
+    return loader
+
+
 def resolve_board(name: str) -> tuple[str, int, str]:
     """--board NAME -> (mcu, f_cpu_hz, title): a board file (boards/NAME.json) or, for boards without one, an MCU
     name with a simulated bootloader (atmega2560 = the Mega 2560's chip)."""
+    return resolve_board_loader(name)[:3]
+
+
+def resolve_board_loader(name: str) -> tuple[str, int, str, Bootloader]:
+    """resolve_board plus the bootloader the simulated board runs."""
     from tinyproto.boards import available_boards, load_board
 
     if name in available_boards():
         board = load_board(name)
-        loader = bootloader_for(board.mcu)
+        loader = board_bootloader(board)
         if (board.upload_protocol, board.upload_speed) != (loader.protocol, loader.speed):
             raise TinyprotoError(
                 f"boards/{name}.json uploads with -c {board.upload_protocol} -b {board.upload_speed}, the simulated "
                 f"{board.mcu}'s bootloader ({loader.name}) speaks -c {loader.protocol} -b {loader.speed}"
             )
-        return board.mcu, board.f_cpu_hz, board.title
+        return board.mcu, board.f_cpu_hz, board.title, loader
     if name in _BOOTLOADERS or name in _NOT_SIMULABLE:
         loader = bootloader_for(name)
-        return loader.mcu, 16_000_000, f"{name} board"
+        return loader.mcu, 16_000_000, f"{name} board", loader
     raise TinyprotoError(f"unknown board {name!r}; give a board file name ({', '.join(available_boards())}) "
                          f"or an MCU ({', '.join(sorted(_BOOTLOADERS))})")
 
@@ -333,7 +367,7 @@ def serve(board_name: str, count: int, state: Path | None, fresh: bool, out=sys.
     """Start `count` boards, print `<name> <port>` per board, run until SIGINT/SIGTERM, stop them cleanly."""
     if count < 1:
         raise TinyprotoError("--count must be at least 1")
-    mcu, f_cpu, title = resolve_board(board_name)
+    mcu, f_cpu, title, loader = resolve_board_loader(board_name)
     names = [board_name if count == 1 else f"{board_name}-{i}" for i in range(count)]
     if state is not None:
         dirs = [state] if count == 1 else [state / name for name in names]
@@ -348,7 +382,7 @@ def serve(board_name: str, count: int, state: Path | None, fresh: bool, out=sys.
     boards: list[SimulatedBoard] = []
     try:
         for name, directory in zip(names, dirs):
-            board = SimulatedBoard(mcu, directory, f_cpu, fresh=fresh)
+            board = SimulatedBoard(mcu, directory, f_cpu, fresh=fresh, bootloader=loader)
             board.start()
             boards.append(board)
             print(f"{name} {board.port}", file=out, flush=True)

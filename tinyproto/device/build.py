@@ -1,10 +1,14 @@
 """Build the generated PlatformIO project: `pio run` (offline platform by default), or avr-gcc directly.
 
-Environments of the generated platformio.ini (templates/platformio.ini.j2):
+Environments of the generated platformio.ini (templates/platformio.ini.j2), named after the board
+(boards/<name>.json; the Uno's are shown):
 
     uno          official `atmelavr` platform (internet needed once); flashes/tests a real Uno
     uno_offline  tinyproto's local dev-platform (tools/pio/tinyproto-avr) + system avr-gcc; real Uno, offline
     uno_sim      uno_offline whose `upload` is a no-op and whose `pio test` runs in the simulated Uno
+
+`env=None` everywhere means the project's own default (`default_envs`, the board's `<name>_sim`), so a Nano's
+project builds `nano_sim` and an existing Uno project keeps building `uno_sim`.
 
 PlatformIO runs with a tinyproto-owned core directory (`<cache>/pio-core-<hash of this installation>`, see
 `pio_core_dir`) so the user's own ~/.platformio is never touched, and with every update check and telemetry switched off: nothing is
@@ -90,10 +94,13 @@ def pio_toolchain_dir() -> Path:
     return tinyproto_cache_dir() / "pio-toolchain-atmelavr"
 
 
-def sim_test_command() -> list[str]:
-    """`pio test -e uno_sim`'s test_testing_command, one argument per item (PlatformIO interpolates ${...})."""
+def sim_test_command(board=None) -> list[str]:
+    """`pio test -e <board>_sim`'s test_testing_command, one argument per item (PlatformIO interpolates ${...}):
+    the board's chip at the board's clock."""
+    mcu = board.mcu if board is not None else "atmega328p"
+    f_cpu = board.f_cpu_hz if board is not None else 16_000_000
     return [
-        sys.executable, "-m", "tinyproto.device.sim", "--stdio",
+        sys.executable, "-m", "tinyproto.device.sim", "--stdio", "--mcu", mcu, "--freq", str(f_cpu),
         "--timeout-cycles", str(SIM_TEST_TIMEOUT_CYCLES),
         "${platformio.build_dir}/${this.__env__}/firmware.elf",
     ]  # fmt: skip
@@ -110,7 +117,7 @@ def render_platformio_ini(board) -> str:
         offline_platform_dir=offline_platform_dir().as_posix(),
         offline_toolchain_dir=pio_toolchain_dir().as_posix(),
         pio_core_dir=pio_core_dir().as_posix(),
-        sim_test_command=sim_test_command(),
+        sim_test_command=sim_test_command(board),
     )
 
 
@@ -127,6 +134,10 @@ def _read_ini(project_dir: Path) -> configparser.ConfigParser:
     return parser
 
 
+def parser_of(project_dir: Path) -> configparser.ConfigParser:
+    return _read_ini(Path(project_dir))
+
+
 def _env_option(parser: configparser.ConfigParser, env: str, key: str, default: str = "") -> str:
     """An option of [env:NAME], following `extends` and falling back to [env] like PlatformIO does
     (only the `${env.<key>}` interpolation is resolved: it is the one the generated file uses)."""
@@ -139,6 +150,17 @@ def _env_option(parser: configparser.ConfigParser, env: str, key: str, default: 
             return parser.get(section, key).strip().replace(f"${{env.{key}}}", common)
         section = parser.get(section, "extends", fallback="").strip()
     return common
+
+
+def project_default_env(parser: configparser.ConfigParser) -> str:
+    """The project's `default_envs` (first one), else DEFAULT_ENV: `<board>_sim` in generated projects."""
+    value = parser.get("platformio", "default_envs", fallback="").replace(",", " ").split()
+    return value[0] if value else DEFAULT_ENV
+
+
+def resolve_env(project_dir: Path, env: str | None) -> str:
+    """`env`, or the project's default environment when None."""
+    return env if env else project_default_env(_read_ini(Path(project_dir)))
 
 
 def _check_env(parser: configparser.ConfigParser, env: str) -> None:
@@ -324,7 +346,7 @@ def _build_with_platformio(project_dir: Path, env: str, progress: Progress | Non
 
 def _offline_hint(log: str) -> str:
     if "HTTPClientError" in log or "InternetConnectionError" in log:
-        return f"\n(PlatformIO could not download a package: without internet use --env {DEFAULT_ENV})"
+        return "\n(PlatformIO could not download a package: without internet use the <board>_sim or <board>_offline env)"
     return ""
 
 
@@ -367,10 +389,12 @@ def _elf_to_hex(elf: Path) -> Path:
     return hex_path
 
 
-def build_project(project_dir: Path, env: str = DEFAULT_ENV, progress: Progress | None = None) -> BuildResult:
-    """Builds the firmware of a generated project; `pio run -e env`, or avr-gcc when PlatformIO is missing."""
+def build_project(project_dir: Path, env: str | None = None, progress: Progress | None = None) -> BuildResult:
+    """Builds the firmware of a generated project; `pio run -e env`, or avr-gcc when PlatformIO is missing.
+    env None: the project's default environment (`<board>_sim`)."""
     project_dir = Path(project_dir).resolve()
     parser = _read_ini(project_dir)
+    env = env or project_default_env(parser)
     _check_env(parser, env)
     started = time.monotonic()
     if platformio_available():
@@ -441,7 +465,10 @@ def _run_sim_test_without_platformio(project_dir: Path, env: str) -> tuple[bool,
     """`pio test -e uno_sim` by hand: avr-gcc builds test/ + lib/, simuno --stdio runs it."""
     sources = _c_sources(project_dir / "test", project_dir / "lib")
     elf, log = _compile_with_avr_gcc(project_dir, env, sources, project_dir / TEST_BUILD_DIR / env, None)
-    command = [str(ensure_simulator()), "--stdio", "--timeout-cycles", str(SIM_TEST_TIMEOUT_CYCLES), str(elf)]
+    mcu = _env_option(parser_of(project_dir), env, "board_build.mcu", "atmega328p")
+    f_cpu = _env_option(parser_of(project_dir), env, "board_build.f_cpu", "16000000UL").rstrip("UuLl")
+    command = [str(ensure_simulator()), "--stdio", "--mcu", mcu, "--freq", f_cpu,
+               "--timeout-cycles", str(SIM_TEST_TIMEOUT_CYCLES), str(elf)]
     result = subprocess.run(
         command, check=False, stdin=subprocess.DEVNULL, capture_output=True, timeout=PIO_RUN_TIMEOUT_S
     )
@@ -450,10 +477,11 @@ def _run_sim_test_without_platformio(project_dir: Path, env: str) -> tuple[bool,
     return result.returncode == EXIT_DONE and _test_summary_passed(output), log
 
 
-def run_pio_test(project_dir: Path, env: str = DEFAULT_ENV) -> tuple[bool, str]:
-    """Runs the on-device test (`pio test -e env`); returns (passed, log). uno_sim runs in the simulator."""
+def run_pio_test(project_dir: Path, env: str | None = None) -> tuple[bool, str]:
+    """Runs the on-device test (`pio test -e env`); returns (passed, log). <board>_sim runs in the simulator."""
     project_dir = Path(project_dir).resolve()
     parser = _read_ini(project_dir)
+    env = env or project_default_env(parser)
     _check_env(parser, env)
     if not (project_dir / "test" / "test_model").is_dir():
         raise TinyprotoError(f"{project_dir} has no test/test_model; write it with render_pio_test()")

@@ -17,7 +17,8 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr)
 
 
-def build_model_dir(path: Path, env: str, console) -> dict:
+def build_model_dir(path: Path, env: str | None, console) -> dict:
+    """env None: the project's default environment (`<board>_sim`)."""
     """Build the model directory's PlatformIO project; record the result in build.json."""
     from tinyproto.modeldir import load_model_dir, locked, record_outputs
 
@@ -27,7 +28,7 @@ def build_model_dir(path: Path, env: str, console) -> dict:
         return _build_locked(model_dir, env, console)
 
 
-def _build_locked(model_dir, env: str, console) -> dict:
+def _build_locked(model_dir, env: str | None, console) -> dict:
     from tinyproto.boards import load_board
     from tinyproto.device.build import build_project
     from tinyproto.device.validate import header_model_hash
@@ -39,6 +40,9 @@ def _build_locked(model_dir, env: str, console) -> dict:
     if built_hash != model_dir.meta["model_hash"]:
         raise TinyprotoError(f"{model_dir.path}/include/tinyproto_model.h does not hold the model of model.json "
                              f"({built_hash} vs {model_dir.meta['model_hash']}); run `tinyproto compile` again")
+    from tinyproto.device.build import resolve_env
+
+    env = resolve_env(model_dir.path, env)
     with console.status(f"building {model_dir.path} ({env})...", spinner="dots"):
         result = build_project(model_dir.path, env=env)
     sizes = result.sizes
@@ -84,9 +88,10 @@ def print_build(console, info: dict, path: Path) -> None:
 
 @click.command("build")
 @click.argument("model_dir", type=MODEL_DIR)
-@click.option("--env", default="uno_sim", show_default=True,
-              help="PlatformIO environment: uno_sim works offline (system avr-gcc); uno uses the official atmelavr platform.")
-def build_command(model_dir: Path, env: str) -> None:
+@click.option("--env", default=None,
+              help="PlatformIO environment (named after the board): <board>_sim, the default, works offline (system "
+                   "avr-gcc); <board> uses the official atmelavr platform. E.g. uno_sim, nano_sim, mega2560.")
+def build_command(model_dir: Path, env: str | None) -> None:
     """Build the firmware of MODEL_DIR (PlatformIO; avr-gcc directly if PlatformIO is missing) and report flash / SRAM."""
     console = _console()
     print_build(console, build_model_dir(model_dir, env, console), model_dir)
@@ -131,7 +136,7 @@ def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
                       f"in {result.seconds:.1f} s; after the reset the board answers with model "
                       f"{md.meta['model_hash']} ({time.monotonic() - started:.1f} s in all)")
         return
-    with SimulatedUno(build.elf) as uno, open_device(uno.port, baud=board.serial_baud) as client:
+    with SimulatedUno(build.elf, board=board) as uno, open_device(uno.port, baud=board.serial_baud) as client:
         check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)
     console.print(f"simulated Uno started with {build.elf}: handshake OK, model {md.meta['model_hash']} "
                   "(the simulator stops again; validate --sim starts its own)")
@@ -205,7 +210,7 @@ def run_command(data: str, family: str, budget: str, seed: int, out: Path | None
         result = compile_model(data, family, budget, seed, "uno", out, None,
                                progress=lambda m: console.print(f"[dim]· {m}[/dim]"))
     print_compile_report(console, result.report, result.out_dir)
-    info = build_model_dir(result.out_dir, "uno_sim", console)
+    info = build_model_dir(result.out_dir, None, console)
     print_build(console, info, result.out_dir)
     if port:
         flash_port(load_board("uno"), port, result.out_dir / info["hex"])

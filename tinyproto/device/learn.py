@@ -318,7 +318,7 @@ def build_learning_firmware(project: Path, model, board: Board, sizes: LearnSize
         )
     firmware = LearningFirmware(project, result.elf, result.hex, result.sizes.flash_bytes, static, result.tool)
     write_json(project / "build.json", {
-        "env": "uno_sim", "tool": result.tool, "elf": str(result.elf.relative_to(project)),
+        "env": f"{board.name}_sim", "tool": result.tool, "elf": str(result.elf.relative_to(project)),
         "hex": str(result.hex.relative_to(project)), "flash_bytes": result.sizes.flash_bytes,
         "sram_static_bytes": static, "flags": list(LEARN_FLAGS), "layout_key": f"0x{layout_key(model):08X}",
     })  # fmt: skip
@@ -435,7 +435,7 @@ def build_learned_dir(path: Path) -> dict:
 
     from tinyproto.device.commands import build_model_dir
 
-    return build_model_dir(path, "uno_sim", Console(quiet=True))
+    return build_model_dir(path, None, Console(quiet=True))
 
 
 # ---------------------------------------------------------------------------------------------------- the flow

@@ -1,4 +1,5 @@
-"""The simulated Arduino Uno: tools/simuno (a small C program on libsimavr) driven from Python.
+"""The simulated Arduino Uno (and the other boards: ATmega328P, ATmega2560, ATmega32U4 at the board's clock):
+tools/simuno (a small C program on libsimavr) driven from Python.
 
 `SimulatedUno(elf)` starts simuno on a fresh pseudo-terminal; `.port` is a path pyserial opens like the USB
 port of a real board, so the same `DeviceClient` talks to both. The simulation is cycle-exact (the firmware's
@@ -113,6 +114,38 @@ def ensure_simulator() -> Path:
     return binary
 
 
+DEFAULT_MCU = "atmega328p"
+DEFAULT_F_CPU_HZ = 16_000_000
+
+
+def chip_of_elf(elf_path: Path) -> tuple[str, int]:
+    """(mcu, f_cpu_hz) of a firmware built in a generated project: board_build.mcu / board_build.f_cpu of the
+    environment the ELF was built in (<project>/.pio/<build dir>/<env>/firmware.elf); the Uno's chip otherwise."""
+    import configparser
+
+    elf_path = Path(elf_path).resolve()
+    env = elf_path.parent.name
+    for project in elf_path.parents:
+        ini = project / "platformio.ini"
+        if not ini.is_file():
+            continue
+        parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
+        try:
+            parser.read(ini)
+        except (configparser.Error, UnicodeDecodeError):
+            break
+        sections = [f"env:{env}", "env"]
+        mcu = next((parser.get(sec, "board_build.mcu") for sec in sections
+                    if parser.has_option(sec, "board_build.mcu")), DEFAULT_MCU)
+        f_cpu = next((parser.get(sec, "board_build.f_cpu") for sec in sections
+                      if parser.has_option(sec, "board_build.f_cpu")), str(DEFAULT_F_CPU_HZ))
+        try:
+            return mcu.strip(), int(f_cpu.strip().rstrip("UuLl"))
+        except ValueError:
+            break
+    return DEFAULT_MCU, DEFAULT_F_CPU_HZ
+
+
 def parse_markers(text: str) -> list[tuple[int, int]]:
     """simuno's marker lines `<value> <cycle>` -> [(value, cycle)]; a last line without its newline is ignored
     (simuno may be writing it right now)."""
@@ -139,8 +172,23 @@ class SimulatedUno:
         markers: bool = True,
         timeout_cycles: int | None = None,
         eeprom: Path | str | None = None,
+        mcu: str | None = None,
+        f_cpu_hz: int | None = None,
+        board=None,
     ) -> None:
+        """`board` (a tinyproto.boards.Board) or `mcu` / `f_cpu_hz` name the chip and its clock; without them they
+        come from the platformio.ini of the project that built `elf_path` (.pio/build/<env>/firmware.elf), else
+        the Uno's ATmega328P at 16 MHz."""
         self.elf_path = Path(elf_path)
+        if board is not None:
+            mcu = mcu or board.mcu
+            f_cpu_hz = f_cpu_hz or board.f_cpu_hz
+        if mcu is None or f_cpu_hz is None:
+            found_mcu, found_f_cpu = chip_of_elf(self.elf_path)
+            mcu = mcu or found_mcu
+            f_cpu_hz = f_cpu_hz or found_f_cpu
+        self.mcu = mcu
+        self.f_cpu_hz = int(f_cpu_hz)
         self.want_markers = markers
         self.timeout_cycles = timeout_cycles
         self.eeprom = Path(eeprom) if eeprom is not None else None  # raw EEPROM image, kept across runs
@@ -159,7 +207,7 @@ class SimulatedUno:
         binary = ensure_simulator()
         self._stderr_file = tempfile.TemporaryFile(prefix="tinyproto-sim-")
         # --parent-pipe: simuno exits when our end of its stdin closes, even if this process is SIGKILLed.
-        command = [str(binary), "--pty", "--parent-pipe"]
+        command = [str(binary), "--pty", "--parent-pipe", "--mcu", self.mcu, "--freq", str(self.f_cpu_hz)]
         pass_fds: tuple[int, ...] = ()
         if self.want_markers:
             self._markers_file = tempfile.TemporaryFile(prefix="tinyproto-sim-")

@@ -332,6 +332,8 @@ def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInf
         "cycles_max": int(cycles.max()) if n else 0,
         "cycles_min": int(cycles.min()) if n else 0,
         "latency_ms_mean": 1000.0 * seconds,
+        "f_cpu_hz": board.f_cpu_hz,
+        "sram_bytes": board.sram_bytes,
         "energy_mj_mcu": board.energy_mj(seconds, board.mcu_active_current_ma),
         "energy_mj_board": board.energy_mj(seconds, board.board_active_current_ma),
         "energy_note": "model: V x I_active x latency with datasheet / board figures (boards/%s.json), not a meter" % board.name,
@@ -431,7 +433,7 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
                 journal.start_new()  # a side file: the previous journal stays until the first new result
             sim = None
             if port is None:
-                sim = stack.enter_context(SimulatedUno(build.elf))
+                sim = stack.enter_context(SimulatedUno(build.elf, board=board))
             client = stack.enter_context(open_device(sim.port if sim else port, baud=board.serial_baud))
             check_model(client.hello(), model_dir.model_hash, model.n_features, model.n_classes)
             todo = [i for i in range(n_total) if i not in rows]

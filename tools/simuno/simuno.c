@@ -4,7 +4,7 @@
  *          [--freq 16000000] [--parent-pipe] [--eeprom FILE] [-v] firmware.elf
  *   simuno --bootloader BOOT.hex [--flash FILE] [--eeprom FILE] [--mcu M] [--freq F] [--parent-pipe] [-v]
  *
- * UART0 is connected either to a fresh pseudo-terminal (--pty, the default: prints exactly one line
+ * The serial USART (USART0; USART1 on the ATmega32U4, which has no USART0) is connected either to a fresh pseudo-terminal (--pty, the default: prints exactly one line
  * "PTY /dev/pts/N" on stdout, then a program opens that path like a USB serial port) or to
  * stdin/stdout (--stdio, binary clean, for `pio test` and pipes). Every write to GPIOR0 is a marker:
  * "<value> <cycle>" goes to --markers FILE (or the already open file descriptor --markers-fd N), one flushed
@@ -71,12 +71,16 @@
 #define EXIT_PARENT_GONE 4
 
 #define GPIOR0_DATA_ADDR 0x3E   /* I/O 0x1E + 0x20: the marker register */
-#define UCSR0A_DATA_ADDR 0xC0
-#define UCSR0B_DATA_ADDR 0xC1
-#define UBRR0L_DATA_ADDR 0xC4
-#define UBRR0H_DATA_ADDR 0xC5
-#define U2X0_BIT 1
-#define RXEN0_BIT 4
+/* The serial port's USART: USART0 (UCSR0A at 0xC0) on the ATmega328P and ATmega2560; the ATmega32U4 has only
+ * USART1 (UCSR1A at 0xC8; the Leonardo's Serial1). Same register layout at base + 0, 1, 4, 5. */
+#define UCSRA_OFFSET 0
+#define UCSRB_OFFSET 1
+#define UBRRL_OFFSET 4
+#define UBRRH_OFFSET 5
+#define U2X_BIT 1
+#define RXEN_BIT 4
+static char g_uart_name = '0';
+static uint16_t g_uart_base = 0xC0;
 
 #define BATCH_INSTRUCTIONS 4096u  /* instructions run between two host I/O services (~50 us of host time) */
 #define IDLE_CYCLES_BEFORE_WAIT 80000u /* 5 ms simulated of "waiting for RX" before we block on the host fd */
@@ -111,7 +115,7 @@ typedef struct {
     uint32_t rx_polls;   /* firmware read UCSR0A/UDR0 with an empty FIFO (XON pulses) in this batch */
     uint32_t bytes_moved;/* bytes in either direction in this batch */
     avr_t *avr;
-    avr_irq_t *uart_irq; /* base of UART0's IRQs (INPUT, OUTPUT, XON, XOFF) */
+    avr_irq_t *uart_irq; /* base of the serial USART's IRQs (INPUT, OUTPUT, XON, XOFF) */
     FILE *markers;
 } io_state_t;
 
@@ -359,11 +363,11 @@ static void read_input(io_state_t *io)
 }
 
 /* ------------------------------------------------------------------------------------------------ */
-/* UART0 <-> host bytes, respecting the UART's XON/XOFF so no byte is dropped                        */
+/* USART <-> host bytes, respecting the UART's XON/XOFF so no byte is dropped                        */
 
 static int uart_rx_enabled(avr_t *avr)
 {
-    return (avr->data[UCSR0B_DATA_ADDR] >> RXEN0_BIT) & 1u;
+    return (avr->data[g_uart_base + UCSRB_OFFSET] >> RXEN_BIT) & 1u;
 }
 
 /* Board mode: host bytes reach the UART no faster than the wire carries them (start + 8 data + stop bits at
@@ -374,8 +378,9 @@ static uint64_t g_next_rx_cycle = 0;
 
 static uint64_t uart_frame_cycles(avr_t *avr)
 {
-    uint32_t ubrr = ((uint32_t)(avr->data[UBRR0H_DATA_ADDR] & 0x0Fu) << 8) | avr->data[UBRR0L_DATA_ADDR];
-    uint32_t divider = ((avr->data[UCSR0A_DATA_ADDR] >> U2X0_BIT) & 1u) ? 8u : 16u;
+    uint32_t ubrr = ((uint32_t)(avr->data[g_uart_base + UBRRH_OFFSET] & 0x0Fu) << 8) |
+                    avr->data[g_uart_base + UBRRL_OFFSET];
+    uint32_t divider = ((avr->data[g_uart_base + UCSRA_OFFSET] >> U2X_BIT) & 1u) ? 8u : 16u;
     return 10ull * divider * (ubrr + 1u);
 }
 
@@ -466,7 +471,7 @@ static avr_t *load_avr(const options_t *opt)
     if (elf_read_firmware(opt->elf_path, &fw) != 0) {
         die("%s is not a loadable AVR ELF file", opt->elf_path);
     }
-    /* The command line wins over an optional .mmcu section: the Uno is the point of this tool. */
+    /* The command line wins over an optional .mmcu section (--mcu / --freq: the board's chip and clock). */
     snprintf(fw.mmcu, sizeof fw.mmcu, "%s", opt->mcu);
     fw.frequency = opt->freq;
     avr_t *avr = avr_make_mcu_by_name(fw.mmcu);
@@ -553,11 +558,14 @@ static void connect_uart(avr_t *avr, io_state_t *io)
 {
     /* No usleep() on UCSR0A polls (it would slow every TX wait to a crawl) and no console echo. */
     uint32_t flags = 0;
-    avr_ioctl(avr, AVR_IOCTL_UART_SET_FLAGS('0'), &flags);
+    /* USART0 where the MCU has one; else USART1 (the ATmega32U4: its USB port is not simulated). */
+    g_uart_name = avr_io_getirq(avr, AVR_IOCTL_UART_GETIRQ('0'), 0) != NULL ? '0' : '1';
+    g_uart_base = g_uart_name == '0' ? 0xC0 : 0xC8;
+    avr_ioctl(avr, AVR_IOCTL_UART_SET_FLAGS(g_uart_name), &flags);
     io->avr = avr;
-    io->uart_irq = avr_io_getirq(avr, AVR_IOCTL_UART_GETIRQ('0'), 0);
+    io->uart_irq = avr_io_getirq(avr, AVR_IOCTL_UART_GETIRQ(g_uart_name), 0);
     if (io->uart_irq == NULL) {
-        die("this MCU has no UART0");
+        die("this MCU has no USART0 or USART1");
     }
     avr_irq_register_notify(io->uart_irq + UART_IRQ_OUTPUT, on_uart_output, io);
     avr_irq_register_notify(io->uart_irq + UART_IRQ_OUT_XON, on_uart_xon, io);

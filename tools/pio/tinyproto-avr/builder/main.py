@@ -1,6 +1,7 @@
 """SCons build script of tinyproto's offline AVR dev-platform.
 
-Bare avr-libc C (no Arduino framework) with the avr-gcc/binutils found on PATH. PlatformIO puts the
+Bare avr-libc C (no Arduino framework) with the avr-gcc/binutils found on PATH, for the boards in boards/
+(ATmega328P, ATmega2560, ATmega32U4; the board manifest gives mcu and f_cpu). PlatformIO puts the
 `toolchain-atmelavr` package's bin/ first on PATH; tinyproto's package is a folder of symlinks to the
 system tools (Debian gcc-avr, binutils-avr), so nothing is downloaded.
 
@@ -74,9 +75,17 @@ AlwaysBuild(target_size)
 
 
 def _before_avrdude(target, source, env):  # pylint: disable=unused-argument
+    upload = env.BoardConfig().get("upload", {})
+    if upload.get("use_1200bps_touch", False):
+        # Leonardo (Caterina, avr109 over native USB): opening the port at 1200 baud makes the sketch's USB
+        # stack reset into the bootloader, which then appears as a new port (as the official platform does).
+        env.AutodetectUploadPort()
+        env.TouchSerialPort("$UPLOAD_PORT", 1200)
+        if upload.get("wait_for_upload_port", False):
+            env.Replace(UPLOAD_PORT=env.WaitForNewSerialPort(env.subst("$UPLOAD_PORT")))
     if env.subst("$UPLOAD_SPEED"):
         env.Append(UPLOADERFLAGS=["-b", "$UPLOAD_SPEED"])
-    env.Append(UPLOADERFLAGS=["-D"])  # the Uno's bootloader erases pages itself
+    env.Append(UPLOADERFLAGS=["-D"])  # the bootloaders (Optiboot, ATmegaBOOT, stk500v2, Caterina) erase pages themselves
     env.AutodetectUploadPort()
     env.Append(UPLOADERFLAGS=["-P", '"$UPLOAD_PORT"'])
 
