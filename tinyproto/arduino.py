@@ -1,0 +1,158 @@
+"""`tinyproto export DIR --arduino`: the model of a model directory as an Arduino library (+ a .zip of it).
+
+    OUT/                      (default: <model dir>-arduino; written atomically, see tinyproto.modeldir)
+      <Name>/                 the library, as the Arduino IDE / arduino-cli / PlatformIO expect it
+        library.properties
+        src/<Name>.h          the one header a sketch includes: the C API, per-model SRAM and cost figures
+        src/tinyproto_model.h the model (PROGMEM arrays + #defines), the same header `compile` generated
+        src/tinyproto.h, tp_input.c, tp_<family>.c   the runtime (not the device app tp_main.c: the sketch is the app)
+        src/tp_labels.c       the class names in flash
+        examples/<Name>/<Name>.ino   reads one vector per Serial line, prints the class and its score
+      <Name>.zip              the same folder for the IDE's Sketch > Include Library > Add .ZIP Library
+
+The model directory stays the single source: the header is rendered from model.json (verified), never copied.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tinyproto import __version__
+from tinyproto.errors import TinyprotoError
+
+NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
+# Names the library's own files already use (the IDE runs on case-insensitive file systems too).
+_TAKEN = {"tinyproto", "tinyproto_model", "tp_input", "tp_protonn", "tp_flynn", "tp_labels", "arduino"}
+RUNTIME = ("tinyproto.h", "tp_input.c")  # + tp_<family>.c; never tp_main.c / tp_serial.* (the device app's)
+_ZIP_TIME = (2020, 1, 1, 0, 0, 0)  # fixed: the same model gives the same zip
+
+
+@dataclass(frozen=True)
+class ArduinoExport:
+    out_dir: Path
+    library_dir: Path
+    zip_path: Path
+    name: str
+
+
+def library_name(dataset: str) -> str:
+    """'breast_cancer' -> 'TinyprotoBreastCancer': a valid Arduino library name and C identifier."""
+    parts = [p for p in re.split(r"[^A-Za-z0-9]+", dataset) if p]
+    name = "Tinyproto" + "".join(p[:1].upper() + p[1:] for p in parts)
+    return name[:63]
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise TinyprotoError(f"--name {name!r} is not usable: a library name here is a C identifier of at most 63 "
+                             "characters (a letter, then letters, digits or _)")
+    if name.lower() in _TAKEN:
+        raise TinyprotoError(f"--name {name!r} would clash with a file of the library; choose another name")
+    return name
+
+
+def c_string(text: str) -> str:
+    """A C string literal of `text` (UTF-8), safe for any content: octal escapes, no trigraphs."""
+    out = []
+    for byte in str(text).encode("utf-8"):
+        char = chr(byte)
+        if 0x20 <= byte < 0x7F and char not in '"\\?':
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _template(name: str):
+    from tinyproto.render import jinja_env
+
+    return jinja_env().get_template(f"arduino/{name}")
+
+
+def _context(model_dir, model, name: str) -> dict:
+    meta, report = model_dir.meta, model_dir.report
+    sram = [(item.name, item.nbytes, item.what) for item in model.working_sram()]
+    cycles = report.get("predicted_cycles") or {}
+    total = cycles.get("total") if isinstance(cycles, dict) else None
+    return {
+        "name": name,
+        "guard": re.sub(r"[^A-Z0-9]", "_", name.upper()) + "_H",
+        "version": __version__,
+        "family": model.family,
+        "dataset": str(meta.get("dataset", "?")),
+        "dataset_comment": re.sub(r"[^\x20-\x7e]|\*/", "?", str(meta.get("dataset", "?"))),
+        "model_hash": meta["model_hash"],
+        "model_bytes": sum(a.nbytes for a in model.carrays()),
+        "budget_bytes": meta.get("budget_bytes"),
+        "n_features": model.n_features,
+        "n_classes": model.n_classes,
+        "sram": sram,
+        "sram_total": sum(n for _, n, _ in sram),
+        "predict_cycles": int(total) if isinstance(total, (int, float)) else None,
+        "predict_ms": round(int(total) / 16000.0, 2) if isinstance(total, (int, float)) else None,
+        "class_names": [c_string(c) for c in model.classes],
+        "class_comments": [re.sub(r"[^\x20-\x7e]|\*/", "?", str(c)) for c in model.classes],
+    }
+
+
+def write_library(model_dir, model, name: str, library: Path) -> None:
+    """The library folder `library` (must not exist) for the verified integer model of `model_dir`."""
+    from tinyproto.render import render_header, runtime_files
+
+    meta = model_dir.meta
+    context = _context(model_dir, model, name)
+    src = library / "src"
+    example = library / "examples" / name
+    src.mkdir(parents=True)
+    example.mkdir(parents=True)
+    (library / "library.properties").write_text(_template("library.properties.j2").render(**context))
+    (src / f"{name}.h").write_text(_template("library.h.j2").render(**context))
+    (src / "tp_labels.c").write_text(_template("tp_labels.c.j2").render(**context))
+    (src / "tinyproto_model.h").write_text(
+        render_header(model, meta.get("dataset", "?"), meta.get("seed", 0), meta.get("budget_bytes", 0)))
+    wanted = set(RUNTIME) | {f"tp_{model.family}.c"}
+    for source in runtime_files(model.family):
+        if source.name in wanted:
+            shutil.copyfile(source, src / source.name)
+    (example / f"{name}.ino").write_text(_template("example.ino.j2").render(**context))
+
+
+def write_zip(library: Path, zip_path: Path) -> None:
+    """The library folder at the zip's root (what Add .ZIP Library expects), entries sorted, fixed times."""
+    root = library.name
+    with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path in [library, *sorted(library.rglob("*"))]:
+            rel = path.relative_to(library.parent).as_posix()
+            if path.is_dir():
+                info = zipfile.ZipInfo(rel + "/", date_time=_ZIP_TIME)
+                info.external_attr = (0o40755 << 16) | 0x10
+                archive.writestr(info, b"")
+            else:
+                info = zipfile.ZipInfo(rel, date_time=_ZIP_TIME)
+                info.external_attr = 0o100644 << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                archive.writestr(info, path.read_bytes())
+    assert root  # the folder name is the zip's single top-level entry
+
+
+def export_arduino(model_path: Path, out: Path | None = None, name: str | None = None) -> ArduinoExport:
+    from tinyproto.modeldir import atomic_directory, check_output_dir, load_model_dir
+
+    model_dir = load_model_dir(model_path)
+    model = model_dir.int_model()  # a damaged or edited model.json is refused here
+    name = check_name(name if name is not None else library_name(str(model_dir.meta.get("dataset", ""))))
+    if name == "Tinyproto":
+        raise TinyprotoError("the data set's name gives no library name; give one with --name")
+    if out is None:
+        out = model_dir.path.parent / f"{model_dir.path.resolve().name}-arduino"
+    out = check_output_dir(out)
+    if out == model_dir.path.resolve() or model_dir.path.resolve() in out.parents:
+        raise TinyprotoError(f"--out {out} is inside the model directory; choose a directory beside it")
+    with atomic_directory(out, "export") as scratch:
+        write_library(model_dir, model, name, scratch / name)
+        write_zip(scratch / name, scratch / f"{name}.zip")
+    return ArduinoExport(out, out / name, out / f"{name}.zip", name)
