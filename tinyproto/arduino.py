@@ -28,6 +28,10 @@ NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 # Names the library's own files already use (the IDE runs on case-insensitive file systems too).
 _TAKEN = {"tinyproto", "tinyproto_model", "tp_input", "tp_protonn", "tp_flynn", "tp_labels", "arduino"}
 RUNTIME = ("tinyproto.h", "tp_input.c")  # + tp_<family>.c; never tp_main.c / tp_serial.* (the device app's)
+# tp_input_quantize on an ATmega328P: 65,041-65,344 cycles for 64 features (simulated Uno, cycle-exact).
+QUANTIZE_CYCLES_PER_FEATURE = 1020
+EXPORT_RECORD = "export.json"  # in OUT: says this directory is an export (and of which model)
+EXPORT_FORMAT = "tinyproto-arduino-library"
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)  # fixed: the same model gives the same zip
 
 
@@ -75,7 +79,8 @@ def _template(name: str):
 
 def _context(model_dir, model, name: str) -> dict:
     meta, report = model_dir.meta, model_dir.report
-    sram = [(item.name, item.nbytes, item.what) for item in model.working_sram()]
+    # tp_predict's own stack buffers (the input vector and the scores are the caller's, listed apart)
+    sram = [(item.name, item.nbytes, item.what) for item in model.working_sram() if item.name not in ("input", "scores")]
     cycles = report.get("predicted_cycles") or {}
     total = cycles.get("total") if isinstance(cycles, dict) else None
     return {
@@ -94,6 +99,8 @@ def _context(model_dir, model, name: str) -> dict:
         "sram_total": sum(n for _, n, _ in sram),
         "predict_cycles": int(total) if isinstance(total, (int, float)) else None,
         "predict_ms": round(int(total) / 16000.0, 2) if isinstance(total, (int, float)) else None,
+        "quantize_cycles": QUANTIZE_CYCLES_PER_FEATURE * model.n_features,
+        "quantize_ms": round(QUANTIZE_CYCLES_PER_FEATURE * model.n_features / 16000.0, 2),
         "class_names": [c_string(c) for c in model.classes],
         "class_comments": [re.sub(r"[^\x20-\x7e]|\*/", "?", str(c)) for c in model.classes],
     }
@@ -139,8 +146,24 @@ def write_zip(library: Path, zip_path: Path) -> None:
     assert root  # the folder name is the zip's single top-level entry
 
 
+def _check_export_dir(out: Path) -> None:
+    """An existing non-empty --out is replaced only if it is an earlier export (never a model directory)."""
+    from tinyproto.modeldir import read_json
+
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    record = out / EXPORT_RECORD
+    try:
+        ours = record.is_file() and not record.is_symlink() and read_json(record, "").get("format") == EXPORT_FORMAT
+    except TinyprotoError:
+        ours = False
+    if not ours:
+        what = "a model directory" if (out / "model.json").exists() else "not an earlier `tinyproto export`"
+        raise TinyprotoError(f"--out {out} is not empty and is {what}; choose another --out, nothing was changed")
+
+
 def export_arduino(model_path: Path, out: Path | None = None, name: str | None = None) -> ArduinoExport:
-    from tinyproto.modeldir import atomic_directory, check_output_dir, load_model_dir
+    from tinyproto.modeldir import atomic_directory, check_output_dir, load_model_dir, write_json
 
     model_dir = load_model_dir(model_path)
     model = model_dir.int_model()  # a damaged or edited model.json is refused here
@@ -150,9 +173,47 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
     if out is None:
         out = model_dir.path.parent / f"{model_dir.path.resolve().name}-arduino"
     out = check_output_dir(out)
-    if out == model_dir.path.resolve() or model_dir.path.resolve() in out.parents:
-        raise TinyprotoError(f"--out {out} is inside the model directory; choose a directory beside it")
+    source = model_dir.path.resolve()
+    if out == source or source in out.parents or out in source.parents:
+        raise TinyprotoError(f"--out {out} is the model directory, inside it or around it; choose a directory "
+                             "beside it, nothing was changed")
+    _check_export_dir(out)
     with atomic_directory(out, "export") as scratch:
         write_library(model_dir, model, name, scratch / name)
         write_zip(scratch / name, scratch / f"{name}.zip")
+        write_json(scratch / EXPORT_RECORD, {"format": EXPORT_FORMAT, "tinyproto_version": __version__,
+                                             "name": name, "model_hash": model_dir.meta["model_hash"],
+                                             "model_dir": str(source)})
     return ArduinoExport(out, out / name, out / f"{name}.zip", name)
+
+
+# ------------------------------------------------------------------------------------------------ command
+
+import click  # noqa: E402  (the command below; the library functions above do not need it)
+
+from tinyproto.options import MODEL_DIR  # noqa: E402
+
+
+@click.command("export")
+@click.argument("model_dir", type=MODEL_DIR)
+@click.option("--arduino", "arduino", is_flag=True, required=True,
+              help="Export as an Arduino library (the only export format so far).")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Directory to write (default: <MODEL_DIR>-arduino): the library folder and its .zip. "
+                   "Replaced only if tinyproto wrote it and nobody changed it.")
+@click.option("--name", default=None,
+              help="Library name, a C identifier (default: from the data set, e.g. digits -> TinyprotoDigits).")
+def export_command(model_dir: Path, arduino: bool, out: Path | None, name: str | None) -> None:
+    """Export the model of MODEL_DIR for use in your own code.
+
+    \b
+    --arduino writes an Arduino library: library.properties, src/ (the model header, the runtime and
+    <Name>.h, the documented C API), examples/<Name>/<Name>.ino (one vector per Serial line in, the class
+    and its score out), plus <Name>.zip for the Arduino IDE's Sketch > Include Library > Add .ZIP Library.
+    """
+    if not arduino:
+        raise click.UsageError("choose an export format: --arduino")
+    result = export_arduino(model_dir, out, name)
+    click.echo(f"wrote Arduino library {result.name}: {result.library_dir}")
+    click.echo(f"  zip for the Arduino IDE (Add .ZIP Library): {result.zip_path}")
+    click.echo(f"  example sketch: {result.library_dir / 'examples' / result.name / (result.name + '.ino')}")
