@@ -172,11 +172,11 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
         raise TinyprotoError("the data set's name gives no library name; give one with --name")
     if out is None:
         out = model_dir.path.parent / f"{model_dir.path.resolve().name}-arduino"
-    out = check_output_dir(out)
-    source = model_dir.path.resolve()
-    if out == source or source in out.parents or out in source.parents:
+    source, target = model_dir.path.resolve(), Path(out).resolve()
+    if target == source or source in target.parents or target in source.parents:
         raise TinyprotoError(f"--out {out} is the model directory, inside it or around it; choose a directory "
                              "beside it, nothing was changed")
+    out = check_output_dir(out)
     _check_export_dir(out)
     with atomic_directory(out, "export") as scratch:
         write_library(model_dir, model, name, scratch / name)
