@@ -58,7 +58,7 @@ def test_library_layout(exported):
     assert name == library_name(load_model_dir(model_dir).meta["dataset"])
     src = sorted(p.name for p in (lib / "src").iterdir())
     assert src == sorted([f"{name}.h", "tinyproto.h", "tinyproto_model.h", "tp_input.c", "tp_labels.c",
-                          f"tp_{family}.c"])  # never the device app (tp_main.c) nor its serial framing
+                          "tp_text.c", "tp_text.h", f"tp_{family}.c"])  # never the device app (tp_main.c) nor its serial framing
     assert (lib / "examples" / name / f"{name}.ino").is_file()
     props = dict(line.split("=", 1) for line in (lib / "library.properties").read_text().splitlines() if line)
     assert props["name"] == name and props["architectures"] == "avr" and props["includes"] == f"{name}.h"
@@ -183,8 +183,8 @@ def arduino_build(libraries: Path, sketch: Path, build: Path, tools: Path) -> su
 
 
 def float_text(value: np.float32) -> str:
-    """The shortest decimal that reads back as the same float32 (numpy's repr): the hardest case for the
-    sketch's strtod, which must still give the host's exact float."""
+    """The shortest decimal that reads back as the same float32 (numpy's repr): avr-libc's strtod gets about a
+    third of these one unit in the last place wrong; the sketch's tp_parse_float must give the host's float."""
     return str(np.float32(value))
 
 

@@ -7,6 +7,7 @@
         src/tinyproto_model.h the model (PROGMEM arrays + #defines), the same header `compile` generated
         src/tinyproto.h, tp_input.c, tp_<family>.c   the runtime (not the device app tp_main.c: the sketch is the app)
         src/tp_labels.c       the class names in flash
+        src/tp_text.c/.h      tp_parse_float: decimal text -> float32, correctly rounded (avr-libc's strtod is not)
         examples/<Name>/<Name>.ino   reads one vector per Serial line, prints the class and its score
       <Name>.zip              the same folder for the IDE's Sketch > Include Library > Add .ZIP Library
 
@@ -26,7 +27,8 @@ from tinyproto.errors import TinyprotoError
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 # Names the library's own files already use (the IDE runs on case-insensitive file systems too).
-_TAKEN = {"tinyproto", "tinyproto_model", "tp_input", "tp_protonn", "tp_flynn", "tp_labels", "arduino"}
+LIBRARY_EXTRAS = ("tp_text.h", "tp_text.c")  # templates/arduino/: the correctly rounded text -> float32 reader
+_TAKEN = {"tp_text", "tinyproto", "tinyproto_model", "tp_input", "tp_protonn", "tp_flynn", "tp_labels", "arduino"}
 RUNTIME = ("tinyproto.h", "tp_input.c")  # + tp_<family>.c; never tp_main.c / tp_serial.* (the device app's)
 # tp_input_quantize on an ATmega328P: 65,041-65,344 cycles for 64 features (simulated Uno, cycle-exact).
 QUANTIZE_CYCLES_PER_FEATURE = 1020
@@ -109,6 +111,7 @@ def _context(model_dir, model, name: str) -> dict:
 def write_library(model_dir, model, name: str, library: Path) -> None:
     """The library folder `library` (must not exist) for the verified integer model of `model_dir`."""
     from tinyproto.render import render_header, runtime_files
+    from tinyproto.resources import resource_dir
 
     meta = model_dir.meta
     context = _context(model_dir, model, name)
@@ -125,6 +128,8 @@ def write_library(model_dir, model, name: str, library: Path) -> None:
     for source in runtime_files(model.family):
         if source.name in wanted:
             shutil.copyfile(source, src / source.name)
+    for extra in LIBRARY_EXTRAS:
+        shutil.copyfile(resource_dir("templates") / "arduino" / extra, src / extra)
     (example / f"{name}.ino").write_text(_template("example.ino.j2").render(**context))
 
 
