@@ -233,3 +233,121 @@ def test_example_sketch_builds_and_matches_the_host_on_the_simulated_uno(exporte
         port.write(b"1, 2, 3\n")
         reply = port.readline().decode("ascii", "replace").strip()
         assert reply == f"error: expected {vectors.X_raw.shape[1]} numbers, got 3", reply
+
+
+# ------------------------------------------------------------------------------------------------ text -> float32
+
+
+def nearest_float32_bits(text: str) -> int:
+    """The float32 nearest to the decimal `text` (ties to even, subnormals, overflow to inf), exactly."""
+    import math
+    from fractions import Fraction
+
+    q = Fraction(text.strip())
+    sign = 0x80000000 if text.strip().startswith("-") else 0  # -0 too
+    q = abs(q)
+    if q == 0:
+        return sign
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    if Fraction(2) ** e > q:
+        e -= 1
+    if e > 127:
+        return sign | 0x7F800000
+    precision = 24 if e >= -126 else 24 - (-126 - e)
+    if precision < 0:
+        return sign | (1 if q > Fraction(2) ** -150 else 0)
+    scaled = q / Fraction(2) ** (e - precision + 1)
+    m = math.floor(scaled)
+    rest = scaled - m
+    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and m % 2):
+        m += 1
+    if e < -126:
+        return sign | m  # a subnormal (m = 2^23 is the smallest normal: the same bits)
+    if m == 1 << 24:
+        m, e = m >> 1, e + 1
+    if e > 127:
+        return sign | 0x7F800000
+    return sign | ((e + 127) << 23) | (m & 0x7FFFFF)
+
+
+def parse_cases(n_random: int) -> list[str]:
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2**32, 4 * n_random, dtype=np.uint64).astype(np.uint32)
+    floats = bits.view(np.float32)
+    floats = floats[np.isfinite(floats)][:n_random]
+    scaled = (rng.standard_normal(n_random) * 10.0 ** rng.integers(-8, 9, n_random)).astype(np.float32)
+    texts = [str(v) for v in floats] + [str(v) for v in scaled] + ["%.9g" % float(v) for v in scaled[: n_random // 4]]
+    texts += ["%.17g" % ((float(v) + float(np.nextafter(v, np.float32(np.inf)))) / 2) for v in scaled[:50]]  # ~ties
+    texts += ["0", "-0", "1", "0.1", "16777217", "16777219", "3.4028235e38", "3.4028236e38", "1e39", "1e-45",
+              "7.006492321624085e-46", "7.006492321624086e-46", "1.1754942e-38", "-2.5e+3", "+3.5", "1e-1000",
+              "1e1000", "0.000000000000000000000000000000000000000000001", "123456789012345678901234567890123456789"]
+    return texts
+
+
+def test_parse_float_is_correctly_rounded_on_the_host(tmp_path):
+    """tp_parse_float compiled for the host (the same C as on the Uno) against exact rational rounding."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    from tinyproto.resources import resource_dir
+
+    folder = resource_dir("templates") / "arduino"
+    driver = tmp_path / "driver.c"
+    driver.write_text('#include <stdio.h>\n#include <string.h>\n#include <stdint.h>\n#include "tp_text.h"\n'
+                      "int main(void) { char line[256]; while (fgets(line, sizeof line, stdin)) {\n"
+                      '  const char *end; float f = tp_parse_float(line, &end); uint32_t u; memcpy(&u, &f, 4);\n'
+                      '  printf("%08lx %c\\n", (unsigned long)u, *end == 10 ? 39 : 63); } return 0; }\n')
+    exe = tmp_path / "parse"
+    subprocess.run(["gcc", "-O2", "-std=c99", "-Wall", "-Werror", f"-I{folder}", "-o", str(exe), str(driver),
+                    str(folder / "tp_text.c")], check=True)
+    texts = parse_cases(3000)
+    out = subprocess.run([str(exe)], input="\n".join(texts) + "\n", capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(texts)
+    for text, line in zip(texts, lines):
+        got, ended = line.split()
+        assert int(got, 16) == nearest_float32_bits(text), text
+        assert ended == "'", f"{text}: the number did not end at the end of the line"
+
+
+PARSE_SKETCH = """#include <{name}.h>
+char line[48];
+int length = 0;
+void setup() {{ Serial.begin(115200); }}
+void loop() {{
+  int c = Serial.read();
+  if (c < 0) return;
+  if (c != '\\n') {{ if (length < 47) line[length++] = (char)c; return; }}
+  line[length] = 0;
+  length = 0;
+  float f = tp_parse_float(line, NULL);
+  uint32_t bits;
+  memcpy(&bits, &f, 4);
+  Serial.println(bits, HEX);
+}}
+"""
+
+
+@needs_arduino
+@needs_simavr
+def test_parse_float_is_correctly_rounded_on_the_simulated_uno(exported, tmp_path):
+    """The same check on the Uno, built with the Arduino IDE's flags (-Os, LTO): the code the user runs."""
+    import serial
+
+    from tinyproto.device.sim import SimulatedUno
+
+    model_dir, result = exported
+    if load_model_dir(model_dir).meta["family"] != "protonn":
+        pytest.skip("one family is enough: tp_parse_float does not depend on the model")
+    sketch = tmp_path / "ParseCheck" / "ParseCheck.ino"
+    sketch.parent.mkdir()
+    sketch.write_text(PARSE_SKETCH.format(name=result.name))
+    build = arduino_build(result.out_dir, sketch, tmp_path / "build", tmp_path / "tools")
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    data_values = np.unique(load_model_dir(model_dir).vectors().X_raw.astype(np.float32).ravel())[:400]
+    texts = [str(v) for v in data_values] + parse_cases(150)
+    with SimulatedUno(tmp_path / "build" / "ParseCheck.ino.elf", markers=False) as uno:
+        port = serial.Serial(uno.port, 115200, timeout=10)
+        for text in texts:
+            port.write((text + "\n").encode())
+            reply = port.readline().decode("ascii", "replace").strip()
+            assert int(reply, 16) == nearest_float32_bits(text), f"{text}: device {reply}"
