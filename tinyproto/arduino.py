@@ -82,7 +82,8 @@ def _template(name: str):
 def _context(model_dir, model, name: str) -> dict:
     meta, report = model_dir.meta, model_dir.report
     # tp_predict's own stack buffers (the input vector and the scores are the caller's, listed apart)
-    sram = [(item.name, item.nbytes, item.what) for item in model.working_sram() if item.name not in ("input", "scores")]
+    sram = [(item.name, item.nbytes, item.what) for item in model.working_sram()
+            if item.name not in ("input", "scores")]
     cycles = report.get("predicted_cycles") or {}
     total = cycles.get("total") if isinstance(cycles, dict) else None
     return {
