@@ -203,7 +203,11 @@ def test_example_sketch_builds_and_matches_the_host_on_the_simulated_uno(exporte
     sketch = tmp_path / "sketchbook" / name / f"{name}.ino"
     sketch.parent.mkdir(parents=True)
     shutil.copyfile(result.library_dir / "examples" / name / f"{name}.ino", sketch)
-    build = arduino_build(result.out_dir, sketch, tmp_path / "build", tmp_path / "tools")
+    # the library as the IDE installs it from the zip (Add .ZIP Library unpacks it into libraries/)
+    libraries = tmp_path / "libraries"
+    with zipfile.ZipFile(result.zip_path) as archive:
+        archive.extractall(libraries)
+    build = arduino_build(libraries, sketch, tmp_path / "build", tmp_path / "tools")
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     assert "Sketch uses" in build.stdout and "Global variables use" in build.stdout, build.stdout
     objects = sorted(o.name for o in (tmp_path / "build" / "libraries" / name).glob("*.o"))
