@@ -22,12 +22,15 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
+
 from tinyproto import __version__
 from tinyproto.errors import TinyprotoError
+from tinyproto.options import MODEL_DIR
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
-# Names the library's own files already use (the IDE runs on case-insensitive file systems too).
 LIBRARY_EXTRAS = ("tp_text.h", "tp_text.c")  # templates/arduino/: the correctly rounded text -> float32 reader
+# Names the library's own files already use (the IDE runs on case-insensitive file systems too).
 _TAKEN = {"tp_text", "tinyproto", "tinyproto_model", "tp_input", "tp_protonn", "tp_flynn", "tp_labels", "arduino"}
 RUNTIME = ("tinyproto.h", "tp_input.c")  # + tp_<family>.c; never tp_main.c / tp_serial.* (the device app's)
 # tp_input_quantize on an ATmega328P: 65,041-65,344 cycles for 64 features (simulated Uno, cycle-exact).
@@ -136,7 +139,6 @@ def write_library(model_dir, model, name: str, library: Path) -> None:
 
 def write_zip(library: Path, zip_path: Path) -> None:
     """The library folder at the zip's root (what Add .ZIP Library expects), entries sorted, fixed times."""
-    root = library.name
     with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for path in [library, *sorted(library.rglob("*"))]:
             rel = path.relative_to(library.parent).as_posix()
@@ -149,7 +151,6 @@ def write_zip(library: Path, zip_path: Path) -> None:
                 info.external_attr = 0o100644 << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
                 archive.writestr(info, path.read_bytes())
-    assert root  # the folder name is the zip's single top-level entry
 
 
 def _check_export_dir(out: Path) -> None:
@@ -194,10 +195,6 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
 
 
 # ------------------------------------------------------------------------------------------------ command
-
-import click  # noqa: E402  (the command below; the library functions above do not need it)
-
-from tinyproto.options import MODEL_DIR  # noqa: E402
 
 
 @click.command("export")
