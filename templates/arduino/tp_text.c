@@ -7,9 +7,10 @@
  *
  * Method: a short decimal (significand below 2^24, |E| <= 10) is one float multiply or divide (exact operands,
  * one correct rounding); any other d1d2...dn x 10^E is the exact ratio A / B of two integers
- * (A = digits x 10^max(E,0), B = 10^max(-E,0)), held as little bignums on the stack; 25 quotient bits by shift-and-subtract and a sticky
- * bit give the rounding. Correctly rounded for up to 40 significant digits (float32 needs 9); digits beyond the
- * 40th only set the sticky bit, so such an input could in principle round down where its full value would not.
+ * (A = digits x 10^max(E,0), B = 10^max(-E,0)), held as little bignums on the stack; 25 quotient bits by
+ * shift-and-subtract and a sticky bit give the rounding. Correctly rounded for up to 40 significant digits
+ * (float32 needs 9); digits beyond the 40th only set the sticky bit, so such an input could in principle round
+ * down where its full value would not.
  * SRAM: at most 140 B of stack (measured: 132-138 B), nothing static (reentrant).
  * Time on the Uno (measured): 2,100-3,100 cycles for a short number such as 0.07871 or 1214.0 (atof: 1,600);
  * about 50,000-60,000 on the exact bignum path (1e-30, 3.4e38, more than 7 significant digits or exponents
