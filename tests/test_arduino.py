@@ -190,13 +190,39 @@ def float_text(value: np.float32) -> str:
     return str(np.float32(value))
 
 
-@needs_arduino
-@needs_simavr
-def test_example_sketch_builds_and_matches_the_host_on_the_simulated_uno(exported, tmp_path):
+def check_on_simulated_uno(elf: Path, model_dir: Path, n_vectors: int = N_VECTORS) -> None:
+    """Feed the first test vectors to the example sketch as text lines; every printed label and score must be
+    the host reference's."""
     import serial
 
     from tinyproto.device.sim import SimulatedUno
 
+    vectors = load_model_dir(model_dir).vectors()
+    classes = load_model_dir(model_dir).int_model().classes
+    n = min(n_vectors, len(vectors.labels))
+    with SimulatedUno(elf, markers=False) as uno:
+        port = serial.Serial(uno.port, 115200, timeout=10)
+        for i in range(n):
+            line = ", ".join(float_text(v) for v in vectors.X_raw[i])
+            port.write((line + "\n").encode())
+            reply = port.readline().decode("ascii", "replace").strip()
+            while reply and not reply.startswith("class "):  # the start-up banner
+                reply = port.readline().decode("ascii", "replace").strip()
+            match = RESULT_RE.match(reply)
+            assert match, f"vector {i}: unexpected reply {reply!r} ({uno.stderr_text()})"
+            label, shown, score = int(match.group(1)), match.group(2), int(match.group(3))
+            assert label == int(vectors.labels[i]), f"vector {i}: device {label}, host {vectors.labels[i]}"
+            assert score == int(vectors.scores[i][label]), f"vector {i}: score {score} vs {vectors.scores[i]}"
+            assert shown == str(classes[label])
+        # a line with the wrong count of numbers is answered, not misread
+        port.write(b"1, 2, 3\n")
+        reply = port.readline().decode("ascii", "replace").strip()
+        assert reply == f"error: expected {vectors.X_raw.shape[1]} numbers, got 3", reply
+
+
+@needs_arduino
+@needs_simavr
+def test_example_sketch_builds_and_matches_the_host_on_the_simulated_uno(exported, tmp_path):
     model_dir, result = exported
     name = result.name
     # the sketch folder as a user has it (a copy: the builder never writes into the library)
@@ -218,27 +244,75 @@ def test_example_sketch_builds_and_matches_the_host_on_the_simulated_uno(exporte
     ram = sum(int(line.split()[1]) for line in sizes.splitlines() if line.startswith((".data", ".bss")))
     assert ram < 2048 - 512  # the model stays in flash: globals are the core's, the sketch's and the buffers
 
-    vectors = load_model_dir(model_dir).vectors()
-    classes = load_model_dir(model_dir).int_model().classes
-    n = min(N_VECTORS, len(vectors.labels))
-    with SimulatedUno(elf, markers=False) as uno:
-        port = serial.Serial(uno.port, 115200, timeout=10)
-        for i in range(n):
-            line = ", ".join(float_text(v) for v in vectors.X_raw[i])
-            port.write((line + "\n").encode())
-            reply = port.readline().decode("ascii", "replace").strip()
-            while reply and not reply.startswith("class "):  # the start-up banner
-                reply = port.readline().decode("ascii", "replace").strip()
-            match = RESULT_RE.match(reply)
-            assert match, f"vector {i}: unexpected reply {reply!r} ({uno.stderr_text()})"
-            label, shown, score = int(match.group(1)), match.group(2), int(match.group(3))
-            assert label == int(vectors.labels[i]), f"vector {i}: device {label}, host {vectors.labels[i]}"
-            assert score == int(vectors.scores[i][label]), f"vector {i}: score {score} vs {vectors.scores[i]}"
-            assert shown == str(classes[label])
-        # a line with the wrong count of numbers is answered, not misread
-        port.write(b"1, 2, 3\n")
-        reply = port.readline().decode("ascii", "replace").strip()
-        assert reply == f"error: expected {vectors.X_raw.shape[1]} numbers, got 3", reply
+    check_on_simulated_uno(elf, model_dir)
+
+
+def offline_arduino_platform(folder: Path) -> tuple[Path, Path]:
+    """tinyproto's offline AVR dev-platform plus an Arduino framework (templates/arduino/pio/arduino.py), and
+    Debian's Arduino core as the local package `framework-arduino-avr`: (platform dir, framework package dir)."""
+    from tinyproto.resources import resource_dir
+
+    platform = folder / "platform"
+    shutil.copytree(resource_dir("tools") / "pio" / "tinyproto-avr", platform)
+    (platform / "builder" / "frameworks").mkdir()
+    shutil.copyfile(resource_dir("templates") / "arduino" / "pio" / "arduino.py",
+                    platform / "builder" / "frameworks" / "arduino.py")
+    manifest = json.loads((platform / "platform.json").read_text())
+    manifest["frameworks"] = {
+        "arduino": {"package": "framework-arduino-avr", "script": "builder/frameworks/arduino.py"}}
+    manifest["packages"]["framework-arduino-avr"] = {"type": "framework", "optional": True, "version": "*"}
+    (platform / "platform.json").write_text(json.dumps(manifest, indent=2))
+    board = json.loads((platform / "boards" / "uno.json").read_text())
+    board["frameworks"] = ["arduino"]
+    board["build"].update(core="arduino", variant="standard", board="AVR_UNO")
+    (platform / "boards" / "uno.json").write_text(json.dumps(board, indent=2))
+    package = folder / "framework-arduino-avr"
+    package.mkdir()
+    (package / "package.json").write_text(json.dumps({"name": "framework-arduino-avr", "version": "1.8.7",
+                                                      "description": "Debian's arduino-core-avr"}))
+    for name in ("cores", "variants", "libraries"):
+        (package / name).symlink_to(ARDUINO_HARDWARE / "arduino" / "avr" / name)
+    return platform, package
+
+
+@needs_arduino
+@needs_simavr
+@pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed")
+def test_example_builds_with_platformio_framework_arduino_offline(exported, tmp_path, private_cache):
+    """PlatformIO with `framework = arduino`, offline: the library from the zip in lib_extra_dirs, the example
+    as src/<Name>.ino (PlatformIO converts it), Debian's core as the framework; then the simulated Uno."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("platformio") is None:
+        pytest.skip("PlatformIO not installed")
+    from tinyproto.device.build import pio_environment, pio_toolchain_dir, prepare_pio_core
+
+    model_dir, result = exported
+    name = result.name
+    platform, package = offline_arduino_platform(tmp_path)
+    libraries = tmp_path / "libraries"
+    with zipfile.ZipFile(result.zip_path) as archive:
+        archive.extractall(libraries)
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    shutil.copyfile(result.library_dir / "examples" / name / f"{name}.ino", project / "src" / f"{name}.ino")
+    core = prepare_pio_core()
+    (project / "platformio.ini").write_text(
+        "[env:uno]\n"
+        f"platform = symlink://{platform}\n"
+        "board = uno\n"
+        "framework = arduino\n"
+        "platform_packages =\n"
+        f"    toolchain-atmelavr@symlink://{pio_toolchain_dir()}\n"
+        f"    framework-arduino-avr@symlink://{package}\n"
+        f"lib_extra_dirs = {libraries}\n"
+    )
+    run = subprocess.run([sys.executable, "-m", "platformio", "run", "-d", str(project), "-e", "uno"],
+                         env=pio_environment(core), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert f"{name} @ " in run.stdout  # PlatformIO's dependency finder found the library
+    check_on_simulated_uno(project / ".pio" / "build" / "uno" / "firmware.elf", model_dir)
 
 
 # ------------------------------------------------------------------------------------------------ text -> float32
