@@ -31,5 +31,6 @@ env.Append(
     LIBSOURCE_DIRS=[os.path.join(FRAMEWORK_DIR, "libraries")],
 )
 
-core_library = env.BuildLibrary(os.path.join("$BUILD_DIR", "FrameworkArduino"), os.path.join(FRAMEWORK_DIR, "cores", CORE))
+core_library = env.BuildLibrary(os.path.join("$BUILD_DIR", "FrameworkArduino"),
+                                os.path.join(FRAMEWORK_DIR, "cores", CORE))
 env.Prepend(LIBS=[core_library])
