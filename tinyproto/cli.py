@@ -127,6 +127,7 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
 
 def _register_commands() -> None:
     """The other commands live in their own modules; their heavy imports are inside the commands."""
+    from tinyproto.arduino import export_command
     from tinyproto.boards import boards_command
     from tinyproto.device.board_sim import board_sim_command
     from tinyproto.device.commands import build_command, flash_command, run_command, validate_command
@@ -136,7 +137,7 @@ def _register_commands() -> None:
     from tinyproto.sweep import sweep_command
 
     for command in (run_command, build_command, flash_command, validate_command, learn_command, federate_command,
-                    sweep_command, report_command, board_sim_command, boards_command):
+                    sweep_command, report_command, board_sim_command, boards_command, export_command):
         main.add_command(command)
 
 

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(gcc-avr binutils-avr avr-libc simavr libsimavr-dev libsimavrparts1 avrdude arduino-core-avr clang libclang-rt-14-dev gcc make chromium)
+APT_PACKAGES=(gcc-avr binutils-avr avr-libc simavr libsimavr-dev libsimavrparts1 avrdude arduino-core-avr arduino-builder clang libclang-rt-14-dev gcc make chromium)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

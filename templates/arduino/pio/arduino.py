@@ -1,0 +1,36 @@
+"""SCons script of the Arduino framework for tinyproto's offline AVR dev-platform (tests only, for now).
+
+The official `atmelavr` platform downloads `framework-arduino-avr`; offline, the same core comes from Debian
+(arduino-core-avr: /usr/share/arduino/hardware/arduino/avr) as a local package of symlinks. This builds the core
+(cores/<build.core>, variants/<build.variant>) into a library with the Arduino IDE's defines and C++ flags;
+PlatformIO itself turns the .ino into .cpp. `tests/test_arduino.py` assembles the platform from
+tools/pio/tinyproto-avr plus this script.
+"""
+
+import os
+
+from SCons.Script import DefaultEnvironment
+
+env = DefaultEnvironment()
+platform = env.PioPlatform()
+board = env.BoardConfig()
+
+FRAMEWORK_DIR = platform.get_package_dir("framework-arduino-avr")
+CORE = board.get("build.core", "arduino")
+VARIANT = board.get("build.variant", "standard")
+
+env.Append(
+    CPPDEFINES=[
+        ("ARDUINO", 10819),
+        ("ARDUINO_%s" % board.get("build.board", "AVR_UNO"), None),
+        ("ARDUINO_ARCH_AVR", None),
+        ("DECIMAL_DIG", "__DECIMAL_DIG__"),  # gcc-5's float.h hides DECIMAL_DIG outside C99; the core needs it
+    ],
+    CXXFLAGS=["-std=gnu++11", "-fpermissive", "-fno-exceptions", "-fno-threadsafe-statics"],
+    CPPPATH=[os.path.join(FRAMEWORK_DIR, "cores", CORE), os.path.join(FRAMEWORK_DIR, "variants", VARIANT)],
+    LIBSOURCE_DIRS=[os.path.join(FRAMEWORK_DIR, "libraries")],
+)
+
+core_library = env.BuildLibrary(os.path.join("$BUILD_DIR", "FrameworkArduino"),
+                                os.path.join(FRAMEWORK_DIR, "cores", CORE))
+env.Prepend(LIBS=[core_library])
