@@ -318,27 +318,31 @@ def fit_protonn_under_budget(
     tried: list[dict] = []
     kept: list[Shape] = []
     n_val = sum(len(v[3]) for v in folds) if folds else len(y_val)
-    for i, shape in enumerate(shapes, start=1):
-        if progress:
-            progress(f"candidate {i}/{len(shapes)}: d_hat={shape.n_components} m={shape.n_prototypes}")
+
+    def evaluate(shape: Shape) -> None:
         correct = cycles = nbytes = 0
         for Xf, yf, Xv, yv in (folds or [(X_fit, y_fit, X_val, y_val)]):
             _, model = fit_shape(shape, Xf, yf, random_state)
             model = enforce_latency(enforce_budget(model, budget_bytes), max_cycles)
             if model is None:  # even one W nonzero per row is predicted too slow
-                break
+                return
             correct += int(np.sum(model.predict(Xv) == yv))
             cycles, nbytes = max(cycles, model_cycles(model)), max(nbytes, model_bytes(model))
-        else:
-            kept.append(shape)
-            tried.append({**shape.as_dict(n_features), "val_int8_accuracy": correct / n_val,
-                          "model_bytes": nbytes, "predicted_cycles": cycles,
-                          "predicted_latency_ms": round(ms(cycles), 4)})
+        kept.append(shape)
+        tried.append({**shape.as_dict(n_features), "val_int8_accuracy": correct / n_val, "model_bytes": nbytes,
+                      "predicted_cycles": cycles, "predicted_latency_ms": round(ms(cycles), 4)})
+
+    for i, shape in enumerate(shapes, start=1):
+        if progress:
+            progress(f"candidate {i}/{len(shapes)}: d_hat={shape.n_components} m={shape.n_prototypes}")
+        evaluate(shape)
+    if not tried and max_cycles is not None:  # the placeholders' estimate may be pessimistic: the fastest shape
+        evaluate(fastest_shape(n_features, len(classes), budget_bytes))
     if not tried:
         _refuse(X_fit, y_fit, X_val, y_val, n_features, len(classes), budget_bytes, max_latency_ms, random_state, ms)
     margin = noise_margin(max(t["val_int8_accuracy"] for t in tried), n_val)
     order = rank_candidates(tried, margin)
-    for position, index in enumerate(order):
+    for index in order:
         best = kept[index]
         if progress:
             progress(f"refit d_hat={best.n_components} m={best.n_prototypes} on all training data")
