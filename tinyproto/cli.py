@@ -100,8 +100,10 @@ def _progress_printer(console):
 @click.option("--learnable", is_flag=True,
               help="FlyNN only: keep the counts small enough to learn on the device (tinyproto learn): they must fit "
                    "the SRAM beside the learning firmware's buffers, and the EEPROM.")
+@click.option("--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",
+              help="Only models whose predicted time per inference on --board (the cost model) is within MS ms.")
 def compile_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None,
-                    label: str | None, as_json: bool, learnable: bool) -> None:
+                    label: str | None, as_json: bool, learnable: bool, max_latency: float | None) -> None:
     """Train a model on DATA within --budget and write its C code, PlatformIO project and report.
 
     DATA is a built-in data set (digits [default], breast_cancer, wine, iris, segment [needs river]), a CSV file with a header row
@@ -118,7 +120,7 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
     console = Console(stderr=as_json)
     with console.status("training under the budget...", spinner="dots"):
         result = compile_model(data, family, budget, seed, board, out, label, progress=_progress_printer(console),
-                               learnable=learnable)
+                               learnable=learnable, max_latency_ms=max_latency)
     if as_json:
         click.echo(json.dumps(result.report, indent=2))
     else:

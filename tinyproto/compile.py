@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +55,14 @@ def compile_model(
     label: str | None = None,
     progress: Callable[[str], None] | None = None,
     learnable: bool = False,
+    max_latency_ms: float | None = None,
 ) -> CompileResult:
-    """learnable (FlyNN only): also fit the counts into what the device holds while learning (`tinyproto
+    """max_latency_ms: only models whose predicted latency (tinyproto.device.costmodel at the board's clock) fits.
+    learnable (FlyNN only): also fit the counts into what the device holds while learning (`tinyproto
     learn`): SRAM beside the learning firmware's buffers, stack and reserve, and the EEPROM record."""
     budget_bytes = parse_budget(budget)
+    if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
+        raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
     board = load_board(board_name)
     if learnable and family != "flynn":
         raise TinyprotoError("--learnable is for --model flynn: only FlyNN learns on the device")
@@ -68,9 +73,11 @@ def compile_model(
 
     started = time.perf_counter()
     if learnable:
-        clf, model, info = _fit_learnable_flynn(sp, budget_bytes, seed, board, progress)
+        clf, model, info = _fit_learnable_flynn(sp, budget_bytes, seed, board, progress, max_latency_ms)
     else:
-        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress)
+        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress,
+                                            max_latency_ms, board.f_cpu_hz)
+    info["max_latency_ms"] = max_latency_ms
     train_seconds = time.perf_counter() - started
     return write_model_directory(clf, model, info, dataset, sp, seed, budget_bytes, board, out_dir,
                                  train_seconds, progress)
@@ -119,14 +126,16 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
 
 
 def _fit_learnable_flynn(sp: Split, budget_bytes: int, seed: int, board: Board,
-                         progress: Callable[[str], None] | None):
+                         progress: Callable[[str], None] | None, max_latency_ms: float | None = None):
     """The FlyNN solver with m capped so the counts fit the learning firmware's SRAM and the EEPROM."""
     from tinyproto.device.learn import count_limit, learn_sizes
     from tinyproto.flynn.solver import fit_flynn_under_budget
 
     limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
+    latency = {} if max_latency_ms is None else {"max_inference_ms": max_latency_ms, "f_cpu": board.f_cpu_hz,
+                                                 "exact_latency": True}
     clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                              count_limit=limit)
+                                              count_limit=limit, **latency)
     info["chosen"]["learnable"] = True
     info["learning"] = learn_sizes(model, board).to_dict()
     return clf, model, info
@@ -206,5 +215,7 @@ def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sra
         "train_seconds": round(train_seconds, 2),
         "predicted_cycles": cycles,
         "predicted_latency_ms": 1000.0 * cycles["total"] / board.f_cpu_hz,
+        "max_latency_ms": info.get("max_latency_ms"),
+        "runners_up": info.get("runners_up", []),
         "warnings": warnings,
     }

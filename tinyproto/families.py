@@ -18,16 +18,22 @@ def fit_under_budget(
     budget_bytes: int,
     seed: int,
     progress: Callable[[str], None] | None = None,
+    max_latency_ms: float | None = None,
+    f_cpu_hz: int = 16_000_000,
 ):
-    """(fitted float estimator, integer model, solver info) for `family`."""
+    """(fitted float estimator, integer model, solver info) for `family`; with max_latency_ms, only models whose
+    predicted cycles per inference (tinyproto.device.costmodel) fit that many ms at f_cpu_hz."""
     if family == "protonn":
         from tinyproto.protonn.solver import fit_protonn_under_budget
 
-        return fit_protonn_under_budget(X_train, y_train, budget_bytes, seed, progress)
+        return fit_protonn_under_budget(X_train, y_train, budget_bytes, seed, progress, max_latency_ms, f_cpu_hz)
     if family == "flynn":
         from tinyproto.flynn.solver import fit_flynn_under_budget
 
-        return fit_flynn_under_budget(X_train, y_train, budget_bytes, seed, progress)
+        if max_latency_ms is None:
+            return fit_flynn_under_budget(X_train, y_train, budget_bytes, seed, progress)
+        return fit_flynn_under_budget(X_train, y_train, budget_bytes, seed, progress, max_inference_ms=max_latency_ms,
+                                      f_cpu=f_cpu_hz, exact_latency=True)
     raise TinyprotoError(f"unknown model {family!r}; choose one of {', '.join(FAMILIES)}")
 
 

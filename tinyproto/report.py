@@ -43,6 +43,7 @@ def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
     summary.add_row("predicted cycles / inference",
                     f"{cycles['total']} ({report['predicted_latency_ms']:.2f} ms at {_board_mhz(report.get('board', 'uno')):g} MHz; lower bound {cycles['lower_bound']})")
     console.print(summary)
+    _print_runners_up(console, report)
     for warning in report["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     console.print(f"wrote [b]{out_dir}[/b] (model.json, report.json, test_vectors.npz, C sources, platformio.ini)")
@@ -55,6 +56,40 @@ def _board_mhz(name: str) -> float:
         return load_board(name).f_cpu_hz / 1e6
     except Exception:  # a report of a board file that no longer exists: the Uno's clock, as before
         return 16.0
+
+
+def _shape_text(entry: dict) -> str:
+    """A candidate's shape in one short line (ProtoNN or FlyNN keys)."""
+    if "n_components" in entry:
+        return f"d_hat={entry['n_components']} m={entry['n_prototypes']} s_W={entry['sparsity_W']:g}"
+    return (f"m={entry['n_hashes']} s={entry['n_inputs_per_hash']} rho={entry['n_winners']} b={entry['count_bits']} "
+            f"c={entry['decay']:g} "
+            f"{'stored' if entry['store_M'] else 'seeded'} M")
+
+
+def _print_runners_up(console: Console, report: dict) -> None:
+    """The chosen shape beside the next best candidates: validation accuracy, bytes, predicted ms."""
+    runners = report.get("runners_up") or []
+    if not runners:
+        return
+    limit = report.get("max_latency_ms")
+    title = "chosen shape and runners-up" + (f" (--max-latency {limit:g} ms)" if limit is not None else "")
+    table = Table(title=title)
+    for column, justify in (("", "left"), ("shape", "left"), ("val int8 acc.", "right"), ("bytes", "right"),
+                            ("predicted ms", "right")):
+        table.add_column(column, justify=justify)
+    chosen = report["solver"].get("chosen_validation")
+    if chosen:
+        table.add_row("[b]chosen[/b]", _shape_text(chosen), _pct(chosen["val_int8_accuracy"]),
+                      str(chosen["model_bytes"]), f"{chosen['predicted_latency_ms']:.3f}")
+    for i, entry in enumerate(runners, start=1):
+        table.add_row(str(i), _shape_text(entry), _pct(entry["val_int8_accuracy"]), str(entry["model_bytes"]),
+                      f"{entry['predicted_latency_ms']:.3f}")
+    console.print(table)
+    selection = report["solver"].get("selection")
+    if selection:
+        console.print(f"[dim]chosen: {selection} (the chosen row is the validation model; the shipped model is "
+                      f"refit on all training data: {report['predicted_latency_ms']:.3f} ms predicted)[/dim]")
 
 
 def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:

@@ -198,7 +198,10 @@ def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool
 @click.option("--seed", default=0, show_default=True, type=SEED, help="Seed for every random choice of training.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Model directory (default build/<data>).")
 @click.option("--port", default=None, help="A real Uno: flash it and validate there instead of the simulator.")
-def run_command(data: str, family: str, budget: str, seed: int, out: Path | None, port: str | None) -> None:
+@click.option("--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",
+              help="Only models whose predicted time per inference (the cost model) is within MS ms.")
+def run_command(data: str, family: str, budget: str, seed: int, out: Path | None, port: str | None,
+                max_latency: float | None) -> None:
     """The whole loop: compile DATA under --budget, build, flash (or simulate), validate, print the reports."""
     from tinyproto.boards import load_board
     from tinyproto.compile import compile_model
@@ -208,7 +211,7 @@ def run_command(data: str, family: str, budget: str, seed: int, out: Path | None
     console = _console()
     with console.status("training under the budget...", spinner="dots"):
         result = compile_model(data, family, budget, seed, "uno", out, None,
-                               progress=lambda m: console.print(f"[dim]· {m}[/dim]"))
+                               progress=lambda m: console.print(f"[dim]· {m}[/dim]"), max_latency_ms=max_latency)
     print_compile_report(console, result.report, result.out_dir)
     info = build_model_dir(result.out_dir, None, console)
     print_build(console, info, result.out_dir)

@@ -116,6 +116,70 @@ def fastest_m(max_cycles: float | None, s: int, rho: int, bits: int, n_classes: 
     return lo
 
 
+class ExactCycles:
+    """Predicted cycles of tinyproto.device.costmodel.predict_cycles for every prefix m of one seeded M (seed, s,
+    inputs): the xorshift16 stream is replayed once for the largest m (a smaller m's M is a prefix of it), so the
+    cost of any m is exact with respect to the cost model and costs O(1)."""
+
+    def __init__(self, seed: int, s: int, n_inputs: int, m_max: int):
+        self.s, self.n_inputs = s, n_inputs
+        steps = np.zeros(m_max + 1, dtype=np.int64)
+        proposals = np.zeros(m_max + 1, dtype=np.int64)
+        state = seed
+        byte_proposals = n_inputs <= 256
+        n_steps = n_proposals = 0
+        for row in range(m_max):  # the same walk as costmodel._seeded_counts, recorded row by row
+            seen: set[int] = set()
+            left = s
+            while left:
+                state ^= (state << 7) & 0xFFFF
+                state ^= state >> 9
+                state ^= (state << 8) & 0xFFFF
+                n_steps += 1
+                for value in (((state >> 8) & 0xFF, state & 0xFF) if byte_proposals else (state,)):
+                    n_proposals += 1
+                    index = (value * n_inputs) >> (8 if byte_proposals else 16)
+                    if index not in seen:
+                        seen.add(index)
+                        left -= 1
+                    if left == 0:
+                        break
+            steps[row + 1], proposals[row + 1] = n_steps, n_proposals
+        self.steps, self.proposals = steps, proposals
+
+    def cycles(self, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
+        from tinyproto.device.costmodel import FLY_CYCLES as C, expected_heap_replacements
+
+        s, n_in = self.s, self.n_inputs
+        replacements = expected_heap_replacements(m, rho)
+        total = C["fixed"] + replacements * (C["heap_replace"] + C["heap_level"] * max(int(rho).bit_length() - 1, 0))
+        total += rho * C["winner"] + rho * n_classes * (C["lookup_class"] if bits == 1 else C["lookup_class_lut"])
+        if (n_classes * bits) & (n_classes * bits - 1):
+            total += rho * C["winner_mul"]
+        if store_M:
+            total += (n_in * C["input_stored"] + m * C["row_stored"] + m * s * C["stored_index"]
+                      + replacements * C["heap_call_stored"])
+        else:
+            steps, proposals = int(self.steps[m]), int(self.proposals[m])
+            total += (n_in * C["input_seeded"] + m * C["row_seeded"] + steps * C["prng_step"] + m * s * C["take"]
+                      + (proposals - m * s) * C["reject"] + (m // 255) * n_in * C["stamp_clear"]
+                      + replacements * C["heap_call_seeded"])
+            if n_in & (n_in - 1):
+                total += proposals * C["index_mul"]
+        return int(round(total))
+
+    def largest_m(self, max_cycles: float, m_high: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
+        """The largest m <= m_high predicted within max_cycles (cost grows with m), or 0."""
+        lo, hi = 0, min(m_high, self.steps.size - 1)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.cycles(mid, rho, bits, n_classes, store_M) <= max_cycles:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
 # ---------------------------------------------------------------- candidates and their evaluation
 
 
@@ -218,12 +282,15 @@ def fit_flynn_under_budget(
     f_cpu: int = F_CPU,
     n_folds: int = 5,
     count_limit: CountLimit | None = None,
+    exact_latency: bool = False,
 ) -> tuple[FlyNNClassifier, IntFlyNN, dict]:
     """Fit the FlyNN with the best cross-validated integer accuracy whose model bytes are <= budget_bytes.
 
     progress, if given, receives one-line status messages. max_inference_ms caps the estimated AVR inference time
     at f_cpu (None: no cap). count_limit, if given, caps m for each (ρ, b, inputs, M mode) so the counts fit
-    where the learning firmware keeps them (SRAM, EEPROM). Returns the float classifier refitted on all of X_train, its integer model, and an
+    where the learning firmware keeps them (SRAM, EEPROM). exact_latency: the cap is applied to the calibrated cost
+    model (tinyproto.device.costmodel.predict_cycles of the integer model, exactly) instead of the estimate above,
+    and a cap nothing meets is refused naming the fastest model within the budget. Returns the float classifier refitted on all of X_train, its integer model, and an
     info dict (chosen hyper-parameters, every candidate tried with its bytes, cycles and CV accuracy).
     """
     started = time.perf_counter()
@@ -251,12 +318,23 @@ def fit_flynn_under_budget(
     folds = _fold_ids(y_index, n_folds, rng)
 
     prepared = [_prepare(X, scaling, split) for scaling, split in PREPROCESSING]
+    exact_cache: dict[tuple[int, int], ExactCycles] = {}
+
+    def exact_for(s: int, n_in: int, m_max: int) -> ExactCycles:
+        key = (s, n_in)
+        if key not in exact_cache or exact_cache[key].steps.size - 1 < m_max:
+            exact_cache[key] = ExactCycles(seed, s, n_in, max(m_max, 1))
+        return exact_cache[key]
     tried: dict[Candidate, Candidate] = {}  # without its accuracy -> with it (stage 2 repeats stage 1's grid)
 
     def evaluate(prep: _Prepared, s_grid, rho_grid, bits_grid, store_grid) -> None:
         n_in = prep.U.shape[1]
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):  # s <= half the inputs keeps rows diverse
-            plan = _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+            if exact_latency:
+                plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+                plan = _exact_plan(plan, exact_for(s, n_in, max((c.m for c in plan), default=0)), max_cycles, L)
+            else:
+                plan = _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
             if not plan:
                 continue
             m_values = sorted({c.m for c in plan})
@@ -279,6 +357,8 @@ def fit_flynn_under_budget(
     for prep in prepared:
         evaluate(prep, (4, 8), (8, 16, 32), (1, 2), (False,))
         say(f"flynn: preprocessing {prep.scaling}/{'split' if prep.sign_split else 'plain'} tried")
+    if not tried and exact_latency:
+        raise TinyprotoError(_fastest_refusal(prepared, budget, max_inference_ms, L, d, y_index, folds, seed, f_cpu))
     if not tried:
         learnable = " with counts that fit the device's SRAM and EEPROM (--learnable)" if count_limit else ""
         raise TinyprotoError(
@@ -306,6 +386,25 @@ def fit_flynn_under_budget(
     if nbytes > budget:  # cannot happen: model_bytes() mirrors carrays(); keep the promise explicit
         raise AssertionError(f"chosen FlyNN has {nbytes} B > budget {budget} B")
     cycles = estimate_cycles(best.m, best.s, best.rho, best.bits, L, model.n_hash_inputs, best.store_M)
+    if exact_latency:
+        from tinyproto.device.costmodel import predict_cycles
+
+        cycles = predict_cycles(model)["total"]
+        if cycles > max_cycles:  # cannot happen: ExactCycles mirrors the cost model; keep the promise explicit
+            raise AssertionError(f"chosen FlyNN is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
+    ranked = sorted(candidates, key=_rank, reverse=True)
+    shown = [best] + [c for c in ranked if c != best][:5]
+    for_table = {}
+    for c in shown:  # the cost model's cycles (exact for a seeded or stored M) for the table of runners-up
+        n_in_c = 2 * d if c.sign_split else d
+        exact = for_table.get((c.s, n_in_c))
+        if exact is None or exact.steps.size - 1 < c.m:
+            exact = for_table[(c.s, n_in_c)] = ExactCycles(seed, c.s, n_in_c, c.m)
+        for_table[c] = exact.cycles(c.m, c.rho, c.bits, L, c.store_M)
+    rows = [{"n_hashes": c.m, "n_inputs_per_hash": c.s, "n_winners": c.rho, "count_bits": c.bits,
+             "decay": c.decay, "store_M": c.store_M, "scaling": c.scaling, "sign_split": c.sign_split,
+             "val_int8_accuracy": c.cv_accuracy, "model_bytes": c.model_bytes, "predicted_cycles": for_table[c],
+             "predicted_latency_ms": round(for_table[c] / f_cpu * 1e3, 4)} for c in shown]
     info = {
         "family": "flynn",
         "budget_bytes": budget,
@@ -327,6 +426,11 @@ def fit_flynn_under_budget(
         "estimated_ms": cycles / f_cpu * 1e3,
         "max_inference_ms": max_inference_ms,
         "candidates": [asdict(c) for c in candidates],
+        "chosen_validation": rows[0],
+        "runners_up": rows[1:],
+        "selection": ("the best cross-validated int8 accuracy; among equal accuracies the fewest "
+                      + ("predicted cycles (cost model)" if exact_latency else "estimated cycles") + ", then bytes"),
+        "max_latency_ms": max_inference_ms if exact_latency else None,
         "seconds": time.perf_counter() - started,
     }
     say(f"flynn: chose m={best.m} s={best.s} rho={best.rho} b={best.bits} c={best.decay:g} "
@@ -371,6 +475,41 @@ def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, co
                 for weighting in _weightings((bits,)):
                     plan.append(Candidate("", False, s, m, rho, bits, weighting[1], store, nbytes, cycles))
     return plan
+
+
+def _exact_plan(plan: list[Candidate], exact: ExactCycles, max_cycles: float | None, L: int) -> list[Candidate]:
+    """The plan with each m capped so the cost model's predicted cycles fit max_cycles, and those cycles recorded."""
+    out = []
+    for c in plan:
+        m = c.m if max_cycles is None else exact.largest_m(max_cycles, c.m, c.rho, c.bits, L, c.store_M)
+        if m < max(MIN_HASHES, 2 * c.rho):
+            continue
+        nbytes = c.model_bytes if m == c.m else model_bytes(
+            m, c.s, c.bits, L, (c.model_bytes - filter_bytes(c.m, L, c.bits)
+                                - (c.m * c.s * (1 if exact.n_inputs <= 256 else 2) if c.store_M else 0))
+            // INPUT_STAGE_BYTES_PER_FEATURE, exact.n_inputs, c.store_M)
+        out.append(replace(c, m=m, model_bytes=nbytes, est_cycles=exact.cycles(m, c.rho, c.bits, L, c.store_M)))
+    return out
+
+
+def _fastest_refusal(prepared, budget, max_ms, L, d, y_index, folds, seed, f_cpu) -> str:
+    """One line naming the fastest FlyNN within the budget (smallest s, rho, m; 1-bit counts; seeded M), its
+    predicted latency and its cross-validated accuracy."""
+    prep = prepared[0]
+    n_in = prep.U.shape[1]
+    s, rho, bits = 1, RHO_GRID[0], 1
+    m = max(MIN_HASHES, 2 * rho)
+    exact = ExactCycles(seed, s, n_in, m)
+    modes = [store for store in (False, True) if largest_m(budget, s, bits, L, d, n_in, store) >= m]
+    if not modes:
+        return f"no FlyNN fits {budget} B with {m} hash rows; raise the budget"
+    store = min(modes, key=lambda store: (exact.cycles(m, rho, bits, L, store), store))
+    cycles = exact.cycles(m, rho, bits, L, store)
+    ranked = _ranked_winners(prep.U, seeded_indices(seed, m, s, n_in), [m], rho)
+    acc = _cv_accuracies(ranked[m], y_index, folds, L, m, [(bits, 1.0)])[0]
+    return (f"no FlyNN within {budget} B is predicted to run in {max_ms:g} ms; the fastest one within the budget "
+            f"(m={m} s={s} rho={rho} b={bits}, {'stored' if store else 'seeded'} M) is predicted at {cycles / f_cpu * 1e3:.3f} ms with "
+            f"{100 * acc:.1f} % cross-validated accuracy: raise --max-latency")
 
 
 __all__ = ["fit_flynn_under_budget", "estimate_cycles", "model_bytes", "largest_m", "Candidate"]
