@@ -193,9 +193,10 @@ def test_torn_last_line_is_measured_again(built_digits):
 def test_a_second_writer_is_refused_while_the_first_runs(built_digits):
     model = built_digits
     proc = tinyproto("validate", str(model), "--no-raw")
+    lock = model / ".tinyproto.lock"
     try:
-        deadline = time.monotonic() + 60
-        while journal_lines(model) < 3 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60  # until the first validate holds the directory (its pid in the lock)
+        while time.monotonic() < deadline and not (lock.exists() and lock.read_text().startswith(f"{proc.pid} ")):
             time.sleep(0.05)
         for verb in (("validate", str(model), "--resume"), ("build", str(model)),
                      ("compile", "iris", "--budget", "1kB", "--out", str(model))):
@@ -241,7 +242,11 @@ def test_federate_killed_leaves_no_partial_output(tmp_path, delay):
 def test_sigterm_cleans_up_like_ctrl_c(tmp_path):
     out = tmp_path / "m"
     proc = tinyproto("compile", "digits", "--budget", "2kB", "--out", str(out))
-    time.sleep(1.5)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # signal it in the middle of training (the first candidate's progress line)
+        line = proc.stdout.readline()
+        if not line or "candidate" in line:
+            break
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
