@@ -461,6 +461,24 @@ static void on_avr_sleep(avr_t *avr, avr_cycle_count_t how_long)
     g_slept_in_batch = 1;
 }
 
+/* simavr 1.6 logs a data write beyond RAMEND ("Invalid write address ... out of ram") and then performs it
+ * anyway, past the end of its malloc'ed RAM. Garbage code (a half-written upload running with a wild stack
+ * pointer) would so corrupt this program's heap. Give the whole 16-bit data space a home: such writes then land
+ * in memory we own, the core still reports the crash, and the board's crash handling takes over. */
+#define DATA_SPACE_BYTES 0x10000u
+static void widen_data_space(avr_t *avr)
+{
+    if ((uint32_t)avr->ramend + 1u >= DATA_SPACE_BYTES) {
+        return;
+    }
+    uint8_t *data = realloc(avr->data, DATA_SPACE_BYTES);
+    if (data == NULL) {
+        die("out of memory");
+    }
+    memset(data + avr->ramend + 1u, 0, DATA_SPACE_BYTES - (avr->ramend + 1u));
+    avr->data = data;
+}
+
 static avr_t *load_avr(const options_t *opt)
 {
     if (access(opt->elf_path, R_OK) != 0) {
@@ -479,6 +497,7 @@ static avr_t *load_avr(const options_t *opt)
         die("unknown MCU '%s'", opt->mcu);
     }
     avr_init(avr);
+    widen_data_space(avr);
     avr->log = opt->verbose ? LOG_TRACE : LOG_ERROR;
     avr_load_firmware(avr, &fw);
     avr->frequency = opt->freq;
@@ -1073,6 +1092,7 @@ static int board_main(const options_t *opt, int data_out_fd)
         die("unknown MCU '%s'", opt->mcu);
     }
     avr_init(avr);
+    widen_data_space(avr);
     avr->log = opt->verbose ? LOG_TRACE : LOG_ERROR;
     avr->frequency = opt->freq;
     avr->sleep = on_avr_sleep; /* libsimavr's default sleeps in host time; run_board() paces instead */
