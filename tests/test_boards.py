@@ -208,3 +208,24 @@ def test_pio_test_of_the_board_sim_env_runs_on_the_boards_chip(validated, name):
 
     passed, log = run_pio_test(validated[name][0])
     assert passed, log[-2000:]
+
+
+def test_digits_2kb_through_the_megas_own_bootloader(tmp_path):
+    """The physical Mega's path on the simulated ATmega2560: compile digits (ProtoNN, 2 kB) for the Mega, flash
+    it with avrdude -c wiring into Debian's stk500v2 bootloader, and validate over the same port, bit-exactly.
+    (stk500v2 keeps the chip while it hears bytes: the host stays quiet for the board's boot_quiet_s first.)"""
+    from tinyproto.device.board_sim import SimulatedBoard, board_bootloader
+
+    board = load_board("mega2560")
+    assert board.boot_quiet_s > 0
+    model_dir = tmp_path / "digits-mega"
+    compiled = cli("compile", "digits", "--budget", "2kB", "--board", "mega2560", "--out", str(model_dir))
+    assert compiled.returncode == 0, compiled.stderr
+    assert cli("build", str(model_dir)).returncode == 0
+    with SimulatedBoard(board.mcu, tmp_path / "state", board.f_cpu_hz, bootloader=board_bootloader(board)) as sim:
+        flashed = cli("flash", str(model_dir), "--port", sim.port, timeout=120)
+        assert flashed.returncode == 0, flashed.stderr + flashed.stdout
+        result = cli("validate", str(model_dir), "--port", sim.port, "--json", "--no-raw", timeout=300)
+    assert result.returncode == 0, result.stderr
+    v = json.loads(result.stdout)
+    assert v["passed"] and v["score_agreement"] == 1.0 and v["n_vectors"] == 450

@@ -31,6 +31,9 @@ class Board:
     fqbn: str = "arduino:avr:uno"  # Arduino's fully qualified board name
     bootloader: str = "optiboot"  # the bootloader the board ships with (tinyproto.device.board_sim)
     serial_port: str = "Serial (USART0)"  # where the protocol runs
+    # Seconds the host stays silent after opening the port: a bootloader that stays in charge while it hears
+    # bytes (the Mega's stk500v2) only starts the application after a quiet second; Optiboot needs none.
+    boot_quiet_s: float = 0.0
 
     @property
     def mhz(self) -> float:
@@ -70,6 +73,7 @@ def load_board(name: str) -> Board:
         pio_board=raw.get("pio_board", raw["name"]),
         fqbn=raw.get("fqbn", f"arduino:avr:{raw['name']}"),
         bootloader=raw["upload"].get("bootloader", "optiboot"),
+        boot_quiet_s=float(raw["upload"].get("boot_quiet_s", 0.0)),
         serial_port=raw.get("serial_port", "Serial (USART0)"),
     )
 

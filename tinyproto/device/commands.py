@@ -129,7 +129,7 @@ def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
         with console.status(f"flashing {port} with avrdude -c {board.upload_protocol}...", spinner="dots"):
             result = flash_port(board, port, build.hex)
         with console.status(f"waiting for the firmware on {port} after the reset...", spinner="dots"), \
-                open_device(port, baud=board.serial_baud) as client:
+                open_device(port, baud=board.serial_baud, boot_quiet_s=board.boot_quiet_s) as client:
             check_model(client.info, md.model_hash, model.n_features, model.n_classes)
         written = f"{result.bytes_written} B" if result.bytes_written is not None else build.hex.name
         console.print(f"flashed {written} to {port} with avrdude -c {board.upload_protocol} -b {board.upload_speed} "

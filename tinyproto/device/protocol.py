@@ -674,6 +674,7 @@ def open_device(
     handshake_timeout: float = 5.0,
     n_retries: int = 3,
     timeout: float = DEFAULT_TIMEOUT,
+    boot_quiet_s: float = 0.0,
 ) -> DeviceClient:
     """Open the port and complete the HELLO handshake (retried until ``handshake_timeout`` s, which covers the
     Uno's reset + bootloader: no fixed sleep, the first answer ends the wait); the returned client's ``info``
@@ -681,6 +682,7 @@ def open_device(
     port = open_port(port_url, baud)
     client = DeviceClient(port, n_retries=n_retries, timeout=timeout)
     try:
+        time.sleep(boot_quiet_s)  # a board whose bootloader waits for silence (Board.boot_quiet_s)
         client.handshake(handshake_timeout)
     except BaseException:
         port.close()

@@ -434,7 +434,8 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
             sim = None
             if port is None:
                 sim = stack.enter_context(SimulatedUno(build.elf, board=board))
-            client = stack.enter_context(open_device(sim.port if sim else port, baud=board.serial_baud))
+            client = stack.enter_context(open_device(sim.port if sim else port, baud=board.serial_baud,
+                                                     boot_quiet_s=0.0 if sim else board.boot_quiet_s))
             check_model(client.hello(), model_dir.model_hash, model.n_features, model.n_classes)
             todo = [i for i in range(n_total) if i not in rows]
             spans_before = len(_marker_cycles(sim.markers())) if sim is not None else 0
