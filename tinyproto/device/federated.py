@@ -123,7 +123,7 @@ class DeviceBackend(LocalBackend):
         X, y = self.handles[i]
         xq = spec.input_stage().quantize(X)  # the agreed int8 input stage
         y_index = class_indices(blank, y)
-        target = Target(None if self.ports is None else self.ports[i], None)
+        target = Target(None if self.ports is None else self.ports[i], None, self.board.boot_quiet_s)
         started = time.monotonic()
         with ExitStack() as stack:
             client = target.open(stack, elf, self.board.serial_baud)

@@ -334,6 +334,7 @@ class Target:
 
     port: str | None
     eeprom_image: Path | None  # simulator only
+    boot_quiet_s: float = 0.0  # a real board's: silence after opening its port (Board.boot_quiet_s)
 
     @property
     def name(self) -> str:
@@ -347,7 +348,8 @@ class Target:
         if self.port is None:
             uno = stack.enter_context(SimulatedUno(elf, markers=False, eeprom=self.eeprom_image))
             return stack.enter_context(open_device(uno.port, baud=baud, handshake_timeout=HANDSHAKE_S))
-        return stack.enter_context(open_device(self.port, baud=baud, handshake_timeout=HANDSHAKE_S))
+        return stack.enter_context(open_device(self.port, baud=baud, handshake_timeout=HANDSHAKE_S,
+                                               boot_quiet_s=self.boot_quiet_s))
 
 
 def check_learning_device(hello, model_hash: int, n_features: int, n_classes: int) -> None:
@@ -479,7 +481,7 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
         say(f"flashing {port} with the learning firmware")
         flash_port(board, port, firmware.hex)
     image = firmware.project / EEPROM_IMAGE if port is None else None
-    target = Target(port, image)
+    target = Target(port, image, board.boot_quiet_s)
 
     def tick(what: str, total: int) -> Callable[[int], None] | None:
         return progress_factory(what, total) if progress_factory else None
