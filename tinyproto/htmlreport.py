@@ -76,7 +76,7 @@ def _row(record: dict) -> dict:
 
 def load_sweep(path: Path) -> ReportInput:
     from tinyproto.modeldir import read_json
-    from tinyproto.sweep import CONFIG, RESULTS, read_results
+    from tinyproto.sweep_files import CONFIG, RESULTS, read_results
 
     path = Path(path)
     config = read_json(path / CONFIG, "the sweep's configuration")
@@ -133,13 +133,14 @@ def _device_labels(path: Path, n: int) -> np.ndarray | None:
     import numpy as np
 
     journal = path / "validation.jsonl"
-    if not journal.exists():
+    if not journal.is_file():  # missing, or not a regular file (a FIFO would block)
         return None
     labels = np.full(n, -1, dtype=np.int64)
     for line in journal.read_text(errors="replace").splitlines()[1:]:
         try:
             entry = json.loads(line)
-            labels[int(entry["i"])] = int(entry["label"])
+            if 0 <= int(entry["i"]) < n:
+                labels[int(entry["i"])] = int(entry["label"])
         except (ValueError, KeyError, TypeError, IndexError):
             continue
     return labels if (labels >= 0).all() else None

@@ -33,13 +33,11 @@ from typing import Any, Callable, Iterator
 import click
 
 from tinyproto.errors import TinyprotoError
+from tinyproto.sweep_files import CONFIG, POINTS, RESULTS, read_results
 from tinyproto.options import SEED
 
 SWEEP_FORMAT = "tinyproto-sweep"
 SWEEP_FORMAT_VERSION = 1
-CONFIG = "sweep.json"
-RESULTS = "results.jsonl"
-POINTS = "points"
 FAMILIES = ("protonn", "flynn")
 DEVICES = ("sim", "none")
 DEFAULT_BUDGETS = "0.5kB,1kB,2kB,4kB,8kB"
@@ -188,7 +186,7 @@ def _build(point_dir: Path) -> None:
 
     from rich.console import Console
 
-    from tinyproto.device.commands import build_model_dir
+    from tinyproto.device.firmware import build_model_dir
 
     build_model_dir(point_dir, None, Console(file=io.StringIO(), quiet=True))
 
@@ -240,38 +238,6 @@ def _device_figures(summary: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ results.jsonl
-
-
-def read_results(path: Path, repair: bool = False) -> list[dict]:
-    """The lines of results.jsonl; a torn last line (killed mid-write) is dropped, and cut off with repair."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    records, good_end = [], 0
-    for number, line in enumerate(lines, start=1):
-        last = number == len(lines)  # the part after the final newline: empty, or a torn line
-        if not line.strip():
-            good_end += len(line) + (0 if last else 1)
-            continue
-        try:
-            entry = json.loads(line)
-            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-                raise ValueError("not a result object")
-        except ValueError as exc:
-            if last:
-                break  # torn by a kill: that point runs again
-            raise TinyprotoError(f"{path}:{number} is not a result line ({str(exc)[:60]}); the sweep directory "
-                                 "is damaged, start it again in a new --out") from None
-        if last:  # a complete object without its newline: still torn (the newline is written with it)
-            break
-        records.append(entry)
-        good_end += len(line) + 1
-    if repair and good_end < len(data):
-        with open(path, "r+b") as handle:
-            handle.truncate(good_end)
-    return records
 
 
 class ResultsFile:

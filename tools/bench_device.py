@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tinyproto.compile import compile_model
-from tinyproto.device.commands import build_model_dir
+from tinyproto.device.firmware import build_model_dir
 from tinyproto.device.validate import validate
 
 

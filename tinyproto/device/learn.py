@@ -435,7 +435,7 @@ def build_learned_dir(path: Path) -> dict:
     """The learned model's normal firmware (build.json included), so `tinyproto validate` runs right away."""
     from rich.console import Console
 
-    from tinyproto.device.commands import build_model_dir
+    from tinyproto.device.firmware import build_model_dir
 
     return build_model_dir(path, None, Console(quiet=True))
 

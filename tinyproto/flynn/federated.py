@@ -67,7 +67,6 @@ from fractions import Fraction
 from typing import Any, Protocol
 
 import numpy as np
-from sklearn.utils import check_random_state
 
 from tinyproto.errors import TinyprotoError
 from tinyproto.flynn.quantize import IntFlyNN, integer_winners
@@ -80,6 +79,7 @@ from tinyproto.flynn.solver import (
     CountLimit,
     largest_m,
     model_bytes,
+    solver_random_state,
 )
 from tinyproto.flynn.train import FlyNNClassifier, count_winners, draw_seed
 from tinyproto.inputstage import InputStage, choose_input_scale, standardise_moments
@@ -348,11 +348,6 @@ class FederatedSpec:
         if self.input_scale is None:
             raise ValueError("the int8 step is not agreed yet")
         return InputStage.from_standardisation(self.mean, self.scale, self.input_scale)
-
-
-def solver_random_state(seed: int) -> int:
-    """The FlyNNClassifier random_state fit_flynn_under_budget(random_state=seed) uses (its first draw)."""
-    return int(check_random_state(seed).randint(0, 2**31 - 1))
 
 
 def config_from_solver(chosen: dict, seed: int) -> FlyNNConfig:

@@ -22,7 +22,7 @@ the implementation sends sparse counts when a party's are sparse.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -230,7 +230,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
 
     stages: scaling -> (mean, scale, input_scale), agreed beforehand by exact all-reduces. The row count n is
     the sum of the parties' (from the moment sums)."""
-    from tinyproto.flynn.federated import solver_random_state
+    from tinyproto.flynn.solver import solver_random_state
 
     started = time.perf_counter()
     say = progress or (lambda message: None)

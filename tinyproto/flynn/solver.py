@@ -513,3 +513,8 @@ def _fastest_refusal(prepared, budget, max_ms, L, d, y_index, folds, seed, f_cpu
 
 
 __all__ = ["fit_flynn_under_budget", "estimate_cycles", "model_bytes", "largest_m", "Candidate"]
+
+
+def solver_random_state(seed: int) -> int:
+    """The FlyNNClassifier random_state fit_flynn_under_budget(random_state=seed) uses (its first draw)."""
+    return int(check_random_state(seed).randint(0, 2**31 - 1))
