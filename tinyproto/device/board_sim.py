@@ -32,7 +32,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import selectors
 import shutil
 import signal
 import subprocess
@@ -262,26 +261,9 @@ class SimulatedBoard:
         return self.port
 
     def _read_pty_line(self) -> str:
-        assert self._proc is not None and self._proc.stdout is not None
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        buffered = b""
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._proc.stdout, selectors.EVENT_READ)
-            while b"\n" not in buffered:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TinyprotoError(f"the simulated {self.mcu} board did not start within {_START_TIMEOUT_S:.0f} s")
-                if not selector.select(timeout=remaining):
-                    continue
-                chunk = os.read(self._proc.stdout.fileno(), 256)
-                if not chunk:
-                    self._proc.wait(timeout=_STOP_TIMEOUT_S)
-                    raise TinyprotoError(f"the simulated {self.mcu} board did not start: {self.stderr_text() or 'no reason given'}")
-                buffered += chunk
-        line = buffered.split(b"\n", 1)[0].decode("ascii", "replace").strip()
-        if not line.startswith("PTY "):
-            raise TinyprotoError(f"unexpected first line from the simulated board: {line!r}")
-        return line[4:]
+        from tinyproto.device.sim import read_pty_line
+
+        return read_pty_line(self._proc, f"{self.mcu} board", self.stderr_text, _STOP_TIMEOUT_S)
 
     @property
     def running(self) -> bool:

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -157,6 +158,32 @@ def parse_markers(text: str) -> list[tuple[int, int]]:
     return markers
 
 
+def read_pty_line(proc: subprocess.Popen, what: str, stderr_text: Callable[[], str], stop_timeout: float) -> str:
+    """The pty path from simuno's first line ("PTY /dev/pts/N"), within _START_TIMEOUT_S; shared by the fast
+    simulated Uno and the boards with a bootloader (board_sim)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    buffered = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while b"\n" not in buffered:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TinyprotoError(f"the simulated {what} did not start within {_START_TIMEOUT_S:.0f} s")
+            if not selector.select(timeout=remaining):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 256)
+            if not chunk:
+                proc.wait(timeout=stop_timeout)
+                raise TinyprotoError(f"the simulated {what} exited at start (status {proc.returncode}): "
+                                     f"{stderr_text() or 'no reason given'}")
+            buffered += chunk
+    line = buffered.split(b"\n", 1)[0].decode("ascii", "replace").strip()
+    if not line.startswith("PTY "):
+        raise TinyprotoError(f"unexpected first line from the simulated {what}: {line!r}")
+    return line[4:]
+
+
 class SimulatedUno:
     """A simulated Uno running `elf_path`, reachable on the pseudo-terminal `.port` while the context is open.
 
@@ -239,28 +266,7 @@ class SimulatedUno:
         self._shutdown()
 
     def _read_pty_line(self) -> str:
-        assert self._proc is not None and self._proc.stdout is not None
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        buffered = b""
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._proc.stdout, selectors.EVENT_READ)
-            while b"\n" not in buffered:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TinyprotoError(f"the simulated Uno did not start within {_START_TIMEOUT_S:.0f} s")
-                if not selector.select(timeout=remaining):
-                    continue
-                chunk = os.read(self._proc.stdout.fileno(), 256)
-                if not chunk:
-                    self._proc.wait(timeout=_STOP_TIMEOUT_S)
-                    raise TinyprotoError(
-                        f"the simulated Uno exited at start (status {self._proc.returncode}): {self.stderr_text()}"
-                    )
-                buffered += chunk
-        line = buffered.split(b"\n", 1)[0].decode("ascii", "replace").strip()
-        if not line.startswith("PTY "):
-            raise TinyprotoError(f"unexpected first line from the simulated Uno: {line!r}")
-        return line[4:]
+        return read_pty_line(self._proc, "Uno", self.stderr_text, _STOP_TIMEOUT_S)
 
     def _shutdown(self) -> None:
         proc, self._proc = self._proc, None

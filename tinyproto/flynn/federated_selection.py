@@ -95,20 +95,8 @@ def party_hash(data: PartyData, scaling: str, sign_split: bool, M, m_values: lis
 def ranked_winners(U: np.ndarray, M, m_values: list[int], k: int) -> dict[int, np.ndarray]:
     """solver._ranked_winners with the projection matrix given (built once per round, not once per party)."""
     n = U.shape[0]
-    bits = _solver._ROW_BITS
     P = project(U, M).astype(np.int64) if n else np.empty((0, M.shape[0]), np.int64)
-    keys = (P << bits) + ((1 << bits) - 1 - np.arange(M.shape[0]))
-    out: dict[int, np.ndarray] = {}
-    best = np.empty((n, 0), dtype=np.int64)
-    done = 0
-    for m in sorted(set(m_values)):
-        pool = np.concatenate([best, keys[:, done:m]], axis=1)
-        kk = min(k, pool.shape[1])
-        best = -np.partition(-pool, kk - 1, axis=1)[:, :kk] if pool.shape[1] > kk else pool
-        done = m
-        ranked = -np.sort(-best, axis=1)
-        out[m] = (1 << bits) - 1 - (ranked & ((1 << bits) - 1))
-    return out
+    return _solver.ranked_winners_of_projection(P, m_values, k)
 
 
 @dataclass

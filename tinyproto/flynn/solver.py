@@ -223,9 +223,14 @@ _ROW_BITS = 17  # keys: P * 2^17 + (2^17 - 1 - j): larger key = larger P, then l
 
 def _ranked_winners(U: np.ndarray, indices: np.ndarray, m_values: list[int], k: int) -> dict[int, np.ndarray]:
     """For each m in m_values: the top-k rows of the first m rows of M, best first, (n, k) per m."""
-    n = U.shape[0]
-    m_max = max(m_values)
-    P = project(U, projection_matrix(indices[:m_max], U.shape[1])).astype(np.int64)
+    P = project(U, projection_matrix(indices[: max(m_values)], U.shape[1])).astype(np.int64)
+    return ranked_winners_of_projection(P, m_values, k)
+
+
+def ranked_winners_of_projection(P: np.ndarray, m_values: list[int], k: int) -> dict[int, np.ndarray]:
+    """_ranked_winners from the projections P (n, m_max) already computed: for each m, the top-k of the first m
+    columns, best first; ties go to the lower row index (the key packs the row below the projection)."""
+    n, m_max = P.shape
     keys = (P << _ROW_BITS) + ((1 << _ROW_BITS) - 1 - np.arange(m_max))
     out: dict[int, np.ndarray] = {}
     best = np.empty((n, 0), dtype=np.int64)
