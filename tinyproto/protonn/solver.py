@@ -102,16 +102,7 @@ def largest_nnz_in_time(n_features: int, n_classes: int, D: int, m: int, table_s
         model = placeholder_model(n_features, n_classes, Shape(D, m, nnz, table_size), spread=True)
         return model_cycles(model) <= max_cycles
 
-    if high < 1 or not fits(1):
-        return 0
-    low = 1
-    while low < high:
-        middle = (low + high + 1) // 2
-        if fits(middle):
-            low = middle
-        else:
-            high = middle - 1
-    return low
+    return _largest_fitting(fits, high)
 
 
 def largest_nnz(n_features: int, n_classes: int, D: int, m: int, table_size: int, budget: int) -> int:
@@ -122,8 +113,12 @@ def largest_nnz(n_features: int, n_classes: int, D: int, m: int, table_size: int
     def fits(nnz: int) -> bool:
         return placeholder_bytes(n_features, n_classes, Shape(D, m, nnz, table_size)) <= budget
 
-    low, high = 0, D * n_features  # fits(low) is assumed true for 0 nonzeros; found by search
-    if not fits(1):
+    return _largest_fitting(fits, D * n_features)
+
+
+def _largest_fitting(fits: Callable[[int], bool], high: int) -> int:
+    """Largest n in 1..high with fits(n) (fits is monotone: true up to some n, false after), or 0 if none."""
+    if high < 1 or not fits(1):
         return 0
     low = 1
     while low < high:
