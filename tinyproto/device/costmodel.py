@@ -191,31 +191,38 @@ FLY_STAGES = {
 }
 
 
-def _seeded_counts(seed: int, m: int, s: int, n_inputs: int) -> tuple[int, int]:
-    """(xorshift16 steps, proposals) tp_flynn.c's seeded projection loop runs for an m x s M."""
+def seeded_prefix_counts(seed: int, s: int, n_inputs: int, m_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative (xorshift16 steps, proposals) that tp_flynn.c's seeded projection loop runs for the first m rows
+    of M, for every m in 0..m_max (a smaller m's M is a prefix of a larger one's)."""
+    steps = np.zeros(m_max + 1, dtype=np.int64)
+    proposals = np.zeros(m_max + 1, dtype=np.int64)
     state = seed
-    steps = proposals = 0
     byte_proposals = n_inputs <= 256
-    for _ in range(m):
-        seen = set()
+    n_steps = n_proposals = 0
+    for row in range(m_max):
+        seen: set[int] = set()
         left = s
-        while True:
+        while left:
             state ^= (state << 7) & 0xFFFF
             state ^= state >> 9
             state ^= (state << 8) & 0xFFFF
-            steps += 1
-            candidates = ((state >> 8) & 0xFF, state & 0xFF) if byte_proposals else (state,)
-            for value in candidates:
-                proposals += 1
+            n_steps += 1
+            for value in (((state >> 8) & 0xFF, state & 0xFF) if byte_proposals else (state,)):
+                n_proposals += 1
                 index = (value * n_inputs) >> (8 if byte_proposals else 16)
                 if index not in seen:
                     seen.add(index)
                     left -= 1
                 if left == 0:
                     break
-            if left == 0:
-                break
+        steps[row + 1], proposals[row + 1] = n_steps, n_proposals
     return steps, proposals
+
+
+def _seeded_counts(seed: int, m: int, s: int, n_inputs: int) -> tuple[int, int]:
+    """(xorshift16 steps, proposals) tp_flynn.c's seeded projection loop runs for an m x s M."""
+    steps, proposals = seeded_prefix_counts(seed, s, n_inputs, m)
+    return int(steps[m]), int(proposals[m])
 
 
 def expected_heap_replacements(m: int, rho: int) -> float:

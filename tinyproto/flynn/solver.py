@@ -122,30 +122,10 @@ class ExactCycles:
     cost of any m is exact with respect to the cost model and costs O(1)."""
 
     def __init__(self, seed: int, s: int, n_inputs: int, m_max: int):
+        from tinyproto.device.costmodel import seeded_prefix_counts
+
         self.s, self.n_inputs = s, n_inputs
-        steps = np.zeros(m_max + 1, dtype=np.int64)
-        proposals = np.zeros(m_max + 1, dtype=np.int64)
-        state = seed
-        byte_proposals = n_inputs <= 256
-        n_steps = n_proposals = 0
-        for row in range(m_max):  # the same walk as costmodel._seeded_counts, recorded row by row
-            seen: set[int] = set()
-            left = s
-            while left:
-                state ^= (state << 7) & 0xFFFF
-                state ^= state >> 9
-                state ^= (state << 8) & 0xFFFF
-                n_steps += 1
-                for value in (((state >> 8) & 0xFF, state & 0xFF) if byte_proposals else (state,)):
-                    n_proposals += 1
-                    index = (value * n_inputs) >> (8 if byte_proposals else 16)
-                    if index not in seen:
-                        seen.add(index)
-                        left -= 1
-                    if left == 0:
-                        break
-            steps[row + 1], proposals[row + 1] = n_steps, n_proposals
-        self.steps, self.proposals = steps, proposals
+        self.steps, self.proposals = seeded_prefix_counts(seed, s, n_inputs, m_max)
 
     def cycles(self, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
         from tinyproto.device.costmodel import FLY_CYCLES as C, expected_heap_replacements
