@@ -26,6 +26,10 @@ pytest.importorskip("distributed")
 # 16 B is refused by both families (a failed point, recorded); 0.5 kB compiles quickly on iris.
 GRID = dict(models="protonn,flynn", budgets="16B,0.5kB", seeds="0", boards="uno", device="none")
 GRID_IDS = {"protonn-16B-seed0-uno", "protonn-512B-seed0-uno", "flynn-16B-seed0-uno", "flynn-512B-seed0-uno"}
+# The kill test needs work left after the first recorded point on any machine: a FlyNN point on iris compiles
+# in ~0.06 s, so four seeds leave at least seven compiles (~0.7 s) still to run when the first line appears.
+KILL_GRID = dict(GRID, seeds="0,1,2,3")
+KILL_GRID_IDS = {f"{m}-{b}-seed{s}-uno" for m in ("protonn", "flynn") for b in ("16B", "512B") for s in range(4)}
 
 
 def _without_timings(records: list[dict]) -> list[dict]:
@@ -85,10 +89,10 @@ def test_sweep_refuses_foreign_and_model_directories(tmp_path, compiled):
 
 def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     # the reference: one uninterrupted sweep (2 workers)
-    reference = sweep("iris", tmp_path / "ref", workers=2, **GRID)
-    assert reference.complete and {r["id"] for r in reference.records} == GRID_IDS
+    reference = sweep("iris", tmp_path / "ref", workers=2, **KILL_GRID)
+    assert reference.complete and {r["id"] for r in reference.records} == KILL_GRID_IDS
     lines = read_results(tmp_path / "ref" / "results.jsonl")
-    assert [r["id"] for r in lines] == [p.id for p in parse_grid(GRID["models"], GRID["budgets"], "0", "uno")]
+    assert [r["id"] for r in lines] == [p.id for p in parse_grid(KILL_GRID["models"], KILL_GRID["budgets"], KILL_GRID["seeds"], "uno")]
     refused = [r for r in lines if r["budget_bytes"] == 16]
     assert all(r["status"] == "failed" and r["stage"] == "compile" and r["error"] for r in refused)
     assert all(r["status"] == "ok" and r["model_bytes"] <= 512 and (tmp_path / "ref" / r["dir"] / "model.json").exists()
@@ -97,31 +101,31 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     # the same sweep, killed (driver and its dask workers, SIGKILL) once the first point is recorded
     out = tmp_path / "killed"
     command = [sys.executable, "-m", "tinyproto", "sweep", "iris", "--workers", "1", "--out", str(out),
-               *[f"--{k}={v}" for k, v in GRID.items()]]
+               *[f"--{k}={v}" for k, v in KILL_GRID.items()]]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             if len(read_results(out / "results.jsonl")) >= 1:
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     before = read_results(out / "results.jsonl")
-    assert 1 <= len(before) < len(GRID_IDS), "the sweep was not interrupted midway"
+    assert 1 <= len(before) < len(KILL_GRID_IDS), "the sweep was not interrupted midway"
     with open(out / "results.jsonl", "a") as handle:  # and a line torn by the kill, mid-write
         handle.write('{"id": "flynn-512B-seed0-uno", "status": "o')
 
     with pytest.raises(TinyprotoError, match="already holds a sweep"):
-        sweep("iris", out, **GRID)  # never silently redone or mixed
+        sweep("iris", out, **KILL_GRID)  # never silently redone or mixed
     with pytest.raises(TinyprotoError, match="other inputs"):
-        sweep("wine", out, resume=True, **GRID)
+        sweep("wine", out, resume=True, **KILL_GRID)
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0") as cluster:
-        resumed = sweep("iris", out, resume=True, scheduler=cluster.scheduler_address, **GRID)  # --scheduler
-    assert resumed.skipped == len(before) and resumed.ran == len(GRID_IDS) - len(before)
+        resumed = sweep("iris", out, resume=True, scheduler=cluster.scheduler_address, **KILL_GRID)  # --scheduler
+    assert resumed.skipped == len(before) and resumed.ran == len(KILL_GRID_IDS) - len(before)
     after = read_results(out / "results.jsonl")
     assert (out / "results.jsonl").read_bytes().endswith(b"\n")
     assert [r["id"] for r in after] == [r["id"] for r in lines]  # complete, each point once, grid order
@@ -129,7 +133,7 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     assert all(isinstance(r["seconds"], dict) for r in after)
 
     # nothing left to do: resume is a no-op that starts no cluster; the sweep's files are its own
-    again = sweep("iris", out, resume=True, **GRID)
+    again = sweep("iris", out, resume=True, **KILL_GRID)
     assert again.ran == 0 and again.cluster is None
     config = json.loads((out / "sweep.json").read_text())
     # the killed run never finished; the resumed one and the no-op are recorded with their cluster and times
