@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tinyproto.carray import CTYPES
-from tinyproto.compile import compile_model
+from tinyproto.core.carray import CTYPES
+from tinyproto.pipeline.compile import compile_model
 
 ARRAY_RE = re.compile(r"^const (\w+) tp_(\w+)\[(\d+)\] PROGMEM = \{(.*?)\};", re.S | re.M)
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tinyproto.arduino import c_string, check_name, export_arduino, library_name
+from tinyproto.pipeline.arduino import c_string, check_name, export_arduino, library_name
 from tinyproto.cli import main
-from tinyproto.errors import TinyprotoError
-from tinyproto.modeldir import load_model_dir
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.modeldir import load_model_dir
 
 ARDUINO_HARDWARE = Path("/usr/share/arduino/hardware")
 N_VECTORS = 20
@@ -250,7 +250,7 @@ def test_example_sketch_builds_and_matches_the_host_on_the_simulated_uno(exporte
 def offline_arduino_platform(folder: Path) -> tuple[Path, Path]:
     """tinyproto's offline AVR dev-platform plus an Arduino framework (templates/arduino/pio/arduino.py), and
     Debian's Arduino core as the local package `framework-arduino-avr`: (platform dir, framework package dir)."""
-    from tinyproto.resources import resource_dir
+    from tinyproto.core.resources import resource_dir
 
     platform = folder / "platform"
     shutil.copytree(resource_dir("tools") / "pio" / "tinyproto-avr", platform)
@@ -368,7 +368,7 @@ def test_parse_float_is_correctly_rounded_on_the_host(tmp_path):
     """tp_parse_float compiled for the host (the same C as on the Uno) against exact rational rounding."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc not installed")
-    from tinyproto.resources import resource_dir
+    from tinyproto.core.resources import resource_dir
 
     folder = resource_dir("templates") / "arduino"
     driver = tmp_path / "driver.c"

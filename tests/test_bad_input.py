@@ -316,8 +316,8 @@ def _journal(lines: list[str] | bytes) -> Callable[[Path], None]:
 
 
 def _binding_line(model: Path) -> str:
-    from tinyproto.device.validate import binding_of, load_build_info
-    from tinyproto.modeldir import load_model_dir
+    from tinyproto.pipeline.validate import binding_of, load_build_info
+    from tinyproto.core.modeldir import load_model_dir
 
     md = load_model_dir(model)
     return json.dumps({"binding": binding_of(md, load_build_info(md), "sim")})

@@ -13,8 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from tinyproto.boards import available_boards, load_board
-from tinyproto.errors import TinyprotoError
+from tinyproto.core.boards import available_boards, load_board
+from tinyproto.core.errors import TinyprotoError
 
 from conftest import needs
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyproto.errors import TinyprotoError
+from tinyproto.core.errors import TinyprotoError
 
 from conftest import needs
 
@@ -241,7 +241,7 @@ def test_mega_2560_stk500v2_upload_and_reset_on_open(tmp_path):
 
 
 def test_avrdude_missing_names_the_package(models, monkeypatch, tmp_path):
-    from tinyproto.boards import load_board
+    from tinyproto.core.boards import load_board
     from tinyproto.device.flash import flash_port
 
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no avrdude anywhere
@@ -254,7 +254,7 @@ def test_nothing_answering_and_the_wrong_bootloader(models, tmp_path):
     tried. Both wait on avrdude's sync attempts, so they run side by side."""
     import pty
 
-    from tinyproto.boards import load_board
+    from tinyproto.core.boards import load_board
     from tinyproto.device.board_sim import SimulatedBoard
     from tinyproto.device.flash import flash_port
 
@@ -281,7 +281,7 @@ def test_nothing_answering_and_the_wrong_bootloader(models, tmp_path):
 
 
 def test_port_held_by_another_program(uno, models):
-    from tinyproto.boards import load_board
+    from tinyproto.core.boards import load_board
     from tinyproto.device.flash import flash_port
     from tinyproto.device.protocol import open_device
 

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from tinyproto.budget import parse_budget
-from tinyproto.datasets import load_dataset, split
-from tinyproto.errors import TinyprotoError
+from tinyproto.core.budget import parse_budget
+from tinyproto.core.datasets import load_dataset, split
+from tinyproto.core.errors import TinyprotoError
 
 
 @pytest.mark.parametrize(

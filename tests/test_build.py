@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinyproto.boards import load_board
-from tinyproto.errors import TinyprotoError
-from tinyproto.ledger import FirmwareSizes
+from tinyproto.core.boards import load_board
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.ledger import FirmwareSizes
 
 FIXTURE_PROJECT = Path(__file__).parent / "fixtures" / "sim" / "project"
 REPO = Path(__file__).resolve().parent.parent

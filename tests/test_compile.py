@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from tinyproto.hostc import build_host_runner, run_int8, run_raw
-from tinyproto.modeldir import load_model_dir
+from tinyproto.device.hostc import build_host_runner, run_int8, run_raw
+from tinyproto.core.modeldir import load_model_dir
 
 from conftest import header_array_bytes, needs
 
@@ -72,7 +72,7 @@ def test_avr_gcc_compiles_model_into_flash_not_data(compiled, tmp_path):
 
 @pytest.mark.parametrize("family", ["protonn", "flynn"])
 def test_two_compiles_are_byte_identical(tmp_path, family):
-    from tinyproto.compile import compile_model
+    from tinyproto.pipeline.compile import compile_model
 
     outs = []
     for name in ("a", "b"):
@@ -141,7 +141,7 @@ def test_help_explains_budget_units():
 
 
 def test_wrong_feature_count_at_predict(compiled):
-    from tinyproto.errors import TinyprotoError
+    from tinyproto.core.errors import TinyprotoError
 
     model = load_model_dir(compiled("digits", "2kB")).int_model()
     with pytest.raises(TinyprotoError, match="takes 64 features"):

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tinyproto import datasets
-from tinyproto.datasets import load_dataset, split
-from tinyproto.errors import TinyprotoError
-from tinyproto.inputstage import InputStage, choose_input_scale, standardisation, standardise_moments
+from tinyproto.core.datasets import load_dataset, split
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation, standardise_moments
 
 GOOD_BODY = "1,2,a\n3,4,b\n5,6,a\n7,8,b\n9,1,a\n2,3,b\n4,5,a\n6,7,b\n"
 
@@ -394,10 +394,10 @@ def test_the_rule_floor_and_nothing_varies():
 
 
 def test_estimators_survive_constant_and_extreme_columns():
-    from tinyproto.flynn.quantize import IntFlyNN
-    from tinyproto.flynn.train import FlyNNClassifier
-    from tinyproto.protonn.quantize import quantize_protonn
-    from tinyproto.protonn.train import ProtoNNClassifier
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.train import FlyNNClassifier
+    from tinyproto.families.protonn.quantize import quantize_protonn
+    from tinyproto.families.protonn.train import ProtoNNClassifier
 
     rng = np.random.default_rng(2)
     X = np.c_[rng.standard_normal((120, 4)), np.full(120, 0.3), np.full(120, 3e38)]

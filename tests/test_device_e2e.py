@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tinyproto.protonn.solver import minimum_budget
+from tinyproto.families.protonn.solver import minimum_budget
 
 from conftest import needs
 
@@ -59,7 +59,7 @@ def test_device_equals_host_reference(compiled, data, budget, family):
 
 
 def test_smallest_budget_that_fits_digits(tmp_path):
-    from tinyproto.compile import compile_model
+    from tinyproto.pipeline.compile import compile_model
 
     smallest = minimum_budget(64, 10)
     out = tmp_path / "smallest"
@@ -102,7 +102,7 @@ def test_bad_port_is_one_clear_error(compiled, args, message):
 
 
 def test_validate_without_firmware_says_build_first(tmp_path):
-    from tinyproto.compile import compile_model
+    from tinyproto.pipeline.compile import compile_model
 
     compile_model("iris", "protonn", "1kB", 0, "uno", tmp_path / "m")
     for command in ("validate", "flash"):
@@ -114,7 +114,7 @@ def test_busy_port_is_one_clear_error(compiled):
     """A port another program holds open exclusively (here: a simulated Uno we are talking to)."""
     from tinyproto.device.protocol import open_device
     from tinyproto.device.sim import SimulatedUno
-    from tinyproto.errors import TinyprotoError
+    from tinyproto.core.errors import TinyprotoError
 
     model_dir = compiled("breast_cancer", "1kB")
     assert cli("build", str(model_dir)).returncode == 0
@@ -129,8 +129,8 @@ def test_validate_fails_when_the_device_computes_other_scores(tmp_path):
     still matches, so only the full score comparison can catch it; validate must exit non-zero and say so."""
     import re
 
-    from tinyproto.compile import compile_model
-    from tinyproto.modeldir import TestVectors
+    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.core.modeldir import TestVectors
 
     out = tmp_path / "m"
     compile_model("iris", "protonn", "1kB", 0, "uno", out)

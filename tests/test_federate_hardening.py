@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tinyproto.errors import TinyprotoError
-from tinyproto.federate_cli import federate_command
-from tinyproto.flynn import federated as fed
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.cli.federate import federate_command
+from tinyproto.federated import training as fed
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tinyproto.datasets import load_dataset, split
-from tinyproto.errors import TinyprotoError
-from tinyproto.federate_cli import federate_command
-from tinyproto.flynn import federated as fed
-from tinyproto.flynn.quantize import IntFlyNN
-from tinyproto.flynn.solver import model_bytes
-from tinyproto.flynn.train import FlyNNClassifier, draw_seed, feature_scale
-from tinyproto.inputstage import choose_input_scale
-from tinyproto.modeldir import load_model_dir
+from tinyproto.core.datasets import load_dataset, split
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.cli.federate import federate_command
+from tinyproto.federated import training as fed
+from tinyproto.families.flynn.quantize import IntFlyNN
+from tinyproto.families.flynn.solver import model_bytes
+from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, feature_scale
+from tinyproto.core.inputstage import choose_input_scale
+from tinyproto.core.modeldir import load_model_dir
 
 REPORT_KEYS = {
     "parties", "dp", "accuracy", "compile_accuracy", "compile_model_bytes", "accuracy_vs_compile_points",
@@ -384,8 +384,8 @@ def test_device_parties_release_saturated_counts_and_the_resaturated_sum_is_exac
     """Each simulated Uno learns its shard; its counts (read with READ_COUNTS) saturate on the device, so their sum
     is not the pooled sum, but the deployed (re-saturated) counts equal central training exactly."""
     needs_simulated_uno()
-    from tinyproto.boards import load_board
-    from tinyproto.device.federated import DeviceBackend
+    from tinyproto.core.boards import load_board
+    from tinyproto.federated.device_parties import DeviceBackend
 
     sp = data("wine")
     config = config_for(n_hashes=120, s=6, rho=16, bits=2)

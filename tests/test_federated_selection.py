@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from tinyproto.datasets import load_dataset, split
-from tinyproto.flynn import federated as fed
-from tinyproto.flynn import federated_selection as sel
-from tinyproto.flynn import solver
-from tinyproto.flynn.quantize import hash_inputs
-from tinyproto.flynn.train import draw_seed, seeded_indices
-from tinyproto.inputstage import InputStage
+from tinyproto.core.datasets import load_dataset, split
+from tinyproto.federated import training as fed
+from tinyproto.federated import selection as sel
+from tinyproto.families.flynn import solver
+from tinyproto.families.flynn.quantize import hash_inputs
+from tinyproto.families.flynn.train import draw_seed, seeded_indices
+from tinyproto.core.inputstage import InputStage
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,7 +140,7 @@ def test_sparse_counts_add_exactly():
 
 
 def test_federate_is_byte_identical_for_the_same_inputs(tmp_path):
-    from tinyproto.federate import federate_model
+    from tinyproto.pipeline.federate import federate_model
 
     outs = []
     for name in ("a", "b"):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinyproto.render import render_header
+from tinyproto.core.render import render_header
 
 from conftest import header_array_bytes
 import pytest
@@ -19,10 +19,10 @@ from sklearn.datasets import load_breast_cancer, load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from tinyproto.errors import TinyprotoError
-from tinyproto.flynn import solver
-from tinyproto.flynn.quantize import IntFlyNN, pack_bits, unpack_bits
-from tinyproto.flynn.train import (
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.flynn import solver
+from tinyproto.families.flynn.quantize import IntFlyNN, pack_bits, unpack_bits
+from tinyproto.families.flynn.train import (
     SEED_PERIOD,
     FlyNNClassifier,
     seeded_indices,
@@ -30,8 +30,8 @@ from tinyproto.flynn.train import (
     xorshift16_states,
     xorshift16_step,
 )
-from tinyproto.inputstage import InputStage
-from tinyproto.resources import resource_dir
+from tinyproto.core.inputstage import InputStage
+from tinyproto.core.resources import resource_dir
 
 FIRMWARE = resource_dir("firmware")
 HAVE_GCC = shutil.which("gcc") is not None

@@ -50,7 +50,7 @@ def installed(tmp_path_factory) -> Path:
 
 def test_wheel_carries_the_data_folders(installed, tmp_path):
     python = installed / "bin" / "python"
-    where = _run([str(python), "-c", "import tinyproto.resources as r; print(r.resource_dir('firmware'))"],
+    where = _run([str(python), "-c", "import tinyproto.core.resources as r; print(r.resource_dir('firmware'))"],
                  cwd=tmp_path).stdout  # not the checkout: `python -c` imports from its working directory first
     assert "/_data/firmware" in where and str(ROOT) not in where
 

@@ -24,8 +24,8 @@ pytestmark = [
 
 
 def make_model(d, D, m, L, rng, *, w="random", density=1.0, b="random", z="random", table_size=32, proj_shift=7):
-    from tinyproto.inputstage import InputStage
-    from tinyproto.protonn.quantize import IntProtoNN, kernel_table
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
 
     def fill(kind, shape, lo=-127):
         if kind == "random":
@@ -52,7 +52,7 @@ def with_informative_table(model, xq, rng=None):
     each vector's projection (B = z + small noise). Larger D: a table whose reach covers the median distance."""
     from dataclasses import replace
 
-    from tinyproto.protonn.quantize import kernel_table
+    from tinyproto.families.protonn.quantize import kernel_table
 
     z = model.projections(xq)
     if model.n_components <= 16 and rng is not None:
@@ -97,7 +97,7 @@ CASES = [
 
 def build(model, workdir: Path, extra_flags: str = ""):
     from bench_latency import write_project
-    from tinyproto.boards import load_board
+    from tinyproto.core.boards import load_board
     from tinyproto.device.build import build_project
 
     if workdir.exists():
@@ -121,8 +121,9 @@ def run_sim(elf, xq):
 
 @pytest.mark.parametrize("name,d,D,m,L,options", CASES, ids=[c[0] for c in CASES])
 def test_asm_kernels_bit_exact_and_cost_model_within_3_percent(tmp_path, name, d, D, m, L, options):
-    from tinyproto.device.costmodel import predict_cycles, protonn_uses_asm
-    from tinyproto.hostc import build_host_runner, run_int8
+    from tinyproto.families import predict_cycles
+    from tinyproto.families.protonn.cost import protonn_uses_asm
+    from tinyproto.device.hostc import build_host_runner, run_int8
 
     rng = np.random.default_rng(sum(map(ord, name)))
     model = make_model(d, D, m, L, rng, **options)
@@ -167,8 +168,8 @@ def test_avr_c_fallback_is_bit_exact_too(tmp_path):
 def test_flynn_cost_model_within_3_percent(compiled, tmp_path, data, budget):
     """Seeded and stored-M FlyNN models from the solver: measured cycles (bit-exact run) vs the static model."""
     from bench_latency import bench_model
-    from tinyproto.device.costmodel import predict_cycles
-    from tinyproto.modeldir import load_model_dir
+    from tinyproto.families import predict_cycles
+    from tinyproto.core.modeldir import load_model_dir
 
     model_dir = load_model_dir(compiled(data, budget, "flynn"))
     model, vectors = model_dir.int_model(), model_dir.vectors()

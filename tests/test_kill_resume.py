@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyproto.modeldir import SCRATCH_PREFIX, load_model_dir
+from tinyproto.core.modeldir import SCRATCH_PREFIX, load_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def journal_lines(model: Path) -> int:
 
 def assert_complete_model(model: Path) -> str:
     """The directory is a whole model directory; returns its model hash."""
-    from tinyproto.device.validate import checked_vectors
+    from tinyproto.pipeline.validate import checked_vectors
 
     md = load_model_dir(model)
     checked_vectors(md, md.int_model())
@@ -66,7 +66,7 @@ def no_scratch_left(parent: Path) -> None:
 
 KILL_IN_SWAP = textwrap.dedent("""
     import os, signal, sys
-    import tinyproto.modeldir as md
+    import tinyproto.core.modeldir as md
     point = sys.argv[1]
     def die(*_a, **_k):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -80,7 +80,7 @@ KILL_IN_SWAP = textwrap.dedent("""
             original_exchange(a, b)
             die()
         md._exchange = exchange_then_die
-    from tinyproto.compile import compile_model
+    from tinyproto.pipeline.compile import compile_model
     compile_model("iris", "protonn", "1kB", int(sys.argv[3]), "uno", sys.argv[2])
 """)
 

@@ -1,4 +1,4 @@
-"""--max-latency: the solvers keep only models whose predicted cycles (tinyproto.device.costmodel, on the int8
+"""--max-latency: the solvers keep only models whose predicted cycles (the family's cost model, on the int8
 model that ships) fit the limit at the board's clock, refuse in one line naming the fastest affordable shape when
 nothing fits, and prefer fewer predicted cycles among candidates tied on int8 accuracy."""
 
@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from tinyproto.device.costmodel import predict_cycles
+from tinyproto.families import predict_cycles
 from tinyproto.families import int_model_from_json
 
 from conftest import needs
@@ -29,7 +29,7 @@ def _predicted_ms(model_dir) -> float:
 
 @pytest.fixture(scope="module")
 def digits_1ms(tmp_path_factory):
-    from tinyproto.compile import compile_model
+    from tinyproto.pipeline.compile import compile_model
 
     out = tmp_path_factory.mktemp("lat") / "digits-1ms"
     compile_model("digits", "protonn", "2kB", 0, "uno", out, max_latency_ms=1.0)
@@ -54,7 +54,7 @@ def test_protonn_digits_2kB_within_1ms(digits_1ms):
 
 
 def test_same_seed_same_bytes_with_a_limit(tmp_path):
-    from tinyproto.compile import compile_model
+    from tinyproto.pipeline.compile import compile_model
 
     for name in ("a", "b"):
         compile_model("wine", "protonn", "1kB", 3, "uno", tmp_path / name, max_latency_ms=0.4)
@@ -65,8 +65,8 @@ def test_same_seed_same_bytes_with_a_limit(tmp_path):
 
 @pytest.mark.parametrize("limit", [0.25, 0.4, 0.7])
 def test_protonn_limit_holds_on_every_candidate(limit):
-    from tinyproto.datasets import load_dataset, split
-    from tinyproto.protonn.solver import fit_protonn_under_budget, model_cycles
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.families.protonn.solver import fit_protonn_under_budget, model_cycles
 
     sp = split(load_dataset("breast_cancer"))
     _, model, info = fit_protonn_under_budget(sp.X_train, sp.y_train, 1024, 0, None, limit)
@@ -77,8 +77,8 @@ def test_protonn_limit_holds_on_every_candidate(limit):
 
 def test_protonn_limit_scales_with_the_clock():
     """The limit is in ms at the board's clock: the same cycles take twice as long at 8 MHz."""
-    from tinyproto.datasets import load_dataset, split
-    from tinyproto.protonn.solver import fit_protonn_under_budget, model_cycles
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.families.protonn.solver import fit_protonn_under_budget, model_cycles
 
     sp = split(load_dataset("wine"))
     _, model, _ = fit_protonn_under_budget(sp.X_train, sp.y_train, 1024, 0, None, 0.8, 8_000_000)
@@ -86,7 +86,7 @@ def test_protonn_limit_scales_with_the_clock():
 
 
 def test_rank_prefers_fewer_cycles_then_bytes_among_ties():
-    from tinyproto.protonn.solver import rank_candidates
+    from tinyproto.families.protonn.solver import rank_candidates
 
     tried = [
         {"val_int8_accuracy": 0.95, "predicted_cycles": 30_000, "model_bytes": 2000},
@@ -101,10 +101,10 @@ def test_rank_prefers_fewer_cycles_then_bytes_among_ties():
 
 
 def test_flynn_exact_cycles_mirror_the_cost_model():
-    from tinyproto.datasets import load_dataset, split
-    from tinyproto.flynn.quantize import IntFlyNN
-    from tinyproto.flynn.solver import ExactCycles
-    from tinyproto.flynn.train import FlyNNClassifier
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.solver import ExactCycles
+    from tinyproto.families.flynn.train import FlyNNClassifier
 
     sp = split(load_dataset("wine"))
     for m, s, rho, bits, store, split_sign in [(300, 4, 16, 1, False, True), (120, 6, 8, 3, True, False),
@@ -118,8 +118,8 @@ def test_flynn_exact_cycles_mirror_the_cost_model():
 
 @pytest.mark.parametrize("limit", [2.0, 6.0])
 def test_flynn_limit_holds(limit):
-    from tinyproto.datasets import load_dataset, split
-    from tinyproto.flynn.solver import fit_flynn_under_budget
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.families.flynn.solver import fit_flynn_under_budget
 
     sp = split(load_dataset("digits"))
     _, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, 2048, 0, max_inference_ms=limit,
@@ -158,7 +158,7 @@ def test_no_limit_is_recorded_as_none(compiled):
 @pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"), reason="libsimavr-dev not installed")
 def test_simulator_measures_the_limit(tmp_path):
     """The limit is a prediction; on the simulated Uno the measured cycles agree within the cost model's error."""
-    from tinyproto.compile import compile_model
+    from tinyproto.pipeline.compile import compile_model
 
     limit = 0.45
     out = tmp_path / "bc"

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinyproto.boards import load_board
+from tinyproto.core.boards import load_board
 from tinyproto.device import learn as L
 from tinyproto.device import protocol as P
-from tinyproto.errors import TinyprotoError
+from tinyproto.core.errors import TinyprotoError
 
 from conftest import PipePort, needs
 
@@ -35,10 +35,10 @@ def cli(*args, cwd=None):
 
 def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16) -> Path:
     """A FlyNN model directory with chosen shapes (bits > 1 saturates and straddles bytes)."""
-    from tinyproto.compile import write_model_directory
-    from tinyproto.datasets import load_dataset, split
-    from tinyproto.flynn.quantize import IntFlyNN
-    from tinyproto.flynn.train import FlyNNClassifier
+    from tinyproto.pipeline.compile import write_model_directory
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.train import FlyNNClassifier
 
     dataset = load_dataset("breast_cancer")
     sp = split(dataset)
@@ -61,7 +61,7 @@ def test_counts_and_frame_sizes():
 
 
 def test_learnable_compile_fits_sram_and_eeprom(compiled, tmp_path):
-    from tinyproto.compile import compile_model
+    from tinyproto.pipeline.compile import compile_model
 
     big = json.loads((compiled("digits", "2kB", "flynn") / "model.json").read_text())["hyperparameters"]
     result = compile_model("digits", "flynn", "2kB", 0, "uno", tmp_path / "dl", learnable=True)
@@ -89,7 +89,7 @@ def test_too_big_model_is_refused_before_any_build(compiled, save_eeprom):
     args = ["learn", str(model_dir), "--sim"] + (["--save-eeprom"] if save_eeprom else [])
     result = cli(*args)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    from tinyproto.modeldir import load_model_dir
+    from tinyproto.core.modeldir import load_model_dir
 
     sizes = L.learn_sizes(load_model_dir(model_dir).int_model(), BOARD)
     fit = min(sizes.largest_m_sram, sizes.largest_m_eeprom) if save_eeprom else sizes.largest_m_sram
@@ -103,7 +103,7 @@ def test_too_big_model_is_refused_before_any_build(compiled, save_eeprom):
 
 
 def host_learning_app(model_dir: Path, out: Path) -> Path:
-    from tinyproto.modeldir import load_model_dir
+    from tinyproto.core.modeldir import load_model_dir
 
     md = load_model_dir(model_dir)
     project = L.prepare_learning_project(md, md.int_model(), BOARD)
@@ -118,7 +118,7 @@ def host_learning_app(model_dir: Path, out: Path) -> Path:
 @needs("gcc")
 @pytest.mark.parametrize("bits, m", [(2, 101), (3, 203), (5, 77)])
 def test_host_learning_app_saturates_like_the_host(tmp_path, bits, m):
-    from tinyproto.modeldir import load_model_dir
+    from tinyproto.core.modeldir import load_model_dir
 
     model_dir = flynn_dir(tmp_path / "model", bits, m)
     model = load_model_dir(model_dir).int_model()
@@ -222,7 +222,7 @@ def test_learned_model_validates_bit_exactly(learned_bc):
 @pytest.mark.device
 def test_eeprom_survives_a_restart_and_guards_its_record(learned_bc, tmp_path):
     from tinyproto.device.sim import SimulatedUno
-    from tinyproto.modeldir import load_model_dir
+    from tinyproto.core.modeldir import load_model_dir
 
     out, summary = learned_bc
     md = load_model_dir(out)
@@ -258,7 +258,7 @@ def test_counts_straddling_bytes_saturate_on_the_avr(tmp_path, learned_bc):
     """3-bit counts (entries cross byte boundaries, many saturate) learned on the simulated AVR; the EEPROM record
     of another model (breast_cancer's learnable one) is recognised as such and not loaded."""
     from tinyproto.device.sim import SimulatedUno
-    from tinyproto.modeldir import load_model_dir
+    from tinyproto.core.modeldir import load_model_dir
 
     model_dir = flynn_dir(tmp_path / "b3", bits=3, m=203)
     summary = L.learn_on_device(model_dir, "breast_cancer", build_learned=False)

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinyproto.device import protocol as P
-from tinyproto.errors import TinyprotoError
+from tinyproto.core.errors import TinyprotoError
 
 from conftest import PipePort
 

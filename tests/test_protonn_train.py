@@ -10,8 +10,8 @@ from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wi
 from sklearn.model_selection import train_test_split
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import tinyproto.protonn.train as train_module
-from tinyproto.protonn.train import (
+import tinyproto.families.protonn.train as train_module
+from tinyproto.families.protonn.train import (
     Params,
     ProtoNNClassifier,
     _class_mass,

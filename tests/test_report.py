@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from tinyproto.cli import main
-from tinyproto.errors import TinyprotoError
-from tinyproto.htmlreport import configurations, pareto_frontier, recommend, write_report
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.pipeline.htmlreport import configurations, pareto_frontier, recommend, write_report
 
 device = pytest.mark.device  # with the simulated board: avr-gcc and simavr (tools/setup.sh installs both)
 needs_avr_gcc = pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed")
@@ -26,7 +26,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.fixture(scope="module")
 def sim_sweep(tmp_path_factory):
     pytest.importorskip("distributed")
-    from tinyproto.sweep import sweep
+    from tinyproto.pipeline.sweep import sweep
 
     out = tmp_path_factory.mktemp("report") / "sweep"
     result = sweep("iris", out, models="protonn,flynn", budgets="0.5kB", device="sim", workers=2)
@@ -89,7 +89,7 @@ def test_sweep_report_files_and_terminal(sim_sweep):
     html = (sim_sweep / "report.html").read_text()
     assert html.count('src="data:image/png;base64,') == len(stems)
     assert "http://" not in html and "https://" not in html and "<script" not in html  # self-contained
-    from tinyproto.modeldir import foreign_entries
+    from tinyproto.core.modeldir import foreign_entries
 
     assert foreign_entries(sim_sweep) == []  # report.html and figures/ are recorded as tinyproto's
 
@@ -101,7 +101,7 @@ def test_single_model_report(sim_sweep):
     report = write_report(model_dir)
     assert {p.stem for p in report.figures} == {"accuracy", "ledger", "confusion", "sram", "cycles", "agreement"}
     assert report.recommendation.startswith("best overall: protonn 0.5kB")
-    from tinyproto.modeldir import foreign_entries
+    from tinyproto.core.modeldir import foreign_entries
 
     assert foreign_entries(model_dir) == []
 

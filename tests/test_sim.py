@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyproto.errors import TinyprotoError
+from tinyproto.core.errors import TinyprotoError
 
 pytestmark = [
     pytest.mark.device,

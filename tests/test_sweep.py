@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from tinyproto.cli import main
-from tinyproto.errors import TinyprotoError
-from tinyproto.sweep import Point, parse_grid, read_results, sweep
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.pipeline.sweep import Point, parse_grid, read_results, sweep
 
 pytest.importorskip("distributed")
 
@@ -139,12 +139,12 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     # the killed run never finished; the resumed one and the no-op are recorded with their cluster and times
     assert [run["cluster"] and run["cluster"]["workers"] for run in config["runs"]] == [2, None]
     assert config["runs"][0]["cluster"]["scheduler"].startswith("tcp://")
-    from tinyproto.modeldir import foreign_entries
+    from tinyproto.core.modeldir import foreign_entries
 
     assert foreign_entries(out) == []
 
     # the report of a compile-only sweep: predicted latency and energy, no device figures, the failures listed
-    from tinyproto.htmlreport import write_report
+    from tinyproto.pipeline.htmlreport import write_report
 
     report = write_report(tmp_path / "ref")
     assert {p.stem for p in report.figures} == {"accuracy_vs_bytes", "accuracy_vs_latency", "accuracy_vs_energy"}

@@ -8,11 +8,11 @@ __all__ = ["__version__", "ProtoNNClassifier"]
 def __getattr__(name: str):
     # Lazy so that `tinyproto --help` does not import scikit-learn.
     if name == "ProtoNNClassifier":
-        from tinyproto.protonn.train import ProtoNNClassifier
+        from tinyproto.families.protonn.train import ProtoNNClassifier
 
         return ProtoNNClassifier
     if name == "FlyNNClassifier":
-        from tinyproto.flynn.train import FlyNNClassifier
+        from tinyproto.families.flynn.train import FlyNNClassifier
 
         return FlyNNClassifier
     raise AttributeError(name)

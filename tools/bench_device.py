@@ -16,9 +16,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from tinyproto.compile import compile_model
+from tinyproto.pipeline.compile import compile_model
 from tinyproto.device.firmware import build_model_dir
-from tinyproto.device.validate import validate
+from tinyproto.pipeline.validate import validate
 
 
 def run(model: str, data: str, budget: str, workdir: Path) -> dict:

@@ -20,10 +20,10 @@ import time
 
 import numpy as np
 
-from tinyproto.datasets import Split, load_dataset, split
-from tinyproto.federate import default_dp_T
-from tinyproto.flynn import federated as fed
-from tinyproto.flynn.solver import fit_flynn_under_budget
+from tinyproto.core.datasets import Split, load_dataset, split
+from tinyproto.pipeline.federate import default_dp_T
+from tinyproto.federated import training as fed
+from tinyproto.families.flynn.solver import fit_flynn_under_budget
 
 BUDGET = 2048
 EPSILONS = (1.0, 4.0, 16.0, 64.0, 256.0)

@@ -24,13 +24,13 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from tinyproto.boards import load_board
-from tinyproto.budget import parse_budget
-from tinyproto.compile import compile_model, write_model_directory
-from tinyproto.datasets import load_dataset, split
-from tinyproto.device.validate import validate
-from tinyproto.flynn.quantize import IntFlyNN
-from tinyproto.flynn.solver import fit_flynn_under_budget
+from tinyproto.core.boards import load_board
+from tinyproto.core.budget import parse_budget
+from tinyproto.pipeline.compile import compile_model, write_model_directory
+from tinyproto.core.datasets import load_dataset, split
+from tinyproto.pipeline.validate import validate
+from tinyproto.families.flynn.quantize import IntFlyNN
+from tinyproto.families.flynn.solver import fit_flynn_under_budget
 
 UNBUDGETED_BYTES = 64 * 1024
 

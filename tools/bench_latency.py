@@ -27,9 +27,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tinyproto.boards import load_board  # noqa: E402
+from tinyproto.core.boards import load_board  # noqa: E402
 from tinyproto.device.build import build_project, render_platformio_ini  # noqa: E402
-from tinyproto.device.costmodel import lower_bound_cycles, predict_cycles  # noqa: E402
+from tinyproto.core.cost import lower_bound_cycles
+from tinyproto.families import predict_cycles  # noqa: E402
 
 MARK_START, MARK_END = 1, 2
 STAGE_NAMES = {
@@ -41,7 +42,7 @@ CALL = "call"  # from GPIOR0 = 1 to the first stage marker, and from the last st
 
 def write_project(model, project: Path, stage_markers: bool, board) -> None:
     """The model's firmware project from the current runtime sources, optionally with stage markers."""
-    from tinyproto.render import write_sources
+    from tinyproto.core.render import write_sources
 
     write_sources(model, project, "bench", 0, 1 << 20)
     ini = render_platformio_ini(board)
@@ -139,7 +140,7 @@ def bench_model(model, xq: np.ndarray, reference_scores: np.ndarray, raw: np.nda
 
 
 def bench_model_dir(path: Path, workdir: Path, n_vectors: int | None) -> dict:
-    from tinyproto.modeldir import load_model_dir
+    from tinyproto.core.modeldir import load_model_dir
 
     model_dir = load_model_dir(path)
     model = model_dir.int_model()
@@ -178,7 +179,7 @@ def main() -> None:
     parser.add_argument("--vectors", type=int, default=None, help="first N test vectors only (default all)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    from tinyproto.compile import compile_model
+    from tinyproto.pipeline.compile import compile_model
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

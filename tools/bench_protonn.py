@@ -13,9 +13,9 @@ import time
 
 import numpy as np
 
-from tinyproto.budget import parse_budget
-from tinyproto.datasets import load_dataset, split
-from tinyproto.protonn.solver import fit_protonn_under_budget
+from tinyproto.core.budget import parse_budget
+from tinyproto.core.datasets import load_dataset, split
+from tinyproto.families.protonn.solver import fit_protonn_under_budget
 
 
 def main() -> None:

@@ -3,8 +3,8 @@
 
 Builds synthetic ProtoNN models whose shapes vary one term at a time (rows, bitmap density, prototypes,
 classes, dense W), runs a few random vectors on the cycle-exact simulator, and fits the constants of
-tinyproto.device.costmodel.PN_CYCLES by non-negative least squares. Prints the fit and each model's
-measured vs predicted cycles. Paste the constants into costmodel.py when the C code changes.
+the family's cost model.PN_CYCLES by non-negative least squares. Prints the fit and each model's
+measured vs predicted cycles. Paste the constants into tinyproto/families/<name>/cost.py when the C code changes.
 
     python tools/calibrate_costmodel.py
     python tools/calibrate_costmodel.py --flynn MODEL_DIR ...   # FLY_CYCLES from compiled FlyNN models
@@ -18,14 +18,14 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from tinyproto.boards import load_board
+from tinyproto.core.boards import load_board
 from tinyproto.device.build import build_project, render_platformio_ini
-from tinyproto.device.costmodel import PN_CYCLES, protonn_cost_terms
+from tinyproto.families.protonn.cost import PN_CYCLES, protonn_cost_terms
 from tinyproto.device.protocol import open_device
 from tinyproto.device.sim import SimulatedUno
-from tinyproto.inputstage import InputStage
-from tinyproto.protonn.quantize import IntProtoNN, kernel_table
-from tinyproto.render import write_sources
+from tinyproto.core.inputstage import InputStage
+from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
+from tinyproto.core.render import write_sources
 
 # (features d, d_hat, prototypes m, classes L, W density, table size, projection shift: > 0 right, < 0 left
 #  [, kernel gamma])
@@ -83,8 +83,8 @@ def calibrate_flynn(model_dirs: list[Path], n_vectors: int = 40) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_latency import bench_model
 
-    from tinyproto.device.costmodel import FLY_CYCLES, FLY_STAGES, flynn_cost_terms
-    from tinyproto.modeldir import load_model_dir
+    from tinyproto.families.flynn.cost import FLY_CYCLES, FLY_STAGES, flynn_cost_terms
+    from tinyproto.core.modeldir import load_model_dir
 
     names = list(FLY_CYCLES)
     rows, measured, labels, stages = [], [], [], []

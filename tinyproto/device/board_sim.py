@@ -44,7 +44,7 @@ from types import TracebackType
 
 import click
 
-from tinyproto.errors import TinyprotoError
+from tinyproto.core.errors import TinyprotoError
 
 APT_BOOTLOADER_PACKAGE = "arduino-core-avr"
 ARDUINO_BOOTLOADERS = Path("/usr/share/arduino/hardware/arduino/avr/bootloaders")
@@ -321,7 +321,7 @@ def resolve_board(name: str) -> tuple[str, int, str]:
 
 def resolve_board_loader(name: str) -> tuple[str, int, str, Bootloader]:
     """resolve_board plus the bootloader the simulated board runs."""
-    from tinyproto.boards import available_boards, load_board
+    from tinyproto.core.boards import available_boards, load_board
 
     if name in available_boards():
         board = load_board(name)

@@ -38,10 +38,10 @@ from pathlib import Path
 import numpy as np
 
 from tinyproto.device.sim import EXIT_DONE, ensure_simulator, tinyproto_cache_dir
-from tinyproto.errors import TinyprotoError
-from tinyproto.ledger import FirmwareSizes
-from tinyproto.render import jinja_env
-from tinyproto.resources import IMPORT_ROOT, resource_dir
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.ledger import FirmwareSizes
+from tinyproto.core.render import jinja_env
+from tinyproto.core.resources import IMPORT_ROOT, resource_dir
 
 Progress = Callable[[str], None]
 

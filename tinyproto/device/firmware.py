@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tinyproto.errors import TinyprotoError
+from tinyproto.core.errors import TinyprotoError
 
 
 def build_model_dir(path: Path, env: str | None, console) -> dict:
     """Build the model directory's PlatformIO project and record the result in build.json; env None: the
     project's default environment (`<board>_sim`)."""
-    from tinyproto.modeldir import load_model_dir, locked, record_outputs
+    from tinyproto.core.modeldir import load_model_dir, locked, record_outputs
 
     model_dir = load_model_dir(path)
     with locked(model_dir.path, "build"):
@@ -21,10 +21,10 @@ def build_model_dir(path: Path, env: str | None, console) -> dict:
 
 
 def _build_locked(model_dir, env: str | None, console) -> dict:
-    from tinyproto.boards import load_board
+    from tinyproto.core.boards import load_board
     from tinyproto.device.build import build_project
-    from tinyproto.device.validate import header_model_hash
-    from tinyproto.modeldir import file_sha256, write_json
+    from tinyproto.pipeline.validate import header_model_hash
+    from tinyproto.core.modeldir import file_sha256, write_json
 
     board = load_board(model_dir.meta.get("board", "uno"))
     model_dir.int_model()  # refuses an edited or damaged model.json before anything is built from it

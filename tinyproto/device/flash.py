@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tinyproto.boards import Board
-from tinyproto.errors import TinyprotoError
+from tinyproto.core.boards import Board
+from tinyproto.core.errors import TinyprotoError
 
 APT_AVRDUDE = "avrdude"
 AVRDUDE_TIMEOUT_S = 180.0  # a 32 KB image with verify takes ~10 s at 115200 baud; this only stops a wedged avrdude

@@ -17,7 +17,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from tinyproto.errors import TinyprotoError
+from tinyproto.core.errors import TinyprotoError
 
 PROTO_VERSION = 1
 MAGIC = b"TPRO"

@@ -36,8 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from tinyproto.errors import TinyprotoError
-from tinyproto.resources import resource_dir
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.resources import resource_dir
 
 APT_SIM_PACKAGES = "gcc libsimavr-dev"
 _SIMAVR_HEADER = Path("/usr/include/simavr/sim_avr.h")

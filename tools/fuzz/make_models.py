@@ -30,11 +30,11 @@ SHAPES = {
 
 
 def make(name: str, data: str, bits: int, m: int, s: int, rho: int, store_m: bool) -> Path:
-    from tinyproto.datasets import load_dataset, split
-    from tinyproto.device.learn import LEARN_FLAGS, layout_key
-    from tinyproto.flynn.quantize import IntFlyNN
-    from tinyproto.flynn.train import FlyNNClassifier
-    from tinyproto.render import render_header
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.pipeline.learn import LEARN_FLAGS, layout_key
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.train import FlyNNClassifier
+    from tinyproto.core.render import render_header
 
     sp = split(load_dataset(data))
     # random_state fixed: the same seed of M, hence the same header, on every regeneration

@@ -1,0 +1,5 @@
+"""The command line (top layer): one module per verb group; `main` is the click group."""
+
+from tinyproto.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,166 @@
+"""CLI commands that touch firmware and boards: build, flash, validate, run. Heavy imports stay inside."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from tinyproto.device.firmware import build_model_dir
+from tinyproto import families
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.cli.options import BUDGET_HELP, MODEL_DIR, SEED
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def print_build(console, info: dict, path: Path) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"firmware for {path} (built with {info['tool']}, env {info['env']})", show_header=False)
+    table.add_row("flash", f"{info['flash_bytes']} of {info['flash_available_bytes']} B "
+                  f"({100 * info['flash_bytes'] / info['flash_available_bytes']:.1f} %), model data {info['model_bytes']} B")
+    table.add_row("SRAM static (.data + .bss)", f"{info['sram_static_bytes']} of {info['sram_bytes']} B "
+                  f"(.data {info['data_bytes']}, .bss {info['bss_bytes']}); stack peak is measured by validate")
+    table.add_row("ELF", info["elf"])
+    console.print(table)
+
+
+@click.command("build")
+@click.argument("model_dir", type=MODEL_DIR)
+@click.option("--env", default=None,
+              help="PlatformIO environment (named after the board): <board>_sim, the default, works offline (system "
+                   "avr-gcc); <board> uses the official atmelavr platform. E.g. uno_sim, nano_sim, mega2560.")
+def build_command(model_dir: Path, env: str | None) -> None:
+    """Build the firmware of MODEL_DIR (PlatformIO; avr-gcc directly if PlatformIO is missing) and report flash / SRAM."""
+    console = _console()
+    print_build(console, build_model_dir(model_dir, env, console), model_dir)
+
+
+@click.command("flash")
+@click.argument("model_dir", type=MODEL_DIR)
+@click.option("--port", default=None,
+              help="Serial port of a board, e.g. /dev/ttyACM0, or of a simulated one (python -m "
+                   "tinyproto.device.board_sim): avrdude through its bootloader, protocol and speed from the board file.")
+@click.option("--sim", is_flag=True, help="'Flash' the simulated Uno: start it with the ELF and check the handshake.")
+def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
+    """Put MODEL_DIR's firmware on a board (--port) or on the simulated Uno (--sim, the default without --port)."""
+    import time
+
+    from tinyproto.core.boards import load_board
+    from tinyproto.device.flash import flash_port
+    from tinyproto.device.protocol import check_model, open_device
+    from tinyproto.device.sim import SimulatedUno
+    from tinyproto.pipeline.validate import check_firmware, load_build_info
+    from tinyproto.core.modeldir import load_model_dir
+
+    if port and sim:
+        raise TinyprotoError("give either --port (a real board) or --sim, not both")
+    md = load_model_dir(model_dir)
+    board = load_board(md.meta.get("board", "uno"))
+    model = md.int_model()
+    build = load_build_info(md)
+    check_firmware(md, build)  # flash exactly what `build` made from this model.json
+    console = _console()
+    if port:
+        # The path of a physical board, also for a simulated one (python -m tinyproto.device.board_sim): avrdude
+        # through the bootloader, then reopen the port (a reset) and wait for the firmware's HELLO.
+        started = time.monotonic()
+        with console.status(f"flashing {port} with avrdude -c {board.upload_protocol}...", spinner="dots"):
+            result = flash_port(board, port, build.hex)
+        with console.status(f"waiting for the firmware on {port} after the reset...", spinner="dots"), \
+                open_device(port, baud=board.serial_baud, boot_quiet_s=board.boot_quiet_s) as client:
+            check_model(client.info, md.model_hash, model.n_features, model.n_classes)
+        written = f"{result.bytes_written} B" if result.bytes_written is not None else build.hex.name
+        console.print(f"flashed {written} to {port} with avrdude -c {board.upload_protocol} -b {board.upload_speed} "
+                      f"in {result.seconds:.1f} s; after the reset the board answers with model "
+                      f"{md.meta['model_hash']} ({time.monotonic() - started:.1f} s in all)")
+        return
+    with SimulatedUno(build.elf, board=board) as uno, open_device(uno.port, baud=board.serial_baud) as client:
+        check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)
+    console.print(f"simulated Uno started with {build.elf}: handshake OK, model {md.meta['model_hash']} "
+                  "(the simulator stops again; validate --sim starts its own)")
+
+
+def _progress_factory(progress):
+    def factory(label: str, total: int):
+        task = progress.add_task(label, total=total)
+        return lambda n: progress.advance(task, n)
+
+    return factory
+
+
+def run_validation(model_dir: Path, port: str | None, resume: bool, raw: bool, as_json: bool) -> dict:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tinyproto.pipeline.validate import validate
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=_console(stderr=True), transient=as_json) as progress:
+        return validate(model_dir, port=port, resume=resume, raw_check=raw, progress_factory=_progress_factory(progress))
+
+
+def finish_validation(summary: dict, model_dir: Path, as_json: bool) -> None:
+    from tinyproto.cli.tables import print_validation_report
+
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        print_validation_report(_console(), summary, model_dir)
+    failed = [f"{name} ({check['detail']})" for name, check in summary["checks"].items() if check["ok"] is False]
+    if failed:
+        raise TinyprotoError(f"validation failed: {'; '.join(failed)} (details in {model_dir / 'validation.json'})")
+
+
+@click.command("validate")
+@click.argument("model_dir", type=MODEL_DIR)
+@click.option("--port", default=None, help="Serial port of a real, flashed Uno (e.g. /dev/ttyACM0).")
+@click.option("--sim", is_flag=True, help="Use the simulated Uno (the default when no --port is given).")
+@click.option("--json", "as_json", is_flag=True, help="Print validation.json instead of the table.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run from validation.jsonl.")
+@click.option("--no-raw", is_flag=True, help="Skip the check of the on-device input stage (raw float features).")
+def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool, resume: bool, no_raw: bool) -> None:
+    """Stream every test vector of MODEL_DIR to the device and compare label AND score vector with the host.
+
+    Exits non-zero if any vector disagrees. Writes validation.json (accuracy, cycles, latency, energy,
+    flash, SRAM, stack peak) into MODEL_DIR.
+    """
+    if port and sim:
+        raise TinyprotoError("give either --port (a real board) or --sim, not both")
+    summary = run_validation(model_dir, port, resume, not no_raw, as_json)
+    finish_validation(summary, model_dir, as_json)
+
+
+@click.command("run")
+@click.argument("data", default="digits", required=False)
+@click.option("--model", "family", type=click.Choice(families.names()), default="protonn", show_default=True)
+@click.option("--budget", default="2kB", show_default=True, help=BUDGET_HELP)
+@click.option("--seed", default=0, show_default=True, type=SEED, help="Seed for every random choice of training.")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Model directory (default build/<data>).")
+@click.option("--port", default=None, help="A real Uno: flash it and validate there instead of the simulator.")
+@click.option("--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",
+              help="Only models whose predicted time per inference (the cost model) is within MS ms.")
+def run_command(data: str, family: str, budget: str, seed: int, out: Path | None, port: str | None,
+                max_latency: float | None) -> None:
+    """The whole loop: compile DATA under --budget, build, flash (or simulate), validate, print the reports."""
+    from tinyproto.core.boards import load_board
+    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.device.flash import flash_port
+    from tinyproto.cli.tables import print_compile_report
+
+    console = _console()
+    with console.status("training under the budget...", spinner="dots"):
+        result = compile_model(data, family, budget, seed, "uno", out, None,
+                               progress=lambda m: console.print(f"[dim]· {m}[/dim]"), max_latency_ms=max_latency)
+    print_compile_report(console, result.report, result.out_dir)
+    info = build_model_dir(result.out_dir, None, console)
+    print_build(console, info, result.out_dir)
+    if port:
+        flash_port(load_board("uno"), port, result.out_dir / info["hex"])
+    summary = run_validation(result.out_dir, port, False, True, False)
+    finish_validation(summary, result.out_dir, False)

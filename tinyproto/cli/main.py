@@ -1,0 +1,147 @@
+"""The `tinyproto` command line: a thin layer over the library (one function per command).
+
+Every failure ends in one line on stderr and a non-zero exit, never a traceback: a user error
+(TinyprotoError) or a system error (OSError: disk full, permission) exits 1, Ctrl-C exits 130, and an
+unexpected exception, a bug, exits 70 (EX_SOFTWARE) with its type and message; TINYPROTO_DEBUG=1 shows its
+traceback. Click's own usage errors exit 2. SIGTERM and SIGHUP are handled like Ctrl-C, so cleanup runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from tinyproto import families
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.cli.options import BUDGET_HELP, SEED
+
+
+
+INTERNAL_ERROR = 70  # EX_SOFTWARE: distinct from user errors (1) and click's usage errors (2)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class _Group(click.Group):
+    """Turns every exception into one line on stderr and an exit status (see the module doc)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise  # click's own usage errors and --help already speak one line
+        except TinyprotoError as exc:
+            _fail(f"error: {exc}", 1)
+        except KeyboardInterrupt:
+            _fail("interrupted; nothing half-written was left behind", 130)
+        except BrokenPipeError:
+            sys.stderr.close()  # the reader went away (| head): nothing more to say
+            sys.exit(1)
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            _fail(f"error: {exc.strerror or exc}{where}", 1)
+        except Exception as exc:
+            if os.environ.get("TINYPROTO_DEBUG"):
+                raise
+            _fail(f"internal error ({type(exc).__name__}: {_one_line(exc)[:200]}); please report it, "
+                  "TINYPROTO_DEBUG=1 shows the traceback", INTERNAL_ERROR)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(_one_line(message), err=True)
+    sys.exit(code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tinyproto")
+def main() -> None:
+    """tinyproto: train a classifier under a byte budget and run it, in int8 C, on an Arduino Uno.
+
+    \b
+    Typical loop:
+      tinyproto compile --budget 2kB            # digits -> ProtoNN -> build/digits
+      tinyproto build build/digits              # firmware for the Uno (PlatformIO, offline too)
+      tinyproto validate build/digits --sim     # run on the simulated Uno, compare with the host
+    """
+    import signal
+
+    if threading.current_thread() is threading.main_thread():  # (not when a test calls us from a thread)
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _interrupt)
+
+
+def _progress_printer(console):
+    def report(message: str) -> None:
+        console.print(f"[dim]· {message}[/dim]")
+
+    return report
+
+
+@main.command("compile")
+@click.argument("data", default="digits", required=False)
+@click.option("--model", "family", type=click.Choice(families.names()), default="protonn", show_default=True,
+              help="Model family.")
+@click.option("--budget", default="2kB", show_default=True, help=BUDGET_HELP)
+@click.option("--seed", default=0, show_default=True, type=SEED, help="Seed for every random choice of training.")
+@click.option("--board", default="uno", show_default=True, help="Target board (boards/<name>.json).")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Model directory to write (default: build/<data name>). Replaced only on success.")
+@click.option("--label", default=None, help="CSV label column (default: the last column).")
+@click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the summary table.")
+@click.option("--learnable", is_flag=True,
+              help="FlyNN only: keep the counts small enough to learn on the device (tinyproto learn): they must fit "
+                   "the SRAM beside the learning firmware's buffers, and the EEPROM.")
+@click.option("--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",
+              help="Only models whose predicted time per inference on --board (the cost model) is within MS ms.")
+def compile_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None,
+                    label: str | None, as_json: bool, learnable: bool, max_latency: float | None) -> None:
+    """Train a model on DATA within --budget and write its C code, PlatformIO project and report.
+
+    DATA is a built-in data set (digits [default], breast_cancer, wine, iris, segment [needs river]), a CSV file with a header row
+    (numeric features, label in the last column or --label COL) or an .npz file with arrays X and y.
+    The test split is a fixed stratified 25 % (seed 0); --seed drives training only.
+    """
+    import json
+
+    from rich.console import Console
+
+    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.cli.tables import print_compile_report
+
+    console = Console(stderr=as_json)
+    with console.status("training under the budget...", spinner="dots"):
+        result = compile_model(data, family, budget, seed, board, out, label, progress=_progress_printer(console),
+                               learnable=learnable, max_latency_ms=max_latency)
+    if as_json:
+        click.echo(json.dumps(result.report, indent=2))
+    else:
+        print_compile_report(Console(), result.report, result.out_dir)
+
+
+def _register_commands() -> None:
+    """The other commands live in their own modules; their heavy imports are inside the commands."""
+    from tinyproto.pipeline.arduino import export_command
+    from tinyproto.core.boards import boards_command
+    from tinyproto.device.board_sim import board_sim_command
+    from tinyproto.cli.device import build_command, flash_command, run_command, validate_command
+    from tinyproto.cli.learn import learn_command
+    from tinyproto.cli.federate import federate_command
+    from tinyproto.pipeline.htmlreport import report_command
+    from tinyproto.pipeline.sweep import sweep_command
+
+    for command in (run_command, build_command, flash_command, validate_command, learn_command, federate_command,
+                    sweep_command, report_command, board_sim_command, boards_command, export_command):
+        main.add_command(command)
+
+
+_register_commands()

@@ -1,0 +1,128 @@
+"""Readable summaries (rich tables) of report.json and validation.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f} %"
+
+
+def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
+    hp = Table(title=f"{report['model']} on {report['dataset']} (seed {report['seed']})", show_header=False)
+    for key, value in report["hyperparameters"].items():
+        hp.add_row(key, str(value))
+    hp.add_row("search time", f"{report['train_seconds']} s ({len(report['solver']['candidates'])} candidates)")
+    console.print(hp)
+
+    ledger = Table(title=f"flash ledger: {report['model_bytes']} of {report['budget_bytes']} B budget")
+    ledger.add_column("array")
+    ledger.add_column("type")
+    ledger.add_column("count", justify="right")
+    ledger.add_column("bytes", justify="right")
+    ledger.add_column("what")
+    for name, entry in report["ledger"]["arrays"].items():
+        ledger.add_row(name, entry["ctype"], str(entry["count"]), str(entry["bytes"]), entry["what"])
+    ledger.add_row("[b]total[/b]", "", "", f"[b]{report['model_bytes']}[/b]", "every byte the model puts in flash")
+    console.print(ledger)
+
+    sram = report["sram_estimate"]
+    summary = Table(title="accuracy and cost", show_header=False)
+    summary.add_row("test vectors", str(report["n_test"]))
+    summary.add_row("float accuracy", _pct(report["float_accuracy"]))
+    summary.add_row("int8 accuracy (host reference)", _pct(report["int8_accuracy"]))
+    summary.add_row("int8 / float agreement", _pct(report["int8_float_agreement"]))
+    summary.add_row("SRAM (estimate before build)",
+                    f"{sram['estimated_total_bytes']} of {sram['board_sram_bytes']} B "
+                    f"(buffers {sram['working_bytes']}, serial {sram['serial_frame_bytes']}, reserve {sram['reserved_bytes']})")
+    cycles = report["predicted_cycles"]
+    summary.add_row("predicted cycles / inference",
+                    f"{cycles['total']} ({report['predicted_latency_ms']:.2f} ms at {_board_mhz(report.get('board', 'uno')):g} MHz; lower bound {cycles['lower_bound']})")
+    console.print(summary)
+    _print_runners_up(console, report)
+    for warning in report["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    console.print(f"wrote [b]{out_dir}[/b] (model.json, report.json, test_vectors.npz, C sources, platformio.ini)")
+
+
+def _board_mhz(name: str) -> float:
+    from tinyproto.core.boards import load_board
+
+    try:
+        return load_board(name).f_cpu_hz / 1e6
+    except Exception:  # a report of a board file that no longer exists: the Uno's clock, as before
+        return 16.0
+
+
+def _shape_text(entry: dict) -> str:
+    """A candidate's shape in one short line (ProtoNN or FlyNN keys)."""
+    if "n_components" in entry:
+        return f"d_hat={entry['n_components']} m={entry['n_prototypes']} s_W={entry['sparsity_W']:g}"
+    return (f"m={entry['n_hashes']} s={entry['n_inputs_per_hash']} rho={entry['n_winners']} b={entry['count_bits']} "
+            f"c={entry['decay']:g} "
+            f"{'stored' if entry['store_M'] else 'seeded'} M")
+
+
+def _print_runners_up(console: Console, report: dict) -> None:
+    """The chosen shape beside the next best candidates: validation accuracy, bytes, predicted ms."""
+    runners = report.get("runners_up") or []
+    if not runners:
+        return
+    limit = report.get("max_latency_ms")
+    title = "chosen shape and runners-up" + (f" (--max-latency {limit:g} ms)" if limit is not None else "")
+    table = Table(title=title)
+    for column, justify in (("", "left"), ("shape", "left"), ("val int8 acc.", "right"), ("bytes", "right"),
+                            ("predicted ms", "right")):
+        table.add_column(column, justify=justify)
+    chosen = report["solver"].get("chosen_validation")
+    if chosen:
+        table.add_row("[b]chosen[/b]", _shape_text(chosen), _pct(chosen["val_int8_accuracy"]),
+                      str(chosen["model_bytes"]), f"{chosen['predicted_latency_ms']:.3f}")
+    for i, entry in enumerate(runners, start=1):
+        table.add_row(str(i), _shape_text(entry), _pct(entry["val_int8_accuracy"]), str(entry["model_bytes"]),
+                      f"{entry['predicted_latency_ms']:.3f}")
+    console.print(table)
+    selection = report["solver"].get("selection")
+    if selection:
+        console.print(f"[dim]chosen: {selection} (the chosen row is the validation model; the shipped model is "
+                      f"refit on all training data: {report['predicted_latency_ms']:.3f} ms predicted)[/dim]")
+
+
+def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:
+    table = Table(title=f"validation of {model_dir} on {v['target']} ({v['board']})", show_header=False)
+    failed = [name for name, check in v["checks"].items() if check["ok"] is False]
+    verdict = ("[green]device == host reference, bit-exact; every check passed[/green]" if v["passed"]
+               else f"[red]FAILED: {', '.join(failed)}[/red]")
+    table.add_row("verdict", verdict)
+    for name, check in v["checks"].items():
+        mark = {True: "[green]ok[/green]", False: "[red]FAILED[/red]", None: "[dim]skipped[/dim]"}[check["ok"]]
+        table.add_row(f"check: {name}", f"{mark} {check['detail']}")
+    table.add_row("vectors", f"{v['n_vectors']}{'' if v['complete'] else ' (incomplete)'}")
+    table.add_row("score vectors identical", _pct(v["score_agreement"]))
+    table.add_row("labels identical", _pct(v["label_agreement"]))
+    table.add_row("device accuracy", f"{_pct(v['device_accuracy'])} (host int8 {_pct(v['host_accuracy'])})")
+    table.add_row("cycles / inference", f"mean {v['cycles_mean']:.0f}, min {v['cycles_min']}, max {v['cycles_max']}")
+    table.add_row("latency", f"{v['latency_ms_mean']:.3f} ms at {v.get('f_cpu_hz', 16_000_000) / 1e6:g} MHz")
+    err = v["predicted_error"]
+    table.add_row("cost model", f"predicted {v['predicted_cycles']} cycles ({100 * err:+.1f} %)" if err is not None else "-")
+    if v["measured_over_bound"] is not None:
+        table.add_row("vs MAC lower bound", f"{v['measured_over_bound']:.2f}x of {v['lower_bound_cycles']} cycles")
+    table.add_row("energy / inference (model)", f"MCU {v['energy_mj_mcu']:.4f} mJ, board {v['energy_mj_board']:.4f} mJ")
+    table.add_row("flash", f"{v['flash_bytes']} of {v['flash_available_bytes']} B (model {v['model_bytes']} B, budget {v['budget_bytes']} B)")
+    stack = v["stack_peak_bytes"]
+    table.add_row("SRAM", f"static {v['sram_static_bytes']} B + stack peak {stack} B, margin {v['sram_margin_bytes']} B of {v.get('sram_bytes', 2048)}")
+    markers = v.get("simulator_marker_cycles")
+    if markers and markers["n_compared"]:
+        table.add_row("simulator markers", f"GPIOR0 spans - Timer1 cycles: {markers['marker_minus_timer1_min']}..{markers['marker_minus_timer1_max']}")
+    raw = v.get("raw_input")
+    if raw:
+        table.add_row("on-device input stage", f"{raw['inputs_differing']} of {raw['n_inputs']} int8 inputs differ "
+                      f"({raw['inputs_differing_by_more_than_1_lsb']} by > 1 LSB); {raw['labels_changed']} labels change")
+    console.print(table)
+    console.print(f"[dim]{v['energy_note']}[/dim]")
+    for m in v["mismatches"]:
+        console.print(f"[red]vector {m['vector']}[/red]: device {m['device_label']} {m['device_scores']} / host {m['host_label']} {m['host_scores']}")

@@ -1,0 +1,119 @@
+"""Board facts (SRAM, flash, clock, currents) read from boards/<name>.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.resources import resource_dir
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    title: str
+    mcu: str
+    f_cpu_hz: int
+    voltage_v: float
+    sram_bytes: int
+    flash_bytes_for_sketch: int
+    eeprom_bytes: int
+    sram_reserved_bytes: int  # kept free for the firmware's own stack frames, protocol state and margin
+    serial_baud: int
+    upload_protocol: str
+    upload_speed: int
+    mcu_active_current_ma: float
+    board_active_current_ma: float
+    mcu_active_current_source: str
+    board_active_current_source: str
+    pio_board: str = "uno"  # PlatformIO's board id (official atmelavr platform and tinyproto's offline one)
+    fqbn: str = "arduino:avr:uno"  # Arduino's fully qualified board name
+    bootloader: str = "optiboot"  # the bootloader the board ships with (tinyproto.device.board_sim)
+    serial_port: str = "Serial (USART0)"  # where the protocol runs
+    # Seconds the host stays silent after opening the port: a bootloader that stays in charge while it hears
+    # bytes (the Mega's stk500v2) only starts the application after a quiet second; Optiboot needs none.
+    boot_quiet_s: float = 0.0
+
+    @property
+    def mhz(self) -> float:
+        return self.f_cpu_hz / 1e6
+
+    def energy_mj(self, seconds: float, current_ma: float) -> float:
+        """V x I x t in millijoules (a model from datasheet figures, not a measurement)."""
+        return self.voltage_v * current_ma * seconds
+
+
+def available_boards() -> list[str]:
+    return sorted(p.stem for p in resource_dir("boards").glob("*.json"))
+
+
+def load_board(name: str) -> Board:
+    path = resource_dir("boards") / f"{name}.json"
+    if not path.is_file():
+        raise TinyprotoError(f"unknown board {name!r}; known boards: {', '.join(available_boards())}")
+    raw = json.loads(path.read_text())
+    return Board(
+        name=raw["name"],
+        title=raw["title"],
+        mcu=raw["mcu"],
+        f_cpu_hz=int(raw["f_cpu_hz"]),
+        voltage_v=float(raw["voltage_v"]),
+        sram_bytes=int(raw["sram_bytes"]),
+        flash_bytes_for_sketch=int(raw["flash_bytes_for_sketch"]),
+        eeprom_bytes=int(raw["eeprom_bytes"]),
+        sram_reserved_bytes=int(raw["sram_reserved_bytes"]),
+        serial_baud=int(raw["serial_baud"]),
+        upload_protocol=raw["upload"]["protocol"],
+        upload_speed=int(raw["upload"]["speed"]),
+        mcu_active_current_ma=float(raw["mcu_active_current_ma"]),
+        board_active_current_ma=float(raw["board_active_current_ma"]),
+        mcu_active_current_source=raw["mcu_active_current_source"],
+        board_active_current_source=raw["board_active_current_source"],
+        pio_board=raw.get("pio_board", raw["name"]),
+        fqbn=raw.get("fqbn", f"arduino:avr:{raw['name']}"),
+        bootloader=raw["upload"].get("bootloader", "optiboot"),
+        boot_quiet_s=float(raw["upload"].get("boot_quiet_s", 0.0)),
+        serial_port=raw.get("serial_port", "Serial (USART0)"),
+    )
+
+
+def all_boards() -> list[Board]:
+    return [load_board(name) for name in available_boards()]
+
+
+def boards_table_rows() -> list[tuple[str, ...]]:
+    """One row per board for `tinyproto boards`."""
+    rows = []
+    for b in all_boards():
+        rows.append((b.name, b.mcu, f"{b.mhz:g} MHz", f"{b.voltage_v:g} V", f"{b.sram_bytes}", f"{b.flash_bytes_for_sketch}",
+                     f"{b.eeprom_bytes}", f"{b.serial_baud}", f"{b.upload_protocol}@{b.upload_speed}",
+                     f"{b.mcu_active_current_ma:g}/{b.board_active_current_ma:g} mA"))
+    return rows
+
+
+def _boards_command():
+    import click
+
+    @click.command("boards")
+    @click.option("--json", "as_json", is_flag=True, help="Print every board file's facts as JSON.")
+    def boards_command(as_json: bool) -> None:
+        """List the boards --board accepts (boards/<name>.json): chip, clock, supply, memories, serial and upload
+        speeds, and the active currents the energy model uses (their sources are in the files)."""
+        if as_json:
+            import dataclasses
+
+            click.echo(json.dumps([dataclasses.asdict(b) for b in all_boards()], indent=2))
+            return
+        headers = ("board", "MCU", "clock", "supply", "SRAM B", "flash B", "EEPROM B", "serial", "upload",
+                   "I MCU/board")
+        rows = [headers, *boards_table_rows()]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
+        for row in rows:  # plain columns: readable in a narrow terminal and in a pipe
+            click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        click.echo("sources of every figure: the board files (tinyproto boards --json, boards/<name>.json)")
+
+    return boards_command
+
+
+boards_command = _boards_command()

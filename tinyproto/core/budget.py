@@ -1,0 +1,35 @@
+"""Parse byte budgets like `2kB`, `2KiB`, `1.5kB`, `2048B`, `2048` (1 kB = 1024 bytes)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from tinyproto.core.errors import TinyprotoError
+
+_UNITS = {"": 1, "b": 1, "kb": 1024, "kib": 1024, "k": 1024}
+_PATTERN = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_budget(text: str | int) -> int:
+    """Return the budget in whole bytes. kB and KiB both mean 1024 bytes; fractions round down."""
+    if isinstance(text, int):
+        value, unit = float(text), ""
+    else:
+        match = _PATTERN.match(str(text))
+        if not match:
+            raise TinyprotoError(
+                f"budget {text!r} is not a size; write it like 2kB, 1.5kB, 2KiB, 2048B or 2048"
+            )
+        value, unit = float(match.group(1)), match.group(2).lower()
+    if unit not in _UNITS:
+        raise TinyprotoError(f"budget {text!r}: unknown unit {unit!r}; use B, kB or KiB (1 kB = 1024 B)")
+    n_bytes = math.floor(value * _UNITS[unit])
+    if n_bytes <= 0:
+        raise TinyprotoError(f"budget {text!r} is zero; give a positive size such as 2kB")
+    return n_bytes
+
+
+def format_bytes(n_bytes: int) -> str:
+    """`2048` -> `2048 B (2.00 kB)`, for reports."""
+    return f"{n_bytes} B ({n_bytes / 1024:.2f} kB)"

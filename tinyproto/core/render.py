@@ -1,0 +1,110 @@
+"""Render a quantized model to C: the generated header plus copies of the runtime it needs.
+
+Python decides every value; the Jinja2 templates only lay the pre-formatted values out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from tinyproto import __version__
+from tinyproto.core.carray import CArray
+from tinyproto.core.resources import resource_dir
+
+RUNTIME_ABI = 1  # must equal TP_RUNTIME_ABI in firmware/tinyproto.h
+VALUES_PER_ROW = 16
+# Runtime files every project gets, and the device application that becomes src/main.c.
+COMMON_RUNTIME = ("tinyproto.h", "tp_input.c", "tp_serial.h", "tp_serial.c")
+DEVICE_APP = "tp_main.c"
+
+
+def jinja_env() -> jinja2.Environment:
+    """The one Jinja2 environment for every template: a missing variable is an error, not an empty string."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def _c_literal(value: int) -> str:
+    return f"({value})" if value < 0 else str(value)
+
+
+def _rows(array: CArray) -> list[str]:
+    values = [str(int(v)) for v in array.values]
+    rows = [", ".join(values[i : i + VALUES_PER_ROW]) + "," for i in range(0, len(values), VALUES_PER_ROW)]
+    return rows
+
+
+def model_hash(model) -> int:
+    """32-bit identity of the deployed model: its defines and the bytes of every array (no timestamps)."""
+    digest = hashlib.sha256()
+    for name, value in sorted(model.defines().items()):
+        digest.update(f"{name}={value};".encode())
+    digest.update(f"family={model.family};features={model.n_features};classes={model.n_classes};".encode())
+    for array in model.carrays():
+        digest.update(f"{array.name}:{array.ctype}:{array.count}:".encode())
+        digest.update(np.ascontiguousarray(array.values).astype(array.values.dtype.newbyteorder("<")).tobytes())
+    return int.from_bytes(digest.digest()[:4], "big")
+
+
+def header_defines(model) -> dict[str, int]:
+    """Every #define of the generated header: the common identity first, then the family's constants."""
+    family = model.family
+    return {
+        "TP_N_FEATURES": model.n_features,
+        "TP_N_CLASSES": model.n_classes,
+        "TP_FAMILY_ID": model.family_id,
+        f"TP_FAMILY_{family.upper()}": 1,
+        **model.defines(),
+    }
+
+
+def render_header(model, dataset: str, seed: int, budget_bytes: int) -> str:
+    arrays = model.carrays()
+    defines = [(name, _c_literal(int(value))) for name, value in header_defines(model).items()]
+    defines.append(("TP_MODEL_HASH", f"0x{model_hash(model):08X}UL"))
+    return jinja_env().get_template("tinyproto_model.h.j2").render(
+        version=__version__,
+        family=model.family,
+        dataset=dataset,
+        seed=seed,
+        model_bytes=sum(a.nbytes for a in arrays),
+        budget_bytes=budget_bytes,
+        abi=RUNTIME_ABI,
+        defines=defines,
+        arrays=[
+            {"name": a.name, "ctype": a.ctype, "count": a.count, "nbytes": a.nbytes, "what": a.what, "rows": _rows(a)}
+            for a in arrays
+        ],
+    )
+
+
+def runtime_files(family: str) -> list[Path]:
+    """The firmware/ sources a model of this family needs (its own tp_<family>.c plus the common ones)."""
+    firmware = resource_dir("firmware")
+    names = list(COMMON_RUNTIME) + [f"tp_{family}.c"]
+    return [firmware / name for name in names if (firmware / name).exists()]
+
+
+def write_sources(model, project_dir: Path, dataset: str, seed: int, budget_bytes: int) -> None:
+    """include/tinyproto_model.h, lib/tinyproto/<runtime>, src/main.c under project_dir."""
+    (project_dir / "include").mkdir(parents=True, exist_ok=True)
+    (project_dir / "include" / "tinyproto_model.h").write_text(render_header(model, dataset, seed, budget_bytes))
+    lib = project_dir / "lib" / "tinyproto"
+    lib.mkdir(parents=True, exist_ok=True)
+    for source in runtime_files(model.family):
+        shutil.copyfile(source, lib / source.name)
+    app = resource_dir("firmware") / DEVICE_APP
+    if app.exists():
+        (project_dir / "src").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(app, project_dir / "src" / "main.c")

@@ -1,0 +1,102 @@
+"""The model families behind one declared interface, and the registry that names them.
+
+Layer: families. Everything above this layer (pipeline, cli) reaches a family only through `family(name)` or
+`family_of(model)`; no family name is compared as a string anywhere else. Adding a family is one package under
+tinyproto/families/ (train, solver, quantize, cost, and an `__init__` that declares `FAMILY`) plus one line in
+`_PACKAGES` below; its C runtime is firmware/tp_<name>.c. See docs/design.md, "Adding a family".
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from tinyproto.core.carray import CArray
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.inputstage import InputStage
+from tinyproto.core.ledger import SramItem
+
+# The registry: family name -> the package that declares it. The order is the order users see (--help, tables).
+_PACKAGES = {
+    "protonn": "tinyproto.families.protonn",
+    "flynn": "tinyproto.families.flynn",
+}
+
+
+class IntModel(Protocol):
+    """The integer model of any family: what the C runtime computes, bit for bit, and what it stores."""
+
+    family: str  # the registry name
+    family_id: int  # TP_FAMILY_ID in the generated header (the device reports it)
+    classes: list
+    input_stage: InputStage
+
+    @property
+    def n_features(self) -> int: ...
+    @property
+    def n_classes(self) -> int: ...
+    def carrays(self) -> list[CArray]: ...  # every array rendered to flash (the ledger sums them)
+    def working_sram(self) -> list[SramItem]: ...  # the inference's buffers in SRAM
+    def defines(self) -> dict[str, int]: ...  # the family's #defines in the generated header
+    def scores(self, xq: np.ndarray) -> np.ndarray: ...  # int8 inputs (n, d) -> integer scores (n, L)
+    def labels(self, scores: np.ndarray) -> np.ndarray: ...  # scores -> class index, ties as the C code breaks them
+    def multiply_accumulates(self) -> int: ...  # for the cycle lower bound
+    def to_json(self) -> dict: ...
+
+
+# fit_under_budget(X, y, budget_bytes, seed, progress, max_latency_ms, f_cpu_hz) -> (float estimator, IntModel, info)
+# info["chosen"] holds the hyper-parameters; the solver never exceeds budget_bytes (sum of carrays() nbytes).
+FitUnderBudget = Callable[..., tuple[Any, IntModel, dict]]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family, as the rest of tinyproto sees it."""
+
+    name: str  # the --model value and model.json's "family"
+    title: str  # for tables and plots
+    color: str  # its line in `tinyproto report`
+    fit_under_budget: FitUnderBudget
+    from_json: Callable[[dict], IntModel]  # model.json's int_model -> the integer model
+    predict_cycles: Callable[[IntModel], dict]  # static cost model: {"total": cycles, per stage..., "lower_bound"}
+    learnable: bool = False  # it can learn on the device (`tinyproto learn`, federated device parties)
+    streamable: bool = False  # it consumes inputs feature by feature as they arrive (no input vector held)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_PACKAGES)
+
+
+def family(name: str) -> Family:
+    """The family called `name`, or one clear error listing the known ones."""
+    if name not in _PACKAGES:
+        raise TinyprotoError(f"unknown model {name!r}; choose one of {', '.join(_PACKAGES)}")
+    return importlib.import_module(_PACKAGES[name]).FAMILY
+
+
+def family_of(model: IntModel) -> Family:
+    return family(getattr(model, "family", "?"))
+
+
+def fit_under_budget(name: str, X_train: np.ndarray, y_train: np.ndarray, budget_bytes: int, seed: int,
+                     progress: Callable[[str], None] | None = None, max_latency_ms: float | None = None,
+                     f_cpu_hz: int = 16_000_000):
+    """(fitted float estimator, integer model, solver info) for family `name`; with max_latency_ms, only models
+    whose predicted cycles per inference (the family's cost model) fit that many ms at f_cpu_hz."""
+    return family(name).fit_under_budget(X_train, y_train, budget_bytes, seed, progress, max_latency_ms, f_cpu_hz)
+
+
+def int_model_from_json(raw: dict) -> IntModel:
+    """Rebuild the integer model (and so the host reference) from model.json's `int_model`."""
+    name = raw.get("family")
+    if not isinstance(name, str) or name not in _PACKAGES:
+        raise TinyprotoError(f"model.json names an unknown model family {name!r}")
+    return family(name).from_json(raw)
+
+
+def predict_cycles(model: IntModel) -> dict:
+    """Predicted AVR cycles per inference of an integer model, by its family's cost model."""
+    return family_of(model).predict_cycles(model)

@@ -1,0 +1,29 @@
+"""FlyNN / FBFC (Sinha & Ram): a sparse binary lifting, winner-take-all and per-class Bloom filters.
+Layer: families."""
+
+from tinyproto.families import Family
+
+
+def _fit(X, y, budget_bytes, seed, progress=None, max_latency_ms=None, f_cpu_hz=16_000_000):
+    from tinyproto.families.flynn.solver import fit_flynn_under_budget
+
+    if max_latency_ms is None:
+        return fit_flynn_under_budget(X, y, budget_bytes, seed, progress)
+    return fit_flynn_under_budget(X, y, budget_bytes, seed, progress, max_inference_ms=max_latency_ms,
+                                  f_cpu=f_cpu_hz, exact_latency=True)
+
+
+def _from_json(raw: dict):
+    from tinyproto.families.flynn.quantize import IntFlyNN
+
+    return IntFlyNN.from_json(raw)
+
+
+def _cycles(model) -> dict:
+    from tinyproto.families.flynn.cost import predict_cycles
+
+    return predict_cycles(model)
+
+
+FAMILY = Family(name="flynn", title="FlyNN", color="#d62728", fit_under_budget=_fit,
+                from_json=_from_json, predict_cycles=_cycles, learnable=True)

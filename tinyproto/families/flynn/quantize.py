@@ -1,0 +1,291 @@
+"""IntFlyNN: the integer FlyNN that runs on the device, and its bit-exact numpy reference.
+
+The device computes, for an int8 input x (TP_N_FEATURES values, -128 read as -127):
+
+    u        = x, or [x, -x] with the sign split             (TP_FLY_INPUTS = d or 2d values, all in -127..127)
+    P_j      = Σ_{i in row j of M} u_i                        (exact; the C adds u_i + 128 in uint16, same order)
+    W        = the TP_FLY_RHO rows with the largest P_j; ties at the cut go to the lower row index
+    score_l  = Σ_{j in W} lut[t_lj]                           (int32; TP_FLY_BITS == 1: Σ_{j in W} [t_lj == 0])
+    label    = argmin_l score_l, ties to the lowest index
+
+t_lj is the training count of class l on hash bit j, saturated to TP_FLY_BITS bits; lut[t] = round(255 (1-c)^t)
+is the FBFC* weight (1 - c)^t scaled to uint8. With one bit the filter is binary (FBF): a bit scores 1 when
+the class never set it. score_l is the novelty f_l times ρ (times 255 for lut models), so argmin is unchanged.
+
+Flash arrays (render order): the input stage, `fly_filters` (t_lj packed LSB-first, entry (j, l) at bit
+(j·L + l)·b), `fly_lut` (b > 1 only) and `fly_M` (only when M is stored: row-major m x s indices, uint8 when
+TP_FLY_INPUTS <= 256). A seeded M costs no data: the device regenerates it from TP_FLY_SEED (train.seeded_indices).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinyproto.core.carray import CArray
+from tinyproto.families.flynn.train import (
+    FlyNNClassifier,
+    count_winners,
+    project,
+    projection_matrix,
+    seeded_indices,
+    top_winners,
+)
+from tinyproto.core.inputstage import InputStage, choose_input_scale
+from tinyproto.core.ledger import SramItem
+
+LUT_SCALE = 255  # lut entries are uint8
+MAX_BITS = 8
+
+
+def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
+    """Flat non-negative values < 2^bits -> bytes, value k at bits [k·bits, (k+1)·bits), LSB first."""
+    values = np.asarray(values, dtype=np.int64).reshape(-1)
+    planes = (values[:, None] >> np.arange(bits)) & 1
+    return np.packbits(planes.reshape(-1).astype(np.uint8), bitorder="little")
+
+
+def unpack_bits(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Inverse of pack_bits."""
+    planes = np.unpackbits(np.asarray(packed, dtype=np.uint8), bitorder="little")[: count * bits]
+    return (planes.reshape(count, bits).astype(np.int64) << np.arange(bits)).sum(axis=1)
+
+
+def decay_lut(decay: float, bits: int) -> np.ndarray:
+    """lut[t] = round(255 (1 - c)^t) for t < 2^bits (the last entry stands for every count >= 2^bits - 1)."""
+    t = np.arange(1 << bits, dtype=np.float64)
+    return np.floor(LUT_SCALE * np.power(1.0 - decay, t) + 0.5).astype(np.int64)
+
+
+def hash_inputs(xq: np.ndarray, sign_split: bool) -> np.ndarray:
+    """int8 inputs -> the int64 values M projects (-128 is read as -127, so -x always fits)."""
+    x = np.clip(np.asarray(xq, dtype=np.int64), -127, 127)
+    return np.hstack([x, -x]) if sign_split else x
+
+
+@dataclass
+class IntFlyNN:
+    """The deployed FlyNN: everything the C runtime needs, plus the numpy reference of its arithmetic."""
+
+    classes: list
+    input_stage: InputStage
+    sign_split: bool
+    seed: int  # M's seed; the device uses it when M is not stored
+    indices: np.ndarray  # (m, s) rows of M over the TP_FLY_INPUTS hash inputs
+    n_winners: int  # ρ
+    bits: int  # b, bits per saturated count
+    counts: np.ndarray  # (L, m) saturated counts, 0..2^b - 1
+    decay: float  # c, reported and used for the lut
+    store_M: bool
+    family: str = "flynn"  # the registry name (tinyproto.families)
+    family_id = 2  # TP_FAMILY_ID
+
+    def __post_init__(self) -> None:
+        self.indices = np.asarray(self.indices, dtype=np.int64)
+        self.counts = np.asarray(self.counts, dtype=np.int64)
+        m, s = self.indices.shape
+        if not 1 <= self.bits <= MAX_BITS:
+            raise ValueError(f"bits must be 1..{MAX_BITS}")
+        if not 1 <= self.n_winners <= min(m, 255):
+            raise ValueError("need 1 <= rho <= min(m, 255)")
+        if not 1 <= s <= min(self.n_hash_inputs, 255) or m > 65535 or self.n_classes > 255:
+            raise ValueError("unsupported sizes: need s <= min(inputs, 255), m <= 65535, L <= 255")
+        if self.counts.shape != (self.n_classes, m) or self.counts.min() < 0 or self.counts.max() >= 1 << self.bits:
+            raise ValueError("counts must be (L, m) and fit in `bits` bits")
+        if not self.store_M and not np.array_equal(self.indices, seeded_indices(self.seed, m, s, self.n_hash_inputs)):
+            raise ValueError("a seeded M must be the one seeded_indices(seed) regenerates")
+
+    # -- sizes
+
+    @property
+    def n_features(self) -> int:
+        return self.input_stage.n_features
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def n_hash_inputs(self) -> int:
+        return 2 * self.n_features if self.sign_split else self.n_features
+
+    @property
+    def n_hashes(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def n_inputs_per_hash(self) -> int:
+        return int(self.indices.shape[1])
+
+    @property
+    def lut(self) -> np.ndarray:
+        return decay_lut(self.decay, self.bits)
+
+    # -- construction
+
+    @classmethod
+    def from_classifier(
+        cls,
+        clf: FlyNNClassifier,
+        X: np.ndarray,
+        y: np.ndarray,
+        *,
+        bits: int = 1,
+        store_M: bool = False,
+        input_scale: float | None = None,
+    ) -> "IntFlyNN":
+        """Quantize a fitted FlyNNClassifier.
+
+        X, y are its training data: they fix the int8 step (choose_input_scale on the standardised X) and the
+        counts are recounted with the integer hash of the quantized X, so the filters describe exactly what the
+        device will see (the float and int8 winners differ in a few near-ties). bits=1 deploys the binary filter
+        whatever clf.decay is: with one-bit counts, Σ (1-c)^t over ρ winners is K·n_0 + K(1-c)(ρ - n_0), which
+        ranks classes exactly like n_0, the number of never-seen winners.
+        """
+        X = np.asarray(X, dtype=np.float64)
+        if input_scale is None:
+            input_scale = choose_input_scale(clf.transform_input(X))
+        stage = InputStage.from_standardisation(clf.mean_, clf.scale_, input_scale)
+        winners = integer_winners(stage.quantize(X), clf.M_indices_, clf.n_winners_, clf.sign_split)
+        y_index = np.searchsorted(clf.classes_, np.asarray(y))
+        counts = count_winners(winners, y_index, clf.classes_.size, clf.n_hashes_)
+        return cls(
+            classes=clf.classes_.tolist(),
+            input_stage=stage,
+            sign_split=bool(clf.sign_split),
+            seed=int(clf.M_seed_),
+            indices=clf.M_indices_,
+            n_winners=int(clf.n_winners_),
+            bits=int(bits),
+            counts=np.minimum(counts, (1 << bits) - 1),
+            decay=1.0 if bits == 1 else float(clf.decay),
+            store_M=bool(store_M),
+        )
+
+    # -- the integer contract
+
+    def winners(self, xq: np.ndarray) -> np.ndarray:
+        """(n, ρ) winning rows of the device's FlyHash."""
+        return integer_winners(xq, self.indices, self.n_winners, self.sign_split)
+
+    def scores(self, xq: np.ndarray) -> np.ndarray:
+        """The int32 score vectors tp_predict writes, (n, L) int64."""
+        return scores_from_winners(self.winners(xq), self.counts, self.bits, self.lut)
+
+    def labels(self, scores: np.ndarray) -> np.ndarray:
+        """Least novel class; np.argmin returns the lowest index among ties, as the C loop does."""
+        return np.argmin(np.asarray(scores), axis=1)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Raw float features -> original class labels, through the input stage."""
+        return np.asarray(self.classes)[self.labels(self.scores(self.input_stage.quantize(X)))]
+
+    def carrays(self) -> list[CArray]:
+        m, s = self.indices.shape
+        L, b = self.n_classes, self.bits
+        arrays = list(self.input_stage.carrays())
+        packed = pack_bits(self.counts.T.reshape(-1), b)  # (j, l) order: one hash's classes are adjacent
+        what = "binary filters: bit (j*L+l) = class l set hash bit j" if b == 1 else (
+            f"counts t_lj saturated to {b} bits, entry (j*L+l), LSB first"
+        )
+        arrays.append(CArray("fly_filters", "uint8_t", packed, f"{what} ({m}x{L}x{b} bits)"))
+        if b > 1:
+            arrays.append(CArray("fly_lut", "uint8_t", self.lut, f"round(255*(1-c)^t), c={self.decay:g}"))
+        if self.store_M:
+            ctype = "uint8_t" if self.n_hash_inputs <= 256 else "uint16_t"
+            arrays.append(CArray("fly_M", ctype, self.indices.reshape(-1), f"M: {m} rows x {s} input indices"))
+        return arrays
+
+    def defines(self) -> dict[str, int]:
+        m, s = self.indices.shape
+        out = {
+            "TP_FLY_M": m,
+            "TP_FLY_S": s,
+            "TP_FLY_RHO": self.n_winners,
+            "TP_FLY_BITS": self.bits,
+            "TP_FLY_INPUTS": self.n_hash_inputs,
+            "TP_FLY_SPLIT": int(self.sign_split),
+            "TP_FLY_SEEDED": int(not self.store_M),
+            "TP_FLY_SEED": self.seed,
+        }
+        out.update(self.input_stage.defines())
+        return out
+
+    def working_sram(self) -> list[SramItem]:
+        """The buffers tp_predict keeps on the stack: O(ρ + d + L), never the m projections."""
+        n_in = self.n_hash_inputs
+        items = [
+            SramItem("fly_heap", 4 * self.n_winners, f"top-{self.n_winners} min-heap of (uint16 value, uint16 row)"),
+            SramItem("fly_inputs", n_in, f"{n_in} hash inputs as uint8 (u + 128)"),
+            SramItem("fly_sums", 2 * self.n_classes, "uint16 novelty sum per class (at most 255 * rho)"),
+        ]
+        if not self.store_M:
+            items.append(SramItem("fly_stamps", n_in, "per-input row tag that rejects repeated indices in a row"))
+        return items
+
+    def model_bytes(self) -> int:
+        return sum(a.nbytes for a in self.carrays())
+
+    def multiply_accumulates(self) -> int:
+        """Accumulate steps per inference (the lower bound's unit): m*s projection adds of an input picked by a
+        flash index, plus one filter look-up per winner and class."""
+        m, s = self.indices.shape
+        return m * s + self.n_winners * self.n_classes
+
+    # -- serialisation
+
+    def to_json(self) -> dict:
+        return {
+            "family": self.family,
+            "classes": list(self.classes),
+            "input_stage": self.input_stage.to_json(),
+            "sign_split": self.sign_split,
+            "seed": self.seed,
+            "indices": self.indices.tolist(),
+            "n_winners": self.n_winners,
+            "bits": self.bits,
+            "counts": self.counts.tolist(),
+            "decay": self.decay,
+            "store_M": self.store_M,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "IntFlyNN":
+        if raw.get("family") != "flynn":
+            raise ValueError(f"not a flynn model: {raw.get('family')!r}")
+        return cls(
+            classes=list(raw["classes"]),
+            input_stage=InputStage.from_json(raw["input_stage"]),
+            sign_split=bool(raw["sign_split"]),
+            seed=int(raw["seed"]),
+            indices=np.asarray(raw["indices"], dtype=np.int64),
+            n_winners=int(raw["n_winners"]),
+            bits=int(raw["bits"]),
+            counts=np.asarray(raw["counts"], dtype=np.int64),
+            decay=float(raw["decay"]),
+            store_M=bool(raw["store_M"]),
+        )
+
+
+# ---------------------------------------------------------------- the reference arithmetic, reusable by the solver
+
+
+def integer_projections(xq: np.ndarray, indices: np.ndarray, sign_split: bool) -> np.ndarray:
+    """P (n, m) int64: exact sums of s hash inputs (float64 sums of integers this small are exact)."""
+    u = hash_inputs(xq, sign_split)
+    return project(u, projection_matrix(indices, u.shape[1])).astype(np.int64)
+
+
+def integer_winners(xq: np.ndarray, indices: np.ndarray, rho: int, sign_split: bool, chunk: int = 512) -> np.ndarray:
+    """(n, ρ) winners of the device's FlyHash, hashed `chunk` samples at a time to bound memory."""
+    u = hash_inputs(xq, sign_split)
+    M = projection_matrix(indices, u.shape[1])
+    parts = [top_winners(project(u[i : i + chunk], M).astype(np.int64), rho) for i in range(0, len(u), chunk)]
+    return np.concatenate(parts) if parts else np.empty((0, rho), dtype=np.int64)
+
+
+def scores_from_winners(winners: np.ndarray, counts: np.ndarray, bits: int, lut: np.ndarray) -> np.ndarray:
+    """score_l = Σ_{j in W} lut[t_lj] (binary: Σ [t_lj == 0]), (n, L) int64."""
+    weights = (counts == 0).astype(np.int64) if bits == 1 else lut[counts]
+    return weights[:, winners].sum(axis=2).T

@@ -1,0 +1,505 @@
+"""Choose FlyNN hyper-parameters under a byte budget (and an inference-time cap) by held-out accuracy.
+
+Searched: preprocessing (per-feature or global scale, sign split), s, ρ, count bits b, decay c, stored or seeded
+M; m is then the largest number of hash rows that fits both the byte budget (exactly: Σ CArray.nbytes of the
+rendered model) and the time cap (the calibrated AVR cycle model below), and, for a model that learns on the
+device (`count_limit`), whose L x m x b bits of counts fit the device's SRAM and EEPROM.
+
+Validation is K-fold cross-validation on the training data, and it costs almost nothing extra: FlyNN counts are
+additive, so the filters without fold k are counts(all) - counts(fold k), and each sample is hashed once. Every
+accuracy is that of the integer model the device runs (int8 inputs, saturated counts, uint8 lut), not the float
+one.
+
+Speed: for one (preprocessing, s) the seeded M of the largest m is generated once; a smaller m is a prefix of it,
+and the winners of every (m, ρ) come from one incremental top-K pass over the sorted m values.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.utils import check_random_state
+
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
+from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, project, projection_matrix, seeded_indices
+from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation
+
+F_CPU = 16_000_000
+DEFAULT_MAX_MS = 20.0  # leaves room under a 30 ms-per-inference target on a 16 MHz Uno
+MIN_HASHES = 16  # fewer hash bits than this is not a FlyNN worth deploying
+MAX_HASHES = 8192
+INPUT_STAGE_BYTES_PER_FEATURE = 4  # mean + gain, half floats
+
+S_GRID = (2, 4, 6, 8, 12, 16)
+RHO_GRID = (8, 16, 32, 64)
+BITS_GRID = (1, 2, 3, 4)
+DECAY_GRID = (0.5, 0.25, 0.1)
+PREPROCESSING = (("feature", True), ("global", True), ("feature", False), ("global", False))
+
+# AVR cycles of tp_predict (avr-gcc -Os, ATmega328P), fitted on simavr runs of 60 configurations (digits and
+# breast_cancer, m 300..1400, s 2..12, ρ 8..64, b 1 and 3, both M modes, with and without the sign split):
+# mean error 2 %, worst 9 %. Re-fit when firmware/tp_flynn.c changes (tests/test_flynn.py checks the estimate).
+CYC_STEP = 50.0  # seeded: one xorshift16 step with its two proposals taken
+CYC_REJECTED = 53.4  # seeded: one proposal rejected as a repeat within its row
+CYC_ROW_SEEDED = 37.9
+CYC_INDEX_STORED = 17.2  # stored: one flash index and its add
+CYC_ROW_STORED = 6.7
+CYC_HEAP_LEVEL = 74.8  # per top-ρ heap replacement and heap level (log2 ρ)
+CYC_SCORE_BINARY = 17.8  # per winner and class
+CYC_SCORE_LUT = 43.2
+CYC_INPUT = 53.0  # per hash input: clamp, mirror, bias, stamp
+
+
+def expected_proposals_per_row(s: int, n_inputs: int) -> float:
+    """Proposals until s distinct inputs are drawn (coupon collector, uniform proposals)."""
+    return sum(n_inputs / (n_inputs - k) for k in range(s))
+
+
+def estimate_cycles(m: int, s: int, rho: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> float:
+    """Expected AVR cycles per inference; the top-ρ heap sees ~ρ (1 + ln(m/ρ)) replacements (rows in random
+    order)."""
+    if store_M:
+        project = m * (s * CYC_INDEX_STORED + CYC_ROW_STORED)
+    else:
+        proposals = expected_proposals_per_row(s, n_inputs)
+        steps = proposals / 2 + 0.25 if n_inputs <= 256 else proposals  # two byte proposals per step
+        project = m * (steps * CYC_STEP + (proposals - s) * CYC_REJECTED + CYC_ROW_SEEDED)
+    replacements = rho * (1 + math.log(max(m / rho, 1.0)))
+    heap = replacements * CYC_HEAP_LEVEL * math.log2(max(rho, 2))
+    score = rho * n_classes * (CYC_SCORE_BINARY if bits == 1 else CYC_SCORE_LUT)
+    return project + heap + score + n_inputs * CYC_INPUT
+
+
+# ---------------------------------------------------------------- bytes
+
+
+def filter_bytes(m: int, n_classes: int, bits: int) -> int:
+    lut = (1 << bits) if bits > 1 else 0
+    return math.ceil(m * n_classes * bits / 8) + lut
+
+
+def model_bytes(m: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool) -> int:
+    """Σ CArray.nbytes of IntFlyNN.carrays() for these sizes (checked against the real arrays in the tests)."""
+    total = INPUT_STAGE_BYTES_PER_FEATURE * n_features + filter_bytes(m, n_classes, bits)
+    if store_M:
+        total += m * s * (1 if n_inputs <= 256 else 2)
+    return total
+
+
+def largest_m(budget: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool) -> int:
+    """The largest m whose model fits the budget (0 if none); exact, by a closed form then a step down."""
+    free = budget - INPUT_STAGE_BYTES_PER_FEATURE * n_features - ((1 << bits) if bits > 1 else 0)
+    per_row_bits = n_classes * bits + (8 * s * (1 if n_inputs <= 256 else 2) if store_M else 0)
+    m = max(0, min(MAX_HASHES, (8 * free) // per_row_bits if free > 0 else 0))
+    while m > 0 and model_bytes(m, s, bits, n_classes, n_features, n_inputs, store_M) > budget:
+        m -= 1
+    return m
+
+
+def fastest_m(max_cycles: float | None, s: int, rho: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> int:
+    """The largest m whose estimated inference time is within max_cycles (bisection; cost grows with m)."""
+    if max_cycles is None:
+        return MAX_HASHES
+    lo, hi = 0, MAX_HASHES
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate_cycles(mid, s, rho, bits, n_classes, n_inputs, store_M) <= max_cycles:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class ExactCycles:
+    """Predicted cycles of the family's cost model.predict_cycles for every prefix m of one seeded M (seed, s,
+    inputs): the xorshift16 stream is replayed once for the largest m (a smaller m's M is a prefix of it), so the
+    cost of any m is exact with respect to the cost model and costs O(1)."""
+
+    def __init__(self, seed: int, s: int, n_inputs: int, m_max: int):
+        from tinyproto.families.flynn.cost import seeded_prefix_counts
+
+        self.s, self.n_inputs = s, n_inputs
+        self.steps, self.proposals = seeded_prefix_counts(seed, s, n_inputs, m_max)
+
+    def cycles(self, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
+        from tinyproto.families.flynn.cost import FLY_CYCLES as C, expected_heap_replacements
+
+        s, n_in = self.s, self.n_inputs
+        replacements = expected_heap_replacements(m, rho)
+        total = C["fixed"] + replacements * (C["heap_replace"] + C["heap_level"] * max(int(rho).bit_length() - 1, 0))
+        total += rho * C["winner"] + rho * n_classes * (C["lookup_class"] if bits == 1 else C["lookup_class_lut"])
+        if (n_classes * bits) & (n_classes * bits - 1):
+            total += rho * C["winner_mul"]
+        if store_M:
+            total += (n_in * C["input_stored"] + m * C["row_stored"] + m * s * C["stored_index"]
+                      + replacements * C["heap_call_stored"])
+        else:
+            steps, proposals = int(self.steps[m]), int(self.proposals[m])
+            total += (n_in * C["input_seeded"] + m * C["row_seeded"] + steps * C["prng_step"] + m * s * C["take"]
+                      + (proposals - m * s) * C["reject"] + (m // 255) * n_in * C["stamp_clear"]
+                      + replacements * C["heap_call_seeded"])
+            if n_in & (n_in - 1):
+                total += proposals * C["index_mul"]
+        return int(round(total))
+
+    def largest_m(self, max_cycles: float, m_high: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
+        """The largest m <= m_high predicted within max_cycles (cost grows with m), or 0."""
+        lo, hi = 0, min(m_high, self.steps.size - 1)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.cycles(mid, rho, bits, n_classes, store_M) <= max_cycles:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+# ---------------------------------------------------------------- candidates and their evaluation
+
+
+@dataclass(frozen=True)
+class Candidate:
+    scaling: str
+    sign_split: bool
+    s: int
+    m: int
+    rho: int
+    bits: int
+    decay: float
+    store_M: bool
+    model_bytes: int
+    est_cycles: int
+    cv_accuracy: float = float("nan")
+
+
+@dataclass
+class _Prepared:
+    """One preprocessing of the training data: int8 hash inputs exactly as the device will see them."""
+
+    scaling: str
+    sign_split: bool
+    U: np.ndarray  # (n, n_inputs) float64 of integers
+
+
+def _prepare(X: np.ndarray, scaling: str, sign_split: bool) -> _Prepared:
+    """Standardise and quantize as FlyNNClassifier.fit + IntFlyNN.from_classifier will on the same X."""
+    mean, scale = standardisation(X, scaling)
+    stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
+    return _Prepared(scaling, sign_split, hash_inputs(stage.quantize(X), sign_split).astype(np.float64))
+
+
+# (ρ, b, hash inputs, stored M) -> the largest m whose counts the device can hold while learning
+# (tinyproto.device.learn.count_limit); None: counts stay in flash only.
+CountLimit = Callable[[int, int, int, bool], int]
+
+_ROW_BITS = 17  # keys: P * 2^17 + (2^17 - 1 - j): larger key = larger P, then lower row (the device's order)
+
+
+def _ranked_winners(U: np.ndarray, indices: np.ndarray, m_values: list[int], k: int) -> dict[int, np.ndarray]:
+    """For each m in m_values: the top-k rows of the first m rows of M, best first, (n, k) per m."""
+    P = project(U, projection_matrix(indices[: max(m_values)], U.shape[1])).astype(np.int64)
+    return ranked_winners_of_projection(P, m_values, k)
+
+
+def ranked_winners_of_projection(P: np.ndarray, m_values: list[int], k: int) -> dict[int, np.ndarray]:
+    """_ranked_winners from the projections P (n, m_max) already computed: for each m, the top-k of the first m
+    columns, best first; ties go to the lower row index (the key packs the row below the projection)."""
+    n, m_max = P.shape
+    keys = (P << _ROW_BITS) + ((1 << _ROW_BITS) - 1 - np.arange(m_max))
+    out: dict[int, np.ndarray] = {}
+    best = np.empty((n, 0), dtype=np.int64)
+    done = 0
+    for m in sorted(set(m_values)):
+        pool = np.concatenate([best, keys[:, done:m]], axis=1)
+        kk = min(k, pool.shape[1])
+        best = -np.partition(-pool, kk - 1, axis=1)[:, :kk] if pool.shape[1] > kk else pool
+        done = m
+        ranked = -np.sort(-best, axis=1)
+        out[m] = (1 << _ROW_BITS) - 1 - (ranked & ((1 << _ROW_BITS) - 1))
+    return out
+
+
+def _cv_accuracies(
+    winners: np.ndarray, y_index: np.ndarray, folds: np.ndarray, n_classes: int, m: int, weightings: list[tuple[int, float]]
+) -> list[float]:
+    """Cross-validated accuracy of the integer model for each (bits, decay) given every sample's winners."""
+    n, rho = winners.shape
+    n_folds = int(folds.max()) + 1
+    flat = (y_index[:, None] * m + winners).reshape(-1)
+    fold_of = np.repeat(folds, rho)
+    per_fold = np.stack([np.bincount(flat[fold_of == f], minlength=n_classes * m) for f in range(n_folds)])
+    total = per_fold.sum(axis=0)
+    held_out = (total[None, :] - per_fold).reshape(n_folds, n_classes, m)  # counts without each fold
+    # t of every winner of every sample for every class, from the filters that did not see the sample: (n, L, ρ)
+    gathered = held_out[folds[:, None, None], np.arange(n_classes)[None, :, None], winners[:, None, :]]
+    out = []
+    for bits, decay in weightings:
+        saturated = np.minimum(gathered, (1 << bits) - 1)
+        if bits == 1:
+            scores = (saturated == 0).sum(axis=2)
+        else:
+            scores = decay_lut(decay, bits)[saturated].sum(axis=2)
+        out.append(float(np.mean(np.argmin(scores, axis=1) == y_index)))
+    return out
+
+
+def _weightings(bits_grid) -> list[tuple[int, float]]:
+    return [(b, 1.0) if b == 1 else (b, c) for b in bits_grid for c in ((1.0,) if b == 1 else DECAY_GRID)]
+
+
+# ---------------------------------------------------------------- the solver
+
+
+def fit_flynn_under_budget(
+    X_train,
+    y_train,
+    budget_bytes: int,
+    random_state=None,
+    progress: Callable[[str], None] | None = None,
+    *,
+    max_inference_ms: float | None = DEFAULT_MAX_MS,
+    f_cpu: int = F_CPU,
+    n_folds: int = 5,
+    count_limit: CountLimit | None = None,
+    exact_latency: bool = False,
+) -> tuple[FlyNNClassifier, IntFlyNN, dict]:
+    """Fit the FlyNN with the best cross-validated integer accuracy whose model bytes are <= budget_bytes.
+
+    progress, if given, receives one-line status messages. max_inference_ms caps the estimated AVR inference time
+    at f_cpu (None: no cap). count_limit, if given, caps m for each (ρ, b, inputs, M mode) so the counts fit
+    where the learning firmware keeps them (SRAM, EEPROM). exact_latency: the cap is applied to the calibrated cost
+    model (the family's cost model.predict_cycles of the integer model, exactly) instead of the estimate above,
+    and a cap nothing meets is refused naming the fastest model within the budget. Returns the float classifier refitted on all of X_train, its integer model, and an
+    info dict (chosen hyper-parameters, every candidate tried with its bytes, cycles and CV accuracy).
+    """
+    started = time.perf_counter()
+    say = progress or (lambda message: None)
+    X = np.asarray(X_train, dtype=np.float64)
+    y = np.asarray(y_train)
+    if X.ndim != 2 or len(X) != len(y) or len(X) < 2:
+        raise TinyprotoError("FlyNN needs a 2-D feature matrix with one label per row (at least two rows)")
+    classes, y_index = np.unique(y, return_inverse=True)
+    n, d = X.shape
+    L = classes.size
+    if L > 255:
+        raise TinyprotoError(f"FlyNN supports at most 255 classes, got {L}")
+    budget = int(budget_bytes)
+    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False)
+    if budget < smallest:
+        raise TinyprotoError(
+            f"budget {budget} B is too small for FlyNN on {d} features and {L} classes: the smallest model "
+            f"({MIN_HASHES} hash bits, seeded M) needs {smallest} B"
+        )
+    max_cycles = None if max_inference_ms is None else max_inference_ms * 1e-3 * f_cpu
+    rng = check_random_state(random_state)
+    clf_state = int(rng.randint(0, 2**31 - 1))  # the classifier's random_state; it draws M's seed from it
+    seed = draw_seed(clf_state)
+    folds = _fold_ids(y_index, n_folds, rng)
+
+    prepared = [_prepare(X, scaling, split) for scaling, split in PREPROCESSING]
+    exact_cache: dict[tuple[int, int], ExactCycles] = {}
+
+    def exact_for(s: int, n_in: int, m_max: int) -> ExactCycles:
+        key = (s, n_in)
+        if key not in exact_cache or exact_cache[key].steps.size - 1 < m_max:
+            exact_cache[key] = ExactCycles(seed, s, n_in, max(m_max, 1))
+        return exact_cache[key]
+    tried: dict[Candidate, Candidate] = {}  # without its accuracy -> with it (stage 2 repeats stage 1's grid)
+
+    def evaluate(prep: _Prepared, s_grid, rho_grid, bits_grid, store_grid) -> None:
+        n_in = prep.U.shape[1]
+        for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):  # s <= half the inputs keeps rows diverse
+            if exact_latency:
+                plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+                plan = _exact_plan(plan, exact_for(s, n_in, max((c.m for c in plan), default=0)), max_cycles, L)
+            else:
+                plan = _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+            if not plan:
+                continue
+            m_values = sorted({c.m for c in plan})
+            indices = seeded_indices(seed, max(m_values), s, n_in)
+            ranked = _ranked_winners(prep.U, indices, m_values, max(c.rho for c in plan))
+            by_shape: dict[tuple[int, int], list[Candidate]] = {}
+            for c in plan:
+                by_shape.setdefault((c.m, c.rho), []).append(c)
+            for (m, rho), group in by_shape.items():
+                group = [replace(c, scaling=prep.scaling, sign_split=prep.sign_split) for c in group]
+                weightings = sorted({(c.bits, c.decay) for c in group if c not in tried})
+                if not weightings:
+                    continue
+                accs = dict(zip(weightings, _cv_accuracies(ranked[m][:, :rho], y_index, folds, L, m, weightings)))
+                for c in group:
+                    if c not in tried:
+                        tried[c] = replace(c, cv_accuracy=accs[(c.bits, c.decay)])
+
+    # Stage 1: the preprocessing, on a small reference grid. Stage 2: everything else for the best one.
+    for prep in prepared:
+        evaluate(prep, (4, 8), (8, 16, 32), (1, 2), (False,))
+        say(f"flynn: preprocessing {prep.scaling}/{'split' if prep.sign_split else 'plain'} tried")
+    if not tried and exact_latency:
+        raise TinyprotoError(_fastest_refusal(prepared, budget, max_inference_ms, L, d, y_index, folds, seed, f_cpu))
+    if not tried:
+        learnable = " with counts that fit the device's SRAM and EEPROM (--learnable)" if count_limit else ""
+        raise TinyprotoError(
+            f"no FlyNN fits {budget} B within {max_inference_ms} ms per inference{learnable}; raise the budget or "
+            "the time cap"
+        )
+    best_prep = max(tried.values(), key=_rank)
+    prep = next(p for p in prepared if (p.scaling, p.sign_split) == (best_prep.scaling, best_prep.sign_split))
+    evaluate(prep, S_GRID, RHO_GRID, BITS_GRID, (False, True))
+    candidates = list(tried.values())
+    say(f"flynn: {len(candidates)} candidates evaluated")
+
+    best = max(candidates, key=_rank)
+    clf = FlyNNClassifier(
+        n_hashes=best.m,
+        n_inputs_per_hash=best.s,
+        n_winners=best.rho,
+        decay=best.decay,
+        scaling=best.scaling,
+        sign_split=best.sign_split,
+        random_state=clf_state,  # draws `seed`: the M that was evaluated
+    ).fit(X, y)
+    model = IntFlyNN.from_classifier(clf, X, y, bits=best.bits, store_M=best.store_M)
+    nbytes = model.model_bytes()
+    if nbytes > budget:  # cannot happen: model_bytes() mirrors carrays(); keep the promise explicit
+        raise AssertionError(f"chosen FlyNN has {nbytes} B > budget {budget} B")
+    cycles = estimate_cycles(best.m, best.s, best.rho, best.bits, L, model.n_hash_inputs, best.store_M)
+    if exact_latency:
+        from tinyproto.families import predict_cycles
+
+        cycles = predict_cycles(model)["total"]
+        if cycles > max_cycles:  # cannot happen: ExactCycles mirrors the cost model; keep the promise explicit
+            raise AssertionError(f"chosen FlyNN is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
+    ranked = sorted(candidates, key=_rank, reverse=True)
+    shown = [best] + [c for c in ranked if c != best][:5]
+    for_table = {}
+    for c in shown:  # the cost model's cycles (exact for a seeded or stored M) for the table of runners-up
+        n_in_c = 2 * d if c.sign_split else d
+        exact = for_table.get((c.s, n_in_c))
+        if exact is None or exact.steps.size - 1 < c.m:
+            exact = for_table[(c.s, n_in_c)] = ExactCycles(seed, c.s, n_in_c, c.m)
+        for_table[c] = exact.cycles(c.m, c.rho, c.bits, L, c.store_M)
+    rows = [{"n_hashes": c.m, "n_inputs_per_hash": c.s, "n_winners": c.rho, "count_bits": c.bits,
+             "decay": c.decay, "store_M": c.store_M, "scaling": c.scaling, "sign_split": c.sign_split,
+             "val_int8_accuracy": c.cv_accuracy, "model_bytes": c.model_bytes, "predicted_cycles": for_table[c],
+             "predicted_latency_ms": round(for_table[c] / f_cpu * 1e3, 4)} for c in shown]
+    info = {
+        "family": "flynn",
+        "budget_bytes": budget,
+        "model_bytes": nbytes,
+        "chosen": {
+            "n_hashes": best.m,
+            "n_inputs_per_hash": best.s,
+            "n_winners": best.rho,
+            "decay": best.decay,
+            "count_bits": best.bits,
+            "store_M": best.store_M,
+            "scaling": best.scaling,
+            "sign_split": best.sign_split,
+            "seed": seed,
+        },
+        "cv_accuracy": best.cv_accuracy,
+        "validation": f"{int(folds.max()) + 1}-fold cross-validation of the integer model on the training data",
+        "estimated_cycles": int(cycles),
+        "estimated_ms": cycles / f_cpu * 1e3,
+        "max_inference_ms": max_inference_ms,
+        "candidates": [asdict(c) for c in candidates],
+        "chosen_validation": rows[0],
+        "runners_up": rows[1:],
+        "selection": ("the best cross-validated int8 accuracy; among equal accuracies the fewest "
+                      + ("predicted cycles (cost model)" if exact_latency else "estimated cycles") + ", then bytes"),
+        "max_latency_ms": max_inference_ms if exact_latency else None,
+        "seconds": time.perf_counter() - started,
+    }
+    say(f"flynn: chose m={best.m} s={best.s} rho={best.rho} b={best.bits} c={best.decay:g} "
+        f"{'stored' if best.store_M else 'seeded'} M, {nbytes} B, CV accuracy {best.cv_accuracy:.3f}")
+    return clf, model, info
+
+
+def _rank(c: Candidate) -> tuple:
+    """Best accuracy; among equals the faster, then the smaller model."""
+    return (round(c.cv_accuracy, 9), -c.est_cycles, -c.model_bytes)
+
+
+def _fold_ids(y_index: np.ndarray, n_folds: int, rng: np.random.RandomState) -> np.ndarray:
+    smallest_class = int(np.bincount(y_index).min())
+    k = max(2, min(n_folds, len(y_index)))
+    seed = int(rng.randint(0, 2**31 - 1))
+    if smallest_class >= k:
+        splitter = StratifiedKFold(k, shuffle=True, random_state=seed)
+    else:
+        splitter = KFold(k, shuffle=True, random_state=seed)
+    folds = np.empty(len(y_index), dtype=np.int64)
+    for f, (_, test) in enumerate(splitter.split(np.zeros(len(y_index)), y_index)):
+        folds[test] = f
+    return folds
+
+
+def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit=None) -> list[Candidate]:
+    """Every (ρ, b, c, M mode) for this s, each with the largest m that fits bytes and time (and the device's
+    count storage when learning)."""
+    plan = []
+    for store in store_grid:
+        for bits in bits_grid:
+            m_bytes = largest_m(budget, s, bits, L, d, n_in, store)
+            for rho in rho_grid:
+                m = min(m_bytes, fastest_m(max_cycles, s, rho, bits, L, n_in, store))
+                if count_limit is not None:
+                    m = min(m, count_limit(rho, bits, n_in, store))
+                if m < max(MIN_HASHES, 2 * rho):
+                    continue
+                nbytes = model_bytes(m, s, bits, L, d, n_in, store)
+                cycles = int(estimate_cycles(m, s, rho, bits, L, n_in, store))
+                for weighting in _weightings((bits,)):
+                    plan.append(Candidate("", False, s, m, rho, bits, weighting[1], store, nbytes, cycles))
+    return plan
+
+
+def _exact_plan(plan: list[Candidate], exact: ExactCycles, max_cycles: float | None, L: int) -> list[Candidate]:
+    """The plan with each m capped so the cost model's predicted cycles fit max_cycles, and those cycles recorded."""
+    out = []
+    for c in plan:
+        m = c.m if max_cycles is None else exact.largest_m(max_cycles, c.m, c.rho, c.bits, L, c.store_M)
+        if m < max(MIN_HASHES, 2 * c.rho):
+            continue
+        nbytes = c.model_bytes if m == c.m else model_bytes(
+            m, c.s, c.bits, L, (c.model_bytes - filter_bytes(c.m, L, c.bits)
+                                - (c.m * c.s * (1 if exact.n_inputs <= 256 else 2) if c.store_M else 0))
+            // INPUT_STAGE_BYTES_PER_FEATURE, exact.n_inputs, c.store_M)
+        out.append(replace(c, m=m, model_bytes=nbytes, est_cycles=exact.cycles(m, c.rho, c.bits, L, c.store_M)))
+    return out
+
+
+def _fastest_refusal(prepared, budget, max_ms, L, d, y_index, folds, seed, f_cpu) -> str:
+    """One line naming the fastest FlyNN within the budget (smallest s, rho, m; 1-bit counts; seeded M), its
+    predicted latency and its cross-validated accuracy."""
+    prep = prepared[0]
+    n_in = prep.U.shape[1]
+    s, rho, bits = 1, RHO_GRID[0], 1
+    m = max(MIN_HASHES, 2 * rho)
+    exact = ExactCycles(seed, s, n_in, m)
+    modes = [store for store in (False, True) if largest_m(budget, s, bits, L, d, n_in, store) >= m]
+    if not modes:
+        return f"no FlyNN fits {budget} B with {m} hash rows; raise the budget"
+    store = min(modes, key=lambda store: (exact.cycles(m, rho, bits, L, store), store))
+    cycles = exact.cycles(m, rho, bits, L, store)
+    ranked = _ranked_winners(prep.U, seeded_indices(seed, m, s, n_in), [m], rho)
+    acc = _cv_accuracies(ranked[m], y_index, folds, L, m, [(bits, 1.0)])[0]
+    return (f"no FlyNN within {budget} B is predicted to run in {max_ms:g} ms; the fastest one within the budget "
+            f"(m={m} s={s} rho={rho} b={bits}, {'stored' if store else 'seeded'} M) is predicted at {cycles / f_cpu * 1e3:.3f} ms with "
+            f"{100 * acc:.1f} % cross-validated accuracy: raise --max-latency")
+
+
+__all__ = ["fit_flynn_under_budget", "estimate_cycles", "model_bytes", "largest_m", "Candidate"]
+
+
+def solver_random_state(seed: int) -> int:
+    """The FlyNNClassifier random_state fit_flynn_under_budget(random_state=seed) uses (its first draw)."""
+    return int(check_random_state(seed).randint(0, 2**31 - 1))

@@ -1,0 +1,130 @@
+"""ProtoNN's static cost model: cycles per inference predicted from the integer model's shape.
+
+Each term is (number of inner-loop iterations) x (cycles per iteration of firmware/tp_protonn.c), fitted by
+tools/calibrate_costmodel.py on synthetic models measured on the simulated Uno (cycle-exact).
+Layer: families (protonn).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinyproto.core.cost import lower_bound_cycles
+
+# ProtoNN, AVR assembly kernels (firmware/tp_protonn.c, TP_PN_ASM): cycles per unit of each term, fitted by
+# tools/calibrate_costmodel.py on 32 synthetic shapes measured in the simulator (cycle-exact): the inner-loop
+# terms are held at their instruction counts (13 per nonzero, 3 per clear bit, 11 per dense term + 4 per 8,
+# 13 / 11 per distance term with z in SRAM / in registers, 11 per score term, 2 per wide-index shift bit) and the
+# overheads fitted by non-negative least squares on relative errors: all 32 shapes within 2.5 %. The hand counts of the inner loops are 13 per nonzero, 3 per clear bit,
+# 11 per dense term (+4 per 8), 11 / 13 per distance term (z in registers / in SRAM) and 11 per score term;
+# the fit moves cycles between terms that always occur together (e.g. "mask_byte" 0 with "nonzero" 15, or
+# "dense_mac" 5 with "dense_step" 50 per 8), so read the sum, not one term.
+PN_CYCLES = {
+    "fixed": 14,  # calls, register saves, argmax set-up (the fit puts most of it in per-row / per-class terms)
+    "row": 49,  # per projected dimension: row set-up, bias removal, rescale, clamp, store
+    "rshift16": 7,  # per row and bit of the 16-bit rescale shift (right shift >= 8 within the 24-bit bound)
+    "row32": 0,  # per row rescaled in 32 bits (right shift below 8 or beyond the 24-bit bound, left, or none)
+    "rshift32": 7,  # per row and bit of a 32-bit rescale shift (right shifts below 8, or beyond the bound)
+    "lshift32": 8,  # per row and bit of the 32-bit left shift (negative projection shift)
+    "mask_byte": 18,  # per nonzero bitmap byte
+    "zero_mask_byte": 17,  # per all-zero bitmap byte (its 8 inputs are skipped at once)
+    "clear_bit": 3,  # per zero bit of a nonzero bitmap byte
+    "nonzero": 13,  # per W nonzero: ldd, lpm, muls, biased 24-bit add
+    "dense_row": 0,  # per row of a dense W
+    "fixed_dense": 0,  # once, dense W
+    "dense_step": 4,  # per 8 entries of a dense W row
+    "dense_mac": 11,  # per entry of a dense W
+    "proto": 33,  # per prototype: table index and lookup, store (D > 16: z read from SRAM)
+    "wide_index_bit": 2,  # per prototype and bit of the index shift when the table reaches past 0xFFFF
+    "dist_step": 1,  # per 4 distance terms (only when D > 64)
+    "dist_term": 13,  # per |z_r - b_jr|^2 term
+    "fixed_reg": 283,  # once, D <= 16: saving and restoring r2-r17 for the register-z loop
+    "proto_reg": 25,  # per prototype, D <= 16 (z held in registers, one asm loop)
+    "dist_term_reg": 11,  # per |z_r - b_jr|^2 term, D <= 16
+    "class": 36,  # per class: call, bias removal, store, compare
+    "score_step": 3,  # per 4 score terms (only when m > 64)
+    "score_term": 11,  # per Z entry times a kernel
+}
+# The portable C loops, which the AVR build falls back to outside the assembly kernels' proven bounds
+# (d > 511 features, D > 255 dimensions or m > 256 prototypes): the previous calibration of the same C code.
+PN_CYCLES_C = {
+    "fixed": 62, "row": 181, "mask_byte": 15, "scanned_bit": 11, "nonzero": 21, "dense_mac": 20, "proto": 25,
+    "dist_term": 26, "class": 40, "score_term": 21,
+}
+
+
+def protonn_uses_asm(model) -> bool:
+    """Whether the AVR build runs the assembly kernels (the same test as TP_PN_ASM in tp_protonn.c)."""
+    return model.n_features <= 511 and model.n_components <= 255 and model.n_prototypes <= 256
+
+
+def protonn_cost_terms(model) -> dict[str, int]:
+    """How many times each costed unit of work runs in one ProtoNN inference (data-independent)."""
+    D, m, L, d = model.n_components, model.n_prototypes, model.n_classes, model.n_features
+    if not protonn_uses_asm(model):
+        return _protonn_c_terms(model)
+    terms = {name: 0 for name in PN_CYCLES}
+    terms.update(fixed=1, row=D, **{"class": L}, score_term=m * L)
+    right, left = max(model.proj_shift, 0), max(-model.proj_shift, 0)
+    if right >= 8 and 16384 * d + (1 << (right - 1)) < 1 << 23:  # tp_pn_rescale's 16-bit path
+        terms["rshift16"] = D * (right - 8)
+    else:
+        terms["row32"] = D
+        terms["rshift32"] = D * right
+        terms["lshift32"] = D * left
+    if D <= 16 and (model.table.size - 1) << model.table_shift <= 0xFFFF:  # tp_pn_kernels' register-z loop
+        terms.update(fixed_reg=1, proto_reg=m, dist_term_reg=m * D)
+    else:
+        terms.update(proto=m, dist_term=m * D)
+        if (model.table.size - 1) << model.table_shift > 0xFFFF and model.table_shift < 24:
+            terms["wide_index_bit"] = m * ((model.table_shift - 8) % 8)
+    if D > 64:
+        terms["dist_step"] = m * (D // 4)
+    if m > 64:
+        terms["score_step"] = L * (m // 4)
+    if model.w_dense:
+        terms["dense_mac"] = D * d
+        terms["dense_step"] = D * (d // 8)
+        terms["dense_row"] = D
+        terms["fixed_dense"] = 1
+    else:
+        mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
+        nonzero_bytes = mask[mask != 0]
+        terms["mask_byte"] = int(nonzero_bytes.size)
+        terms["zero_mask_byte"] = int(mask.size - nonzero_bytes.size)
+        terms["nonzero"] = int(np.count_nonzero(model.W_q))
+        terms["clear_bit"] = 8 * int(nonzero_bytes.size) - terms["nonzero"]
+    return terms
+
+
+def _protonn_c_terms(model) -> dict[str, int]:
+    D, m, L, d = model.n_components, model.n_prototypes, model.n_classes, model.n_features
+    terms = {"fixed": 1, "row": D, "proto": m, "dist_term": m * D, "class": L, "score_term": m * L,
+             "mask_byte": 0, "scanned_bit": 0, "nonzero": 0, "dense_mac": 0}
+    if model.w_dense:
+        terms["dense_mac"] = D * d
+    else:
+        mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
+        terms["mask_byte"] = int(mask.size)
+        terms["scanned_bit"] = int(sum(int(b).bit_length() for b in mask))
+        terms["nonzero"] = int(np.count_nonzero(model.W_q))
+    return terms
+
+
+def predict_cycles(model) -> dict:
+    terms = protonn_cost_terms(model)
+    table = PN_CYCLES if protonn_uses_asm(model) else PN_CYCLES_C
+    cycles = {name: count * table[name] for name, count in terms.items()}
+    projection = sum(cycles.get(k, 0) for k in ("row", "row32", "rshift16", "rshift32", "lshift32", "mask_byte",
+                                                "zero_mask_byte", "clear_bit", "scanned_bit", "nonzero",
+                                                "dense_mac", "dense_step", "dense_row", "fixed_dense"))
+    distances = sum(cycles.get(k, 0) for k in ("proto", "wide_index_bit", "dist_term", "dist_step", "fixed_reg",
+                                               "proto_reg", "dist_term_reg"))
+    scores = cycles["class"] + cycles["score_term"] + cycles.get("score_step", 0)
+    return {
+        "projection": projection,
+        "distances": distances,
+        "scores": scores,
+        "total": cycles["fixed"] + projection + distances + scores,
+        "lower_bound": lower_bound_cycles(model),
+    }

@@ -1,0 +1,229 @@
+"""ProtoNN in integers: int8 tensors with shared scales, an exp lookup table, and the bit-exact numpy reference.
+
+What the device computes (firmware/tp_protonn.c), step by step, for an int8 input x:
+
+1. projection   p_r  = sum_i Wq[r, i] * x[i]                          int32 (int8 x int8 products)
+2. rescale      z_r  = clamp(shift(p_r, PROJ_SHIFT), +-127)           int8; shift rounds half up
+3. distance     d_j  = sum_r |z_r - Bq[j, r]|^2                       uint32 (|.| <= 254: one 8-bit mul)
+4. kernel       k_j  = TABLE[min(d_j >> TABLE_SHIFT, T - 1)]          uint8, ~ 255 * exp(-gamma^2 * dist)
+5. scores       s_l  = sum_j Zq[j, l] * k_j                           int32; label = argmax, ties -> lowest l
+
+Scales: W has its own (max |W| -> 127); B's scale is W's scale x the input step x 2^PROJ_SHIFT, so the
+projection is brought to B's grid with one shift instead of a multiply; Z's scale does not matter for argmax.
+Only integers reach the device: the float scales stay here for reports.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinyproto.core.carray import CArray
+from tinyproto.core.inputstage import INPUT_MAX, InputStage, choose_input_scale
+from tinyproto.core.ledger import SramItem
+
+# |z_r| bound: B's own range. Projected points essentially never leave it (measured: 0-0.3 % of coordinates on
+# digits / breast_cancer / wine, no prediction changed), and int8 z makes each distance term one 8x8 multiply.
+PZ_MAX = 127
+KERNEL_MAX = 255  # kernel values are uint8
+KERNEL_CUTOFF = math.log(2 * KERNEL_MAX)  # exp(-u) * 255 < 0.5 beyond this: the table stops here
+DEFAULT_TABLE_SIZE = 64
+
+
+@dataclass(frozen=True)
+class IntProtoNN:
+    classes: list
+    input_stage: InputStage
+    W_q: np.ndarray  # int8 (D, d), zeros where W is sparse
+    B_q: np.ndarray  # int8 (m, D): one row per prototype
+    Z_q: np.ndarray  # int8 (m, L): one row per prototype
+    proj_shift: int  # > 0: round-shift right, < 0: shift left
+    table: np.ndarray  # uint8 (T,)
+    table_shift: int
+    scales: dict  # float scales, for reports only: input, W, B, Z, gamma
+
+    family = "protonn"  # the registry name (tinyproto.families)
+    family_id = 1  # TP_FAMILY_ID
+
+    # ---- shape -------------------------------------------------------------------------------------
+    @property
+    def n_features(self) -> int:
+        return int(self.W_q.shape[1])
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.Z_q.shape[1])
+
+    @property
+    def n_components(self) -> int:
+        return int(self.W_q.shape[0])
+
+    @property
+    def n_prototypes(self) -> int:
+        return int(self.B_q.shape[0])
+
+    @property
+    def w_dense(self) -> bool:
+        """Store W dense when that is cheaper than a bitmap (1 bit per entry) plus the nonzero values."""
+        mask_bytes = self.n_components * _mask_row_bytes(self.n_features)
+        return self.W_q.size <= mask_bytes + int(np.count_nonzero(self.W_q))
+
+    # ---- the deployed arrays -------------------------------------------------------------------------
+    def carrays(self) -> list[CArray]:
+        arrays = self.input_stage.carrays()
+        if self.w_dense:
+            arrays.append(CArray("pn_W", "int8_t", self.W_q, "projection W, dense int8 (D x d)"))
+        else:
+            mask = np.packbits(self.W_q != 0, axis=1, bitorder="little")  # (D, ceil(d/8))
+            arrays.append(CArray("pn_W_mask", "uint8_t", mask, "projection W, nonzero bitmap (D x ceil(d/8))"))
+            arrays.append(CArray("pn_W_values", "int8_t", self.W_q[self.W_q != 0], "projection W, nonzeros row by row"))
+        arrays.append(CArray("pn_B", "int8_t", self.B_q, "prototypes B, int8 (m x D)"))
+        # Class-major, so each class score is one running sum over the prototypes' kernels.
+        arrays.append(CArray("pn_Z", "int8_t", self.Z_q.T, "prototype labels Z, int8 (L x m)"))
+        arrays.append(CArray("pn_kernel", "uint8_t", self.table, "exp(-gamma^2 dist) lookup table"))
+        return arrays
+
+    def defines(self) -> dict[str, int]:
+        return {
+            **self.input_stage.defines(),
+            "TP_PN_DIM": self.n_components,
+            "TP_PN_PROTOS": self.n_prototypes,
+            "TP_PN_W_DENSE": int(self.w_dense),
+            "TP_PN_W_MASK_BYTES": _mask_row_bytes(self.n_features),
+            "TP_PN_PROJ_RSHIFT": max(self.proj_shift, 0),
+            "TP_PN_PROJ_LSHIFT": max(-self.proj_shift, 0),
+            "TP_PN_PZ_MAX": PZ_MAX,
+            "TP_PN_TABLE_SIZE": int(self.table.size),
+            "TP_PN_TABLE_SHIFT": self.table_shift,
+        }
+
+    def working_sram(self) -> list[SramItem]:
+        return [
+            SramItem("input", self.n_features, "int8 input vector"),
+            SramItem("projection", self.n_components, "int8 projected vector z"),
+            SramItem("kernels", self.n_prototypes, "uint8 kernel value per prototype"),
+            SramItem("scores", 4 * self.n_classes, "int32 score per class"),
+        ]
+
+    def multiply_accumulates(self) -> int:
+        """MACs per inference: projection nonzeros + prototype distances + score accumulation."""
+        return int(np.count_nonzero(self.W_q)) + self.B_q.size + self.Z_q.size
+
+    # ---- the bit-exact reference --------------------------------------------------------------------
+    def projections(self, xq: np.ndarray) -> np.ndarray:
+        """Steps 1-2: int8 projected vectors z (n, D), held as int64."""
+        p = np.asarray(xq, dtype=np.int64) @ self.W_q.T.astype(np.int64)
+        if self.proj_shift > 0:
+            z = (p + (1 << (self.proj_shift - 1))) >> self.proj_shift
+        else:
+            z = p << (-self.proj_shift)
+        return np.clip(z, -PZ_MAX, PZ_MAX)
+
+    def kernels(self, xq: np.ndarray) -> np.ndarray:
+        """Steps 3-4: uint8 kernel value of every prototype (n, m)."""
+        z = self.projections(xq)
+        diff = z[:, None, :] - self.B_q.astype(np.int64)[None, :, :]
+        dist = np.einsum("nmd,nmd->nm", diff, diff)
+        index = np.minimum(dist >> self.table_shift, self.table.size - 1)
+        return self.table[index].astype(np.int64)
+
+    def scores(self, xq: np.ndarray) -> np.ndarray:
+        """Step 5: the int32 score vectors the C code returns, as int64 (n, L)."""
+        return self.kernels(xq) @ self.Z_q.astype(np.int64)
+
+    @staticmethod
+    def labels(scores: np.ndarray) -> np.ndarray:
+        return np.argmax(scores, axis=1)  # numpy returns the first maximum: lowest class index wins ties
+
+    def predict(self, X_raw: np.ndarray) -> np.ndarray:
+        """Original class labels for raw features, through the whole integer pipeline."""
+        xq = self.input_stage.quantize(X_raw)
+        return np.asarray(self.classes)[self.labels(self.scores(xq))]
+
+    # ---- artefact ---------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {
+            "family": self.family,
+            "classes": list(self.classes),
+            "input_stage": self.input_stage.to_json(),
+            "W_q": self.W_q.tolist(),
+            "B_q": self.B_q.tolist(),
+            "Z_q": self.Z_q.tolist(),
+            "proj_shift": self.proj_shift,
+            "table": self.table.tolist(),
+            "table_shift": self.table_shift,
+            "scales": self.scales,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "IntProtoNN":
+        return cls(
+            classes=list(raw["classes"]),
+            input_stage=InputStage.from_json(raw["input_stage"]),
+            W_q=np.asarray(raw["W_q"], dtype=np.int8),
+            B_q=np.asarray(raw["B_q"], dtype=np.int8),
+            Z_q=np.asarray(raw["Z_q"], dtype=np.int8),
+            proj_shift=int(raw["proj_shift"]),
+            table=np.asarray(raw["table"], dtype=np.uint8),
+            table_shift=int(raw["table_shift"]),
+            scales=dict(raw["scales"]),
+        )
+
+
+def _mask_row_bytes(n_features: int) -> int:
+    return (n_features + 7) // 8
+
+
+def _symmetric_int8(values: np.ndarray) -> tuple[np.ndarray, float]:
+    """int8 with one shared scale: the largest magnitude maps to 127."""
+    largest = float(np.max(np.abs(values))) if values.size else 0.0
+    scale = largest / 127.0 if largest > 0 else 1.0
+    return np.clip(np.rint(values / scale), -127, 127).astype(np.int8), scale
+
+
+def kernel_table(gamma: float, b_scale: float, size: int) -> tuple[np.ndarray, int]:
+    """uint8 table of 255 * exp(-gamma^2 * b_scale^2 * dist), indexed by dist >> shift.
+
+    The shift is the smallest that lets `size` bins reach the cutoff where the kernel rounds to 0; each entry
+    is the kernel at the centre of its bin, and the last bin also covers everything beyond.
+    """
+    per_unit = (gamma * b_scale) ** 2  # exp argument per integer distance unit
+    reach = KERNEL_CUTOFF / per_unit if per_unit > 0 else float(size)
+    shift = max(0, math.ceil(math.log2(max(reach / size, 1.0))))
+    width = 1 << shift
+    centres = np.arange(size) * width + (width - 1) / 2.0
+    table = np.rint(KERNEL_MAX * np.exp(-per_unit * centres))
+    return table.astype(np.uint8), shift
+
+
+def quantize_protonn(clf, X_train: np.ndarray, table_size: int = DEFAULT_TABLE_SIZE) -> IntProtoNN:
+    """Turn a fitted ProtoNNClassifier into the integer model (scales chosen from the training data)."""
+    input_scale = choose_input_scale(clf.standardize(X_train))
+    stage = InputStage.from_standardisation(clf.mean_, clf.scale_, input_scale)
+
+    W_q, w_scale = _symmetric_int8(clf.W_)
+    proj_unit = w_scale * input_scale  # real value of one unit of the int32 projection
+    b_largest = float(np.max(np.abs(clf.B_))) or 1.0
+    proj_shift = math.ceil(math.log2(b_largest / (INPUT_MAX * proj_unit)))
+    b_scale = proj_unit * 2.0**proj_shift
+    B_q = np.clip(np.rint(clf.B_.T / b_scale), -127, 127).astype(np.int8)
+    Z_q, z_scale = _symmetric_int8(clf.Z_.T)
+    table, table_shift = kernel_table(clf.gamma_, b_scale, table_size)
+    return IntProtoNN(
+        classes=[_json_label(c) for c in clf.classes_],
+        input_stage=stage,
+        W_q=W_q,
+        B_q=B_q,
+        Z_q=Z_q,
+        proj_shift=proj_shift,
+        table=table,
+        table_shift=table_shift,
+        scales={"input": input_scale, "W": w_scale, "B": b_scale, "Z": z_scale, "gamma": float(clf.gamma_)},
+    )
+
+
+def _json_label(label):
+    """numpy scalars -> plain Python, so labels survive JSON unchanged."""
+    return label.item() if hasattr(label, "item") else label

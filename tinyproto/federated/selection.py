@@ -1,0 +1,310 @@
+"""Federated model selection for FlyNN: the budget solver's choice, made with every party's rows.
+
+`fit_flynn_under_budget` (solver.py) ranks candidate shapes by K-fold cross-validated accuracy of the integer
+model on the pooled rows. Here the same candidates are ranked the same way, but no row leaves its party:
+
+1. the parties agree on each preprocessing's input stage exactly (moment sums and the distributed |z| quantile
+   of federated.py, once per scaling);
+2. every party assigns its own rows to K folds, R times over (repeated K-fold; seeded by the run's seed and
+   its party index, stratified within the party) -- its local validation parts;
+3. for each (preprocessing, s) the solver's plan of (m, ρ) shapes is hashed by every party on its own rows; the
+   per-fold counts (K x L x m per shape) are all-reduced: they add up exactly, as the training counts do;
+4. every party scores its rows of fold k with the counts of the other folds (total - fold k), for every count
+   width and decay, and the numbers of correct predictions are all-reduced: the global K-fold accuracy of every
+   candidate (averaged over the R repeats), exactly the solver's estimate on the pooled rows with these folds;
+5. the solver's two stages (preprocessing on a reference grid, then every shape for the best one) and its
+   ranking (accuracy, then speed, then size) pick the winner; M is seeded as the solver seeds it.
+
+Communication is counted per party as if every all-reduce moved dense vectors (int32 counts, int64 tallies);
+the implementation sends sparse counts when a party's are sparse.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.flynn import solver as _solver
+from tinyproto.families.flynn.quantize import decay_lut, hash_inputs
+from tinyproto.families.flynn.solver import (
+    BITS_GRID, DEFAULT_MAX_MS, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, Candidate, CountLimit,
+    estimate_cycles, model_bytes,
+)
+from tinyproto.families.flynn.train import draw_seed, project, projection_matrix, seeded_indices
+from tinyproto.core.inputstage import InputStage
+
+N_FOLDS = 5
+N_REPEATS = 3  # repeated K-fold: the ranking of close candidates depends much less on one draw of the folds
+STAGE1 = ((4, 8), (8, 16, 32), (1, 2), (False,))  # the solver's reference grid for the preprocessing
+STAGE2 = (S_GRID, RHO_GRID, BITS_GRID, (False, True))
+
+
+# ---------------------------------------------------------------- what a party computes
+
+
+def party_folds(y: np.ndarray, n_folds: int, seed: int, party: int, n_repeats: int = 1) -> np.ndarray:
+    """Fold of each of the party's rows, (n_repeats, n): per repeat and class, the rows in a seeded random order
+    get consecutive folds from a random start, so every party's folds are stratified and the global folds
+    balanced."""
+    rng = np.random.default_rng([int(seed), int(party), 0xF01D])
+    folds = np.empty((n_repeats, len(y)), dtype=np.int64)
+    for r in range(n_repeats):
+        for c in np.unique(y):
+            rows = rng.permutation(np.flatnonzero(y == c))
+            folds[r, rows] = (int(rng.integers(n_folds)) + np.arange(rows.size)) % n_folds
+    return folds
+
+
+@dataclass
+class PartyData:
+    """A party's rows as selection needs them, computed once: int8 inputs per scaling, class indices, folds."""
+
+    xq: dict
+    y_index: np.ndarray
+    folds: np.ndarray
+
+
+def party_setup(shard, stages: dict, classes: np.ndarray, n_folds: int, n_repeats: int, seed: int,
+                party: int) -> PartyData:
+    X, y = shard
+    xq = {scaling: InputStage.from_standardisation(*stage).quantize(X) for scaling, stage in stages.items()}
+    folds = party_folds(y, n_folds, seed, party, n_repeats)
+    folds += (np.arange(n_repeats) * n_folds)[:, None]  # repeat r's folds are r·K .. r·K + K - 1
+    return PartyData(xq, np.searchsorted(classes, y), folds)
+
+
+@dataclass
+class PartyState:
+    """A party's hashed rows for one (preprocessing, s): the winners of every m, its class indices and folds."""
+
+    ranked: dict[int, np.ndarray]
+    y_index: np.ndarray
+    folds: np.ndarray
+
+
+def party_hash(data: PartyData, scaling: str, sign_split: bool, M, m_values: list[int], k: int) -> PartyState:
+    """The top-k winners of every m in m_values (M: the projection of the largest m), as the solver ranks them."""
+    U = hash_inputs(data.xq[scaling], sign_split).astype(np.float64)
+    return PartyState(ranked_winners(U, M, m_values, k), data.y_index, data.folds)
+
+
+def ranked_winners(U: np.ndarray, M, m_values: list[int], k: int) -> dict[int, np.ndarray]:
+    """solver._ranked_winners with the projection matrix given (built once per round, not once per party)."""
+    n = U.shape[0]
+    P = project(U, M).astype(np.int64) if n else np.empty((0, M.shape[0]), np.int64)
+    return _solver.ranked_winners_of_projection(P, m_values, k)
+
+
+@dataclass
+class SparseCounts:
+    """Per shape (m, ρ): a flat count vector of `sizes[shape]` entries, as (key, count) pairs that may repeat
+    a key (their counts add). Adding concatenates; a vector with more pairs than entries is compacted (one
+    bincount), so a sum never holds more than about twice the dense size."""
+
+    sizes: dict
+    keys: dict
+    values: dict
+
+    def __add__(self, other: "SparseCounts") -> "SparseCounts":
+        keys, values = {}, {}
+        for shape, size in self.sizes.items():
+            keys[shape] = np.concatenate([self.keys[shape], other.keys[shape]])
+            values[shape] = np.concatenate([self.values[shape], other.values[shape]])
+            if keys[shape].size > size:
+                keys[shape], values[shape] = _compact(keys[shape], values[shape], size)
+        return SparseCounts(self.sizes, keys, values)
+
+    def dense(self, shape, n_folds: int, n_classes: int) -> np.ndarray:
+        out = np.bincount(self.keys[shape], weights=self.values[shape], minlength=self.sizes[shape])
+        return np.rint(out).astype(np.int64).reshape(n_folds, n_classes, shape[0])
+
+
+def _compact(keys: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Non-zero entries of the summed vector (weights of bincount are float64: exact below 2^53)."""
+    summed = np.rint(np.bincount(keys, weights=values, minlength=size)).astype(np.int64)
+    nonzero = np.flatnonzero(summed)
+    return nonzero, summed[nonzero]
+
+
+def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds: int, n_classes: int) -> SparseCounts:
+    """Counts t_lj of each fold (of every repeat) of the party's rows, for each shape (m, ρ): key
+    (fold·L + class)·m + j, n_folds counting every repeat's folds."""
+    keys, values, sizes = {}, {}, {}
+    base = (state.folds * n_classes + state.y_index)[:, :, None]  # (repeats, n, 1)
+    for m, rho in shapes:
+        size = n_folds * n_classes * m
+        flat = (base * m + state.ranked[m][None, :, :rho]).reshape(-1)
+        if flat.size > size:
+            keys[(m, rho)], values[(m, rho)] = _compact(flat, np.ones(flat.size), size)
+        else:
+            keys[(m, rho)], values[(m, rho)] = flat, np.ones(flat.size, dtype=np.int64)
+        sizes[(m, rho)] = size
+    return SparseCounts(sizes, keys, values)
+
+
+COUNT_CLIP = (1 << max(BITS_GRID)) - 1  # the widest counts saturate here: larger counts weigh the same for all
+ROW_BLOCK = 512  # rows scored at a time (bounds memory: repeats x rows x weightings x L x ρ)
+
+
+def weight_table(weightings: list[tuple[int, float]]) -> np.ndarray:
+    """(n weightings, COUNT_CLIP + 1): the weight of a count t under each (bits, decay), t clipped at 15 first.
+    Binary filters weigh [t == 0] (score = zeros among the winners), others decay_lut[min(t, 2^b - 1)]; the
+    lowest score wins, as in the solver."""
+    t = np.arange(COUNT_CLIP + 1)
+    rows = []
+    for bits, decay in weightings:
+        saturated = np.minimum(t, (1 << bits) - 1)
+        rows.append((saturated == 0).astype(np.int64) if bits == 1 else decay_lut(decay, bits)[saturated])
+    return np.stack(rows)
+
+
+def held_out_weights(per_fold: np.ndarray, n_folds: int, table: np.ndarray) -> np.ndarray:
+    """What every party needs to score its rows, from the all-reduced per-fold counts (RK, L, m): for each fold
+    f of each repeat and each weighting, the weight of every filter bit in the model trained without fold f,
+    (RK, weightings, L, m) uint8 (weights are 0/1 or a decay table <= 255)."""
+    total = per_fold[:n_folds].sum(axis=0)  # one repeat's folds hold every row once
+    held_out = np.minimum(total[None] - per_fold, COUNT_CLIP)
+    return np.ascontiguousarray(table[:, held_out].transpose(1, 0, 2, 3)).astype(np.uint8)
+
+
+def party_correct(state: PartyState, weights: dict, plan: list) -> np.ndarray:
+    """How many of the party's rows each candidate classifies correctly, every row scored (once per repeat) by
+    the model of the folds it is not in: the solver's _cv_accuracies restricted to this party's rows. plan lists
+    the shapes; weights[shape] is held_out_weights (RK, weightings, L, m); the lowest score wins."""
+    out = []
+    n = len(state.y_index)
+    for m, rho in plan:
+        W = weights[(m, rho)]
+        n_w, L = W.shape[1], W.shape[2]
+        flat = W.reshape(-1)
+        correct = np.zeros(n_w, dtype=np.int64)
+        # flat index of W[f, k, c, j] = f·(n_w·L·m) + (k·L + c)·m + j
+        kc = ((np.arange(n_w)[:, None] * L + np.arange(L)[None, :]) * m)[None, None, :, :, None]
+        for start in range(0, n, ROW_BLOCK):
+            rows = slice(start, start + ROW_BLOCK)
+            index = (state.folds[:, rows] * (n_w * L * m))[:, :, None, None, None] + kc \
+                + state.ranked[m][rows, :rho][None, :, None, None, :]
+            scores = flat.take(index).sum(axis=4, dtype=np.int64)  # (R, rows, weightings, L)
+            hits = np.argmin(scores, axis=3) == state.y_index[rows][None, :, None]
+            correct += hits.reshape(-1, n_w).sum(axis=0)
+        out.append(correct)
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+# ---------------------------------------------------------------- the coordinator
+
+
+@dataclass
+class Communication:
+    rounds: int = 0
+    sent: int = 0  # bytes per party
+    received: int = 0
+
+    def allreduce(self, n_values: int, itemsize: int, broadcast: bool = True) -> None:
+        self.rounds += 1
+        self.sent += n_values * itemsize
+        self.received += n_values * itemsize if broadcast else 0
+
+
+def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_features: int, stages: dict,
+                  *, count_limit: CountLimit | None = None, max_inference_ms: float | None = DEFAULT_MAX_MS,
+                  n_folds: int = N_FOLDS, n_repeats: int = N_REPEATS, progress: Callable[[str], None] | None = None,
+                  communication: Communication | None = None):
+    """The solver's candidate set ranked by federated K-fold accuracy; returns (the winning Candidate, info).
+
+    stages: scaling -> (mean, scale, input_scale), agreed beforehand by exact all-reduces. The row count n is
+    the sum of the parties' (from the moment sums)."""
+    from tinyproto.families.flynn.solver import solver_random_state
+
+    started = time.perf_counter()
+    say = progress or (lambda message: None)
+    comm = communication or Communication()
+    L, d = len(classes), n_features
+    budget = int(budget_bytes)
+    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False)
+    if budget < smallest:
+        raise TinyprotoError(
+            f"budget {budget} B is too small for FlyNN on {d} features and {L} classes: the smallest model "
+            f"({MIN_HASHES} hash bits, seeded M) needs {smallest} B")
+    max_cycles = None if max_inference_ms is None else max_inference_ms * 1e-3 * F_CPU
+    seed_M = draw_seed(solver_random_state(seed))
+    n_rows = int(stages["n"])
+    K = max(2, min(n_folds, n_rows))
+    parties = list(range(backend.n_parties))
+    tried: dict[Candidate, Candidate] = {}
+    scalings = {scaling for scaling, _ in PREPROCESSING}
+    setup = backend.derive(party_setup, backend.handles, {sc: stages[sc] for sc in scalings}, np.asarray(classes),
+                           K, n_repeats, seed, per_party=parties)
+    RK = n_repeats * K
+
+    def evaluate(scaling: str, sign_split: bool, s_grid, rho_grid, bits_grid, store_grid) -> None:
+        n_in = 2 * d if sign_split else d
+        for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):
+            plan = _solver._plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+            if not plan:
+                continue
+            by_shape: dict[tuple[int, int], list[Candidate]] = {}
+            for c in plan:
+                c = replace(c, scaling=scaling, sign_split=sign_split)
+                if c not in tried:
+                    by_shape.setdefault((c.m, c.rho), []).append(c)
+            if not by_shape:
+                continue
+            m_values = sorted({m for m, _ in by_shape})
+            k = max(rho for _, rho in by_shape)
+            M = projection_matrix(seeded_indices(seed_M, max(m_values), s, n_in), n_in)
+            states = backend.derive(party_hash, setup, scaling, sign_split, M, m_values, k)
+            shapes = sorted(by_shape)
+            summed = backend.allreduce(party_fold_counts, states, shapes, RK, L)
+            comm.allreduce(sum(RK * L * m for m, _ in shapes), 4, broadcast=False)
+            work = [(shape, sorted({(c.bits, c.decay) for c in by_shape[shape]})) for shape in shapes]
+            weights = {shape: held_out_weights(summed.dense(shape, RK, L), K, weight_table(weightings))
+                       for shape, weightings in work}
+            comm.received += sum(w.size for w in weights.values())  # uint8
+            correct = backend.allreduce(party_correct, states, weights, shapes)
+            comm.allreduce(sum(len(w) for _, w in work), 8)
+            backend.release(states)
+            accuracy = {}
+            i = 0
+            for shape, weightings in work:
+                for weighting in weightings:
+                    accuracy[(shape, weighting)] = float(correct[i]) / (n_rows * n_repeats)
+                    i += 1
+            for shape, group in by_shape.items():
+                for c in group:
+                    tried[c] = replace(c, cv_accuracy=accuracy[(shape, (c.bits, c.decay))])
+
+    for scaling, sign_split in PREPROCESSING:
+        evaluate(scaling, sign_split, *STAGE1)
+        say(f"selection: preprocessing {scaling}/{'split' if sign_split else 'plain'} tried on all parties")
+    if not tried:
+        learnable = " with counts that fit the device's SRAM and EEPROM" if count_limit else ""
+        raise TinyprotoError(f"no FlyNN fits {budget} B within {max_inference_ms} ms per inference{learnable}; "
+                             "raise the budget or the time cap")
+    best_prep = max(tried.values(), key=_solver._rank)
+    evaluate(best_prep.scaling, best_prep.sign_split, *STAGE2)
+    backend.release(setup)
+    candidates = list(tried.values())
+    best = max(candidates, key=_solver._rank)
+    say(f"selection: {len(candidates)} candidates ranked by {n_repeats} x {K}-fold accuracy over all parties' rows")
+    n_in = 2 * d if best.sign_split else d
+    cycles = estimate_cycles(best.m, best.s, best.rho, best.bits, L, n_in, best.store_M)
+    info = {
+        "cv_accuracy": best.cv_accuracy,
+        "validation": f"{n_repeats} x {K}-fold cross-validation of the integer model over every party's rows: "
+                      "each party assigns its own rows to folds (seeded), per-fold counts and correct-prediction "
+                      "tallies are all-reduced",
+        "candidates": [asdict(c) for c in candidates],
+        "estimated_cycles": int(cycles),
+        "estimated_ms": cycles / F_CPU * 1e3,
+        "max_inference_ms": max_inference_ms,
+        "selection_seconds": round(time.perf_counter() - started, 3),
+    }
+    return best, info
+
+
+__all__ = ["Communication", "N_FOLDS", "party_folds", "select_config"]

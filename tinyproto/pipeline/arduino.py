@@ -1,0 +1,222 @@
+"""`tinyproto export DIR --arduino`: the model of a model directory as an Arduino library (+ a .zip of it).
+
+    OUT/                      (default: <model dir>-arduino; written atomically, see tinyproto.core.modeldir)
+      <Name>/                 the library, as the Arduino IDE / arduino-cli / PlatformIO expect it
+        library.properties
+        src/<Name>.h          the one header a sketch includes: the C API, per-model SRAM and cost figures
+        src/tinyproto_model.h the model (PROGMEM arrays + #defines), the same header `compile` generated
+        src/tinyproto.h, tp_input.c, tp_<family>.c   the runtime (not the device app tp_main.c: the sketch is the app)
+        src/tp_labels.c       the class names in flash
+        src/tp_text.c/.h      tp_parse_float: decimal text -> float32, correctly rounded (avr-libc's strtod is not)
+        examples/<Name>/<Name>.ino   reads one vector per Serial line, prints the class and its score
+      <Name>.zip              the same folder for the IDE's Sketch > Include Library > Add .ZIP Library
+
+The model directory stays the single source: the header is rendered from model.json (verified), never copied.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from tinyproto import __version__
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.cli.options import MODEL_DIR
+
+NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
+LIBRARY_EXTRAS = ("tp_text.h", "tp_text.c")  # templates/arduino/: the correctly rounded text -> float32 reader
+# Names the library's own files already use (the IDE runs on case-insensitive file systems too).
+_TAKEN = {"tp_text", "tinyproto", "tinyproto_model", "tp_input", "tp_protonn", "tp_flynn", "tp_labels", "arduino"}
+RUNTIME = ("tinyproto.h", "tp_input.c")  # + tp_<family>.c; never tp_main.c / tp_serial.* (the device app's)
+# tp_input_quantize on an ATmega328P: 65,041-65,344 cycles for 64 features (simulated Uno, cycle-exact).
+QUANTIZE_CYCLES_PER_FEATURE = 1020
+EXPORT_RECORD = "export.json"  # in OUT: says this directory is an export (and of which model)
+EXPORT_FORMAT = "tinyproto-arduino-library"
+_ZIP_TIME = (2020, 1, 1, 0, 0, 0)  # fixed: the same model gives the same zip
+
+
+@dataclass(frozen=True)
+class ArduinoExport:
+    out_dir: Path
+    library_dir: Path
+    zip_path: Path
+    name: str
+
+
+def library_name(dataset: str) -> str:
+    """'breast_cancer' -> 'TinyprotoBreastCancer': a valid Arduino library name and C identifier."""
+    parts = [p for p in re.split(r"[^A-Za-z0-9]+", dataset) if p]
+    name = "Tinyproto" + "".join(p[:1].upper() + p[1:] for p in parts)
+    return name[:63]
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise TinyprotoError(f"--name {name!r} is not usable: a library name here is a C identifier of at most 63 "
+                             "characters (a letter, then letters, digits or _)")
+    if name.lower() in _TAKEN:
+        raise TinyprotoError(f"--name {name!r} would clash with a file of the library; choose another name")
+    return name
+
+
+def c_string(text: str) -> str:
+    """A C string literal of `text` (UTF-8), safe for any content: octal escapes, no trigraphs."""
+    out = []
+    for byte in str(text).encode("utf-8"):
+        char = chr(byte)
+        if 0x20 <= byte < 0x7F and char not in '"\\?':
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _template(name: str):
+    from tinyproto.core.render import jinja_env
+
+    return jinja_env().get_template(f"arduino/{name}")
+
+
+def _context(model_dir, model, name: str) -> dict:
+    meta, report = model_dir.meta, model_dir.report
+    # tp_predict's own stack buffers (the input vector and the scores are the caller's, listed apart)
+    sram = [(item.name, item.nbytes, item.what) for item in model.working_sram()
+            if item.name not in ("input", "scores")]
+    cycles = report.get("predicted_cycles") or {}
+    total = cycles.get("total") if isinstance(cycles, dict) else None
+    return {
+        "name": name,
+        "guard": re.sub(r"[^A-Z0-9]", "_", name.upper()) + "_H",
+        "version": __version__,
+        "family": model.family,
+        "dataset": str(meta.get("dataset", "?")),
+        "dataset_comment": re.sub(r"[^\x20-\x7e]|\*/", "?", str(meta.get("dataset", "?"))),
+        "model_hash": meta["model_hash"],
+        "model_bytes": sum(a.nbytes for a in model.carrays()),
+        "budget_bytes": meta.get("budget_bytes"),
+        "n_features": model.n_features,
+        "n_classes": model.n_classes,
+        "sram": sram,
+        "sram_total": sum(n for _, n, _ in sram),
+        "predict_cycles": int(total) if isinstance(total, (int, float)) else None,
+        "predict_ms": round(int(total) / 16000.0, 2) if isinstance(total, (int, float)) else None,
+        "quantize_cycles": QUANTIZE_CYCLES_PER_FEATURE * model.n_features,
+        "quantize_ms": round(QUANTIZE_CYCLES_PER_FEATURE * model.n_features / 16000.0, 2),
+        "class_names": [c_string(c) for c in model.classes],
+        "class_comments": [re.sub(r"[^\x20-\x7e]|\*/", "?", str(c)) for c in model.classes],
+    }
+
+
+def write_library(model_dir, model, name: str, library: Path) -> None:
+    """The library folder `library` (must not exist) for the verified integer model of `model_dir`."""
+    from tinyproto.core.render import render_header, runtime_files
+    from tinyproto.core.resources import resource_dir
+
+    meta = model_dir.meta
+    context = _context(model_dir, model, name)
+    src = library / "src"
+    example = library / "examples" / name
+    src.mkdir(parents=True)
+    example.mkdir(parents=True)
+    (library / "library.properties").write_text(_template("library.properties.j2").render(**context))
+    (src / f"{name}.h").write_text(_template("library.h.j2").render(**context))
+    (src / "tp_labels.c").write_text(_template("tp_labels.c.j2").render(**context))
+    (src / "tinyproto_model.h").write_text(
+        render_header(model, meta.get("dataset", "?"), meta.get("seed", 0), meta.get("budget_bytes", 0)))
+    wanted = set(RUNTIME) | {f"tp_{model.family}.c"}
+    for source in runtime_files(model.family):
+        if source.name in wanted:
+            shutil.copyfile(source, src / source.name)
+    for extra in LIBRARY_EXTRAS:
+        shutil.copyfile(resource_dir("templates") / "arduino" / extra, src / extra)
+    (example / f"{name}.ino").write_text(_template("example.ino.j2").render(**context))
+
+
+def write_zip(library: Path, zip_path: Path) -> None:
+    """The library folder at the zip's root (what Add .ZIP Library expects), entries sorted, fixed times."""
+    with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path in [library, *sorted(library.rglob("*"))]:
+            rel = path.relative_to(library.parent).as_posix()
+            if path.is_dir():
+                info = zipfile.ZipInfo(rel + "/", date_time=_ZIP_TIME)
+                info.external_attr = (0o40755 << 16) | 0x10
+                archive.writestr(info, b"")
+            else:
+                info = zipfile.ZipInfo(rel, date_time=_ZIP_TIME)
+                info.external_attr = 0o100644 << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                archive.writestr(info, path.read_bytes())
+
+
+def _check_export_dir(out: Path) -> None:
+    """An existing non-empty --out is replaced only if it is an earlier export (never a model directory)."""
+    from tinyproto.core.modeldir import read_json
+
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    record = out / EXPORT_RECORD
+    try:
+        ours = record.is_file() and not record.is_symlink() and read_json(record, "").get("format") == EXPORT_FORMAT
+    except TinyprotoError:
+        ours = False
+    if not ours:
+        what = "a model directory" if (out / "model.json").exists() else "not an earlier `tinyproto export`"
+        raise TinyprotoError(f"--out {out} is not empty and is {what}; choose another --out, nothing was changed")
+
+
+def export_arduino(model_path: Path, out: Path | None = None, name: str | None = None) -> ArduinoExport:
+    from tinyproto.core.modeldir import atomic_directory, check_output_dir, load_model_dir, write_json
+
+    model_dir = load_model_dir(model_path)
+    model = model_dir.int_model()  # a damaged or edited model.json is refused here
+    name = check_name(name if name is not None else library_name(str(model_dir.meta.get("dataset", ""))))
+    if name == "Tinyproto":
+        raise TinyprotoError("the data set's name gives no library name; give one with --name")
+    if out is None:
+        out = model_dir.path.parent / f"{model_dir.path.resolve().name}-arduino"
+    source, target = model_dir.path.resolve(), Path(out).resolve()
+    if target == source or source in target.parents or target in source.parents:
+        raise TinyprotoError(f"--out {out} is the model directory, inside it or around it; choose a directory "
+                             "beside it, nothing was changed")
+    out = check_output_dir(out)
+    _check_export_dir(out)
+    with atomic_directory(out, "export") as scratch:
+        write_library(model_dir, model, name, scratch / name)
+        write_zip(scratch / name, scratch / f"{name}.zip")
+        write_json(scratch / EXPORT_RECORD, {"format": EXPORT_FORMAT, "tinyproto_version": __version__,
+                                             "name": name, "model_hash": model_dir.meta["model_hash"],
+                                             "model_dir": str(source)})
+    return ArduinoExport(out, out / name, out / f"{name}.zip", name)
+
+
+# ------------------------------------------------------------------------------------------------ command
+
+
+@click.command("export")
+@click.argument("model_dir", type=MODEL_DIR)
+@click.option("--arduino", "arduino", is_flag=True, required=True,
+              help="Export as an Arduino library (the only export format so far).")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Directory to write (default: <MODEL_DIR>-arduino): the library folder and its .zip. "
+                   "Replaced only if tinyproto wrote it and nobody changed it.")
+@click.option("--name", default=None,
+              help="Library name, a C identifier (default: from the data set, e.g. digits -> TinyprotoDigits).")
+def export_command(model_dir: Path, arduino: bool, out: Path | None, name: str | None) -> None:
+    """Export the model of MODEL_DIR for use in your own code.
+
+    \b
+    --arduino writes an Arduino library: library.properties, src/ (the model header, the runtime and
+    <Name>.h, the documented C API), examples/<Name>/<Name>.ino (one vector per Serial line in, the class
+    and its score out), plus <Name>.zip for the Arduino IDE's Sketch > Include Library > Add .ZIP Library.
+    """
+    if not arduino:
+        raise click.UsageError("choose an export format: --arduino")
+    result = export_arduino(model_dir, out, name)
+    click.echo(f"wrote Arduino library {result.name}: {result.library_dir}")
+    click.echo(f"  zip for the Arduino IDE (Add .ZIP Library): {result.zip_path}")
+    click.echo(f"  example sketch: {result.library_dir / 'examples' / result.name / (result.name + '.ino')}")

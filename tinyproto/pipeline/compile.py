@@ -1,0 +1,222 @@
+"""`tinyproto compile`: data -> model under a byte budget -> int8 model -> C + PlatformIO project + report."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from tinyproto import __version__
+from tinyproto import families
+from tinyproto.core.boards import Board, load_board
+from tinyproto.core.budget import parse_budget
+from tinyproto.core.datasets import Dataset, Split, load_dataset, split
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.families import fit_under_budget
+from tinyproto.core.ledger import Ledger
+from tinyproto.core.modeldir import (MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, atomic_directory, check_output_dir,
+                                file_sha256, int_model_digest, write_json)
+from tinyproto.core.render import model_hash, write_sources
+
+INT8_LOSS_WARNING_POINTS = 0.5
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    out_dir: Path
+    report: dict
+    ledger: Ledger
+
+
+def firmware_sram_estimate(model, board: Board) -> dict:
+    """SRAM the deployed firmware will need, before building: inference buffers + serial frame + reserve.
+
+    The build replaces this by `avr-size` figures and the device by its measured stack peak.
+    """
+    from tinyproto.device.frames import rx_frame_bytes
+
+    working = sum(item.nbytes for item in model.working_sram())
+    frame = rx_frame_bytes(model.n_features, model.n_classes)
+    total = working + frame + board.sram_reserved_bytes
+    return {"working_bytes": working, "serial_frame_bytes": frame, "reserved_bytes": board.sram_reserved_bytes,
+            "estimated_total_bytes": total, "board_sram_bytes": board.sram_bytes}
+
+
+def compile_model(
+    data: str,
+    family: str = "protonn",
+    budget: str = "2kB",
+    seed: int = 0,
+    board_name: str = "uno",
+    out: Path | None = None,
+    label: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    learnable: bool = False,
+    max_latency_ms: float | None = None,
+) -> CompileResult:
+    """max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
+    learnable (FlyNN only): also fit the counts into what the device holds while learning (`tinyproto
+    learn`): SRAM beside the learning firmware's buffers, stack and reserve, and the EEPROM record."""
+    budget_bytes = parse_budget(budget)
+    if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
+        raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
+    board = load_board(board_name)
+    if learnable and not families.family(family).learnable:
+        raise TinyprotoError("--learnable is for --model flynn: only FlyNN learns on the device")
+    dataset = load_dataset(data, label=label)
+    out_dir = Path(out) if out is not None else Path("build") / dataset.name
+    check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
+    sp = split(dataset)
+
+    started = time.perf_counter()
+    if learnable:
+        clf, model, info = _fit_learnable_flynn(sp, budget_bytes, seed, board, progress, max_latency_ms)
+    else:
+        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress,
+                                            max_latency_ms, board.f_cpu_hz)
+    info["max_latency_ms"] = max_latency_ms
+    train_seconds = time.perf_counter() - started
+    return write_model_directory(clf, model, info, dataset, sp, seed, budget_bytes, board, out_dir,
+                                 train_seconds, progress)
+
+
+def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, seed: int, budget_bytes: int,
+                          board: Board, out_dir: Path, train_seconds: float,
+                          progress: Callable[[str], None] | None = None,
+                          extra_report: dict | None = None) -> CompileResult:
+    """Check a fitted model against the budget and the board, then write its model directory atomically.
+
+    Shared by `compile` and every other producer of models (federated training, benchmarks), so each
+    directory has the same files, report keys and checks. `extra_report` adds a producer's own keys to
+    report.json inside the same atomic write.
+    """
+    ledger = Ledger(model.carrays(), model.working_sram())
+    if ledger.model_bytes > budget_bytes:  # the solvers guarantee this; a breach is a bug, never shipped
+        raise TinyprotoError(f"internal error: model is {ledger.model_bytes} B, over the {budget_bytes} B budget")
+    sram = firmware_sram_estimate(model, board)
+    if sram["estimated_total_bytes"] > board.sram_bytes:
+        raise TinyprotoError(
+            f"the model's inference needs about {sram['estimated_total_bytes']} B of SRAM "
+            f"(buffers {sram['working_bytes']} B + serial frame {sram['serial_frame_bytes']} B + reserve "
+            f"{sram['reserved_bytes']} B), more than the {board.sram_bytes} B of {board.title}"
+        )
+
+    family = model.family
+    vectors = _test_vectors(model, sp.X_test, sp.y_test)
+    float_pred = clf.predict(sp.X_test)
+    int8_pred = np.asarray(model.classes)[vectors.labels]
+    report = _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
+                     float_pred, int8_pred, sp.y_test)
+    report.update(extra_report or {})
+
+    if progress:
+        progress(f"writing {out_dir}")
+    with atomic_directory(out_dir) as scratch:
+        vectors.save(scratch / "test_vectors.npz")
+        meta = _model_json(model, dataset, family, seed, budget_bytes, board, info)
+        meta["vectors_sha256"] = file_sha256(scratch / "test_vectors.npz")  # validate refuses other vectors
+        write_json(scratch / "model.json", meta)
+        write_sources(model, scratch, dataset.name, seed, budget_bytes)
+        _write_project(model, scratch, board, vectors)
+        write_json(scratch / "report.json", report)
+    return CompileResult(Path(out_dir), report, ledger)
+
+
+def _fit_learnable_flynn(sp: Split, budget_bytes: int, seed: int, board: Board,
+                         progress: Callable[[str], None] | None, max_latency_ms: float | None = None):
+    """The FlyNN solver with m capped so the counts fit the learning firmware's SRAM and the EEPROM."""
+    from tinyproto.pipeline.learn import count_limit, learn_sizes
+    from tinyproto.families.flynn.solver import fit_flynn_under_budget
+
+    limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
+    latency = {} if max_latency_ms is None else {"max_inference_ms": max_latency_ms, "f_cpu": board.f_cpu_hz,
+                                                 "exact_latency": True}
+    clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, progress,
+                                              count_limit=limit, **latency)
+    info["chosen"]["learnable"] = True
+    info["learning"] = learn_sizes(model, board).to_dict()
+    return clf, model, info
+
+
+def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:
+    xq = model.input_stage.quantize(X_test)
+    scores = model.scores(xq)
+    class_index = {c: i for i, c in enumerate(model.classes)}
+    y_index = np.array([class_index[_plain(v)] for v in y_test], dtype=np.int64)
+    return TestVectors(X_test.astype(np.float32), xq, y_index, scores.astype(np.int64),
+                       model.labels(scores).astype(np.int64))
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def _write_project(model, project_dir: Path, board: Board, vectors: TestVectors) -> None:
+    """platformio.ini and the `pio test` suite (a handful of vectors with their reference scores)."""
+    from tinyproto.device.build import render_pio_test, render_platformio_ini
+
+    (project_dir / "platformio.ini").write_text(render_platformio_ini(board))
+    n = min(8, len(vectors.labels))
+    render_pio_test(project_dir, vectors.xq[:n], vectors.scores[:n], vectors.labels[:n])
+
+
+def _model_json(model, dataset: Dataset, family: str, seed: int, budget_bytes: int, board: Board, info: dict) -> dict:
+    return {
+        "format": MODEL_FORMAT,
+        "format_version": MODEL_FORMAT_VERSION,
+        "tinyproto_version": __version__,
+        "family": family,
+        "dataset": dataset.name,
+        "seed": seed,
+        "board": board.name,
+        "budget_bytes": budget_bytes,
+        "model_hash": f"0x{model_hash(model):08X}",
+        "hyperparameters": info["chosen"],
+        "int_model": model.to_json(),
+        "int_model_sha256": int_model_digest(model.to_json()),
+    }
+
+
+def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
+            float_pred, int8_pred, y_test) -> dict:
+    from tinyproto.families import predict_cycles
+
+    float_acc = float(np.mean(float_pred == y_test))
+    int8_acc = float(np.mean(int8_pred == y_test))
+    warnings = []
+    if (float_acc - int8_acc) * 100 > INT8_LOSS_WARNING_POINTS:
+        warnings.append(f"int8 accuracy is {100 * (float_acc - int8_acc):.1f} points below float")
+    margin = board.sram_bytes - sram["estimated_total_bytes"]
+    if margin < 256:
+        warnings.append(f"estimated SRAM margin is only {margin} B")
+    cycles = predict_cycles(model)
+    return {
+        "model": family,
+        "dataset": dataset.name,
+        "seed": seed,
+        "board": board.name,
+        "budget_bytes": budget_bytes,
+        "model_bytes": ledger.model_bytes,
+        "model_hash": f"0x{model_hash(model):08X}",
+        "ledger": ledger.to_dict(),
+        "sram_estimate": sram,
+        "hyperparameters": info["chosen"],
+        "solver": {k: v for k, v in info.items() if k != "chosen"},
+        "n_features": model.n_features,
+        "n_classes": model.n_classes,
+        "n_train": int(dataset.X.shape[0] - len(y_test)),
+        "n_test": int(len(y_test)),
+        "float_accuracy": float_acc,
+        "int8_accuracy": int8_acc,
+        "int8_float_agreement": float(np.mean(float_pred == int8_pred)),
+        "train_seconds": round(train_seconds, 2),
+        "predicted_cycles": cycles,
+        "predicted_latency_ms": 1000.0 * cycles["total"] / board.f_cpu_hz,
+        "max_latency_ms": info.get("max_latency_ms"),
+        "runners_up": info.get("runners_up", []),
+        "warnings": warnings,
+    }

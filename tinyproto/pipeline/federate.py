@@ -1,0 +1,321 @@
+"""`tinyproto federate`: one FlyNN trained by N parties that keep their rows, written as a normal model directory.
+
+The fixed stratified split (25 % test, seed 0) is made first; the parties divide the *training* part
+(`--split`), the test part is the held-out set of every reported figure, as in `compile`. The protocol is in
+tinyproto/flynn/federated.py (model selection: flynn/federated_selection.py); this module runs it and writes
+the directory with `compile.write_model_directory` (same files and checks as `compile`, so `build`, `flash`
+and `validate` work on it) plus the federation's keys in report.json. Two references are trained on the pooled
+training rows, which no party could do:
+
+* what `compile --model flynn` would deploy (its own solver on the pooled rows): the accuracy and bytes the
+  federation is compared with (`compile_accuracy`, `accuracy_vs_compile_points`);
+* the federated configuration trained on the pooled rows: its counts must equal the federated ones exactly
+  without DP (`counts_equal_pooled`), the check that the all-reduces lose nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from tinyproto.core.errors import TinyprotoError
+
+BACKENDS = ("dask", "local", "sim", "port")
+DEVICE_BACKENDS = ("sim", "port")  # parties that learn on a (simulated) Uno: tinyproto/device/federated.py
+
+
+@dataclass(frozen=True)
+class FederateResult:
+    out_dir: Path
+    report: dict
+
+
+def default_dp_T(n_classes: int, n_hashes: int) -> int:
+    """T when --dp-T is not given: L·m/64 of the L·m counts (at least one).
+
+    Smaller T means less noise per released count (Laplace scale 2Tτ/ε) and a sharper exponential mechanism,
+    but fewer filter bits set; in tools/bench_federated.py L·m/64 is near the best T for ε in 1..4 on the
+    synthetic data (digits prefers even fewer). It depends on the data only through L and m, which are public.
+    """
+    return max(1, (n_classes * n_hashes) // 64)
+
+
+SEED_MAX = 2**32 - 1  # numpy's RandomState and SeedSequence take 0..2^32-1
+
+
+def check_arguments(parties: int, dp_epsilon: float | None, dp_T: int | None, backend: str,
+                    scheduler: str | None, ports: str | None = None, *, seed: int = 0, workers: int | None = None,
+                    processes: bool = False, timeout: float | None = None, split_spec: str | None = None) -> None:
+    """Everything that can be refused before any data is read (one-line TinyprotoError each)."""
+    if parties < 1:
+        raise TinyprotoError(f"--parties must be at least 1, got {parties}")
+    if not 0 <= seed <= SEED_MAX:
+        raise TinyprotoError(f"--seed must be in 0..{SEED_MAX}, got {seed}")
+    if workers is not None and workers < 1:
+        raise TinyprotoError(f"--workers must be at least 1, got {workers}")
+    if workers is not None and (backend != "dask" or scheduler):
+        raise TinyprotoError("--workers sets the LocalCluster's workers: it needs --backend dask without "
+                             "--scheduler")
+    if processes and (backend != "dask" or scheduler):
+        raise TinyprotoError("--processes runs LocalCluster workers as processes: it needs --backend dask "
+                             "without --scheduler")
+    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+        raise TinyprotoError(f"--timeout must be a positive number of seconds, got {timeout}")
+    if split_spec is not None:
+        from tinyproto.federated.training import parse_split
+
+        parse_split(split_spec)
+    if dp_epsilon is not None and not (dp_epsilon > 0 and math.isfinite(dp_epsilon)):
+        raise TinyprotoError(f"--dp-epsilon must be a positive number, got {dp_epsilon}")
+    if dp_T is not None and dp_T < 1:
+        raise TinyprotoError(f"--dp-T must be at least 1, got {dp_T}")
+    if dp_T is not None and dp_epsilon is None:
+        raise TinyprotoError("--dp-T needs --dp-epsilon (T only matters for the differentially private release)")
+    if backend not in BACKENDS:
+        raise TinyprotoError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if scheduler and backend != "dask":
+        raise TinyprotoError("--scheduler needs --backend dask")
+    if (ports is not None) != (backend == "port"):
+        raise TinyprotoError("--backend port needs --ports P1,P2,... (one board per party)" if ports is None
+                             else "--ports needs --backend port")
+    if ports is not None:
+        from tinyproto.federated.device_parties import check_ports
+
+        check_ports(ports.split(","), parties)
+
+
+@contextmanager
+def open_backend(kind: str, shards: list, scheduler: str | None = None, workers: int | None = None,
+                 processes: bool = False, *, board=None, ports: str | None = None, dataset: str = "federated",
+                 budget_bytes: int = 0, timeout: float | None = None,
+                 progress: Callable[[str], None] | None = None) -> Iterator:
+    """The parties, placed: in this process (local), on dask workers (a LocalCluster unless --scheduler), or
+    on devices that learn their shard (sim: one simulated Uno per party; port: one board per port)."""
+    from tinyproto.federated.training import DaskBackend, LocalBackend
+
+    if kind == "local":
+        backend = LocalBackend(shards)
+    elif kind in DEVICE_BACKENDS:
+        from tinyproto.federated.device_parties import DeviceBackend
+
+        backend = DeviceBackend(shards, board, None if kind == "sim" else ports.split(","), dataset=dataset,
+                                budget_bytes=budget_bytes, progress=progress)
+    else:
+        import importlib.util
+
+        if importlib.util.find_spec("distributed") is None:
+            raise TinyprotoError("--backend dask needs dask.distributed: pip install 'dask[distributed]' "
+                                 "(or use --backend local)")
+        from tinyproto.federated.training import CONNECT_TIMEOUT
+
+        backend = None
+        try:
+            with _sigint_blocked_for_children():
+                backend = DaskBackend(shards, scheduler=scheduler, n_workers=workers, processes=processes,
+                                      timeout=CONNECT_TIMEOUT if timeout is None else timeout)
+        except BaseException:  # Ctrl-C pending during the start is raised when SIGINT is unblocked
+            if backend is not None:
+                backend.close()
+            raise
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@contextmanager
+def _sigint_blocked_for_children() -> Iterator[None]:
+    """SIGINT blocked while the cluster starts: the threads and worker processes dask creates inherit the
+    blocked mask, so Ctrl-C in the terminal reaches only this process, which shuts the cluster down itself (no
+    worker tracebacks, no orphans). A Ctrl-C during the start stays pending and is raised on leaving."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def federate_model(
+    data: str = "digits",
+    parties: int = 2,
+    *,
+    dp_epsilon: float | None = None,
+    dp_T: int | None = None,
+    backend: str = "dask",
+    scheduler: str | None = None,
+    split_spec: str = "iid",
+    seed: int = 0,
+    budget: str = "2kB",
+    board_name: str = "uno",
+    out: Path | None = None,
+    label: str | None = None,
+    workers: int | None = None,
+    processes: bool = False,
+    ports: str | None = None,
+    timeout: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> FederateResult:
+    """Train FlyNN across `parties` parties (optionally with DP) and write the model directory; see module doc."""
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.budget import parse_budget
+    from tinyproto.pipeline.compile import write_model_directory
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.core.modeldir import check_output_dir
+    from tinyproto.federated import training as fed
+
+    say = progress or (lambda message: None)
+    check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports, seed=seed, workers=workers,
+                    processes=processes, timeout=timeout)
+    split_kind = fed.parse_split(split_spec)
+    budget_bytes = parse_budget(budget)
+    board = load_board(board_name)
+    dataset = load_dataset(data, label=label)
+    sp = split(dataset)
+    n_train = len(sp.y_train)
+    if parties > n_train:
+        raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
+    out_dir = Path(out) if out is not None else Path("build") / f"{dataset.name}-federated"
+    check_output_dir(out_dir)  # an unusable --out is refused now, not after the parties have trained
+
+    rows = fed.split_parties(sp.y_train, parties, split_kind, seed)
+    shards = [(sp.X_train[r], sp.y_train[r]) for r in rows]
+    party_classes = [int(np.unique(y).size) for _, y in shards]
+    say(f"{parties} parties ({split_kind}): {', '.join(str(len(r)) for r in rows)} rows")
+
+    started = time.perf_counter()
+    with open_backend(backend, shards, scheduler, workers, processes, board=board, ports=ports,
+                      dataset=dataset.name, budget_bytes=budget_bytes, timeout=timeout,
+                      progress=say) as parties_backend:
+        say(f"backend: {_describe(parties_backend.describe())}")
+        classes = fed.agree_classes(parties_backend)
+        limit = None
+        if backend in DEVICE_BACKENDS:  # the counts must fit the learning firmware (as compile --learnable)
+            from tinyproto.pipeline.learn import count_limit
+
+            limit = count_limit(board, sp.X_train.shape[1], len(classes))
+        config, info = fed.choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
+                                         dp=dp_epsilon is not None, count_limit=limit, progress=say)
+        say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
+            f"bits={config.count_bits} ({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
+        dp = None
+        if dp_epsilon is not None:
+            n_counts = len(classes) * config.n_hashes
+            T = dp_T if dp_T is not None else default_dp_T(len(classes), config.n_hashes)
+            if T > n_counts:
+                say(f"--dp-T {T} is more than the {n_counts} counts (L x m): every count is released, T = {n_counts}")
+            dp = fed.DPParams(float(dp_epsilon), min(int(T), n_counts), parties,
+                              T_requested=None if dp_T is None else int(dp_T))
+        fit = fed.federated_fit(parties_backend, config, classes, dp=dp, seed=seed, progress=say)
+        party_accuracy = parties_backend.map(fed.party_accuracy, parties_backend.handles, fit.model)
+        cluster = parties_backend.describe()
+    federated_seconds = time.perf_counter() - started
+
+    say("reference 1: the same configuration trained on the pooled rows (exact check of the counts)")
+    central = fed.central_fit(sp.X_train, sp.y_train, config, classes)
+    say("reference 2: what compile would deploy (its solver on the pooled rows)")
+    reference = _compile_reference(sp, budget_bytes, seed, board, backend in DEVICE_BACKENDS)
+    extra = _federation_report(fit, central, reference, sp, rows, party_classes, party_accuracy, split_kind,
+                               backend, cluster, dp, info, federated_seconds)
+    result = write_model_directory(fit.clf, fit.model, info, dataset, sp, seed, budget_bytes, board, out_dir,
+                                   federated_seconds, progress, extra_report=extra)
+    return FederateResult(result.out_dir, result.report)
+
+
+def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool) -> dict:
+    """`compile --model flynn` on the pooled training rows (with --learnable's cap for device parties): its
+    int8 test accuracy, bytes and hyper-parameters."""
+    from tinyproto.families.flynn.solver import fit_flynn_under_budget
+
+    limit = None
+    if learnable:
+        from tinyproto.pipeline.learn import count_limit
+
+        limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
+    _, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, count_limit=limit)
+    return {"accuracy": float(np.mean(model.predict(sp.X_test) == sp.y_test)), "model_bytes": model.model_bytes(),
+            "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"]}
+
+
+def _federation_report(fit, central, reference, sp, rows, party_classes, party_accuracy, split_kind, backend,
+                       cluster, dp, info, seconds) -> dict:
+    """The report keys `compile` does not have."""
+    from tinyproto.federated.training import INPUT_QUANTILE
+
+    pred = fit.model.predict(sp.X_test)
+    central_pred = central.model.predict(sp.X_test)
+    on_device = backend in DEVICE_BACKENDS
+    if on_device:  # devices release saturated counts only: compare the deployed (re-saturated) counts
+        same_counts = bool(np.array_equal(fit.model.counts, central.model.counts))
+        differing = int(np.count_nonzero(fit.model.counts != central.model.counts))
+    else:
+        same_counts = bool(np.array_equal(fit.int_counts, central.int_counts)
+                           and np.array_equal(fit.float_counts, central.float_counts))
+        differing = int(np.count_nonzero(fit.int_counts != central.int_counts))
+    accuracy = float(np.mean(pred == sp.y_test))
+    chosen = {k: v for k, v in info["chosen"].items()}
+    compile_chosen = {k: v for k, v in reference["hyperparameters"].items() if k != "learnable"}
+    return {
+        "parties": len(rows),
+        "split": str(split_kind),
+        "backend": backend,
+        "cluster": cluster,
+        "dp": dp.to_json() if dp is not None else None,
+        "accuracy": accuracy,
+        "compile_accuracy": reference["accuracy"],
+        "compile_model_bytes": reference["model_bytes"],
+        "accuracy_vs_compile_points": round(100 * (accuracy - reference["accuracy"]), 4),
+        "compile_hyperparameters": reference["hyperparameters"],
+        "hyperparameters_equal_compile": chosen == compile_chosen,
+        "compile_reference": "tinyproto compile --model flynn with the same budget and seed on the pooled training "
+                             "rows" + (" (--learnable)" if on_device else "") + ", scored on the same test split",
+        "pooled_same_config_accuracy": float(np.mean(central_pred == sp.y_test)),
+        "counts_equal_pooled": same_counts,
+        "counts_differing_from_pooled": differing,
+        "prediction_agreement_with_pooled": float(np.mean(pred == central_pred)),
+        "pooled_reference": "the federated configuration trained on the pooled training rows: without DP its "
+                            "counts equal the federated counts exactly",
+        "compared_counts": ("the deployed integer counts, saturated to the count bits (each device releases its "
+                            "counts saturated; the sum is saturated again, which equals saturating the pooled "
+                            "counts); the device adds no DP noise, the party's host does after reading" if on_device
+                            else "the integer and float models' counts, summed before saturation"),
+        "party_rows": [len(r) for r in rows],
+        "party_classes": party_classes,
+        "party_train_accuracy": party_accuracy,
+        "hyperparameter_source": info["hyperparameter_source"],
+        "selection": {"validation": info.get("validation"), "cv_accuracy": info.get("cv_accuracy"),
+                      "candidates": len(info.get("candidates", [])), **info["selection_communication"]},
+        "protocol": {
+            "allreduce_rounds": 3 + fit.quantile_rounds,  # classes, moment sums, quantile search, counts
+            "quantile_rounds": fit.quantile_rounds,
+            "standardisation": "exact all-reduce of n, sum x, sum x^2 per feature (integer arithmetic)",
+            "input_scale": f"exact distributed {INPUT_QUANTILE:g} quantile of |z| (search over float64 bit "
+                           "patterns)",
+            "input_scale_value": fit.spec.input_scale,
+            "seed_of_M": fit.spec.config.seed,
+        },
+        "federated_seconds": round(seconds, 2),
+    }
+
+
+def _describe(cluster: dict) -> str:
+    if cluster["name"] == "local":
+        return "local (every party in this process)"
+    if cluster["name"] == "sim":
+        return f"sim ({cluster['devices']} simulated Unos learning on-device)"
+    if cluster["name"] == "port":
+        return f"port ({', '.join(cluster['ports'])}, learning on-device)"
+    mode = {True: "processes", False: "threads", None: "remote"}[cluster["processes"]]
+    return f"dask {cluster['scheduler']} ({cluster['workers']} workers, {mode})"

@@ -1,0 +1,46 @@
+"""The files of a sweep directory, shared by `tinyproto sweep` (which writes them) and `tinyproto report`
+(which reads them): sweep.json (the grid and every run), results.jsonl (one line per finished point) and
+points/<id>/ (each point's model directory)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tinyproto.core.errors import TinyprotoError
+
+CONFIG = "sweep.json"
+RESULTS = "results.jsonl"
+POINTS = "points"
+
+
+def read_results(path: Path, repair: bool = False) -> list[dict]:
+    """The lines of results.jsonl; a torn last line (killed mid-write) is dropped, and cut off with repair."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    records, good_end = [], 0
+    for number, line in enumerate(lines, start=1):
+        last = number == len(lines)  # the part after the final newline: empty, or a torn line
+        if not line.strip():
+            good_end += len(line) + (0 if last else 1)
+            continue
+        try:
+            entry = json.loads(line)
+            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+                raise ValueError("not a result object")
+        except ValueError as exc:
+            if last:
+                break  # torn by a kill: that point runs again
+            raise TinyprotoError(f"{path}:{number} is not a result line ({str(exc)[:60]}); the sweep directory "
+                                 "is damaged, start it again in a new --out") from None
+        if last:  # a complete object without its newline: still torn (the newline is written with it)
+            break
+        records.append(entry)
+        good_end += len(line) + 1
+    if repair and good_end < len(data):
+        with open(path, "r+b") as handle:
+            handle.truncate(good_end)
+    return records

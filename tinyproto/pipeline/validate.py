@@ -1,0 +1,465 @@
+"""`tinyproto validate`: stream every held-out vector to the device and prove device == host reference.
+
+Per vector the device returns its label, the full int32 score vector and the cycles of the inference;
+each is compared with the numpy integer reference. What is validated is bound together before the first
+vector is sent: model.json must hash to its recorded model hash, the test vectors must be the ones compile
+wrote (sha256) and agree with the host reference recomputed from model.json, the firmware must be the one
+build recorded (sha256) and built from this model, and the device must answer with this model's hash.
+
+Results are appended (fsync'ed) to `validation.jsonl`, whose first line records that binding, so `--resume`
+continues only a run of the very same model, vectors, firmware and target. Every check validation makes
+(scores, labels, completeness, the on-device input stage, the simulator's cycle markers, SRAM) is listed in
+validation.json under `checks`, and any failed one makes the command exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from tinyproto.core.boards import Board, load_board
+from tinyproto.core.cost import lower_bound_cycles
+from tinyproto.families import predict_cycles
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.modeldir import ModelDir, file_sha256, load_model_dir, locked, read_json, record_outputs, write_json
+
+PROGRESS_EVERY = 25  # vectors between rewrites of validation.json during a run
+MAX_MISMATCHES_REPORTED = 5
+JOURNAL = "validation.jsonl"
+JOURNAL_NEW = ".validation.jsonl.new"
+SUMMARY = "validation.json"
+_HEADER_HASH = re.compile(r"#define\s+TP_MODEL_HASH\s+0x([0-9A-Fa-f]{8})UL")
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    elf: Path
+    hex: Path
+    flash_bytes: int
+    sram_static_bytes: int
+    tool: str
+    firmware_sha256: str | None
+    model_hash: str | None
+
+
+def _inside(model_dir: ModelDir, relative: object, what: str) -> Path:
+    if not isinstance(relative, str) or os.path.isabs(relative):
+        raise TinyprotoError(f"{model_dir.path / 'build.json'} is damaged: {what} {relative!r}")
+    path = (model_dir.path / relative).resolve()
+    if not path.is_relative_to(model_dir.path.resolve()):
+        raise TinyprotoError(f"{model_dir.path / 'build.json'} points {what} outside the model directory")
+    return path
+
+
+def load_build_info(model_dir: ModelDir) -> BuildInfo:
+    path = model_dir.path / "build.json"
+    if not path.exists():
+        raise TinyprotoError(f"{model_dir.path} has no firmware yet; run `tinyproto build {model_dir.path}` first")
+    raw = read_json(path, "the build record")
+    elf = _inside(model_dir, raw.get("elf"), "elf")
+    hex_path = _inside(model_dir, raw.get("hex"), "hex")
+    sizes = [raw.get(k) for k in ("flash_bytes", "sram_static_bytes")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 24 for v in sizes):
+        raise TinyprotoError(f"{path} is damaged: flash_bytes / sram_static_bytes are not byte counts")
+    if not elf.is_file():
+        raise TinyprotoError(f"firmware {elf} is missing; run `tinyproto build {model_dir.path}` again")
+    return BuildInfo(elf, hex_path, sizes[0], sizes[1], str(raw.get("tool", "?")), raw.get("firmware_sha256"),
+                     raw.get("model_hash"))
+
+
+def header_model_hash(model_dir: Path) -> str | None:
+    """TP_MODEL_HASH of the generated header now on disk (what the next build compiles in)."""
+    header = Path(model_dir) / "include" / "tinyproto_model.h"
+    try:
+        match = _HEADER_HASH.search(header.read_text(errors="replace"))
+    except OSError:
+        return None
+    return f"0x{match.group(1).upper()}" if match else None
+
+
+def check_firmware(model_dir: ModelDir, build: BuildInfo) -> None:
+    """The ELF must be the one `build` made, from this model.json, and the sources not changed since."""
+    directory = model_dir.path
+    if build.firmware_sha256 is None or build.model_hash is None:
+        raise TinyprotoError(f"{directory / 'build.json'} predates firmware binding; run `tinyproto build {directory}`")
+    if file_sha256(build.elf) != build.firmware_sha256:
+        raise TinyprotoError(f"firmware {build.elf} changed after `tinyproto build`; build it again")
+    if build.model_hash != model_dir.meta["model_hash"]:
+        raise TinyprotoError(f"the firmware was built for model {build.model_hash}, but model.json holds "
+                             f"{model_dir.meta['model_hash']}; run `tinyproto build {directory}` again")
+    if header_model_hash(directory) != build.model_hash:
+        raise TinyprotoError(f"include/tinyproto_model.h no longer matches the built firmware; run "
+                             f"`tinyproto build {directory}` again")
+
+
+def checked_vectors(model_dir: ModelDir, model):
+    """test_vectors.npz, refused unless it is what compile wrote and agrees with the host reference."""
+    path = model_dir.path / "test_vectors.npz"
+    vectors = model_dir.vectors()
+    if file_sha256(path) != model_dir.meta.get("vectors_sha256"):
+        raise TinyprotoError(f"{path} is not the file compile wrote (sha256 differs); run `tinyproto compile` again")
+    vectors.check_shapes(model.n_features, model.n_classes, path)
+    if not np.array_equal(model.input_stage.quantize(vectors.X_raw), vectors.xq):
+        raise TinyprotoError(f"{path}: its int8 inputs are not the input stage of model.json applied to its raw inputs")
+    scores = model.scores(vectors.xq.astype(np.int8))
+    if not (np.array_equal(scores, vectors.scores) and np.array_equal(model.labels(scores), vectors.labels)):
+        raise TinyprotoError(f"{path}: its reference scores are not what model.json computes; run compile again")
+    if vectors.y.min() < 0 or vectors.y.max() >= model.n_classes:
+        raise TinyprotoError(f"{path}: true labels outside the model's {model.n_classes} classes")
+    return vectors
+
+
+# ------------------------------------------------------------------------------------------------ journal
+
+
+class Journal:
+    """validation.jsonl: a binding line, then one line per measured vector, each fsync'ed as it is written.
+
+    A new run writes to a side file that replaces the old journal only once it holds a first result, so
+    a run that never reached the device loses nothing of the previous one.
+    """
+
+    def __init__(self, directory: Path, binding: dict):
+        self.path = Path(directory) / JOURNAL
+        self.new_path = Path(directory) / JOURNAL_NEW
+        self.binding = binding
+        self._handle = None
+        self._pending_rename = False
+
+    def resume(self, n_vectors: int, n_classes: int) -> dict[int, dict]:
+        """Rows of a previous run of the same binding; a torn last line (a kill mid-write) is dropped."""
+        if not self.path.exists() and not self.path.is_symlink():
+            raise TinyprotoError(f"nothing to resume: {self.path} does not exist; run validate without --resume")
+        handle = _open_own(self.path, os.O_RDWR | os.O_APPEND)
+        try:
+            return self._resume_from(handle, n_vectors, n_classes)
+        except BaseException:
+            handle.close()
+            raise
+
+    def _resume_from(self, handle, n_vectors: int, n_classes: int) -> dict[int, dict]:
+        data = _read_all(handle)
+        if not data.strip():
+            raise TinyprotoError(f"{self.path} is empty: nothing to resume; run validate without --resume")
+        lines = data.split(b"\n")
+        good_end, rows = 0, {}
+        for number, line in enumerate(lines, start=1):
+            is_last = number == len(lines) or (number == len(lines) - 1 and lines[-1] == b"")
+            if not line:
+                if number < len(lines):
+                    good_end += 1
+                continue
+            try:
+                entry = json.loads(line)
+                if number == 1:
+                    if not isinstance(entry, dict) or entry.get("binding") != self.binding:
+                        raise TinyprotoError(f"{self.path} belongs to another model, firmware, test vectors or "
+                                             "target; run validate without --resume")
+                else:
+                    i, row = _journal_row(entry, n_vectors, n_classes)
+                    if i in rows:
+                        raise ValueError("duplicate vector")
+                    rows[i] = row
+            except (ValueError, TypeError, KeyError) as exc:
+                if is_last and not data.endswith(b"\n"):
+                    break  # torn by a kill: measure that vector again
+                raise TinyprotoError(f"{self.path}:{number} is not a result line ({exc}); run validate without "
+                                     "--resume") from None
+            good_end += len(line) + 1
+        os.ftruncate(handle.fileno(), min(good_end, len(data)))  # cut a torn tail: the next line starts clean
+        self._handle = handle
+        return rows
+
+    def start_new(self) -> None:
+        self._handle = _open_own(self.new_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        self._write({"binding": self.binding})
+        self._pending_rename = True
+
+    def append(self, row: dict) -> None:
+        self._write(row)
+        if self._pending_rename:  # the first result of the new run: now the old journal may go
+            os.replace(self.new_path, self.path)
+            self._pending_rename = False
+
+    def _write(self, entry: dict) -> None:
+        self._handle.write((json.dumps(entry) + "\n").encode())
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        if self._pending_rename:
+            self.new_path.unlink(missing_ok=True)
+
+
+def _open_own(path: Path, flags: int):
+    """Open a journal without following a symbolic link and only if it is a regular file: a link or a FIFO
+    planted in the model directory must not make tinyproto write to (or block on) something else."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise TinyprotoError(f"cannot open {path}: {exc.strerror}; tinyproto writes only regular files it made") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TinyprotoError(f"{path} is not a regular file; move it away")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "r+b" if flags & os.O_RDWR else "wb")
+
+
+def _read_all(handle) -> bytes:
+    handle.seek(0)
+    return handle.read()
+
+
+def _journal_row(entry: object, n_vectors: int, n_classes: int) -> tuple[int, dict]:
+    if not isinstance(entry, dict):
+        raise ValueError("not an object")
+    i, label, cycles, scores = entry["i"], entry["label"], entry["cycles"], entry["scores"]
+    numbers = [i, label, cycles, *scores] if isinstance(scores, list) else None
+    if numbers is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in numbers):
+        raise ValueError("fields are not integers")
+    if not 0 <= i < n_vectors or len(scores) != n_classes:
+        raise ValueError("vector index or score count out of range")
+    return i, {"i": i, "label": label, "cycles": cycles, "scores": scores}
+
+
+def binding_of(model_dir: ModelDir, build: BuildInfo, target: str) -> dict:
+    return {
+        "model_hash": model_dir.meta["model_hash"],
+        "vectors_sha256": file_sha256(model_dir.path / "test_vectors.npz"),
+        "firmware_sha256": build.firmware_sha256,
+        "target": target,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ checks
+
+
+def _row_ok(row: dict, vectors) -> tuple[bool, bool]:
+    """(label equal, scores equal), always recomputed from the device's values, never read from a file."""
+    i = row["i"]
+    return row["label"] == int(vectors.labels[i]), row["scores"] == [int(s) for s in vectors.scores[i]]
+
+
+def _raw_input_check(client, vectors, progress: Callable[[int], None] | None) -> dict:
+    """The on-device input stage: raw float32 features in, compare its int8 vector and label with the host's."""
+    diffs, labels_changed = [], 0
+    for i in range(len(vectors.labels)):
+        result = client.predict_raw(vectors.X_raw[i])
+        diffs.append(np.abs(np.asarray(result.x, dtype=np.int16) - vectors.xq[i].astype(np.int16)))
+        labels_changed += int(result.label) != int(vectors.labels[i])
+        if progress:
+            progress(1)
+    diff = np.concatenate(diffs) if diffs else np.zeros(0)
+    return {
+        "n_vectors": len(vectors.labels),
+        "n_inputs": int(diff.size),
+        "inputs_differing": int(np.count_nonzero(diff > 0)),
+        "inputs_differing_by_more_than_1_lsb": int(np.count_nonzero(diff > 1)),
+        "labels_changed": labels_changed,
+    }
+
+
+def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict | None, raw_skipped: bool,
+            markers: dict | None, sram_margin: int | None, finished: bool) -> dict:
+    """Every check validation makes, each {ok, detail}; `ok` None means skipped on the user's request."""
+    checks = {
+        "complete": {"ok": finished and n == n_total, "detail": f"{n} of {n_total} vectors measured"
+                     + ("" if finished else ", run interrupted")},
+        "scores": {"ok": n > 0 and n_scores_ok == n, "detail": f"{n_scores_ok} of {n} score vectors identical"},
+        "labels": {"ok": n > 0 and n_labels_ok == n, "detail": f"{n_labels_ok} of {n} labels identical"},
+    }
+    if raw_skipped:
+        checks["raw_input"] = {"ok": None, "detail": "on request (--no-raw)"}
+    elif raw is None:
+        checks["raw_input"] = {"ok": False, "detail": "not run"}
+    else:
+        checks["raw_input"] = {"ok": raw["inputs_differing"] == 0 and raw["labels_changed"] == 0
+                               and raw["n_vectors"] == n_total,
+                               "detail": f"{raw['inputs_differing']} of {raw['n_inputs']} int8 inputs and "
+                                         f"{raw['labels_changed']} labels differ through the on-device input stage"}
+    if markers is not None:
+        constant = markers["n_compared"] > 0 and markers["marker_minus_timer1_min"] == markers["marker_minus_timer1_max"]
+        checks["cycle_markers"] = {"ok": constant and markers["n_compared"] == markers["n_expected"],
+                                   "detail": f"{markers['n_compared']} of {markers['n_expected']} Timer1 counts "
+                                             "differ from the simulator's GPIOR0 spans by one constant"}
+    checks["sram"] = {"ok": sram_margin is not None and sram_margin >= 0,
+                      "detail": "stack peak not measured" if sram_margin is None
+                      else f"margin {sram_margin} B (static + measured stack peak within the board's SRAM)"}
+    return checks
+
+
+def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInfo, target: str,
+              rows: dict[int, dict], stack_peak: int | None, markers: dict | None, raw: dict | None,
+              raw_skipped: bool = False, finished: bool = False) -> dict:
+    """validation.json from the rows measured so far (`model` and `vectors` as validate() loaded them)."""
+    n_total = len(vectors.labels)
+    ordered = [rows[i] for i in sorted(rows)]
+    oks = [_row_ok(r, vectors) for r in ordered]
+    cycles = np.array([r["cycles"] for r in ordered], dtype=np.float64)
+    n = len(ordered)
+    device_labels = np.array([r["label"] for r in ordered], dtype=np.int64)
+    truth = vectors.y[[r["i"] for r in ordered]]
+    host_labels = vectors.labels[[r["i"] for r in ordered]]
+    cycles_mean = float(cycles.mean()) if n else 0.0
+    seconds = cycles_mean / board.f_cpu_hz
+    predicted = predict_cycles(model)
+    bound = lower_bound_cycles(model)
+    sram_margin = board.sram_bytes - (build.sram_static_bytes + stack_peak) if stack_peak is not None else None
+    n_labels_ok, n_scores_ok = sum(a for a, _ in oks), sum(b for _, b in oks)
+    checks = _checks(n, n_total, n_scores_ok, n_labels_ok, raw, raw_skipped, markers, sram_margin, finished)
+    summary = {
+        "board": board.name,
+        "target": target,
+        "passed": all(c["ok"] is not False for c in checks.values()),
+        "checks": checks,
+        "complete": checks["complete"]["ok"],
+        "n_vectors": n,
+        "label_agreement": n_labels_ok / n if n else 0.0,
+        "score_agreement": n_scores_ok / n if n else 0.0,
+        "device_accuracy": float(np.mean(device_labels == truth)) if n else 0.0,
+        "host_accuracy": float(np.mean(host_labels == truth)) if n else 0.0,
+        "cycles_mean": cycles_mean,
+        "cycles_max": int(cycles.max()) if n else 0,
+        "cycles_min": int(cycles.min()) if n else 0,
+        "latency_ms_mean": 1000.0 * seconds,
+        "f_cpu_hz": board.f_cpu_hz,
+        "sram_bytes": board.sram_bytes,
+        "energy_mj_mcu": board.energy_mj(seconds, board.mcu_active_current_ma),
+        "energy_mj_board": board.energy_mj(seconds, board.board_active_current_ma),
+        "energy_note": "model: V x I_active x latency with datasheet / board figures (boards/%s.json), not a meter" % board.name,
+        "predicted_cycles": predicted["total"],
+        "predicted_error": (predicted["total"] - cycles_mean) / cycles_mean if n else None,
+        "lower_bound_cycles": bound,
+        "measured_over_bound": cycles_mean / bound if n and bound else None,
+        "flash_bytes": build.flash_bytes,
+        "flash_available_bytes": board.flash_bytes_for_sketch,
+        "sram_static_bytes": build.sram_static_bytes,
+        "stack_peak_bytes": stack_peak,
+        "sram_margin_bytes": sram_margin,
+        "model_bytes": model_dir.report.get("model_bytes"),
+        "budget_bytes": model_dir.report.get("budget_bytes"),
+        "model_hash": model_dir.meta["model_hash"],
+        "mismatches": [
+            {"vector": r["i"], "device_label": r["label"], "host_label": int(vectors.labels[r["i"]]),
+             "device_scores": r["scores"], "host_scores": [int(s) for s in vectors.scores[r["i"]]]}
+            for r, (label_ok, scores_ok) in zip(ordered, oks) if not (label_ok and scores_ok)
+        ][:MAX_MISMATCHES_REPORTED],
+    }
+    if markers is not None:
+        summary["simulator_marker_cycles"] = markers
+    if raw is not None:
+        summary["raw_input"] = raw
+    return summary
+
+
+def _marker_cycles(markers: list[tuple[int, int]]) -> list[int]:
+    """Cycles between each GPIOR0=1 and the following GPIOR0=2 write."""
+    spans, start = [], None
+    for value, cycle in markers:
+        if value == 1:
+            start = cycle
+        elif value == 2 and start is not None:
+            spans.append(cycle - start)
+            start = None
+    return spans
+
+
+def _marker_summary(spans: list[int], device_cycles: list[int]) -> dict:
+    """Cross-check the device's Timer1 cycles with the simulator's GPIOR0 marker spans, vector by vector."""
+    n = min(len(spans), len(device_cycles))
+    diffs = [spans[k] - device_cycles[k] for k in range(n)]
+    return {
+        "n_compared": n,
+        "n_expected": len(device_cycles),
+        "marker_cycles_mean": float(np.mean(spans[:n])) if n else None,
+        "marker_minus_timer1_min": int(min(diffs)) if diffs else None,
+        "marker_minus_timer1_max": int(max(diffs)) if diffs else None,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ the run
+
+
+def validate(
+    path: Path,
+    port: str | None = None,
+    resume: bool = False,
+    raw_check: bool = True,
+    progress_factory: Callable[[str, int], Callable[[int], None]] | None = None,
+) -> dict:
+    """Validate the model directory on `port` (a real board) or, when port is None, on the simulated Uno."""
+    model_dir = load_model_dir(path)
+    with locked(model_dir.path, "validate"):
+        record_outputs(model_dir.path, JOURNAL, JOURNAL_NEW, SUMMARY)
+        return _validate_locked(model_dir, port, resume, raw_check, progress_factory)
+
+
+def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_check: bool,
+                     progress_factory: Callable[[str, int], Callable[[int], None]] | None) -> dict:
+    from tinyproto.device.protocol import check_model, open_device
+    from tinyproto.device.sim import SimulatedUno
+
+    board = load_board(model_dir.meta.get("board", "uno"))
+    model = model_dir.int_model()
+    vectors = checked_vectors(model_dir, model)
+    build = load_build_info(model_dir)
+    check_firmware(model_dir, build)
+    n_total = len(vectors.labels)
+    target = port or "sim"
+    journal = Journal(model_dir.path, binding_of(model_dir, build, target))
+    rows = journal.resume(n_total, model.n_classes) if resume else {}
+    state = {"stack_peak": None, "markers": None, "raw": None, "finished": False}
+
+    def write_summary() -> dict:
+        summary = summarise(model_dir, model, vectors, board, build, target, rows, state["stack_peak"],
+                            state["markers"], state["raw"], raw_skipped=not raw_check, finished=state["finished"])
+        write_json(model_dir.path / SUMMARY, summary)
+        return summary
+
+    try:
+        with ExitStack() as stack:
+            stack.callback(journal.close)
+            if not resume:
+                journal.start_new()  # a side file: the previous journal stays until the first new result
+            sim = None
+            if port is None:
+                sim = stack.enter_context(SimulatedUno(build.elf, board=board))
+            client = stack.enter_context(open_device(sim.port if sim else port, baud=board.serial_baud,
+                                                     boot_quiet_s=0.0 if sim else board.boot_quiet_s))
+            check_model(client.hello(), model_dir.model_hash, model.n_features, model.n_classes)
+            todo = [i for i in range(n_total) if i not in rows]
+            spans_before = len(_marker_cycles(sim.markers())) if sim is not None else 0
+            tick = progress_factory("vectors", len(todo)) if progress_factory else None
+            for count, i in enumerate(todo, start=1):
+                prediction = client.predict(vectors.xq[i])
+                row = {"i": i, "label": int(prediction.label), "cycles": int(prediction.cycles),
+                       "scores": [int(s) for s in prediction.scores]}
+                journal.append(row)
+                rows[i] = row
+                if tick:
+                    tick(1)
+                if count % PROGRESS_EVERY == 0:
+                    write_summary()
+            if sim is not None and todo:
+                spans = _marker_cycles(sim.markers())[spans_before:]
+                state["markers"] = _marker_summary(spans, [rows[i]["cycles"] for i in todo])
+            if raw_check:
+                raw_tick = progress_factory("raw inputs", n_total) if progress_factory else None
+                state["raw"] = _raw_input_check(client, vectors, raw_tick)
+            state["stack_peak"] = client.stats().stack_peak
+        state["finished"] = True
+    finally:
+        if rows or state["finished"]:  # an interrupted run records what it measured, marked incomplete
+            summary = write_summary()
+    return summary
