@@ -18,6 +18,7 @@ from tinyproto.pipeline.arduino import c_string, check_name, export_arduino, lib
 from tinyproto.cli import main
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.modeldir import load_model_dir
+from tinyproto import families
 
 ARDUINO_HARDWARE = Path("/usr/share/arduino/hardware")
 N_VECTORS = 20
@@ -198,7 +199,7 @@ def check_on_simulated_uno(elf: Path, model_dir: Path, n_vectors: int = N_VECTOR
     from tinyproto.device.sim import SimulatedUno
 
     vectors = load_model_dir(model_dir).vectors()
-    classes = load_model_dir(model_dir).int_model().classes
+    classes = families.load_int_model(load_model_dir(model_dir)).classes
     n = min(n_vectors, len(vectors.labels))
     with SimulatedUno(elf, markers=False) as uno:
         port = serial.Serial(uno.port, 115200, timeout=10)

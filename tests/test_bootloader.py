@@ -332,11 +332,11 @@ def test_leonardo_upload_cannot_be_simulated():
 
 
 def test_board_sim_command_serves_several_boards_and_stops_cleanly(tmp_path):
-    """`python -m tinyproto.device.board_sim --count 2`: two ports, each with Optiboot answering STK_GET_SYNC;
+    """`tinyproto board-sim --count 2`: two ports, each with Optiboot answering STK_GET_SYNC;
     SIGINT stops both (exit 0, flash images written); a SIGKILLed command takes its simulators with it."""
     import serial
 
-    proc = subprocess.Popen([sys.executable, "-m", "tinyproto.device.board_sim", "--count", "2", "--state",
+    proc = subprocess.Popen([sys.executable, "-m", "tinyproto", "board-sim", "--count", "2", "--state",
                              str(tmp_path / "boards"), "--fresh"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
@@ -360,7 +360,7 @@ def test_board_sim_command_serves_several_boards_and_stops_cleanly(tmp_path):
             proc.wait()
     assert not list((tmp_path / "boards").rglob("*.tmp"))
 
-    killed = subprocess.Popen([sys.executable, "-m", "tinyproto.device.board_sim", "--state",
+    killed = subprocess.Popen([sys.executable, "-m", "tinyproto", "board-sim", "--state",
                                str(tmp_path / "k")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     killed.stdout.readline()
     children = _children(killed.pid)
@@ -374,7 +374,7 @@ def test_board_sim_command_serves_several_boards_and_stops_cleanly(tmp_path):
 
 def test_board_sim_command_errors_are_one_line(tmp_path):
     for args, message in ((["--board", "nosuch"], "unknown board"), (["--board", "atmega32u4"], "USB")):
-        result = subprocess.run([sys.executable, "-m", "tinyproto.device.board_sim", *args, "--state",
+        result = subprocess.run([sys.executable, "-m", "tinyproto", "board-sim", *args, "--state",
                                  str(tmp_path)], capture_output=True, text=True, timeout=30)
         assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr
     # two boards on one state directory would lose uploads: the second refuses

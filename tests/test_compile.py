@@ -11,6 +11,7 @@ import pytest
 
 from tinyproto.device.hostc import build_host_runner, run_int8, run_raw
 from tinyproto.core.modeldir import load_model_dir
+from tinyproto import families
 
 from conftest import header_array_bytes, needs
 
@@ -32,7 +33,7 @@ def test_budget_is_never_exceeded_and_ledger_equals_header(compiled, data, budge
 def test_host_c_equals_numpy_reference_on_every_score(compiled, tmp_path, data, budget):
     model_dir = load_model_dir(compiled(data, budget))
     vectors = model_dir.vectors()
-    model = model_dir.int_model()  # rebuilt from model.json alone
+    model = families.load_int_model(model_dir)  # rebuilt from model.json alone
     assert np.array_equal(model.scores(vectors.xq), vectors.scores)
     runner = build_host_runner(model_dir.path, tmp_path / "runner", "protonn")
     labels, scores = run_int8(runner, vectors.xq)
@@ -143,6 +144,6 @@ def test_help_explains_budget_units():
 def test_wrong_feature_count_at_predict(compiled):
     from tinyproto.core.errors import TinyprotoError
 
-    model = load_model_dir(compiled("digits", "2kB")).int_model()
+    model = families.load_int_model(load_model_dir(compiled("digits", "2kB")))
     with pytest.raises(TinyprotoError, match="takes 64 features"):
         model.predict(np.zeros((3, 63)))

@@ -21,6 +21,7 @@ from tinyproto.families.flynn.solver import model_bytes
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, feature_scale
 from tinyproto.core.inputstage import choose_input_scale
 from tinyproto.core.modeldir import load_model_dir
+from tinyproto import families
 
 REPORT_KEYS = {
     "parties", "dp", "accuracy", "compile_accuracy", "compile_model_bytes", "accuracy_vs_compile_points",
@@ -316,7 +317,7 @@ def test_federate_writes_a_model_directory(tmp_path):
     assert report["selection"]["candidates"] > 50 and report["selection"]["bytes_sent_per_party"] > 0
     assert "equals" not in json.dumps({k: v for k, v in report.items() if k != "ledger"})
     assert report["model_bytes"] <= report["budget_bytes"] == 1024
-    model = md.int_model()
+    model = families.load_int_model(md)
     vectors = md.vectors()
     np.testing.assert_array_equal(model.scores(vectors.xq), vectors.scores)
     assert md.meta["hyperparameters"] == report["hyperparameters"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tinyproto import families
 
 from conftest import needs
 
@@ -172,7 +173,7 @@ def test_flynn_cost_model_within_3_percent(compiled, tmp_path, data, budget):
     from tinyproto.core.modeldir import load_model_dir
 
     model_dir = load_model_dir(compiled(data, budget, "flynn"))
-    model, vectors = model_dir.int_model(), model_dir.vectors()
+    model, vectors = families.load_int_model(model_dir), model_dir.vectors()
     n = 30
     result = bench_model(model, vectors.xq[:n], vectors.scores[:n], None, tmp_path)
     assert result["exact"] and result["exact_marked"]

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tinyproto.core.modeldir import SCRATCH_PREFIX, load_model_dir
+from tinyproto import families
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +55,7 @@ def assert_complete_model(model: Path) -> str:
     from tinyproto.pipeline.validate import checked_vectors
 
     md = load_model_dir(model)
-    checked_vectors(md, md.int_model())
+    checked_vectors(md, families.load_int_model(md))
     return md.meta["model_hash"]
 
 

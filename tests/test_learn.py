@@ -19,6 +19,7 @@ from tinyproto.core.boards import load_board
 from tinyproto.device import learn as L
 from tinyproto.device import protocol as P
 from tinyproto.core.errors import TinyprotoError
+from tinyproto import families
 
 from conftest import PipePort, needs
 
@@ -91,7 +92,7 @@ def test_too_big_model_is_refused_before_any_build(compiled, save_eeprom):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     from tinyproto.core.modeldir import load_model_dir
 
-    sizes = L.learn_sizes(load_model_dir(model_dir).int_model(), BOARD)
+    sizes = L.learn_sizes(families.load_int_model(load_model_dir(model_dir)), BOARD)
     fit = min(sizes.largest_m_sram, sizes.largest_m_eeprom) if save_eeprom else sizes.largest_m_sram
     assert f"At most m={fit} fits" in result.stderr and "--learnable" in result.stderr
     assert "SRAM needs" in result.stderr and ("EEPROM record needs" in result.stderr) == save_eeprom
@@ -106,7 +107,7 @@ def host_learning_app(model_dir: Path, out: Path) -> Path:
     from tinyproto.core.modeldir import load_model_dir
 
     md = load_model_dir(model_dir)
-    project = L.prepare_learning_project(md, md.int_model(), BOARD)
+    project = L.prepare_learning_project(md, families.load_int_model(md), BOARD)
     lib = project / "lib" / "tinyproto"
     sources = [project / "src" / "main.c", lib / "tp_serial.c", lib / "tp_flynn.c", lib / "tp_input.c"]
     cmd = ["gcc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", *L.LEARN_FLAGS,
@@ -121,7 +122,7 @@ def test_host_learning_app_saturates_like_the_host(tmp_path, bits, m):
     from tinyproto.core.modeldir import load_model_dir
 
     model_dir = flynn_dir(tmp_path / "model", bits, m)
-    model = load_model_dir(model_dir).int_model()
+    model = families.load_int_model(load_model_dir(model_dir))
     client = P.DeviceClient(PipePort(host_learning_app(model_dir, tmp_path / "app")), n_retries=1, timeout=2.0)
     try:
         hello = client.hello()
@@ -226,7 +227,7 @@ def test_eeprom_survives_a_restart_and_guards_its_record(learned_bc, tmp_path):
 
     out, summary = learned_bc
     md = load_model_dir(out)
-    model = md.int_model()
+    model = families.load_int_model(md)
     elf = out / L.LEARNING_DIR / json.loads((out / L.LEARNING_DIR / "build.json").read_text())["elf"]
     image = tmp_path / "eeprom.bin"
     shutil.copyfile(out / L.LEARNING_DIR / L.EEPROM_IMAGE, image)
@@ -263,7 +264,7 @@ def test_counts_straddling_bytes_saturate_on_the_avr(tmp_path, learned_bc):
     model_dir = flynn_dir(tmp_path / "b3", bits=3, m=203)
     summary = L.learn_on_device(model_dir, "breast_cancer", build_learned=False)
     assert summary["counts_identical"] and summary["test"]["score_agreement"] == 1.0
-    counts = load_model_dir(model_dir / L.LEARNED_DIR).int_model().counts
+    counts = families.load_int_model(load_model_dir(model_dir / L.LEARNED_DIR)).counts
     assert (counts == 7).sum() > 10 and ((counts > 0) & (counts < 7)).sum() > 10
     other = learned_bc[0] / L.LEARNING_DIR / L.EEPROM_IMAGE
     image = tmp_path / "other.bin"

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tinyproto.pipeline.compile import compile_model
-from tinyproto.device.firmware import build_model_dir
+from tinyproto.pipeline.firmware import build_model_dir
 from tinyproto.pipeline.validate import validate
 
 

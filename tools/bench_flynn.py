@@ -67,7 +67,7 @@ def host_table(names: list[str]) -> None:
 
 
 def device_row(out: Path) -> dict:
-    from tinyproto.device.firmware import build_model_dir
+    from tinyproto.pipeline.firmware import build_model_dir
 
     build_model_dir(out, "uno_sim", Console(quiet=True))
     return validate(out, raw_check=False)

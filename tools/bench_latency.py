@@ -31,6 +31,7 @@ from tinyproto.core.boards import load_board  # noqa: E402
 from tinyproto.device.build import build_project, render_platformio_ini  # noqa: E402
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles  # noqa: E402
+from tinyproto import families
 
 MARK_START, MARK_END = 1, 2
 STAGE_NAMES = {
@@ -143,7 +144,7 @@ def bench_model_dir(path: Path, workdir: Path, n_vectors: int | None) -> dict:
     from tinyproto.core.modeldir import load_model_dir
 
     model_dir = load_model_dir(path)
-    model = model_dir.int_model()
+    model = families.load_int_model(model_dir)
     vectors = model_dir.vectors()
     n = len(vectors.labels) if n_vectors is None else min(n_vectors, len(vectors.labels))
     result = bench_model(model, vectors.xq[:n], vectors.scores[:n], vectors.X_raw[: min(n, 20)], workdir,

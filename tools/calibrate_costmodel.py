@@ -26,6 +26,7 @@ from tinyproto.device.sim import SimulatedUno
 from tinyproto.core.inputstage import InputStage
 from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
 from tinyproto.core.render import write_sources
+from tinyproto import families
 
 # (features d, d_hat, prototypes m, classes L, W density, table size, projection shift: > 0 right, < 0 left
 #  [, kernel gamma])
@@ -90,7 +91,7 @@ def calibrate_flynn(model_dirs: list[Path], n_vectors: int = 40) -> None:
     rows, measured, labels, stages = [], [], [], []
     for path in model_dirs:
         model_dir = load_model_dir(path)
-        model, vectors = model_dir.int_model(), model_dir.vectors()
+        model, vectors = families.load_int_model(model_dir), model_dir.vectors()
         with tempfile.TemporaryDirectory() as tmp:
             r = bench_model(model, vectors.xq[:n_vectors], vectors.scores[:n_vectors], None, Path(tmp))
         assert r["exact"], path

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tinyproto.device.firmware import build_model_dir
+from tinyproto.pipeline.firmware import build_model_dir
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.cli.options import BUDGET_HELP, MODEL_DIR, SEED
@@ -63,12 +63,12 @@ def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
         raise TinyprotoError("give either --port (a real board) or --sim, not both")
     md = load_model_dir(model_dir)
     board = load_board(md.meta.get("board", "uno"))
-    model = md.int_model()
+    model = families.load_int_model(md)
     build = load_build_info(md)
     check_firmware(md, build)  # flash exactly what `build` made from this model.json
     console = _console()
     if port:
-        # The path of a physical board, also for a simulated one (python -m tinyproto.device.board_sim): avrdude
+        # The path of a physical board, also for a simulated one (tinyproto board-sim): avrdude
         # through the bootloader, then reopen the port (a reset) and wait for the firmware's HELLO.
         started = time.monotonic()
         with console.status(f"flashing {port} with avrdude -c {board.upload_protocol}...", spinner="dots"):

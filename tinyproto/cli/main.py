@@ -130,14 +130,12 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
 
 def _register_commands() -> None:
     """The other commands live in their own modules; their heavy imports are inside the commands."""
-    from tinyproto.pipeline.arduino import export_command
-    from tinyproto.core.boards import boards_command
-    from tinyproto.device.board_sim import board_sim_command
+    from tinyproto.cli.boards import board_sim_command, boards_command
+    from tinyproto.cli.export import export_command
     from tinyproto.cli.device import build_command, flash_command, run_command, validate_command
     from tinyproto.cli.learn import learn_command
     from tinyproto.cli.federate import federate_command
-    from tinyproto.pipeline.htmlreport import report_command
-    from tinyproto.pipeline.sweep import sweep_command
+    from tinyproto.cli.sweep import report_command, sweep_command
 
     for command in (run_command, build_command, flash_command, validate_command, learn_command, federate_command,
                     sweep_command, report_command, board_sim_command, boards_command, export_command):

@@ -90,30 +90,3 @@ def boards_table_rows() -> list[tuple[str, ...]]:
                      f"{b.eeprom_bytes}", f"{b.serial_baud}", f"{b.upload_protocol}@{b.upload_speed}",
                      f"{b.mcu_active_current_ma:g}/{b.board_active_current_ma:g} mA"))
     return rows
-
-
-def _boards_command():
-    import click
-
-    @click.command("boards")
-    @click.option("--json", "as_json", is_flag=True, help="Print every board file's facts as JSON.")
-    def boards_command(as_json: bool) -> None:
-        """List the boards --board accepts (boards/<name>.json): chip, clock, supply, memories, serial and upload
-        speeds, and the active currents the energy model uses (their sources are in the files)."""
-        if as_json:
-            import dataclasses
-
-            click.echo(json.dumps([dataclasses.asdict(b) for b in all_boards()], indent=2))
-            return
-        headers = ("board", "MCU", "clock", "supply", "SRAM B", "flash B", "EEPROM B", "serial", "upload",
-                   "I MCU/board")
-        rows = [headers, *boards_table_rows()]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
-        for row in rows:  # plain columns: readable in a narrow terminal and in a pipe
-            click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-        click.echo("sources of every figure: the board files (tinyproto boards --json, boards/<name>.json)")
-
-    return boards_command
-
-
-boards_command = _boards_command()

@@ -1,4 +1,4 @@
-"""A simulated board that behaves like the real one at its serial port: `python -m tinyproto.device.board_sim`.
+"""A simulated board that behaves like the real one at its serial port: `tinyproto board-sim`.
 
 `SimulatedUno` (tinyproto.device.sim) loads an ELF straight into the simulated chip: fast, for `--sim`.
 `SimulatedBoard` is the other half: simuno's board mode (tools/simuno, `--bootloader`) runs the board's real
@@ -23,7 +23,7 @@ no USB host; `bootloader_for("atmega32u4")` says so.
 
 Command line (runs until Ctrl-C / SIGTERM; one line `<name> <port>` per board on stdout):
 
-    python -m tinyproto.device.board_sim [--board uno] [--count N] [--state DIR] [--fresh]
+    tinyproto board-sim [--board uno] [--count N] [--state DIR] [--fresh]
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-import click
 
 from tinyproto.core.errors import TinyprotoError
 
@@ -383,30 +382,3 @@ def serve(board_name: str, count: int, state: Path | None, fresh: bool, out=sys.
             signal.signal(signo, handler)
     return 0
 
-
-@click.command("board-sim", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--board", "board_name", default="uno", show_default=True,
-              help="A board file (boards/NAME.json) or an MCU with a simulated bootloader (atmega2560).")
-@click.option("--count", default=1, show_default=True, help="How many boards (each its own port and state).")
-@click.option("--state", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Directory for flash.bin / eeprom.bin (one sub-directory per board with --count > 1). "
-                   "Default: <tinyproto cache>/boards/<name>.")
-@click.option("--fresh", is_flag=True, help="Start with erased flash and EEPROM (a new chip with its bootloader).")
-def board_sim_command(board_name: str, count: int, state: Path | None, fresh: bool) -> None:
-    """A simulated board that behaves like the real one at its serial port: its real bootloader, a reset when the
-    port is opened, real-time pacing, flash and EEPROM kept across starts. Prints `<name> <port>` per board, then
-    runs until Ctrl-C or SIGTERM. Upload with avrdude / `tinyproto flash DIR --port PORT` as to a physical board."""
-    try:
-        code = serve(board_name, count, state, fresh)
-    except TinyprotoError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(1) from None
-    raise SystemExit(code)
-
-
-def main(argv: list[str] | None = None) -> None:
-    board_sim_command.main(args=argv, prog_name="python -m tinyproto.device.board_sim")
-
-
-if __name__ == "__main__":
-    main()

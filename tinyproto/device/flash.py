@@ -1,7 +1,7 @@
 """Put a built firmware on a board with avrdude, through the board's bootloader (protocol and speed from
 boards/<name>.json: the Uno's Optiboot speaks `arduino` at 115200).
 
-One path for physical and simulated boards: a board from `python -m tinyproto.device.board_sim` runs the real
+One path for physical and simulated boards: a board from `tinyproto board-sim` runs the real
 bootloader behind a pseudo-terminal, and avrdude cannot tell it from /dev/ttyACM0 (it only warns that a pty has
 no DTR line). Every failure is one TinyprotoError line that says what was tried and the likely cause.
 """

@@ -18,6 +18,8 @@ from tinyproto.core.carray import CArray
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
+from tinyproto.core.modeldir import ModelDir
+from tinyproto.core.render import model_hash
 
 # The registry: family name -> the package that declares it. The order is the order users see (--help, tables).
 _PACKAGES = {
@@ -95,6 +97,24 @@ def int_model_from_json(raw: dict) -> IntModel:
     if not isinstance(name, str) or name not in _PACKAGES:
         raise TinyprotoError(f"model.json names an unknown model family {name!r}")
     return family(name).from_json(raw)
+
+
+def load_int_model(model_dir: ModelDir) -> IntModel:
+    """The integer model of a model directory; a damaged or edited model.json is refused, never trusted."""
+    raw = model_dir.int_model_json()
+    where = model_dir.path / "model.json"
+    try:
+        model = int_model_from_json(raw)
+        digest = model_hash(model)
+    except TinyprotoError:
+        raise
+    except Exception as exc:  # any malformed field: wrong type, shape, missing key
+        raise TinyprotoError(f"{where} is damaged: its int_model cannot be read "
+                             f"({type(exc).__name__}: {str(exc)[:80]})") from None
+    if digest != model_dir.model_hash:
+        raise TinyprotoError(f"{where} was changed after compile: its model hashes to 0x{digest:08X}, not the "
+                             f"recorded {model_dir.meta['model_hash']}")
+    return model
 
 
 def predict_cycles(model: IntModel) -> dict:

@@ -22,11 +22,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
 
 from tinyproto import __version__
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import MODEL_DIR
+from tinyproto import families
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 LIBRARY_EXTRAS = ("tp_text.h", "tp_text.c")  # templates/arduino/: the correctly rounded text -> float32 reader
@@ -173,7 +172,7 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
     from tinyproto.core.modeldir import atomic_directory, check_output_dir, load_model_dir, write_json
 
     model_dir = load_model_dir(model_path)
-    model = model_dir.int_model()  # a damaged or edited model.json is refused here
+    model = families.load_int_model(model_dir)  # a damaged or edited model.json is refused here
     name = check_name(name if name is not None else library_name(str(model_dir.meta.get("dataset", ""))))
     if name == "Tinyproto":
         raise TinyprotoError("the data set's name gives no library name; give one with --name")
@@ -197,26 +196,3 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
 # ------------------------------------------------------------------------------------------------ command
 
 
-@click.command("export")
-@click.argument("model_dir", type=MODEL_DIR)
-@click.option("--arduino", "arduino", is_flag=True, required=True,
-              help="Export as an Arduino library (the only export format so far).")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Directory to write (default: <MODEL_DIR>-arduino): the library folder and its .zip. "
-                   "Replaced only if tinyproto wrote it and nobody changed it.")
-@click.option("--name", default=None,
-              help="Library name, a C identifier (default: from the data set, e.g. digits -> TinyprotoDigits).")
-def export_command(model_dir: Path, arduino: bool, out: Path | None, name: str | None) -> None:
-    """Export the model of MODEL_DIR for use in your own code.
-
-    \b
-    --arduino writes an Arduino library: library.properties, src/ (the model header, the runtime and
-    <Name>.h, the documented C API), examples/<Name>/<Name>.ino (one vector per Serial line in, the class
-    and its score out), plus <Name>.zip for the Arduino IDE's Sketch > Include Library > Add .ZIP Library.
-    """
-    if not arduino:
-        raise click.UsageError("choose an export format: --arduino")
-    result = export_arduino(model_dir, out, name)
-    click.echo(f"wrote Arduino library {result.name}: {result.library_dir}")
-    click.echo(f"  zip for the Arduino IDE (Add .ZIP Library): {result.zip_path}")
-    click.echo(f"  example sketch: {result.library_dir / 'examples' / result.name / (result.name + '.ino')}")

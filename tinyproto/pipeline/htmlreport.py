@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
 
+from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 
 REPORT = "report.html"
@@ -118,7 +118,7 @@ def load_single(path: Path) -> ReportInput:
                                                      board.board_active_current_ma),
         "device": device,
     }
-    model = model_dir.int_model()
+    model = families.load_int_model(model_dir)
     vectors = model_dir.vectors()
     device_labels = _device_labels(path, len(vectors.labels)) if device else None
     single = {"report": report, "validation": validation, "build": build, "board": board,
@@ -262,8 +262,6 @@ def _png(fig) -> bytes:
 
 
 def _colors(rows: list[dict]) -> dict[str, str]:
-    from tinyproto import families
-
     colors = {name: families.family(name).color for name in families.names()}
     models = sorted({r["model"] for r in rows}, key=lambda m: (m not in colors, m))
     spare = iter(OTHER_COLORS * 4)
@@ -648,26 +646,3 @@ def _png_size(png: bytes) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------------ the command
 
 
-@click.command("report")
-@click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--max-bytes", default=None, help="For the recommendation: largest model, e.g. 2kB.")
-@click.option("--max-ms", type=float, default=None, help="For the recommendation: longest latency per inference, ms.")
-def report_command(directory: Path, max_bytes: str | None, max_ms: float | None) -> None:
-    """Draw the figures of DIRECTORY (a `tinyproto sweep` directory or one model directory) into a
-    self-contained DIRECTORY/report.html (no network needed) and DIRECTORY/figures/*.png; print the
-    accuracy / bytes Pareto frontier and a one-line recommendation.
-
-    \b
-    Examples:
-      tinyproto report build/sweep-digits --max-bytes 2kB --max-ms 5
-      tinyproto report build/digits
-    """
-    from rich.console import Console
-
-    from tinyproto.core.budget import parse_budget
-
-    if max_ms is not None and not max_ms > 0:
-        raise TinyprotoError(f"--max-ms must be a positive number of milliseconds, got {max_ms}")
-    limit = parse_budget(max_bytes) if max_bytes else None
-    result = write_report(directory, limit, max_ms, console=Console())
-    click.echo(f"wrote {result.html} and {len(result.figures)} figures in {result.html.parent / FIGURES}")

@@ -436,7 +436,7 @@ def build_learned_dir(path: Path) -> dict:
     """The learned model's normal firmware (build.json included), so `tinyproto validate` runs right away."""
     from rich.console import Console
 
-    from tinyproto.device.firmware import build_model_dir
+    from tinyproto.pipeline.firmware import build_model_dir
 
     return build_model_dir(path, None, Console(quiet=True))
 
@@ -469,7 +469,7 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
 
     started = time.monotonic()
     say = say or (lambda message: None)
-    model = model_dir.int_model()
+    model = families.load_int_model(model_dir)
     board = load_board(model_dir.meta.get("board", "uno"))
     sizes = check_learnable(model, board, save_eeprom)  # before anything is built
     data = data or _default_data(model_dir)

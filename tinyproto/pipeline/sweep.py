@@ -30,16 +30,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import click
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.pipeline.sweep_files import CONFIG, POINTS, RESULTS, read_results
-from tinyproto.cli.options import SEED
 
 SWEEP_FORMAT = "tinyproto-sweep"
 SWEEP_FORMAT_VERSION = 1
 FAMILIES = families.names()
+MAX_SEED = 2**32 - 1  # numpy's seed range (the CLI's --seed accepts the same)
 DEVICES = ("sim", "none")
 DEFAULT_BUDGETS = "0.5kB,1kB,2kB,4kB,8kB"
 DEFAULT_TIMEOUT_S = 1800.0  # longest wait for the next point to finish (a point is compile + build + validate)
@@ -96,10 +95,9 @@ def parse_grid(models: str, budgets: str, seeds: str, boards: str) -> list[Point
     budget_bytes = _unique([parse_budget(b) for b in _items(budgets, "--budgets")])
     seed_values = []
     for text in _items(seeds, "--seeds"):
-        try:
-            seed_values.append(SEED.convert(text, None, None))
-        except click.BadParameter:
-            raise TinyprotoError(f"--seeds: {text!r} is not a seed (an integer from 0 to {2**32 - 1})") from None
+        if not (text.isascii() and text.isdigit() and int(text) <= MAX_SEED):
+            raise TinyprotoError(f"--seeds: {text!r} is not a seed (an integer from 0 to {MAX_SEED})")
+        seed_values.append(int(text))
     board_names = _unique(_items(boards, "--boards"))
     for name in board_names:
         load_board(name)  # an unknown board is refused in one line, naming the known ones
@@ -187,7 +185,7 @@ def _build(point_dir: Path) -> None:
 
     from rich.console import Console
 
-    from tinyproto.device.firmware import build_model_dir
+    from tinyproto.pipeline.firmware import build_model_dir
 
     build_model_dir(point_dir, None, Console(file=io.StringIO(), quiet=True))
 
@@ -564,86 +562,3 @@ def _record_run(out: Path, config: dict, cluster: dict | None, n_todo: int, n_ra
 # ------------------------------------------------------------------------------------------------ the command
 
 
-@click.command("sweep")
-@click.argument("data", default="digits", required=False)
-@click.option("--models", default="protonn,flynn", show_default=True, help="Model families, comma-separated.")
-@click.option("--budgets", default=DEFAULT_BUDGETS, show_default=True,
-              help="Budgets, comma-separated, each like 2kB, 1.5kB, 2048B (1 kB = 1024 bytes).")
-@click.option("--seeds", default="0", show_default=True, help="Training seeds, comma-separated.")
-@click.option("--boards", default="uno", show_default=True, help="Target boards (boards/<name>.json), comma-separated.")
-@click.option("--device", type=click.Choice(DEVICES), default="sim", show_default=True,
-              help="sim: build every point and validate it on the simulated board; none: compile only "
-                   "(latency and energy are then the cost model's predictions).")
-@click.option("--raw-check", is_flag=True,
-              help="With --device sim, also run validate's on-device input-stage check (doubles the device time).")
-@click.option("--scheduler", default=None, metavar="ADDRESS",
-              help="A running dask scheduler (e.g. tcp://10.0.0.5:8786); its workers must see --out at the same "
-                   "path. Default: a LocalCluster on this machine.")
-@click.option("--workers", type=int, default=None,
-              help="LocalCluster worker processes (default: one per CPU, at most one per point).")
-@click.option("--out", type=click.Path(path_type=Path), required=True,
-              help="Sweep directory: results.jsonl, sweep.json and the points' model directories (points/).")
-@click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out: run only the points "
-                                             "without a line in results.jsonl (also points added to the grid).")
-@click.option("--label", default=None, help="CSV label column (default: the last column).")
-@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
-              help="Seconds to wait for the next point to finish before giving up (the finished ones are kept).")
-@click.option("--max-bytes", default=None, help="For the recommendation: largest model, e.g. 2kB.")
-@click.option("--max-ms", type=float, default=None, help="For the recommendation: longest latency in ms.")
-def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str, device: str, raw_check: bool,
-                  scheduler: str | None, workers: int | None, out: Path, resume: bool, label: str | None,
-                  timeout: float, max_bytes: str | None, max_ms: float | None) -> None:
-    """Compile DATA at every (model, budget, seed, board) point, in parallel on dask, and collect the results.
-
-    \b
-    Each point is an independent task: compile, and with --device sim (the default) build and validate on
-    the simulated board. Every finished point appends one line to OUT/results.jsonl at once; its model
-    directory stays in OUT/points/. A point that fails is recorded with its error. Then
-    `tinyproto report OUT` draws the figures.
-
-    \b
-    Examples:
-      tinyproto sweep digits --budgets 0.5kB,1kB,2kB,4kB,8kB --out build/sweep-digits
-      tinyproto sweep data.csv --models flynn --seeds 0,1,2 --device none --out build/sweep
-      tinyproto sweep digits --out build/sweep-digits --resume
-    """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from tinyproto.core.budget import parse_budget
-    from tinyproto.pipeline.htmlreport import load_sweep, print_summary
-
-    max_bytes_n = parse_budget(max_bytes) if max_bytes else None  # refused now, not after the sweep
-    if max_ms is not None and not max_ms > 0:
-        raise TinyprotoError(f"--max-ms must be a positive number of milliseconds, got {max_ms}")
-    check_arguments(device, workers, scheduler, timeout)
-    console = Console(stderr=True)
-    with Progress(TextColumn("points"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("[green]{task.fields[ok]} ok[/green] · [red]{task.fields[failed]} failed[/red] · "
-                             "{task.fields[running]} running"), TimeElapsedColumn(),
-                  TextColumn("[dim]{task.fields[last]}[/dim]"), console=console) as bar:
-        task = bar.add_task("points", total=None, ok=0, failed=0, running=0, last="")
-
-        def show(state: SweepProgress) -> None:
-            bar.update(task, total=state.total, completed=state.done, ok=state.done - state.failed,
-                       failed=state.failed, running=state.running, last=state.last[-60:])
-
-        result = sweep(data, out, models, budgets, seeds, boards, device, scheduler, workers, resume, label,
-                       raw_check, timeout, show)
-    failed = [r for r in result.records if r.get("status") != "ok"]
-    where = result.cluster or {}
-    console.print(f"{result.ran} points run in {result.seconds:.1f} s"
-                  + (f" on {where['workers']} dask workers ({where['scheduler']})" if where else "")
-                  + (f", {result.skipped} already done" if result.skipped else "")
-                  + (f"; {len(failed)} failed (see results.jsonl)" if failed else ""))
-    for record in failed[:5]:
-        console.print(f"[red]failed[/red] {record['id']} ({record.get('stage')}): {record.get('error')}")
-    print_summary(Console(), load_sweep(result.out_dir), max_bytes_n, max_ms)
-    click.echo(f"wrote {result.out_dir / RESULTS}; `tinyproto report {result.out_dir}` draws the figures")
-    # A refused budget is an answer; a device that disagrees with the host, or a sweep with no answer, is not.
-    disagreeing = [r["id"] for r in failed if r.get("stage") == "validate"]
-    if disagreeing:
-        raise TinyprotoError(f"{len(disagreeing)} points failed validation on the device ({', '.join(disagreeing[:3])}); "
-                             f"see {result.out_dir / RESULTS}")
-    if result.records and len(failed) == len(result.records):
-        raise TinyprotoError(f"every point of the sweep failed; see {result.out_dir / RESULTS}")

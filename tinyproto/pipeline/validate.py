@@ -30,6 +30,7 @@ from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.modeldir import ModelDir, file_sha256, load_model_dir, locked, read_json, record_outputs, write_json
+from tinyproto import families
 
 PROGRESS_EVERY = 25  # vectors between rewrites of validation.json during a run
 MAX_MISMATCHES_REPORTED = 5
@@ -411,7 +412,7 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
     from tinyproto.device.sim import SimulatedUno
 
     board = load_board(model_dir.meta.get("board", "uno"))
-    model = model_dir.int_model()
+    model = families.load_int_model(model_dir)
     vectors = checked_vectors(model_dir, model)
     build = load_build_info(model_dir)
     check_firmware(model_dir, build)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto import families
 
 
 def build_model_dir(path: Path, env: str | None, console) -> dict:
@@ -27,7 +28,7 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
     from tinyproto.core.modeldir import file_sha256, write_json
 
     board = load_board(model_dir.meta.get("board", "uno"))
-    model_dir.int_model()  # refuses an edited or damaged model.json before anything is built from it
+    families.load_int_model(model_dir)  # refuses an edited or damaged model.json before anything is built from it
     built_hash = header_model_hash(model_dir.path)
     if built_hash != model_dir.meta["model_hash"]:
         raise TinyprotoError(f"{model_dir.path}/include/tinyproto_model.h does not hold the model of model.json "
