@@ -59,7 +59,9 @@ def _board_mhz(name: str) -> float:
 
 
 def _shape_text(entry: dict) -> str:
-    """A candidate's shape in one short line (ProtoNN or FlyNN keys)."""
+    """A candidate's shape in one short line (a family's own "shape" text, or ProtoNN / FlyNN keys)."""
+    if "shape" in entry:
+        return str(entry["shape"])
     if "n_components" in entry:
         return f"d_hat={entry['n_components']} m={entry['n_prototypes']} s_W={entry['sparsity_W']:g}"
     return (f"m={entry['n_hashes']} s={entry['n_inputs_per_hash']} rho={entry['n_winners']} b={entry['count_bits']} "

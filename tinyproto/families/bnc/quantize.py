@@ -1,0 +1,231 @@
+"""IntBNC: the integer BNC the device runs (firmware/tp_bnc.c), and its bit-exact numpy reference.
+
+For an int8 input x (TP_N_FEATURES values, any of -128..127):
+
+    p_k      = sum_i Wq[k, i] * x[i]                      exact (int32 on the device), k = 0 .. r-1
+    code     = bit k set  <=>  p_k >= 0                   r bits, packed LSB-first into R = ceil(r/8) bytes
+    dist_j   = popcount(code XOR b_j)                     Hamming distance to prototype j (R bytes in flash)
+    score_l  = -min_{j of class l} dist_j                 int32; every class has at least one prototype
+    label    = argmax_l score_l, ties to the lowest index
+
+sign(W z) does not change when a row of W is scaled, so each row of W gets its own int8 scale (its largest
+magnitude maps to 127) and no scale reaches the device; the input step does not matter either.
+
+Flash arrays (render order): the input stage; W feature-major, either dense (`bnc_W`, d x r int8) or sparse
+(`bnc_W_mask`, d x R bytes, bit k of feature i's mask = Wq[k, i] != 0, and `bnc_W_values`, the nonzeros in
+the same order), whichever is smaller; `bnc_B`, the m prototypes as m x R packed bytes, sorted by class; and
+`bnc_class_end`, the cumulative prototype count per class (uint8 when m <= 255, else uint16). Feature-major
+order lets the device consume the input as it arrives (tp_stream_feed): r running sums, never the input vector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinyproto.core.carray import CArray
+from tinyproto.core.inputstage import InputStage
+from tinyproto.core.ledger import SramItem
+
+MAX_BITS = 1024
+MAX_PROTOTYPES = 65535
+
+
+def pack_codes(bits: np.ndarray) -> np.ndarray:
+    """(n, r) 0/1 -> (n, R) uint8, bit k at byte k // 8, bit k % 8 (LSB first); padding bits are 0."""
+    return np.packbits(np.asarray(bits, dtype=np.uint8), axis=1, bitorder="little")
+
+
+def row_int8(W: np.ndarray) -> np.ndarray:
+    """Each row of W to int8 with its own scale (largest magnitude -> 127): sign(W z) does not see row scales."""
+    W = np.asarray(W, dtype=np.float64)
+    largest = np.abs(W).max(axis=1, keepdims=True)
+    largest = np.where(largest > 0, largest, 1.0)
+    return np.clip(np.rint(W / largest * 127.0), -127, 127).astype(np.int64)
+
+
+@dataclass
+class IntBNC:
+    """The deployed BNC: everything the C runtime needs, plus the numpy reference of its arithmetic."""
+
+    classes: list
+    input_stage: InputStage
+    W_q: np.ndarray  # (r, d) int8 values, zeros where W is sparse
+    B_bits: np.ndarray  # (m, r) 0/1: prototype codes, sorted by class
+    proto_counts: np.ndarray  # (L,) prototypes per class, each >= 1
+    family: str = "bnc"  # the registry name (tinyproto.families)
+    family_id = 3  # TP_FAMILY_ID
+
+    def __post_init__(self) -> None:
+        self.W_q = np.asarray(self.W_q, dtype=np.int64)
+        self.B_bits = np.asarray(self.B_bits, dtype=np.int64)
+        self.proto_counts = np.asarray(self.proto_counts, dtype=np.int64).reshape(-1)
+        if self.W_q.ndim != 2 or self.B_bits.ndim != 2:
+            raise ValueError("W_q must be (r, d) and B_bits (m, r)")
+        r, d = self.W_q.shape
+        m = self.B_bits.shape[0]
+        if not 1 <= r <= MAX_BITS or not 1 <= m <= MAX_PROTOTYPES or self.B_bits.shape[1] != r:
+            raise ValueError(f"need 1 <= r <= {MAX_BITS} bits, 1 <= m <= {MAX_PROTOTYPES} prototypes of r bits")
+        if d != self.input_stage.n_features or not 1 <= d <= 65535:
+            raise ValueError("W_q's columns must match the input stage's features (1..65535)")
+        if self.W_q.min() < -128 or self.W_q.max() > 127 or not self.W_q.any():
+            raise ValueError("W_q must hold int8 values, not all zero")
+        if not np.isin(self.B_bits, (0, 1)).all():
+            raise ValueError("B_bits must be 0/1")
+        if not 1 <= len(self.classes) <= 255 or self.proto_counts.shape != (len(self.classes),):
+            raise ValueError("need 1..255 classes and one prototype count per class")
+        if self.proto_counts.min() < 1 or int(self.proto_counts.sum()) != m:
+            raise ValueError("every class needs at least one prototype and the counts must add up to m")
+
+    # -- sizes
+
+    @property
+    def n_features(self) -> int:
+        return int(self.W_q.shape[1])
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def n_bits(self) -> int:
+        return int(self.W_q.shape[0])
+
+    @property
+    def n_code_bytes(self) -> int:
+        return (self.n_bits + 7) // 8
+
+    @property
+    def n_prototypes(self) -> int:
+        return int(self.B_bits.shape[0])
+
+    @property
+    def nonzeros(self) -> int:
+        return int(np.count_nonzero(self.W_q))
+
+    @property
+    def w_dense(self) -> bool:
+        """Dense W when that is no larger than the bitmap (R bytes per feature) plus the nonzero values."""
+        return self.W_q.size <= self.n_features * self.n_code_bytes + self.nonzeros
+
+    @property
+    def class_end(self) -> np.ndarray:
+        return np.cumsum(self.proto_counts)
+
+    @property
+    def proto_class(self) -> np.ndarray:
+        return np.repeat(np.arange(self.n_classes), self.proto_counts)
+
+    # -- construction
+
+    @classmethod
+    def from_classifier(cls, clf) -> "IntBNC":
+        """Quantize a fitted BNCClassifier: its standardisation and int8 step, W row by row, B as bits."""
+        stage = InputStage.from_standardisation(clf.mean_, clf.scale_, clf.input_scale_)
+        return cls(
+            classes=[c.item() if hasattr(c, "item") else c for c in clf.classes_],
+            input_stage=stage,
+            W_q=row_int8(clf.W_),
+            B_bits=(np.asarray(clf.B_) > 0).astype(np.int64),
+            proto_counts=np.bincount(clf.proto_class_, minlength=clf.classes_.size),
+        )
+
+    # -- the integer contract
+
+    def projections(self, xq: np.ndarray) -> np.ndarray:
+        """p (n, r) int64, exact."""
+        return np.asarray(xq, dtype=np.int64) @ self.W_q.T
+
+    def code_bits(self, xq: np.ndarray) -> np.ndarray:
+        return (self.projections(xq) >= 0).astype(np.int64)
+
+    def distances(self, xq: np.ndarray) -> np.ndarray:
+        """Hamming distances (n, m): (r - <±code, ±b>) / 2, exact in int64."""
+        signs = 2 * self.code_bits(xq) - 1
+        return (self.n_bits - signs @ (2 * self.B_bits - 1).T) // 2
+
+    def scores(self, xq: np.ndarray) -> np.ndarray:
+        """The int32 score vectors tp_predict writes, (n, L) int64: minus each class's nearest distance."""
+        dist = self.distances(xq)
+        starts = np.concatenate([[0], self.class_end[:-1]])
+        return -np.minimum.reduceat(dist, starts, axis=1) if dist.size else np.zeros((0, self.n_classes), np.int64)
+
+    def labels(self, scores: np.ndarray) -> np.ndarray:
+        """Nearest class; np.argmax returns the lowest index among ties, as the C loop does."""
+        return np.argmax(np.asarray(scores), axis=1)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Raw float features -> original class labels, through the input stage."""
+        return np.asarray(self.classes)[self.labels(self.scores(self.input_stage.quantize(X)))]
+
+    def carrays(self) -> list[CArray]:
+        r, d, R, m = self.n_bits, self.n_features, self.n_code_bytes, self.n_prototypes
+        arrays = list(self.input_stage.carrays())
+        Wt = self.W_q.T  # feature-major: what arrives first is used first
+        if self.w_dense:
+            arrays.append(CArray("bnc_W", "int8_t", Wt, f"hash W, dense int8, feature-major ({d} x {r})"))
+        else:
+            mask = pack_codes(Wt != 0)
+            arrays.append(CArray("bnc_W_mask", "uint8_t", mask, f"hash W, nonzero bitmap per feature ({d} x {R})"))
+            arrays.append(CArray("bnc_W_values", "int8_t", Wt[Wt != 0], "hash W, nonzeros feature by feature"))
+        arrays.append(CArray("bnc_B", "uint8_t", pack_codes(self.B_bits), f"{m} prototypes x {r} bits, by class"))
+        ctype = "uint8_t" if m <= 255 else "uint16_t"
+        arrays.append(CArray("bnc_class_end", ctype, self.class_end, "prototypes of classes 0..l (cumulative)"))
+        return arrays
+
+    def defines(self) -> dict[str, int]:
+        return {
+            **self.input_stage.defines(),
+            "TP_BNC_BITS": self.n_bits,
+            "TP_BNC_BYTES": self.n_code_bytes,
+            "TP_BNC_PROTOS": self.n_prototypes,
+            "TP_BNC_W_DENSE": int(self.w_dense),
+            "TP_STREAMABLE": 1,
+        }
+
+    def working_sram(self) -> list[SramItem]:
+        return [
+            SramItem("bnc_sums", 4 * self.n_bits, f"{self.n_bits} int32 projection sums (static: the stream state)"),
+            SramItem("bnc_state", 4, "stream position and W value offset (static)"),
+            SramItem("bnc_code", self.n_code_bytes, "the input's packed code"),
+        ]
+
+    def model_bytes(self) -> int:
+        return sum(a.nbytes for a in self.carrays())
+
+    def multiply_accumulates(self) -> int:
+        """W nonzeros (int8 MACs) plus one XOR-popcount per prototype byte."""
+        return self.nonzeros + self.n_prototypes * self.n_code_bytes
+
+    # -- serialisation
+
+    def to_json(self) -> dict:
+        return {
+            "family": self.family,
+            "classes": list(self.classes),
+            "input_stage": self.input_stage.to_json(),
+            "W_q": self.W_q.tolist(),
+            "B_bits": self.B_bits.tolist(),
+            "proto_counts": self.proto_counts.tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "IntBNC":
+        if raw.get("family") != "bnc":
+            raise ValueError(f"not a bnc model: {raw.get('family')!r}")
+        return cls(
+            classes=list(raw["classes"]),
+            input_stage=InputStage.from_json(raw["input_stage"]),
+            W_q=_integers(raw["W_q"], "W_q"),
+            B_bits=_integers(raw["B_bits"], "B_bits"),
+            proto_counts=_integers(raw["proto_counts"], "proto_counts"),
+        )
+
+
+def _integers(values, name: str) -> np.ndarray:
+    """A JSON array of whole numbers as int64; 1.5, true or "3" are refused, not truncated or coerced."""
+    array = np.asarray(values)
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"{name} must hold whole numbers, not {array.dtype.name}")
+    return array.astype(np.int64)

@@ -1,0 +1,192 @@
+"""Choose BNC's shape under a byte budget (and a latency limit) by the held-out accuracy of the int8 model.
+
+Searched: r (bits of the hash) and the density of W; m (prototypes) is then the largest that fits the budget
+(exactly: the bytes of IntBNC.carrays() for these sizes) and the latency limit (the cost model), capped at half
+the training rows. Each shape is trained on 75 % of the training rows (stratified, seeded) with shortened
+epochs, quantized, and scored on the other 25 % with the integer reference the device runs; the best shape is
+trained again on all the training rows with the full epochs. Ties: fewer predicted cycles, then fewer bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+from sklearn.utils import check_random_state
+
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.bnc.cost import shape_cycles
+from tinyproto.families.bnc.quantize import IntBNC
+from tinyproto.families.bnc.train import BNCClassifier, kept_weights
+
+INPUT_STAGE_BYTES_PER_FEATURE = 4  # mean + gain, half floats
+BITS_GRID = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+DENSITY_GRID = (1.0, 0.5, 0.25, 0.125)
+MIN_BITS = 8  # the smallest model: one code byte, one prototype per class, one weight per bit
+SEARCH_EPOCHS = 12  # per phase while searching; the chosen shape is trained with the estimator's defaults
+MAX_CANDIDATES = 14  # the largest-r shapes of each density are tried first; this many fits at most
+
+
+@dataclass(frozen=True)
+class Candidate:
+    n_bits: int
+    density: float
+    n_prototypes: int
+    nonzeros: int
+    model_bytes: int
+    predicted_cycles: int
+    val_accuracy: float = -1.0
+
+
+def w_bytes(n_bits: int, n_features: int, nonzeros: int) -> int:
+    """The smaller of dense int8 W and bitmap + nonzeros (IntBNC.w_dense decides the same way)."""
+    R = (n_bits + 7) // 8
+    return min(n_bits * n_features, n_features * R + nonzeros)
+
+
+def model_bytes(n_bits: int, n_prototypes: int, nonzeros: int, n_features: int, n_classes: int) -> int:
+    """Σ CArray.nbytes of IntBNC.carrays() for these sizes (the tests check it against real models)."""
+    R = (n_bits + 7) // 8
+    ends = n_classes * (1 if n_prototypes <= 255 else 2)
+    return (INPUT_STAGE_BYTES_PER_FEATURE * n_features + w_bytes(n_bits, n_features, nonzeros)
+            + n_prototypes * R + ends)
+
+
+def minimum_budget(n_features: int, n_classes: int) -> int:
+    """The smallest BNC: 8 bits, one weight per bit, one prototype per class."""
+    return model_bytes(MIN_BITS, n_classes, MIN_BITS, n_features, n_classes)
+
+
+def largest_m(budget: int, n_bits: int, nonzeros: int, n_features: int, n_classes: int) -> int:
+    R = (n_bits + 7) // 8
+    free = budget - INPUT_STAGE_BYTES_PER_FEATURE * n_features - w_bytes(n_bits, n_features, nonzeros)
+    m = max(0, (free - n_classes) // R)
+    while m > 0 and model_bytes(n_bits, m, nonzeros, n_features, n_classes) > budget:
+        m -= 1
+    return m
+
+
+def plan(budget: int, n_features: int, n_classes: int, m_cap: int, max_cycles: float | None) -> list[Candidate]:
+    """Every (r, density) with the largest m that fits the bytes and the time, at least one prototype per class."""
+    out = []
+    for density in DENSITY_GRID:
+        for r in BITS_GRID:
+            nnz = kept_weights(r, n_features, density)
+            dense = r * n_features <= w_bytes(r, n_features, nnz) and density == 1.0
+            m = min(largest_m(budget, r, nnz, n_features, n_classes), m_cap)
+            if max_cycles is not None:
+                while m >= n_classes and shape_cycles(n_features, r, nnz, m, n_classes, dense) > max_cycles:
+                    m = max(n_classes - 1, int(m * 0.9))
+            if m < n_classes:
+                continue
+            if density < 1.0 and nnz >= r * n_features:
+                continue  # the same as dense
+            out.append(Candidate(r, density, m, nnz, model_bytes(r, m, nnz, n_features, n_classes),
+                                 shape_cycles(n_features, r, nnz, m, n_classes, dense)))
+    return out
+
+
+def _shortlist(cands: list[Candidate]) -> list[Candidate]:
+    """At most MAX_CANDIDATES: per density the three largest r (more bits pay off until prototypes run out),
+    then the rest by r."""
+    by_density: dict[float, list[Candidate]] = {}
+    for c in sorted(cands, key=lambda c: -c.n_bits):
+        by_density.setdefault(c.density, []).append(c)
+    first = [c for group in by_density.values() for c in group[:3]]
+    rest = [c for c in sorted(cands, key=lambda c: -c.n_bits) if c not in first]
+    return (first + rest)[:MAX_CANDIDATES]
+
+
+def _estimator(c: Candidate, seed: int, search: bool) -> BNCClassifier:
+    extra = {"epochs_joint": SEARCH_EPOCHS, "epochs_w": SEARCH_EPOCHS} if search else {}
+    return BNCClassifier(n_bits=c.n_bits, n_prototypes=c.n_prototypes, density=c.density, random_state=seed,
+                         **extra)
+
+
+def _rank(c: Candidate) -> tuple:
+    return (round(c.val_accuracy, 9), -c.predicted_cycles, -c.model_bytes)
+
+
+def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
+                         progress: Callable[[str], None] | None = None, max_latency_ms: float | None = None,
+                         f_cpu_hz: int = 16_000_000):
+    """(fitted BNCClassifier, IntBNC, info) with the best held-out int8 accuracy within budget_bytes (and
+    max_latency_ms by the cost model at f_cpu_hz). Never over the budget by a byte; a budget below the smallest
+    BNC is refused with that minimum."""
+    started = time.perf_counter()
+    say = progress or (lambda message: None)
+    X = np.asarray(X_train, dtype=np.float64)
+    y = np.asarray(y_train)
+    if X.ndim != 2 or len(X) != len(y) or len(X) < 4:
+        raise TinyprotoError("BNC needs a 2-D feature matrix with one label per row (at least four rows)")
+    classes, y_index = np.unique(y, return_inverse=True)
+    n, d = X.shape
+    L = classes.size
+    if L > 255:
+        raise TinyprotoError(f"BNC supports at most 255 classes, got {L}")
+    budget = int(budget_bytes)
+    smallest = minimum_budget(d, L)
+    if budget < smallest:
+        raise TinyprotoError(f"budget {budget} B is too small for BNC on {d} features and {L} classes: the "
+                             f"smallest model ({MIN_BITS} bits, one prototype per class) needs {smallest} B")
+    if max_latency_ms is not None and not (0 < max_latency_ms < float("inf")):
+        raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
+    max_cycles = None if max_latency_ms is None else max_latency_ms * 1e-3 * f_cpu_hz
+    rng = check_random_state(seed)
+    fit_seed = int(rng.randint(0, 2**31 - 1))
+    counts = np.bincount(y_index)
+    stratify = y_index if counts.min() >= 2 else None
+    tr, va = train_test_split(np.arange(n), test_size=0.25, stratify=stratify,
+                              random_state=int(rng.randint(0, 2**31 - 1)))
+    m_cap = max(L, len(tr) // 2)
+    cands = plan(budget, d, L, m_cap, max_cycles)
+    if not cands:
+        fastest = shape_cycles(d, MIN_BITS, MIN_BITS, L, L, False)
+        raise TinyprotoError(f"no BNC within {budget} B is predicted to run in {max_latency_ms:g} ms; the smallest "
+                             f"one ({MIN_BITS} bits, one prototype per class) takes "
+                             f"{fastest / f_cpu_hz * 1e3:.3f} ms: raise --max-latency")
+    tried = []
+    for c in _shortlist(cands):
+        clf = _estimator(c, fit_seed, search=True).fit(X[tr], y[tr])
+        model = IntBNC.from_classifier(clf)
+        pred = np.asarray(model.classes)[model.labels(model.scores(model.input_stage.quantize(X[va])))]
+        acc = float(np.mean(pred == y[va]))
+        tried.append(Candidate(**{**asdict(c), "val_accuracy": acc}))
+        say(f"bnc: r={c.n_bits} density={c.density:g} m={c.n_prototypes}: held-out int8 accuracy {acc:.3f}")
+    ranked = sorted(tried, key=_rank, reverse=True)
+    best = ranked[0]
+    clf = _estimator(best, fit_seed, search=False).fit(X, y)
+    model = IntBNC.from_classifier(clf)
+    nbytes = model.model_bytes()
+    if nbytes > budget:  # cannot happen: model_bytes() above mirrors carrays(); keep the promise explicit
+        raise AssertionError(f"chosen BNC has {nbytes} B > budget {budget} B")
+    from tinyproto.families.bnc.cost import predict_cycles
+
+    cycles = predict_cycles(model)["total"]
+    if max_cycles is not None and cycles > max_cycles:
+        raise AssertionError(f"chosen BNC is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
+    rows = [{"shape": f"r={c.n_bits} m={c.n_prototypes} density={c.density:g}", "n_bits": c.n_bits, "density": c.density, "n_prototypes": c.n_prototypes, "nonzeros": c.nonzeros,
+             "val_int8_accuracy": c.val_accuracy, "model_bytes": c.model_bytes,
+             "predicted_cycles": c.predicted_cycles,
+             "predicted_latency_ms": round(c.predicted_cycles / f_cpu_hz * 1e3, 4)} for c in ranked[:6]]
+    info = {
+        "family": "bnc",
+        "budget_bytes": budget,
+        "model_bytes": nbytes,
+        "chosen": {"n_bits": best.n_bits, "n_prototypes": best.n_prototypes, "density": best.density,
+                   "nonzeros": model.nonzeros, "w_dense": model.w_dense, "random_state": fit_seed},
+        "val_accuracy": best.val_accuracy,
+        "validation": "one stratified 25 % hold-out of the training data, int8 model, shortened epochs",
+        "predicted_cycles": cycles,
+        "candidates": [asdict(c) for c in tried],
+        "chosen_validation": rows[0],
+        "runners_up": rows[1:],
+        "selection": "the best held-out int8 accuracy; among equal accuracies the fewest predicted cycles, then bytes",
+        "seconds": time.perf_counter() - started,
+    }
+    say(f"bnc: chose r={best.n_bits} m={best.n_prototypes} density={best.density:g}, {nbytes} B, "
+        f"held-out accuracy {best.val_accuracy:.3f}")
+    return clf, model, info

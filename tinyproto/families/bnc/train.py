@@ -1,0 +1,271 @@
+"""Binary Neighbor Compression (Zhong et al., AISTATS 2017), float side: the estimator and Algorithm 1.
+
+A BNC model is a linear hash g(x) = sign(W z) of the standardised input z into r bits, and m binary prototypes
+b_j in {-1, 1}^r with fixed labels z_j; the prediction is the label of the prototype nearest to g(x) in Hamming
+distance. The score of class l is minus its nearest prototype's distance, so argmax over classes is 1-NN over
+prototypes (ties go to the lowest class index, as on the device).
+
+Training (the paper's Algorithm 1):
+1. W is Gaussian (rows of unit expected norm);
+2. per class, k-means with m_y clusters (m split over the classes in proportion to their sizes, at least one
+   each), centres C, and B~ = B = sign(W C);
+3. phase 1: mini-batch SGD on the hinge surrogate (the paper's eq. 6)
+       [alpha - max_{j: z_j = y} tanh(gamma W z)^T b~_j + max_{j: z_j != y} tanh(gamma W z)^T b~_j]_+
+       + lambda sum_k (|w_k|^2 - 1)^2
+   over W and B~ jointly, B~ projected back onto [-1, 1] after every step; then B = sign(B~);
+4. phase 2: the same loss over W alone with B fixed.
+
+Conventions shared with the integer model (quantize.py) and firmware/tp_bnc.c:
+* sign(0) is +1: bit k of a code is 1 exactly when the k-th projection is >= 0 (the device tests the sign bit);
+* the standardised input is clipped where the int8 input stage clips (`input_scale_` * 127), so the hash the
+  estimator learns is the hash the device computes, up to int8 rounding;
+* prototypes are kept sorted by class (the device stores class boundaries, not one label per prototype).
+
+Additions to the paper, each because of the 8-bit target or for determinism (see README, "BNC"):
+* `density` < 1 keeps only the largest |W| entries (a sparse W costs fewer bytes); phase 2 then trains the kept
+  entries only, so the deployed hash is the one that was optimised;
+* after every epoch the binary model's training error is measured and the best (W, B) seen is kept (plain
+  SGD on this non-convex loss can wander away from a good point).
+"""
+
+from __future__ import annotations
+
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from tinyproto.core.inputstage import INPUT_MAX, choose_input_scale, standardisation
+
+
+def allocate_prototypes(class_sizes: np.ndarray, m: int) -> np.ndarray:
+    """m prototypes over the classes in proportion to their sizes (largest remainders), at least one per class
+    and at most one per training point of the class."""
+    sizes = np.asarray(class_sizes, dtype=np.int64)
+    m = int(min(max(m, sizes.size), sizes.sum()))
+    share = sizes / sizes.sum() * (m - sizes.size)  # the first prototype of every class is fixed
+    counts = 1 + np.floor(share).astype(np.int64)
+    order = np.argsort(-(share - np.floor(share)), kind="stable")
+    counts[order[: m - int(counts.sum())]] += 1
+    while (counts > sizes).any():  # a class smaller than its share: give the surplus to the largest classes
+        surplus = int((counts - sizes).clip(min=0).sum())
+        counts = np.minimum(counts, sizes)
+        room = sizes - counts
+        for c in np.argsort(-room, kind="stable")[:surplus]:
+            counts[c] += 1 if room[c] > 0 else 0
+    return counts
+
+
+def kept_weights(n_bits: int, n_features: int, density: float) -> int:
+    """Entries of W a model of this density keeps: at least one per row, at most all."""
+    return int(min(n_bits * n_features, max(n_bits, round(density * n_bits * n_features))))
+
+
+def binary_codes(A: np.ndarray) -> np.ndarray:
+    """Projections (n, r) -> {-1, +1} codes with sign(0) = +1."""
+    return np.where(A >= 0, 1.0, -1.0)
+
+
+def class_scores(codes: np.ndarray, B: np.ndarray, proto_class: np.ndarray, n_classes: int) -> np.ndarray:
+    """Minus the Hamming distance to each class's nearest prototype, (n, L). codes (n, r) and B (m, r) in
+    {-1, +1}; Hamming distance = (r - code . b) / 2."""
+    r = B.shape[1]
+    dist = (r - codes @ B.T) / 2.0  # (n, m)
+    out = np.full((codes.shape[0], n_classes), -np.inf)
+    for c in range(n_classes):
+        mine = proto_class == c
+        if mine.any():
+            out[:, c] = -dist[:, mine].min(axis=1)
+    return out
+
+
+class BNCClassifier(ClassifierMixin, BaseEstimator):
+    """Binary Neighbor Compression: a learned r-bit linear hash and m learned binary prototypes, 1-NN in Hamming
+    distance.
+
+    Parameters
+    ----------
+    n_bits : r, bits of the hash (rows of W).
+    n_prototypes : m, binary prototypes in all (split over the classes by size, at least one per class).
+    density : fraction of W's entries kept (the largest magnitudes); 1.0 is a dense W.
+    alpha : hinge margin as a fraction of r (the surrogate's scores t^T b~ lie in [-r, r]).
+    gamma : tanh slope of the relaxed sign.
+    lam : weight of the row-norm penalty sum_k (|w_k|^2 - 1)^2.
+    learning_rate : SGD step for W and B~ (decays as 1 / (1 + epoch / 10)).
+    batch_size : mini-batch size.
+    epochs_joint, epochs_w : passes over the data in phase 1 (W and B~) and phase 2 (W alone).
+    random_state : W's Gaussian draw, k-means, the mini-batch order.
+    """
+
+    _parameter_constraints: dict = {
+        "n_bits": [Interval(Integral, 1, 1024, closed="both")],
+        "n_prototypes": [Interval(Integral, 1, 65535, closed="both")],
+        "density": [Interval(Real, 0, 1, closed="right")],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "gamma": [Interval(Real, 0, None, closed="neither")],
+        "lam": [Interval(Real, 0, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "epochs_joint": [Interval(Integral, 0, None, closed="left")],
+        "epochs_w": [Interval(Integral, 0, None, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        n_bits: int = 32,
+        n_prototypes: int = 40,
+        density: float = 1.0,
+        alpha: float = 0.25,
+        gamma: float = 1.0,
+        lam: float = 1.0,
+        learning_rate: float = 0.05,
+        batch_size: int = 128,
+        epochs_joint: int = 30,
+        epochs_w: int = 30,
+        random_state=None,
+    ) -> None:
+        self.n_bits = n_bits
+        self.n_prototypes = n_prototypes
+        self.density = density
+        self.alpha = alpha
+        self.gamma = gamma
+        self.lam = lam
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.epochs_joint = epochs_joint
+        self.epochs_w = epochs_w
+        self.random_state = random_state
+
+    # -- training
+
+    def fit(self, X, y) -> "BNCClassifier":
+        self._validate_params()
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        rng = check_random_state(self.random_state)
+        self.classes_, y_index = np.unique(y, return_inverse=True)
+        L = self.classes_.size
+        self.mean_, self.scale_ = standardisation(X)
+        Z0 = (X - self.mean_) / self.scale_
+        self.input_scale_ = choose_input_scale(Z0)
+        Z = self.transform_input(X)
+        n, d = Z.shape
+        r = int(self.n_bits)
+        W = rng.standard_normal((r, d)) / np.sqrt(d)
+        counts = allocate_prototypes(np.bincount(y_index, minlength=L), int(self.n_prototypes))
+        centres = self._centres(Z, y_index, counts, rng)
+        self.proto_class_ = np.repeat(np.arange(L), counts)
+        Bt = binary_codes(centres @ W.T)  # (m, r)
+        mask = np.ones_like(W, dtype=bool)
+        if L > 1:
+            W, Bt = self._sgd(Z, y_index, W, Bt, mask, rng, int(self.epochs_joint), train_b=True)
+            Bt = binary_codes(Bt)
+            if self.density < 1.0:
+                mask = self._sparsity_mask(W)
+                W = W * mask
+            W, Bt = self._sgd(Z, y_index, W, Bt, mask, rng, int(self.epochs_w), train_b=False)
+        self.W_ = W * mask
+        self.B_ = binary_codes(Bt)
+        self.n_bits_, self.n_prototypes_ = r, int(counts.sum())
+        return self
+
+    def _centres(self, Z, y_index, counts, rng) -> np.ndarray:
+        """Per-class k-means centres, class by class (so prototypes come sorted by class)."""
+        out = []
+        for c, k in enumerate(counts):
+            Zc = Z[y_index == c]
+            distinct = np.unique(Zc, axis=0)
+            if k >= len(distinct):  # as many prototypes as distinct points: the points are the centres
+                out.append(distinct[np.arange(k) % len(distinct)])
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                km = KMeans(n_clusters=int(k), n_init=1, random_state=int(rng.randint(2**31 - 1))).fit(Zc)
+            out.append(km.cluster_centers_)
+        return np.vstack(out)
+
+    def _sparsity_mask(self, W: np.ndarray) -> np.ndarray:
+        """Exactly `kept_weights(r, d, density)` entries: each row's largest (so no bit is constant), then the
+        largest of the rest, magnitudes relative to their row's largest (each row's scale is free)."""
+        r, d = W.shape
+        rel = np.abs(W) / (np.abs(W).max(axis=1, keepdims=True) + 1e-300)
+        mask = np.zeros((r, d), dtype=bool)
+        mask[np.arange(r), np.argmax(rel, axis=1)] = True
+        extra = kept_weights(r, d, float(self.density)) - r
+        if extra > 0:
+            order = np.argsort(-np.where(mask, -1.0, rel), axis=None, kind="stable")[:extra]
+            mask.reshape(-1)[order] = True
+        return mask
+
+    def _sgd(self, Z, y_index, W, Bt, mask, rng, epochs, train_b):
+        """Mini-batch SGD on the hinge surrogate; returns the (W, B~) with the fewest binary training errors."""
+        n = len(Z)
+        r = W.shape[0]
+        alpha = float(self.alpha) * r
+        gamma, lam, bs = float(self.gamma), float(self.lam), int(self.batch_size)
+        same = y_index[:, None] == self.proto_class_[None, :]  # (n, m)
+        best = (self._train_errors(Z, y_index, W, Bt), W.copy(), Bt.copy())
+        for epoch in range(epochs):
+            lr = float(self.learning_rate) / (1.0 + epoch / 10.0)
+            order = rng.permutation(n)
+            for start in range(0, n, bs):
+                idx = order[start : start + bs]
+                Zb, pos = Z[idx], same[idx]
+                T = np.tanh(gamma * (Zb @ W.T))  # (b, r)
+                S = T @ Bt.T  # (b, m)
+                jp = np.argmax(np.where(pos, S, -np.inf), axis=1)
+                jn = np.argmax(np.where(pos, -np.inf, S), axis=1)
+                rows = np.arange(len(idx))
+                active = (alpha - S[rows, jp] + S[rows, jn]) > 0
+                a = active[:, None] / len(idx)
+                gT = (Bt[jn] - Bt[jp]) * a
+                gW = (gT * gamma * (1.0 - T * T)).T @ Zb
+                norms = (W * W).sum(axis=1, keepdims=True)
+                gW += 4.0 * lam * (norms - 1.0) * W
+                W = W - lr * gW * mask
+                if train_b:
+                    gB = np.zeros_like(Bt)
+                    np.add.at(gB, jp, -T * a)
+                    np.add.at(gB, jn, T * a)
+                    Bt = np.clip(Bt - lr * gB, -1.0, 1.0)
+            errors = self._train_errors(Z, y_index, W, Bt)
+            if errors < best[0]:
+                best = (errors, W.copy(), Bt.copy())
+        return best[1], best[2]
+
+    def _train_errors(self, Z, y_index, W, Bt) -> int:
+        scores = class_scores(binary_codes(Z @ W.T), binary_codes(Bt), self.proto_class_, self.classes_.size)
+        return int(np.sum(np.argmax(scores, axis=1) != y_index))
+
+    # -- inference
+
+    def transform_input(self, X) -> np.ndarray:
+        """Standardised z, clipped where the int8 input stage clips."""
+        Z = (np.asarray(X, dtype=np.float64) - self.mean_) / self.scale_
+        limit = INPUT_MAX * self.input_scale_
+        return np.clip(Z, -limit, limit)
+
+    def codes(self, X) -> np.ndarray:
+        """g(x) = sign(W z) in {-1, +1}, (n, r)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return binary_codes(self.transform_input(X) @ self.W_.T)
+
+    def decision_function(self, X) -> np.ndarray:
+        """Minus the Hamming distance to each class's nearest prototype (n, L); two classes: s_1 - s_0."""
+        scores = class_scores(self.codes(X), self.B_, self.proto_class_, self.classes_.size)
+        if self.classes_.size == 2:
+            return scores[:, 1] - scores[:, 0]
+        return scores
+
+    def predict(self, X) -> np.ndarray:
+        scores = class_scores(self.codes(X), self.B_, self.proto_class_, self.classes_.size)
+        return self.classes_[np.argmax(scores, axis=1)]
