@@ -1,18 +1,19 @@
 /* BNC inference: an r-bit linear hash of the int8 input and the nearest of m binary prototypes in Hamming
  * distance (see tinyproto/families/bnc/quantize.py, whose IntBNC.scores() this file matches bit for bit).
  *
- *   p_k     = sum_i W[k, i] * x[i]             int32 running sums, k = 0 .. TP_BNC_BITS-1
+ *   p_k     = sum_i W[k, i] * x[i]             exact int32, k = 0 .. TP_BNC_BITS-1
  *   code    = bit k set <=> p_k >= 0           TP_BNC_BYTES bytes, LSB first (padding bits 0)
  *   dist_j  = popcount(code XOR b_j)           b_j: TP_BNC_BYTES bytes of tp_bnc_B in flash
  *   score_l = -min over class l's prototypes   classes own consecutive prototypes up to tp_bnc_class_end[l]
  *   return argmax_l score_l, ties to the lowest index
  *
- * W is stored feature by feature (dense int8, or a per-feature bitmap over the r rows plus the nonzeros), so
- * the input can be consumed in arriving order: tp_stream_begin / tp_stream_feed / tp_stream_end (TP_STREAMABLE)
- * keep only the r sums and the stream position, static; tp_predict() is the same three steps over the whole
- * vector. The state is static, so tp_predict() is not reentrant (one inference at a time, as on the device).
+ * W is stored row by row, dense int8 or a per-row bitmap over the d features plus the nonzeros. tp_predict()
+ * projects one row at a time with the sum in registers. The streaming API (TP_STREAMABLE: tp_stream_begin /
+ * tp_stream_feed / tp_stream_end) takes the features in arriving order and keeps r running sums (and, for a
+ * sparse W, r offsets into the nonzeros) in static SRAM, never the input vector; both paths add the same exact
+ * integers, so they give the same code and scores. The stream state is static: one stream at a time.
  * No popcount table: a byte's bits are counted with three mask-and-add steps, so every byte of flash data this
- * file holds is the model's (the ledger), and the cost is the same for every input.
+ * file holds is the model's (the ledger), and the cost does not depend on the input.
  */
 #define TP_MODEL_DATA
 #include "tinyproto.h"
@@ -25,6 +26,8 @@
 #error "every class needs a prototype, and TP_BNC_PROTOS must be <= 65535"
 #endif
 
+#define TP_BNC_MASK_BYTES ((TP_N_FEATURES + 7) / 8) /* bitmap bytes per row of a sparse W */
+
 /* The streaming API (also declared by tinyproto.h once the transport uses it; the declarations agree). */
 void tp_stream_begin(void);
 void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n);
@@ -36,123 +39,16 @@ uint8_t tp_stream_end(int32_t *scores);
 #define TP_BNC_END(l) ((uint16_t)tp_read_u16(&tp_bnc_class_end[l]))
 #endif
 
-static int32_t tp_bnc_sums[TP_BNC_BITS];
-static uint16_t tp_bnc_fed;    /* features consumed so far */
-#if !TP_BNC_W_DENSE
-static uint16_t tp_bnc_value;  /* offset into tp_bnc_W_values of feature tp_bnc_fed's first nonzero */
-#endif
-
-static uint8_t tp_bnc_popcount(uint8_t v)
+static inline __attribute__((always_inline)) uint8_t tp_bnc_popcount(uint8_t v)
 {
     v = (uint8_t)(v - ((v >> 1) & 0x55u));
     v = (uint8_t)((v & 0x33u) + ((v >> 2) & 0x33u));
     return (uint8_t)((v + (v >> 4)) & 0x0Fu);
 }
 
-void tp_stream_begin(void)
+/* ---- the nearest prototype of each class, from the r sums' signs ------------------------------------------ */
+static uint8_t tp_bnc_classify(const uint8_t *code, int32_t *scores)
 {
-    for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
-        tp_bnc_sums[k] = 0;
-    }
-    tp_bnc_fed = 0;
-#if !TP_BNC_W_DENSE
-    tp_bnc_value = 0;
-#endif
-}
-
-#if TP_BNC_W_DENSE
-/* sums += x * W[., i]: the r weights of feature i are adjacent in flash. */
-static TP_NOINLINE void tp_bnc_feature(int8_t x, uint16_t i)
-{
-    const int8_t *w = &tp_bnc_W[(uint32_t)i * TP_BNC_BITS];
-    int32_t *sum = tp_bnc_sums;
-    for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
-        *sum++ += tp_mul_s8(tp_next_i8(&w), x);
-    }
-}
-#else
-/* sums += x * W[., i] over feature i's nonzeros, found by its bitmap; returns the nonzeros consumed. */
-static TP_NOINLINE uint16_t tp_bnc_feature(int8_t x, uint16_t i, uint16_t value)
-{
-    const uint8_t *mask = &tp_bnc_W_mask[(uint32_t)i * TP_BNC_BYTES];
-    const int8_t *w = &tp_bnc_W_values[value];
-    const int8_t *start = w;
-    int32_t *sum = tp_bnc_sums;
-    for (uint8_t b = 0; b < TP_BNC_BYTES; ++b, sum += 8) {
-        uint8_t bits = tp_next_u8(&mask);
-        if (x == 0) { /* nothing to add: only count the nonzeros to skip */
-            w += tp_bnc_popcount(bits);
-            continue;
-        }
-        int32_t *s = sum;
-        while (bits) {
-            if (bits & 1u) {
-                *s += tp_mul_s8(tp_next_i8(&w), x);
-            }
-            bits >>= 1;
-            ++s;
-        }
-    }
-    return (uint16_t)(w - start);
-}
-
-/* The value offset of feature `first`: the nonzeros of every feature before it (for a stream that skips). */
-static uint16_t tp_bnc_value_at(uint16_t first)
-{
-    uint16_t value = 0;
-    const uint8_t *mask = tp_bnc_W_mask;
-    for (uint32_t b = 0; b < (uint32_t)first * TP_BNC_BYTES; ++b) {
-        value = (uint16_t)(value + tp_bnc_popcount(tp_next_u8(&mask)));
-    }
-    return value;
-}
-#endif
-
-static void tp_bnc_feed(const int8_t *xq, uint16_t first, uint16_t n)
-{
-    if (first >= TP_N_FEATURES) {
-        return;
-    }
-    if ((uint32_t)first + n > TP_N_FEATURES) {
-        n = (uint16_t)(TP_N_FEATURES - first);
-    }
-#if !TP_BNC_W_DENSE
-    uint16_t value = (first == tp_bnc_fed) ? tp_bnc_value : tp_bnc_value_at(first);
-#endif
-    for (uint16_t j = 0; j < n; ++j) {
-#if TP_BNC_W_DENSE
-        if (xq[j] != 0) {
-            tp_bnc_feature(xq[j], (uint16_t)(first + j));
-        }
-#else
-        value = (uint16_t)(value + tp_bnc_feature(xq[j], (uint16_t)(first + j), value));
-#endif
-    }
-    tp_bnc_fed = (uint16_t)(first + n);
-#if !TP_BNC_W_DENSE
-    tp_bnc_value = value;
-#endif
-}
-
-void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
-{
-    tp_bnc_feed(xq, first, n);
-}
-
-/* The code's bits from the sums' signs, then the nearest prototype of each class. */
-uint8_t tp_stream_end(int32_t *scores)
-{
-    uint8_t code[TP_BNC_BYTES];
-    for (uint16_t b = 0; b < TP_BNC_BYTES; ++b) {
-        uint8_t byte = 0;
-        for (uint8_t t = 0; t < 8; ++t) {
-            uint16_t k = (uint16_t)(8u * b + t);
-            if (k < TP_BNC_BITS && tp_bnc_sums[k] >= 0) {
-                byte |= (uint8_t)(1u << t);
-            }
-        }
-        code[b] = byte;
-    }
     const uint8_t *proto = tp_bnc_B;
     uint16_t j = 0;
     uint8_t best = 0;
@@ -161,8 +57,9 @@ uint8_t tp_stream_end(int32_t *scores)
         uint16_t nearest = 0xFFFFu;
         for (; j < end; ++j) {
             uint16_t dist = 0;
-            for (uint16_t b = 0; b < TP_BNC_BYTES; ++b) {
-                dist = (uint16_t)(dist + tp_bnc_popcount((uint8_t)(code[b] ^ tp_next_u8(&proto))));
+            const uint8_t *c = code;
+            for (uint8_t b = 0; b < TP_BNC_BYTES; ++b) { /* at most 128 bytes */
+                dist = (uint16_t)(dist + tp_bnc_popcount((uint8_t)(*c++ ^ tp_next_u8(&proto))));
             }
             if (dist < nearest) {
                 nearest = dist;
@@ -176,9 +73,199 @@ uint8_t tp_stream_end(int32_t *scores)
     return best;
 }
 
+/* ---- tp_predict: one row of W at a time ------------------------------------------------------------------- */
+#if TP_BNC_W_DENSE
+static TP_NOINLINE int32_t tp_bnc_row(const int8_t *x, const int8_t **w)
+{
+    const int8_t *p = *w;
+    int32_t sum = 0;
+    for (uint16_t i = 0; i < TP_N_FEATURES; ++i) {
+        sum += tp_mul_s8(tp_next_i8(&p), x[i]);
+    }
+    *w = p;
+    return sum;
+}
+#else
+/* The row's bitmap picks the inputs; an all-zero bitmap byte skips its 8 inputs at once. */
+#if defined(__AVR__)
+/* One bitmap byte on AVR: for each set bit t, sum += W * x[t]. A clear bit costs 3 cycles (sbrs, rjmp), a set
+ * bit 16 (lpm of the weight, ldd of the input, muls, sign of the product into the top bytes, 32-bit add):
+ * about half of what avr-gcc makes of the C below, which computes the same sums. r1 (avr-gcc's zero register)
+ * holds products inside the block and is cleared at its end. */
+#define TP_BNC_BIT_ASM(t)                                                                                        \
+    "sbrs %[bits], " #t "\n\t"                                                                                   \
+    "rjmp 1f\n\t"                                                                                              \
+    "lpm %[w], Z+\n\t"                                                                                         \
+    "ldd %[v], %a[x]+" #t "\n\t"                                                                                \
+    "muls %[w], %[v]\n\t"                                                                                      \
+    "mov %[w], r1\n\t"                                                                                         \
+    "lsl %[w]\n\t"                                                                                             \
+    "sbc %[w], %[w]\n\t"                                                                                       \
+    "add %A[sum], r0\n\t"                                                                                      \
+    "adc %B[sum], r1\n\t"                                                                                      \
+    "adc %C[sum], %[w]\n\t"                                                                                    \
+    "adc %D[sum], %[w]\n\t"                                                                                    \
+    "1:\n\t"
+
+static inline __attribute__((always_inline)) void tp_bnc_byte(uint8_t bits, const int8_t *x, const int8_t **p,
+                                                               int32_t *sum)
+{
+    uint8_t w, v;
+    const int8_t *q = *p;
+    int32_t s = *sum;
+    __asm__ volatile(TP_BNC_BIT_ASM(0) TP_BNC_BIT_ASM(1) TP_BNC_BIT_ASM(2) TP_BNC_BIT_ASM(3)
+                     TP_BNC_BIT_ASM(4) TP_BNC_BIT_ASM(5) TP_BNC_BIT_ASM(6) TP_BNC_BIT_ASM(7)
+                     "clr __zero_reg__"
+                     : [sum] "+r"(s), "+z"(q), [w] "=&d"(w), [v] "=&d"(v)
+                     : [bits] "r"(bits), [x] "b"(x)
+                     : "r0");
+    *p = q;
+    *sum = s;
+}
+#else
+static inline void tp_bnc_byte(uint8_t bits, const int8_t *x, const int8_t **p, int32_t *sum)
+{
+    for (uint8_t t = 0; t < 8; ++t) {
+        if (bits & (1u << t)) {
+            *sum += tp_mul_s8(tp_next_i8(p), x[t]);
+        }
+    }
+}
+#endif
+
+static TP_NOINLINE int32_t tp_bnc_row(const int8_t *x, const uint8_t **mask, const int8_t **w)
+{
+    const uint8_t *m = *mask;
+    const int8_t *p = *w;
+    int32_t sum = 0;
+    for (uint16_t b = 0; b < TP_N_FEATURES / 8; ++b, x += 8) {
+        uint8_t bits = tp_next_u8(&m);
+        if (bits != 0) {
+            tp_bnc_byte(bits, x, &p, &sum);
+        }
+    }
+#if TP_N_FEATURES % 8
+    {
+        uint8_t bits = tp_next_u8(&m); /* the last, partial byte: its padding bits are clear */
+        for (uint8_t t = 0; t < TP_N_FEATURES % 8; ++t) {
+            if (bits & (1u << t)) {
+                sum += tp_mul_s8(tp_next_i8(&p), x[t]);
+            }
+        }
+    }
+#endif
+    *mask = m;
+    *w = p;
+    return sum;
+}
+#endif
+
 uint8_t tp_predict(const int8_t *x, int32_t *scores)
 {
-    tp_stream_begin();
-    tp_bnc_feed(x, 0, TP_N_FEATURES);
-    return tp_stream_end(scores);
+    uint8_t code[TP_BNC_BYTES];
+#if TP_BNC_W_DENSE
+    const int8_t *w = tp_bnc_W;
+#else
+    const uint8_t *mask = tp_bnc_W_mask;
+    const int8_t *w = tp_bnc_W_values;
+#endif
+    uint16_t k = 0;
+    for (uint16_t b = 0; b < TP_BNC_BYTES; ++b) {
+        uint8_t byte = 0;
+        for (uint8_t bit = 1; bit != 0 && k < TP_BNC_BITS; bit = (uint8_t)(bit << 1), ++k) {
+#if TP_BNC_W_DENSE
+            int32_t sum = tp_bnc_row(x, &w);
+#else
+            int32_t sum = tp_bnc_row(x, &mask, &w);
+#endif
+            if (sum >= 0) {
+                byte |= bit;
+            }
+        }
+        code[b] = byte;
+    }
+    return tp_bnc_classify(code, scores);
+}
+
+/* ---- the stream: r running sums, features in arriving order ---------------------------------------------- */
+static int32_t tp_bnc_sums[TP_BNC_BITS];
+#if !TP_BNC_W_DENSE
+static uint16_t tp_bnc_next[TP_BNC_BITS]; /* per row: offset of its next nonzero in tp_bnc_W_values */
+static uint16_t tp_bnc_fed;               /* features consumed so far (a chunk must start there) */
+#endif
+
+void tp_stream_begin(void)
+{
+#if !TP_BNC_W_DENSE
+    const uint8_t *m = tp_bnc_W_mask;
+    uint16_t offset = 0;
+#endif
+    for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
+        tp_bnc_sums[k] = 0;
+#if !TP_BNC_W_DENSE
+        tp_bnc_next[k] = offset;
+        for (uint16_t b = 0; b < TP_BNC_MASK_BYTES; ++b) {
+            offset = (uint16_t)(offset + tp_bnc_popcount(tp_next_u8(&m)));
+        }
+#endif
+    }
+#if !TP_BNC_W_DENSE
+    tp_bnc_fed = 0;
+#endif
+}
+
+void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
+{
+    if (first >= TP_N_FEATURES) {
+        return;
+    }
+    if ((uint32_t)first + n > TP_N_FEATURES) {
+        n = (uint8_t)(TP_N_FEATURES - first);
+    }
+#if TP_BNC_W_DENSE
+    const int8_t *row = &tp_bnc_W[first];
+    for (uint16_t k = 0; k < TP_BNC_BITS; ++k, row += TP_N_FEATURES) {
+        const int8_t *p = row;
+        int32_t sum = tp_bnc_sums[k];
+        for (uint8_t j = 0; j < n; ++j) {
+            sum += tp_mul_s8(tp_next_i8(&p), xq[j]);
+        }
+        tp_bnc_sums[k] = sum;
+    }
+#else
+    if (first != tp_bnc_fed) {
+        return; /* out of order: the contract is features in order; the scores then show a broken stream */
+    }
+    for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
+        const uint8_t *m = &tp_bnc_W_mask[(uint32_t)k * TP_BNC_MASK_BYTES];
+        const int8_t *p = &tp_bnc_W_values[tp_bnc_next[k]];
+        const int8_t *start = p;
+        int32_t sum = tp_bnc_sums[k];
+        for (uint8_t j = 0; j < n; ++j) {
+            uint16_t i = (uint16_t)(first + j);
+            if ((tp_read_u8(&m[i >> 3]) >> (i & 7u)) & 1u) {
+                sum += tp_mul_s8(tp_next_i8(&p), xq[j]);
+            }
+        }
+        tp_bnc_sums[k] = sum;
+        tp_bnc_next[k] = (uint16_t)(tp_bnc_next[k] + (uint16_t)(p - start));
+    }
+    tp_bnc_fed = (uint16_t)(first + n);
+#endif
+}
+
+uint8_t tp_stream_end(int32_t *scores)
+{
+    uint8_t code[TP_BNC_BYTES];
+    for (uint16_t b = 0; b < TP_BNC_BYTES; ++b) {
+        uint8_t byte = 0;
+        for (uint8_t t = 0; t < 8; ++t) {
+            uint16_t k = (uint16_t)(8u * b + t);
+            if (k < TP_BNC_BITS && tp_bnc_sums[k] >= 0) {
+                byte |= (uint8_t)(1u << t);
+            }
+        }
+        code[b] = byte;
+    }
+    return tp_bnc_classify(code, scores);
 }

@@ -11,11 +11,12 @@ For an int8 input x (TP_N_FEATURES values, any of -128..127):
 sign(W z) does not change when a row of W is scaled, so each row of W gets its own int8 scale (its largest
 magnitude maps to 127) and no scale reaches the device; the input step does not matter either.
 
-Flash arrays (render order): the input stage; W feature-major, either dense (`bnc_W`, d x r int8) or sparse
-(`bnc_W_mask`, d x R bytes, bit k of feature i's mask = Wq[k, i] != 0, and `bnc_W_values`, the nonzeros in
-the same order), whichever is smaller; `bnc_B`, the m prototypes as m x R packed bytes, sorted by class; and
-`bnc_class_end`, the cumulative prototype count per class (uint8 when m <= 255, else uint16). Feature-major
-order lets the device consume the input as it arrives (tp_stream_feed): r running sums, never the input vector.
+Flash arrays (render order): the input stage; W row by row, either dense (`bnc_W`, r x d int8) or sparse
+(`bnc_W_mask`, r x ceil(d/8) bytes, bit i of row k's bitmap = Wq[k, i] != 0, and `bnc_W_values`, the nonzeros
+row by row), whichever is smaller; `bnc_B`, the m prototypes as m x R packed bytes, sorted by class; and
+`bnc_class_end`, the cumulative prototype count per class (uint8 when m <= 255, else uint16). tp_predict()
+projects row by row (the sum stays in registers); the stream (tp_stream_feed) walks every row's part of each
+chunk and keeps r sums and r nonzero offsets in static SRAM instead of the input vector.
 """
 
 from __future__ import annotations
@@ -106,8 +107,8 @@ class IntBNC:
 
     @property
     def w_dense(self) -> bool:
-        """Dense W when that is no larger than the bitmap (R bytes per feature) plus the nonzero values."""
-        return self.W_q.size <= self.n_features * self.n_code_bytes + self.nonzeros
+        """Dense W when that is no larger than the bitmap (ceil(d/8) bytes per row) plus the nonzero values."""
+        return self.W_q.size <= self.n_bits * ((self.n_features + 7) // 8) + self.nonzeros
 
     @property
     def class_end(self) -> np.ndarray:
@@ -162,13 +163,12 @@ class IntBNC:
     def carrays(self) -> list[CArray]:
         r, d, R, m = self.n_bits, self.n_features, self.n_code_bytes, self.n_prototypes
         arrays = list(self.input_stage.carrays())
-        Wt = self.W_q.T  # feature-major: what arrives first is used first
         if self.w_dense:
-            arrays.append(CArray("bnc_W", "int8_t", Wt, f"hash W, dense int8, feature-major ({d} x {r})"))
+            arrays.append(CArray("bnc_W", "int8_t", self.W_q, f"hash W, dense int8 ({r} x {d})"))
         else:
-            mask = pack_codes(Wt != 0)
-            arrays.append(CArray("bnc_W_mask", "uint8_t", mask, f"hash W, nonzero bitmap per feature ({d} x {R})"))
-            arrays.append(CArray("bnc_W_values", "int8_t", Wt[Wt != 0], "hash W, nonzeros feature by feature"))
+            mask = pack_codes(self.W_q != 0)
+            arrays.append(CArray("bnc_W_mask", "uint8_t", mask, f"hash W, nonzero bitmap per row ({r} x {(d + 7) // 8})"))
+            arrays.append(CArray("bnc_W_values", "int8_t", self.W_q[self.W_q != 0], "hash W, nonzeros row by row"))
         arrays.append(CArray("bnc_B", "uint8_t", pack_codes(self.B_bits), f"{m} prototypes x {r} bits, by class"))
         ctype = "uint8_t" if m <= 255 else "uint16_t"
         arrays.append(CArray("bnc_class_end", ctype, self.class_end, "prototypes of classes 0..l (cumulative)"))
@@ -185,11 +185,11 @@ class IntBNC:
         }
 
     def working_sram(self) -> list[SramItem]:
-        return [
-            SramItem("bnc_sums", 4 * self.n_bits, f"{self.n_bits} int32 projection sums (static: the stream state)"),
-            SramItem("bnc_state", 4, "stream position and W value offset (static)"),
-            SramItem("bnc_code", self.n_code_bytes, "the input's packed code"),
-        ]
+        items = [SramItem("bnc_sums", 4 * self.n_bits, f"{self.n_bits} int32 running sums of the stream (static)")]
+        if not self.w_dense:
+            items.append(SramItem("bnc_next", 2 * self.n_bits + 2, "per row: offset of its next nonzero; position (static)"))
+        items.append(SramItem("bnc_code", self.n_code_bytes, "the input's packed code (stack)"))
+        return items
 
     def model_bytes(self) -> int:
         return sum(a.nbytes for a in self.carrays())

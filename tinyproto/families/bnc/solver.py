@@ -23,7 +23,7 @@ from tinyproto.families.bnc.quantize import IntBNC
 from tinyproto.families.bnc.train import BNCClassifier, kept_weights
 
 INPUT_STAGE_BYTES_PER_FEATURE = 4  # mean + gain, half floats
-BITS_GRID = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+BITS_GRID = (8, 16, 24, 32, 48, 64, 96, 128)  # r <= 128: the stream's static sums stay within 768 B of SRAM
 DENSITY_GRID = (1.0, 0.5, 0.25, 0.125)
 MIN_BITS = 8  # the smallest model: one code byte, one prototype per class, one weight per bit
 SEARCH_EPOCHS = 12  # per phase while searching; the chosen shape is trained with the estimator's defaults
@@ -43,8 +43,7 @@ class Candidate:
 
 def w_bytes(n_bits: int, n_features: int, nonzeros: int) -> int:
     """The smaller of dense int8 W and bitmap + nonzeros (IntBNC.w_dense decides the same way)."""
-    R = (n_bits + 7) // 8
-    return min(n_bits * n_features, n_features * R + nonzeros)
+    return min(n_bits * n_features, n_bits * ((n_features + 7) // 8) + nonzeros)
 
 
 def model_bytes(n_bits: int, n_prototypes: int, nonzeros: int, n_features: int, n_classes: int) -> int:

@@ -1,0 +1,276 @@
+"""BNC: the float estimator, the integer reference, the C runtime (host gcc; simulated Uno) and the solver."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from tinyproto import families
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.inputstage import InputStage
+from tinyproto.core.render import render_header
+from tinyproto.core.resources import resource_dir
+from tinyproto.families.bnc import solver
+from tinyproto.families.bnc.cost import predict_cycles
+from tinyproto.families.bnc.quantize import IntBNC
+from tinyproto.families.bnc.train import BNCClassifier, allocate_prototypes
+
+from conftest import header_array_bytes, needs
+
+FIRMWARE = resource_dir("firmware")
+
+
+@functools.lru_cache(maxsize=None)
+def digits_split():
+    X, y = load_digits(return_X_y=True)
+    return train_test_split(X, y, test_size=0.25, stratify=y, random_state=0)
+
+
+def random_model(seed: int, d: int, r: int, m: int, L: int, density: float) -> IntBNC:
+    """A valid IntBNC with random contents (every layout the C code has: dense/sparse, r % 8 != 0, m > 255)."""
+    rng = np.random.default_rng(seed)
+    W = rng.integers(-128, 128, size=(r, d))
+    W[rng.random((r, d)) > density] = 0
+    W[np.arange(r), rng.integers(0, d, size=r)] = rng.choice([-127, 5, 127], size=r)  # no row all zero
+    counts = allocate_prototypes(np.full(L, 1000), m)
+    stage = InputStage.from_standardisation(rng.normal(size=d), rng.uniform(0.5, 2, size=d), 0.03)
+    return IntBNC(classes=list(range(L)), input_stage=stage, W_q=W, B_bits=rng.integers(0, 2, size=(m, r)),
+                  proto_counts=counts)
+
+
+HOST_MAIN = r"""
+#include <stdio.h>
+#include "tinyproto.h"
+#include "tinyproto_model.h"
+void tp_stream_begin(void);
+void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n);
+uint8_t tp_stream_end(int32_t *scores);
+
+/* stdin: int8 vectors of TP_N_FEATURES bytes; stdout per vector: "label s0 s1 .. | label s0 s1 .." from
+ * tp_predict and from the stream fed in chunks of 1, 2, 3, ... features (at most 255). */
+int main(void)
+{
+    static int8_t x[TP_N_FEATURES];
+    int32_t scores[TP_N_CLASSES];
+    unsigned chunk = 1;
+    while (fread(x, 1, TP_N_FEATURES, stdin) == TP_N_FEATURES) {
+        unsigned label = tp_predict(x, scores);
+        printf("%u", label);
+        for (int l = 0; l < TP_N_CLASSES; ++l) printf(" %ld", (long)scores[l]);
+        tp_stream_begin();
+        for (unsigned first = 0; first < TP_N_FEATURES; first += chunk) {
+            unsigned n = TP_N_FEATURES - first < chunk ? TP_N_FEATURES - first : chunk;
+            tp_stream_feed(x + first, (uint16_t)first, (uint8_t)n);
+        }
+        label = tp_stream_end(scores);
+        printf(" | %u", label);
+        for (int l = 0; l < TP_N_CLASSES; ++l) printf(" %ld", (long)scores[l]);
+        printf("\n");
+        chunk = chunk % 255 + 1;
+    }
+    return 0;
+}
+"""
+
+
+def host_c(model: IntBNC, xq: np.ndarray, workdir: Path):
+    """(labels, scores) of tp_predict and of the stream, from firmware/tp_bnc.c built for the host with -Werror."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "tinyproto_model.h").write_text(render_header(model, "test", 0, model.model_bytes()))
+    (workdir / "main.c").write_text(HOST_MAIN)
+    exe = workdir / "bnc_host"
+    cmd = ["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-DTP_HOST", f"-I{workdir}",
+           f"-I{FIRMWARE}", str(FIRMWARE / "tp_bnc.c"), str(workdir / "main.c"), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    out = subprocess.run([str(exe)], input=np.ascontiguousarray(xq, dtype=np.int8).tobytes(), capture_output=True,
+                         check=True).stdout.decode()
+    halves = [[np.array(part.split(), dtype=np.int64) for part in line.split("|")] for line in out.splitlines()]
+    whole = np.array([h[0] for h in halves])
+    stream = np.array([h[1] for h in halves])
+    return whole[:, 0], whole[:, 1:], stream[:, 0], stream[:, 1:]
+
+
+def extreme_vectors(d: int) -> np.ndarray:
+    alt = np.where(np.arange(d) % 2 == 0, 127, -128)
+    return np.array([np.full(d, -128), np.full(d, 127), alt, -1 - alt, np.zeros(d)], dtype=np.int64)
+
+
+# ---------------------------------------------------------------- the float estimator
+
+
+@parametrize_with_checks([BNCClassifier(n_bits=16, n_prototypes=6, epochs_joint=4, epochs_w=4, random_state=0)])
+def test_sklearn_estimator_contract(estimator, check):
+    check(estimator)
+
+
+def test_fit_is_seeded_and_phases_beat_the_initialisation():
+    Xtr, Xte, ytr, yte = digits_split()
+    kw = dict(n_bits=32, n_prototypes=40, random_state=3)
+    a, b = BNCClassifier(**kw).fit(Xtr, ytr), BNCClassifier(**kw).fit(Xtr, ytr)
+    np.testing.assert_array_equal(a.W_, b.W_)
+    np.testing.assert_array_equal(a.B_, b.B_)
+    init = BNCClassifier(**kw, epochs_joint=0, epochs_w=0).fit(Xtr, ytr)  # k-means + sign(WC) only
+    assert a.score(Xte, yte) > init.score(Xte, yte) + 0.05 and a.score(Xte, yte) > 0.93
+
+
+def test_sparse_w_keeps_exactly_the_planned_weights():
+    Xtr, _, ytr, _ = digits_split()
+    clf = BNCClassifier(n_bits=24, n_prototypes=30, density=0.25, epochs_joint=3, epochs_w=3, random_state=0)
+    clf.fit(Xtr, ytr)
+    assert np.count_nonzero(clf.W_) == round(0.25 * 24 * 64)
+    assert (np.count_nonzero(clf.W_, axis=1) >= 1).all()
+
+
+@pytest.mark.parametrize("sizes,m", [([50, 50, 50], 7), ([100, 3, 1], 10), ([2, 2], 9), ([5], 1)])
+def test_allocate_prototypes(sizes, m):
+    counts = allocate_prototypes(np.array(sizes), m)
+    assert (counts >= 1).all() and (counts <= np.array(sizes)).all()
+    assert counts.sum() == min(max(m, len(sizes)), sum(sizes))
+
+
+# ---------------------------------------------------------------- the integer reference and the C runtime
+
+
+@needs("gcc")
+@pytest.mark.parametrize("d,r,m,L,density", [
+    (64, 32, 30, 10, 1.0),  # dense W
+    (64, 64, 30, 10, 0.25),  # sparse W
+    (13, 11, 9, 3, 0.5),  # r not a multiple of 8, d not a multiple of 8
+    (300, 20, 280, 4, 0.1),  # d > 256 (uint16 feature indices), m > 255 (uint16 class ends)
+    (5, 1, 2, 2, 1.0),  # one bit
+])
+def test_integer_reference_equals_host_c_whole_and_streamed(tmp_path, d, r, m, L, density):
+    model = random_model(d * 7 + r, d, r, m, L, density)
+    assert model.w_dense == (density == 1.0)
+    rng = np.random.default_rng(1)
+    xq = np.vstack([rng.integers(-128, 128, size=(60, d)), extreme_vectors(d)])
+    labels, scores, stream_labels, stream_scores = host_c(model, xq, tmp_path)
+    ref = model.scores(xq)
+    np.testing.assert_array_equal(scores, ref)
+    np.testing.assert_array_equal(labels, model.labels(ref))
+    np.testing.assert_array_equal(stream_scores, ref)
+    np.testing.assert_array_equal(stream_labels, labels)
+
+
+def test_reference_is_nearest_prototype_by_hamming_distance():
+    model = random_model(5, 20, 19, 12, 4, 0.6)
+    xq = np.random.default_rng(2).integers(-128, 128, size=(40, 20))
+    code = (xq @ model.W_q.T >= 0).astype(int)
+    dist = np.array([[np.sum(c != b) for b in model.B_bits] for c in code])
+    cls = model.proto_class
+    expected = np.array([[-dist[i, cls == l].min() for l in range(4)] for i in range(40)])
+    np.testing.assert_array_equal(model.scores(xq), expected)
+
+
+@pytest.mark.parametrize("density", [1.0, 0.3])
+def test_ledger_equals_bytes_in_rendered_header_and_solver_formula(density):
+    model = random_model(9, 64, 40, 30, 10, density)
+    header = render_header(model, "test", 0, model.model_bytes())
+    assert header_array_bytes(header) == {a.name: a.nbytes for a in model.carrays()}
+    assert model.model_bytes() == solver.model_bytes(40, 30, model.nonzeros, 64, 10)
+    assert "#define TP_STREAMABLE 1" in header and "#define TP_FAMILY_ID 3" in header
+    assert families.family("bnc").streamable
+
+
+def test_json_round_trip_and_tampered_json_is_refused():
+    model = random_model(4, 16, 16, 8, 3, 0.5)
+    raw = json.loads(json.dumps(model.to_json()))
+    again = families.int_model_from_json(raw)
+    xq = np.random.default_rng(0).integers(-128, 128, size=(20, 16))
+    np.testing.assert_array_equal(again.scores(xq), model.scores(xq))
+    tampered = [
+        lambda r: r["W_q"][0].__setitem__(0, 300),  # not int8
+        lambda r: r["W_q"][0].__setitem__(0, 1.5),  # not whole
+        lambda r: r["B_bits"][0].__setitem__(0, 2),  # not a bit
+        lambda r: r["proto_counts"].__setitem__(0, 0),  # a class without prototypes
+        lambda r: r["proto_counts"].__setitem__(0, r["proto_counts"][0] + 1),  # counts != m
+        lambda r: r["B_bits"].__setitem__(0, r["B_bits"][0][:-1]),  # ragged
+        lambda r: r.__setitem__("classes", r["classes"][:-1]),  # classes != counts
+        lambda r: r.__setitem__("W_q", [[0] * 16] * 16),  # no hash at all
+    ]
+    for change in tampered:
+        bad = json.loads(json.dumps(model.to_json()))
+        change(bad)
+        with pytest.raises((ValueError, TinyprotoError)):
+            families.int_model_from_json(bad)
+
+
+def test_cost_model_counts_the_real_work():
+    dense, sparse = random_model(1, 64, 24, 82, 10, 1.0), random_model(1, 64, 64, 30, 10, 0.25)
+    assert predict_cycles(dense)["total"] > predict_cycles(dense)["lower_bound"]
+    assert predict_cycles(sparse)["projection"] < predict_cycles(random_model(1, 64, 64, 30, 10, 0.5))["projection"]
+
+
+# ---------------------------------------------------------------- the solver
+
+
+@functools.lru_cache(maxsize=None)
+def solved(budget: int):
+    Xtr, Xte, ytr, yte = digits_split()
+    return solver.fit_bnc_under_budget(Xtr, ytr, budget, 0)
+
+
+@pytest.mark.parametrize("budget", [solver.minimum_budget(64, 10), 700, 2048])
+def test_solver_never_exceeds_the_budget(budget):
+    clf, model, info = solved(budget)
+    assert model.model_bytes() == sum(a.nbytes for a in model.carrays()) <= budget
+    assert info["chosen"]["n_bits"] == model.n_bits and info["model_bytes"] == model.model_bytes()
+    for c in info["candidates"]:
+        assert c["model_bytes"] <= budget
+
+
+def test_solver_reaches_the_digits_goal_at_2kB():
+    clf, model, info = solved(2048)
+    _, Xte, _, yte = digits_split()
+    assert np.mean(model.predict(Xte) == yte) >= 0.92
+
+
+def test_solver_names_the_minimum_budget():
+    Xtr, _, ytr, _ = digits_split()
+    smallest = solver.minimum_budget(64, 10)
+    with pytest.raises(TinyprotoError, match=f"needs {smallest} B"):
+        solver.fit_bnc_under_budget(Xtr, ytr, smallest - 1, 0)
+
+
+def test_solver_keeps_the_latency_limit():
+    Xtr, _, ytr, _ = digits_split()
+    _, model, _ = solver.fit_bnc_under_budget(Xtr[:400], ytr[:400], 2048, 0, max_latency_ms=1.0)
+    assert predict_cycles(model)["total"] <= 16_000
+
+
+# ---------------------------------------------------------------- end to end on the simulated Uno
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=600)
+
+
+@needs("avr-gcc")
+@pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"), reason="libsimavr-dev not installed")
+def test_compile_build_validate_on_the_simulated_uno(tmp_path):
+    out = tmp_path / "digits-bnc"
+    compiled = cli("compile", "digits", "--model", "bnc", "--budget", "2kB", "--out", str(out))
+    assert compiled.returncode == 0, compiled.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["model"] == "bnc" and report["model_bytes"] <= 2048 and report["int8_accuracy"] >= 0.92
+    built = cli("build", str(out))
+    assert built.returncode == 0, built.stderr
+    result = cli("validate", str(out), "--sim", "--json")
+    assert result.returncode == 0, result.stderr
+    v = json.loads(result.stdout)
+    assert v["passed"] and v["score_agreement"] == 1.0 and v["label_agreement"] == 1.0
+    assert v["device_accuracy"] == pytest.approx(report["int8_accuracy"]) and v["device_accuracy"] >= 0.92
+    assert v["latency_ms_mean"] <= 3.0
+    assert abs(v["predicted_error"]) < 0.10
+    assert v["raw_input"]["labels_changed"] == 0
