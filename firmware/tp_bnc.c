@@ -26,6 +26,10 @@
 #error "every class needs a prototype, and TP_BNC_PROTOS must be <= 65535"
 #endif
 
+/* Stage markers for tools/bench_latency.py (nothing in the normal build; see tinyproto.h). */
+#define TP_STAGE_BNC_PROJECTION 0x50
+#define TP_STAGE_BNC_HAMMING 0x51
+
 #define TP_BNC_MASK_BYTES ((TP_N_FEATURES + 7) / 8) /* bitmap bytes per row of a sparse W */
 
 /* The streaming API (also declared by tinyproto.h once the transport uses it; the declarations agree). */
@@ -49,6 +53,7 @@ static inline __attribute__((always_inline)) uint8_t tp_bnc_popcount(uint8_t v)
 /* ---- the nearest prototype of each class, from the r sums' signs ------------------------------------------ */
 static uint8_t tp_bnc_classify(const uint8_t *code, int32_t *scores)
 {
+    TP_STAGE(TP_STAGE_BNC_HAMMING);
     const uint8_t *proto = tp_bnc_B;
     uint16_t j = 0;
     uint8_t best = 0;
@@ -133,7 +138,7 @@ static inline void tp_bnc_byte(uint8_t bits, const int8_t *x, const int8_t **p, 
 }
 #endif
 
-static TP_NOINLINE int32_t tp_bnc_row(const int8_t *x, const uint8_t **mask, const int8_t **w)
+static inline __attribute__((always_inline)) int32_t tp_bnc_row(const int8_t *x, const uint8_t **mask, const int8_t **w)
 {
     const uint8_t *m = *mask;
     const int8_t *p = *w;
@@ -160,9 +165,10 @@ static TP_NOINLINE int32_t tp_bnc_row(const int8_t *x, const uint8_t **mask, con
 }
 #endif
 
-uint8_t tp_predict(const int8_t *x, int32_t *scores)
+/* All r rows into the packed code, in one call: the row loop is inlined so registers are saved once, and the
+ * function has no frame of its own, which leaves the Y pointer to the bitmap kernel. */
+static TP_NOINLINE void tp_bnc_project(const int8_t *x, uint8_t *code)
 {
-    uint8_t code[TP_BNC_BYTES];
 #if TP_BNC_W_DENSE
     const int8_t *w = tp_bnc_W;
 #else
@@ -170,7 +176,7 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
     const int8_t *w = tp_bnc_W_values;
 #endif
     uint16_t k = 0;
-    for (uint16_t b = 0; b < TP_BNC_BYTES; ++b) {
+    for (uint8_t b = 0; b < TP_BNC_BYTES; ++b) {
         uint8_t byte = 0;
         for (uint8_t bit = 1; bit != 0 && k < TP_BNC_BITS; bit = (uint8_t)(bit << 1), ++k) {
 #if TP_BNC_W_DENSE
@@ -184,6 +190,13 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
         }
         code[b] = byte;
     }
+}
+
+uint8_t tp_predict(const int8_t *x, int32_t *scores)
+{
+    uint8_t code[TP_BNC_BYTES];
+    TP_STAGE(TP_STAGE_BNC_PROJECTION);
+    tp_bnc_project(x, code);
     return tp_bnc_classify(code, scores);
 }
 
