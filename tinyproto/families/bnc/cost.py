@@ -1,9 +1,10 @@
 """BNC's static cost model: cycles per inference predicted from the integer model's shape.
 
-Each term is (iterations of a loop of firmware/tp_bnc.c) x (cycles per iteration), fitted on models measured on
-the simulated Uno (cycle-exact; tools/bench_bnc.py --calibrate re-measures). The work does not depend on the
-input except for features that are exactly 0 (their weights are skipped), so the model counts every feature.
-Layer: families (bnc).
+Each term is (iterations of a loop of firmware/tp_bnc.c) x (cycles per iteration): the sparse kernel's
+instruction counts, everything else solved from the stage markers of four models measured on the simulated Uno
+(digits 1 and 2 kB: sparse W; breast_cancer 1 kB and segment 2 kB: dense W; `tools/bench_latency.py --model-dir
+DIR` splits projection 0x50 and Hamming 0x51): all four within 1.5 %. The work does not depend on
+the input, only on the model's shape and its bitmap, so one figure holds for every input. Layer: families (bnc).
 """
 
 from __future__ import annotations
@@ -13,36 +14,40 @@ import numpy as np
 from tinyproto.core.cost import lower_bound_cycles
 
 BNC_CYCLES = {
-    "fixed": 200,  # calls, argmax set-up
-    "row": 30,  # per row of W: call, sum set-up, sign test, code bit
-    "dense_mac": 14,  # per dense W entry: lpm, ld, muls, 32-bit add in registers
-    "mask_byte": 10,  # per sparse bitmap byte
-    "mask_bit": 5,  # per bit shifted out of a bitmap byte (up to its highest set bit)
-    "sparse_mac": 14,  # per W nonzero
-    "proto": 20,  # per prototype: loop, compare with the class's nearest
-    "proto_byte": 20,  # per prototype byte: lpm, xor, popcount, add
-    "class": 24,  # per class: end of its prototypes, score, argmax step
+    "fixed": 30,  # calls
+    "row": 40,  # per row of a sparse W: loop, sign test, code bit
+    "row_dense": 62,  # per row of a dense W: call, register saves, sign test, code bit
+    "dense_mac": 21.3,  # per dense W entry: the C loop (lpm, ld, muls, 32-bit add, loop)
+    "mask_byte": 9,  # per sparse bitmap byte: lpm, zero test, loop
+    "nonzero_byte": 9,  # per bitmap byte with a set bit: entering and leaving the asm kernel
+    "set_bit": 16,  # per W nonzero: lpm, ldd, muls, sign extension, 32-bit add
+    "clear_bit": 3,  # per clear bit of a bitmap byte that has a set bit (sbrs, rjmp)
+    "proto": 14,  # per prototype: loop, compare with the class's nearest
+    "proto_byte": 32,  # per prototype byte: ld, lpm, xor, popcount, 16-bit add, loop
+    "class": 76,  # per class: end of its prototypes, score, argmax step
 }
 STAGES = {
-    "projection": ("row", "dense_mac", "mask_byte", "mask_bit", "sparse_mac"),
+    "projection": ("row", "row_dense", "dense_mac", "mask_byte", "nonzero_byte", "set_bit", "clear_bit"),
     "hamming": ("proto", "proto_byte", "class"),
 }
 
 
 def bnc_cost_terms(n_features: int, n_bits: int, nonzeros: int, n_prototypes: int, n_classes: int,
-                   dense: bool, mask_bits: int | None = None) -> dict[str, float]:
-    """How many times each costed unit of work runs in one BNC inference. mask_bits: the bits the sparse loop
-    shifts out (the sum of the bitmap bytes' bit lengths; estimated as 8 per byte holding a nonzero if None)."""
+                   dense: bool, nonzero_bytes: int | None = None) -> dict[str, float]:
+    """How many times each costed unit of work runs in one BNC inference. nonzero_bytes: bitmap bytes with a set
+    bit (the model's own count; estimated for a shape as min(bitmap bytes, nonzeros) if None)."""
     R = (n_bits + 7) // 8
     mask_bytes = n_bits * ((n_features + 7) // 8)
     terms = {name: 0.0 for name in BNC_CYCLES}
-    terms.update(fixed=1, row=n_bits, proto=n_prototypes, proto_byte=n_prototypes * R, **{"class": n_classes})
+    terms.update(fixed=1, proto=n_prototypes, proto_byte=n_prototypes * R, **{"class": n_classes})
     if dense:
-        terms["dense_mac"] = n_features * n_bits
+        terms.update(row_dense=n_bits, dense_mac=n_features * n_bits)
     else:
-        if mask_bits is None:
-            mask_bits = 8 * min(mask_bytes, nonzeros)
-        terms.update(mask_byte=mask_bytes, mask_bit=mask_bits, sparse_mac=nonzeros)
+        terms["row"] = n_bits
+        if nonzero_bytes is None:
+            nonzero_bytes = min(mask_bytes, nonzeros)
+        terms.update(mask_byte=mask_bytes, nonzero_byte=nonzero_bytes, set_bit=nonzeros,
+                     clear_bit=8 * nonzero_bytes - nonzeros)
     return terms
 
 
@@ -52,16 +57,16 @@ def shape_cycles(n_features: int, n_bits: int, nonzeros: int, n_prototypes: int,
     return int(round(sum(count * BNC_CYCLES[name] for name, count in terms.items())))
 
 
-def mask_bit_count(model) -> int:
-    """Bits tp_bnc.c's sparse row loop shifts out: per bitmap byte, the position of its highest set bit + 1."""
+def nonzero_mask_bytes(model) -> int:
+    """Bitmap bytes of the model's sparse W that hold a set bit (the asm kernel runs only for those)."""
     mask = np.packbits(np.asarray(model.W_q) != 0, axis=1, bitorder="little")
-    return int(sum(int(v).bit_length() for v in mask.reshape(-1)))
+    return int(np.count_nonzero(mask))
 
 
 def predict_cycles(model) -> dict:
     dense = model.w_dense
     terms = bnc_cost_terms(model.n_features, model.n_bits, model.nonzeros, model.n_prototypes, model.n_classes,
-                           dense, None if dense else mask_bit_count(model))
+                           dense, None if dense else nonzero_mask_bytes(model))
     cycles = {name: count * BNC_CYCLES[name] for name, count in terms.items()}
     out = {stage: int(round(sum(cycles[k] for k in names))) for stage, names in STAGES.items()}
     out["total"] = int(round(sum(cycles.values())))
