@@ -18,11 +18,11 @@ from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation
 from tinyproto.families.bnc.cost import shape_cycles
 from tinyproto.families.bnc.quantize import IntBNC
 from tinyproto.families.bnc.train import BNCClassifier, kept_weights
 
-INPUT_STAGE_BYTES_PER_FEATURE = 4  # mean + gain, half floats
 BITS_GRID = (8, 16, 24, 32, 48, 64, 96, 128)  # r <= 128: the stream's static sums stay within 768 B of SRAM
 DENSITY_GRID = (1.0, 0.5, 0.25, 0.125)
 MIN_BITS = 8  # the smallest model: one code byte, one prototype per class, one weight per bit
@@ -46,44 +46,55 @@ def w_bytes(n_bits: int, n_features: int, nonzeros: int) -> int:
     return min(n_bits * n_features, n_bits * ((n_features + 7) // 8) + nonzeros)
 
 
-def model_bytes(n_bits: int, n_prototypes: int, nonzeros: int, n_features: int, n_classes: int) -> int:
-    """Σ CArray.nbytes of IntBNC.carrays() for these sizes (the tests check it against real models)."""
+def input_stage_bytes(X: np.ndarray) -> int:
+    """Bytes of the input stage the deployed model carries (whatever tinyproto.core.inputstage renders for X)."""
+    mean, scale = standardisation(X)
+    stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
+    return sum(a.nbytes for a in stage.carrays())
+
+
+def model_bytes(n_bits: int, n_prototypes: int, nonzeros: int, n_features: int, n_classes: int,
+                stage_bytes: int | None = None) -> int:
+    """Σ CArray.nbytes of IntBNC.carrays() for these sizes (the tests check it against real models); the input
+    stage is 4 bytes per feature unless its real size is given."""
     R = (n_bits + 7) // 8
     ends = n_classes * (1 if n_prototypes <= 255 else 2)
-    return (INPUT_STAGE_BYTES_PER_FEATURE * n_features + w_bytes(n_bits, n_features, nonzeros)
-            + n_prototypes * R + ends)
+    stage = 4 * n_features if stage_bytes is None else stage_bytes
+    return stage + w_bytes(n_bits, n_features, nonzeros) + n_prototypes * R + ends
 
 
-def minimum_budget(n_features: int, n_classes: int) -> int:
+def minimum_budget(n_features: int, n_classes: int, stage_bytes: int | None = None) -> int:
     """The smallest BNC: 8 bits, one weight per bit, one prototype per class."""
-    return model_bytes(MIN_BITS, n_classes, MIN_BITS, n_features, n_classes)
+    return model_bytes(MIN_BITS, n_classes, MIN_BITS, n_features, n_classes, stage_bytes)
 
 
-def largest_m(budget: int, n_bits: int, nonzeros: int, n_features: int, n_classes: int) -> int:
+def largest_m(budget: int, n_bits: int, nonzeros: int, n_features: int, n_classes: int, stage_bytes: int) -> int:
     R = (n_bits + 7) // 8
-    free = budget - INPUT_STAGE_BYTES_PER_FEATURE * n_features - w_bytes(n_bits, n_features, nonzeros)
+    free = budget - stage_bytes - w_bytes(n_bits, n_features, nonzeros)
     m = max(0, (free - n_classes) // R)
-    while m > 0 and model_bytes(n_bits, m, nonzeros, n_features, n_classes) > budget:
+    while m > 0 and model_bytes(n_bits, m, nonzeros, n_features, n_classes, stage_bytes) > budget:
         m -= 1
     return m
 
 
-def plan(budget: int, n_features: int, n_classes: int, m_cap: int, max_cycles: float | None) -> list[Candidate]:
+def plan(budget: int, n_features: int, n_classes: int, m_cap: int, max_cycles: float | None,
+         stage_bytes: int) -> list[Candidate]:
     """Every (r, density) with the largest m that fits the bytes and the time, at least one prototype per class."""
     out = []
-    for density in DENSITY_GRID:
+    # and one weight per row (the smallest W: what a budget near the minimum can afford)
+    for density in DENSITY_GRID + (1.0 / n_features,):
         for r in BITS_GRID:
             nnz = kept_weights(r, n_features, density)
             dense = r * n_features <= w_bytes(r, n_features, nnz) and density == 1.0
-            m = min(largest_m(budget, r, nnz, n_features, n_classes), m_cap)
+            m = min(largest_m(budget, r, nnz, n_features, n_classes, stage_bytes), m_cap)
             if max_cycles is not None:
                 while m >= n_classes and shape_cycles(n_features, r, nnz, m, n_classes, dense) > max_cycles:
                     m = max(n_classes - 1, int(m * 0.9))
             if m < n_classes:
                 continue
-            if density < 1.0 and nnz >= r * n_features:
-                continue  # the same as dense
-            out.append(Candidate(r, density, m, nnz, model_bytes(r, m, nnz, n_features, n_classes),
+            if density < 1.0 and nnz >= r * n_features or any(c.n_bits == r and c.nonzeros == nnz for c in out):
+                continue  # the same as a shape already planned
+            out.append(Candidate(r, density, m, nnz, model_bytes(r, m, nnz, n_features, n_classes, stage_bytes),
                                  shape_cycles(n_features, r, nnz, m, n_classes, dense)))
     return out
 
@@ -127,7 +138,8 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
     if L > 255:
         raise TinyprotoError(f"BNC supports at most 255 classes, got {L}")
     budget = int(budget_bytes)
-    smallest = minimum_budget(d, L)
+    stage_bytes = input_stage_bytes(X)
+    smallest = minimum_budget(d, L, stage_bytes)
     if budget < smallest:
         raise TinyprotoError(f"budget {budget} B is too small for BNC on {d} features and {L} classes: the "
                              f"smallest model ({MIN_BITS} bits, one prototype per class) needs {smallest} B")
@@ -141,7 +153,7 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
     tr, va = train_test_split(np.arange(n), test_size=0.25, stratify=stratify,
                               random_state=int(rng.randint(0, 2**31 - 1)))
     m_cap = max(L, len(tr) // 2)
-    cands = plan(budget, d, L, m_cap, max_cycles)
+    cands = plan(budget, d, L, m_cap, max_cycles, stage_bytes)
     if not cands:
         fastest = shape_cycles(d, MIN_BITS, MIN_BITS, L, L, False)
         raise TinyprotoError(f"no BNC within {budget} B is predicted to run in {max_latency_ms:g} ms; the smallest "
