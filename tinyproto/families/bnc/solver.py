@@ -100,13 +100,22 @@ def plan(budget: int, n_features: int, n_classes: int, m_cap: int, max_cycles: f
 
 
 def _shortlist(cands: list[Candidate]) -> list[Candidate]:
-    """At most MAX_CANDIDATES: per density the three largest r (more bits pay off until prototypes run out),
-    then the rest by r."""
+    """At most MAX_CANDIDATES fits: per density of DENSITY_GRID the shapes nearest r_max, r_max / 2 and r_max / 4
+    (more bits against more prototypes: which wins depends on the data), then the rest by r; the one-weight-per-
+    row shapes only as fillers (they serve budgets near the minimum, where little else fits)."""
     by_density: dict[float, list[Candidate]] = {}
     for c in sorted(cands, key=lambda c: -c.n_bits):
         by_density.setdefault(c.density, []).append(c)
-    first = [c for group in by_density.values() for c in group[:3]]
-    rest = [c for c in sorted(cands, key=lambda c: -c.n_bits) if c not in first]
+    first: list[Candidate] = []
+    for density, group in by_density.items():
+        if density not in DENSITY_GRID:
+            continue
+        top = group[0].n_bits
+        for target in (top, top / 2, top / 4):
+            pick = min(group, key=lambda c: (abs(c.n_bits - target), -c.n_bits))
+            if pick not in first:
+                first.append(pick)
+    rest = [c for c in sorted(cands, key=lambda c: (c.density not in DENSITY_GRID, -c.n_bits)) if c not in first]
     return (first + rest)[:MAX_CANDIDATES]
 
 
