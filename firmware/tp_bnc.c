@@ -92,7 +92,7 @@ static TP_NOINLINE int32_t tp_bnc_row(const int8_t *x, const int8_t **w)
 }
 #else
 /* The row's bitmap picks the inputs; an all-zero bitmap byte skips its 8 inputs at once. */
-#if defined(__AVR__)
+#if defined(__AVR__) && !defined(TP_BNC_NO_ASM)
 /* One bitmap byte on AVR: for each set bit t, sum += W * x[t]. A clear bit costs 3 cycles (sbrs, rjmp), a set
  * bit 16 (lpm of the weight, ldd of the input, muls, sign of the product into the top bytes, 32-bit add):
  * about half of what avr-gcc makes of the C below, which computes the same sums. r1 (avr-gcc's zero register)
@@ -143,22 +143,13 @@ static inline __attribute__((always_inline)) int32_t tp_bnc_row(const int8_t *x,
     const uint8_t *m = *mask;
     const int8_t *p = *w;
     int32_t sum = 0;
-    for (uint16_t b = 0; b < TP_N_FEATURES / 8; ++b, x += 8) {
+    /* The last byte of a row may be partial: its padding bits are clear, so no input past d is read. */
+    for (uint16_t b = 0; b < TP_BNC_MASK_BYTES; ++b, x += 8) {
         uint8_t bits = tp_next_u8(&m);
         if (bits != 0) {
             tp_bnc_byte(bits, x, &p, &sum);
         }
     }
-#if TP_N_FEATURES % 8
-    {
-        uint8_t bits = tp_next_u8(&m); /* the last, partial byte: its padding bits are clear */
-        for (uint8_t t = 0; t < TP_N_FEATURES % 8; ++t) {
-            if (bits & (1u << t)) {
-                sum += tp_mul_s8(tp_next_i8(&p), x[t]);
-            }
-        }
-    }
-#endif
     *mask = m;
     *w = p;
     return sum;

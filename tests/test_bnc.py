@@ -274,3 +274,25 @@ def test_compile_build_validate_on_the_simulated_uno(tmp_path):
     assert v["latency_ms_mean"] <= 3.0
     assert abs(v["predicted_error"]) < 0.10
     assert v["raw_input"]["labels_changed"] == 0
+
+
+@needs("avr-gcc")
+@pytest.mark.parametrize("d,r,m,L,density", [
+    (30, 8, 159, 2, 0.5), (30, 24, 60, 2, 1.0), (64, 64, 30, 10, 0.25), (13, 11, 9, 3, 0.5), (300, 128, 280, 4, 0.1),
+    (19, 48, 184, 7, 0.3), (784, 16, 20, 10, 0.05), (5, 1, 2, 2, 1.0), (64, 128, 40, 10, 0.125),
+])
+def test_avr_gcc_compiles_tp_bnc_for_every_layout(tmp_path, d, r, m, L, density):
+    """The bitmap kernel's inline asm needs the Y pointer: every layout must still find it (avr-gcc -Os, -Werror),
+    and the model data must land in flash only, byte for byte the ledger's."""
+    model = random_model(d + r, d, r, m, L, density)
+    (tmp_path / "tinyproto_model.h").write_text(render_header(model, "test", 0, model.model_bytes()))
+    obj = tmp_path / "tp_bnc.o"
+    for mcu in ("atmega2560", "atmega32u4", "atmega328p"):  # every board's chip; the Uno's object is checked
+        subprocess.run(["avr-gcc", f"-mmcu={mcu}", "-Os", "-std=gnu99", "-ffunction-sections", "-fdata-sections",
+                        "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}", f"-I{FIRMWARE}", "-c",
+                        str(FIRMWARE / "tp_bnc.c"), "-o", str(obj)], check=True, capture_output=True)
+    sizes = subprocess.run(["avr-size", "-A", "-d", str(obj)], capture_output=True, text=True, check=True).stdout
+    progmem = [line.split() for line in sizes.splitlines() if line.startswith(".progmem.data")]
+    data = [line.split() for line in sizes.splitlines() if line.startswith(".data")]
+    assert progmem and int(progmem[0][1]) == model.model_bytes(), sizes
+    assert not data or int(data[0][1]) == 0, sizes
