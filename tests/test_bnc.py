@@ -295,3 +295,9 @@ def test_avr_gcc_compiles_tp_bnc_for_every_layout(tmp_path, d, r, m, L, density)
     rows = [line.split() for line in sizes.splitlines() if line.startswith(".")]
     assert sum(int(row[1]) for row in rows if row[0].startswith(".progmem.data")) == model.model_bytes(), sizes
     assert sum(int(row[1]) for row in rows if row[0].startswith(".data")) == 0, sizes
+
+
+def test_latency_refusal_names_the_fastest_shape():
+    Xtr, _, ytr, _ = digits_split()
+    with pytest.raises(TinyprotoError, match=r"fastest one within the budget \(r=8.*ms with .* held-out accuracy"):
+        solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], 2048, 0, max_latency_ms=0.01)
