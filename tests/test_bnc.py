@@ -301,3 +301,10 @@ def test_latency_refusal_names_the_fastest_shape():
     Xtr, _, ytr, _ = digits_split()
     with pytest.raises(TinyprotoError, match=r"fastest one within the budget \(r=8.*ms with .* held-out accuracy"):
         solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], 2048, 0, max_latency_ms=0.01)
+
+
+def test_same_seed_same_model_json():
+    Xtr, _, ytr, _ = digits_split()
+    a = solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], 1024, 5)[1].to_json()
+    b = solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], 1024, 5)[1].to_json()
+    assert json.dumps(a) == json.dumps(b)

@@ -72,6 +72,8 @@ class IntBNC:
             raise ValueError("W_q's columns must match the input stage's features (1..65535)")
         if self.W_q.min() < -128 or self.W_q.max() > 127 or not self.W_q.any():
             raise ValueError("W_q must hold int8 values, not all zero")
+        if self.nonzeros > 65535:
+            raise ValueError("at most 65535 nonzero weights (the stream keeps 16-bit offsets into them)")
         if not np.isin(self.B_bits, (0, 1)).all():
             raise ValueError("B_bits must be 0/1")
         if not 1 <= len(self.classes) <= 255 or self.proto_counts.shape != (len(self.classes),):
