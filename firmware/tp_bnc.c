@@ -78,6 +78,7 @@ static uint8_t tp_bnc_classify(const uint8_t *code, int32_t *scores)
     return best;
 }
 
+#if !TP_BNC_W_SEEDED
 /* ---- tp_predict: one row of W at a time ------------------------------------------------------------------- */
 #if TP_BNC_W_DENSE
 static TP_NOINLINE int32_t tp_bnc_row(const int8_t *x, const int8_t **w)
@@ -183,6 +184,77 @@ static TP_NOINLINE void tp_bnc_project(const int8_t *x, uint8_t *code)
     }
 }
 
+#else /* TP_BNC_W_SEEDED: W's positions regenerated from TP_BNC_SEED (tinyproto/families/bnc/pattern.py) */
+
+#if TP_BNC_K < 1 || TP_BNC_K > 255 || TP_BNC_K > TP_N_FEATURES
+#error "TP_BNC_K must be 1..min(255, TP_N_FEATURES)"
+#endif
+#define TP_BNC_SEG_Q ((uint16_t)(TP_N_FEATURES / TP_BNC_K))
+#define TP_BNC_SEG_R ((uint16_t)(TP_N_FEATURES % TP_BNC_K))
+
+/* Where a row's next weight sits: the next xorshift16 state picks an offset in the next segment of the d
+ * features; segment lengths are d / K or d / K + 1, stepped without a division (acc carries d % K). */
+typedef struct {
+    uint16_t state; /* xorshift16 state before this weight */
+    uint16_t start; /* first feature of this weight's segment */
+    uint16_t acc;   /* (t * (d % K)) mod K */
+    uint8_t t;      /* weights of the row consumed (the stream) */
+} tp_bnc_cursor_t;
+
+static uint16_t tp_bnc_xorshift(uint16_t s)
+{
+    s ^= (uint16_t)(s << 7);
+    s ^= (uint16_t)(s >> 9);
+    s ^= (uint16_t)(s << 8);
+    return s;
+}
+
+/* The feature index of the cursor's next weight; *len, *acc and *state get what advancing to it sets. */
+static uint16_t tp_bnc_peek(const tp_bnc_cursor_t *c, uint16_t *len, uint16_t *acc, uint16_t *state)
+{
+    uint16_t a = (uint16_t)(c->acc + TP_BNC_SEG_R);
+    uint16_t l = TP_BNC_SEG_Q;
+    if (a >= TP_BNC_K) {
+        a = (uint16_t)(a - TP_BNC_K);
+        ++l;
+    }
+    uint16_t s = tp_bnc_xorshift(c->state);
+    *len = l;
+    *acc = a;
+    *state = s;
+    return (uint16_t)(c->start + (uint16_t)(((uint32_t)s * l) >> 16));
+}
+
+static TP_NOINLINE void tp_bnc_project(const int8_t *x, uint8_t *code)
+{
+    const int8_t *w = tp_bnc_W_values;
+    tp_bnc_cursor_t c;
+    c.state = TP_BNC_SEED;
+    c.t = 0;
+    uint16_t k = 0;
+    for (uint8_t b = 0; b < TP_BNC_BYTES; ++b) {
+        uint8_t byte = 0;
+        for (uint8_t bit = 1; bit != 0 && k < TP_BNC_BITS; bit = (uint8_t)(bit << 1), ++k) {
+            int32_t sum = 0;
+            c.start = 0;
+            c.acc = 0;
+            for (uint8_t t = 0; t < TP_BNC_K; ++t) {
+                uint16_t len, acc, state;
+                uint16_t i = tp_bnc_peek(&c, &len, &acc, &state);
+                sum += tp_mul_s8(tp_next_i8(&w), x[i]);
+                c.start = (uint16_t)(c.start + len);
+                c.acc = acc;
+                c.state = state;
+            }
+            if (sum >= 0) {
+                byte |= bit;
+            }
+        }
+        code[b] = byte;
+    }
+}
+#endif /* TP_BNC_W_SEEDED */
+
 uint8_t tp_predict(const int8_t *x, int32_t *scores)
 {
     uint8_t code[TP_BNC_BYTES];
@@ -193,6 +265,7 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
 
 /* ---- the stream: r running sums, features in arriving order ---------------------------------------------- */
 static int32_t tp_bnc_sums[TP_BNC_BITS];
+#if !TP_BNC_W_SEEDED
 #if !TP_BNC_W_DENSE
 static uint16_t tp_bnc_next[TP_BNC_BITS]; /* per row: offset of its next nonzero in tp_bnc_W_values */
 static uint16_t tp_bnc_fed;               /* features consumed so far (a chunk must start there) */
@@ -257,6 +330,55 @@ void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
     tp_bnc_fed = (uint16_t)(first + n);
 #endif
 }
+#else /* TP_BNC_W_SEEDED: a cursor per row; positions are increasing, so a chunk consumes a prefix of each */
+static tp_bnc_cursor_t tp_bnc_cursors[TP_BNC_BITS];
+static uint16_t tp_bnc_fed;
+
+void tp_stream_begin(void)
+{
+    uint16_t state = TP_BNC_SEED;
+    for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
+        tp_bnc_sums[k] = 0;
+        tp_bnc_cursors[k].state = state;
+        tp_bnc_cursors[k].start = 0;
+        tp_bnc_cursors[k].acc = 0;
+        tp_bnc_cursors[k].t = 0;
+        for (uint8_t t = 0; t < TP_BNC_K; ++t) {
+            state = tp_bnc_xorshift(state);
+        }
+    }
+    tp_bnc_fed = 0;
+}
+
+void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
+{
+    if (first >= TP_N_FEATURES || first != tp_bnc_fed) {
+        return; /* past the end, or out of order (the contract is features in order) */
+    }
+    if ((uint32_t)first + n > TP_N_FEATURES) {
+        n = (uint8_t)(TP_N_FEATURES - first);
+    }
+    uint16_t end = (uint16_t)(first + n);
+    for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
+        tp_bnc_cursor_t *c = &tp_bnc_cursors[k];
+        int32_t sum = tp_bnc_sums[k];
+        while (c->t < TP_BNC_K) {
+            uint16_t len, acc, state;
+            uint16_t i = tp_bnc_peek(c, &len, &acc, &state);
+            if (i >= end) {
+                break;
+            }
+            sum += tp_mul_s8(tp_read_i8(&tp_bnc_W_values[(uint32_t)k * TP_BNC_K + c->t]), xq[i - first]);
+            c->start = (uint16_t)(c->start + len);
+            c->acc = acc;
+            c->state = state;
+            ++c->t;
+        }
+        tp_bnc_sums[k] = sum;
+    }
+    tp_bnc_fed = end;
+}
+#endif /* TP_BNC_W_SEEDED */
 
 uint8_t tp_stream_end(int32_t *scores)
 {

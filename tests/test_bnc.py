@@ -24,6 +24,7 @@ from tinyproto.core.resources import resource_dir
 from tinyproto.families.bnc import solver
 from tinyproto.families.bnc.cost import predict_cycles
 from tinyproto.families.bnc.quantize import IntBNC
+from tinyproto.families.bnc.pattern import pattern_mask, seeded_positions
 from tinyproto.families.bnc.train import BNCClassifier, allocate_prototypes
 
 from conftest import header_array_bytes, needs
@@ -37,16 +38,22 @@ def digits_split():
     return train_test_split(X, y, test_size=0.25, stratify=y, random_state=0)
 
 
-def random_model(seed: int, d: int, r: int, m: int, L: int, density: float) -> IntBNC:
-    """A valid IntBNC with random contents (every layout the C code has: dense/sparse, r % 8 != 0, m > 255)."""
+def random_model(seed: int, d: int, r: int, m: int, L: int, density: float, per_row: int = 0) -> IntBNC:
+    """A valid IntBNC with random contents (every layout the C code has: dense/sparse/seeded, r % 8 != 0,
+    m > 255). per_row > 0: a seeded W with that many weights per row (density is ignored)."""
     rng = np.random.default_rng(seed)
     W = rng.integers(-128, 128, size=(r, d))
-    W[rng.random((r, d)) > density] = 0
-    W[np.arange(r), rng.integers(0, d, size=r)] = rng.choice([-127, 5, 127], size=r)  # no row all zero
+    pattern_seed = 0
+    if per_row:
+        pattern_seed = int(rng.integers(1, 65536))
+        W[~pattern_mask(pattern_seed, r, d, per_row)] = 0
+    else:
+        W[rng.random((r, d)) > density] = 0
+        W[np.arange(r), rng.integers(0, d, size=r)] = rng.choice([-127, 5, 127], size=r)  # no row all zero
     counts = allocate_prototypes(np.full(L, 1000), m)
     stage = InputStage.from_standardisation(rng.normal(size=d), rng.uniform(0.5, 2, size=d), 0.03)
     return IntBNC(classes=list(range(L)), input_stage=stage, W_q=W, B_bits=rng.integers(0, 2, size=(m, r)),
-                  proto_counts=counts)
+                  proto_counts=counts, pattern_seed=pattern_seed, per_row=per_row)
 
 
 HOST_MAIN = r"""
@@ -143,16 +150,19 @@ def test_allocate_prototypes(sizes, m):
 
 
 @needs("gcc")
-@pytest.mark.parametrize("d,r,m,L,density", [
-    (64, 32, 30, 10, 1.0),  # dense W
-    (64, 64, 30, 10, 0.25),  # sparse W
-    (13, 11, 9, 3, 0.5),  # r not a multiple of 8, d not a multiple of 8
-    (300, 20, 280, 4, 0.1),  # d > 256 (uint16 feature indices), m > 255 (uint16 class ends)
-    (5, 1, 2, 2, 1.0),  # one bit
+@pytest.mark.parametrize("d,r,m,L,density,per_row", [
+    (64, 32, 30, 10, 1.0, 0),  # dense W
+    (64, 64, 30, 10, 0.25, 0),  # sparse W
+    (13, 11, 9, 3, 0.5, 0),  # r not a multiple of 8, d not a multiple of 8
+    (300, 20, 280, 4, 0.1, 0),  # d > 256 (uint16 feature indices), m > 255 (uint16 class ends)
+    (5, 1, 2, 2, 1.0, 0),  # one bit
+    (784, 24, 20, 10, 0, 16),  # seeded W on a wide input
+    (13, 9, 5, 2, 0, 13),  # seeded, every feature in every row (segments of one)
+    (300, 16, 10, 3, 0, 7),  # seeded, d % K != 0
 ])
-def test_integer_reference_equals_host_c_whole_and_streamed(tmp_path, d, r, m, L, density):
-    model = random_model(d * 7 + r, d, r, m, L, density)
-    assert model.w_dense == (density == 1.0)
+def test_integer_reference_equals_host_c_whole_and_streamed(tmp_path, d, r, m, L, density, per_row):
+    model = random_model(d * 7 + r, d, r, m, L, density, per_row)
+    assert model.w_dense == (density == 1.0 and not per_row)
     rng = np.random.default_rng(1)
     xq = np.vstack([rng.integers(-128, 128, size=(60, d)), extreme_vectors(d)])
     labels, scores, stream_labels, stream_scores = host_c(model, xq, tmp_path)
@@ -277,14 +287,15 @@ def test_compile_build_validate_on_the_simulated_uno(tmp_path):
 
 
 @needs("avr-gcc")
-@pytest.mark.parametrize("d,r,m,L,density", [
-    (30, 8, 159, 2, 0.5), (30, 24, 60, 2, 1.0), (64, 64, 30, 10, 0.25), (13, 11, 9, 3, 0.5), (300, 128, 280, 4, 0.1),
-    (19, 48, 184, 7, 0.3), (784, 16, 20, 10, 0.05), (5, 1, 2, 2, 1.0), (64, 128, 40, 10, 0.125),
+@pytest.mark.parametrize("d,r,m,L,density,per_row", [
+    (30, 8, 159, 2, 0.5, 0), (30, 24, 60, 2, 1.0, 0), (64, 64, 30, 10, 0.25, 0), (13, 11, 9, 3, 0.5, 0),
+    (300, 128, 280, 4, 0.1, 0), (19, 48, 184, 7, 0.3, 0), (784, 16, 20, 10, 0.05, 0), (5, 1, 2, 2, 1.0, 0),
+    (64, 128, 40, 10, 0.125, 0), (784, 64, 30, 10, 0, 16),
 ])
-def test_avr_gcc_compiles_tp_bnc_for_every_layout(tmp_path, d, r, m, L, density):
+def test_avr_gcc_compiles_tp_bnc_for_every_layout(tmp_path, d, r, m, L, density, per_row):
     """The bitmap kernel's inline asm needs the Y pointer: every layout must still find it (avr-gcc -Os, -Werror),
     and the model data must land in flash only, byte for byte the ledger's."""
-    model = random_model(d + r, d, r, m, L, density)
+    model = random_model(d + r, d, r, m, L, density, per_row)
     (tmp_path / "tinyproto_model.h").write_text(render_header(model, "test", 0, model.model_bytes()))
     obj = tmp_path / "tp_bnc.o"
     for mcu in ("atmega2560", "atmega32u4", "atmega328p"):  # every board's chip; the Uno's object is checked
@@ -308,3 +319,22 @@ def test_same_seed_same_model_json():
     a = solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], 1024, 5)[1].to_json()
     b = solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], 1024, 5)[1].to_json()
     assert json.dumps(a) == json.dumps(b)
+
+
+def test_seeded_pattern_is_stratified_and_increasing():
+    pos = seeded_positions(777, 40, 300, 7)
+    bounds = np.floor(np.arange(8) * 300 / 7).astype(int)
+    assert (pos >= bounds[:-1]).all() and (pos < bounds[1:]).all()  # one weight per segment
+    assert (np.diff(pos, axis=1) > 0).all()
+    assert len({tuple(row) for row in pos.tolist()}) > 35  # rows differ
+
+
+def test_seeded_estimator_trains_only_its_pattern():
+    Xtr, Xte, ytr, yte = digits_split()
+    clf = BNCClassifier(n_bits=32, n_prototypes=30, seeded_per_row=8, epochs_joint=5, epochs_w=5,
+                        random_state=0).fit(Xtr, ytr)
+    mask = pattern_mask(clf.pattern_seed_, 32, 64, 8)
+    assert not clf.W_[~mask].any() and clf.score(Xte, yte) > 0.5  # 5 + 5 epochs, 8 of 64 inputs per bit
+    model = IntBNC.from_classifier(clf)
+    assert model.seeded and model.stored_weights == 32 * 8
+    assert model.model_bytes() == solver.model_bytes(32, 30, 32 * 8, 64, 10, seeded=True)

@@ -27,15 +27,19 @@ BNC_CYCLES = {
     "proto_byte": 32,  # per prototype byte: ld, lpm, xor, popcount, 16-bit add, loop
     "proto_1byte": 36,  # per prototype of a one-byte code (r <= 8): avr-gcc drops the byte loop
     "class": 76,  # per class: end of its prototypes, score, argmax step
+    # A seeded W (wide inputs): NOT calibrated on the simulator yet (the device app cannot take a wide input
+    # until the streaming transport lands); instruction-count estimates of tp_bnc.c's seeded loop.
+    "seeded_weight": 95,  # xorshift16 step, 16 x 16 -> 32 multiply, segment step, ld x, lpm, muls, 32-bit add
+    "seeded_row": 40,
 }
 STAGES = {
-    "projection": ("row", "row_dense", "dense_mac", "mask_byte", "nonzero_byte", "set_bit", "clear_bit"),
+    "projection": ("seeded_weight", "seeded_row", "row", "row_dense", "dense_mac", "mask_byte", "nonzero_byte", "set_bit", "clear_bit"),
     "hamming": ("proto", "proto_byte", "proto_1byte", "class"),
 }
 
 
 def bnc_cost_terms(n_features: int, n_bits: int, nonzeros: int, n_prototypes: int, n_classes: int,
-                   dense: bool, nonzero_bytes: int | None = None) -> dict[str, float]:
+                   dense: bool, nonzero_bytes: int | None = None, per_row: int = 0) -> dict[str, float]:
     """How many times each costed unit of work runs in one BNC inference. nonzero_bytes: bitmap bytes with a set
     bit (the model's own count; estimated for a shape as min(bitmap bytes, nonzeros) if None)."""
     R = (n_bits + 7) // 8
@@ -46,7 +50,9 @@ def bnc_cost_terms(n_features: int, n_bits: int, nonzeros: int, n_prototypes: in
         terms["proto_1byte"] = n_prototypes
     else:
         terms.update(proto=n_prototypes, proto_byte=n_prototypes * R)
-    if dense:
+    if per_row:
+        terms.update(seeded_row=n_bits, seeded_weight=n_bits * per_row)
+    elif dense:
         terms.update(row_dense=n_bits, dense_mac=n_features * n_bits)
     else:
         terms["row"] = n_bits
@@ -58,8 +64,8 @@ def bnc_cost_terms(n_features: int, n_bits: int, nonzeros: int, n_prototypes: in
 
 
 def shape_cycles(n_features: int, n_bits: int, nonzeros: int, n_prototypes: int, n_classes: int,
-                 dense: bool) -> int:
-    terms = bnc_cost_terms(n_features, n_bits, nonzeros, n_prototypes, n_classes, dense)
+                 dense: bool, per_row: int = 0) -> int:
+    terms = bnc_cost_terms(n_features, n_bits, nonzeros, n_prototypes, n_classes, dense, None, per_row)
     return int(round(sum(count * BNC_CYCLES[name] for name, count in terms.items())))
 
 
@@ -72,7 +78,7 @@ def nonzero_mask_bytes(model) -> int:
 def predict_cycles(model) -> dict:
     dense = model.w_dense
     terms = bnc_cost_terms(model.n_features, model.n_bits, model.nonzeros, model.n_prototypes, model.n_classes,
-                           dense, None if dense else nonzero_mask_bytes(model))
+                           dense, None if dense or model.seeded else nonzero_mask_bytes(model), model.per_row)
     cycles = {name: count * BNC_CYCLES[name] for name, count in terms.items()}
     out = {stage: int(round(sum(cycles[k] for k in names))) for stage, names in STAGES.items()}
     out["total"] = int(round(sum(cycles.values())))

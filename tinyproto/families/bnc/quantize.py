@@ -28,6 +28,7 @@ import numpy as np
 from tinyproto.core.carray import CArray
 from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
+from tinyproto.families.bnc.pattern import pattern_mask, seeded_positions
 
 MAX_BITS = 1024
 MAX_PROTOTYPES = 65535
@@ -55,6 +56,8 @@ class IntBNC:
     W_q: np.ndarray  # (r, d) int8 values, zeros where W is sparse
     B_bits: np.ndarray  # (m, r) 0/1: prototype codes, sorted by class
     proto_counts: np.ndarray  # (L,) prototypes per class, each >= 1
+    pattern_seed: int = 0  # > 0: W's positions are pattern.seeded_positions(seed, r, d, per_row)
+    per_row: int = 0  # K, weights per row of a seeded W
     family: str = "bnc"  # the registry name (tinyproto.families)
     family_id = 3  # TP_FAMILY_ID
 
@@ -72,8 +75,12 @@ class IntBNC:
             raise ValueError("W_q's columns must match the input stage's features (1..65535)")
         if self.W_q.min() < -128 or self.W_q.max() > 127 or not self.W_q.any():
             raise ValueError("W_q must hold int8 values, not all zero")
-        if self.nonzeros > 65535:
-            raise ValueError("at most 65535 nonzero weights (the stream keeps 16-bit offsets into them)")
+        if self.stored_weights > 65535:
+            raise ValueError("at most 65535 stored weights (the stream keeps 16-bit offsets into them)")
+        if self.pattern_seed or self.per_row:
+            allowed = pattern_mask(int(self.pattern_seed), r, d, int(self.per_row))  # validates seed and K
+            if (self.W_q[~allowed] != 0).any():
+                raise ValueError("a seeded W may only have weights at its pattern's positions")
         if not np.isin(self.B_bits, (0, 1)).all():
             raise ValueError("B_bits must be 0/1")
         if not 1 <= len(self.classes) <= 255 or self.proto_counts.shape != (len(self.classes),):
@@ -108,8 +115,19 @@ class IntBNC:
         return int(np.count_nonzero(self.W_q))
 
     @property
+    def seeded(self) -> bool:
+        return bool(self.pattern_seed)
+
+    @property
+    def stored_weights(self) -> int:
+        """Weights in flash: r x K for a seeded W (zeros included), else the nonzeros (or r x d when dense)."""
+        return self.n_bits * int(self.per_row) if self.per_row else self.nonzeros
+
+    @property
     def w_dense(self) -> bool:
         """Dense W when that is no larger than the bitmap (ceil(d/8) bytes per row) plus the nonzero values."""
+        if self.seeded:
+            return False
         return self.W_q.size <= self.n_bits * ((self.n_features + 7) // 8) + self.nonzeros
 
     @property
@@ -132,6 +150,8 @@ class IntBNC:
             W_q=row_int8(clf.W_),
             B_bits=(np.asarray(clf.B_) > 0).astype(np.int64),
             proto_counts=np.bincount(clf.proto_class_, minlength=clf.classes_.size),
+            pattern_seed=int(getattr(clf, "pattern_seed_", 0)),
+            per_row=int(getattr(clf, "per_row_", 0)),
         )
 
     # -- the integer contract
@@ -165,7 +185,12 @@ class IntBNC:
     def carrays(self) -> list[CArray]:
         r, d, R, m = self.n_bits, self.n_features, self.n_code_bytes, self.n_prototypes
         arrays = list(self.input_stage.carrays())
-        if self.w_dense:
+        if self.seeded:
+            K = int(self.per_row)
+            values = np.take_along_axis(self.W_q, seeded_positions(self.pattern_seed, r, d, K), axis=1)
+            arrays.append(CArray("bnc_W_values", "int8_t", values,
+                                 f"hash W, {K} weights per row at positions regenerated from seed {self.pattern_seed}"))
+        elif self.w_dense:
             arrays.append(CArray("bnc_W", "int8_t", self.W_q, f"hash W, dense int8 ({r} x {d})"))
         else:
             mask = pack_codes(self.W_q != 0)
@@ -183,12 +208,17 @@ class IntBNC:
             "TP_BNC_BYTES": self.n_code_bytes,
             "TP_BNC_PROTOS": self.n_prototypes,
             "TP_BNC_W_DENSE": int(self.w_dense),
+            "TP_BNC_W_SEEDED": int(self.seeded),
+            "TP_BNC_SEED": int(self.pattern_seed),
+            "TP_BNC_K": int(self.per_row),
             "TP_STREAMABLE": 1,
         }
 
     def working_sram(self) -> list[SramItem]:
         items = [SramItem("bnc_sums", 4 * self.n_bits, f"{self.n_bits} int32 running sums of the stream (static)")]
-        if not self.w_dense:
+        if self.seeded:
+            items.append(SramItem("bnc_cursor", 7 * self.n_bits + 2, "per row: PRNG state, segment, weight (static)"))
+        elif not self.w_dense:
             items.append(SramItem("bnc_next", 2 * self.n_bits + 2, "per row: offset of its next nonzero; position (static)"))
         items.append(SramItem("bnc_code", self.n_code_bytes, "the input's packed code (stack)"))
         return items
@@ -198,7 +228,7 @@ class IntBNC:
 
     def multiply_accumulates(self) -> int:
         """W nonzeros (int8 MACs) plus one XOR-popcount per prototype byte."""
-        return self.nonzeros + self.n_prototypes * self.n_code_bytes
+        return self.stored_weights + self.n_prototypes * self.n_code_bytes
 
     # -- serialisation
 
@@ -210,6 +240,8 @@ class IntBNC:
             "W_q": self.W_q.tolist(),
             "B_bits": self.B_bits.tolist(),
             "proto_counts": self.proto_counts.tolist(),
+            "pattern_seed": int(self.pattern_seed),
+            "per_row": int(self.per_row),
         }
 
     @classmethod
@@ -222,7 +254,15 @@ class IntBNC:
             W_q=_integers(raw["W_q"], "W_q"),
             B_bits=_integers(raw["B_bits"], "B_bits"),
             proto_counts=_integers(raw["proto_counts"], "proto_counts"),
+            pattern_seed=_integer(raw.get("pattern_seed", 0), "pattern_seed"),
+            per_row=_integer(raw.get("per_row", 0), "per_row"),
         )
+
+
+def _integer(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number")
+    return value
 
 
 def _integers(values, name: str) -> np.ndarray:

@@ -25,6 +25,8 @@ from tinyproto.families.bnc.train import BNCClassifier, kept_weights
 
 BITS_GRID = (8, 16, 24, 32, 48, 64, 96, 128)  # r <= 128: the stream's static sums stay within 768 B of SRAM
 DENSITY_GRID = (1.0, 0.5, 0.25, 0.125)
+SEEDED_GRID = (8, 16, 32)  # weights per row of a seeded W: only for inputs wider than WIDE_FEATURES
+WIDE_FEATURES = 128  # beyond this a bitmap over d features costs more than the weights it locates
 MIN_BITS = 8  # the smallest model: one code byte, one prototype per class, one weight per bit
 SEARCH_EPOCHS = 12  # per phase while searching; the chosen shape is trained with the estimator's defaults
 MAX_CANDIDATES = 14  # the largest-r shapes of each density are tried first; this many fits at most
@@ -39,6 +41,7 @@ class Candidate:
     model_bytes: int
     predicted_cycles: int
     val_accuracy: float = -1.0
+    per_row: int = 0  # > 0: a seeded W with this many weights per row (wide inputs)
 
 
 def w_bytes(n_bits: int, n_features: int, nonzeros: int) -> int:
@@ -54,13 +57,14 @@ def input_stage_bytes(X: np.ndarray) -> int:
 
 
 def model_bytes(n_bits: int, n_prototypes: int, nonzeros: int, n_features: int, n_classes: int,
-                stage_bytes: int | None = None) -> int:
+                stage_bytes: int | None = None, seeded: bool = False) -> int:
     """Σ CArray.nbytes of IntBNC.carrays() for these sizes (the tests check it against real models); the input
-    stage is 4 bytes per feature unless its real size is given."""
+    stage is 4 bytes per feature unless its real size is given. seeded: W is `nonzeros` values, no positions."""
     R = (n_bits + 7) // 8
     ends = n_classes * (1 if n_prototypes <= 255 else 2)
     stage = 4 * n_features if stage_bytes is None else stage_bytes
-    return stage + w_bytes(n_bits, n_features, nonzeros) + n_prototypes * R + ends
+    weights = nonzeros if seeded else w_bytes(n_bits, n_features, nonzeros)
+    return stage + weights + n_prototypes * R + ends
 
 
 def minimum_budget(n_features: int, n_classes: int, stage_bytes: int | None = None) -> int:
@@ -68,11 +72,12 @@ def minimum_budget(n_features: int, n_classes: int, stage_bytes: int | None = No
     return model_bytes(MIN_BITS, n_classes, MIN_BITS, n_features, n_classes, stage_bytes)
 
 
-def largest_m(budget: int, n_bits: int, nonzeros: int, n_features: int, n_classes: int, stage_bytes: int) -> int:
+def largest_m(budget: int, n_bits: int, nonzeros: int, n_features: int, n_classes: int, stage_bytes: int,
+              seeded: bool = False) -> int:
     R = (n_bits + 7) // 8
-    free = budget - stage_bytes - w_bytes(n_bits, n_features, nonzeros)
+    free = budget - stage_bytes - (nonzeros if seeded else w_bytes(n_bits, n_features, nonzeros))
     m = max(0, (free - n_classes) // R)
-    while m > 0 and model_bytes(n_bits, m, nonzeros, n_features, n_classes, stage_bytes) > budget:
+    while m > 0 and model_bytes(n_bits, m, nonzeros, n_features, n_classes, stage_bytes, seeded) > budget:
         m -= 1
     return m
 
@@ -96,6 +101,19 @@ def plan(budget: int, n_features: int, n_classes: int, m_cap: int, max_cycles: f
                 continue  # the same as a shape already planned
             out.append(Candidate(r, density, m, nnz, model_bytes(r, m, nnz, n_features, n_classes, stage_bytes),
                                  shape_cycles(n_features, r, nnz, m, n_classes, dense)))
+    if n_features > WIDE_FEATURES:
+        for K in SEEDED_GRID:
+            for r in BITS_GRID:
+                nnz = r * K
+                m = min(largest_m(budget, r, nnz, n_features, n_classes, stage_bytes, True), m_cap)
+                if max_cycles is not None:
+                    while m >= n_classes and shape_cycles(n_features, r, nnz, m, n_classes, False, K) > max_cycles:
+                        m = max(n_classes - 1, int(m * 0.9))
+                if m < n_classes:
+                    continue
+                out.append(Candidate(r, K / n_features, m, nnz,
+                                     model_bytes(r, m, nnz, n_features, n_classes, stage_bytes, True),
+                                     shape_cycles(n_features, r, nnz, m, n_classes, False, K), per_row=K))
     return out
 
 
@@ -103,26 +121,27 @@ def _shortlist(cands: list[Candidate]) -> list[Candidate]:
     """At most MAX_CANDIDATES fits: per density of DENSITY_GRID the shapes nearest r_max, r_max / 2 and r_max / 4
     (more bits against more prototypes: which wins depends on the data), then the rest by r; the one-weight-per-
     row shapes only as fillers (they serve budgets near the minimum, where little else fits)."""
-    by_density: dict[float, list[Candidate]] = {}
+    by_density: dict[tuple, list[Candidate]] = {}
     for c in sorted(cands, key=lambda c: -c.n_bits):
-        by_density.setdefault(c.density, []).append(c)
+        by_density.setdefault((c.density, c.per_row), []).append(c)
     first: list[Candidate] = []
-    for density, group in by_density.items():
-        if density not in DENSITY_GRID:
+    for (density, per_row), group in by_density.items():
+        if density not in DENSITY_GRID and not per_row:
             continue
         top = group[0].n_bits
         for target in (top, top / 2, top / 4):
             pick = min(group, key=lambda c: (abs(c.n_bits - target), -c.n_bits))
             if pick not in first:
                 first.append(pick)
-    rest = [c for c in sorted(cands, key=lambda c: (c.density not in DENSITY_GRID, -c.n_bits)) if c not in first]
+    rest = [c for c in sorted(cands, key=lambda c: (c.density not in DENSITY_GRID and not c.per_row, -c.n_bits))
+            if c not in first]
     return (first + rest)[:MAX_CANDIDATES]
 
 
 def _estimator(c: Candidate, seed: int, search: bool) -> BNCClassifier:
     extra = {"epochs_joint": SEARCH_EPOCHS, "epochs_w": SEARCH_EPOCHS} if search else {}
-    return BNCClassifier(n_bits=c.n_bits, n_prototypes=c.n_prototypes, density=c.density, random_state=seed,
-                         **extra)
+    seeded = {"seeded_per_row": c.per_row} if c.per_row else {"density": c.density}
+    return BNCClassifier(n_bits=c.n_bits, n_prototypes=c.n_prototypes, random_state=seed, **seeded, **extra)
 
 
 def _rank(c: Candidate) -> tuple:
@@ -192,7 +211,8 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
     cycles = predict_cycles(model)["total"]
     if max_cycles is not None and cycles > max_cycles:
         raise AssertionError(f"chosen BNC is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
-    rows = [{"shape": f"r={c.n_bits} m={c.n_prototypes} density={c.density:g}", "n_bits": c.n_bits, "density": c.density, "n_prototypes": c.n_prototypes, "nonzeros": c.nonzeros,
+    rows = [{"shape": f"r={c.n_bits} m={c.n_prototypes} " + (f"seeded K={c.per_row}" if c.per_row else
+                                                              f"density={c.density:g}"), "n_bits": c.n_bits, "density": c.density, "n_prototypes": c.n_prototypes, "nonzeros": c.nonzeros,
              "val_int8_accuracy": c.val_accuracy, "model_bytes": c.model_bytes,
              "predicted_cycles": c.predicted_cycles,
              "predicted_latency_ms": round(c.predicted_cycles / f_cpu_hz * 1e3, 4)} for c in ranked[:6]]
@@ -201,7 +221,8 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
         "budget_bytes": budget,
         "model_bytes": nbytes,
         "chosen": {"n_bits": best.n_bits, "n_prototypes": best.n_prototypes, "density": best.density,
-                   "nonzeros": model.nonzeros, "w_dense": model.w_dense, "random_state": fit_seed},
+                   "seeded_per_row": best.per_row, "nonzeros": model.nonzeros, "w_dense": model.w_dense,
+                   "random_state": fit_seed},
         "val_accuracy": best.val_accuracy,
         "validation": "one stratified 25 % hold-out of the training data, int8 model, shortened epochs",
         "predicted_cycles": cycles,

@@ -41,6 +41,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from tinyproto.core.inputstage import INPUT_MAX, choose_input_scale, standardisation
+from tinyproto.families.bnc.pattern import pattern_mask
 
 
 def allocate_prototypes(class_sizes: np.ndarray, m: int) -> np.ndarray:
@@ -118,6 +119,8 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
     n_bits : r, bits of the hash (rows of W).
     n_prototypes : m, binary prototypes in all (split over the classes by size, at least one per class).
     density : fraction of W's entries kept (the largest magnitudes); 1.0 is a dense W.
+    seeded_per_row : K; if set, each row of W reads K features at positions regenerated from a seed
+        (pattern.py: no bytes for the positions, for wide inputs), fixed before training; density is ignored.
     alpha : hinge margin as a fraction of r (the surrogate's scores t^T b~ lie in [-r, r]).
     gamma : tanh slope of the relaxed sign.
     lam : weight of the row-norm penalty sum_k (|w_k|^2 - 1)^2.
@@ -131,6 +134,7 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
         "n_bits": [Interval(Integral, 1, 1024, closed="both")],
         "n_prototypes": [Interval(Integral, 1, 65535, closed="both")],
         "density": [Interval(Real, 0, 1, closed="right")],
+        "seeded_per_row": [Interval(Integral, 1, 255, closed="both"), None],
         "alpha": [Interval(Real, 0, None, closed="left")],
         "gamma": [Interval(Real, 0, None, closed="neither")],
         "lam": [Interval(Real, 0, None, closed="left")],
@@ -146,6 +150,7 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
         n_bits: int = 32,
         n_prototypes: int = 40,
         density: float = 1.0,
+        seeded_per_row: int | None = None,
         alpha: float = 0.25,
         gamma: float = 1.0,
         lam: float = 1.0,
@@ -158,6 +163,7 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
         self.n_bits = n_bits
         self.n_prototypes = n_prototypes
         self.density = density
+        self.seeded_per_row = seeded_per_row
         self.alpha = alpha
         self.gamma = gamma
         self.lam = lam
@@ -194,10 +200,16 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
         self.proto_class_ = np.repeat(np.arange(L), counts)
         Bt = binary_codes(centres @ W.T)  # (m, r)
         mask = np.ones_like(W, dtype=bool)
+        self.pattern_seed_, self.per_row_ = 0, 0
+        if self.seeded_per_row is not None:  # a fixed seeded pattern from the start (pattern.py)
+            self.pattern_seed_ = int(rng.randint(1, 65536))
+            self.per_row_ = min(int(self.seeded_per_row), d)
+            mask = pattern_mask(self.pattern_seed_, r, d, self.per_row_)
+            W = W * mask
         if L > 1:
             W, Bt = self._sgd(Z, y_index, W, Bt, mask, rng, int(self.epochs_joint), train_b=True)
             Bt = binary_codes(Bt)
-            if self.density < 1.0:
+            if self.density < 1.0 and self.seeded_per_row is None:
                 mask = self._sparsity_mask(W)
                 W = W * mask
             W, Bt = self._sgd(Z, y_index, W, Bt, mask, rng, int(self.epochs_w), train_b=False)
