@@ -191,6 +191,18 @@ static TP_NOINLINE void tp_bnc_project(const int8_t *x, uint8_t *code)
 #endif
 #define TP_BNC_SEG_Q ((uint16_t)(TP_N_FEATURES / TP_BNC_K))
 #define TP_BNC_SEG_R ((uint16_t)(TP_N_FEATURES % TP_BNC_K))
+#if (TP_N_FEATURES + TP_BNC_K - 1) / TP_BNC_K > 255
+#error "a seeded W needs segments of at most 255 features: TP_BNC_K >= TP_N_FEATURES / 255"
+#endif
+
+/* (s * len) >> 16 for len <= 255 from two 8 x 8 multiplies: floor((hi * len + floor(lo * len / 256)) / 256).
+ * (avr-gcc turns the plain 32-bit expression into a 14-step shift loop when len's range is a power of two.) */
+static inline uint16_t tp_bnc_scale(uint16_t s, uint8_t len)
+{
+    uint16_t high = tp_mul_u8((uint8_t)(s >> 8), len);
+    uint16_t low = tp_mul_u8((uint8_t)s, len);
+    return (uint16_t)((uint16_t)(high + (low >> 8)) >> 8);
+}
 
 /* Where a row's next weight sits: the next xorshift16 state picks an offset in the next segment of the d
  * features; segment lengths are d / K or d / K + 1, stepped without a division (acc carries d % K). */
@@ -222,7 +234,7 @@ static uint16_t tp_bnc_peek(const tp_bnc_cursor_t *c, uint16_t *len, uint16_t *a
     *len = l;
     *acc = a;
     *state = s;
-    return (uint16_t)(c->start + (uint16_t)(((uint32_t)s * l) >> 16));
+    return (uint16_t)(c->start + tp_bnc_scale(s, (uint8_t)l));
 }
 
 static TP_NOINLINE void tp_bnc_project(const int8_t *x, uint8_t *code)

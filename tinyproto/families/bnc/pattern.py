@@ -25,6 +25,8 @@ def seeded_positions(seed: int, n_bits: int, n_features: int, per_row: int) -> n
     """(r, K) feature indices of W's weights, exactly as tp_bnc.c regenerates them."""
     if not 1 <= seed <= 0xFFFF or not 1 <= per_row <= min(n_features, 255):
         raise ValueError("need a seed in 1..65535 and 1 <= K <= min(d, 255) weights per row")
+    if -(-n_features // per_row) > 255:
+        raise ValueError("segments of at most 255 features: K >= d / 255 (the device scales by an 8-bit length)")
     q, rem = divmod(n_features, per_row)
     out = np.empty((n_bits, per_row), dtype=np.int64)
     state = seed

@@ -103,6 +103,8 @@ def plan(budget: int, n_features: int, n_classes: int, m_cap: int, max_cycles: f
                                  shape_cycles(n_features, r, nnz, m, n_classes, dense)))
     if n_features > WIDE_FEATURES:
         for K in SEEDED_GRID:
+            if -(-n_features // K) > 255:
+                continue  # segments longer than 255 features (d > 8160 at K = 32)
             for r in BITS_GRID:
                 nnz = r * K
                 m = min(largest_m(budget, r, nnz, n_features, n_classes, stage_bytes, True), m_cap)
