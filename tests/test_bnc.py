@@ -338,3 +338,14 @@ def test_seeded_estimator_trains_only_its_pattern():
     model = IntBNC.from_classifier(clf)
     assert model.seeded and model.stored_weights == 32 * 8
     assert model.model_bytes() == solver.model_bytes(32, 30, 32 * 8, 64, 10, seeded=True)
+
+
+def test_solver_on_a_wide_input_considers_a_seeded_w_and_keeps_the_budget():
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 60)
+    X = rng.normal(size=(180, 300)) + 2.0 * np.eye(3)[y] @ rng.normal(size=(3, 300))
+    budget = 1200 + 4 * 300  # the input stage is 4 B per feature
+    clf, model, info = solver.fit_bnc_under_budget(X, y, budget, 0)
+    assert model.model_bytes() <= budget
+    assert any(c["per_row"] for c in info["candidates"])
+    assert all(c["model_bytes"] <= budget for c in info["candidates"])

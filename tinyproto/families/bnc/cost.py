@@ -34,7 +34,8 @@ BNC_CYCLES = {
     "seeded_row": 45,
 }
 STAGES = {
-    "projection": ("seeded_weight", "seeded_row", "row", "row_dense", "dense_mac", "mask_byte", "nonzero_byte", "set_bit", "clear_bit"),
+    "projection": ("seeded_weight", "seeded_row", "row", "row_dense", "dense_mac", "mask_byte", "nonzero_byte",
+                   "set_bit", "clear_bit"),
     "hamming": ("proto", "proto_byte", "proto_1byte", "class"),
 }
 

@@ -194,7 +194,8 @@ class IntBNC:
             arrays.append(CArray("bnc_W", "int8_t", self.W_q, f"hash W, dense int8 ({r} x {d})"))
         else:
             mask = pack_codes(self.W_q != 0)
-            arrays.append(CArray("bnc_W_mask", "uint8_t", mask, f"hash W, nonzero bitmap per row ({r} x {(d + 7) // 8})"))
+            arrays.append(CArray("bnc_W_mask", "uint8_t", mask,
+                                 f"hash W, nonzero bitmap per row ({r} x {(d + 7) // 8})"))
             arrays.append(CArray("bnc_W_values", "int8_t", self.W_q[self.W_q != 0], "hash W, nonzeros row by row"))
         arrays.append(CArray("bnc_B", "uint8_t", pack_codes(self.B_bits), f"{m} prototypes x {r} bits, by class"))
         ctype = "uint8_t" if m <= 255 else "uint16_t"
@@ -219,7 +220,8 @@ class IntBNC:
         if self.seeded:
             items.append(SramItem("bnc_cursor", 7 * self.n_bits + 2, "per row: PRNG state, segment, weight (static)"))
         elif not self.w_dense:
-            items.append(SramItem("bnc_next", 2 * self.n_bits + 2, "per row: offset of its next nonzero; position (static)"))
+            items.append(SramItem("bnc_next", 2 * self.n_bits + 2,
+                                  "per row: offset of its next nonzero; position (static)"))
         items.append(SramItem("bnc_code", self.n_code_bytes, "the input's packed code (stack)"))
         return items
 

@@ -19,7 +19,7 @@ from sklearn.utils import check_random_state
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation
-from tinyproto.families.bnc.cost import shape_cycles
+from tinyproto.families.bnc.cost import predict_cycles, shape_cycles
 from tinyproto.families.bnc.quantize import IntBNC
 from tinyproto.families.bnc.train import BNCClassifier, kept_weights
 
@@ -208,14 +208,13 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
     nbytes = model.model_bytes()
     if nbytes > budget:  # cannot happen: model_bytes() above mirrors carrays(); keep the promise explicit
         raise AssertionError(f"chosen BNC has {nbytes} B > budget {budget} B")
-    from tinyproto.families.bnc.cost import predict_cycles
-
     cycles = predict_cycles(model)["total"]
     if max_cycles is not None and cycles > max_cycles:
         raise AssertionError(f"chosen BNC is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
-    rows = [{"shape": f"r={c.n_bits} m={c.n_prototypes} " + (f"seeded K={c.per_row}" if c.per_row else
-                                                              f"density={c.density:g}"), "n_bits": c.n_bits, "density": c.density, "n_prototypes": c.n_prototypes, "nonzeros": c.nonzeros,
-             "val_int8_accuracy": c.val_accuracy, "model_bytes": c.model_bytes,
+    rows = [{"shape": f"r={c.n_bits} m={c.n_prototypes} "
+                      + (f"seeded K={c.per_row}" if c.per_row else f"density={c.density:g}"),
+             "n_bits": c.n_bits, "density": c.density, "seeded_per_row": c.per_row, "n_prototypes": c.n_prototypes,
+             "nonzeros": c.nonzeros, "val_int8_accuracy": c.val_accuracy, "model_bytes": c.model_bytes,
              "predicted_cycles": c.predicted_cycles,
              "predicted_latency_ms": round(c.predicted_cycles / f_cpu_hz * 1e3, 4)} for c in ranked[:6]]
     info = {
