@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.pipeline.sweep import (DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, DEVICES, SweepProgress, check_arguments,
                                       sweep)
@@ -15,7 +16,8 @@ from tinyproto.pipeline.sweep_files import RESULTS
 
 @click.command("sweep")
 @click.argument("data", default="digits", required=False)
-@click.option("--models", default="protonn,flynn", show_default=True, help="Model families, comma-separated.")
+@click.option("--models", default=",".join(families.names()), show_default=True,
+              help="Model families, comma-separated (default: every family).")
 @click.option("--budgets", default=DEFAULT_BUDGETS, show_default=True,
               help="Budgets, comma-separated, each like 2kB, 1.5kB, 2048B (1 kB = 1024 bytes).")
 @click.option("--seeds", default="0", show_default=True, help="Training seeds, comma-separated.")

@@ -415,7 +415,7 @@ class SweepResult:
 def sweep(
     data: str,
     out: Path,
-    models: str = "protonn,flynn",
+    models: str = ",".join(families.names()),
     budgets: str = DEFAULT_BUDGETS,
     seeds: str = "0",
     boards: str = "uno",
