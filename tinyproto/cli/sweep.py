@@ -62,7 +62,7 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tinyproto.core.budget import parse_budget
-    from tinyproto.pipeline.htmlreport import load_sweep, print_summary
+    from tinyproto.pipeline.report_data import load_sweep, print_summary
 
     max_bytes_n = parse_budget(max_bytes) if max_bytes else None  # refused now, not after the sweep
     if max_ms is not None and not max_ms > 0:
