@@ -8,8 +8,8 @@ import click
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.pipeline.sweep import (DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, DEVICES, SweepProgress, check_arguments,
-                                      sweep)
+from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepProgress, sweep
+from tinyproto.pipeline.sweep_points import DEVICES, check_arguments
 from tinyproto.pipeline.htmlreport import FIGURES, write_report
 from tinyproto.pipeline.sweep_files import RESULTS
 
