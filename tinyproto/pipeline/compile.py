@@ -18,8 +18,8 @@ from tinyproto.core.datasets import Dataset, Split, load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families import fit_under_budget
 from tinyproto.core.ledger import Ledger
-from tinyproto.core.modeldir import (MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, atomic_directory, check_output_dir,
-                                file_sha256, int_model_digest, write_json)
+from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, file_sha256, int_model_digest, write_json
+from tinyproto.core.outdir import atomic_directory, check_output_dir
 from tinyproto.core.render import model_hash, write_sources
 
 INT8_LOSS_WARNING_POINTS = 0.5

@@ -201,7 +201,7 @@ def sweep(
 ) -> SweepResult:
     """Run every point of the grid not yet in DIR/results.jsonl; see the module doc."""
     from tinyproto.core.datasets import load_dataset
-    from tinyproto.core.modeldir import check_output_dir, locked
+    from tinyproto.core.outdir import check_output_dir, locked
 
     check_arguments(device, workers, scheduler, timeout)
     points = parse_grid(models, budgets, seeds, boards)
