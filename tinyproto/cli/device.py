@@ -46,8 +46,8 @@ def build_command(model_dir: Path, env: str | None) -> None:
 @click.command("flash")
 @click.argument("model_dir", type=MODEL_DIR)
 @click.option("--port", default=None,
-              help="Serial port of a board, e.g. /dev/ttyACM0, or of a simulated one (python -m "
-                   "tinyproto.device.board_sim): avrdude through its bootloader, protocol and speed from the board file.")
+              help="Serial port of a board, e.g. /dev/ttyACM0, or of a simulated one (tinyproto "
+                   "board-sim): avrdude through its bootloader, protocol and speed from the board file.")
 @click.option("--sim", is_flag=True, help="'Flash' the simulated Uno: start it with the ELF and check the handshake.")
 def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
     """Put MODEL_DIR's firmware on a board (--port) or on the simulated Uno (--sim, the default without --port)."""

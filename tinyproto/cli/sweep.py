@@ -39,11 +39,14 @@ from tinyproto.pipeline.sweep_files import RESULTS
 @click.option("--label", default=None, help="CSV label column (default: the last column).")
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds to wait for the next point to finish before giving up (the finished ones are kept).")
+@click.option("--max-latency", "max_latency", type=float, default=None, metavar="MS",
+              help="Compile every point with this latency limit (as `compile --max-latency`): only models predicted "
+                   "to run within MS ms on the point's board; a point that cannot is recorded as failed.")
 @click.option("--max-bytes", default=None, help="For the recommendation: largest model, e.g. 2kB.")
 @click.option("--max-ms", type=float, default=None, help="For the recommendation: longest latency in ms.")
 def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str, device: str, raw_check: bool,
                   scheduler: str | None, workers: int | None, out: Path, resume: bool, label: str | None,
-                  timeout: float, max_bytes: str | None, max_ms: float | None) -> None:
+                  timeout: float, max_latency: float | None, max_bytes: str | None, max_ms: float | None) -> None:
     """Compile DATA at every (model, budget, seed, board) point, in parallel on dask, and collect the results.
 
     \b
@@ -67,7 +70,7 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
     max_bytes_n = parse_budget(max_bytes) if max_bytes else None  # refused now, not after the sweep
     if max_ms is not None and not max_ms > 0:
         raise TinyprotoError(f"--max-ms must be a positive number of milliseconds, got {max_ms}")
-    check_arguments(device, workers, scheduler, timeout)
+    check_arguments(device, workers, scheduler, timeout, max_latency)
     console = Console(stderr=True)
     with Progress(TextColumn("points"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("[green]{task.fields[ok]} ok[/green] · [red]{task.fields[failed]} failed[/red] · "
@@ -80,7 +83,7 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
                        failed=state.failed, running=state.running, last=state.last[-60:])
 
         result = sweep(data, out, models, budgets, seeds, boards, device, scheduler, workers, resume, label,
-                       raw_check, timeout, show)
+                       raw_check, timeout, show, max_latency)
     failed = [r for r in result.records if r.get("status") != "ok"]
     where = result.cluster or {}
     console.print(f"{result.ran} points run in {result.seconds:.1f} s"

@@ -58,10 +58,13 @@ def data_fingerprint(dataset) -> str:
     return digest.hexdigest()
 
 
-def _binding(dataset, device: str, raw_check: bool) -> dict:
+def _binding(dataset, device: str, raw_check: bool, max_latency_ms: float | None) -> dict:
     """What must be the same for --resume to continue a sweep (the grid itself may grow)."""
-    return {"dataset": dataset.name, "data_sha256": data_fingerprint(dataset), "device": device,
-            "raw_check": raw_check if device == "sim" else None}
+    binding = {"dataset": dataset.name, "data_sha256": data_fingerprint(dataset), "device": device,
+               "raw_check": raw_check if device == "sim" else None}
+    if max_latency_ms is not None:  # absent without a limit: sweeps written before --max-latency still resume
+        binding["max_latency_ms"] = max_latency_ms
+    return binding
 
 
 def _open_sweep_dir(out: Path, binding: dict, resume: bool) -> dict:
@@ -198,16 +201,18 @@ def sweep(
     raw_check: bool = False,
     timeout: float = DEFAULT_TIMEOUT_S,
     progress: Callable[[SweepProgress], None] | None = None,
+    max_latency_ms: float | None = None,
 ) -> SweepResult:
-    """Run every point of the grid not yet in DIR/results.jsonl; see the module doc."""
+    """Run every point of the grid not yet in DIR/results.jsonl; see the module doc. max_latency_ms: every point
+    is compiled with that latency limit (`compile --max-latency`); a point that cannot meet it is a failed point."""
     from tinyproto.core.datasets import load_dataset
     from tinyproto.core.outdir import check_output_dir, locked
 
-    check_arguments(device, workers, scheduler, timeout)
+    check_arguments(device, workers, scheduler, timeout, max_latency_ms)
     points = parse_grid(models, budgets, seeds, boards)
     dataset = load_dataset(data, label=label)  # a bad DATA is refused here, not once per point on the workers
     data_ref = os.path.abspath(data) if Path(data).exists() else data  # workers may run in another directory
-    binding = _binding(dataset, device, raw_check)
+    binding = _binding(dataset, device, raw_check, max_latency_ms)
     out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -229,7 +234,7 @@ def sweep(
             if todo:
                 with open_cluster(scheduler, workers, len(todo)) as (client, cluster_info):
                     _run_points(client, cluster_info, todo, data_ref, label, device, out, raw_check, timeout,
-                                results, new_records, state, progress)
+                                results, new_records, state, progress, max_latency_ms)
         finally:
             results.close()
             seconds = time.perf_counter() - started
@@ -244,7 +249,8 @@ def sweep(
 
 def _run_points(client, cluster_info: dict, todo: list[Point], data: str, label: str | None, device: str, out: Path,
                 raw_check: bool, timeout: float, results: ResultsFile, new_records: list[dict],
-                state: SweepProgress, progress: Callable[[SweepProgress], None] | None) -> None:
+                state: SweepProgress, progress: Callable[[SweepProgress], None] | None,
+                max_latency_ms: float | None = None) -> None:
     from distributed import as_completed
 
     token = uuid.uuid4().hex
@@ -267,7 +273,7 @@ def _run_points(client, cluster_info: dict, todo: list[Point], data: str, label:
     futures = {}
     for p in sorted(todo, key=lambda p: -p.budget_bytes):  # the longest points first: fewer idle workers at the end
         future = client.submit(run_point, asdict(p), data, label, device, str(out / POINTS / p.id), raw_check,
-                               token, key=f"tinyproto-sweep-{p.id}-{token[:8]}", pure=False, priority=p.budget_bytes)
+                               token, max_latency_ms, key=f"tinyproto-sweep-{p.id}-{token[:8]}", pure=False, priority=p.budget_bytes)
         futures[future] = p
     finished: set[str] = set()
     pending = as_completed(list(futures))

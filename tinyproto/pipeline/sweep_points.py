@@ -71,7 +71,8 @@ def parse_grid(models: str, budgets: str, seeds: str, boards: str) -> list[Point
     return sorted(points, key=Point.order)
 
 
-def check_arguments(device: str, workers: int | None, scheduler: str | None, timeout: float) -> None:
+def check_arguments(device: str, workers: int | None, scheduler: str | None, timeout: float,
+                    max_latency_ms: float | None = None) -> None:
     if device not in DEVICES:
         raise TinyprotoError(f"--device {device!r}: choose sim (build and validate on the simulated board) or none")
     if workers is not None and workers < 1:
@@ -80,13 +81,15 @@ def check_arguments(device: str, workers: int | None, scheduler: str | None, tim
         raise TinyprotoError("--workers sizes the LocalCluster; a --scheduler cluster brings its own workers")
     if not timeout > 0:
         raise TinyprotoError(f"--timeout must be a positive number of seconds, got {timeout}")
+    if max_latency_ms is not None and not 0 < max_latency_ms < float("inf"):
+        raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
 
 
 # ------------------------------------------------------------------------------------------------ one point (a task)
 
 
 def run_point(point: dict, data: str, label: str | None, device: str, point_dir: str, raw_check: bool,
-              token: str = "") -> dict:
+              token: str = "", max_latency_ms: float | None = None) -> dict:
     """Compile one point into `point_dir` (and build + validate it with device 'sim'); return its result line.
 
     Runs on a dask worker. Never raises for a point that cannot be made: the error becomes part of the line.
@@ -102,7 +105,8 @@ def run_point(point: dict, data: str, label: str | None, device: str, point_dir:
     started = time.perf_counter()
     try:
         t = time.perf_counter()
-        result = compile_model(data, p.model, str(p.budget_bytes), p.seed, p.board, Path(point_dir), label)
+        result = compile_model(data, p.model, str(p.budget_bytes), p.seed, p.board, Path(point_dir), label,
+                               max_latency_ms=max_latency_ms)
         seconds["compile"] = time.perf_counter() - t
         record.update(_compile_figures(result.report))
         if device == "sim":
