@@ -12,7 +12,7 @@ failed device check) gets a line with its stage and error and does not stop the 
 its line, results.jsonl is rewritten once (atomically) in grid order, so the same inputs give the same file
 whatever the completion order; all wall times are in each line's "seconds" and in sweep.json, nowhere else.
 
-The sweep directory follows tinyproto's safety rules (tinyproto/modeldir.py): it is refused if it holds files
+The sweep directory follows tinyproto's safety rules (tinyproto/core/modeldir.py): it is refused if it holds files
 tinyproto did not write, it is locked while the sweep runs, and its outputs are recorded in its manifest.
 With --scheduler the workers must see DIR (and a DATA file) at the same absolute path: a shared filesystem.
 """
