@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import struct
+import sys
 import warnings
 from pathlib import Path
 
@@ -97,6 +98,10 @@ def test_platformio_ini_has_the_three_environments():
     assert "-std=gnu99 -Wall -Wextra -Werror -Iinclude -Ilib/tinyproto" in ini
     assert "board_build.f_cpu = 16000000UL" in ini
     assert "tinyproto.device.sim" in ini and "--stdio" in ini
+    # portable: the platform by name from tinyproto's PlatformIO home (core_dir with ~), no installation path
+    assert "platform = tinyproto-avr" in ini and "core_dir = ~/.cache/tinyproto/pio-core" in ini
+    assert "symlink://" not in ini and "file://" not in ini and sys.executable not in ini
+    assert str(REPO) not in ini and str(Path.home()) not in ini
 
 
 @needs_avr
@@ -145,9 +150,9 @@ def test_compile_error_reports_the_compiler_error(tmp_path, monkeypatch, use_pio
 
 
 def test_missing_avr_gcc_names_the_apt_packages(tmp_path, monkeypatch):
-    from tinyproto.device import build
+    from tinyproto.device import build, piohome
 
-    monkeypatch.setattr(build.shutil, "which", lambda name, *a, **k: None)
+    monkeypatch.setattr(piohome.shutil, "which", lambda name, *a, **k: None)
     project = make_project(tmp_path)
     with pytest.raises(TinyprotoError, match="apt-get install gcc-avr avr-libc binutils-avr"):
         build.build_project(project, "uno_sim")
@@ -211,9 +216,9 @@ def test_pio_test_on_the_simulated_uno_passes_and_fails(pio_build, tmp_path):
 @needs_avr
 @needs_simavr
 def test_sim_test_without_platformio(tmp_path, monkeypatch):
-    from tinyproto.device import build
+    from tinyproto.device import build, piohome
 
-    monkeypatch.setattr(build, "platformio_available", lambda: False)
+    monkeypatch.setattr(piohome, "platformio_available", lambda: False)
     project = make_project(tmp_path)
     xq = np.array([[3, 1, -4, 1]], dtype=np.int8)
     scores, labels = fake_reference(xq)
