@@ -63,6 +63,13 @@ def render_platformio_ini(board) -> str:
     )
 
 
+def render_arduino_platformio_ini(board, name: str) -> str:
+    """platformio.ini of an Arduino export (`tinyproto export --arduino`): the library `name` beside it, its example
+    sketch as the source, `framework = arduino` offline (<board>_offline, the default) and official (<board>)."""
+    return jinja_env().get_template("arduino_platformio.ini.j2").render(
+        board=board, name=name, platform_name=PLATFORM_NAME, core_dir=CORE_DIR_IN_INI)
+
+
 def _read_ini(project_dir: Path) -> configparser.ConfigParser:
     ini = project_dir / "platformio.ini"
     if not ini.is_file():
