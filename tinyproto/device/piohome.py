@@ -186,6 +186,8 @@ def prepare_pio_core() -> Path:
     with _locked(tinyproto_cache_dir() / "pio-prepare.lock"):
         _install_tool_scons(core)
         _install_toolchain(pio_toolchain_dir())
+        # Projects generated before the home was portable name the toolchain by this absolute path.
+        _symlink(tinyproto_cache_dir() / "pio-toolchain-atmelavr", pio_toolchain_dir())
         _install_platform(core)
         if (ARDUINO_CORE / "cores").is_dir():
             _install_arduino_framework(arduino_framework_dir())
