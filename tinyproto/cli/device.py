@@ -83,9 +83,10 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
                 open_device(port, baud=board.serial_baud, boot_quiet_s=board.boot_quiet_s) as client:
             check_model(client.info, md.model_hash, model.n_features, model.n_classes)
         written = f"{result.bytes_written} B" if result.bytes_written is not None else build.hex.name
+        where = f" on {port}" if port != result.upload_port else ""  # the Leonardo: Serial1, not its USB port
         console.print(f"flashed {written} to {result.upload_port} with avrdude -c {board.upload_protocol} -b "
-                      f"{board.upload_speed} in {result.seconds:.1f} s; after the reset the board answers on {port} with model "
-                      f"{md.meta['model_hash']} ({time.monotonic() - started:.1f} s in all)")
+                      f"{board.upload_speed} in {result.seconds:.1f} s; after the reset the board answers with model "
+                      f"{md.meta['model_hash']}{where} ({time.monotonic() - started:.1f} s in all)")
         return
     with SimulatedUno(build.elf, board=board) as uno, open_device(uno.port, baud=board.serial_baud) as client:
         check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)

@@ -15,7 +15,10 @@ copied to another user or machine): the platform is found by name in tinyproto's
 (tinyproto.device.piohome), which `core_dir = ~/...` names, and the simulator's test command is
 `python3 -m tinyproto.device.sim`. PlatformIO runs with every update check and telemetry switched off: nothing
 is downloaded for the offline environments. Without PlatformIO (or SCons) the same sources are compiled with
-avr-gcc directly, with the same flags. `pio test` lives in tinyproto.device.piotest.
+avr-gcc directly, with the same flags.
+
+The modules around it: tinyproto.device.project (platformio.ini, flags, the avr-gcc fallback), .piohome (the
+PlatformIO home), .piotest (`pio test`); their public names are re-exported here.
 """
 
 from __future__ import annotations
