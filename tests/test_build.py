@@ -230,3 +230,24 @@ def test_sim_test_without_platformio(tmp_path, monkeypatch):
     with pytest.warns(UserWarning):
         passed, log = build.run_pio_test(project, "uno_sim")
     assert not passed and "label Expected" in log
+
+
+@needs_avr
+@needs_pio
+def test_the_pio_home_holds_a_copy_of_the_platform_kept_in_step():
+    """The platform is installed as a copy (the home outlives checkouts and venvs); a later prepare puts back what
+    changed, drops what the source no longer has, and keeps the toolchain link old projects name by path."""
+    from tinyproto.device.piohome import offline_platform_dir, prepare_pio_core, tinyproto_cache_dir
+
+    core = prepare_pio_core()
+    installed = core / "platforms" / "tinyproto-avr"
+    source = offline_platform_dir()
+    assert not installed.is_symlink()
+    assert (installed / "platform.json").read_bytes() == (source / "platform.json").read_bytes()
+    (installed / "builder" / "main.py").write_text("# edited\n")
+    (installed / "boards" / "stale.json").write_text("{}")
+    prepare_pio_core()
+    assert (installed / "builder" / "main.py").read_bytes() == (source / "builder" / "main.py").read_bytes()
+    assert not (installed / "boards" / "stale.json").exists()
+    assert (tinyproto_cache_dir() / "pio-toolchain-atmelavr" / "bin" / "avr-gcc").exists()
+    assert (core / "packages" / "toolchain-atmelavr" / ".piopm").is_file()
