@@ -10,6 +10,8 @@
         src/tp_text.c/.h      tp_parse_float: decimal text -> float32, correctly rounded (avr-libc's strtod is not)
         examples/<Name>/<Name>.ino   reads one vector per Serial line, prints the class and its score
       <Name>.zip              the same folder for the IDE's Sketch > Include Library > Add .ZIP Library
+      platformio.ini          PlatformIO, framework = arduino: the example against the library, offline
+                              (<board>_offline, Debian's Arduino core) or official (<board>); see the file
 
 The model directory stays the single source: the header is rendered from model.json (verified), never copied.
 """
@@ -169,8 +171,10 @@ def _check_export_dir(out: Path) -> None:
 
 
 def export_arduino(model_path: Path, out: Path | None = None, name: str | None = None) -> ArduinoExport:
+    from tinyproto.core.boards import load_board
     from tinyproto.core.modeldir import load_model_dir, write_json
     from tinyproto.core.outdir import atomic_directory, check_output_dir
+    from tinyproto.device.project import render_arduino_platformio_ini
 
     model_dir = load_model_dir(model_path)
     model = families.load_int_model(model_dir)  # a damaged or edited model.json is refused here
@@ -188,6 +192,8 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
     with atomic_directory(out, "export") as scratch:
         write_library(model_dir, model, name, scratch / name)
         write_zip(scratch / name, scratch / f"{name}.zip")
+        board = load_board(model_dir.meta.get("board", "uno"))
+        (scratch / "platformio.ini").write_text(render_arduino_platformio_ini(board, name))
         write_json(scratch / EXPORT_RECORD, {"format": EXPORT_FORMAT, "tinyproto_version": __version__,
                                              "name": name, "model_hash": model_dir.meta["model_hash"],
                                              "model_dir": str(source)})
