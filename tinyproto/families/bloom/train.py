@@ -49,18 +49,42 @@ def xorshift16_step(state: int) -> int:
     return state
 
 
-def seeded_slots(seed: int, n_features: int, n_hashes: int, n_slots: int) -> np.ndarray:
-    """(d, k) slot of each feature's k hash functions: step t = j*k + l of the stream from `seed` gives h_l(j)."""
+BYTE_SLOTS = 256  # m <= this: every generator step gives two 8-bit draws; above it, one 16-bit draw
+
+
+def hash_draws(seed: int, n_features: int, n_hashes: int, n_slots: int) -> tuple[np.ndarray, int]:
+    """((d, k) raw draws, their width in bits) of the device's hash stream from `seed`.
+
+    m <= 256: every feature starts on a fresh xorshift16 step and takes its k draws from the steps' bytes, high
+    byte first (ceil(k/2) steps per feature; an odd k leaves the last low byte unused, so the device keeps no
+    half-used step between features or chunks). m > 256: one 16-bit draw per step, k steps per feature."""
     if not 1 <= seed <= 0xFFFF:
         raise ValueError(f"seed must be in 1..65535, got {seed}")
     if not (1 <= n_slots <= 65535 and n_hashes >= 1 and n_features >= 1):
         raise ValueError("need 1 <= m <= 65535, k >= 1, d >= 1")
-    states = np.empty(n_features * n_hashes, dtype=np.int64)
+    byte_draws = n_slots <= BYTE_SLOTS
+    per_feature = (n_hashes + 1) // 2 if byte_draws else n_hashes
+    states = np.empty(n_features * per_feature, dtype=np.int64)
     state = seed
     for t in range(states.size):
         state = xorshift16_step(state)
         states[t] = state
-    return ((states * n_slots) >> 16).reshape(n_features, n_hashes)
+    if not byte_draws:
+        return states.reshape(n_features, n_hashes), 16
+    steps = states.reshape(n_features, per_feature)
+    draws = np.stack([steps >> 8, steps & 0xFF], axis=2).reshape(n_features, 2 * per_feature)
+    return draws[:, :n_hashes], 8
+
+
+def seeded_slots(seed: int, n_features: int, n_hashes: int, n_slots: int) -> np.ndarray:
+    """(d, k) slot h_l(j) of every feature j and hash function l: draw v of `bits` bits maps to (v * m) >> bits.
+
+    The map is monotone in v, exact in integers on the device (8x8 multiplies for byte draws) and uniform up to
+    one part in floor(2^bits / m): with byte draws some slots take two byte values where others take one, a fixed
+    skew of the hash the model is trained with (the device pays one multiply per draw instead of a 32-bit one).
+    """
+    draws, bits = hash_draws(seed, n_features, n_hashes, n_slots)
+    return (draws * n_slots) >> bits
 
 
 def used_slots(slots: np.ndarray) -> np.ndarray:
