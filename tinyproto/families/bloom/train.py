@@ -171,7 +171,7 @@ class BloomClassifier(ClassifierMixin, BaseEstimator):
         check_classification_targets(y)
         self.classes_ = np.unique(y)
         if self.classes_.size < 2:
-            raise ValueError("BloomClassifier needs at least 2 classes")
+            raise ValueError(f"BloomClassifier needs at least 2 classes; got {self.classes_.size} class")
         self.centre_, self.scale_, self.input_step_ = input_offset_and_step(X, self.offset, self.scaling)
         self.seed_ = draw_seed(self.random_state)
         self.slots_ = seeded_slots(self.seed_, X.shape[1], int(self.n_hashes), int(self.n_slots))
