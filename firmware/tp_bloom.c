@@ -40,8 +40,9 @@ void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n);
 uint8_t tp_stream_end(int32_t *scores);
 
 static uint8_t tp_bloom_phi[TP_BLOOM_M];
-/* loop counters over the slots: 8 bits when they fit (a 16-bit count costs a cycle or two per step) */
-#if TP_BLOOM_M < 256
+/* loop counters over the slots: 8 bits when they fit (a 16-bit count costs a cycle or two per step); the loops
+ * are do-while with the count tested after the decrement, so an 8-bit count of 256 starts at 0 */
+#if TP_BLOOM_M <= 256
 typedef uint8_t tp_bloom_count_t;
 #else
 typedef uint16_t tp_bloom_count_t;

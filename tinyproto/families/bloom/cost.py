@@ -1,10 +1,10 @@
 """Bloom features' static cost model: cycles per inference predicted from the integer model's shape.
 
 Each term is (how many times a unit of work runs in firmware/tp_bloom.c) x (its cycles), fitted by
-`python tools/bench_bloom.py --calibrate` (non-negative least squares) on 14 synthetic shapes (d 16..150, k 1..8,
-m 17..700, 2..10 classes) measured with Timer1 in the simulated Uno: within 2.0 % on every shape but the
-smallest (1,191 cycles, +13 %: the fixed part dominates there). The fit puts the generator step into the draws
-(two byte draws per step everywhere but k = 1) and the compaction's store into the per-slot term.
+`python tools/bench_bloom.py --calibrate` (non-negative least squares) on 17 synthetic shapes (d 16..150, k 1..8,
+m 17..700, 2..10 classes) measured with Timer1 in the simulated Uno: within 1.8 % on every shape but the
+smallest (about 1,200 cycles, +8 %: the fixed part dominates there). The compare-and-store of the MAX depends on
+the input (a store only when the slot rises); its mean over random inputs is in "draw".
 Re-fit when firmware/tp_bloom.c changes (tests/test_bloom.py checks a measured model against the prediction).
 Layer: families (bloom).
 """
@@ -15,15 +15,16 @@ from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families.bloom.train import BYTE_SLOTS
 
 BLOOM_CYCLES = {
-    "fixed": 330,  # calls, chunk loop, argmax set-up
-    "slot": 13.2,  # per slot of phi: cleared by tp_stream_begin, read by the compaction
-    "used": 0,  # per used slot: kept by the compaction
-    "feature": 6.6,  # per input feature: load, bias, clamp, loop
-    "step": 0,  # per xorshift16 step (ceil(k/2) per feature with byte draws, k with 16-bit draws)
-    "draw": 26.4,  # per draw (k per feature): the slot map, the MAX compare (and store when it rises)
-    "draw_wide": 36.4,  # per draw, m > 256 only: the 32-bit multiply of a 16-bit draw
-    "row": 158,  # per weight row: bias read, call, score store and compare
-    "mac": 11.04,  # per weight: lpm, ld, mulsu, biased 24-bit add (AVR kernel)
+    "fixed": 262,  # calls, chunk loop, argmax set-up
+    "slot": 13.73,  # per slot of phi: cleared by tp_stream_begin, read by the compaction
+    "used": 1.43,  # per used slot: kept by the compaction
+    "feature": 9.11,  # per input feature: load, bias, clamp, loop
+    "step": 2.99,  # per xorshift16 step (ceil(k/2) per feature with byte draws, k with 16-bit draws)
+    "draw": 17.25,  # per draw (k per feature): the slot map, the MAX compare (and store when it rises)
+    "draw_mul": 5.86,  # per draw, m < 256 only: the 8x8 multiply of the byte map (m = 256 takes the byte as it is)
+    "draw_wide": 36.57,  # per draw, m > 256 only: the 32-bit multiply of a 16-bit draw
+    "row": 97.89,  # per weight row: bias read, call, score store and compare
+    "mac": 11.95,  # per weight: lpm, ld, mulsu, biased 24-bit add (AVR kernel)
 }
 
 
@@ -34,14 +35,15 @@ def bloom_cost_terms(model) -> dict[str, float]:
     byte_draws = m <= BYTE_SLOTS
     steps = (k + 1) // 2 if byte_draws else k
     return {"fixed": 1, "slot": m, "used": used, "feature": d, "step": d * steps, "draw": d * k,
-            "draw_wide": 0 if byte_draws else d * k, "row": rows, "mac": rows * used}
+            "draw_mul": d * k if m < BYTE_SLOTS else 0, "draw_wide": 0 if byte_draws else d * k, "row": rows,
+            "mac": rows * used}
 
 
 def predict_cycles(model) -> dict:
     terms = bloom_cost_terms(model)
     cycles = {name: count * BLOOM_CYCLES[name] for name, count in terms.items()}
     out = {
-        "hashing": int(round(cycles["feature"] + cycles["step"] + cycles["draw"] + cycles["draw_wide"])),
+        "hashing": int(round(cycles["feature"] + cycles["step"] + cycles["draw"] + cycles["draw_mul"] + cycles["draw_wide"])),
         "compaction": int(round(cycles["slot"] + cycles["used"])),
         "scores": int(round(cycles["row"] + cycles["mac"])),
     }
