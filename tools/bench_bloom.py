@@ -121,7 +121,6 @@ def device_table(names: list[str], budgets: list[str]) -> None:
 def wide_table(budget: int) -> None:
     from tinyproto.families.bloom import solver
     from tinyproto.core.render import write_sources
-    from tinyproto.device.hostc import build_host_runner
 
     print(f"3. digits28 (784 pixels) at {budget} B of weights + biases, host; C fed in 32-pixel chunks")
     Xtr, Xte, ytr, yte = split("digits28")
@@ -135,7 +134,6 @@ def wide_table(budget: int) -> None:
     host = model.scores(xq)
     with tempfile.TemporaryDirectory() as tmp:
         write_sources(model, Path(tmp), "digits28", 0, model.model_bytes())
-        runner = build_host_runner(Path(tmp), Path(tmp) / "run", "bloom")
         streamed = stream_scores(Path(tmp), xq, chunk=32)
     c = info["chosen"]
     acc = float(np.mean(np.asarray(model.classes)[model.labels(host)] == yte))
@@ -143,7 +141,6 @@ def wide_table(budget: int) -> None:
           f"int8 {100 * acc:.2f} %, float {100 * clf.score(Xte, yte):.2f} %, {model_part} B of weights + biases "
           f"(+ {stage} B per-feature input stage today), C streamed == host: "
           f"{np.array_equal(streamed, host)}, phi {c['n_slots']} B of SRAM, search {seconds:.1f} s")
-    del runner
 
 
 STREAM_MAIN = r"""
