@@ -26,7 +26,7 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage
 from tinyproto.families.bloom.cost import predict_cycles
 from tinyproto.families.bloom.quantize import IntBloom
-from tinyproto.families.bloom.train import BYTE_SLOTS, BloomClassifier, draw_seed, hash_draws
+from tinyproto.families.bloom.train import BYTE_SLOTS, BloomClassifier, draw_seed, hash_draws, seeded_slots, used_slots
 
 K_CANDIDATES = (1, 2, 3, 4, 6, 8)
 C_CANDIDATES = (0.1, 1.0, 10.0)
@@ -38,19 +38,32 @@ RUNNERS_UP = 5
 BIAS_BYTES = 4  # budgeted per row: int32, the widest the model may need
 
 
+def _unit_stage(n_features: int) -> InputStage:
+    return InputStage.from_standardisation(np.zeros(n_features), np.ones(n_features), 1.0)
+
+
 def stage_bytes(n_features: int) -> int:
     """Bytes of the input stage for d features (from the stage's own arrays, as the ledger counts them)."""
-    stage = InputStage.from_standardisation(np.zeros(n_features), np.ones(n_features), 1.0)
-    return sum(a.nbytes for a in stage.carrays())
+    return sum(a.nbytes for a in _unit_stage(n_features).carrays())
+
+
+def placeholder_model(seed: int, n_features: int, n_classes: int, n_slots: int, n_hashes: int) -> IntBloom:
+    """A model of this shape with zero weights and int32 biases: its arrays are the shape's bytes (the budget
+    counts every bias as int32; a trained model whose biases fit int16 ships smaller)."""
+    rows = 1 if n_classes == 2 else n_classes
+    used = used_slots(seeded_slots(seed, n_features, n_hashes, n_slots)).size
+    return IntBloom(list(range(n_classes)), _unit_stage(n_features), seed, n_slots, n_hashes,
+                    np.zeros((rows, used), dtype=np.int64), np.full(rows, 1 << 20, dtype=np.int64), 1.0)
 
 
 def shape_bytes(n_features: int, rows: int, used: int) -> int:
+    """The arithmetic the search uses to find m; candidate bytes are then taken from placeholder models."""
     return stage_bytes(n_features) + rows * used + rows * BIAS_BYTES
 
 
 def minimum_budget(n_features: int, n_classes: int) -> int:
-    rows = 1 if n_classes == 2 else n_classes
-    return shape_bytes(n_features, rows, 1)
+    """Bytes of the smallest model: one slot (m = 1, k = 1: every feature in it), so one weight per row."""
+    return placeholder_model(1, n_features, n_classes, 1, 1).model_bytes()
 
 
 def used_counts(seed: int, n_features: int, n_hashes: int, m_max: int) -> np.ndarray:
@@ -103,8 +116,11 @@ def candidate_shapes(seed: int, n_features: int, n_classes: int, budget: int,
                 continue
             cycles = _shape_cycles(n_features, n_classes, m, k, int(used[m]))
             if max_cycles is None or cycles <= max_cycles:
+                nbytes = placeholder_model(seed, n_features, n_classes, m, k).model_bytes()
+                if nbytes > budget:  # the arithmetic above and the arrays disagree: a bug, never shipped
+                    raise TinyprotoError(f"internal error: m={m} k={k} needs {nbytes} B, over {budget} B")
                 shapes.append({"n_slots": m, "n_hashes": k, "n_used": int(used[m]), "predicted_cycles": cycles,
-                               "model_bytes": shape_bytes(n_features, rows, int(used[m]))})
+                               "model_bytes": nbytes})
                 break
     unique = {(s["n_slots"], s["n_hashes"]): s for s in shapes}
     return list(unique.values())
