@@ -21,5 +21,11 @@ def _cycles(model) -> dict:
     return predict_cycles(model)
 
 
+def _shape_text(entry: dict) -> str:
+    from tinyproto.families.bloom.solver import shape_text
+
+    return shape_text(entry)
+
+
 FAMILY = Family(name="bloom", title="Bloom features", color="#2ca02c", fit_under_budget=_fit,
-                from_json=_from_json, predict_cycles=_cycles, streamable=True)
+                from_json=_from_json, predict_cycles=_cycles, shape_text=_shape_text, streamable=True)

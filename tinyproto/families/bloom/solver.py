@@ -187,10 +187,9 @@ def fit_bloom_under_budget(
         entry = {**{k: shape[k] for k in ("n_slots", "n_hashes", "n_used", "model_bytes", "predicted_cycles")},
                  "offset": offset, "scaling": scaling, "C": C, "seed": seed, "val_int8_accuracy": correct / n_val,
                  "predicted_latency_ms": round(1000.0 * shape["predicted_cycles"] / f_cpu_hz, 4)}
-        entry["shape"] = shape_text(entry)
         tried.append(entry)
         if progress:
-            progress(f"{entry['shape']}: {100 * entry['val_int8_accuracy']:.2f} %")
+            progress(f"{shape_text(entry)}: {100 * entry['val_int8_accuracy']:.2f} %")
         return entry
 
     probe = min(shapes, key=lambda s: (abs(s["n_hashes"] - STAGE_PROBE_K), s["n_hashes"]))
@@ -208,7 +207,7 @@ def fit_bloom_under_budget(
                                                     tried[i]["model_bytes"], i))
     chosen = tried[order[0]]
     if progress:
-        progress(f"refit {chosen['shape']} on all training data")
+        progress(f"refit {shape_text(chosen)} on all training data")
     clf = BloomClassifier(chosen["n_slots"], chosen["n_hashes"], chosen["offset"], chosen["scaling"], chosen["C"],
                           random_state).fit(X_train, y_train)
     model = IntBloom.from_classifier(clf)
