@@ -47,7 +47,7 @@ typedef uint8_t tp_bloom_count_t;
 #else
 typedef uint16_t tp_bloom_count_t;
 #endif
-static uint16_t tp_bloom_state; /* generator state after the last fed feature's K steps */
+static uint16_t tp_bloom_state; /* generator state after the last fed feature's steps */
 static uint16_t tp_bloom_next;  /* the feature index the state belongs to */
 
 /* One xorshift16 (7, 9, 8) step. On the AVR in bytes (12 cycles): s << 7 is (hi:lo) >> 1 moved up a byte,
