@@ -216,7 +216,7 @@ class FrameReader:
 class Hello:
     proto: int
     abi: int
-    family: int  # TP_FAMILY_ID: 1 protonn, 2 flynn
+    family: int  # TP_FAMILY_ID of the model (each family's IntModel.family_id)
     model_hash: int
     n_features: int
     n_classes: int

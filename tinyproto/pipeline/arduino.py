@@ -27,12 +27,18 @@ from pathlib import Path
 
 from tinyproto import __version__
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.resources import resource_dir
 from tinyproto import families
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 LIBRARY_EXTRAS = ("tp_text.h", "tp_text.c")  # templates/arduino/: the correctly rounded text -> float32 reader
 # Names the library's own files already use (the IDE runs on case-insensitive file systems too).
-_TAKEN = {"tp_text", "tinyproto", "tinyproto_model", "tp_input", "tp_protonn", "tp_flynn", "tp_labels", "arduino"}
+_FIXED_NAMES = {"tp_text", "tinyproto", "tinyproto_model", "tp_labels", "arduino"}
+
+
+def _taken_names() -> set[str]:
+    """File names of the library: the fixed ones and every runtime file shipped (firmware/*.c, *.h)."""
+    return _FIXED_NAMES | {path.stem.lower() for path in resource_dir("firmware").iterdir()}
 RUNTIME = ("tinyproto.h", "tp_input.c")  # + tp_<family>.c; never tp_main.c / tp_serial.* (the device app's)
 # tp_input_quantize on an ATmega328P: 65,041-65,344 cycles for 64 features (simulated Uno, cycle-exact).
 QUANTIZE_CYCLES_PER_FEATURE = 1020
@@ -60,7 +66,7 @@ def check_name(name: str) -> str:
     if not NAME_RE.match(name):
         raise TinyprotoError(f"--name {name!r} is not usable: a library name here is a C identifier of at most 63 "
                              "characters (a letter, then letters, digits or _)")
-    if name.lower() in _TAKEN:
+    if name.lower() in _taken_names():
         raise TinyprotoError(f"--name {name!r} would clash with a file of the library; choose another name")
     return name
 
