@@ -1,9 +1,16 @@
-"""Host side of the tinyproto serial protocol, version 1 (docs/design.md, "Serial protocol").
+"""Host side of the tinyproto serial protocol, version 2 (docs/design.md, "Serial protocol").
 
 A frame on the wire is ``COBS(body) 0x00`` with ``body = type u8 | seq u8 | payload | crc16 u16 LE`` and
 CRC-16/CCITT-FALSE over type, seq and payload. Everything here works on any pyserial-like object (``read(n)``
 honouring a timeout, ``write(b)``), so the codec is tested with in-memory streams and ``loop://``, and a real Uno,
 a simulated Uno's pty and a TCP bridge are one code path through :func:`open_device`.
+
+Vectors travel in chunks of at most ``wire.CHUNK_BYTES`` (int8) or ``wire.RAW_CHUNK_FEATURES`` (float32)
+features, each ``first u16 | data`` (LEARN: ``label u8 | first u16 | data``); every chunk but the last is
+acknowledged, the last one's answer is the message's answer. Every size comes from tinyproto/core/wire.py, which
+also writes each project's include/tinyproto_sizes.h.
+
+Layer: device.
 """
 
 from __future__ import annotations
@@ -17,9 +24,10 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from tinyproto.core import wire
 from tinyproto.core.errors import TinyprotoError
 
-PROTO_VERSION = 1
+PROTO_VERSION = wire.PROTO_VERSION
 MAGIC = b"TPRO"
 
 MSG_HELLO = 0x01
@@ -33,6 +41,7 @@ MSG_CLEAR = 0x07
 MSG_EEPROM_SAVE = 0x08
 MSG_EEPROM_LOAD = 0x09
 LEARNING_MESSAGES = (MSG_LEARN, MSG_READ_COUNTS, MSG_CLEAR, MSG_EEPROM_SAVE, MSG_EEPROM_LOAD)
+CHUNKED_MESSAGES = (MSG_PREDICT, MSG_PREDICT_RAW, MSG_LEARN)
 MSG_RESPONSE = 0x80
 MSG_ERROR = 0x7F
 
@@ -50,10 +59,11 @@ _REQUEST_NAMES = {MSG_HELLO: "HELLO", MSG_PREDICT: "PREDICT", MSG_PREDICT_RAW: "
 FLAG_RAW = 0x01
 FLAG_LEARN = 0x02
 FLAG_EEPROM = 0x04
+FLAG_STREAM = 0x08
 EEPROM_LOADED, EEPROM_EMPTY, EEPROM_OTHER = 0, 1, 2
 CANNOT_LEARN = "this firmware cannot learn; run tinyproto learn (it builds the learning firmware)"
 
-FRAME_OVERHEAD = 4  # type, seq, crc16
+FRAME_OVERHEAD = wire.FRAME_OVERHEAD  # type, seq, crc16
 MAX_BODY = 8192  # host-side guard: a longer run without a delimiter is garbage (the Uno has 2 KB of SRAM)
 READ_SLICE = 0.02  # s: the port's own read timeout; deadlines are kept by the reader's loop
 DEFAULT_TIMEOUT = 1.0  # s per try: frames take < 40 ms at 115200 baud, inference tens of ms on the Uno
@@ -61,10 +71,14 @@ EEPROM_SAVE_TIMEOUT = 5.0  # s: the ATmega328P writes an EEPROM byte in 3.4 ms, 
 _HELLO = struct.Struct("<4sBBBIHBBBIB")  # magic proto abi family hash n_features n_classes in_b score_b f_cpu flags
 _STATS = struct.Struct("<HHH")
 _LEARN_ACK = struct.Struct("<II")  # n_samples, cycles
+_CHUNK_FIRST = struct.Struct("<H")
 _READ_COUNTS = struct.Struct("<HB")  # offset, length
 _EEPROM_SAVE = struct.Struct("<HH")  # bytes written, record bytes
 _EEPROM_LOAD = struct.Struct("<BI")  # status, n_samples
 _PREDICTION_HEAD = struct.Struct("<BI")  # label, cycles
+# The codec's structs are the sizes wire.py emits for the firmware: one of them changed alone is a bug.
+assert (_HELLO.size, _STATS.size, _LEARN_ACK.size, _CHUNK_FIRST.size, _PREDICTION_HEAD.size) == (
+    wire.HELLO_PAYLOAD, wire.STATS_PAYLOAD, wire.LEARN_ACK, wire.CHUNK_FIRST, wire.PREDICTION_HEAD)
 
 
 class DeviceError(TinyprotoError):
@@ -240,11 +254,16 @@ class Hello:
         """The learning firmware can save its counts to EEPROM and load them back (the record fits)."""
         return bool(self.flags & FLAG_EEPROM)
 
+    @property
+    def streams(self) -> bool:
+        """The family consumes each chunk as it arrives (TP_STREAMABLE 1): its cycles are timed chunk by chunk."""
+        return bool(self.flags & FLAG_STREAM)
+
 
 @dataclass(frozen=True, eq=False)
 class Prediction:
     label: int
-    cycles: int  # Timer1 cycles of tp_predict() minus the call overhead; 0 on the host build
+    cycles: int  # Timer1 cycles of the model's code (every chunk of a streaming family) minus the call overhead
     scores: np.ndarray  # int32 (n_classes,)
 
 
@@ -348,6 +367,10 @@ class _Retry(Exception):
         self.code = code
 
 
+class _ChunkOrder(Exception):
+    """The device refused a chunk as not continuing the vector under way (an acknowledgement was lost)."""
+
+
 class DeviceClient:
     """Request/response client. Every request gets a fresh seq, kept by its retries; answers carrying another
     seq are stale and dropped. A try ends after ``timeout`` s without the answer or on an ERROR CRC / too long
@@ -360,6 +383,7 @@ class DeviceClient:
         self.name = str(getattr(port, "port", None) or getattr(port, "name", None) or port)
         self.info: Hello | None = None  # set by hello()
         self.stale_frames = 0
+        self._mid_vector = False  # the request under way continues a vector (an ERROR argument means "order")
         self._reader = FrameReader(port)
         self._seq = 0
         if getattr(port, "timeout", None) is None or port.timeout > READ_SLICE:
@@ -392,18 +416,27 @@ class DeviceClient:
                 raise self._silent(tries)
 
     def predict(self, xq: np.ndarray) -> Prediction:
-        payload = self._vector(xq, np.int8, "xq")
-        answer = parse_prediction(self._request(MSG_PREDICT, payload))
+        vector = self._vector(xq, np.int8, "xq")
+        _, last = self._stream(MSG_PREDICT, vector, 1, wire.CHUNK_BYTES)
+        answer = parse_prediction(last)
         self._check_classes(len(answer.scores))
         return answer
 
     def predict_raw(self, raw: np.ndarray) -> RawPrediction:
         if self.info is not None and not self.info.raw_input:
             raise DeviceError("the firmware was built with TP_NO_RAW_INPUT: use predict() with int8 inputs")
-        payload = self._vector(raw, np.dtype("<f4"), "raw")
-        answer = parse_raw_prediction(self._request(MSG_PREDICT_RAW, payload), len(payload) // 4)
+        vector = self._vector(raw, np.dtype("<f4"), "raw")
+        n = len(vector) // 4
+        acks, last = self._stream(MSG_PREDICT_RAW, vector, 4, wire.RAW_CHUNK_FEATURES)
+        tail = n - wire.RAW_CHUNK_FEATURES * len(acks)
+        for k, ack in enumerate(acks):
+            if len(ack) != wire.RAW_CHUNK_FEATURES:
+                raise DeviceError(f"PREDICT_RAW chunk {k} answered {len(ack)} int8 inputs, "
+                                  f"expected {wire.RAW_CHUNK_FEATURES}")
+        answer = parse_raw_prediction(last, tail)
         self._check_classes(len(answer.scores))
-        return answer
+        x = np.concatenate([np.frombuffer(b"".join(acks), dtype=np.int8), answer.x])
+        return RawPrediction(answer.label, answer.cycles, x, answer.scores)
 
     def stats(self) -> Stats:
         return parse_stats(self._request(MSG_STATS))
@@ -414,8 +447,8 @@ class DeviceClient:
         self._require_learning("LEARN")
         if self.info is not None and not 0 <= int(label) < self.info.n_classes:
             raise TinyprotoError(f"class index {label} is out of range for {self.info.n_classes} classes")
-        payload = bytes((int(label) & 0xFF,)) + self._vector(xq, np.int8, "xq")
-        answer = self._request(MSG_LEARN, payload)
+        vector = self._vector(xq, np.int8, "xq")
+        _, answer = self._stream(MSG_LEARN, vector, 1, wire.CHUNK_BYTES, head=bytes((int(label) & 0xFF,)))
         if len(answer) != _LEARN_ACK.size:
             raise DeviceError(f"LEARN answer of {len(answer)} bytes, expected {_LEARN_ACK.size}")
         return LearnAck(*_LEARN_ACK.unpack(answer))
@@ -490,6 +523,29 @@ class DeviceClient:
         self.close()
 
     # -- internals --
+    def _stream(self, type: int, vector: bytes, item: int, per_chunk: int,
+                head: bytes = b"") -> tuple[list[bytes], bytes]:
+        """Send `vector` (items of `item` bytes) in chunks of `per_chunk` items: (the acknowledgements of every
+        chunk but the last, the last one's answer). A chunk the device finds out of order (its acknowledgement
+        was lost and the chunk sent again) restarts the vector from its first chunk, at most n_retries times."""
+        n = len(vector) // item
+        if n == 0:
+            raise TinyprotoError("an empty vector has no features to send")
+        for _ in range(1 + self.n_retries):
+            acks: list[bytes] = []
+            try:
+                for first in range(0, n, per_chunk):
+                    k = min(per_chunk, n - first)
+                    chunk = vector[first * item : (first + k) * item]
+                    answer = self._request(type, head + _CHUNK_FIRST.pack(first) + chunk, restart=first == 0)
+                    if first + k == n:
+                        return acks, answer
+                    acks.append(answer)
+            except _ChunkOrder:
+                continue
+        raise DeviceError(f"the device on {self.name} kept refusing the chunks of {_REQUEST_NAMES[type]} as out "
+                          "of order")
+
     def _vector(self, values: np.ndarray, dtype: np.dtype | type, what: str) -> bytes:
         arr = np.asarray(values)
         if arr.ndim != 1:
@@ -520,8 +576,10 @@ class DeviceClient:
         except (OSError, TinyprotoError) as exc:
             raise DeviceError(f"cannot write to {self.name}: {exc}") from exc
 
-    def _request(self, type: int, payload: bytes = b"") -> bytes:
+    def _request(self, type: int, payload: bytes = b"", restart: bool = True) -> bytes:
+        """The answer to one request; restart False: a chunk that continues a vector (see _stream)."""
         seq = self._next_seq()
+        self._mid_vector = type in CHUNKED_MESSAGES and not restart
         tries = 1 + self.n_retries
         refused: list[int] = []  # ERROR codes a retry may fix (CRC, too long)
         for attempt in range(tries):
@@ -579,6 +637,8 @@ class DeviceClient:
         if code == ERR_UNKNOWN_TYPE:
             hint = " (firmware built with TP_NO_RAW_INPUT?)" if type == MSG_PREDICT_RAW else ""
             raise DeviceError(f"the device on {self.name} does not implement {what}{hint}")
+        if code == ERR_ARGUMENT and self._mid_vector:
+            raise _ChunkOrder(code)
         if code == ERR_ARGUMENT:
             raise DeviceError(f"the device on {self.name} refused a field of {what} as out of range")
         if code == ERR_LENGTH:
