@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinyproto.core import wire
+from tinyproto.core import render, wire
 from tinyproto.device import protocol as P
 
 from conftest import PipePort, needs
@@ -84,7 +84,7 @@ def sizes_include(model: Path, where: Path) -> str:
     """-I of a generated include/tinyproto_sizes.h for the model (as `tinyproto compile` writes it)."""
     classes = int(re.search(r"#define TP_N_CLASSES \(?(\d+)", (model / "tinyproto_model.h").read_text()).group(1))
     where.mkdir(parents=True, exist_ok=True)
-    (where / "tinyproto_sizes.h").write_text(wire.render_sizes_header(classes))
+    (where / "tinyproto_sizes.h").write_text(render.render_sizes_header(classes))
     return f"-I{where}"
 
 

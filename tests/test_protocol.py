@@ -20,7 +20,7 @@ import serial
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinyproto.core import wire
+from tinyproto.core import render, wire
 from tinyproto.device import protocol as P
 from tinyproto.core.errors import TinyprotoError
 
@@ -136,7 +136,7 @@ C_FLAGS = ["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", 
 def sizes_include(where: Path, n_classes: int = N_CLASSES, edit=None) -> str:
     """-I of a directory holding the generated include/tinyproto_sizes.h (edit: text -> text, one side changed)."""
     where.mkdir(parents=True, exist_ok=True)
-    text = wire.render_sizes_header(n_classes)
+    text = render.render_sizes_header(n_classes)
     (where / "tinyproto_sizes.h").write_text(edit(text) if edit else text)
     return f"-I{where}"
 

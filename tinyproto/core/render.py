@@ -92,6 +92,14 @@ def render_header(model, dataset: str, seed: int, budget_bytes: int) -> str:
     )
 
 
+def render_sizes_header(n_classes: int) -> str:
+    """include/tinyproto_sizes.h: every size the host and the device app share (tinyproto/core/wire.py)."""
+    from tinyproto.core.wire import sizes_defines
+
+    return jinja_env().get_template("tinyproto_sizes.h.j2").render(
+        n_classes=n_classes, defines=list(sizes_defines(n_classes).items()))
+
+
 def runtime_files(family: str) -> list[Path]:
     """The firmware/ sources a model of this family needs (its own tp_<family>.c plus the common ones)."""
     firmware = resource_dir("firmware")
@@ -102,8 +110,6 @@ def runtime_files(family: str) -> list[Path]:
 def write_sources(model, project_dir: Path, dataset: str, seed: int, budget_bytes: int) -> None:
     """include/tinyproto_model.h + tinyproto_sizes.h, lib/tinyproto/<runtime>, src/main.c + the app's other
     parts under project_dir."""
-    from tinyproto.core.wire import render_sizes_header
-
     (project_dir / "include").mkdir(parents=True, exist_ok=True)
     (project_dir / "include" / "tinyproto_model.h").write_text(render_header(model, dataset, seed, budget_bytes))
     (project_dir / "include" / SIZES_HEADER).write_text(render_sizes_header(model.n_classes))

@@ -1,5 +1,5 @@
 """Every size the host and the device app share, decided here once and emitted into each project's
-include/tinyproto_sizes.h (templates/tinyproto_sizes.h.j2): frame layout, chunk payload, the frame buffer, the
+include/tinyproto_sizes.h (core/render.render_sizes_header, templates/tinyproto_sizes.h.j2): frame layout, chunk payload, the frame buffer, the
 EEPROM record header. The C side (firmware/tp_*.c) only reads these macros; tests/test_protocol.py fails when
 one side changes alone.
 
@@ -107,10 +107,3 @@ def sizes_defines(n_classes: int) -> dict[str, int]:
         "TP_FRAME_BUF_RAW": frame_buffer_bytes(n_classes, raw_input=True),
         "TP_FRAME_BUF_NO_RAW": frame_buffer_bytes(n_classes, raw_input=False),
     }
-
-
-def render_sizes_header(n_classes: int) -> str:
-    from tinyproto.core.render import jinja_env  # core -> core
-
-    return jinja_env().get_template("tinyproto_sizes.h.j2").render(
-        n_classes=n_classes, defines=list(sizes_defines(n_classes).items()))

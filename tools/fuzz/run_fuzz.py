@@ -159,7 +159,7 @@ def sizes_include(include: Path, out_dir: Path) -> Path:
     model directory without one, e.g. the committed fixtures, gets it here)."""
     sizes = out_dir / "sizes"
     sizes.mkdir(parents=True, exist_ok=True)
-    (sizes / "tinyproto_sizes.h").write_text(_wire().render_sizes_header(header_define(include, "TP_N_CLASSES", 2)))
+    (sizes / "tinyproto_sizes.h").write_text(_render().render_sizes_header(header_define(include, "TP_N_CLASSES", 2)))
     return sizes
 
 
@@ -201,6 +201,13 @@ def _wire():
     from tinyproto.core import wire
 
     return wire
+
+
+def _render():
+    sys.path.insert(0, str(ROOT))
+    from tinyproto.core import render
+
+    return render
 
 
 def _chunks(type_: int, seq: int, data: bytes, item: int = 1, head: bytes = b"") -> list[tuple[int, int, bytes]]:
