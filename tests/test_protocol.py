@@ -771,3 +771,51 @@ def test_a_size_changed_on_the_python_side_alone_is_caught():
         assert noraw >= wire.FRAME_OVERHEAD + wire.LEARN_LABEL + wire.CHUNK_FIRST + wire.CHUNK_BYTES
         assert raw >= 5 * wire.RAW_CHUNK_FEATURES + 4 * classes
     assert P._HELLO.size == wire.HELLO_PAYLOAD and P.FRAME_OVERHEAD == wire.FRAME_OVERHEAD
+
+
+@pytest.mark.device
+@pytest.mark.skipif(not (ROOT / "tools" / "simuno" / "simuno.c").exists(), reason="tools/simuno not present")
+def test_avr_streaming_firmware_times_every_chunk(tmp_path):
+    """The streamable fake model on the simulated Uno, 150 features: each PREDICT chunk (3) and PREDICT_RAW chunk
+    (10) is one timed call between GPIOR0 markers, and the answer's cycles are their sum minus one calibrated
+    overhead per chunk (what validate checks as a constant offset per vector)."""
+    simuno = tmp_path / "simuno"
+    built = subprocess.run(
+        ["cc", "-O2", "-std=gnu99", str(ROOT / "tools/simuno/simuno.c"), "-lsimavr", "-o", str(simuno)],
+        capture_output=True,
+    )
+    if built.returncode != 0:
+        pytest.skip("simuno does not build here (libsimavr-dev missing?)")
+    elf = build_avr(tmp_path / "fw.elf", "-DTP_STREAMABLE=1", "-DTP_N_FEATURES=150")
+    markers = tmp_path / "markers.txt"
+    proc = subprocess.Popen(
+        [str(simuno), "--pty", "--parent-pipe", "--markers", str(markers), str(elf)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        path = proc.stdout.readline().split()[1]
+        with P.open_device(path, handshake_timeout=5.0, timeout=3.0) as client:
+            assert client.info.streams and client.info.n_features == 150
+            x = (np.arange(150) % 200 - 100).astype(np.int8)
+            prediction = client.predict(x)
+            raw = np.linspace(-9, 9, 150).astype(np.float32)
+            raw_answer = client.predict_raw(raw)
+            stats = client.stats()
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    np.testing.assert_array_equal(prediction.scores, fake_scores(x))
+    np.testing.assert_array_equal(raw_answer.x, fake_quantize(raw))
+    np.testing.assert_array_equal(raw_answer.scores, fake_scores(fake_quantize(raw)))
+    events = [tuple(map(int, line.split())) for line in markers.read_text().split("\n") if line.strip()]
+    overhead = events[1][1] - events[0][1]
+    spans = [b[1] - a[1] for a, b in zip(events[2::2], events[3::2]) if (a[0], b[0]) == (1, 2)]
+    assert len(spans) == 3 + 10
+    assert prediction.cycles == sum(spans[:3]) - 3 * overhead > 0
+    assert raw_answer.cycles == sum(spans[3:]) - 10 * overhead
+    # no 150-byte input vector: frame buffer + the app's state + the fake model's running sums only
+    assert stats.static_sram == wire.app_sram(150, N_CLASSES, streamable=True).total + 4 * N_CLASSES
