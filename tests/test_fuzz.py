@@ -56,6 +56,19 @@ def test_fuzz_serial_no_crash(tmp_path):
 
 
 @needs_clang
+def test_fuzz_streaming_firmware_no_crash(tmp_path):
+    """The inference app with a streaming family (the fake model, 150 features): chunks in and out of order, past
+    the end, mixed types. Line coverage guards against frames that stopped reaching the chunk handlers."""
+    result = run_fuzz("--firmware", "inference-stream", "--runs", "20000", "--seconds", "60",
+                      "--workdir", str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    executions, crashes = summary(result.stdout, "inference-stream")
+    assert crashes == 0 and executions >= 20_000
+    lines = table_row(result.stdout, "inference-stream")[-1]
+    assert lines.endswith("%") and float(lines[:-1]) >= 85.0, result.stdout
+
+
+@needs_clang
 def test_fuzz_learning_no_crash_and_reaches_every_handler(tmp_path):
     """The CI run of the learning harness: seconds, seeded. Line coverage of the firmware by the final corpus
     guards against a vacuous pass (a harness whose frames stopped reaching the learning handlers)."""

@@ -7,6 +7,7 @@ number of executions from a seed corpus of valid frames, and print one table.
 
 Firmwares (harness, model):
   inference        tools/fuzz/fuzz_serial.c, the protocol tests' fake model (tests/fixtures/protocol);
+  inference-stream the same fake model as a streaming family of 150 features (chunks fed as they arrive);
   learning         tools/fuzz/fuzz_learn.c, tools/fuzz/models/bc_b3_seeded (3-bit counts, seeded M);
   learning-digits  tools/fuzz/fuzz_learn.c, tools/fuzz/models/digits_b1_stored (1-bit counts, M in flash);
   learning-ee-end  bc_b3_seeded, its EEPROM record ending exactly at the EEPROM's last byte;
@@ -65,6 +66,7 @@ class Target:
     model: Path
     learning: bool
     eeprom_edge: int | None = None  # learning: put the record's last byte this many bytes past the EEPROM's end
+    cflags: tuple[str, ...] = ()  # extra -D switches of the model (the streaming fake model's)
 
 
 LEARN_BC = FUZZ_DIR / "models" / "bc_b3_seeded"
@@ -72,6 +74,9 @@ LEARN_DIGITS = FUZZ_DIR / "models" / "digits_b1_stored"
 EEPROM_BYTES = 1024  # the Uno's, and the host build's default TP_EEPROM_BYTES
 TARGETS = {
     "inference": Target("inference", FUZZ_DIR / "fuzz_serial.c", DEFAULT_MODEL, False),
+    # the fake model streaming 150 features: 3 PREDICT / 10 PREDICT_RAW chunks per vector, fed as they arrive
+    "inference-stream": Target("inference-stream", FUZZ_DIR / "fuzz_serial.c", DEFAULT_MODEL, False,
+                               cflags=("-DTP_STREAMABLE=1", "-DTP_N_FEATURES=150")),
     "learning": Target("learning", FUZZ_DIR / "fuzz_learn.c", LEARN_BC, True),
     "learning-digits": Target("learning-digits", FUZZ_DIR / "fuzz_learn.c", LEARN_DIGITS, True),
     # both sides of the "record fits the EEPROM" check: the last record byte is the last EEPROM byte, or one past
@@ -167,7 +172,7 @@ def compile_harness(clang: str, target: Target, firmware: Path, out: Path, extra
     include, sources = model_files(target.model, firmware)
     cmd = [
         clang, "-g", "-O1", "-std=c99", "-Wall", "-Wextra", "-Werror", "-DTP_HOST",
-        *model_cflags(target.model, target.learning), *eeprom_flags(target, include), *extra,
+        *model_cflags(target.model, target.learning), *eeprom_flags(target, include), *target.cflags, *extra,
         f"-I{firmware}", f"-I{include}", f"-I{sizes_include(include, out.parent)}", str(target.harness), str(firmware / "tp_serial.c"), *map(str, sources),
         "-o", str(out),
     ]  # fmt: skip
@@ -279,7 +284,9 @@ def learning_seeds(shape: Shape) -> dict[str, bytes]:
 
 
 def write_seeds(seeds: Path, target: Target, include: Path) -> None:
-    shape = Shape(header_define(include, "TP_N_FEATURES", 4), header_define(include, "TP_N_CLASSES", 2))
+    overrides = {f.split("=")[0][2:]: int(f.split("=")[1]) for f in target.cflags if "=" in f}
+    shape = Shape(overrides.get("TP_N_FEATURES", header_define(include, "TP_N_FEATURES", 4)),
+                  overrides.get("TP_N_CLASSES", header_define(include, "TP_N_CLASSES", 2)))
     seeds.mkdir(parents=True, exist_ok=True)
     for name, data in (learning_seeds if target.learning else inference_seeds)(shape).items():
         (seeds / name).write_bytes(data[:MAX_LEN])
