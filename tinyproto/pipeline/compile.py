@@ -54,9 +54,12 @@ def firmware_sram_estimate(model, board: Board) -> dict:
 def sram_refusal(sram: dict, n_features: int, board: Board) -> str:
     """One line: what the firmware would need, the limit, and what would fit."""
     over = sram["estimated_total_bytes"] - board.sram_bytes
-    fit = ""
     if sram["input_buffer_bytes"] > over:  # the app holds the d int8 features: fewer of them would fit
         fit = f"; at most {n_features - over} features would fit this model's other buffers"
+    else:  # the family's own buffers are too large: say how many bytes they could have
+        room = sram["working_bytes"] - over
+        fit = (f"; the model's buffers would fit in {room} B (a smaller model, or a family whose buffers do not "
+               "grow with the features)" if room > 0 else "; no model of this width would fit")
     return (f"the model's inference needs about {sram['estimated_total_bytes']} B of SRAM (buffers "
             f"{sram['working_bytes']} B + input {sram['input_buffer_bytes']} B + serial frame "
             f"{sram['serial_frame_bytes']} B + app {sram['app_static_bytes']} B + reserve {sram['reserved_bytes']} B), "
