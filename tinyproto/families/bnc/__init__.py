@@ -22,5 +22,9 @@ def _cycles(model) -> dict:
     return predict_cycles(model)
 
 
-FAMILY = Family(name="bnc", title="BNC", color="#2ca02c", fit_under_budget=_fit,
-                from_json=_from_json, predict_cycles=_cycles, streamable=True)
+def _shape_text(entry: dict) -> str:
+    return str(entry.get("shape", ""))  # the solver writes each candidate row's shape text
+
+
+FAMILY = Family(name="bnc", title="BNC", color="#9467bd", fit_under_budget=_fit,
+                from_json=_from_json, predict_cycles=_cycles, shape_text=_shape_text, streamable=True)
