@@ -277,31 +277,119 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
 
 /* ---- the stream: r running sums, features in arriving order ---------------------------------------------- */
 static int32_t tp_bnc_sums[TP_BNC_BITS];
+/* A vector that arrives as one chunk (d <= the transport's chunk) goes through tp_bnc_project() itself, as fast
+ * as tp_predict(); its code waits here for tp_stream_end(). */
+static uint8_t tp_bnc_code[TP_BNC_BYTES];
+static uint8_t tp_bnc_whole;
+
+/* The whole vector at once: 1 if it took it. */
+static uint8_t tp_bnc_feed_whole(const int8_t *xq, uint16_t first, uint8_t n)
+{
+    uint16_t count = n; /* 16 bits: d may exceed any uint8 n */
+    tp_bnc_whole = (uint8_t)(first == 0 && count == TP_N_FEATURES);
+    if (tp_bnc_whole) {
+        tp_bnc_project(xq, tp_bnc_code);
+    }
+    return tp_bnc_whole;
+}
 #if !TP_BNC_W_SEEDED
 #if !TP_BNC_W_DENSE
 static uint16_t tp_bnc_next[TP_BNC_BITS]; /* per row: offset of its next nonzero in tp_bnc_W_values */
 static uint16_t tp_bnc_fed;               /* features consumed so far (a chunk must start there) */
 #endif
 
+/* Nothing to precompute: the first chunk starts every sum at 0 and (sparse W) finds each row's nonzeros with
+ * one running pointer through tp_bnc_W_values, so a vector that arrives as one chunk costs about what
+ * tp_predict() costs. */
 void tp_stream_begin(void)
 {
-#if !TP_BNC_W_DENSE
-    const uint8_t *m = tp_bnc_W_mask;
-    uint16_t offset = 0;
-#endif
-    for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
-        tp_bnc_sums[k] = 0;
-#if !TP_BNC_W_DENSE
-        tp_bnc_next[k] = offset;
-        for (uint16_t b = 0; b < TP_BNC_MASK_BYTES; ++b) {
-            offset = (uint16_t)(offset + tp_bnc_popcount(tp_next_u8(&m)));
-        }
-#endif
-    }
+    tp_bnc_whole = 0;
 #if !TP_BNC_W_DENSE
     tp_bnc_fed = 0;
+#else
+    for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
+        tp_bnc_sums[k] = 0;
+    }
 #endif
 }
+
+#if !TP_BNC_W_DENSE
+/* Nonzeros of a row from feature `from` to its end (the first chunk skips them to reach the next row). */
+static TP_NOINLINE uint16_t tp_bnc_rest_of_row(const uint8_t *row_mask, uint16_t from)
+{
+    uint16_t count = 0;
+    if (from & 7u) {
+        count = tp_bnc_popcount((uint8_t)(tp_read_u8(&row_mask[from >> 3]) >> (from & 7u)));
+        from = (uint16_t)((from | 7u) + 1u);
+    }
+    for (uint16_t b = (uint16_t)(from >> 3); b < TP_BNC_MASK_BYTES; ++b) {
+        count = (uint16_t)(count + tp_bnc_popcount(tp_read_u8(&row_mask[b])));
+    }
+    return count;
+}
+
+/* One row's part of a byte-aligned chunk through tp_predict()'s bitmap kernel (out of line: a small frame-free
+ * function keeps the Y pointer for the kernel whatever the caller's register pressure). */
+static TP_NOINLINE int32_t tp_bnc_part(const int8_t *x, const uint8_t *m, uint8_t bytes, const int8_t **p,
+                                       int32_t sum)
+{
+    const int8_t *q = *p;
+    for (uint8_t b = 0; b < bytes; ++b, x += 8) {
+        uint8_t bits = tp_next_u8(&m);
+        if (bits != 0) {
+            tp_bnc_byte(bits, x, &q, &sum);
+        }
+    }
+    *p = q;
+    return sum;
+}
+
+/* Every row's part of a byte-aligned chunk. The first chunk starts the sums at 0 and walks the nonzeros with
+ * one pointer (skipping each row's rest), later chunks resume from each row's offset. */
+static TP_NOINLINE void tp_bnc_feed_aligned(const int8_t *xq, uint16_t first, uint8_t bytes)
+{
+    const uint8_t *row_mask = &tp_bnc_W_mask[first >> 3];
+    const int8_t *p = tp_bnc_W_values;
+    for (uint16_t k = 0; k < TP_BNC_BITS; ++k, row_mask += TP_BNC_MASK_BYTES) {
+        int32_t sum = 0;
+        if (first != 0) {
+            sum = tp_bnc_sums[k];
+            p = &tp_bnc_W_values[tp_bnc_next[k]];
+        }
+        tp_bnc_sums[k] = tp_bnc_part(xq, row_mask, bytes, &p, sum);
+        tp_bnc_next[k] = (uint16_t)(p - tp_bnc_W_values);
+        if (first == 0 && (uint16_t)(8u * bytes) < TP_N_FEATURES) {
+            p += tp_bnc_rest_of_row(row_mask, (uint16_t)(8u * bytes));
+        }
+    }
+}
+
+/* Any other cut of the features (the contract allows any chunking): bit by bit. */
+static TP_NOINLINE void tp_bnc_feed_bits(const int8_t *xq, uint16_t first, uint8_t n)
+{
+    const uint8_t *row_mask = tp_bnc_W_mask;
+    const int8_t *p = tp_bnc_W_values;
+    for (uint16_t k = 0; k < TP_BNC_BITS; ++k, row_mask += TP_BNC_MASK_BYTES) {
+        int32_t sum = 0;
+        if (first != 0) {
+            sum = tp_bnc_sums[k];
+            p = &tp_bnc_W_values[tp_bnc_next[k]];
+        }
+        for (uint8_t j = 0; j < n; ++j) {
+            uint16_t i = (uint16_t)(first + j);
+            if ((tp_read_u8(&row_mask[i >> 3]) >> (i & 7u)) & 1u) {
+                sum += tp_mul_s8(tp_next_i8(&p), xq[j]);
+            }
+        }
+        tp_bnc_sums[k] = sum;
+        tp_bnc_next[k] = (uint16_t)(p - tp_bnc_W_values);
+        uint16_t fed = n;
+        if (first == 0 && fed < TP_N_FEATURES) {
+            p += tp_bnc_rest_of_row(row_mask, fed);
+        }
+    }
+}
+#endif
 
 void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
 {
@@ -310,6 +398,12 @@ void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
     }
     if ((uint32_t)first + n > TP_N_FEATURES) {
         n = (uint8_t)(TP_N_FEATURES - first);
+    }
+    if (tp_bnc_feed_whole(xq, first, n)) {
+#if !TP_BNC_W_DENSE
+        tp_bnc_fed = n;
+#endif
+        return;
     }
 #if TP_BNC_W_DENSE
     const int8_t *row = &tp_bnc_W[first];
@@ -325,19 +419,10 @@ void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
     if (first != tp_bnc_fed) {
         return; /* out of order: the contract is features in order; the scores then show a broken stream */
     }
-    for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
-        const uint8_t *m = &tp_bnc_W_mask[(uint32_t)k * TP_BNC_MASK_BYTES];
-        const int8_t *p = &tp_bnc_W_values[tp_bnc_next[k]];
-        const int8_t *start = p;
-        int32_t sum = tp_bnc_sums[k];
-        for (uint8_t j = 0; j < n; ++j) {
-            uint16_t i = (uint16_t)(first + j);
-            if ((tp_read_u8(&m[i >> 3]) >> (i & 7u)) & 1u) {
-                sum += tp_mul_s8(tp_next_i8(&p), xq[j]);
-            }
-        }
-        tp_bnc_sums[k] = sum;
-        tp_bnc_next[k] = (uint16_t)(tp_bnc_next[k] + (uint16_t)(p - start));
+    if ((first & 7u) == 0 && ((n & 7u) == 0 || first + n == TP_N_FEATURES)) {
+        tp_bnc_feed_aligned(xq, first, (uint8_t)((n + 7u) >> 3)); /* a partial last byte: its padding is clear */
+    } else {
+        tp_bnc_feed_bits(xq, first, n);
     }
     tp_bnc_fed = (uint16_t)(first + n);
 #endif
@@ -349,6 +434,7 @@ static uint16_t tp_bnc_fed;
 void tp_stream_begin(void)
 {
     uint16_t state = TP_BNC_SEED;
+    tp_bnc_whole = 0;
     for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
         tp_bnc_sums[k] = 0;
         tp_bnc_cursors[k].state = state;
@@ -369,6 +455,10 @@ void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
     }
     if ((uint32_t)first + n > TP_N_FEATURES) {
         n = (uint8_t)(TP_N_FEATURES - first);
+    }
+    if (tp_bnc_feed_whole(xq, first, n)) {
+        tp_bnc_fed = n;
+        return;
     }
     uint16_t end = (uint16_t)(first + n);
     for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
@@ -394,6 +484,9 @@ void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
 
 uint8_t tp_stream_end(int32_t *scores)
 {
+    if (tp_bnc_whole) {
+        return tp_bnc_classify(tp_bnc_code, scores);
+    }
     uint8_t code[TP_BNC_BYTES];
     for (uint16_t b = 0; b < TP_BNC_BYTES; ++b) {
         uint8_t byte = 0;
