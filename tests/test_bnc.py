@@ -282,6 +282,8 @@ def test_compile_build_validate_on_the_simulated_uno(tmp_path):
     assert v["passed"] and v["score_agreement"] == 1.0 and v["label_agreement"] == 1.0
     assert v["device_accuracy"] == pytest.approx(report["int8_accuracy"]) and v["device_accuracy"] >= 0.92
     assert v["latency_ms_mean"] <= 3.0
+    # compile's SRAM estimate (the family's buffers + the app's + the reserve) bounds what the device measured
+    assert v["sram_static_bytes"] + v["stack_peak_bytes"] <= report["sram_estimate"]["estimated_total_bytes"]
     assert abs(v["predicted_error"]) < 0.10
     assert v["raw_input"]["labels_changed"] == 0
 

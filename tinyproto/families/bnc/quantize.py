@@ -222,6 +222,7 @@ class IntBNC:
         elif not self.w_dense:
             items.append(SramItem("bnc_next", 2 * self.n_bits + 2,
                                   "per row: offset of its next nonzero; position (static)"))
+        items.append(SramItem("bnc_whole", self.n_code_bytes + 1, "a one-chunk vector's code and its flag (static)"))
         items.append(SramItem("bnc_code", self.n_code_bytes, "the input's packed code (stack)"))
         return items
 
