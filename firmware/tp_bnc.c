@@ -197,7 +197,7 @@ static TP_NOINLINE void tp_bnc_project(const int8_t *x, uint8_t *code)
 
 /* (s * len) >> 16 for len <= 255 from two 8 x 8 multiplies: floor((hi * len + floor(lo * len / 256)) / 256).
  * (avr-gcc turns the plain 32-bit expression into a 14-step shift loop when len's range is a power of two.) */
-static inline uint16_t tp_bnc_scale(uint16_t s, uint8_t len)
+static inline __attribute__((always_inline)) uint16_t tp_bnc_scale(uint16_t s, uint8_t len)
 {
     uint16_t high = tp_mul_u8((uint8_t)(s >> 8), len);
     uint16_t low = tp_mul_u8((uint8_t)s, len);
@@ -213,7 +213,7 @@ typedef struct {
     uint8_t t;      /* weights of the row consumed (the stream) */
 } tp_bnc_cursor_t;
 
-static uint16_t tp_bnc_xorshift(uint16_t s)
+static inline __attribute__((always_inline)) uint16_t tp_bnc_xorshift(uint16_t s)
 {
     s ^= (uint16_t)(s << 7);
     s ^= (uint16_t)(s >> 9);
@@ -222,7 +222,8 @@ static uint16_t tp_bnc_xorshift(uint16_t s)
 }
 
 /* The feature index of the cursor's next weight; *len, *acc and *state get what advancing to it sets. */
-static uint16_t tp_bnc_peek(const tp_bnc_cursor_t *c, uint16_t *len, uint16_t *acc, uint16_t *state)
+static inline __attribute__((always_inline)) uint16_t tp_bnc_peek(const tp_bnc_cursor_t *c, uint16_t *len, uint16_t *acc,
+                                                                  uint16_t *state)
 {
     uint16_t a = (uint16_t)(c->acc + TP_BNC_SEG_R);
     uint16_t l = TP_BNC_SEG_Q;
@@ -431,10 +432,11 @@ void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
 static tp_bnc_cursor_t tp_bnc_cursors[TP_BNC_BITS];
 static uint16_t tp_bnc_fed;
 
-void tp_stream_begin(void)
+/* Each row's first PRNG state: the first chunk of a vector that comes in several sets them (r x K steps), so a
+ * one-chunk vector never pays for them. */
+static void tp_bnc_cursors_start(void)
 {
     uint16_t state = TP_BNC_SEED;
-    tp_bnc_whole = 0;
     for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
         tp_bnc_sums[k] = 0;
         tp_bnc_cursors[k].state = state;
@@ -445,6 +447,11 @@ void tp_stream_begin(void)
             state = tp_bnc_xorshift(state);
         }
     }
+}
+
+void tp_stream_begin(void)
+{
+    tp_bnc_whole = 0;
     tp_bnc_fed = 0;
 }
 
@@ -459,6 +466,9 @@ void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
     if (tp_bnc_feed_whole(xq, first, n)) {
         tp_bnc_fed = n;
         return;
+    }
+    if (first == 0) {
+        tp_bnc_cursors_start();
     }
     uint16_t end = (uint16_t)(first + n);
     for (uint16_t k = 0; k < TP_BNC_BITS; ++k) {
