@@ -30,10 +30,13 @@ Additions to the paper, each because of the 8-bit target or for determinism (see
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
@@ -60,31 +63,6 @@ def allocate_prototypes(class_sizes: np.ndarray, m: int) -> np.ndarray:
         for c in np.argsort(-room, kind="stable")[:surplus]:
             counts[c] += 1 if room[c] > 0 else 0
     return counts
-
-
-def kmeans(Z: np.ndarray, k: int, rng: np.random.RandomState, iterations: int = 25) -> np.ndarray:
-    """k centres of Z by Lloyd's algorithm from a k-means++ start (seeded; small and fast for the few hundred
-    points per class this sees, where sklearn's KMeans spends most of its time starting up)."""
-    n = len(Z)
-    centres = [Z[rng.randint(n)]]
-    nearest = ((Z - centres[0]) ** 2).sum(axis=1)
-    for _ in range(1, k):
-        total = nearest.sum()
-        pick = rng.choice(n, p=nearest / total) if total > 0 else rng.randint(n)
-        centres.append(Z[pick])
-        nearest = np.minimum(nearest, ((Z - Z[pick]) ** 2).sum(axis=1))
-    C = np.array(centres)
-    for _ in range(iterations):
-        d2 = (Z * Z).sum(axis=1)[:, None] - 2 * Z @ C.T + (C * C).sum(axis=1)[None, :]
-        assign = np.argmin(d2, axis=1)
-        sums = np.zeros_like(C)
-        np.add.at(sums, assign, Z)
-        counts = np.bincount(assign, minlength=k)
-        moved = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], C)  # an empty one stays
-        if np.array_equal(moved, C):
-            break
-        C = moved
-    return C
 
 
 def kept_weights(n_bits: int, n_features: int, density: float) -> int:
@@ -227,7 +205,10 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
             if k >= len(distinct):  # as many prototypes as distinct points: the points are the centres
                 out.append(distinct[np.arange(k) % len(distinct)])
                 continue
-            out.append(kmeans(Zc, int(k), rng))
+            with warnings.catch_warnings():  # duplicate points can leave fewer distinct clusters: not an error
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                km = KMeans(n_clusters=int(k), n_init=1, random_state=int(rng.randint(2**31 - 1))).fit(Zc)
+            out.append(km.cluster_centers_)
         return np.vstack(out)
 
     def _sparsity_mask(self, W: np.ndarray) -> np.ndarray:
