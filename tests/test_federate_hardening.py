@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.cli.federate import federate_command
-from tinyproto.federated import training as fed
+from tinyproto.federated.dask_parties import DaskBackend, probe_scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,9 +173,9 @@ def test_probe_accepts_a_real_scheduler():
         address = cluster.scheduler_address
         if not address.startswith("tcp://"):
             pytest.skip(f"scheduler on {address}")
-        assert fed.probe_scheduler(address, 5) == address
+        assert probe_scheduler(address, 5) == address
         with pytest.raises(TinyprotoError, match="has no workers|did not start|cannot connect"):
-            fed.DaskBackend([(None, None)], scheduler=address, timeout=3)
+            DaskBackend([(None, None)], scheduler=address, timeout=3)
 
 
 # ---------------------------------------------------------------- Ctrl-C

@@ -1,4 +1,4 @@
-"""The `tinyproto federate` command (registered by tinyproto/cli.py). Heavy imports stay inside the command."""
+"""The `tinyproto federate` command (registered by tinyproto/cli/main.py). Heavy imports stay inside the command."""
 
 from __future__ import annotations
 

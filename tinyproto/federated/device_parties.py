@@ -19,6 +19,8 @@ with `LocalBackend`; the counting round is the device's:
 Each party also checks its device against the host reference (`host_counts`, the integer FlyHash of the same
 int8 rows, saturated); the report lists that per party. Parties run a few at a time (threads; each device is
 its own process or port).
+
+Layer: federated.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ import numpy as np
 
 from tinyproto.core.boards import Board
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.federated.training import CountRelease, DPParams, FederatedSpec, LocalBackend, assemble, dp_release, tree_sum
+from tinyproto.federated.config import FederatedSpec, assemble
+from tinyproto.federated.dp import DPParams, dp_release
+from tinyproto.federated.local_parties import LocalBackend
+from tinyproto.federated.party import CountRelease
+from tinyproto.federated.stats import tree_sum
 
 MAX_PARALLEL = 4  # devices learning at the same time
 
