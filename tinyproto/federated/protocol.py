@@ -126,8 +126,8 @@ def choose_config(backend: Backend, budget_bytes: int, seed: int, classes: np.nd
 
     Without DP: the budget solver's candidates ranked by K-fold accuracy over every party's rows
     (selection.py; no row leaves its party). With DP: a data-independent default shape sized to
-    the budget (DP_SHAPE_NOTE). count_limit (parties that learn on a device, `families.flynn.learning.count_limit`) keeps
-    the counts learnable."""
+    the budget (DP_SHAPE_NOTE). count_limit (parties that learn on a device: families.flynn.learning.count_limit)
+    keeps the counts learnable."""
     comm = Communication()
     if dp:
         info: dict = {"candidates": [], "cv_accuracy": None, "validation": "none: the shape is not chosen from data"}

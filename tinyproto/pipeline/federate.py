@@ -208,7 +208,7 @@ def federate_model(
         classes = agree_classes(parties_backend)
         limit = None
         if backend in DEVICE_BACKENDS:  # the counts must fit the learning firmware (as compile --learnable)
-            from tinyproto.pipeline.learn import count_limit
+            from tinyproto.families.flynn.learning import count_limit
 
             limit = count_limit(board, sp.X_train.shape[1], len(classes))
         config, info = choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
@@ -246,7 +246,7 @@ def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool)
 
     limit = None
     if learnable:
-        from tinyproto.pipeline.learn import count_limit
+        from tinyproto.families.flynn.learning import count_limit
 
         limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
     _, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, count_limit=limit)
