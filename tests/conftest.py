@@ -1,4 +1,5 @@
-"""Shared fixtures: compiled model directories are built once per session (training takes seconds)."""
+"""Shared fixtures: compiled model directories are trained once per session (training takes seconds) and handed
+out as copies, one per call, so no test can change what another one sees."""
 
 from __future__ import annotations
 
@@ -36,16 +37,23 @@ def header_array_bytes(header: str) -> dict[str, int]:
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """compiled(data, budget, family='protonn', seed=0) -> model directory (cached per session)."""
-    cache: dict[tuple, Path] = {}
+    """compiled(data, budget, family='protonn', seed=0) -> a model directory of the caller's own.
+
+    Each model is trained once per session into a master directory that no test ever sees; every call hands out
+    a fresh copy of it. So a test may build, validate, learn in or damage what it got without changing what any
+    other test gets: results do not depend on the order the tests run in. (A copy costs milliseconds; a build
+    in it costs the same as in a shared directory, PlatformIO's start-up dominates either way.)"""
+    masters: dict[tuple, Path] = {}
 
     def make(data: str, budget: str, family: str = "protonn", seed: int = 0) -> Path:
         key = (data, budget, family, seed)
-        if key not in cache:
-            out = tmp_path_factory.mktemp(f"{family}-{data}-{budget}") / "model"
-            compile_model(data, family, budget, seed, "uno", out)
-            cache[key] = out
-        return cache[key]
+        if key not in masters:
+            master = tmp_path_factory.mktemp(f"master-{family}-{data}-{budget}") / "model"
+            compile_model(data, family, budget, seed, "uno", master)
+            masters[key] = master
+        copy = tmp_path_factory.mktemp(f"{family}-{data}-{budget}") / "model"
+        shutil.copytree(masters[key], copy, symlinks=True)
+        return copy
 
     return make
 
