@@ -13,6 +13,7 @@ import subprocess
 import termios
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tinyproto.core.carray import CTYPES
@@ -23,6 +24,32 @@ ARRAY_RE = re.compile(r"^const (\w+) tp_(\w+)\[(\d+)\] PROGMEM = \{(.*?)\};", re
 
 def needs(tool: str):
     return pytest.mark.skipif(shutil.which(tool) is None, reason=f"{tool} not installed")
+
+
+def read_only(value):
+    """`value` with every numpy array in it (in tuples, lists, dicts, dataclass or object attributes) made read-only:
+    a result cached for several tests (functools.lru_cache helpers) raises on a test's in-place change instead of
+    passing the change on to whichever test runs next."""
+    seen: set[int] = set()
+
+    def freeze(v) -> None:
+        if id(v) in seen or isinstance(v, (type, str, bytes, int, float)):
+            return
+        seen.add(id(v))
+        if isinstance(v, np.ndarray):
+            v.flags.writeable = False
+        elif isinstance(v, (tuple, list)):
+            for item in v:
+                freeze(item)
+        elif isinstance(v, dict):
+            for item in v.values():
+                freeze(item)
+        elif hasattr(v, "__dict__"):
+            for item in vars(v).values():
+                freeze(item)
+
+    freeze(value)
+    return value
 
 
 def header_array_bytes(header: str) -> dict[str, int]:

@@ -18,7 +18,9 @@ from tinyproto.cli.federate import federate_command
 from tinyproto.families.flynn.solver import solver_random_state
 from tinyproto.federated.config import FlyNNConfig
 from tinyproto.federated.dask_parties import DaskBackend
-from tinyproto.federated.dp import DPParams, dp_release, em_log_weights, em_probabilities, exponential_mechanism_picks
+from tinyproto.federated.dp import (
+    DPParams, dp_release, em_log_weights, em_probabilities, exponential_mechanism_picks,
+)
 from tinyproto.federated.local_parties import LocalBackend
 from tinyproto.federated.party import party_accuracy, party_counts
 from tinyproto.federated.protocol import (
@@ -37,6 +39,8 @@ from tinyproto.core.modeldir import load_model_dir
 from tinyproto.core.outdir import check_output_dir
 from tinyproto import families
 
+from conftest import read_only
+
 REPORT_KEYS = {
     "parties", "dp", "accuracy", "compile_accuracy", "compile_model_bytes", "accuracy_vs_compile_points",
     "counts_equal_pooled", "pooled_same_config_accuracy", "selection", "split", "backend",
@@ -47,7 +51,7 @@ REPORT_KEYS = {
 
 @functools.lru_cache(maxsize=None)
 def data(name: str):
-    return split(load_dataset(name))
+    return read_only(split(load_dataset(name)))
 
 
 def config_for(n_hashes=300, s=6, rho=16, bits=2, decay=0.5, scaling="feature", sign_split=True, state=5):
@@ -61,7 +65,7 @@ def shards(sp, n, split_spec="iid", seed=0):
 @functools.lru_cache(maxsize=None)
 def central(name: str, scaling: str = "feature"):
     sp = data(name)
-    return central_fit(sp.X_train, sp.y_train, config_for(scaling=scaling))
+    return read_only(central_fit(sp.X_train, sp.y_train, config_for(scaling=scaling)))
 
 
 def assert_same_fit(a: FederatedFit, b: FederatedFit, X_test) -> None:

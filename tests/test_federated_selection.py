@@ -21,10 +21,12 @@ from tinyproto.families.flynn.quantize import hash_inputs
 from tinyproto.families.flynn.train import draw_seed, seeded_indices
 from tinyproto.core.inputstage import InputStage
 
+from conftest import read_only
+
 
 @functools.lru_cache(maxsize=None)
 def data(name: str):
-    return split(load_dataset(name))
+    return read_only(split(load_dataset(name)))
 
 
 def shards(sp, n, split_spec="iid", seed=0):
@@ -34,7 +36,7 @@ def shards(sp, n, split_spec="iid", seed=0):
 @functools.lru_cache(maxsize=None)
 def compiled(name: str, budget: int = 2048):
     sp = data(name)
-    return solver.fit_flynn_under_budget(sp.X_train, sp.y_train, budget, 0)
+    return read_only(solver.fit_flynn_under_budget(sp.X_train, sp.y_train, budget, 0))
 
 
 @functools.lru_cache(maxsize=None)
@@ -42,7 +44,7 @@ def selected(name: str, n: int, split_spec: str, budget: int = 2048):
     sp = data(name)
     with LocalBackend(shards(sp, n, split_spec)) as backend:
         classes = agree_classes(backend)
-        return choose_config(backend, budget, 0, classes, sp.X_train.shape[1])
+        return read_only(choose_config(backend, budget, 0, classes, sp.X_train.shape[1]))
 
 
 def test_federated_tallies_are_the_pooled_cross_validation_with_the_parties_folds():
