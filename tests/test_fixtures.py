@@ -8,7 +8,7 @@ import shutil
 import tomllib
 from pathlib import Path
 
-from tinyproto.core.modeldir import check_output_dir
+from tinyproto.core.outdir import check_output_dir
 
 
 def test_compiled_hands_out_a_fresh_copy_per_call(compiled):
