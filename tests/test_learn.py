@@ -86,6 +86,14 @@ def test_learnable_is_flynn_only(tmp_path):
     assert result.returncode == 1 and "only FlyNN learns" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_learn_refuses_a_family_that_cannot_learn(compiled):
+    model_dir = compiled("iris", "1kB")  # ProtoNN
+    result = cli("learn", str(model_dir), "--sim")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "only FlyNN learns on the device (this model is protonn)" in result.stderr
+    assert not (model_dir / L.LEARNING_DIR).exists()
+
+
 @pytest.mark.parametrize("save_eeprom", [False, True])
 def test_too_big_model_is_refused_before_any_build(compiled, save_eeprom):
     model_dir = compiled("digits", "2kB", "flynn")

@@ -43,7 +43,6 @@ def class_indices(model, y: np.ndarray) -> np.ndarray:
     return np.array([index[v] for v in plain], dtype=np.int64)
 
 
-
 def learning_ini(board: Board, key: int) -> str:
     """platformio.ini of the learning firmware: the model's, with the learning switches in every environment."""
     text = render_platformio_ini(board)
@@ -99,7 +98,6 @@ def build_learning_firmware(project: Path, model, board: Board, sizes: LearnSize
         "sram_static_bytes": static, "flags": list(LEARN_FLAGS), "layout_key": f"0x{layout_key(model):08X}",
     })  # fmt: skip
     return firmware
-
 
 
 @dataclass

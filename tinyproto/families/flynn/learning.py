@@ -156,7 +156,6 @@ def check_learnable(model, board: Board, save_eeprom: bool) -> LearnSizes:
     return sizes
 
 
-
 def layout_key(model) -> int:
     """32-bit identity of the model without its counts (M, sizes, input stage): the EEPROM record carries it so
     the firmware never loads counts saved by another model."""
@@ -177,7 +176,6 @@ def unpack_counts(packed: bytes, model) -> np.ndarray:
     m, L = model.n_hashes, model.n_classes
     values = unpack_bits(np.frombuffer(packed, dtype=np.uint8), model.bits, m * L)
     return values.reshape(m, L).T.copy()
-
 
 
 __all__ = ["APP_STATIC_BYTES", "EEPROM_HEADER_BYTES", "LearnSizes", "check_learnable", "count_bytes", "count_limit",
