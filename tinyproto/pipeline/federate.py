@@ -150,6 +150,56 @@ def _sigint_blocked_for_children() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+@contextmanager
+def _interrupts_kept() -> Iterator[Callable[[], None]]:
+    """Ctrl-C raises KeyboardInterrupt wherever the main thread is, also inside a finalizer (dask's Future.__del__
+    runs whenever a result is dropped), where Python prints "Exception ignored ..." and drops it: the run would go
+    on and write its output. While this is active, a SIGINT that lands in a finalizer is raised again a moment
+    later, outside it (`_thread.interrupt_main`), and the function yielded raises KeyboardInterrupt if a SIGINT
+    was received (called at every progress step and before anything is written). Only Python's default handler
+    is replaced: an ignored SIGINT stays ignored."""
+    import _thread
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield lambda: None
+        return
+    state = {"received": False, "raised": False}
+
+    def handler(signum, frame) -> None:
+        state["received"] = True
+        if state["raised"]:  # the KeyboardInterrupt is on its way: the cleanup is not interrupted again
+            return
+        if _in_finalizer(frame):
+            timer = threading.Timer(0.05, _thread.interrupt_main)
+            timer.daemon = True
+            timer.start()
+            return
+        state["raised"] = True
+        raise KeyboardInterrupt
+
+    def interrupted() -> None:
+        if state["received"]:
+            state["raised"] = True
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _in_finalizer(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def federate_model(
     data: str = "digits",
     parties: int = 2,
@@ -181,62 +231,69 @@ def federate_model(
     from tinyproto.federated.protocol import agree_classes, central_fit, choose_config, federated_fit
     from tinyproto.federated.shards import parse_split, split_parties
 
-    say = progress or (lambda message: None)
-    check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports, seed=seed, workers=workers,
-                    processes=processes, timeout=timeout)
-    split_kind = parse_split(split_spec)
-    budget_bytes = parse_budget(budget)
-    board = load_board(board_name)
-    dataset = load_dataset(data, label=label)
-    sp = split(dataset)
-    n_train = len(sp.y_train)
-    if parties > n_train:
-        raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
-    out_dir = Path(out) if out is not None else Path("build") / f"{dataset.name}-federated"
-    check_output_dir(out_dir)  # an unusable --out is refused now, not after the parties have trained
+    with _interrupts_kept() as interrupted:
 
-    rows = split_parties(sp.y_train, parties, split_kind, seed)
-    shards = [(sp.X_train[r], sp.y_train[r]) for r in rows]
-    party_classes = [int(np.unique(y).size) for _, y in shards]
-    say(f"{parties} parties ({split_kind}): {', '.join(str(len(r)) for r in rows)} rows")
+        def say(message: str) -> None:
+            interrupted()  # every progress step is a point where a lost Ctrl-C is raised again
+            if progress:
+                progress(message)
 
-    started = time.perf_counter()
-    with open_backend(backend, shards, scheduler, workers, processes, board=board, ports=ports,
-                      dataset=dataset.name, budget_bytes=budget_bytes, timeout=timeout,
-                      progress=say) as parties_backend:
-        say(f"backend: {_describe(parties_backend.describe())}")
-        classes = agree_classes(parties_backend)
-        limit = None
-        if backend in DEVICE_BACKENDS:  # the counts must fit the learning firmware (as compile --learnable)
-            from tinyproto.families.flynn.learning import count_limit
+        check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports, seed=seed, workers=workers,
+                        processes=processes, timeout=timeout)
+        split_kind = parse_split(split_spec)
+        budget_bytes = parse_budget(budget)
+        board = load_board(board_name)
+        dataset = load_dataset(data, label=label)
+        sp = split(dataset)
+        n_train = len(sp.y_train)
+        if parties > n_train:
+            raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
+        out_dir = Path(out) if out is not None else Path("build") / f"{dataset.name}-federated"
+        check_output_dir(out_dir)  # an unusable --out is refused now, not after the parties have trained
 
-            limit = count_limit(board, sp.X_train.shape[1], len(classes))
-        config, info = choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
-                                     dp=dp_epsilon is not None, count_limit=limit, progress=say)
-        say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
-            f"bits={config.count_bits} ({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
-        dp = None
-        if dp_epsilon is not None:
-            n_counts = len(classes) * config.n_hashes
-            T = dp_T if dp_T is not None else default_dp_T(len(classes), config.n_hashes)
-            if T > n_counts:
-                say(f"--dp-T {T} is more than the {n_counts} counts (L x m): every count is released, T = {n_counts}")
-            dp = DPParams(float(dp_epsilon), min(int(T), n_counts), parties,
-                              T_requested=None if dp_T is None else int(dp_T))
-        fit = federated_fit(parties_backend, config, classes, dp=dp, seed=seed, progress=say)
-        train_accuracy = parties_backend.map(party_accuracy, parties_backend.handles, fit.model)
-        cluster = parties_backend.describe()
-    federated_seconds = time.perf_counter() - started
+        rows = split_parties(sp.y_train, parties, split_kind, seed)
+        shards = [(sp.X_train[r], sp.y_train[r]) for r in rows]
+        party_classes = [int(np.unique(y).size) for _, y in shards]
+        say(f"{parties} parties ({split_kind}): {', '.join(str(len(r)) for r in rows)} rows")
 
-    say("reference 1: the same configuration trained on the pooled rows (exact check of the counts)")
-    central = central_fit(sp.X_train, sp.y_train, config, classes)
-    say("reference 2: what compile would deploy (its solver on the pooled rows)")
-    reference = _compile_reference(sp, budget_bytes, seed, board, backend in DEVICE_BACKENDS)
-    extra = _federation_report(fit, central, reference, sp, rows, party_classes, train_accuracy, split_kind,
-                               backend, cluster, dp, info, federated_seconds)
-    result = write_model_directory(fit.clf, fit.model, info, dataset, sp, seed, budget_bytes, board, out_dir,
-                                   federated_seconds, progress, extra_report=extra)
-    return FederateResult(result.out_dir, result.report)
+        started = time.perf_counter()
+        with open_backend(backend, shards, scheduler, workers, processes, board=board, ports=ports,
+                          dataset=dataset.name, budget_bytes=budget_bytes, timeout=timeout,
+                          progress=say) as parties_backend:
+            say(f"backend: {_describe(parties_backend.describe())}")
+            classes = agree_classes(parties_backend)
+            limit = None
+            if backend in DEVICE_BACKENDS:  # the counts must fit the learning firmware (as compile --learnable)
+                from tinyproto.families.flynn.learning import count_limit
+
+                limit = count_limit(board, sp.X_train.shape[1], len(classes))
+            config, info = choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
+                                         dp=dp_epsilon is not None, count_limit=limit, progress=say)
+            say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
+                f"bits={config.count_bits} ({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
+            dp = None
+            if dp_epsilon is not None:
+                n_counts = len(classes) * config.n_hashes
+                T = dp_T if dp_T is not None else default_dp_T(len(classes), config.n_hashes)
+                if T > n_counts:
+                    say(f"--dp-T {T} is more than the {n_counts} counts (L x m): every count is released, T = {n_counts}")
+                dp = DPParams(float(dp_epsilon), min(int(T), n_counts), parties,
+                                  T_requested=None if dp_T is None else int(dp_T))
+            fit = federated_fit(parties_backend, config, classes, dp=dp, seed=seed, progress=say)
+            train_accuracy = parties_backend.map(party_accuracy, parties_backend.handles, fit.model)
+            cluster = parties_backend.describe()
+        federated_seconds = time.perf_counter() - started
+
+        say("reference 1: the same configuration trained on the pooled rows (exact check of the counts)")
+        central = central_fit(sp.X_train, sp.y_train, config, classes)
+        say("reference 2: what compile would deploy (its solver on the pooled rows)")
+        reference = _compile_reference(sp, budget_bytes, seed, board, backend in DEVICE_BACKENDS)
+        extra = _federation_report(fit, central, reference, sp, rows, party_classes, train_accuracy, split_kind,
+                                   backend, cluster, dp, info, federated_seconds)
+        interrupted()  # a Ctrl-C that a finalizer swallowed still means: write nothing
+        result = write_model_directory(fit.clf, fit.model, info, dataset, sp, seed, budget_bytes, board, out_dir,
+                                       federated_seconds, progress, extra_report=extra)
+        return FederateResult(result.out_dir, result.report)
 
 
 def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool) -> dict:
