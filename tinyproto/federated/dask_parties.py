@@ -6,6 +6,7 @@ bounded, and a scheduler address is probed for dask's handshake before dask is l
 
 from __future__ import annotations
 
+import logging
 import operator
 import time
 from collections.abc import Callable, Sequence
@@ -37,8 +38,6 @@ class DaskBackend(BackendBase):
     def __init__(self, shards: Sequence[Shard], scheduler: str | None = None, n_workers: int | None = None,
                  processes: bool = False, timeout: float = CONNECT_TIMEOUT,
                  round_timeout: float = ROUND_TIMEOUT) -> None:
-        import logging
-
         from distributed import Client, LocalCluster
 
         self._cluster = None
@@ -178,16 +177,24 @@ class DaskBackend(BackendBase):
 
     def close(self) -> None:
         client, cluster = getattr(self, "client", None), self._cluster
-        if client is not None:
-            try:
-                client.close(timeout=self.timeout)
-            except Exception:  # noqa: BLE001 - closing a broken connection must not hide the first error
-                pass
+        # Closing a LocalCluster whose tasks were cut short (Ctrl-C, a failed round) makes its in-process scheduler
+        # log CRITICAL tracebacks about the client's closed comm: noise after the one error the user is shown.
+        previous = logging.root.manager.disable
         if cluster is not None:
-            try:
-                cluster.close(timeout=self.timeout)
-            except Exception:  # noqa: BLE001
-                pass
+            logging.disable(logging.CRITICAL)
+        try:
+            if client is not None:
+                try:
+                    client.close(timeout=self.timeout)
+                except Exception:  # noqa: BLE001 - closing a broken connection must not hide the first error
+                    pass
+            if cluster is not None:
+                try:
+                    cluster.close(timeout=self.timeout)
+                except Exception:  # noqa: BLE001
+                    pass
+        finally:
+            logging.disable(previous)
         self.client = self._cluster = None
         if self._scratch is not None:
             import shutil
