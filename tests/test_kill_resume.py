@@ -68,7 +68,7 @@ def no_scratch_left(parent: Path) -> None:
 
 KILL_IN_SWAP = textwrap.dedent("""
     import os, signal, sys
-    import tinyproto.core.modeldir as md
+    import tinyproto.core.outdir as md  # where the swap and its manifest write are looked up
     point = sys.argv[1]
     def die(*_a, **_k):
         os.kill(os.getpid(), signal.SIGKILL)
