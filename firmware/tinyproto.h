@@ -109,11 +109,12 @@ extern "C" {
  *   tp_input_quantize(raw, x);                 // from raw floats (your sensor's units)
  *   uint8_t label = tp_predict(x, scores);     // from int8; scores[] is the score vector
  *
- * Both are plain C (callable from C++: the prototypes sit in extern "C"), reentrant, allocate nothing and keep
- * the model in flash. `tinyproto export DIR --arduino` writes <Name>.h with this model's exact figures. */
+ * Both are plain C (callable from C++: the prototypes sit in extern "C"), allocate nothing and keep the model in
+ * flash. A streamable family (TP_STREAMABLE 1: Bloom features, BNC) keeps its running state in static SRAM, so
+ * its tp_predict is not reentrant: do not call it from an interrupt while the main loop is in it. `tinyproto export DIR --arduino` writes <Name>.h with this model's exact figures. */
 
 /* Classify one int8 input vector of TP_N_FEATURES values. Writes TP_N_CLASSES int32 scores and returns the
- * class index (ProtoNN: highest score, FlyNN: lowest novelty; ties go to the lowest index).
+ * class index (the highest score; FlyNN's scores are its negated novelty; ties go to the lowest index).
  * Integer only. SRAM: the caller's x and scores, plus its working buffers on the stack (report.json
  * "working_sram") and 24-38 B of frames. Cost: report.json "predicted_cycles" (1.5 ms for a 2 kB digits
  * ProtoNN at 16 MHz); `tinyproto validate --sim` measures it. */
