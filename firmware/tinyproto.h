@@ -114,7 +114,7 @@ extern "C" {
  * its tp_predict is not reentrant: do not call it from an interrupt while the main loop is in it. `tinyproto export DIR --arduino` writes <Name>.h with this model's exact figures. */
 
 /* Classify one int8 input vector of TP_N_FEATURES values. Writes TP_N_CLASSES int32 scores and returns the
- * class index (the highest score; FlyNN's scores are its negated novelty; ties go to the lowest index).
+ * class index (FlyNN: the lowest novelty score; every other family: the highest score; ties go to the lowest index).
  * Integer only. SRAM: the caller's x and scores, plus its working buffers on the stack (report.json
  * "working_sram") and 24-38 B of frames. Cost: report.json "predicted_cycles" (1.5 ms for a 2 kB digits
  * ProtoNN at 16 MHz); `tinyproto validate --sim` measures it. */
