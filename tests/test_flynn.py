@@ -21,8 +21,9 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn import solver
-from tinyproto.families.flynn.quantize import IntFlyNN, pack_bits, unpack_bits
+from tinyproto.families.flynn.quantize import IntFlyNN, fly_working_sram, hash_inputs, pack_bits, unpack_bits
 from tinyproto.families.flynn.train import (
+    BLOCK_ROWS,
     SEED_PERIOD,
     FlyNNClassifier,
     seeded_indices,
@@ -174,6 +175,64 @@ def test_seeded_rows_have_s_distinct_inputs_in_range(seed, m, n_inputs, s_frac):
     assert rows.min() >= 0 and rows.max() < n_inputs
     assert all(len(set(row)) == s for row in rows.tolist())
     np.testing.assert_array_equal(seeded_indices(seed, m // 2 + 1, s, n_inputs), rows[: m // 2 + 1])  # prefixes
+
+
+def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
+    """The seeded M spelled out one proposal at a time, independently of train.seeded_walk's vectorised blocks."""
+    state, low = seed, None
+
+    def proposal() -> int:
+        nonlocal state, low
+        if n > 256:
+            state = xorshift16_step(state)
+            return (state * n) >> 16
+        if low is not None:
+            byte, low = low, None
+        else:
+            state = xorshift16_step(state)
+            byte, low = state >> 8, state & 0xFF
+        return (byte * n) >> 8
+
+    rows = []
+    while len(rows) < m:
+        pattern: list[int] = []
+        while len(pattern) < s:
+            p = proposal()
+            if p not in pattern:
+                pattern.append(p)
+        for r in [proposal() for _ in range(BLOCK_ROWS)]:
+            rows.append([(p + r) % n for p in pattern])
+    return np.array(rows[:m])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(1, 65535), m=st.integers(1, 60), n=st.sampled_from([1, 5, 26, 128, 255, 256, 257, 1568]),
+       s_frac=st.floats(0, 1))
+def test_seeded_blocks_are_rotations_of_one_pattern(seed, m, n, s_frac):
+    """The format the device regenerates: blocks of BLOCK_ROWS rows, each a rotation of the block's pattern."""
+    s = max(1, min(n, int(round(s_frac * min(n, 16)))))
+    rows = seeded_indices(seed, m, s, n)
+    np.testing.assert_array_equal(rows, reference_walk(seed, m, s, n))
+    for start in range(0, m, BLOCK_ROWS):
+        block = rows[start : start + BLOCK_ROWS]
+        shift = (block - block[:1]) % n  # every row is the block's first row shifted by one constant
+        assert (shift == shift[:, :1]).all()
+
+
+def test_mirrored_inputs_are_ones_complements():
+    """u = [x, ~x]: every int8 has a mirror (-128 <-> 127), so the device needs no clamp."""
+    x = np.array([[-128, -1, 0, 5, 127]])
+    np.testing.assert_array_equal(hash_inputs(x, True), [[-128, -1, 0, 5, 127, 127, 0, -1, -6, -128]])
+    np.testing.assert_array_equal(hash_inputs(x, False), x)
+
+
+@pytest.mark.parametrize("n, store_M", [(64, False), (128, True), (300, False), (1568, True)])
+def test_working_sram_never_holds_a_wide_input_twice(n, store_M):
+    """Narrow inputs are copied as bytes (twice for a seeded M); above 256 hash inputs nothing is copied, so a
+    784-pixel FlyNN holds only the caller's d int8 bytes."""
+    items = {i.name: i.nbytes for i in fly_working_sram(32, n, 10, store_M, 8)}
+    assert items.get("fly_inputs", 0) == (0 if n > 256 else (1 if store_M else 2) * n)
+    assert sum(items.values()) <= 4 * 32 + 2 * 10 + 2 * 256 + 18
 
 
 # ---------------------------------------------------------------- winner-take-all

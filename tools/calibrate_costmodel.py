@@ -84,7 +84,7 @@ def calibrate_flynn(model_dirs: list[Path], n_vectors: int = 40) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_latency import bench_model
 
-    from tinyproto.families.flynn.cost import FLY_CYCLES, FLY_STAGES, flynn_cost_terms
+    from tinyproto.families.flynn.cost import FLY_CYCLES, FLY_HAND_COUNTS, FLY_STAGES, flynn_cost_terms
     from tinyproto.core.modeldir import load_model_dir
 
     names = list(FLY_CYCLES)
@@ -101,13 +101,19 @@ def calibrate_flynn(model_dirs: list[Path], n_vectors: int = 40) -> None:
         stages.append(r["stages"])
         labels.append(path.name)
         print(f"{path.name}: {r['cycles_mean']:.0f} cycles  stages {r['stages']}", flush=True)
-    # each stage (GPIOR0 markers) against its own terms, then "fixed" as the mean remainder
+    # each stage (GPIOR0 markers) against its own terms (the asm hand counts held), then "fixed" as the mean
+    # remainder; terms no calibration model exercises keep their current value
     A = np.array(rows, dtype=float)
-    fitted = {}
+    fitted = {n: float(FLY_CYCLES[n]) for n in FLY_HAND_COUNTS}
     for stage, group in FLY_STAGES.items():
-        cols = [names.index(n) for n in group]
-        values, _ = nnls(A[:, cols], np.array([st[stage] for st in stages]))
-        fitted.update(zip(group, values))
+        free = [n for n in group if n not in FLY_HAND_COUNTS and A[:, names.index(n)].any()]
+        held = [n for n in group if n not in free]
+        target = np.array([st[stage] for st in stages], dtype=float)
+        target -= sum(A[:, names.index(n)] * (fitted.get(n, FLY_CYCLES[n])) for n in held)
+        weight = 1.0 / np.maximum(np.array(measured), 1.0)  # relative errors: small models count as much
+        values, _ = nnls(A[:, [names.index(n) for n in free]] * weight[:, None], target * weight)
+        fitted.update(zip(free, values))
+        fitted.update({n: float(FLY_CYCLES[n]) for n in held if n not in fitted})
     rest = [total - sum(st[k] for k in FLY_STAGES) for total, st in zip(measured, stages)]
     fitted["fixed"] = float(np.mean(rest))
     consts = np.array([round(fitted[n]) for n in names], dtype=float)

@@ -26,6 +26,7 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.utils import check_random_state
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.flynn.cost import WalkCounts, cost_terms, estimate_cycles, total_cycles
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, project, projection_matrix, seeded_indices
 from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation
@@ -41,40 +42,6 @@ RHO_GRID = (8, 16, 32, 64)
 BITS_GRID = (1, 2, 3, 4)
 DECAY_GRID = (0.5, 0.25, 0.1)
 PREPROCESSING = (("feature", True), ("global", True), ("feature", False), ("global", False))
-
-# AVR cycles of tp_predict (avr-gcc -Os, ATmega328P), fitted on simavr runs of 60 configurations (digits and
-# breast_cancer, m 300..1400, s 2..12, ρ 8..64, b 1 and 3, both M modes, with and without the sign split):
-# mean error 2 %, worst 9 %. Re-fit when firmware/tp_flynn.c changes (tests/test_flynn.py checks the estimate).
-CYC_STEP = 50.0  # seeded: one xorshift16 step with its two proposals taken
-CYC_REJECTED = 53.4  # seeded: one proposal rejected as a repeat within its row
-CYC_ROW_SEEDED = 37.9
-CYC_INDEX_STORED = 17.2  # stored: one flash index and its add
-CYC_ROW_STORED = 6.7
-CYC_HEAP_LEVEL = 74.8  # per top-ρ heap replacement and heap level (log2 ρ)
-CYC_SCORE_BINARY = 17.8  # per winner and class
-CYC_SCORE_LUT = 43.2
-CYC_INPUT = 53.0  # per hash input: clamp, mirror, bias, stamp
-
-
-def expected_proposals_per_row(s: int, n_inputs: int) -> float:
-    """Proposals until s distinct inputs are drawn (coupon collector, uniform proposals)."""
-    return sum(n_inputs / (n_inputs - k) for k in range(s))
-
-
-def estimate_cycles(m: int, s: int, rho: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> float:
-    """Expected AVR cycles per inference; the top-ρ heap sees ~ρ (1 + ln(m/ρ)) replacements (rows in random
-    order)."""
-    if store_M:
-        project = m * (s * CYC_INDEX_STORED + CYC_ROW_STORED)
-    else:
-        proposals = expected_proposals_per_row(s, n_inputs)
-        steps = proposals / 2 + 0.25 if n_inputs <= 256 else proposals  # two byte proposals per step
-        project = m * (steps * CYC_STEP + (proposals - s) * CYC_REJECTED + CYC_ROW_SEEDED)
-    replacements = rho * (1 + math.log(max(m / rho, 1.0)))
-    heap = replacements * CYC_HEAP_LEVEL * math.log2(max(rho, 2))
-    score = rho * n_classes * (CYC_SCORE_BINARY if bits == 1 else CYC_SCORE_LUT)
-    return project + heap + score + n_inputs * CYC_INPUT
-
 
 # ---------------------------------------------------------------- bytes
 
@@ -103,7 +70,7 @@ def largest_m(budget: int, s: int, bits: int, n_classes: int, n_features: int, n
 
 
 def fastest_m(max_cycles: float | None, s: int, rho: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> int:
-    """The largest m whose estimated inference time is within max_cycles (bisection; cost grows with m)."""
+    """The largest m whose expected inference time is within max_cycles (bisection; cost grows with m)."""
     if max_cycles is None:
         return MAX_HASHES
     lo, hi = 0, MAX_HASHES
@@ -117,40 +84,24 @@ def fastest_m(max_cycles: float | None, s: int, rho: int, bits: int, n_classes: 
 
 
 class ExactCycles:
-    """Predicted cycles of the family's cost model.predict_cycles for every prefix m of one seeded M (seed, s,
-    inputs): the xorshift16 stream is replayed once for the largest m (a smaller m's M is a prefix of it), so the
-    cost of any m is exact with respect to the cost model and costs O(1)."""
+    """Predicted cycles of the family's cost model (cost.cost_terms, the very function predict_cycles uses) for
+    every prefix m of one seeded M (seed, s, inputs): the proposal stream is replayed once for the largest m (a
+    smaller m's M is a prefix of it), so the cost of any m is exact with respect to the cost model and O(1)."""
 
-    def __init__(self, seed: int, s: int, n_inputs: int, m_max: int):
-        from tinyproto.families.flynn.cost import seeded_prefix_counts
-
+    def __init__(self, seed: int, s: int, n_inputs: int, m_max: int, n_features: int | None = None):
         self.s, self.n_inputs = s, n_inputs
-        self.steps, self.proposals = seeded_prefix_counts(seed, s, n_inputs, m_max)
+        self.counts = WalkCounts.replay(seed, s, n_inputs, n_features or n_inputs, m_max)
+
+    @property
+    def m_max(self) -> int:
+        return self.counts.m_max
 
     def cycles(self, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
-        from tinyproto.families.flynn.cost import FLY_CYCLES as C, expected_heap_replacements
-
-        s, n_in = self.s, self.n_inputs
-        replacements = expected_heap_replacements(m, rho)
-        total = C["fixed"] + replacements * (C["heap_replace"] + C["heap_level"] * max(int(rho).bit_length() - 1, 0))
-        total += rho * C["winner"] + rho * n_classes * (C["lookup_class"] if bits == 1 else C["lookup_class_lut"])
-        if (n_classes * bits) & (n_classes * bits - 1):
-            total += rho * C["winner_mul"]
-        if store_M:
-            total += (n_in * C["input_stored"] + m * C["row_stored"] + m * s * C["stored_index"]
-                      + replacements * C["heap_call_stored"])
-        else:
-            steps, proposals = int(self.steps[m]), int(self.proposals[m])
-            total += (n_in * C["input_seeded"] + m * C["row_seeded"] + steps * C["prng_step"] + m * s * C["take"]
-                      + (proposals - m * s) * C["reject"] + (m // 255) * n_in * C["stamp_clear"]
-                      + replacements * C["heap_call_seeded"])
-            if n_in & (n_in - 1):
-                total += proposals * C["index_mul"]
-        return int(round(total))
+        return total_cycles(cost_terms(self.counts, m, rho, bits, n_classes, store_M))
 
     def largest_m(self, max_cycles: float, m_high: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
         """The largest m <= m_high predicted within max_cycles (cost grows with m), or 0."""
-        lo, hi = 0, min(m_high, self.steps.size - 1)
+        lo, hi = 0, min(m_high, self.m_max)
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if self.cycles(mid, rho, bits, n_classes, store_M) <= max_cycles:
@@ -273,9 +224,9 @@ def fit_flynn_under_budget(
 
     progress, if given, receives one-line status messages. max_inference_ms caps the estimated AVR inference time
     at f_cpu (None: no cap). count_limit, if given, caps m for each (ρ, b, inputs, M mode) so the counts fit
-    where the learning firmware keeps them (SRAM, EEPROM). exact_latency: the cap is applied to the calibrated cost
-    model (the family's cost model.predict_cycles of the integer model, exactly) instead of the estimate above,
-    and a cap nothing meets is refused naming the fastest model within the budget. Returns the float classifier refitted on all of X_train, its integer model, and an
+    where the learning firmware keeps them (SRAM, EEPROM). The cap is always applied to the calibrated cost model
+    (cost.predict_cycles of the integer model, exactly). exact_latency (--max-latency): a cap nothing meets is
+    refused naming the fastest model within the budget. Returns the float classifier refitted on all of X_train, its integer model, and an
     info dict (chosen hyper-parameters, every candidate tried with its bytes, cycles and CV accuracy).
     """
     started = time.perf_counter()
@@ -307,19 +258,17 @@ def fit_flynn_under_budget(
 
     def exact_for(s: int, n_in: int, m_max: int) -> ExactCycles:
         key = (s, n_in)
-        if key not in exact_cache or exact_cache[key].steps.size - 1 < m_max:
-            exact_cache[key] = ExactCycles(seed, s, n_in, max(m_max, 1))
+        if key not in exact_cache or exact_cache[key].m_max < m_max:
+            exact_cache[key] = ExactCycles(seed, s, n_in, max(m_max, 1), d)
         return exact_cache[key]
     tried: dict[Candidate, Candidate] = {}  # without its accuracy -> with it (stage 2 repeats stage 1's grid)
 
     def evaluate(prep: _Prepared, s_grid, rho_grid, bits_grid, store_grid) -> None:
         n_in = prep.U.shape[1]
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):  # s <= half the inputs keeps rows diverse
-            if exact_latency:
-                plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
-                plan = _exact_plan(plan, exact_for(s, n_in, max((c.m for c in plan), default=0)), max_cycles, L)
-            else:
-                plan = _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+            # every cap is applied to the calibrated cost model of the seed that ships (exact, see ExactCycles)
+            plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+            plan = _exact_plan(plan, exact_for(s, n_in, max((c.m for c in plan), default=0)), max_cycles, L)
             if not plan:
                 continue
             m_values = sorted({c.m for c in plan})
@@ -370,21 +319,19 @@ def fit_flynn_under_budget(
     nbytes = model.model_bytes()
     if nbytes > budget:  # cannot happen: model_bytes() mirrors carrays(); keep the promise explicit
         raise AssertionError(f"chosen FlyNN has {nbytes} B > budget {budget} B")
-    cycles = estimate_cycles(best.m, best.s, best.rho, best.bits, L, model.n_hash_inputs, best.store_M)
-    if exact_latency:
-        from tinyproto.families import predict_cycles
+    from tinyproto.families.flynn.cost import predict_cycles
 
-        cycles = predict_cycles(model)["total"]
-        if cycles > max_cycles:  # cannot happen: ExactCycles mirrors the cost model; keep the promise explicit
-            raise AssertionError(f"chosen FlyNN is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
+    cycles = predict_cycles(model)["total"]
+    if max_cycles is not None and cycles > max_cycles:  # cannot happen: ExactCycles is the cost model
+        raise AssertionError(f"chosen FlyNN is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
     ranked = sorted(candidates, key=_rank, reverse=True)
     shown = [best] + [c for c in ranked if c != best][:5]
     for_table = {}
     for c in shown:  # the cost model's cycles (exact for a seeded or stored M) for the table of runners-up
         n_in_c = 2 * d if c.sign_split else d
         exact = for_table.get((c.s, n_in_c))
-        if exact is None or exact.steps.size - 1 < c.m:
-            exact = for_table[(c.s, n_in_c)] = ExactCycles(seed, c.s, n_in_c, c.m)
+        if exact is None or exact.m_max < c.m:
+            exact = for_table[(c.s, n_in_c)] = ExactCycles(seed, c.s, n_in_c, c.m, d)
         for_table[c] = exact.cycles(c.m, c.rho, c.bits, L, c.store_M)
     rows = [{"n_hashes": c.m, "n_inputs_per_hash": c.s, "n_winners": c.rho, "count_bits": c.bits,
              "decay": c.decay, "store_M": c.store_M, "scaling": c.scaling, "sign_split": c.sign_split,
@@ -414,7 +361,7 @@ def fit_flynn_under_budget(
         "chosen_validation": rows[0],
         "runners_up": rows[1:],
         "selection": ("the best cross-validated int8 accuracy; among equal accuracies the fewest "
-                      + ("predicted cycles (cost model)" if exact_latency else "estimated cycles") + ", then bytes"),
+                      + "predicted cycles (cost model)" + ", then bytes"),
         "max_latency_ms": max_inference_ms if exact_latency else None,
         "seconds": time.perf_counter() - started,
     }
@@ -484,7 +431,7 @@ def _fastest_refusal(prepared, budget, max_ms, L, d, y_index, folds, seed, f_cpu
     n_in = prep.U.shape[1]
     s, rho, bits = 1, RHO_GRID[0], 1
     m = max(MIN_HASHES, 2 * rho)
-    exact = ExactCycles(seed, s, n_in, m)
+    exact = ExactCycles(seed, s, n_in, m, d)
     modes = [store for store in (False, True) if largest_m(budget, s, bits, L, d, n_in, store) >= m]
     if not modes:
         return f"no FlyNN fits {budget} B with {m} hash rows; raise the budget"
