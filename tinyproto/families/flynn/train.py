@@ -83,7 +83,7 @@ def xorshift16_states(seed: int, n: int) -> np.ndarray:
     return states[(start + np.arange(n)) % SEED_PERIOD]
 
 
-BLOCK_ROWS = 8  # rows of M that share one seeded pattern (TP_FLY_BLOCK)
+BLOCK_ROWS = 16  # rows of M that share one seeded pattern (TP_FLY_BLOCK)
 
 
 def proposal_stream(seed: int, n: int, n_inputs: int) -> np.ndarray:
