@@ -10,7 +10,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from tinyproto import datasets
+from tinyproto.core import datasets
 from tinyproto.core.datasets import load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation, standardise_moments

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tinyproto.core.boards import load_board
-from tinyproto.device import learn as L
+from tinyproto.pipeline import learn as L
 from tinyproto.device import protocol as P
 from tinyproto.core.errors import TinyprotoError
 from tinyproto import families

@@ -18,8 +18,8 @@ from tinyproto.core.datasets import Dataset, Split, load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families import fit_under_budget
 from tinyproto.core.ledger import Ledger
-from tinyproto.core.modeldir import (MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, atomic_directory, check_output_dir,
-                                file_sha256, int_model_digest, write_json)
+from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, file_sha256, int_model_digest, write_json
+from tinyproto.core.outdir import atomic_directory, check_output_dir
 from tinyproto.core.render import model_hash, write_sources
 
 INT8_LOSS_WARNING_POINTS = 0.5
@@ -58,14 +58,17 @@ def compile_model(
     learnable: bool = False,
     max_latency_ms: float | None = None,
 ) -> CompileResult:
-    """max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
+    """family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
+    max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
     learnable (FlyNN only): also fit the counts into what the device holds while learning (`tinyproto
     learn`): SRAM beside the learning firmware's buffers, stack and reserve, and the EEPROM record."""
     budget_bytes = parse_budget(budget)
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
     board = load_board(board_name)
-    if learnable and not families.family(family).learnable:
+    if family != families.AUTO:
+        families.family(family)  # an unknown name is refused before the data is read
+    if learnable and (family == families.AUTO or not families.family(family).learnable):
         raise TinyprotoError("--learnable is for --model flynn: only FlyNN learns on the device")
     dataset = load_dataset(data, label=label)
     out_dir = Path(out) if out is not None else Path("build") / dataset.name
@@ -75,6 +78,9 @@ def compile_model(
     started = time.perf_counter()
     if learnable:
         clf, model, info = _fit_learnable_flynn(sp, budget_bytes, seed, board, progress, max_latency_ms)
+    elif family == families.AUTO:
+        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, budget_bytes, seed, progress,
+                                                    max_latency_ms, board.f_cpu_hz)
     else:
         clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress,
                                             max_latency_ms, board.f_cpu_hz)
@@ -218,5 +224,6 @@ def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sra
         "predicted_latency_ms": 1000.0 * cycles["total"] / board.f_cpu_hz,
         "max_latency_ms": info.get("max_latency_ms"),
         "runners_up": info.get("runners_up", []),
+        "auto": info.get("auto"),  # --model auto: every family's validated accuracy, or why it was refused
         "warnings": warnings,
     }

@@ -40,9 +40,8 @@ import numpy as np
 from tinyproto import families
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import (ModelDir, TestVectors, atomic_directory, file_sha256, int_model_digest,
-                                load_model_dir, locked,
-                                record_outputs, write_json)
+from tinyproto.core.modeldir import ModelDir, TestVectors, file_sha256, int_model_digest, load_model_dir, record_outputs, write_json
+from tinyproto.core.outdir import atomic_directory, locked
 
 LEARN_FLAGS = ("-DTP_FLY_LEARN", "-DTP_NO_RAW_INPUT")  # PREDICT_RAW's float buffer would cost 4 B per feature
 EEPROM_HEADER_BYTES = 14  # 'T' 'F' · layout key u32 · count bytes u16 · n_samples u32 · crc16 (tp_main.c)

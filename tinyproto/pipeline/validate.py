@@ -29,7 +29,8 @@ from tinyproto.core.boards import Board, load_board
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import ModelDir, file_sha256, load_model_dir, locked, read_json, record_outputs, write_json
+from tinyproto.core.modeldir import ModelDir, file_sha256, load_model_dir, read_json, record_outputs, write_json
+from tinyproto.core.outdir import locked
 from tinyproto import families
 
 PROGRESS_EVERY = 25  # vectors between rewrites of validation.json during a run
