@@ -39,7 +39,7 @@
 #error "TP_FLY_BITS must be in 1..8"
 #endif
 
-/* A winner is one uint32 key: P_j + 128 * TP_FLY_S + 1 in the high half (>= 1 for a real row), the
+/* A winner is one uint32 key: P_j + 128 * TP_FLY_S + 1 in the high half (>= 1 for every row), the
  * complement of the row index in the low half. Keys are unique, and key a < key b exactly when a ranks below b
  * (smaller projection, or the same projection from a later row), so the heap needs one comparison per step. */
 #ifdef TP_FLY_LEARN
@@ -58,15 +58,14 @@ void tp_fly_learn(const int8_t *x, uint8_t label);
 #define TP_FLY_KEY(sum, j) (((uint32_t)(sum) << 16) | (uint16_t)~(uint16_t)(j))
 #define TP_FLY_ROW(key) ((uint16_t)~(uint16_t)(key))
 
-/* Replace the root of the min-heap (the lowest-ranked winner) by `key`, sift it down and return the new
- * root's projection. Kept out of line: it runs ~ρ (1 + ln(m/ρ)) times, the projection loop m times. Offsets are
- * in bytes (4 per key) so the AVR walks the heap with 16-bit adds instead of multiplies. */
+/* Put `key` at byte offset `hole` of the min-heap (4 bytes per key), sift it down and return the root's
+ * projection (the new floor). Kept out of line: it runs ~ρ ln(m/ρ) times, the projection loop m times. Offsets
+ * are in bytes so the AVR walks the heap with 16-bit adds instead of multiplies. */
 #define TP_FLY_HEAP_BYTES (4u * TP_FLY_RHO)
-static __attribute__((noinline)) uint16_t tp_fly_replace_root(uint32_t *heap, uint32_t key)
+static __attribute__((noinline)) uint16_t tp_fly_sift(uint32_t *heap, uint16_t hole, uint32_t key)
 {
     TP_STAGE(TP_STAGE_FLY_TOPRHO);
     uint8_t *base = (uint8_t *)heap;
-    uint16_t hole = 0;
     for (;;) {
         uint16_t child = (uint16_t)(2u * hole + 4u);
         if (child >= TP_FLY_HEAP_BYTES) {
@@ -92,12 +91,33 @@ static __attribute__((noinline)) uint16_t tp_fly_replace_root(uint32_t *heap, ui
     return (uint16_t)(heap[0] >> 16);
 }
 
+/* The first TP_FLY_RHO rows always win a place: they are appended as they come and the heap is built once
+ * (bottom-up, O(ρ)) instead of sifting each of them through a heap of sentinels. */
+static __attribute__((noinline)) uint16_t tp_fly_heapify(uint32_t *heap)
+{
+    uint16_t floor = 0;
+    for (uint16_t hole = 4u * (TP_FLY_RHO / 2u); hole != 0;) {
+        hole = (uint16_t)(hole - 4u);
+        floor = tp_fly_sift(heap, hole, *(uint32_t *)((uint8_t *)heap + hole));
+    }
+    return TP_FLY_RHO == 1 ? (uint16_t)(heap[0] >> 16) : floor;
+}
+
 /* Offer row j: it enters only with a projection strictly above the current worst winner's (`floor`), which
- * is the "lower row wins ties" rule because rows arrive in increasing j. */
-#define TP_FLY_OFFER(heap, floor, sum, j)                                                                       \
+ * is the "lower row wins ties" rule because rows arrive in increasing j. Until the heap holds TP_FLY_RHO rows
+ * the floor is 0, every row enters (its key's sum is >= 1) and is only appended. */
+#define TP_FLY_OFFER(heap, floor, filled, sum, j)                                                               \
     do {                                                                                                       \
         if ((sum) > (floor)) {                                                                                 \
-            (floor) = tp_fly_replace_root((heap), TP_FLY_KEY((sum), (j)));                                     \
+            uint32_t key_ = TP_FLY_KEY((sum), (j));                                                            \
+            if ((filled) < TP_FLY_RHO) {                                                                       \
+                (heap)[(filled)++] = key_;                                                                     \
+                if ((filled) == TP_FLY_RHO) {                                                                  \
+                    (floor) = tp_fly_heapify(heap);                                                            \
+                }                                                                                              \
+            } else {                                                                                           \
+                (floor) = tp_fly_sift((heap), 0, key_);                                                        \
+            }                                                                                                  \
         }                                                                                                      \
     } while (0)
 
@@ -199,7 +219,7 @@ static void tp_fly_pattern(tp_fly_index_t *pattern, uint16_t *state_io, uint8_t 
 
 #if !TP_FLY_WIDE
 /* 1 + the sum of the TP_FLY_S biased inputs row[pattern[k]] (every row sum is offered as 1 + its biased sum,
- * so a real row always ranks above the heap's zero sentinels): the AVR loop is unrolled, 9 cycles per input. */
+ * so every row beats the initial floor of 0 while the heap fills): the AVR loop is unrolled, 9 cycles per input. */
 static inline uint16_t tp_fly_row_sum(const uint8_t *row, const uint8_t *pattern)
 {
 #if defined(__AVR__) && !defined(TP_FLY_NO_ASM)
@@ -384,6 +404,7 @@ static __attribute__((noinline)) void tp_fly_project(const uint8_t *u2, uint32_t
     uint16_t state = TP_FLY_SEED;
     uint8_t half = 0;
     uint16_t floor = 0;
+    uint8_t filled = 0;
     uint16_t first = 0; /* row index of the block's first row */
     for (;;) {
         tp_fly_block(pattern, rot, &state, &half);
@@ -393,9 +414,7 @@ static __attribute__((noinline)) void tp_fly_project(const uint8_t *u2, uint32_t
         while (r != end) {
             uint16_t sum;
             r = tp_fly_scan(u2, pattern, r, end, floor, &sum);
-            if (sum > floor) {
-                floor = tp_fly_replace_root(heap, TP_FLY_KEY(sum, first + (uint16_t)(r - rot) - 1u));
-            }
+            TP_FLY_OFFER(heap, floor, filled, sum, first + (uint16_t)(r - rot) - 1u);
         }
         if (left <= TP_FLY_BLOCK) {
             return;
@@ -420,6 +439,7 @@ static __attribute__((noinline)) void tp_fly_project(const int8_t *x, uint32_t *
     uint16_t state = TP_FLY_SEED;
     uint8_t half = 0;
     uint16_t floor = 0;
+    uint8_t filled = 0;
     uint16_t j = 0;
     for (;;) {
         tp_fly_pattern(pattern, &state, &half);
@@ -435,7 +455,7 @@ static __attribute__((noinline)) void tp_fly_project(const int8_t *x, uint32_t *
                 }
                 sum = (uint16_t)(sum + tp_fly_biased(x, i));
             }
-            TP_FLY_OFFER(heap, floor, sum, j);
+            TP_FLY_OFFER(heap, floor, filled, sum, j);
             if (++j == TP_FLY_M) {
                 return;
             }
@@ -458,12 +478,13 @@ static __attribute__((noinline)) void tp_fly_project(const uint8_t *values, uint
 {
     const uint8_t *p = tp_fly_M;
     uint16_t floor = 0;
+    uint8_t filled = 0;
     for (uint16_t j = 0; j < TP_FLY_M; ++j) {
         uint16_t sum = 1;
         for (uint8_t k = 0; k < TP_FLY_S; ++k, ++p) {
             sum += values[tp_read_u8(p)];
         }
-        TP_FLY_OFFER(heap, floor, sum, j);
+        TP_FLY_OFFER(heap, floor, filled, sum, j);
     }
 }
 
@@ -479,12 +500,13 @@ static __attribute__((noinline)) void tp_fly_project(const int8_t *x, uint32_t *
 {
     const uint16_t *p = tp_fly_M;
     uint16_t floor = 0;
+    uint8_t filled = 0;
     for (uint16_t j = 0; j < TP_FLY_M; ++j) {
         uint16_t sum = 1;
         for (uint8_t k = 0; k < TP_FLY_S; ++k, ++p) {
             sum += tp_fly_biased(x, tp_read_u16(p));
         }
-        TP_FLY_OFFER(heap, floor, sum, j);
+        TP_FLY_OFFER(heap, floor, filled, sum, j);
     }
 }
 
@@ -501,10 +523,7 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
 {
     uint32_t heap[TP_FLY_RHO];
     TP_STAGE(TP_STAGE_FLY_PREPARE);
-    for (uint8_t w = 0; w < TP_FLY_RHO; ++w) {
-        heap[w] = 0; /* sentinels rank below every real row and are all replaced (TP_FLY_RHO <= TP_FLY_M) */
-    }
-    tp_fly_hash(x, heap);
+    tp_fly_hash(x, heap); /* fills all TP_FLY_RHO entries (TP_FLY_RHO <= TP_FLY_M) */
     TP_STAGE(TP_STAGE_FLY_LOOKUP);
 
     /* Novelty sums fit in uint16 (at most 255 * TP_FLY_RHO); widen once at the end. */
@@ -587,9 +606,6 @@ static void tp_fly_count_up(uint32_t bit)
 void tp_fly_learn(const int8_t *x, uint8_t label)
 {
     uint32_t heap[TP_FLY_RHO];
-    for (uint8_t w = 0; w < TP_FLY_RHO; ++w) {
-        heap[w] = 0;
-    }
     tp_fly_hash(x, heap);
     for (uint8_t w = 0; w < TP_FLY_RHO; ++w) {
         uint32_t entry = (uint32_t)TP_FLY_ROW(heap[w]) * TP_N_CLASSES + label;

@@ -76,9 +76,12 @@ def learn_frame_bytes(n_features: int, n_classes: int) -> int:
     return (need + 3) // 4 * 4
 
 
-def fly_working_bytes(n_winners: int, n_hash_inputs: int, n_classes: int, store_M: bool) -> int:
-    """Σ IntFlyNN.working_sram() for these sizes (the solver needs it before a model exists)."""
-    return 4 * n_winners + n_hash_inputs + 2 * n_classes + (0 if store_M else n_hash_inputs)
+def fly_working_bytes(n_winners: int, n_hash_inputs: int, n_classes: int, store_M: bool, s: int = 16) -> int:
+    """Σ IntFlyNN.working_sram() for these sizes (the solver needs it before a model exists; s, which only sizes
+    the seeded pattern buffer, defaults to the largest the solver tries)."""
+    from tinyproto.families.flynn.quantize import fly_working_sram
+
+    return sum(item.nbytes for item in fly_working_sram(n_winners, n_hash_inputs, n_classes, store_M, s))
 
 
 @dataclass(frozen=True)

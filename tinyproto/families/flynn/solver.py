@@ -254,21 +254,14 @@ def fit_flynn_under_budget(
     folds = _fold_ids(y_index, n_folds, rng)
 
     prepared = [_prepare(X, scaling, split) for scaling, split in PREPROCESSING]
-    exact_cache: dict[tuple[int, int], ExactCycles] = {}
-
-    def exact_for(s: int, n_in: int, m_max: int) -> ExactCycles:
-        key = (s, n_in)
-        if key not in exact_cache or exact_cache[key].m_max < m_max:
-            exact_cache[key] = ExactCycles(seed, s, n_in, max(m_max, 1), d)
-        return exact_cache[key]
+    exact_cache: dict[tuple[int, int], ExactCycles] = {}  # one stream replay per (s, inputs)
     tried: dict[Candidate, Candidate] = {}  # without its accuracy -> with it (stage 2 repeats stage 1's grid)
 
     def evaluate(prep: _Prepared, s_grid, rho_grid, bits_grid, store_grid) -> None:
         n_in = prep.U.shape[1]
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):  # s <= half the inputs keeps rows diverse
-            # every cap is applied to the calibrated cost model of the seed that ships (exact, see ExactCycles)
-            plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
-            plan = _exact_plan(plan, exact_for(s, n_in, max((c.m for c in plan), default=0)), max_cycles, L)
+            plan = exact_plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit, seed,
+                              exact_cache)
             if not plan:
                 continue
             m_values = sorted({c.m for c in plan})
@@ -407,6 +400,20 @@ def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, co
                 for weighting in _weightings((bits,)):
                     plan.append(Candidate("", False, s, m, rho, bits, weighting[1], store, nbytes, cycles))
     return plan
+
+
+def exact_plan(budget: int, max_cycles: float | None, s: int, rho_grid, bits_grid, store_grid, L: int, d: int,
+               n_in: int, count_limit: CountLimit | None, seed: int,
+               cache: dict[tuple[int, int], ExactCycles] | None = None) -> list[Candidate]:
+    """Every (ρ, b, c, M mode) for this s with the largest m that fits the bytes, the device's count storage and
+    the time cap, the cap applied to the cost model of the seeded M that ships (exact; shared by the federated
+    selection, so both price the same candidates the same way). `cache` keeps one stream replay per (s, inputs)."""
+    plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+    m_max = max((c.m for c in plan), default=1)
+    cache = {} if cache is None else cache
+    if (s, n_in) not in cache or cache[(s, n_in)].m_max < m_max:
+        cache[(s, n_in)] = ExactCycles(seed, s, n_in, m_max, d)
+    return _exact_plan(plan, cache[(s, n_in)], max_cycles, L)
 
 
 def _exact_plan(plan: list[Candidate], exact: ExactCycles, max_cycles: float | None, L: int) -> list[Candidate]:
