@@ -19,9 +19,11 @@ Goals: FlyNN @2 kB on digits >= 94 % on the device, <= 30 ms.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
+
 
 import numpy as np
 from rich.console import Console
@@ -30,7 +32,9 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from tinyproto.core.boards import load_board
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's tinyproto, not an installed one
+
+from tinyproto.core.boards import load_board  # noqa: E402
 from tinyproto.core.budget import parse_budget
 from tinyproto.pipeline.compile import compile_model, write_model_directory
 from tinyproto.core.datasets import load_dataset, split

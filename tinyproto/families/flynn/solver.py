@@ -16,7 +16,6 @@ and the winners of every (m, ρ) come from one incremental top-K pass over the s
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -26,7 +25,16 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.utils import check_random_state
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.families.flynn.cost import WalkCounts, cost_terms, estimate_cycles, total_cycles
+from tinyproto.families.flynn.cost import estimate_cycles
+from tinyproto.families.flynn.pricing import (  # noqa: F401 (re-exported: the federated selection uses them)
+    INPUT_STAGE_BYTES_PER_FEATURE,
+    MAX_HASHES,
+    ExactCycles,
+    fastest_m,
+    filter_bytes,
+    largest_m,
+    model_bytes,
+)
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, project, projection_matrix, seeded_indices
 from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation
@@ -34,82 +42,12 @@ from tinyproto.core.inputstage import InputStage, choose_input_scale, standardis
 F_CPU = 16_000_000
 DEFAULT_MAX_MS = 20.0  # leaves room under a 30 ms-per-inference target on a 16 MHz Uno
 MIN_HASHES = 16  # fewer hash bits than this is not a FlyNN worth deploying
-MAX_HASHES = 8192
-INPUT_STAGE_BYTES_PER_FEATURE = 4  # mean + gain, half floats
 
 S_GRID = (2, 4, 6, 8, 12, 16)
 RHO_GRID = (8, 16, 32, 64)
 BITS_GRID = (1, 2, 3, 4)
 DECAY_GRID = (0.5, 0.25, 0.1)
 PREPROCESSING = (("feature", True), ("global", True), ("feature", False), ("global", False))
-
-# ---------------------------------------------------------------- bytes
-
-
-def filter_bytes(m: int, n_classes: int, bits: int) -> int:
-    lut = (1 << bits) if bits > 1 else 0
-    return math.ceil(m * n_classes * bits / 8) + lut
-
-
-def model_bytes(m: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool) -> int:
-    """Σ CArray.nbytes of IntFlyNN.carrays() for these sizes (checked against the real arrays in the tests)."""
-    total = INPUT_STAGE_BYTES_PER_FEATURE * n_features + filter_bytes(m, n_classes, bits)
-    if store_M:
-        total += m * s * (1 if n_inputs <= 256 else 2)
-    return total
-
-
-def largest_m(budget: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool) -> int:
-    """The largest m whose model fits the budget (0 if none); exact, by a closed form then a step down."""
-    free = budget - INPUT_STAGE_BYTES_PER_FEATURE * n_features - ((1 << bits) if bits > 1 else 0)
-    per_row_bits = n_classes * bits + (8 * s * (1 if n_inputs <= 256 else 2) if store_M else 0)
-    m = max(0, min(MAX_HASHES, (8 * free) // per_row_bits if free > 0 else 0))
-    while m > 0 and model_bytes(m, s, bits, n_classes, n_features, n_inputs, store_M) > budget:
-        m -= 1
-    return m
-
-
-def fastest_m(max_cycles: float | None, s: int, rho: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> int:
-    """The largest m whose expected inference time is within max_cycles (bisection; cost grows with m)."""
-    if max_cycles is None:
-        return MAX_HASHES
-    lo, hi = 0, MAX_HASHES
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if estimate_cycles(mid, s, rho, bits, n_classes, n_inputs, store_M) <= max_cycles:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-class ExactCycles:
-    """Predicted cycles of the family's cost model (cost.cost_terms, the very function predict_cycles uses) for
-    every prefix m of one seeded M (seed, s, inputs): the proposal stream is replayed once for the largest m (a
-    smaller m's M is a prefix of it), so the cost of any m is exact with respect to the cost model and O(1)."""
-
-    def __init__(self, seed: int, s: int, n_inputs: int, m_max: int, n_features: int | None = None):
-        self.s, self.n_inputs = s, n_inputs
-        self.counts = WalkCounts.replay(seed, s, n_inputs, n_features or n_inputs, m_max)
-
-    @property
-    def m_max(self) -> int:
-        return self.counts.m_max
-
-    def cycles(self, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
-        return total_cycles(cost_terms(self.counts, m, rho, bits, n_classes, store_M))
-
-    def largest_m(self, max_cycles: float, m_high: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
-        """The largest m <= m_high predicted within max_cycles (cost grows with m), or 0."""
-        lo, hi = 0, min(m_high, self.m_max)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.cycles(mid, rho, bits, n_classes, store_M) <= max_cycles:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
 
 # ---------------------------------------------------------------- candidates and their evaluation
 
