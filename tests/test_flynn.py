@@ -571,7 +571,7 @@ int main(void)
 """
 
 
-def run_on_simavr(model, xq: np.ndarray, workdir: Path):
+def run_on_simavr(model, xq: np.ndarray, workdir: Path, extra_flags: tuple[str, ...] = ()):
     """Build for the ATmega328P and run under simavr: (cycles, labels, scores) per vector."""
     (workdir / "tinyproto_model.h").write_text(render_model_header(model))
     flat = ", ".join(str(int(v)) for v in np.asarray(xq).reshape(-1))
@@ -579,7 +579,7 @@ def run_on_simavr(model, xq: np.ndarray, workdir: Path):
     (workdir / "avr_main.c").write_text(AVR_MAIN)
     elf = workdir / "flynn.elf"
     subprocess.run(
-        ["avr-gcc", *AVR_FLAGS, f"-I{workdir}", f"-I{FIRMWARE}", "-I/usr/include/simavr/avr",
+        ["avr-gcc", *AVR_FLAGS, *extra_flags, f"-I{workdir}", f"-I{FIRMWARE}", "-I/usr/include/simavr/avr",
          "-Wl,--undefined=_mmcu,--section-start=.mmcu=0x910000",
          str(FIRMWARE / "tp_flynn.c"), str(workdir / "avr_main.c"), "-o", str(elf)],
         check=True,
@@ -620,3 +620,21 @@ def test_simulated_uno_matches_reference_for_other_layouts(tmp_path, bits, store
     np.testing.assert_array_equal(scores, model.scores(xq))
     est = solver.estimate_cycles(200, 8, 20, bits, 2, model.n_hash_inputs, store_M)
     assert est > 0
+
+
+@pytest.mark.device
+@pytest.mark.skipif(not HAVE_SIMAVR, reason="simavr (with its headers) not installed")
+@pytest.mark.parametrize("n_features, s, flags", [(64, 7, ("-DTP_FLY_NO_ASM",)), (200, 5, ("-DTP_FLY_NO_ASM",)),
+                                                   (784, 6, ())])
+def test_avr_c_fallback_and_784_inputs_are_bit_exact(tmp_path, n_features, s, flags):
+    """-DTP_FLY_NO_ASM: the portable C block generator and row scan on the AVR (narrow and wide inputs); and a
+    784-feature model (1568 hash inputs) that reads the caller's d int8 bytes in place."""
+    rng = np.random.default_rng(n_features)
+    X = rng.normal(size=(80, n_features))
+    y = (X[:, :5].sum(axis=1) > 0).astype(int)
+    clf = FlyNNClassifier(90, s, 12, 0.5, sign_split=True, random_state=2).fit(X[:60], y[:60])
+    model = IntFlyNN.from_classifier(clf, X[:60], y[:60], bits=2)
+    xq = np.vstack([model.input_stage.quantize(X[60:64]), extreme_vectors(n_features)])
+    _, labels, scores = run_on_simavr(model, xq, tmp_path, flags)
+    np.testing.assert_array_equal(scores, model.scores(xq))
+    np.testing.assert_array_equal(labels, model.labels(scores))
