@@ -24,21 +24,38 @@ static float tp_half_to_float(uint16_t bits, int16_t shared_exp)
     return (bits & 0x8000u) ? -value : value;
 }
 
+/* One feature: x = clamp(round((raw - mean[i]) * gain[i]), -127, 127). */
+static int8_t tp_input_one(float raw, uint16_t i)
+{
+    float mean = tp_half_to_float(tp_read_u16(&tp_input_mean[i]), TP_INPUT_MEAN_EXP);
+    float gain = tp_half_to_float(tp_read_u16(&tp_input_gain[i]), TP_INPUT_GAIN_EXP);
+    float t = (raw - mean) * gain;
+    if (t != t) {
+        t = 0.0f; /* NaN (a broken sensor reading) maps to the mean instead of undefined behaviour */
+    } else if (t > 127.0f) {
+        t = 127.0f;
+    } else if (t < -127.0f) {
+        t = -127.0f;
+    }
+    return (int8_t)(t >= 0.0f ? (int16_t)(t + 0.5f) : (int16_t)(t - 0.5f));
+}
+
 void tp_input_quantize(const float *raw, int8_t *x)
 {
     TP_STAGE(TP_STAGE_INPUT);
     for (uint16_t i = 0; i < TP_N_FEATURES; ++i) {
-        float mean = tp_half_to_float(tp_read_u16(&tp_input_mean[i]), TP_INPUT_MEAN_EXP);
-        float gain = tp_half_to_float(tp_read_u16(&tp_input_gain[i]), TP_INPUT_GAIN_EXP);
-        float t = (raw[i] - mean) * gain;
-        if (t != t) {
-            t = 0.0f; /* NaN (a broken sensor reading) maps to the mean instead of undefined behaviour */
-        } else if (t > 127.0f) {
-            t = 127.0f;
-        } else if (t < -127.0f) {
-            t = -127.0f;
-        }
-        x[i] = (int8_t)(t >= 0.0f ? (int16_t)(t + 0.5f) : (int16_t)(t - 0.5f));
+        x[i] = tp_input_one(raw[i], i);
+    }
+    TP_STAGE(TP_STAGE_APP);
+}
+
+/* A streamed chunk: raw[0..n-1] are features first..first+n-1 (the device app converts each chunk as it arrives,
+ * so no frame or buffer ever holds the whole float vector). Same arithmetic as tp_input_quantize(). */
+void tp_input_quantize_range(const float *raw, uint16_t first, uint8_t n, int8_t *out)
+{
+    TP_STAGE(TP_STAGE_INPUT);
+    for (uint8_t k = 0; k < n; ++k) {
+        out[k] = tp_input_one(raw[k], (uint16_t)(first + k));
     }
     TP_STAGE(TP_STAGE_APP);
 }

@@ -5,7 +5,9 @@ needed -- nothing is downloaded and `pio test` works offline. This runner reuses
 parser and drops the Unity library dependency and its generated config files.
 
 - `pio test -e uno_sim`: test_testing_command runs the ELF in tinyproto's simulated Uno (stdin/stdout);
-  a non-zero simulator exit (crash, cycle timeout) fails the run.
+  a non-zero simulator exit (crash, cycle timeout) fails the run. The command starts with `python3` (the project
+  names no interpreter path, so it can move between machines); when the Python running PlatformIO has tinyproto
+  (PlatformIO installed beside it, or run by tinyproto), that interpreter runs the simulator instead.
 - `pio test -e uno` / `-e uno_offline` (or any env given --upload-port / --test-port): uploads to the board and
   reads its serial port at test_speed. The port may lack modem lines (a pseudo-terminal, e.g. tinyproto's
   simulated board, which resets when the port is opened, as DTR does on an Uno): the DTR/RTS reset pulse is
@@ -14,13 +16,26 @@ parser and drops the Unity library dependency and its generated config files.
 """
 
 import errno
+import importlib.util
+import sys
 import time
 
 import click
 from platformio.public import UnityTestRunner
+from platformio.test.runners.readers.native import NativeTestOutputReader
 
 TEST_OUTPUT_TIMEOUT_S = 120.0  # the test firmware prints everything within seconds of its reset
 NO_MODEM_LINES = (errno.ENOTTY, errno.EINVAL)  # what a pty (or a bridge without DTR/RTS) answers to TIOCMBIS
+
+
+class SimulatorReader(NativeTestOutputReader):
+    """test_testing_command with `python3` replaced by PlatformIO's own interpreter when that one has tinyproto."""
+
+    def get_testing_command(self):
+        command = list(super().get_testing_command())
+        if command and command[0] in ("python3", "python") and importlib.util.find_spec("tinyproto"):
+            command[0] = sys.executable
+        return command
 
 
 class CustomTestRunner(UnityTestRunner):
@@ -45,7 +60,8 @@ class CustomTestRunner(UnityTestRunner):
             return None
         port = self._explicit_port()
         if self._env_option("test_testing_command") and not (self.options.test_port or self.options.upload_port):
-            return super().stage_testing()  # the simulated Uno runs the ELF (uno_sim)
+            click.secho("Testing...", bold=True)
+            return SimulatorReader(self).begin()  # the simulated Uno runs the ELF (uno_sim)
         click.secho("Testing...", bold=True)
         if port is None:  # a physical board found by PlatformIO's USB ids
             from platformio.test.runners.readers.serial import SerialTestOutputReader
@@ -94,3 +110,4 @@ class CustomTestRunner(UnityTestRunner):
         except OSError as exc:
             if exc.errno not in NO_MODEM_LINES:
                 raise
+

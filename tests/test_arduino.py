@@ -248,72 +248,31 @@ def test_example_sketch_builds_and_matches_the_host_on_the_simulated_uno(exporte
     check_on_simulated_uno(elf, model_dir)
 
 
-def offline_arduino_platform(folder: Path) -> tuple[Path, Path]:
-    """tinyproto's offline AVR dev-platform plus an Arduino framework (templates/arduino/pio/arduino.py), and
-    Debian's Arduino core as the local package `framework-arduino-avr`: (platform dir, framework package dir)."""
-    from tinyproto.core.resources import resource_dir
-
-    platform = folder / "platform"
-    shutil.copytree(resource_dir("tools") / "pio" / "tinyproto-avr", platform)
-    (platform / "builder" / "frameworks").mkdir()
-    shutil.copyfile(resource_dir("templates") / "arduino" / "pio" / "arduino.py",
-                    platform / "builder" / "frameworks" / "arduino.py")
-    manifest = json.loads((platform / "platform.json").read_text())
-    manifest["frameworks"] = {
-        "arduino": {"package": "framework-arduino-avr", "script": "builder/frameworks/arduino.py"}}
-    manifest["packages"]["framework-arduino-avr"] = {"type": "framework", "optional": True, "version": "*"}
-    (platform / "platform.json").write_text(json.dumps(manifest, indent=2))
-    board = json.loads((platform / "boards" / "uno.json").read_text())
-    board["frameworks"] = ["arduino"]
-    board["build"].update(core="arduino", variant="standard", board="AVR_UNO")
-    (platform / "boards" / "uno.json").write_text(json.dumps(board, indent=2))
-    package = folder / "framework-arduino-avr"
-    package.mkdir()
-    (package / "package.json").write_text(json.dumps({"name": "framework-arduino-avr", "version": "1.8.7",
-                                                      "description": "Debian's arduino-core-avr"}))
-    for name in ("cores", "variants", "libraries"):
-        (package / name).symlink_to(ARDUINO_HARDWARE / "arduino" / "avr" / name)
-    return platform, package
-
-
 @needs_arduino
 @needs_simavr
 @pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed")
-def test_example_builds_with_platformio_framework_arduino_offline(exported, tmp_path, private_cache):
-    """PlatformIO with `framework = arduino`, offline: the library from the zip in lib_extra_dirs, the example
-    as src/<Name>.ino (PlatformIO converts it), Debian's core as the framework; then the simulated Uno."""
+def test_example_builds_with_platformio_framework_arduino_offline(exported, private_cache):
+    """The export's own platformio.ini, offline: `framework = arduino` on tinyproto's dev-platform with Debian's core
+    (env <board>_offline, the default), the example sketch as the source, the library by lib_deps; then the
+    simulated Uno runs it."""
     import importlib.util
     import sys
 
     if importlib.util.find_spec("platformio") is None:
         pytest.skip("PlatformIO not installed")
-    from tinyproto.device.build import pio_environment, pio_toolchain_dir, prepare_pio_core
+    from tinyproto.device.build import pio_environment, prepare_pio_core
 
     model_dir, result = exported
-    name = result.name
-    platform, package = offline_arduino_platform(tmp_path)
-    libraries = tmp_path / "libraries"
-    with zipfile.ZipFile(result.zip_path) as archive:
-        archive.extractall(libraries)
-    project = tmp_path / "project"
-    (project / "src").mkdir(parents=True)
-    shutil.copyfile(result.library_dir / "examples" / name / f"{name}.ino", project / "src" / f"{name}.ino")
-    core = prepare_pio_core()
-    (project / "platformio.ini").write_text(
-        "[env:uno]\n"
-        f"platform = symlink://{platform}\n"
-        "board = uno\n"
-        "framework = arduino\n"
-        "platform_packages =\n"
-        f"    toolchain-atmelavr@symlink://{pio_toolchain_dir()}\n"
-        f"    framework-arduino-avr@symlink://{package}\n"
-        f"lib_extra_dirs = {libraries}\n"
-    )
-    run = subprocess.run([sys.executable, "-m", "platformio", "run", "-d", str(project), "-e", "uno"],
-                         env=pio_environment(core), capture_output=True, text=True, timeout=600)
+    ini = (result.out_dir / "platformio.ini").read_text()
+    assert "framework = arduino" in ini and f"lib_deps = symlink://{result.name}" in ini
+    project = result.out_dir
+    run = subprocess.run([sys.executable, "-m", "platformio", "run", "-d", str(project)],
+                         env=pio_environment(prepare_pio_core()), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert f"{name} @ " in run.stdout  # PlatformIO's dependency finder found the library
-    check_on_simulated_uno(project / ".pio" / "build" / "uno" / "firmware.elf", model_dir)
+    assert f"{result.name} @ " in run.stdout  # PlatformIO's dependency finder found the library
+    check_on_simulated_uno(project / ".pio" / "build" / "uno_offline" / "firmware.elf", model_dir)
+    # the build wrote nothing into the library (what the zip holds)
+    assert sorted(p.name for p in (result.library_dir / "examples" / result.name).iterdir()) == [f"{result.name}.ino"]
 
 
 # ------------------------------------------------------------------------------------------------ text -> float32

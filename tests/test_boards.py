@@ -7,8 +7,12 @@ from __future__ import annotations
 import configparser
 import json
 import os
+import select
+import shutil
 import subprocess
 import sys
+import termios
+import threading
 
 import numpy as np
 import pytest
@@ -229,3 +233,229 @@ def test_digits_2kb_through_the_megas_own_bootloader(tmp_path):
     assert result.returncode == 0, result.stderr
     v = json.loads(result.stdout)
     assert v["passed"] and v["score_agreement"] == 1.0 and v["n_vectors"] == 450
+
+
+# ------------------------------------------------------------------------------------- the Leonardo's 1200-baud touch
+
+
+class LeonardoDouble:
+    """The Leonardo's native USB port as a pseudo-terminal. It records every baud rate the host leaves on the line;
+    when the host closes it at 1200 baud (the "touch"), the board "re-enumerates": a second pty appears (the
+    Caterina bootloader's port) answering AVR109 as Caterina does, and the first one vanishes. Flash writes land
+    in `flash`. Only the serial side is modelled: the USB reset itself cannot be simulated here."""
+
+    SIGNATURE = bytes([0x87, 0x95, 0x1E])  # ATmega32U4, as AVR109's 's' sends it (low byte first)
+    BLOCK = 128
+
+    def __init__(self, flash_bytes: int = 32768) -> None:
+        self.app_master, slave = os.openpty()
+        self.app_port = os.ttyname(slave)
+        os.close(slave)
+        self.bauds: list[int] = []
+        self.boot_port: str | None = None
+        self.flash = bytearray(b"\xff" * flash_bytes)
+        self.commands: list[str] = []
+        self.exited = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def list_ports(self) -> set[str]:
+        return {p for p in (None if self.app_master is None else self.app_port, self.boot_port) if p}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for fd in (self.app_master, getattr(self, "boot_master", None)):
+            if fd is not None:
+                os.close(fd)
+
+    # -- the application's port: watch the line speed until a 1200-baud close
+    def _speed(self) -> int:
+        return termios.tcgetattr(self.app_master)[5]
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self.app_master, select.POLLHUP)
+        was_open = False
+        last = self._speed()
+        while not self._stop.is_set():
+            speed = self._speed()
+            if speed != last:
+                self.bauds.append(speed)
+                last = speed
+            hung_up = any(ev & select.POLLHUP for _, ev in poller.poll(2))
+            if not hung_up:
+                was_open = True
+            elif (was_open or self.bauds) and speed == termios.B1200:
+                self._reenumerate()
+                return
+
+    def _reenumerate(self) -> None:
+        self.boot_master, slave = os.openpty()
+        self.boot_port = os.ttyname(slave)
+        os.close(slave)
+        os.close(self.app_master)  # after the new port exists: the pty numbers differ, as new USB ports do
+        self.app_master = None
+        self._caterina()
+
+    # -- Caterina's side of AVR109
+    def _read(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            if self._stop.is_set():
+                raise EOFError
+            ready, _, _ = select.select([self.boot_master], [], [], 0.05)
+            if ready:
+                try:
+                    out += os.read(self.boot_master, n - len(out))
+                except OSError:  # no one has the port open (EIO): wait for avrdude
+                    pass
+        return out
+
+    def _caterina(self) -> None:
+        address = 0  # words for flash
+        ok = b"\r"
+        try:
+            while not self._stop.is_set():
+                c = self._read(1)
+                self.commands.append(c.decode("latin-1"))
+                reply = b"?"
+                if c == b"S":
+                    reply = b"CATERIN"
+                elif c == b"V":
+                    reply = b"10"
+                elif c == b"v":
+                    reply = b"?"
+                elif c == b"p":
+                    reply = b"S"
+                elif c == b"a":
+                    reply = b"Y"
+                elif c == b"b":
+                    reply = b"Y" + self.BLOCK.to_bytes(2, "big")
+                elif c == b"t":
+                    reply = b"\x44\x00"
+                elif c in (b"T", b"x", b"y"):
+                    self._read(1)
+                    reply = ok
+                elif c in (b"P", b"L"):
+                    reply = ok
+                elif c == b"E":
+                    os.write(self.boot_master, ok)
+                    self.exited.set()
+                    return
+                elif c == b"s":
+                    reply = self.SIGNATURE
+                elif c == b"e":
+                    self.flash[:] = b"\xff" * len(self.flash)
+                    reply = ok
+                elif c == b"A":
+                    address = int.from_bytes(self._read(2), "big")
+                    reply = ok
+                elif c == b"B":
+                    size = int.from_bytes(self._read(2), "big")
+                    memory = self._read(1)
+                    data = self._read(size)
+                    if memory == b"F":
+                        self.flash[2 * address:2 * address + size] = data
+                        address += size // 2
+                    reply = ok
+                elif c == b"g":
+                    size = int.from_bytes(self._read(2), "big")
+                    memory = self._read(1)
+                    if memory == b"F":
+                        reply = bytes(self.flash[2 * address:2 * address + size])
+                        address += size // 2
+                    else:
+                        reply = b"\xff" * size
+                elif c == b"\x1b":
+                    continue
+                os.write(self.boot_master, reply)
+        except EOFError:
+            return
+
+
+def hex_image(path) -> bytes:
+    """The bytes of an Intel HEX file (data records; the firmware is below 64 KB), from address 0."""
+    image = bytearray()
+    for line in path.read_text().split():
+        count, address, kind = int(line[1:3], 16), int(line[3:7], 16), int(line[7:9], 16)
+        if kind == 0:
+            data = bytes.fromhex(line[9:9 + 2 * count])
+            image[len(image):address + count] = b"\xff" * max(0, address + count - len(image))
+            image[address:address + count] = data
+    return bytes(image)
+
+
+@pytest.fixture
+def leonardo_double():
+    double = LeonardoDouble()
+    yield double
+    double.close()
+
+
+needs_avrdude = pytest.mark.skipif(shutil.which("avrdude") is None, reason="avrdude not installed")
+
+
+@needs_avrdude
+def test_the_leonardo_is_touched_at_1200_baud_and_flashed_on_its_bootloaders_new_port(validated, leonardo_double):
+    """flash_port on the Leonardo: open its USB port at 1200 baud and close it, find the port Caterina appears on,
+    and avrdude -c avr109 -b 57600 there. The double records the line speed and answers AVR109 like Caterina."""
+    from tinyproto.device.flash import flash_port
+
+    board = load_board("leonardo")
+    hex_path = validated["leonardo"][0] / ".pio" / "build" / "leonardo_sim" / "firmware.hex"
+    result = flash_port(board, leonardo_double.app_port, hex_path, list_ports=leonardo_double.list_ports)
+    assert leonardo_double.bauds == [termios.B1200]  # the touch: one open at 1200 baud, then the close
+    assert result.upload_port == leonardo_double.boot_port != leonardo_double.app_port
+    assert leonardo_double.exited.is_set()  # avrdude ended with AVR109's E (exit bootloader)
+    image = hex_image(hex_path)
+    assert result.bytes_written == len(image)
+    assert bytes(leonardo_double.flash[:len(image)]) == image  # written and verified byte for byte
+    assert "1e9587" in result.log  # avrdude read the ATmega32U4 signature the double sends
+
+
+@needs_avrdude
+def test_tinyproto_flash_on_the_leonardo_uploads_by_usb_and_answers_on_serial1(validated, leonardo_double,
+                                                                               monkeypatch):
+    """`tinyproto flash DIR --port SERIAL1 --upload-port USB`: the upload goes through the double's touch and
+    Caterina, the handshake through USART1 of the simulated ATmega32U4 (the adapter's port)."""
+    from click.testing import CliRunner
+
+    from tinyproto.cli import main
+    from tinyproto.device import flash
+    from tinyproto.device.sim import SimulatedUno
+
+    monkeypatch.setattr(flash, "list_serial_ports", leonardo_double.list_ports)
+    board = load_board("leonardo")
+    model_dir = validated["leonardo"][0]
+    elf = model_dir / ".pio" / "build" / "leonardo_sim" / "firmware.elf"
+    with SimulatedUno(elf, board=board) as chip:
+        result = CliRunner().invoke(main, ["flash", str(model_dir), "--port", chip.port,
+                                           "--upload-port", leonardo_double.app_port])
+    assert result.exit_code == 0, result.output
+    assert f"to {leonardo_double.boot_port} with avrdude -c avr109" in " ".join(result.output.split())
+    assert leonardo_double.bauds == [termios.B1200] and leonardo_double.exited.is_set()
+    # without --upload-port the Leonardo is refused with the reason, in one line
+    refused = cli("flash", str(model_dir), "--port", chip.port)
+    assert refused.returncode == 1 and "--upload-port" in refused.stderr and refused.stderr.count("\n") == 1
+
+
+def test_no_bootloader_port_after_the_touch_is_one_clear_error(leonardo_double):
+    from tinyproto.device.flash import enter_bootloader
+
+    with pytest.raises(TinyprotoError, match="no bootloader port appeared.*reset button"):
+        enter_bootloader(leonardo_double.app_port, list_ports=lambda: {leonardo_double.app_port}, wait_s=0.3)
+
+
+def test_run_takes_the_board(tmp_path):
+    """`tinyproto run --board nano`: compiled, built and validated for the Nano (its own environment)."""
+    model_dir = tmp_path / "nano"
+    result = cli("run", "iris", "--budget", "1kB", "--board", "nano", "--out", str(model_dir))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((model_dir / "model.json").read_text())["board"] == "nano"
+    assert json.loads((model_dir / "build.json").read_text())["env"] == "nano_sim"
+    v = json.loads((model_dir / "validation.json").read_text())
+    assert v["passed"] and v["board"] == "nano" and v["score_agreement"] == 1.0
+    unknown = cli("run", "iris", "--board", "zx81", "--out", str(tmp_path / "never"))
+    assert unknown.returncode == 1 and "known boards" in unknown.stderr and not (tmp_path / "never").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import struct
+import sys
 import warnings
 from pathlib import Path
 
@@ -97,6 +98,10 @@ def test_platformio_ini_has_the_three_environments():
     assert "-std=gnu99 -Wall -Wextra -Werror -Iinclude -Ilib/tinyproto" in ini
     assert "board_build.f_cpu = 16000000UL" in ini
     assert "tinyproto.device.sim" in ini and "--stdio" in ini
+    # portable: the platform by name from tinyproto's PlatformIO home (core_dir with ~), no installation path
+    assert "platform = tinyproto-avr" in ini and "core_dir = ~/.cache/tinyproto/pio-core" in ini
+    assert "symlink://" not in ini and "file://" not in ini and sys.executable not in ini
+    assert str(REPO) not in ini and str(Path.home()) not in ini
 
 
 @needs_avr
@@ -145,9 +150,9 @@ def test_compile_error_reports_the_compiler_error(tmp_path, monkeypatch, use_pio
 
 
 def test_missing_avr_gcc_names_the_apt_packages(tmp_path, monkeypatch):
-    from tinyproto.device import build
+    from tinyproto.device import build, piohome
 
-    monkeypatch.setattr(build.shutil, "which", lambda name, *a, **k: None)
+    monkeypatch.setattr(piohome.shutil, "which", lambda name, *a, **k: None)
     project = make_project(tmp_path)
     with pytest.raises(TinyprotoError, match="apt-get install gcc-avr avr-libc binutils-avr"):
         build.build_project(project, "uno_sim")
@@ -211,9 +216,9 @@ def test_pio_test_on_the_simulated_uno_passes_and_fails(pio_build, tmp_path):
 @needs_avr
 @needs_simavr
 def test_sim_test_without_platformio(tmp_path, monkeypatch):
-    from tinyproto.device import build
+    from tinyproto.device import build, piohome
 
-    monkeypatch.setattr(build, "platformio_available", lambda: False)
+    monkeypatch.setattr(piohome, "platformio_available", lambda: False)
     project = make_project(tmp_path)
     xq = np.array([[3, 1, -4, 1]], dtype=np.int8)
     scores, labels = fake_reference(xq)
@@ -225,3 +230,24 @@ def test_sim_test_without_platformio(tmp_path, monkeypatch):
     with pytest.warns(UserWarning):
         passed, log = build.run_pio_test(project, "uno_sim")
     assert not passed and "label Expected" in log
+
+
+@needs_avr
+@needs_pio
+def test_the_pio_home_holds_a_copy_of_the_platform_kept_in_step():
+    """The platform is installed as a copy (the home outlives checkouts and venvs); a later prepare puts back what
+    changed, drops what the source no longer has, and keeps the toolchain link old projects name by path."""
+    from tinyproto.device.piohome import offline_platform_dir, prepare_pio_core, tinyproto_cache_dir
+
+    core = prepare_pio_core()
+    installed = core / "platforms" / "tinyproto-avr"
+    source = offline_platform_dir()
+    assert not installed.is_symlink()
+    assert (installed / "platform.json").read_bytes() == (source / "platform.json").read_bytes()
+    (installed / "builder" / "main.py").write_text("# edited\n")
+    (installed / "boards" / "stale.json").write_text("{}")
+    prepare_pio_core()
+    assert (installed / "builder" / "main.py").read_bytes() == (source / "builder" / "main.py").read_bytes()
+    assert not (installed / "boards" / "stale.json").exists()
+    assert (tinyproto_cache_dir() / "pio-toolchain-atmelavr" / "bin" / "avr-gcc").exists()
+    assert (core / "packages" / "toolchain-atmelavr" / ".piopm").is_file()

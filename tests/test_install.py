@@ -63,3 +63,8 @@ def test_installed_wheel_runs_the_loop_outside_the_checkout(installed, tmp_path)
     _run([python, "-m", "tinyproto", "run", "iris", "--budget", "1kB", "--out", "m"], cwd=cwd, env=env)
     summary = json.loads((cwd / "m" / "validation.json").read_text())
     assert summary["passed"] and summary["score_agreement"] == 1.0
+    # portable: the project names neither the venv nor the home nor the cache (see tests/test_portable.py)
+    ini = (cwd / "m" / "platformio.ini").read_text()
+    assert str(installed) not in ini and str(tmp_path) not in ini and "platform = tinyproto-avr" in ini
+    installed_platform = tmp_path / "cache" / "pio-core" / "platforms" / "tinyproto-avr"
+    assert (installed_platform / "builder" / "frameworks" / "arduino.py").is_file()  # shipped in the wheel

@@ -4,8 +4,8 @@
 #        boards), arduino-core-avr (Optiboot's source, the Mega's stk500v2 bootloader), clang (fuzzing),
 #        chromium (the report's browser test)
 #   .venv: tinyproto with its test extras (PlatformIO, SCons, pytest, hypothesis)
-#   the simulated Uno host program, compiled against libsimavr, and Optiboot built from Debian's source
-#   (both into tinyproto's per-user cache; tinyproto would also build them on first use)
+#   the simulated Uno host program, compiled against libsimavr, Optiboot built from Debian's source, and the
+#   offline PlatformIO home (all in tinyproto's per-user cache; tinyproto would also make them on first use)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,4 +28,7 @@ echo "setup: installing tinyproto and its test extras into .venv" >&2
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 .venv/bin/python -c "from tinyproto.device.sim import ensure_simulator; ensure_simulator()"
 .venv/bin/python -c "from tinyproto.device.board_sim import ensure_bootloader; ensure_bootloader('atmega328p')"
+# tinyproto's per-user PlatformIO home (the offline platform, toolchain, SCons, Debian's Arduino core): what the
+# generated platformio.ini files name (core_dir = ~/.cache/tinyproto/pio-core); tinyproto build also refreshes it.
+.venv/bin/python -m tinyproto.device.piohome >/dev/null
 echo "setup: ready (.venv/bin/tinyproto)" >&2

@@ -48,8 +48,10 @@ def build_command(model_dir: Path, env: str | None) -> None:
 @click.option("--port", default=None,
               help="Serial port of a board, e.g. /dev/ttyACM0, or of a simulated one (tinyproto "
                    "board-sim): avrdude through its bootloader, protocol and speed from the board file.")
+@click.option("--upload-port", default=None,
+              help="Where avrdude uploads, if not --port: the Leonardo's own USB port (it talks on Serial1, --port).")
 @click.option("--sim", is_flag=True, help="'Flash' the simulated Uno: start it with the ELF and check the handshake.")
-def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
+def flash_command(model_dir: Path, port: str | None, upload_port: str | None, sim: bool) -> None:
     """Put MODEL_DIR's firmware on a board (--port) or on the simulated Uno (--sim, the default without --port)."""
     import time
 
@@ -60,10 +62,13 @@ def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
     from tinyproto.pipeline.validate import check_firmware, load_build_info
     from tinyproto.core.modeldir import load_model_dir
 
-    if port and sim:
+    if (port or upload_port) and sim:
         raise TinyprotoError("give either --port (a real board) or --sim, not both")
     md = load_model_dir(model_dir)
     board = load_board(md.meta.get("board", "uno"))
+    if upload_port and not port:
+        raise TinyprotoError("--upload-port needs --port too: the port the firmware answers on after the upload")
+    upload_port = _upload_port(board, port, upload_port)
     model = families.load_int_model(md)
     build = load_build_info(md)
     check_firmware(md, build)  # flash exactly what `build` made from this model.json
@@ -72,20 +77,35 @@ def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
         # The path of a physical board, also for a simulated one (tinyproto board-sim): avrdude
         # through the bootloader, then reopen the port (a reset) and wait for the firmware's HELLO.
         started = time.monotonic()
-        with console.status(f"flashing {port} with avrdude -c {board.upload_protocol}...", spinner="dots"):
-            result = flash_port(board, port, build.hex)
+        with console.status(f"flashing {upload_port} with avrdude -c {board.upload_protocol}...", spinner="dots"):
+            result = flash_port(board, upload_port, build.hex)
         with console.status(f"waiting for the firmware on {port} after the reset...", spinner="dots"), \
                 open_device(port, baud=board.serial_baud, boot_quiet_s=board.boot_quiet_s) as client:
             check_model(client.info, md.model_hash, model.n_features, model.n_classes)
         written = f"{result.bytes_written} B" if result.bytes_written is not None else build.hex.name
-        console.print(f"flashed {written} to {port} with avrdude -c {board.upload_protocol} -b {board.upload_speed} "
-                      f"in {result.seconds:.1f} s; after the reset the board answers with model "
-                      f"{md.meta['model_hash']} ({time.monotonic() - started:.1f} s in all)")
+        where = f" on {port}" if port != result.upload_port else ""  # the Leonardo: Serial1, not its USB port
+        console.print(f"flashed {written} to {result.upload_port} with avrdude -c {board.upload_protocol} -b "
+                      f"{board.upload_speed} in {result.seconds:.1f} s; after the reset the board answers with model "
+                      f"{md.meta['model_hash']}{where} ({time.monotonic() - started:.1f} s in all)")
         return
     with SimulatedUno(build.elf, board=board) as uno, open_device(uno.port, baud=board.serial_baud) as client:
         check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)
     console.print(f"simulated Uno started with {build.elf}: handshake OK, model {md.meta['model_hash']} "
                   "(the simulator stops again; validate --sim starts its own)")
+
+
+def _upload_port(board, port: str | None, upload_port: str | None) -> str | None:
+    """Where avrdude writes: --upload-port, else --port. The Leonardo needs both: avrdude goes through its own USB
+    port (a 1200-baud touch starts Caterina), tinyproto's protocol through Serial1 and a USB-serial adapter."""
+    from tinyproto.device.flash import needs_touch
+
+    if port is None:
+        return None
+    if needs_touch(board) and upload_port in (None, port):
+        raise TinyprotoError(f"the {board.title.split(' (')[0]} is flashed through its own USB port and talks on "
+                             f"{board.serial_port.split(' (')[0]} through a USB-serial adapter: give --upload-port "
+                             "(its USB port, e.g. /dev/ttyACM0) and --port (the adapter's, e.g. /dev/ttyUSB0)")
+    return upload_port or port
 
 
 def _progress_factory(progress):
@@ -146,9 +166,11 @@ def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool
 @out_option("Model directory (default build/<data>).")
 @label_option
 @click.option("--port", default=None, help="A real board: flash it and validate there instead of the simulator.")
+@click.option("--upload-port", default=None,
+              help="Where avrdude uploads, if not --port: the Leonardo's own USB port (it talks on Serial1, --port).")
 @max_latency_option
 def run_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None, label: str | None,
-                port: str | None, max_latency: float | None) -> None:
+                port: str | None, upload_port: str | None, max_latency: float | None) -> None:
     """The whole loop: compile DATA under --budget, build, flash (or simulate), validate, print the reports.
 
     DATA is a built-in data set (digits [default], digits16, digits28, breast_cancer, wine, iris, segment), a CSV
@@ -160,6 +182,10 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
     from tinyproto.device.flash import flash_port
     from tinyproto.cli.tables import print_compile_report
 
+    target = load_board(board)  # an unknown board is refused before any training
+    if upload_port and not port:
+        raise TinyprotoError("--upload-port needs --port too: the port the firmware answers on after the upload")
+    upload_port = _upload_port(target, port, upload_port)
     console = _console()
     with console.status("training under the budget...", spinner="dots"):
         result = compile_model(data, family, budget, seed, board, out, label,
@@ -168,6 +194,6 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
     info = build_model_dir(result.out_dir, None, console)
     print_build(console, info, result.out_dir)
     if port:
-        flash_port(load_board(board), port, result.out_dir / info["hex"])
+        flash_port(target, upload_port, result.out_dir / info["hex"])
     summary = run_validation(result.out_dir, port, False, True, False)
     finish_validation(summary, result.out_dir, False)

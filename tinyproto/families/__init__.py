@@ -25,6 +25,7 @@ from tinyproto.core.render import model_hash
 _PACKAGES = {
     "protonn": "tinyproto.families.protonn",
     "flynn": "tinyproto.families.flynn",
+    "bloom": "tinyproto.families.bloom",
 }
 
 

@@ -10,6 +10,8 @@
         src/tp_text.c/.h      tp_parse_float: decimal text -> float32, correctly rounded (avr-libc's strtod is not)
         examples/<Name>/<Name>.ino   reads one vector per Serial line, prints the class and its score
       <Name>.zip              the same folder for the IDE's Sketch > Include Library > Add .ZIP Library
+      platformio.ini          PlatformIO, framework = arduino: the example against the library, offline
+                              (<board>_offline, Debian's Arduino core) or official (<board>); see the file
 
 The model directory stays the single source: the header is rendered from model.json (verified), never copied.
 """
@@ -25,12 +27,18 @@ from pathlib import Path
 
 from tinyproto import __version__
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.resources import resource_dir
 from tinyproto import families
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 LIBRARY_EXTRAS = ("tp_text.h", "tp_text.c")  # templates/arduino/: the correctly rounded text -> float32 reader
 # Names the library's own files already use (the IDE runs on case-insensitive file systems too).
-_TAKEN = {"tp_text", "tinyproto", "tinyproto_model", "tp_input", "tp_protonn", "tp_flynn", "tp_labels", "arduino"}
+_FIXED_NAMES = {"tp_text", "tinyproto", "tinyproto_model", "tp_labels", "arduino"}
+
+
+def _taken_names() -> set[str]:
+    """File names of the library: the fixed ones and every runtime file shipped (firmware/*.c, *.h)."""
+    return _FIXED_NAMES | {path.stem.lower() for path in resource_dir("firmware").iterdir()}
 RUNTIME = ("tinyproto.h", "tp_input.c")  # + tp_<family>.c; never tp_main.c / tp_serial.* (the device app's)
 # tp_input_quantize on an ATmega328P: 65,041-65,344 cycles for 64 features (simulated Uno, cycle-exact).
 QUANTIZE_CYCLES_PER_FEATURE = 1020
@@ -58,7 +66,7 @@ def check_name(name: str) -> str:
     if not NAME_RE.match(name):
         raise TinyprotoError(f"--name {name!r} is not usable: a library name here is a C identifier of at most 63 "
                              "characters (a letter, then letters, digits or _)")
-    if name.lower() in _TAKEN:
+    if name.lower() in _taken_names():
         raise TinyprotoError(f"--name {name!r} would clash with a file of the library; choose another name")
     return name
 
@@ -169,8 +177,10 @@ def _check_export_dir(out: Path) -> None:
 
 
 def export_arduino(model_path: Path, out: Path | None = None, name: str | None = None) -> ArduinoExport:
+    from tinyproto.core.boards import load_board
     from tinyproto.core.modeldir import load_model_dir, write_json
     from tinyproto.core.outdir import atomic_directory, check_output_dir
+    from tinyproto.device.project import render_arduino_platformio_ini
 
     model_dir = load_model_dir(model_path)
     model = families.load_int_model(model_dir)  # a damaged or edited model.json is refused here
@@ -188,6 +198,8 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
     with atomic_directory(out, "export") as scratch:
         write_library(model_dir, model, name, scratch / name)
         write_zip(scratch / name, scratch / f"{name}.zip")
+        board = load_board(model_dir.meta.get("board", "uno"))
+        (scratch / "platformio.ini").write_text(render_arduino_platformio_ini(board, name))
         write_json(scratch / EXPORT_RECORD, {"format": EXPORT_FORMAT, "tinyproto_version": __version__,
                                              "name": name, "model_hash": model_dir.meta["model_hash"],
                                              "model_dir": str(source)})

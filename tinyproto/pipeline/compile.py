@@ -33,17 +33,37 @@ class CompileResult:
 
 
 def firmware_sram_estimate(model, board: Board) -> dict:
-    """SRAM the deployed firmware will need, before building: inference buffers + serial frame + reserve.
+    """SRAM the deployed firmware will need, before building: the family's buffers + the device app's (frame
+    buffer, int8 input buffer unless the family streams, its own state) + the board's reserve for call frames.
 
-    The build replaces this by `avr-size` figures and the device by its measured stack peak.
+    It bounds what the build (`avr-size`: .data + .bss) and the device (painted stack peak) then measure:
+    tests/test_widths.py checks static + stack peak <= this estimate from 8 to 2,048 features.
     """
-    from tinyproto.device.frames import rx_frame_bytes
+    from tinyproto.device.frames import app_sram
 
-    working = sum(item.nbytes for item in model.working_sram())
-    frame = rx_frame_bytes(model.n_features, model.n_classes)
-    total = working + frame + board.sram_reserved_bytes
-    return {"working_bytes": working, "serial_frame_bytes": frame, "reserved_bytes": board.sram_reserved_bytes,
-            "estimated_total_bytes": total, "board_sram_bytes": board.sram_bytes}
+    streamable = bool(model.defines().get("TP_STREAMABLE", 0))
+    # A family's "input" item is the int8 vector its tp_predict() reads: the app's input buffer, counted once.
+    working = sum(item.nbytes for item in model.working_sram() if item.name != "input")
+    app = app_sram(model.n_features, model.n_classes, streamable)
+    total = working + app.total + board.sram_reserved_bytes
+    return {"working_bytes": working, "serial_frame_bytes": app.frame, "input_buffer_bytes": app.input,
+            "app_static_bytes": app.app, "reserved_bytes": board.sram_reserved_bytes,
+            "estimated_total_bytes": total, "board_sram_bytes": board.sram_bytes, "streamable": streamable}
+
+
+def sram_refusal(sram: dict, n_features: int, board: Board) -> str:
+    """One line: what the firmware would need, the limit, and what would fit."""
+    over = sram["estimated_total_bytes"] - board.sram_bytes
+    if sram["input_buffer_bytes"] > over:  # the app holds the d int8 features: fewer of them would fit
+        fit = f"; at most {n_features - over} features would fit this model's other buffers"
+    else:  # the family's own buffers are too large: say how many bytes they could have
+        room = sram["working_bytes"] - over
+        fit = (f"; the model's buffers would fit in {room} B (a smaller model, or a family whose buffers do not "
+               "grow with the features)" if room > 0 else "; no model of this width would fit")
+    return (f"the model's inference needs about {sram['estimated_total_bytes']} B of SRAM (buffers "
+            f"{sram['working_bytes']} B + input {sram['input_buffer_bytes']} B + serial frame "
+            f"{sram['serial_frame_bytes']} B + app {sram['app_static_bytes']} B + reserve {sram['reserved_bytes']} B), "
+            f"more than the {board.sram_bytes} B of {board.title}{fit}")
 
 
 def compile_model(
@@ -105,11 +125,7 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
         raise TinyprotoError(f"internal error: model is {ledger.model_bytes} B, over the {budget_bytes} B budget")
     sram = firmware_sram_estimate(model, board)
     if sram["estimated_total_bytes"] > board.sram_bytes:
-        raise TinyprotoError(
-            f"the model's inference needs about {sram['estimated_total_bytes']} B of SRAM "
-            f"(buffers {sram['working_bytes']} B + serial frame {sram['serial_frame_bytes']} B + reserve "
-            f"{sram['reserved_bytes']} B), more than the {board.sram_bytes} B of {board.title}"
-        )
+        raise TinyprotoError(sram_refusal(sram, model.n_features, board))
 
     family = model.family
     vectors = _test_vectors(model, sp.X_test, sp.y_test)

@@ -1,10 +1,11 @@
-"""SCons script of the Arduino framework for tinyproto's offline AVR dev-platform (tests only, for now).
+"""SCons script of `framework = arduino` on tinyproto's offline AVR dev-platform.
 
 The official `atmelavr` platform downloads `framework-arduino-avr`; offline, the same core comes from Debian
-(arduino-core-avr: /usr/share/arduino/hardware/arduino/avr) as a local package of symlinks. This builds the core
-(cores/<build.core>, variants/<build.variant>) into a library with the Arduino IDE's defines and C++ flags;
-PlatformIO itself turns the .ino into .cpp. `tests/test_arduino.py` assembles the platform from
-tools/pio/tinyproto-avr plus this script.
+(arduino-core-avr: /usr/share/arduino/hardware/arduino/avr), which tinyproto installs into its PlatformIO home
+as the package framework-arduino-avr (links to its cores/, variants/, libraries/). This builds the core
+(cores/<build.core>, variants/<build.variant> of the board manifest, as Debian's boards.txt gives them) into a
+library with the Arduino IDE's defines and C++ flags; PlatformIO itself turns the .ino into .cpp. The
+`<board>_offline` environment of `tinyproto export --arduino`'s platformio.ini uses it.
 """
 
 import os
@@ -30,6 +31,14 @@ env.Append(
     CPPPATH=[os.path.join(FRAMEWORK_DIR, "cores", CORE), os.path.join(FRAMEWORK_DIR, "variants", VARIANT)],
     LIBSOURCE_DIRS=[os.path.join(FRAMEWORK_DIR, "libraries")],
 )
+if board.get("build.vid", ""):
+    # Boards with native USB (the Leonardo): the core's CDC/HID code needs the ids (boards.txt's usb_flags).
+    env.Append(CPPDEFINES=[
+        ("USB_VID", board.get("build.vid")),
+        ("USB_PID", board.get("build.pid")),
+        ("USB_MANUFACTURER", '\\"Arduino LLC\\"'),
+        ("USB_PRODUCT", '\\"%s\\"' % board.get("build.usb_product", "Arduino")),
+    ])
 
 core_library = env.BuildLibrary(os.path.join("$BUILD_DIR", "FrameworkArduino"),
                                 os.path.join(FRAMEWORK_DIR, "cores", CORE))

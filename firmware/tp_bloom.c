@@ -1,0 +1,288 @@
+/* Bloom features inference (see tinyproto/families/bloom/quantize.py, whose IntBloom.scores() this file matches
+ * bit for bit).
+ *
+ *   u_j     = clamp(x_j, -127, 127) + 128                    uint8 in 1..255, never 0
+ *   phi_i   = max over (j, l) with h_l(j) = i of u_j          uint8 in static SRAM; 0 = no component hashes here
+ *   phi'    = the non-zero phi_i in slot order                exactly TP_BLOOM_USED values (a property of the hash)
+ *   s_r     = b_r + sum_p W[r][p] phi'_p                       int32; W int8 and b in flash
+ *   scores  = s (L > 2), or (0, s_0) for two classes;  label = first maximum
+ *
+ * h_l(j) comes from xorshift16 (7, 9, 8) started at TP_BLOOM_SEED, walked feature by feature (see the slot map
+ * below and tinyproto.families.bloom.train.seeded_slots): the hash costs no flash byte.
+ *
+ * Streaming (TP_STREAMABLE 1): tp_stream_begin() clears phi, tp_stream_feed() folds each arriving feature into
+ * phi (K draws and K compares per feature) and forgets it, tp_stream_end() does the dot products. So
+ * a 784-pixel image is never held: SRAM is M bytes of phi plus 4 of stream state. Features are expected in
+ * order; a chunk that starts elsewhere re-walks the generator to its first feature, and since MAX is
+ * idempotent a chunk sent twice changes nothing. tp_predict() runs the same three steps over a whole vector.
+ * The state is static, so unlike ProtoNN's and FlyNN's tp_predict this one is not reentrant.
+ */
+#define TP_MODEL_DATA
+#include "tinyproto.h"
+#include "tinyproto_model.h"
+
+#ifndef TP_FAMILY_BLOOM
+#error "tp_bloom.c needs a Bloom-features model header (TP_FAMILY_BLOOM)"
+#endif
+#if TP_BLOOM_M < 1 || TP_BLOOM_M > 65535 || TP_BLOOM_USED < 1 || TP_BLOOM_USED > TP_BLOOM_M
+#error "need 1 <= TP_BLOOM_USED <= TP_BLOOM_M <= 65535"
+#endif
+#if TP_BLOOM_K < 1 || TP_BLOOM_K > 64
+#error "TP_BLOOM_K must be in 1..64"
+#endif
+#if (TP_N_CLASSES == 2 && TP_BLOOM_ROWS != 1) || (TP_N_CLASSES != 2 && TP_BLOOM_ROWS != TP_N_CLASSES)
+#error "TP_BLOOM_ROWS must be 1 for two classes, else TP_N_CLASSES"
+#endif
+
+/* The streaming contract (firmware/tinyproto.h declares it once for every streamable family). */
+void tp_stream_begin(void);
+void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n);
+uint8_t tp_stream_end(int32_t *scores);
+
+static uint8_t tp_bloom_phi[TP_BLOOM_M];
+/* loop counters over the slots: 8 bits when they fit (a 16-bit count costs a cycle or two per step); the loops
+ * are do-while with the count tested after the decrement, so an 8-bit count of 256 starts at 0 */
+#if TP_BLOOM_M <= 256
+typedef uint8_t tp_bloom_count_t;
+#else
+typedef uint16_t tp_bloom_count_t;
+#endif
+static uint16_t tp_bloom_state; /* generator state after the last fed feature's steps */
+static uint16_t tp_bloom_next;  /* the feature index the state belongs to */
+
+/* One xorshift16 (7, 9, 8) step. On the AVR in bytes (12 cycles): s << 7 is (hi:lo) >> 1 moved up a byte,
+ * s >> 9 is hi >> 1, s << 8 is lo moved up; avr-gcc's own code for the 16-bit shifts takes about 30. */
+#if defined(__AVR__)
+static inline __attribute__((always_inline)) uint16_t tp_bloom_step(uint16_t s)
+{
+    uint8_t t1, t2;
+    __asm__("mov %[t1], %B[s]\n\t"
+            "lsr %[t1]\n\t"        /* C = hi bit 0 */
+            "mov %[t1], %A[s]\n\t"
+            "ror %[t1]\n\t"        /* t1 = hi0 << 7 | lo >> 1: the high byte of s << 7; C = lo bit 0 */
+            "clr %[t2]\n\t"        /* an eor: C is kept */
+            "ror %[t2]\n\t"        /* t2 = lo0 << 7: the low byte of s << 7 */
+            "eor %B[s], %[t1]\n\t"
+            "eor %A[s], %[t2]\n\t"
+            "mov %[t1], %B[s]\n\t"
+            "lsr %[t1]\n\t"
+            "eor %A[s], %[t1]\n\t" /* s ^= s >> 9 */
+            "eor %B[s], %A[s]\n\t" /* s ^= s << 8 */
+            : [s] "+r"(s), [t1] "=&r"(t1), [t2] "=&r"(t2));
+    return s;
+}
+#else
+static inline __attribute__((always_inline)) uint16_t tp_bloom_step(uint16_t s)
+{
+    s ^= (uint16_t)(s << 7);
+    s ^= (uint16_t)(s >> 9);
+    s ^= (uint16_t)(s << 8);
+    return s;
+}
+#endif
+
+/* Draw -> slot, (v * M) >> bits (tinyproto.families.bloom.train.seeded_slots). M <= 256: every generator step
+ * gives two byte draws, high byte first, and a byte maps with one 8x8 multiply (its high byte); a feature starts
+ * on a fresh step, so an odd K leaves the last low byte unused and no half-used step is carried between
+ * features. M > 256: one 16-bit draw per step. */
+#if TP_BLOOM_M <= 256
+#define TP_BLOOM_STEPS_PER_FEATURE ((TP_BLOOM_K + 1) / 2)
+#if TP_BLOOM_M == 256
+#define TP_BLOOM_SLOT(v) ((uint8_t)(v))
+#else
+#define TP_BLOOM_SLOT(v) ((uint8_t)(tp_mul_u8((uint8_t)(v), (uint8_t)TP_BLOOM_M) >> 8))
+#endif
+#else
+#define TP_BLOOM_STEPS_PER_FEATURE TP_BLOOM_K
+#define TP_BLOOM_SLOT(v) ((uint16_t)(((uint32_t)(v) * (uint32_t)TP_BLOOM_M) >> 16))
+#endif
+/* phi_slot = max(phi_slot, u) */
+#define TP_BLOOM_MAX(v)                                                                                        \
+    do {                                                                                                       \
+        uint8_t *slot_ = &tp_bloom_phi[TP_BLOOM_SLOT(v)];                                                      \
+        if (u > *slot_) {                                                                                      \
+            *slot_ = u;                                                                                        \
+        }                                                                                                      \
+    } while (0)
+
+void tp_stream_begin(void)
+{
+    /* four stores per loop step (st Z+ is 2 cycles, the loop 3) */
+    uint8_t *p = tp_bloom_phi;
+#if TP_BLOOM_M >= 4
+    tp_bloom_count_t n = (tp_bloom_count_t)(TP_BLOOM_M / 4);
+    do {
+        p[0] = 0;
+        p[1] = 0;
+        p[2] = 0;
+        p[3] = 0;
+        p += 4;
+    } while (--n != 0);
+#endif
+#if TP_BLOOM_M % 4 != 0
+    for (uint8_t r = 0; r < TP_BLOOM_M % 4; ++r) {
+        *p++ = 0;
+    }
+#endif
+    tp_bloom_state = TP_BLOOM_SEED;
+    tp_bloom_next = 0;
+}
+
+void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
+{
+    if (first != tp_bloom_next) { /* out of order: walk the generator from the seed to feature `first` */
+        uint16_t s = TP_BLOOM_SEED;
+        for (uint32_t t = (uint32_t)first * TP_BLOOM_STEPS_PER_FEATURE; t != 0; --t) {
+            s = tp_bloom_step(s);
+        }
+        tp_bloom_state = s;
+    }
+    if (first >= TP_N_FEATURES) {
+        tp_bloom_next = first;
+        return;
+    }
+    if (n > TP_N_FEATURES - first) { /* never read beyond the model's features */
+        n = (uint8_t)(TP_N_FEATURES - first);
+    }
+    uint16_t s = tp_bloom_state;
+    for (uint8_t i = 0; i < n; ++i) {
+        uint8_t u = (uint8_t)((uint8_t)xq[i] ^ 0x80u); /* x + 128 */
+        if (u == 0) {
+            u = 1; /* x = -128 reads as -127: phi stays 0 only where nothing hashes */
+        }
+#if TP_BLOOM_M <= 256
+#if TP_BLOOM_K >= 2
+        for (uint8_t l = 0; l < TP_BLOOM_K / 2; ++l) {
+            s = tp_bloom_step(s);
+            TP_BLOOM_MAX(s >> 8);
+            TP_BLOOM_MAX(s);
+        }
+#endif
+#if TP_BLOOM_K % 2 != 0
+        s = tp_bloom_step(s);
+        TP_BLOOM_MAX(s >> 8);
+#endif
+#else
+        for (uint8_t l = 0; l < TP_BLOOM_K; ++l) {
+            s = tp_bloom_step(s);
+            TP_BLOOM_MAX(s);
+        }
+#endif
+    }
+    tp_bloom_state = s;
+    tp_bloom_next = (uint16_t)(first + n);
+}
+
+#if defined(__AVR__) && !defined(TP_BLOOM_NO_ASM) && TP_BLOOM_USED <= 256
+/* sum_p W[p] phi'[p] for one row: W in flash through Z, phi' in SRAM through X. |sum| <= 128 * 255 * USED < 2^23
+ * for USED <= 256, so a 24-bit accumulator is exact: each signed product is added biased by 0x8000 (its top bit
+ * flipped: now unsigned) modulo 2^24, and USED * 0x8000 is taken off once at the end. Per term lpm 3 + ld 2 +
+ * mulsu 2 + biased add 4 = 11 cycles; four terms per loop step, then the remainder. */
+#define TP_BLOOM_TERM                                                                                          \
+    "lpm %[w], Z+\n\t"                                                                                         \
+    "ld %[f], X+\n\t"                                                                                          \
+    "mulsu %[w], %[f]\n\t"                                                                                     \
+    "eor r1, %[k80]\n\t"                                                                                       \
+    "add %A[acc], r0\n\t"                                                                                      \
+    "adc %B[acc], r1\n\t"                                                                                      \
+    "adc %C[acc], %[zero]\n\t"
+TP_NOINLINE static int32_t tp_bloom_row(const int8_t *w, const uint8_t *phi)
+{
+    __uint24 acc = 0;
+    uint8_t wv, fv, zero = 0, k80 = 0x80;
+#if TP_BLOOM_USED >= 4
+    uint8_t n = (uint8_t)(TP_BLOOM_USED / 4); /* 1..64 */
+    __asm__ volatile("1:\n\t" TP_BLOOM_TERM TP_BLOOM_TERM TP_BLOOM_TERM TP_BLOOM_TERM
+                     "dec %[n]\n\t"
+                     "breq 2f\n\t"
+                     "rjmp 1b\n\t"
+                     "2:\n\t"
+                     "clr __zero_reg__\n\t"
+                     : [acc] "+r"(acc), [n] "+r"(n), [w] "=&a"(wv), [f] "=&a"(fv), "+z"(w), "+x"(phi)
+                     : [zero] "r"(zero), [k80] "r"(k80)
+                     : "r0", "memory");
+#endif
+#if TP_BLOOM_USED % 4 != 0
+    __asm__ volatile(
+#if TP_BLOOM_USED % 4 >= 1
+        TP_BLOOM_TERM
+#endif
+#if TP_BLOOM_USED % 4 >= 2
+        TP_BLOOM_TERM
+#endif
+#if TP_BLOOM_USED % 4 >= 3
+        TP_BLOOM_TERM
+#endif
+        "clr __zero_reg__\n\t"
+        : [acc] "+r"(acc), [w] "=&a"(wv), [f] "=&a"(fv), "+z"(w), "+x"(phi)
+        : [zero] "r"(zero), [k80] "r"(k80)
+        : "r0", "memory");
+#endif
+    /* USED << 15 as (USED << 7) << 8 (USED <= 256: fits 16 bits before the byte move) */
+    __uint24 bias = (__uint24)(uint16_t)((uint16_t)TP_BLOOM_USED << 7) << 8;
+    return (int32_t)(__int24)(__uint24)(acc - bias);
+}
+#else
+TP_NOINLINE static int32_t tp_bloom_row(const int8_t *w, const uint8_t *phi)
+{
+    int32_t acc = 0;
+    for (uint16_t p = 0; p < TP_BLOOM_USED; ++p) {
+        acc += tp_mul_s8u8(tp_next_i8(&w), phi[p]);
+    }
+    return acc;
+}
+#endif
+
+uint8_t tp_stream_end(int32_t *scores)
+{
+    /* Compact phi to the used slots in place (p <= i): a slot reads 0 exactly when nothing hashes to it. */
+    const uint8_t *src = tp_bloom_phi;
+    uint8_t *dst = tp_bloom_phi;
+    tp_bloom_count_t i = (tp_bloom_count_t)TP_BLOOM_M;
+    do {
+        uint8_t v = *src++;
+        if (v != 0) {
+            *dst++ = v;
+        }
+    } while (--i != 0);
+    const int8_t *w = tp_bloom_W;
+    uint8_t label = 0;
+    int32_t best = 0;
+    for (uint8_t r = 0; r < TP_BLOOM_ROWS; ++r) {
+#if TP_BLOOM_BIAS_BITS == 16
+        int32_t bias = tp_read_i16(&tp_bloom_b[r]);
+#else
+#if defined(__AVR__)
+        int32_t bias = (int32_t)pgm_read_dword(&tp_bloom_b[r]);
+#else
+        int32_t bias = tp_bloom_b[r];
+#endif
+#endif
+        int32_t sum = bias + tp_bloom_row(w, tp_bloom_phi);
+        w += TP_BLOOM_USED;
+#if TP_N_CLASSES == 2
+        scores[0] = 0;
+        scores[1] = sum;
+        label = (uint8_t)(sum > 0);
+#else
+        scores[r] = sum;
+        if (r == 0 || sum > best) {
+            best = sum;
+            label = r;
+        }
+#endif
+    }
+    (void)best;
+    tp_bloom_next = 0xFFFFu; /* phi is compacted: a feed without tp_stream_begin() re-walks from the seed */
+    return label;
+}
+
+uint8_t tp_predict(const int8_t *x, int32_t *scores)
+{
+    tp_stream_begin();
+    for (uint16_t first = 0; first < TP_N_FEATURES; first = (uint16_t)(first + 255u)) {
+        uint16_t left = (uint16_t)(TP_N_FEATURES - first);
+        tp_stream_feed(x + first, first, (uint8_t)(left > 255u ? 255u : left));
+    }
+    return tp_stream_end(scores);
+}

@@ -1,0 +1,178 @@
+"""The generated PlatformIO project: its platformio.ini (templates/platformio.ini.j2, rendered and read back), its
+compiler flags, and the avr-gcc compile of its sources used when PlatformIO is missing.
+
+The file names no path of the checkout, the virtualenv or a home directory, so a model directory can be moved
+or copied to another user or machine: the dev-platform is named `tinyproto-avr` and found in tinyproto's
+PlatformIO home (tinyproto.device.piohome), which the file's `core_dir = ~/.cache/tinyproto/pio-core` names for
+whoever runs `pio`; the simulator's test command starts with `python3` (see SIM_TEST_PYTHON).
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.render import jinja_env
+from tinyproto.device.piohome import CORE_DIR_IN_INI, PLATFORM_NAME, require_tool
+
+Progress = Callable[[str], None]
+
+DEFAULT_ENV = "uno_sim"
+# Flags of every build, PlatformIO or not (the dev-platform adds -mmcu/-DF_CPU/-Os/sections the same way).
+C_FLAGS = ["-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror", "-ffunction-sections", "-fdata-sections"]
+LINK_FLAGS = ["-Wl,--gc-sections"]
+LINK_LIBS = ["-lm"]
+# `pio test` builds its test program into build_dir/<env>/firmware.elf; a separate build_dir keeps it from
+# overwriting the device firmware that `pio run` (build_project) put in .pio/build/<env>/.
+TEST_BUILD_DIR = Path(".pio") / "test-build"
+# A simulated `pio test` that has not finished after this many cycles (20 s of Uno time) has hung.
+SIM_TEST_TIMEOUT_CYCLES = 320_000_000
+PIO_RUN_TIMEOUT_S = 900  # the official platform may download a toolchain on first use
+# The interpreter word of the simulated test command: whichever python3 runs `pio test`; the project's test
+# runner (templates/pio_test_custom_runner.py) puts PlatformIO's own interpreter there when it has tinyproto.
+SIM_TEST_PYTHON = "python3"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# platformio.ini
+
+
+def sim_test_command(board=None) -> list[str]:
+    """`pio test -e <board>_sim`'s test_testing_command, one argument per item (PlatformIO interpolates ${...}):
+    the board's chip at the board's clock. No absolute path: see SIM_TEST_PYTHON."""
+    mcu = board.mcu if board is not None else "atmega328p"
+    f_cpu = board.f_cpu_hz if board is not None else 16_000_000
+    return [
+        SIM_TEST_PYTHON, "-m", "tinyproto.device.sim", "--stdio", "--mcu", mcu, "--freq", str(f_cpu),
+        "--timeout-cycles", str(SIM_TEST_TIMEOUT_CYCLES),
+        "${platformio.build_dir}/${this.__env__}/firmware.elf",
+    ]  # fmt: skip
+
+
+def render_platformio_ini(board) -> str:
+    """platformio.ini text for `board` (a tinyproto.boards.Board): environments <name>, <name>_offline, <name>_sim."""
+    return jinja_env().get_template("platformio.ini.j2").render(
+        board=board,
+        platform_name=PLATFORM_NAME,
+        core_dir=CORE_DIR_IN_INI,
+        sim_test_command=sim_test_command(board),
+    )
+
+
+def render_arduino_platformio_ini(board, name: str) -> str:
+    """platformio.ini of an Arduino export (`tinyproto export --arduino`): the library `name` beside it, its example
+    sketch as the source, `framework = arduino` offline (<board>_offline, the default) and official (<board>)."""
+    return jinja_env().get_template("arduino_platformio.ini.j2").render(
+        board=board, name=name, platform_name=PLATFORM_NAME, core_dir=CORE_DIR_IN_INI)
+
+
+def _read_ini(project_dir: Path) -> configparser.ConfigParser:
+    ini = project_dir / "platformio.ini"
+    if not ini.is_file():
+        raise TinyprotoError(f"{project_dir} is not a PlatformIO project (no platformio.ini); run tinyproto compile")
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
+    try:
+        parser.read(ini)
+    except (configparser.Error, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0][:120]
+        raise TinyprotoError(f"{ini} is damaged ({first}); run tinyproto compile again") from None
+    return parser
+
+
+def parser_of(project_dir: Path) -> configparser.ConfigParser:
+    return _read_ini(Path(project_dir))
+
+
+def _env_option(parser: configparser.ConfigParser, env: str, key: str, default: str = "") -> str:
+    """An option of [env:NAME], following `extends` and falling back to [env] like PlatformIO does
+    (only the `${env.<key>}` interpolation is resolved: it is the one the generated file uses)."""
+    common = parser.get("env", key, fallback=default).strip() if parser.has_section("env") else default
+    section = f"env:{env}"
+    seen = set()
+    while parser.has_section(section) and section not in seen:
+        seen.add(section)
+        if parser.has_option(section, key):
+            return parser.get(section, key).strip().replace(f"${{env.{key}}}", common)
+        section = parser.get(section, "extends", fallback="").strip()
+    return common
+
+
+def project_default_env(parser: configparser.ConfigParser) -> str:
+    """The project's `default_envs` (first one), else DEFAULT_ENV: `<board>_sim` in generated projects."""
+    value = parser.get("platformio", "default_envs", fallback="").replace(",", " ").split()
+    return value[0] if value else DEFAULT_ENV
+
+
+def resolve_env(project_dir: Path, env: str | None) -> str:
+    """`env`, or the project's default environment when None."""
+    return env if env else project_default_env(_read_ini(Path(project_dir)))
+
+
+def _check_env(parser: configparser.ConfigParser, env: str) -> None:
+    if not parser.has_section(f"env:{env}"):
+        known = [s[4:] for s in parser.sections() if s.startswith("env:")]
+        raise TinyprotoError(f"unknown PlatformIO environment {env!r}; this project has: {', '.join(known)}")
+
+
+def _uses_system_toolchain(parser: configparser.ConfigParser, env: str) -> bool:
+    platform = _env_option(parser, env, "platform")
+    return platform == PLATFORM_NAME or platform.startswith(("symlink://", "file://"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# avr-gcc without PlatformIO
+
+
+def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, check=False, capture_output=True, text=True, **kwargs)
+
+
+def _first_errors(log: str, limit: int = 12) -> str:
+    """The compiler's first error lines (what the user needs), else the end of the log."""
+    lines = log.splitlines()
+    wanted = re.compile(r"\berror\b|undefined reference|\*\*\*", re.IGNORECASE)  # not -Werror, not "errors"
+    hits = [i for i, line in enumerate(lines) if wanted.search(line)]
+    if hits:
+        start = max(0, hits[0] - 1) if "In function" in lines[max(0, hits[0] - 1)] else hits[0]
+        return "\n".join(lines[start : start + limit])
+    return "\n".join(lines[-limit:])
+
+
+def _say(progress: Progress | None, message: str) -> None:
+    if progress is not None:
+        progress(message)
+
+
+def _project_flags(parser: configparser.ConfigParser, env: str) -> list[str]:
+    mcu = _env_option(parser, env, "board_build.mcu", "atmega328p")
+    f_cpu = _env_option(parser, env, "board_build.f_cpu", "16000000UL")
+    extra = [flag for flag in _env_option(parser, env, "build_flags").split() if flag.startswith("-D")]
+    return [f"-mmcu={mcu}", f"-DF_CPU={f_cpu}", *C_FLAGS, *extra]
+
+
+def _c_sources(*folders: Path) -> list[Path]:
+    return sorted(p for folder in folders if folder.is_dir() for p in folder.rglob("*.c"))
+
+
+def _compile_with_avr_gcc(
+    project_dir: Path, env: str, sources: list[Path], out_dir: Path, progress: Progress | None
+) -> tuple[Path, str]:
+    """One avr-gcc call compiling and linking `sources` with the project's flags -> out_dir/firmware.elf."""
+    parser = _read_ini(project_dir)
+    includes = [project_dir / "include", *sorted(p for p in (project_dir / "lib").glob("*") if p.is_dir())]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    elf = out_dir / "firmware.elf"
+    command = [
+        require_tool("avr-gcc"), *_project_flags(parser, env), *[f"-I{p}" for p in includes],
+        *map(str, sources), *LINK_FLAGS, "-o", str(elf), *LINK_LIBS,
+    ]  # fmt: skip
+    _say(progress, f"avr-gcc: compiling {len(sources)} files")
+    result = _run(command, cwd=project_dir)
+    log = " ".join(command) + "\n" + result.stdout + result.stderr
+    if result.returncode != 0:
+        raise TinyprotoError(f"firmware build failed (avr-gcc):\n{_first_errors(log)}")
+    return elf, log

@@ -1,0 +1,195 @@
+"""IntBloom: the integer Bloom-features model that runs on the device, and its bit-exact numpy reference.
+
+The device computes, for an int8 input x (TP_N_FEATURES values, fed in order, possibly in chunks):
+
+    u_j      = clamp(x_j, -127, 127) + 128                 (uint8, 1..255: never 0)
+    φ_i      = max over the (j, l) with h_l(j) = i of u_j   (uint8, 0 for a slot no component hashes to)
+    φ'       = the φ_i of the used slots, in slot order     (TP_BLOOM_USED values; an unused slot is always 0)
+    s_r      = Σ_p W[r, p] φ'_p + b_r                       (int32; W int8 in flash, b int16 or int32)
+    scores   = s (L > 2), or (0, s_0) for two classes (one weight row: class 1 wins only on s_0 > 0)
+    label    = argmax, ties to the lowest index
+
+h_l(j) comes from TP_BLOOM_SEED by xorshift16 (train.seeded_slots): no byte of the hash is stored.
+
+Scale: W ≈ coef / w_step with one shared w_step (max |coef| maps to 127); the classifier read φ = u / 256, so the
+integer score is 256 / w_step times the float decision and b = round(intercept * 256 / w_step).
+
+Flash arrays (render order): the input stage, `bloom_W` (int8, R x TP_BLOOM_USED, row-major: one class's weights
+are adjacent, the order the dot products read them) and `bloom_b` (int16 when every bias fits, else int32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinyproto.core.carray import CArray
+from tinyproto.core.inputstage import InputStage
+from tinyproto.core.ledger import SramItem
+from tinyproto.families.bloom.train import U_SCALE, BloomClassifier, bloom_max, seeded_slots, used_slots
+
+WEIGHT_MAX = 127
+INT16_MAX = 32767
+
+
+def integer_inputs(xq: np.ndarray) -> np.ndarray:
+    """u = clamp(x, -127, 127) + 128 as int64 (1..255)."""
+    return np.clip(np.asarray(xq, dtype=np.int64), -127, 127) + 128
+
+
+@dataclass
+class IntBloom:
+    """The deployed Bloom-features model: everything the C runtime needs, plus the numpy reference."""
+
+    classes: list
+    input_stage: InputStage
+    seed: int  # the hash seed (xorshift16 state before the first step)
+    n_slots: int  # m, the hash range
+    n_hashes: int  # k
+    weights: np.ndarray  # (R, p) int8 values, R = 1 for two classes, else L; p = used slots
+    bias: np.ndarray  # (R,) int
+    weight_step: float  # reported: float coefficient = weight * weight_step
+    family: str = "bloom"  # the registry name (tinyproto.families)
+    family_id = 4  # TP_FAMILY_ID
+
+    def __post_init__(self) -> None:
+        self.weights = np.asarray(self.weights, dtype=np.int64)
+        self.bias = np.asarray(self.bias, dtype=np.int64).reshape(-1)
+        if not 1 <= self.n_hashes <= 64 or not 1 <= self.n_slots <= 65535 or not 1 <= self.seed <= 65535:
+            raise ValueError("need 1 <= k <= 64, 1 <= m <= 65535 and a seed in 1..65535")
+        # the hash is a pure function of (seed, d, k, m): computed once per model, not per call
+        self._slots = seeded_slots(self.seed, self.n_features, self.n_hashes, self.n_slots)
+        self._used = used_slots(self._slots)
+        rows = 1 if self.n_classes == 2 else self.n_classes
+        if not 2 <= self.n_classes <= 255:
+            raise ValueError("need 2..255 classes")
+        if self.weights.shape != (rows, self.n_used):
+            raise ValueError(f"weights must be ({rows}, {self.n_used}): one row per class (one for two classes)")
+        if self.weights.min() < -128 or self.weights.max() > 127:
+            raise ValueError("weights must be int8")
+        # |s| <= 128 * 255 * p + |b| must fit the device's int32 accumulator
+        if self.bias.shape != (rows,) or np.abs(self.bias).max() + 128 * 255 * self.n_used >= 2**31:
+            raise ValueError("bias must hold one int32 per weight row, with room for the sum")
+
+    # -- sizes
+
+    @property
+    def n_features(self) -> int:
+        return self.input_stage.n_features
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def slots(self) -> np.ndarray:
+        return self._slots
+
+    @property
+    def used(self) -> np.ndarray:
+        return self._used
+
+    @property
+    def n_used(self) -> int:
+        return int(self.used.size)
+
+    @property
+    def bias_bits(self) -> int:
+        return 16 if np.abs(self.bias).max() <= INT16_MAX else 32
+
+    # -- construction
+
+    @classmethod
+    def from_classifier(cls, clf: BloomClassifier) -> "IntBloom":
+        """Quantize a fitted BloomClassifier: its input stage as it stands, W to int8 with one shared step."""
+        stage = InputStage.from_standardisation(clf.centre_, clf.scale_, clf.input_step_)
+        coef = np.asarray(clf.coef_, dtype=np.float64)
+        largest = float(np.max(np.abs(coef)))
+        step = largest / WEIGHT_MAX if largest > 0 else 1.0
+        weights = np.clip(np.round(coef / step), -WEIGHT_MAX, WEIGHT_MAX)
+        bias = np.round(np.asarray(clf.intercept_, dtype=np.float64) * U_SCALE / step)
+        return cls(classes=clf.classes_.tolist(), input_stage=stage, seed=int(clf.seed_), n_slots=int(clf.n_slots),
+                   n_hashes=int(clf.n_hashes), weights=weights, bias=bias, weight_step=step)
+
+    # -- the integer contract
+
+    def features(self, xq: np.ndarray) -> np.ndarray:
+        """φ' (n, p): the used slots' MAX of u, int64."""
+        return bloom_max(integer_inputs(xq), self.slots, self.used)
+
+    def scores(self, xq: np.ndarray) -> np.ndarray:
+        """The int32 score vectors tp_predict writes, (n, L) int64."""
+        s = self.features(xq) @ self.weights.T + self.bias
+        if self.n_classes == 2:
+            return np.hstack([np.zeros_like(s), s])
+        return s
+
+    def labels(self, scores: np.ndarray) -> np.ndarray:
+        """np.argmax returns the lowest index among ties, as the C loop does."""
+        return np.argmax(np.asarray(scores), axis=1)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Raw float features -> original class labels, through the input stage."""
+        return np.asarray(self.classes)[self.labels(self.scores(self.input_stage.quantize(X)))]
+
+    def carrays(self) -> list[CArray]:
+        rows, p = self.weights.shape
+        bias_type = "int16_t" if self.bias_bits == 16 else "int32_t"
+        return [
+            *self.input_stage.carrays(),
+            CArray("bloom_W", "int8_t", self.weights.reshape(-1),
+                   f"weights, int8 ({rows} x {p} used of {self.n_slots} slots)"),
+            CArray("bloom_b", bias_type, self.bias, f"bias per weight row, {self.bias_bits}-bit"),
+        ]
+
+    def defines(self) -> dict[str, int]:
+        out = {
+            "TP_BLOOM_M": self.n_slots,
+            "TP_BLOOM_K": self.n_hashes,
+            "TP_BLOOM_USED": self.n_used,
+            "TP_BLOOM_ROWS": int(self.weights.shape[0]),
+            "TP_BLOOM_SEED": self.seed,
+            "TP_BLOOM_BIAS_BITS": self.bias_bits,
+            "TP_STREAMABLE": 1,
+        }
+        out.update(self.input_stage.defines())
+        return out
+
+    def working_sram(self) -> list[SramItem]:
+        """φ lives in static SRAM (m bytes) with the stream's generator state; nothing holds the input vector."""
+        return [
+            SramItem("bloom_phi", self.n_slots, f"φ: one uint8 MAX per slot ({self.n_slots} slots, static)"),
+            SramItem("bloom_stream", 4, "hash generator state and the next expected feature index (static)"),
+        ]
+
+    def model_bytes(self) -> int:
+        return sum(a.nbytes for a in self.carrays())
+
+    def multiply_accumulates(self) -> int:
+        """One int8 x uint8 product per weight (the lower bound's unit)."""
+        return int(self.weights.size)
+
+    # -- serialisation
+
+    def to_json(self) -> dict:
+        return {
+            "family": self.family,
+            "classes": list(self.classes),
+            "input_stage": self.input_stage.to_json(),
+            "seed": self.seed,
+            "n_slots": self.n_slots,
+            "n_hashes": self.n_hashes,
+            "weights": self.weights.tolist(),
+            "bias": self.bias.tolist(),
+            "weight_step": self.weight_step,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "IntBloom":
+        if raw.get("family") != "bloom":
+            raise ValueError(f"not a bloom model: {raw.get('family')!r}")
+        return cls(classes=list(raw["classes"]), input_stage=InputStage.from_json(raw["input_stage"]),
+                   seed=int(raw["seed"]), n_slots=int(raw["n_slots"]), n_hashes=int(raw["n_hashes"]),
+                   weights=np.asarray(raw["weights"], dtype=np.int64), bias=np.asarray(raw["bias"], dtype=np.int64),
+                   weight_step=float(raw["weight_step"]))

@@ -1,0 +1,228 @@
+"""Bloom features under a byte budget: search (input stage, k, m, C) by cross-validated int8 accuracy.
+
+Bytes: the input stage + R x p int8 weights + R biases (R = 1 for two classes, else L; p = the used slots, those
+at least one component hashes to). The hash itself is regenerated from its seed and costs nothing, so for each k
+the solver takes the largest m whose used slots fit the budget, counting every bias as int32 (the model ships
+int16 biases when they fit: then it is a few bytes under). p is a property of (seed, d, k, m) alone, so the
+bytes of a shape are known before any training.
+
+Search, by 3-fold cross-validated accuracy of the int8 model (the paper picks k by cross-validation):
+1. the input stage (what MAX compares, see train.py): min/global, min/feature, mean/feature, at a middle k;
+2. k in K_CANDIDATES, each at its largest fitting m, times C in C_CANDIDATES, with the chosen input stage.
+Among candidates tied on the best accuracy: the fewest predicted cycles, then the fewest bytes. With a latency
+limit only shapes whose predicted cycles fit are tried (the cost model depends on the shape, not the data).
+Layer: families (bloom).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import numpy as np
+
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.inputstage import InputStage
+from tinyproto.families.bloom.cost import predict_cycles
+from tinyproto.families.bloom.quantize import IntBloom
+from tinyproto.families.bloom.train import BYTE_SLOTS, BloomClassifier, draw_seed, hash_draws, seeded_slots, used_slots
+
+K_CANDIDATES = (1, 2, 3, 4, 6, 8)
+C_CANDIDATES = (0.1, 1.0, 10.0)
+INPUT_STAGES = (("min", "global"), ("min", "feature"), ("mean", "feature"))
+STAGE_PROBE_K = 3  # k used while choosing the input stage
+MAX_SLOTS = BYTE_SLOTS  # m <= 256: byte draws (one multiply per draw) and phi in at most 256 B of SRAM
+FOLDS = 3
+RUNNERS_UP = 5
+BIAS_BYTES = 4  # budgeted per row: int32, the widest the model may need
+
+
+def _unit_stage(n_features: int) -> InputStage:
+    return InputStage.from_standardisation(np.zeros(n_features), np.ones(n_features), 1.0)
+
+
+def stage_bytes(n_features: int) -> int:
+    """Bytes of the input stage for d features (from the stage's own arrays, as the ledger counts them)."""
+    return sum(a.nbytes for a in _unit_stage(n_features).carrays())
+
+
+def placeholder_model(seed: int, n_features: int, n_classes: int, n_slots: int, n_hashes: int) -> IntBloom:
+    """A model of this shape with zero weights and int32 biases: its arrays are the shape's bytes (the budget
+    counts every bias as int32; a trained model whose biases fit int16 ships smaller)."""
+    rows = 1 if n_classes == 2 else n_classes
+    used = used_slots(seeded_slots(seed, n_features, n_hashes, n_slots)).size
+    return IntBloom(list(range(n_classes)), _unit_stage(n_features), seed, n_slots, n_hashes,
+                    np.zeros((rows, used), dtype=np.int64), np.full(rows, 1 << 20, dtype=np.int64), 1.0)
+
+
+def shape_bytes(n_features: int, rows: int, used: int) -> int:
+    """The arithmetic the search uses to find m; candidate bytes are then taken from placeholder models."""
+    return stage_bytes(n_features) + rows * used + rows * BIAS_BYTES
+
+
+def minimum_budget(n_features: int, n_classes: int) -> int:
+    """Bytes of the smallest model: one slot (m = 1, k = 1: every feature in it), so one weight per row."""
+    return placeholder_model(1, n_features, n_classes, 1, 1).model_bytes()
+
+
+def used_counts(seed: int, n_features: int, n_hashes: int, m_max: int) -> np.ndarray:
+    """used[m] = how many of m slots the hash of (seed, d, k) reaches, for every m in 0..m_max (used[0] = 0).
+
+    (v * m) >> bits is non-decreasing in the draw v, so over the sorted distinct draws the distinct slots are 1 +
+    the number of steps up. The draws themselves depend on m only through its regime (byte or 16-bit draws)."""
+    out = np.zeros(m_max + 1, dtype=np.int64)
+    regimes = {}
+    for m in range(1, m_max + 1):
+        byte_draws = m <= BYTE_SLOTS
+        if byte_draws not in regimes:
+            draws, bits = hash_draws(seed, n_features, n_hashes, m)
+            regimes[byte_draws] = (np.unique(draws), bits)
+        values, bits = regimes[byte_draws]
+        slots = (values * m) >> bits
+        out[m] = 1 + int(np.count_nonzero(slots[1:] != slots[:-1]))
+    return out
+
+
+def _shape_cycles(n_features: int, n_classes: int, m: int, k: int, used: int) -> int:
+    """Predicted cycles of a shape, by the cost model on a placeholder model (weights do not change cycles)."""
+    rows = 1 if n_classes == 2 else n_classes
+    stage = InputStage.from_standardisation(np.zeros(n_features), np.ones(n_features), 1.0)
+    model = _Placeholder(n_features, n_classes, m, k, np.zeros((rows, used), dtype=np.int64), stage)
+    return predict_cycles(model)["total"]
+
+
+class _Placeholder:
+    """Just the shape the cost model reads."""
+
+    def __init__(self, n_features, n_classes, n_slots, n_hashes, weights, stage):
+        self.n_features, self.n_classes, self.n_slots, self.n_hashes = n_features, n_classes, n_slots, n_hashes
+        self.weights, self.input_stage = weights, stage
+
+    def multiply_accumulates(self) -> int:
+        return int(self.weights.size)
+
+
+def candidate_shapes(seed: int, n_features: int, n_classes: int, budget: int,
+                     max_cycles: float | None) -> list[dict]:
+    """For each k, the largest m (<= MAX_SLOTS) whose used slots fit the budget and the cycle limit."""
+    rows = 1 if n_classes == 2 else n_classes
+    p_max = (budget - stage_bytes(n_features) - rows * BIAS_BYTES) // rows
+    shapes = []
+    for k in K_CANDIDATES:
+        used = used_counts(seed, n_features, k, MAX_SLOTS)
+        for m in range(MAX_SLOTS, 0, -1):
+            if used[m] > p_max:
+                continue
+            cycles = _shape_cycles(n_features, n_classes, m, k, int(used[m]))
+            if max_cycles is None or cycles <= max_cycles:
+                nbytes = placeholder_model(seed, n_features, n_classes, m, k).model_bytes()
+                if nbytes > budget:  # the arithmetic above and the arrays disagree: a bug, never shipped
+                    raise TinyprotoError(f"internal error: m={m} k={k} needs {nbytes} B, over {budget} B")
+                shapes.append({"n_slots": m, "n_hashes": k, "n_used": int(used[m]), "predicted_cycles": cycles,
+                               "model_bytes": nbytes})
+                break
+    unique = {(s["n_slots"], s["n_hashes"]): s for s in shapes}
+    return list(unique.values())
+
+
+def _folds(X, y, random_state) -> list[tuple]:
+    from sklearn.model_selection import StratifiedKFold, train_test_split
+
+    k = min(FOLDS, int(np.unique(y, return_counts=True)[1].min()))
+    if k < 2:
+        Xf, Xv, yf, yv = train_test_split(X, y, test_size=0.25, random_state=random_state)
+        return [(Xf, yf, Xv, yv)]
+    splitter = StratifiedKFold(k, shuffle=True, random_state=random_state)
+    return [(X[a], y[a], X[b], y[b]) for a, b in splitter.split(X, y)]
+
+
+def shape_text(entry: dict) -> str:
+    return (f"m={entry['n_slots']} k={entry['n_hashes']} used={entry['n_used']} C={entry['C']:g} "
+            f"{entry['offset']}/{entry['scaling']}")
+
+
+def fit_bloom_under_budget(
+    X_train: np.ndarray,
+    y_train: np.ndarray,
+    budget_bytes: int,
+    random_state: int = 0,
+    progress: Callable[[str], None] | None = None,
+    max_latency_ms: float | None = None,
+    f_cpu_hz: int = 16_000_000,
+) -> tuple[BloomClassifier, IntBloom, dict]:
+    """(float estimator, int8 model, info) for the best cross-validated int8 Bloom model within budget_bytes."""
+    started = time.perf_counter()
+    X_train = np.asarray(X_train, dtype=np.float64)
+    y_train = np.asarray(y_train)
+    n_features = X_train.shape[1]
+    classes = np.unique(y_train)
+    floor = minimum_budget(n_features, classes.size)
+    if budget_bytes < floor:
+        raise TinyprotoError(
+            f"budget {budget_bytes} B is too small for Bloom features on {n_features} features and {classes.size} "
+            f"classes: the smallest model (one used slot) needs {floor} B"
+        )
+    if max_latency_ms is not None and not (max_latency_ms > 0 and math.isfinite(max_latency_ms)):
+        raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
+    max_cycles = None if max_latency_ms is None else max_latency_ms * 1e-3 * f_cpu_hz
+    seed = draw_seed(random_state)
+    shapes = candidate_shapes(seed, n_features, classes.size, budget_bytes, max_cycles)
+    if not shapes:
+        fastest = _shape_cycles(n_features, classes.size, 1, 1, 1)
+        raise TinyprotoError(
+            f"no Bloom model within {budget_bytes} B is predicted to run in {max_latency_ms:g} ms; the fastest "
+            f"(k=1, one slot) is predicted at {1000.0 * fastest / f_cpu_hz:.3f} ms: raise --max-latency"
+        )
+    folds = _folds(X_train, y_train, random_state)
+    n_val = sum(len(f[3]) for f in folds)
+    tried: list[dict] = []
+
+    def evaluate(shape: dict, offset: str, scaling: str, C: float) -> dict:
+        correct = 0
+        for Xf, yf, Xv, yv in folds:
+            clf = BloomClassifier(shape["n_slots"], shape["n_hashes"], offset, scaling, C, random_state)
+            model = IntBloom.from_classifier(clf.fit(Xf, yf))
+            correct += int(np.sum(model.predict(Xv) == yv))
+        entry = {**{k: shape[k] for k in ("n_slots", "n_hashes", "n_used", "model_bytes", "predicted_cycles")},
+                 "offset": offset, "scaling": scaling, "C": C, "seed": seed, "val_int8_accuracy": correct / n_val,
+                 "predicted_latency_ms": round(1000.0 * shape["predicted_cycles"] / f_cpu_hz, 4)}
+        tried.append(entry)
+        if progress:
+            progress(f"{shape_text(entry)}: {100 * entry['val_int8_accuracy']:.2f} %")
+        return entry
+
+    probe = min(shapes, key=lambda s: (abs(s["n_hashes"] - STAGE_PROBE_K), s["n_hashes"]))
+    stage_scores = [evaluate(probe, offset, scaling, 1.0) for offset, scaling in INPUT_STAGES]
+    best_stage = max(stage_scores, key=lambda e: e["val_int8_accuracy"])  # first best: the listed order
+    offset, scaling = best_stage["offset"], best_stage["scaling"]
+    for shape in shapes:
+        for C in C_CANDIDATES:
+            if shape is probe and C == 1.0:
+                continue
+            evaluate(shape, offset, scaling, C)
+
+    best_acc = max(t["val_int8_accuracy"] for t in tried)
+    order = sorted(range(len(tried)), key=lambda i: (-tried[i]["val_int8_accuracy"], tried[i]["predicted_cycles"],
+                                                    tried[i]["model_bytes"], i))
+    chosen = tried[order[0]]
+    if progress:
+        progress(f"refit {shape_text(chosen)} on all training data")
+    clf = BloomClassifier(chosen["n_slots"], chosen["n_hashes"], chosen["offset"], chosen["scaling"], chosen["C"],
+                          random_state).fit(X_train, y_train)
+    model = IntBloom.from_classifier(clf)
+    if model.model_bytes() > budget_bytes:  # the byte count is the shape's, known before training: a bug
+        raise TinyprotoError(f"internal error: Bloom model is {model.model_bytes()} B, over {budget_bytes} B")
+    keys = ("n_slots", "n_hashes", "n_used", "offset", "scaling", "C", "seed")
+    info = {
+        "chosen": {k: chosen[k] for k in keys},
+        "candidates": tried,
+        "chosen_validation": chosen,
+        "runners_up": [tried[i] for i in order[1 : 1 + RUNNERS_UP]],
+        "selection": (f"the fewest predicted cycles, then bytes, among the candidates tied with the best int8 "
+                      f"accuracy ({100 * best_acc:.2f} %) over {n_val} cross-validated samples"),
+        "max_latency_ms": max_latency_ms,
+        "search_seconds": round(time.perf_counter() - started, 2),
+        "minimum_budget_bytes": floor,
+    }
+    return clf, model, info
