@@ -55,10 +55,16 @@ typedef uint16_t tp_pn_proto_index_t;
  * unsigned (p + 0x8000: flipping the product's top bit) modulo 2^24, and n * 0x8000 is taken off once at the end
  * (n = terms added); the true sum fits in 24 signed bits, so the wrapped result is exact.
  */
-#if defined(__AVR__) && !defined(TP_PN_NO_ASM) && TP_N_FEATURES <= 511 && TP_PN_DIM <= 255 && TP_PN_PROTOS <= 256
+#if defined(__AVR__) && !defined(TP_PN_NO_ASM) && TP_PN_DIM <= 255 && TP_PN_PROTOS <= 256
 #define TP_PN_ASM 1
 #else
 #define TP_PN_ASM 0
+#endif
+/* The row kernels' 24-bit projection bound also needs d <= 511 (distances and scores do not depend on d). */
+#if TP_PN_ASM && TP_N_FEATURES <= 511
+#define TP_PN_ASM_ROWS 1
+#else
+#define TP_PN_ASM_ROWS 0
 #endif
 
 #if TP_PN_ASM
@@ -90,7 +96,7 @@ static inline int32_t tp_pn_unbias(__uint24 acc, uint16_t n)
 /* Bring one projection sum onto B's grid: a rounding right shift (or a left shift) and a clamp. */
 static int8_t tp_pn_rescale(int32_t p)
 {
-#if TP_PN_ASM && TP_PN_PROJ_RSHIFT >= 8 && (16384L * TP_N_FEATURES + (1L << (TP_PN_PROJ_RSHIFT - 1))) < 8388608L
+#if TP_PN_ASM_ROWS && TP_PN_PROJ_RSHIFT >= 8 && (16384L * TP_N_FEATURES + (1L << (TP_PN_PROJ_RSHIFT - 1))) < 8388608L
     /* |p + half| < 2^23 (the projection bound above), so (p + half) >> 8 fits an int16 and the remaining shift
      * and the clamp are 16-bit (avr-gcc shifts an int32 one bit per 5-cycle loop step). */
     int16_t q = (int16_t)((p + ((int32_t)1 << (TP_PN_PROJ_RSHIFT - 1))) >> 8);
@@ -163,7 +169,7 @@ static int8_t tp_pn_rescale_offset(int32_t p, int16_t offset)
 
 #if !TP_PN_ROWMAJOR
 /* the row kernels are not needed */
-#elif TP_PN_ASM && TP_PN_W_DENSE
+#elif TP_PN_ASM_ROWS && TP_PN_W_DENSE
 /* Dense row: x in SRAM through X, W in flash through Z; 8 terms per loop step, then the remainder. Per term:
  * ld 2 + lpm 3 + muls 2 + biased 24-bit add 4 = 11 cycles. */
 #define TP_PN_DENSE_TERM                                                                                   \
@@ -197,7 +203,7 @@ static inline __attribute__((always_inline)) int32_t tp_pn_row_dot(const int8_t 
     *w = weight;
     return tp_pn_unbias(acc, TP_N_FEATURES);
 }
-#elif TP_PN_ASM
+#elif TP_PN_ASM_ROWS
 /* Sparse row: per bitmap byte (8 inputs) one lpm of the mask (Z swaps between the mask and the values), a
  * zero byte skips its 8 inputs at once, and each bit costs sbrs + rjmp (3 cycles) when clear, and when set
  * sbrs 2 + ldd 2 + lpm 3 + muls 2 + biased 24-bit add 4 = 13 cycles. x is read through Y (r28:r29, claimed
