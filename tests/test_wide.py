@@ -194,3 +194,37 @@ def test_host_c_equals_numpy(tmp_path, D, d, density, stage, n_raw, expected):
     raw = np.ascontiguousarray(model.input_stage.select(X), dtype="<f4").tobytes()
     out = subprocess.run([str(stream), "16", "raw"], input=raw, capture_output=True, check=True).stdout
     np.testing.assert_array_equal(_parse(out.decode())[1], reference)
+
+
+# ---------------------------------------------------------------------------------------------- simulated Uno
+
+
+@needs("avr-gcc")
+@pytest.mark.usefixtures("private_cache")
+def test_wide_model_bit_exact_on_the_simulated_uno(tmp_path):
+    """A 784-input model that reads 600 features (column codes, shared stage, offset): the device's scores equal
+    the numpy reference, and the cost model is within 3 % of the measured cycles."""
+    import os
+
+    if not os.path.exists("/usr/include/simavr/sim_avr.h"):
+        pytest.skip("libsimavr-dev not installed")
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.render import write_sources
+    from tinyproto.device.build import build_project, render_platformio_ini
+    from tinyproto.device.protocol import open_device
+    from tinyproto.device.sim import SimulatedUno
+    from tinyproto.families import predict_cycles
+
+    rng = np.random.default_rng(28)
+    model, X = synthetic(12, 600, 20, 4, rng, stage="shared", n_raw=784)
+    assert model.w_encoding == "col_bytes" and model.n_features == 600
+    xq = model.input_stage.quantize(X)
+    write_sources(model, tmp_path, "test", 0, 1 << 20)
+    ini = render_platformio_ini(load_board("uno")).replace("-DTP_SIMULATED=1", "-DTP_SIMULATED=1 -DTP_NO_RAW_INPUT=1")
+    (tmp_path / "platformio.ini").write_text(ini)
+    build = build_project(tmp_path, "uno_sim")
+    with SimulatedUno(build.elf) as uno, open_device(uno.port) as client:
+        predictions = [client.predict(x) for x in xq]
+    np.testing.assert_array_equal(np.array([p.scores for p in predictions]), model.scores(xq))
+    cycles = float(np.mean([p.cycles for p in predictions]))
+    assert abs(predict_cycles(model)["total"] - cycles) / cycles < 0.03
