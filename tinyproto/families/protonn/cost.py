@@ -55,17 +55,17 @@ PN_CYCLES_C = {
 
 # The streamed projection (firmware/tp_protonn.c, tp_stream_*: column-major W codes, and tp_predict of a
 # column-major W) and the projection offset of a shared input stage: fitted by tools/calibrate_costmodel.py
-# --wide on 14 synthetic models measured on the simulated Uno, with PN_CYCLES held fixed: 13 within 2 %
-# (the 14th, d = 700 > 511, runs the C projection: +3.5 %).
+# --wide on 19 synthetic models measured on the simulated Uno, with PN_CYCLES held fixed: 18 within 2 %
+# (the 19th, d = 700 > 511, runs the C projection and its C cost model: +3.5 %).
 PN_STREAM_CYCLES = {
-    "stream_fixed": 73,  # begin + end + calls
-    "stream_chunk": 3,  # per tp_stream_feed call (chunks of 255 features in tp_predict)
-    "stream_feature": 7,  # per kept feature: load x, loop
-    "stream_nnz": 47,  # per nonzero, one-byte codes: lpm code, lpm value, muls, 24-bit add into SRAM
+    "stream_fixed": 0,  # begin + end + calls (the fit puts them in the per-chunk term: one chunk up to 255)
+    "stream_chunk": 216,  # per tp_stream_feed call (chunks of 255 features in tp_predict)
+    "stream_feature": 6,  # per kept feature: load x, loop
+    "stream_nnz": 46,  # per nonzero, one-byte codes: lpm code, lpm value, muls, 24-bit add into SRAM
     "stream_nnz_nibble": 51,  # per nonzero, four-bit codes
-    "stream_row": 30,  # per projected dimension: clear, rescale, store
+    "stream_row": 50,  # per projected dimension: clear, rescale, store
     "stream_rshift": 9,  # per row and bit of a 32-bit right shift
-    "stream_rshift16": 0,  # per row and bit of the 16-bit rescale path (shift - 8)
+    "stream_rshift16": 4,  # per row and bit of the 16-bit rescale path (shift - 8)
     "offset_row": 32,  # per row, the offset rescale of a row-major W (instead of the plain rescale)
 }
 

@@ -185,19 +185,21 @@ def fit_protonn_under_budget(
 
     per_stage = {stage: candidate_shapes(n_features, fit_counts, budget_bytes, max_cycles, stage)
                  for stage in STAGES if minimum_budget(n_features, len(classes), stage) <= budget_bytes}
-    per_stage = {stage: shapes for stage, shapes in per_stage.items() if shapes} or per_stage
+    nonempty = {stage: shapes for stage, shapes in per_stage.items() if shapes}
     stage_probe: dict = {}
-    if len(per_stage) > 1:  # probe each input stage with a mid-sized shape of its own list, on the same folds
-        probes = {stage: stage_shapes[len(stage_shapes) // 2] for stage, stage_shapes in per_stage.items()}
+    if len(nonempty) > 1:  # probe each input stage with a mid-sized shape of its own list, on the same folds
+        probes = {stage: stage_shapes[len(stage_shapes) // 2] for stage, stage_shapes in nonempty.items()}
         if progress:
             for stage, probe in probes.items():
                 progress(f"input stage {stage}: probe d_hat={probe.n_components} m={probe.n_prototypes}")
         stage_probe = dict(zip(probes, evaluate_all(list(probes.values()))))
         scored = {k: v for k, v in stage_probe.items() if v is not None}
         chosen_stage = (min(scored, key=lambda k: (-scored[k]["val_int8_accuracy"], scored[k]["predicted_cycles"],
-                                                   scored[k]["model_bytes"])) if scored else next(iter(per_stage)))
-    else:
-        chosen_stage = next(iter(per_stage)) if per_stage else "feature"
+                                                   scored[k]["model_bytes"])) if scored else next(iter(nonempty)))
+    elif nonempty:
+        chosen_stage = next(iter(nonempty))
+    else:  # nothing fits (a latency limit, or a budget at the minimum): the per-feature stage, as ever
+        chosen_stage = "feature" if "feature" in per_stage else next(iter(per_stage), "feature")
     shapes = [sh for sh in per_stage.get(chosen_stage, []) if sh not in kept]  # probes are already evaluated
     if not per_stage.get(chosen_stage) and max_cycles is None:
         shapes = [Shape(1, len(classes), largest_nnz(n_features, len(classes), 1, len(classes), TABLE_SIZES[0],
@@ -246,6 +248,8 @@ def fit_protonn_under_budget(
         "search_rows": int(len(y_search)),
         "w_encoding": model.w_encoding,
         "features_kept": model.n_features,
+        # the raw columns the device receives, in order (None: all): the C API and the sketch take these only
+        "input_columns": None if model.input_stage.kept is None else list(model.input_stage.kept),
     }
     return clf, model, info
 
