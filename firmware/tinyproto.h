@@ -124,6 +124,19 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores);
  * caller's raw (4 B per feature) and x (1 B per feature). */
 void tp_input_quantize(const float *raw, int8_t *x);
 
+/* The same conversion for features first .. first+n-1 only (raw[0..n-1] -> out[0..n-1]): the device app converts
+ * each streamed chunk of raw floats as it arrives, so no buffer ever holds the whole float vector. */
+void tp_input_quantize_range(const float *raw, uint16_t first, uint8_t n, int8_t *out);
+
+/* ---- Streaming (families whose model header defines TP_STREAMABLE 1) ---------------------------------------
+ * Features arrive in order, in chunks of at most TP_CHUNK_BYTES (include/tinyproto_sizes.h). The family keeps
+ * static running state only, never the whole input vector; the result equals tp_predict() on the same x.
+ * A family with TP_STREAMABLE 0 does not implement these: the device app then buffers the d int8 features and
+ * calls tp_predict(). */
+void tp_stream_begin(void);                                       /* reset the family's running state     */
+void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n); /* int8 features first .. first+n-1     */
+uint8_t tp_stream_end(int32_t *scores);                           /* finish: TP_N_CLASSES scores, label    */
+
 #ifdef __cplusplus
 }
 #endif

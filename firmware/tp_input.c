@@ -15,8 +15,6 @@
 #define TP_INPUT_SHARED 0
 #endif
 
-/* Declared here until firmware/tinyproto.h (the stream transport's) carries it: same prototype. */
-void tp_input_quantize_range(const float *raw, uint16_t first, uint8_t n, int8_t *out);
 
 /* Decode an IEEE half float scaled by 2^shared_exp; exact in float32 (11-bit mantissa, power-of-two scale). */
 static float tp_half_to_float(uint16_t bits, int16_t shared_exp)

@@ -10,6 +10,9 @@
 
 #include <stdint.h>
 
+/* TP_PROTO_VERSION, TP_FRAME_OVERHEAD, chunk and buffer sizes: generated per project from tinyproto/core/wire.py. */
+#include "tinyproto_sizes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,15 +23,17 @@ extern "C" {
 #define TP_CHECK_RESULT
 #endif
 
-#define TP_PROTO_VERSION 1
-
 /* Message types: a response is the request type | TP_MSG_RESPONSE, or TP_MSG_ERROR. */
 #define TP_MSG_HELLO 0x01
-#define TP_MSG_PREDICT 0x02
-#define TP_MSG_PREDICT_RAW 0x03
+/* Vectors travel in chunks: PREDICT first u16 | n int8 (n <= TP_CHUNK_BYTES), PREDICT_RAW first u16 | n float32
+ * (n <= TP_RAW_CHUNK), LEARN label u8 | first u16 | n int8. A chunk with first = 0 starts a vector, each next one
+ * must continue it (else ERROR argument). Every chunk but the last is acknowledged (PREDICT, LEARN: empty;
+ * PREDICT_RAW: the chunk's n int8 inputs); the last one's answer is the message's full answer. */
+#define TP_MSG_PREDICT 0x02     /* last chunk -> label u8, cycles u32, int32[n_classes] */
+#define TP_MSG_PREDICT_RAW 0x03 /* last chunk -> label u8, cycles u32, int8[n] of this chunk, int32[n_classes] */
 #define TP_MSG_STATS 0x04
 /* On-device learning (FlyNN firmware built with TP_FLY_LEARN; any other firmware answers ERROR unknown type). */
-#define TP_MSG_LEARN 0x05        /* label u8, int8[n_features] -> n_samples u32, cycles u32 */
+#define TP_MSG_LEARN 0x05        /* last chunk -> n_samples u32, cycles u32 */
 #define TP_MSG_READ_COUNTS 0x06  /* offset u16, length u8 -> total u16, up to `length` bytes of packed counts */
 #define TP_MSG_CLEAR 0x07        /* -> (empty): every count and n_samples to 0 */
 #define TP_MSG_EEPROM_SAVE 0x08  /* -> written u16 (bytes that changed), record u16 (bytes of the record) */
@@ -41,18 +46,18 @@ extern "C" {
 #define TP_ERR_LENGTH 2       /* payload length wrong for the type, or a body too short to hold a CRC */
 #define TP_ERR_UNKNOWN_TYPE 3 /* type not implemented (PREDICT_RAW when built with TP_NO_RAW_INPUT) */
 #define TP_ERR_TOO_LONG 4     /* frame longer than the receive buffer */
-#define TP_ERR_ARGUMENT 5     /* a field out of range: LEARN label >= n_classes, READ_COUNTS offset past the end */
+#define TP_ERR_ARGUMENT 5     /* a field out of range: LEARN label >= n_classes, READ_COUNTS offset past the end,
+                                 a chunk that does not continue the vector under way */
 
 /* EEPROM_LOAD status. */
 #define TP_EEPROM_LOADED 0    /* the counts and n_samples now come from the EEPROM record */
 #define TP_EEPROM_EMPTY 1     /* no valid record (blank, or the CRC does not match): nothing changed */
 #define TP_EEPROM_OTHER 2     /* a valid record of another model layout: nothing changed */
 
-#define TP_FRAME_OVERHEAD 4u /* type, seq and crc16 around the payload */
-#define TP_HELLO_PAYLOAD 21u /* "TPRO" proto abi family hash(4) n_features(2) n_classes in_b score_b f_cpu(4) flags */
 #define TP_HELLO_FLAG_RAW 0x01    /* answers PREDICT_RAW */
 #define TP_HELLO_FLAG_LEARN 0x02  /* answers LEARN, READ_COUNTS, CLEAR; inference uses the SRAM counts */
 #define TP_HELLO_FLAG_EEPROM 0x04 /* answers EEPROM_SAVE / EEPROM_LOAD (the counts fit the EEPROM) */
+#define TP_HELLO_FLAG_STREAM 0x08 /* the family streams: each chunk is fed (and timed) as it arrives */
 
 /* What one received byte completed. */
 typedef enum {

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tinyproto.core import render, wire
 from tinyproto.device import protocol as P
 
 from conftest import PipePort, needs
@@ -55,6 +56,19 @@ def test_fuzz_serial_no_crash(tmp_path):
 
 
 @needs_clang
+def test_fuzz_streaming_firmware_no_crash(tmp_path):
+    """The inference app with a streaming family (the fake model, 150 features): chunks in and out of order, past
+    the end, mixed types. Line coverage guards against frames that stopped reaching the chunk handlers."""
+    result = run_fuzz("--firmware", "inference-stream", "--runs", "20000", "--seconds", "60",
+                      "--workdir", str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    executions, crashes = summary(result.stdout, "inference-stream")
+    assert crashes == 0 and executions >= 20_000
+    lines = table_row(result.stdout, "inference-stream")[-1]
+    assert lines.endswith("%") and float(lines[:-1]) >= 85.0, result.stdout
+
+
+@needs_clang
 def test_fuzz_learning_no_crash_and_reaches_every_handler(tmp_path):
     """The CI run of the learning harness: seconds, seeded. Line coverage of the firmware by the final corpus
     guards against a vacuous pass (a harness whose frames stopped reaching the learning handlers)."""
@@ -68,12 +82,23 @@ def test_fuzz_learning_no_crash_and_reaches_every_handler(tmp_path):
     assert lines.endswith("%") and float(lines[:-1]) >= 95.0, result.stdout
 
 
-def plant(firmware: Path, old: str, new: str) -> None:
+APP = [FIRMWARE / name for name in ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c")]
+
+
+def plant(firmware: Path, old: str, new: str, name: str = "tp_learn.c") -> None:
     """Copy of the firmware with one deliberate bug (the pattern must exist exactly once, or the test is void)."""
     shutil.copytree(FIRMWARE, firmware)
-    text = (firmware / "tp_main.c").read_text()
+    text = (firmware / name).read_text()
     assert text.count(old) == 1, f"the planted bug no longer applies: {old!r}"
-    (firmware / "tp_main.c").write_text(text.replace(old, new))
+    (firmware / name).write_text(text.replace(old, new))
+
+
+def sizes_include(model: Path, where: Path) -> str:
+    """-I of a generated include/tinyproto_sizes.h for the model (as `tinyproto compile` writes it)."""
+    classes = int(re.search(r"#define TP_N_CLASSES \(?(\d+)", (model / "tinyproto_model.h").read_text()).group(1))
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "tinyproto_sizes.h").write_text(render.render_sizes_header(classes))
+    return f"-I{where}"
 
 
 @pytest.mark.slow
@@ -106,19 +131,20 @@ def no_eeprom_flags(model: Path) -> list[str]:
     text = (model / "tinyproto_model.h").read_text()
     m, classes, bits = (int(re.search(rf"#define {k} (\d+)", text).group(1))
                         for k in ("TP_FLY_M", "TP_N_CLASSES", "TP_FLY_BITS"))  # fmt: skip
-    record = 14 + (m * classes * bits + 7) // 8
+    record = wire.EEPROM_HEADER_BYTES + (m * classes * bits + 7) // 8
     return [*(model / "cflags").read_text().split(), f"-DTP_FLY_EEPROM_ADDR={1024 - record + 1}u"]
 
 
 @needs("gcc")
 def test_learning_firmware_without_eeprom_builds_and_refuses_eeprom_messages(tmp_path):
-    """tp_main.c's EEPROM accessors used to be defined even when no record fits, and -Werror (the device build's
+    """The learning firmware's EEPROM accessors (tp_learn.c) used to be defined even when no record fits, and -Werror (the device build's
     flags) rejected the unused functions: the learning firmware of a model whose counts fit the SRAM but not the
     EEPROM did not build. Now it builds warning-free, learns, and answers the EEPROM messages "unknown type"."""
     exe = tmp_path / "app"
-    sources = [FIRMWARE / "tp_main.c", FIRMWARE / "tp_serial.c", FIRMWARE / "tp_flynn.c", FIRMWARE / "tp_input.c"]
+    sources = [*APP, FIRMWARE / "tp_serial.c", FIRMWARE / "tp_flynn.c", FIRMWARE / "tp_input.c"]
     cmd = ["gcc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", *no_eeprom_flags(DIGITS),
-           f"-I{FIRMWARE}", f"-I{DIGITS}", *map(str, sources), "-lm", "-o", str(exe)]  # fmt: skip
+           f"-I{FIRMWARE}", f"-I{DIGITS}", sizes_include(DIGITS, tmp_path / "sizes"), *map(str, sources), "-lm",
+           "-o", str(exe)]  # fmt: skip
     build = subprocess.run(cmd, capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     client = P.DeviceClient(PipePort(exe), n_retries=1, timeout=2.0)
@@ -136,11 +162,12 @@ def test_learning_firmware_without_eeprom_builds_and_refuses_eeprom_messages(tmp
 
 @needs("avr-gcc")
 def test_learning_firmware_without_eeprom_compiles_for_the_uno(tmp_path):
-    cmd = ["avr-gcc", "-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror",
-           *no_eeprom_flags(DIGITS), f"-I{FIRMWARE}", f"-I{DIGITS}", "-c", str(FIRMWARE / "tp_main.c"),
-           "-o", str(tmp_path / "tp_main.o")]  # fmt: skip
-    build = subprocess.run(cmd, capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
+    for source in APP:
+        cmd = ["avr-gcc", "-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror",
+               *no_eeprom_flags(DIGITS), f"-I{FIRMWARE}", f"-I{DIGITS}", sizes_include(DIGITS, tmp_path / "sizes"),
+               "-c", str(source), "-o", str(tmp_path / f"{source.stem}.o")]  # fmt: skip
+        build = subprocess.run(cmd, capture_output=True, text=True)
+        assert build.returncode == 0, build.stderr
 
 
 def test_run_fuzz_explains_missing_clang(tmp_path):

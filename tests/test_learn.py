@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tinyproto.core.boards import load_board
-from tinyproto.device import learn as L
+from tinyproto.pipeline import learn as L
 from tinyproto.device import protocol as P
 from tinyproto.core.errors import TinyprotoError
 from tinyproto import families
@@ -57,8 +57,8 @@ def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16) -> Path:
 def test_counts_and_frame_sizes():
     assert L.count_bytes(597, 2, 1) == 150 and L.count_bytes(203, 2, 3) == 153
     # 64 features, 10 classes: the PREDICT work area (2 + 64 + 40) is the largest, rounded up to 4
-    assert L.learn_frame_bytes(64, 10) == 108
-    assert L.learn_frame_bytes(30, 2) == 40
+    assert L.learn_frame_bytes(64, 10) == 72 + 64  # frame buffer (chunks of <= 64 B) + the int8 vector
+    assert L.learn_frame_bytes(30, 2) == 72 + 30
 
 
 def test_learnable_compile_fits_sram_and_eeprom(compiled, tmp_path):
@@ -109,7 +109,7 @@ def host_learning_app(model_dir: Path, out: Path) -> Path:
     md = load_model_dir(model_dir)
     project = L.prepare_learning_project(md, families.load_int_model(md), BOARD)
     lib = project / "lib" / "tinyproto"
-    sources = [project / "src" / "main.c", lib / "tp_serial.c", lib / "tp_flynn.c", lib / "tp_input.c"]
+    sources = [*sorted((project / "src").glob("*.c")), lib / "tp_serial.c", lib / "tp_flynn.c", lib / "tp_input.c"]
     cmd = ["gcc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", *L.LEARN_FLAGS,
            f"-I{project / 'include'}", f"-I{lib}", *map(str, sources), "-lm", "-o", str(out)]
     subprocess.run(cmd, check=True)

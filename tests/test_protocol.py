@@ -20,6 +20,7 @@ import serial
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tinyproto.core import render, wire
 from tinyproto.device import protocol as P
 from tinyproto.core.errors import TinyprotoError
 
@@ -98,7 +99,8 @@ class ScriptedDevice(BytesPort):
 
 
 def hello_payload(model_hash: int = MODEL_HASH, flags: int = 1) -> bytes:
-    return struct.pack("<4sBBBIHBBBIB", b"TPRO", 1, 1, 1, model_hash, N_FEATURES, N_CLASSES, 1, 4, 16_000_000, flags)
+    return struct.pack("<4sBBBIHBBBIB", b"TPRO", P.PROTO_VERSION, 1, 1, model_hash, N_FEATURES, N_CLASSES, 1, 4,
+                       16_000_000, flags)
 
 
 def prediction_payload(x: np.ndarray) -> bytes:
@@ -110,7 +112,7 @@ def good_answer(frame: P.Frame, _n: int = 0) -> bytes:
     if frame.type == P.MSG_HELLO:
         return P.encode_frame(0x81, frame.seq, hello_payload())
     if frame.type == P.MSG_PREDICT:
-        return P.encode_frame(0x82, frame.seq, prediction_payload(np.frombuffer(frame.payload, np.int8)))
+        return P.encode_frame(0x82, frame.seq, prediction_payload(np.frombuffer(frame.payload[2:], np.int8)))
     return P.encode_frame(0x84, frame.seq, struct.pack("<HHH", 300, 120, 0))
 
 
@@ -126,14 +128,25 @@ def answers(port: PipePort, data: bytes, quiet: float = 0.15) -> list[P.Frame]:
 
 # ---- builds ------------------------------------------------------------------------------------------------
 
-C_SOURCES = [FIRMWARE / "tp_main.c", FIRMWARE / "tp_serial.c", FIXTURE / "fake_model.c"]
+APP_SOURCES = [FIRMWARE / name for name in ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c")]
+C_SOURCES = [*APP_SOURCES, FIRMWARE / "tp_serial.c", FIXTURE / "fake_model.c"]
 C_FLAGS = ["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", f"-I{FIRMWARE}", f"-I{FIXTURE}"]
+
+
+def sizes_include(where: Path, n_classes: int = N_CLASSES, edit=None) -> str:
+    """-I of a directory holding the generated include/tinyproto_sizes.h (edit: text -> text, one side changed)."""
+    where.mkdir(parents=True, exist_ok=True)
+    text = render.render_sizes_header(n_classes)
+    (where / "tinyproto_sizes.h").write_text(edit(text) if edit else text)
+    return f"-I{where}"
 
 
 def build_host(cc: str, out: Path, *defines: str) -> Path:
     if shutil.which(cc) is None:
         pytest.skip(f"{cc} not installed")
-    subprocess.run([cc, *C_FLAGS, *defines, *map(str, C_SOURCES), "-o", str(out)], check=True)
+    classes = [int(d.split("=")[1]) for d in defines if d.startswith("-DTP_N_CLASSES=")] or [N_CLASSES]
+    include = sizes_include(out.parent / f"sizes_{out.name}", classes[0])
+    subprocess.run([cc, *C_FLAGS, include, *defines, *map(str, C_SOURCES), "-o", str(out)], check=True)
     return out
 
 
@@ -146,6 +159,8 @@ def host_builds(tmp_path_factory):
         "noraw": ("gcc", "-DTP_NO_RAW_INPUT"),
         "big": ("gcc", "-DTP_N_FEATURES=300", "-DTP_N_CLASSES=70"),
         "clang": ("clang",),
+        "stream": ("gcc", "-DTP_STREAMABLE=1", "-DTP_N_FEATURES=300", "-DTP_N_CLASSES=5"),
+        "stream_small": ("gcc", "-DTP_STREAMABLE=1"),
     }
     cache: dict[str, Path] = {}
 
@@ -361,8 +376,8 @@ def test_check_model():
 def test_hello_from_another_device_or_version_is_refused():
     with pytest.raises(P.DeviceError, match="not a tinyproto device"):
         P.parse_hello(b"XXXX" + hello_payload()[4:])
-    with pytest.raises(P.DeviceError, match="protocol version 2"):
-        P.parse_hello(b"TPRO\x02" + hello_payload()[5:])
+    with pytest.raises(P.DeviceError, match="protocol version 3"):
+        P.parse_hello(b"TPRO\x03" + hello_payload()[5:])
 
 
 def test_predict_checks_the_vector_before_sending():
@@ -442,7 +457,7 @@ def test_open_device_handshake_times_out_on_silent_port():
 def test_host_firmware_hello(device):
     hello = device.hello()
     assert hello == P.Hello(
-        proto=1, abi=1, family=1, model_hash=MODEL_HASH, n_features=N_FEATURES, n_classes=N_CLASSES,
+        proto=P.PROTO_VERSION, abi=1, family=1, model_hash=MODEL_HASH, n_features=N_FEATURES, n_classes=N_CLASSES,
         input_bytes=1, score_bytes=4, f_cpu=0, flags=1,
     )  # fmt: skip
     P.check_model(hello, MODEL_HASH, N_FEATURES, N_CLASSES)
@@ -524,7 +539,7 @@ def test_host_firmware_without_raw_input(host_builds):
 
 
 def test_host_firmware_big_frames_span_several_cobs_blocks(host_builds):
-    """300 features, 70 classes: requests of 1204 and answers of 585 bytes, with zero-free runs > 254 bytes."""
+    """300 features, 70 classes: 19 PREDICT_RAW chunks, and answers of 301 bytes with zero-free runs > 254 bytes."""
     port = PipePort(host_builds("big"))
     client = P.DeviceClient(port, timeout=1.0)
     try:
@@ -555,7 +570,9 @@ AVR_FLAGS = ["-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werr
 def build_avr(out: Path, *defines: str) -> Path:
     if shutil.which("avr-gcc") is None:
         pytest.skip("avr-gcc not installed")
-    cmd = ["avr-gcc", *AVR_FLAGS, f"-I{FIRMWARE}", f"-I{FIXTURE}", *defines, *map(str, C_SOURCES), "-o", str(out)]
+    include = sizes_include(out.parent / f"sizes_{out.name}")
+    cmd = ["avr-gcc", *AVR_FLAGS, f"-I{FIRMWARE}", f"-I{FIXTURE}", include, *defines, *map(str, C_SOURCES), "-o",
+           str(out)]
     subprocess.run(cmd, check=True)
     return out
 
@@ -569,11 +586,14 @@ def avr_sizes(elf: Path) -> dict[str, int]:
 def test_avr_build_is_small(tmp_path):
     sizes = avr_sizes(build_avr(tmp_path / "fw.elf"))
     assert sizes[".data"] == 0  # no initialised data: nothing copied to SRAM
-    # 52-byte frame buffer (8 features: raw request / work area) + parser 9 + counters 6
-    assert sizes[".bss"] <= 70
+    # exactly what tinyproto/core/wire.py says: frame buffer + 8-byte input vector + the app's own state
+    assert sizes[".bss"] == wire.app_sram(N_FEATURES, N_CLASSES, streamable=False).total
     assert sizes[".text"] < 4096
     noraw = avr_sizes(build_avr(tmp_path / "noraw.elf", "-DTP_NO_RAW_INPUT"))
-    assert noraw[".bss"] < sizes[".bss"]
+    assert noraw[".bss"] == wire.app_sram(N_FEATURES, N_CLASSES, streamable=False, raw_input=False).total
+    stream = avr_sizes(build_avr(tmp_path / "stream.elf", "-DTP_STREAMABLE=1"))
+    fake_sums = 4 * N_CLASSES  # the fake model's own running state
+    assert stream[".bss"] == wire.app_sram(N_FEATURES, N_CLASSES, streamable=True).total + fake_sums
 
 
 @pytest.mark.device
@@ -620,4 +640,182 @@ def test_avr_firmware_on_simuno(tmp_path):
     overhead = calibration[18] - calibration[17]
     assert prediction.cycles == spans[0] - overhead > 65536 * 5
     assert raw_answer.cycles == spans[1] - overhead
-    assert 67 <= stats.static_sram <= 80 and 30 < stats.stack_peak < 200 and stats.frames_bad == 0
+    assert stats.static_sram == wire.app_sram(N_FEATURES, N_CLASSES, streamable=False).total
+    assert 30 < stats.stack_peak < 200 and stats.frames_bad == 0
+
+
+# ---- streamed vectors ---------------------------------------------------------------------------------------
+
+
+def test_client_sends_wide_vectors_in_bounded_chunks(host_builds):
+    """300 features: 5 PREDICT chunks of <= 64 B and 19 PREDICT_RAW chunks of <= 16 floats, none above the payload
+    the firmware's frame buffer takes; the streaming fake model gets each chunk as it arrives."""
+    port = PipePort(host_builds("stream"))
+    client = P.DeviceClient(port, timeout=1.0)
+    sent: list[bytes] = []
+    write = port.write
+    port.write = lambda data: (sent.append(bytes(data)), write(data))[1]
+    try:
+        assert client.hello().streams and client.info.raw_input
+        rng = np.random.default_rng(3)
+        x = rng.integers(-128, 128, size=300, dtype=np.int8)
+        prediction = client.predict(x)
+        np.testing.assert_array_equal(prediction.scores, fake_scores(x, 5))
+        assert prediction.label == int(np.argmax(fake_scores(x, 5)))
+        raw = rng.normal(0, 4, size=300).astype(np.float32)
+        answer = client.predict_raw(raw)
+        np.testing.assert_array_equal(answer.x, fake_quantize(raw))
+        np.testing.assert_array_equal(answer.scores, fake_scores(fake_quantize(raw), 5))
+    finally:
+        client.close()
+    frames = [P.decode_frame(e) for data in sent for e in data.split(b"\x00") if e]
+    chunks = [f for f in frames if f.type in (P.MSG_PREDICT, P.MSG_PREDICT_RAW)]
+    assert len(chunks) == 5 + 19
+    assert max(len(f.payload) for f in chunks) == wire.CHUNK_FIRST + wire.CHUNK_BYTES
+    assert all(len(f.payload) + wire.FRAME_OVERHEAD <= wire.frame_buffer_bytes(5) for f in frames)
+
+
+@pytest.mark.parametrize("variant", ["default", "stream_small"])
+def test_host_firmware_refuses_chunks_out_of_order_and_past_the_end(host_builds, variant):
+    port = PipePort(host_builds(variant))
+    client = P.DeviceClient(port, n_retries=0, timeout=1.0)
+    try:
+        def send(first: int, data: bytes, seq: int) -> list[tuple[int, bytes]]:
+            wire_bytes = P.encode_frame(P.MSG_PREDICT, seq, struct.pack("<H", first) + data)
+            return [(f.type, f.payload) for f in answers(port, wire_bytes)]
+
+        assert send(4, bytes(4), 1) == [(P.MSG_ERROR, bytes([P.ERR_ARGUMENT]))]  # no vector under way
+        assert send(0, bytes(4), 2) == [(P.MSG_PREDICT | P.MSG_RESPONSE, b"")]  # features 0..3: acknowledged
+        assert send(2, bytes(4), 3) == [(P.MSG_ERROR, bytes([P.ERR_ARGUMENT]))]  # does not continue at 4
+        assert send(4, bytes(5), 4) == [(P.MSG_ERROR, bytes([P.ERR_LENGTH]))]  # past feature 8
+        x = np.arange(-4, 4, dtype=np.int8)
+        (typ, payload), = send(4, x[4:].tobytes(), 5)  # the vector under way is still intact
+        assert typ == P.MSG_PREDICT | P.MSG_RESPONSE
+        expected = fake_scores(np.concatenate([np.zeros(4, np.int8), x[4:]]))
+        np.testing.assert_array_equal(P.parse_prediction(payload).scores, expected)
+        assert send(0, bytes(wire.CHUNK_BYTES + 1), 6)[0][0] == P.MSG_ERROR  # more than one chunk's payload
+        np.testing.assert_array_equal(client.predict(x).scores, fake_scores(x))
+    finally:
+        client.close()
+
+
+def test_a_lost_acknowledgement_restarts_the_vector():
+    """The device took a chunk but its answer was lost: the resent chunk is out of order, so the client starts
+    the vector again instead of failing."""
+    state = {"next": 0, "dropped": False}
+    n = 2 * wire.CHUNK_BYTES + 5
+
+    def answer(frame, _n):
+        first = struct.unpack_from("<H", frame.payload)[0]
+        data = frame.payload[2:]
+        if first not in (0, state["next"]):
+            return P.encode_frame(P.MSG_ERROR, frame.seq, bytes([P.ERR_ARGUMENT]))
+        state["next"] = first + len(data)
+        if first == wire.CHUNK_BYTES and not state["dropped"]:
+            state["dropped"] = True
+            return b""  # taken, but the acknowledgement never arrives
+        if state["next"] < n:
+            return P.encode_frame(0x82, frame.seq, b"")
+        return P.encode_frame(0x82, frame.seq, struct.pack("<BI", 1, 7) + bytes(4 * N_CLASSES))
+
+    device = ScriptedDevice(answer)
+    client = P.DeviceClient(device, n_retries=2, timeout=0.1)
+    assert client.predict(np.ones(n, np.int8)).label == 1
+    firsts = [struct.unpack_from("<H", f.payload)[0] for f in device.requests]
+    assert firsts == [0, 64, 64, 0, 64, 128]
+
+
+# ---- one place for every shared size ------------------------------------------------------------------------
+
+
+def _c_defines(path: Path, prefix: str) -> dict[str, int]:
+    text = path.read_text()
+    return {m[1]: int(m[2], 0) for m in re.finditer(rf"#define\s+({prefix}\w+)\s+(0x[0-9A-Fa-f]+|\d+)", text)}
+
+
+def test_message_types_flags_and_error_codes_agree_with_tp_serial_h():
+    c = _c_defines(FIRMWARE / "tp_serial.h", "TP_")
+    for name, value in vars(P).items():
+        for py, cpre in (("MSG_", "TP_MSG_"), ("ERR_", "TP_ERR_"), ("FLAG_", "TP_HELLO_FLAG_")):
+            if name.startswith(py) and isinstance(value, int):
+                assert c[cpre + name[len(py):]] == value, name
+    assert {k for k in c if k.startswith("TP_MSG_")} == {"TP_MSG_" + k[4:] for k in vars(P) if k.startswith("MSG_")}
+    # sizes live only in the generated header: tp_serial.h and the app never define them by hand
+    for source in [FIRMWARE / "tp_serial.h", FIRMWARE / "tp_app.h", *APP_SOURCES]:
+        assert not set(_c_defines(source, "TP_")) & set(wire.sizes_defines(N_CLASSES)), source.name
+
+
+@pytest.mark.parametrize("name, delta", [("TP_FRAME_BUF_RAW", -4), ("TP_CHUNK_BYTES", 24), ("TP_RAW_CHUNK", 1),
+                                         ("TP_FRAME_BUF_NO_RAW", -4)])
+def test_a_size_changed_on_the_c_side_alone_fails_the_build(tmp_path, name, delta):
+    """The generated header edited by hand (or a firmware expecting other sizes) must not build."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+
+    def edit(text: str) -> str:
+        value = wire.sizes_defines(N_CLASSES)[name]
+        return text.replace(f"#define {name} {value}u", f"#define {name} {value + delta}u")
+
+    flags = ["-DTP_NO_RAW_INPUT"] if name == "TP_FRAME_BUF_NO_RAW" else []
+    result = subprocess.run(["gcc", *C_FLAGS, sizes_include(tmp_path, edit=edit), *flags, "-c",
+                             str(FIRMWARE / "tp_main.c"), "-o", str(tmp_path / "m.o")], capture_output=True, text=True)
+    assert result.returncode != 0 and "tinyproto_sizes.h" in result.stderr
+
+
+def test_a_size_changed_on_the_python_side_alone_is_caught():
+    """The codec's structs are checked against wire.py at import, and wire.py against the firmware's layout
+    rules: a frame buffer one word smaller than the largest chunk request is refused by the C guards above."""
+    for classes in (1, 2, 10, 70, 255):
+        raw, noraw = wire.frame_buffer_bytes(classes), wire.frame_buffer_bytes(classes, raw_input=False)
+        assert raw % 4 == 0 and noraw % 4 == 0 and noraw <= raw
+        assert noraw >= wire.FRAME_OVERHEAD + wire.LEARN_LABEL + wire.CHUNK_FIRST + wire.CHUNK_BYTES
+        assert raw >= 5 * wire.RAW_CHUNK_FEATURES + 4 * classes
+    assert P._HELLO.size == wire.HELLO_PAYLOAD and P.FRAME_OVERHEAD == wire.FRAME_OVERHEAD
+
+
+@pytest.mark.device
+@pytest.mark.skipif(not (ROOT / "tools" / "simuno" / "simuno.c").exists(), reason="tools/simuno not present")
+def test_avr_streaming_firmware_times_every_chunk(tmp_path):
+    """The streamable fake model on the simulated Uno, 150 features: each PREDICT chunk (3) and PREDICT_RAW chunk
+    (10) is one timed call between GPIOR0 markers, and the answer's cycles are their sum minus one calibrated
+    overhead per chunk (what validate checks as a constant offset per vector)."""
+    simuno = tmp_path / "simuno"
+    built = subprocess.run(
+        ["cc", "-O2", "-std=gnu99", str(ROOT / "tools/simuno/simuno.c"), "-lsimavr", "-o", str(simuno)],
+        capture_output=True,
+    )
+    if built.returncode != 0:
+        pytest.skip("simuno does not build here (libsimavr-dev missing?)")
+    elf = build_avr(tmp_path / "fw.elf", "-DTP_STREAMABLE=1", "-DTP_N_FEATURES=150")
+    markers = tmp_path / "markers.txt"
+    proc = subprocess.Popen(
+        [str(simuno), "--pty", "--parent-pipe", "--markers", str(markers), str(elf)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        path = proc.stdout.readline().split()[1]
+        with P.open_device(path, handshake_timeout=5.0, timeout=3.0) as client:
+            assert client.info.streams and client.info.n_features == 150
+            x = (np.arange(150) % 200 - 100).astype(np.int8)
+            prediction = client.predict(x)
+            raw = np.linspace(-9, 9, 150).astype(np.float32)
+            raw_answer = client.predict_raw(raw)
+            stats = client.stats()
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    np.testing.assert_array_equal(prediction.scores, fake_scores(x))
+    np.testing.assert_array_equal(raw_answer.x, fake_quantize(raw))
+    np.testing.assert_array_equal(raw_answer.scores, fake_scores(fake_quantize(raw)))
+    events = [tuple(map(int, line.split())) for line in markers.read_text().split("\n") if line.strip()]
+    overhead = events[1][1] - events[0][1]
+    spans = [b[1] - a[1] for a, b in zip(events[2::2], events[3::2]) if (a[0], b[0]) == (1, 2)]
+    assert len(spans) == 3 + 10
+    assert prediction.cycles == sum(spans[:3]) - 3 * overhead > 0
+    assert raw_answer.cycles == sum(spans[3:]) - 10 * overhead
+    # no 150-byte input vector: frame buffer + the app's state + the fake model's running sums only
+    assert stats.static_sram == wire.app_sram(150, N_CLASSES, streamable=True).total + 4 * N_CLASSES

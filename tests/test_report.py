@@ -16,7 +16,8 @@ from click.testing import CliRunner
 
 from tinyproto.cli import main
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.pipeline.htmlreport import configurations, pareto_frontier, recommend, write_report
+from tinyproto.pipeline.htmlreport import write_report
+from tinyproto.pipeline.report_data import configurations, pareto_frontier, recommend
 
 device = pytest.mark.device  # with the simulated board: avr-gcc and simavr (tools/setup.sh installs both)
 needs_avr_gcc = pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed")

@@ -187,3 +187,21 @@ def test_a_sweep_where_every_point_fails_exits_non_zero(tmp_path):
     assert "every point of the sweep failed" in result.output
     records = read_results(out / "results.jsonl")
     assert len(records) == 2 and all(r["status"] == "failed" and r["stage"] == "compile" for r in records)
+
+
+def test_max_latency_reaches_every_point_and_binds_the_sweep(tmp_path):
+    """--max-latency is compile's limit at every point: ok points are predicted within it, a point that cannot
+    meet it is recorded as failed with the solver's message; resuming with another limit is refused."""
+    out = tmp_path / "fast"
+    result = sweep("iris", out, models="protonn,flynn", budgets="1kB", seeds="0", boards="uno", device="none",
+                   workers=1, max_latency_ms=0.5)
+    assert {r["status"] for r in result.records} == {"ok"}
+    assert all(r["predicted_latency_ms"] <= 0.5 for r in result.records)
+    with pytest.raises(TinyprotoError, match="other inputs"):
+        sweep("iris", out, models="protonn,flynn", budgets="1kB", resume=True, device="none", max_latency_ms=2.0)
+    impossible = sweep("iris", tmp_path / "impossible", models="protonn", budgets="1kB", device="none", workers=1,
+                       max_latency_ms=0.001)
+    (record,) = impossible.records
+    assert record["status"] == "failed" and record["stage"] == "compile" and "0.001 ms" in record["error"]
+    result = _cli("sweep", "iris", "--device", "none", "--max-latency", "0", "--out", str(tmp_path / "bad"))
+    assert result.exit_code == 1 and "--max-latency must be a positive" in result.output

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tinyproto.core.boards import load_board  # noqa: E402
+from tinyproto.core.wire import RAW_CHUNK_FEATURES, n_chunks  # noqa: E402
 from tinyproto.device.build import build_project, render_platformio_ini  # noqa: E402
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles  # noqa: E402
@@ -125,8 +126,10 @@ def bench_model(model, xq: np.ndarray, reference_scores: np.ndarray, raw: np.nda
             names = sorted({k for p in per for k in p})
             result["stages"] = {k: float(np.mean([p.get(k, 0) for p in per])) for k in names}
             spans = input_spans(raw_markers)
-            if spans:
-                result["stages_input_raw"] = float(np.mean(spans))
+            if spans:  # raw floats arrive in chunks, each converted on its own: sum one vector's chunks
+                per_vector = n_chunks(model.n_features, RAW_CHUNK_FEATURES)
+                result["stages_input_raw"] = float(np.mean([sum(spans[k : k + per_vector]) for k in
+                                                            range(0, len(spans) - per_vector + 1, per_vector)]))
     bound = lower_bound_cycles(model)
     seconds = result["cycles_mean"] / board.f_cpu_hz
     result.update(

@@ -10,7 +10,8 @@ import click
 from tinyproto.pipeline.firmware import build_model_dir
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import BUDGET_HELP, MODEL_DIR, SEED
+from tinyproto.cli.options import (MODEL_DIR, board_option, budget_option, data_argument, label_option,
+                                    max_latency_option, model_option, out_option, seed_option)
 
 
 def _console(stderr: bool = False):
@@ -45,8 +46,8 @@ def build_command(model_dir: Path, env: str | None) -> None:
 @click.command("flash")
 @click.argument("model_dir", type=MODEL_DIR)
 @click.option("--port", default=None,
-              help="Serial port of a board, e.g. /dev/ttyACM0, or of a simulated one (python -m "
-                   "tinyproto.device.board_sim): avrdude through its bootloader, protocol and speed from the board file.")
+              help="Serial port of a board, e.g. /dev/ttyACM0, or of a simulated one (tinyproto "
+                   "board-sim): avrdude through its bootloader, protocol and speed from the board file.")
 @click.option("--sim", is_flag=True, help="'Flash' the simulated Uno: start it with the ELF and check the handshake.")
 def flash_command(model_dir: Path, port: str | None, sim: bool) -> None:
     """Put MODEL_DIR's firmware on a board (--port) or on the simulated Uno (--sim, the default without --port)."""
@@ -137,17 +138,23 @@ def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool
 
 
 @click.command("run")
-@click.argument("data", default="digits", required=False)
-@click.option("--model", "family", type=click.Choice(families.names()), default="protonn", show_default=True)
-@click.option("--budget", default="2kB", show_default=True, help=BUDGET_HELP)
-@click.option("--seed", default=0, show_default=True, type=SEED, help="Seed for every random choice of training.")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Model directory (default build/<data>).")
-@click.option("--port", default=None, help="A real Uno: flash it and validate there instead of the simulator.")
-@click.option("--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",
-              help="Only models whose predicted time per inference (the cost model) is within MS ms.")
-def run_command(data: str, family: str, budget: str, seed: int, out: Path | None, port: str | None,
-                max_latency: float | None) -> None:
-    """The whole loop: compile DATA under --budget, build, flash (or simulate), validate, print the reports."""
+@data_argument
+@model_option
+@budget_option
+@seed_option
+@board_option
+@out_option("Model directory (default build/<data>).")
+@label_option
+@click.option("--port", default=None, help="A real board: flash it and validate there instead of the simulator.")
+@max_latency_option
+def run_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None, label: str | None,
+                port: str | None, max_latency: float | None) -> None:
+    """The whole loop: compile DATA under --budget, build, flash (or simulate), validate, print the reports.
+
+    DATA is a built-in data set (digits [default], digits16, digits28, breast_cancer, wine, iris, segment), a CSV
+    file with a header row (numeric features, label in the last column or --label COL) or an .npz file with
+    arrays X and y.
+    """
     from tinyproto.core.boards import load_board
     from tinyproto.pipeline.compile import compile_model
     from tinyproto.device.flash import flash_port
@@ -155,12 +162,12 @@ def run_command(data: str, family: str, budget: str, seed: int, out: Path | None
 
     console = _console()
     with console.status("training under the budget...", spinner="dots"):
-        result = compile_model(data, family, budget, seed, "uno", out, None,
+        result = compile_model(data, family, budget, seed, board, out, label,
                                progress=lambda m: console.print(f"[dim]· {m}[/dim]"), max_latency_ms=max_latency)
     print_compile_report(console, result.report, result.out_dir)
     info = build_model_dir(result.out_dir, None, console)
     print_build(console, info, result.out_dir)
     if port:
-        flash_port(load_board("uno"), port, result.out_dir / info["hex"])
+        flash_port(load_board(board), port, result.out_dir / info["hex"])
     summary = run_validation(result.out_dir, port, False, True, False)
     finish_validation(summary, result.out_dir, False)

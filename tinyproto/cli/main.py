@@ -15,9 +15,9 @@ from pathlib import Path
 
 import click
 
-from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import BUDGET_HELP, SEED
+from tinyproto.cli.options import (board_option, budget_option, data_argument, label_option,
+                                    max_latency_option, model_option, out_option, seed_option)
 
 
 
@@ -88,27 +88,25 @@ def _progress_printer(console):
 
 
 @main.command("compile")
-@click.argument("data", default="digits", required=False)
-@click.option("--model", "family", type=click.Choice(families.names()), default="protonn", show_default=True,
-              help="Model family.")
-@click.option("--budget", default="2kB", show_default=True, help=BUDGET_HELP)
-@click.option("--seed", default=0, show_default=True, type=SEED, help="Seed for every random choice of training.")
-@click.option("--board", default="uno", show_default=True, help="Target board (boards/<name>.json).")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Model directory to write (default: build/<data name>). Replaced only on success.")
-@click.option("--label", default=None, help="CSV label column (default: the last column).")
+@data_argument
+@model_option
+@budget_option
+@seed_option
+@board_option
+@out_option("Model directory to write (default: build/<data name>). Replaced only on success.")
+@label_option
 @click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the summary table.")
 @click.option("--learnable", is_flag=True,
               help="FlyNN only: keep the counts small enough to learn on the device (tinyproto learn): they must fit "
                    "the SRAM beside the learning firmware's buffers, and the EEPROM.")
-@click.option("--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",
-              help="Only models whose predicted time per inference on --board (the cost model) is within MS ms.")
+@max_latency_option
 def compile_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None,
                     label: str | None, as_json: bool, learnable: bool, max_latency: float | None) -> None:
     """Train a model on DATA within --budget and write its C code, PlatformIO project and report.
 
-    DATA is a built-in data set (digits [default], breast_cancer, wine, iris, segment [needs river]), a CSV file with a header row
-    (numeric features, label in the last column or --label COL) or an .npz file with arrays X and y.
+    DATA is a built-in data set (digits [default], digits16, digits28, breast_cancer, wine, iris, segment), a CSV
+    file with a header row (numeric features, label in the last column or --label COL) or an .npz file with
+    arrays X and y.
     The test split is a fixed stratified 25 % (seed 0); --seed drives training only.
     """
     import json

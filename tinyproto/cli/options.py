@@ -1,4 +1,7 @@
-"""Click option types shared by every command, so each is spelled and checked once."""
+"""The options every command shares, each spelled, checked and explained once. Layer: cli.
+
+A command takes what it needs: `@data_argument @model_option @budget_option @seed_option @board_option ...`.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,28 @@ from pathlib import Path
 
 import click
 
+from tinyproto import families
+
 # numpy's seed range: a seed outside it is refused by click in one line, not deep inside training
 SEED = click.IntRange(0, 2**32 - 1)
 BUDGET_HELP = "Model size limit in flash: 2kB, 2KiB, 1.5kB, 2048B or 2048 (1 kB = 1024 bytes)."
 MODEL_DIR = click.Path(path_type=Path, file_okay=False)
+
+
+data_argument = click.argument("data", default="digits", required=False)
+model_option = click.option(
+    "--model", "family", type=click.Choice([*families.names(), families.AUTO]), default="protonn", show_default=True,
+    help="Model family; auto fits every family and keeps the best validated int8 accuracy within the budget.")
+budget_option = click.option("--budget", default="2kB", show_default=True, help=BUDGET_HELP)
+seed_option = click.option("--seed", default=0, show_default=True, type=SEED,
+                           help="Seed for every random choice of training.")
+board_option = click.option("--board", default="uno", show_default=True,
+                            help="Target board (boards/<name>.json; `tinyproto boards` lists them).")
+label_option = click.option("--label", default=None, help="CSV label column (default: the last column).")
+max_latency_option = click.option(
+    "--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",
+    help="Only models whose predicted time per inference on --board (the cost model) is within MS ms.")
+
+
+def out_option(what: str):
+    return click.option("--out", type=click.Path(path_type=Path), default=None, help=what)

@@ -6,16 +6,18 @@ from pathlib import Path
 
 import click
 
+from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.pipeline.sweep import (DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, DEVICES, SweepProgress, check_arguments,
-                                      sweep)
+from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepProgress, sweep
+from tinyproto.pipeline.sweep_points import DEVICES, check_arguments
 from tinyproto.pipeline.htmlreport import FIGURES, write_report
 from tinyproto.pipeline.sweep_files import RESULTS
 
 
 @click.command("sweep")
 @click.argument("data", default="digits", required=False)
-@click.option("--models", default="protonn,flynn", show_default=True, help="Model families, comma-separated.")
+@click.option("--models", default=",".join(families.names()), show_default=True,
+              help="Model families, comma-separated (default: every family).")
 @click.option("--budgets", default=DEFAULT_BUDGETS, show_default=True,
               help="Budgets, comma-separated, each like 2kB, 1.5kB, 2048B (1 kB = 1024 bytes).")
 @click.option("--seeds", default="0", show_default=True, help="Training seeds, comma-separated.")
@@ -37,11 +39,14 @@ from tinyproto.pipeline.sweep_files import RESULTS
 @click.option("--label", default=None, help="CSV label column (default: the last column).")
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds to wait for the next point to finish before giving up (the finished ones are kept).")
+@click.option("--max-latency", "max_latency", type=float, default=None, metavar="MS",
+              help="Compile every point with this latency limit (as `compile --max-latency`): only models predicted "
+                   "to run within MS ms on the point's board; a point that cannot is recorded as failed.")
 @click.option("--max-bytes", default=None, help="For the recommendation: largest model, e.g. 2kB.")
 @click.option("--max-ms", type=float, default=None, help="For the recommendation: longest latency in ms.")
 def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str, device: str, raw_check: bool,
                   scheduler: str | None, workers: int | None, out: Path, resume: bool, label: str | None,
-                  timeout: float, max_bytes: str | None, max_ms: float | None) -> None:
+                  timeout: float, max_latency: float | None, max_bytes: str | None, max_ms: float | None) -> None:
     """Compile DATA at every (model, budget, seed, board) point, in parallel on dask, and collect the results.
 
     \b
@@ -60,12 +65,12 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tinyproto.core.budget import parse_budget
-    from tinyproto.pipeline.htmlreport import load_sweep, print_summary
+    from tinyproto.pipeline.report_data import load_sweep, print_summary
 
     max_bytes_n = parse_budget(max_bytes) if max_bytes else None  # refused now, not after the sweep
     if max_ms is not None and not max_ms > 0:
         raise TinyprotoError(f"--max-ms must be a positive number of milliseconds, got {max_ms}")
-    check_arguments(device, workers, scheduler, timeout)
+    check_arguments(device, workers, scheduler, timeout, max_latency)
     console = Console(stderr=True)
     with Progress(TextColumn("points"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("[green]{task.fields[ok]} ok[/green] · [red]{task.fields[failed]} failed[/red] · "
@@ -78,7 +83,7 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
                        failed=state.failed, running=state.running, last=state.last[-60:])
 
         result = sweep(data, out, models, budgets, seeds, boards, device, scheduler, workers, resume, label,
-                       raw_check, timeout, show)
+                       raw_check, timeout, show, max_latency)
     failed = [r for r in result.records if r.get("status") != "ok"]
     where = result.cluster or {}
     console.print(f"{result.ran} points run in {result.seconds:.1f} s"

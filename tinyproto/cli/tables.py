@@ -44,6 +44,7 @@ def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
                     f"{cycles['total']} ({report['predicted_latency_ms']:.2f} ms at {_board_mhz(report.get('board', 'uno')):g} MHz; lower bound {cycles['lower_bound']})")
     console.print(summary)
     _print_runners_up(console, report)
+    _print_auto(console, report)
     for warning in report["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     console.print(f"wrote [b]{out_dir}[/b] (model.json, report.json, test_vectors.npz, C sources, platformio.ini)")
@@ -58,15 +59,6 @@ def _board_mhz(name: str) -> float:
         return 16.0
 
 
-def _shape_text(entry: dict) -> str:
-    """A candidate's shape in one short line (ProtoNN or FlyNN keys)."""
-    if "n_components" in entry:
-        return f"d_hat={entry['n_components']} m={entry['n_prototypes']} s_W={entry['sparsity_W']:g}"
-    return (f"m={entry['n_hashes']} s={entry['n_inputs_per_hash']} rho={entry['n_winners']} b={entry['count_bits']} "
-            f"c={entry['decay']:g} "
-            f"{'stored' if entry['store_M'] else 'seeded'} M")
-
-
 def _print_runners_up(console: Console, report: dict) -> None:
     """The chosen shape beside the next best candidates: validation accuracy, bytes, predicted ms."""
     runners = report.get("runners_up") or []
@@ -78,18 +70,40 @@ def _print_runners_up(console: Console, report: dict) -> None:
     for column, justify in (("", "left"), ("shape", "left"), ("val int8 acc.", "right"), ("bytes", "right"),
                             ("predicted ms", "right")):
         table.add_column(column, justify=justify)
+    from tinyproto import families
+
+    shape_text = families.family(report["model"]).shape_text
     chosen = report["solver"].get("chosen_validation")
     if chosen:
-        table.add_row("[b]chosen[/b]", _shape_text(chosen), _pct(chosen["val_int8_accuracy"]),
+        table.add_row("[b]chosen[/b]", shape_text(chosen), _pct(chosen["val_int8_accuracy"]),
                       str(chosen["model_bytes"]), f"{chosen['predicted_latency_ms']:.3f}")
     for i, entry in enumerate(runners, start=1):
-        table.add_row(str(i), _shape_text(entry), _pct(entry["val_int8_accuracy"]), str(entry["model_bytes"]),
+        table.add_row(str(i), shape_text(entry), _pct(entry["val_int8_accuracy"]), str(entry["model_bytes"]),
                       f"{entry['predicted_latency_ms']:.3f}")
     console.print(table)
     selection = report["solver"].get("selection")
     if selection:
         console.print(f"[dim]chosen: {selection} (the chosen row is the validation model; the shipped model is "
                       f"refit on all training data: {report['predicted_latency_ms']:.3f} ms predicted)[/dim]")
+
+
+def _print_auto(console: Console, report: dict) -> None:
+    """--model auto: every family's validated int8 accuracy within the budget, or why it was refused."""
+    auto = report.get("auto")
+    if not auto:
+        return
+    table = Table(title="--model auto: every family under the same budget")
+    for column, justify in (("family", "left"), ("val int8 acc.", "right"), ("bytes", "right"),
+                            ("predicted cycles", "right")):
+        table.add_column(column, justify=justify)
+    for row in auto["families"]:
+        name = f"[b]{row['family']}[/b]" if row["family"] == auto["chosen"] else row["family"]
+        if "refused" in row:
+            table.add_row(name, "refused", "", row["refused"][:60])
+        else:
+            table.add_row(name, _pct(row["val_int8_accuracy"]), str(row["model_bytes"]), str(row["predicted_cycles"]))
+    console.print(table)
+    console.print(f"[dim]chosen: {auto['chosen']} ({auto['selection']})[/dim]")
 
 
 def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:

@@ -18,9 +18,12 @@ from tinyproto.core.resources import resource_dir
 
 RUNTIME_ABI = 1  # must equal TP_RUNTIME_ABI in firmware/tinyproto.h
 VALUES_PER_ROW = 16
-# Runtime files every project gets, and the device application that becomes src/main.c.
+# Runtime files every project gets (lib/tinyproto/), and the device application (src/): its main file becomes
+# src/main.c, its other parts (transport, measurement, learning, their shared header) keep their names.
 COMMON_RUNTIME = ("tinyproto.h", "tp_input.c", "tp_serial.h", "tp_serial.c")
 DEVICE_APP = "tp_main.c"
+DEVICE_APP_PARTS = ("tp_app.h", "tp_transport.c", "tp_measure.c", "tp_learn.c")
+SIZES_HEADER = "tinyproto_sizes.h"
 
 
 def jinja_env() -> jinja2.Environment:
@@ -89,6 +92,14 @@ def render_header(model, dataset: str, seed: int, budget_bytes: int) -> str:
     )
 
 
+def render_sizes_header(n_classes: int) -> str:
+    """include/tinyproto_sizes.h: every size the host and the device app share (tinyproto/core/wire.py)."""
+    from tinyproto.core.wire import sizes_defines
+
+    return jinja_env().get_template("tinyproto_sizes.h.j2").render(
+        n_classes=n_classes, defines=list(sizes_defines(n_classes).items()))
+
+
 def runtime_files(family: str) -> list[Path]:
     """The firmware/ sources a model of this family needs (its own tp_<family>.c plus the common ones)."""
     firmware = resource_dir("firmware")
@@ -97,9 +108,11 @@ def runtime_files(family: str) -> list[Path]:
 
 
 def write_sources(model, project_dir: Path, dataset: str, seed: int, budget_bytes: int) -> None:
-    """include/tinyproto_model.h, lib/tinyproto/<runtime>, src/main.c under project_dir."""
+    """include/tinyproto_model.h + tinyproto_sizes.h, lib/tinyproto/<runtime>, src/main.c + the app's other
+    parts under project_dir."""
     (project_dir / "include").mkdir(parents=True, exist_ok=True)
     (project_dir / "include" / "tinyproto_model.h").write_text(render_header(model, dataset, seed, budget_bytes))
+    (project_dir / "include" / SIZES_HEADER).write_text(render_sizes_header(model.n_classes))
     lib = project_dir / "lib" / "tinyproto"
     lib.mkdir(parents=True, exist_ok=True)
     for source in runtime_files(model.family):
@@ -108,3 +121,5 @@ def write_sources(model, project_dir: Path, dataset: str, seed: int, budget_byte
     if app.exists():
         (project_dir / "src").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(app, project_dir / "src" / "main.c")
+        for part in DEVICE_APP_PARTS:
+            shutil.copyfile(resource_dir("firmware") / part, project_dir / "src" / part)

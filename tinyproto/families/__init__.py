@@ -50,8 +50,21 @@ class IntModel(Protocol):
 
 
 # fit_under_budget(X, y, budget_bytes, seed, progress, max_latency_ms, f_cpu_hz) -> (float estimator, IntModel, info)
-# info["chosen"] holds the hyper-parameters; the solver never exceeds budget_bytes (sum of carrays() nbytes).
+# The solver never exceeds budget_bytes (sum of carrays() nbytes) and raises TinyprotoError, naming the minimum, when
+# nothing fits. info["chosen"] holds the hyper-parameters; info["chosen_validation"]["val_int8_accuracy"] the
+# chosen model's int8 accuracy validated on training data only (what `--model auto` compares across families).
 FitUnderBudget = Callable[..., tuple[Any, IntModel, dict]]
+
+
+SHAPE_KEYS_SHOWN = 6
+
+
+def generic_shape_text(entry: dict) -> str:
+    """A candidate's hyper-parameters in one short line, for a family that declares no shape_text of its own."""
+    keys = [k for k, v in entry.items() if isinstance(v, (int, float, bool, str)) and not k.startswith(("val_", "model_",
+                                                                                                       "predicted_"))]
+    return " ".join(f"{k}={entry[k]:g}" if isinstance(entry[k], float) else f"{k}={entry[k]}"
+                    for k in keys[:SHAPE_KEYS_SHOWN])
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,7 @@ class Family:
     fit_under_budget: FitUnderBudget
     from_json: Callable[[dict], IntModel]  # model.json's int_model -> the integer model
     predict_cycles: Callable[[IntModel], dict]  # static cost model: {"total": cycles, per stage..., "lower_bound"}
+    shape_text: Callable[[dict], str] = generic_shape_text  # a candidate row of the solver, in one short line
     learnable: bool = False  # it can learn on the device (`tinyproto learn`, federated device parties)
     streamable: bool = False  # it consumes inputs feature by feature as they arrive (no input vector held)
 
@@ -89,6 +103,44 @@ def fit_under_budget(name: str, X_train: np.ndarray, y_train: np.ndarray, budget
     """(fitted float estimator, integer model, solver info) for family `name`; with max_latency_ms, only models
     whose predicted cycles per inference (the family's cost model) fit that many ms at f_cpu_hz."""
     return family(name).fit_under_budget(X_train, y_train, budget_bytes, seed, progress, max_latency_ms, f_cpu_hz)
+
+
+AUTO = "auto"  # --model auto: every family under the same budget, the best validated int8 accuracy wins
+
+
+def validation_accuracy(info: dict) -> float:
+    """The chosen model's validated int8 accuracy, from a solver's info (training data only, never the test split)."""
+    return float(info["chosen_validation"]["val_int8_accuracy"])
+
+
+def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, budget_bytes: int, seed: int,
+                    progress: Callable[[str], None] | None = None, max_latency_ms: float | None = None,
+                    f_cpu_hz: int = 16_000_000):
+    """`--model auto`: fit every family under the budget (and latency limit) and keep the one with the best
+    validated int8 accuracy; ties go to the fewer predicted cycles, then the fewer bytes, then registry order.
+    info["auto"] lists every family's outcome (its validated accuracy, bytes and cycles, or why it was refused)."""
+    outcomes, fitted = [], []
+    for name in names():
+        if progress:
+            progress(f"--model auto: {name}")
+        try:
+            clf, model, info = fit_under_budget(name, X_train, y_train, budget_bytes, seed, progress, max_latency_ms,
+                                                f_cpu_hz)
+        except TinyprotoError as exc:
+            outcomes.append({"family": name, "refused": str(exc)})
+            continue
+        row = {"family": name, "val_int8_accuracy": validation_accuracy(info),
+               "model_bytes": sum(a.nbytes for a in model.carrays()),
+               "predicted_cycles": int(predict_cycles(model)["total"])}
+        outcomes.append(row)
+        fitted.append((row, clf, model, info))
+    if not fitted:
+        raise TinyprotoError(f"no model family fits: " + "; ".join(f"{o['family']}: {o['refused']}" for o in outcomes))
+    row, clf, model, info = max(fitted, key=lambda f: (f[0]["val_int8_accuracy"], -f[0]["predicted_cycles"],
+                                                      -f[0]["model_bytes"]))
+    info["auto"] = {"chosen": row["family"], "families": outcomes,
+                    "selection": "the best validated int8 accuracy; ties: fewer predicted cycles, then fewer bytes"}
+    return clf, model, info
 
 
 def int_model_from_json(raw: dict) -> IntModel:

@@ -169,7 +169,8 @@ def _check_export_dir(out: Path) -> None:
 
 
 def export_arduino(model_path: Path, out: Path | None = None, name: str | None = None) -> ArduinoExport:
-    from tinyproto.core.modeldir import atomic_directory, check_output_dir, load_model_dir, write_json
+    from tinyproto.core.modeldir import load_model_dir, write_json
+    from tinyproto.core.outdir import atomic_directory, check_output_dir
 
     model_dir = load_model_dir(model_path)
     model = families.load_int_model(model_dir)  # a damaged or edited model.json is refused here

@@ -18,8 +18,8 @@ from tinyproto.core.datasets import Dataset, Split, load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families import fit_under_budget
 from tinyproto.core.ledger import Ledger
-from tinyproto.core.modeldir import (MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, atomic_directory, check_output_dir,
-                                file_sha256, int_model_digest, write_json)
+from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, file_sha256, int_model_digest, write_json
+from tinyproto.core.outdir import atomic_directory, check_output_dir
 from tinyproto.core.render import model_hash, write_sources
 
 INT8_LOSS_WARNING_POINTS = 0.5
@@ -33,17 +33,37 @@ class CompileResult:
 
 
 def firmware_sram_estimate(model, board: Board) -> dict:
-    """SRAM the deployed firmware will need, before building: inference buffers + serial frame + reserve.
+    """SRAM the deployed firmware will need, before building: the family's buffers + the device app's (frame
+    buffer, int8 input buffer unless the family streams, its own state) + the board's reserve for call frames.
 
-    The build replaces this by `avr-size` figures and the device by its measured stack peak.
+    It bounds what the build (`avr-size`: .data + .bss) and the device (painted stack peak) then measure:
+    tests/test_widths.py checks static + stack peak <= this estimate from 8 to 2,048 features.
     """
-    from tinyproto.device.frames import rx_frame_bytes
+    from tinyproto.device.frames import app_sram
 
-    working = sum(item.nbytes for item in model.working_sram())
-    frame = rx_frame_bytes(model.n_features, model.n_classes)
-    total = working + frame + board.sram_reserved_bytes
-    return {"working_bytes": working, "serial_frame_bytes": frame, "reserved_bytes": board.sram_reserved_bytes,
-            "estimated_total_bytes": total, "board_sram_bytes": board.sram_bytes}
+    streamable = bool(model.defines().get("TP_STREAMABLE", 0))
+    # A family's "input" item is the int8 vector its tp_predict() reads: the app's input buffer, counted once.
+    working = sum(item.nbytes for item in model.working_sram() if item.name != "input")
+    app = app_sram(model.n_features, model.n_classes, streamable)
+    total = working + app.total + board.sram_reserved_bytes
+    return {"working_bytes": working, "serial_frame_bytes": app.frame, "input_buffer_bytes": app.input,
+            "app_static_bytes": app.app, "reserved_bytes": board.sram_reserved_bytes,
+            "estimated_total_bytes": total, "board_sram_bytes": board.sram_bytes, "streamable": streamable}
+
+
+def sram_refusal(sram: dict, n_features: int, board: Board) -> str:
+    """One line: what the firmware would need, the limit, and what would fit."""
+    over = sram["estimated_total_bytes"] - board.sram_bytes
+    if sram["input_buffer_bytes"] > over:  # the app holds the d int8 features: fewer of them would fit
+        fit = f"; at most {n_features - over} features would fit this model's other buffers"
+    else:  # the family's own buffers are too large: say how many bytes they could have
+        room = sram["working_bytes"] - over
+        fit = (f"; the model's buffers would fit in {room} B (a smaller model, or a family whose buffers do not "
+               "grow with the features)" if room > 0 else "; no model of this width would fit")
+    return (f"the model's inference needs about {sram['estimated_total_bytes']} B of SRAM (buffers "
+            f"{sram['working_bytes']} B + input {sram['input_buffer_bytes']} B + serial frame "
+            f"{sram['serial_frame_bytes']} B + app {sram['app_static_bytes']} B + reserve {sram['reserved_bytes']} B), "
+            f"more than the {board.sram_bytes} B of {board.title}{fit}")
 
 
 def compile_model(
@@ -58,14 +78,17 @@ def compile_model(
     learnable: bool = False,
     max_latency_ms: float | None = None,
 ) -> CompileResult:
-    """max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
+    """family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
+    max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
     learnable (FlyNN only): also fit the counts into what the device holds while learning (`tinyproto
     learn`): SRAM beside the learning firmware's buffers, stack and reserve, and the EEPROM record."""
     budget_bytes = parse_budget(budget)
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
     board = load_board(board_name)
-    if learnable and not families.family(family).learnable:
+    if family != families.AUTO:
+        families.family(family)  # an unknown name is refused before the data is read
+    if learnable and (family == families.AUTO or not families.family(family).learnable):
         raise TinyprotoError("--learnable is for --model flynn: only FlyNN learns on the device")
     dataset = load_dataset(data, label=label)
     out_dir = Path(out) if out is not None else Path("build") / dataset.name
@@ -75,6 +98,9 @@ def compile_model(
     started = time.perf_counter()
     if learnable:
         clf, model, info = _fit_learnable_flynn(sp, budget_bytes, seed, board, progress, max_latency_ms)
+    elif family == families.AUTO:
+        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, budget_bytes, seed, progress,
+                                                    max_latency_ms, board.f_cpu_hz)
     else:
         clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress,
                                             max_latency_ms, board.f_cpu_hz)
@@ -99,11 +125,7 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
         raise TinyprotoError(f"internal error: model is {ledger.model_bytes} B, over the {budget_bytes} B budget")
     sram = firmware_sram_estimate(model, board)
     if sram["estimated_total_bytes"] > board.sram_bytes:
-        raise TinyprotoError(
-            f"the model's inference needs about {sram['estimated_total_bytes']} B of SRAM "
-            f"(buffers {sram['working_bytes']} B + serial frame {sram['serial_frame_bytes']} B + reserve "
-            f"{sram['reserved_bytes']} B), more than the {board.sram_bytes} B of {board.title}"
-        )
+        raise TinyprotoError(sram_refusal(sram, model.n_features, board))
 
     family = model.family
     vectors = _test_vectors(model, sp.X_test, sp.y_test)
@@ -219,5 +241,6 @@ def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sra
         "predicted_latency_ms": 1000.0 * cycles["total"] / board.f_cpu_hz,
         "max_latency_ms": info.get("max_latency_ms"),
         "runners_up": info.get("runners_up", []),
+        "auto": info.get("auto"),  # --model auto: every family's validated accuracy, or why it was refused
         "warnings": warnings,
     }

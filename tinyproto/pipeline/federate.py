@@ -173,7 +173,7 @@ def federate_model(
     from tinyproto.core.budget import parse_budget
     from tinyproto.pipeline.compile import write_model_directory
     from tinyproto.core.datasets import load_dataset, split
-    from tinyproto.core.modeldir import check_output_dir
+    from tinyproto.core.outdir import check_output_dir
     from tinyproto.federated import training as fed
 
     say = progress or (lambda message: None)

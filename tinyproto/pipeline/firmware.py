@@ -13,7 +13,8 @@ from tinyproto import families
 def build_model_dir(path: Path, env: str | None, console) -> dict:
     """Build the model directory's PlatformIO project and record the result in build.json; env None: the
     project's default environment (`<board>_sim`)."""
-    from tinyproto.core.modeldir import load_model_dir, locked, record_outputs
+    from tinyproto.core.modeldir import load_model_dir, record_outputs
+    from tinyproto.core.outdir import locked
 
     model_dir = load_model_dir(path)
     with locked(model_dir.path, "build"):

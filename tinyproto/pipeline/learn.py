@@ -38,17 +38,17 @@ from pathlib import Path
 import numpy as np
 
 from tinyproto import families
+from tinyproto.core import wire
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import (ModelDir, TestVectors, atomic_directory, file_sha256, int_model_digest,
-                                load_model_dir, locked,
-                                record_outputs, write_json)
+from tinyproto.core.modeldir import ModelDir, TestVectors, file_sha256, int_model_digest, load_model_dir, record_outputs, write_json
+from tinyproto.core.outdir import atomic_directory, locked
 
 LEARN_FLAGS = ("-DTP_FLY_LEARN", "-DTP_NO_RAW_INPUT")  # PREDICT_RAW's float buffer would cost 4 B per feature
-EEPROM_HEADER_BYTES = 14  # 'T' 'F' · layout key u32 · count bytes u16 · n_samples u32 · crc16 (tp_main.c)
-# .bss of the learning app besides the counts and the frame buffer: parser 9, frames_bad 2, Timer1 overflows 2,
-# call overhead 2, learning label 1, sample counter 4 (checked against avr-size in tests/test_learn.py).
-APP_STATIC_BYTES = 20
+EEPROM_HEADER_BYTES = wire.EEPROM_HEADER_BYTES  # the record's header (firmware/tp_learn.c, tinyproto_sizes.h)
+# .bss of the learning app besides the counts, the frame buffer and the input vector (checked against avr-size
+# in tests/test_learn.py).
+APP_STATIC_BYTES = wire.app_sram(1, 1, streamable=False, raw_input=False, learning=True).app
 LEARNING_DIR = "learning"  # the learning firmware's project, inside the model directory
 LEARNED_DIR = "learned"  # the learned model, a model directory of its own
 EEPROM_IMAGE = "eeprom.bin"  # the simulated Uno's EEPROM, kept across runs in LEARNING_DIR
@@ -66,15 +66,10 @@ def count_bytes(n_hashes: int, n_classes: int, bits: int) -> int:
 
 
 def learn_frame_bytes(n_features: int, n_classes: int) -> int:
-    """The learning firmware's frame buffer (tp_main.c's TP_BUF_SIZE with TP_NO_RAW_INPUT and TP_FLY_LEARN)."""
-    need = max(
-        4 + n_features,  # PREDICT request
-        2 + n_features + 4 * n_classes,  # PREDICT work area: x in place, scores at the end
-        7 + 4 * n_classes + 2,  # PREDICT answer
-        4 + 21,  # HELLO answer
-        5 + n_features,  # LEARN request: label + x
-    )
-    return (need + 3) // 4 * 4
+    """The learning firmware's frame buffer (TP_FRAME_BUF_NO_RAW) + the int8 input vector its LEARN and PREDICT
+    chunks are gathered in (FlyNN does not stream)."""
+    sizes = wire.app_sram(n_features, n_classes, streamable=False, raw_input=False, learning=True)
+    return sizes.frame + sizes.input
 
 
 def fly_working_bytes(n_winners: int, n_hash_inputs: int, n_classes: int, store_M: bool) -> int:

@@ -5,6 +5,7 @@ points/<id>/ (each point's model directory)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
@@ -44,3 +45,30 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
         with open(path, "r+b") as handle:
             handle.truncate(good_end)
     return records
+
+
+class ResultsFile:
+    """results.jsonl, appended one fsync'ed line per finished point by the driver alone."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._handle = open(self.path, "a", encoding="utf-8")
+
+    def append(self, record: dict) -> None:
+        self._handle.write(json.dumps(record, sort_keys=True) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def _rewrite_in_order(path: Path, records: list[dict]) -> None:
+    """Replace results.jsonl by the same lines in grid order (one atomic rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

@@ -29,7 +29,8 @@ from tinyproto.core.boards import Board, load_board
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import ModelDir, file_sha256, load_model_dir, locked, read_json, record_outputs, write_json
+from tinyproto.core.modeldir import ModelDir, file_sha256, load_model_dir, read_json, record_outputs, write_json
+from tinyproto.core.outdir import locked
 from tinyproto import families
 
 PROGRESS_EVERY = 25  # vectors between rewrites of validation.json during a run
@@ -376,6 +377,12 @@ def _marker_cycles(markers: list[tuple[int, int]]) -> list[int]:
     return spans
 
 
+def _per_vector(spans: list[int], per_vector: int) -> list[int]:
+    """A streaming family is timed chunk by chunk: its device cycles are the sum of `per_vector` marker spans
+    (each minus the same call overhead, so the difference stays one constant per vector)."""
+    return [sum(spans[k : k + per_vector]) for k in range(0, len(spans) - per_vector + 1, per_vector)]
+
+
 def _marker_summary(spans: list[int], device_cycles: list[int]) -> dict:
     """Cross-check the device's Timer1 cycles with the simulator's GPIOR0 marker spans, vector by vector."""
     n = min(len(spans), len(device_cycles))
@@ -408,6 +415,7 @@ def validate(
 
 def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_check: bool,
                      progress_factory: Callable[[str, int], Callable[[int], None]] | None) -> dict:
+    from tinyproto.device.frames import n_chunks
     from tinyproto.device.protocol import check_model, open_device
     from tinyproto.device.sim import SimulatedUno
 
@@ -438,9 +446,11 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
                 sim = stack.enter_context(SimulatedUno(build.elf, board=board))
             client = stack.enter_context(open_device(sim.port if sim else port, baud=board.serial_baud,
                                                      boot_quiet_s=0.0 if sim else board.boot_quiet_s))
-            check_model(client.hello(), model_dir.model_hash, model.n_features, model.n_classes)
+            hello = client.hello()
+            check_model(hello, model_dir.model_hash, model.n_features, model.n_classes)
+            spans_per_vector = n_chunks(model.n_features) if hello.streams else 1
             todo = [i for i in range(n_total) if i not in rows]
-            spans_before = len(_marker_cycles(sim.markers())) if sim is not None else 0
+            spans_before = len(_marker_cycles(sim.markers())) if sim is not None else 0  # a --resume's earlier ones
             tick = progress_factory("vectors", len(todo)) if progress_factory else None
             for count, i in enumerate(todo, start=1):
                 prediction = client.predict(vectors.xq[i])
@@ -453,7 +463,7 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
                 if count % PROGRESS_EVERY == 0:
                     write_summary()
             if sim is not None and todo:
-                spans = _marker_cycles(sim.markers())[spans_before:]
+                spans = _per_vector(_marker_cycles(sim.markers())[spans_before:], spans_per_vector)
                 state["markers"] = _marker_summary(spans, [rows[i]["cycles"] for i in todo])
             if raw_check:
                 raw_tick = progress_factory("raw inputs", n_total) if progress_factory else None

@@ -27,6 +27,9 @@
 
 #define TP_PORT_CUSTOM
 #include "tp_main.c"
+#include "tp_learn.c"
+#include "tp_measure.c"
+#include "tp_transport.c"
 
 #ifndef TP_FLY_LEARN
 #error "fuzz_learn.c is the learning firmware's harness: build it with -DTP_FLY_LEARN (tools/fuzz/models/*/cflags)"
@@ -44,7 +47,7 @@
 static uint8_t out_bytes[OUT_CAP];
 static size_t out_len;
 
-static void tp_port_putc(uint8_t c)
+void tp_port_putc(uint8_t c)
 {
     if (out_len >= OUT_CAP) {
         abort(); /* an answer larger than any frame the device can build */
@@ -52,7 +55,7 @@ static void tp_port_putc(uint8_t c)
     out_bytes[out_len++] = c;
 }
 
-static void tp_port_flush(void)
+void tp_port_flush(void)
 {
 }
 
@@ -157,9 +160,8 @@ static long request_payload(uint8_t type)
     case TP_MSG_CLEAR:
         return 0;
     case TP_MSG_PREDICT:
-        return TP_N_FEATURES;
     case TP_MSG_LEARN:
-        return 1L + TP_N_FEATURES;
+        return TP_CHUNK_BYTES; /* chunked: any length up to a chunk, see check_chunk() */
     case TP_MSG_READ_COUNTS:
         return 3;
 #ifdef TP_FLY_EEPROM
@@ -291,7 +293,7 @@ static void check_clear(msg_t a)
 
 #ifdef TP_FLY_EEPROM
 #define REC_AT TP_FLY_EEPROM_ADDR
-#define REC_BYTES (14u + CB)
+#define REC_BYTES (TP_EE_HEADER + CB)
 
 /* The record of (counts, samples), laid out from the format comment in tp_main.c. */
 static void make_record(uint8_t *rec, const uint8_t *counts, uint32_t samples)
@@ -301,8 +303,8 @@ static void make_record(uint8_t *rec, const uint8_t *counts, uint32_t samples)
     tp_put_u32(rec + 2, (uint32_t)TP_FLY_LAYOUT_KEY);
     tp_put_u16(rec + 6, CB);
     tp_put_u32(rec + 8, samples);
-    memcpy(rec + 14, counts, CB);
-    tp_put_u16(rec + 12, tp_crc16(tp_crc16(0xFFFFu, rec + 8, 4), rec + 14, CB));
+    memcpy(rec + TP_EE_HEADER, counts, CB);
+    tp_put_u16(rec + 12, tp_crc16(tp_crc16(0xFFFFu, rec + 8, 4), rec + TP_EE_HEADER, CB));
 }
 
 /* What EEPROM_LOAD must answer for this EEPROM image. */
@@ -315,7 +317,7 @@ static uint8_t record_status(const uint8_t *ee)
     if (tp_get_u32(r + 2) != (uint32_t)TP_FLY_LAYOUT_KEY || tp_get_u16(r + 6) != CB) {
         return TP_EEPROM_OTHER;
     }
-    uint16_t crc = tp_crc16(tp_crc16(0xFFFFu, r + 8, 4), r + 14, CB);
+    uint16_t crc = tp_crc16(tp_crc16(0xFFFFu, r + 8, 4), r + TP_EE_HEADER, CB);
     return crc == tp_get_u16(r + 12) ? TP_EEPROM_LOADED : TP_EEPROM_EMPTY;
 }
 
@@ -343,7 +345,7 @@ static void check_load(msg_t a)
     uint8_t status = record_status(before.ee);
     expect(a.type == (TP_MSG_EEPROM_LOAD | TP_MSG_RESPONSE) && a.n == 5 && a.p[0] == status);
     if (status == TP_EEPROM_LOADED) {
-        expect(memcmp(tp_fly_counts, before.ee + REC_AT + 14, CB) == 0);
+        expect(memcmp(tp_fly_counts, before.ee + REC_AT + TP_EE_HEADER, CB) == 0);
         expect(tp_learn_samples == tp_get_u32(before.ee + REC_AT + 8));
     } else {
         expect_counts_unchanged();
@@ -353,13 +355,56 @@ static void check_load(msg_t a)
 }
 #endif /* TP_FLY_EEPROM */
 
+/* The harness's own model of the vector under way (the protocol description, not the firmware's variables). */
+static uint16_t h_next;
+static uint8_t h_type;
+
+/* PREDICT (first u16 | int8[k]) and LEARN (label u8 | first u16 | int8[k]): a chunk that starts (first 0) or
+ * continues the vector under way is acknowledged with an empty answer, the last one gets the full answer; a
+ * chunk past the features is a length error, one out of order an argument error, and neither changes anything. */
+static void check_chunk(uint8_t type, const uint8_t *req, uint16_t n, msg_t a)
+{
+    uint16_t head = type == TP_MSG_LEARN ? 3u : 2u;
+    if (n <= head || n > head + TP_CHUNK_BYTES) {
+        expect_error(a, TP_ERR_LENGTH);
+        return;
+    }
+    uint16_t first = tp_get_u16(req + head - 2u);
+    uint16_t k = (uint16_t)(n - head);
+    if (first > TP_N_FEATURES || k > TP_N_FEATURES - first) {
+        expect_error(a, TP_ERR_LENGTH);
+        return;
+    }
+    if (first != 0 && (first != h_next || type != h_type)) {
+        expect_error(a, TP_ERR_ARGUMENT);
+        return;
+    }
+    if (type == TP_MSG_LEARN && req[0] >= TP_N_CLASSES) {
+        expect_error(a, TP_ERR_ARGUMENT);
+        return;
+    }
+    int last = first + k == TP_N_FEATURES;
+    h_next = last ? 0 : (uint16_t)(first + k);
+    h_type = last ? 0 : type;
+    if (!last) {
+        expect(a.type == (type | TP_MSG_RESPONSE) && a.n == 0);
+        expect_unchanged();
+    } else if (type == TP_MSG_PREDICT) {
+        check_predict(a);
+    } else {
+        check_learn(a, req);
+    }
+}
+
 /* A frame with a valid CRC: the answer and the state must follow the protocol. */
 static void check_request(const uint8_t *body, uint16_t n, msg_t a)
 {
     uint8_t type = body[0];
     const uint8_t *req = body + 2;
     long want = request_payload(type);
-    if (want < 0) {
+    if (type == TP_MSG_PREDICT || type == TP_MSG_LEARN) {
+        check_chunk(type, req, n, a);
+    } else if (want < 0) {
         expect_error(a, TP_ERR_UNKNOWN_TYPE);
     } else if (n != want) {
         expect_error(a, TP_ERR_LENGTH);
@@ -367,10 +412,6 @@ static void check_request(const uint8_t *body, uint16_t n, msg_t a)
         check_hello(a);
     } else if (type == TP_MSG_STATS) {
         check_stats(a);
-    } else if (type == TP_MSG_PREDICT) {
-        check_predict(a);
-    } else if (type == TP_MSG_LEARN) {
-        check_learn(a, req);
     } else if (type == TP_MSG_READ_COUNTS) {
         check_read_counts(a, req);
     } else if (type == TP_MSG_CLEAR) {
@@ -432,6 +473,8 @@ static void feed(const uint8_t *data, size_t n)
 static void boot(void)
 {
     errors_sent = 0;
+    h_next = 0;
+    h_type = 0;
     tp_app_init();
     tp_parser_init(&shadow, shadow_buf, sizeof shadow_buf);
 }

@@ -1,4 +1,4 @@
-/* libFuzzer harness: the device's frame parser and message dispatcher (firmware/tp_main.c + tp_serial.c),
+/* libFuzzer harness: the device's frame parser and message dispatcher (firmware/tp_main.c and the app parts it uses + tp_serial.c),
  * compiled for the host with a model (the fake one from tests/fixtures/protocol by default).
  *
  * Two input modes, chosen by the first byte, so the fuzzer reaches the dispatcher without guessing CRCs:
@@ -14,13 +14,16 @@
 
 #define TP_PORT_CUSTOM
 #include "tp_main.c"
+#include "tp_learn.c"
+#include "tp_measure.c"
+#include "tp_transport.c"
 
 #define OUT_CAP (1u << 17)
 static uint8_t out_bytes[OUT_CAP];
 static size_t out_len;
 static int out_overflow;
 
-static void tp_port_putc(uint8_t c)
+void tp_port_putc(uint8_t c)
 {
     if (out_len < OUT_CAP) {
         out_bytes[out_len++] = c;
@@ -29,7 +32,7 @@ static void tp_port_putc(uint8_t c)
     }
 }
 
-static void tp_port_flush(void)
+void tp_port_flush(void)
 {
 }
 
@@ -74,22 +77,23 @@ static size_t feed_records(const uint8_t *data, size_t size)
     return records;
 }
 
-/* Expected payload length of a device frame of this type; -1 if the device must never send the type. */
-static long answer_payload(uint8_t type)
+/* Whether a device frame of this type may carry n payload bytes (chunk acknowledgements included). */
+static int answer_ok(uint8_t type, long n)
 {
     switch (type) {
     case TP_MSG_HELLO | TP_MSG_RESPONSE:
-        return TP_HELLO_PAYLOAD;
+        return n == TP_HELLO_PAYLOAD;
     case TP_MSG_PREDICT | TP_MSG_RESPONSE:
-        return 5L + 4L * TP_N_CLASSES;
+        return n == 0 || n == 5L + 4L * TP_N_CLASSES; /* a chunk's acknowledgement, or the last chunk's answer */
     case TP_MSG_PREDICT_RAW | TP_MSG_RESPONSE:
-        return 5L + TP_N_FEATURES + 4L * TP_N_CLASSES;
+        return (n >= 1 && n <= TP_RAW_CHUNK) || (n >= 5L + 1L + 4L * TP_N_CLASSES &&
+                                                 n <= 5L + TP_RAW_CHUNK + 4L * TP_N_CLASSES);
     case TP_MSG_STATS | TP_MSG_RESPONSE:
-        return 6;
+        return n == 6;
     case TP_MSG_ERROR:
-        return 1;
+        return n == 1;
     default:
-        return -1;
+        return 0;
     }
 }
 
@@ -111,11 +115,10 @@ static size_t check_answers(void)
         if (r != TP_RX_FRAME) {
             abort(); /* includes empty frames: the device never sends 0x00 0x00 */
         }
-        long want = answer_payload(body[0]);
-        if (want < 0 || (long)p.len - (long)TP_FRAME_OVERHEAD != want) {
+        if (!answer_ok(body[0], (long)p.len - (long)TP_FRAME_OVERHEAD)) {
             abort();
         }
-        if (body[0] == TP_MSG_ERROR && (body[2] < TP_ERR_CRC || body[2] > TP_ERR_TOO_LONG)) {
+        if (body[0] == TP_MSG_ERROR && (body[2] < TP_ERR_CRC || body[2] > TP_ERR_ARGUMENT)) {
             abort();
         }
         ++frames;

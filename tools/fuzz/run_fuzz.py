@@ -7,6 +7,7 @@ number of executions from a seed corpus of valid frames, and print one table.
 
 Firmwares (harness, model):
   inference        tools/fuzz/fuzz_serial.c, the protocol tests' fake model (tests/fixtures/protocol);
+  inference-stream the same fake model as a streaming family of 150 features (chunks fed as they arrive);
   learning         tools/fuzz/fuzz_learn.c, tools/fuzz/models/bc_b3_seeded (3-bit counts, seeded M);
   learning-digits  tools/fuzz/fuzz_learn.c, tools/fuzz/models/digits_b1_stored (1-bit counts, M in flash);
   learning-ee-end  bc_b3_seeded, its EEPROM record ending exactly at the EEPROM's last byte;
@@ -16,7 +17,8 @@ Firmwares (harness, model):
 --model replaces the model of a single firmware: the fixture's flat layout, a directory holding only
 tinyproto_model.h (+ an optional `cflags` file; the runtime then comes from --firmware-dir), or a generated
 project (include/tinyproto_model.h, runtime .c files in lib/tinyproto/; src/main.c is the app and is skipped).
---firmware-dir (default firmware/) is the application under test: tp_main.c, tp_serial.c and the runtime.
+--firmware-dir (default firmware/) is the application under test: tp_main.c and its parts (tp_transport.c,
+tp_measure.c, tp_learn.c), tp_serial.c and the runtime. include/tinyproto_sizes.h is generated for the model.
 
 Runs are deterministic for a given --seed (libFuzzer's -seed; one process, no parallel jobs).
 Output: one line per firmware, "NAME: N executions in T s (R exec/s), C crashes", then the table with the
@@ -44,7 +46,8 @@ FUZZ_DIR = Path(__file__).resolve().parent
 FIRMWARE = ROOT / "firmware"
 DEFAULT_MODEL = ROOT / "tests" / "fixtures" / "protocol"
 # Files of the device application itself: taken from the firmware directory, never from the model directory.
-APP_FILES = {"main.c", "tp_main.c", "tp_serial.c"}
+APP_PARTS = ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c")  # the harnesses #include these
+APP_FILES = {"main.c", "tp_serial.c", *APP_PARTS}
 CLANG_NAMES = ("clang", "clang-16", "clang-15", "clang-14")
 SANITIZE = "-fsanitize=fuzzer,address,undefined"
 MAX_LEN = 2048
@@ -63,6 +66,7 @@ class Target:
     model: Path
     learning: bool
     eeprom_edge: int | None = None  # learning: put the record's last byte this many bytes past the EEPROM's end
+    cflags: tuple[str, ...] = ()  # extra -D switches of the model (the streaming fake model's)
 
 
 LEARN_BC = FUZZ_DIR / "models" / "bc_b3_seeded"
@@ -70,6 +74,9 @@ LEARN_DIGITS = FUZZ_DIR / "models" / "digits_b1_stored"
 EEPROM_BYTES = 1024  # the Uno's, and the host build's default TP_EEPROM_BYTES
 TARGETS = {
     "inference": Target("inference", FUZZ_DIR / "fuzz_serial.c", DEFAULT_MODEL, False),
+    # the fake model streaming 150 features: 3 PREDICT / 10 PREDICT_RAW chunks per vector, fed as they arrive
+    "inference-stream": Target("inference-stream", FUZZ_DIR / "fuzz_serial.c", DEFAULT_MODEL, False,
+                               cflags=("-DTP_STREAMABLE=1", "-DTP_N_FEATURES=150")),
     "learning": Target("learning", FUZZ_DIR / "fuzz_learn.c", LEARN_BC, True),
     "learning-digits": Target("learning-digits", FUZZ_DIR / "fuzz_learn.c", LEARN_DIGITS, True),
     # both sides of the "record fits the EEPROM" check: the last record byte is the last EEPROM byte, or one past
@@ -148,16 +155,25 @@ def eeprom_flags(target: Target, include: Path) -> list[str]:
         return []
     bits = header_define(include, "TP_FLY_M") * header_define(include, "TP_N_CLASSES") * header_define(
         include, "TP_FLY_BITS")
-    record = 14 + (bits + 7) // 8  # EEPROM_HEADER_BYTES + packed counts (tinyproto/device/learn.py)
+    record = _wire().EEPROM_HEADER_BYTES + (bits + 7) // 8  # the record's header + packed counts
     return [f"-DTP_FLY_EEPROM_ADDR={EEPROM_BYTES - record + target.eeprom_edge}u"]
+
+
+def sizes_include(include: Path, out_dir: Path) -> Path:
+    """A directory holding include/tinyproto_sizes.h for this model, generated as `tinyproto compile` does (a
+    model directory without one, e.g. the committed fixtures, gets it here)."""
+    sizes = out_dir / "sizes"
+    sizes.mkdir(parents=True, exist_ok=True)
+    (sizes / "tinyproto_sizes.h").write_text(_render().render_sizes_header(header_define(include, "TP_N_CLASSES", 2)))
+    return sizes
 
 
 def compile_harness(clang: str, target: Target, firmware: Path, out: Path, extra: list[str]) -> None:
     include, sources = model_files(target.model, firmware)
     cmd = [
         clang, "-g", "-O1", "-std=c99", "-Wall", "-Wextra", "-Werror", "-DTP_HOST",
-        *model_cflags(target.model, target.learning), *eeprom_flags(target, include), *extra,
-        f"-I{firmware}", f"-I{include}", str(target.harness), str(firmware / "tp_serial.c"), *map(str, sources),
+        *model_cflags(target.model, target.learning), *eeprom_flags(target, include), *target.cflags, *extra,
+        f"-I{firmware}", f"-I{include}", f"-I{sizes_include(include, out.parent)}", str(target.harness), str(firmware / "tp_serial.c"), *map(str, sources),
         "-o", str(out),
     ]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True)
@@ -185,6 +201,29 @@ def _protocol():
     return protocol
 
 
+def _wire():
+    sys.path.insert(0, str(ROOT))
+    from tinyproto.core import wire
+
+    return wire
+
+
+def _render():
+    sys.path.insert(0, str(ROOT))
+    from tinyproto.core import render
+
+    return render
+
+
+def _chunks(type_: int, seq: int, data: bytes, item: int = 1, head: bytes = b"") -> list[tuple[int, int, bytes]]:
+    """One vector as the host client sends it: chunks of `first u16 | data` (LEARN: label first)."""
+    wire = _wire()
+    per = wire.CHUNK_BYTES // item
+    n = len(data) // item
+    return [(type_, (seq + k) & 0xFF, head + struct.pack("<H", first) + data[first * item : (first + per) * item])
+            for k, first in enumerate(range(0, n, per))]
+
+
 def _vector(shape: Shape, k: int) -> bytes:
     """A deterministic int8 feature vector (k-th of a fixed sequence), extremes included."""
     return bytes(((i * 37 + k * 101) % 256) for i in range(shape.n_features))
@@ -205,8 +244,8 @@ def inference_seeds(shape: Shape) -> dict[str, bytes]:
     P = _protocol()
     frames = [
         (P.MSG_HELLO, 1, b""),
-        (P.MSG_PREDICT, 2, bytes(range(shape.n_features))),
-        (P.MSG_PREDICT_RAW, 3, struct.pack("<f", 1.0) * shape.n_features),
+        *_chunks(P.MSG_PREDICT, 2, bytes(i % 256 for i in range(shape.n_features))),
+        *_chunks(P.MSG_PREDICT_RAW, 40, struct.pack("<f", 1.0) * shape.n_features, item=4),
         (P.MSG_STATS, 4, b""),
     ]
     seeds = {"raw_session": _raw(frames), "raw_garbage": b"\x01\x12\x34\x00\xff\xff" + _raw(frames)[1:8]
@@ -220,31 +259,34 @@ def learning_seeds(shape: Shape) -> dict[str, bytes]:
     loaded back, a saved record tampered with (CRC and layout key), a record of saturated counts and n_samples,
     a reboot between save and load."""
     P = _protocol()
-    learn = [(P.MSG_LEARN, 10 + k, bytes((k % shape.n_classes,)) + _vector(shape, k)) for k in range(4)]
+    learn = [c for k in range(4) for c in _chunks(P.MSG_LEARN, 100 + 20 * k, _vector(shape, k),
+                                                     head=bytes((k % shape.n_classes,)))]
     read_all = (P.MSG_READ_COUNTS, 20, struct.pack("<HB", 0, 255))
     save, load, clear = (P.MSG_EEPROM_SAVE, 21, b""), (P.MSG_EEPROM_LOAD, 22, b""), (P.MSG_CLEAR, 23, b"")
-    predict = (P.MSG_PREDICT, 24, _vector(shape, 9))
+    predicts = _chunks(P.MSG_PREDICT, 24, _vector(shape, 9))
     tamper_crc = (HOP_TAMPER, 0, struct.pack("<HB", 14, 0x01))  # first count byte of a record at address 0
     tamper_key = (HOP_TAMPER, 0, struct.pack("<HB", 2, 0x80))
     plant_full = (HOP_PLANT, 0, b"\xff" * 4 + b"\xff" * 250)
     reboot = (HOP_REBOOT, 0, b"")
-    singles = [(P.MSG_HELLO, 1, b""), (P.MSG_STATS, 2, b""), predict, learn[0], read_all,
+    singles = [(P.MSG_HELLO, 1, b""), (P.MSG_STATS, 2, b""), predicts[0], learn[0], read_all,
                (P.MSG_READ_COUNTS, 3, struct.pack("<HB", 1, 7)), clear, save, load]  # fmt: skip
     seeds = {f"record_{t:02x}_{i}": _records([(t, s, p)]) for i, (t, s, p) in enumerate(singles)}
     seeds.update({
-        "learn_save_load": _records([*learn, save, clear, load, read_all, predict]),
+        "learn_save_load": _records([*learn, save, clear, load, read_all, *predicts]),
         "tampered_crc": _records([*learn[:2], save, tamper_crc, clear, load, read_all]),
         "tampered_key": _records([learn[0], save, tamper_key, load]),
-        "saturated": _records([plant_full, load, *learn, read_all, save, predict]),
+        "saturated": _records([plant_full, load, *learn, read_all, save, *predicts]),
         "reboot": _records([*learn[:2], save, reboot, load, read_all]),
         "clear_learn": _records([clear, *learn, learn[0], read_all]),
-        "raw_session": _raw([(P.MSG_HELLO, 1, b""), *learn[:2], read_all, save, clear, load, predict]),
+        "raw_session": _raw([(P.MSG_HELLO, 1, b""), *learn[:2], read_all, save, clear, load, *predicts]),
     })  # fmt: skip
     return seeds
 
 
 def write_seeds(seeds: Path, target: Target, include: Path) -> None:
-    shape = Shape(header_define(include, "TP_N_FEATURES", 4), header_define(include, "TP_N_CLASSES", 2))
+    overrides = {f.split("=")[0][2:]: int(f.split("=")[1]) for f in target.cflags if "=" in f}
+    shape = Shape(overrides.get("TP_N_FEATURES", header_define(include, "TP_N_FEATURES", 4)),
+                  overrides.get("TP_N_CLASSES", header_define(include, "TP_N_CLASSES", 2)))
     seeds.mkdir(parents=True, exist_ok=True)
     for name, data in (learning_seeds if target.learning else inference_seeds)(shape).items():
         (seeds / name).write_bytes(data[:MAX_LEN])
@@ -295,7 +337,8 @@ def line_coverage(clang: str, target: Target, firmware: Path, work: Path) -> flo
     _, sources = model_files(target.model, firmware)
     if "-DTP_NO_RAW_INPUT" in model_cflags(target.model, target.learning):
         sources = [p for p in sources if p.name != "tp_input.c"]  # linked, but only PREDICT_RAW calls it
-    files = [str(firmware / "tp_main.c"), str(firmware / "tp_serial.c"), *map(str, sources)]
+    app = [str(firmware / name) for name in APP_PARTS if target.learning or name != "tp_learn.c"]
+    files = [*app, str(firmware / "tp_serial.c"), *map(str, sources)]
     report = subprocess.run([tools[1], "report", str(exe), f"-instr-profile={data}", *files],
                             capture_output=True, text=True, check=True).stdout
     total = re.search(r"^TOTAL(?:\s+\S+){6}\s+(\d+)\s+(\d+)\s+([\d.]+)%", report, re.M)

@@ -25,5 +25,10 @@ def _cycles(model) -> dict:
     return predict_cycles(model)
 
 
+def _shape_text(entry: dict) -> str:
+    return (f"m={entry['n_hashes']} s={entry['n_inputs_per_hash']} rho={entry['n_winners']} b={entry['count_bits']} "
+            f"c={entry['decay']:g} {'stored' if entry['store_M'] else 'seeded'} M")
+
+
 FAMILY = Family(name="flynn", title="FlyNN", color="#d62728", fit_under_budget=_fit,
-                from_json=_from_json, predict_cycles=_cycles, learnable=True)
+                from_json=_from_json, predict_cycles=_cycles, shape_text=_shape_text, learnable=True)

@@ -21,5 +21,9 @@ def _cycles(model) -> dict:
     return predict_cycles(model)
 
 
+def _shape_text(entry: dict) -> str:
+    return f"d_hat={entry['n_components']} m={entry['n_prototypes']} s_W={entry['sparsity_W']:g}"
+
+
 FAMILY = Family(name="protonn", title="ProtoNN", color="#1f77b4", fit_under_budget=_fit,
-                from_json=_from_json, predict_cycles=_cycles)
+                from_json=_from_json, predict_cycles=_cycles, shape_text=_shape_text)

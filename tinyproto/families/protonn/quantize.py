@@ -83,6 +83,11 @@ class IntProtoNN:
         return encoding.smallest(self.W_q)
 
     @property
+    def streamable(self) -> bool:
+        """The device app streams this model's inputs (TP_STREAMABLE 1): W is stored feature by feature."""
+        return self.w_encoding in ("col_bytes", "col_nibbles")
+
+    @property
     def w_dense(self) -> bool:
         return self.w_encoding == "dense"
 
@@ -118,7 +123,9 @@ class IntProtoNN:
         name = self.w_encoding
         return {
             **self.input_stage.defines(),
-            "TP_STREAMABLE": 1,
+            # column-coded W streams (the device app feeds each chunk as it arrives, no input vector held);
+            # a row-major W (narrow inputs) is gathered (d bytes) and runs tp_predict's assembly row kernels
+            "TP_STREAMABLE": int(self.streamable),
             "TP_PN_DIM": self.n_components,
             "TP_PN_PROTOS": self.n_prototypes,
             "TP_PN_W_ENC": encoding.ENCODING_ID[name],
@@ -136,7 +143,7 @@ class IntProtoNN:
 
     def working_sram(self) -> list[SramItem]:
         return [
-            SramItem("input", self.n_features, "int8 input vector"),
+            SramItem("input", self.n_features, "int8 input vector (the device app's buffer unless streamed)"),
             SramItem("projection", self.n_components, "int8 projected vector z"),
             SramItem("kernels", self.n_prototypes, "uint8 kernel value per prototype"),
             SramItem("scores", 4 * self.n_classes, "int32 score per class"),

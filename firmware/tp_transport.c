@@ -1,0 +1,139 @@
+/* tinyproto device application, transport: the serial port (USART registers or stdio), the one frame buffer
+ * and the replies built in it. Frames themselves (COBS, CRC-16) are tp_serial.c's. */
+#include "tp_app.h"
+
+tp_buf_t tp_buf;
+tp_parser_t tp_rx;
+uint16_t tp_frames_bad;
+
+#if defined(__AVR__)
+#include <avr/interrupt.h>
+#include <avr/io.h>
+
+#ifndef F_CPU
+#define F_CPU 16000000UL
+#endif
+#ifndef TP_BAUD
+#define TP_BAUD 115200UL
+#endif
+/* U2X: UBRR 16 at 16 MHz and 115200, or at 8 MHz and 57600 (both +2.1 %; 115200 at 8 MHz would be -3.5 %). */
+#define TP_UBRR ((F_CPU + 4UL * TP_BAUD) / (8UL * TP_BAUD) - 1UL)
+
+/* The protocol's USART: USART0 (ATmega328P; the ATmega2560's USART0 has the same registers), or USART1 on a
+ * chip without USART0 (ATmega32U4: the Leonardo's Serial1 on pins 0/1; its USB port is not used). */
+#if defined(UDR0)
+#define TP_UBRRH UBRR0H
+#define TP_UBRRL UBRR0L
+#define TP_UCSRA UCSR0A
+#define TP_UCSRB UCSR0B
+#define TP_UCSRC UCSR0C
+#define TP_UDR UDR0
+#define TP_U2X U2X0
+#define TP_RXEN RXEN0
+#define TP_TXEN TXEN0
+#define TP_UCSZ1 UCSZ01
+#define TP_UCSZ0 UCSZ00
+#define TP_RXC RXC0
+#define TP_UDRE UDRE0
+#elif defined(UDR1)
+#define TP_UBRRH UBRR1H
+#define TP_UBRRL UBRR1L
+#define TP_UCSRA UCSR1A
+#define TP_UCSRB UCSR1B
+#define TP_UCSRC UCSR1C
+#define TP_UDR UDR1
+#define TP_U2X U2X1
+#define TP_RXEN RXEN1
+#define TP_TXEN TXEN1
+#define TP_UCSZ1 UCSZ11
+#define TP_UCSZ0 UCSZ10
+#define TP_RXC RXC1
+#define TP_UDRE UDRE1
+#else
+#error "this MCU has neither USART0 nor USART1"
+#endif
+
+void tp_port_init(void)
+{
+    TP_UBRRH = (uint8_t)(TP_UBRR >> 8);
+    TP_UBRRL = (uint8_t)TP_UBRR;
+    TP_UCSRA = _BV(TP_U2X);
+    TP_UCSRB = _BV(TP_RXEN) | _BV(TP_TXEN);
+    TP_UCSRC = _BV(TP_UCSZ1) | _BV(TP_UCSZ0); /* 8N1 */
+}
+
+int16_t tp_port_getc(void)
+{
+    while (!(TP_UCSRA & _BV(TP_RXC))) {
+    }
+    return TP_UDR;
+}
+
+void tp_port_putc(uint8_t c)
+{
+    while (!(TP_UCSRA & _BV(TP_UDRE))) {
+    }
+    TP_UDR = c;
+}
+
+void tp_port_flush(void)
+{
+}
+
+#elif defined(TP_PORT_CUSTOM)
+/* tp_port_putc() and tp_port_flush() are the including harness's; it feeds tp_app_byte() itself. */
+void tp_port_init(void)
+{
+}
+
+int16_t tp_port_getc(void)
+{
+    return -1;
+}
+
+#else
+#include <stdio.h>
+
+void tp_port_init(void)
+{
+}
+
+int16_t tp_port_getc(void)
+{
+    int c = getchar();
+    return c == EOF ? -1 : (int16_t)c;
+}
+
+void tp_port_putc(uint8_t c)
+{
+    (void)putchar(c);
+}
+
+void tp_port_flush(void)
+{
+    (void)fflush(stdout); /* a response must leave now: the host waits for it */
+}
+#endif
+
+void tp_transport_init(void)
+{
+    tp_parser_init(&tp_rx, tp_buf.b, TP_BUF_SIZE);
+    tp_frames_bad = 0;
+}
+
+void tp_reply(uint8_t type, uint8_t seq, uint16_t n_payload)
+{
+    tp_buf.b[0] = type;
+    tp_buf.b[1] = seq;
+    tp_frame_send(tp_buf.b, n_payload, tp_port_putc);
+    tp_port_flush();
+}
+
+void tp_reply_error(uint8_t seq, uint8_t code)
+{
+    if (tp_frames_bad != UINT16_MAX) {
+        ++tp_frames_bad;
+    }
+    tp_buf.b[2] = code;
+    tp_reply(TP_MSG_ERROR, seq, 1);
+}

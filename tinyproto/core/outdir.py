@@ -1,0 +1,201 @@
+"""Writing a directory safely: one command at a time (flock), refused before any work when unusable, replaced
+with one atomic exchange so a kill leaves the old or the new directory, never half of one. The safety rules are
+listed in tinyproto/core/modeldir.py. Layer: core."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.modeldir import LOCK, NAME_MAX, SCRATCH_PREFIX, foreign_entries, read_manifest, write_manifest
+
+
+# ------------------------------------------------------------------------------------------------ locking
+
+
+def _try_lock(lock_path: Path, verb: str) -> int | None:
+    """An flock'ed descriptor on lock_path, or None when another live process holds it."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()} {verb}\n".encode())
+    return fd
+
+
+def _holder(lock_path: Path) -> str:
+    try:
+        pid, _, verb = lock_path.read_text().strip().partition(" ")
+        return f"`tinyproto {verb}`, pid {pid}"
+    except OSError:
+        return "another tinyproto command"
+
+
+@contextmanager
+def locked(directory: Path, verb: str) -> Iterator[None]:
+    """Hold the model directory's lock while `verb` writes into it; refuse at once if another command has it."""
+    directory = Path(directory)
+    lock_path = directory / LOCK
+    try:
+        fd = _try_lock(lock_path, verb)
+    except OSError as exc:
+        raise TinyprotoError(f"cannot lock {directory} for writing: {exc.strerror}") from None
+    if fd is None:
+        raise TinyprotoError(f"{directory} is in use by {_holder(lock_path)}; wait for it to finish")
+    try:
+        if os.fstat(fd).st_ino != os.stat(lock_path).st_ino:  # replaced by a compile while we waited
+            raise TinyprotoError(f"{directory} was replaced while opening it; run the command again")
+        yield
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------------------------ replacing
+
+
+def check_output_dir(out: Path) -> Path:
+    """Refuse an --out that could not be written, before any training: returns the absolute path."""
+    out = Path(os.path.abspath(out))
+    if len(out.name.encode()) > NAME_MAX:
+        raise TinyprotoError(f"--out name is {len(out.name.encode())} bytes long; file names are limited to {NAME_MAX}")
+    if out.is_symlink():
+        raise TinyprotoError(f"--out {out} is a symbolic link; give the directory itself")
+    if out.exists():
+        if not out.is_dir():
+            raise TinyprotoError(f"--out {out} exists and is not a directory; choose another --out")
+        _check_replaceable(out)
+        _check_not_in_use(out)
+        ancestor = out.parent
+    else:
+        ancestor = out.parent
+        while not ancestor.exists():
+            if ancestor.is_symlink():  # a dangling link on the way
+                raise TinyprotoError(f"cannot create {out}: {ancestor} is a broken symbolic link")
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise TinyprotoError(f"cannot create {out}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise TinyprotoError(f"cannot write --out {out}: {ancestor} is not writable")
+    return out
+
+
+def _check_replaceable(out: Path) -> None:
+    try:
+        if not any(out.iterdir()):
+            return
+        foreign = foreign_entries(out)
+    except PermissionError:
+        raise TinyprotoError(f"--out {out} cannot be read (permission denied); choose another --out") from None
+    if foreign:
+        if read_manifest(out) is None:
+            raise TinyprotoError(f"--out {out} is not empty and was not written by tinyproto (it holds "
+                                 f"{', '.join(foreign)}); choose another --out, nothing was changed")
+        raise TinyprotoError(f"--out {out} holds files tinyproto did not write ({', '.join(foreign)}); "
+                             "choose another --out or move them away, nothing was changed")
+
+
+def _check_not_in_use(directory: Path) -> None:
+    """Refuse now, not after training, if another command holds the directory's lock."""
+    lock_path = directory / LOCK
+    if not lock_path.is_file() or lock_path.is_symlink():
+        return
+    try:
+        fd = _try_lock(lock_path, "check")
+    except OSError:
+        return  # not lockable here: the real attempt at the end will say why
+    if fd is None:
+        raise TinyprotoError(f"{directory} is in use by {_holder(lock_path)}; wait for it to finish")
+    os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS):
+        return False
+    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(a))
+
+
+def remove_stale_scratch(parent: Path) -> None:
+    """Delete scratch directories that killed runs left in `parent` (their lock is no longer held)."""
+    try:
+        candidates = [p for p in parent.iterdir() if p.name.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return
+    for scratch in candidates:
+        lock_path = scratch / LOCK
+        if scratch.is_symlink() or not scratch.is_dir() or not lock_path.is_file():
+            continue
+        try:
+            fd = _try_lock(lock_path, "cleanup")
+        except OSError:
+            continue
+        if fd is not None:
+            try:
+                shutil.rmtree(scratch, ignore_errors=True)
+            finally:
+                os.close(fd)
+
+
+@contextmanager
+def atomic_directory(out: Path, verb: str = "compile") -> Iterator[Path]:
+    """Yield a scratch directory that replaces `out` only if the block succeeds: no half-written output.
+
+    `out` may be missing, empty, or a directory tinyproto wrote and nobody changed since (see the module doc).
+    """
+    out = check_output_dir(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_scratch(out.parent)
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=out.parent))
+    fd = None
+    try:
+        fd = _try_lock(scratch / LOCK, verb)  # held across the swap: the new directory is born locked
+        scratch.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary directory
+        yield scratch
+        write_manifest(scratch)
+        _swap_in(scratch, out, verb)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _swap_in(scratch: Path, out: Path, verb: str) -> None:
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise TinyprotoError(f"--out {out} changed while training (it is no longer a directory); nothing written")
+    if not out.exists():
+        try:
+            os.rename(scratch, out)  # fails if a directory appeared there meanwhile: then replace it as below
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+    with locked(out, verb):
+        _check_replaceable(out)  # again: the user may have added a file while we trained
+        if _exchange(scratch, out):
+            old = scratch  # the old directory now sits at the scratch name
+        else:
+            old = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=out.parent))
+            os.replace(out, old)
+            os.replace(scratch, out)
+    shutil.rmtree(old, ignore_errors=True)

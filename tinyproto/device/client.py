@@ -1,0 +1,328 @@
+"""The request/response client of the tinyproto serial protocol (frames and messages: codec.py): one request at a
+time, retries keeping their seq, vectors sent in chunks. tinyproto/device/protocol.py opens a port and gives one.
+
+Layer: device.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Callable
+
+import numpy as np
+
+from tinyproto.core import wire
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.device.codec import (
+    CANNOT_LEARN, CHUNKED_MESSAGES, DEFAULT_TIMEOUT, DeviceError, EEPROM_SAVE_TIMEOUT, ERR_ARGUMENT, ERR_CRC,
+    ERR_LENGTH, ERR_TOO_LONG, ERR_UNKNOWN_TYPE, EepromLoad, EepromSave, Frame, FrameReader, Hello,
+    LEARNING_MESSAGES, LearnAck, MSG_CLEAR, MSG_EEPROM_LOAD, MSG_EEPROM_SAVE, MSG_ERROR, MSG_HELLO, MSG_LEARN,
+    MSG_PREDICT, MSG_PREDICT_RAW, MSG_READ_COUNTS, MSG_RESPONSE, MSG_STATS, Prediction, READ_SLICE,
+    RawPrediction, SerialPort, Stats, _CHUNK_FIRST, _EEPROM_LOAD, _EEPROM_SAVE, _LEARN_ACK, _READ_COUNTS,
+    _REQUEST_NAMES, encode_frame, parse_hello, parse_prediction, parse_raw_prediction, parse_stats,
+)
+
+
+# When this process last closed each port (open_port waits out RESET_GAP_S after it, so a reopen is a reset).
+_closed_at: dict[str, float] = {}
+
+
+class _Retry(Exception):
+    """The device asked for the request again (it received it corrupted)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class _ChunkOrder(Exception):
+    """The device refused a chunk as not continuing the vector under way (an acknowledgement was lost)."""
+
+
+class DeviceClient:
+    """Request/response client. Every request gets a fresh seq, kept by its retries; answers carrying another
+    seq are stale and dropped. A try ends after ``timeout`` s without the answer or on an ERROR CRC / too long
+    answer; after ``1 + n_retries`` tries a DeviceError says the device is silent."""
+
+    def __init__(self, port: SerialPort, n_retries: int = 3, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.port = port
+        self.n_retries = n_retries
+        self.timeout = timeout
+        self.name = str(getattr(port, "port", None) or getattr(port, "name", None) or port)
+        self.info: Hello | None = None  # set by hello()
+        self.stale_frames = 0
+        self._mid_vector = False  # the request under way continues a vector (an ERROR argument means "order")
+        self._reader = FrameReader(port)
+        self._seq = 0
+        if getattr(port, "timeout", None) is None or port.timeout > READ_SLICE:
+            port.timeout = READ_SLICE  # short reads; overall deadlines are ours
+
+    # -- public API --
+    def hello(self) -> Hello:
+        self.info = parse_hello(self._request(MSG_HELLO))
+        return self.info
+
+    def handshake(self, deadline_s: float, try_timeout: float = 0.25) -> Hello:
+        """HELLO until ``deadline_s`` seconds pass: opening a real Uno resets it and its bootloader listens for
+        ~1-2 s before our firmware runs, so the first HELLOs are lost (or eaten by the bootloader)."""
+        deadline = time.monotonic() + deadline_s
+        seq = self._next_seq()
+        tries = 0
+        while True:
+            tries += 1
+            self._reader.reset()  # the bootloader's chatter may have left half a "frame"
+            self._send(MSG_HELLO, seq, b"")
+            left = deadline - time.monotonic()
+            try:
+                frame = self._await(MSG_HELLO, seq, max(0.0, min(try_timeout, left)))
+            except _Retry:
+                frame = None
+            if frame is not None:
+                self.info = parse_hello(frame.payload)
+                return self.info
+            if time.monotonic() >= deadline:
+                raise self._silent(tries)
+
+    def predict(self, xq: np.ndarray) -> Prediction:
+        vector = self._vector(xq, np.int8, "xq")
+        _, last = self._stream(MSG_PREDICT, vector, 1, wire.CHUNK_BYTES)
+        answer = parse_prediction(last)
+        self._check_classes(len(answer.scores))
+        return answer
+
+    def predict_raw(self, raw: np.ndarray) -> RawPrediction:
+        if self.info is not None and not self.info.raw_input:
+            raise DeviceError("the firmware was built with TP_NO_RAW_INPUT: use predict() with int8 inputs")
+        vector = self._vector(raw, np.dtype("<f4"), "raw")
+        n = len(vector) // 4
+        acks, last = self._stream(MSG_PREDICT_RAW, vector, 4, wire.RAW_CHUNK_FEATURES)
+        tail = n - wire.RAW_CHUNK_FEATURES * len(acks)
+        for k, ack in enumerate(acks):
+            if len(ack) != wire.RAW_CHUNK_FEATURES:
+                raise DeviceError(f"PREDICT_RAW chunk {k} answered {len(ack)} int8 inputs, "
+                                  f"expected {wire.RAW_CHUNK_FEATURES}")
+        answer = parse_raw_prediction(last, tail)
+        self._check_classes(len(answer.scores))
+        x = np.concatenate([np.frombuffer(b"".join(acks), dtype=np.int8), answer.x])
+        return RawPrediction(answer.label, answer.cycles, x, answer.scores)
+
+    def stats(self) -> Stats:
+        return parse_stats(self._request(MSG_STATS))
+
+    # -- on-device learning (the FlyNN learning firmware) --
+    def learn(self, xq: np.ndarray, label: int) -> LearnAck:
+        """Add one labelled int8 sample to the device's counts (saturating, like the host's)."""
+        self._require_learning("LEARN")
+        if self.info is not None and not 0 <= int(label) < self.info.n_classes:
+            raise TinyprotoError(f"class index {label} is out of range for {self.info.n_classes} classes")
+        vector = self._vector(xq, np.int8, "xq")
+        _, answer = self._stream(MSG_LEARN, vector, 1, wire.CHUNK_BYTES, head=bytes((int(label) & 0xFF,)))
+        if len(answer) != _LEARN_ACK.size:
+            raise DeviceError(f"LEARN answer of {len(answer)} bytes, expected {_LEARN_ACK.size}")
+        return LearnAck(*_LEARN_ACK.unpack(answer))
+
+    def read_counts(self, offset: int = 0, length: int = 255) -> tuple[int, bytes]:
+        """(total count bytes, up to `length` bytes of the packed counts from `offset`); the device sends fewer
+        when its frame buffer is smaller, or none at the end."""
+        self._require_learning("READ_COUNTS")
+        answer = self._request(MSG_READ_COUNTS, _READ_COUNTS.pack(offset, min(length, 255)))
+        if len(answer) < 2:
+            raise DeviceError(f"READ_COUNTS answer of {len(answer)} bytes is too short")
+        (total,) = struct.unpack_from("<H", answer)
+        data = answer[2:]
+        if len(data) > length or offset + len(data) > total:
+            raise DeviceError(f"READ_COUNTS answered {len(data)} bytes at {offset} of {total}")
+        return total, data
+
+    def read_all_counts(self, progress: Callable[[int], None] | None = None) -> bytes:
+        """Every packed count byte, in as many READ_COUNTS chunks as the device's frame buffer needs."""
+        total, out = None, bytearray()
+        while total is None or len(out) < total:
+            total, chunk = self.read_counts(len(out))
+            if not chunk and len(out) < total:
+                raise DeviceError(f"READ_COUNTS stopped at byte {len(out)} of {total}")
+            out += chunk
+            if progress:
+                progress(len(chunk))
+        return bytes(out)
+
+    def clear(self) -> None:
+        """Every count and the sample counter to 0."""
+        self._require_learning("CLEAR")
+        self._request(MSG_CLEAR)
+
+    def eeprom_save(self) -> EepromSave:
+        """Persist the counts (only the EEPROM bytes that change are written)."""
+        self._require_learning("EEPROM_SAVE", eeprom=True)
+        usual, self.timeout = self.timeout, max(self.timeout, EEPROM_SAVE_TIMEOUT)
+        try:
+            answer = self._request(MSG_EEPROM_SAVE)
+        finally:
+            self.timeout = usual
+        if len(answer) != _EEPROM_SAVE.size:
+            raise DeviceError(f"EEPROM_SAVE answer of {len(answer)} bytes, expected {_EEPROM_SAVE.size}")
+        return EepromSave(*_EEPROM_SAVE.unpack(answer))
+
+    def eeprom_load(self) -> EepromLoad:
+        """Replace the SRAM counts by the EEPROM record, if it holds a valid one for this model."""
+        self._require_learning("EEPROM_LOAD", eeprom=True)
+        answer = self._request(MSG_EEPROM_LOAD)
+        if len(answer) != _EEPROM_LOAD.size:
+            raise DeviceError(f"EEPROM_LOAD answer of {len(answer)} bytes, expected {_EEPROM_LOAD.size}")
+        return EepromLoad(*_EEPROM_LOAD.unpack(answer))
+
+    def _require_learning(self, what: str, eeprom: bool = False) -> None:
+        """Refuse before sending when the HELLO already says the firmware cannot do it."""
+        if self.info is None:
+            return  # not known yet: the device's own ERROR unknown type gives the same message
+        if not self.info.learning:
+            raise DeviceError(CANNOT_LEARN)
+        if eeprom and not self.info.eeprom:
+            raise DeviceError(f"the learning firmware on {self.name} has no {what}: its counts do not fit the EEPROM")
+
+    def close(self) -> None:
+        self.port.close()
+        _closed_at[self.name] = time.monotonic()  # see open_port: the next open must be a reset
+
+    def __enter__(self) -> DeviceClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --
+    def _stream(self, type: int, vector: bytes, item: int, per_chunk: int,
+                head: bytes = b"") -> tuple[list[bytes], bytes]:
+        """Send `vector` (items of `item` bytes) in chunks of `per_chunk` items: (the acknowledgements of every
+        chunk but the last, the last one's answer). A chunk the device finds out of order (its acknowledgement
+        was lost and the chunk sent again) restarts the vector from its first chunk, at most n_retries times."""
+        n = len(vector) // item
+        if n == 0:
+            raise TinyprotoError("an empty vector has no features to send")
+        for _ in range(1 + self.n_retries):
+            acks: list[bytes] = []
+            try:
+                for first in range(0, n, per_chunk):
+                    k = min(per_chunk, n - first)
+                    chunk = vector[first * item : (first + k) * item]
+                    answer = self._request(type, head + _CHUNK_FIRST.pack(first) + chunk, restart=first == 0)
+                    if first + k == n:
+                        return acks, answer
+                    acks.append(answer)
+            except _ChunkOrder:
+                continue
+        raise DeviceError(f"the device on {self.name} kept refusing the chunks of {_REQUEST_NAMES[type]} as out "
+                          "of order")
+
+    def _vector(self, values: np.ndarray, dtype: np.dtype | type, what: str) -> bytes:
+        arr = np.asarray(values)
+        if arr.ndim != 1:
+            raise TinyprotoError(f"{what} must be one vector (1-D), got shape {arr.shape}")
+        if self.info is not None and arr.shape[0] != self.info.n_features:
+            raise TinyprotoError(f"{what} has {arr.shape[0]} features, the device model {self.info.n_features}")
+        if np.dtype(dtype) == np.int8 and arr.dtype != np.int8:
+            if not np.issubdtype(arr.dtype, np.integer) or arr.min(initial=0) < -128 or arr.max(initial=0) > 127:
+                raise TinyprotoError(f"{what} must hold int8 values, got {arr.dtype}")
+        return arr.astype(dtype).tobytes()
+
+    def _check_classes(self, n: int) -> None:
+        if self.info is not None and n != self.info.n_classes:
+            raise DeviceError(f"device answered {n} scores, its HELLO announced {self.info.n_classes} classes")
+
+    def _next_seq(self) -> int:
+        self._seq = (self._seq + 1) & 0xFF
+        return self._seq
+
+    def _send(self, type: int, seq: int, payload: bytes) -> None:
+        # The leading 0x00 ends whatever partial frame the device may hold (noise, an interrupted request).
+        data = b"\x00" + encode_frame(type, seq, payload)
+        try:
+            self.port.write(data)
+            flush = getattr(self.port, "flush", None)
+            if flush is not None:
+                flush()
+        except (OSError, TinyprotoError) as exc:
+            raise DeviceError(f"cannot write to {self.name}: {exc}") from exc
+
+    def _request(self, type: int, payload: bytes = b"", restart: bool = True) -> bytes:
+        """The answer to one request; restart False: a chunk that continues a vector (see _stream)."""
+        seq = self._next_seq()
+        self._mid_vector = type in CHUNKED_MESSAGES and not restart
+        tries = 1 + self.n_retries
+        refused: list[int] = []  # ERROR codes a retry may fix (CRC, too long)
+        for attempt in range(tries):
+            if attempt:
+                self._reader.reset()
+            self._send(type, seq, payload)
+            try:
+                frame = self._await(type, seq, self.timeout)
+            except _Retry as retry:
+                refused.append(retry.code)
+                continue
+            if frame is not None:
+                return frame.payload
+        what = _REQUEST_NAMES[type]
+        if len(refused) == tries and all(code == ERR_TOO_LONG for code in refused):
+            raise DeviceError(
+                f"the device on {self.name} found {what} too long {tries} times — it runs a model with fewer "
+                "features (check hello() / check_model)"
+            )
+        if len(refused) == tries:
+            raise DeviceError(
+                f"the device on {self.name} received {what} corrupted {tries} times — check the cable and that "
+                f"the baud rate is {self._baud()}"
+            )
+        raise self._silent(tries)
+
+    def _await(self, type: int, seq: int, timeout: float) -> Frame | None:
+        """The answer to (type, seq) within ``timeout`` s; None if none came; _Retry if the device asks for it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                frame = self._reader.read_frame(left)
+            except OSError as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
+                raise DeviceError(f"lost the serial port {self.name}: {exc}") from exc
+            if frame is None:
+                return None
+            if frame.seq != seq:
+                self.stale_frames += 1
+                continue
+            if frame.type == type | MSG_RESPONSE:
+                return frame
+            if frame.type == MSG_ERROR and len(frame.payload) == 1:
+                self._on_error(type, frame.payload[0])
+                raise _Retry(frame.payload[0])
+            self.stale_frames += 1  # a valid frame of an unexpected type: an echo (loop://) or stale
+
+    def _on_error(self, type: int, code: int) -> None:
+        """Raise for errors a retry cannot fix; return for corruption (CRC, too long), which it can."""
+        what = _REQUEST_NAMES[type]
+        if code == ERR_UNKNOWN_TYPE and type in LEARNING_MESSAGES:
+            raise DeviceError(f"the device on {self.name} does not implement {what}: {CANNOT_LEARN}")
+        if code == ERR_UNKNOWN_TYPE:
+            hint = " (firmware built with TP_NO_RAW_INPUT?)" if type == MSG_PREDICT_RAW else ""
+            raise DeviceError(f"the device on {self.name} does not implement {what}{hint}")
+        if code == ERR_ARGUMENT and self._mid_vector:
+            raise _ChunkOrder(code)
+        if code == ERR_ARGUMENT:
+            raise DeviceError(f"the device on {self.name} refused a field of {what} as out of range")
+        if code == ERR_LENGTH:
+            raise DeviceError(
+                f"the device on {self.name} rejected the {what} payload length — it runs a model with another "
+                "number of features (check hello() / check_model)"
+            )
+        if code not in (ERR_CRC, ERR_TOO_LONG):
+            raise DeviceError(f"the device on {self.name} answered {what} with unknown error code {code}")
+
+    def _baud(self) -> int:
+        return int(getattr(self.port, "baudrate", 115200) or 115200)
+
+    def _silent(self, tries: int) -> DeviceError:
+        return DeviceError(
+            f"no answer from the device on {self.name} after {tries} tries — is the firmware flashed and the "
+            f"baud rate {self._baud()}?"
+        )

@@ -1,0 +1,357 @@
+"""The tinyproto serial protocol, version 2 (docs/design.md, "Serial protocol"): its constants, the frame codec
+and the messages. The client is tinyproto/device/client.py; tinyproto/device/protocol.py opens ports and
+re-exports all three.
+
+A frame on the wire is ``COBS(body) 0x00`` with ``body = type u8 | seq u8 | payload | crc16 u16 LE`` and
+CRC-16/CCITT-FALSE over type, seq and payload. Everything here works on any pyserial-like object (``read(n)``
+honouring a timeout, ``write(b)``), so the codec is tested with in-memory streams and ``loop://``, and a real Uno,
+a simulated Uno's pty and a TCP bridge are one code path through :func:`open_device`.
+
+Vectors travel in chunks of at most ``wire.CHUNK_BYTES`` (int8) or ``wire.RAW_CHUNK_FEATURES`` (float32)
+features, each ``first u16 | data`` (LEARN: ``label u8 | first u16 | data``); every chunk but the last is
+acknowledged, the last one's answer is the message's answer. Every size comes from tinyproto/core/wire.py, which
+also writes each project's include/tinyproto_sizes.h.
+
+Layer: device.
+"""
+
+from __future__ import annotations
+
+import binascii
+import struct
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from tinyproto.core import wire
+from tinyproto.core.errors import TinyprotoError
+
+PROTO_VERSION = wire.PROTO_VERSION
+MAGIC = b"TPRO"
+
+MSG_HELLO = 0x01
+MSG_PREDICT = 0x02
+MSG_PREDICT_RAW = 0x03
+MSG_STATS = 0x04
+# On-device learning: only the FlyNN learning firmware (TP_FLY_LEARN) answers these; others say "unknown type".
+MSG_LEARN = 0x05
+MSG_READ_COUNTS = 0x06
+MSG_CLEAR = 0x07
+MSG_EEPROM_SAVE = 0x08
+MSG_EEPROM_LOAD = 0x09
+LEARNING_MESSAGES = (MSG_LEARN, MSG_READ_COUNTS, MSG_CLEAR, MSG_EEPROM_SAVE, MSG_EEPROM_LOAD)
+CHUNKED_MESSAGES = (MSG_PREDICT, MSG_PREDICT_RAW, MSG_LEARN)
+MSG_RESPONSE = 0x80
+MSG_ERROR = 0x7F
+
+ERR_CRC = 1
+ERR_LENGTH = 2
+ERR_UNKNOWN_TYPE = 3
+ERR_TOO_LONG = 4
+ERR_ARGUMENT = 5
+ERROR_NAMES = {ERR_CRC: "CRC", ERR_LENGTH: "length", ERR_UNKNOWN_TYPE: "unknown type", ERR_TOO_LONG: "frame too long",
+               ERR_ARGUMENT: "argument out of range"}
+_REQUEST_NAMES = {MSG_HELLO: "HELLO", MSG_PREDICT: "PREDICT", MSG_PREDICT_RAW: "PREDICT_RAW", MSG_STATS: "STATS",
+                  MSG_LEARN: "LEARN", MSG_READ_COUNTS: "READ_COUNTS", MSG_CLEAR: "CLEAR",
+                  MSG_EEPROM_SAVE: "EEPROM_SAVE", MSG_EEPROM_LOAD: "EEPROM_LOAD"}
+
+FLAG_RAW = 0x01
+FLAG_LEARN = 0x02
+FLAG_EEPROM = 0x04
+FLAG_STREAM = 0x08
+EEPROM_LOADED, EEPROM_EMPTY, EEPROM_OTHER = 0, 1, 2
+CANNOT_LEARN = "this firmware cannot learn; run tinyproto learn (it builds the learning firmware)"
+
+FRAME_OVERHEAD = wire.FRAME_OVERHEAD  # type, seq, crc16
+MAX_BODY = 8192  # host-side guard: a longer run without a delimiter is garbage (the Uno has 2 KB of SRAM)
+READ_SLICE = 0.02  # s: the port's own read timeout; deadlines are kept by the reader's loop
+DEFAULT_TIMEOUT = 1.0  # s per try: frames take < 40 ms at 115200 baud, inference tens of ms on the Uno
+EEPROM_SAVE_TIMEOUT = 5.0  # s: the ATmega328P writes an EEPROM byte in 3.4 ms, so a fresh 1 KB record takes ~3.5 s
+_HELLO = struct.Struct("<4sBBBIHBBBIB")  # magic proto abi family hash n_features n_classes in_b score_b f_cpu flags
+_STATS = struct.Struct("<HHH")
+_LEARN_ACK = struct.Struct("<II")  # n_samples, cycles
+_CHUNK_FIRST = struct.Struct("<H")
+_READ_COUNTS = struct.Struct("<HB")  # offset, length
+_EEPROM_SAVE = struct.Struct("<HH")  # bytes written, record bytes
+_EEPROM_LOAD = struct.Struct("<BI")  # status, n_samples
+_PREDICTION_HEAD = struct.Struct("<BI")  # label, cycles
+# The codec's structs are the sizes wire.py emits for the firmware: one of them changed alone is a bug.
+assert (_HELLO.size, _STATS.size, _LEARN_ACK.size, _CHUNK_FIRST.size, _PREDICTION_HEAD.size) == (
+    wire.HELLO_PAYLOAD, wire.STATS_PAYLOAD, wire.LEARN_ACK, wire.CHUNK_FIRST, wire.PREDICTION_HEAD)
+
+
+class DeviceError(TinyprotoError):
+    """The device did not answer, answered garbage, or refused a request."""
+
+
+class FrameError(ValueError):
+    """A received frame is malformed (broken COBS, too short, wrong CRC)."""
+
+
+class SerialPort(Protocol):
+    """What the codec needs from a port: pyserial's ``Serial`` and the test doubles have it."""
+
+    timeout: float | None
+
+    def read(self, size: int = 1) -> bytes: ...
+
+    def write(self, data: bytes) -> int | None: ...
+
+
+# ---- codec -------------------------------------------------------------------------------------------------
+
+
+def crc16_ccitt(data: bytes, crc: int = 0xFFFF) -> int:
+    """CRC-16/CCITT-FALSE (poly 0x1021, init 0xFFFF, no reflection, no xorout); "123456789" -> 0x29B1."""
+    return binascii.crc_hqx(data, crc)  # crc_hqx is exactly this shift register, in C
+
+
+def cobs_encode(data: bytes) -> bytes:
+    """COBS without the trailing delimiter; the output holds no 0x00. Same block rule as firmware/tp_serial.c."""
+    out = bytearray()
+    i, n = 0, len(data)
+    while True:
+        limit = min(n, i + 254)
+        zero = data.find(0, i, limit)
+        end = zero if zero >= 0 else limit
+        out.append(end - i + 1)
+        out += data[i:end]
+        if end >= n:
+            return bytes(out)
+        # A full 254-byte run carries no implied zero; any shorter run stopped at one, which the code implies.
+        i = end if end - i == 254 else end + 1
+
+
+def cobs_decode(data: bytes) -> bytes:
+    """Inverse of :func:`cobs_encode` (input without the delimiter); raises FrameError if malformed."""
+    out = bytearray()
+    i, n = 0, len(data)
+    while i < n:
+        code = data[i]
+        if code == 0:
+            raise FrameError("0x00 inside a COBS frame")
+        end = i + code
+        if end > n:
+            raise FrameError("COBS block cut short")
+        block = data[i + 1 : end]
+        if 0 in block:
+            raise FrameError("0x00 inside a COBS frame")
+        out += block
+        i = end
+        if code != 0xFF and i < n:
+            out.append(0)
+    return bytes(out)
+
+
+@dataclass(frozen=True)
+class Frame:
+    type: int
+    seq: int
+    payload: bytes
+
+
+def encode_frame(type: int, seq: int, payload: bytes = b"") -> bytes:
+    """One frame as it goes on the wire: COBS(type seq payload crc16) 0x00."""
+    body = bytes((type & 0xFF, seq & 0xFF)) + bytes(payload)
+    return cobs_encode(body + struct.pack("<H", crc16_ccitt(body))) + b"\x00"
+
+
+def decode_frame(encoded: bytes) -> Frame:
+    """One frame without its delimiter -> Frame; FrameError if the COBS, the length or the CRC is wrong."""
+    body = cobs_decode(encoded)
+    if len(body) < FRAME_OVERHEAD:
+        raise FrameError(f"frame of {len(body)} bytes is shorter than its header and CRC")
+    (crc,) = struct.unpack_from("<H", body, len(body) - 2)
+    if crc16_ccitt(body[:-2]) != crc:
+        raise FrameError("CRC mismatch")
+    return Frame(body[0], body[1], body[2:-2])
+
+
+class FrameReader:
+    """Reads frames from a port, dropping anything malformed and resynchronising on the next 0x00.
+
+    The port's own read timeout only bounds one ``read``; :meth:`read_frame` keeps an overall deadline.
+    """
+
+    def __init__(self, port: SerialPort, max_body: int = MAX_BODY) -> None:
+        self.port = port
+        self.max_encoded = max_body + max_body // 254 + 2
+        self.bad_frames = 0  # frames dropped as malformed (a noisy line shows here)
+        self._buf = bytearray()
+        self._skipping = False  # inside an over-long run: drop bytes up to the next delimiter
+
+    def reset(self) -> None:
+        """Forget a partial frame (before a retry: its tail may never come)."""
+        self._buf.clear()
+        self._skipping = False
+
+    def read_frame(self, timeout: float) -> Frame | None:
+        """The next well-formed frame, or None when ``timeout`` seconds pass without one."""
+        deadline = time.monotonic() + timeout
+        while True:
+            frame = self._pop_frame()
+            if frame is not None:
+                return frame
+            if time.monotonic() >= deadline:
+                return None
+            self._buf += self._read_some()
+
+    def _read_some(self) -> bytes:
+        waiting = getattr(self.port, "in_waiting", 0) or 0
+        return self.port.read(max(1, min(waiting, 4096)))
+
+    def _pop_frame(self) -> Frame | None:
+        while True:
+            end = self._buf.find(0)
+            if end < 0:
+                if len(self._buf) > self.max_encoded:
+                    self.bad_frames += not self._skipping  # one over-long run counts once
+                    self._buf.clear()
+                    self._skipping = True
+                return None
+            encoded = bytes(self._buf[:end])
+            del self._buf[: end + 1]
+            if self._skipping:
+                self._skipping = False
+                continue
+            if not encoded:
+                continue  # 0x00 0x00: an empty frame (resync preamble)
+            try:
+                return decode_frame(encoded)
+            except FrameError:
+                self.bad_frames += 1
+
+
+# ---- messages ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hello:
+    proto: int
+    abi: int
+    family: int  # TP_FAMILY_ID: 1 protonn, 2 flynn
+    model_hash: int
+    n_features: int
+    n_classes: int
+    input_bytes: int
+    score_bytes: int
+    f_cpu: int  # 0 on the host build
+    flags: int
+
+    @property
+    def raw_input(self) -> bool:
+        """The firmware answers PREDICT_RAW (not built with TP_NO_RAW_INPUT)."""
+        return bool(self.flags & FLAG_RAW)
+
+    @property
+    def learning(self) -> bool:
+        """The FlyNN learning firmware (TP_FLY_LEARN): LEARN / READ_COUNTS / CLEAR, inference on SRAM counts."""
+        return bool(self.flags & FLAG_LEARN)
+
+    @property
+    def eeprom(self) -> bool:
+        """The learning firmware can save its counts to EEPROM and load them back (the record fits)."""
+        return bool(self.flags & FLAG_EEPROM)
+
+    @property
+    def streams(self) -> bool:
+        """The family consumes each chunk as it arrives (TP_STREAMABLE 1): its cycles are timed chunk by chunk."""
+        return bool(self.flags & FLAG_STREAM)
+
+
+@dataclass(frozen=True, eq=False)
+class Prediction:
+    label: int
+    cycles: int  # Timer1 cycles of the model's code (every chunk of a streaming family) minus the call overhead
+    scores: np.ndarray  # int32 (n_classes,)
+
+
+@dataclass(frozen=True, eq=False)
+class RawPrediction:
+    label: int
+    cycles: int
+    x: np.ndarray  # int8 (n_features,): the device's tp_input_quantize() output
+    scores: np.ndarray  # int32 (n_classes,)
+
+
+@dataclass(frozen=True)
+class LearnAck:
+    n_samples: int  # samples learned since start-up / CLEAR (or as restored by EEPROM_LOAD), this one included
+    cycles: int  # Timer1 cycles of tp_fly_learn(); 0 on the host build
+
+
+@dataclass(frozen=True)
+class EepromSave:
+    written: int  # EEPROM bytes that differed and were written (the rest were left alone: endurance)
+    record: int  # bytes of the whole record (header + counts)
+
+
+@dataclass(frozen=True)
+class EepromLoad:
+    status: int  # EEPROM_LOADED, EEPROM_EMPTY (no valid record) or EEPROM_OTHER (another model's record)
+    n_samples: int  # the device's sample counter afterwards
+
+    @property
+    def loaded(self) -> bool:
+        return self.status == EEPROM_LOADED
+
+
+@dataclass(frozen=True)
+class Stats:
+    stack_peak: int  # bytes of stack ever used, from RAMEND down (0 on the host build)
+    static_sram: int  # .data + .bss (0 on the host build)
+    frames_bad: int  # invalid frames the device answered with ERROR since reset
+
+
+def parse_hello(payload: bytes) -> Hello:
+    if len(payload) != _HELLO.size or not payload.startswith(MAGIC):
+        raise DeviceError(f"not a tinyproto device (HELLO answer {payload[:8].hex()}…, {len(payload)} bytes)")
+    magic, proto, *fields = _HELLO.unpack(payload)
+    if proto != PROTO_VERSION:
+        raise DeviceError(f"device speaks protocol version {proto}, this tinyproto speaks {PROTO_VERSION}")
+    return Hello(proto, *fields)
+
+
+def _prediction_head(payload: bytes, what: str) -> tuple[int, int]:
+    if len(payload) < _PREDICTION_HEAD.size:
+        raise DeviceError(f"{what} answer of {len(payload)} bytes is too short")
+    return _PREDICTION_HEAD.unpack_from(payload)
+
+
+def parse_prediction(payload: bytes) -> Prediction:
+    label, cycles = _prediction_head(payload, "PREDICT")
+    scores = payload[_PREDICTION_HEAD.size :]
+    if len(scores) % 4:
+        raise DeviceError(f"PREDICT answer of {len(payload)} bytes does not hold whole int32 scores")
+    return Prediction(label, cycles, np.frombuffer(scores, dtype="<i4").astype(np.int32))
+
+
+def parse_raw_prediction(payload: bytes, n_features: int) -> RawPrediction:
+    label, cycles = _prediction_head(payload, "PREDICT_RAW")
+    rest = payload[_PREDICTION_HEAD.size :]
+    if len(rest) < n_features or (len(rest) - n_features) % 4:
+        raise DeviceError(f"PREDICT_RAW answer of {len(payload)} bytes does not fit {n_features} features")
+    x = np.frombuffer(rest[:n_features], dtype=np.int8).copy()
+    scores = np.frombuffer(rest[n_features:], dtype="<i4").astype(np.int32)
+    return RawPrediction(label, cycles, x, scores)
+
+
+def parse_stats(payload: bytes) -> Stats:
+    if len(payload) != _STATS.size:
+        raise DeviceError(f"STATS answer of {len(payload)} bytes, expected {_STATS.size}")
+    return Stats(*_STATS.unpack(payload))
+
+
+def check_model(hello: Hello, model_hash: int, n_features: int, n_classes: int) -> None:
+    """Refuse to validate a model directory against a device that runs another model."""
+    if hello.model_hash != model_hash:
+        raise TinyprotoError(
+            f"device runs model 0x{hello.model_hash:08x}, directory holds 0x{model_hash:08x} — flash first"
+        )
+    if (hello.n_features, hello.n_classes) != (n_features, n_classes):
+        raise TinyprotoError(
+            f"device model has {hello.n_features} features / {hello.n_classes} classes, directory holds "
+            f"{n_features} / {n_classes} — flash first"
+        )

@@ -1,0 +1,240 @@
+"""What `tinyproto report` reads and concludes: the rows of a sweep or of one model directory, the configurations,
+their accuracy / bytes Pareto frontier and a one-line recommendation. Layer: pipeline.
+
+Accuracy here is the device's when the point was validated on the (simulated) board, else the host int8
+reference's (the two are equal when validation passed: bit-exact); latency and energy are measured on the
+board when validated, else the cost model's predictions, and are marked so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tinyproto import families
+from tinyproto.core.errors import TinyprotoError
+
+REPORT = "report.html"
+FIGURES = "figures"
+
+
+def kb(n_bytes: int | float) -> str:
+    return f"{n_bytes / 1024:g}kB"
+
+
+# ------------------------------------------------------------------------------------------------ input
+
+
+@dataclass
+class ReportInput:
+    kind: str  # "sweep" or "model"
+    path: Path
+    rows: list[dict]  # one per successful point (a single model: one)
+    failed: list[dict] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)  # the single model's report / validation / build / vectors
+
+
+def _row(record: dict) -> dict:
+    """One sweep line (or a single model) in the form every figure and table reads."""
+    device = record.get("device") or None
+    measured = device is not None and device.get("latency_ms") is not None
+    return {
+        "id": record["id"],
+        "model": record["model"],
+        "budget_bytes": record["budget_bytes"],
+        "seed": record["seed"],
+        "board": record["board"],
+        "model_bytes": record["model_bytes"],
+        "float_accuracy": record["float_accuracy"],
+        "int8_accuracy": record["int8_accuracy"],
+        "device_accuracy": device["accuracy"] if device else None,
+        "accuracy": device["accuracy"] if device else record["int8_accuracy"],
+        "measured": measured,
+        "latency_ms": device["latency_ms"] if measured else record["predicted_latency_ms"],
+        "energy_mj": device["energy_mj_board"] if measured else record["predicted_energy_mj_board"],
+        "cycles_predicted": record["predicted_cycles"],
+        "cycles_measured": device["cycles_mean"] if measured else None,
+        "label_agreement": device["label_agreement"] if device else None,
+        "score_agreement": device["score_agreement"] if device else None,
+        "status": record.get("status", "ok"),
+    }
+
+
+def load_sweep(path: Path) -> ReportInput:
+    from tinyproto.core.modeldir import read_json
+    from tinyproto.pipeline.sweep_files import CONFIG, RESULTS, read_results
+
+    path = Path(path)
+    config = read_json(path / CONFIG, "the sweep's configuration")
+    records = read_results(path / RESULTS)
+    rows, failed = [], []
+    for record in records:
+        complete = all(record.get(k) is not None for k in ("model_bytes", "int8_accuracy", "predicted_cycles"))
+        if record.get("status") == "ok" and complete:
+            rows.append(_row(record))
+        else:
+            failed.append(record)
+            if complete and record.get("stage") == "validate":  # compiled, the device disagreed: still drawn
+                rows.append(_row(record))
+    return ReportInput("sweep", path, rows, failed, config)
+
+
+def load_single(path: Path) -> ReportInput:
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.modeldir import load_model_dir, read_json
+
+    model_dir = load_model_dir(path)
+    report = model_dir.report
+    if not report:
+        raise TinyprotoError(f"{path} has no report.json; run `tinyproto compile` again")
+    board = load_board(report.get("board", "uno"))
+    validation = read_json(path / "validation.json", "the validation summary") \
+        if (path / "validation.json").exists() else None
+    build = read_json(path / "build.json", "the build record") if (path / "build.json").exists() else None
+    device = None
+    if validation is not None and validation.get("n_vectors"):
+        device = {"accuracy": validation["device_accuracy"], "latency_ms": validation["latency_ms_mean"],
+                  "energy_mj_board": validation["energy_mj_board"], "cycles_mean": validation["cycles_mean"],
+                  "label_agreement": validation["label_agreement"], "score_agreement": validation["score_agreement"]}
+    record = {
+        "id": path.name, "model": report["model"], "budget_bytes": report["budget_bytes"], "seed": report["seed"],
+        "board": report["board"], "model_bytes": report["model_bytes"], "float_accuracy": report["float_accuracy"],
+        "int8_accuracy": report["int8_accuracy"], "predicted_cycles": report["predicted_cycles"]["total"],
+        "predicted_latency_ms": report["predicted_latency_ms"],
+        "predicted_energy_mj_board": board.energy_mj(report["predicted_latency_ms"] / 1000,
+                                                     board.board_active_current_ma),
+        "device": device,
+    }
+    model = families.load_int_model(model_dir)
+    vectors = model_dir.vectors()
+    device_labels = _device_labels(path, len(vectors.labels)) if device else None
+    single = {"report": report, "validation": validation, "build": build, "board": board,
+              "classes": [str(c) for c in model.classes], "y": vectors.y, "host_labels": vectors.labels,
+              "device_labels": device_labels}
+    return ReportInput("model", path, [_row(record)], [], {}, single)
+
+
+def _device_labels(path: Path, n: int) -> np.ndarray | None:
+    """The device's label per test vector from validation.jsonl, when every vector was measured."""
+    import numpy as np
+
+    journal = path / "validation.jsonl"
+    if not journal.is_file():  # missing, or not a regular file (a FIFO would block)
+        return None
+    labels = np.full(n, -1, dtype=np.int64)
+    for line in journal.read_text(errors="replace").splitlines()[1:]:
+        try:
+            entry = json.loads(line)
+            if 0 <= int(entry["i"]) < n:
+                labels[int(entry["i"])] = int(entry["label"])
+        except (ValueError, KeyError, TypeError, IndexError):
+            continue
+    return labels if (labels >= 0).all() else None
+
+
+def load_input(path: Path) -> ReportInput:
+    path = Path(path)
+    if not path.is_dir():
+        raise TinyprotoError(f"{path} is not a directory; give a sweep directory or a model directory")
+    if (path / "sweep.json").exists():
+        return load_sweep(path)
+    if (path / "model.json").exists():
+        return load_single(path)
+    raise TinyprotoError(f"{path} is neither a sweep directory (no sweep.json) nor a model directory (no "
+                         "model.json); run `tinyproto sweep` or `tinyproto compile` first")
+
+
+# ------------------------------------------------------------------------------------------------ frontier
+
+
+def configurations(rows: list[dict]) -> list[dict]:
+    """Rows grouped over seeds: one per (model, budget, board), the mean of every figure."""
+    import numpy as np
+
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["model"], row["budget_bytes"], row["board"]), []).append(row)
+    out = []
+    for (model, budget, board), members in groups.items():
+        def mean(key):
+            values = [m[key] for m in members if m[key] is not None]
+            return float(np.mean(values)) if values else None
+        out.append({"model": model, "budget_bytes": budget, "board": board, "n_seeds": len(members),
+                    "model_bytes": mean("model_bytes"), "accuracy": mean("accuracy"),
+                    "float_accuracy": mean("float_accuracy"), "int8_accuracy": mean("int8_accuracy"),
+                    "device_accuracy": mean("device_accuracy"), "latency_ms": mean("latency_ms"),
+                    "energy_mj": mean("energy_mj"), "measured": all(m["measured"] for m in members)})
+    return sorted(out, key=lambda c: (c["model_bytes"], -c["accuracy"], c["model"], c["board"]))
+
+
+def pareto_frontier(configs: list[dict]) -> list[dict]:
+    """Configurations no other beats in both fewer model bytes and higher accuracy (ascending bytes)."""
+    frontier, best = [], -1.0
+    for config in sorted(configs, key=lambda c: (c["model_bytes"], -c["accuracy"], c["latency_ms"])):
+        if config["accuracy"] > best:
+            frontier.append(config)
+            best = config["accuracy"]
+    return frontier
+
+
+def _name(config: dict, boards: int = 1) -> str:
+    return f"{config['model']} {kb(config['budget_bytes'])}" + (f" on {config['board']}" if boards > 1 else "")
+
+
+def recommend(configs: list[dict], max_bytes: int | None = None, max_ms: float | None = None) -> str:
+    """The one-line answer: the most accurate configuration within the limits (ties: fewer bytes, less time)."""
+    if not configs:
+        return "no point compiled; nothing to recommend"
+    boards = len({c["board"] for c in configs})
+    limits = [f"{kb(max_bytes).replace('kB', ' kB')}" if max_bytes is not None else None,
+              f"{max_ms:g} ms" if max_ms is not None else None]
+    within = "best within " + " and ".join(x for x in limits if x) if any(limits) else "best overall"
+    fitting = [c for c in configs if (max_bytes is None or c["model_bytes"] <= max_bytes)
+               and (max_ms is None or c["latency_ms"] <= max_ms)]
+    if not fitting:
+        smallest = min(configs, key=lambda c: (c["model_bytes"], c["latency_ms"]))
+        return (f"nothing fits {within[len('best within '):]}; the smallest point is {_describe(smallest, boards)}")
+    best = min(fitting, key=lambda c: (-c["accuracy"], c["model_bytes"], c["latency_ms"]))
+    return f"{within}: {_describe(best, boards)}"
+
+
+def _describe(config: dict, boards: int = 1) -> str:
+    latency = f"{config['latency_ms']:.1f} ms" + ("" if config["measured"] else " predicted")
+    return f"{_name(config, boards)}, {100 * config['accuracy']:.1f} %, {latency}"
+
+
+def print_summary(console, data: ReportInput, max_bytes: int | None = None, max_ms: float | None = None) -> str:
+    """The frontier as a table and the recommendation line; returns the line."""
+    from rich.table import Table
+
+    configs = configurations(data.rows)
+    frontier = pareto_frontier(configs)
+    measured = all(c["measured"] for c in configs) if configs else False
+    boards = len({c["board"] for c in configs})
+    table = Table(title=f"Pareto frontier, accuracy / model bytes ({len(frontier)} of {len(configs)} configurations)")
+    for column in ("model", "budget", "bytes", "acc.", "float", "int8", "device", "ms", "mJ"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for c in frontier:
+        table.add_row(c["model"] + (f" ({c['board']})" if boards > 1 else ""), kb(c["budget_bytes"]),
+                      f"{c['model_bytes']:.0f}", _pct(c["accuracy"]), _pct(c["float_accuracy"]),
+                      _pct(c["int8_accuracy"]), _pct(c["device_accuracy"]),
+                      f"{c['latency_ms']:.2f}" + ("" if c["measured"] else "*"), f"{c['energy_mj']:.3f}")
+    table.caption = ("accuracy: the device's where validated, else the host int8 reference's; ms and mJ per inference"
+                     + ("" if measured else "; * predicted by the cost model"))
+    if frontier:
+        console.print(table)
+    line = recommend(configs, max_bytes, max_ms)
+    console.print(line)
+    return line
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+# ------------------------------------------------------------------------------------------------ figures
+

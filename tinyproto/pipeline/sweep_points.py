@@ -1,0 +1,217 @@
+"""The points of `tinyproto sweep`: the (model, budget, seed, board) grid, checked before any work, and what one
+point runs (compile, and with --device sim build and validate) inside a dask task. Layer: pipeline."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tinyproto import families
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.pipeline.sweep_files import POINTS
+
+FAMILIES = families.names()
+MAX_SEED = 2**32 - 1  # numpy's seed range (the CLI's --seed accepts the same)
+DEVICES = ("sim", "none")
+TOPIC = "tinyproto-sweep"
+
+
+# ------------------------------------------------------------------------------------------------ the grid
+
+
+@dataclass(frozen=True)
+class Point:
+    model: str
+    budget_bytes: int
+    seed: int
+    board: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}-{self.budget_bytes}B-seed{self.seed}-{self.board}"
+
+    def order(self) -> tuple:
+        return (FAMILIES.index(self.model) if self.model in FAMILIES else len(FAMILIES), self.model,
+                self.budget_bytes, self.seed, self.board)
+
+
+def _items(text: str, option: str) -> list[str]:
+    items = [item.strip() for item in str(text).split(",")]
+    if not items or any(not item for item in items):
+        raise TinyprotoError(f"{option} {text!r}: give a comma-separated list without empty items")
+    return items
+
+
+def _unique(values: list) -> list:
+    return list(dict.fromkeys(values))
+
+
+def parse_grid(models: str, budgets: str, seeds: str, boards: str) -> list[Point]:
+    """Every (model, budget, seed, board) point, in grid order; each item is checked here, before any work."""
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.budget import parse_budget
+
+    families = _unique(_items(models, "--models"))
+    for family in families:
+        if family not in FAMILIES:
+            raise TinyprotoError(f"--models: unknown model {family!r}; choose from {', '.join(FAMILIES)}")
+    budget_bytes = _unique([parse_budget(b) for b in _items(budgets, "--budgets")])
+    seed_values = []
+    for text in _items(seeds, "--seeds"):
+        if not (text.isascii() and text.isdigit() and int(text) <= MAX_SEED):
+            raise TinyprotoError(f"--seeds: {text!r} is not a seed (an integer from 0 to {MAX_SEED})")
+        seed_values.append(int(text))
+    board_names = _unique(_items(boards, "--boards"))
+    for name in board_names:
+        load_board(name)  # an unknown board is refused in one line, naming the known ones
+    points = [Point(f, b, s, n) for f in families for b in budget_bytes for s in _unique(seed_values)
+              for n in board_names]
+    return sorted(points, key=Point.order)
+
+
+def check_arguments(device: str, workers: int | None, scheduler: str | None, timeout: float,
+                    max_latency_ms: float | None = None) -> None:
+    if device not in DEVICES:
+        raise TinyprotoError(f"--device {device!r}: choose sim (build and validate on the simulated board) or none")
+    if workers is not None and workers < 1:
+        raise TinyprotoError(f"--workers must be at least 1, got {workers}")
+    if workers is not None and scheduler:
+        raise TinyprotoError("--workers sizes the LocalCluster; a --scheduler cluster brings its own workers")
+    if not timeout > 0:
+        raise TinyprotoError(f"--timeout must be a positive number of seconds, got {timeout}")
+    if max_latency_ms is not None and not 0 < max_latency_ms < float("inf"):
+        raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
+
+
+# ------------------------------------------------------------------------------------------------ one point (a task)
+
+
+def run_point(point: dict, data: str, label: str | None, device: str, point_dir: str, raw_check: bool,
+              token: str = "", max_latency_ms: float | None = None) -> dict:
+    """Compile one point into `point_dir` (and build + validate it with device 'sim'); return its result line.
+
+    Runs on a dask worker. Never raises for a point that cannot be made: the error becomes part of the line.
+    """
+    from tinyproto.pipeline.compile import compile_model
+
+    p = Point(**point)
+    _announce(token, p.id)
+    record: dict[str, Any] = {"id": p.id, **asdict(p), "dir": f"{POINTS}/{p.id}", "status": "ok", "stage": None,
+                              "error": None}
+    seconds: dict[str, float] = {}
+    stage = "compile"
+    started = time.perf_counter()
+    try:
+        t = time.perf_counter()
+        result = compile_model(data, p.model, str(p.budget_bytes), p.seed, p.board, Path(point_dir), label,
+                               max_latency_ms=max_latency_ms)
+        seconds["compile"] = time.perf_counter() - t
+        record.update(_compile_figures(result.report))
+        if device == "sim":
+            stage = "build"
+            t = time.perf_counter()
+            _build(Path(point_dir))
+            seconds["build"] = time.perf_counter() - t
+            stage = "validate"
+            t = time.perf_counter()
+            summary = _validate(Path(point_dir), raw_check)
+            seconds["validate"] = time.perf_counter() - t
+            record["device"] = _device_figures(summary)
+            failed = [name for name, check in summary["checks"].items() if check["ok"] is False]
+            if failed:
+                record.update(status="failed", stage="validate",
+                              error="device checks failed: " + "; ".join(
+                                  f"{n} ({summary['checks'][n]['detail']})" for n in failed))
+    except TinyprotoError as exc:
+        record.update(status="failed", stage=stage, error=_one_line(str(exc)))
+    except Exception as exc:  # a bug in one point must not take the sweep down: it is recorded, with its type
+        record.update(status="failed", stage=stage, error=_one_line(f"internal error ({type(exc).__name__}: {exc})"))
+    seconds["total"] = time.perf_counter() - started
+    record["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
+    return record
+
+
+def _announce(token: str, point_id: str) -> None:
+    """Tell the driver (dask event topic) that this point is running now: the progress bar's 'running'."""
+    if not token:
+        return
+    try:
+        from distributed import get_worker
+
+        get_worker().log_event(TOPIC, {"token": token, "start": point_id})
+    except Exception:  # not on a worker, or an old dask: the bar then estimates 'running'
+        pass
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:500]
+
+
+def _build(point_dir: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from tinyproto.pipeline.firmware import build_model_dir
+
+    build_model_dir(point_dir, None, Console(file=io.StringIO(), quiet=True))
+
+
+def _validate(point_dir: Path, raw_check: bool) -> dict:
+    from tinyproto.pipeline.validate import validate
+
+    return validate(point_dir, port=None, raw_check=raw_check)
+
+
+def _compile_figures(report: dict) -> dict:
+    from tinyproto.core.boards import load_board
+
+    board = load_board(report["board"])
+    seconds = report["predicted_latency_ms"] / 1000.0
+    return {
+        "dataset": report["dataset"],
+        "model_bytes": report["model_bytes"],
+        "n_test": report["n_test"],
+        "float_accuracy": report["float_accuracy"],
+        "int8_accuracy": report["int8_accuracy"],
+        "int8_float_agreement": report["int8_float_agreement"],
+        "predicted_cycles": report["predicted_cycles"]["total"],
+        "predicted_latency_ms": report["predicted_latency_ms"],
+        "predicted_energy_mj_board": board.energy_mj(seconds, board.board_active_current_ma),
+        "sram_estimate_bytes": report["sram_estimate"]["estimated_total_bytes"],
+        "hyperparameters": report["hyperparameters"],
+        "device": None,
+    }
+
+
+def _device_figures(summary: dict) -> dict:
+    return {
+        "accuracy": summary["device_accuracy"],
+        "host_accuracy": summary["host_accuracy"],
+        "label_agreement": summary["label_agreement"],
+        "score_agreement": summary["score_agreement"],
+        "cycles_mean": summary["cycles_mean"],
+        "latency_ms": summary["latency_ms_mean"],
+        "energy_mj_mcu": summary["energy_mj_mcu"],
+        "energy_mj_board": summary["energy_mj_board"],
+        "flash_bytes": summary["flash_bytes"],
+        "sram_static_bytes": summary["sram_static_bytes"],
+        "stack_peak_bytes": summary["stack_peak_bytes"],
+        "sram_margin_bytes": summary["sram_margin_bytes"],
+        "passed": summary["passed"],
+        "checks": {name: check["ok"] for name, check in summary["checks"].items()},
+    }
+
+
+# ------------------------------------------------------------------------------------------------ results.jsonl
+
+
+
+def record_order(record: dict) -> tuple:
+    try:
+        return Point(record["model"], record["budget_bytes"], record["seed"], record["board"]).order()
+    except (KeyError, TypeError):
+        return (len(FAMILIES) + 1, str(record.get("id")), 0, 0, "")
+
