@@ -482,8 +482,10 @@ def test_solver_reaches_the_digits_goal_at_2kB_quickly():
 
 def test_solver_names_the_minimum_budget():
     Xtr, _, ytr, _ = split("digits")
-    with pytest.raises(TinyprotoError, match=r"needs 276 B"):
-        solver.fit_flynn_under_budget(Xtr, ytr, 200, random_state=0)
+    with pytest.raises(TinyprotoError, match=r"needs 24 B"):  # a shared input stage (4 B) + 16 rows x 10 classes
+        solver.fit_flynn_under_budget(Xtr, ytr, 20, random_state=0)
+    _, model, info = solver.fit_flynn_under_budget(Xtr, ytr, 200, random_state=0)  # 276 B before the shared stage
+    assert model.model_bytes() <= 200 and info["chosen"]["scaling"] == "shared"
 
 
 # ---------------------------------------------------------------- AVR

@@ -21,20 +21,27 @@ def filter_bytes(m: int, n_classes: int, bits: int) -> int:
     return math.ceil(m * n_classes * bits / 8) + lut
 
 
-def model_bytes(m: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool) -> int:
-    """Σ CArray.nbytes of IntFlyNN.carrays() for these sizes (checked against the real arrays in the tests)."""
-    total = INPUT_STAGE_BYTES_PER_FEATURE * n_features + filter_bytes(m, n_classes, bits)
-    if store_M:
-        total += m * s * (1 if n_inputs <= 256 else 2)
-    return total
+def rows_bytes(m: int, s: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> int:
+    """The bytes that grow with m: the filters (and the lut), and a stored M's indices."""
+    return filter_bytes(m, n_classes, bits) + (m * s * (1 if n_inputs <= 256 else 2) if store_M else 0)
 
 
-def largest_m(budget: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool) -> int:
+def model_bytes(m: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool,
+                stage: int | None = None) -> int:
+    """Σ CArray.nbytes of IntFlyNN.carrays() for these sizes (checked against the real arrays in the tests);
+    stage: the input stage's bytes (default: a mean and a gain per feature)."""
+    stage = INPUT_STAGE_BYTES_PER_FEATURE * n_features if stage is None else stage
+    return stage + rows_bytes(m, s, bits, n_classes, n_inputs, store_M)
+
+
+def largest_m(budget: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool,
+              stage: int | None = None) -> int:
     """The largest m whose model fits the budget (0 if none); exact, by a closed form then a step down."""
-    free = budget - INPUT_STAGE_BYTES_PER_FEATURE * n_features - ((1 << bits) if bits > 1 else 0)
+    stage = INPUT_STAGE_BYTES_PER_FEATURE * n_features if stage is None else stage
+    free = budget - stage - ((1 << bits) if bits > 1 else 0)
     per_row_bits = n_classes * bits + (8 * s * (1 if n_inputs <= 256 else 2) if store_M else 0)
     m = max(0, min(MAX_HASHES, (8 * free) // per_row_bits if free > 0 else 0))
-    while m > 0 and model_bytes(m, s, bits, n_classes, n_features, n_inputs, store_M) > budget:
+    while m > 0 and model_bytes(m, s, bits, n_classes, n_features, n_inputs, store_M, stage) > budget:
         m -= 1
     return m
 

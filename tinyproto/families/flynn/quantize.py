@@ -137,6 +137,7 @@ class IntFlyNN:
         bits: int = 1,
         store_M: bool = False,
         input_scale: float | None = None,
+        input_stage: InputStage | None = None,
     ) -> "IntFlyNN":
         """Quantize a fitted FlyNNClassifier.
 
@@ -147,9 +148,12 @@ class IntFlyNN:
         ranks classes exactly like n_0, the number of never-seen winners.
         """
         X = np.asarray(X, dtype=np.float64)
-        if input_scale is None:
-            input_scale = choose_input_scale(clf.transform_input(X))
-        stage = InputStage.from_standardisation(clf.mean_, clf.scale_, input_scale)
+        if input_stage is not None:  # e.g. a shared stage (inputstage.shared_stage): the counts follow it
+            stage = input_stage
+        else:
+            if input_scale is None:
+                input_scale = choose_input_scale(clf.transform_input(X))
+            stage = InputStage.from_standardisation(clf.mean_, clf.scale_, input_scale)
         winners = integer_winners(stage.quantize(X), clf.M_indices_, clf.n_winners_, clf.sign_split)
         y_index = np.searchsorted(clf.classes_, np.asarray(y))
         counts = count_winners(winners, y_index, clf.classes_.size, clf.n_hashes_)

@@ -34,10 +34,11 @@ from tinyproto.families.flynn.pricing import (  # noqa: F401 (re-exported: the f
     filter_bytes,
     largest_m,
     model_bytes,
+    rows_bytes,
 )
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, project, projection_matrix, seeded_indices
-from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation
+from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, stage_bytes, standardisation
 
 F_CPU = 16_000_000
 DEFAULT_MAX_MS = 20.0  # leaves room under a 30 ms-per-inference target on a 16 MHz Uno
@@ -48,6 +49,7 @@ RHO_GRID = (8, 16, 32, 64)
 BITS_GRID = (1, 2, 3, 4)
 DECAY_GRID = (0.5, 0.25, 0.1)
 PREPROCESSING = (("feature", True), ("global", True), ("feature", False), ("global", False))
+SHARED_PREPROCESSING = (("shared", True), ("shared", False))  # the central solver only (parties agree on the rest)
 
 # ---------------------------------------------------------------- candidates and their evaluation
 
@@ -74,13 +76,22 @@ class _Prepared:
     scaling: str
     sign_split: bool
     U: np.ndarray  # (n, n_inputs) float64 of integers
+    stage: InputStage
 
 
 def _prepare(X: np.ndarray, scaling: str, sign_split: bool) -> _Prepared:
-    """Standardise and quantize as FlyNNClassifier.fit + IntFlyNN.from_classifier will on the same X."""
-    mean, scale = standardisation(X, scaling)
-    stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
-    return _Prepared(scaling, sign_split, hash_inputs(stage.quantize(X), sign_split).astype(np.float64))
+    """Standardise and quantize as FlyNNClassifier.fit + IntFlyNN.from_classifier will on the same X. "shared":
+    one offset and gain for every feature (4 B instead of 4 B per feature: pixels, same-unit sensors)."""
+    if scaling == "shared":
+        stage = shared_stage(X)
+    else:
+        mean, scale = standardisation(X, scaling)
+        stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
+    return _Prepared(scaling, sign_split, hash_inputs(stage.quantize(X), sign_split).astype(np.float64), stage)
+
+
+def _stage_bytes(prep: _Prepared) -> int:
+    return sum(a.nbytes for a in prep.stage.carrays())
 
 
 # (ρ, b, hash inputs, stored M) -> the largest m whose counts the device can hold while learning
@@ -179,7 +190,7 @@ def fit_flynn_under_budget(
     if L > 255:
         raise TinyprotoError(f"FlyNN supports at most 255 classes, got {L}")
     budget = int(budget_bytes)
-    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False)
+    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False, stage_bytes("shared", d))  # the cheapest stage
     if budget < smallest:
         raise TinyprotoError(
             f"budget {budget} B is too small for FlyNN on {d} features and {L} classes: the smallest model "
@@ -191,7 +202,7 @@ def fit_flynn_under_budget(
     seed = draw_seed(clf_state)
     folds = _fold_ids(y_index, n_folds, rng)
 
-    prepared = [_prepare(X, scaling, split) for scaling, split in PREPROCESSING]
+    prepared = [_prepare(X, scaling, split) for scaling, split in PREPROCESSING + SHARED_PREPROCESSING]
     exact_cache: dict[tuple[int, int], ExactCycles] = {}  # one stream replay per (s, inputs)
     tried: dict[Candidate, Candidate] = {}  # without its accuracy -> with it (stage 2 repeats stage 1's grid)
 
@@ -199,7 +210,7 @@ def fit_flynn_under_budget(
         n_in = prep.U.shape[1]
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):  # s <= half the inputs keeps rows diverse
             plan = exact_plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit, seed,
-                              exact_cache)
+                              exact_cache, _stage_bytes(prep))
             if not plan:
                 continue
             m_values = sorted({c.m for c in plan})
@@ -237,16 +248,18 @@ def fit_flynn_under_budget(
     say(f"flynn: {len(candidates)} candidates evaluated")
 
     best = max(candidates, key=_rank)
+    chosen_prep = next(p for p in prepared if (p.scaling, p.sign_split) == (best.scaling, best.sign_split))
     clf = FlyNNClassifier(
         n_hashes=best.m,
         n_inputs_per_hash=best.s,
         n_winners=best.rho,
         decay=best.decay,
-        scaling=best.scaling,
+        scaling="global" if best.scaling == "shared" else best.scaling,  # the float view of a shared stage
         sign_split=best.sign_split,
         random_state=clf_state,  # draws `seed`: the M that was evaluated
     ).fit(X, y)
-    model = IntFlyNN.from_classifier(clf, X, y, bits=best.bits, store_M=best.store_M)
+    model = IntFlyNN.from_classifier(clf, X, y, bits=best.bits, store_M=best.store_M,
+                                     input_stage=chosen_prep.stage if best.scaling == "shared" else None)
     nbytes = model.model_bytes()
     if nbytes > budget:  # cannot happen: model_bytes() mirrors carrays(); keep the promise explicit
         raise AssertionError(f"chosen FlyNN has {nbytes} B > budget {budget} B")
@@ -320,20 +333,21 @@ def _fold_ids(y_index: np.ndarray, n_folds: int, rng: np.random.RandomState) -> 
     return folds
 
 
-def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit=None) -> list[Candidate]:
+def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit=None,
+          stage: int | None = None) -> list[Candidate]:
     """Every (ρ, b, c, M mode) for this s, each with the largest m that fits bytes and time (and the device's
-    count storage when learning)."""
+    count storage when learning); stage: the input stage's bytes (default a mean and a gain per feature)."""
     plan = []
     for store in store_grid:
         for bits in bits_grid:
-            m_bytes = largest_m(budget, s, bits, L, d, n_in, store)
+            m_bytes = largest_m(budget, s, bits, L, d, n_in, store, stage)
             for rho in rho_grid:
                 m = min(m_bytes, fastest_m(max_cycles, s, rho, bits, L, n_in, store))
                 if count_limit is not None:
                     m = min(m, count_limit(rho, bits, n_in, store))
                 if m < max(MIN_HASHES, 2 * rho):
                     continue
-                nbytes = model_bytes(m, s, bits, L, d, n_in, store)
+                nbytes = model_bytes(m, s, bits, L, d, n_in, store, stage)
                 cycles = int(estimate_cycles(m, s, rho, bits, L, n_in, store))
                 for weighting in _weightings((bits,)):
                     plan.append(Candidate("", False, s, m, rho, bits, weighting[1], store, nbytes, cycles))
@@ -342,11 +356,11 @@ def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, co
 
 def exact_plan(budget: int, max_cycles: float | None, s: int, rho_grid, bits_grid, store_grid, L: int, d: int,
                n_in: int, count_limit: CountLimit | None, seed: int,
-               cache: dict[tuple[int, int], ExactCycles] | None = None) -> list[Candidate]:
+               cache: dict[tuple[int, int], ExactCycles] | None = None, stage: int | None = None) -> list[Candidate]:
     """Every (ρ, b, c, M mode) for this s with the largest m that fits the bytes, the device's count storage and
     the time cap, the cap applied to the cost model of the seeded M that ships (exact; shared by the federated
     selection, so both price the same candidates the same way). `cache` keeps one stream replay per (s, inputs)."""
-    plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+    plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit, stage)
     m_max = max((c.m for c in plan), default=1)
     cache = {} if cache is None else cache
     if (s, n_in) not in cache or cache[(s, n_in)].m_max < m_max:
@@ -361,10 +375,8 @@ def _exact_plan(plan: list[Candidate], exact: ExactCycles, max_cycles: float | N
         m = c.m if max_cycles is None else exact.largest_m(max_cycles, c.m, c.rho, c.bits, L, c.store_M)
         if m < max(MIN_HASHES, 2 * c.rho):
             continue
-        nbytes = c.model_bytes if m == c.m else model_bytes(
-            m, c.s, c.bits, L, (c.model_bytes - filter_bytes(c.m, L, c.bits)
-                                - (c.m * c.s * (1 if exact.n_inputs <= 256 else 2) if c.store_M else 0))
-            // INPUT_STAGE_BYTES_PER_FEATURE, exact.n_inputs, c.store_M)
+        nbytes = c.model_bytes - rows_bytes(c.m, c.s, c.bits, L, exact.n_inputs, c.store_M) + rows_bytes(
+            m, c.s, c.bits, L, exact.n_inputs, c.store_M)
         out.append(replace(c, m=m, model_bytes=nbytes, est_cycles=exact.cycles(m, c.rho, c.bits, L, c.store_M)))
     return out
 
