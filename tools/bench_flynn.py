@@ -11,8 +11,8 @@
 3. Simulated Uno, ProtoNN vs FlyNN at the same budget: accuracy, latency, energy, bytes.
 4. Simulated Uno, FlyNN at the budget under each latency cap (--max-latency): the solver's shape, test accuracy
    of the device, measured cycles (bit-exact run) against the cost model.
-5. Wide inputs: digits28 (sklearn's digits upsampled to 28x28, 0..255), FlyNN with 2 kB of FlyNN data (filters)
-   within 40 ms, on the simulated ATmega328P with the d int8 bytes as the only copy of the input.
+5. Wide inputs: digits28 (sklearn's digits upsampled to 28x28, 0..255), FlyNN at 2 kB within 40 ms on the
+   simulated Uno (shared input stage, chunked vectors, the d int8 bytes as the only copy of the input).
 Goals: FlyNN @2 kB on digits >= 94 % on the device, <= 30 ms.
 """
 
@@ -142,42 +142,25 @@ def latency_table(names: list[str], budget: str, caps: list[float], workdir: Pat
                   f"{r['predicted']:>8}{100 * r['predicted_error']:>6.1f}  {shape}", flush=True)
 
 
-def digits28() -> tuple[np.ndarray, np.ndarray]:
-    """sklearn's digits upsampled to 28x28 (scipy.ndimage.zoom, order 1), 0..255 rounded: an MNIST-sized stand-in."""
-    from scipy.ndimage import zoom
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    X = np.array([zoom(img, 28 / 8, order=1) for img in digits.images])
-    return np.clip(np.round(X / 16.0 * 255), 0, 255).reshape(len(X), -1), digits.target
-
-
-def wide_table(workdir: Path, n_vectors: int = 20) -> None:
-    """FlyNN on 784 pixels: the runtime alone (tp_flynn.c + a bare main, as tests/test_flynn.py builds it),
-    since the serial firmware's frame for 784 features is the streaming work of issue 11."""
+def wide_table(workdir: Path, budget: str = "2kB", cap_ms: float = 40.0) -> None:
+    """FlyNN on 784 pixels (digits28, core.datasets): compiled at the budget under the cap, built and validated
+    on the simulated Uno with the whole firmware (chunked vectors; FlyNN holds the d int8 bytes only)."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from test_flynn import run_on_simavr
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_latency import bench_model_dir
 
-    from tinyproto.core.datasets import Dataset
-    from tinyproto.families.flynn.cost import predict_cycles
-    from tinyproto.families.flynn.solver import INPUT_STAGE_BYTES_PER_FEATURE
-
-    print("\n5. wide inputs: digits28, FlyNN with 2 kB of FlyNN data, 40 ms cap (simulated ATmega328P)")
-    X, y = digits28()
-    sp = split(Dataset("digits28", X, y))
-    stage = INPUT_STAGE_BYTES_PER_FEATURE * X.shape[1]  # today's per-feature input stage, not FlyNN's data
-    clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, 2048 + stage, 0, max_inference_ms=40.0)
-    acc = float(np.mean(model.predict(sp.X_test) == sp.y_test))
-    xq = model.input_stage.quantize(sp.X_test[:n_vectors])
-    cycles, _, scores = run_on_simavr(model, xq, workdir)
-    exact = "yes" if np.array_equal(scores, model.scores(xq)) else "NO"
-    c = info["chosen"]
-    print(f"{'data':<10}{'flynn B':>8}{'stage B':>8}{'acc %':>7}{'exact':>6}{'cycles':>8}{'ms':>7}{'pred':>8}  shape")
-    print(f"{'digits28':<10}{model.model_bytes() - stage:>8}{stage:>8}{100 * acc:>7.2f}{exact:>6}{cycles.mean():>8.0f}"
-          f"{cycles.mean() / 16e3:>7.2f}{predict_cycles(model)['total']:>8}  m={c['n_hashes']} s={c['n_inputs_per_hash']}"
-          f" rho={c['n_winners']} b={c['count_bits']} {'stored' if c['store_M'] else 'seeded'}", flush=True)
+    print(f"\n5. wide inputs: digits28, FlyNN @{budget}, --max-latency {cap_ms:g} (simulated Uno, all test vectors)")
+    out = workdir / "wide-digits28"
+    result = compile_model("digits28", "flynn", budget, 0, "uno", out, max_latency_ms=cap_ms)
+    r = bench_model_dir(out, workdir / "work", None)
+    c = result.report.get("hyperparameters", {})
+    exact = "yes" if r["exact"] and r["exact_marked"] else "NO"
+    print(f"{'data':<10}{'bytes':>6}{'acc %':>7}{'exact':>6}{'cycles':>8}{'ms':>7}{'pred':>8}{'err %':>6}  shape")
+    print(f"{'digits28':<10}{r['model_bytes']:>6}{100 * r['accuracy']:>7.2f}{exact:>6}{r['cycles_mean']:>8.0f}"
+          f"{r['ms']:>7.2f}{r['predicted']:>8}{100 * r['predicted_error']:>6.1f}  m={c.get('n_hashes')} "
+          f"s={c.get('n_inputs_per_hash')} rho={c.get('n_winners')} b={c.get('count_bits')} "
+          f"scaling={c.get('scaling')} split={c.get('sign_split')}", flush=True)
 
 
 def main() -> None:
