@@ -1,4 +1,5 @@
-"""Shared fixtures: compiled model directories are built once per session (training takes seconds)."""
+"""Shared fixtures: compiled model directories are trained once per session (training takes seconds) and handed
+out as copies, one per call, so no test can change what another one sees."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 import termios
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tinyproto.core.carray import CTYPES
@@ -22,6 +24,32 @@ ARRAY_RE = re.compile(r"^const (\w+) tp_(\w+)\[(\d+)\] PROGMEM = \{(.*?)\};", re
 
 def needs(tool: str):
     return pytest.mark.skipif(shutil.which(tool) is None, reason=f"{tool} not installed")
+
+
+def read_only(value):
+    """`value` with every numpy array in it (in tuples, lists, dicts, dataclass or object attributes) made read-only:
+    a result cached for several tests (functools.lru_cache helpers) raises on a test's in-place change instead of
+    passing the change on to whichever test runs next."""
+    seen: set[int] = set()
+
+    def freeze(v) -> None:
+        if id(v) in seen or isinstance(v, (type, str, bytes, int, float)):
+            return
+        seen.add(id(v))
+        if isinstance(v, np.ndarray):
+            v.flags.writeable = False
+        elif isinstance(v, (tuple, list)):
+            for item in v:
+                freeze(item)
+        elif isinstance(v, dict):
+            for item in v.values():
+                freeze(item)
+        elif hasattr(v, "__dict__"):
+            for item in vars(v).values():
+                freeze(item)
+
+    freeze(value)
+    return value
 
 
 def header_array_bytes(header: str) -> dict[str, int]:
@@ -36,16 +64,23 @@ def header_array_bytes(header: str) -> dict[str, int]:
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """compiled(data, budget, family='protonn', seed=0) -> model directory (cached per session)."""
-    cache: dict[tuple, Path] = {}
+    """compiled(data, budget, family='protonn', seed=0) -> a model directory of the caller's own.
+
+    Each model is trained once per session into a master directory that no test ever sees; every call hands out
+    a fresh copy of it. So a test may build, validate, learn in or damage what it got without changing what any
+    other test gets: results do not depend on the order the tests run in. (A copy costs milliseconds; a build
+    in it costs the same as in a shared directory, PlatformIO's start-up dominates either way.)"""
+    masters: dict[tuple, Path] = {}
 
     def make(data: str, budget: str, family: str = "protonn", seed: int = 0) -> Path:
         key = (data, budget, family, seed)
-        if key not in cache:
-            out = tmp_path_factory.mktemp(f"{family}-{data}-{budget}") / "model"
-            compile_model(data, family, budget, seed, "uno", out)
-            cache[key] = out
-        return cache[key]
+        if key not in masters:
+            master = tmp_path_factory.mktemp(f"master-{family}-{data}-{budget}") / "model"
+            compile_model(data, family, budget, seed, "uno", master)
+            masters[key] = master
+        copy = tmp_path_factory.mktemp(f"{family}-{data}-{budget}") / "model"
+        shutil.copytree(masters[key], copy, symlinks=True)
+        return copy
 
     return make
 

@@ -132,9 +132,11 @@ def test_next_start_sees_the_last_upload(models, tmp_path):
 def test_killed_upload_is_refused_then_recovered(uno, models):
     """avrdude killed midway: the application is half old, half new. The bootloader is untouched, so the next
     flash works; before it, validate refuses the half-written application through the HELLO handshake.
-    The board holds another model (iris, from the test above) or nothing: a quarter of digits' image is never
-    the whole of it."""
-    first = models[0]
+    The board is given another model (iris) first: had an earlier test left digits on it, a quarter of digits
+    written over digits would be the whole of digits again, and validate would rightly accept it."""
+    first, other = models
+    flashed = cli("flash", str(other), "--port", uno.port)
+    assert flashed.returncode == 0, flashed.stderr
     hex_path = first / json.loads((first / "build.json").read_text())["hex"]
     proc = subprocess.Popen(["avrdude", "-p", "atmega328p", "-c", "arduino", "-P", uno.port, "-b", "115200", "-D",
                              "-U", f"flash:w:{hex_path}:i"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)

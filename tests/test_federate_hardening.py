@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.cli.federate import federate_command
-from tinyproto.federated import training as fed
+from tinyproto.federated.dask_parties import DaskBackend, probe_scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,9 +173,9 @@ def test_probe_accepts_a_real_scheduler():
         address = cluster.scheduler_address
         if not address.startswith("tcp://"):
             pytest.skip(f"scheduler on {address}")
-        assert fed.probe_scheduler(address, 5) == address
+        assert probe_scheduler(address, 5) == address
         with pytest.raises(TinyprotoError, match="has no workers|did not start|cannot connect"):
-            fed.DaskBackend([(None, None)], scheduler=address, timeout=3)
+            DaskBackend([(None, None)], scheduler=address, timeout=3)
 
 
 # ---------------------------------------------------------------- Ctrl-C
@@ -251,3 +251,41 @@ def test_ctrl_c_exits_130_cleanly(tmp_path, backend_args, wait_for):
         time.sleep(0.1)
     assert not any(_alive(p) for p in seen)
     assert list(scratch.iterdir()) == []
+
+
+def test_a_ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch):
+    """Python drops a KeyboardInterrupt raised inside __del__ (dask's Future.__del__ runs whenever a result is
+    dropped): federate would have gone on and written its output. Under _interrupts_kept it comes back outside."""
+    from tinyproto.pipeline.federate import _interrupts_kept
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", dropped.append)
+
+    class Result:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C while the finalizer runs
+
+    def wait_for_interrupt() -> bool:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+        return False
+
+    Result()  # without the guard: reported as unraisable and dropped
+    assert not wait_for_interrupt() and len(dropped) == 1 and dropped[0].exc_type is KeyboardInterrupt
+    dropped.clear()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with _interrupts_kept() as interrupted:
+            Result()
+            wait_for_interrupt()
+    assert time.monotonic() - started < 1.0 and dropped == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    with pytest.raises(KeyboardInterrupt):  # a Ctrl-C swallowed elsewhere: the next progress step raises it
+        with _interrupts_kept() as interrupted:
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                pass
+            interrupted()

@@ -15,13 +15,31 @@ from click.testing import CliRunner
 from tinyproto.core.datasets import load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.cli.federate import federate_command
-from tinyproto.federated import training as fed
+from tinyproto.families.flynn.solver import solver_random_state
+from tinyproto.federated.config import FlyNNConfig
+from tinyproto.federated.dask_parties import DaskBackend
+from tinyproto.federated.dp import (
+    DPParams, dp_release, em_log_weights, em_probabilities, exponential_mechanism_picks,
+)
+from tinyproto.federated.local_parties import LocalBackend
+from tinyproto.federated.party import party_accuracy, party_counts
+from tinyproto.federated.protocol import (
+    DP_SHAPE_NOTE, FederatedFit, agree_classes, central_fit, choose_config, federated_fit,
+)
+from tinyproto.federated.shards import parse_split, party_seed_sequences, split_parties
+from tinyproto.federated.stats import (
+    _scaled, count_at_most, input_scale_from_order_statistics, moment_sums, quantile_positions,
+    select_order_statistics, standardisation, tree_sum,
+)
 from tinyproto.families.flynn.quantize import IntFlyNN
 from tinyproto.families.flynn.solver import model_bytes
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, feature_scale
 from tinyproto.core.inputstage import choose_input_scale
 from tinyproto.core.modeldir import load_model_dir
+from tinyproto.core.outdir import check_output_dir
 from tinyproto import families
+
+from conftest import read_only
 
 REPORT_KEYS = {
     "parties", "dp", "accuracy", "compile_accuracy", "compile_model_bytes", "accuracy_vs_compile_points",
@@ -33,24 +51,24 @@ REPORT_KEYS = {
 
 @functools.lru_cache(maxsize=None)
 def data(name: str):
-    return split(load_dataset(name))
+    return read_only(split(load_dataset(name)))
 
 
 def config_for(n_hashes=300, s=6, rho=16, bits=2, decay=0.5, scaling="feature", sign_split=True, state=5):
-    return fed.FlyNNConfig(n_hashes, s, rho, decay, bits, False, scaling, sign_split, draw_seed(state), state)
+    return FlyNNConfig(n_hashes, s, rho, decay, bits, False, scaling, sign_split, draw_seed(state), state)
 
 
 def shards(sp, n, split_spec="iid", seed=0):
-    return [(sp.X_train[r], sp.y_train[r]) for r in fed.split_parties(sp.y_train, n, split_spec, seed)]
+    return [(sp.X_train[r], sp.y_train[r]) for r in split_parties(sp.y_train, n, split_spec, seed)]
 
 
 @functools.lru_cache(maxsize=None)
 def central(name: str, scaling: str = "feature"):
     sp = data(name)
-    return fed.central_fit(sp.X_train, sp.y_train, config_for(scaling=scaling))
+    return read_only(central_fit(sp.X_train, sp.y_train, config_for(scaling=scaling)))
 
 
-def assert_same_fit(a: fed.FederatedFit, b: fed.FederatedFit, X_test) -> None:
+def assert_same_fit(a: FederatedFit, b: FederatedFit, X_test) -> None:
     np.testing.assert_array_equal(a.spec.mean, b.spec.mean)
     np.testing.assert_array_equal(a.spec.scale, b.spec.scale)
     assert a.spec.input_scale == b.spec.input_scale
@@ -69,29 +87,29 @@ def assert_same_fit(a: fed.FederatedFit, b: fed.FederatedFit, X_test) -> None:
 @pytest.mark.parametrize("n", [1, 2, 7])
 def test_split_is_a_partition_into_non_empty_parties(spec, n):
     y = data("digits").y_train
-    parts = fed.split_parties(y, n, spec, seed=3)
+    parts = split_parties(y, n, spec, seed=3)
     assert len(parts) == n and all(len(p) > 0 for p in parts)
     np.testing.assert_array_equal(np.sort(np.concatenate(parts)), np.arange(len(y)))
-    again = fed.split_parties(y, n, spec, seed=3)
+    again = split_parties(y, n, spec, seed=3)
     assert all(np.array_equal(a, b) for a, b in zip(parts, again))
 
 
 def test_non_iid_splits_are_non_iid():
     y = data("digits").y_train
-    by_class = fed.split_parties(y, 5, "by-class")
+    by_class = split_parties(y, 5, "by-class")
     assert max(np.unique(y[p]).size for p in by_class) <= 3  # 10 classes over 5 contiguous parts
-    dirichlet = fed.split_parties(y, 5, "dirichlet:0.1")
+    dirichlet = split_parties(y, 5, "dirichlet:0.1")
     shares = np.array([[np.mean(y[p] == c) for c in range(10)] for p in dirichlet])
     assert shares.max(axis=1).min() > 0.3  # every party is dominated by some class (iid: ~0.1)
 
 
 def test_split_refuses_bad_specs_and_sizes():
     with pytest.raises(TinyprotoError):
-        fed.parse_split("dirichlet:0")
+        parse_split("dirichlet:0")
     with pytest.raises(TinyprotoError):
-        fed.parse_split("random")
+        parse_split("random")
     with pytest.raises(TinyprotoError):
-        fed.split_parties(np.array([0, 1, 0]), 4)
+        split_parties(np.array([0, 1, 0]), 4)
 
 
 # ---------------------------------------------------------------- exact statistics
@@ -101,21 +119,21 @@ def test_moment_sums_are_exact_and_independent_of_the_partition():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((300, 5)) * np.array([1e-300, 1.0, 1e8, 3.0, 0.0]) + np.array([0, 5, -7e8, 0.1, 2.5])
     X[::7, 1] = 0.0
-    whole = fed.moment_sums(X)
+    whole = moment_sums(X)
     exact_sum = [sum((Fraction(v) for v in X[:, j]), Fraction(0)) for j in range(5)]
     exact_sq = [sum((Fraction(v) ** 2 for v in X[:, j]), Fraction(0)) for j in range(5)]
     for j in range(5):
-        assert fed._scaled(whole.sum1[j], whole.exponent, 1) == exact_sum[j]
-        assert fed._scaled(whole.sum2[j], 2 * whole.exponent, 1) == exact_sq[j]
-    parts = fed.tree_sum([fed.moment_sums(X[i::3]) for i in range(3)])
+        assert _scaled(whole.sum1[j], whole.exponent, 1) == exact_sum[j]
+        assert _scaled(whole.sum2[j], 2 * whole.exponent, 1) == exact_sq[j]
+    parts = tree_sum([moment_sums(X[i::3]) for i in range(3)])
     for scaling in ("feature", "global"):
-        mean, scale = fed.standardisation(whole, scaling)
-        mean3, scale3 = fed.standardisation(parts, scaling)
+        mean, scale = standardisation(whole, scaling)
+        mean3, scale3 = standardisation(parts, scaling)
         np.testing.assert_array_equal(mean, mean3)
         np.testing.assert_array_equal(scale, scale3)
         np.testing.assert_allclose(mean, X.mean(axis=0), rtol=1e-12, atol=1e-300)
         np.testing.assert_allclose(scale, feature_scale(X, scaling), rtol=1e-9)
-    constant_scale = fed.standardisation(whole, "feature")[1][4]  # constant: max(|mean|, S), S the RMS std
+    constant_scale = standardisation(whole, "feature")[1][4]  # constant: max(|mean|, S), S the RMS std
     assert constant_scale == pytest.approx(np.sqrt(np.mean(X.std(axis=0) ** 2)))
 
 
@@ -124,11 +142,11 @@ def test_distributed_quantile_equals_choose_input_scale(shape, levels):
     rng = np.random.default_rng(sum(shape))
     Z = rng.standard_normal(shape) * 3 if levels is None else rng.integers(-levels, levels + 1, shape) * 1.5
     parts = [np.sort(np.abs(Z[i::3]).reshape(-1).view(np.int64)) for i in range(3)]
-    k, k1, t = fed.quantile_positions(Z.size)
-    (a, b), rounds = fed.select_order_statistics(lambda cuts: sum(fed.count_at_most(p, cuts) for p in parts), [k, k1])
+    k, k1, t = quantile_positions(Z.size)
+    (a, b), rounds = select_order_statistics(lambda cuts: sum(count_at_most(p, cuts) for p in parts), [k, k1])
     ordered = np.sort(np.abs(Z).reshape(-1))
     assert (a, b) == (ordered[k], ordered[k1]) and rounds <= 8
-    assert fed.input_scale_from_order_statistics(a, b, t) == choose_input_scale(Z)
+    assert input_scale_from_order_statistics(a, b, t) == choose_input_scale(Z)
 
 
 def test_central_fit_matches_the_stock_estimator_up_to_ulps():
@@ -149,24 +167,24 @@ def test_central_fit_matches_the_stock_estimator_up_to_ulps():
 @pytest.mark.parametrize("n", [2, 3, 7])
 def test_federated_equals_central_exactly(split_spec, n):
     sp = data("digits")
-    with fed.LocalBackend(shards(sp, n, split_spec, seed=n)) as backend:
-        fit = fed.federated_fit(backend, config_for(), fed.agree_classes(backend))
+    with LocalBackend(shards(sp, n, split_spec, seed=n)) as backend:
+        fit = federated_fit(backend, config_for(), agree_classes(backend))
     assert_same_fit(fit, central("digits"), sp.X_test)
 
 
 def test_federated_equals_central_with_global_scaling_and_stored_M():
     sp = data("breast_cancer")
-    config = fed.FlyNNConfig(200, 8, 16, 1.0, 1, True, "global", False, draw_seed(9), 9)
-    with fed.LocalBackend(shards(sp, 4, "by-class")) as backend:
-        fit = fed.federated_fit(backend, config, fed.agree_classes(backend))
-    assert_same_fit(fit, fed.central_fit(sp.X_train, sp.y_train, config), sp.X_test)
+    config = FlyNNConfig(200, 8, 16, 1.0, 1, True, "global", False, draw_seed(9), 9)
+    with LocalBackend(shards(sp, 4, "by-class")) as backend:
+        fit = federated_fit(backend, config, agree_classes(backend))
+    assert_same_fit(fit, central_fit(sp.X_train, sp.y_train, config), sp.X_test)
 
 
 @pytest.fixture(scope="module")
 def dask_backend():
     pytest.importorskip("distributed")
     sp = data("digits")
-    backend = fed.DaskBackend(shards(sp, 3, "dirichlet:0.1"), n_workers=2, processes=False)
+    backend = DaskBackend(shards(sp, 3, "dirichlet:0.1"), n_workers=2, processes=False)
     yield backend
     backend.close()
 
@@ -176,16 +194,16 @@ def test_dask_backend_equals_local_backend(dask_backend):
     assert len(set(dask_backend.placement)) == 2  # the parties really are on different workers
     # one chunk (one task per round) per worker, whatever the number of parties
     assert len(dask_backend.handles) == 2 and sorted(sum(dask_backend.chunks, [])) == [0, 1, 2]
-    classes = fed.agree_classes(dask_backend)
-    fit = fed.federated_fit(dask_backend, config_for(), classes)
+    classes = agree_classes(dask_backend)
+    fit = federated_fit(dask_backend, config_for(), classes)
     assert_same_fit(fit, central("digits"), sp.X_test)
-    dp = fed.DPParams(2.0, 50, 3)
-    with fed.LocalBackend(shards(sp, 3, "dirichlet:0.1")) as local:
-        local_dp = fed.federated_fit(local, config_for(), classes, dp=dp, seed=4)
-    np.testing.assert_array_equal(fed.federated_fit(dask_backend, config_for(), classes, dp=dp, seed=4).int_counts,
+    dp = DPParams(2.0, 50, 3)
+    with LocalBackend(shards(sp, 3, "dirichlet:0.1")) as local:
+        local_dp = federated_fit(local, config_for(), classes, dp=dp, seed=4)
+    np.testing.assert_array_equal(federated_fit(dask_backend, config_for(), classes, dp=dp, seed=4).int_counts,
                                   local_dp.int_counts)
-    assert dask_backend.map(fed.party_accuracy, dask_backend.handles, fit.model) == \
-        [fed.party_accuracy(s, fit.model) for s in shards(sp, 3, "dirichlet:0.1")]
+    assert dask_backend.map(party_accuracy, dask_backend.handles, fit.model) == \
+        [party_accuracy(s, fit.model) for s in shards(sp, 3, "dirichlet:0.1")]
 
 
 # ---------------------------------------------------------------- hyper-parameters from every party
@@ -195,41 +213,41 @@ def test_config_fits_the_budget_for_all_classes_and_dp_gets_the_data_independent
     sp = data("digits")
     parts = shards(sp, 20, "by-class")
     assert np.unique(parts[0][1]).size == 1
-    with fed.LocalBackend(parts) as backend:
-        classes = fed.agree_classes(backend)
-        config, info = fed.choose_config(backend, 1024, 0, classes, 64, dp=True)
-        assert info["hyperparameter_source"] == fed.DP_SHAPE_NOTE
+    with LocalBackend(parts) as backend:
+        classes = agree_classes(backend)
+        config, info = choose_config(backend, 1024, 0, classes, 64, dp=True)
+        assert info["hyperparameter_source"] == DP_SHAPE_NOTE
         assert info["selection_communication"]["allreduce_rounds"] == 0  # nothing released to choose it
-        fit = fed.federated_fit(backend, config, classes)
+        fit = federated_fit(backend, config, classes)
     assert fit.model.model_bytes() <= 1024
     assert fit.model.model_bytes() == model_bytes(config.n_hashes, config.n_inputs_per_hash, config.count_bits, 10,
                                                   64, 128, False)
     # the default is the same whatever the data: another data set with as many classes and features, same shape
     other = [(np.random.default_rng(i).standard_normal((30, 64)), np.arange(30) % 10) for i in range(2)]
-    with fed.LocalBackend(other) as backend:
-        assert fed.choose_config(backend, 1024, 0, classes, 64, dp=True)[0] == config
+    with LocalBackend(other) as backend:
+        assert choose_config(backend, 1024, 0, classes, 64, dp=True)[0] == config
 
 
 # ---------------------------------------------------------------- differential privacy
 
 
 def test_dp_parameters_follow_the_paper():
-    dp = fed.DPParams(2.0, 25, 4)
+    dp = DPParams(2.0, 25, 4)
     assert dp.epsilon_0 == pytest.approx(2.0 / (2 * 25 * 4))
     assert dp.laplace_scale == pytest.approx(2 * 25 * 4 / 2.0) == pytest.approx(1 / dp.epsilon_0)
     for bad in [dict(epsilon=0.0, T=1, n_parties=1), dict(epsilon=1.0, T=0, n_parties=1),
                 dict(epsilon=-1.0, T=1, n_parties=1)]:
         with pytest.raises(TinyprotoError):
-            fed.DPParams(**bad)
+            DPParams(**bad)
 
 
 def test_exponential_mechanism_weights_are_exp_eps0_count_over_2():
     counts = np.array([0, 1, 3, 7, 7, 12])
     eps0 = 0.3
     w = np.exp(eps0 * counts / 2)
-    np.testing.assert_allclose(fed.em_probabilities(counts, eps0), w / w.sum(), rtol=1e-12)
-    np.testing.assert_allclose(fed.em_log_weights(counts, eps0), eps0 * counts / 2)
-    assert np.isfinite(fed.em_probabilities(np.array([0, 10**9]), 1.0)).all()  # no overflow
+    np.testing.assert_allclose(em_probabilities(counts, eps0), w / w.sum(), rtol=1e-12)
+    np.testing.assert_allclose(em_log_weights(counts, eps0), eps0 * counts / 2)
+    assert np.isfinite(em_probabilities(np.array([0, 10**9]), 1.0)).all()  # no overflow
 
 
 def test_exponential_mechanism_sampling_matches_sequential_draws():
@@ -240,7 +258,7 @@ def test_exponential_mechanism_sampling_matches_sequential_draws():
     n = 20000
     observed: dict[tuple, int] = {}
     for _ in range(n):
-        pair = tuple(fed.exponential_mechanism_picks(counts, 2, eps0, rng).tolist())
+        pair = tuple(exponential_mechanism_picks(counts, 2, eps0, rng).tolist())
         observed[pair] = observed.get(pair, 0) + 1
     w = np.exp(eps0 * counts / 2)
     chi2 = 0.0
@@ -253,12 +271,12 @@ def test_exponential_mechanism_sampling_matches_sequential_draws():
 def test_dp_release_picks_at_most_T_non_negative_integers_with_laplace_noise():
     rng = np.random.default_rng(1)
     counts = rng.integers(0, 50, size=(4, 100))
-    dp = fed.DPParams(1.0, 30, 2)
-    out = fed.dp_release(counts, dp, rng)
+    dp = DPParams(1.0, 30, 2)
+    out = dp_release(counts, dp, rng)
     assert out.dtype == np.int64 and out.shape == counts.shape and out.min() >= 0
     assert np.count_nonzero(out) <= 30
-    everything = fed.DPParams(1e3, counts.size, 1)  # pick all: the noise is Laplace(scale) around each count
-    noise = np.concatenate([fed.dp_release(counts + 10**6, everything, rng) - (counts + 10**6) for _ in range(20)])
+    everything = DPParams(1e3, counts.size, 1)  # pick all: the noise is Laplace(scale) around each count
+    noise = np.concatenate([dp_release(counts + 10**6, everything, rng) - (counts + 10**6) for _ in range(20)])
     assert np.mean(np.abs(noise)) == pytest.approx(everything.laplace_scale, rel=0.1)
 
 
@@ -266,19 +284,19 @@ def test_dp_runs_are_seeded_and_each_party_releases_at_most_T():
     sp = data("digits")
     parts = shards(sp, 3)
     config = config_for()
-    dp = fed.DPParams(4.0, 40, 3)
-    with fed.LocalBackend(parts) as backend:
-        classes = fed.agree_classes(backend)
-        a = fed.federated_fit(backend, config, classes, dp=dp, seed=1)
-        b = fed.federated_fit(backend, config, classes, dp=dp, seed=1)
-        c = fed.federated_fit(backend, config, classes, dp=dp, seed=2)
+    dp = DPParams(4.0, 40, 3)
+    with LocalBackend(parts) as backend:
+        classes = agree_classes(backend)
+        a = federated_fit(backend, config, classes, dp=dp, seed=1)
+        b = federated_fit(backend, config, classes, dp=dp, seed=1)
+        c = federated_fit(backend, config, classes, dp=dp, seed=2)
     np.testing.assert_array_equal(a.int_counts, b.int_counts)
     assert not np.array_equal(a.int_counts, c.int_counts)
     assert a.int_counts.min() >= 0 and np.count_nonzero(a.int_counts) <= 3 * dp.T
-    streams = fed.party_seed_sequences(1, 3)[1]
-    releases = [fed.party_counts(p, a.spec, dp, s) for p, s in zip(parts, streams)]
+    streams = party_seed_sequences(1, 3)[1]
+    releases = [party_counts(p, a.spec, dp, s) for p, s in zip(parts, streams)]
     assert all(np.count_nonzero(r.int_counts) <= dp.T and r.float_counts is None for r in releases)
-    np.testing.assert_array_equal(fed.tree_sum(releases).int_counts, a.int_counts)  # the parties' releases, summed
+    np.testing.assert_array_equal(tree_sum(releases).int_counts, a.int_counts)  # the parties' releases, summed
 
 
 def test_large_epsilon_recovers_central():
@@ -286,10 +304,10 @@ def test_large_epsilon_recovers_central():
     parts = shards(sp, 2)
     central_acc = np.mean(ref.model.predict(sp.X_test) == sp.y_test)
     L, m = ref.int_counts.shape
-    with fed.LocalBackend(parts) as backend:
-        classes = fed.agree_classes(backend)
-        everything = fed.federated_fit(backend, config_for(), classes, dp=fed.DPParams(1e12, L * m, 2), seed=0)
-        half = fed.federated_fit(backend, config_for(), classes, dp=fed.DPParams(1e9, L * m // 2, 2), seed=0)
+    with LocalBackend(parts) as backend:
+        classes = agree_classes(backend)
+        everything = federated_fit(backend, config_for(), classes, dp=DPParams(1e12, L * m, 2), seed=0)
+        half = federated_fit(backend, config_for(), classes, dp=DPParams(1e9, L * m // 2, 2), seed=0)
     np.testing.assert_array_equal(everything.int_counts, ref.int_counts)  # noise ~1e-8, rounded away
     assert np.mean(half.model.predict(sp.X_test) == sp.y_test) >= central_acc - 0.05
 
@@ -323,6 +341,10 @@ def test_federate_writes_a_model_directory(tmp_path):
     assert md.meta["hyperparameters"] == report["hyperparameters"]
     assert json.loads(result.stdout)["parties"] == 3
     assert {p.name for p in out.iterdir()} >= {"model.json", "report.json", "test_vectors.npz", "platformio.ini"}
+    # the report is written once, inside the atomic directory: what the command returned is what is on disk, and
+    # the directory's manifest (written at the swap) still matches it, so nothing rewrote a file afterwards
+    assert json.loads(result.stdout) == report
+    check_output_dir(out)
 
 
 def test_federate_on_dask_with_dp(tmp_path):
@@ -337,7 +359,7 @@ def test_federate_on_dask_with_dp(tmp_path):
     assert (dp["epsilon"], dp["T"]) == (2.0, 20)
     assert math.isclose(dp["epsilon_0"], 2 / (2 * 20 * 2)) and math.isclose(dp["laplace_scale"], 2 * 20 * 2 / 2)
     assert report["counts_equal_pooled"] is False
-    assert report["hyperparameter_source"] == fed.DP_SHAPE_NOTE
+    assert report["hyperparameter_source"] == DP_SHAPE_NOTE
 
 
 @pytest.mark.parametrize("args", [
@@ -392,9 +414,9 @@ def test_device_parties_release_saturated_counts_and_the_resaturated_sum_is_exac
     config = config_for(n_hashes=120, s=6, rho=16, bits=2)
     classes = np.unique(sp.y_train)
     with DeviceBackend(shards(sp, 2, "by-class"), load_board("uno")) as backend:
-        fit = fed.federated_fit(backend, config, classes)
+        fit = federated_fit(backend, config, classes)
         parties = backend.describe()["device_parties"]
-    ref = fed.central_fit(sp.X_train, sp.y_train, config, classes)
+    ref = central_fit(sp.X_train, sp.y_train, config, classes)
     assert [p["counts_identical_to_host"] for p in parties] == [True, True]
     assert all(p["entries_at_cap"] > 0 for p in parties)  # the devices did saturate
     assert not np.array_equal(fit.int_counts, ref.int_counts)  # so the raw sums differ ...
@@ -416,10 +438,10 @@ def test_federate_sim_backend_equals_local_and_validates_on_the_simulator(tmp_pa
     assert sum(p["n_samples"] for p in parties) == sum(report["party_rows"])
     # the device-learned model is the one the same configuration gives on the pooled rows, exactly
     sim_model, sp, chosen = load_model_dir(out), data("wine"), report["hyperparameters"]
-    config = fed.FlyNNConfig(chosen["n_hashes"], chosen["n_inputs_per_hash"], chosen["n_winners"], chosen["decay"],
+    config = FlyNNConfig(chosen["n_hashes"], chosen["n_inputs_per_hash"], chosen["n_winners"], chosen["decay"],
                              chosen["count_bits"], chosen["store_M"], chosen["scaling"], chosen["sign_split"],
-                             chosen["seed"], fed.solver_random_state(report["seed"]))
-    pooled = fed.central_fit(sp.X_train, sp.y_train, config).model
+                             chosen["seed"], solver_random_state(report["seed"]))
+    pooled = central_fit(sp.X_train, sp.y_train, config).model
     assert sim_model.meta["int_model"] == json.loads(json.dumps(pooled.to_json()))
     built = tinyproto_cli("build", str(out))
     assert built.returncode == 0, built.stderr

@@ -9,35 +9,42 @@ import numpy as np
 import pytest
 
 from tinyproto.core.datasets import load_dataset, split
-from tinyproto.federated import training as fed
+from tinyproto.families.flynn.solver import solver_random_state
+from tinyproto.federated.dask_parties import DaskBackend
+from tinyproto.federated.local_parties import LocalBackend
+from tinyproto.federated.protocol import agree_classes, agree_input_stages, choose_config, federated_fit
+from tinyproto.federated.shards import split_parties
+from tinyproto.federated.stats import tree_sum
 from tinyproto.federated import selection as sel
 from tinyproto.families.flynn import solver
 from tinyproto.families.flynn.quantize import hash_inputs
 from tinyproto.families.flynn.train import draw_seed, seeded_indices
 from tinyproto.core.inputstage import InputStage
 
+from conftest import read_only
+
 
 @functools.lru_cache(maxsize=None)
 def data(name: str):
-    return split(load_dataset(name))
+    return read_only(split(load_dataset(name)))
 
 
 def shards(sp, n, split_spec="iid", seed=0):
-    return [(sp.X_train[r], sp.y_train[r]) for r in fed.split_parties(sp.y_train, n, split_spec, seed)]
+    return [(sp.X_train[r], sp.y_train[r]) for r in split_parties(sp.y_train, n, split_spec, seed)]
 
 
 @functools.lru_cache(maxsize=None)
 def compiled(name: str, budget: int = 2048):
     sp = data(name)
-    return solver.fit_flynn_under_budget(sp.X_train, sp.y_train, budget, 0)
+    return read_only(solver.fit_flynn_under_budget(sp.X_train, sp.y_train, budget, 0))
 
 
 @functools.lru_cache(maxsize=None)
 def selected(name: str, n: int, split_spec: str, budget: int = 2048):
     sp = data(name)
-    with fed.LocalBackend(shards(sp, n, split_spec)) as backend:
-        classes = fed.agree_classes(backend)
-        return fed.choose_config(backend, budget, 0, classes, sp.X_train.shape[1])
+    with LocalBackend(shards(sp, n, split_spec)) as backend:
+        classes = agree_classes(backend)
+        return read_only(choose_config(backend, budget, 0, classes, sp.X_train.shape[1]))
 
 
 def test_federated_tallies_are_the_pooled_cross_validation_with_the_parties_folds():
@@ -45,15 +52,15 @@ def test_federated_tallies_are_the_pooled_cross_validation_with_the_parties_fold
     parties assigned locally: counts and correct predictions add up exactly."""
     sp = data("wine")
     parts = shards(sp, 6, "dirichlet:0.3")
-    with fed.LocalBackend(parts) as backend:
-        classes = fed.agree_classes(backend)
-        stages = fed.agree_input_stages(backend)
-        config, info = fed.choose_config(backend, 1024, 0, classes, sp.X_train.shape[1])
+    with LocalBackend(parts) as backend:
+        classes = agree_classes(backend)
+        stages = agree_input_stages(backend)
+        config, info = choose_config(backend, 1024, 0, classes, sp.X_train.shape[1])
     X = np.concatenate([p[0] for p in parts])
     y_index = np.searchsorted(classes, np.concatenate([p[1] for p in parts]))
     folds = np.concatenate([sel.party_folds(p[1], sel.N_FOLDS, 0, i, sel.N_REPEATS) for i, p in enumerate(parts)],
                            axis=1)
-    seed_M = draw_seed(fed.solver_random_state(0))
+    seed_M = draw_seed(solver_random_state(0))
     candidates = [solver.Candidate(**c) for c in info["candidates"]]
     rng = np.random.default_rng(0)
     for i in rng.choice(len(candidates), 12, replace=False):
@@ -93,8 +100,8 @@ def test_selection_uses_the_solvers_candidates_and_tracks_compile():
                        c["store_M"], c["model_bytes"], c["est_cycles"])
     assert {shape(c) for c in central["candidates"]} <= {shape(c) for c in info["candidates"]} | \
         {shape(c) for c in central["candidates"] if c["scaling"] != config.scaling}
-    with fed.LocalBackend(shards(sp, 4)) as backend:
-        fit = fed.federated_fit(backend, config, fed.agree_classes(backend))
+    with LocalBackend(shards(sp, 4)) as backend:
+        fit = federated_fit(backend, config, agree_classes(backend))
     acc = np.mean(fit.model.predict(sp.X_test) == sp.y_test)
     assert acc >= np.mean(model.predict(sp.X_test) == sp.y_test) - 0.01
     assert fit.model.model_bytes() <= 2048 and config.seed == central["chosen"]["seed"]
@@ -106,8 +113,8 @@ def test_selection_uses_the_solvers_candidates_and_tracks_compile():
 def test_many_small_parties_choose_as_well_as_few(n, split_spec):
     sp = data("digits")
     config, info = selected("digits", n, split_spec)
-    with fed.LocalBackend(shards(sp, n, split_spec)) as backend:
-        fit = fed.federated_fit(backend, config, fed.agree_classes(backend))
+    with LocalBackend(shards(sp, n, split_spec)) as backend:
+        fit = federated_fit(backend, config, agree_classes(backend))
     _, model, _ = compiled("digits")
     assert np.mean(fit.model.predict(sp.X_test) == sp.y_test) >= np.mean(model.predict(sp.X_test) == sp.y_test) - 0.015
 
@@ -116,12 +123,12 @@ def test_selection_is_identical_on_dask_and_deterministic():
     pytest.importorskip("distributed")
     sp = data("wine")
     parts = shards(sp, 5, "dirichlet:0.5")
-    with fed.LocalBackend(parts) as backend:
-        classes = fed.agree_classes(backend)
-        local = fed.choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
-        again = fed.choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
-    with fed.DaskBackend(parts, n_workers=2, processes=False) as backend:
-        remote = fed.choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
+    with LocalBackend(parts) as backend:
+        classes = agree_classes(backend)
+        local = choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
+        again = choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
+    with DaskBackend(parts, n_workers=2, processes=False) as backend:
+        remote = choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
     strip = lambda info: {k: v for k, v in info.items() if k != "selection_seconds"}  # noqa: E731
     assert local[0] == again[0] == remote[0]
     assert strip(local[1]) == strip(again[1]) == strip(remote[1])
@@ -136,7 +143,7 @@ def test_sparse_counts_add_exactly():
         keys, values = np.unique(rng.integers(0, 40, 15), return_counts=True)
         dense[keys] += values
         parts.append(sel.SparseCounts(sizes, {(4, 2): keys}, {(4, 2): values.astype(np.int64)}))
-    np.testing.assert_array_equal(fed.tree_sum(parts).dense((4, 2), 2, 5).reshape(-1), dense)
+    np.testing.assert_array_equal(tree_sum(parts).dense((4, 2), 2, 5).reshape(-1), dense)
 
 
 def test_federate_is_byte_identical_for_the_same_inputs(tmp_path):

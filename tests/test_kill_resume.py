@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def no_scratch_left(parent: Path) -> None:
 
 KILL_IN_SWAP = textwrap.dedent("""
     import os, signal, sys
-    import tinyproto.core.modeldir as md
+    import tinyproto.core.outdir as md  # where the swap and its manifest write are looked up
     point = sys.argv[1]
     def die(*_a, **_k):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -121,11 +122,20 @@ def test_compile_killed_while_training_changes_nothing(tmp_path, delay):
 
 
 @pytest.fixture(scope="module")
-def built_digits(tmp_path_factory, private_cache) -> Path:
+def built_digits_master(tmp_path_factory, private_cache) -> Path:
     out = tmp_path_factory.mktemp("kill") / "digits"
     for args in (("compile", "digits", "--budget", "1kB", "--out", str(out)), ("build", str(out))):
         result = run(*args)
         assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture
+def built_digits(built_digits_master, tmp_path) -> Path:
+    """A copy of the built model per test: no journal of another test's validate, so each kill lands in the run
+    the test started (with a complete old journal, `journal_lines >= N` would hold before the new run began)."""
+    out = tmp_path / "digits"
+    shutil.copytree(built_digits_master, out, symlinks=True)
     return out
 
 

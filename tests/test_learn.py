@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from tinyproto.core.boards import load_board
+from tinyproto.families.flynn import learning as FL
+from tinyproto.federated import device_learning as DL
 from tinyproto.pipeline import learn as L
 from tinyproto.device import protocol as P
 from tinyproto.core.errors import TinyprotoError
@@ -55,10 +57,10 @@ def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16) -> Path:
 
 
 def test_counts_and_frame_sizes():
-    assert L.count_bytes(597, 2, 1) == 150 and L.count_bytes(203, 2, 3) == 153
+    assert FL.count_bytes(597, 2, 1) == 150 and FL.count_bytes(203, 2, 3) == 153
     # 64 features, 10 classes: the PREDICT work area (2 + 64 + 40) is the largest, rounded up to 4
-    assert L.learn_frame_bytes(64, 10) == 72 + 64  # frame buffer (chunks of <= 64 B) + the int8 vector
-    assert L.learn_frame_bytes(30, 2) == 72 + 30
+    assert FL.learn_frame_bytes(64, 10) == 72 + 64  # frame buffer (chunks of <= 64 B) + the int8 vector
+    assert FL.learn_frame_bytes(30, 2) == 72 + 30
 
 
 def test_learnable_compile_fits_sram_and_eeprom(compiled, tmp_path):
@@ -69,19 +71,27 @@ def test_learnable_compile_fits_sram_and_eeprom(compiled, tmp_path):
     model = json.loads((tmp_path / "dl" / "model.json").read_text())
     from tinyproto.families import int_model_from_json
 
-    sizes = L.learn_sizes(int_model_from_json(model["int_model"]), BOARD)
+    sizes = FL.learn_sizes(int_model_from_json(model["int_model"]), BOARD)
     assert sizes.fits_sram and sizes.fits_eeprom
     assert model["hyperparameters"]["learnable"] is True and model["hyperparameters"]["n_hashes"] < big["n_hashes"]
     assert result.report["solver"]["learning"]["count_bytes"] == sizes.counts
     # working SRAM of the solver's formula is the model's own
     m = int_model_from_json(model["int_model"])
-    assert L.fly_working_bytes(m.n_winners, m.n_hash_inputs, m.n_classes, m.store_M, m.n_inputs_per_hash) == sum(
+    assert FL.fly_working_bytes(m.n_winners, m.n_hash_inputs, m.n_classes, m.store_M, m.n_inputs_per_hash) == sum(
         item.nbytes for item in m.working_sram())
 
 
 def test_learnable_is_flynn_only(tmp_path):
     result = cli("compile", "iris", "--model", "protonn", "--learnable", "--out", str(tmp_path / "x"))
     assert result.returncode == 1 and "only FlyNN learns" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_learn_refuses_a_family_that_cannot_learn(compiled):
+    model_dir = compiled("iris", "1kB")  # ProtoNN
+    result = cli("learn", str(model_dir), "--sim")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "only FlyNN learns on the device (this model is protonn)" in result.stderr
+    assert not (model_dir / L.LEARNING_DIR).exists()
 
 
 @pytest.mark.parametrize("save_eeprom", [False, True])
@@ -92,7 +102,7 @@ def test_too_big_model_is_refused_before_any_build(compiled, save_eeprom):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     from tinyproto.core.modeldir import load_model_dir
 
-    sizes = L.learn_sizes(families.load_int_model(load_model_dir(model_dir)), BOARD)
+    sizes = FL.learn_sizes(families.load_int_model(load_model_dir(model_dir)), BOARD)
     fit = min(sizes.largest_m_sram, sizes.largest_m_eeprom) if save_eeprom else sizes.largest_m_sram
     assert f"At most m={fit} fits" in result.stderr and "--learnable" in result.stderr
     assert "SRAM needs" in result.stderr and ("EEPROM record needs" in result.stderr) == save_eeprom
@@ -110,7 +120,7 @@ def host_learning_app(model_dir: Path, out: Path) -> Path:
     project = L.prepare_learning_project(md, families.load_int_model(md), BOARD)
     lib = project / "lib" / "tinyproto"
     sources = [*sorted((project / "src").glob("*.c")), lib / "tp_serial.c", lib / "tp_flynn.c", lib / "tp_input.c"]
-    cmd = ["gcc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", *L.LEARN_FLAGS,
+    cmd = ["gcc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", *DL.LEARN_FLAGS,
            f"-I{project / 'include'}", f"-I{lib}", *map(str, sources), "-lm", "-o", str(out)]
     subprocess.run(cmd, check=True)
     return out
@@ -127,7 +137,7 @@ def test_host_learning_app_saturates_like_the_host(tmp_path, bits, m):
     try:
         hello = client.hello()
         assert hello.learning and hello.eeprom and not hello.raw_input
-        assert np.array_equal(L.unpack_counts(client.read_all_counts(), model), model.counts)  # boot: flash counts
+        assert np.array_equal(FL.unpack_counts(client.read_all_counts(), model), model.counts)  # boot: flash counts
         client.clear()
         assert not any(client.read_all_counts())
         rng = np.random.default_rng(bits)
@@ -137,14 +147,14 @@ def test_host_learning_app_saturates_like_the_host(tmp_path, bits, m):
         y[:100] = 1
         for i in range(len(xq)):
             assert client.learn(xq[i], int(y[i])).n_samples == i + 1
-        expected = L.host_counts(model, xq, y)
+        expected = FL.host_counts(model, xq, y)
         assert expected.max() == (1 << bits) - 1
         # chunks of 7 bytes read the same bytes as the largest chunks
         total, _ = client.read_counts(0, 0)
         small = b"".join(client.read_counts(o, 7)[1] for o in range(0, total, 7))
         packed = client.read_all_counts()
-        assert small == packed and total == L.count_bytes(m, model.n_classes, bits)
-        assert np.array_equal(L.unpack_counts(packed, model), expected)
+        assert small == packed and total == FL.count_bytes(m, model.n_classes, bits)
+        assert np.array_equal(FL.unpack_counts(packed, model), expected)
         # predictions use the learned counts
         learned = replace(model, counts=expected)
         for i in range(0, 300, 50):
@@ -154,7 +164,7 @@ def test_host_learning_app_saturates_like_the_host(tmp_path, bits, m):
             client.read_counts(total + 1, 1)
         # EEPROM: first save writes, the second one nothing; CLEAR then LOAD restores counts and n_samples
         first = client.eeprom_save()
-        assert first.record == L.EEPROM_HEADER_BYTES + total and 0 < first.written <= first.record
+        assert first.record == FL.EEPROM_HEADER_BYTES + total and 0 < first.written <= first.record
         assert client.eeprom_save().written == 0
         client.clear()
         loaded = client.eeprom_load()
@@ -204,7 +214,7 @@ def test_device_learns_exactly_the_host_counts(learned_bc):
     assert sram["used_bytes"] <= sram["sram_estimate_bytes"] and sram["margin_bytes"] >= 256
     eeprom = summary["eeprom"]
     assert eeprom["saved"] and eeprom["reloaded_identical"]
-    assert eeprom["record_bytes"] == L.EEPROM_HEADER_BYTES + summary["count_bytes"]
+    assert eeprom["record_bytes"] == FL.EEPROM_HEADER_BYTES + summary["count_bytes"]
     assert 0 < eeprom["bytes_written"] <= eeprom["record_bytes"]  # erased EEPROM: nearly every byte changes
 
 
@@ -237,13 +247,13 @@ def test_eeprom_survives_a_restart_and_guards_its_record(learned_bc, tmp_path):
         client.clear()
         loaded = client.eeprom_load()
         assert loaded.loaded and loaded.n_samples == summary["n_samples"]
-        assert np.array_equal(L.unpack_counts(client.read_all_counts(), model), model.counts)
+        assert np.array_equal(FL.unpack_counts(client.read_all_counts(), model), model.counts)
         client.clear()  # the EEPROM keeps the record: CLEAR touches SRAM only
     with SimulatedUno(elf, markers=False, eeprom=image) as uno, P.open_device(uno.port) as client:
         assert client.eeprom_load().loaded
     # one flipped count bit: the CRC refuses the record and the SRAM counts stay as they were
     data = bytearray(image.read_bytes())
-    data[L.EEPROM_HEADER_BYTES + 3] ^= 0x10
+    data[FL.EEPROM_HEADER_BYTES + 3] ^= 0x10
     image.write_bytes(bytes(data))
     with SimulatedUno(elf, markers=False, eeprom=image) as uno, P.open_device(uno.port) as client:
         client.clear()

@@ -22,7 +22,11 @@ import numpy as np
 
 from tinyproto.core.datasets import Split, load_dataset, split
 from tinyproto.pipeline.federate import default_dp_T
-from tinyproto.federated import training as fed
+from tinyproto.federated.dask_parties import DaskBackend
+from tinyproto.federated.dp import DPParams
+from tinyproto.federated.local_parties import LocalBackend
+from tinyproto.federated.protocol import agree_classes, central_fit, choose_config, federated_fit
+from tinyproto.federated.shards import split_parties
 from tinyproto.families.flynn.solver import fit_flynn_under_budget
 
 BUDGET = 2048
@@ -31,7 +35,7 @@ SPLITS = ("iid", "dirichlet:0.1", "by-class")
 
 
 def shards_of(sp: Split, n_parties: int, split_spec: str = "iid", seed: int = 0) -> list:
-    return [(sp.X_train[r], sp.y_train[r]) for r in fed.split_parties(sp.y_train, n_parties, split_spec, seed)]
+    return [(sp.X_train[r], sp.y_train[r]) for r in split_parties(sp.y_train, n_parties, split_spec, seed)]
 
 
 def accuracy(model, sp: Split) -> float:
@@ -40,12 +44,12 @@ def accuracy(model, sp: Split) -> float:
 
 def run(backend, sp: Split, dp: float | None = None, seed: int = 0):
     """The federate protocol on a placed backend: (fit, config, info)."""
-    classes = fed.agree_classes(backend)
-    config, info = fed.choose_config(backend, BUDGET, seed, classes, sp.X_train.shape[1], dp=dp is not None)
+    classes = agree_classes(backend)
+    config, info = choose_config(backend, BUDGET, seed, classes, sp.X_train.shape[1], dp=dp is not None)
     params = None
     if dp is not None:
-        params = fed.DPParams(dp, default_dp_T(len(classes), config.n_hashes), backend.n_parties)
-    return fed.federated_fit(backend, config, classes, dp=params, seed=seed), config, info
+        params = DPParams(dp, default_dp_T(len(classes), config.n_hashes), backend.n_parties)
+    return federated_fit(backend, config, classes, dp=params, seed=seed), config, info
 
 
 # ---------------------------------------------------------------- 1. accuracy vs parties
@@ -67,10 +71,10 @@ def parties_table(name: str, sp: Split, party_counts) -> None:
             if n > len(sp.y_train):
                 continue
             started = time.perf_counter()
-            with fed.LocalBackend(shards_of(sp, n, split_spec)) as backend:
+            with LocalBackend(shards_of(sp, n, split_spec)) as backend:
                 fit, config, info = run(backend, sp)
             seconds = time.perf_counter() - started
-            pooled = fed.central_fit(sp.X_train, sp.y_train, config, fit.spec.classes)
+            pooled = central_fit(sp.X_train, sp.y_train, config, fit.spec.classes)
             same = np.array_equal(fit.int_counts, pooled.int_counts) and np.array_equal(fit.float_counts,
                                                                                         pooled.float_counts)
             acc = accuracy(fit.model, sp)
@@ -91,12 +95,12 @@ def timing_table(name: str, sp: Split, n_parties: int) -> None:
     print(header)
     print("-" * len(header))
     shards = shards_of(sp, n_parties)
-    with fed.LocalBackend(shards) as local:
+    with LocalBackend(shards) as local:
         expected, _, _ = run(local, sp)
     reference = None
     for workers in (1, 2):
         started = time.perf_counter()
-        with fed.DaskBackend(shards, n_workers=workers, processes=True) as backend:
+        with DaskBackend(shards, n_workers=workers, processes=True) as backend:
             start_s = time.perf_counter() - started
             times = []
             for _ in range(2):
@@ -114,11 +118,11 @@ def timing_table(name: str, sp: Split, n_parties: int) -> None:
 
 
 def dp_table(name: str, sp: Split, n_parties: int, n_seeds: int) -> None:
-    with fed.LocalBackend(shards_of(sp, n_parties)) as backend:
+    with LocalBackend(shards_of(sp, n_parties)) as backend:
         exact, config, _ = run(backend, sp, None)
-        classes = fed.agree_classes(backend)
-        dconfig, _ = fed.choose_config(backend, BUDGET, 0, classes, sp.X_train.shape[1], dp=True)
-        no_noise = fed.federated_fit(backend, dconfig, classes)
+        classes = agree_classes(backend)
+        dconfig, _ = choose_config(backend, BUDGET, 0, classes, sp.X_train.shape[1], dp=True)
+        no_noise = federated_fit(backend, dconfig, classes)
         T = default_dp_T(len(classes), dconfig.n_hashes)
         print(f"\n3. {name}, DP, {n_parties} parties (iid): default shape m={dconfig.n_hashes} "
               f"s={dconfig.n_inputs_per_hash} rho={dconfig.n_winners} b={dconfig.count_bits}, T = L*m/64 = {T}; "
@@ -129,8 +133,8 @@ def dp_table(name: str, sp: Split, n_parties: int, n_seeds: int) -> None:
         print("-" * len(header))
         cells = []
         for eps in EPSILONS:
-            dp = fed.DPParams(eps, T, n_parties)
-            accs = [accuracy(fed.federated_fit(backend, dconfig, classes, dp=dp, seed=s).model, sp)
+            dp = DPParams(eps, T, n_parties)
+            accs = [accuracy(federated_fit(backend, dconfig, classes, dp=dp, seed=s).model, sp)
                     for s in range(n_seeds)]
             cells.append(f"{100 * np.mean(accs):7.2f}+-{100 * np.std(accs):4.1f}")
         print("".join(f"{c:>14}" for c in cells), flush=True)

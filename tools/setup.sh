@@ -3,7 +3,7 @@
 #   apt: avr-gcc toolchain, avr-libc, simavr + headers (the simulated Uno), avrdude (uploads to real and simulated
 #        boards), arduino-core-avr (Optiboot's source, the Mega's stk500v2 bootloader), clang (fuzzing),
 #        chromium (the report's browser test)
-#   .venv: tinyproto with its test extras (PlatformIO, SCons, pytest, hypothesis)
+#   .venv: tinyproto with its test extras (PlatformIO, SCons, pytest, pytest-randomly, hypothesis)
 #   the simulated Uno host program, compiled against libsimavr, Optiboot built from Debian's source, and the
 #   offline PlatformIO home (all in tinyproto's per-user cache; tinyproto would also make them on first use)
 set -euo pipefail

@@ -1,4 +1,7 @@
-"""The `tinyproto federate` command (registered by tinyproto/cli.py). Heavy imports stay inside the command."""
+"""The `tinyproto federate` command (registered by tinyproto/cli/main.py). Heavy imports stay inside the command.
+
+Layer: cli.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,8 @@ from pathlib import Path
 
 import click
 
+from tinyproto.cli.options import BUDGET_HELP
 from tinyproto.core.errors import TinyprotoError
-
-BUDGET_HELP = "Model size limit in flash: 2kB, 2KiB, 1.5kB, 2048B or 2048 (1 kB = 1024 bytes)."
 
 
 @click.command("federate")

@@ -1,7 +1,7 @@
 """Federated FlyNN with parties that learn on a device: `tinyproto federate --backend sim|port`.
 
 Each party is one Uno (simulated: its own simavr process and pty; real: one serial port) running the FlyNN
-*learning* firmware, the same firmware `tinyproto learn` builds (device/learn.py). Everything before the
+*learning* firmware, the same firmware `tinyproto learn` builds (device_learning.py). Everything before the
 counting (classes, standardisation, int8 step, hyper-parameters) is computed by the party's host side exactly as
 with `LocalBackend`; the counting round is the device's:
 
@@ -19,6 +19,8 @@ with `LocalBackend`; the counting round is the device's:
 Each party also checks its device against the host reference (`host_counts`, the integer FlyHash of the same
 int8 rows, saturated); the report lists that per party. Parties run a few at a time (threads; each device is
 its own process or port).
+
+Layer: federated.
 """
 
 from __future__ import annotations
@@ -35,7 +37,17 @@ import numpy as np
 
 from tinyproto.core.boards import Board
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.federated.training import CountRelease, DPParams, FederatedSpec, LocalBackend, assemble, dp_release, tree_sum
+from tinyproto.core.render import model_hash
+from tinyproto.families.flynn.learning import check_learnable, host_counts, unpack_counts
+from tinyproto.federated.config import FederatedSpec, assemble
+from tinyproto.federated.device_learning import (
+    LEARN_FLAGS, Target, build_learning_firmware, check_learning_device, class_indices, stream_samples,
+    write_learning_project,
+)
+from tinyproto.federated.dp import DPParams, dp_release
+from tinyproto.federated.local_parties import LocalBackend
+from tinyproto.federated.party import CountRelease
+from tinyproto.federated.stats import tree_sum
 
 MAX_PARALLEL = 4  # devices learning at the same time
 
@@ -78,9 +90,6 @@ class DeviceBackend(LocalBackend):
 
     def allreduce_counts(self, spec: FederatedSpec, dp: DPParams | None,
                          seeds: Sequence[np.random.SeedSequence]) -> CountRelease:
-        from tinyproto.pipeline.learn import LEARN_FLAGS, build_learning_firmware, check_learnable, write_learning_project
-        from tinyproto.core.render import model_hash
-
         L, m = len(spec.classes), spec.config.n_hashes
         _, blank = assemble(spec, np.zeros((L, m), np.int64), np.zeros((L, m), np.int64))  # the model, no counts
         sizes = check_learnable(blank, self.board, save_eeprom=False)
@@ -116,10 +125,6 @@ class DeviceBackend(LocalBackend):
 
     def _learn_party(self, i: int, blank, expected_hash: int, elf: Path, spec: FederatedSpec) -> tuple[np.ndarray, dict]:
         """Party i: its device learns its shard; returns (the device's counts, what the party reports)."""
-        from tinyproto.pipeline.learn import (
-            Target, check_learning_device, class_indices, host_counts, stream_samples, unpack_counts,
-        )
-
         X, y = self.handles[i]
         xq = spec.input_stage().quantize(X)  # the agreed int8 input stage
         y_index = class_indices(blank, y)

@@ -1,10 +1,12 @@
 """Federated model selection for FlyNN: the budget solver's choice, made with every party's rows.
 
+Layer: federated.
+
 `fit_flynn_under_budget` (solver.py) ranks candidate shapes by K-fold cross-validated accuracy of the integer
 model on the pooled rows. Here the same candidates are ranked the same way, but no row leaves its party:
 
 1. the parties agree on each preprocessing's input stage exactly (moment sums and the distributed |z| quantile
-   of federated.py, once per scaling);
+   of protocol.py and stats.py, once per scaling);
 2. every party assigns its own rows to K folds, R times over (repeated K-fold; seeded by the run's seed and
    its party index, stratified within the party) -- its local validation parts;
 3. for each (preprocessing, s) the solver's plan of (m, ρ) shapes is hashed by every party on its own rows; the

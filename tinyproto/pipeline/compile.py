@@ -151,7 +151,7 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
 def _fit_learnable_flynn(sp: Split, budget_bytes: int, seed: int, board: Board,
                          progress: Callable[[str], None] | None, max_latency_ms: float | None = None):
     """The FlyNN solver with m capped so the counts fit the learning firmware's SRAM and the EEPROM."""
-    from tinyproto.pipeline.learn import count_limit, learn_sizes
+    from tinyproto.families.flynn.learning import count_limit, learn_sizes
     from tinyproto.families.flynn.solver import fit_flynn_under_budget
 
     limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))

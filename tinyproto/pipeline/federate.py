@@ -2,7 +2,7 @@
 
 The fixed stratified split (25 % test, seed 0) is made first; the parties divide the *training* part
 (`--split`), the test part is the held-out set of every reported figure, as in `compile`. The protocol is in
-tinyproto/flynn/federated.py (model selection: flynn/federated_selection.py); this module runs it and writes
+tinyproto/federated/ (protocol.py; model selection: selection.py); this module runs it and writes
 the directory with `compile.write_model_directory` (same files and checks as `compile`, so `build`, `flash`
 and `validate` work on it) plus the federation's keys in report.json. Two references are trained on the pooled
 training rows, which no party could do:
@@ -11,6 +11,8 @@ training rows, which no party could do:
   federation is compared with (`compile_accuracy`, `accuracy_vs_compile_points`);
 * the federated configuration trained on the pooled rows: its counts must equal the federated ones exactly
   without DP (`counts_equal_pooled`), the check that the all-reduces lose nothing.
+
+Layer: pipeline (orchestration).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 from tinyproto.core.errors import TinyprotoError
 
 BACKENDS = ("dask", "local", "sim", "port")
-DEVICE_BACKENDS = ("sim", "port")  # parties that learn on a (simulated) Uno: tinyproto/device/federated.py
+DEVICE_BACKENDS = ("sim", "port")  # parties that learn on a (simulated) Uno: federated/device_parties.py
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ def check_arguments(parties: int, dp_epsilon: float | None, dp_T: int | None, ba
     if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
         raise TinyprotoError(f"--timeout must be a positive number of seconds, got {timeout}")
     if split_spec is not None:
-        from tinyproto.federated.training import parse_split
+        from tinyproto.federated.shards import parse_split
 
         parse_split(split_spec)
     if dp_epsilon is not None and not (dp_epsilon > 0 and math.isfinite(dp_epsilon)):
@@ -98,7 +100,7 @@ def open_backend(kind: str, shards: list, scheduler: str | None = None, workers:
                  progress: Callable[[str], None] | None = None) -> Iterator:
     """The parties, placed: in this process (local), on dask workers (a LocalCluster unless --scheduler), or
     on devices that learn their shard (sim: one simulated Uno per party; port: one board per port)."""
-    from tinyproto.federated.training import DaskBackend, LocalBackend
+    from tinyproto.federated.local_parties import LocalBackend
 
     if kind == "local":
         backend = LocalBackend(shards)
@@ -113,7 +115,7 @@ def open_backend(kind: str, shards: list, scheduler: str | None = None, workers:
         if importlib.util.find_spec("distributed") is None:
             raise TinyprotoError("--backend dask needs dask.distributed: pip install 'dask[distributed]' "
                                  "(or use --backend local)")
-        from tinyproto.federated.training import CONNECT_TIMEOUT
+        from tinyproto.federated.dask_parties import CONNECT_TIMEOUT, DaskBackend
 
         backend = None
         try:
@@ -148,6 +150,56 @@ def _sigint_blocked_for_children() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+@contextmanager
+def _interrupts_kept() -> Iterator[Callable[[], None]]:
+    """Ctrl-C raises KeyboardInterrupt wherever the main thread is, also inside a finalizer (dask's Future.__del__
+    runs whenever a result is dropped), where Python prints "Exception ignored ..." and drops it: the run would go
+    on and write its output. While this is active, a SIGINT that lands in a finalizer is raised again a moment
+    later, outside it (`_thread.interrupt_main`), and the function yielded raises KeyboardInterrupt if a SIGINT
+    was received (called at every progress step and before anything is written). Only Python's default handler
+    is replaced: an ignored SIGINT stays ignored."""
+    import _thread
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield lambda: None
+        return
+    state = {"received": False, "raised": False}
+
+    def handler(signum, frame) -> None:
+        state["received"] = True
+        if state["raised"]:  # the KeyboardInterrupt is on its way: the cleanup is not interrupted again
+            return
+        if _in_finalizer(frame):
+            timer = threading.Timer(0.05, _thread.interrupt_main)
+            timer.daemon = True
+            timer.start()
+            return
+        state["raised"] = True
+        raise KeyboardInterrupt
+
+    def interrupted() -> None:
+        if state["received"]:
+            state["raised"] = True
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _in_finalizer(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def federate_model(
     data: str = "digits",
     parties: int = 2,
@@ -174,64 +226,74 @@ def federate_model(
     from tinyproto.pipeline.compile import write_model_directory
     from tinyproto.core.datasets import load_dataset, split
     from tinyproto.core.outdir import check_output_dir
-    from tinyproto.federated import training as fed
+    from tinyproto.federated.dp import DPParams
+    from tinyproto.federated.party import party_accuracy
+    from tinyproto.federated.protocol import agree_classes, central_fit, choose_config, federated_fit
+    from tinyproto.federated.shards import parse_split, split_parties
 
-    say = progress or (lambda message: None)
-    check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports, seed=seed, workers=workers,
-                    processes=processes, timeout=timeout)
-    split_kind = fed.parse_split(split_spec)
-    budget_bytes = parse_budget(budget)
-    board = load_board(board_name)
-    dataset = load_dataset(data, label=label)
-    sp = split(dataset)
-    n_train = len(sp.y_train)
-    if parties > n_train:
-        raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
-    out_dir = Path(out) if out is not None else Path("build") / f"{dataset.name}-federated"
-    check_output_dir(out_dir)  # an unusable --out is refused now, not after the parties have trained
+    with _interrupts_kept() as interrupted:
 
-    rows = fed.split_parties(sp.y_train, parties, split_kind, seed)
-    shards = [(sp.X_train[r], sp.y_train[r]) for r in rows]
-    party_classes = [int(np.unique(y).size) for _, y in shards]
-    say(f"{parties} parties ({split_kind}): {', '.join(str(len(r)) for r in rows)} rows")
+        def say(message: str) -> None:
+            interrupted()  # every progress step is a point where a lost Ctrl-C is raised again
+            if progress:
+                progress(message)
 
-    started = time.perf_counter()
-    with open_backend(backend, shards, scheduler, workers, processes, board=board, ports=ports,
-                      dataset=dataset.name, budget_bytes=budget_bytes, timeout=timeout,
-                      progress=say) as parties_backend:
-        say(f"backend: {_describe(parties_backend.describe())}")
-        classes = fed.agree_classes(parties_backend)
-        limit = None
-        if backend in DEVICE_BACKENDS:  # the counts must fit the learning firmware (as compile --learnable)
-            from tinyproto.pipeline.learn import count_limit
+        check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports, seed=seed, workers=workers,
+                        processes=processes, timeout=timeout)
+        split_kind = parse_split(split_spec)
+        budget_bytes = parse_budget(budget)
+        board = load_board(board_name)
+        dataset = load_dataset(data, label=label)
+        sp = split(dataset)
+        n_train = len(sp.y_train)
+        if parties > n_train:
+            raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
+        out_dir = Path(out) if out is not None else Path("build") / f"{dataset.name}-federated"
+        check_output_dir(out_dir)  # an unusable --out is refused now, not after the parties have trained
 
-            limit = count_limit(board, sp.X_train.shape[1], len(classes))
-        config, info = fed.choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
+        rows = split_parties(sp.y_train, parties, split_kind, seed)
+        shards = [(sp.X_train[r], sp.y_train[r]) for r in rows]
+        party_classes = [int(np.unique(y).size) for _, y in shards]
+        say(f"{parties} parties ({split_kind}): {', '.join(str(len(r)) for r in rows)} rows")
+
+        started = time.perf_counter()
+        with open_backend(backend, shards, scheduler, workers, processes, board=board, ports=ports,
+                          dataset=dataset.name, budget_bytes=budget_bytes, timeout=timeout,
+                          progress=say) as parties_backend:
+            say(f"backend: {_describe(parties_backend.describe())}")
+            classes = agree_classes(parties_backend)
+            limit = None
+            if backend in DEVICE_BACKENDS:  # the counts must fit the learning firmware (as compile --learnable)
+                from tinyproto.families.flynn.learning import count_limit
+
+                limit = count_limit(board, sp.X_train.shape[1], len(classes))
+            config, info = choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
                                          dp=dp_epsilon is not None, count_limit=limit, progress=say)
-        say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
-            f"bits={config.count_bits} ({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
-        dp = None
-        if dp_epsilon is not None:
-            n_counts = len(classes) * config.n_hashes
-            T = dp_T if dp_T is not None else default_dp_T(len(classes), config.n_hashes)
-            if T > n_counts:
-                say(f"--dp-T {T} is more than the {n_counts} counts (L x m): every count is released, T = {n_counts}")
-            dp = fed.DPParams(float(dp_epsilon), min(int(T), n_counts), parties,
-                              T_requested=None if dp_T is None else int(dp_T))
-        fit = fed.federated_fit(parties_backend, config, classes, dp=dp, seed=seed, progress=say)
-        party_accuracy = parties_backend.map(fed.party_accuracy, parties_backend.handles, fit.model)
-        cluster = parties_backend.describe()
-    federated_seconds = time.perf_counter() - started
+            say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
+                f"bits={config.count_bits} ({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
+            dp = None
+            if dp_epsilon is not None:
+                n_counts = len(classes) * config.n_hashes
+                T = dp_T if dp_T is not None else default_dp_T(len(classes), config.n_hashes)
+                if T > n_counts:
+                    say(f"--dp-T {T} is more than the {n_counts} counts (L x m): every count is released, T = {n_counts}")
+                dp = DPParams(float(dp_epsilon), min(int(T), n_counts), parties,
+                                  T_requested=None if dp_T is None else int(dp_T))
+            fit = federated_fit(parties_backend, config, classes, dp=dp, seed=seed, progress=say)
+            train_accuracy = parties_backend.map(party_accuracy, parties_backend.handles, fit.model)
+            cluster = parties_backend.describe()
+        federated_seconds = time.perf_counter() - started
 
-    say("reference 1: the same configuration trained on the pooled rows (exact check of the counts)")
-    central = fed.central_fit(sp.X_train, sp.y_train, config, classes)
-    say("reference 2: what compile would deploy (its solver on the pooled rows)")
-    reference = _compile_reference(sp, budget_bytes, seed, board, backend in DEVICE_BACKENDS)
-    extra = _federation_report(fit, central, reference, sp, rows, party_classes, party_accuracy, split_kind,
-                               backend, cluster, dp, info, federated_seconds)
-    result = write_model_directory(fit.clf, fit.model, info, dataset, sp, seed, budget_bytes, board, out_dir,
-                                   federated_seconds, progress, extra_report=extra)
-    return FederateResult(result.out_dir, result.report)
+        say("reference 1: the same configuration trained on the pooled rows (exact check of the counts)")
+        central = central_fit(sp.X_train, sp.y_train, config, classes)
+        say("reference 2: what compile would deploy (its solver on the pooled rows)")
+        reference = _compile_reference(sp, budget_bytes, seed, board, backend in DEVICE_BACKENDS)
+        extra = _federation_report(fit, central, reference, sp, rows, party_classes, train_accuracy, split_kind,
+                                   backend, cluster, dp, info, federated_seconds)
+        interrupted()  # a Ctrl-C that a finalizer swallowed still means: write nothing
+        result = write_model_directory(fit.clf, fit.model, info, dataset, sp, seed, budget_bytes, board, out_dir,
+                                       federated_seconds, progress, extra_report=extra)
+        return FederateResult(result.out_dir, result.report)
 
 
 def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool) -> dict:
@@ -241,7 +303,7 @@ def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool)
 
     limit = None
     if learnable:
-        from tinyproto.pipeline.learn import count_limit
+        from tinyproto.families.flynn.learning import count_limit
 
         limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
     _, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, count_limit=limit)
@@ -249,10 +311,10 @@ def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool)
             "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"]}
 
 
-def _federation_report(fit, central, reference, sp, rows, party_classes, party_accuracy, split_kind, backend,
+def _federation_report(fit, central, reference, sp, rows, party_classes, train_accuracy, split_kind, backend,
                        cluster, dp, info, seconds) -> dict:
     """The report keys `compile` does not have."""
-    from tinyproto.federated.training import INPUT_QUANTILE
+    from tinyproto.federated.stats import INPUT_QUANTILE
 
     pred = fit.model.predict(sp.X_test)
     central_pred = central.model.predict(sp.X_test)
@@ -293,7 +355,7 @@ def _federation_report(fit, central, reference, sp, rows, party_classes, party_a
                             else "the integer and float models' counts, summed before saturation"),
         "party_rows": [len(r) for r in rows],
         "party_classes": party_classes,
-        "party_train_accuracy": party_accuracy,
+        "party_train_accuracy": train_accuracy,
         "hyperparameter_source": info["hyperparameter_source"],
         "selection": {"validation": info.get("validation"), "cv_accuracy": info.get("cv_accuracy"),
                       "candidates": len(info.get("candidates", [])), **info["selection_communication"]},

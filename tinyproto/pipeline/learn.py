@@ -21,221 +21,51 @@ The flow (`learn_on_device`):
    EEPROM_LOAD restores the same counts;
 6. write DIR/learned/ (a model directory whose model.json holds the learned counts, built with the normal
    firmware, so `tinyproto validate DIR/learned` checks it bit-exactly) and DIR/learn.json.
+
+Layer: pipeline (orchestration only). FlyNN's learning sizes and the host's counts are in
+families/flynn/learning.py; the learning firmware and the device dialogue in federated/device_learning.py, which
+the federated device parties share.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
-import shutil
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from tinyproto import families
-from tinyproto.core import wire
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import ModelDir, TestVectors, file_sha256, int_model_digest, load_model_dir, record_outputs, write_json
+from tinyproto.core.modeldir import (ModelDir, TestVectors, file_sha256, int_model_digest, load_model_dir,
+                                     record_outputs, write_json)
 from tinyproto.core.outdir import atomic_directory, locked
+from tinyproto.families.flynn.learning import LearnSizes, check_learnable, host_counts, unpack_counts
+from tinyproto.federated.device_learning import (
+    LEARN_FLAGS, Target, build_learning_firmware, check_learning_device, class_indices, predict_vectors,
+    stream_samples, write_learning_project,
+)
 
-LEARN_FLAGS = ("-DTP_FLY_LEARN", "-DTP_NO_RAW_INPUT")  # PREDICT_RAW's float buffer would cost 4 B per feature
-EEPROM_HEADER_BYTES = wire.EEPROM_HEADER_BYTES  # the record's header (firmware/tp_learn.c, tinyproto_sizes.h)
-# .bss of the learning app besides the counts, the frame buffer and the input vector (checked against avr-size
-# in tests/test_learn.py).
-APP_STATIC_BYTES = wire.app_sram(1, 1, streamable=False, raw_input=False, learning=True).app
 LEARNING_DIR = "learning"  # the learning firmware's project, inside the model directory
 LEARNED_DIR = "learned"  # the learned model, a model directory of its own
 EEPROM_IMAGE = "eeprom.bin"  # the simulated Uno's EEPROM, kept across runs in LEARNING_DIR
-HANDSHAKE_S = 5.0
 
-ProgressFactory = Callable[[str, int], Callable[[int], None]]
-
-
-# ---------------------------------------------------------------------------------------------------- sizes
+ProgressFactory = Callable[[str], Callable[[int], None]]
 
 
-def count_bytes(n_hashes: int, n_classes: int, bits: int) -> int:
-    """Bytes of the packed counts: L x m entries of b bits (the layout of tp_fly_filters)."""
-    return math.ceil(n_hashes * n_classes * bits / 8)
-
-
-def learn_frame_bytes(n_features: int, n_classes: int) -> int:
-    """The learning firmware's frame buffer (TP_FRAME_BUF_NO_RAW) + the int8 input vector its LEARN and PREDICT
-    chunks are gathered in (FlyNN does not stream)."""
-    sizes = wire.app_sram(n_features, n_classes, streamable=False, raw_input=False, learning=True)
-    return sizes.frame + sizes.input
-
-
-def fly_working_bytes(n_winners: int, n_hash_inputs: int, n_classes: int, store_M: bool, s: int = 16) -> int:
-    """Σ IntFlyNN.working_sram() for these sizes (the solver needs it before a model exists; s, which only sizes
-    the seeded pattern buffer, defaults to the largest the solver tries)."""
-    from tinyproto.families.flynn.quantize import fly_working_sram
-
-    return sum(item.nbytes for item in fly_working_sram(n_winners, n_hash_inputs, n_classes, store_M, s))
-
-
-@dataclass(frozen=True)
-class LearnSizes:
-    """What the learning firmware needs in SRAM and, to persist, in EEPROM; every figure in bytes."""
-
-    n_hashes: int
-    n_classes: int
-    bits: int
-    counts: int
-    frame: int
-    app_static: int
-    working: int
-    reserve: int
-    sram_total: int
-    sram_board: int
-    eeprom_record: int
-    eeprom_board: int
-    largest_m_sram: int  # at these ρ, b, inputs
-    largest_m_eeprom: int
-
-    @property
-    def fits_sram(self) -> bool:
-        return self.sram_total <= self.sram_board
-
-    @property
-    def fits_eeprom(self) -> bool:
-        return self.eeprom_record <= self.eeprom_board
-
-    def to_dict(self) -> dict:
-        return {
-            "count_bytes": self.counts,
-            "counts": f"{self.n_classes} classes x {self.n_hashes} hash bits x {self.bits} bit(s)",
-            "frame_buffer_bytes": self.frame,
-            "app_static_bytes": self.app_static,
-            "inference_stack_bytes": self.working,
-            "reserved_bytes": self.reserve,
-            "sram_estimate_bytes": self.sram_total,
-            "board_sram_bytes": self.sram_board,
-            "eeprom_record_bytes": self.eeprom_record,
-            "board_eeprom_bytes": self.eeprom_board,
-            "largest_m_sram": self.largest_m_sram,
-            "largest_m_eeprom": self.largest_m_eeprom,
-        }
-
-
-def _sram_for_counts(board: Board, n_features: int, n_classes: int, working: int) -> int:
-    """SRAM left for the counts once the frame buffer, the app's state, the stack and the reserve are taken."""
-    return (board.sram_bytes - board.sram_reserved_bytes - learn_frame_bytes(n_features, n_classes)
-            - APP_STATIC_BYTES - working)
-
-
-def _largest_m(free_bytes: int, n_classes: int, bits: int) -> int:
-    return max(0, min(65535, 8 * free_bytes // (n_classes * bits))) if free_bytes > 0 else 0
-
-
-def count_limit(board: Board, n_features: int, n_classes: int) -> Callable[[int, int, int, bool], int]:
-    """For the FlyNN solver (`compile --learnable`): (ρ, b, hash inputs, stored M) -> the largest m whose counts
-    fit both the SRAM (beside everything else the learning firmware needs) and the EEPROM record."""
-
-    def limit(rho: int, bits: int, n_inputs: int, store_M: bool) -> int:
-        working = fly_working_bytes(rho, n_inputs, n_classes, store_M)
-        sram_m = _largest_m(_sram_for_counts(board, n_features, n_classes, working), n_classes, bits)
-        eeprom_m = _largest_m(board.eeprom_bytes - EEPROM_HEADER_BYTES, n_classes, bits)
-        return min(sram_m, eeprom_m)
-
-    return limit
-
-
-def learn_sizes(model, board: Board) -> LearnSizes:
-    """The learning firmware's SRAM and EEPROM needs for this FlyNN on this board."""
-    m, L, b = model.n_hashes, model.n_classes, model.bits
-    working = sum(item.nbytes for item in model.working_sram())
-    counts = count_bytes(m, L, b)
-    frame = learn_frame_bytes(model.n_features, L)
-    total = counts + frame + APP_STATIC_BYTES + working + board.sram_reserved_bytes
-    return LearnSizes(
-        n_hashes=m, n_classes=L, bits=b, counts=counts, frame=frame, app_static=APP_STATIC_BYTES, working=working,
-        reserve=board.sram_reserved_bytes, sram_total=total, sram_board=board.sram_bytes,
-        eeprom_record=EEPROM_HEADER_BYTES + counts, eeprom_board=board.eeprom_bytes,
-        largest_m_sram=_largest_m(_sram_for_counts(board, model.n_features, L, working), L, b),
-        largest_m_eeprom=_largest_m(board.eeprom_bytes - EEPROM_HEADER_BYTES, L, b),
-    )  # fmt: skip
-
-
-def check_learnable(model, board: Board, save_eeprom: bool) -> LearnSizes:
-    """Refuse, before any build, a model whose counts the device cannot hold; the error says what would fit."""
+def require_learnable(model, board: Board, save_eeprom: bool) -> LearnSizes:
+    """The model's family must learn on the device and its counts must fit (refused before anything is built)."""
     if not families.family_of(model).learnable:
+        learnable = [name for name in families.names() if families.family(name).learnable]
         raise TinyprotoError(
-            f"only FlyNN learns on the device (this model is {getattr(model, 'family', '?')}); compile with "
-            "--model flynn --learnable"
+            f"only {', '.join(families.family(n).title for n in learnable)} learns on the device (this model is "
+            f"{getattr(model, 'family', '?')}); compile with --model {' or '.join(learnable)} --learnable"
         )
-    sizes = learn_sizes(model, board)
-    over = []
-    if not sizes.fits_sram:
-        over.append(
-            f"SRAM needs {sizes.sram_total} B > {sizes.sram_board} B (counts {sizes.counts} + frame buffer "
-            f"{sizes.frame} + app {sizes.app_static} + inference stack {sizes.working} + reserve {sizes.reserve})"
-        )
-    if save_eeprom and not sizes.fits_eeprom:
-        over.append(f"the EEPROM record needs {sizes.eeprom_record} B > {sizes.eeprom_board} B")
-    if over:
-        fit = min(sizes.largest_m_sram, sizes.largest_m_eeprom) if save_eeprom else sizes.largest_m_sram
-        one_bit = f" ({fit * sizes.bits} with 1-bit counts)" if sizes.bits > 1 else ""
-        also = ""
-        if fit > sizes.largest_m_eeprom:
-            also = f" (which also keeps them within the EEPROM for --save-eeprom: m <= {sizes.largest_m_eeprom})"
-        raise TinyprotoError(
-            f"the counts do not fit the device: {sizes.n_classes} classes x m={sizes.n_hashes} x "
-            f"{sizes.bits} bit(s) = {sizes.counts} B; {'; '.join(over)}. At most m={fit} fits with "
-            f"{sizes.bits}-bit counts{one_bit}: recompile with `tinyproto compile DATA --model flynn --budget ... "
-            f"--learnable`{also}"
-        )
-    return sizes
-
-
-# ---------------------------------------------------------------------------------------------------- host side
-
-
-def layout_key(model) -> int:
-    """32-bit identity of the model without its counts (M, sizes, input stage): the EEPROM record carries it so
-    the firmware never loads counts saved by another model."""
-    from tinyproto.core.render import model_hash
-
-    blank = replace(model, counts=np.zeros_like(model.counts))
-    digest = hashlib.sha256(f"learn-layout:{model_hash(blank):08x}".encode()).digest()
-    return int.from_bytes(digest[:4], "big")
-
-
-def host_counts(model, xq: np.ndarray, y_index: np.ndarray) -> np.ndarray:
-    """(L, m) counts the device must end with after learning (xq, y) from zero: the integer reference's winners,
-    counted, saturated to the model's bits (the same computation as IntFlyNN.from_classifier)."""
-    from tinyproto.families.flynn.train import count_winners
-
-    counts = count_winners(model.winners(xq), np.asarray(y_index), model.n_classes, model.n_hashes)
-    return np.minimum(counts, (1 << model.bits) - 1)
-
-
-def unpack_counts(packed: bytes, model) -> np.ndarray:
-    """Device bytes -> (L, m) counts (the packing is (j, l) order, LSB first, like tp_fly_filters)."""
-    from tinyproto.families.flynn.quantize import unpack_bits
-
-    m, L = model.n_hashes, model.n_classes
-    values = unpack_bits(np.frombuffer(packed, dtype=np.uint8), model.bits, m * L)
-    return values.reshape(m, L).T.copy()
-
-
-def class_indices(model, y: np.ndarray) -> np.ndarray:
-    """Original labels -> the model's class indices; labels the model does not know are an error."""
-    index = {c: i for i, c in enumerate(model.classes)}
-    plain = [v.item() if hasattr(v, "item") else v for v in np.asarray(y)]
-    unknown = sorted({repr(v) for v in plain if v not in index})
-    if unknown:
-        raise TinyprotoError(
-            f"the data has labels the model does not know: {', '.join(unknown[:5])} (model classes: "
-            f"{', '.join(map(repr, model.classes))})"
-        )
-    return np.array([index[v] for v in plain], dtype=np.int64)
+    return check_learnable(model, board, save_eeprom)
 
 
 def training_samples(model, data: str, label: str | None) -> tuple[str, np.ndarray, np.ndarray]:
@@ -251,149 +81,11 @@ def training_samples(model, data: str, label: str | None) -> tuple[str, np.ndarr
     return dataset.name, model.input_stage.quantize(sp.X_train), class_indices(model, sp.y_train)
 
 
-# ---------------------------------------------------------------------------------------------------- firmware
-
-
-def learning_ini(board: Board, key: int) -> str:
-    """platformio.ini of the learning firmware: the model's, with the learning switches in every environment."""
-    from tinyproto.device.build import render_platformio_ini
-
-    text = render_platformio_ini(board)
-    marker = "\nbuild_flags = -std=gnu99"
-    if text.count(marker) != 1:
-        raise AssertionError("templates/platformio.ini.j2 no longer has one common build_flags line")
-    flags = " ".join((*LEARN_FLAGS, f"-DTP_FLY_LAYOUT_KEY=0x{key:08X}UL"))
-    head, tail = text.split(marker)
-    line_end = tail.index("\n")
-    return head + marker + tail[:line_end] + " " + flags + tail[line_end:]
-
-
 def prepare_learning_project(model_dir: ModelDir, model, board: Board) -> Path:
     """DIR/learning/: the model's sources (rendered from model.json with today's runtime) + the learning flags."""
     meta = model_dir.meta
     return write_learning_project(model_dir.path / LEARNING_DIR, model, board, meta.get("dataset", "?"),
                                   int(meta.get("seed", 0)), int(meta["budget_bytes"]))
-
-
-def write_learning_project(project: Path, model, board: Board, dataset: str, seed: int, budget_bytes: int) -> Path:
-    """A learning-firmware project for `model` in `project` (also used without a model directory, by the
-    federated device parties, whose model has no counts yet)."""
-    from tinyproto.core.render import write_sources
-
-    for sub in ("include", "lib", "src"):
-        shutil.rmtree(project / sub, ignore_errors=True)  # no stale runtime file survives
-    project.mkdir(parents=True, exist_ok=True)
-    write_sources(model, project, dataset, seed, budget_bytes)
-    (project / "platformio.ini").write_text(learning_ini(board, layout_key(model)))
-    return project
-
-
-@dataclass(frozen=True)
-class LearningFirmware:
-    project: Path
-    elf: Path
-    hex: Path
-    flash_bytes: int
-    sram_static_bytes: int
-    tool: str
-
-
-def build_learning_firmware(project: Path, model, board: Board, sizes: LearnSizes,
-                            say: Callable[[str], None]) -> LearningFirmware:
-    """Build a prepared learning project (DIR/learning/, `prepare_learning_project`) and check its static SRAM
-    (counts + buffers) against the plan and the board."""
-    from tinyproto.device.build import build_project
-
-    project = Path(project).resolve()
-    result = build_project(project, progress=say)
-    static = result.sizes.sram_static_bytes
-    if result.sizes.flash_bytes > board.flash_bytes_for_sketch:
-        raise TinyprotoError(f"the learning firmware needs {result.sizes.flash_bytes} B of flash; "
-                             f"{board.title} has {board.flash_bytes_for_sketch} B")
-    if static + sizes.working + sizes.reserve > board.sram_bytes:
-        raise TinyprotoError(
-            f"the learning firmware's static SRAM ({static} B, counts {sizes.counts} B included) leaves less than "
-            f"{sizes.working + sizes.reserve} B of {board.sram_bytes} B for the inference stack and the reserve"
-        )
-    firmware = LearningFirmware(project, result.elf, result.hex, result.sizes.flash_bytes, static, result.tool)
-    write_json(project / "build.json", {
-        "env": f"{board.name}_sim", "tool": result.tool, "elf": str(result.elf.relative_to(project)),
-        "hex": str(result.hex.relative_to(project)), "flash_bytes": result.sizes.flash_bytes,
-        "sram_static_bytes": static, "flags": list(LEARN_FLAGS), "layout_key": f"0x{layout_key(model):08X}",
-    })  # fmt: skip
-    return firmware
-
-
-# ---------------------------------------------------------------------------------------------------- device
-
-
-@dataclass
-class Target:
-    """Where the learning firmware runs: the simulated Uno (EEPROM kept in a file) or a real board's port."""
-
-    port: str | None
-    eeprom_image: Path | None  # simulator only
-    boot_quiet_s: float = 0.0  # a real board's: silence after opening its port (Board.boot_quiet_s)
-
-    @property
-    def name(self) -> str:
-        return self.port or "sim"
-
-    def open(self, stack: ExitStack, elf: Path, baud: int):
-        """A connected client after the handshake; a fresh start each time (simulator started / board reset)."""
-        from tinyproto.device.protocol import open_device
-        from tinyproto.device.sim import SimulatedUno
-
-        if self.port is None:
-            uno = stack.enter_context(SimulatedUno(elf, markers=False, eeprom=self.eeprom_image))
-            return stack.enter_context(open_device(uno.port, baud=baud, handshake_timeout=HANDSHAKE_S))
-        return stack.enter_context(open_device(self.port, baud=baud, handshake_timeout=HANDSHAKE_S,
-                                               boot_quiet_s=self.boot_quiet_s))
-
-
-def check_learning_device(hello, model_hash: int, n_features: int, n_classes: int) -> None:
-    """The device must run the learning firmware of this very model."""
-    from tinyproto.device.protocol import CANNOT_LEARN, check_model
-
-    check_model(hello, model_hash, n_features, n_classes)
-    if not hello.learning:
-        raise TinyprotoError(CANNOT_LEARN)
-
-
-def stream_samples(client, xq: np.ndarray, y_index: np.ndarray, tick: Callable[[int], None] | None) -> list[int]:
-    """CLEAR, then LEARN every sample in order; returns the device's cycles per learning step."""
-    client.clear()
-    cycles = []
-    for i in range(len(xq)):
-        ack = client.learn(xq[i], int(y_index[i]))
-        if ack.n_samples != i + 1:
-            raise TinyprotoError(f"the device counted {ack.n_samples} samples after the {i + 1}th LEARN")
-        cycles.append(ack.cycles)
-        if tick:
-            tick(1)
-    return cycles
-
-
-def predict_vectors(client, model, vectors: TestVectors, tick: Callable[[int], None] | None) -> dict:
-    """Every test vector on the learned SRAM counts, compared with the learned model's integer reference."""
-    scores = model.scores(vectors.xq)
-    labels = model.labels(scores)
-    same_scores = same_labels = correct = 0
-    for i in range(len(vectors.xq)):
-        answer = client.predict(vectors.xq[i])
-        same_scores += [int(s) for s in answer.scores] == [int(s) for s in scores[i]]
-        same_labels += int(answer.label) == int(labels[i])
-        correct += int(answer.label) == int(vectors.y[i])
-        if tick:
-            tick(1)
-    n = len(vectors.xq)
-    return {
-        "n_vectors": n,
-        "score_agreement": same_scores / n if n else 0.0,
-        "label_agreement": same_labels / n if n else 0.0,
-        "device_accuracy": correct / n if n else 0.0,
-        "host_accuracy": float(np.mean(labels == vectors.y)) if n else 0.0,
-    }
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
@@ -469,7 +161,7 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
     say = say or (lambda message: None)
     model = families.load_int_model(model_dir)
     board = load_board(model_dir.meta.get("board", "uno"))
-    sizes = check_learnable(model, board, save_eeprom)  # before anything is built
+    sizes = require_learnable(model, board, save_eeprom)  # before anything is built
     data = data or _default_data(model_dir)
     data_name, xq, y_index = training_samples(model, data, label)
     expected = host_counts(model, xq, y_index)
@@ -555,4 +247,4 @@ def _reload_matches(target: Target, elf: Path, board: Board, packed: bytes) -> b
         return client.read_all_counts() == packed
 
 
-__all__ = ["learn_on_device", "check_learnable", "learn_sizes", "count_limit", "host_counts", "LearnSizes"]
+__all__ = ["learn_on_device", "require_learnable"]

@@ -31,7 +31,8 @@ SHAPES = {
 
 def make(name: str, data: str, bits: int, m: int, s: int, rho: int, store_m: bool) -> Path:
     from tinyproto.core.datasets import load_dataset, split
-    from tinyproto.pipeline.learn import LEARN_FLAGS, layout_key
+    from tinyproto.families.flynn.learning import layout_key
+    from tinyproto.federated.device_learning import LEARN_FLAGS
     from tinyproto.families.flynn.quantize import IntFlyNN
     from tinyproto.families.flynn.train import FlyNNClassifier
     from tinyproto.core.render import render_header

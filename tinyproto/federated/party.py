@@ -1,0 +1,74 @@
+"""What each party computes on its own shard: only these results (sums, counts, tallies) ever leave it.
+
+Layer: federated. Every function takes the party's shard (X, y) first, so any backend can run it where the
+shard lives (in this process, on a dask worker, beside a device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinyproto.families.flynn.quantize import IntFlyNN, integer_winners
+from tinyproto.families.flynn.train import count_winners
+from tinyproto.federated.config import FederatedSpec, build_estimator
+from tinyproto.federated.dp import DPParams, dp_release
+from tinyproto.federated.shards import Shard
+from tinyproto.federated.stats import MomentSums, moment_sums
+
+
+def party_classes(shard: Shard) -> np.ndarray:
+    return np.unique(shard[1])
+
+
+def party_moment_sums(shard: Shard) -> MomentSums:
+    return moment_sums(shard[0])
+
+
+def party_z_bits(shard: Shard, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Sorted bit patterns of |z| over the party's values, z = (x - mean) / scale exactly as
+    FlyNNClassifier.transform_input computes it (kept on the party for the quantile search)."""
+    z = np.abs((np.asarray(shard[0], dtype=np.float64) - mean) / scale).reshape(-1)
+    return np.sort(z.view(np.int64))
+
+
+@dataclass(frozen=True)
+class CountRelease:
+    """What a party sends in the counting all-reduce: integer-model counts (noised under DP) and, without DP, the
+    float model's counts as well."""
+
+    int_counts: np.ndarray
+    float_counts: np.ndarray | None
+
+    def __add__(self, other: "CountRelease") -> "CountRelease":
+        both = self.float_counts is not None and other.float_counts is not None
+        floats = self.float_counts + other.float_counts if both else None
+        return CountRelease(self.int_counts + other.int_counts, floats)
+
+
+def party_counts(shard: Shard, spec: FederatedSpec, dp: DPParams | None = None,
+                 seed_seq: np.random.SeedSequence | None = None) -> CountRelease:
+    """Hash and count the party's rows with the float model and the device's integer hash; apply DP if asked
+    (before anything leaves the party)."""
+    X, y = shard
+    clf = build_estimator(spec)
+    y_index = np.searchsorted(spec.classes, y)
+    if not np.array_equal(spec.classes[np.clip(y_index, 0, len(spec.classes) - 1)], y):
+        raise ValueError("a party holds labels outside the agreed classes")
+    L, m = len(spec.classes), clf.n_hashes_
+    int_winners = integer_winners(spec.input_stage().quantize(X), clf.M_indices_, clf.n_winners_, clf.sign_split)
+    int_counts = count_winners(int_winners, y_index, L, m)
+    if dp is None:
+        return CountRelease(int_counts, count_winners(clf.winners(X), y_index, L, m))
+    rng = np.random.default_rng(seed_seq)
+    return CountRelease(dp_release(int_counts, dp, rng), None)
+
+
+def party_accuracy(shard: Shard, model: IntFlyNN) -> float:
+    """A party's check of the model it received: integer-model accuracy on its own training rows."""
+    X, y = shard
+    return float(np.mean(model.predict(X) == y)) if len(y) else float("nan")
+
+
+__all__ = ["CountRelease", "party_accuracy", "party_classes", "party_counts", "party_moment_sums", "party_z_bits"]

@@ -1,0 +1,172 @@
+"""Exact statistics for the federation: sums that add up to the pooled data's, bit for bit.
+
+Layer: federated. Every quantity the parties all-reduce is an exact integer sum, so the order of the additions
+(a tree on a cluster, a loop here) never changes the result:
+
+* the standardisation: n, Σx and Σx² per feature as exact integers (each float64 is an integer times a power of
+  two); mean and population variance are rounded once each from the exact totals, so any partition of the rows
+  gives bit-identical statistics;
+* the int8 step of the input stage: `choose_input_scale` takes a quantile of |z| over all training values. The
+  two order statistics it interpolates are found exactly by a distributed search over the bit patterns of |z|
+  (non-negative float64 order like their int64 bit patterns): each round every party counts its values <= 1023
+  cut points, the counts are summed, the interval shrinks 1024-fold; ~7 rounds of small integer vectors give
+  the same quantile numpy computes on the pooled data.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.inputstage import choose_input_scale, standardise_moments
+
+# choose_input_scale's quantile, read from its signature so the two can never disagree
+INPUT_QUANTILE = float(inspect.signature(choose_input_scale).parameters["quantile"].default)
+_INF_BITS = int(np.float64(np.inf).view(np.int64))  # every finite |z| has a smaller bit pattern
+QUANTILE_CUTS = 1023  # cut points per search round and target: the interval shrinks 1024-fold per round
+
+
+def tree_sum(values: list) -> Any:
+    """Pairwise sum (the order is irrelevant: every all-reduced quantity is an exact integer sum)."""
+    values = list(values)
+    while len(values) > 1:
+        values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
+    return values[0]
+
+
+@dataclass(frozen=True)
+class MomentSums:
+    """n and, per feature, Σx = sum1 · 2^exponent and Σx² = sum2 · 2^(2·exponent), as exact integers."""
+
+    n: int
+    exponent: int
+    sum1: tuple[int, ...]
+    sum2: tuple[int, ...]
+
+    def __add__(self, other: "MomentSums") -> "MomentSums":
+        if len(self.sum1) != len(other.sum1):
+            raise ValueError("moment sums over different numbers of features")
+        e = min(self.exponent, other.exponent)
+        a, b = self._shifted(e), other._shifted(e)
+        return MomentSums(self.n + other.n, e, tuple(map(operator.add, a[0], b[0])),
+                          tuple(map(operator.add, a[1], b[1])))
+
+    def _shifted(self, e: int) -> tuple[list[int], list[int]]:
+        k = self.exponent - e  # >= 0: re-express at the smaller exponent, exactly
+        return [v << k for v in self.sum1], [v << (2 * k) for v in self.sum2]
+
+
+def moment_sums(X: np.ndarray) -> MomentSums:
+    """Exact n, Σx, Σx² per column. Each float64 is mantissa · 2^e with a 53-bit integer mantissa; bringing every
+    value to the smallest exponent makes it an exact Python integer, and integer sums never round."""
+    X = np.asarray(X, dtype=np.float64)
+    n, d = X.shape
+    frac, exp = np.frexp(X)
+    mant = np.ldexp(frac, 53).astype(np.int64)  # exact: x = mant · 2^(exp - 53)
+    exp = exp.astype(np.int64) - 53
+    nonzero = mant != 0
+    base = int(exp[nonzero].min()) if nonzero.any() else 0
+    shift = np.where(nonzero, exp - base, 0)
+    ints = mant.astype(object) << shift.astype(object)  # x = ints · 2^base, exactly
+    sum1 = ints.sum(axis=0) if n else np.zeros(d, dtype=object)
+    sum2 = (ints * ints).sum(axis=0) if n else np.zeros(d, dtype=object)
+    return MomentSums(int(n), base, tuple(int(v) for v in sum1), tuple(int(v) for v in sum2))
+
+
+def _scaled(value: int, exp2: int, denominator: int) -> Fraction:
+    """value · 2^exp2 / denominator, exactly."""
+    return Fraction(value << exp2, denominator) if exp2 >= 0 else Fraction(value, denominator << -exp2)
+
+
+def standardisation(sums: MomentSums, scaling: str) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, scale) by the one rule of every family (`inputstage.standardise_moments`), from the exact sums:
+    mean and population variance are rounded once each from the exact totals, so any partition of the same rows
+    gives bit-identical statistics, and the rule maps them to bit-identical scales."""
+    if sums.n < 1:
+        raise TinyprotoError("no training rows to standardise")
+    means = [_scaled(s1, sums.exponent, sums.n) for s1 in sums.sum1]
+    variances = [_scaled(s2, 2 * sums.exponent, sums.n) - mu * mu for s2, mu in zip(sums.sum2, means)]
+    result = standardise_moments([float(mu) for mu in means], [float(v) for v in variances], scaling)
+    return result.mean, result.scale
+
+
+# ---------------------------------------------------------------- exact distributed quantile (the int8 step)
+
+
+def count_at_most(sorted_bits: np.ndarray, cuts: np.ndarray) -> np.ndarray:
+    """How many of a party's values have a bit pattern <= each cut (int64)."""
+    return np.searchsorted(sorted_bits, np.asarray(cuts, dtype=np.int64), side="right").astype(np.int64)
+
+
+def select_order_statistics(count: Callable[[np.ndarray], np.ndarray], ks: Sequence[int],
+                            n_cuts: int = QUANTILE_CUTS) -> tuple[list[float], int]:
+    """The k-th smallest (0-based) non-negative values for each k in ks, exactly, and the rounds it took.
+
+    `count(cuts)` returns the summed number of values whose float64 bit pattern is <= each cut. The answer for k
+    is the smallest pattern p with count(p) >= k + 1; every round narrows each k's interval [lo, hi] to one of
+    n_cuts + 1 slices, all k sharing one query.
+    """
+    lo = {k: 0 for k in ks}
+    hi = {k: _INF_BITS for k in ks}
+    rounds = 0
+    while any(lo[k] < hi[k] for k in ks):
+        open_ks = [k for k in ks if lo[k] < hi[k]]
+        cuts = {k: _cuts(lo[k], hi[k], n_cuts) for k in open_ks}
+        totals = count(np.concatenate([np.asarray(cuts[k], dtype=np.int64) for k in open_ks]))
+        rounds += 1
+        offset = 0
+        for k in open_ks:
+            c = cuts[k]
+            got = totals[offset: offset + len(c)]
+            offset += len(c)
+            above = np.flatnonzero(got >= k + 1)
+            if above.size:
+                first = int(above[0])
+                hi[k] = c[first]
+                if first > 0:
+                    lo[k] = c[first - 1] + 1
+            else:
+                lo[k] = c[-1] + 1
+    return [float(np.int64(lo[k]).view(np.float64)) for k in ks], rounds
+
+
+def _cuts(lo: int, hi: int, n_cuts: int) -> list[int]:
+    """Up to n_cuts distinct integers in [lo, hi - 1], evenly spread (all of them when the range is short)."""
+    width = hi - lo
+    if width <= n_cuts:
+        return list(range(lo, hi))
+    return sorted({lo + (width * i) // (n_cuts + 1) for i in range(1, n_cuts + 1)})
+
+
+def quantile_positions(n_values: int, q: float = INPUT_QUANTILE) -> tuple[int, int, float]:
+    """(k, k + 1, t) of numpy's 'linear' quantile: h = (n - 1)·q, k = floor h, t = h - k; the quantile is
+    lerp(a[k], a[k + 1], t) of the sorted values a."""
+    h = (n_values - 1) * q
+    k = math.floor(h)
+    return k, min(k + 1, n_values - 1), h - k
+
+
+def input_scale_from_order_statistics(a_k: float, a_k1: float, t: float) -> float:
+    """choose_input_scale on the pooled |z| given the two order statistics it interpolates: np.quantile of the
+    pair at t runs numpy's own interpolation on the same two numbers, so the result is bit-identical."""
+    return choose_input_scale(np.array([[a_k, a_k1]], dtype=np.float64), quantile=t)
+
+
+def exact_input_scale(count: Callable[[np.ndarray], np.ndarray], n_values: int) -> tuple[float, int]:
+    """(the int8 step choose_input_scale gives on the pooled |z|, search rounds): `count(cuts)` is the summed
+    count of values whose bit pattern is <= each cut, over n_values values in all."""
+    k, k1, t = quantile_positions(n_values)
+    (a_k, a_k1), rounds = select_order_statistics(count, [k, k1])
+    return input_scale_from_order_statistics(a_k, a_k1, t), rounds
+
+
+__all__ = ["INPUT_QUANTILE", "MomentSums", "count_at_most", "exact_input_scale", "moment_sums",
+           "select_order_statistics", "standardisation", "tree_sum"]
