@@ -1,12 +1,20 @@
-/* Raw float features -> standardised int8 inputs (see tinyproto/inputstage.py, which this matches bit for bit).
+/* Raw float features -> int8 inputs (see tinyproto/core/inputstage.py, which this matches bit for bit).
  *
  * x[i] = clamp(round((raw[i] - mean[i]) * gain[i]), -127, 127) in float32; mean and gain are half floats that
- * share one power-of-two exponent per array. Only this input stage uses float; tp_predict() does not.
+ * share one power-of-two exponent per array. With TP_INPUT_SHARED 1 the stage stores one offset and one gain
+ * for every feature (4 bytes in all: pixels, same-unit sensors), decoded once per call. Only the kept features
+ * (TP_N_FEATURES of the data's TP_N_INPUTS columns, in order) reach the device. Only this input stage uses
+ * float; tp_predict() does not.
  */
 #include <math.h>
 
 #include "tinyproto.h"
 #include "tinyproto_model.h"
+
+#ifndef TP_INPUT_SHARED
+#define TP_INPUT_SHARED 0
+#endif
+
 
 /* Decode an IEEE half float scaled by 2^shared_exp; exact in float32 (11-bit mantissa, power-of-two scale). */
 static float tp_half_to_float(uint16_t bits, int16_t shared_exp)
@@ -24,11 +32,8 @@ static float tp_half_to_float(uint16_t bits, int16_t shared_exp)
     return (bits & 0x8000u) ? -value : value;
 }
 
-/* One feature: x = clamp(round((raw - mean[i]) * gain[i]), -127, 127). */
-static int8_t tp_input_one(float raw, uint16_t i)
+static int8_t tp_input_one(float raw, float mean, float gain)
 {
-    float mean = tp_half_to_float(tp_read_u16(&tp_input_mean[i]), TP_INPUT_MEAN_EXP);
-    float gain = tp_half_to_float(tp_read_u16(&tp_input_gain[i]), TP_INPUT_GAIN_EXP);
     float t = (raw - mean) * gain;
     if (t != t) {
         t = 0.0f; /* NaN (a broken sensor reading) maps to the mean instead of undefined behaviour */
@@ -40,22 +45,33 @@ static int8_t tp_input_one(float raw, uint16_t i)
     return (int8_t)(t >= 0.0f ? (int16_t)(t + 0.5f) : (int16_t)(t - 0.5f));
 }
 
-void tp_input_quantize(const float *raw, int8_t *x)
-{
-    TP_STAGE(TP_STAGE_INPUT);
-    for (uint16_t i = 0; i < TP_N_FEATURES; ++i) {
-        x[i] = tp_input_one(raw[i], i);
-    }
-    TP_STAGE(TP_STAGE_APP);
-}
-
-/* A streamed chunk: raw[0..n-1] are features first..first+n-1 (the device app converts each chunk as it arrives,
- * so no frame or buffer ever holds the whole float vector). Same arithmetic as tp_input_quantize(). */
+/* Features first .. first+n-1 (kept-feature indices) from raw[0 .. n-1] into out[0 .. n-1]: the chunked raw-float
+ * path converts each chunk as it arrives, so no frame ever holds the whole float vector. */
 void tp_input_quantize_range(const float *raw, uint16_t first, uint8_t n, int8_t *out)
 {
     TP_STAGE(TP_STAGE_INPUT);
+#if TP_INPUT_SHARED
+    float mean = tp_half_to_float(tp_read_u16(&tp_input_mean[0]), TP_INPUT_MEAN_EXP);
+    float gain = tp_half_to_float(tp_read_u16(&tp_input_gain[0]), TP_INPUT_GAIN_EXP);
+    (void)first;
     for (uint8_t k = 0; k < n; ++k) {
-        out[k] = tp_input_one(raw[k], (uint16_t)(first + k));
+        out[k] = tp_input_one(raw[k], mean, gain);
     }
+#else
+    for (uint8_t k = 0; k < n; ++k) {
+        uint16_t i = (uint16_t)(first + k);
+        float mean = tp_half_to_float(tp_read_u16(&tp_input_mean[i]), TP_INPUT_MEAN_EXP);
+        float gain = tp_half_to_float(tp_read_u16(&tp_input_gain[i]), TP_INPUT_GAIN_EXP);
+        out[k] = tp_input_one(raw[k], mean, gain);
+    }
+#endif
     TP_STAGE(TP_STAGE_APP);
+}
+
+void tp_input_quantize(const float *raw, int8_t *x)
+{
+    for (uint16_t first = 0; first < TP_N_FEATURES; first = (uint16_t)(first + 255u)) {
+        uint16_t left = (uint16_t)(TP_N_FEATURES - first);
+        tp_input_quantize_range(raw + first, first, (uint8_t)(left < 255u ? left : 255u), x + first);
+    }
 }

@@ -1,7 +1,10 @@
-/* ProtoNN inference in integers (see tinyproto/protonn/quantize.py: the numpy reference does the same steps).
+/* ProtoNN inference in integers (see tinyproto/families/protonn/quantize.py: the numpy reference does the same).
  *
- *   p_r = sum_i W[r,i] x_i            int32, W int8 in flash (dense, or nonzero bitmap + packed values)
- *   z_r = clamp(shift(p_r), +-127)    int8, the projection on the prototypes' grid
+ *   p_r = sum_i W[r,i] x_i            int32, W int8 in flash in the smallest exact encoding (TP_PN_W_ENC, see
+ *                                     tinyproto/families/protonn/encoding.py): 0 dense, 1 bitmap (row-major),
+ *                                     2 one-byte / 3 four-bit row codes (column-major, feature by feature)
+ *   z_r = clamp(shift(p_r) + o_r, +-127)  int8, the projection on the prototypes' grid (o_r: TP_PN_OFFSET, the
+ *                                     standardisation folded in when the input stage is shared; else 0)
  *   d_j = sum_r |z_r - B[j,r]|^2      uint32; |.| <= 254, so each term is one unsigned 8x8 multiply
  *   k_j = kernel[min(d_j >> TABLE_SHIFT, TABLE_SIZE - 1)]   uint8 ~ 255 exp(-gamma^2 dist)
  *   s_l = sum_j Z[l,j] k_j            int32, accumulated in a register per class; label = first maximum
@@ -13,6 +16,24 @@
 #ifndef TP_FAMILY_PROTONN
 #error "tp_protonn.c needs a ProtoNN model header (TP_FAMILY_PROTONN)"
 #endif
+#ifndef TP_PN_W_ENC
+#define TP_PN_W_ENC (TP_PN_W_DENSE ? 0 : 1)
+#endif
+#ifndef TP_PN_OFFSET
+#define TP_PN_OFFSET 0
+#endif
+#ifndef TP_PN_ACC24
+#define TP_PN_ACC24 0
+#endif
+/* Row-major W (dense, bitmap): tp_predict runs the row kernels below (AVR assembly where proven); the streamed
+ * path walks the same arrays column by column. Column-major W: both run the streamed path. */
+#define TP_PN_ROWMAJOR (TP_PN_W_ENC <= 1)
+
+/* The streaming API (firmware/tinyproto.h of the stream transport declares the same prototypes). Features
+ * arrive in order, kept-feature indices first .. first+n-1, after one tp_stream_begin(). */
+void tp_stream_begin(void);
+void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n);
+uint8_t tp_stream_end(int32_t *scores);
 
 /* 8-bit loop counters where the model allows them: each step of a 16-bit counter costs extra cycles. */
 #if TP_PN_PROTOS < 256
@@ -34,10 +55,16 @@ typedef uint16_t tp_pn_proto_index_t;
  * unsigned (p + 0x8000: flipping the product's top bit) modulo 2^24, and n * 0x8000 is taken off once at the end
  * (n = terms added); the true sum fits in 24 signed bits, so the wrapped result is exact.
  */
-#if defined(__AVR__) && !defined(TP_PN_NO_ASM) && TP_N_FEATURES <= 511 && TP_PN_DIM <= 255 && TP_PN_PROTOS <= 256
+#if defined(__AVR__) && !defined(TP_PN_NO_ASM) && TP_PN_DIM <= 255 && TP_PN_PROTOS <= 256
 #define TP_PN_ASM 1
 #else
 #define TP_PN_ASM 0
+#endif
+/* The row kernels' 24-bit projection bound also needs d <= 511 (distances and scores do not depend on d). */
+#if TP_PN_ASM && TP_N_FEATURES <= 511
+#define TP_PN_ASM_ROWS 1
+#else
+#define TP_PN_ASM_ROWS 0
 #endif
 
 #if TP_PN_ASM
@@ -65,10 +92,11 @@ static inline int32_t tp_pn_unbias(__uint24 acc, uint16_t n)
 }
 #endif
 
+#if !TP_PN_OFFSET
 /* Bring one projection sum onto B's grid: a rounding right shift (or a left shift) and a clamp. */
 static int8_t tp_pn_rescale(int32_t p)
 {
-#if TP_PN_ASM && TP_PN_PROJ_RSHIFT >= 8 && (16384L * TP_N_FEATURES + (1L << (TP_PN_PROJ_RSHIFT - 1))) < 8388608L
+#if TP_PN_ASM_ROWS && TP_PN_PROJ_RSHIFT >= 8 && (16384L * TP_N_FEATURES + (1L << (TP_PN_PROJ_RSHIFT - 1))) < 8388608L
     /* |p + half| < 2^23 (the projection bound above), so (p + half) >> 8 fits an int16 and the remaining shift
      * and the clamp are 16-bit (avr-gcc shifts an int32 one bit per 5-cycle loop step). */
     int16_t q = (int16_t)((p + ((int32_t)1 << (TP_PN_PROJ_RSHIFT - 1))) >> 8);
@@ -100,7 +128,48 @@ static int8_t tp_pn_rescale(int32_t p)
     return (int8_t)p;
 }
 
-#if TP_PN_ASM && TP_PN_W_DENSE
+#endif /* !TP_PN_OFFSET */
+
+#if TP_PN_OFFSET
+/* z_r = clamp(shift(p) + o_r, +-127) with |o_r| <= 512 (the host clamps it so): a shifted sum beyond +-1024
+ * saturates whatever o_r, so the sum is taken in 16 bits after clamping to +-1024. */
+static int8_t tp_pn_rescale_offset(int32_t p, int16_t offset)
+{
+    int16_t q;
+#if TP_PN_PROJ_RSHIFT > 0
+    p = (p + ((int32_t)1 << (TP_PN_PROJ_RSHIFT - 1))) >> TP_PN_PROJ_RSHIFT;
+#else
+    if (p > 32767) {
+        p = 32767;
+    } else if (p < -32767) {
+        p = -32767;
+    }
+    p *= (int32_t)1 << TP_PN_PROJ_LSHIFT;
+#endif
+    if (p > 1024) {
+        q = 1024;
+    } else if (p < -1024) {
+        q = -1024;
+    } else {
+        q = (int16_t)p;
+    }
+    q = (int16_t)(q + offset);
+    if (q > TP_PN_PZ_MAX) {
+        return TP_PN_PZ_MAX;
+    }
+    if (q < -TP_PN_PZ_MAX) {
+        return -TP_PN_PZ_MAX;
+    }
+    return (int8_t)q;
+}
+#define TP_PN_RESCALE(p, r) tp_pn_rescale_offset((p), tp_read_i16(&tp_pn_offset[r]))
+#else
+#define TP_PN_RESCALE(p, r) tp_pn_rescale(p)
+#endif
+
+#if !TP_PN_ROWMAJOR
+/* the row kernels are not needed */
+#elif TP_PN_ASM_ROWS && TP_PN_W_DENSE
 /* Dense row: x in SRAM through X, W in flash through Z; 8 terms per loop step, then the remainder. Per term:
  * ld 2 + lpm 3 + muls 2 + biased 24-bit add 4 = 11 cycles. */
 #define TP_PN_DENSE_TERM                                                                                   \
@@ -134,7 +203,7 @@ static inline __attribute__((always_inline)) int32_t tp_pn_row_dot(const int8_t 
     *w = weight;
     return tp_pn_unbias(acc, TP_N_FEATURES);
 }
-#elif TP_PN_ASM
+#elif TP_PN_ASM_ROWS
 /* Sparse row: per bitmap byte (8 inputs) one lpm of the mask (Z swaps between the mask and the values), a
  * zero byte skips its 8 inputs at once, and each bit costs sbrs + rjmp (3 cycles) when clear, and when set
  * sbrs 2 + ldd 2 + lpm 3 + muls 2 + biased 24-bit add 4 = 13 cycles. x is read through Y (r28:r29, claimed
@@ -229,21 +298,23 @@ TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const uint8_t **mask, 
 }
 #endif
 
+#if TP_PN_ROWMAJOR
 TP_NOINLINE static void tp_pn_project(const int8_t *x, int8_t *z)
 {
 #if TP_PN_W_DENSE
     const int8_t *w = tp_pn_W;
     for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
-        z[r] = tp_pn_rescale(tp_pn_row_dot(x, &w));
+        z[r] = TP_PN_RESCALE(tp_pn_row_dot(x, &w), r);
     }
 #else
     const uint8_t *mask = tp_pn_W_mask;
     const int8_t *value = tp_pn_W_values;
     for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
-        z[r] = tp_pn_rescale(tp_pn_row_dot(x, &mask, &value));
+        z[r] = TP_PN_RESCALE(tp_pn_row_dot(x, &mask, &value), r);
     }
 #endif
 }
+#endif
 
 /* Table index of a squared distance: min(dist >> TABLE_SHIFT, TABLE_SIZE - 1). Comparing against the table's
  * reach first avoids a 32-bit shift for the (many) far prototypes. */
@@ -529,8 +600,128 @@ TP_NOINLINE static uint8_t tp_pn_scores(const uint8_t *kernel, int32_t *scores)
     return label;
 }
 
+/* ---- streamed projection: p_r accumulates feature by feature as chunks arrive --------------------------------
+ * Static state only: the D projection sums (24 bits where every row's nonzeros keep |p_r| < 2^23: TP_PN_ACC24)
+ * and the read positions in W; never the input vector. */
+#if TP_PN_ACC24 && defined(__AVR__)
+typedef __int24 tp_pn_acc_t;
+#else
+typedef int32_t tp_pn_acc_t;
+#endif
+static tp_pn_acc_t tp_pn_acc[TP_PN_DIM];
+#if TP_PN_W_ENC >= 2
+static const uint8_t *tp_pn_code;
+static const int8_t *tp_pn_value;
+#if TP_PN_W_ENC == 3
+static uint8_t tp_pn_high; /* 1: the next code is the current byte's high nibble */
+#endif
+#elif TP_PN_W_ENC == 1
+static const int8_t *tp_pn_cursor[TP_PN_DIM]; /* each row's next value in the row-major values */
+#endif
+
+void tp_stream_begin(void)
+{
+    for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
+        tp_pn_acc[r] = 0;
+    }
+#if TP_PN_W_ENC >= 2
+    tp_pn_code = tp_pn_W_codes;
+    tp_pn_value = tp_pn_W_values;
+#if TP_PN_W_ENC == 3
+    tp_pn_high = 0;
+#endif
+#elif TP_PN_W_ENC == 1
+    const uint8_t *mask = tp_pn_W_mask;
+    const int8_t *value = tp_pn_W_values;
+    for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
+        tp_pn_cursor[r] = value;
+        for (uint16_t b = 0; b < TP_PN_W_MASK_BYTES; ++b) {
+            uint8_t bits = tp_next_u8(&mask);
+            while (bits) {
+                value += bits & 1u;
+                bits >>= 1;
+            }
+        }
+    }
+#endif
+}
+
+void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
+{
+    TP_STAGE(TP_STAGE_PN_PROJECTION);
+#if TP_PN_W_ENC >= 2
+    /* Column-major codes: each feature's nonzeros follow the previous feature's; the last one is flagged. */
+    const uint8_t *code = tp_pn_code;
+    const int8_t *value = tp_pn_value;
+    (void)first;
+#if TP_PN_W_ENC == 3
+    uint8_t high = tp_pn_high;
+#endif
+    for (uint8_t k = 0; k < n; ++k) {
+        int8_t x = xq[k];
+        uint8_t c;
+        do {
+#if TP_PN_W_ENC == 2
+            c = tp_next_u8(&code);
+            tp_pn_acc[c & 0x7Fu] += tp_mul_s8(tp_next_i8(&value), x);
+        } while (!(c & 0x80u));
+#else
+            if (high) {
+                c = (uint8_t)(tp_next_u8(&code) >> 4);
+            } else {
+                c = (uint8_t)(tp_read_u8(code) & 0x0Fu);
+            }
+            high ^= 1u;
+            tp_pn_acc[c & 0x07u] += tp_mul_s8(tp_next_i8(&value), x);
+        } while (!(c & 0x08u));
+#endif
+    }
+    tp_pn_code = code;
+    tp_pn_value = value;
+#if TP_PN_W_ENC == 3
+    tp_pn_high = high;
+#endif
+#elif TP_PN_W_ENC == 1
+    for (uint8_t k = 0; k < n; ++k) {
+        uint16_t i = (uint16_t)(first + k);
+        int8_t x = xq[k];
+        const uint8_t *mask = tp_pn_W_mask + (i >> 3);
+        uint8_t bit = (uint8_t)(1u << (i & 7u));
+        for (uint8_t r = 0; r < TP_PN_DIM; ++r, mask += TP_PN_W_MASK_BYTES) {
+            if (tp_read_u8(mask) & bit) {
+                tp_pn_acc[r] += tp_mul_s8(tp_next_i8(&tp_pn_cursor[r]), x);
+            }
+        }
+    }
+#else
+    for (uint8_t k = 0; k < n; ++k) {
+        int8_t x = xq[k];
+        const int8_t *w = tp_pn_W + first + k;
+        for (uint8_t r = 0; r < TP_PN_DIM; ++r, w += TP_N_FEATURES) {
+            tp_pn_acc[r] += tp_mul_s8(tp_read_i8(w), x);
+        }
+    }
+#endif
+    TP_STAGE(TP_STAGE_APP);
+}
+
+uint8_t tp_stream_end(int32_t *scores)
+{
+    int8_t z[TP_PN_DIM];
+    uint8_t kernel[TP_PN_PROTOS];
+    TP_STAGE(TP_STAGE_PN_PROJECTION);
+    for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
+        z[r] = TP_PN_RESCALE((int32_t)tp_pn_acc[r], r);
+    }
+    TP_STAGE(TP_STAGE_PN_DISTANCES);
+    tp_pn_kernels(z, kernel);
+    TP_STAGE(TP_STAGE_PN_SCORES);
+    return tp_pn_scores(kernel, scores);
+}
+
 uint8_t tp_predict(const int8_t *x, int32_t *scores)
 {
+#if TP_PN_ROWMAJOR
     int8_t z[TP_PN_DIM];
     uint8_t kernel[TP_PN_PROTOS];
     TP_STAGE(TP_STAGE_PN_PROJECTION);
@@ -539,4 +730,12 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
     tp_pn_kernels(z, kernel);
     TP_STAGE(TP_STAGE_PN_SCORES);
     return tp_pn_scores(kernel, scores);
+#else
+    tp_stream_begin();
+    for (uint16_t first = 0; first < TP_N_FEATURES; first = (uint16_t)(first + 255u)) {
+        uint16_t left = (uint16_t)(TP_N_FEATURES - first);
+        tp_stream_feed(x + first, first, (uint8_t)(left < 255u ? left : 255u));
+    }
+    return tp_stream_end(scores);
+#endif
 }

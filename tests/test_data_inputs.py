@@ -10,7 +10,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from tinyproto.core import datasets
+from tinyproto.core import data_csv, data_files
 from tinyproto.core.datasets import load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation, standardise_moments
@@ -176,7 +176,7 @@ def test_unreadable_file(tmp_path):
 
 
 def test_file_size_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "MAX_FILE_BYTES", 64)
+    monkeypatch.setattr(data_files, "MAX_FILE_BYTES", 64)
     _refused(_write(tmp_path, "d.csv", "f1,f2,y\n" + GOOD_BODY * 4), "limited to 64 bytes")
 
 
@@ -273,7 +273,7 @@ def test_fast_parse_agrees_with_the_reference_parse(tmp_path, monkeypatch, seed)
         outcomes = []
         for fast in (True, False):
             if not fast:
-                monkeypatch.setattr(datasets, "_fast_csv_body", lambda *args: None)
+                monkeypatch.setattr(data_csv, "_fast_csv_body", lambda *args: None)
             try:
                 outcomes.append(load_dataset(path).X.tolist())
             except TinyprotoError as exc:

@@ -21,8 +21,9 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn import solver
-from tinyproto.families.flynn.quantize import IntFlyNN, pack_bits, unpack_bits
+from tinyproto.families.flynn.quantize import IntFlyNN, fly_working_sram, hash_inputs, pack_bits, unpack_bits
 from tinyproto.families.flynn.train import (
+    BLOCK_ROWS,
     SEED_PERIOD,
     FlyNNClassifier,
     seeded_indices,
@@ -174,6 +175,64 @@ def test_seeded_rows_have_s_distinct_inputs_in_range(seed, m, n_inputs, s_frac):
     assert rows.min() >= 0 and rows.max() < n_inputs
     assert all(len(set(row)) == s for row in rows.tolist())
     np.testing.assert_array_equal(seeded_indices(seed, m // 2 + 1, s, n_inputs), rows[: m // 2 + 1])  # prefixes
+
+
+def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
+    """The seeded M spelled out one proposal at a time, independently of train.seeded_walk's vectorised blocks."""
+    state, low = seed, None
+
+    def proposal() -> int:
+        nonlocal state, low
+        if n > 256:
+            state = xorshift16_step(state)
+            return (state * n) >> 16
+        if low is not None:
+            byte, low = low, None
+        else:
+            state = xorshift16_step(state)
+            byte, low = state >> 8, state & 0xFF
+        return (byte * n) >> 8
+
+    rows = []
+    while len(rows) < m:
+        pattern: list[int] = []
+        while len(pattern) < s:
+            p = proposal()
+            if p not in pattern:
+                pattern.append(p)
+        for r in [proposal() for _ in range(BLOCK_ROWS)]:
+            rows.append([(p + r) % n for p in pattern])
+    return np.array(rows[:m])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(1, 65535), m=st.integers(1, 60), n=st.sampled_from([1, 5, 26, 128, 255, 256, 257, 1568]),
+       s_frac=st.floats(0, 1))
+def test_seeded_blocks_are_rotations_of_one_pattern(seed, m, n, s_frac):
+    """The format the device regenerates: blocks of BLOCK_ROWS rows, each a rotation of the block's pattern."""
+    s = max(1, min(n, int(round(s_frac * min(n, 16)))))
+    rows = seeded_indices(seed, m, s, n)
+    np.testing.assert_array_equal(rows, reference_walk(seed, m, s, n))
+    for start in range(0, m, BLOCK_ROWS):
+        block = rows[start : start + BLOCK_ROWS]
+        shift = (block - block[:1]) % n  # every row is the block's first row shifted by one constant
+        assert (shift == shift[:, :1]).all()
+
+
+def test_mirrored_inputs_are_ones_complements():
+    """u = [x, ~x]: every int8 has a mirror (-128 <-> 127), so the device needs no clamp."""
+    x = np.array([[-128, -1, 0, 5, 127]])
+    np.testing.assert_array_equal(hash_inputs(x, True), [[-128, -1, 0, 5, 127, 127, 0, -1, -6, -128]])
+    np.testing.assert_array_equal(hash_inputs(x, False), x)
+
+
+@pytest.mark.parametrize("n, store_M", [(64, False), (128, True), (300, False), (1568, True)])
+def test_working_sram_never_holds_a_wide_input_twice(n, store_M):
+    """Narrow inputs are copied as bytes (twice for a seeded M); above 256 hash inputs nothing is copied, so a
+    784-pixel FlyNN holds only the caller's d int8 bytes."""
+    items = {i.name: i.nbytes for i in fly_working_sram(32, n, 10, store_M, 8)}
+    assert items.get("fly_inputs", 0) == (0 if n > 256 else (1 if store_M else 2) * n)
+    assert sum(items.values()) <= 4 * 32 + 2 * 10 + 2 * 256 + 18
 
 
 # ---------------------------------------------------------------- winner-take-all
@@ -423,8 +482,10 @@ def test_solver_reaches_the_digits_goal_at_2kB_quickly():
 
 def test_solver_names_the_minimum_budget():
     Xtr, _, ytr, _ = split("digits")
-    with pytest.raises(TinyprotoError, match=r"needs 276 B"):
-        solver.fit_flynn_under_budget(Xtr, ytr, 200, random_state=0)
+    with pytest.raises(TinyprotoError, match=r"needs 24 B"):  # a shared input stage (4 B) + 16 rows x 10 classes
+        solver.fit_flynn_under_budget(Xtr, ytr, 20, random_state=0)
+    _, model, info = solver.fit_flynn_under_budget(Xtr, ytr, 200, random_state=0)  # 276 B before the shared stage
+    assert model.model_bytes() <= 200 and info["chosen"]["scaling"] == "shared"
 
 
 # ---------------------------------------------------------------- AVR
@@ -512,7 +573,7 @@ int main(void)
 """
 
 
-def run_on_simavr(model, xq: np.ndarray, workdir: Path):
+def run_on_simavr(model, xq: np.ndarray, workdir: Path, extra_flags: tuple[str, ...] = ()):
     """Build for the ATmega328P and run under simavr: (cycles, labels, scores) per vector."""
     (workdir / "tinyproto_model.h").write_text(render_model_header(model))
     flat = ", ".join(str(int(v)) for v in np.asarray(xq).reshape(-1))
@@ -520,7 +581,7 @@ def run_on_simavr(model, xq: np.ndarray, workdir: Path):
     (workdir / "avr_main.c").write_text(AVR_MAIN)
     elf = workdir / "flynn.elf"
     subprocess.run(
-        ["avr-gcc", *AVR_FLAGS, f"-I{workdir}", f"-I{FIRMWARE}", "-I/usr/include/simavr/avr",
+        ["avr-gcc", *AVR_FLAGS, *extra_flags, f"-I{workdir}", f"-I{FIRMWARE}", "-I/usr/include/simavr/avr",
          "-Wl,--undefined=_mmcu,--section-start=.mmcu=0x910000",
          str(FIRMWARE / "tp_flynn.c"), str(workdir / "avr_main.c"), "-o", str(elf)],
         check=True,
@@ -561,3 +622,21 @@ def test_simulated_uno_matches_reference_for_other_layouts(tmp_path, bits, store
     np.testing.assert_array_equal(scores, model.scores(xq))
     est = solver.estimate_cycles(200, 8, 20, bits, 2, model.n_hash_inputs, store_M)
     assert est > 0
+
+
+@pytest.mark.device
+@pytest.mark.skipif(not HAVE_SIMAVR, reason="simavr (with its headers) not installed")
+@pytest.mark.parametrize("n_features, s, flags", [(64, 7, ("-DTP_FLY_NO_ASM",)), (200, 5, ("-DTP_FLY_NO_ASM",)),
+                                                   (784, 6, ())])
+def test_avr_c_fallback_and_784_inputs_are_bit_exact(tmp_path, n_features, s, flags):
+    """-DTP_FLY_NO_ASM: the portable C block generator and row scan on the AVR (narrow and wide inputs); and a
+    784-feature model (1568 hash inputs) that reads the caller's d int8 bytes in place."""
+    rng = np.random.default_rng(n_features)
+    X = rng.normal(size=(80, n_features))
+    y = (X[:, :5].sum(axis=1) > 0).astype(int)
+    clf = FlyNNClassifier(90, s, 12, 0.5, sign_split=True, random_state=2).fit(X[:60], y[:60])
+    model = IntFlyNN.from_classifier(clf, X[:60], y[:60], bits=2)
+    xq = np.vstack([model.input_stage.quantize(X[60:64]), extreme_vectors(n_features)])
+    _, labels, scores = run_on_simavr(model, xq, tmp_path, flags)
+    np.testing.assert_array_equal(scores, model.scores(xq))
+    np.testing.assert_array_equal(labels, model.labels(scores))

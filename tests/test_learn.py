@@ -77,7 +77,7 @@ def test_learnable_compile_fits_sram_and_eeprom(compiled, tmp_path):
     assert result.report["solver"]["learning"]["count_bytes"] == sizes.counts
     # working SRAM of the solver's formula is the model's own
     m = int_model_from_json(model["int_model"])
-    assert FL.fly_working_bytes(m.n_winners, m.n_hash_inputs, m.n_classes, m.store_M) == sum(
+    assert FL.fly_working_bytes(m.n_winners, m.n_hash_inputs, m.n_classes, m.store_M, m.n_inputs_per_hash) == sum(
         item.nbytes for item in m.working_sram())
 
 

@@ -2,20 +2,28 @@
 """Benchmark FlyNN (issue 4) on the fixed split (seed 0, 25 % test); prints three tables.
 
     python tools/bench_flynn.py [--data digits breast_cancer segment] [--budget 2kB] [--skip-device]
+    python tools/bench_flynn.py --latency [--data ...] [--caps 20 10]   # only table 4
+    python tools/bench_flynn.py --wide                                   # only table 5
 
 1. Host: FlyNN without a byte or latency budget (the solver with 64 kB, no time cap) vs kNN with k in 1..64
    chosen by 5-fold CV on the training data (and, optimistic, the best k on the test set). Goal: within 1.5 pt.
 2. Simulated Uno, FlyNN at the budget with M regenerated from a seed vs the same filters with M stored.
 3. Simulated Uno, ProtoNN vs FlyNN at the same budget: accuracy, latency, energy, bytes.
+4. Simulated Uno, FlyNN at the budget under each latency cap (--max-latency): the solver's shape, test accuracy
+   of the device, measured cycles (bit-exact run) against the cost model.
+5. Wide inputs: digits28 (sklearn's digits upsampled to 28x28, 0..255), FlyNN at 2 kB within 40 ms on the
+   simulated Uno (shared input stage, chunked vectors, the d int8 bytes as the only copy of the input).
 Goals: FlyNN @2 kB on digits >= 94 % on the device, <= 30 ms.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
+
 
 import numpy as np
 from rich.console import Console
@@ -24,7 +32,9 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from tinyproto.core.boards import load_board
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's tinyproto, not an installed one
+
+from tinyproto.core.boards import load_board  # noqa: E402
 from tinyproto.core.budget import parse_budget
 from tinyproto.pipeline.compile import compile_model, write_model_directory
 from tinyproto.core.datasets import load_dataset, split
@@ -111,12 +121,64 @@ def protonn_vs_flynn(names: list[str], budget: str, workdir: Path) -> None:
             print_device(family, name, device_row(out))
 
 
+def latency_table(names: list[str], budget: str, caps: list[float], workdir: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_latency import bench_model_dir
+
+    print(f"\n4. simulated Uno: FlyNN @{budget} under a latency cap (all test vectors, bit-exact)")
+    print(f"{'data':<14}{'cap ms':>7}{'acc %':>7}{'exact':>6}{'cycles':>8}{'ms':>7}{'pred':>8}{'err %':>6}  shape")
+    for name in names:
+        for cap in caps:
+            out = workdir / f"lat-{name}-{cap}"
+            result = compile_model(name, "flynn", budget, 0, "uno", out, max_latency_ms=cap)
+            r = bench_model_dir(out, workdir / "work", None)
+            c = result.report.get("hyperparameters", {})
+            shape = " ".join(f"{k}={c[k]}" for k in ("n_hashes", "n_inputs_per_hash", "n_winners", "count_bits",
+                                                      "store_M") if k in c)
+            exact = "yes" if r["exact"] and r["exact_marked"] else "NO"
+            print(f"{name:<14}{cap:>7g}{100 * r['accuracy']:>7.2f}{exact:>6}{r['cycles_mean']:>8.0f}{r['ms']:>7.2f}"
+                  f"{r['predicted']:>8}{100 * r['predicted_error']:>6.1f}  {shape}", flush=True)
+
+
+def wide_table(workdir: Path, budget: str = "2kB", cap_ms: float = 40.0) -> None:
+    """FlyNN on 784 pixels (digits28, core.datasets): compiled at the budget under the cap, built and validated
+    on the simulated Uno with the whole firmware (chunked vectors; FlyNN holds the d int8 bytes only)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_latency import bench_model_dir
+
+    print(f"\n5. wide inputs: digits28, FlyNN @{budget}, --max-latency {cap_ms:g} (simulated Uno, all test vectors)")
+    out = workdir / "wide-digits28"
+    result = compile_model("digits28", "flynn", budget, 0, "uno", out, max_latency_ms=cap_ms)
+    r = bench_model_dir(out, workdir / "work", None)
+    c = result.report.get("hyperparameters", {})
+    exact = "yes" if r["exact"] and r["exact_marked"] else "NO"
+    print(f"{'data':<10}{'bytes':>6}{'acc %':>7}{'exact':>6}{'cycles':>8}{'ms':>7}{'pred':>8}{'err %':>6}  shape")
+    print(f"{'digits28':<10}{r['model_bytes']:>6}{100 * r['accuracy']:>7.2f}{exact:>6}{r['cycles_mean']:>8.0f}"
+          f"{r['ms']:>7.2f}{r['predicted']:>8}{100 * r['predicted_error']:>6.1f}  m={c.get('n_hashes')} "
+          f"s={c.get('n_inputs_per_hash')} rho={c.get('n_winners')} b={c.get('count_bits')} "
+          f"scaling={c.get('scaling')} split={c.get('sign_split')}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", nargs="+", default=["digits", "breast_cancer", "segment"])
     parser.add_argument("--budget", default="2kB")
     parser.add_argument("--skip-device", action="store_true")
+    parser.add_argument("--latency", action="store_true", help="only table 4")
+    parser.add_argument("--caps", nargs="+", type=float, default=[20.0, 10.0])
+    parser.add_argument("--wide", action="store_true", help="only table 5")
     args = parser.parse_args()
+    if args.latency or args.wide:
+        with tempfile.TemporaryDirectory() as tmp:
+            if args.latency:
+                latency_table(args.data, args.budget, args.caps, Path(tmp))
+            if args.wide:
+                wide_table(Path(tmp))
+        return
     host_table(args.data)
     if args.skip_device:
         return

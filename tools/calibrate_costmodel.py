@@ -8,6 +8,7 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
 
     python tools/calibrate_costmodel.py
     python tools/calibrate_costmodel.py --flynn MODEL_DIR ...   # FLY_CYCLES from compiled FlyNN models
+    python tools/calibrate_costmodel.py --wide     # PN_STREAM_CYCLES: column-coded W, projection offsets
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def calibrate_flynn(model_dirs: list[Path], n_vectors: int = 40) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_latency import bench_model
 
-    from tinyproto.families.flynn.cost import FLY_CYCLES, FLY_STAGES, flynn_cost_terms
+    from tinyproto.families.flynn.cost import FLY_CYCLES, FLY_HAND_COUNTS, FLY_STAGES, flynn_cost_terms
     from tinyproto.core.modeldir import load_model_dir
 
     names = list(FLY_CYCLES)
@@ -101,13 +102,19 @@ def calibrate_flynn(model_dirs: list[Path], n_vectors: int = 40) -> None:
         stages.append(r["stages"])
         labels.append(path.name)
         print(f"{path.name}: {r['cycles_mean']:.0f} cycles  stages {r['stages']}", flush=True)
-    # each stage (GPIOR0 markers) against its own terms, then "fixed" as the mean remainder
+    # each stage (GPIOR0 markers) against its own terms (the asm hand counts held), then "fixed" as the mean
+    # remainder; terms no calibration model exercises keep their current value
     A = np.array(rows, dtype=float)
-    fitted = {}
+    fitted = {n: float(FLY_CYCLES[n]) for n in FLY_HAND_COUNTS}
     for stage, group in FLY_STAGES.items():
-        cols = [names.index(n) for n in group]
-        values, _ = nnls(A[:, cols], np.array([st[stage] for st in stages]))
-        fitted.update(zip(group, values))
+        free = [n for n in group if n not in FLY_HAND_COUNTS and A[:, names.index(n)].any()]
+        held = [n for n in group if n not in free]
+        target = np.array([st[stage] for st in stages], dtype=float)
+        target -= sum(A[:, names.index(n)] * (fitted.get(n, FLY_CYCLES[n])) for n in held)
+        weight = 1.0 / np.maximum(np.array(measured), 1.0)  # relative errors: small models count as much
+        values, _ = nnls(A[:, [names.index(n) for n in free]] * weight[:, None], target * weight)
+        fitted.update(zip(free, values))
+        fitted.update({n: float(FLY_CYCLES[n]) for n in held if n not in fitted})
     rest = [total - sum(st[k] for k in FLY_STAGES) for total, st in zip(measured, stages)]
     fitted["fixed"] = float(np.mean(rest))
     consts = np.array([round(fitted[n]) for n in names], dtype=float)
@@ -119,11 +126,75 @@ def calibrate_flynn(model_dirs: list[Path], n_vectors: int = 40) -> None:
         print(f"{name:<32}{meas:>10.0f}{pred:>10.0f}{100 * (pred - meas) / meas:>9.1f}")
 
 
+# (d_hat, kept features, extra nonzeros per feature (None: random density 0.4), shared stage with offset,
+#  projection shift, prototypes, classes): column-coded W (one nonzero per feature + extras) and row-major W
+# with a projection offset
+WIDE_SHAPES = [
+    (10, 400, 0.4, True, 12, 40, 10), (12, 300, 0.2, False, 9, 20, 3), (20, 600, 0.5, True, 10, 30, 5),
+    (10, 150, 1.0, False, 13, 20, 4), (16, 784, 0.2, True, 6, 20, 3), (8, 400, 0.4, True, 12, 40, 10),
+    (6, 300, 0.2, False, 9, 20, 3), (4, 700, 0.1, True, 11, 10, 2), (8, 200, 1.0, False, 8, 30, 4),
+    (10, 64, None, True, 10, 40, 10), (5, 20, None, True, 9, 20, 3), (12, 100, None, True, 12, 30, 4),
+    (10, 500, 0.0, False, 12, 40, 10), (7, 784, 0.0, True, 12, 30, 10),
+    (30, 25, 1.0, False, 8, 6, 2), (40, 60, 0.5, False, 10, 10, 3), (30, 80, 0.3, True, 11, 10, 3),
+    (25, 40, 1.0, True, 9, 20, 2), (64, 30, 1.0, False, 12, 8, 2),
+]
+
+
+def wide_model(D: int, d: int, extra, shared: bool, proj_shift: int, m: int, L: int, rng) -> IntProtoNN:
+    if extra is None:
+        W = rng.integers(-127, 128, size=(D, d)) * (rng.random((D, d)) < 0.4)
+    else:
+        W = np.zeros((D, d), dtype=np.int64)
+        W[rng.integers(0, D, size=d), np.arange(d)] = rng.integers(1, 128, size=d)
+        flat = rng.choice(D * d, size=int(extra * d), replace=False)
+        W.flat[flat] = rng.integers(1, 128, size=flat.size) * rng.choice([-1, 1], size=flat.size)
+    table, shift = kernel_table(gamma=0.05, b_scale=1.0, size=32)
+    stage = (InputStage.shared(127.5, 1.0, d) if shared else
+             InputStage.from_standardisation(np.zeros(d), np.ones(d), 1 / 32))
+    offset = rng.integers(-300, 300, size=D).astype(np.int16) if shared else None
+    return IntProtoNN(list(range(L)), stage, W.astype(np.int8), rng.integers(-60, 61, size=(m, D)).astype(np.int8),
+                      rng.integers(-127, 128, size=(m, L)).astype(np.int8), proj_shift=proj_shift, table=table,
+                      table_shift=shift, scales={}, offset=offset)
+
+
+def calibrate_wide() -> None:
+    """PN_STREAM_CYCLES with PN_CYCLES held: the streamed projection and the offset rescale."""
+    from tinyproto.families.protonn.cost import PN_STREAM_CYCLES, predict_cycles
+
+    rng = np.random.default_rng(1)
+    names = list(PN_STREAM_CYCLES)
+    rows, rest, measured, models = [], [], [], []
+    for shape in WIDE_SHAPES:
+        model = wide_model(*shape, rng)
+        with tempfile.TemporaryDirectory() as tmp:
+            cycles = measure(model, Path(tmp), rng)
+        terms = protonn_cost_terms(model)
+        held = sum(count * PN_CYCLES.get(name, 0) for name, count in terms.items() if name not in PN_STREAM_CYCLES)
+        rows.append([terms.get(n, 0) for n in names])
+        rest.append(held)
+        measured.append(cycles)
+        models.append(model)
+        print(f"shape {shape} ({model.w_encoding}): {cycles:.0f} cycles", flush=True)
+    A, b, held = np.array(rows, dtype=float), np.array(measured), np.array(rest, dtype=float)
+    weight = 1.0 / b
+    fitted, _ = nnls(A * weight[:, None], (b - held) * weight)
+    print("\nPN_STREAM_CYCLES = {")
+    for name, value in zip(names, fitted):
+        print(f'    "{name}": {round(value)},')
+    print("}\n")
+    for shape, model, meas, pred in zip(WIDE_SHAPES, models, b, held + A @ np.round(fitted)):
+        print(f"{str(shape):<40}{model.w_encoding:>12}{meas:>10.0f}{pred:>10.0f}{100 * (pred - meas) / meas:>9.1f}"
+              f"{predict_cycles(model)['total']:>10}")
+
+
 def main() -> None:
     import sys
 
     if len(sys.argv) > 1 and sys.argv[1] == "--flynn":
         calibrate_flynn([Path(p) for p in sys.argv[2:]])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--wide":
+        calibrate_wide()
         return
     rng = np.random.default_rng(0)
     names = list(PN_CYCLES)

@@ -49,17 +49,37 @@ def decode_half_block(bits: np.ndarray, exponent: int) -> np.ndarray:
     return np.ldexp(halves, exponent).astype(np.float32)
 
 
+STAGE_KINDS = ("feature", "shared")
+
+
 @dataclass(frozen=True)
 class InputStage:
-    mean_bits: np.ndarray  # uint16 half floats
+    """The deployed input stage: which raw columns the device receives, and how they become int8.
+
+    kind "feature": a mean and a gain per kept feature (4 B each, the default of every family).
+    kind "shared":  one offset and one gain for all features (4 B in all): pixels, same-unit sensors. A family
+                    that can absorb per-feature scales (ProtoNN: W diag(g) and a constant offset per projected
+                    dimension) trains on standardised data and folds them into its own arrays.
+    `kept` lists the raw columns (of `n_inputs`) the model reads, in order; a column no weight reads stores
+    nothing and is never sent: the device's TP_N_FEATURES, the test vectors, PREDICT and PREDICT_RAW, and the C
+    API (tp_input_quantize, tp_predict, tp_stream_feed) all see only the kept columns, in this order.
+    `quantize` and `select` accept rows of either width (all n_inputs raw columns, or the kept ones).
+    """
+
+    mean_bits: np.ndarray  # uint16 half floats: one per kept feature, or one in all ("shared")
     mean_exp: int
     gain_bits: np.ndarray  # uint16 half floats
     gain_exp: int
     input_scale: float  # one int8 step in standardised units (for reports and float <-> int comparisons)
+    kind: str = "feature"
+    kept: tuple | None = None  # raw column indices the device receives (None: all of them)
+    n_inputs: int | None = None  # raw width of the user's data (None: n_features)
 
     @classmethod
-    def from_standardisation(cls, mean: np.ndarray, std: np.ndarray, input_scale: float) -> "InputStage":
-        """Build the stage from per-feature mean/std (std > 0) and the shared int8 step `input_scale`."""
+    def from_standardisation(cls, mean: np.ndarray, std: np.ndarray, input_scale: float,
+                             kept=None, n_inputs: int | None = None) -> "InputStage":
+        """Build the stage from per-feature mean/std (std > 0) and the shared int8 step `input_scale`.
+        With `kept`, mean and std are those of the kept columns only (of n_inputs raw columns)."""
         mean = np.asarray(mean, dtype=np.float64)
         std = np.asarray(std, dtype=np.float64)
         if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all() and input_scale > 0):
@@ -68,16 +88,61 @@ class InputStage:
         with np.errstate(over="ignore"):
             gain = 1.0 / (std * input_scale)
         gain_bits, gain_exp = encode_half_block(gain)
-        stage = cls(mean_bits, mean_exp, gain_bits, gain_exp, float(input_scale))
+        stage = cls(mean_bits, mean_exp, gain_bits, gain_exp, float(input_scale), "feature",
+                    _kept_tuple(kept), n_inputs if kept is not None else None)
         if not (np.isfinite(stage.mean).all() and np.isfinite(stage.gain).all()):
             raise TinyprotoError(
                 "the features' means or spreads are beyond float32 (|x| > 3.4e38), which the device computes in"
             )
         return stage
 
+    @classmethod
+    def shared(cls, offset: float, gain: float, n_features: int, kept=None, n_inputs: int | None = None,
+               input_scale: float = 1.0) -> "InputStage":
+        """One offset and one gain for every feature: x_q = clamp(round((x - offset) * gain)). 4 bytes in flash.
+        The stored (half-float) values are what the device uses: read them back with `.mean` / `.gain`."""
+        if not (np.isfinite(offset) and np.isfinite(gain) and gain > 0):
+            raise TinyprotoError("the shared input offset and gain must be finite (and the gain positive)")
+        mean_bits, mean_exp = encode_half_block(np.array([offset], dtype=np.float64))
+        gain_bits, gain_exp = encode_half_block(np.array([gain], dtype=np.float64))
+        kept_t = _kept_tuple(kept)
+        if kept_t is None:
+            n_inputs = n_features
+        elif n_inputs is None:
+            raise ValueError("a shared stage with kept columns needs n_inputs, the raw width")
+        return cls(mean_bits, mean_exp, gain_bits, gain_exp, float(input_scale), "shared", kept_t, int(n_inputs))
+
     @property
     def n_features(self) -> int:
+        """Features the device receives (the kept columns)."""
+        if self.kept is not None:
+            return len(self.kept)
+        if self.kind == "shared":
+            return int(self.n_inputs)
         return int(self.mean_bits.size)
+
+    @property
+    def n_raw(self) -> int:
+        """Columns of the user's raw data."""
+        return int(self.n_inputs) if self.n_inputs is not None else self.n_features
+
+    def keep_only(self, used: np.ndarray) -> "InputStage":
+        """The stage for the features where `used` (bool, n_features) is true: the others store nothing and are
+        never sent (their columns leave `kept`). Stored values of the remaining features are unchanged."""
+        used = np.asarray(used, dtype=bool).reshape(-1)
+        if used.size != self.n_features:
+            raise ValueError(f"keep_only needs {self.n_features} flags, got {used.size}")
+        if used.all():
+            return self
+        if not used.any():
+            raise TinyprotoError("the model reads no input feature at all")
+        base = np.arange(self.n_raw) if self.kept is None else np.asarray(self.kept, dtype=np.int64)
+        kept = tuple(int(k) for k in base[used])
+        mean_bits, gain_bits = self.mean_bits, self.gain_bits
+        if self.kind == "feature":
+            mean_bits, gain_bits = mean_bits[used].copy(), gain_bits[used].copy()
+        return InputStage(mean_bits, self.mean_exp, gain_bits, self.gain_exp, self.input_scale, self.kind, kept,
+                          self.n_raw)
 
     @property
     def mean(self) -> np.ndarray:
@@ -87,15 +152,23 @@ class InputStage:
     def gain(self) -> np.ndarray:
         return decode_half_block(self.gain_bits, self.gain_exp)
 
-    def quantize(self, X: np.ndarray) -> np.ndarray:
-        """Raw features (n, d) -> int8 (n, d), bit-exact with tp_input_quantize() in firmware/tp_input.c."""
-        x = np.asarray(X, dtype=np.float32)
-        if x.ndim != 2 or x.shape[1] != self.n_features:
+    def select(self, X: np.ndarray) -> np.ndarray:
+        """The kept columns of raw rows (n, n_raw), or rows that already hold only them (n, n_features)."""
+        x = np.asarray(X)
+        if x.ndim != 2 or x.shape[1] not in (self.n_raw, self.n_features):
             raise TinyprotoError(
-                f"the model takes {self.n_features} features per sample, got data of shape {x.shape}"
+                f"the model takes {self.n_raw} features per sample, got data of shape {x.shape}"
             )
+        if self.kept is not None and x.shape[1] == self.n_raw and self.n_raw != self.n_features:
+            return x[:, np.asarray(self.kept, dtype=np.int64)]
+        return x
+
+    def quantize(self, X: np.ndarray) -> np.ndarray:
+        """Raw features -> int8 (n, n_features), bit-exact with tp_input_quantize() in firmware/tp_input.c.
+        X holds all raw columns or only the kept ones (see `select`)."""
+        x = np.asarray(self.select(X), dtype=np.float32)
         with np.errstate(over="ignore", invalid="ignore"):
-            t = (x - self.mean) * self.gain  # float32 throughout, same order as the C code
+            t = (x - self.mean) * self.gain  # float32 throughout, same order as the C code ("shared": broadcast)
         t = np.where(np.isnan(t), np.float32(0), t)  # a NaN reading maps to the mean, as in the C code
         t = np.clip(t, np.float32(-INPUT_MAX), np.float32(INPUT_MAX))
         half = np.float32(0.5)
@@ -103,32 +176,107 @@ class InputStage:
         return rounded.astype(np.int8)
 
     def carrays(self) -> list[CArray]:
+        if self.kind == "shared":
+            return [
+                CArray("input_mean", "uint16_t", self.mean_bits, "shared input offset, half float x 2^TP_INPUT_MEAN_EXP"),
+                CArray("input_gain", "uint16_t", self.gain_bits, "shared input gain, half float x 2^TP_INPUT_GAIN_EXP"),
+            ]
         return [
             CArray("input_mean", "uint16_t", self.mean_bits, "per-feature mean, half float x 2^TP_INPUT_MEAN_EXP"),
             CArray("input_gain", "uint16_t", self.gain_bits, "per-feature 1/(std*step), half float x 2^TP_INPUT_GAIN_EXP"),
         ]
 
     def defines(self) -> dict[str, int]:
-        return {"TP_INPUT_MEAN_EXP": self.mean_exp, "TP_INPUT_GAIN_EXP": self.gain_exp}
+        out = {"TP_INPUT_MEAN_EXP": self.mean_exp, "TP_INPUT_GAIN_EXP": self.gain_exp,
+               "TP_INPUT_SHARED": int(self.kind == "shared")}
+        if self.kept is not None:  # which raw columns the device receives is part of the model's identity
+            out["TP_N_INPUTS"] = self.n_raw
+            out["TP_INPUT_COLUMNS_CRC"] = _columns_crc(self.kept)
+        return out
 
     def to_json(self) -> dict:
-        return {
+        raw = {
             "mean_bits": self.mean_bits.tolist(),
             "mean_exp": self.mean_exp,
             "gain_bits": self.gain_bits.tolist(),
             "gain_exp": self.gain_exp,
             "input_scale": self.input_scale,
         }
+        if self.kind != "feature":
+            raw["kind"] = self.kind
+        if self.kept is not None:
+            raw["kept"] = list(self.kept)
+        if self.n_inputs is not None:
+            raw["n_inputs"] = int(self.n_inputs)
+        return raw
 
     @classmethod
     def from_json(cls, raw: dict) -> "InputStage":
+        kind = str(raw.get("kind", "feature"))
+        if kind not in STAGE_KINDS:
+            raise ValueError(f"unknown input stage kind {kind!r}")
         return cls(
             np.asarray(raw["mean_bits"], dtype=np.uint16),
             int(raw["mean_exp"]),
             np.asarray(raw["gain_bits"], dtype=np.uint16),
             int(raw["gain_exp"]),
             float(raw["input_scale"]),
+            kind,
+            _kept_tuple(raw.get("kept")),
+            int(raw["n_inputs"]) if raw.get("n_inputs") is not None else None,
         )
+
+
+def _kept_tuple(kept) -> tuple | None:
+    if kept is None:
+        return None
+    kept_t = tuple(int(k) for k in np.asarray(kept).reshape(-1))
+    if any(b <= a for a, b in zip(kept_t, kept_t[1:])) or (kept_t and kept_t[0] < 0):
+        raise ValueError("kept columns must be ascending, distinct and non-negative")
+    return kept_t
+
+
+def _columns_crc(kept: tuple) -> int:
+    """A 16-bit digest of the kept column list, so the model hash covers which raw columns the device sees."""
+    import zlib
+
+    return zlib.crc32(np.asarray(kept, dtype="<u4").tobytes()) & 0xFFFF
+
+
+# ---------------------------------------------------------------- choosing and pricing a stage (every family)
+
+
+def stage_bytes(kind: str, n_features: int) -> int:
+    """Flash bytes of an input stage of this kind for n_features kept features (what carrays() will sum to)."""
+    return 4 if kind == "shared" else 4 * n_features
+
+
+def shared_range(X: np.ndarray, quantile: float = 0.999) -> tuple[float, float]:
+    """(offset, gain) of a shared stage from training rows: the [1 - q, q] quantiles of all values map to
+    -127..127 (pixels 0..255: offset 127.5, gain 127/127.5, one int8 step per grey level)."""
+    values = np.asarray(X, dtype=np.float64).reshape(-1)
+    step = max(1, values.size // 2_000_000)  # a deterministic sample is plenty for two quantiles
+    low, high = np.quantile(values[::step], [1.0 - quantile, quantile])
+    if not high > low:
+        low, high = float(values.min()), float(values.max())
+    if not high > low:
+        high = low + 1.0
+    return 0.5 * (low + high), 2.0 * INPUT_MAX / (high - low)
+
+
+def shared_stage(X: np.ndarray, kept=None, n_inputs: int | None = None) -> InputStage:
+    """The shared stage for training rows X (n, n_features) (X holds the kept columns when `kept` is given).
+
+    For any family (FlyNN: hash `stage.quantize(X)`, train on exactly what the device computes; its stage then
+    costs 4 B instead of 4 B per feature). Use `stage_bytes("shared", d)` to price it in a solver, and
+    `shared_float(stage, X)` for the float view ((x - offset) * gain, in int8 units before rounding)."""
+    offset, gain = shared_range(X)
+    return InputStage.shared(offset, gain, np.asarray(X).shape[1], kept=kept, n_inputs=n_inputs)
+
+
+def shared_float(stage: InputStage, X: np.ndarray) -> np.ndarray:
+    """The stage's input before rounding and clamping, float64 (n, n_features): (x - offset) * gain."""
+    return (np.asarray(stage.select(X), dtype=np.float64) - float(stage.mean[0])) * float(stage.gain[0])
 
 
 # ---------------------------------------------------------------- the one standardisation rule

@@ -238,6 +238,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     K = max(2, min(n_folds, n_rows))
     parties = list(range(backend.n_parties))
     tried: dict[Candidate, Candidate] = {}
+    exact_cache: dict = {}  # the solver's stream replays, one per (s, inputs)
     scalings = {scaling for scaling, _ in PREPROCESSING}
     setup = backend.derive(party_setup, backend.handles, {sc: stages[sc] for sc in scalings}, np.asarray(classes),
                            K, n_repeats, seed, per_party=parties)
@@ -246,7 +247,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     def evaluate(scaling: str, sign_split: bool, s_grid, rho_grid, bits_grid, store_grid) -> None:
         n_in = 2 * d if sign_split else d
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):
-            plan = _solver._plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+            plan = _solver.exact_plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in,
+                                      count_limit, seed_M, exact_cache)
             if not plan:
                 continue
             by_shape: dict[tuple[int, int], list[Candidate]] = {}

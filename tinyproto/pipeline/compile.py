@@ -169,7 +169,8 @@ def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:
     scores = model.scores(xq)
     class_index = {c: i for i, c in enumerate(model.classes)}
     y_index = np.array([class_index[_plain(v)] for v in y_test], dtype=np.int64)
-    return TestVectors(X_test.astype(np.float32), xq, y_index, scores.astype(np.int64),
+    # the kept columns only: a feature no weight reads is never sent (see InputStage)
+    return TestVectors(model.input_stage.select(X_test).astype(np.float32), xq, y_index, scores.astype(np.int64),
                        model.labels(scores).astype(np.int64))
 
 

@@ -21,7 +21,7 @@ from tinyproto.core import wire
 from tinyproto.core.boards import Board
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.render import model_hash
-from tinyproto.families.flynn.quantize import unpack_bits
+from tinyproto.families.flynn.quantize import fly_working_sram, unpack_bits
 from tinyproto.families.flynn.train import count_winners
 
 EEPROM_HEADER_BYTES = wire.EEPROM_HEADER_BYTES  # the record's header (firmware/tp_learn.c, tinyproto_sizes.h)
@@ -42,9 +42,10 @@ def learn_frame_bytes(n_features: int, n_classes: int) -> int:
     return sizes.frame + sizes.input
 
 
-def fly_working_bytes(n_winners: int, n_hash_inputs: int, n_classes: int, store_M: bool) -> int:
-    """Σ IntFlyNN.working_sram() for these sizes (the solver needs it before a model exists)."""
-    return 4 * n_winners + n_hash_inputs + 2 * n_classes + (0 if store_M else n_hash_inputs)
+def fly_working_bytes(n_winners: int, n_hash_inputs: int, n_classes: int, store_M: bool, s: int = 16) -> int:
+    """Σ IntFlyNN.working_sram() for these sizes (the solver needs it before a model exists; s, which only sizes
+    the seeded pattern buffer, defaults to the largest the solver tries)."""
+    return sum(item.nbytes for item in fly_working_sram(n_winners, n_hash_inputs, n_classes, store_M, s))
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """IntFlyNN: the integer FlyNN that runs on the device, and its bit-exact numpy reference.
 
-The device computes, for an int8 input x (TP_N_FEATURES values, -128 read as -127):
+The device computes, for an int8 input x (TP_N_FEATURES values):
 
-    u        = x, or [x, -x] with the sign split             (TP_FLY_INPUTS = d or 2d values, all in -127..127)
-    P_j      = Σ_{i in row j of M} u_i                        (exact; the C adds u_i + 128 in uint16, same order)
+    u        = x, or [x, ~x] with the sign split             (TP_FLY_INPUTS = d or 2d values; ~x = -x - 1, so
+                                                               every int8 has its mirror and no clamp is needed)
+    P_j      = Σ_{i in row j of M} u_i                        (exact; the C adds u_i + 128 in uint16)
     W        = the TP_FLY_RHO rows with the largest P_j; ties at the cut go to the lower row index
     score_l  = Σ_{j in W} lut[t_lj]                           (int32; TP_FLY_BITS == 1: Σ_{j in W} [t_lj == 0])
     label    = argmin_l score_l, ties to the lowest index
@@ -25,6 +26,7 @@ import numpy as np
 
 from tinyproto.core.carray import CArray
 from tinyproto.families.flynn.train import (
+    BLOCK_ROWS,
     FlyNNClassifier,
     count_winners,
     project,
@@ -59,9 +61,10 @@ def decay_lut(decay: float, bits: int) -> np.ndarray:
 
 
 def hash_inputs(xq: np.ndarray, sign_split: bool) -> np.ndarray:
-    """int8 inputs -> the int64 values M projects (-128 is read as -127, so -x always fits)."""
-    x = np.clip(np.asarray(xq, dtype=np.int64), -127, 127)
-    return np.hstack([x, -x]) if sign_split else x
+    """int8 inputs -> the int64 values M projects: x, or [x, -x - 1] with the sign split (the one's complement
+    is one XOR on the device and maps -128..127 onto itself)."""
+    x = np.asarray(xq, dtype=np.int64)
+    return np.hstack([x, -x - 1]) if sign_split else x
 
 
 @dataclass
@@ -134,6 +137,7 @@ class IntFlyNN:
         bits: int = 1,
         store_M: bool = False,
         input_scale: float | None = None,
+        input_stage: InputStage | None = None,
     ) -> "IntFlyNN":
         """Quantize a fitted FlyNNClassifier.
 
@@ -144,9 +148,12 @@ class IntFlyNN:
         ranks classes exactly like n_0, the number of never-seen winners.
         """
         X = np.asarray(X, dtype=np.float64)
-        if input_scale is None:
-            input_scale = choose_input_scale(clf.transform_input(X))
-        stage = InputStage.from_standardisation(clf.mean_, clf.scale_, input_scale)
+        if input_stage is not None:  # e.g. a shared stage (inputstage.shared_stage): the counts follow it
+            stage = input_stage
+        else:
+            if input_scale is None:
+                input_scale = choose_input_scale(clf.transform_input(X))
+            stage = InputStage.from_standardisation(clf.mean_, clf.scale_, input_scale)
         winners = integer_winners(stage.quantize(X), clf.M_indices_, clf.n_winners_, clf.sign_split)
         y_index = np.searchsorted(clf.classes_, np.asarray(y))
         counts = count_winners(winners, y_index, clf.classes_.size, clf.n_hashes_)
@@ -207,22 +214,16 @@ class IntFlyNN:
             "TP_FLY_INPUTS": self.n_hash_inputs,
             "TP_FLY_SPLIT": int(self.sign_split),
             "TP_FLY_SEEDED": int(not self.store_M),
+            "TP_FLY_BLOCK": BLOCK_ROWS,
             "TP_FLY_SEED": self.seed,
         }
         out.update(self.input_stage.defines())
         return out
 
     def working_sram(self) -> list[SramItem]:
-        """The buffers tp_predict keeps on the stack: O(ρ + d + L), never the m projections."""
-        n_in = self.n_hash_inputs
-        items = [
-            SramItem("fly_heap", 4 * self.n_winners, f"top-{self.n_winners} min-heap of (uint16 value, uint16 row)"),
-            SramItem("fly_inputs", n_in, f"{n_in} hash inputs as uint8 (u + 128)"),
-            SramItem("fly_sums", 2 * self.n_classes, "uint16 novelty sum per class (at most 255 * rho)"),
-        ]
-        if not self.store_M:
-            items.append(SramItem("fly_stamps", n_in, "per-input row tag that rejects repeated indices in a row"))
-        return items
+        """The buffers tp_predict keeps on the stack: O(ρ + d + L), never the m projections, never d floats."""
+        return fly_working_sram(self.n_winners, self.n_hash_inputs, self.n_classes, self.store_M,
+                                self.n_inputs_per_hash)
 
     def model_bytes(self) -> int:
         return sum(a.nbytes for a in self.carrays())
@@ -269,6 +270,25 @@ class IntFlyNN:
 
 
 # ---------------------------------------------------------------- the reference arithmetic, reusable by the solver
+
+WIDE_INPUTS = 256  # above this many hash inputs tp_flynn.c reads x in place (TP_FLY_WIDE) instead of a buffer
+
+
+def fly_working_sram(rho: int, n_inputs: int, n_classes: int, store_M: bool, s: int) -> list[SramItem]:
+    """IntFlyNN.working_sram() for these sizes (the solver and the learning firmware need it before a model)."""
+    items = [
+        SramItem("fly_heap", 4 * rho, f"top-{rho} min-heap of (uint16 value, uint16 row)"),
+        SramItem("fly_sums", 2 * n_classes, "uint16 novelty sum per class (at most 255 * rho)"),
+    ]
+    wide = n_inputs > WIDE_INPUTS
+    if not wide:
+        copies = 1 if store_M else 2
+        items.append(SramItem("fly_inputs", copies * n_inputs, f"{n_inputs} hash inputs as uint8 (u + 128)"
+                              + (", twice: a rotated row never wraps" if copies == 2 else "")))
+    if not store_M:
+        items.append(SramItem("fly_pattern", (s + 1) * (2 if wide else 1),
+                              f"the current block's {s} seeded offsets and a scan sentinel"))
+    return items
 
 
 def integer_projections(xq: np.ndarray, indices: np.ndarray, sign_split: bool) -> np.ndarray:

@@ -16,7 +16,6 @@ and the winners of every (m, ρ) come from one incremental top-K pass over the s
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -26,139 +25,31 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.utils import check_random_state
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.flynn.cost import estimate_cycles
+from tinyproto.families.flynn.pricing import (  # noqa: F401 (re-exported: the federated selection uses them)
+    INPUT_STAGE_BYTES_PER_FEATURE,
+    MAX_HASHES,
+    ExactCycles,
+    fastest_m,
+    filter_bytes,
+    largest_m,
+    model_bytes,
+    rows_bytes,
+)
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, project, projection_matrix, seeded_indices
-from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation
+from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, stage_bytes, standardisation
 
 F_CPU = 16_000_000
 DEFAULT_MAX_MS = 20.0  # leaves room under a 30 ms-per-inference target on a 16 MHz Uno
 MIN_HASHES = 16  # fewer hash bits than this is not a FlyNN worth deploying
-MAX_HASHES = 8192
-INPUT_STAGE_BYTES_PER_FEATURE = 4  # mean + gain, half floats
 
 S_GRID = (2, 4, 6, 8, 12, 16)
 RHO_GRID = (8, 16, 32, 64)
 BITS_GRID = (1, 2, 3, 4)
 DECAY_GRID = (0.5, 0.25, 0.1)
 PREPROCESSING = (("feature", True), ("global", True), ("feature", False), ("global", False))
-
-# AVR cycles of tp_predict (avr-gcc -Os, ATmega328P), fitted on simavr runs of 60 configurations (digits and
-# breast_cancer, m 300..1400, s 2..12, ρ 8..64, b 1 and 3, both M modes, with and without the sign split):
-# mean error 2 %, worst 9 %. Re-fit when firmware/tp_flynn.c changes (tests/test_flynn.py checks the estimate).
-CYC_STEP = 50.0  # seeded: one xorshift16 step with its two proposals taken
-CYC_REJECTED = 53.4  # seeded: one proposal rejected as a repeat within its row
-CYC_ROW_SEEDED = 37.9
-CYC_INDEX_STORED = 17.2  # stored: one flash index and its add
-CYC_ROW_STORED = 6.7
-CYC_HEAP_LEVEL = 74.8  # per top-ρ heap replacement and heap level (log2 ρ)
-CYC_SCORE_BINARY = 17.8  # per winner and class
-CYC_SCORE_LUT = 43.2
-CYC_INPUT = 53.0  # per hash input: clamp, mirror, bias, stamp
-
-
-def expected_proposals_per_row(s: int, n_inputs: int) -> float:
-    """Proposals until s distinct inputs are drawn (coupon collector, uniform proposals)."""
-    return sum(n_inputs / (n_inputs - k) for k in range(s))
-
-
-def estimate_cycles(m: int, s: int, rho: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> float:
-    """Expected AVR cycles per inference; the top-ρ heap sees ~ρ (1 + ln(m/ρ)) replacements (rows in random
-    order)."""
-    if store_M:
-        project = m * (s * CYC_INDEX_STORED + CYC_ROW_STORED)
-    else:
-        proposals = expected_proposals_per_row(s, n_inputs)
-        steps = proposals / 2 + 0.25 if n_inputs <= 256 else proposals  # two byte proposals per step
-        project = m * (steps * CYC_STEP + (proposals - s) * CYC_REJECTED + CYC_ROW_SEEDED)
-    replacements = rho * (1 + math.log(max(m / rho, 1.0)))
-    heap = replacements * CYC_HEAP_LEVEL * math.log2(max(rho, 2))
-    score = rho * n_classes * (CYC_SCORE_BINARY if bits == 1 else CYC_SCORE_LUT)
-    return project + heap + score + n_inputs * CYC_INPUT
-
-
-# ---------------------------------------------------------------- bytes
-
-
-def filter_bytes(m: int, n_classes: int, bits: int) -> int:
-    lut = (1 << bits) if bits > 1 else 0
-    return math.ceil(m * n_classes * bits / 8) + lut
-
-
-def model_bytes(m: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool) -> int:
-    """Σ CArray.nbytes of IntFlyNN.carrays() for these sizes (checked against the real arrays in the tests)."""
-    total = INPUT_STAGE_BYTES_PER_FEATURE * n_features + filter_bytes(m, n_classes, bits)
-    if store_M:
-        total += m * s * (1 if n_inputs <= 256 else 2)
-    return total
-
-
-def largest_m(budget: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool) -> int:
-    """The largest m whose model fits the budget (0 if none); exact, by a closed form then a step down."""
-    free = budget - INPUT_STAGE_BYTES_PER_FEATURE * n_features - ((1 << bits) if bits > 1 else 0)
-    per_row_bits = n_classes * bits + (8 * s * (1 if n_inputs <= 256 else 2) if store_M else 0)
-    m = max(0, min(MAX_HASHES, (8 * free) // per_row_bits if free > 0 else 0))
-    while m > 0 and model_bytes(m, s, bits, n_classes, n_features, n_inputs, store_M) > budget:
-        m -= 1
-    return m
-
-
-def fastest_m(max_cycles: float | None, s: int, rho: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> int:
-    """The largest m whose estimated inference time is within max_cycles (bisection; cost grows with m)."""
-    if max_cycles is None:
-        return MAX_HASHES
-    lo, hi = 0, MAX_HASHES
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if estimate_cycles(mid, s, rho, bits, n_classes, n_inputs, store_M) <= max_cycles:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-class ExactCycles:
-    """Predicted cycles of the family's cost model.predict_cycles for every prefix m of one seeded M (seed, s,
-    inputs): the xorshift16 stream is replayed once for the largest m (a smaller m's M is a prefix of it), so the
-    cost of any m is exact with respect to the cost model and costs O(1)."""
-
-    def __init__(self, seed: int, s: int, n_inputs: int, m_max: int):
-        from tinyproto.families.flynn.cost import seeded_prefix_counts
-
-        self.s, self.n_inputs = s, n_inputs
-        self.steps, self.proposals = seeded_prefix_counts(seed, s, n_inputs, m_max)
-
-    def cycles(self, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
-        from tinyproto.families.flynn.cost import FLY_CYCLES as C, expected_heap_replacements
-
-        s, n_in = self.s, self.n_inputs
-        replacements = expected_heap_replacements(m, rho)
-        total = C["fixed"] + replacements * (C["heap_replace"] + C["heap_level"] * max(int(rho).bit_length() - 1, 0))
-        total += rho * C["winner"] + rho * n_classes * (C["lookup_class"] if bits == 1 else C["lookup_class_lut"])
-        if (n_classes * bits) & (n_classes * bits - 1):
-            total += rho * C["winner_mul"]
-        if store_M:
-            total += (n_in * C["input_stored"] + m * C["row_stored"] + m * s * C["stored_index"]
-                      + replacements * C["heap_call_stored"])
-        else:
-            steps, proposals = int(self.steps[m]), int(self.proposals[m])
-            total += (n_in * C["input_seeded"] + m * C["row_seeded"] + steps * C["prng_step"] + m * s * C["take"]
-                      + (proposals - m * s) * C["reject"] + (m // 255) * n_in * C["stamp_clear"]
-                      + replacements * C["heap_call_seeded"])
-            if n_in & (n_in - 1):
-                total += proposals * C["index_mul"]
-        return int(round(total))
-
-    def largest_m(self, max_cycles: float, m_high: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
-        """The largest m <= m_high predicted within max_cycles (cost grows with m), or 0."""
-        lo, hi = 0, min(m_high, self.steps.size - 1)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.cycles(mid, rho, bits, n_classes, store_M) <= max_cycles:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
+SHARED_PREPROCESSING = (("shared", True), ("shared", False))  # the central solver only (parties agree on the rest)
 
 # ---------------------------------------------------------------- candidates and their evaluation
 
@@ -185,13 +76,22 @@ class _Prepared:
     scaling: str
     sign_split: bool
     U: np.ndarray  # (n, n_inputs) float64 of integers
+    stage: InputStage
 
 
 def _prepare(X: np.ndarray, scaling: str, sign_split: bool) -> _Prepared:
-    """Standardise and quantize as FlyNNClassifier.fit + IntFlyNN.from_classifier will on the same X."""
-    mean, scale = standardisation(X, scaling)
-    stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
-    return _Prepared(scaling, sign_split, hash_inputs(stage.quantize(X), sign_split).astype(np.float64))
+    """Standardise and quantize as FlyNNClassifier.fit + IntFlyNN.from_classifier will on the same X. "shared":
+    one offset and gain for every feature (4 B instead of 4 B per feature: pixels, same-unit sensors)."""
+    if scaling == "shared":
+        stage = shared_stage(X)
+    else:
+        mean, scale = standardisation(X, scaling)
+        stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
+    return _Prepared(scaling, sign_split, hash_inputs(stage.quantize(X), sign_split).astype(np.float64), stage)
+
+
+def _stage_bytes(prep: _Prepared) -> int:
+    return sum(a.nbytes for a in prep.stage.carrays())
 
 
 # (ρ, b, hash inputs, stored M) -> the largest m whose counts the device can hold while learning
@@ -273,9 +173,9 @@ def fit_flynn_under_budget(
 
     progress, if given, receives one-line status messages. max_inference_ms caps the estimated AVR inference time
     at f_cpu (None: no cap). count_limit, if given, caps m for each (ρ, b, inputs, M mode) so the counts fit
-    where the learning firmware keeps them (SRAM, EEPROM). exact_latency: the cap is applied to the calibrated cost
-    model (the family's cost model.predict_cycles of the integer model, exactly) instead of the estimate above,
-    and a cap nothing meets is refused naming the fastest model within the budget. Returns the float classifier refitted on all of X_train, its integer model, and an
+    where the learning firmware keeps them (SRAM, EEPROM). The cap is always applied to the calibrated cost model
+    (cost.predict_cycles of the integer model, exactly). exact_latency (--max-latency): a cap nothing meets is
+    refused naming the fastest model within the budget. Returns the float classifier refitted on all of X_train, its integer model, and an
     info dict (chosen hyper-parameters, every candidate tried with its bytes, cycles and CV accuracy).
     """
     started = time.perf_counter()
@@ -290,7 +190,7 @@ def fit_flynn_under_budget(
     if L > 255:
         raise TinyprotoError(f"FlyNN supports at most 255 classes, got {L}")
     budget = int(budget_bytes)
-    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False)
+    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False, stage_bytes("shared", d))  # the cheapest stage
     if budget < smallest:
         raise TinyprotoError(
             f"budget {budget} B is too small for FlyNN on {d} features and {L} classes: the smallest model "
@@ -302,24 +202,15 @@ def fit_flynn_under_budget(
     seed = draw_seed(clf_state)
     folds = _fold_ids(y_index, n_folds, rng)
 
-    prepared = [_prepare(X, scaling, split) for scaling, split in PREPROCESSING]
-    exact_cache: dict[tuple[int, int], ExactCycles] = {}
-
-    def exact_for(s: int, n_in: int, m_max: int) -> ExactCycles:
-        key = (s, n_in)
-        if key not in exact_cache or exact_cache[key].steps.size - 1 < m_max:
-            exact_cache[key] = ExactCycles(seed, s, n_in, max(m_max, 1))
-        return exact_cache[key]
+    prepared = [_prepare(X, scaling, split) for scaling, split in PREPROCESSING + SHARED_PREPROCESSING]
+    exact_cache: dict[tuple[int, int], ExactCycles] = {}  # one stream replay per (s, inputs)
     tried: dict[Candidate, Candidate] = {}  # without its accuracy -> with it (stage 2 repeats stage 1's grid)
 
     def evaluate(prep: _Prepared, s_grid, rho_grid, bits_grid, store_grid) -> None:
         n_in = prep.U.shape[1]
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):  # s <= half the inputs keeps rows diverse
-            if exact_latency:
-                plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
-                plan = _exact_plan(plan, exact_for(s, n_in, max((c.m for c in plan), default=0)), max_cycles, L)
-            else:
-                plan = _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit)
+            plan = exact_plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit, seed,
+                              exact_cache, _stage_bytes(prep))
             if not plan:
                 continue
             m_values = sorted({c.m for c in plan})
@@ -357,34 +248,34 @@ def fit_flynn_under_budget(
     say(f"flynn: {len(candidates)} candidates evaluated")
 
     best = max(candidates, key=_rank)
+    chosen_prep = next(p for p in prepared if (p.scaling, p.sign_split) == (best.scaling, best.sign_split))
     clf = FlyNNClassifier(
         n_hashes=best.m,
         n_inputs_per_hash=best.s,
         n_winners=best.rho,
         decay=best.decay,
-        scaling=best.scaling,
+        scaling="global" if best.scaling == "shared" else best.scaling,  # the float view of a shared stage
         sign_split=best.sign_split,
         random_state=clf_state,  # draws `seed`: the M that was evaluated
     ).fit(X, y)
-    model = IntFlyNN.from_classifier(clf, X, y, bits=best.bits, store_M=best.store_M)
+    model = IntFlyNN.from_classifier(clf, X, y, bits=best.bits, store_M=best.store_M,
+                                     input_stage=chosen_prep.stage if best.scaling == "shared" else None)
     nbytes = model.model_bytes()
     if nbytes > budget:  # cannot happen: model_bytes() mirrors carrays(); keep the promise explicit
         raise AssertionError(f"chosen FlyNN has {nbytes} B > budget {budget} B")
-    cycles = estimate_cycles(best.m, best.s, best.rho, best.bits, L, model.n_hash_inputs, best.store_M)
-    if exact_latency:
-        from tinyproto.families import predict_cycles
+    from tinyproto.families.flynn.cost import predict_cycles
 
-        cycles = predict_cycles(model)["total"]
-        if cycles > max_cycles:  # cannot happen: ExactCycles mirrors the cost model; keep the promise explicit
-            raise AssertionError(f"chosen FlyNN is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
+    cycles = predict_cycles(model)["total"]
+    if max_cycles is not None and cycles > max_cycles:  # cannot happen: ExactCycles is the cost model
+        raise AssertionError(f"chosen FlyNN is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
     ranked = sorted(candidates, key=_rank, reverse=True)
     shown = [best] + [c for c in ranked if c != best][:5]
     for_table = {}
     for c in shown:  # the cost model's cycles (exact for a seeded or stored M) for the table of runners-up
         n_in_c = 2 * d if c.sign_split else d
         exact = for_table.get((c.s, n_in_c))
-        if exact is None or exact.steps.size - 1 < c.m:
-            exact = for_table[(c.s, n_in_c)] = ExactCycles(seed, c.s, n_in_c, c.m)
+        if exact is None or exact.m_max < c.m:
+            exact = for_table[(c.s, n_in_c)] = ExactCycles(seed, c.s, n_in_c, c.m, d)
         for_table[c] = exact.cycles(c.m, c.rho, c.bits, L, c.store_M)
     rows = [{"n_hashes": c.m, "n_inputs_per_hash": c.s, "n_winners": c.rho, "count_bits": c.bits,
              "decay": c.decay, "store_M": c.store_M, "scaling": c.scaling, "sign_split": c.sign_split,
@@ -414,7 +305,7 @@ def fit_flynn_under_budget(
         "chosen_validation": rows[0],
         "runners_up": rows[1:],
         "selection": ("the best cross-validated int8 accuracy; among equal accuracies the fewest "
-                      + ("predicted cycles (cost model)" if exact_latency else "estimated cycles") + ", then bytes"),
+                      + "predicted cycles (cost model)" + ", then bytes"),
         "max_latency_ms": max_inference_ms if exact_latency else None,
         "seconds": time.perf_counter() - started,
     }
@@ -442,24 +333,39 @@ def _fold_ids(y_index: np.ndarray, n_folds: int, rng: np.random.RandomState) -> 
     return folds
 
 
-def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit=None) -> list[Candidate]:
+def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit=None,
+          stage: int | None = None) -> list[Candidate]:
     """Every (ρ, b, c, M mode) for this s, each with the largest m that fits bytes and time (and the device's
-    count storage when learning)."""
+    count storage when learning); stage: the input stage's bytes (default a mean and a gain per feature)."""
     plan = []
     for store in store_grid:
         for bits in bits_grid:
-            m_bytes = largest_m(budget, s, bits, L, d, n_in, store)
+            m_bytes = largest_m(budget, s, bits, L, d, n_in, store, stage)
             for rho in rho_grid:
                 m = min(m_bytes, fastest_m(max_cycles, s, rho, bits, L, n_in, store))
                 if count_limit is not None:
                     m = min(m, count_limit(rho, bits, n_in, store))
                 if m < max(MIN_HASHES, 2 * rho):
                     continue
-                nbytes = model_bytes(m, s, bits, L, d, n_in, store)
+                nbytes = model_bytes(m, s, bits, L, d, n_in, store, stage)
                 cycles = int(estimate_cycles(m, s, rho, bits, L, n_in, store))
                 for weighting in _weightings((bits,)):
                     plan.append(Candidate("", False, s, m, rho, bits, weighting[1], store, nbytes, cycles))
     return plan
+
+
+def exact_plan(budget: int, max_cycles: float | None, s: int, rho_grid, bits_grid, store_grid, L: int, d: int,
+               n_in: int, count_limit: CountLimit | None, seed: int,
+               cache: dict[tuple[int, int], ExactCycles] | None = None, stage: int | None = None) -> list[Candidate]:
+    """Every (ρ, b, c, M mode) for this s with the largest m that fits the bytes, the device's count storage and
+    the time cap, the cap applied to the cost model of the seeded M that ships (exact; shared by the federated
+    selection, so both price the same candidates the same way). `cache` keeps one stream replay per (s, inputs)."""
+    plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit, stage)
+    m_max = max((c.m for c in plan), default=1)
+    cache = {} if cache is None else cache
+    if (s, n_in) not in cache or cache[(s, n_in)].m_max < m_max:
+        cache[(s, n_in)] = ExactCycles(seed, s, n_in, m_max, d)
+    return _exact_plan(plan, cache[(s, n_in)], max_cycles, L)
 
 
 def _exact_plan(plan: list[Candidate], exact: ExactCycles, max_cycles: float | None, L: int) -> list[Candidate]:
@@ -469,10 +375,8 @@ def _exact_plan(plan: list[Candidate], exact: ExactCycles, max_cycles: float | N
         m = c.m if max_cycles is None else exact.largest_m(max_cycles, c.m, c.rho, c.bits, L, c.store_M)
         if m < max(MIN_HASHES, 2 * c.rho):
             continue
-        nbytes = c.model_bytes if m == c.m else model_bytes(
-            m, c.s, c.bits, L, (c.model_bytes - filter_bytes(c.m, L, c.bits)
-                                - (c.m * c.s * (1 if exact.n_inputs <= 256 else 2) if c.store_M else 0))
-            // INPUT_STAGE_BYTES_PER_FEATURE, exact.n_inputs, c.store_M)
+        nbytes = c.model_bytes - rows_bytes(c.m, c.s, c.bits, L, exact.n_inputs, c.store_M) + rows_bytes(
+            m, c.s, c.bits, L, exact.n_inputs, c.store_M)
         out.append(replace(c, m=m, model_bytes=nbytes, est_cycles=exact.cycles(m, c.rho, c.bits, L, c.store_M)))
     return out
 
@@ -484,7 +388,7 @@ def _fastest_refusal(prepared, budget, max_ms, L, d, y_index, folds, seed, f_cpu
     n_in = prep.U.shape[1]
     s, rho, bits = 1, RHO_GRID[0], 1
     m = max(MIN_HASHES, 2 * rho)
-    exact = ExactCycles(seed, s, n_in, m)
+    exact = ExactCycles(seed, s, n_in, m, d)
     modes = [store for store in (False, True) if largest_m(budget, s, bits, L, d, n_in, store) >= m]
     if not modes:
         return f"no FlyNN fits {budget} B with {m} hash rows; raise the budget"

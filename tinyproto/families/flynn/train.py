@@ -7,8 +7,8 @@ A point's novelty for class l is f_l(x) = w_l · h(x) / ρ and the prediction is
 
 Conventions shared by the float estimator, the integer reference (quantize.py) and firmware/tp_flynn.c:
 
-* M is always generated from a 16-bit seed by `seeded_indices` (xorshift16 + rejection of repeats), so the same
-  matrix can be stored in flash as indices or regenerated on the device from the seed.
+* M is always generated from a 16-bit seed by `seeded_indices` (xorshift16; blocks of rows that are rotations of
+  one seeded pattern), so the same matrix can be stored in flash as indices or regenerated on the device.
 * Winner-take-all ties at the cut go to the lower row index (`top_winners`).
 * Class ties go to the lowest class index.
 
@@ -27,6 +27,7 @@ int8 inputs (-x is exact for x in -127..127).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from numbers import Integral, Real
 
@@ -82,42 +83,93 @@ def xorshift16_states(seed: int, n: int) -> np.ndarray:
     return states[(start + np.arange(n)) % SEED_PERIOD]
 
 
+BLOCK_ROWS = 16  # rows of M that share one seeded pattern (TP_FLY_BLOCK)
+
+
+def proposal_stream(seed: int, n: int, n_inputs: int) -> np.ndarray:
+    """The first n proposals of the device's stream, as input indices in 0..n_inputs-1.
+
+    n_inputs <= 256: every xorshift16 state yields two bytes, high byte first, and a byte b proposes
+    (b * n_inputs) >> 8; n_inputs > 256: every state v is one proposal (v * n_inputs) >> 16. Uniform up to one
+    part in floor(2^8 / n) (resp. 2^16 / n); the winners do not need more.
+    """
+    if n_inputs <= 256:
+        states = xorshift16_states(seed, (n + 1) // 2).astype(np.int64)
+        raw = np.stack([states >> 8, states & 0xFF], axis=1).reshape(-1)[:n]
+        return (raw * n_inputs) >> 8
+    return (xorshift16_states(seed, n).astype(np.int64) * n_inputs) >> 16
+
+
+@dataclass(frozen=True)
+class SeededWalk:
+    """What firmware/tp_flynn.c does to regenerate a seeded M: the indices and, for the cost model, the generator
+    work of the first m rows for every m (arrays of m_max + 1; a smaller m's M is a prefix): the pattern
+    proposals and repeat-scan compares of the ceil(m / BLOCK_ROWS) blocks those rows need."""
+
+    indices: np.ndarray  # (m, s)
+    pattern_proposals: np.ndarray  # (m + 1,)
+    compares: np.ndarray  # (m + 1,) one per entry scanned, the proposal itself included as the sentinel
+    wraps: np.ndarray  # (m + 1,) indices whose p + r passed the inputs' end (the wide loop subtracts once)
+
+
+def seeded_walk(seed: int, n_rows: int, n_per_row: int, n_inputs: int) -> SeededWalk:
+    """Regenerate a seeded M exactly as firmware/tp_flynn.c does (see seeded_indices)."""
+    if not 1 <= n_per_row <= n_inputs:
+        raise ValueError(f"need 1 <= s <= d, got s={n_per_row}, d={n_inputs}")
+    s, n = n_per_row, n_inputs
+    out = np.empty((n_rows, s), dtype=np.int64)
+    proposals = np.zeros(n_rows + 1, dtype=np.int64)
+    compares = np.zeros(n_rows + 1, dtype=np.int64)
+    wrapped = np.zeros(n_rows + 1, dtype=np.int64)
+    blocks = -(-n_rows // BLOCK_ROWS)
+    chunk = max(256, n_rows + blocks * 2 * s)  # enough for all but patterns with many repeats (s close to d)
+    stream, pos, drawn = proposal_stream(seed, chunk, n), 0, 0
+    n_prop = n_cmp = 0
+
+    def need(k: int) -> None:  # at least k unread proposals in `stream`
+        nonlocal stream, pos, drawn
+        if pos + k > stream.size:
+            drawn += pos
+            stream = proposal_stream(seed, drawn + max(chunk, k), n)[drawn:]
+            pos = 0
+
+    row = 0
+    while row < n_rows:
+        pattern: list[int] = []
+        while len(pattern) < s:
+            need(1)
+            p = int(stream[pos])
+            pos += 1
+            n_prop += 1
+            # the device scans the entries taken so far, then itself as a sentinel, up to the first equal one
+            hit = pattern.index(p) if p in pattern else -1
+            n_cmp += (hit + 1) if hit >= 0 else len(pattern) + 1
+            if hit < 0:
+                pattern.append(p)
+        offsets = np.asarray(pattern, dtype=np.int64)
+        take = min(BLOCK_ROWS, n_rows - row)
+        need(BLOCK_ROWS)
+        rotations = stream[pos : pos + take]
+        pos += BLOCK_ROWS  # the device draws a whole block of rotations
+        idx = offsets[None, :] + rotations[:, None]
+        out[row : row + take] = np.where(idx >= n, idx - n, idx)
+        wrapped[row + 1 : row + take + 1] = wrapped[row] + np.cumsum(np.count_nonzero(idx >= n, axis=1))
+        proposals[row + 1 : row + take + 1], compares[row + 1 : row + take + 1] = n_prop, n_cmp
+        row += take
+    return SeededWalk(out, proposals, compares, wrapped)
+
+
 def seeded_indices(seed: int, n_rows: int, n_per_row: int, n_features: int) -> np.ndarray:
     """The (n_rows, n_per_row) input indices of M, as firmware/tp_flynn.c regenerates them.
 
-    One xorshift16 stream runs through all rows. d <= 256: every step yields two bytes, high byte first, and a
-    byte b proposes index (b * d) >> 8; d > 256: every step yields one proposal (state * d) >> 16. A proposal
-    already taken in the current row is rejected. Each row starts on a fresh step (an unused low byte is
-    dropped), which keeps the C loop free of carried state. The map from bytes to indices is uniform up to
-    one part in floor(256 / d); the winners do not need more.
+    One proposal stream (`proposal_stream`) runs through all rows. M is built in blocks of BLOCK_ROWS rows: a
+    block first draws a pattern of s distinct offsets (a proposal equal to one already taken is rejected), then
+    each of its rows draws one rotation r and takes the inputs (offset + r) mod d. Every row has s distinct
+    inputs and, over the seed, is a uniform random s-subset; rows of one block are rotations of each other.
+    On the device the rotation costs nothing per input (a doubled input buffer, or one compare on wide inputs)
+    and there is no per-input bookkeeping: one byte of generator output per row instead of per input.
     """
-    if not 1 <= n_per_row <= n_features:
-        raise ValueError(f"need 1 <= s <= d, got s={n_per_row}, d={n_features}")
-    per_step = 2 if n_features <= 256 else 1
-    out = np.empty((n_rows, n_per_row), dtype=np.int64)
-    state = seed
-    block = max(64, 4 * n_per_row)  # steps generated at a time; rows rarely need more than ~s/2 + a few
-    buffer = xorshift16_states(state, block)
-    pos = 0
-    for row in range(n_rows):
-        taken: list[int] = []
-        seen = set()
-        while len(taken) < n_per_row:
-            if pos == buffer.size:
-                state = int(buffer[-1])
-                buffer, pos = xorshift16_states(state, block), 0
-            value = int(buffer[pos])
-            pos += 1
-            proposals = ((value >> 8) & 0xFF, value & 0xFF) if per_step == 2 else (value,)
-            for proposal in proposals:
-                index = (proposal * n_features) >> (8 if per_step == 2 else 16)
-                if index not in seen:
-                    seen.add(index)
-                    taken.append(index)
-                    if len(taken) == n_per_row:
-                        break
-        out[row] = taken
-    return out
+    return seeded_walk(seed, n_rows, n_per_row, n_features).indices
 
 
 def projection_matrix(indices: np.ndarray, n_features: int) -> sparse.csr_matrix:

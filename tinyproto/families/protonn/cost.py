@@ -53,20 +53,64 @@ PN_CYCLES_C = {
 }
 
 
+# The streamed projection (firmware/tp_protonn.c, tp_stream_*: column-major W codes, and tp_predict of a
+# column-major W) and the projection offset of a shared input stage: fitted by tools/calibrate_costmodel.py
+# --wide on 19 synthetic models measured on the simulated Uno, with PN_CYCLES held fixed: 18 within 2 %
+# (the 19th, d = 700 > 511, runs the C projection and its C cost model: +3.5 %).
+PN_STREAM_CYCLES = {
+    "stream_fixed": 0,  # begin + end + calls (the fit puts them in the per-chunk term: one chunk up to 255)
+    "stream_chunk": 216,  # per tp_stream_feed call (chunks of 255 features in tp_predict)
+    "stream_feature": 6,  # per kept feature: load x, loop
+    "stream_nnz": 46,  # per nonzero, one-byte codes: lpm code, lpm value, muls, 24-bit add into SRAM
+    "stream_nnz_nibble": 51,  # per nonzero, four-bit codes
+    "stream_row": 50,  # per projected dimension: clear, rescale, store
+    "stream_rshift": 9,  # per row and bit of a 32-bit right shift
+    "stream_rshift16": 4,  # per row and bit of the 16-bit rescale path (shift - 8)
+    "offset_row": 32,  # per row, the offset rescale of a row-major W (instead of the plain rescale)
+}
+
+
 def protonn_uses_asm(model) -> bool:
     """Whether the AVR build runs the assembly kernels (the same test as TP_PN_ASM in tp_protonn.c)."""
-    return model.n_features <= 511 and model.n_components <= 255 and model.n_prototypes <= 256
+    return model.n_components <= 255 and model.n_prototypes <= 256
+
+
+def protonn_uses_asm_rows(model) -> bool:
+    """Whether the projection runs the assembly row kernels (TP_PN_ASM_ROWS: also d <= 511, row-major W)."""
+    return protonn_uses_asm(model) and model.n_features <= 511 and model.w_encoding in ("dense", "bitmap")
+
+
+def _stream_terms(model) -> dict[str, int]:
+    D, d = model.n_components, model.n_features
+    nnz = int(np.count_nonzero(model.W_q))
+    right = max(model.proj_shift, 0)
+    terms = {name: 0 for name in PN_STREAM_CYCLES}
+    terms.update(stream_fixed=1, stream_chunk=(d + 254) // 255, stream_feature=d, stream_row=D)
+    terms["stream_nnz" if model.w_encoding == "col_bytes" else "stream_nnz_nibble"] = nnz
+    if model.offset is None and _rescale16(model):
+        terms["stream_rshift16"] = D * (right - 8)
+    else:
+        terms["stream_rshift"] = D * right
+    return terms
+
+
+def _rescale16(model) -> bool:
+    """tp_pn_rescale's 16-bit path (TP_PN_ASM_ROWS, right shift >= 8 within the 24-bit bound)."""
+    right, d = max(model.proj_shift, 0), model.n_features
+    return (protonn_uses_asm(model) and d <= 511 and right >= 8
+            and 16384 * d + (1 << (right - 1)) < 1 << 23)
 
 
 def protonn_cost_terms(model) -> dict[str, int]:
     """How many times each costed unit of work runs in one ProtoNN inference (data-independent)."""
     D, m, L, d = model.n_components, model.n_prototypes, model.n_classes, model.n_features
-    if not protonn_uses_asm(model):
+    streamed = model.w_encoding in ("col_bytes", "col_nibbles")
+    if not protonn_uses_asm(model) or (not streamed and not protonn_uses_asm_rows(model)):
         return _protonn_c_terms(model)
     terms = {name: 0 for name in PN_CYCLES}
     terms.update(fixed=1, row=D, **{"class": L}, score_term=m * L)
     right, left = max(model.proj_shift, 0), max(-model.proj_shift, 0)
-    if right >= 8 and 16384 * d + (1 << (right - 1)) < 1 << 23:  # tp_pn_rescale's 16-bit path
+    if model.offset is None and right >= 8 and 16384 * d + (1 << (right - 1)) < 1 << 23:  # 16-bit path
         terms["rshift16"] = D * (right - 8)
     else:
         terms["row32"] = D
@@ -82,7 +126,14 @@ def protonn_cost_terms(model) -> dict[str, int]:
         terms["dist_step"] = m * (D // 4)
     if m > 64:
         terms["score_step"] = L * (m // 4)
-    if model.w_dense:
+    terms.update({name: 0 for name in PN_STREAM_CYCLES})
+    if model.offset is not None:
+        terms["offset_row"] = D
+    if streamed:  # the row terms give way to the streamed projection's
+        for name in ("row", "row32", "rshift16", "rshift32", "lshift32", "offset_row"):
+            terms[name] = 0
+        terms.update(_stream_terms(model))
+    elif model.w_dense:
         terms["dense_mac"] = D * d
         terms["dense_step"] = D * (d // 8)
         terms["dense_row"] = D
@@ -101,7 +152,10 @@ def _protonn_c_terms(model) -> dict[str, int]:
     D, m, L, d = model.n_components, model.n_prototypes, model.n_classes, model.n_features
     terms = {"fixed": 1, "row": D, "proto": m, "dist_term": m * D, "class": L, "score_term": m * L,
              "mask_byte": 0, "scanned_bit": 0, "nonzero": 0, "dense_mac": 0}
-    if model.w_dense:
+    if model.w_encoding in ("col_bytes", "col_nibbles"):
+        terms["row"] = 0
+        terms.update(_stream_terms(model))
+    elif model.w_dense:
         terms["dense_mac"] = D * d
     else:
         mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
@@ -113,11 +167,12 @@ def _protonn_c_terms(model) -> dict[str, int]:
 
 def predict_cycles(model) -> dict:
     terms = protonn_cost_terms(model)
-    table = PN_CYCLES if protonn_uses_asm(model) else PN_CYCLES_C
+    table = {**(PN_CYCLES if "dist_term_reg" in terms else PN_CYCLES_C), **PN_STREAM_CYCLES}
     cycles = {name: count * table[name] for name, count in terms.items()}
     projection = sum(cycles.get(k, 0) for k in ("row", "row32", "rshift16", "rshift32", "lshift32", "mask_byte",
                                                 "zero_mask_byte", "clear_bit", "scanned_bit", "nonzero",
-                                                "dense_mac", "dense_step", "dense_row", "fixed_dense"))
+                                                "dense_mac", "dense_step", "dense_row", "fixed_dense",
+                                                *PN_STREAM_CYCLES))
     distances = sum(cycles.get(k, 0) for k in ("proto", "wide_index_bit", "dist_term", "dist_step", "fixed_reg",
                                                "proto_reg", "dist_term_reg"))
     scores = cycles["class"] + cycles["score_term"] + cycles.get("score_step", 0)

@@ -11,18 +11,27 @@ What the device computes (firmware/tp_protonn.c), step by step, for an int8 inpu
 Scales: W has its own (max |W| -> 127); B's scale is W's scale x the input step x 2^PROJ_SHIFT, so the
 projection is brought to B's grid with one shift instead of a multiply; Z's scale does not matter for argmax.
 Only integers reach the device: the float scales stay here for reports.
+
+Input stages (tinyproto.core.inputstage): "feature" stores a mean and gain per kept feature (4 B each); "shared"
+stores one offset c and gain g (4 B) and folds the standardisation the model was trained with into W and o:
+z = W diag(1/sigma) (x - mu) = W diag(1/(sigma g)) x_q + W diag(1/sigma) (c - mu), so W' = W diag(1/(sigma g))
+(quantized) and o = W diag(1/sigma) (c - mu) on B's grid (int16, clamped to +-512: beyond it z saturates
+anyway). Trained with "global" scaling (sigma = the data's overall spread) this is the plain shared stage;
+with per-feature sigma it is per-feature standardisation at 2 bytes per projected dimension instead of 4 per
+feature. W's flash encoding is the smallest exact one (encoding.py); a feature no weight reads is not kept.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tinyproto.core.carray import CArray
-from tinyproto.core.inputstage import INPUT_MAX, InputStage, choose_input_scale
+from tinyproto.core.inputstage import INPUT_MAX, InputStage, choose_input_scale, shared_range
 from tinyproto.core.ledger import SramItem
+from tinyproto.families.protonn import encoding
 
 # |z_r| bound: B's own range. Projected points essentially never leave it (measured: 0-0.3 % of coordinates on
 # digits / breast_cancer / wine, no prediction changed), and int8 z makes each distance term one 8x8 multiply.
@@ -30,6 +39,9 @@ PZ_MAX = 127
 KERNEL_MAX = 255  # kernel values are uint8
 KERNEL_CUTOFF = math.log(2 * KERNEL_MAX)  # exp(-u) * 255 < 0.5 beyond this: the table stops here
 DEFAULT_TABLE_SIZE = 64
+FOLD_QUANTILE = 0.98  # folded weights: this quantile of |W / sigma| maps to 127
+OFFSET_MAX = 512  # |o_r| bound on B's grid: beyond 127 + 385 z saturates whatever the projection
+ACC24_MAX_ROW_NNZ = 511  # 24-bit projection accumulators hold rows of up to this many nonzeros (|W x| <= 128^2)
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,7 @@ class IntProtoNN:
     table: np.ndarray  # uint8 (T,)
     table_shift: int
     scales: dict  # float scales, for reports only: input, W, B, Z, gamma
+    offset: np.ndarray | None = None  # int16 (D,) on B's grid, with a shared input stage; None: no offset
 
     family = "protonn"  # the registry name (tinyproto.families)
     family_id = 1  # TP_FAMILY_ID
@@ -65,20 +78,41 @@ class IntProtoNN:
         return int(self.B_q.shape[0])
 
     @property
+    def w_encoding(self) -> str:
+        """W's flash encoding: the smallest exact one (encoding.py), ties to the faster."""
+        return encoding.smallest(self.W_q)
+
+    @property
+    def streamable(self) -> bool:
+        """The device app streams this model's inputs (TP_STREAMABLE 1): W is stored feature by feature."""
+        return self.w_encoding in ("col_bytes", "col_nibbles")
+
+    @property
     def w_dense(self) -> bool:
-        """Store W dense when that is cheaper than a bitmap (1 bit per entry) plus the nonzero values."""
-        mask_bytes = self.n_components * _mask_row_bytes(self.n_features)
-        return self.W_q.size <= mask_bytes + int(np.count_nonzero(self.W_q))
+        return self.w_encoding == "dense"
+
+    @property
+    def max_row_nnz(self) -> int:
+        return int(np.count_nonzero(self.W_q, axis=1).max()) if self.W_q.size else 0
 
     # ---- the deployed arrays -------------------------------------------------------------------------
     def carrays(self) -> list[CArray]:
         arrays = self.input_stage.carrays()
-        if self.w_dense:
-            arrays.append(CArray("pn_W", "int8_t", self.W_q, "projection W, dense int8 (D x d)"))
+        name = self.w_encoding
+        flash = encoding.encode(self.W_q, name)
+        if name == "dense":
+            arrays.append(CArray("pn_W", "int8_t", flash["dense"], "projection W, dense int8 (D x d)"))
+        elif name == "bitmap":
+            arrays.append(CArray("pn_W_mask", "uint8_t", flash["mask"], "projection W, nonzero bitmap (D x ceil(d/8))"))
+            arrays.append(CArray("pn_W_values", "int8_t", flash["values"], "projection W, nonzeros row by row"))
         else:
-            mask = np.packbits(self.W_q != 0, axis=1, bitorder="little")  # (D, ceil(d/8))
-            arrays.append(CArray("pn_W_mask", "uint8_t", mask, "projection W, nonzero bitmap (D x ceil(d/8))"))
-            arrays.append(CArray("pn_W_values", "int8_t", self.W_q[self.W_q != 0], "projection W, nonzeros row by row"))
+            what = "1 byte" if name == "col_bytes" else "4 bits"
+            arrays.append(CArray("pn_W_codes", "uint8_t", flash["codes"],
+                                 f"projection W, {what} per nonzero: row | last-of-feature flag, feature by feature"))
+            arrays.append(CArray("pn_W_values", "int8_t", flash["values"], "projection W, nonzeros feature by feature"))
+        if self.offset is not None:
+            arrays.append(CArray("pn_offset", "int16_t", self.offset,
+                                 "projection offset on B's grid (the folded input standardisation)"))
         arrays.append(CArray("pn_B", "int8_t", self.B_q, "prototypes B, int8 (m x D)"))
         # Class-major, so each class score is one running sum over the prototypes' kernels.
         arrays.append(CArray("pn_Z", "int8_t", self.Z_q.T, "prototype labels Z, int8 (L x m)"))
@@ -86,12 +120,20 @@ class IntProtoNN:
         return arrays
 
     def defines(self) -> dict[str, int]:
+        name = self.w_encoding
         return {
             **self.input_stage.defines(),
+            # column-coded W streams (the device app feeds each chunk as it arrives, no input vector held);
+            # a row-major W (narrow inputs) is gathered (d bytes) and runs tp_predict's assembly row kernels
+            "TP_STREAMABLE": int(self.streamable),
             "TP_PN_DIM": self.n_components,
             "TP_PN_PROTOS": self.n_prototypes,
-            "TP_PN_W_DENSE": int(self.w_dense),
-            "TP_PN_W_MASK_BYTES": _mask_row_bytes(self.n_features),
+            "TP_PN_W_ENC": encoding.ENCODING_ID[name],
+            "TP_PN_W_DENSE": int(name == "dense"),
+            "TP_PN_W_MASK_BYTES": encoding.mask_row_bytes(self.n_features),
+            "TP_PN_W_NNZ": int(np.count_nonzero(self.W_q)),
+            "TP_PN_ACC24": int(self.max_row_nnz <= ACC24_MAX_ROW_NNZ),
+            "TP_PN_OFFSET": int(self.offset is not None),
             "TP_PN_PROJ_RSHIFT": max(self.proj_shift, 0),
             "TP_PN_PROJ_LSHIFT": max(-self.proj_shift, 0),
             "TP_PN_PZ_MAX": PZ_MAX,
@@ -101,10 +143,12 @@ class IntProtoNN:
 
     def working_sram(self) -> list[SramItem]:
         return [
-            SramItem("input", self.n_features, "int8 input vector"),
+            SramItem("input", self.n_features, "int8 input vector (the device app's buffer unless streamed)"),
             SramItem("projection", self.n_components, "int8 projected vector z"),
             SramItem("kernels", self.n_prototypes, "uint8 kernel value per prototype"),
             SramItem("scores", 4 * self.n_classes, "int32 score per class"),
+            SramItem("stream state", 4 * self.n_components + 8 + (2 * self.n_components if self.w_encoding == "bitmap"
+                                                                   else 0), "static: projection sums, cursors"),
         ]
 
     def multiply_accumulates(self) -> int:
@@ -118,7 +162,9 @@ class IntProtoNN:
         if self.proj_shift > 0:
             z = (p + (1 << (self.proj_shift - 1))) >> self.proj_shift
         else:
-            z = p << (-self.proj_shift)
+            z = np.clip(p, -32767, 32767) << (-self.proj_shift)  # as the C code: no overflow, same saturation
+        if self.offset is not None:
+            z = z + self.offset.astype(np.int64)[None, :]
         return np.clip(z, -PZ_MAX, PZ_MAX)
 
     def kernels(self, xq: np.ndarray) -> np.ndarray:
@@ -155,6 +201,7 @@ class IntProtoNN:
             "table": self.table.tolist(),
             "table_shift": self.table_shift,
             "scales": self.scales,
+            **({"offset": self.offset.tolist()} if self.offset is not None else {}),
         }
 
     @classmethod
@@ -169,16 +216,14 @@ class IntProtoNN:
             table=np.asarray(raw["table"], dtype=np.uint8),
             table_shift=int(raw["table_shift"]),
             scales=dict(raw["scales"]),
+            offset=np.asarray(raw["offset"], dtype=np.int16) if raw.get("offset") is not None else None,
         )
 
 
-def _mask_row_bytes(n_features: int) -> int:
-    return (n_features + 7) // 8
-
-
-def _symmetric_int8(values: np.ndarray) -> tuple[np.ndarray, float]:
-    """int8 with one shared scale: the largest magnitude maps to 127."""
-    largest = float(np.max(np.abs(values))) if values.size else 0.0
+def _symmetric_int8(values: np.ndarray, quantile: float = 1.0) -> tuple[np.ndarray, float]:
+    """int8 with one shared scale: the largest magnitude (or that quantile of the nonzero magnitudes) maps to 127."""
+    magnitudes = np.abs(values[values != 0]) if quantile < 1.0 else np.abs(values)
+    largest = float(np.quantile(magnitudes, quantile)) if magnitudes.size else 0.0
     scale = largest / 127.0 if largest > 0 else 1.0
     return np.clip(np.rint(values / scale), -127, 127).astype(np.int8), scale
 
@@ -198,22 +243,54 @@ def kernel_table(gamma: float, b_scale: float, size: int) -> tuple[np.ndarray, i
     return table.astype(np.uint8), shift
 
 
-def quantize_protonn(clf, X_train: np.ndarray, table_size: int = DEFAULT_TABLE_SIZE) -> IntProtoNN:
-    """Turn a fitted ProtoNNClassifier into the integer model (scales chosen from the training data)."""
-    input_scale = choose_input_scale(clf.standardize(X_train))
-    stage = InputStage.from_standardisation(clf.mean_, clf.scale_, input_scale)
+def quantize_protonn(clf, X_train: np.ndarray, table_size: int = DEFAULT_TABLE_SIZE,
+                     stage: str = "feature") -> IntProtoNN:
+    """Turn a fitted ProtoNNClassifier into the integer model (scales chosen from the training data).
 
-    W_q, w_scale = _symmetric_int8(clf.W_)
-    proj_unit = w_scale * input_scale  # real value of one unit of the int32 projection
+    stage "feature": the device standardises each kept feature; "shared": one offset and gain on the device,
+    the classifier's standardisation folded into W and the projection offset (see the module docstring)."""
+    n_inputs = int(np.asarray(X_train).shape[1])
+    if stage == "shared":
+        offset_c, gain_g = shared_range(X_train)
+        device = InputStage.shared(offset_c, gain_g, n_inputs)
+        c, g = float(device.mean[0]), float(device.gain[0])  # the values the device really uses
+        w_over_sigma = clf.W_ / clf.scale_[None, :]
+        # Per-feature 1/sigma spreads the folded weights over decades (a nearly constant pixel has a tiny sigma);
+        # the largest would leave most weights at 0, so a high quantile of the nonzeros sets the int8 scale and
+        # the few above it saturate at +-127.
+        W_q, w_scale = _symmetric_int8(w_over_sigma / g, FOLD_QUANTILE)
+        proj_unit = w_scale
+        input_scale = 1.0 / g
+    else:
+        input_scale = choose_input_scale(clf.standardize(X_train))
+        W_q, w_scale = _symmetric_int8(clf.W_)
+        proj_unit = w_scale * input_scale  # real value of one unit of the int32 projection
     b_largest = float(np.max(np.abs(clf.B_))) or 1.0
     proj_shift = math.ceil(math.log2(b_largest / (INPUT_MAX * proj_unit)))
+    offset = None
+    if stage == "shared":
+        proj_shift = max(proj_shift, -15)  # the C code's left shift works on |p| <= 32767 (int32 stays exact)
     b_scale = proj_unit * 2.0**proj_shift
+    if stage == "shared":
+        # o = W diag(1/sigma) (c - mu) from the quantized weights, so the integer model is self-consistent
+        o = (W_q.astype(np.float64) * (w_scale * g)) @ (c - clf.mean_)
+        offset = np.clip(np.rint(o / b_scale), -OFFSET_MAX, OFFSET_MAX).astype(np.int16)
+    used = (W_q != 0).any(axis=0)
+    if not used.any():
+        used[0] = True
+    W_q = np.ascontiguousarray(W_q[:, used])
+    if stage == "shared":
+        device = device.keep_only(used)
+    else:
+        kept = None if used.all() else np.flatnonzero(used)
+        device = InputStage.from_standardisation(clf.mean_[used], clf.scale_[used], input_scale, kept=kept,
+                                                 n_inputs=n_inputs if kept is not None else None)
     B_q = np.clip(np.rint(clf.B_.T / b_scale), -127, 127).astype(np.int8)
     Z_q, z_scale = _symmetric_int8(clf.Z_.T)
     table, table_shift = kernel_table(clf.gamma_, b_scale, table_size)
     return IntProtoNN(
         classes=[_json_label(c) for c in clf.classes_],
-        input_stage=stage,
+        input_stage=device,
         W_q=W_q,
         B_q=B_q,
         Z_q=Z_q,
@@ -221,7 +298,18 @@ def quantize_protonn(clf, X_train: np.ndarray, table_size: int = DEFAULT_TABLE_S
         table=table,
         table_shift=table_shift,
         scales={"input": input_scale, "W": w_scale, "B": b_scale, "Z": z_scale, "gamma": float(clf.gamma_)},
+        offset=offset,
     )
+
+
+def drop_unread(model: IntProtoNN) -> IntProtoNN:
+    """The same model without the features no weight reads (after nonzeros were dropped): they store nothing
+    and are never sent. Scores are unchanged: those columns contributed 0 to every projection."""
+    used = (model.W_q != 0).any(axis=0)
+    if used.all() or not used.any():
+        return model
+    return replace(model, W_q=np.ascontiguousarray(model.W_q[:, used]),
+                   input_stage=model.input_stage.keep_only(used))
 
 
 def _json_label(label):

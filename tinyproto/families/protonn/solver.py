@@ -5,200 +5,51 @@ IntProtoNN of that shape and summing its CArrays, the same code path that render
 
 B and Z are stored dense: a sparse int8 encoding needs at least a 1-bit mask per entry, so it only saves
 bytes below 87.5 % density, and the paper's s_B = s_Z = 0.8 would save ~8 % of their bytes at an accuracy
-cost. The budget therefore goes to W's sparsity (bitmap + nonzero values), which the solver fills.
+cost. The budget therefore goes to W's nonzeros, in W's smallest exact encoding (encoding.py: dense, bitmap,
+or column codes that scale with the nonzeros), which the solver fills.
+
+The input stage is priced like every array and chosen per data set (STAGES): per-feature standardisation on the
+device (4 B per kept feature), one shared offset and gain (4 B; trained on globally scaled data), or per-feature
+standardisation folded into W and a projection offset (4 + 2 d_hat B). Each kind that fits the budget is
+probed with one mid-sized shape of its own candidate list, on the same folds; the best validated int8 accuracy
+(ties: fewer predicted cycles, then bytes) picks the kind whose shapes are then searched.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.inputstage import InputStage
-from tinyproto.families.protonn.quantize import IntProtoNN, quantize_protonn
+from tinyproto.families.protonn.quantize import IntProtoNN, drop_unread, quantize_protonn
+from tinyproto.families.protonn.shapes import (STAGES, TABLE_SIZES, Shape, candidate_shapes, fastest_shape,
+                                               largest_nnz, minimum_budget, model_bytes, model_cycles)
 from tinyproto.families.protonn.train import ProtoNNClassifier
 
-TABLE_SIZES = (16, 32, 64)
-DIMENSIONS = (3, 5, 8, 10, 12, 15, 20, 25, 30, 40)
-PROTOS_PER_CLASS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
-MIN_W_DENSITY = 0.05
-MAX_CANDIDATES = 10
 VALIDATION_FRACTION = 0.2
+# Above this many training rows the shapes are searched on a stratified sample of them (one validation split),
+# and only the chosen shape is refitted on every row: a 10,000 x 784 CSV then trains in well under a minute.
+SEARCH_ROWS = 2000
 
 
-@dataclass(frozen=True)
-class Shape:
-    n_components: int  # d_hat
-    n_prototypes: int  # m
-    nnz_W: int  # nonzeros W may keep
-    table_size: int
-
-    def sparsity_W(self, n_features: int) -> float:
-        # Slightly under nnz/size so that ceil(s * size) can never round up past nnz.
-        return min(1.0, (self.nnz_W - 0.5) / (self.n_components * n_features))
-
-    def as_dict(self, n_features: int) -> dict:
-        return {
-            "n_components": self.n_components,
-            "n_prototypes": self.n_prototypes,
-            "sparsity_W": round(self.sparsity_W(n_features), 4),
-            "sparsity_B": 1.0,
-            "sparsity_Z": 1.0,
-            "table_size": self.table_size,
-        }
-
-
-def placeholder_model(n_features: int, n_classes: int, shape: Shape, spread: bool = False) -> IntProtoNN:
-    """An IntProtoNN of this shape with dummy values: its arrays have the rendered sizes, and (spread=True: the
-    nonzeros evenly spread over W, the 16-bit rescale) its predicted cycles are close to a trained model's."""
-    D, d = shape.n_components, n_features
-    W = np.zeros(D * d, dtype=np.int8)
-    if spread:
-        W[np.linspace(0, D * d - 1, num=min(shape.nnz_W, D * d)).astype(np.int64)] = 1
-    else:
-        W[: shape.nnz_W] = 1
-    zeros16 = np.zeros(d, dtype=np.uint16)
-    model = IntProtoNN(
-        classes=list(range(n_classes)),
-        input_stage=InputStage(zeros16, 0, zeros16, 0, 1.0),
-        W_q=W.reshape(D, d),
-        B_q=np.zeros((shape.n_prototypes, D), dtype=np.int8),
-        Z_q=np.zeros((shape.n_prototypes, n_classes), dtype=np.int8),
-        proj_shift=8 if spread else 0,
-        table=np.zeros(shape.table_size, dtype=np.uint8),
-        table_shift=0,
-        scales={},
-    )
-    return model
-
-
-def placeholder_bytes(n_features: int, n_classes: int, shape: Shape) -> int:
-    """Model bytes of a ProtoNN of this shape, from the arrays that would be rendered."""
-    return sum(a.nbytes for a in placeholder_model(n_features, n_classes, shape).carrays())
-
-
-def model_cycles(model: IntProtoNN) -> int:
-    """Predicted AVR cycles per inference of this integer model (the family's cost model)."""
-    from tinyproto.families import predict_cycles
-
-    return int(predict_cycles(model)["total"])
-
-
-def model_bytes(model: IntProtoNN) -> int:
-    return sum(a.nbytes for a in model.carrays())
-
-
-def largest_nnz_in_time(n_features: int, n_classes: int, D: int, m: int, table_size: int, max_cycles: float,
-                        high: int) -> int:
-    """Most W nonzeros (at most `high`) whose spread placeholder is predicted within max_cycles, or 0.
-
-    An estimate: a trained W's nonzeros cluster differently and its rescale shift differs, so the trained model
-    is checked exactly (enforce_latency) after quantization."""
-    def fits(nnz: int) -> bool:
-        model = placeholder_model(n_features, n_classes, Shape(D, m, nnz, table_size), spread=True)
-        return model_cycles(model) <= max_cycles
-
-    return _largest_fitting(fits, high)
-
-
-def largest_nnz(n_features: int, n_classes: int, D: int, m: int, table_size: int, budget: int) -> int:
-    """Most W nonzeros that fit the budget for this (D, m, table), or 0 if not even one fits.
-
-    Bytes grow monotonically with the nonzeros, so a binary search over placeholder models finds it.
-    """
-    def fits(nnz: int) -> bool:
-        return placeholder_bytes(n_features, n_classes, Shape(D, m, nnz, table_size)) <= budget
-
-    return _largest_fitting(fits, D * n_features)
-
-
-def _largest_fitting(fits: Callable[[int], bool], high: int) -> int:
-    """Largest n in 1..high with fits(n) (fits is monotone: true up to some n, false after), or 0 if none."""
-    if high < 1 or not fits(1):
-        return 0
-    low = 1
-    while low < high:
-        middle = (low + high + 1) // 2
-        if fits(middle):
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
-def minimum_budget(n_features: int, n_classes: int) -> int:
-    """The smallest model: d_hat = 1, one prototype per class, one W nonzero, the smallest table."""
-    return placeholder_bytes(n_features, n_classes, Shape(1, n_classes, 1, TABLE_SIZES[0]))
-
-
-def table_size_for(budget: int) -> int:
-    return 64 if budget >= 1536 else 32 if budget >= 768 else 16
-
-
-def min_nnz(D: int, n_features: int) -> int:
-    """The sparsest W the solver considers: one nonzero per row, and at least MIN_W_DENSITY of W."""
-    return max(D, math.ceil(MIN_W_DENSITY * D * n_features))
-
-
-def candidate_shapes(n_features: int, class_counts: np.ndarray, budget: int,
-                     max_cycles: float | None = None) -> list[Shape]:
-    """Feasible shapes, spread over the trade-off between projection width, prototypes and W density.
-
-    With max_cycles, each shape's W nonzeros are also capped so that its predicted cycles fit (an estimate
-    from a placeholder; the trained model is checked exactly), and shapes that cannot fit are left out."""
-    L = len(class_counts)
-    max_per_class = int(class_counts.min())
-    table_size = table_size_for(budget)
-    shapes = []
-    for D in (D for D in DIMENSIONS if D <= max(3, n_features)):
-        for per_class in (p for p in PROTOS_PER_CLASS if p <= max_per_class):
-            m = per_class * L
-            nnz = largest_nnz(n_features, L, D, m, table_size, budget)
-            if max_cycles is not None and nnz >= min_nnz(D, n_features):
-                nnz = largest_nnz_in_time(n_features, L, D, m, table_size, max_cycles, nnz)
-            if nnz >= min_nnz(D, n_features):
-                shapes.append(Shape(D, m, nnz, table_size))
-    return _spread(shapes, MAX_CANDIDATES)
-
-
-def fastest_shape(n_features: int, n_classes: int, budget: int) -> Shape:
-    """The shape with the fewest predicted cycles the solver would consider within the budget: the narrowest
-    projection, one prototype per class, the sparsest W (or, when even that does not fit, the smallest model)."""
-    D = min(DIMENSIONS[0], max(1, n_features))
-    table_size = table_size_for(budget)
-    nnz = min(min_nnz(D, n_features), largest_nnz(n_features, n_classes, D, n_classes, table_size, budget))
-    if nnz < 1:
-        return Shape(1, n_classes, 1, TABLE_SIZES[0])
-    return Shape(D, n_classes, nnz, table_size)
-
-
-def _spread(shapes: list[Shape], limit: int) -> list[Shape]:
-    """Keep at most `limit` shapes: for each d_hat the two with most prototypes, widest d_hat first."""
-    by_dim: dict[int, list[Shape]] = {}
-    for shape in shapes:
-        by_dim.setdefault(shape.n_components, []).append(shape)
-    picked = []
-    for D in sorted(by_dim, reverse=True):
-        ranked = sorted(by_dim[D], key=lambda s: s.n_prototypes, reverse=True)
-        picked.extend(ranked[:2])
-    if len(picked) <= limit:
-        return picked
-    step = len(picked) / limit
-    return [picked[int(i * step)] for i in range(limit)]
+__all__ = ["fit_protonn_under_budget", "fit_shape", "minimum_budget", "model_bytes", "model_cycles",
+           "rank_candidates"]
 
 
 def fit_shape(shape: Shape, X: np.ndarray, y: np.ndarray, seed: int) -> tuple[ProtoNNClassifier, IntProtoNN]:
+    scaling, stage = STAGES[shape.stage]
     clf = ProtoNNClassifier(
         n_components=shape.n_components,
         n_prototypes=shape.n_prototypes,
         sparsity_W=shape.sparsity_W(X.shape[1]),
         random_state=seed,
+        scaling=scaling,
     ).fit(X, y)
-    return clf, quantize_protonn(clf, X, table_size=shape.table_size)
+    return clf, quantize_protonn(clf, X, table_size=shape.table_size, stage=stage)
 
 
 def enforce_budget(model: IntProtoNN, budget: int) -> IntProtoNN:
@@ -211,7 +62,7 @@ def enforce_budget(model: IntProtoNN, budget: int) -> IntProtoNN:
         excess = sum(a.nbytes for a in model.carrays()) - budget
         drop = nz[np.argsort(np.abs(W.flat[nz]), kind="stable")[: max(1, excess)]]
         W.flat[drop] = 0
-        model = replace(model, W_q=W)
+        model = drop_unread(replace(model, W_q=W))
     return model
 
 
@@ -232,7 +83,7 @@ def enforce_latency(model: IntProtoNN, max_cycles: float | None) -> IntProtoNN |
         count = min(nz.size - floor, max(1, int(excess // 35)))
         drop = nz[np.argsort(np.abs(W.flat[nz]), kind="stable")[:count]]
         W.flat[drop] = 0
-        model = replace(model, W_q=W)
+        model = drop_unread(replace(model, W_q=W))
 
 
 def int8_accuracy(model: IntProtoNN, X: np.ndarray, y: np.ndarray) -> float:
@@ -302,37 +153,64 @@ def fit_protonn_under_budget(
     def ms(cycles: float) -> float:
         return 1000.0 * cycles / f_cpu_hz
 
+    X_search, y_search = _search_rows(X_train, y_train, random_state)
     X_fit, X_val, y_fit, y_val = train_test_split(
-        X_train, y_train, test_size=VALIDATION_FRACTION, stratify=y_train, random_state=random_state
+        X_search, y_search, test_size=VALIDATION_FRACTION, stratify=y_search, random_state=random_state
     )
-    folds = _folds(X_train, y_train, random_state)
+    folds = _folds(X_search, y_search, random_state) if len(y_search) == len(y_train) else []
     _, fit_counts = np.unique(folds[0][1] if folds else y_fit, return_counts=True)
-    shapes = candidate_shapes(n_features, fit_counts, budget_bytes, max_cycles)
-    if not shapes and max_cycles is None:
-        shapes = [Shape(1, len(classes), largest_nnz(n_features, len(classes), 1, len(classes), TABLE_SIZES[0], budget_bytes), TABLE_SIZES[0])]
     tried: list[dict] = []
     kept: list[Shape] = []
     n_val = sum(len(v[3]) for v in folds) if folds else len(y_val)
 
-    def evaluate(shape: Shape) -> None:
-        correct = cycles = nbytes = 0
-        for Xf, yf, Xv, yv in (folds or [(X_fit, y_fit, X_val, y_val)]):
-            _, model = fit_shape(shape, Xf, yf, random_state)
-            model = enforce_latency(enforce_budget(model, budget_bytes), max_cycles)
-            if model is None:  # even one W nonzero per row is predicted too slow
-                return
-            correct += int(np.sum(model.predict(Xv) == yv))
-            cycles, nbytes = max(cycles, model_cycles(model)), max(nbytes, model_bytes(model))
-        kept.append(shape)
-        tried.append({**shape.as_dict(n_features), "val_int8_accuracy": correct / n_val, "model_bytes": nbytes,
-                      "predicted_cycles": cycles, "predicted_latency_ms": round(ms(cycles), 4)})
+    splits = folds or [(X_fit, y_fit, X_val, y_val)]
 
-    for i, shape in enumerate(shapes, start=1):
+    def evaluate_all(batch: list[Shape]) -> list[dict | None]:
+        """Validate a batch of shapes (in SEARCH_JOBS processes when the data is large enough to pay for them)."""
+        results = _map_shapes(batch, splits, budget_bytes, max_cycles, random_state, X_search.size)
+        out = []
+        for shape, result in zip(batch, results):
+            if result is None:  # even one W nonzero per row is predicted too slow
+                out.append(None)
+                continue
+            correct, cycles, nbytes = result
+            kept.append(shape)
+            tried.append({**shape.as_dict(n_features), "val_int8_accuracy": correct / n_val, "model_bytes": nbytes,
+                          "predicted_cycles": cycles, "predicted_latency_ms": round(ms(cycles), 4)})
+            out.append(tried[-1])
+        return out
+
+    def evaluate(shape: Shape) -> dict | None:
+        return evaluate_all([shape])[0]
+
+    per_stage = {stage: candidate_shapes(n_features, fit_counts, budget_bytes, max_cycles, stage)
+                 for stage in STAGES if minimum_budget(n_features, len(classes), stage) <= budget_bytes}
+    nonempty = {stage: shapes for stage, shapes in per_stage.items() if shapes}
+    stage_probe: dict = {}
+    if len(nonempty) > 1:  # probe each input stage with a mid-sized shape of its own list, on the same folds
+        probes = {stage: stage_shapes[len(stage_shapes) // 2] for stage, stage_shapes in nonempty.items()}
         if progress:
+            for stage, probe in probes.items():
+                progress(f"input stage {stage}: probe d_hat={probe.n_components} m={probe.n_prototypes}")
+        stage_probe = dict(zip(probes, evaluate_all(list(probes.values()))))
+        scored = {k: v for k, v in stage_probe.items() if v is not None}
+        chosen_stage = (min(scored, key=lambda k: (-scored[k]["val_int8_accuracy"], scored[k]["predicted_cycles"],
+                                                   scored[k]["model_bytes"])) if scored else next(iter(nonempty)))
+    elif nonempty:
+        chosen_stage = next(iter(nonempty))
+    else:  # nothing fits (a latency limit, or a budget at the minimum): the per-feature stage, as ever
+        chosen_stage = "feature" if "feature" in per_stage else next(iter(per_stage), "feature")
+    shapes = [sh for sh in per_stage.get(chosen_stage, []) if sh not in kept]  # probes are already evaluated
+    if not per_stage.get(chosen_stage) and max_cycles is None:
+        shapes = [Shape(1, len(classes), largest_nnz(n_features, len(classes), 1, len(classes), TABLE_SIZES[0],
+                                                     budget_bytes, chosen_stage), TABLE_SIZES[0], chosen_stage)]
+
+    if progress:
+        for i, shape in enumerate(shapes, start=1):
             progress(f"candidate {i}/{len(shapes)}: d_hat={shape.n_components} m={shape.n_prototypes}")
-        evaluate(shape)
+    evaluate_all(shapes)
     if not tried and max_cycles is not None:  # the placeholders' estimate may be pessimistic: the fastest shape
-        evaluate(fastest_shape(n_features, len(classes), budget_bytes))
+        evaluate(fastest_shape(n_features, len(classes), budget_bytes, chosen_stage))
     if not tried:
         _refuse(X_fit, y_fit, X_val, y_val, n_features, len(classes), budget_bytes, max_latency_ms, random_state, ms)
     margin = noise_margin(max(t["val_int8_accuracy"] for t in tried), n_val)
@@ -363,12 +241,60 @@ def fit_protonn_under_budget(
         "gamma": float(clf.gamma_),
         "search_seconds": round(time.perf_counter() - started, 2),
         "minimum_budget_bytes": floor,
+        "input_stage": chosen_stage,
+        "input_stage_probe": {k: (None if v is None else {"val_int8_accuracy": v["val_int8_accuracy"],
+                                                          "model_bytes": v["model_bytes"]})
+                              for k, v in stage_probe.items()},
+        "search_rows": int(len(y_search)),
+        "w_encoding": model.w_encoding,
+        "features_kept": model.n_features,
+        # the raw columns the device receives, in order (None: all): the C API and the sketch take these only
+        "input_columns": None if model.input_stage.kept is None else list(model.input_stage.kept),
     }
     return clf, model, info
 
 
 RUNNERS_UP = 5
 VALIDATION_FOLDS = 3  # > 1: stratified K-fold cross-validation of every candidate; else one VALIDATION_FRACTION split
+
+
+SEARCH_JOBS = 2  # processes validating candidates in parallel (the results do not depend on it)
+PARALLEL_MIN_VALUES = 200_000  # below this many training values a second process costs more than it saves
+
+
+def _validate_shape(shape: Shape, splits: list, budget_bytes: int, max_cycles, seed: int):
+    """(correct predictions, max predicted cycles, max bytes) of a shape over the splits, or None if too slow."""
+    correct = cycles = nbytes = 0
+    for Xf, yf, Xv, yv in splits:
+        _, model = fit_shape(shape, Xf, yf, seed)
+        model = enforce_latency(enforce_budget(model, budget_bytes), max_cycles)
+        if model is None:
+            return None
+        correct += int(np.sum(model.predict(Xv) == yv))
+        cycles, nbytes = max(cycles, model_cycles(model)), max(nbytes, model_bytes(model))
+    return correct, cycles, nbytes
+
+
+def _map_shapes(shapes: list[Shape], splits: list, budget_bytes: int, max_cycles, seed: int, n_values: int) -> list:
+    import os
+
+    jobs = min(SEARCH_JOBS, len(shapes), os.cpu_count() or 1)
+    if jobs <= 1 or n_values < PARALLEL_MIN_VALUES:
+        return [_validate_shape(s, splits, budget_bytes, max_cycles, seed) for s in shapes]
+    from joblib import Parallel, delayed
+
+    return Parallel(n_jobs=jobs, backend="loky")(
+        delayed(_validate_shape)(s, splits, budget_bytes, max_cycles, seed) for s in shapes)
+
+
+def _search_rows(X, y, random_state) -> tuple[np.ndarray, np.ndarray]:
+    """All training rows, or a stratified sample of SEARCH_ROWS of them (deterministic for the seed)."""
+    if len(y) <= SEARCH_ROWS:
+        return X, y
+    from sklearn.model_selection import train_test_split
+
+    X_s, _, y_s, _ = train_test_split(X, y, train_size=SEARCH_ROWS, stratify=y, random_state=random_state)
+    return X_s, y_s
 
 
 def _folds(X, y, random_state) -> list[tuple]:

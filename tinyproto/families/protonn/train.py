@@ -127,11 +127,12 @@ def kmeans(P: np.ndarray, k: int, rng: np.random.RandomState, n_iter: int = KMEA
     return centres
 
 
-def standardisation(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def standardisation(X: np.ndarray, scaling: str = "feature") -> tuple[np.ndarray, np.ndarray]:
     """Per-feature mean and scale: the one rule of every family, `tinyproto.inputstage.standardisation`
     (each feature's std; a constant feature, including one whose std is only rounding noise, is scaled by its
-    magnitude instead, so it stays at 0 in training and a drifting reading stays small)."""
-    return inputstage_standardisation(X, "feature")
+    magnitude instead, so it stays at 0 in training and a drifting reading stays small). scaling="global" gives
+    every varying feature the data's overall spread instead (pixels, same-unit sensors: one shared gain)."""
+    return inputstage_standardisation(X, scaling)
 
 
 def squared_distances(P: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -315,6 +316,7 @@ class ProtoNNClassifier(ClassifierMixin, BaseEstimator):
         n_epochs: int = 40,
         batch_size: int = 64,
         random_state=None,
+        scaling: str = "feature",
     ) -> None:
         self.n_components = n_components
         self.n_prototypes = n_prototypes
@@ -325,6 +327,7 @@ class ProtoNNClassifier(ClassifierMixin, BaseEstimator):
         self.n_epochs = n_epochs
         self.batch_size = batch_size
         self.random_state = random_state
+        self.scaling = scaling
 
     # ---- fit ----------------------------------------------------------------------------------------------
 
@@ -338,7 +341,7 @@ class ProtoNNClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"ProtoNNClassifier needs at least 2 classes; got 1 class ({self.classes_[0]!r})")
         rng = check_random_state(self.random_state)
 
-        self.mean_, self.scale_ = standardisation(X)
+        self.mean_, self.scale_ = standardisation(X, self.scaling)
         Xs = (X - self.mean_) / self.scale_
         Y = np.eye(self.classes_.size)[y_index]
 

@@ -1,0 +1,230 @@
+"""Wide inputs: the digits16/digits28 data sets, wide files, W's exact encodings, the priced input stages and
+the streamed projection; the C code equals the numpy reference on the host (tp_predict, the raw-float path and
+streamed chunks) and, for one wide model, on the simulated Uno."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinyproto.core.datasets import load_dataset
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.inputstage import InputStage, shared_stage, stage_bytes
+from tinyproto.families.protonn import encoding
+from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
+
+from conftest import needs
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+# ---------------------------------------------------------------------------------------------- data sets
+
+
+@pytest.mark.parametrize("name,side", [("digits16", 16), ("digits28", 28)])
+def test_wide_digits(name, side):
+    data = load_dataset(name)
+    assert data.X.shape == (1797, side * side)
+    assert data.X.min() == 0 and data.X.max() == 255
+    assert np.array_equal(data.X, np.rint(data.X))  # whole grey levels, as USPS/MNIST pixels
+    assert np.array_equal(data.y, load_dataset("digits").y)
+
+
+def test_wide_csv_and_npz_load(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 256, size=(40, 4100))
+    y = np.arange(40) % 4
+    path = tmp_path / "wide.csv"
+    path.write_text(",".join(f"p{i}" for i in range(4100)) + ",label\n"
+                    + "".join(",".join(map(str, row)) + f",{c}\n" for row, c in zip(X, y)))
+    data = load_dataset(str(path))
+    assert data.X.shape == (40, 4100) and np.array_equal(data.X, X)
+    np.savez(tmp_path / "wide.npz", X=X.astype(np.float32), y=y)
+    assert load_dataset(str(tmp_path / "wide.npz")).X.shape == (40, 4100)
+
+
+# ---------------------------------------------------------------------------------------------- encodings
+
+
+def _one_per_column(D, d, extra, rng):
+    W = np.zeros((D, d), dtype=np.int8)
+    W[rng.integers(0, D, size=d), np.arange(d)] = rng.choice([-128, -127, -1, 1, 5, 127], size=d)
+    flat = rng.choice(D * d, size=extra, replace=False)
+    W.flat[flat] = rng.integers(1, 128, size=extra) * rng.choice([-1, 1], size=extra)  # never 0: no empty column
+    return W
+
+
+@pytest.mark.parametrize("D,d,density", [(4, 12, 1.0), (12, 40, 0.3), (12, 300, None), (6, 300, None),
+                                         (1, 1, 1.0), (128, 3, 1.0), (8, 700, None)])
+def test_encodings_round_trip_exactly(D, d, density):
+    rng = np.random.default_rng(D * 1000 + d)
+    if density is None:
+        W = _one_per_column(D, d, d // 5, rng)
+    else:
+        W = (rng.integers(-128, 128, size=(D, d)) * (rng.random((D, d)) < density)).astype(np.int8)
+    for name in encoding.feasible(W):
+        arrays = encoding.encode(W, name)
+        assert sum(a.nbytes for a in arrays.values()) == encoding.encoded_bytes(W, name)
+        np.testing.assert_array_equal(encoding.decode(arrays, name, W.shape), W)
+    best = encoding.smallest(W)
+    assert encoding.encoded_bytes(W, best) == min(encoding.encoded_bytes(W, n) for n in encoding.feasible(W))
+
+
+def test_column_codes_need_every_column_and_scale_with_nonzeros():
+    W = np.zeros((10, 784), dtype=np.int8)
+    W[np.arange(784) % 10, np.arange(784)] = 3
+    assert encoding.smallest(W) == "col_bytes"
+    assert encoding.encoded_bytes(W, "col_bytes") == 2 * 784 < encoding.encoded_bytes(W, "bitmap")
+    W[:, 5] = 0  # a column no weight reads: only the row-major encodings can say so
+    assert "col_bytes" not in encoding.feasible(W)
+
+
+# ---------------------------------------------------------------------------------------------- input stages
+
+
+def test_shared_stage_prices_four_bytes_and_keeps_columns():
+    rng = np.random.default_rng(1)
+    X = rng.integers(0, 256, size=(50, 30)).astype(np.float64)
+    stage = shared_stage(X)
+    assert sum(a.nbytes for a in stage.carrays()) == stage_bytes("shared", 30) == 4
+    assert stage_bytes("feature", 30) == 120
+    xq = stage.quantize(X)
+    assert xq.min() >= -127 and xq.max() <= 127 and abs(int(xq.min()) + int(xq.max())) <= 2
+    used = np.zeros(30, dtype=bool)
+    used[[2, 7, 29]] = True
+    kept = stage.keep_only(used)
+    assert kept.kept == (2, 7, 29) and kept.n_features == 3 and kept.n_raw == 30
+    np.testing.assert_array_equal(kept.quantize(X), xq[:, used])  # raw rows of either width
+    np.testing.assert_array_equal(kept.quantize(X[:, used]), xq[:, used])
+    back = InputStage.from_json(kept.to_json())
+    assert (back.kind, back.kept, back.n_raw) == ("shared", (2, 7, 29), 30)
+    np.testing.assert_array_equal(back.quantize(X), xq[:, used])
+    with pytest.raises(TinyprotoError, match="takes 30 features"):
+        kept.quantize(X[:, :5])
+
+
+# ---------------------------------------------------------------------------------------------- host C == numpy
+
+
+def synthetic(D, d, m, L, rng, *, stage="feature", density=None, n_raw=None, proj_shift=9):
+    """A ProtoNN integer model with W of a chosen structure (density None: one nonzero per column plus a few),
+    an informative kernel table, and the requested input stage (kept columns when n_raw > d)."""
+    if density is None:
+        W = _one_per_column(D, d, d // 5, rng)
+    else:
+        W = (rng.integers(-128, 128, size=(D, d)) * (rng.random((D, d)) < density)).astype(np.int8)
+    n_raw = n_raw or d
+    kept = None if n_raw == d else np.sort(rng.choice(n_raw, size=d, replace=False))
+    if stage == "shared":
+        input_stage = InputStage.shared(127.5, 127 / 127.5, d, kept=kept, n_inputs=n_raw)
+        offset = rng.integers(-512, 513, size=D).astype(np.int16)
+    else:
+        input_stage = InputStage.from_standardisation(rng.normal(100, 30, d), rng.uniform(20, 60, d), 1 / 40,
+                                                      kept=kept, n_inputs=n_raw if kept is not None else None)
+        offset = None
+    model = IntProtoNN(list(range(L)), input_stage, W, rng.integers(-60, 61, size=(m, D)).astype(np.int8),
+                       rng.integers(-127, 128, size=(m, L)).astype(np.int8), proj_shift=proj_shift,
+                       table=np.zeros(32, dtype=np.uint8), table_shift=0, scales={}, offset=offset)
+    X = rng.integers(0, 256, size=(12, n_raw)).astype(np.float32)
+    X[0, :] = np.nan
+    X[1, :] = 1e6
+    z = model.projections(model.input_stage.quantize(X))
+    B = np.clip(z[: min(m, len(z))] + rng.integers(-3, 4, size=z[: min(m, len(z))].shape), -127, 127)
+    B_q = model.B_q.copy()
+    B_q[: len(B)] = B
+    dist = ((z[:, None, :] - B_q.astype(np.int64)[None]) ** 2).sum(axis=2)
+    gamma = float(np.sqrt(np.log(2) / max(float(np.median(dist)), 1.0)))
+    table, shift = kernel_table(gamma=gamma, b_scale=1.0, size=32)
+    from dataclasses import replace
+    return replace(model, B_q=B_q, table=table, table_shift=shift), X
+
+
+def host_runners(model, tmp: Path) -> tuple[Path, Path]:
+    from tinyproto.core.render import write_sources
+    from tinyproto.device.hostc import HOST_CFLAGS, build_host_runner
+
+    write_sources(model, tmp, "test", 0, 1 << 20)
+    lib = tmp / "lib" / "tinyproto"
+    stream = tmp / "stream_runner"
+    subprocess.run(["gcc", *HOST_CFLAGS, f"-I{tmp / 'include'}", f"-I{lib}", str(FIXTURES / "stream_runner.c"),
+                    str(lib / "tp_input.c"), str(lib / "tp_protonn.c"), "-lm", "-o", str(stream)], check=True)
+    return build_host_runner(tmp, tmp / "runner", "protonn"), stream
+
+
+def _parse(out: str) -> tuple[np.ndarray, np.ndarray]:
+    rows = np.array([line.split() for line in out.splitlines()], dtype=np.int64)
+    return rows[:, 0], rows[:, 1:]
+
+
+# (D, d, density, stage, n_raw): one case per W encoding, both stages, kept columns of a wider raw input
+HOST_CASES = [
+    (4, 12, 1.0, "feature", None, "dense"),
+    (12, 40, 0.3, "shared", None, "bitmap"),
+    (12, 300, None, "shared", 784, "col_bytes"),
+    (6, 300, None, "feature", 400, "col_nibbles"),
+    (8, 600, None, "shared", 784, "col_nibbles"),
+]
+
+
+@needs("gcc")
+@pytest.mark.parametrize("D,d,density,stage,n_raw,expected", HOST_CASES, ids=[c[5] + "-" + c[3] for c in HOST_CASES])
+def test_host_c_equals_numpy(tmp_path, D, d, density, stage, n_raw, expected):
+    from tinyproto.device.hostc import run_int8, run_raw
+
+    rng = np.random.default_rng(D * 7 + d)
+    model, X = synthetic(D, d, 20, 3, rng, stage=stage, density=density, n_raw=n_raw)
+    assert model.w_encoding == expected
+    assert (model.offset is not None) == (stage == "shared")
+    xq = model.input_stage.quantize(X)
+    reference = model.scores(xq)
+    assert np.count_nonzero(model.kernels(xq)) > len(xq)  # the kernels carry the projections' bits
+    runner, stream = host_runners(model, tmp_path)
+    labels, scores = run_int8(runner, xq)
+    np.testing.assert_array_equal(scores, reference)
+    np.testing.assert_array_equal(labels, model.labels(reference))
+    # the raw-float path: the C input stage on the kept columns equals the host's, bit for bit
+    xq_c, labels_raw, _ = run_raw(runner, model.input_stage.select(X))
+    np.testing.assert_array_equal(xq_c, xq)
+    for chunk in (1, 7, 255):
+        out = subprocess.run([str(stream), str(chunk)], input=xq.tobytes(), capture_output=True, check=True).stdout
+        np.testing.assert_array_equal(_parse(out.decode())[1], reference)
+    raw = np.ascontiguousarray(model.input_stage.select(X), dtype="<f4").tobytes()
+    out = subprocess.run([str(stream), "16", "raw"], input=raw, capture_output=True, check=True).stdout
+    np.testing.assert_array_equal(_parse(out.decode())[1], reference)
+
+
+# ---------------------------------------------------------------------------------------------- simulated Uno
+
+
+@needs("avr-gcc")
+@pytest.mark.usefixtures("private_cache")
+def test_wide_model_bit_exact_on_the_simulated_uno(tmp_path):
+    """A 784-input model that reads 600 features (column codes, shared stage, offset): the device's scores equal
+    the numpy reference, and the cost model is within 3 % of the measured cycles."""
+    import os
+
+    if not os.path.exists("/usr/include/simavr/sim_avr.h"):
+        pytest.skip("libsimavr-dev not installed")
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.render import write_sources
+    from tinyproto.device.build import build_project, render_platformio_ini
+    from tinyproto.device.protocol import open_device
+    from tinyproto.device.sim import SimulatedUno
+    from tinyproto.families import predict_cycles
+
+    rng = np.random.default_rng(28)
+    model, X = synthetic(12, 600, 20, 4, rng, stage="shared", n_raw=784)
+    assert model.w_encoding == "col_bytes" and model.n_features == 600
+    xq = model.input_stage.quantize(X)
+    write_sources(model, tmp_path, "test", 0, 1 << 20)
+    ini = render_platformio_ini(load_board("uno")).replace("-DTP_SIMULATED=1", "-DTP_SIMULATED=1 -DTP_NO_RAW_INPUT=1")
+    (tmp_path / "platformio.ini").write_text(ini)
+    build = build_project(tmp_path, "uno_sim")
+    with SimulatedUno(build.elf) as uno, open_device(uno.port) as client:
+        predictions = [client.predict(x) for x in xq]
+    np.testing.assert_array_equal(np.array([p.scores for p in predictions]), model.scores(xq))
+    cycles = float(np.mean([p.cycles for p in predictions]))
+    assert abs(predict_cycles(model)["total"] - cycles) / cycles < 0.03

@@ -1,0 +1,124 @@
+"""Checks every data source passes before training: shape, range, classes, and features the device can see.
+
+Layer: core. The rules are in tinyproto.core.datasets' docstring.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tinyproto.core.data_files import FLOAT32_MAX, NOISE_RELATIVE
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.inputstage import standardise_moments
+
+MAX_CLASSES = 255
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+
+def validate_xy(X: np.ndarray, y: np.ndarray, source: str,
+                columns: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Shape, range, class and usefulness checks, each with one clear message. `columns` names the features."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            X = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise TinyprotoError(f"{source}: features must be numeric") from None
+    y = np.asarray(y)
+    if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0]:
+        raise TinyprotoError(f"{source}: X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        raise TinyprotoError(f"{source}: no samples or no features (X has shape {X.shape})")
+
+    def column(j: int) -> str:
+        return columns[j] if columns is not None else f"column {j}"
+
+    def cell(row: int, col: int) -> str:  # 0-based array indices, or a named column
+        return f"row {row + 1}, {columns[col]}" if columns is not None else f"X[{row}, {col}]"
+
+    bad = ~np.isfinite(X)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise TinyprotoError(
+            f"{source}: {int(bad.sum())} feature values are NaN or infinite (first at {cell(row, col)}); "
+            "clean or impute them first"
+        )
+    big = np.abs(X) > FLOAT32_MAX
+    if big.any():
+        row, col = np.argwhere(big)[0]
+        raise TinyprotoError(
+            f"{source}: {cell(row, col)} is {X[row, col]:.3g}, beyond float32's range (|x| > 3.4e38), "
+            "which the device computes in"
+        )
+    classes, counts = np.unique(y, return_counts=True)
+    if classes.size < 2:
+        raise TinyprotoError(f"{source}: needs at least two classes, found {classes.size}")
+    if classes.size > MAX_CLASSES:
+        raise TinyprotoError(f"{source}: {classes.size} classes; the device supports at most {MAX_CLASSES}")
+    if counts.min() < 2:
+        raise TinyprotoError(
+            f"{source}: class {_plain(classes[counts.argmin()])!r} has a single sample; every class needs at least 2"
+        )
+    check_features_usable(X, source, column)
+    return X, y
+
+
+def check_features_usable(X: np.ndarray, source: str, column=lambda j: f"column {j}") -> None:
+    """Refuse features the device cannot use, by the rule of inputstage.standardise_moments."""
+    rule = standardise_moments(X.mean(axis=0), X.var(axis=0), "feature")
+    magnitude = np.abs(rule.mean)
+    # constant for the device, yet more than floating-point noise (a column of 0.3s has std ~1e-17): refuse
+    # rather than let the variation vanish without a word; an offset makes it visible
+    lost = rule.constant & (rule.std > NOISE_RELATIVE * magnitude) & (rule.std > 0)
+    if lost.any():
+        j = int(np.argmax(lost))
+        if rule.std[j] <= 2.0**-100 and magnitude[j] <= 2.0**-90:
+            why = "its values are below 1e-27, which float32 on the device cannot resolve; scale it up"
+        else:
+            why = (f"its std {rule.std[j]:.3g} around {rule.mean[j]:.7g} is {rule.std[j] / magnitude[j]:.2g} of its "
+                   "magnitude, finer than the device's half-float mean (good to 2.4e-4 of it); subtract an offset "
+                   "(e.g. its minimum) from the column, or drop it")
+        raise TinyprotoError(f"{source}: {column(j)} varies too little for the device to see: {why}")
+    if rule.constant.all():
+        tiny = float(np.abs(X).max()) < 2.0**-100
+        why = ("every value is below 1e-30 in magnitude, which float32 on the device cannot resolve" if tiny else
+               "every feature is constant (or varies by less than 0.1 % of its magnitude, which the device's "
+               "half-float input stage cannot resolve)")
+        raise TinyprotoError(f"{source}: no feature varies: {why}; a model would be useless")
+    if rule.floored.any():
+        j = int(np.argmax(rule.floored))
+        widest = int(np.argmax(rule.std))
+        raise TinyprotoError(
+            f"{source}: {column(j)} varies by {rule.std[j]:.3g} (std) while {column(widest)} varies by "
+            f"{rule.std[widest]:.3g}: the device's input gains (half floats with one shared exponent) cannot span "
+            "both; rescale the features (or drop the outlier values)"
+        )
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def check_int8_inputs_vary(X: np.ndarray, source: str) -> None:
+    """Refuse data whose int8 inputs would all be constant: every feature standardised (the one rule) and put
+    on the int8 grid (`choose_input_scale`, as every family does) takes a single value. This happens when a few
+    enormous outliers set each feature's std, so every ordinary value rounds to the same int8 step."""
+    from tinyproto.core.inputstage import INPUT_MAX, choose_input_scale, standardisation
+
+    X = X[:: max(1, len(X) // 4000)]  # a deterministic sample is plenty for this
+    mean, scale = standardisation(X)
+    Z = (X - mean) / scale
+    step = choose_input_scale(Z)
+    n, d = X.shape
+    q = np.clip(np.rint(Z / step), -INPUT_MAX, INPUT_MAX).astype(np.int64) + INPUT_MAX  # 0..254
+    counts = np.bincount((q + (2 * INPUT_MAX + 1) * np.arange(d)).reshape(-1), minlength=(2 * INPUT_MAX + 1) * d)
+    differing = n - counts.reshape(d, -1).max(axis=1)  # rows off each feature's most common int8 value
+    if not (differing >= max(2, math.ceil(0.005 * n))).any():
+        raise TinyprotoError(
+            f"{source}: on the int8 grid every feature takes one value in all but a handful of rows, so a model "
+            "would be useless (a few huge outliers setting every feature's spread?); remove the outliers or "
+            "transform the features (e.g. log)"
+        )

@@ -1,0 +1,296 @@
+"""The CSV reader: header, delimiter, a numpy fast path for well-formed files and a reference parse that names
+the line and column of any problem (rules: tinyproto.core.datasets' docstring). Layer: core.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import warnings
+
+import numpy as np
+
+from tinyproto.core.data_files import (_INTEGER, _NONFINITE, _NUMBER, FLOAT32_MAX, MAX_VALUES, _reason,
+                                       _short, decode_text)
+from tinyproto.core.errors import TinyprotoError
+
+
+# ---------------------------------------------------------------------------------------------- CSV
+
+
+def _clean(cell: str) -> str:
+    """A cell without surrounding spaces/tabs and one pair of surrounding double quotes."""
+    cell = cell.strip(" \t")
+    if len(cell) >= 2 and cell[0] == cell[-1] == '"':
+        cell = cell[1:-1].strip(" \t")
+    return cell
+
+
+def _blank(record: list[str]) -> bool:
+    return all(not c.strip(" \t") for c in record)
+
+
+def _choose_delimiter(first_line: str) -> str:
+    for delimiter in (",", ";", "\t"):
+        try:
+            fields = next(csv.reader([first_line], delimiter=delimiter))
+        except (csv.Error, StopIteration):
+            continue
+        if len(fields) >= 2:
+            return delimiter
+    return ","
+
+
+class _Columns:
+    """Header names and the label column, with names for messages."""
+
+    def __init__(self, names: list[str], label_col: int):
+        self.names = names
+        self.label_col = label_col
+        self.features = [j for j in range(len(names)) if j != label_col]
+
+    def describe(self, j: int) -> str:
+        return f"column {j + 1} ({self.names[j]!r})" if self.names[j] else f"column {j + 1} (unnamed)"
+
+    def feature_names(self) -> list[str]:
+        return [self.describe(j) for j in self.features]
+
+
+def load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    text = decode_text(raw, name)
+    lines = text.splitlines()  # only to find the header line; the parse below uses the csv module
+    first = next((i for i, line in enumerate(lines) if line.strip(" \t,;")), None)
+    if first is None:
+        raise TinyprotoError(f"{name}: has no header and no data (only blank lines)")
+    delimiter = _choose_delimiter(lines[first])
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        header, header_line = None, 0
+        for record in reader:
+            if not _blank(record):
+                header, header_line = record, reader.line_num
+                break
+        if header is None:
+            raise TinyprotoError(f"{name}: has no header and no data (only blank lines)")
+        # "a,b,label," with "1,2,x," rows: a trailing delimiter; with "1,2,x,y" rows: an unnamed last column
+        first = next((record for record in reader if not _blank(record)), None)
+        first_line = reader.line_num
+        trailing_delimiter = (len(header) > 1 and not header[-1].strip(" \t") and
+                              (first is None or len(first) < len(header) or not first[-1].strip(" \t")))
+        columns = _header(header[:-1] if trailing_delimiter else header, header_line, name, label)
+        fast = None if trailing_delimiter else _fast_csv_body(text, header_line, columns, delimiter)
+        if fast is not None:
+            X, labels, label_lines = fast
+        else:
+            records = [] if first is None else [(first, first_line)]
+            X, labels, label_lines = _csv_body(records, reader, columns, name)
+    except csv.Error as exc:
+        raise TinyprotoError(f"{name}, line {reader.line_num}: cannot be parsed as CSV ({_reason(exc)})") from None
+    y = _typed_labels(labels, label_lines, name, columns)
+    label_name = columns.names[columns.label_col]
+    if all(_NUMBER.fullmatch(columns.names[j]) for j in columns.features) and label_name in {_clean(v) for v in labels}:
+        raise TinyprotoError(
+            f"{name}, line {header_line}: the first line looks like data (numbers, then the class {label_name!r}), "
+            "not a header; add a header line naming the columns (e.g. f1,f2,...,label)"
+        )
+    return X, y, columns.feature_names()
+
+
+def _header(header: list[str], line: int, name: str, label: str | None) -> _Columns:
+    names = [_clean(h) for h in header]
+    seen: dict[str, int] = {}
+    for j, h in enumerate(names):
+        if h and h in seen:
+            raise TinyprotoError(
+                f"{name}, line {line}: columns {seen[h] + 1} and {j + 1} are both named {h!r}; "
+                "column names must be unique"
+            )
+        seen.setdefault(h, j)
+    if label is not None:
+        wanted = label.strip()
+        if not wanted:
+            raise TinyprotoError("--label is empty: name the label column")
+        if wanted not in seen:
+            shown = ", ".join(repr(h) for h in names[:12]) + (", ..." if len(names) > 12 else "")
+            raise TinyprotoError(f"{name}: no column named {label!r} for --label; the columns are {shown}")
+        label_col = seen[wanted]
+    else:
+        label_col = len(names) - 1
+    if all(_NUMBER.fullmatch(h) for h in names) and (label is None or not _NUMBER.fullmatch(label.strip())):
+        raise TinyprotoError(
+            f"{name}, line {line}: the first line is all numbers ({', '.join(names[:4])}"
+            f"{', ...' if len(names) > 4 else ''}); it must be a header naming the columns (e.g. f1,f2,...,label)"
+        )
+    if len(names) < 2:
+        raise TinyprotoError(
+            f"{name}, line {line}: only one column ({names[0]!r}); needs feature columns and a label column "
+            "(separated by ',', ';' or tabs)"
+        )
+    return _Columns(names, label_col)
+
+
+def _fast_csv_body(text: str, header_line: int, columns: _Columns, delimiter: str):
+    """The common case (every row well-formed, every value a plain finite number) at numpy speed, or None.
+
+    `_csv_body` is the reference: whenever anything is unusual this returns None and that parse decides (and
+    names the line of the problem). What numpy's loadtxt accepts here is a subset of what `_number` accepts
+    (tests/test_data_inputs.py checks the two agree), so the fast path never changes what is accepted.
+    """
+    if "\ufeff" in text or text.count("\r") != text.count("\r\n"):
+        return None  # lone CRs: let the csv module count the lines
+    pos = -1
+    for _ in range(header_line):
+        pos = text.find("\n", pos + 1)
+        if pos < 0:
+            return None
+    body = text[pos + 1:]
+    if "\r" in body:
+        body = body.replace("\r\n", "\n")
+        if "\r" in body:
+            return None
+    n, features, label_col = len(columns.names), columns.features, columns.label_col
+    if len(body) // max(2 * n, 1) * len(features) > 2 * MAX_VALUES:
+        return None
+    if '"' not in body:
+        physical = body.split("\n")
+        keep = [i for i, line in enumerate(physical) if line]
+        lines = [physical[i] for i in keep]
+        if any(line.count(delimiter) != n - 1 for line in lines):
+            return None
+        if label_col == n - 1:
+            labels = [line.rsplit(delimiter, 1)[1] for line in lines]
+        else:
+            labels = [line.split(delimiter, label_col + 1)[label_col] for line in lines]
+        label_lines = [header_line + 1 + i for i in keep]
+        numbers = lines
+        usecols = features
+    else:
+        reader = csv.reader(io.StringIO(body, newline=""), delimiter=delimiter)
+        records, label_lines = [], []
+        try:
+            for record in reader:
+                if not record:
+                    continue
+                if len(record) != n:
+                    return None
+                records.append(record)
+                label_lines.append(header_line + reader.line_num)
+        except csv.Error:
+            return None
+        labels = [r[label_col] for r in records]
+        numbers = [delimiter.join(r[j] for j in features) for r in records]
+        if any(line.count(delimiter) != len(features) - 1 or '"' in line or "\n" in line for line in numbers):
+            return None
+        usecols = None
+    if not numbers or any(not _clean(v) for v in labels):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            X = np.loadtxt(numbers, delimiter=delimiter, usecols=usecols, dtype=np.float64, comments=None,
+                           quotechar=None, ndmin=2)
+    except Exception:  # anything loadtxt dislikes: the reference parse explains it
+        return None
+    if X.shape != (len(labels), len(features)) or X.size > MAX_VALUES:
+        return None
+    if not np.isfinite(X).all() or np.abs(X).max() > FLOAT32_MAX:
+        return None
+    return X, labels, label_lines
+
+
+def _csv_body(records: list, reader, columns: _Columns, name: str):
+    """The reference parse: `records` (already read (record, line) pairs), then the rest of `reader`."""
+    n = len(columns.names)
+    features = columns.features
+    label_col = columns.label_col
+    blocks: list[np.ndarray] = []  # rows are packed into float64 blocks as they come (bounded memory)
+    rows: list[list[float]] = []
+    n_rows = 0
+    labels: list[str] = []
+    label_lines: list[int] = []
+    for record, line in itertools.chain(records, ((r, reader.line_num) for r in reader)):
+        if _blank(record):
+            continue
+        if len(record) != n and not (len(record) == n + 1 and not record[-1].strip(" \t")):
+            hint = " (an unquoted delimiter inside a value?)" if len(record) > n else ""
+            raise TinyprotoError(f"{name}, line {line}: has {len(record)} fields, the header has {n}{hint}")
+        n_rows += 1
+        if n_rows * len(features) > MAX_VALUES:
+            raise TinyprotoError(f"{name}: more than {MAX_VALUES:,} feature values; tinyproto's limit")
+        rows.append([_number(record[j], name, line, columns, j) for j in features])
+        if len(rows) == 4096:
+            blocks.append(np.array(rows, dtype=np.float64))
+            rows = []
+        labels.append(record[label_col])
+        label_lines.append(line)
+    if not n_rows:
+        raise TinyprotoError(f"{name}: has a header but no data rows")
+    blocks.append(np.array(rows, dtype=np.float64).reshape(-1, len(features)))
+    return np.concatenate(blocks), labels, label_lines
+
+
+def _number(cell: str, name: str, line: int, columns: _Columns, j: int) -> float:
+    text = _clean(cell)
+    if _NUMBER.fullmatch(text):
+        value = float(text)
+        if abs(value) <= FLOAT32_MAX:
+            return value
+        problem = f"{_short(text)} is beyond float32's range (|x| > 3.4e38), which the device computes in"
+    elif not text:
+        problem = "is empty (a missing value); fill or drop the row"
+    elif _NONFINITE.fullmatch(text):
+        problem = f"holds {text!r}: NaN or infinite values are not accepted; clean or impute them first"
+    else:
+        problem = f"holds {_short(text)}, which is not a number{_number_hint(text)}"
+    raise TinyprotoError(f"{name}, line {line}, {columns.describe(j)}: {problem}")
+
+
+def _number_hint(text: str) -> str:
+    low = text.lower()
+    if "," in text:
+        return " (decimal or thousands commas are not accepted: use '.' for decimals and no separators)"
+    if low.lstrip("+-").startswith(("0x", "0b", "0o")):
+        return " (only decimal numbers are accepted)"
+    if low in ("true", "false", "yes", "no", "t", "f"):
+        return " (write booleans as 1 and 0)"
+    if "_" in text or " " in text or "'" in text:
+        return " (no digit separators)"
+    return ""
+
+
+def _typed_labels(raw_labels: list[str], lines: list[int], name: str, columns: _Columns) -> np.ndarray:
+    """Text labels -> int64 class ids when every one is a whole number, else str; problems name the line."""
+    where = columns.describe(columns.label_col)
+    labels = [_clean(v) for v in raw_labels]
+    numeric: list[int] = []
+    text: list[int] = []
+    for i, value in enumerate(labels):
+        if not value:
+            raise TinyprotoError(f"{name}, line {lines[i]}: the label ({where}) is empty; every row needs a class")
+        if _NONFINITE.fullmatch(value):
+            raise TinyprotoError(f"{name}, line {lines[i]}: the label ({where}) is {value!r}, not a class")
+        (numeric if _NUMBER.fullmatch(value) else text).append(i)
+    if numeric and text:
+        a, b = numeric[0], text[0]
+        raise TinyprotoError(
+            f"{name}: the label column ({where}) mixes numbers ({labels[a]!r}, line {lines[a]}) and text "
+            f"({_short(labels[b])}, line {lines[b]}); make every label a number or every label text"
+        )
+    if text:
+        return np.asarray(labels)
+    ids = []
+    for i, value in enumerate(labels):
+        if len(value) > 40:  # no class id needs more digits (and int() refuses > 4300 of them)
+            raise TinyprotoError(f"{name}, line {lines[i]}: the label {_short(value)} is too large for a class id")
+        number = int(value) if _INTEGER.fullmatch(value) else float(value)
+        if isinstance(number, float) and not number.is_integer():
+            raise TinyprotoError(
+                f"{name}, line {lines[i]}: the label ({where}) is {value!r}, not a whole number; labels are "
+                "class names or integer ids (is this column a measurement? choose the label with --label)"
+            )
+        number = int(number)
+        if not -(2**63) <= number < 2**63:
+            raise TinyprotoError(f"{name}, line {lines[i]}: the label {_short(value)} is too large for a class id")
+        ids.append(number)
+    return np.asarray(ids, dtype=np.int64)

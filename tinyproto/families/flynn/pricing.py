@@ -1,0 +1,88 @@
+"""FlyNN shapes priced before training: model bytes (exactly Σ CArray.nbytes) and predicted cycles (the cost model),
+and the largest m within a byte budget or a time cap. Used by the solver and the federated selection.
+
+Layer: families (flynn).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tinyproto.families.flynn.cost import WalkCounts, cost_terms, estimate_cycles, total_cycles
+
+MAX_HASHES = 8192
+INPUT_STAGE_BYTES_PER_FEATURE = 4  # mean + gain, half floats
+
+# ---------------------------------------------------------------- bytes
+
+
+def filter_bytes(m: int, n_classes: int, bits: int) -> int:
+    lut = (1 << bits) if bits > 1 else 0
+    return math.ceil(m * n_classes * bits / 8) + lut
+
+
+def rows_bytes(m: int, s: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> int:
+    """The bytes that grow with m: the filters (and the lut), and a stored M's indices."""
+    return filter_bytes(m, n_classes, bits) + (m * s * (1 if n_inputs <= 256 else 2) if store_M else 0)
+
+
+def model_bytes(m: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool,
+                stage: int | None = None) -> int:
+    """Σ CArray.nbytes of IntFlyNN.carrays() for these sizes (checked against the real arrays in the tests);
+    stage: the input stage's bytes (default: a mean and a gain per feature)."""
+    stage = INPUT_STAGE_BYTES_PER_FEATURE * n_features if stage is None else stage
+    return stage + rows_bytes(m, s, bits, n_classes, n_inputs, store_M)
+
+
+def largest_m(budget: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool,
+              stage: int | None = None) -> int:
+    """The largest m whose model fits the budget (0 if none); exact, by a closed form then a step down."""
+    stage = INPUT_STAGE_BYTES_PER_FEATURE * n_features if stage is None else stage
+    free = budget - stage - ((1 << bits) if bits > 1 else 0)
+    per_row_bits = n_classes * bits + (8 * s * (1 if n_inputs <= 256 else 2) if store_M else 0)
+    m = max(0, min(MAX_HASHES, (8 * free) // per_row_bits if free > 0 else 0))
+    while m > 0 and model_bytes(m, s, bits, n_classes, n_features, n_inputs, store_M, stage) > budget:
+        m -= 1
+    return m
+
+
+def fastest_m(max_cycles: float | None, s: int, rho: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> int:
+    """The largest m whose expected inference time is within max_cycles (bisection; cost grows with m)."""
+    if max_cycles is None:
+        return MAX_HASHES
+    lo, hi = 0, MAX_HASHES
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate_cycles(mid, s, rho, bits, n_classes, n_inputs, store_M) <= max_cycles:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class ExactCycles:
+    """Predicted cycles of the family's cost model (cost.cost_terms, the very function predict_cycles uses) for
+    every prefix m of one seeded M (seed, s, inputs): the proposal stream is replayed once for the largest m (a
+    smaller m's M is a prefix of it), so the cost of any m is exact with respect to the cost model and O(1)."""
+
+    def __init__(self, seed: int, s: int, n_inputs: int, m_max: int, n_features: int | None = None):
+        self.s, self.n_inputs = s, n_inputs
+        self.counts = WalkCounts.replay(seed, s, n_inputs, n_features or n_inputs, m_max)
+
+    @property
+    def m_max(self) -> int:
+        return self.counts.m_max
+
+    def cycles(self, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
+        return total_cycles(cost_terms(self.counts, m, rho, bits, n_classes, store_M))
+
+    def largest_m(self, max_cycles: float, m_high: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
+        """The largest m <= m_high predicted within max_cycles (cost grows with m), or 0."""
+        lo, hi = 0, min(m_high, self.m_max)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.cycles(mid, rho, bits, n_classes, store_M) <= max_cycles:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
