@@ -28,7 +28,7 @@ def test_auto_keeps_the_family_with_the_best_validated_accuracy(tmp_path):
 
 def test_auto_refuses_in_one_message_when_no_family_fits(tmp_path):
     with pytest.raises(TinyprotoError, match="no model family fits: protonn: .*needs"):
-        compile_model("iris", families.AUTO, "16B", 0, out=tmp_path / "none")
+        compile_model("iris", families.AUTO, "8B", 0, out=tmp_path / "none")
     assert not (tmp_path / "none").exists()
 
 

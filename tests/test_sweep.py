@@ -23,13 +23,13 @@ from tinyproto.pipeline.sweep import Point, parse_grid, read_results, sweep
 
 pytest.importorskip("distributed")
 
-# 16 B is refused by both families (a failed point, recorded); 0.5 kB compiles quickly on iris.
-GRID = dict(models="protonn,flynn", budgets="16B,0.5kB", seeds="0", boards="uno", device="none")
-GRID_IDS = {"protonn-16B-seed0-uno", "protonn-512B-seed0-uno", "flynn-16B-seed0-uno", "flynn-512B-seed0-uno"}
+# 8 B is refused by both families (a failed point, recorded); 0.5 kB compiles quickly on iris.
+GRID = dict(models="protonn,flynn", budgets="8B,0.5kB", seeds="0", boards="uno", device="none")
+GRID_IDS = {"protonn-8B-seed0-uno", "protonn-512B-seed0-uno", "flynn-8B-seed0-uno", "flynn-512B-seed0-uno"}
 # The kill test needs work left after the first recorded point on any machine: a FlyNN point on iris compiles
 # in ~0.06 s, so four seeds leave at least seven compiles (~0.7 s) still to run when the first line appears.
 KILL_GRID = dict(GRID, seeds="0,1,2,3")
-KILL_GRID_IDS = {f"{m}-{b}-seed{s}-uno" for m in ("protonn", "flynn") for b in ("16B", "512B") for s in range(4)}
+KILL_GRID_IDS = {f"{m}-{b}-seed{s}-uno" for m in ("protonn", "flynn") for b in ("8B", "512B") for s in range(4)}
 
 
 def _without_timings(records: list[dict]) -> list[dict]:
@@ -93,7 +93,7 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     assert reference.complete and {r["id"] for r in reference.records} == KILL_GRID_IDS
     lines = read_results(tmp_path / "ref" / "results.jsonl")
     assert [r["id"] for r in lines] == [p.id for p in parse_grid(KILL_GRID["models"], KILL_GRID["budgets"], KILL_GRID["seeds"], "uno")]
-    refused = [r for r in lines if r["budget_bytes"] == 16]
+    refused = [r for r in lines if r["budget_bytes"] == 8]
     assert all(r["status"] == "failed" and r["stage"] == "compile" and r["error"] for r in refused)
     assert all(r["status"] == "ok" and r["model_bytes"] <= 512 and (tmp_path / "ref" / r["dir"] / "model.json").exists()
                for r in lines if r["budget_bytes"] == 512)
@@ -149,7 +149,7 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     report = write_report(tmp_path / "ref")
     assert {p.stem for p in report.figures} == {"accuracy_vs_bytes", "accuracy_vs_latency", "accuracy_vs_energy"}
     html = (tmp_path / "ref" / "report.html").read_text()
-    assert 'id="failed"' in html and "protonn-16B-seed0-uno" in html and "(pred.)" in html
+    assert 'id="failed"' in html and "protonn-8B-seed0-uno" in html and "(pred.)" in html
     assert report.recommendation.startswith("best overall: ") and report.recommendation.endswith(" predicted")
 
 
@@ -181,7 +181,7 @@ def test_a_sweep_that_waits_too_long_stops_in_one_line(tmp_path):
 
 def test_a_sweep_where_every_point_fails_exits_non_zero(tmp_path):
     out = tmp_path / "refused"
-    result = _cli("sweep", "iris", "--models", "protonn,flynn", "--budgets", "16B", "--device", "none",
+    result = _cli("sweep", "iris", "--models", "protonn,flynn", "--budgets", "8B", "--device", "none",
                   "--workers", "1", "--out", str(out))
     assert result.exit_code == 1, result.output
     assert "every point of the sweep failed" in result.output
