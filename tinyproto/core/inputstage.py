@@ -187,8 +187,9 @@ class InputStage:
         ]
 
     def defines(self) -> dict[str, int]:
-        out = {"TP_INPUT_MEAN_EXP": self.mean_exp, "TP_INPUT_GAIN_EXP": self.gain_exp,
-               "TP_INPUT_SHARED": int(self.kind == "shared")}
+        out = {"TP_INPUT_MEAN_EXP": self.mean_exp, "TP_INPUT_GAIN_EXP": self.gain_exp}
+        if self.kind == "shared":  # written only when set: a per-feature stage's header (and hash) is unchanged
+            out["TP_INPUT_SHARED"] = 1
         if self.kept is not None:  # which raw columns the device receives is part of the model's identity
             out["TP_N_INPUTS"] = self.n_raw
             out["TP_INPUT_COLUMNS_CRC"] = _columns_crc(self.kept)
