@@ -1,5 +1,11 @@
 """Raw float features -> standardised int8 inputs, the first stage of every deployed model.
 
+Two kinds, priced by what they store (`stage_bytes`): "feature" (a mean and a gain per kept feature, 4 B each)
+and "shared" (one offset and one gain for every feature, 4 B in all: pixels, same-unit sensors). Only the
+columns a model reads are kept (`kept`, `keep_only`): the others store nothing and are never sent.
+For any family: `shared_stage(X)` builds the shared stage from training rows, `stage.quantize(X)` is what the
+device computes (train on it), `shared_float` its value before rounding, `stage_bytes(kind, d)` its price.
+
 x_q[i] = clamp(round((x[i] - mean[i]) * gain[i]), -127, 127), gain[i] = 1 / (scale[i] * input_scale), with
 mean and scale from `standardise_moments`, the one standardisation rule of every family (see its docstring).
 
