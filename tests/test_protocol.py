@@ -819,3 +819,40 @@ def test_avr_streaming_firmware_times_every_chunk(tmp_path):
     assert raw_answer.cycles == sum(spans[3:]) - 10 * overhead
     # no 150-byte input vector: frame buffer + the app's state + the fake model's running sums only
     assert stats.static_sram == wire.app_sram(150, N_CLASSES, streamable=True).total + 4 * N_CLASSES
+
+
+# ---- the label tie-break: the C runtime and the host reference must agree ------------------------------------
+
+
+@pytest.mark.parametrize("family", ["protonn", "flynn"])
+def test_tied_scores_give_the_lowest_class_on_both_sides(compiled, tmp_path, family):
+    """Class 1 made a copy of class 0 (ProtoNN: its Z column; FlyNN: its counts), so their scores tie on every
+    vector: the generated C (host-compiled) and the numpy reference must both answer the lower class, and agree
+    on every label. Flipping the tie-break on one side alone fails here."""
+    from dataclasses import replace
+
+    from tinyproto import families
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.core.render import write_sources
+    from tinyproto.device.hostc import build_host_runner, run_int8
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    model_dir = load_model_dir(compiled("digits", "2kB", family))
+    model = families.load_int_model(model_dir)
+    if family == "protonn":
+        Z = model.Z_q.copy()
+        Z[:, 1] = Z[:, 0]
+        tied = replace(model, Z_q=Z)
+    else:
+        counts = model.counts.copy()
+        counts[1] = counts[0]
+        tied = replace(model, counts=counts)
+    write_sources(tied, tmp_path, "ties", 0, 1 << 20)
+    xq = model_dir.vectors().xq.astype(np.int8)
+    labels, scores = run_int8(build_host_runner(tmp_path, tmp_path / "runner", family), xq)
+    reference = tied.scores(xq)
+    np.testing.assert_array_equal(scores, reference)
+    np.testing.assert_array_equal(labels, tied.labels(reference))
+    assert np.all(scores[:, 0] == scores[:, 1]) and not np.any(labels == 1)  # the tie exists; class 0 wins it
+    assert np.any(labels == 0)

@@ -79,3 +79,17 @@ def test_a_refusal_for_sram_names_the_features_that_would_fit(tmp_path):
     assert len(message.splitlines()) == 1 and "2048 B" in message and "features would fit" in message, message
     fit = int(message.split("at most ")[1].split()[0])
     assert 0 < fit < 2048
+
+
+def test_a_model_directory_without_the_sizes_header_is_refused_in_one_line(compiled, tmp_path):
+    """A directory compiled before protocol version 2 has no include/tinyproto_sizes.h: build says what to do."""
+    import shutil
+
+    model_dir = tmp_path / "old"
+    shutil.copytree(compiled("breast_cancer", "1kB"), model_dir)
+    (model_dir / "include" / "tinyproto_sizes.h").unlink()
+    built = cli("build", str(model_dir))
+    assert built.returncode != 0
+    assert built.stderr.strip().splitlines() == [
+        f"error: {model_dir}/include/tinyproto_sizes.h is missing (the directory predates protocol version 2); "
+        "run `tinyproto compile` again"]

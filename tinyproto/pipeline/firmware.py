@@ -34,6 +34,9 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
     if built_hash != model_dir.meta["model_hash"]:
         raise TinyprotoError(f"{model_dir.path}/include/tinyproto_model.h does not hold the model of model.json "
                              f"({built_hash} vs {model_dir.meta['model_hash']}); run `tinyproto compile` again")
+    if not (model_dir.path / "include" / "tinyproto_sizes.h").is_file():  # compiled before streamed frames
+        raise TinyprotoError(f"{model_dir.path}/include/tinyproto_sizes.h is missing (the directory predates "
+                             f"protocol version 2); run `tinyproto compile` again")
     from tinyproto.device.build import resolve_env
 
     env = resolve_env(model_dir.path, env)
