@@ -132,9 +132,12 @@ static int8_t tp_pn_rescale(int32_t p)
 
 #if TP_PN_OFFSET
 /* z_r = clamp(shift(p) + o_r, +-127) with |o_r| <= 512 (the host clamps it so): a shifted sum beyond +-1024
- * saturates whatever o_r, so the sum is taken in 16 bits after clamping to +-1024. */
-static int8_t tp_pn_rescale_offset(int32_t p, int16_t offset)
+ * saturates whatever o_r, so the sum is taken in 16 bits after clamping to +-1024. Out of line, reading o_r
+ * itself: inlined into the row loop, the extra live values made avr-gcc keep a frame in Y, which the assembly
+ * row kernel claims (it reads x through Y). */
+TP_NOINLINE static int8_t tp_pn_rescale_offset(int32_t p, uint8_t r)
 {
+    int16_t offset = tp_read_i16(&tp_pn_offset[r]);
     int16_t q;
 #if TP_PN_PROJ_RSHIFT > 0
     p = (p + ((int32_t)1 << (TP_PN_PROJ_RSHIFT - 1))) >> TP_PN_PROJ_RSHIFT;
@@ -162,7 +165,7 @@ static int8_t tp_pn_rescale_offset(int32_t p, int16_t offset)
     }
     return (int8_t)q;
 }
-#define TP_PN_RESCALE(p, r) tp_pn_rescale_offset((p), tp_read_i16(&tp_pn_offset[r]))
+#define TP_PN_RESCALE(p, r) tp_pn_rescale_offset((p), (r))
 #else
 #define TP_PN_RESCALE(p, r) tp_pn_rescale(p)
 #endif

@@ -201,9 +201,13 @@ def test_host_c_equals_numpy(tmp_path, D, d, density, stage, n_raw, expected):
 
 @needs("avr-gcc")
 @pytest.mark.usefixtures("private_cache")
-def test_wide_model_bit_exact_on_the_simulated_uno(tmp_path):
-    """A 784-input model that reads 600 features (column codes, shared stage, offset): the device's scores equal
-    the numpy reference, and the cost model is within 3 % of the measured cycles."""
+@pytest.mark.parametrize("D,d,m,L,density,encoding", [(12, 600, 20, 4, None, "col_bytes"),
+                                                       (12, 188, 60, 10, 0.12, "bitmap")])
+def test_wide_model_bit_exact_on_the_simulated_uno(tmp_path, D, d, m, L, density, encoding):
+    """784-input models with a shared stage and offset: 600 features read through column codes (streamed), and
+    188 through a bitmap (gathered, the assembly row kernel beside the offset rescale: once broke avr-gcc's frame
+    pointer, which only the cycle count showed). Scores equal the numpy reference, cycles the cost model's
+    within 3 %."""
     import os
 
     if not os.path.exists("/usr/include/simavr/sim_avr.h"):
@@ -216,8 +220,8 @@ def test_wide_model_bit_exact_on_the_simulated_uno(tmp_path):
     from tinyproto.families import predict_cycles
 
     rng = np.random.default_rng(28)
-    model, X = synthetic(12, 600, 20, 4, rng, stage="shared", n_raw=784)
-    assert model.w_encoding == "col_bytes" and model.n_features == 600
+    model, X = synthetic(D, d, m, L, rng, stage="shared", n_raw=784, density=density)
+    assert model.w_encoding == encoding and model.n_features == d
     xq = model.input_stage.quantize(X)
     write_sources(model, tmp_path, "test", 0, 1 << 20)
     ini = render_platformio_ini(load_board("uno")).replace("-DTP_SIMULATED=1", "-DTP_SIMULATED=1 -DTP_NO_RAW_INPUT=1")
@@ -228,3 +232,47 @@ def test_wide_model_bit_exact_on_the_simulated_uno(tmp_path):
     np.testing.assert_array_equal(np.array([p.scores for p in predictions]), model.scores(xq))
     cycles = float(np.mean([p.cycles for p in predictions]))
     assert abs(predict_cycles(model)["total"] - cycles) / cycles < 0.03
+
+
+# ---------------------------------------------------------------------------------------------- quantize, solver
+
+
+@pytest.fixture(scope="module")
+def d16():
+    from tinyproto.core.datasets import split
+
+    sp = split(load_dataset("digits16"))
+    return sp.X_train[:400], sp.y_train[:400], sp.X_test[:200], sp.y_test[:200]
+
+
+@pytest.mark.parametrize("scaling,stage", [("global", "shared"), ("feature", "feature")])
+def test_quantize_keeps_only_read_features(d16, scaling, stage):
+    from tinyproto.families.protonn.quantize import quantize_protonn
+    from tinyproto.families.protonn.train import ProtoNNClassifier
+
+    X, y, X_test, y_test = d16
+    clf = ProtoNNClassifier(n_components=8, n_prototypes=20, sparsity_W=0.03, n_epochs=8, random_state=0,
+                            scaling=scaling).fit(X, y)
+    model = quantize_protonn(clf, X, table_size=32, stage=stage)
+    read = int(np.count_nonzero((np.abs(clf.W_) > 0).any(axis=0)))
+    assert model.n_features <= read < 256 and model.input_stage.n_raw == 256
+    assert (model.W_q != 0).any(axis=0).all()  # every kept column is read
+    assert (model.offset is not None) == (stage == "shared")
+    stage_bytes_ = sum(a.nbytes for a in model.input_stage.carrays())
+    assert stage_bytes_ == (4 if stage == "shared" else 4 * model.n_features)
+    full = model.predict(X_test)  # raw rows of the data's width ...
+    kept = np.asarray(model.classes)[model.labels(model.scores(model.input_stage.quantize(
+        X_test[:, list(model.input_stage.kept)])))]  # ... or of the kept columns: the same
+    np.testing.assert_array_equal(full, kept)
+    assert np.mean(full == y_test) > 0.7
+    back = IntProtoNN.from_json(model.to_json())
+    np.testing.assert_array_equal(back.scores(back.input_stage.quantize(X_test)),
+                                  model.scores(model.input_stage.quantize(X_test)))
+
+
+def test_wide_budget_refusal_is_one_clear_line(d16):
+    from tinyproto.families.protonn.solver import fit_protonn_under_budget
+
+    X, y, _, _ = d16
+    with pytest.raises(TinyprotoError, match=r"budget 100 B is too small .* needs \d+ B"):
+        fit_protonn_under_budget(X, y, 100, 0)

@@ -1,5 +1,11 @@
 """Raw float features -> standardised int8 inputs, the first stage of every deployed model.
 
+Two kinds, priced by what they store (`stage_bytes`): "feature" (a mean and a gain per kept feature, 4 B each)
+and "shared" (one offset and one gain for every feature, 4 B in all: pixels, same-unit sensors). Only the
+columns a model reads are kept (`kept`, `keep_only`): the others store nothing and are never sent.
+For any family: `shared_stage(X)` builds the shared stage from training rows, `stage.quantize(X)` is what the
+device computes (train on it), `shared_float` its value before rounding, `stage_bytes(kind, d)` its price.
+
 x_q[i] = clamp(round((x[i] - mean[i]) * gain[i]), -127, 127), gain[i] = 1 / (scale[i] * input_scale), with
 mean and scale from `standardise_moments`, the one standardisation rule of every family (see its docstring).
 
@@ -187,8 +193,9 @@ class InputStage:
         ]
 
     def defines(self) -> dict[str, int]:
-        out = {"TP_INPUT_MEAN_EXP": self.mean_exp, "TP_INPUT_GAIN_EXP": self.gain_exp,
-               "TP_INPUT_SHARED": int(self.kind == "shared")}
+        out = {"TP_INPUT_MEAN_EXP": self.mean_exp, "TP_INPUT_GAIN_EXP": self.gain_exp}
+        if self.kind == "shared":  # written only when set: a per-feature stage's header (and hash) is unchanged
+            out["TP_INPUT_SHARED"] = 1
         if self.kept is not None:  # which raw columns the device receives is part of the model's identity
             out["TP_N_INPUTS"] = self.n_raw
             out["TP_INPUT_COLUMNS_CRC"] = _columns_crc(self.kept)

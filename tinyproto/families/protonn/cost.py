@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinyproto.core.cost import lower_bound_cycles
+from tinyproto.core.wire import CHUNK_BYTES
 
 # ProtoNN, AVR assembly kernels (firmware/tp_protonn.c, TP_PN_ASM): cycles per unit of each term, fitted by
 # tools/calibrate_costmodel.py on 32 synthetic shapes measured in the simulator (cycle-exact): the inner-loop
@@ -55,18 +56,20 @@ PN_CYCLES_C = {
 
 # The streamed projection (firmware/tp_protonn.c, tp_stream_*: column-major W codes, and tp_predict of a
 # column-major W) and the projection offset of a shared input stage: fitted by tools/calibrate_costmodel.py
-# --wide on 19 synthetic models measured on the simulated Uno, with PN_CYCLES held fixed: 18 within 2 %
-# (the 19th, d = 700 > 511, runs the C projection and its C cost model: +3.5 %).
+# --wide on 19 synthetic models measured on the simulated Uno (through the chunked device app: a streamed
+# vector's cycles are the sum of its chunks'), with PN_CYCLES held fixed: 18 within 2 % (the 19th, d = 700 >
+# 511, runs the C projection and its C cost model: +3.5 %).
 PN_STREAM_CYCLES = {
-    "stream_fixed": 0,  # begin + end + calls (the fit puts them in the per-chunk term: one chunk up to 255)
-    "stream_chunk": 216,  # per tp_stream_feed call (chunks of 255 features in tp_predict)
-    "stream_feature": 6,  # per kept feature: load x, loop
-    "stream_nnz": 46,  # per nonzero, one-byte codes: lpm code, lpm value, muls, 24-bit add into SRAM
-    "stream_nnz_nibble": 51,  # per nonzero, four-bit codes
-    "stream_row": 50,  # per projected dimension: clear, rescale, store
-    "stream_rshift": 9,  # per row and bit of a 32-bit right shift
-    "stream_rshift16": 4,  # per row and bit of the 16-bit rescale path (shift - 8)
-    "offset_row": 32,  # per row, the offset rescale of a row-major W (instead of the plain rescale)
+    "stream_fixed": 0,  # begin + end (the fit puts them in the per-chunk term, which every model has)
+    "stream_chunk": 516,  # per chunk the device app feeds (CHUNK_BYTES features): its call, timing and state
+    "stream_feature": 1,  # per kept feature: load x, loop
+    "stream_nnz": 45,  # per nonzero, one-byte codes: lpm code, lpm value, muls, 24-bit add into SRAM
+    "stream_nnz_nibble": 49,  # per nonzero, four-bit codes
+    "stream_row": 48,  # per projected dimension: clear, rescale, store
+    "stream_rshift": 6,  # per row and bit of a 32-bit right shift
+    "stream_rshift16": 5,  # per row and bit of the 16-bit rescale path (shift - 8)
+    "offset_row": 36,  # per row, the offset rescale of a row-major W (instead of the plain rescale)
+    "stream_offset_row": 50,  # per row, the offset rescale at the end of a streamed projection
 }
 
 
@@ -85,12 +88,15 @@ def _stream_terms(model) -> dict[str, int]:
     nnz = int(np.count_nonzero(model.W_q))
     right = max(model.proj_shift, 0)
     terms = {name: 0 for name in PN_STREAM_CYCLES}
-    terms.update(stream_fixed=1, stream_chunk=(d + 254) // 255, stream_feature=d, stream_row=D)
+    # the device app feeds chunks of CHUNK_BYTES features, each timed (validate sums them)
+    terms.update(stream_fixed=1, stream_chunk=-(-d // CHUNK_BYTES), stream_feature=d, stream_row=D)
     terms["stream_nnz" if model.w_encoding == "col_bytes" else "stream_nnz_nibble"] = nnz
     if model.offset is None and _rescale16(model):
         terms["stream_rshift16"] = D * (right - 8)
     else:
         terms["stream_rshift"] = D * right
+    if model.offset is not None:
+        terms["stream_offset_row"] = D
     return terms
 
 

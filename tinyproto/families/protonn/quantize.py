@@ -121,25 +121,28 @@ class IntProtoNN:
 
     def defines(self) -> dict[str, int]:
         name = self.w_encoding
-        return {
+        out = {
             **self.input_stage.defines(),
-            # column-coded W streams (the device app feeds each chunk as it arrives, no input vector held);
-            # a row-major W (narrow inputs) is gathered (d bytes) and runs tp_predict's assembly row kernels
-            "TP_STREAMABLE": int(self.streamable),
             "TP_PN_DIM": self.n_components,
             "TP_PN_PROTOS": self.n_prototypes,
-            "TP_PN_W_ENC": encoding.ENCODING_ID[name],
             "TP_PN_W_DENSE": int(name == "dense"),
             "TP_PN_W_MASK_BYTES": encoding.mask_row_bytes(self.n_features),
-            "TP_PN_W_NNZ": int(np.count_nonzero(self.W_q)),
-            "TP_PN_ACC24": int(self.max_row_nnz <= ACC24_MAX_ROW_NNZ),
-            "TP_PN_OFFSET": int(self.offset is not None),
             "TP_PN_PROJ_RSHIFT": max(self.proj_shift, 0),
             "TP_PN_PROJ_LSHIFT": max(-self.proj_shift, 0),
             "TP_PN_PZ_MAX": PZ_MAX,
             "TP_PN_TABLE_SIZE": int(self.table.size),
             "TP_PN_TABLE_SHIFT": self.table_shift,
         }
+        # Only what differs from the C defaults (row-major W, no offset, not streamed) is written, so a model
+        # without the wide-input features keeps its header, and its hash, byte for byte.
+        if self.streamable:
+            # column-coded W streams (the device app feeds each chunk as it arrives, no input vector held);
+            # a row-major W (narrow inputs) is gathered (d bytes) and runs tp_predict's assembly row kernels
+            out.update(TP_STREAMABLE=1, TP_PN_W_ENC=encoding.ENCODING_ID[name],
+                       TP_PN_ACC24=int(self.max_row_nnz <= ACC24_MAX_ROW_NNZ))
+        if self.offset is not None:
+            out["TP_PN_OFFSET"] = 1
+        return out
 
     def working_sram(self) -> list[SramItem]:
         return [
