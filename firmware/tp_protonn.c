@@ -45,7 +45,7 @@ typedef uint16_t tp_pn_proto_index_t;
 /* ---- AVR kernels ---------------------------------------------------------------------------------------------
  * On the AVR the three inner loops (projection, distances, scores) are hand-scheduled inline assembly with 24-bit
  * accumulators; everywhere else (the host build, -DTP_PN_NO_ASM, or shapes outside the proven bounds below) the
- * portable C loops further down run instead. Both give the same integers as tinyproto/protonn/quantize.py.
+ * portable C loops further down run instead. Both give the same integers as tinyproto/families/protonn/quantize.py.
  *
  * Accumulator widths (|W|, |B|, |Z| <= 128 and |x| <= 128 even for int8 models not made by the solver):
  *   projection  |p_r| <= 128 * 128 * nnz(row) <= 16384 * TP_N_FEATURES      -> signed 24 bit for d <= 511

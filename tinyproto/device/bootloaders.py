@@ -143,7 +143,7 @@ def ensure_bootloader(mcu: str | Bootloader) -> Path:
 
 
 def board_bootloader(board) -> Bootloader:
-    """The bootloader a board (tinyproto.boards.Board) ships with, from its file's `upload.bootloader`."""
+    """The bootloader a board (tinyproto.core.boards.Board) ships with, from its file's `upload.bootloader`."""
     if board.mcu in _NOT_SIMULABLE:
         raise TinyprotoError(f"{board.name} ({board.mcu}): {_NOT_SIMULABLE[board.mcu]}")
     if board.bootloader not in BOOTLOADERS_BY_NAME:

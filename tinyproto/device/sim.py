@@ -203,7 +203,7 @@ class SimulatedUno:
         f_cpu_hz: int | None = None,
         board=None,
     ) -> None:
-        """`board` (a tinyproto.boards.Board) or `mcu` / `f_cpu_hz` name the chip and its clock; without them they
+        """`board` (a tinyproto.core.boards.Board) or `mcu` / `f_cpu_hz` name the chip and its clock; without them they
         come from the platformio.ini of the project that built `elf_path` (.pio/build/<env>/firmware.elf), else
         the Uno's ATmega328P at 16 MHz."""
         self.elf_path = Path(elf_path)

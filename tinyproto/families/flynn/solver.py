@@ -95,7 +95,7 @@ def _stage_bytes(prep: _Prepared) -> int:
 
 
 # (ρ, b, hash inputs, stored M) -> the largest m whose counts the device can hold while learning
-# (tinyproto.device.learn.count_limit); None: counts stay in flash only.
+# (tinyproto.families.flynn.learning.count_limit); None: counts stay in flash only.
 CountLimit = Callable[[int, int, int, bool], int]
 
 _ROW_BITS = 17  # keys: P * 2^17 + (2^17 - 1 - j): larger key = larger P, then lower row (the device's order)

@@ -191,7 +191,7 @@ def draw_seed(random_state) -> int:
 
 
 def feature_scale(X: np.ndarray, scaling: str) -> np.ndarray:
-    """Per-feature divisors by the one rule of every family (`tinyproto.inputstage.standardise_moments`): each
+    """Per-feature divisors by the one rule of every family (`tinyproto.core.inputstage.standardise_moments`): each
     feature's std ("feature") or their root-mean-square ("global"); constant features by their magnitude."""
     return standardisation(X, scaling)[1]
 

@@ -105,7 +105,7 @@ def kmeans(P: np.ndarray, k: int, rng: np.random.RandomState, n_iter: int = KMEA
 
 
 def standardisation(X: np.ndarray, scaling: str = "feature") -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature mean and scale: the one rule of every family, `tinyproto.inputstage.standardisation`
+    """Per-feature mean and scale: the one rule of every family, `tinyproto.core.inputstage.standardisation`
     (each feature's std; a constant feature, including one whose std is only rounding noise, is scaled by its
     magnitude instead, so it stays at 0 in training and a drifting reading stays small). scaling="global" gives
     every varying feature the data's overall spread instead (pixels, same-unit sensors: one shared gain)."""
