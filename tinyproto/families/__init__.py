@@ -107,6 +107,7 @@ def fit_under_budget(name: str, X_train: np.ndarray, y_train: np.ndarray, budget
     return family(name).fit_under_budget(X_train, y_train, budget_bytes, seed, progress, max_latency_ms, f_cpu_hz)
 
 
+DEFAULT = "protonn"  # --model when none is given
 AUTO = "auto"  # --model auto: every family under the same budget, the best validated int8 accuracy wins
 
 

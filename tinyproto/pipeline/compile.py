@@ -68,7 +68,7 @@ def sram_refusal(sram: dict, n_features: int, board: Board) -> str:
 
 def compile_model(
     data: str,
-    family: str = "protonn",
+    family: str = families.DEFAULT,
     budget: str = "2kB",
     seed: int = 0,
     board_name: str = "uno",

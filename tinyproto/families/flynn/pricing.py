@@ -6,7 +6,7 @@ Layer: families (flynn).
 
 from __future__ import annotations
 
-import math
+import numpy as np
 
 from tinyproto.families.flynn.cost import WalkCounts, cost_terms, estimate_cycles, total_cycles
 
@@ -16,22 +16,24 @@ INPUT_STAGE_BYTES_PER_FEATURE = 4  # mean + gain, half floats
 # ---------------------------------------------------------------- bytes
 
 
-def filter_bytes(m: int, n_classes: int, bits: int) -> int:
-    lut = (1 << bits) if bits > 1 else 0
-    return math.ceil(m * n_classes * bits / 8) + lut
+def model_bytes(m: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool,
+                stage: int | None = None) -> int:
+    """Σ CArray.nbytes of IntFlyNN.carrays() for these sizes: the very arrays it renders (quantize.row_arrays),
+    filled with zeros; stage: the input stage's bytes (default: a mean and a gain per feature)."""
+    from tinyproto.families.flynn.quantize import pack_bits, row_arrays
+
+    stage = INPUT_STAGE_BYTES_PER_FEATURE * n_features if stage is None else stage
+    if m < 1:
+        return stage
+    packed = pack_bits(np.zeros(m * n_classes, dtype=np.int64), bits)
+    lut = np.zeros(1 << bits, dtype=np.uint8) if bits > 1 else None
+    rows = row_arrays(n_classes, bits, n_inputs, store_M, 0.0, packed, lut, np.zeros((m, s), dtype=np.int64))
+    return stage + sum(a.nbytes for a in rows)
 
 
 def rows_bytes(m: int, s: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> int:
-    """The bytes that grow with m: the filters (and the lut), and a stored M's indices."""
-    return filter_bytes(m, n_classes, bits) + (m * s * (1 if n_inputs <= 256 else 2) if store_M else 0)
-
-
-def model_bytes(m: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool,
-                stage: int | None = None) -> int:
-    """Σ CArray.nbytes of IntFlyNN.carrays() for these sizes (checked against the real arrays in the tests);
-    stage: the input stage's bytes (default: a mean and a gain per feature)."""
-    stage = INPUT_STAGE_BYTES_PER_FEATURE * n_features if stage is None else stage
-    return stage + rows_bytes(m, s, bits, n_classes, n_inputs, store_M)
+    """The bytes that grow with m: the filters (and the LUT), and a stored M's indices."""
+    return model_bytes(m, s, bits, n_classes, 0, n_inputs, store_M, stage=0)
 
 
 def largest_m(budget: int, s: int, bits: int, n_classes: int, n_features: int, n_inputs: int, store_M: bool,

@@ -48,6 +48,25 @@ def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
     return np.packbits(planes.reshape(-1).astype(np.uint8), bitorder="little")
 
 
+def row_arrays(n_classes: int, bits: int, n_inputs: int, store_M: bool, decay: float, packed: np.ndarray,
+               lut: np.ndarray | None, indices: np.ndarray) -> list[CArray]:
+    """The arrays that grow with m (filters, the count LUT, a stored M), exactly as rendered. IntFlyNN.carrays()
+    fills them with the model's values; the solver prices a shape by the same arrays filled with zeros
+    (pricing.model_bytes), so the budget arithmetic and the ledger are one."""
+    m, s = indices.shape
+    L, b = n_classes, bits
+    what = "binary filters: bit (j*L+l) = class l set hash bit j" if b == 1 else (
+        f"counts t_lj saturated to {b} bits, entry (j*L+l), LSB first"
+    )
+    arrays = [CArray("fly_filters", "uint8_t", packed, f"{what} ({m}x{L}x{b} bits)")]
+    if b > 1:
+        arrays.append(CArray("fly_lut", "uint8_t", lut, f"round(255*(1-c)^t), c={decay:g}"))
+    if store_M:
+        ctype = "uint8_t" if n_inputs <= 256 else "uint16_t"
+        arrays.append(CArray("fly_M", ctype, indices.reshape(-1), f"M: {m} rows x {s} input indices"))
+    return arrays
+
+
 def unpack_bits(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
     """Inverse of pack_bits."""
     planes = np.unpackbits(np.asarray(packed, dtype=np.uint8), bitorder="little")[: count * bits]
@@ -189,20 +208,10 @@ class IntFlyNN:
         return np.asarray(self.classes)[self.labels(self.scores(self.input_stage.quantize(X)))]
 
     def carrays(self) -> list[CArray]:
-        m, s = self.indices.shape
-        L, b = self.n_classes, self.bits
-        arrays = list(self.input_stage.carrays())
-        packed = pack_bits(self.counts.T.reshape(-1), b)  # (j, l) order: one hash's classes are adjacent
-        what = "binary filters: bit (j*L+l) = class l set hash bit j" if b == 1 else (
-            f"counts t_lj saturated to {b} bits, entry (j*L+l), LSB first"
-        )
-        arrays.append(CArray("fly_filters", "uint8_t", packed, f"{what} ({m}x{L}x{b} bits)"))
-        if b > 1:
-            arrays.append(CArray("fly_lut", "uint8_t", self.lut, f"round(255*(1-c)^t), c={self.decay:g}"))
-        if self.store_M:
-            ctype = "uint8_t" if self.n_hash_inputs <= 256 else "uint16_t"
-            arrays.append(CArray("fly_M", ctype, self.indices.reshape(-1), f"M: {m} rows x {s} input indices"))
-        return arrays
+        return list(self.input_stage.carrays()) + row_arrays(
+            self.n_classes, self.bits, self.n_hash_inputs, self.store_M, self.decay,
+            pack_bits(self.counts.T.reshape(-1), self.bits),  # (j, l) order: one hash's classes are adjacent
+            self.lut, self.indices)
 
     def defines(self) -> dict[str, int]:
         m, s = self.indices.shape

@@ -26,16 +26,7 @@ from sklearn.utils import check_random_state
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn.cost import estimate_cycles
-from tinyproto.families.flynn.pricing import (  # noqa: F401 (re-exported: the federated selection uses them)
-    INPUT_STAGE_BYTES_PER_FEATURE,
-    MAX_HASHES,
-    ExactCycles,
-    fastest_m,
-    filter_bytes,
-    largest_m,
-    model_bytes,
-    rows_bytes,
-)
+from tinyproto.families.flynn.pricing import ExactCycles, fastest_m, largest_m, model_bytes, rows_bytes
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, project, projection_matrix, seeded_indices
 from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, stage_bytes, standardisation
