@@ -138,14 +138,21 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
     if progress:
         progress(f"writing {out_dir}")
     with atomic_directory(out_dir) as scratch:
-        vectors.save(scratch / "test_vectors.npz")
-        meta = _model_json(model, dataset, family, seed, budget_bytes, board, info)
-        meta["vectors_sha256"] = file_sha256(scratch / "test_vectors.npz")  # validate refuses other vectors
-        write_json(scratch / "model.json", meta)
-        write_sources(model, scratch, dataset.name, seed, budget_bytes)
-        _write_project(model, scratch, board, vectors)
-        write_json(scratch / "report.json", report)
+        write_model_files(scratch, model, _model_json(model, dataset, family, seed, budget_bytes, board, info),
+                          report, vectors, board)
     return CompileResult(Path(out_dir), report, ledger)
+
+
+def write_model_files(scratch: Path, model, meta: dict, report: dict, vectors: TestVectors, board: Board) -> None:
+    """Every file of a model directory into `scratch` (the inside of an atomic_directory): the test vectors,
+    model.json bound to them, the C sources, the PlatformIO project and its `pio test` suite, report.json.
+    The one writer of model directories: compile, federate and learn's learned model all use it."""
+    vectors.save(scratch / "test_vectors.npz")
+    meta = dict(meta, vectors_sha256=file_sha256(scratch / "test_vectors.npz"))  # validate refuses other vectors
+    write_json(scratch / "model.json", meta)
+    write_sources(model, scratch, str(meta.get("dataset", "?")), int(meta.get("seed", 0)), int(meta["budget_bytes"]))
+    _write_project(model, scratch, board, vectors)
+    write_json(scratch / "report.json", report)
 
 
 def _fit_learnable_flynn(sp: Split, budget_bytes: int, seed: int, board: Board,
@@ -184,7 +191,8 @@ def _write_project(model, project_dir: Path, board: Board, vectors: TestVectors)
 
     (project_dir / "platformio.ini").write_text(render_platformio_ini(board))
     n = min(8, len(vectors.labels))
-    render_pio_test(project_dir, vectors.xq[:n], vectors.scores[:n], vectors.labels[:n])
+    if n:
+        render_pio_test(project_dir, vectors.xq[:n], vectors.scores[:n], vectors.labels[:n])
 
 
 def _model_json(model, dataset: Dataset, family: str, seed: int, budget_bytes: int, board: Board, info: dict) -> dict:

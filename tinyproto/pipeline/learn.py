@@ -41,7 +41,7 @@ import numpy as np
 from tinyproto import families
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import (ModelDir, TestVectors, file_sha256, int_model_digest, load_model_dir,
+from tinyproto.core.modeldir import (ModelDir, TestVectors, int_model_digest, load_model_dir,
                                      record_outputs, write_json)
 from tinyproto.core.outdir import atomic_directory, locked
 from tinyproto.families.flynn.learning import LearnSizes, check_learnable, host_counts, unpack_counts
@@ -94,8 +94,8 @@ def prepare_learning_project(model_dir: ModelDir, model, board: Board) -> Path:
 def write_learned_dir(model_dir: ModelDir, learned, summary: dict) -> Path:
     """DIR/learned/: a model directory (model.json with the learned counts, reference test vectors, sources,
     platformio.ini, report.json) that `tinyproto build` / `validate` treat like any other."""
-    from tinyproto.device.build import render_pio_test, render_platformio_ini
-    from tinyproto.core.render import model_hash, write_sources
+    from tinyproto.core.render import model_hash
+    from tinyproto.pipeline.compile import write_model_files
 
     parent = model_dir.vectors()
     scores = learned.scores(parent.xq)
@@ -110,15 +110,7 @@ def write_learned_dir(model_dir: ModelDir, learned, summary: dict) -> Path:
                   learned_on_device=meta["learned_on_device"])
     out = model_dir.path / LEARNED_DIR
     with atomic_directory(out, "learn") as scratch:
-        vectors.save(scratch / "test_vectors.npz")
-        meta["vectors_sha256"] = file_sha256(scratch / "test_vectors.npz")
-        write_json(scratch / "model.json", meta)
-        write_sources(learned, scratch, meta.get("dataset", "?"), int(meta.get("seed", 0)), int(meta["budget_bytes"]))
-        (scratch / "platformio.ini").write_text(render_platformio_ini(board))
-        n = min(8, len(vectors.labels))
-        if n:
-            render_pio_test(scratch, vectors.xq[:n], vectors.scores[:n], vectors.labels[:n])
-        write_json(scratch / "report.json", report)
+        write_model_files(scratch, learned, meta, report, vectors, board)
     return out
 
 
