@@ -15,7 +15,7 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage
 from tinyproto.families.flynn.quantize import IntFlyNN
 from tinyproto.families.flynn.solver import (
-    DEFAULT_MAX_MS, F_CPU, MIN_HASHES, CountLimit, fastest_m, largest_m, model_bytes, solver_random_state,
+    DEFAULT_CAP, F_CPU, MIN_HASHES, CountLimit, fastest_m, largest_m, model_bytes, solver_random_state, default_max_ms,
 )
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed
 
@@ -85,7 +85,7 @@ def default_config(seed: int) -> FlyNNConfig:
 
 
 def fit_to_classes(config: FlyNNConfig, n_classes: int, n_features: int, budget_bytes: int,
-                   max_inference_ms: float | None = DEFAULT_MAX_MS,
+                   max_inference_ms: float | str | None = DEFAULT_CAP,
                    count_limit: CountLimit | None = None) -> FlyNNConfig:
     """Shrink m (and s, as the solver caps it) so the filters of all n_classes fit the budget and the time cap
     (and, with count_limit, the learning firmware's SRAM/EEPROM: parties that learn on a device).
@@ -93,6 +93,8 @@ def fit_to_classes(config: FlyNNConfig, n_classes: int, n_features: int, budget_
     Party 0 may hold fewer classes than the federation; its configuration would then overflow the budget."""
     n_in = 2 * n_features if config.sign_split else n_features
     s = min(config.n_inputs_per_hash, max(1, n_in // 2))
+    if max_inference_ms == DEFAULT_CAP:
+        max_inference_ms = default_max_ms(n_features)
     max_cycles = None if max_inference_ms is None else max_inference_ms * 1e-3 * F_CPU
     m = min(config.n_hashes,
             largest_m(budget_bytes, s, config.count_bits, n_classes, n_features, n_in, config.store_M),

@@ -33,7 +33,7 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn import solver as _solver
 from tinyproto.families.flynn.quantize import decay_lut, hash_inputs
 from tinyproto.families.flynn.solver import (
-    BITS_GRID, DEFAULT_MAX_MS, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, Candidate, CountLimit,
+    BITS_GRID, DEFAULT_CAP, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, Candidate, CountLimit, default_max_ms,
     estimate_cycles, model_bytes,
 )
 from tinyproto.families.flynn.train import draw_seed, project, projection_matrix, seeded_indices
@@ -213,7 +213,7 @@ class Communication:
 
 
 def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_features: int, stages: dict,
-                  *, count_limit: CountLimit | None = None, max_inference_ms: float | None = DEFAULT_MAX_MS,
+                  *, count_limit: CountLimit | None = None, max_inference_ms: float | str | None = DEFAULT_CAP,
                   n_folds: int = N_FOLDS, n_repeats: int = N_REPEATS, progress: Callable[[str], None] | None = None,
                   communication: Communication | None = None):
     """The solver's candidate set ranked by federated K-fold accuracy; returns (the winning Candidate, info).
@@ -227,6 +227,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     comm = communication or Communication()
     L, d = len(classes), n_features
     budget = int(budget_bytes)
+    if max_inference_ms == DEFAULT_CAP:
+        max_inference_ms = default_max_ms(d)
     smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False)
     if budget < smallest:
         raise TinyprotoError(

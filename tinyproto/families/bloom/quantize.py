@@ -103,7 +103,10 @@ class IntBloom:
     @classmethod
     def from_classifier(cls, clf: BloomClassifier) -> "IntBloom":
         """Quantize a fitted BloomClassifier: its input stage as it stands, W to int8 with one shared step."""
-        stage = InputStage.from_standardisation(clf.centre_, clf.scale_, clf.input_step_)
+        if clf.offset == "shared":  # one offset and gain: 4 bytes (the values are already half floats)
+            stage = InputStage.shared(float(clf.centre_[0]), 1.0 / clf.input_step_, len(clf.centre_))
+        else:
+            stage = InputStage.from_standardisation(clf.centre_, clf.scale_, clf.input_step_)
         coef = np.asarray(clf.coef_, dtype=np.float64)
         largest = float(np.max(np.abs(coef)))
         step = largest / WEIGHT_MAX if largest > 0 else 1.0

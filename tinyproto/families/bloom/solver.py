@@ -30,7 +30,10 @@ from tinyproto.families.bloom.train import BYTE_SLOTS, BloomClassifier, draw_see
 
 K_CANDIDATES = (1, 2, 3, 4, 6, 8)
 C_CANDIDATES = (0.1, 1.0, 10.0)
-INPUT_STAGES = (("min", "global"), ("min", "feature"), ("mean", "feature"))
+# (offset, scaling) of the input stage; on equal validation accuracy the first listed wins. "shared" (one offset and
+# gain, 4 B) is last: it is chosen when it validates better, e.g. on wide inputs where a per-feature stage (4 B per
+# feature) leaves no bytes for the weights.
+INPUT_STAGES = (("min", "global"), ("min", "feature"), ("mean", "feature"), ("shared", "global"))
 STAGE_PROBE_K = 3  # k used while choosing the input stage
 MAX_SLOTS = BYTE_SLOTS  # m <= 256: byte draws (one multiply per draw) and phi in at most 256 B of SRAM
 FOLDS = 3
@@ -38,32 +41,36 @@ RUNNERS_UP = 5
 BIAS_BYTES = 4  # budgeted per row: int32, the widest the model may need
 
 
-def _unit_stage(n_features: int) -> InputStage:
+def stage_kind(offset: str) -> str:
+    """The input stage's kind (core.inputstage.STAGE_KINDS) for a BloomClassifier offset."""
+    return "shared" if offset == "shared" else "feature"
+
+
+def _unit_stage(n_features: int, kind: str = "feature") -> InputStage:
+    if kind == "shared":
+        return InputStage.shared(0.0, 1.0, n_features)
     return InputStage.from_standardisation(np.zeros(n_features), np.ones(n_features), 1.0)
 
 
-def stage_bytes(n_features: int) -> int:
+def stage_bytes(n_features: int, kind: str = "feature") -> int:
     """Bytes of the input stage for d features (from the stage's own arrays, as the ledger counts them)."""
-    return sum(a.nbytes for a in _unit_stage(n_features).carrays())
+    return sum(a.nbytes for a in _unit_stage(n_features, kind).carrays())
 
 
-def placeholder_model(seed: int, n_features: int, n_classes: int, n_slots: int, n_hashes: int) -> IntBloom:
+def placeholder_model(seed: int, n_features: int, n_classes: int, n_slots: int, n_hashes: int,
+                      kind: str = "feature") -> IntBloom:
     """A model of this shape with zero weights and int32 biases: its arrays are the shape's bytes (the budget
     counts every bias as int32; a trained model whose biases fit int16 ships smaller)."""
     rows = 1 if n_classes == 2 else n_classes
     used = used_slots(seeded_slots(seed, n_features, n_hashes, n_slots)).size
-    return IntBloom(list(range(n_classes)), _unit_stage(n_features), seed, n_slots, n_hashes,
+    return IntBloom(list(range(n_classes)), _unit_stage(n_features, kind), seed, n_slots, n_hashes,
                     np.zeros((rows, used), dtype=np.int64), np.full(rows, 1 << 20, dtype=np.int64), 1.0)
 
 
-def shape_bytes(n_features: int, rows: int, used: int) -> int:
-    """The arithmetic the search uses to find m; candidate bytes are then taken from placeholder models."""
-    return stage_bytes(n_features) + rows * used + rows * BIAS_BYTES
-
-
 def minimum_budget(n_features: int, n_classes: int) -> int:
-    """Bytes of the smallest model: one slot (m = 1, k = 1: every feature in it), so one weight per row."""
-    return placeholder_model(1, n_features, n_classes, 1, 1).model_bytes()
+    """Bytes of the smallest model: one slot (m = 1, k = 1: every feature in it), one weight per row, and the
+    cheapest input stage (shared)."""
+    return placeholder_model(1, n_features, n_classes, 1, 1, "shared").model_bytes()
 
 
 def used_counts(seed: int, n_features: int, n_hashes: int, m_max: int) -> np.ndarray:
@@ -104,10 +111,11 @@ class _Placeholder:
 
 
 def candidate_shapes(seed: int, n_features: int, n_classes: int, budget: int,
-                     max_cycles: float | None) -> list[dict]:
-    """For each k, the largest m (<= MAX_SLOTS) whose used slots fit the budget and the cycle limit."""
+                     max_cycles: float | None, kind: str = "feature") -> list[dict]:
+    """For each k, the largest m (<= MAX_SLOTS) whose used slots fit the budget (beside an input stage of this
+    kind) and the cycle limit."""
     rows = 1 if n_classes == 2 else n_classes
-    p_max = (budget - stage_bytes(n_features) - rows * BIAS_BYTES) // rows
+    p_max = (budget - stage_bytes(n_features, kind) - rows * BIAS_BYTES) // rows
     shapes = []
     for k in K_CANDIDATES:
         used = used_counts(seed, n_features, k, MAX_SLOTS)
@@ -116,7 +124,7 @@ def candidate_shapes(seed: int, n_features: int, n_classes: int, budget: int,
                 continue
             cycles = _shape_cycles(n_features, n_classes, m, k, int(used[m]))
             if max_cycles is None or cycles <= max_cycles:
-                nbytes = placeholder_model(seed, n_features, n_classes, m, k).model_bytes()
+                nbytes = placeholder_model(seed, n_features, n_classes, m, k, kind).model_bytes()
                 if nbytes > budget:  # the arithmetic above and the arrays disagree: a bug, never shipped
                     raise TinyprotoError(f"internal error: m={m} k={k} needs {nbytes} B, over {budget} B")
                 shapes.append({"n_slots": m, "n_hashes": k, "n_used": int(used[m]), "predicted_cycles": cycles,
@@ -167,8 +175,9 @@ def fit_bloom_under_budget(
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
     max_cycles = None if max_latency_ms is None else max_latency_ms * 1e-3 * f_cpu_hz
     seed = draw_seed(random_state)
-    shapes = candidate_shapes(seed, n_features, classes.size, budget_bytes, max_cycles)
-    if not shapes:
+    shapes_of = {kind: candidate_shapes(seed, n_features, classes.size, budget_bytes, max_cycles, kind)
+                 for kind in ("feature", "shared")}
+    if not any(shapes_of.values()):
         fastest = _shape_cycles(n_features, classes.size, 1, 1, 1)
         raise TinyprotoError(
             f"no Bloom model within {budget_bytes} B is predicted to run in {max_latency_ms:g} ms; the fastest "
@@ -192,11 +201,14 @@ def fit_bloom_under_budget(
             progress(f"{shape_text(entry)}: {100 * entry['val_int8_accuracy']:.2f} %")
         return entry
 
-    probe = min(shapes, key=lambda s: (abs(s["n_hashes"] - STAGE_PROBE_K), s["n_hashes"]))
-    stage_scores = [evaluate(probe, offset, scaling, 1.0) for offset, scaling in INPUT_STAGES]
+    probes = {kind: min(shapes, key=lambda s: (abs(s["n_hashes"] - STAGE_PROBE_K), s["n_hashes"]))
+              for kind, shapes in shapes_of.items() if shapes}
+    stage_scores = [evaluate(probes[stage_kind(offset)], offset, scaling, 1.0)
+                    for offset, scaling in INPUT_STAGES if stage_kind(offset) in probes]
     best_stage = max(stage_scores, key=lambda e: e["val_int8_accuracy"])  # first best: the listed order
     offset, scaling = best_stage["offset"], best_stage["scaling"]
-    for shape in shapes:
+    probe = probes[stage_kind(offset)]
+    for shape in shapes_of[stage_kind(offset)]:
         for C in C_CANDIDATES:
             if shape is probe and C == 1.0:
                 continue

@@ -33,7 +33,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from tinyproto.core.inputstage import INPUT_MAX, standardisation
+from tinyproto.core.inputstage import INPUT_MAX, standardisation, shared_stage
 
 SEED_PERIOD = 65535  # xorshift16 visits every non-zero 16-bit state
 U_SCALE = 256.0  # float φ = u / 256 with u = x + 128: the integer φ over this scale
@@ -122,6 +122,10 @@ def input_offset_and_step(X: np.ndarray, offset: str, scaling: str) -> tuple[np.
     0.995 quantile of (x - min) / s to 127, so the whole int8 range serves values above the minimum.
     """
     X = np.asarray(X, dtype=np.float64)
+    if offset == "shared":  # the stored (half-float) offset and gain, so training sees what the device computes
+        stage = shared_stage(X)
+        d = X.shape[1]
+        return np.full(d, float(stage.mean[0])), np.ones(d), 1.0 / float(stage.gain[0])
     mean, scale = standardisation(X, scaling)
     if offset == "mean":
         z = (X - mean) / scale
@@ -140,7 +144,9 @@ class BloomClassifier(ClassifierMixin, BaseEstimator):
     ----------
     n_slots : m, the hash range (slots no feature hashes to are dropped: they read a constant).
     n_hashes : k, hash functions per input component.
-    offset : "min" or "mean": which training value of each feature the input stage aligns (see module doc).
+    offset : "min" or "mean": which training value of each feature the input stage aligns (see module doc);
+        "shared": one offset and one gain for every feature (4 bytes however wide the input: pixels, same-unit
+        sensors); `scaling` is then unused.
     scaling : "global" (one scale for all features) or "feature" (each feature's std).
     C : the linear SVM's inverse regularisation.
     random_state : draws the 16-bit hash seed.
@@ -149,7 +155,7 @@ class BloomClassifier(ClassifierMixin, BaseEstimator):
     _parameter_constraints: dict = {
         "n_slots": [Interval(Integral, 1, 65535, closed="both")],
         "n_hashes": [Interval(Integral, 1, 64, closed="both")],
-        "offset": [StrOptions({"min", "mean"})],
+        "offset": [StrOptions({"min", "mean", "shared"})],
         "scaling": [StrOptions({"feature", "global"})],
         "C": [Interval(Real, 0, None, closed="neither")],
         "random_state": ["random_state"],

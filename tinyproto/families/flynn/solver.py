@@ -33,6 +33,16 @@ from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_sta
 
 F_CPU = 16_000_000
 DEFAULT_MAX_MS = 20.0  # leaves room under a 30 ms-per-inference target on a 16 MHz Uno
+# Beyond 256 features the default cap doubles: receiving the input itself takes longer than that (784 bytes at
+# 115200 baud are 68 ms), and the row sums grow with the features.
+WIDE_FEATURES = 256
+WIDE_DEFAULT_MAX_MS = 40.0
+DEFAULT_CAP = "default"  # max_inference_ms not given: default_max_ms(n_features)
+
+
+def default_max_ms(n_features: int) -> float:
+    """The time cap a FlyNN gets when the user sets none."""
+    return WIDE_DEFAULT_MAX_MS if n_features > WIDE_FEATURES else DEFAULT_MAX_MS
 MIN_HASHES = 16  # fewer hash bits than this is not a FlyNN worth deploying
 
 S_GRID = (2, 4, 6, 8, 12, 16)
@@ -154,7 +164,7 @@ def fit_flynn_under_budget(
     random_state=None,
     progress: Callable[[str], None] | None = None,
     *,
-    max_inference_ms: float | None = DEFAULT_MAX_MS,
+    max_inference_ms: float | str | None = DEFAULT_CAP,
     f_cpu: int = F_CPU,
     n_folds: int = 5,
     count_limit: CountLimit | None = None,
@@ -163,7 +173,7 @@ def fit_flynn_under_budget(
     """Fit the FlyNN with the best cross-validated integer accuracy whose model bytes are <= budget_bytes.
 
     progress, if given, receives one-line status messages. max_inference_ms caps the estimated AVR inference time
-    at f_cpu (None: no cap). count_limit, if given, caps m for each (ρ, b, inputs, M mode) so the counts fit
+    at f_cpu (None: no cap; DEFAULT_CAP: default_max_ms(n_features)). count_limit, if given, caps m for each (ρ, b, inputs, M mode) so the counts fit
     where the learning firmware keeps them (SRAM, EEPROM). The cap is always applied to the calibrated cost model
     (cost.predict_cycles of the integer model, exactly). exact_latency (--max-latency): a cap nothing meets is
     refused naming the fastest model within the budget. Returns the float classifier refitted on all of X_train, its integer model, and an
@@ -181,6 +191,8 @@ def fit_flynn_under_budget(
     if L > 255:
         raise TinyprotoError(f"FlyNN supports at most 255 classes, got {L}")
     budget = int(budget_bytes)
+    if max_inference_ms == DEFAULT_CAP:
+        max_inference_ms = default_max_ms(d)
     smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False, stage_bytes("shared", d))  # the cheapest stage
     if budget < smallest:
         raise TinyprotoError(
