@@ -1,4 +1,4 @@
-"""The command line (top layer): one module per verb group; `main` is the click group."""
+"""The command line (top layer): one module per verb group; `main` is the click group. Layer: cli."""
 
 from tinyproto.cli.main import main
 

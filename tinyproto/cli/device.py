@@ -1,4 +1,4 @@
-"""CLI commands that touch firmware and boards: build, flash, validate, run. Heavy imports stay inside."""
+"""CLI commands that touch firmware and boards: build, flash, validate, run. Heavy imports stay inside. Layer: cli."""
 
 from __future__ import annotations
 

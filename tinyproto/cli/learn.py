@@ -1,4 +1,4 @@
-"""`tinyproto learn`: the click command over tinyproto.pipeline.learn (heavy imports stay inside)."""
+"""`tinyproto learn`: the click command over tinyproto.pipeline.learn (heavy imports stay inside). Layer: cli."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ Every failure ends in one line on stderr and a non-zero exit, never a traceback:
 (TinyprotoError) or a system error (OSError: disk full, permission) exits 1, Ctrl-C exits 130, and an
 unexpected exception, a bug, exits 70 (EX_SOFTWARE) with its type and message; TINYPROTO_DEBUG=1 shows its
 traceback. Click's own usage errors exit 2. SIGTERM and SIGHUP are handled like Ctrl-C, so cleanup runs.
+Layer: cli.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Readable summaries (rich tables) of report.json and validation.json."""
+"""Readable summaries (rich tables) of report.json and validation.json. Layer: cli."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Board facts (SRAM, flash, clock, currents) read from boards/<name>.json."""
+"""Board facts (SRAM, flash, clock, currents) read from boards/<name>.json. Layer: core."""
 
 from __future__ import annotations
 

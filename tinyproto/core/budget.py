@@ -1,4 +1,4 @@
-"""Parse byte budgets like `2kB`, `2KiB`, `1.5kB`, `2048B`, `2048` (1 kB = 1024 bytes)."""
+"""Parse byte budgets like `2kB`, `2KiB`, `1.5kB`, `2048B`, `2048` (1 kB = 1024 bytes). Layer: core."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """CArray: one constant array of the deployed model, exactly as it is rendered into C.
 
 The ledger counts bytes from these objects and the renderer prints them, so the two cannot disagree.
+Layer: core.
 """
 
 from __future__ import annotations

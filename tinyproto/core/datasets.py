@@ -37,6 +37,7 @@ see: not every feature constant, no feature that varies by less than the device 
 magnitude: the half-float mean; subtract an offset), and no feature's spread a million times smaller than the
 data's overall spread (the input stage's half-float gains share one exponent; see
 inputstage.standardise_moments). Truly constant features (std at floating-point noise) are fine.
+Layer: core.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One exception type for user errors: the CLI prints its message on one line and exits 1."""
+"""One exception type for user errors: the CLI prints its message on one line and exits 1. Layer: core."""
 
 
 class TinyprotoError(Exception):

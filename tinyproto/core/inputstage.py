@@ -14,6 +14,7 @@ On the device `mean` and `gain` are stored as IEEE half floats with one shared p
 that window to where the data lives, and decoding (integer mantissa x 2^e) is exact in float32. The arithmetic
 is float32, in the order written above, on the host (numpy) and on the device (avr-libc), and `round` is
 "half away from zero" done as trunc(t ± 0.5) after clamping.
+Layer: core.
 """
 
 from __future__ import annotations

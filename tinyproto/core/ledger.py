@@ -1,4 +1,6 @@
-"""The byte ledger: every byte count tinyproto reports (model, working SRAM, firmware) comes from here."""
+"""The byte ledger: every byte count tinyproto reports (model, working SRAM, firmware) comes from here.
+
+Layer: core."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Render a quantized model to C: the generated header plus copies of the runtime it needs.
 
 Python decides every value; the Jinja2 templates only lay the pre-formatted values out.
+Layer: core.
 """
 
 from __future__ import annotations

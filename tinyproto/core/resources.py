@@ -2,6 +2,7 @@
 
 In a checkout (or an editable install) they sit at the repository root; an installed wheel carries them
 inside the package as tinyproto/_data/<name>/ (see setup.py).
+Layer: core.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ no USB host; `bootloader_for("atmega32u4")` says so (tinyproto.device.flash does
 Command line (runs until Ctrl-C / SIGTERM; one line `<name> <port>` per board on stdout):
 
     tinyproto board-sim [--board uno] [--count N] [--state DIR] [--fresh]
+Layer: device.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The bootloaders simulated boards run (tinyproto.device.board_sim): which one a board ships with, and where its
 Intel HEX comes from -- Optiboot built once from Debian's arduino-core-avr source (Debian's prebuilt hex overruns
 the boot section), Debian's stk500v2 and ATmegaBOOT hex files as shipped. The Leonardo's Caterina speaks USB CDC
-and cannot be simulated (simavr has no USB host); asking for it is one clear error."""
+and cannot be simulated (simavr has no USB host); asking for it is one clear error.
+Layer: device."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ avr-gcc directly, with the same flags.
 
 The modules around it: tinyproto.device.project (platformio.ini, flags, the avr-gcc fallback), .piohome (the
 PlatformIO home), .piotest (`pio test`); their public names are re-exported here.
+Layer: device.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ which Caterina enumerates as a port of its own -- often under a new name -- for 
 does that touch and finds the new port (what the Arduino IDE and PlatformIO do). It is tested against a pty
 double that records the baud rates it is opened at and then "re-enumerates" as a second pty speaking AVR109;
 a real Caterina cannot be simulated here (simavr has no USB device side), so the reset itself is not.
+Layer: device.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Compile a generated model with the host C compiler and run it: the host half of the equivalence tests."""
+"""Compile a generated model with the host C compiler and run it: the host half of the equivalence tests.
+
+Layer: device."""
 
 from __future__ import annotations
 

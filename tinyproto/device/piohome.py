@@ -13,6 +13,7 @@ runs it), so `pio run` / `pio test` work in a model directory copied to another 
 tinyproto has prepared that user's home (`tinyproto build` does, or `python -m tinyproto.device.piohome`).
 tinyproto's own runs pass PLATFORMIO_CORE_DIR, which PlatformIO prefers over the file's core_dir, so a
 TINYPROTO_CACHE elsewhere works too. The user's own ~/.platformio is never touched.
+Layer: device.
 """
 
 from __future__ import annotations

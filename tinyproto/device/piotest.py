@@ -1,6 +1,7 @@
 """`pio test` of a generated project: test/test_model/test_main.c (vectors + expected scores and labels, rendered
 from templates/pio_test_main.c.j2) and the custom runner (templates/pio_test_custom_runner.py), run with
-PlatformIO, or by hand with avr-gcc + the simulator when PlatformIO is missing."""
+PlatformIO, or by hand with avr-gcc + the simulator when PlatformIO is missing.
+Layer: device."""
 
 from __future__ import annotations
 

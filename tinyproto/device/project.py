@@ -5,6 +5,7 @@ The file names no path of the checkout, the virtualenv or a home directory, so a
 or copied to another user or machine: the dev-platform is named `tinyproto-avr` and found in tinyproto's
 PlatformIO home (tinyproto.device.piohome), which the file's `core_dir = ~/.cache/tinyproto/pio-core` names for
 whoever runs `pio`; the simulator's test command starts with `python3` (see SIM_TEST_PYTHON).
+Layer: device.
 """
 
 from __future__ import annotations

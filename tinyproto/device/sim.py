@@ -19,6 +19,7 @@ simuno is compiled on first use with the host gcc against libsimavr into a per-u
 
 This is the fast path (`--sim`): the ELF is loaded straight into the chip. For the path of a physical board
 (avrdude, the bootloader, the reset on open) see tinyproto.device.board_sim, simuno's board mode.
+Layer: device.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@
                               (<board>_offline, Debian's Arduino core) or official (<board>); see the file
 
 The model directory stays the single source: the header is rendered from model.json (verified), never copied.
+Layer: pipeline.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""`tinyproto compile`: data -> model under a byte budget -> int8 model -> C + PlatformIO project + report."""
+"""`tinyproto compile`: data -> model under a byte budget -> int8 model -> C + PlatformIO project + report.
+
+Layer: pipeline."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Build a model directory's firmware and record it (build.json: sizes, the ELF's sha256 and the model hash it
 was built from, which validate checks). Used by `tinyproto build`, `run`, `learn` (the learned model) and
-`sweep`; a library function, below the CLI."""
+`sweep`; a library function, below the CLI.
+Layer: pipeline."""
 
 from __future__ import annotations
 

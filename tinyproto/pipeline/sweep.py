@@ -15,6 +15,7 @@ whatever the completion order; all wall times are in each line's "seconds" and i
 The sweep directory follows tinyproto's safety rules (tinyproto/core/modeldir.py): it is refused if it holds files
 tinyproto did not write, it is locked while the sweep runs, and its outputs are recorded in its manifest.
 With --scheduler the workers must see DIR (and a DATA file) at the same absolute path: a shared filesystem.
+Layer: pipeline.
 """
 
 from __future__ import annotations

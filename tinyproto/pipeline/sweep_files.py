@@ -1,6 +1,7 @@
 """The files of a sweep directory, shared by `tinyproto sweep` (which writes them) and `tinyproto report`
 (which reads them): sweep.json (the grid and every run), results.jsonl (one line per finished point) and
-points/<id>/ (each point's model directory)."""
+points/<id>/ (each point's model directory).
+Layer: pipeline."""
 
 from __future__ import annotations
 

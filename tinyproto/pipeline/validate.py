@@ -10,6 +10,7 @@ Results are appended (fsync'ed) to `validation.jsonl`, whose first line records 
 continues only a run of the very same model, vectors, firmware and target. Every check validation makes
 (scores, labels, completeness, the on-device input stage, the simulator's cycle markers, SRAM) is listed in
 validation.json under `checks`, and any failed one makes the command exit non-zero.
+Layer: pipeline.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ integer score is 256 / w_step times the float decision and b = round(intercept *
 
 Flash arrays (render order): the input stage, `bloom_W` (int8, R x TP_BLOOM_USED, row-major: one class's weights
 are adjacent, the order the dot products read them) and `bloom_b` (int16 when every bias fits, else int32).
+Layer: families.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ Conventions shared by the float estimator, the integer reference (quantize.py) a
   as pixels), "feature" divides each by its own std. The solver picks by validated int8 accuracy.
 * MAX commutes with any non-decreasing map, so the int8 φ is exactly the rounded float φ: quantizing the inputs
   before or after the MAX gives the same integers.
+Layer: families.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ the class never set it. score_l is the novelty f_l times ρ (times 255 for lut m
 Flash arrays (render order): the input stage, `fly_filters` (t_lj packed LSB-first, entry (j, l) at bit
 (j·L + l)·b), `fly_lut` (b > 1 only) and `fly_M` (only when M is stored: row-major m x s indices, uint8 when
 TP_FLY_INPUTS <= 256). A seeded M costs no data: the device regenerates it from TP_FLY_SEED (train.seeded_indices).
+Layer: families.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ one.
 
 Speed: for one (preprocessing, s) the seeded M of the largest m is generated once; a smaller m is a prefix of it,
 and the winners of every (m, ρ) come from one incremental top-K pass over the sorted m values.
+Layer: families.
 """
 
 from __future__ import annotations

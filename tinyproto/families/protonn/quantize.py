@@ -19,6 +19,7 @@ z = W diag(1/sigma) (x - mu) = W diag(1/(sigma g)) x_q + W diag(1/sigma) (c - mu
 anyway). Trained with "global" scaling (sigma = the data's overall spread) this is the plain shared stage;
 with per-feature sigma it is per-feature standardisation at 2 bytes per projected dimension instead of 4 per
 feature. W's flash encoding is the smallest exact one (encoding.py); a feature no weight reads is not kept.
+Layer: families.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ device (4 B per kept feature), one shared offset and gain (4 B; trained on globa
 standardisation folded into W and a projection offset (4 + 2 d_hat B). Each kind that fits the budget is
 probed with one mid-sized shape of its own candidate list, on the same folds; the best validated int8 accuracy
 (ties: fewer predicted cycles, then bytes) picks the kind whose shapes are then searched.
+Layer: families.
 """
 
 from __future__ import annotations

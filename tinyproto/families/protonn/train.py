@@ -20,6 +20,7 @@ Optimiser details (tuned on several data sets and splits, not on one):
   much as the loss surface demands, and the training loss never increases within a gamma level.
 - gamma is ramped from 60 % to 100 % of its final value over the first half of the epochs: with the paper's sharp
   kernel most kernel values start near 0, so gradients vanish and random initialisations get stuck.
+Layer: families.
 """
 
 
