@@ -18,7 +18,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.inputstage import InputStage
+from tinyproto.core.builtin_sets import upsampled_digits
+from tinyproto.core.inputstage import InputStage, stage_bytes
 from tinyproto.core.render import render_header
 from tinyproto.core.resources import resource_dir
 from tinyproto.families.bnc import solver
@@ -116,7 +117,9 @@ def extreme_vectors(d: int) -> np.ndarray:
 # ---------------------------------------------------------------- the float estimator
 
 
-@parametrize_with_checks([BNCClassifier(n_bits=16, n_prototypes=6, epochs_joint=4, epochs_w=4, random_state=0)])
+@parametrize_with_checks([BNCClassifier(n_bits=16, n_prototypes=6, epochs_joint=4, epochs_w=4, random_state=0),
+                          BNCClassifier(n_bits=16, n_prototypes=6, epochs_joint=4, epochs_w=4, random_state=0,
+                                        input_stage="shared")])
 def test_sklearn_estimator_contract(estimator, check):
     check(estimator)
 
@@ -193,10 +196,25 @@ def test_ledger_equals_bytes_in_rendered_header_and_solver_formula(density):
     assert families.family("bnc").streamable
 
 
-def test_json_round_trip_and_tampered_json_is_refused():
+def shared_model(model: IntBNC, offset: float = 127.5, gain: float = 127 / 127.5) -> IntBNC:
+    """The same model behind a shared input stage (one offset and gain for every feature)."""
+    stage = InputStage.shared(offset, gain, model.n_features)
+    return IntBNC(classes=model.classes, input_stage=stage, W_q=model.W_q, B_bits=model.B_bits,
+                  proto_counts=model.proto_counts, pattern_seed=model.pattern_seed, per_row=model.per_row)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_json_round_trip_and_tampered_json_is_refused(shared):
     model = random_model(4, 16, 16, 8, 3, 0.5)
+    if shared:
+        model = shared_model(model)
     raw = json.loads(json.dumps(model.to_json()))
     again = families.int_model_from_json(raw)
+    assert again.input_stage.kind == ("shared" if shared else "feature")
+    assert again.model_bytes() == model.model_bytes()
+    X = np.random.default_rng(3).uniform(-50, 300, size=(20, 16))
+    np.testing.assert_array_equal(again.input_stage.quantize(X), model.input_stage.quantize(X))
+    np.testing.assert_array_equal(again.predict(X), model.predict(X))
     xq = np.random.default_rng(0).integers(-128, 128, size=(20, 16))
     np.testing.assert_array_equal(again.scores(xq), model.scores(xq))
     tampered = [
@@ -208,7 +226,15 @@ def test_json_round_trip_and_tampered_json_is_refused():
         lambda r: r["B_bits"].__setitem__(0, r["B_bits"][0][:-1]),  # ragged
         lambda r: r.__setitem__("classes", r["classes"][:-1]),  # classes != counts
         lambda r: r.__setitem__("W_q", [[0] * 16] * 16),  # no hash at all
+        lambda r: r["input_stage"].__setitem__("mean_bits", r["input_stage"]["mean_bits"] * 2),  # wrong size
+        lambda r: r["input_stage"].__setitem__("gain_bits", r["input_stage"]["gain_bits"][:1] + [1]),  # wrong size
+        lambda r: r["input_stage"].__setitem__("kind", "fancy"),  # no such stage
+        lambda r: r["input_stage"].__setitem__("kind", "feature" if shared else "shared"),  # sizes of the other
+        lambda r: r["input_stage"].__setitem__("gain_bits", [0x7C00] * len(r["input_stage"]["gain_bits"])),  # inf
     ]
+    if shared:
+        tampered += [lambda r: r["input_stage"].__setitem__("gain_bits", [0x8000 | 0x3C00]),  # a negative gain
+                     lambda r: r["input_stage"].__setitem__("n_inputs", 17)]  # a width W does not read
     for change in tampered:
         bad = json.loads(json.dumps(model.to_json()))
         change(bad)
@@ -244,11 +270,18 @@ def test_solver_reaches_the_digits_goal_at_2kB():
     clf, model, info = solved(2048)
     _, Xte, _, yte = digits_split()
     assert np.mean(model.predict(Xte) == yte) >= 0.92
+    # both input stages were searched, each priced with its own bytes; the per-feature one validated better here
+    stages = {c["stage"] for c in info["candidates"]}
+    assert stages == {"feature", "shared"} and info["chosen"]["input_stage"] == model.input_stage.kind == "feature"
+    for c in info["candidates"]:
+        assert c["model_bytes"] == solver.model_bytes(c["n_bits"], c["n_prototypes"], c["nonzeros"], 64, 10,
+                                                      stage_bytes(c["stage"], 64), bool(c["per_row"]))
 
 
 def test_solver_names_the_minimum_budget():
     Xtr, _, ytr, _ = digits_split()
-    smallest = solver.minimum_budget(64, 10)
+    smallest = solver.minimum_budget(64, 10)  # with the cheapest input stage: the shared one
+    assert smallest == solver.minimum_budget(64, 10, stage_bytes("shared", 64)) < solver.minimum_budget(64, 10, 256)
     with pytest.raises(TinyprotoError, match=f"needs {smallest} B"):
         solver.fit_bnc_under_budget(Xtr, ytr, smallest - 1, 0)
 
@@ -351,3 +384,51 @@ def test_solver_on_a_wide_input_considers_a_seeded_w_and_keeps_the_budget():
     assert model.model_bytes() <= budget
     assert any(c["per_row"] for c in info["candidates"])
     assert all(c["model_bytes"] <= budget for c in info["candidates"])
+
+
+# ---------------------------------------------------------------- wide inputs: the shared input stage
+
+
+@functools.lru_cache(maxsize=None)
+def digits28_rows(n: int = 300):
+    X, y = upsampled_digits(28)
+    return X[:n], y[:n]
+
+
+@needs("gcc")
+def test_784_features_fit_2kB_with_the_shared_stage_bit_exact_on_host_c(tmp_path):
+    """784 pixels: the per-feature stage alone (3136 B) is over 2 kB, the shared one (4 B) leaves the rest to W and
+    the prototypes; the model's reference equals firmware/tp_bnc.c built for the host, whole and streamed."""
+    X, y = digits28_rows()
+    d, L, budget = 784, 10, 2048
+    assert solver.minimum_budget(d, L, stage_bytes("feature", d)) > budget >= solver.minimum_budget(d, L)
+    r, K = 48, 32
+    m = solver.largest_m(budget, r, r * K, d, L, stage_bytes("shared", d), seeded=True)
+    clf = BNCClassifier(n_bits=r, n_prototypes=m, seeded_per_row=K, input_stage="shared", epochs_joint=2,
+                        epochs_w=2, random_state=0).fit(X, y)
+    model = IntBNC.from_classifier(clf)
+    assert model.input_stage.kind == "shared" and model.input_stage.n_features == d and model.seeded
+    assert model.model_bytes() == solver.model_bytes(r, m, r * K, d, L, 4, seeded=True) <= budget
+    header = render_header(model, "test", 0, model.model_bytes())
+    assert header_array_bytes(header) == {a.name: a.nbytes for a in model.carrays()}
+    assert "#define TP_INPUT_SHARED 1" in header
+    assert np.mean(model.predict(X) == y) > 0.5  # 2 + 2 epochs on 300 rows: a hash, not noise
+    xq = np.vstack([model.input_stage.quantize(X[:60]), extreme_vectors(d)])
+    labels, scores, stream_labels, stream_scores = host_c(model, xq, tmp_path)
+    ref = model.scores(xq)
+    np.testing.assert_array_equal(scores, ref)
+    np.testing.assert_array_equal(labels, model.labels(ref))
+    np.testing.assert_array_equal(stream_scores, ref)
+    np.testing.assert_array_equal(stream_labels, labels)
+    np.testing.assert_array_equal(model.labels(ref[:60]), model.labels(model.scores(model.input_stage.quantize(X[:60]))))
+    again = families.int_model_from_json(json.loads(json.dumps(model.to_json())))
+    np.testing.assert_array_equal(again.predict(X), model.predict(X))
+
+
+def test_solver_on_784_pixels_at_2kB_chooses_the_shared_stage():
+    X, y = digits28_rows()
+    with pytest.raises(TinyprotoError, match=f"needs {solver.minimum_budget(784, 10)} B"):
+        solver.fit_bnc_under_budget(X, y, solver.minimum_budget(784, 10) - 1, 0)
+    clf, model, info = solver.fit_bnc_under_budget(X, y, 2048, 0)
+    assert model.input_stage.kind == "shared" and model.model_bytes() <= 2048
+    assert all(c["stage"] == "shared" and c["model_bytes"] <= 2048 for c in info["candidates"])

@@ -11,7 +11,8 @@ For an int8 input x (TP_N_FEATURES values, any of -128..127):
 sign(W z) does not change when a row of W is scaled, so each row of W gets its own int8 scale (its largest
 magnitude maps to 127) and no scale reaches the device; the input step does not matter either.
 
-Flash arrays (render order): the input stage; W row by row, either dense (`bnc_W`, r x d int8) or sparse
+Flash arrays (render order): the input stage (per-feature, 4 B per feature, or shared, 4 B in all: the solver
+chooses by held-out accuracy); W row by row, either dense (`bnc_W`, r x d int8) or sparse
 (`bnc_W_mask`, r x ceil(d/8) bytes, bit i of row k's bitmap = Wq[k, i] != 0, and `bnc_W_values`, the nonzeros
 row by row), whichever is smaller; `bnc_B`, the m prototypes as m x R packed bytes, sorted by class; and
 `bnc_class_end`, the cumulative prototype count per class (uint8 when m <= 255, else uint16). tp_predict()
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinyproto.core.carray import CArray
-from tinyproto.core.inputstage import InputStage
+from tinyproto.core.inputstage import STAGE_KINDS, InputStage
 from tinyproto.core.ledger import SramItem
 from tinyproto.families.bnc.pattern import pattern_mask, seeded_positions
 
@@ -71,6 +72,7 @@ class IntBNC:
         m = self.B_bits.shape[0]
         if not 1 <= r <= MAX_BITS or not 1 <= m <= MAX_PROTOTYPES or self.B_bits.shape[1] != r:
             raise ValueError(f"need 1 <= r <= {MAX_BITS} bits, 1 <= m <= {MAX_PROTOTYPES} prototypes of r bits")
+        _check_stage(self.input_stage)
         if d != self.input_stage.n_features or not 1 <= d <= 65535:
             raise ValueError("W_q's columns must match the input stage's features (1..65535)")
         if self.W_q.min() < -128 or self.W_q.max() > 127 or not self.W_q.any():
@@ -142,8 +144,11 @@ class IntBNC:
 
     @classmethod
     def from_classifier(cls, clf) -> "IntBNC":
-        """Quantize a fitted BNCClassifier: its standardisation and int8 step, W row by row, B as bits."""
-        stage = InputStage.from_standardisation(clf.mean_, clf.scale_, clf.input_scale_)
+        """Quantize a fitted BNCClassifier: its input stage (shared, or per-feature from its standardisation and
+        int8 step), W row by row, B as bits."""
+        stage = getattr(clf, "stage_", None)
+        if stage is None:
+            stage = InputStage.from_standardisation(clf.mean_, clf.scale_, clf.input_scale_)
         return cls(
             classes=[c.item() if hasattr(c, "item") else c for c in clf.classes_],
             input_stage=stage,
@@ -260,6 +265,28 @@ class IntBNC:
             pattern_seed=_integer(raw.get("pattern_seed", 0), "pattern_seed"),
             per_row=_integer(raw.get("per_row", 0), "per_row"),
         )
+
+
+def _check_stage(stage: InputStage) -> None:
+    """The stored stage is one the device can run: one offset and gain ("shared") or one per feature, finite (a
+    shared gain positive), exponents within what the device's ldexp handles."""
+    if not isinstance(stage, InputStage) or stage.kind not in STAGE_KINDS:
+        raise ValueError("unknown input stage")
+    if stage.kind == "shared" and stage.kept is None and stage.n_inputs is None:
+        raise ValueError("a shared input stage needs its width (n_inputs)")
+    mean_bits, gain_bits = np.asarray(stage.mean_bits), np.asarray(stage.gain_bits)
+    size = 1 if stage.kind == "shared" else stage.n_features
+    if mean_bits.shape != (size,) or gain_bits.shape != (size,):
+        raise ValueError(f"a {stage.kind} input stage stores {size} mean(s) and gain(s), got "
+                         f"{mean_bits.size} and {gain_bits.size}")
+    if mean_bits.dtype.kind not in "iu" or gain_bits.dtype.kind not in "iu":
+        raise ValueError("the input stage's stored values must be 16-bit patterns")
+    if not all(-160 <= int(e) <= 160 for e in (stage.mean_exp, stage.gain_exp)):
+        raise ValueError("the input stage's exponents are out of range")
+    if not (np.isfinite(stage.mean).all() and np.isfinite(stage.gain).all()):
+        raise ValueError("the input stage's mean and gain must be finite")
+    if stage.kind == "shared" and not float(stage.gain[0]) > 0:
+        raise ValueError("a shared input stage needs a positive gain")
 
 
 def _integer(value, name: str) -> int:

@@ -2,9 +2,14 @@
 
 Searched: r (bits of the hash) and the density of W; m (prototypes) is then the largest that fits the budget
 (exactly: the bytes of IntBNC.carrays() for these sizes) and the latency limit (the cost model), capped at half
-the training rows. Each shape is trained on 75 % of the training rows (stratified, seeded) with shortened
+the training rows. Both input stages are priced and searched: "feature" (a mean and a gain per feature, 4 B each)
+and "shared" (one offset and one gain, 4 B in all, which leaves the rest of the budget to W and the prototypes:
+what makes wide inputs such as 784 pixels fit at all); the shapes of each are planned with that stage's bytes.
+Each shape is trained on 75 % of the training rows (stratified, seeded) with shortened
 epochs, quantized, and scored on the other 25 % with the integer reference the device runs; the best shape is
-trained again on all the training rows with the full epochs. Ties: fewer predicted cycles, then fewer bytes.
+trained again on all the training rows with the full epochs. Ties: the per-feature stage (so a shared stage is
+chosen only when it validates better), then fewer predicted cycles, then fewer bytes. The minimum budget is that
+of the cheapest stage.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation
+from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, standardisation
+from tinyproto.core.inputstage import stage_bytes as priced_stage_bytes
 from tinyproto.families.bnc.cost import predict_cycles, shape_cycles
 from tinyproto.families.bnc.quantize import IntBNC
 from tinyproto.families.bnc.train import BNCClassifier, kept_weights
@@ -29,7 +35,8 @@ SEEDED_GRID = (8, 16, 32)  # weights per row of a seeded W: only for inputs wide
 WIDE_FEATURES = 128  # beyond this a bitmap over d features costs more than the weights it locates
 MIN_BITS = 8  # the smallest model: one code byte, one prototype per class, one weight per bit
 SEARCH_EPOCHS = 12  # per phase while searching; the chosen shape is trained with the estimator's defaults
-MAX_CANDIDATES = 14  # the largest-r shapes of each density are tried first; this many fits at most
+MAX_CANDIDATES = 14  # the largest-r shapes of each density are tried first; this many fits at most (per stage)
+STAGE_KINDS = ("feature", "shared")  # the input stages searched (tinyproto.core.inputstage)
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class Candidate:
     predicted_cycles: int
     val_accuracy: float = -1.0
     per_row: int = 0  # > 0: a seeded W with this many weights per row (wide inputs)
+    stage: str = "feature"  # the input stage: "feature" or "shared"
 
 
 def w_bytes(n_bits: int, n_features: int, nonzeros: int) -> int:
@@ -49,11 +57,17 @@ def w_bytes(n_bits: int, n_features: int, nonzeros: int) -> int:
     return min(n_bits * n_features, n_bits * ((n_features + 7) // 8) + nonzeros)
 
 
-def input_stage_bytes(X: np.ndarray) -> int:
-    """Bytes of the input stage the deployed model carries (whatever tinyproto.core.inputstage renders for X)."""
-    mean, scale = standardisation(X)
-    stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
-    return sum(a.nbytes for a in stage.carrays())
+def input_stage_bytes(X: np.ndarray, kind: str = "feature") -> int:
+    """Bytes of the input stage of this kind the deployed model carries (what tinyproto.core.inputstage renders
+    for X; the estimator builds the same stage from the same rows)."""
+    if kind == "shared":
+        stage = shared_stage(X)
+    else:
+        mean, scale = standardisation(X)
+        stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
+    nbytes = sum(a.nbytes for a in stage.carrays())
+    assert nbytes == priced_stage_bytes(kind, X.shape[1])
+    return nbytes
 
 
 def model_bytes(n_bits: int, n_prototypes: int, nonzeros: int, n_features: int, n_classes: int,
@@ -68,7 +82,10 @@ def model_bytes(n_bits: int, n_prototypes: int, nonzeros: int, n_features: int, 
 
 
 def minimum_budget(n_features: int, n_classes: int, stage_bytes: int | None = None) -> int:
-    """The smallest BNC: 8 bits, one weight per bit, one prototype per class."""
+    """The smallest BNC: 8 bits, one weight per bit, one prototype per class, with the cheapest input stage (the
+    shared one, 4 B) unless stage_bytes is given."""
+    if stage_bytes is None:
+        stage_bytes = priced_stage_bytes("shared", n_features)
     return model_bytes(MIN_BITS, n_classes, MIN_BITS, n_features, n_classes, stage_bytes)
 
 
@@ -83,8 +100,9 @@ def largest_m(budget: int, n_bits: int, nonzeros: int, n_features: int, n_classe
 
 
 def plan(budget: int, n_features: int, n_classes: int, m_cap: int, max_cycles: float | None,
-         stage_bytes: int) -> list[Candidate]:
-    """Every (r, density) with the largest m that fits the bytes and the time, at least one prototype per class."""
+         stage_bytes: int, stage: str = "feature") -> list[Candidate]:
+    """Every (r, density) with the largest m that fits the bytes (stage_bytes for the input stage `stage`) and the
+    time, at least one prototype per class."""
     out = []
     # and one weight per row (the smallest W: what a budget near the minimum can afford)
     for density in DENSITY_GRID + (1.0 / n_features,):
@@ -100,7 +118,7 @@ def plan(budget: int, n_features: int, n_classes: int, m_cap: int, max_cycles: f
             if density < 1.0 and nnz >= r * n_features or any(c.n_bits == r and c.nonzeros == nnz for c in out):
                 continue  # the same as a shape already planned
             out.append(Candidate(r, density, m, nnz, model_bytes(r, m, nnz, n_features, n_classes, stage_bytes),
-                                 shape_cycles(n_features, r, nnz, m, n_classes, dense)))
+                                 shape_cycles(n_features, r, nnz, m, n_classes, dense), stage=stage))
     if n_features > WIDE_FEATURES:
         for K in SEEDED_GRID:
             if -(-n_features // K) > 255:
@@ -115,7 +133,8 @@ def plan(budget: int, n_features: int, n_classes: int, m_cap: int, max_cycles: f
                     continue
                 out.append(Candidate(r, K / n_features, m, nnz,
                                      model_bytes(r, m, nnz, n_features, n_classes, stage_bytes, True),
-                                     shape_cycles(n_features, r, nnz, m, n_classes, False, K), per_row=K))
+                                     shape_cycles(n_features, r, nnz, m, n_classes, False, K), per_row=K,
+                                     stage=stage))
     return out
 
 
@@ -143,11 +162,17 @@ def _shortlist(cands: list[Candidate]) -> list[Candidate]:
 def _estimator(c: Candidate, seed: int, search: bool) -> BNCClassifier:
     extra = {"epochs_joint": SEARCH_EPOCHS, "epochs_w": SEARCH_EPOCHS} if search else {}
     seeded = {"seeded_per_row": c.per_row} if c.per_row else {"density": c.density}
-    return BNCClassifier(n_bits=c.n_bits, n_prototypes=c.n_prototypes, random_state=seed, **seeded, **extra)
+    return BNCClassifier(n_bits=c.n_bits, n_prototypes=c.n_prototypes, input_stage=c.stage, random_state=seed,
+                         **seeded, **extra)
 
 
 def _rank(c: Candidate) -> tuple:
-    return (round(c.val_accuracy, 9), -c.predicted_cycles, -c.model_bytes)
+    return (round(c.val_accuracy, 9), c.stage == "feature", -c.predicted_cycles, -c.model_bytes)
+
+
+def _shape_text(c: Candidate) -> str:
+    text = f"r={c.n_bits} m={c.n_prototypes} " + (f"seeded K={c.per_row}" if c.per_row else f"density={c.density:g}")
+    return text + (" shared input" if c.stage == "shared" else "")
 
 
 def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
@@ -168,11 +193,12 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
     if L > 255:
         raise TinyprotoError(f"BNC supports at most 255 classes, got {L}")
     budget = int(budget_bytes)
-    stage_bytes = input_stage_bytes(X)
-    smallest = minimum_budget(d, L, stage_bytes)
+    stage_bytes = {kind: input_stage_bytes(X, kind) for kind in STAGE_KINDS}
+    smallest = min(minimum_budget(d, L, nbytes) for nbytes in stage_bytes.values())
     if budget < smallest:
         raise TinyprotoError(f"budget {budget} B is too small for BNC on {d} features and {L} classes: the "
-                             f"smallest model ({MIN_BITS} bits, one prototype per class) needs {smallest} B")
+                             f"smallest model ({MIN_BITS} bits, one prototype per class, one shared input offset and gain) "
+                             f"needs {smallest} B")
     if max_latency_ms is not None and not (0 < max_latency_ms < float("inf")):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
     max_cycles = None if max_latency_ms is None else max_latency_ms * 1e-3 * f_cpu_hz
@@ -183,10 +209,11 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
     tr, va = train_test_split(np.arange(n), test_size=0.25, stratify=stratify,
                               random_state=int(rng.randint(0, 2**31 - 1)))
     m_cap = max(L, len(tr) // 2)
-    cands = plan(budget, d, L, m_cap, max_cycles, stage_bytes)
-    if not cands:  # only a latency limit can empty the plan: the smallest shape always fits the budget
+    plans = {kind: plan(budget, d, L, m_cap, max_cycles, nbytes, kind) for kind, nbytes in stage_bytes.items()}
+    if not any(plans.values()):  # only a latency limit can empty the plans: the smallest shape always fits
+        cheapest = min(STAGE_KINDS, key=lambda kind: stage_bytes[kind])
         smallest_shape = Candidate(MIN_BITS, 1.0 / d, L, MIN_BITS, smallest,
-                                   shape_cycles(d, MIN_BITS, MIN_BITS, L, L, False))
+                                   shape_cycles(d, MIN_BITS, MIN_BITS, L, L, False), stage=cheapest)
         clf = _estimator(smallest_shape, fit_seed, search=True).fit(X[tr], y[tr])
         acc = float(np.mean(IntBNC.from_classifier(clf).predict(X[va]) == y[va]))
         raise TinyprotoError(f"no BNC within {budget} B is predicted to run in {max_latency_ms:g} ms; the fastest one "
@@ -194,13 +221,13 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
                              f"{smallest_shape.predicted_cycles / f_cpu_hz * 1e3:.3f} ms with {100 * acc:.1f} % "
                              f"held-out accuracy: raise --max-latency")
     tried = []
-    for c in _shortlist(cands):
+    for c in [c for kind in STAGE_KINDS for c in _shortlist(plans[kind])]:
         clf = _estimator(c, fit_seed, search=True).fit(X[tr], y[tr])
         model = IntBNC.from_classifier(clf)
         pred = np.asarray(model.classes)[model.labels(model.scores(model.input_stage.quantize(X[va])))]
         acc = float(np.mean(pred == y[va]))
         tried.append(Candidate(**{**asdict(c), "val_accuracy": acc}))
-        say(f"bnc: r={c.n_bits} density={c.density:g} m={c.n_prototypes}: held-out int8 accuracy {acc:.3f}")
+        say(f"bnc: {_shape_text(c)}: held-out int8 accuracy {acc:.3f}")
     ranked = sorted(tried, key=_rank, reverse=True)
     best = ranked[0]
     clf = _estimator(best, fit_seed, search=False).fit(X, y)
@@ -211,9 +238,7 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
     cycles = predict_cycles(model)["total"]
     if max_cycles is not None and cycles > max_cycles:
         raise AssertionError(f"chosen BNC is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
-    rows = [{"shape": f"r={c.n_bits} m={c.n_prototypes} "
-                      + (f"seeded K={c.per_row}" if c.per_row else f"density={c.density:g}"),
-             "n_bits": c.n_bits, "density": c.density, "seeded_per_row": c.per_row, "n_prototypes": c.n_prototypes,
+    rows = [{"shape": _shape_text(c), "input_stage": c.stage, "n_bits": c.n_bits, "density": c.density, "seeded_per_row": c.per_row, "n_prototypes": c.n_prototypes,
              "nonzeros": c.nonzeros, "val_int8_accuracy": c.val_accuracy, "model_bytes": c.model_bytes,
              "predicted_cycles": c.predicted_cycles,
              "predicted_latency_ms": round(c.predicted_cycles / f_cpu_hz * 1e3, 4)} for c in ranked[:6]]
@@ -223,16 +248,17 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
         "model_bytes": nbytes,
         "chosen": {"n_bits": best.n_bits, "n_prototypes": best.n_prototypes, "density": best.density,
                    "seeded_per_row": best.per_row, "nonzeros": model.nonzeros, "w_dense": model.w_dense,
-                   "random_state": fit_seed},
+                   "input_stage": model.input_stage.kind, "random_state": fit_seed},
         "val_accuracy": best.val_accuracy,
         "validation": "one stratified 25 % hold-out of the training data, int8 model, shortened epochs",
         "predicted_cycles": cycles,
         "candidates": [asdict(c) for c in tried],
         "chosen_validation": rows[0],
         "runners_up": rows[1:],
-        "selection": "the best held-out int8 accuracy; among equal accuracies the fewest predicted cycles, then bytes",
+        "selection": "the best held-out int8 accuracy over both input stages (per-feature and shared, each priced "
+                     "with its own bytes); among equal accuracies the per-feature stage, then the fewest predicted "
+                     "cycles, then bytes",
         "seconds": time.perf_counter() - started,
     }
-    say(f"bnc: chose r={best.n_bits} m={best.n_prototypes} density={best.density:g}, {nbytes} B, "
-        f"held-out accuracy {best.val_accuracy:.3f}")
+    say(f"bnc: chose {_shape_text(best)}, {nbytes} B, held-out accuracy {best.val_accuracy:.3f}")
     return clf, model, info

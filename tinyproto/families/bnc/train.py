@@ -19,6 +19,12 @@ Conventions shared with the integer model (quantize.py) and firmware/tp_bnc.c:
 * sign(0) is +1: bit k of a code is 1 exactly when the k-th projection is >= 0 (the device tests the sign bit);
 * the standardised input is clipped where the int8 input stage clips (`input_scale_` * 127), so the hash the
   estimator learns is the hash the device computes, up to int8 rounding;
+* `input_stage` "feature" standardises each feature (a mean and a gain per feature on the device, 4 B each);
+  "shared" is one offset and one gain for every feature (4 B in all, tinyproto.core.inputstage.shared_stage:
+  pixels, same-unit sensors, wide inputs). The estimator then sees z = (x - offset) * gain / s, the device's
+  int8 value before rounding divided by s, the features' RMS spread in int8 steps (so z has the unit scale the
+  initialisation and the tanh slope expect); sign(W z) does not see s. The features are not centred one by
+  one (the device cannot): a constant feature acts as a bias of the hash;
 * prototypes are kept sorted by class (the device stores class boundaries, not one label per prototype).
 
 Additions to the paper, each because of the 8-bit target or for determinism (see README, "BNC"):
@@ -39,11 +45,11 @@ from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from tinyproto.core.inputstage import INPUT_MAX, choose_input_scale, standardisation
+from tinyproto.core.inputstage import INPUT_MAX, choose_input_scale, shared_stage, standardisation
 from tinyproto.families.bnc.pattern import pattern_mask
 
 
@@ -97,6 +103,8 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
     n_bits : r, bits of the hash (rows of W).
     n_prototypes : m, binary prototypes in all (split over the classes by size, at least one per class).
     density : fraction of W's entries kept (the largest magnitudes); 1.0 is a dense W.
+    input_stage : "feature" (per-feature standardisation) or "shared" (one offset and gain for all features;
+        the fitted stage is `stage_`, what IntBNC.from_classifier deploys).
     seeded_per_row : K; if set, each row of W reads K features at positions regenerated from a seed
         (pattern.py: no bytes for the positions, for wide inputs), fixed before training; density is ignored.
     alpha : hinge margin as a fraction of r (the surrogate's scores t^T b~ lie in [-r, r]).
@@ -113,6 +121,7 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
         "n_prototypes": [Interval(Integral, 1, 65535, closed="both")],
         "density": [Interval(Real, 0, 1, closed="right")],
         "seeded_per_row": [Interval(Integral, 1, 255, closed="both"), None],
+        "input_stage": [StrOptions({"feature", "shared"})],
         "alpha": [Interval(Real, 0, None, closed="left")],
         "gamma": [Interval(Real, 0, None, closed="neither")],
         "lam": [Interval(Real, 0, None, closed="left")],
@@ -129,6 +138,7 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
         n_prototypes: int = 40,
         density: float = 1.0,
         seeded_per_row: int | None = None,
+        input_stage: str = "feature",
         alpha: float = 0.25,
         gamma: float = 1.0,
         lam: float = 1.0,
@@ -142,6 +152,7 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
         self.n_prototypes = n_prototypes
         self.density = density
         self.seeded_per_row = seeded_per_row
+        self.input_stage = input_stage
         self.alpha = alpha
         self.gamma = gamma
         self.lam = lam
@@ -166,9 +177,7 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         self.classes_, y_index = np.unique(y, return_inverse=True)
         L = self.classes_.size
-        self.mean_, self.scale_ = standardisation(X)
-        Z0 = (X - self.mean_) / self.scale_
-        self.input_scale_ = choose_input_scale(Z0)
+        self._fit_input_stage(X)
         Z = self.transform_input(X)
         n, d = Z.shape
         r = int(self.n_bits)
@@ -195,6 +204,25 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
         self.B_ = binary_codes(Bt)
         self.n_bits_, self.n_prototypes_ = r, int(counts.sum())
         return self
+
+    def _fit_input_stage(self, X) -> None:
+        """mean_, scale_ and input_scale_ such that z = (x - mean_) / scale_ and the device's int8 input is
+        round(z / input_scale_) clipped to +-127 (exactly so for a shared stage, whose stored values are used)."""
+        if self.input_stage == "shared":
+            stage = shared_stage(X)
+            offset, gain = float(stage.mean[0]), float(stage.gain[0])
+            U = np.clip((X - offset) * gain, -INPUT_MAX, INPUT_MAX)  # int8 steps, before rounding
+            spread = float(np.sqrt(np.mean(U.var(axis=0))))
+            spread = spread if np.isfinite(spread) and spread > 1e-3 else 1.0
+            self.stage_ = stage
+            self.mean_ = np.full(X.shape[1], offset)
+            self.scale_ = np.full(X.shape[1], spread / gain)
+            self.input_scale_ = 1.0 / spread
+            return
+        self.stage_ = None  # IntBNC.from_classifier builds the per-feature stage from mean_, scale_, input_scale_
+        self.mean_, self.scale_ = standardisation(X)
+        Z0 = (X - self.mean_) / self.scale_
+        self.input_scale_ = choose_input_scale(Z0)
 
     def _centres(self, Z, y_index, counts, rng) -> np.ndarray:
         """Per-class k-means centres, class by class (so prototypes come sorted by class)."""
