@@ -18,6 +18,7 @@ row by row), whichever is smaller; `bnc_B`, the m prototypes as m x R packed byt
 `bnc_class_end`, the cumulative prototype count per class (uint8 when m <= 255, else uint16). tp_predict()
 projects row by row (the sum stays in registers); the stream (tp_stream_feed) walks every row's part of each
 chunk and keeps r sums and r nonzero offsets in static SRAM instead of the input vector.
+Layer: families (bnc).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ epochs, quantized, and scored on the other 25 % with the integer reference the d
 trained again on all the training rows with the full epochs. Ties: the per-feature stage (so a shared stage is
 chosen only when it validates better), then fewer predicted cycles, then fewer bytes. The minimum budget is that
 of the cheapest stage.
+Layer: families (bnc).
 """
 
 from __future__ import annotations

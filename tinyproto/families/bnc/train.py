@@ -32,6 +32,7 @@ Additions to the paper, each because of the 8-bit target or for determinism (see
   entries only, so the deployed hash is the one that was optimised;
 * after every epoch the binary model's training error is measured and the best (W, B) seen is kept (plain
   SGD on this non-convex loss can wander away from a good point).
+Layer: families (bnc).
 """
 
 from __future__ import annotations
