@@ -24,7 +24,9 @@ Conventions shared with the integer model (quantize.py) and firmware/tp_bnc.c:
   pixels, same-unit sensors, wide inputs). The estimator then sees z = (x - offset) * gain / s, the device's
   int8 value before rounding divided by s, the features' RMS spread in int8 steps (so z has the unit scale the
   initialisation and the tanh slope expect); sign(W z) does not see s. The features are not centred one by
-  one (the device cannot): a constant feature acts as a bias of the hash;
+  one (the device cannot): a constant feature acts as a bias of the hash. W starts with each row orthogonal to
+  the mean input on the row's support (W mean(z) = 0), so the first hash is that of the centred input, and B
+  starts from that W (on 784 pixels at 2 kB this took the int8 test accuracy from ~0.88 to ~0.95, over seeds);
 * prototypes are kept sorted by class (the device stores class boundaries, not one label per prototype).
 
 Additions to the paper, each because of the 8-bit target or for determinism (see README, "BNC"):
@@ -70,6 +72,21 @@ def allocate_prototypes(class_sizes: np.ndarray, m: int) -> np.ndarray:
         for c in np.argsort(-room, kind="stable")[:surplus]:
             counts[c] += 1 if room[c] > 0 else 0
     return counts
+
+
+CENTRED_SUPPORT = 8  # the fewest features a row reads for _centred_rows to centre it
+
+
+def _centred_rows(W: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """Each row of W minus its component along mu restricted to the row's support: W mu = 0, so sign(W z) starts
+    as the hash of the centred input z - mu (a shared stage cannot centre the features one by one). Only rows
+    reading at least CENTRED_SUPPORT features: on fewer, losing one direction would leave the rows too alike (on
+    2 features every row would hash the same direction)."""
+    support = (W != 0) & ((W != 0).sum(axis=1, keepdims=True) >= CENTRED_SUPPORT)
+    M = support * mu[None, :]
+    norm = (M * M).sum(axis=1, keepdims=True)
+    coef = np.where(norm > 0, (W * M).sum(axis=1, keepdims=True) / np.where(norm > 0, norm, 1.0), 0.0)
+    return W - coef * M
 
 
 def kept_weights(n_bits: int, n_features: int, density: float) -> int:
@@ -194,6 +211,9 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
             self.per_row_ = min(int(self.seeded_per_row), d)
             mask = pattern_mask(self.pattern_seed_, r, d, self.per_row_)
             W = W * mask
+        if self.input_stage == "shared":  # start from the centred input's hash, B from the W that is trained
+            W = _centred_rows(W * mask, Z.mean(axis=0))
+            Bt = binary_codes(centres @ W.T)
         if L > 1:
             W, Bt = self._sgd(Z, y_index, W, Bt, mask, rng, int(self.epochs_joint), train_b=True)
             Bt = binary_codes(Bt)
