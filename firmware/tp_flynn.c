@@ -126,7 +126,7 @@ static __attribute__((noinline)) uint16_t tp_fly_heapify(uint32_t *heap)
 #define TP_FLY_WIDE (TP_FLY_INPUTS > 256)
 
 /* Biased hash input i, read from x: x_i + 128, or (~x_{i-d}) + 128 for the mirrored half (one XOR each). */
-static inline uint8_t tp_fly_biased(const int8_t *x, uint16_t i)
+__attribute__((unused)) static inline uint8_t tp_fly_biased(const int8_t *x, uint16_t i)
 {
 #if TP_FLY_SPLIT
     if (i >= TP_N_FEATURES) {

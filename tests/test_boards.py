@@ -160,16 +160,16 @@ def test_the_uno_env_of_an_existing_project_still_builds(validated):
 
 def test_a_model_too_big_for_the_unos_sram_is_refused_there_and_runs_on_the_mega(tmp_path):
     rng = np.random.default_rng(0)
-    n, d = 160, 1024  # FlyNN holds the d int8 inputs and its hash buffers: too much for a 2 kB chip, not for 8 kB
+    n, d = 120, 2048  # FlyNN holds the d int8 inputs (2 kB): too much for a 2 kB chip, not for 8 kB
     y = rng.integers(0, 2, n)
     X = rng.normal(size=(n, d)) + y[:, None] * np.linspace(0, 1.5, d)
     data = tmp_path / "wide.npz"
     np.savez(data, X=X.astype(np.float32), y=y)
-    refused = cli("compile", str(data), "--model", "flynn", "--budget", "6kB", "--board", "uno",
+    refused = cli("compile", str(data), "--model", "flynn", "--budget", "2kB", "--board", "uno",
                   "--out", str(tmp_path / "uno"))
     assert refused.returncode != 0 and "more than the 2048 B of Arduino Uno" in refused.stderr
     mega_dir = tmp_path / "mega"
-    accepted = cli("compile", str(data), "--model", "flynn", "--budget", "6kB", "--board", "mega2560",
+    accepted = cli("compile", str(data), "--model", "flynn", "--budget", "2kB", "--board", "mega2560",
                    "--out", str(mega_dir))
     assert accepted.returncode == 0, accepted.stderr
     assert cli("build", str(mega_dir)).returncode == 0

@@ -101,3 +101,16 @@ def test_no_import_cycle_between_modules():
         if not state.get(node):
             visit(node, [node])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_every_module_says_which_layer_it_belongs_to():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        if "_data" in path.parts or module in ROOT_MODULES:
+            continue
+        layer, _ = _layer(module)
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if f"Layer: {layer}" not in doc:
+            wrong.append(f"{module}: its docstring should say 'Layer: {layer}'")
+    assert not wrong, "\n".join(wrong)
