@@ -81,7 +81,22 @@ class Family:
     predict_cycles: Callable[[IntModel], dict]  # static cost model: {"total": cycles, per stage..., "lower_bound"}
     shape_text: Callable[[dict], str] = generic_shape_text  # a candidate row of the solver, in one short line
     learnable: bool = False  # it can learn on the device (`tinyproto learn`, federated device parties)
-    streamable: bool = False  # it consumes inputs feature by feature as they arrive (no input vector held)
+    streamable: bool = False  # its models can take inputs chunk by chunk (each model says so: TP_STREAMABLE)
+
+
+def lazy(target: str) -> Callable:
+    """A function that imports "package.module:attribute[.attribute]" on its first call and forwards to it, so a
+    family's package declares its FAMILY without importing its (heavy) training code."""
+    module_name, attribute = target.split(":")
+
+    def call(*args, **kwargs):
+        value: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            value = getattr(value, part)
+        return value(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = attribute
+    return call
 
 
 def names() -> tuple[str, ...]:
@@ -138,7 +153,7 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, budget_bytes: int,
         outcomes.append(row)
         fitted.append((row, clf, model, info))
     if not fitted:
-        raise TinyprotoError(f"no model family fits: " + "; ".join(f"{o['family']}: {o['refused']}" for o in outcomes))
+        raise TinyprotoError("no model family fits: " + "; ".join(f"{o['family']}: {o['refused']}" for o in outcomes))
     row, clf, model, info = max(fitted, key=lambda f: (f[0]["val_int8_accuracy"], -f[0]["predicted_cycles"],
                                                       -f[0]["model_bytes"]))
     info["auto"] = {"chosen": row["family"], "families": outcomes,

@@ -1,7 +1,7 @@
 """FlyNN / FBFC (Sinha & Ram): a sparse binary lifting, winner-take-all and per-class Bloom filters.
 Layer: families."""
 
-from tinyproto.families import Family
+from tinyproto.families import Family, lazy
 
 
 def _fit(X, y, budget_bytes, seed, progress=None, max_latency_ms=None, f_cpu_hz=16_000_000):
@@ -13,22 +13,12 @@ def _fit(X, y, budget_bytes, seed, progress=None, max_latency_ms=None, f_cpu_hz=
                                   f_cpu=f_cpu_hz, exact_latency=True)
 
 
-def _from_json(raw: dict):
-    from tinyproto.families.flynn.quantize import IntFlyNN
-
-    return IntFlyNN.from_json(raw)
-
-
-def _cycles(model) -> dict:
-    from tinyproto.families.flynn.cost import predict_cycles
-
-    return predict_cycles(model)
-
-
 def _shape_text(entry: dict) -> str:
     return (f"m={entry['n_hashes']} s={entry['n_inputs_per_hash']} rho={entry['n_winners']} b={entry['count_bits']} "
             f"c={entry['decay']:g} {'stored' if entry['store_M'] else 'seeded'} M")
 
 
 FAMILY = Family(name="flynn", title="FlyNN", color="#d62728", fit_under_budget=_fit,
-                from_json=_from_json, predict_cycles=_cycles, shape_text=_shape_text, learnable=True)
+                from_json=lazy("tinyproto.families.flynn.quantize:IntFlyNN.from_json"),
+                predict_cycles=lazy("tinyproto.families.flynn.cost:predict_cycles"),
+                shape_text=_shape_text, learnable=True)
