@@ -11,6 +11,19 @@ import numpy as np
 from tinyproto.families.flynn.cost import WalkCounts, cost_terms, estimate_cycles, total_cycles
 
 MAX_HASHES = 8192
+DEFAULT_MAX_MS = 20.0  # leaves room under a 30 ms-per-inference target on a 16 MHz Uno
+# Beyond 256 features the default cap doubles: receiving the input itself takes longer than that (784 bytes at
+# 115200 baud are 68 ms), and the row sums grow with the features.
+WIDE_FEATURES = 256
+WIDE_DEFAULT_MAX_MS = 40.0
+DEFAULT_CAP = "default"  # max_inference_ms not given: default_max_ms(n_features)
+
+
+def default_max_ms(n_features: int) -> float:
+    """The time cap a FlyNN gets when the user sets none."""
+    return WIDE_DEFAULT_MAX_MS if n_features > WIDE_FEATURES else DEFAULT_MAX_MS
+
+
 INPUT_STAGE_BYTES_PER_FEATURE = 4  # mean + gain, half floats
 
 # ---------------------------------------------------------------- bytes

@@ -27,23 +27,13 @@ from sklearn.utils import check_random_state
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn.cost import estimate_cycles
-from tinyproto.families.flynn.pricing import ExactCycles, fastest_m, largest_m, model_bytes, rows_bytes
+from tinyproto.families.flynn.pricing import (DEFAULT_CAP, ExactCycles, default_max_ms, fastest_m, largest_m, model_bytes,
+                                              rows_bytes)
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, project, projection_matrix, seeded_indices
 from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, stage_bytes, standardisation
 
 F_CPU = 16_000_000
-DEFAULT_MAX_MS = 20.0  # leaves room under a 30 ms-per-inference target on a 16 MHz Uno
-# Beyond 256 features the default cap doubles: receiving the input itself takes longer than that (784 bytes at
-# 115200 baud are 68 ms), and the row sums grow with the features.
-WIDE_FEATURES = 256
-WIDE_DEFAULT_MAX_MS = 40.0
-DEFAULT_CAP = "default"  # max_inference_ms not given: default_max_ms(n_features)
-
-
-def default_max_ms(n_features: int) -> float:
-    """The time cap a FlyNN gets when the user sets none."""
-    return WIDE_DEFAULT_MAX_MS if n_features > WIDE_FEATURES else DEFAULT_MAX_MS
 MIN_HASHES = 16  # fewer hash bits than this is not a FlyNN worth deploying
 
 S_GRID = (2, 4, 6, 8, 12, 16)
@@ -403,9 +393,6 @@ def _fastest_refusal(prepared, budget, max_ms, L, d, y_index, folds, seed, f_cpu
     return (f"no FlyNN within {budget} B is predicted to run in {max_ms:g} ms; the fastest one within the budget "
             f"(m={m} s={s} rho={rho} b={bits}, {'stored' if store else 'seeded'} M) is predicted at {cycles / f_cpu * 1e3:.3f} ms with "
             f"{100 * acc:.1f} % cross-validated accuracy: raise --max-latency")
-
-
-__all__ = ["fit_flynn_under_budget", "estimate_cycles", "model_bytes", "largest_m", "Candidate"]
 
 
 def solver_random_state(seed: int) -> int:
