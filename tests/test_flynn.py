@@ -20,7 +20,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.families.flynn import solver
+from tinyproto.families.flynn import pricing, solver
 from tinyproto.families.flynn.quantize import IntFlyNN, fly_working_sram, hash_inputs, pack_bits, unpack_bits
 from tinyproto.families.flynn.train import (
     BLOCK_ROWS,
@@ -465,7 +465,7 @@ def test_solver_never_exceeds_the_budget(name, budget):
     clf, model, info = solved(name, budget)
     assert model.model_bytes() == info["model_bytes"] <= budget
     assert sum(a.nbytes for a in model.carrays()) <= budget
-    assert info["estimated_ms"] <= solver.DEFAULT_MAX_MS
+    assert info["estimated_ms"] <= pricing.default_max_ms(model.n_features)
     assert info["candidates"] and all(c["model_bytes"] <= budget for c in info["candidates"])
     hp = info["chosen"]
     assert (model.n_hashes, model.n_inputs_per_hash, model.n_winners, model.bits) == (
