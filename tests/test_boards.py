@@ -260,6 +260,9 @@ class LeonardoDouble:
         self.commands: list[str] = []
         self.exited = threading.Event()
         self._stop = threading.Event()
+        # Read before the thread starts: a thread scheduled late (a loaded machine) must still see the touch as a
+        # change of speed, even when the 1200-baud open and close are already over.
+        self._initial_speed = self._speed()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -281,7 +284,7 @@ class LeonardoDouble:
         poller = select.poll()
         poller.register(self.app_master, select.POLLHUP)
         was_open = False
-        last = self._speed()
+        last = self._initial_speed
         while not self._stop.is_set():
             speed = self._speed()
             if speed != last:

@@ -251,3 +251,17 @@ def test_the_pio_home_holds_a_copy_of_the_platform_kept_in_step():
     assert not (installed / "boards" / "stale.json").exists()
     assert (tinyproto_cache_dir() / "pio-toolchain-atmelavr" / "bin" / "avr-gcc").exists()
     assert (core / "packages" / "toolchain-atmelavr" / ".piopm").is_file()
+
+
+def test_the_first_errors_are_the_compilers_not_platformios_banner():
+    """A fresh PlatformIO home prints a banner framed by rows of stars before the build: the excerpt a failed
+    build shows starts at the compiler's error, not at the banner."""
+    from tinyproto.device.project import _first_errors
+
+    stars = "*" * 80
+    log = (f"{stars}\nIf you like PlatformIO, please:\n- star it on GitHub\n{stars}\n\nProcessing uno_sim\n"
+           "src/main.c: In function 'main':\nsrc/main.c:5:9: error: unused variable 'x' [-Werror=unused-variable]\n"
+           "*** [.pio/build/uno_sim/src/main.o] Error 1\n")
+    excerpt = _first_errors(log)
+    assert excerpt.startswith("src/main.c: In function 'main':\nsrc/main.c:5:9: error: unused variable 'x'")
+    assert "PlatformIO" not in excerpt

@@ -135,7 +135,8 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
 def _first_errors(log: str, limit: int = 12) -> str:
     """The compiler's first error lines (what the user needs), else the end of the log."""
     lines = log.splitlines()
-    wanted = re.compile(r"\berror\b|undefined reference|\*\*\*", re.IGNORECASE)  # not -Werror, not "errors"
+    # not -Werror, not "errors"; "*** [target] Error" is make/SCons (a row of stars is PlatformIO's banner)
+    wanted = re.compile(r"\berror\b|undefined reference|\*\*\* \[", re.IGNORECASE)
     hits = [i for i, line in enumerate(lines) if wanted.search(line)]
     if hits:
         start = max(0, hits[0] - 1) if "In function" in lines[max(0, hits[0] - 1)] else hits[0]
