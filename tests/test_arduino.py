@@ -391,3 +391,11 @@ def test_parse_float_is_correctly_rounded_on_the_simulated_uno(exported, tmp_pat
             port.write((text + "\n").encode())
             reply = port.readline().decode("ascii", "replace").strip()
             assert int(reply, 16) == nearest_float32_bits(text), f"{text}: device {reply}"
+
+
+def test_export_record_names_the_model_relative_to_the_export(exported):
+    """export.json holds no absolute path: moving the model and its export together keeps the record true."""
+    model_dir, result = exported
+    record = json.loads((result.out_dir / "export.json").read_text())
+    assert not Path(record["model_dir"]).is_absolute()
+    assert (result.out_dir / record["model_dir"]).resolve() == Path(model_dir).resolve()

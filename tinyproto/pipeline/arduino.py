@@ -19,6 +19,7 @@ Layer: pipeline.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import zipfile
@@ -203,7 +204,8 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
         (scratch / "platformio.ini").write_text(render_arduino_platformio_ini(board, name))
         write_json(scratch / EXPORT_RECORD, {"format": EXPORT_FORMAT, "tinyproto_version": __version__,
                                              "name": name, "model_hash": model_dir.meta["model_hash"],
-                                             "model_dir": str(source)})
+                                             # relative, so the export and its model move together
+                                             "model_dir": os.path.relpath(source, out.resolve())})
     return ArduinoExport(out, out / name, out / f"{name}.zip", name)
 
 
