@@ -36,7 +36,7 @@ def cli(*args, cwd=None):
                           cwd=cwd, env=env)
 
 
-def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16) -> Path:
+def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16, board=BOARD) -> Path:
     """A FlyNN model directory with chosen shapes (bits > 1 saturates and straddles bytes)."""
     from tinyproto.pipeline.compile import write_model_directory
     from tinyproto.core.datasets import load_dataset, split
@@ -49,7 +49,7 @@ def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16) -> Path:
     clf.fit(sp.X_train, sp.y_train)
     model = IntFlyNN.from_classifier(clf, sp.X_train, sp.y_train, bits=bits)
     info = {"chosen": {"n_hashes": m, "count_bits": bits}, "candidates": []}
-    write_model_directory(clf, model, info, dataset, sp, 0, 4096, BOARD, out, 0.0)
+    write_model_directory(clf, model, info, dataset, sp, 0, 4096, board, out, 0.0)
     return out
 
 
@@ -304,3 +304,15 @@ def test_firmware_that_cannot_learn_says_so(learned_bc, tmp_path):
         result = cli("learn", str(out), "--port", uno.port, "--no-flash")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "this firmware cannot learn; run tinyproto learn (it builds the learning firmware)" in result.stderr
+
+
+def test_learn_on_a_leonardo_needs_its_usb_upload_port(tmp_path):
+    """The Leonardo is flashed through its own USB port and talks on Serial1: learn --port alone is refused before
+    anything is built, naming --upload-port, as flash and run do."""
+    leo = flynn_dir(tmp_path / "leonardo", bits=1, m=64, board=load_board("leonardo"))
+    result = cli("learn", str(leo), "--port", "/dev/ttyUSB9")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "give --upload-port" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (leo / L.LEARNING_DIR).exists()
+    result = cli("learn", str(leo), "--upload-port", "/dev/ttyACM9")
+    assert result.returncode == 1 and "--upload-port needs --port too" in result.stderr

@@ -11,7 +11,8 @@ from tinyproto.pipeline.firmware import build_model_dir
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.cli.options import (MODEL_DIR, board_option, budget_option, data_argument, label_option,
-                                    max_latency_option, model_option, out_option, seed_option)
+                                    max_latency_option, model_option, out_option, seed_option,
+                                    upload_port_option)
 
 
 def _console(stderr: bool = False):
@@ -48,8 +49,7 @@ def build_command(model_dir: Path, env: str | None) -> None:
 @click.option("--port", default=None,
               help="Serial port of a board, e.g. /dev/ttyACM0, or of a simulated one (tinyproto "
                    "board-sim): avrdude through its bootloader, protocol and speed from the board file.")
-@click.option("--upload-port", default=None,
-              help="Where avrdude uploads, if not --port: the Leonardo's own USB port (it talks on Serial1, --port).")
+@upload_port_option
 @click.option("--sim", is_flag=True, help="'Flash' the simulated Uno: start it with the ELF and check the handshake.")
 def flash_command(model_dir: Path, port: str | None, upload_port: str | None, sim: bool) -> None:
     """Put MODEL_DIR's firmware on a board (--port) or on the simulated Uno (--sim, the default without --port)."""
@@ -66,9 +66,9 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
         raise TinyprotoError("give either --port (a real board) or --sim, not both")
     md = load_model_dir(model_dir)
     board = load_board(md.meta.get("board", "uno"))
-    if upload_port and not port:
-        raise TinyprotoError("--upload-port needs --port too: the port the firmware answers on after the upload")
-    upload_port = _upload_port(board, port, upload_port)
+    from tinyproto.device.flash import upload_target
+
+    upload_port = upload_target(board, port, upload_port)
     model = families.load_int_model(md)
     build = load_build_info(md)
     check_firmware(md, build)  # flash exactly what `build` made from this model.json
@@ -92,20 +92,6 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
         check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)
     console.print(f"simulated Uno started with {build.elf}: handshake OK, model {md.meta['model_hash']} "
                   "(the simulator stops again; validate --sim starts its own)")
-
-
-def _upload_port(board, port: str | None, upload_port: str | None) -> str | None:
-    """Where avrdude writes: --upload-port, else --port. The Leonardo needs both: avrdude goes through its own USB
-    port (a 1200-baud touch starts Caterina), tinyproto's protocol through Serial1 and a USB-serial adapter."""
-    from tinyproto.device.flash import needs_touch
-
-    if port is None:
-        return None
-    if needs_touch(board) and upload_port in (None, port):
-        raise TinyprotoError(f"the {board.title.split(' (')[0]} is flashed through its own USB port and talks on "
-                             f"{board.serial_port.split(' (')[0]} through a USB-serial adapter: give --upload-port "
-                             "(its USB port, e.g. /dev/ttyACM0) and --port (the adapter's, e.g. /dev/ttyUSB0)")
-    return upload_port or port
 
 
 def _progress_factory(progress):
@@ -166,8 +152,7 @@ def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool
 @out_option("Model directory (default build/<data>).")
 @label_option
 @click.option("--port", default=None, help="A real board: flash it and validate there instead of the simulator.")
-@click.option("--upload-port", default=None,
-              help="Where avrdude uploads, if not --port: the Leonardo's own USB port (it talks on Serial1, --port).")
+@upload_port_option
 @max_latency_option
 def run_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None, label: str | None,
                 port: str | None, upload_port: str | None, max_latency: float | None) -> None:
@@ -183,9 +168,9 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
     from tinyproto.cli.tables import print_compile_report
 
     target = load_board(board)  # an unknown board is refused before any training
-    if upload_port and not port:
-        raise TinyprotoError("--upload-port needs --port too: the port the firmware answers on after the upload")
-    upload_port = _upload_port(target, port, upload_port)
+    from tinyproto.device.flash import upload_target
+
+    upload_port = upload_target(target, port, upload_port)
     console = _console()
     with console.status("training under the budget...", spinner="dots"):
         result = compile_model(data, family, budget, seed, board, out, label,

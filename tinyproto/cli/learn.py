@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import MODEL_DIR
+from tinyproto.cli.options import MODEL_DIR, upload_port_option
 
 
 def _yes(flag: bool) -> str:
@@ -54,13 +54,14 @@ def print_learn_report(console, s: dict, model_dir: Path) -> None:
 @click.option("--label", default=None, help="CSV label column (default: the last column).")
 @click.option("--sim", is_flag=True, help="Use the simulated Uno (the default when no --port is given).")
 @click.option("--port", default=None, help="Serial port of a real Uno (flashed with the learning firmware first).")
+@upload_port_option
 @click.option("--no-flash", is_flag=True, help="With --port: the board already runs the learning firmware.")
 @click.option("--save-eeprom", is_flag=True,
               help="Persist the learned counts in EEPROM (only changed bytes are written) and check they reload "
                    "after a restart.")
 @click.option("--json", "as_json", is_flag=True, help="Print learn.json instead of the table.")
 def learn_command(model_dir: Path, data: str | None, label: str | None, sim: bool, port: str | None,
-                  no_flash: bool, save_eeprom: bool, as_json: bool) -> None:
+                  upload_port: str | None, no_flash: bool, save_eeprom: bool, as_json: bool) -> None:
     """FlyNN learns on the device: build the learning firmware, stream DATA's training samples to it, read its
     counts back and compare them with the host's, check its predictions, write MODEL_DIR/learned/ and learn.json.
 
@@ -71,7 +72,7 @@ def learn_command(model_dir: Path, data: str | None, label: str | None, sim: boo
 
     from tinyproto.pipeline.learn import learn_on_device
 
-    if port and sim:
+    if (port or upload_port) and sim:
         raise TinyprotoError("give either --port (a real board) or --sim, not both")
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -82,6 +83,7 @@ def learn_command(model_dir: Path, data: str | None, label: str | None, sim: boo
             return lambda n: progress.advance(task, n)
 
         summary = learn_on_device(model_dir, data, port, save_eeprom, label, flash=not no_flash,
+                                  upload_port=upload_port,
                                   progress_factory=factory, say=lambda m: progress.console.print(f"[dim]· {m}[/dim]"))
     if as_json:
         click.echo(json.dumps(summary, indent=2))

@@ -34,3 +34,9 @@ max_latency_option = click.option(
 
 def out_option(what: str):
     return click.option("--out", type=click.Path(path_type=Path), default=None, help=what)
+
+
+upload_port_option = click.option(
+    "--upload-port", default=None,
+    help="Where avrdude uploads, if not --port: the Leonardo's own USB port (it talks on Serial1, --port).")
+

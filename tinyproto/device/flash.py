@@ -264,3 +264,18 @@ def flash_port(board: Board, port: str, hex_path: Path,
     if result.returncode != 0:
         raise TinyprotoError(explain_failure(board, port, log))
     return FlashResult(seconds, _written(log), log, port)
+
+
+def upload_target(board, port: str | None, upload_port: str | None) -> str | None:
+    """Where avrdude writes: --upload-port, else --port (None without a port). The Leonardo needs both: avrdude
+    goes through its own USB port (a 1200-baud touch starts Caterina), tinyproto's protocol through Serial1 and a
+    USB-serial adapter."""
+    if upload_port and not port:
+        raise TinyprotoError("--upload-port needs --port too: the port the firmware answers on after the upload")
+    if port is None:
+        return None
+    if needs_touch(board) and upload_port in (None, port):
+        raise TinyprotoError(f"the {board.title.split(' (')[0]} is flashed through its own USB port and talks on "
+                             f"{board.serial_port.split(' (')[0]} through a USB-serial adapter: give --upload-port "
+                             "(its USB port, e.g. /dev/ttyACM0) and --port (the adapter's, e.g. /dev/ttyUSB0)")
+    return upload_port or port

@@ -136,17 +136,21 @@ def learn_on_device(
     build_learned: bool = True,
     progress_factory: ProgressFactory | None = None,
     say: Callable[[str], None] | None = None,
+    upload_port: str | None = None,
 ) -> dict:
-    """Learn DATA's training split on the device (simulated when port is None); returns learn.json's content."""
+    """Learn DATA's training split on the device (simulated when port is None); returns learn.json's content.
+    upload_port: where avrdude writes when it is not port (the Leonardo's own USB port)."""
     model_dir = load_model_dir(path)
     with locked(model_dir.path, "learn"):
         record_outputs(model_dir.path, LEARNING_DIR, LEARNED_DIR, "learn.json")
-        return _learn_locked(model_dir, data, port, save_eeprom, label, flash, build_learned, progress_factory, say)
+        return _learn_locked(model_dir, data, port, save_eeprom, label, flash, build_learned, progress_factory, say,
+                             upload_port)
 
 
 def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_eeprom: bool, label: str | None,
                   flash: bool, build_learned: bool, progress_factory: ProgressFactory | None,
-                  say: Callable[[str], None] | None) -> dict:
+                  say: Callable[[str], None] | None, upload_port: str | None) -> dict:
+    from tinyproto.device.flash import flash_port, upload_target
     from tinyproto.pipeline.validate import checked_vectors
 
     started = time.monotonic()
@@ -154,15 +158,14 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
     model = families.load_int_model(model_dir)
     board = load_board(model_dir.meta.get("board", "uno"))
     sizes = require_learnable(model, board, save_eeprom)  # before anything is built
+    upload_port = upload_target(board, port, upload_port)
     data = data or _default_data(model_dir)
     data_name, xq, y_index = training_samples(model, data, label)
     expected = host_counts(model, xq, y_index)
     firmware = build_learning_firmware(prepare_learning_project(model_dir, model, board), model, board, sizes, say)
     if port is not None and flash:
-        from tinyproto.device.flash import flash_port
-
-        say(f"flashing {port} with the learning firmware")
-        flash_port(board, port, firmware.hex)
+        say(f"flashing {upload_port} with the learning firmware")
+        flash_port(board, upload_port, firmware.hex)
     image = firmware.project / EEPROM_IMAGE if port is None else None
     target = Target(port, image, board.boot_quiet_s)
 
