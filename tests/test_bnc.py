@@ -432,3 +432,14 @@ def test_solver_on_784_pixels_at_2kB_chooses_the_shared_stage():
     clf, model, info = solver.fit_bnc_under_budget(X, y, 2048, 0)
     assert model.input_stage.kind == "shared" and model.model_bytes() <= 2048
     assert all(c["stage"] == "shared" and c["model_bytes"] <= 2048 for c in info["candidates"])
+
+
+def test_the_minimum_on_wide_inputs_is_a_seeded_model_and_fits():
+    """Beyond WIDE_FEATURES the smallest W is seeded (weights, no positions): the minimum budget counts it, so a
+    3,000-sample sensor window is not refused at 2 kB for want of a 3,000-byte bitmap, and the minimum itself fits."""
+    assert solver.minimum_budget(3000, 4) < 200 < solver.model_bytes(8, 4, 8, 3000, 4, 4)
+    assert solver.seeded_rows(3000) == (16, 32) and solver.seeded_rows(128) == ()
+    X, y = digits28_rows()
+    smallest = solver.minimum_budget(784, 10)
+    clf, model, info = solver.fit_bnc_under_budget(X, y, smallest, 0)
+    assert model.model_bytes() <= smallest and info["chosen"]["seeded_per_row"] > 0

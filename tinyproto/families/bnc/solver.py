@@ -82,12 +82,25 @@ def model_bytes(n_bits: int, n_prototypes: int, nonzeros: int, n_features: int, 
     return stage + weights + n_prototypes * R + ends
 
 
+def seeded_rows(n_features: int) -> tuple[int, ...]:
+    """The weights per row a seeded W may have on this many features (none up to WIDE_FEATURES, where a bitmap is
+    cheaper; a segment, d / K features, must fit one byte)."""
+    if n_features <= WIDE_FEATURES:
+        return ()
+    return tuple(K for K in SEEDED_GRID if -(-n_features // K) <= 255)
+
+
 def minimum_budget(n_features: int, n_classes: int, stage_bytes: int | None = None) -> int:
-    """The smallest BNC: 8 bits, one weight per bit, one prototype per class, with the cheapest input stage (the
-    shared one, 4 B) unless stage_bytes is given."""
+    """The smallest BNC: 8 bits, one prototype per class, the cheapest W (one weight per bit; on wide inputs a
+    seeded W with the fewest weights per row, if cheaper), with the cheapest input stage (the shared one, 4 B)
+    unless stage_bytes is given."""
     if stage_bytes is None:
         stage_bytes = priced_stage_bytes("shared", n_features)
-    return model_bytes(MIN_BITS, n_classes, MIN_BITS, n_features, n_classes, stage_bytes)
+    smallest = model_bytes(MIN_BITS, n_classes, MIN_BITS, n_features, n_classes, stage_bytes)
+    for K in seeded_rows(n_features)[:1]:
+        smallest = min(smallest, model_bytes(MIN_BITS, n_classes, MIN_BITS * K, n_features, n_classes, stage_bytes,
+                                             seeded=True))
+    return smallest
 
 
 def largest_m(budget: int, n_bits: int, nonzeros: int, n_features: int, n_classes: int, stage_bytes: int,
@@ -120,22 +133,19 @@ def plan(budget: int, n_features: int, n_classes: int, m_cap: int, max_cycles: f
                 continue  # the same as a shape already planned
             out.append(Candidate(r, density, m, nnz, model_bytes(r, m, nnz, n_features, n_classes, stage_bytes),
                                  shape_cycles(n_features, r, nnz, m, n_classes, dense), stage=stage))
-    if n_features > WIDE_FEATURES:
-        for K in SEEDED_GRID:
-            if -(-n_features // K) > 255:
-                continue  # segments longer than 255 features (d > 8160 at K = 32)
-            for r in BITS_GRID:
-                nnz = r * K
-                m = min(largest_m(budget, r, nnz, n_features, n_classes, stage_bytes, True), m_cap)
-                if max_cycles is not None:
-                    while m >= n_classes and shape_cycles(n_features, r, nnz, m, n_classes, False, K) > max_cycles:
-                        m = max(n_classes - 1, int(m * 0.9))
-                if m < n_classes:
-                    continue
-                out.append(Candidate(r, K / n_features, m, nnz,
-                                     model_bytes(r, m, nnz, n_features, n_classes, stage_bytes, True),
-                                     shape_cycles(n_features, r, nnz, m, n_classes, False, K), per_row=K,
-                                     stage=stage))
+    for K in seeded_rows(n_features):
+        for r in BITS_GRID:
+            nnz = r * K
+            m = min(largest_m(budget, r, nnz, n_features, n_classes, stage_bytes, True), m_cap)
+            if max_cycles is not None:
+                while m >= n_classes and shape_cycles(n_features, r, nnz, m, n_classes, False, K) > max_cycles:
+                    m = max(n_classes - 1, int(m * 0.9))
+            if m < n_classes:
+                continue
+            out.append(Candidate(r, K / n_features, m, nnz,
+                                 model_bytes(r, m, nnz, n_features, n_classes, stage_bytes, True),
+                                 shape_cycles(n_features, r, nnz, m, n_classes, False, K), per_row=K,
+                                 stage=stage))
     return out
 
 
