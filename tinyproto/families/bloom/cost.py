@@ -3,17 +3,22 @@
 Each term is (how many times a unit of work runs in firmware/tp_bloom.c) x (its cycles), for the path the device
 app takes: tp_stream_begin, one tp_stream_feed per int8 chunk of wire.CHUNK_BYTES features, tp_stream_end. The
 inner loops marked "hand count" are the instruction cycles of the avr-gcc output (avr-objdump of the built
-firmware); the rest were fitted by `python tools/calibrate_costmodel.py --bloom` (non-negative least squares on
-relative errors, those hand counts held) on 25 synthetic shapes, narrow (4 .. 64 features) and wide (65 .. 784),
-k 1 .. 8, m 8 .. 700, both input stages, measured through the device app on the simulated Uno: every shape
-within 1 % (the table in that tool's output). The input stage is not in the timed call, so its kind does not
-change the cycles.
+firmware; avr-gcc unrolls the draws for k <= 3 and keeps a loop for k >= 4, maps a draw with an 8x8 multiply for
+m < 256, takes the byte for m = 256, calls __umulhisi3 for m > 256 and shifts for a power of two); the rest were
+fitted by `python tools/calibrate_costmodel.py --bloom` (non-negative least squares on relative errors, those hand
+counts held, the m > 256 terms second) on 32 synthetic shapes, narrow (15 of 4 .. 64 features) and wide (17 of
+65 .. 784), k 1 .. 8, m 8 .. 1024, both input stages, measured through the device app on the simulated Uno: every
+shape within 1.5 %; left out of the fit, every m <= 256 shape (the solver's range) within 4.1 % (the worst is the
+smallest, 530 cycles) and m > 256 within 7.6 % (only three shapes have more than 256 used slots, the C row loop).
+The input stage is not in the timed call, so its kind does not change the cycles.
 
-One part depends on the input: the MAX stores a slot only when the value rises (3 cycles a store). The first
+One part depends on the input: the MAX stores a slot only when the value rises (a store costs 1 cycle inside
+a feature's draws, 3 by its last draw when avr-gcc unrolled them). The first
 feature to reach a slot always stores; with inputs in random order a slot reached by n distinct features stores
 H(n) = 1 + 1/2 + ... + 1/n times on average, which is what "store" counts (exactly, from the model's hash). The
-extremes are 1 store per used slot (every value the same) and 1 per draw (values rising along the input): for
-digits28 (784 features, k = 1, m = 209) that is -1.2 % .. +2.0 % around the prediction.
+extremes are 1 store per used slot (every value the same) and 1 per draw (values rising along the input): on the
+sweep a constant vector ran 0.5 .. 1.2 % below random ones (784 features, k = 1, m = 209: 389 stores predicted,
+at most 784, +2.0 % at worst).
 Layer: families (bloom).
 """
 
