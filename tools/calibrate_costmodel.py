@@ -13,7 +13,10 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
 
 from __future__ import annotations
 
+import json
+import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -187,9 +190,232 @@ def calibrate_wide() -> None:
               f"{predict_cycles(model)['total']:>10}")
 
 
+# ================================================================ BNC and Bloom features (--bnc / --bloom)
+# Synthetic models of every layout each runtime has (BNC: dense / bitmap / seeded W; Bloom: byte and 16-bit draws),
+# narrow (one 64-feature chunk of protocol v2) and wide (several chunks), both input stages (the stage runs
+# outside the timed call, so it must not change the cycles: the sweep shows it), measured through the device app
+# on the simulated Uno (every score compared with the numpy reference), then each cost model's constants fitted by
+# non-negative least squares on relative errors. Measurements are cached in a JSON file (--cache) so a refit does
+# not rebuild.
+
+# BNC: (name, d, r, m, classes, density (0: seeded), K (seeded weights per row), stage, kept raw width or 0)
+BNC_SHAPES = [
+    ("dense-4", 4, 8, 6, 2, 1.0, 0, "feature", 0), ("dense-13", 13, 11, 9, 3, 1.0, 0, "shared", 0),
+    ("dense-30", 30, 24, 40, 2, 1.0, 0, "feature", 0), ("dense-64", 64, 32, 30, 10, 1.0, 0, "feature", 0),
+    ("dense-48-r48", 48, 48, 184, 7, 1.0, 0, "feature", 0), ("sparse-16", 16, 16, 20, 4, 0.5, 0, "feature", 0),
+    ("sparse-64", 64, 64, 30, 10, 0.25, 0, "feature", 0), ("sparse-40-r8", 40, 8, 159, 2, 0.5, 0, "shared", 0),
+    ("sparse-64-r24", 64, 24, 60, 10, 0.25, 0, "feature", 0),
+    ("sparse-50-r96", 50, 96, 12, 3, 0.125, 0, "feature", 0), ("sparse-33-m300", 33, 40, 300, 5, 0.3, 0, "shared", 0),
+    ("seeded-64-K16", 64, 32, 30, 10, 0.0, 16, "feature", 0), ("seeded-19-K8", 19, 64, 40, 7, 0.0, 8, "feature", 0),
+    ("seeded-13-K13", 13, 9, 5, 2, 0.0, 13, "shared", 0), ("seeded-50-K12", 50, 24, 20, 4, 0.0, 12, "feature", 0),
+    ("seeded-64-K24", 64, 16, 30, 3, 0.0, 24, "feature", 0), ("seeded-40-K8", 40, 16, 12, 3, 0.0, 8, "feature", 0),
+    ("seeded-60-K7", 60, 40, 30, 5, 0.0, 7, "shared", 0), ("seeded-32-K5", 32, 8, 9, 2, 0.0, 5, "feature", 0),
+    ("dense-8-r16", 8, 16, 10, 2, 1.0, 0, "feature", 0), ("dense-20-r8", 20, 8, 50, 3, 1.0, 0, "shared", 0),
+    ("dense-56-r16", 56, 16, 12, 4, 1.0, 0, "feature", 0), ("sparse-24-r32", 24, 32, 15, 3, 0.5, 0, "feature", 0),
+    ("sparse-60-m100", 60, 12, 100, 6, 0.3, 0, "shared", 0),
+    ("dense-90-r16-m100", 90, 16, 100, 10, 1.0, 0, "feature", 0),
+    ("sparse-500-r12", 500, 12, 40, 5, 0.15, 0, "shared", 0),
+    ("seeded-640-K10", 640, 40, 30, 10, 0.0, 10, "shared", 0),
+    ("seeded-400-K9", 400, 20, 25, 4, 0.0, 9, "feature", 0), ("dense-100", 100, 16, 20, 3, 1.0, 0, "feature", 0),
+    ("dense-130-r8", 130, 8, 10, 2, 1.0, 0, "shared", 0), ("dense-200", 200, 24, 15, 4, 1.0, 0, "feature", 0),
+    ("dense-784-r8", 784, 8, 30, 10, 1.0, 0, "shared", 0), ("dense-65", 65, 40, 20, 5, 1.0, 0, "feature", 0),
+    ("sparse-100", 100, 32, 30, 4, 0.25, 0, "feature", 0), ("sparse-200", 200, 32, 30, 4, 0.25, 0, "feature", 0),
+    ("sparse-256", 256, 16, 40, 10, 0.5, 0, "shared", 0), ("sparse-784", 784, 16, 20, 10, 0.05, 0, "shared", 0),
+    ("sparse-784-r8", 784, 8, 60, 10, 0.02, 0, "shared", 784), ("sparse-129", 129, 64, 20, 3, 0.1, 0, "feature", 0),
+    ("sparse-300-m280", 300, 20, 280, 4, 0.1, 0, "feature", 400), ("sparse-72", 72, 48, 25, 6, 0.3, 0, "feature", 0),
+    ("seeded-784-K8", 784, 128, 63, 10, 0.0, 8, "shared", 0),
+    ("seeded-784-K16", 784, 64, 40, 10, 0.0, 16, "shared", 0),
+    ("seeded-784-K32", 784, 24, 20, 10, 0.0, 32, "shared", 0),
+    ("seeded-300-K7", 300, 16, 10, 3, 0.0, 7, "feature", 0),
+    ("seeded-256-K16", 256, 96, 41, 10, 0.0, 16, "shared", 784),
+    ("seeded-150-K20", 150, 32, 30, 5, 0.0, 20, "feature", 0),
+    ("seeded-100-K4", 100, 48, 20, 4, 0.0, 4, "feature", 0),
+]
+# Bloom: (name, d, k, m, classes, stage, kept raw width or 0)
+BLOOM_SHAPES = [
+    ("n4-k1-m8", 4, 1, 8, 2, "feature", 0), ("n16-k1-m17", 16, 1, 17, 2, "shared", 0),
+    ("n30-k8-m256", 30, 8, 256, 2, "feature", 0), ("n64-k3-m256", 64, 3, 256, 10, "feature", 0),
+    ("n64-k2-m100", 64, 2, 100, 10, "shared", 0), ("n40-k7-m120", 40, 7, 120, 6, "feature", 0),
+    ("n50-k1-m256", 50, 1, 256, 7, "feature", 0), ("n64-k6-m221", 64, 6, 221, 10, "feature", 0),
+    ("n13-k4-m64", 13, 4, 64, 3, "feature", 0), ("n64-k4-m256-L3", 64, 4, 256, 3, "shared", 0),
+    ("w100-k3-m256", 100, 3, 256, 10, "feature", 0), ("w128-k2-m200", 128, 2, 200, 5, "feature", 0),
+    ("w150-k5-m255", 150, 5, 255, 2, "feature", 0), ("w256-k2-m256", 256, 2, 256, 10, "shared", 0),
+    ("w300-k1-m128", 300, 1, 128, 4, "shared", 784), ("w784-k1-m209", 784, 1, 209, 10, "shared", 0),
+    ("w784-k2-m256", 784, 2, 256, 10, "shared", 0), ("w500-k4-m256", 500, 4, 256, 3, "feature", 0),
+    ("w784-k3-m60", 784, 3, 60, 5, "shared", 0), ("w65-k2-m90", 65, 2, 90, 4, "feature", 0),
+    ("x20-k2-m700", 20, 2, 700, 3, "feature", 0), ("x200-k3-m600", 200, 3, 600, 4, "feature", 0),
+    ("x64-k3-m300", 64, 3, 300, 10, "feature", 0), ("x50-k1-m400", 50, 1, 400, 3, "feature", 0),
+    ("x100-k2-m1000", 100, 2, 1000, 5, "feature", 0), ("x300-k4-m512", 300, 4, 512, 2, "shared", 0),
+    ("n32-k5-m160", 32, 5, 160, 4, "feature", 0), ("w200-k8-m256", 200, 8, 256, 10, "feature", 0),
+    ("w400-k6-m180", 400, 6, 180, 3, "shared", 784), ("n64-k2-m256", 64, 2, 256, 5, "feature", 0),
+    ("x400-k2-m700", 400, 2, 700, 3, "feature", 0), ("x100-k3-m1024", 100, 3, 1024, 4, "shared", 0),
+]
+
+
+def _stage(kind: str, d: int, n_raw: int, rng):
+    kept = np.sort(rng.choice(n_raw, size=d, replace=False)) if n_raw else None
+    if kind == "shared":
+        return InputStage.shared(127.5, 127 / 127.5, d, kept=kept, n_inputs=n_raw or None)
+    return InputStage.from_standardisation(rng.normal(size=d), rng.uniform(0.5, 2, size=d), 0.03, kept=kept,
+                                           n_inputs=n_raw or None)
+
+
+def bnc_shape_model(d: int, r: int, m: int, L: int, density: float, K: int, stage: str, n_raw: int, seed: int):
+    """A valid IntBNC of this shape with random contents (density 0: a seeded W with K weights per row)."""
+    from tinyproto.families.bnc.pattern import pattern_mask
+    from tinyproto.families.bnc.quantize import IntBNC
+    from tinyproto.families.bnc.train import allocate_prototypes
+
+    rng = np.random.default_rng(seed)
+    W = rng.integers(-128, 128, size=(r, d))
+    pattern_seed = 0
+    if K:
+        pattern_seed = int(rng.integers(1, 65536))
+        W[~pattern_mask(pattern_seed, r, d, K)] = 0
+    else:
+        W[rng.random((r, d)) > density] = 0
+        W[np.arange(r), rng.integers(0, d, size=r)] = rng.choice([-127, 5, 127], size=r)  # no row all zero
+    return IntBNC(classes=list(range(L)), input_stage=_stage(stage, d, n_raw, rng), W_q=W,
+                  B_bits=rng.integers(0, 2, size=(m, r)), proto_counts=allocate_prototypes(np.full(L, 1000), m),
+                  pattern_seed=pattern_seed, per_row=K)
+
+
+def bloom_shape_model(d: int, k: int, m: int, L: int, stage: str, n_raw: int, seed: int):
+    """A valid IntBloom of this shape with random weights and biases (some shapes with 32-bit biases)."""
+    from tinyproto.families.bloom.quantize import IntBloom
+    from tinyproto.families.bloom.train import seeded_slots, used_slots
+
+    rng = np.random.default_rng(seed)
+    rows = 1 if L == 2 else L
+    hash_seed = int(rng.integers(1, 65536))
+    used = used_slots(seeded_slots(hash_seed, d, k, m)).size
+    bias_limit = 30000 if seed % 2 else 3_000_000  # 16- and 32-bit biases
+    return IntBloom(classes=list(range(L)), input_stage=_stage(stage, d, n_raw, rng), seed=hash_seed, n_slots=m,
+                    n_hashes=k, weights=rng.integers(-127, 128, size=(rows, used)),
+                    bias=rng.integers(-bias_limit, bias_limit, size=rows), weight_step=1.0)
+
+
+N_RANDOM = 4  # random vectors per shape: their mean is what the cost model predicts
+
+
+def shape_vectors(d: int, seed: int, n_random: int = N_RANDOM) -> np.ndarray:
+    """Random int8 vectors, then the extremes (constant, alternating: the data-dependent branches' range)."""
+    rng = np.random.default_rng(seed)
+    alt = np.where(np.arange(d) % 2 == 0, 127, -128)
+    rows = [rng.integers(-128, 128, size=d) for _ in range(n_random)] + [np.full(d, -128), np.full(d, 127), alt]
+    return np.array(rows, dtype=np.int8)
+
+
+def measure_vectors(model, xq: np.ndarray, workdir: Path, board: str = "uno") -> np.ndarray:
+    """Cycles of each vector through the device app on the simulated board (int8 PREDICT chunks, timed by
+    Timer1), after checking every score against the numpy reference."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_latency import write_project
+
+    write_project(model, workdir, False, load_board(board))
+    try:
+        result = build_project(workdir, f"{board}_sim")
+    except Exception:  # PlatformIO's shared home can be mid-update by a parallel build: one retry
+        result = build_project(workdir, f"{board}_sim")
+    with SimulatedUno(result.elf, markers=False) as uno, open_device(uno.port) as client:
+        predictions = [client.predict(x) for x in xq]
+    scores = np.array([p.scores for p in predictions], dtype=np.int64)
+    if not np.array_equal(scores, model.scores(xq)):
+        raise AssertionError("device scores differ from the numpy reference")
+    return np.array([p.cycles for p in predictions], dtype=np.float64)
+
+
+def _sweep(kind: str, cache: Path | None) -> list[dict]:
+    """Measure every shape of the sweep (or read it from the cache): model, cycles per vector."""
+    shapes = BNC_SHAPES if kind == "bnc" else BLOOM_SHAPES
+    make = bnc_shape_model if kind == "bnc" else bloom_shape_model
+    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    out = []
+    for name, *shape in shapes:
+        seed = zlib.crc32(name.encode())  # a shape's model and vectors do not depend on the others
+        model = make(*shape, seed=seed)
+        if name not in done or done[name]["shape"] != shape or done[name].get("seed") != seed:
+            xq = shape_vectors(model.n_features, seed)
+            with tempfile.TemporaryDirectory() as tmp:
+                cycles = measure_vectors(model, xq, Path(tmp) / "p")
+            done[name] = {"shape": shape, "seed": seed, "cycles": cycles.tolist()}
+            if cache is not None:
+                cache.write_text(json.dumps(done, indent=1))
+            print(f"{name}: {cycles.mean():.0f} cycles (min {cycles.min():.0f}, max {cycles.max():.0f})", flush=True)
+        out.append({"name": name, "model": model, "cycles": np.array(done[name]["cycles"])})
+    return out
+
+
+def _fit_nnls(rows: list[dict], names: list[str], held: dict[str, float], measured: np.ndarray,
+              later: tuple = ()) -> dict[str, float]:
+    """Constants for `names` minimising relative errors (nnls); `held` keeps its values (hand counts). Terms in
+    `later` (a code path only some shapes take) are fitted second, on those shapes, with the others held."""
+    A = np.array([[r.get(n, 0.0) for n in names] for r in rows], dtype=float)
+    weight = 1.0 / measured
+    fitted = {n: float(held.get(n, 0.0)) for n in names}
+    late = [i for i, n in enumerate(names) if n in later]
+    takes_late = A[:, late].any(axis=1) if late else np.zeros(len(rows), dtype=bool)
+    for group, shapes in (([n for n in names if n not in later], ~takes_late), (list(later), takes_late)):
+        free = [names.index(n) for n in group if n not in held and A[shapes, names.index(n)].any()]
+        if not free or not shapes.any():
+            continue
+        known = A[shapes] @ np.array([fitted[n] for n in names])
+        values, _ = nnls(A[shapes][:, free] * weight[shapes, None], (measured[shapes] - known) * weight[shapes])
+        fitted.update({names[i]: float(v) for i, v in zip(free, values)})
+    return fitted
+
+
+def _report(results: list[dict], before: list[float], after: list[float], held_out: list[float]) -> None:
+    print(f"\nmeasured: mean of {N_RANDOM} random vectors; min, max: also over the extremes (constant, alternating);"
+          f" held out: the shape's prediction by a fit without it")
+    print(f"{'shape':<18}{'d':>5}{'measured':>10}{'min':>8}{'max':>8}{'before':>9}{'err %':>8}{'after':>9}{'err %':>7}"
+          f"{'held out %':>11}")
+    for r, b, a, h in zip(results, before, after, held_out):
+        c = r["cycles"]
+        mean = c[:N_RANDOM].mean()
+        print(f"{r['name']:<18}{r['model'].n_features:>5}{mean:>10.0f}{c.min():>8.0f}{c.max():>8.0f}{b:>9.0f}"
+              f"{100 * (b - mean) / mean:>+8.1f}{a:>9.0f}{100 * (a - mean) / mean:>+7.2f}"
+              f"{100 * (h - mean) / mean:>+11.2f}")
+    means = np.array([r["cycles"][:N_RANDOM].mean() for r in results])
+    print(f"largest error after the fit: {100 * np.max(np.abs(np.array(after) - means) / means):.2f} %, "
+          f"held out: {100 * np.max(np.abs(np.array(held_out) - means) / means):.2f} %")
+
+
+def calibrate_family(kind: str, cache: Path | None) -> None:
+    """--bnc / --bloom: measure the sweep, fit the family's constants, print them and every shape's error."""
+    import importlib
+
+    cost = importlib.import_module(f"tinyproto.families.{kind}.cost")
+    table = cost.BNC_CYCLES if kind == "bnc" else cost.BLOOM_CYCLES
+    terms_of = cost.cost_terms
+    results = _sweep(kind, cache)
+    measured = np.array([r["cycles"][:N_RANDOM].mean() for r in results])
+    rows = [terms_of(r["model"]) for r in results]
+    before = [cost.predict_cycles(r["model"])["total"] for r in results]
+    names = list(table)
+    later = getattr(cost, "FIT_LATER", ())
+    fitted = _fit_nnls(rows, names, cost.HAND_COUNTS, measured, later)
+    constants = {n: round(fitted[n], 1) for n in names}
+    after = [sum(row.get(n, 0.0) * constants[n] for n in names) for row in rows]
+    held_out = []  # leave one shape out: how well the terms predict a shape the fit has not seen
+    for i, row in enumerate(rows):
+        rest = [j for j in range(len(rows)) if j != i]
+        loo = _fit_nnls([rows[j] for j in rest], names, cost.HAND_COUNTS, measured[rest], later)
+        held_out.append(sum(row.get(n, 0.0) * loo[n] for n in names))
+    print(f"\n{'BNC_CYCLES' if kind == 'bnc' else 'BLOOM_CYCLES'} = {{")
+    for name, value in constants.items():
+        print(f'    "{name}": {value:g},')
+    print("}")
+    _report(results, before, after, held_out)
+
+
 def main() -> None:
     import sys
 
+    if len(sys.argv) > 1 and sys.argv[1] in ("--bnc", "--bloom"):  # [--cache FILE.json]
+        cache = Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--cache" else None
+        calibrate_family(sys.argv[1][2:], cache)
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--flynn":
         calibrate_flynn([Path(p) for p in sys.argv[2:]])
         return

@@ -42,6 +42,9 @@ def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
     cycles = report["predicted_cycles"]
     summary.add_row("predicted cycles / inference",
                     f"{cycles['total']} ({report['predicted_latency_ms']:.2f} ms at {_board_mhz(report.get('board', 'uno')):g} MHz; lower bound {cycles['lower_bound']})")
+    energy = _predicted_energy(report)
+    if energy:
+        summary.add_row("predicted energy / inference", energy)
     console.print(summary)
     _print_runners_up(console, report)
     _print_auto(console, report)
@@ -57,6 +60,21 @@ def _board_mhz(name: str) -> float:
         return load_board(name).f_cpu_hz / 1e6
     except Exception:  # a report of a board file that no longer exists: the Uno's clock, as before
         return 16.0
+
+
+def _predicted_energy(report: dict) -> str | None:
+    """V x I_active x predicted latency with the board file's currents (before any build), or None for a report
+    of a board file that no longer exists."""
+    from tinyproto.core.boards import load_board
+
+    try:
+        board = load_board(report.get("board", "uno"))
+    except Exception:
+        return None
+    seconds = report["predicted_latency_ms"] / 1000.0
+    return (f"{board.energy_mj(seconds, board.board_active_current_ma):.4f} mJ board, "
+            f"{board.energy_mj(seconds, board.mcu_active_current_ma):.4f} mJ MCU "
+            f"({board.voltage_v:g} V x active current x predicted latency)")
 
 
 def _print_runners_up(console: Console, report: dict) -> None:

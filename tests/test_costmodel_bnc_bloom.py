@@ -1,0 +1,78 @@
+"""BNC's and Bloom features' static cost models against the cycle-exact simulator: a representative sweep of
+shapes (narrow: one 64-feature chunk; wide: several chunks of protocol v2; dense, bitmap and seeded W; Bloom's
+unrolled and looped draws; both input stages) built through the device app on the simulated Uno, every score
+equal to the numpy reference, and the prediction within 3 % of the mean measured cycles of random vectors. The
+shapes and models are tools/calibrate_costmodel.py's (whose --bnc / --bloom sweep fitted the constants on more).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import needs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+
+pytestmark = [
+    needs("avr-gcc"),
+    pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"), reason="libsimavr-dev not installed"),
+    pytest.mark.usefixtures("private_cache"),
+]
+
+N_VECTORS = 3
+# names from calibrate_costmodel.BNC_SHAPES / BLOOM_SHAPES: one of each path the firmware takes
+BNC_CASES = ["sparse-64-r24", "dense-30", "sparse-200", "dense-100", "seeded-300-K7"]
+BLOOM_CASES = ["n64-k3-m256", "n32-k5-m160", "w300-k1-m128"]
+
+
+def _model(kind: str, name: str):
+    import calibrate_costmodel as calibrate
+
+    shapes = dict((s[0], s[1:]) for s in (calibrate.BNC_SHAPES if kind == "bnc" else calibrate.BLOOM_SHAPES))
+    make = calibrate.bnc_shape_model if kind == "bnc" else calibrate.bloom_shape_model
+    return make(*shapes[name], seed=zlib.crc32(name.encode()))
+
+
+@pytest.mark.parametrize("kind,name", [("bnc", n) for n in BNC_CASES] + [("bloom", n) for n in BLOOM_CASES])
+def test_cost_model_within_3_percent_of_the_simulated_uno(tmp_path, kind, name):
+    import calibrate_costmodel as calibrate
+    from tinyproto.families import predict_cycles
+
+    model = _model(kind, name)
+    xq = np.random.default_rng(zlib.crc32(name.encode())).integers(-128, 128, size=(N_VECTORS, model.n_features))
+    cycles = calibrate.measure_vectors(model, xq.astype(np.int8), tmp_path / "p")  # asserts bit-exact scores
+    measured = float(cycles.mean())
+    predicted = predict_cycles(model)["total"]
+    assert abs(predicted - measured) / measured < 0.03, (name, predicted, measured)
+
+
+def test_cost_terms_follow_the_firmware_paths():
+    """The term counts the constants multiply: one chunk vs several, the first chunk's walk over each row's rest,
+    a seeded W's failed peeks from its real positions; Bloom's stores and its draw regimes."""
+    from tinyproto.families.bloom.cost import bloom_cost_terms, expected_stores
+    from tinyproto.families.bnc.cost import bnc_cost_terms, cost_terms, shape_cycles
+
+    narrow = bnc_cost_terms(64, 16, 200, 10, 2, False, nonzero_bytes=100)
+    assert narrow["mask_byte"] == 16 * 8 and narrow["chunk"] == 0 and narrow["part_row"] == 0
+    wide = bnc_cost_terms(200, 16, 600, 10, 2, False, nonzero_bytes=300)
+    assert wide["chunk"] == 4 and wide["part_row"] == 16 * 4 and wide["rest_byte"] == 16 * (25 - 8)
+    assert wide["mask_byte"] == 0 and wide["part_mask_byte"] == 16 * 25 and wide["clear_bit"] == 8 * 300 - 600
+    assert bnc_cost_terms(200, 16, 3200, 10, 2, True)["stream_dense_mac"] == 3200
+    # a wider input costs more per inference than the same work in one chunk (the several-chunk path)
+    assert shape_cycles(65, 32, 32 * 65, 30, 4, True) > shape_cycles(64, 32, 32 * 64, 30, 4, True)
+    seeded = _model("bnc", "seeded-300-K7")
+    from tinyproto.families.bnc.pattern import seeded_positions
+
+    last = seeded_positions(seeded.pattern_seed, seeded.n_bits, 300, 7)[:, -1]
+    assert cost_terms(seeded)["stream_seeded_peek_fail"] == int(np.sum(last // 64))
+    bloom = _model("bloom", "w300-k1-m128")
+    last_draws, other = expected_stores(bloom)
+    assert other == 0 and bloom.n_used <= last_draws <= bloom.n_features  # k = 1: every draw is a feature's last
+    terms = bloom_cost_terms(bloom)
+    assert terms["chunk"] == 5 and terms["draw_mul"] == 300 and terms["draw_wide"] == 0
