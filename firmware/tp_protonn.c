@@ -217,53 +217,113 @@ TP_NOINLINE static int8_t tp_pn_rescale_offset(int32_t p, uint8_t r)
 #define TP_PN_RESCALE(p, r) tp_pn_rescale(p)
 #endif
 
+#if TP_PN_W_DENSE
+/* The dense layout (encoding.dense_layout): rows in groups of 4 (the last group the rest), each group stored
+ * input by input with its rows' weights together. */
+static inline uint8_t tp_pn_dense_group(uint8_t r)
+{
+    uint8_t r0 = (uint8_t)(r & ~3u);
+    return (uint8_t)(TP_PN_DIM - r0 < 4 ? TP_PN_DIM - r0 : 4);
+}
+static inline const int8_t *tp_pn_dense_at(uint8_t r, uint16_t i)
+{
+    uint8_t r0 = (uint8_t)(r & ~3u);
+    return tp_pn_W + (uint32_t)r0 * TP_N_FEATURES + (uint32_t)i * tp_pn_dense_group(r) + (r & 3u);
+}
+#endif
+
 #if !TP_PN_ROWMAJOR
 /* the row kernels are not needed */
 #elif TP_PN_ASM_ROWS && TP_PN_W_DENSE
-/* Dense row: x in SRAM through X, W in flash through Z; 8 terms per loop step, then the remainder. Per term:
- * ld 2 + lpm 3 + muls 2 + biased 24-bit add 4 = 11 cycles. */
-#define TP_PN_DENSE_TERM                                                                                   \
-    "ld %[xv], %a[x]+\n\t"                                                                                 \
-    "lpm %[w], Z+\n\t"                                                                                     \
-    "muls %[w], %[xv]\n\t" TP_PN_ADD_BIASED("acc")
+/* Dense W, rows in groups of up to 4 (tp_pn_W: each group input by input, the group's G weights of input i
+ * together, see encoding.dense_layout): one ld of x_i (2) serves G products, each lpm 3 + muls 2 + biased
+ * 24-bit add 4 = 9 cycles, so 9 + 2 / G per term; 8 inputs per loop step, then the remainder. The group's sums
+ * (r2..r13, row g in r(2+3g)..r(4+3g)) start at `start` (the rounding half and the d biased products' bias
+ * folded in when the rescale is asm) and are stored to acc[] for the rescale. */
+#define TP_PN_DENSE_ROW(a, b, c)                                                                           \
+    "lpm r21, Z+\n\t"                                                                                      \
+    "muls r21, r20\n\t"                                                                                    \
+    "eor r1, r23\n\t"                                                                                      \
+    "add " a ", r0\n\t"                                                                                    \
+    "adc " b ", r1\n\t"                                                                                    \
+    "adc " c ", r22\n\t"
+#define TP_PN_DENSE_INPUT                                                                                  \
+    "ld r20, X+\n\t" TP_PN_DENSE_ROW("r2", "r3", "r4")                                                     \
+    ".if %[g] > 1\n\t" TP_PN_DENSE_ROW("r5", "r6", "r7") ".endif\n\t"                                      \
+    ".if %[g] > 2\n\t" TP_PN_DENSE_ROW("r8", "r9", "r10") ".endif\n\t"                                     \
+    ".if %[g] > 3\n\t" TP_PN_DENSE_ROW("r11", "r12", "r13") ".endif\n\t"
+#define TP_PN_DENSE_INIT(a, b, c) "mov " a ", %A[start]\n\tmov " b ", %B[start]\n\tmov " c ", %C[start]\n\t"
+/* Store a row's sum (for the C rescale), or with the asm rescale (zasm) z itself: bytes 1..2 (>> 8 for free),
+ * RSHIFT - 8 arithmetic shifts, clamped to +-127 (as tp_pn_row_z). */
+#define TP_PN_DENSE_STORE(a, b, c)                                                                         \
+    ".if %[zasm]\n\t"                                                                                      \
+    "mov r24, " b "\n\t"                                                                                   \
+    "mov r25, " c "\n\t"                                                                                   \
+    ".rept %[k]\n\t"                                                                                       \
+    "asr r25\n\t"                                                                                          \
+    "ror r24\n\t"                                                                                          \
+    ".endr\n\t"                                                                                            \
+    "cpi r24, 0x80\n\t"                                                                                    \
+    "cpc r25, r22\n\t"                                                                                     \
+    "brlt 6f\n\t"                                                                                          \
+    "ldi r24, 0x7F\n\t"                                                                                    \
+    "rjmp 7f\n\t"                                                                                          \
+    "6:\n\t"                                                                                               \
+    "cpi r24, 0x81\n\t"                                                                                    \
+    "ldi r21, 0xFF\n\t"                                                                                    \
+    "cpc r25, r21\n\t"                                                                                     \
+    "brge 7f\n\t"                                                                                          \
+    "ldi r24, 0x81\n\t"                                                                                    \
+    "7:\n\t"                                                                                               \
+    "st X+, r24\n\t"                                                                                       \
+    ".else\n\t"                                                                                            \
+    "st X+, " a "\n\tst X+, " b "\n\tst X+, " c "\n\t"                                                     \
+    ".endif\n\t"
+#define TP_PN_DENSE_GROUP_ASM(G, xp, wp, start, out)                                                       \
+    __asm__ volatile(                                                                                      \
+        TP_PN_DENSE_INIT("r2", "r3", "r4")                                                                 \
+        ".if %[g] > 1\n\t" TP_PN_DENSE_INIT("r5", "r6", "r7") ".endif\n\t"                                 \
+        ".if %[g] > 2\n\t" TP_PN_DENSE_INIT("r8", "r9", "r10") ".endif\n\t"                                \
+        ".if %[g] > 3\n\t" TP_PN_DENSE_INIT("r11", "r12", "r13") ".endif\n\t"                              \
+        "ldi r22, 0\n\t"                                                                                   \
+        "ldi r23, 0x80\n\t"                                                                                \
+        ".if %[steps]\n\t"                                                                                 \
+        "ldi r24, %[steps]\n\t"                                                                            \
+        "1:\n\t"                                                                                           \
+        ".rept 8\n\t" TP_PN_DENSE_INPUT ".endr\n\t"                                                        \
+        "dec r24\n\t"                                                                                      \
+        "breq 5f\n\t"                                                                                      \
+        "rjmp 1b\n\t" /* brne reaches only 64 words */                                                     \
+        "5:\n\t"                                                                                           \
+        ".endif\n\t"                                                                                       \
+        ".rept %[rest]\n\t" TP_PN_DENSE_INPUT ".endr\n\t"                                                  \
+        "movw r26, %[o]\n\t" TP_PN_DENSE_STORE("r2", "r3", "r4")                                           \
+        ".if %[g] > 1\n\t" TP_PN_DENSE_STORE("r5", "r6", "r7") ".endif\n\t"                                \
+        ".if %[g] > 2\n\t" TP_PN_DENSE_STORE("r8", "r9", "r10") ".endif\n\t"                               \
+        ".if %[g] > 3\n\t" TP_PN_DENSE_STORE("r11", "r12", "r13") ".endif\n\t"                             \
+        "clr __zero_reg__\n\t" TP_PN_PAD                                                                   \
+        : "+x"(xp), "+z"(wp)                                                                               \
+        : [g] "n"(G), [steps] "n"(TP_N_FEATURES / 8), [rest] "n"(TP_N_FEATURES % 8), [start] "r"(start),  \
+          [o] "r"(out), [zasm] "n"(TP_PN_ROW_Z_ASM), [k] "n"(TP_PN_ROW_Z_ASM ? TP_PN_PROJ_RSHIFT - 8 : 0)     \
+        : "r0", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "r20", "r21", \
+          "r22", "r23", "r24", "r25", "memory")
 #if TP_PN_ROW_Z_ASM
-typedef int8_t tp_pn_row_t; /* the row kernel returns z_r itself */
-#define TP_PN_ACC_START ((__uint24)(TP_PN_HALF - (__uint24)((uint32_t)TP_N_FEATURES << 15)))
+#define TP_PN_DENSE_START ((__uint24)(TP_PN_HALF - (__uint24)((uint32_t)TP_N_FEATURES << 15)))
 #else
-typedef int32_t tp_pn_row_t;
-#define TP_PN_ACC_START 0
+#define TP_PN_DENSE_START ((__uint24)0)
 #endif
-static inline __attribute__((always_inline)) tp_pn_row_t tp_pn_row_dot(const int8_t *x, const int8_t **w)
+#if !TP_PN_ROW_Z_ASM
+/* z for a group's stored sums (the C rescale). */
+static inline __attribute__((always_inline)) void tp_pn_dense_rescale(const uint8_t *acc, int8_t *z, uint8_t r0,
+                                                                       uint8_t g)
 {
-    const int8_t *weight = *w;
-    __uint24 acc = TP_PN_ACC_START; /* with the rounding half and the bias of the d biased products folded in */
-    uint8_t xv, wv, zero = 0, k80 = 0x80;
-#if TP_N_FEATURES >= 8
-    uint8_t n = TP_N_FEATURES / 8;
-#else
-    uint8_t n = 0;
-#endif
-    __asm__ volatile(
-#if TP_N_FEATURES >= 8
-        "1:\n\t"
-        ".rept 8\n\t" TP_PN_DENSE_TERM ".endr\n\t"
-        "dec %[n]\n\t"
-        "breq 5f\n\t"
-        "rjmp 1b\n\t" /* brne reaches only 64 words */
-        "5:\n\t"
-#endif
-        ".rept %[rest]\n\t" TP_PN_DENSE_TERM ".endr\n\t"
-        "clr __zero_reg__\n\t" TP_PN_PAD
-        : [acc] "+r"(acc), [x] "+x"(x), [wp] "+z"(weight), [n] "+r"(n), [xv] "=&a"(xv), [w] "=&a"(wv)
-        : [zero] "r"(zero), [k80] "r"(k80), [rest] "n"(TP_N_FEATURES % 8)
-        : "r0", "memory");
-    *w = weight;
-#if TP_PN_ROW_Z_ASM
-    return tp_pn_row_z(acc);
-#else
-    return tp_pn_unbias(acc, TP_N_FEATURES);
-#endif
+    (void)r0; /* the offset rescale's row */
+    for (uint8_t c = 0; c < g; ++c, acc += 3) {
+        __uint24 sum = (__uint24)acc[0] | ((__uint24)acc[1] << 8) | ((__uint24)acc[2] << 16);
+        z[c] = TP_PN_RESCALE(tp_pn_unbias(sum, TP_N_FEATURES), (uint8_t)(r0 + c));
+    }
 }
+#endif
 #elif TP_PN_ASM_ROWS
 /* Sparse row: W's bitmap stream (tp_pn_W_bitmap: per 8 inputs a bitmap byte, then its nonzeros) through Z, x
  * through Y (r28:r29, claimed by the asm and saved by the prologue) with a displacement. Per bitmap byte
@@ -337,14 +397,15 @@ static inline __attribute__((always_inline)) tp_pn_row_t tp_pn_row_dot(const int
 #endif
 }
 #elif TP_PN_W_DENSE
-TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const int8_t **w)
+/* Row r of the grouped dense layout: its weight of input i at group + i * G + r % 4 (see encoding.dense_layout). */
+TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, uint8_t r)
 {
-    const int8_t *weight = *w; /* a local copy stays in a register; through **w it is reloaded every step */
+    const int8_t *weight = tp_pn_dense_at(r, 0);
+    uint8_t stride = tp_pn_dense_group(r);
     int32_t acc = 0;
-    for (uint16_t i = 0; i < TP_N_FEATURES; ++i) {
-        acc += tp_mul_s8(tp_next_i8(&weight), x[i]);
+    for (uint16_t i = 0; i < TP_N_FEATURES; ++i, weight += stride) {
+        acc += tp_mul_s8(tp_read_i8(weight), x[i]);
     }
-    *w = weight;
     return acc;
 }
 #else
@@ -372,14 +433,43 @@ TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const uint8_t **stream
 #if TP_PN_ROWMAJOR
 TP_NOINLINE static void tp_pn_project(const int8_t *x, int8_t *z)
 {
-#if TP_PN_W_DENSE
+#if TP_PN_W_DENSE && TP_PN_ASM_ROWS && TP_PN_ROW_Z_ASM
+    /* the group kernels store z themselves */
     const int8_t *w = tp_pn_W;
-    for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
-#if TP_PN_ROW_Z_ASM
-        z[r] = tp_pn_row_dot(x, &w);
-#else
-        z[r] = TP_PN_RESCALE(tp_pn_row_dot(x, &w), r);
+    const __uint24 start = TP_PN_DENSE_START;
+#if TP_PN_DIM >= 4
+    for (uint8_t r0 = 0; r0 + 4 <= TP_PN_DIM; r0 = (uint8_t)(r0 + 4)) {
+        const int8_t *xp = x;
+        TP_PN_DENSE_GROUP_ASM(4, xp, w, start, z + r0);
+    }
 #endif
+#if TP_PN_DIM % 4
+    {
+        const int8_t *xp = x;
+        TP_PN_DENSE_GROUP_ASM(TP_PN_DIM % 4, xp, w, start, z + (TP_PN_DIM - TP_PN_DIM % 4));
+    }
+#endif
+#elif TP_PN_W_DENSE && TP_PN_ASM_ROWS
+    const int8_t *w = tp_pn_W;
+    const __uint24 start = TP_PN_DENSE_START;
+    uint8_t acc[3 * 4];
+#if TP_PN_DIM >= 4
+    for (uint8_t r0 = 0; r0 + 4 <= TP_PN_DIM; r0 = (uint8_t)(r0 + 4)) {
+        const int8_t *xp = x;
+        TP_PN_DENSE_GROUP_ASM(4, xp, w, start, acc);
+        tp_pn_dense_rescale(acc, z + r0, r0, 4);
+    }
+#endif
+#if TP_PN_DIM % 4
+    {
+        const int8_t *xp = x;
+        TP_PN_DENSE_GROUP_ASM(TP_PN_DIM % 4, xp, w, start, acc);
+        tp_pn_dense_rescale(acc, z + (TP_PN_DIM - TP_PN_DIM % 4), TP_PN_DIM - TP_PN_DIM % 4, TP_PN_DIM % 4);
+    }
+#endif
+#elif TP_PN_W_DENSE
+    for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
+        z[r] = TP_PN_RESCALE(tp_pn_row_dot(x, r), r);
     }
 #else
     const uint8_t *stream = tp_pn_W_bitmap;
@@ -872,9 +962,8 @@ void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
 #else
     for (uint8_t k = 0; k < n; ++k) {
         int8_t x = xq[k];
-        const int8_t *w = tp_pn_W + first + k;
-        for (uint8_t r = 0; r < TP_PN_DIM; ++r, w += TP_N_FEATURES) {
-            tp_pn_acc[r] += tp_mul_s8(tp_read_i8(w), x);
+        for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
+            tp_pn_acc[r] += tp_mul_s8(tp_read_i8(tp_pn_dense_at(r, (uint16_t)(first + k))), x);
         }
     }
 #endif

@@ -11,10 +11,12 @@ import numpy as np
 
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.core.wire import CHUNK_BYTES
+from tinyproto.families.protonn.encoding import DENSE_GROUP
 
 # ProtoNN, AVR assembly kernels (firmware/tp_protonn.c, TP_PN_ASM): cycles per unit of each term. The inner-loop
-# terms are held at their instruction counts (13 per nonzero, 3 per clear bit, 11 per dense term + 4 per 8, 13 / 11
-# per distance term with z in SRAM / in registers, 8 per score product + 2 per kernel load and group, 2 per bit of
+# terms are held at their instruction counts (13 per nonzero, 3 per clear bit, 4 per 8 dense inputs and group, 13 / 11
+# per distance term with z in SRAM / in registers, 9 per dense W entry + 2 per input load and group, 8 per score
+# product + 2 per kernel load and group, 2 per bit of
 # the asm rescale shift); the overheads are fitted by tools/calibrate_costmodel.py (non-negative least squares on
 # relative errors) on synthetic shapes measured in the simulator (cycle-exact). The fit moves cycles between
 # terms that always occur together, so read the sum, not one term.
@@ -32,10 +34,11 @@ PN_CYCLES = {
     "mask_step": 6,  # per bitmap byte of rows longer than 64 inputs (a loop: pointer step, counter)
     "clear_bit": 3,  # per zero bit of a nonzero bitmap byte
     "nonzero": 13,  # per W nonzero: ldd, lpm, muls, biased 24-bit add
-    "dense_row": 0,  # per row of a dense W
+    "dense_group": 30,  # per group of up to 4 rows of a dense W: sums set up and stored
     "fixed_dense": 0,  # once, dense W
-    "dense_step": 4,  # per 8 entries of a dense W row
-    "dense_mac": 11,  # per entry of a dense W
+    "dense_step": 4,  # per 8 inputs and group of a dense W (the loop step)
+    "dense_load": 2,  # per input and group of a dense W: ld x_i
+    "dense_mac": 9,  # per entry of a dense W: lpm, muls, biased 24-bit add
     "proto": 33,  # per prototype: table index and lookup, store, kernel sum (D > 16: z read from SRAM)
     "wide_index_bit": 2,  # per prototype and bit of the index shift when the table reaches past 0xFFFF
     "dist_step": 1,  # per 4 distance terms (only when D > 64)
@@ -146,9 +149,11 @@ def protonn_cost_terms(model) -> dict[str, int]:
             terms[name] = 0
         terms.update(_stream_terms(model))
     elif model.w_dense:
+        groups = -(-D // DENSE_GROUP)
         terms["dense_mac"] = D * d
-        terms["dense_step"] = D * (d // 8)
-        terms["dense_row"] = D
+        terms["dense_step"] = groups * (d // 8)
+        terms["dense_load"] = groups * d
+        terms["dense_group"] = groups
         terms["fixed_dense"] = 1
     else:
         mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
@@ -186,7 +191,8 @@ def predict_cycles(model) -> dict:
     projection = sum(cycles.get(k, 0) for k in ("row", "row32", "rshift16", "rshift32", "lshift32", "row_asm",
                                                 "rshift_asm", "mask_byte", "mask_step",
                                                 "zero_mask_byte", "clear_bit", "scanned_bit", "nonzero",
-                                                "dense_mac", "dense_step", "dense_row", "fixed_dense",
+                                                "dense_mac", "dense_step", "dense_load", "dense_group",
+                                                "fixed_dense",
                                                 *PN_STREAM_CYCLES))
     distances = sum(cycles.get(k, 0) for k in ("proto", "wide_index_bit", "dist_term", "dist_step", "fixed_reg",
                                                "proto_reg", "dist_term_reg"))

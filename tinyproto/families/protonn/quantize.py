@@ -111,7 +111,8 @@ class IntProtoNN:
         name = self.w_encoding
         flash = encoding.encode(self.W_q, name)
         if name == "dense":
-            arrays.append(CArray("pn_W", "int8_t", flash["dense"], "projection W, dense int8 (D x d)"))
+            arrays.append(CArray("pn_W", "int8_t", encoding.dense_layout(self.W_q),
+                                 f"projection W, dense int8, rows in groups of {encoding.DENSE_GROUP} input by input"))
         elif name == "bitmap":
             arrays.append(CArray("pn_W_bitmap", "uint8_t", encoding.bitmap_stream(self.W_q),
                                  "projection W, row by row: per 8 inputs a nonzero bitmap byte, then those nonzeros"))
