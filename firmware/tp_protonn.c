@@ -723,10 +723,10 @@ TP_NOINLINE static uint16_t tp_pn_kernels(const int8_t *z, uint8_t *kernel)
 }
 #endif
 
-/* Scores, a group of G <= 4 classes at a time (tp_pn_Z: Z + 128 as uint8, the group's G values of prototype j
+/* Scores, a group of G <= 5 classes at a time (tp_pn_Z: Z + 128 as uint8, the group's G values of prototype j
  * together, see quantize.score_layout): per prototype one ld of k_j (2) serves G products, each lpm 3 + mul 2
  * + 24-bit add 3 = 8 cycles, so 8 + 2 / G per term; 8 prototypes per loop step, then the remainder. The group's
- * sums sit in r2..r13 (class g in r(2+3g)..r(4+3g)); s_l = sum_j (Z + 128) k_j - 128 sum_j k_j, taken modulo
+ * sums sit in r2..r16 (class g in r(2+3g)..r(4+3g)), r17 counts the steps; s_l = sum_j (Z + 128) k_j - 128 sum_j k_j, taken modulo
  * 2^24 (the biased sum is <= 255 * 255 * m < 2^24 for m <= 256, and |s_l| <= 128 * 255 * m < 2^23) and
  * sign-extended into scores[l]. */
 #define TP_PN_SCORE_CLASS(a, b, c)                                                                         \
@@ -739,7 +739,8 @@ TP_NOINLINE static uint16_t tp_pn_kernels(const int8_t *z, uint8_t *kernel)
     "ld r23, X+\n\t" TP_PN_SCORE_CLASS("r2", "r3", "r4")                                                   \
     ".if %[g] > 1\n\t" TP_PN_SCORE_CLASS("r5", "r6", "r7") ".endif\n\t"                                    \
     ".if %[g] > 2\n\t" TP_PN_SCORE_CLASS("r8", "r9", "r10") ".endif\n\t"                                   \
-    ".if %[g] > 3\n\t" TP_PN_SCORE_CLASS("r11", "r12", "r13") ".endif\n\t"
+    ".if %[g] > 3\n\t" TP_PN_SCORE_CLASS("r11", "r12", "r13") ".endif\n\t"                                \
+    ".if %[g] > 4\n\t" TP_PN_SCORE_CLASS("r14", "r15", "r16") ".endif\n\t"
 #define TP_PN_SCORE_STORE(a, b, c)                                                                         \
     "sub " a ", %A[bias]\n\t"                                                                              \
     "sbc " b ", %B[bias]\n\t"                                                                              \
@@ -753,15 +754,15 @@ TP_NOINLINE static uint16_t tp_pn_kernels(const int8_t *z, uint8_t *kernel)
     "st X+, r23\n\t"
 #define TP_PN_SCORE_GROUP_ASM(G, zp, kp, bias, out)                                                        \
     __asm__ volatile(                                                                                      \
-        ".irp reg,r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13\n\t"                                             \
+        ".irp reg,r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15,r16\n\t"                                 \
         "clr \\reg\n\t"                                                                                    \
         ".endr\n\t"                                                                                        \
         "ldi r22, 0\n\t"                                                                                   \
         ".if %[steps]\n\t"                                                                                 \
-        "ldi r24, %[steps]\n\t"                                                                            \
+        "ldi r17, %[steps]\n\t"                                                                            \
         "1:\n\t"                                                                                           \
         ".rept 8\n\t" TP_PN_SCORE_PROTO ".endr\n\t"                                                        \
-        "dec r24\n\t"                                                                                      \
+        "dec r17\n\t"                                                                                      \
         "breq 5f\n\t"                                                                                      \
         "rjmp 1b\n\t"                                                                                      \
         "5:\n\t"                                                                                           \
@@ -771,13 +772,14 @@ TP_NOINLINE static uint16_t tp_pn_kernels(const int8_t *z, uint8_t *kernel)
         ".if %[g] > 1\n\t" TP_PN_SCORE_STORE("r5", "r6", "r7") ".endif\n\t"                                \
         ".if %[g] > 2\n\t" TP_PN_SCORE_STORE("r8", "r9", "r10") ".endif\n\t"                               \
         ".if %[g] > 3\n\t" TP_PN_SCORE_STORE("r11", "r12", "r13") ".endif\n\t"                             \
+        ".if %[g] > 4\n\t" TP_PN_SCORE_STORE("r14", "r15", "r16") ".endif\n\t"                             \
         "clr __zero_reg__\n\t" TP_PN_PAD                                                                   \
         : "+x"(kp), "+z"(zp)                                                                               \
         : [g] "n"(G), [steps] "n"(TP_PN_PROTOS / 8), [rest] "n"(TP_PN_PROTOS % 8), [bias] "r"(bias),       \
           [o] "r"(out)                                                                                     \
-        : "r0", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "r21", "r22", \
-          "r23", "r24", "memory")
-#define TP_PN_SCORE_GROUP 4 /* SCORE_GROUP in tinyproto/families/protonn/quantize.py */
+        : "r0", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", \
+          "r16", "r17", "r21", "r22", "r23", "memory")
+#define TP_PN_SCORE_GROUP 5 /* SCORE_GROUP in tinyproto/families/protonn/quantize.py */
 
 static void tp_pn_all_scores(const uint8_t *kernel, uint16_t kernel_sum, int32_t *scores)
 {
@@ -815,8 +817,8 @@ TP_NOINLINE static uint16_t tp_pn_kernels(const int8_t *z, uint8_t *kernel)
     return 0; /* the portable scores need no kernel sum */
 }
 
-#define TP_PN_SCORE_GROUP 4 /* SCORE_GROUP in tinyproto/families/protonn/quantize.py */
-/* Every class's score in portable C, reading tp_pn_Z's layout (groups of up to 4 classes, prototype-major,
+#define TP_PN_SCORE_GROUP 5 /* SCORE_GROUP in tinyproto/families/protonn/quantize.py */
+/* Every class's score in portable C, reading tp_pn_Z's layout (groups of up to 5 classes, prototype-major,
  * Z + 128). */
 static void tp_pn_all_scores(const uint8_t *kernel, uint16_t kernel_sum, int32_t *scores)
 {

@@ -47,12 +47,12 @@ PN_CYCLES = {
     "proto_reg": 25,  # per prototype, D <= 16 (z held in registers, one asm loop)
     "dist_term_reg": 11,  # per |z_r - b_jr|^2 term, D <= 16
     "class": 36,  # per class: bias removal, store, compare
-    "score_group": 20,  # per group of up to 4 classes: clear the sums, set-up
+    "score_group": 20,  # per group of up to 5 classes: clear the sums, set-up
     "score_load": 2,  # per prototype and group: ld k_j
     "score_step": 4,  # per 8 prototypes and group: the loop step
     "score_term": 8,  # per Z entry times a kernel: lpm, mul, 24-bit add
 }
-SCORE_GROUP = 4  # classes per kernel load (quantize.SCORE_GROUP, TP_PN_SCORE_GROUP)
+SCORE_GROUP = 5  # classes per kernel load (quantize.SCORE_GROUP, TP_PN_SCORE_GROUP)
 # The portable C loops, which the AVR build falls back to outside the assembly kernels' proven bounds
 # (d > 511 features, D > 255 dimensions or m > 256 prototypes): the previous calibration of the same C code.
 PN_CYCLES_C = {

@@ -43,7 +43,7 @@ DEFAULT_TABLE_SIZE = 64
 FOLD_QUANTILE = 0.98  # folded weights: this quantile of |W / sigma| maps to 127
 OFFSET_MAX = 512  # |o_r| bound on B's grid: beyond 127 + 385 z saturates whatever the projection
 ACC24_MAX_ROW_NNZ = 511  # 24-bit projection accumulators hold rows of up to this many nonzeros (|W x| <= 128^2)
-SCORE_GROUP = 4  # classes scored together (TP_PN_SCORE_GROUP): one kernel load serves this many products
+SCORE_GROUP = 5  # classes scored together (TP_PN_SCORE_GROUP): one kernel load serves this many products
 
 
 def score_layout(Z_q: np.ndarray) -> np.ndarray:
