@@ -21,33 +21,33 @@ from tinyproto.families.protonn.encoding import DENSE_GROUP
 # relative errors) on synthetic shapes measured in the simulator (cycle-exact). The fit moves cycles between
 # terms that always occur together, so read the sum, not one term.
 PN_CYCLES = {
-    "fixed": 14,  # calls, register saves, argmax set-up (the fit puts most of it in per-row / per-class terms)
-    "row": 49,  # per projected dimension, C rescale: row set-up, bias removal, rescale, clamp, store
-    "rshift16": 7,  # per row and bit of the 16-bit rescale shift (right shift >= 8 within the 24-bit bound)
-    "row32": 0,  # per row rescaled in 32 bits (right shift below 8 or beyond the 24-bit bound, left, or none)
-    "rshift32": 7,  # per row and bit of a 32-bit rescale shift (right shifts below 8, or beyond the bound)
-    "lshift32": 8,  # per row and bit of the 32-bit left shift (negative projection shift)
-    "row_asm": 20,  # per projected dimension, asm rescale (TP_PN_ROW_Z_ASM): set-up, bias, clamp, store
+    "fixed": 0,  # calls, register saves, argmax set-up (the fit puts most of it in per-row / per-class terms)
+    "row": 0,  # per projected dimension, C rescale: row set-up, bias removal, clamp, store (the fit: in row32)
+    "rshift16": 0,  # per row and bit of the 16-bit rescale shift (right shift >= 8 within the 24-bit bound)
+    "row32": 55,  # per row rescaled in 32 bits (right shift below 8 or beyond the 24-bit bound, left, or none)
+    "rshift32": 8,  # per row and bit of a 32-bit rescale shift (right shifts below 8, or beyond the bound)
+    "lshift32": 23,  # per row and bit of the 32-bit left shift (negative projection shift)
+    "row_asm": 32,  # per projected dimension, asm rescale (TP_PN_ROW_Z_ASM): set-up, bias, clamp, store
     "rshift_asm": 2,  # per row and bit of the asm rescale shift (RSHIFT - 8)
-    "mask_byte": 6,  # per nonzero bitmap byte: lpm, test, branch
+    "mask_byte": 8,  # per nonzero bitmap byte: lpm, test, branch
     "zero_mask_byte": 7,  # per all-zero bitmap byte (its 8 inputs are skipped at once)
     "mask_step": 6,  # per bitmap byte of rows longer than 64 inputs (a loop: pointer step, counter)
     "clear_bit": 3,  # per zero bit of a nonzero bitmap byte
     "nonzero": 13,  # per W nonzero: ldd, lpm, muls, biased 24-bit add
-    "dense_group": 30,  # per group of up to 4 rows of a dense W: sums set up and stored
+    "dense_group": 0,  # per group of up to 4 rows of a dense W: sums set up and stored
     "fixed_dense": 0,  # once, dense W
     "dense_step": 4,  # per 8 inputs and group of a dense W (the loop step)
     "dense_load": 2,  # per input and group of a dense W: ld x_i
     "dense_mac": 9,  # per entry of a dense W: lpm, muls, biased 24-bit add
-    "proto": 33,  # per prototype: table index and lookup, store, kernel sum (D > 16: z read from SRAM)
+    "proto": 32,  # per prototype: table index and lookup, store, kernel sum (D > 16: z read from SRAM)
     "wide_index_bit": 2,  # per prototype and bit of the index shift when the table reaches past 0xFFFF
-    "dist_step": 1,  # per 4 distance terms (only when D > 64)
+    "dist_step": 5,  # per 4 distance terms (only when D > 64)
     "dist_term": 13,  # per |z_r - b_jr|^2 term
-    "fixed_reg": 283,  # once, D <= 16: saving and restoring r2-r17 for the register-z loop
-    "proto_reg": 25,  # per prototype, D <= 16 (z held in registers, one asm loop)
+    "fixed_reg": 114,  # once, D <= 16: saving and restoring r2-r17 for the register-z loop
+    "proto_reg": 23,  # per prototype, D <= 16 (z held in registers, one asm loop)
     "dist_term_reg": 11,  # per |z_r - b_jr|^2 term, D <= 16
-    "class": 36,  # per class: bias removal, store, compare
-    "score_group": 20,  # per group of up to 5 classes: clear the sums, set-up
+    "class": 23,  # per class: bias removal, store, compare
+    "score_group": 216,  # per group of up to 5 classes: clear the sums, set-up (the fit adds the r2-r17 saves)
     "score_load": 2,  # per prototype and group: ld k_j
     "score_step": 4,  # per 8 prototypes and group: the loop step
     "score_term": 8,  # per Z entry times a kernel: lpm, mul, 24-bit add
