@@ -13,21 +13,25 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import nnls
 
-from tinyproto.core.boards import load_board
-from tinyproto.device.build import build_project, render_platformio_ini
-from tinyproto.families.protonn.cost import PN_CYCLES, protonn_cost_terms
-from tinyproto.device.protocol import open_device
-from tinyproto.device.sim import SimulatedUno
-from tinyproto.core.inputstage import InputStage
-from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
-from tinyproto.core.render import write_sources
-from tinyproto import families
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's tinyproto, not another one installed in the environment
+
+from tinyproto.core.boards import load_board  # noqa: E402
+from tinyproto.device.build import build_project, render_platformio_ini  # noqa: E402
+from tinyproto.families.protonn.cost import PN_CYCLES, protonn_cost_terms  # noqa: E402
+from tinyproto.device.protocol import open_device  # noqa: E402
+from tinyproto.device.sim import SimulatedUno  # noqa: E402
+from tinyproto.core.inputstage import InputStage  # noqa: E402
+from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table  # noqa: E402
+from tinyproto.core.render import write_sources  # noqa: E402
+from tinyproto import families  # noqa: E402
 
 # (features d, d_hat, prototypes m, classes L, W density, table size, projection shift: > 0 right, < 0 left
 #  [, kernel gamma])
