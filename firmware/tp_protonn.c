@@ -92,6 +92,53 @@ static inline int32_t tp_pn_unbias(__uint24 acc, uint16_t n)
 }
 #endif
 
+/* The row kernels' rescale in assembly (TP_PN_ROW_Z_ASM): the row sum starts at the rounding half instead of
+ * 0, and z = clamp((p + half) >> RSHIFT, +-127) is read from the sum's bytes 1..2 (>> 8 for free), shifted
+ * RSHIFT - 8 more and clamped in 16 bits: about 14 + 2 (RSHIFT - 8) cycles instead of avr-gcc's ~50 for the
+ * C rescale. Needs |p + half| < 2^23, the same bound as tp_pn_rescale's 16-bit path. */
+#if TP_PN_ASM_ROWS && !TP_PN_OFFSET && TP_PN_PROJ_RSHIFT >= 8 && \
+    (16384L * TP_N_FEATURES + (1L << (TP_PN_PROJ_RSHIFT - 1))) < 8388608L
+#define TP_PN_ROW_Z_ASM 1
+#define TP_PN_HALF ((__uint24)1 << (TP_PN_PROJ_RSHIFT - 1))
+/* n biased products were added (n * 0x8000 too much, n <= 511): take it off bytes 1 and 2. */
+static inline __attribute__((always_inline)) __uint24 tp_pn_drop_bias(__uint24 acc, uint16_t n)
+{
+    __asm__("lsr %B[n]\n\t"
+            "ror %A[n]\n\t" /* n >> 1, carry = n & 1 */
+            "ror %B[n]\n\t" /* 0x80 * (n & 1) */
+            "sub %B[acc], %B[n]\n\t"
+            "sbc %C[acc], %A[n]\n\t"
+            : [acc] "+r"(acc), [n] "+r"(n));
+    return acc;
+}
+/* z = clamp(acc >> RSHIFT, +-127) for acc = p + half as a 24-bit two's complement value. */
+static inline __attribute__((always_inline)) int8_t tp_pn_row_z(__uint24 acc)
+{
+    uint8_t tmp;
+    __asm__(".rept %[k]\n\t"
+            "asr %C[acc]\n\t"
+            "ror %B[acc]\n\t"
+            ".endr\n\t"
+            "cpi %B[acc], 0x80\n\t"
+            "cpc %C[acc], __zero_reg__\n\t"
+            "brlt 1f\n\t"
+            "ldi %B[acc], 0x7F\n\t" /* q >= 128 */
+            "rjmp 2f\n\t"
+            "1:\n\t"
+            "cpi %B[acc], 0x81\n\t"
+            "ldi %[t], 0xFF\n\t"
+            "cpc %C[acc], %[t]\n\t"
+            "brge 2f\n\t"
+            "ldi %B[acc], 0x81\n\t" /* q < -127 */
+            "2:\n\t"
+            : [acc] "+d"(acc), [t] "=&d"(tmp)
+            : [k] "n"(TP_PN_PROJ_RSHIFT - 8));
+    return (int8_t)(uint8_t)(acc >> 8);
+}
+#else
+#define TP_PN_ROW_Z_ASM 0
+#endif
+
 #if !TP_PN_OFFSET
 /* Bring one projection sum onto B's grid: a rounding right shift (or a left shift) and a clamp. */
 static int8_t tp_pn_rescale(int32_t p)
@@ -170,133 +217,215 @@ TP_NOINLINE static int8_t tp_pn_rescale_offset(int32_t p, uint8_t r)
 #define TP_PN_RESCALE(p, r) tp_pn_rescale(p)
 #endif
 
+#if TP_PN_W_DENSE
+/* The dense layout (encoding.dense_layout): rows in groups of 4 (the last group the rest), each group stored
+ * input by input with its rows' weights together. */
+static inline uint8_t tp_pn_dense_group(uint8_t r)
+{
+    uint8_t r0 = (uint8_t)(r & ~3u);
+    return (uint8_t)(TP_PN_DIM - r0 < 4 ? TP_PN_DIM - r0 : 4);
+}
+static inline const int8_t *tp_pn_dense_at(uint8_t r, uint16_t i)
+{
+    uint8_t r0 = (uint8_t)(r & ~3u);
+    return tp_pn_W + (uint32_t)r0 * TP_N_FEATURES + (uint32_t)i * tp_pn_dense_group(r) + (r & 3u);
+}
+#endif
+
 #if !TP_PN_ROWMAJOR
 /* the row kernels are not needed */
 #elif TP_PN_ASM_ROWS && TP_PN_W_DENSE
-/* Dense row: x in SRAM through X, W in flash through Z; 8 terms per loop step, then the remainder. Per term:
- * ld 2 + lpm 3 + muls 2 + biased 24-bit add 4 = 11 cycles. */
-#define TP_PN_DENSE_TERM                                                                                   \
-    "ld %[xv], %a[x]+\n\t"                                                                                 \
-    "lpm %[w], Z+\n\t"                                                                                     \
-    "muls %[w], %[xv]\n\t" TP_PN_ADD_BIASED("acc")
-static inline __attribute__((always_inline)) int32_t tp_pn_row_dot(const int8_t *x, const int8_t **w)
-{
-    const int8_t *weight = *w;
-    __uint24 acc = 0;
-    uint8_t xv, wv, zero = 0, k80 = 0x80;
-#if TP_N_FEATURES >= 8
-    uint8_t n = TP_N_FEATURES / 8;
+/* Dense W, rows in groups of up to 4 (tp_pn_W: each group input by input, the group's G weights of input i
+ * together, see encoding.dense_layout): one ld of x_i (2) serves G products, each lpm 3 + muls 2 + biased
+ * 24-bit add 4 = 9 cycles, so 9 + 2 / G per term; 8 inputs per loop step, then the remainder. The group's sums
+ * (r2..r13, row g in r(2+3g)..r(4+3g)) start at `start` (the rounding half and the d biased products' bias
+ * folded in when the rescale is asm) and are stored to acc[] for the rescale. */
+#define TP_PN_DENSE_ROW(a, b, c)                                                                           \
+    "lpm r21, Z+\n\t"                                                                                      \
+    "muls r21, r20\n\t"                                                                                    \
+    "eor r1, r23\n\t"                                                                                      \
+    "add " a ", r0\n\t"                                                                                    \
+    "adc " b ", r1\n\t"                                                                                    \
+    "adc " c ", r22\n\t"
+#define TP_PN_DENSE_INPUT                                                                                  \
+    "ld r20, X+\n\t" TP_PN_DENSE_ROW("r2", "r3", "r4")                                                     \
+    ".if %[g] > 1\n\t" TP_PN_DENSE_ROW("r5", "r6", "r7") ".endif\n\t"                                      \
+    ".if %[g] > 2\n\t" TP_PN_DENSE_ROW("r8", "r9", "r10") ".endif\n\t"                                     \
+    ".if %[g] > 3\n\t" TP_PN_DENSE_ROW("r11", "r12", "r13") ".endif\n\t"
+#define TP_PN_DENSE_INIT(a, b, c) "mov " a ", %A[start]\n\tmov " b ", %B[start]\n\tmov " c ", %C[start]\n\t"
+/* Store a row's sum (for the C rescale), or with the asm rescale (zasm) z itself: bytes 1..2 (>> 8 for free),
+ * RSHIFT - 8 arithmetic shifts, clamped to +-127 (as tp_pn_row_z). */
+#define TP_PN_DENSE_STORE(a, b, c)                                                                         \
+    ".if %[zasm]\n\t"                                                                                      \
+    "mov r24, " b "\n\t"                                                                                   \
+    "mov r25, " c "\n\t"                                                                                   \
+    ".rept %[k]\n\t"                                                                                       \
+    "asr r25\n\t"                                                                                          \
+    "ror r24\n\t"                                                                                          \
+    ".endr\n\t"                                                                                            \
+    "cpi r24, 0x80\n\t"                                                                                    \
+    "cpc r25, r22\n\t"                                                                                     \
+    "brlt 6f\n\t"                                                                                          \
+    "ldi r24, 0x7F\n\t"                                                                                    \
+    "rjmp 7f\n\t"                                                                                          \
+    "6:\n\t"                                                                                               \
+    "cpi r24, 0x81\n\t"                                                                                    \
+    "ldi r21, 0xFF\n\t"                                                                                    \
+    "cpc r25, r21\n\t"                                                                                     \
+    "brge 7f\n\t"                                                                                          \
+    "ldi r24, 0x81\n\t"                                                                                    \
+    "7:\n\t"                                                                                               \
+    "st X+, r24\n\t"                                                                                       \
+    ".else\n\t"                                                                                            \
+    "st X+, " a "\n\tst X+, " b "\n\tst X+, " c "\n\t"                                                     \
+    ".endif\n\t"
+#define TP_PN_DENSE_GROUP_ASM(G, xp, wp, start, out)                                                       \
+    __asm__ volatile(                                                                                      \
+        TP_PN_DENSE_INIT("r2", "r3", "r4")                                                                 \
+        ".if %[g] > 1\n\t" TP_PN_DENSE_INIT("r5", "r6", "r7") ".endif\n\t"                                 \
+        ".if %[g] > 2\n\t" TP_PN_DENSE_INIT("r8", "r9", "r10") ".endif\n\t"                                \
+        ".if %[g] > 3\n\t" TP_PN_DENSE_INIT("r11", "r12", "r13") ".endif\n\t"                              \
+        "ldi r22, 0\n\t"                                                                                   \
+        "ldi r23, 0x80\n\t"                                                                                \
+        ".if %[steps]\n\t"                                                                                 \
+        "ldi r24, %[steps]\n\t"                                                                            \
+        "1:\n\t"                                                                                           \
+        ".rept 8\n\t" TP_PN_DENSE_INPUT ".endr\n\t"                                                        \
+        "dec r24\n\t"                                                                                      \
+        "breq 5f\n\t"                                                                                      \
+        "rjmp 1b\n\t" /* brne reaches only 64 words */                                                     \
+        "5:\n\t"                                                                                           \
+        ".endif\n\t"                                                                                       \
+        ".rept %[rest]\n\t" TP_PN_DENSE_INPUT ".endr\n\t"                                                  \
+        "movw r26, %[o]\n\t" TP_PN_DENSE_STORE("r2", "r3", "r4")                                           \
+        ".if %[g] > 1\n\t" TP_PN_DENSE_STORE("r5", "r6", "r7") ".endif\n\t"                                \
+        ".if %[g] > 2\n\t" TP_PN_DENSE_STORE("r8", "r9", "r10") ".endif\n\t"                               \
+        ".if %[g] > 3\n\t" TP_PN_DENSE_STORE("r11", "r12", "r13") ".endif\n\t"                             \
+        "clr __zero_reg__\n\t" TP_PN_PAD                                                                   \
+        : "+x"(xp), "+z"(wp)                                                                               \
+        : [g] "n"(G), [steps] "n"(TP_N_FEATURES / 8), [rest] "n"(TP_N_FEATURES % 8), [start] "r"(start),  \
+          [o] "r"(out), [zasm] "n"(TP_PN_ROW_Z_ASM), [k] "n"(TP_PN_ROW_Z_ASM ? TP_PN_PROJ_RSHIFT - 8 : 0)     \
+        : "r0", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "r20", "r21", \
+          "r22", "r23", "r24", "r25", "memory")
+#if TP_PN_ROW_Z_ASM
+#define TP_PN_DENSE_START ((__uint24)(TP_PN_HALF - (__uint24)((uint32_t)TP_N_FEATURES << 15)))
 #else
-    uint8_t n = 0;
+#define TP_PN_DENSE_START ((__uint24)0)
 #endif
-    __asm__ volatile(
-#if TP_N_FEATURES >= 8
-        "1:\n\t"
-        ".rept 8\n\t" TP_PN_DENSE_TERM ".endr\n\t"
-        "dec %[n]\n\t"
-        "breq 5f\n\t"
-        "rjmp 1b\n\t" /* brne reaches only 64 words */
-        "5:\n\t"
-#endif
-        ".rept %[rest]\n\t" TP_PN_DENSE_TERM ".endr\n\t"
-        "clr __zero_reg__\n\t" TP_PN_PAD
-        : [acc] "+r"(acc), [x] "+x"(x), [wp] "+z"(weight), [n] "+r"(n), [xv] "=&a"(xv), [w] "=&a"(wv)
-        : [zero] "r"(zero), [k80] "r"(k80), [rest] "n"(TP_N_FEATURES % 8)
-        : "r0", "memory");
-    *w = weight;
-    return tp_pn_unbias(acc, TP_N_FEATURES);
+#if !TP_PN_ROW_Z_ASM
+/* z for a group's stored sums (the C rescale). */
+static inline __attribute__((always_inline)) void tp_pn_dense_rescale(const uint8_t *acc, int8_t *z, uint8_t r0,
+                                                                       uint8_t g)
+{
+    (void)r0; /* the offset rescale's row */
+    for (uint8_t c = 0; c < g; ++c, acc += 3) {
+        __uint24 sum = (__uint24)acc[0] | ((__uint24)acc[1] << 8) | ((__uint24)acc[2] << 16);
+        z[c] = TP_PN_RESCALE(tp_pn_unbias(sum, TP_N_FEATURES), (uint8_t)(r0 + c));
+    }
 }
+#endif
 #elif TP_PN_ASM_ROWS
-/* Sparse row: per bitmap byte (8 inputs) one lpm of the mask (Z swaps between the mask and the values), a
- * zero byte skips its 8 inputs at once, and each bit costs sbrs + rjmp (3 cycles) when clear, and when set
- * sbrs 2 + ldd 2 + lpm 3 + muls 2 + biased 24-bit add 4 = 13 cycles. x is read through Y (r28:r29, claimed
- * by the asm and saved by the prologue) with a displacement. */
-#define TP_PN_SPARSE_BIT(k)                                                                                \
-    "sbrs r18, " #k "\n\t"                                                                                 \
+/* Sparse row: W's bitmap stream (tp_pn_W_bitmap: per 8 inputs a bitmap byte, then its nonzeros) through Z, x
+ * through Y (r28:r29, claimed by the asm and saved by the prologue) with a displacement. Per bitmap byte
+ * lpm 3 + tst 1 + brne 2 (a zero byte: + 1 and it skips its 8 inputs at once); per bit sbrs + rjmp (3 cycles)
+ * when clear, and when set sbrs 2 + ldd 2 + lpm 3 + muls 2 + biased 24-bit add 4 = 13 cycles. Rows of up to
+ * 64 inputs are unrolled whole (ldd reaches Y+63: no pointer step, no byte counter); longer rows loop over
+ * bytes, stepping Y by 8. Fixed scratch registers (clobbered, so gcc keeps nothing there and needs no frame
+ * pointer): r18 bitmap byte, r19 byte counter, r20 x_i, r21 w, r22 zero, r23 0x80. */
+#define TP_PN_SPARSE_BYTE                                                                                  \
+    "lpm r18, Z+\n\t"                                                                                      \
+    "tst r18\n\t"                                                                                          \
+    "brne 4f\n\t"                                                                                          \
+    "rjmp 3f\n\t" /* breq/brne reach only 64 words */                                                      \
+    "4:\n\t"                                                                                               \
+    ".irp k,0,1,2,3,4,5,6,7\n\t"                                                                           \
+    "sbrs r18, \\k\n\t"                                                                                    \
     "rjmp 2f\n\t"                                                                                          \
-    "ldd r20, Y+" #k "\n\t"                                                                                \
+    "ldd r20, Y+tp_pn_disp+\\k\n\t"                                                                        \
     "lpm r21, Z+\n\t"                                                                                      \
     "muls r21, r20\n\t"                                                                                    \
     "eor r1, r23\n\t"                                                                                      \
     "add %A[acc], r0\n\t"                                                                                  \
     "adc %B[acc], r1\n\t"                                                                                  \
     "adc %C[acc], r22\n\t"                                                                                 \
-    "2:\n\t"
-/* Fixed scratch registers (clobbered, so gcc keeps nothing there and needs no frame pointer): r18 mask byte,
- * r19 byte counter, r20 x_i, r21 w, r22 zero, r23 0x80, r24:r25 the values pointer while Z reads the mask,
- * r28:r29 (Y) x. Inlined into the row loop (no .rept here, so gcc sizes the asm right): the registers gcc
- * must save for it are saved once per projection, not per row. */
-static inline __attribute__((always_inline)) int32_t tp_pn_row_dot(const int8_t *x, const uint8_t **mask, const int8_t **value)
+    "2:\n\t"                                                                                               \
+    ".endr\n\t"                                                                                            \
+    "3:\n\t"
+/* Inlined into the row loop: the registers gcc must save for it are saved once per projection, not per row. */
+#if TP_PN_ROW_Z_ASM
+typedef int8_t tp_pn_row_t; /* the row kernel returns z_r itself */
+#define TP_PN_ACC_START TP_PN_HALF
+#else
+typedef int32_t tp_pn_row_t;
+#define TP_PN_ACC_START 0
+#endif
+static inline __attribute__((always_inline)) tp_pn_row_t tp_pn_row_dot(const int8_t *x, const uint8_t **stream)
 {
-    const uint8_t *m = *mask;
-    const int8_t *v = *value;
-    const int8_t *first = v;
+    const uint8_t *w = *stream;
+    const uint8_t *first = w;
     __uint24 acc;
     __asm__ volatile(
-        "clr %A[acc]\n\t"
-        "clr %B[acc]\n\t"
-        "clr %C[acc]\n\t"
+        "ldi %A[acc], lo8(%[start])\n\t" /* the rounding half (or 0) */
+        "ldi %B[acc], hi8(%[start])\n\t"
+        "ldi %C[acc], hlo8(%[start])\n\t"
         "movw r28, %[x]\n\t"
-        "ldi r19, %[bytes]\n\t"
         "ldi r22, 0\n\t"
         "ldi r23, 0x80\n\t"
-        "1:\n\t"
-        "movw r24, r30\n\t"
-        "movw r30, %[m]\n\t"
-        "lpm r18, Z+\n\t"
-        "movw %[m], r30\n\t"
-        "movw r30, r24\n\t"
-        "tst r18\n\t"
-        "brne 4f\n\t"
-        "rjmp 3f\n\t" /* breq/brne reach only 64 words */
-        "4:\n\t"
-        TP_PN_SPARSE_BIT(0) TP_PN_SPARSE_BIT(1) TP_PN_SPARSE_BIT(2) TP_PN_SPARSE_BIT(3)
-        TP_PN_SPARSE_BIT(4) TP_PN_SPARSE_BIT(5) TP_PN_SPARSE_BIT(6) TP_PN_SPARSE_BIT(7)
-        "3:\n\t"
+#if TP_PN_W_MASK_BYTES <= 8
+        ".set tp_pn_disp, 0\n\t"
+        ".rept %[bytes]\n\t" TP_PN_SPARSE_BYTE ".set tp_pn_disp, tp_pn_disp + 8\n\t"
+        ".endr\n\t"
+#else
+        ".set tp_pn_disp, 0\n\t"
+        "ldi r19, %[bytes]\n\t"
+        "1:\n\t" TP_PN_SPARSE_BYTE
         "adiw r28, 8\n\t"
         "dec r19\n\t"
         "breq 5f\n\t"
         "rjmp 1b\n\t"
         "5:\n\t"
-        "clr __zero_reg__\n\t"
-        : [acc] "=&r"(acc), [m] "+r"(m), [v] "+z"(v)
-        : [x] "r"(x), [bytes] "M"(TP_PN_W_MASK_BYTES)
-        : "r0", "r18", "r19", "r20", "r21", "r22", "r23", "r24", "r25", "r28", "r29", "memory");
-    *mask = m;
-    *value = v;
-    return tp_pn_unbias(acc, (uint16_t)(v - first));
+#endif
+        "clr __zero_reg__\n\t" TP_PN_PAD
+        : [acc] "=&d"(acc), [w] "+z"(w)
+        : [x] "r"(x), [bytes] "M"(TP_PN_W_MASK_BYTES), [start] "i"((uint32_t)TP_PN_ACC_START)
+        : "r0", "r18", "r19", "r20", "r21", "r22", "r23", "r28", "r29", "memory");
+    *stream = w;
+#if TP_PN_ROW_Z_ASM
+    return tp_pn_row_z(tp_pn_drop_bias(acc, (uint16_t)(w - first - TP_PN_W_MASK_BYTES)));
+#else
+    return tp_pn_unbias(acc, (uint16_t)(w - first - TP_PN_W_MASK_BYTES));
+#endif
 }
 #elif TP_PN_W_DENSE
-TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const int8_t **w)
+/* Row r of the grouped dense layout: its weight of input i at group + i * G + r % 4 (see encoding.dense_layout). */
+TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, uint8_t r)
 {
-    const int8_t *weight = *w; /* a local copy stays in a register; through **w it is reloaded every step */
+    const int8_t *weight = tp_pn_dense_at(r, 0);
+    uint8_t stride = tp_pn_dense_group(r);
     int32_t acc = 0;
-    for (uint16_t i = 0; i < TP_N_FEATURES; ++i) {
-        acc += tp_mul_s8(tp_next_i8(&weight), x[i]);
+    for (uint16_t i = 0; i < TP_N_FEATURES; ++i, weight += stride) {
+        acc += tp_mul_s8(tp_read_i8(weight), x[i]);
     }
-    *w = weight;
     return acc;
 }
 #else
-/* Walk one row's nonzero bitmap; `mask` and `value` advance through the flash arrays, row after row. */
-TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const uint8_t **mask, const int8_t **value)
+/* Walk one row of the bitmap stream (per 8 inputs a bitmap byte, then its nonzeros), row after row. */
+TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const uint8_t **stream)
 {
-    const uint8_t *m = *mask; /* local copies stay in registers; through **mask they are reloaded every step */
-    const int8_t *v = *value;
+    const uint8_t *w = *stream; /* a local copy stays in a register; through **stream it is reloaded every step */
     int32_t acc = 0;
     for (uint16_t byte = 0; byte < TP_PN_W_MASK_BYTES; ++byte, x += 8) {
-        uint8_t bits = tp_next_u8(&m);
+        uint8_t bits = tp_next_u8(&w);
         const int8_t *xi = x;
         while (bits) {
             if (bits & 1u) {
-                acc += tp_mul_s8(tp_next_i8(&v), *xi);
+                acc += tp_mul_s8((int8_t)tp_next_u8(&w), *xi);
             }
             bits >>= 1;
             ++xi;
         }
     }
-    *mask = m;
-    *value = v;
+    *stream = w;
     return acc;
 }
 #endif
@@ -304,16 +433,52 @@ TP_NOINLINE static int32_t tp_pn_row_dot(const int8_t *x, const uint8_t **mask, 
 #if TP_PN_ROWMAJOR
 TP_NOINLINE static void tp_pn_project(const int8_t *x, int8_t *z)
 {
-#if TP_PN_W_DENSE
+#if TP_PN_W_DENSE && TP_PN_ASM_ROWS && TP_PN_ROW_Z_ASM
+    /* the group kernels store z themselves */
     const int8_t *w = tp_pn_W;
+    const __uint24 start = TP_PN_DENSE_START;
+#if TP_PN_DIM >= 4
+    for (uint8_t r0 = 0; r0 + 4 <= TP_PN_DIM; r0 = (uint8_t)(r0 + 4)) {
+        const int8_t *xp = x;
+        TP_PN_DENSE_GROUP_ASM(4, xp, w, start, z + r0);
+    }
+#endif
+#if TP_PN_DIM % 4
+    {
+        const int8_t *xp = x;
+        TP_PN_DENSE_GROUP_ASM(TP_PN_DIM % 4, xp, w, start, z + (TP_PN_DIM - TP_PN_DIM % 4));
+    }
+#endif
+#elif TP_PN_W_DENSE && TP_PN_ASM_ROWS
+    const int8_t *w = tp_pn_W;
+    const __uint24 start = TP_PN_DENSE_START;
+    uint8_t acc[3 * 4];
+#if TP_PN_DIM >= 4
+    for (uint8_t r0 = 0; r0 + 4 <= TP_PN_DIM; r0 = (uint8_t)(r0 + 4)) {
+        const int8_t *xp = x;
+        TP_PN_DENSE_GROUP_ASM(4, xp, w, start, acc);
+        tp_pn_dense_rescale(acc, z + r0, r0, 4);
+    }
+#endif
+#if TP_PN_DIM % 4
+    {
+        const int8_t *xp = x;
+        TP_PN_DENSE_GROUP_ASM(TP_PN_DIM % 4, xp, w, start, acc);
+        tp_pn_dense_rescale(acc, z + (TP_PN_DIM - TP_PN_DIM % 4), TP_PN_DIM - TP_PN_DIM % 4, TP_PN_DIM % 4);
+    }
+#endif
+#elif TP_PN_W_DENSE
     for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
-        z[r] = TP_PN_RESCALE(tp_pn_row_dot(x, &w), r);
+        z[r] = TP_PN_RESCALE(tp_pn_row_dot(x, r), r);
     }
 #else
-    const uint8_t *mask = tp_pn_W_mask;
-    const int8_t *value = tp_pn_W_values;
+    const uint8_t *stream = tp_pn_W_bitmap;
     for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
-        z[r] = TP_PN_RESCALE(tp_pn_row_dot(x, &mask, &value), r);
+#if TP_PN_ROW_Z_ASM
+        z[r] = tp_pn_row_dot(x, &stream);
+#else
+        z[r] = TP_PN_RESCALE(tp_pn_row_dot(x, &stream), r);
+#endif
     }
 #endif
 }
@@ -412,62 +577,95 @@ static inline __attribute__((always_inline)) uint8_t tp_pn_proto_kernel(const in
 #if TP_PN_DIM <= 16 && TP_PN_TABLE_SIZE <= 256 && ((TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT) <= 0xFFFF
 /* D <= 16: the whole prototype loop in one asm block with z held in r2..r(D+1), so a term is
  *   lpm t, Z+ (3); sub t, z_r (1); brge/neg (2); mul t, t (2); 24-bit add (3) = 11 cycles
- * ((b - z)^2 = (z - b)^2; sub's S flag is the sign of the true difference, as above), then the table index
- * min(dist >> SHIFT, SIZE - 1) as a compare with the table's reach and a short shift, and the lookup.
- * Registers: r18:r19:r20 dist, r21 t, r22 zero, r23 scratch, r24 prototype counter, X z then free, Y kernel
- * out, Z B (saved in r0:r1 during the lookup). */
+ * ((b - z)^2 = (z - b)^2; sub's S flag is the sign of the true difference, as above; the first term sets the
+ * sum with movw + clr instead of clearing and adding), then the table index min(dist >> SHIFT, SIZE - 1) as a
+ * compare with the table's reach (its high bytes only when its low byte is 0) and a short shift, the lookup,
+ * and the running sum of the kernel values the scores' bias needs. Registers: r18:r19:r20 dist, r21 t, r22
+ * zero, r23 scratch, r24 prototype counter, r25 the reach's high byte, X z then the kernel sum, Y kernel out,
+ * Z B (saved in r0:r1 during the lookup). */
 #if TP_PN_DIM == 1
 #define TP_PN_ZREGS "r2"
 #elif TP_PN_DIM == 2
 #define TP_PN_ZREGS "r2,r3"
+#define TP_PN_ZREST "r3"
 #elif TP_PN_DIM == 3
 #define TP_PN_ZREGS "r2,r3,r4"
+#define TP_PN_ZREST "r3,r4"
 #elif TP_PN_DIM == 4
 #define TP_PN_ZREGS "r2,r3,r4,r5"
+#define TP_PN_ZREST "r3,r4,r5"
 #elif TP_PN_DIM == 5
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6"
+#define TP_PN_ZREST "r3,r4,r5,r6"
 #elif TP_PN_DIM == 6
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7"
+#define TP_PN_ZREST "r3,r4,r5,r6,r7"
 #elif TP_PN_DIM == 7
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8"
+#define TP_PN_ZREST "r3,r4,r5,r6,r7,r8"
 #elif TP_PN_DIM == 8
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9"
+#define TP_PN_ZREST "r3,r4,r5,r6,r7,r8,r9"
 #elif TP_PN_DIM == 9
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10"
+#define TP_PN_ZREST "r3,r4,r5,r6,r7,r8,r9,r10"
 #elif TP_PN_DIM == 10
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11"
+#define TP_PN_ZREST "r3,r4,r5,r6,r7,r8,r9,r10,r11"
 #elif TP_PN_DIM == 11
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12"
+#define TP_PN_ZREST "r3,r4,r5,r6,r7,r8,r9,r10,r11,r12"
 #elif TP_PN_DIM == 12
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13"
+#define TP_PN_ZREST "r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13"
 #elif TP_PN_DIM == 13
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14"
+#define TP_PN_ZREST "r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14"
 #elif TP_PN_DIM == 14
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15"
+#define TP_PN_ZREST "r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15"
 #elif TP_PN_DIM == 15
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15,r16"
+#define TP_PN_ZREST "r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15,r16"
 #elif TP_PN_DIM == 16
 #define TP_PN_ZREGS "r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15,r16,r17"
+#define TP_PN_ZREST "r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15,r16,r17"
 #endif
 #if TP_PN_TABLE_SHIFT >= 8
 #define TP_PN_INDEX_SHIFT "mov r23, r19\n\t.rept %[shift] - 8\n\tlsr r23\n\t.endr\n\t"
 #else
 #define TP_PN_INDEX_SHIFT ".rept 8 - %[shift]\n\tlsl r18\n\trol r19\n\t.endr\n\tmov r23, r19\n\t"
 #endif
-TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
+#define TP_PN_REACH ((TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT)
+#if (TP_PN_REACH & 0xFF) == 0
+#define TP_PN_REACH_CMP "cpi r19, hi8(%[reach])\n\t"
+#else
+#define TP_PN_REACH_CMP "cpi r18, lo8(%[reach])\n\tcpc r19, r25\n\t"
+#endif
+TP_NOINLINE static uint16_t tp_pn_kernels(const int8_t *z, uint8_t *kernel)
 {
     const int8_t *proto = tp_pn_B;
+    uint16_t xreg = (uint16_t)z; /* X: z, then the kernel sum */
     __asm__ volatile(
         ".irp reg, " TP_PN_ZREGS "\n\t"
         "ld \\reg, X+\n\t"
         ".endr\n\t"
+        "clr r26\n\t"
+        "clr r27\n\t"
         "ldi r22, 0\n\t"
+        "ldi r25, hi8(%[reach])\n\t"
         "ldi r24, lo8(%[protos])\n\t"
         "1:\n\t"
-        "clr r18\n\t"
-        "clr r19\n\t"
+        "lpm r21, Z+\n\t"
+        "sub r21, r2\n\t"
+        "brge 2f\n\t"
+        "neg r21\n\t"
+        "2:\n\t"
+        "mul r21, r21\n\t"
+        "movw r18, r0\n\t"
         "clr r20\n\t"
-        ".irp reg, " TP_PN_ZREGS "\n\t"
+#if TP_PN_DIM > 1
+        ".irp reg, " TP_PN_ZREST "\n\t"
         "lpm r21, Z+\n\t"
         "sub r21, \\reg\n\t"
         "brge 2f\n\t"
@@ -478,9 +676,8 @@ TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
         "adc r19, r1\n\t"
         "adc r20, r22\n\t"
         ".endr\n\t"
-        "cpi r18, lo8(%[reach])\n\t"
-        "ldi r23, hi8(%[reach])\n\t"
-        "cpc r19, r23\n\t"
+#endif
+        TP_PN_REACH_CMP
         "cpc r20, r22\n\t"
         "brsh 3f\n\t"
         TP_PN_INDEX_SHIFT
@@ -495,70 +692,116 @@ TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
         "adc r31, r22\n\t"
         "lpm r23, Z\n\t"
         "st Y+, r23\n\t"
+        "add r26, r23\n\t"
+        "adc r27, r22\n\t"
         "movw r30, r0\n\t"
         "dec r24\n\t"
         "breq 5f\n\t"
         "rjmp 1b\n\t" /* brne reaches only 64 words */
         "5:\n\t"
         "clr __zero_reg__\n\t"
-        : "+x"(z), "+y"(kernel), "+z"(proto)
-        : [protos] "i"(TP_PN_PROTOS), [reach] "i"((TP_PN_TABLE_SIZE - 1) << TP_PN_TABLE_SHIFT),
+        : "+x"(xreg), "+y"(kernel), "+z"(proto)
+        : [protos] "i"(TP_PN_PROTOS), [reach] "i"(TP_PN_REACH),
           [shift] "i"(TP_PN_TABLE_SHIFT), [last] "i"(TP_PN_TABLE_SIZE - 1), [table] "i"(tp_pn_kernel)
         : "r0", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "r16",
-          "r17", "r18", "r19", "r20", "r21", "r22", "r23", "r24", "memory");
+          "r17", "r18", "r19", "r20", "r21", "r22", "r23", "r24", "r25", "memory");
+    return xreg;
 }
 #else
-TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
+TP_NOINLINE static uint16_t tp_pn_kernels(const int8_t *z, uint8_t *kernel)
 {
     const int8_t *proto = tp_pn_B;
     tp_pn_proto_index_t j = 0;
+    uint16_t sum = 0;
     do {
-        kernel[j] = tp_pn_proto_kernel(z, proto);
+        uint8_t k = tp_pn_proto_kernel(z, proto);
+        kernel[j] = k;
+        sum += k;
         proto += TP_PN_DIM;
     } while (++j != TP_PN_PROTOS);
+    return sum;
 }
 #endif
 
-/* s_l = sum_j Z[l,j] k_j for one class: Z in flash through Z, the kernels through X; per term lpm 3 + ld 2 +
- * mulsu 2 + biased 24-bit add 4 = 11 cycles (4 terms per loop step above 64 prototypes). */
-#define TP_PN_SCORE_TERM                                                                                   \
-    "lpm %[zv], Z+\n\t"                                                                                    \
-    "ld %[k], %a[kp]+\n\t"                                                                                 \
-    "mulsu %[zv], %[k]\n\t" TP_PN_ADD_BIASED("s")
-#if TP_PN_PROTOS > 64
-#define TP_PN_SCORE_STEPS (TP_PN_PROTOS / 4)
-#define TP_PN_SCORE_REST (TP_PN_PROTOS % 4)
-#else
-#define TP_PN_SCORE_STEPS 0
-#define TP_PN_SCORE_REST TP_PN_PROTOS
-#endif
-static inline __attribute__((always_inline)) int32_t tp_pn_class_score(const int8_t *zp, const uint8_t *kernel)
+/* Scores, a group of G <= 5 classes at a time (tp_pn_Z: Z + 128 as uint8, the group's G values of prototype j
+ * together, see quantize.score_layout): per prototype one ld of k_j (2) serves G products, each lpm 3 + mul 2
+ * + 24-bit add 3 = 8 cycles, so 8 + 2 / G per term; 8 prototypes per loop step, then the remainder. The group's
+ * sums sit in r2..r16 (class g in r(2+3g)..r(4+3g)), r17 counts the steps; s_l = sum_j (Z + 128) k_j - 128 sum_j k_j, taken modulo
+ * 2^24 (the biased sum is <= 255 * 255 * m < 2^24 for m <= 256, and |s_l| <= 128 * 255 * m < 2^23) and
+ * sign-extended into scores[l]. */
+#define TP_PN_SCORE_CLASS(a, b, c)                                                                         \
+    "lpm r21, Z+\n\t"                                                                                      \
+    "mul r21, r23\n\t"                                                                                     \
+    "add " a ", r0\n\t"                                                                                    \
+    "adc " b ", r1\n\t"                                                                                    \
+    "adc " c ", r22\n\t"
+#define TP_PN_SCORE_PROTO                                                                                  \
+    "ld r23, X+\n\t" TP_PN_SCORE_CLASS("r2", "r3", "r4")                                                   \
+    ".if %[g] > 1\n\t" TP_PN_SCORE_CLASS("r5", "r6", "r7") ".endif\n\t"                                    \
+    ".if %[g] > 2\n\t" TP_PN_SCORE_CLASS("r8", "r9", "r10") ".endif\n\t"                                   \
+    ".if %[g] > 3\n\t" TP_PN_SCORE_CLASS("r11", "r12", "r13") ".endif\n\t"                                \
+    ".if %[g] > 4\n\t" TP_PN_SCORE_CLASS("r14", "r15", "r16") ".endif\n\t"
+#define TP_PN_SCORE_STORE(a, b, c)                                                                         \
+    "sub " a ", %A[bias]\n\t"                                                                              \
+    "sbc " b ", %B[bias]\n\t"                                                                              \
+    "sbc " c ", %C[bias]\n\t"                                                                              \
+    "clr r23\n\t"                                                                                          \
+    "sbrc " c ", 7\n\t"                                                                                    \
+    "com r23\n\t"                                                                                          \
+    "st X+, " a "\n\t"                                                                                     \
+    "st X+, " b "\n\t"                                                                                     \
+    "st X+, " c "\n\t"                                                                                     \
+    "st X+, r23\n\t"
+#define TP_PN_SCORE_GROUP_ASM(G, zp, kp, bias, out)                                                        \
+    __asm__ volatile(                                                                                      \
+        ".irp reg,r2,r3,r4,r5,r6,r7,r8,r9,r10,r11,r12,r13,r14,r15,r16\n\t"                                 \
+        "clr \\reg\n\t"                                                                                    \
+        ".endr\n\t"                                                                                        \
+        "ldi r22, 0\n\t"                                                                                   \
+        ".if %[steps]\n\t"                                                                                 \
+        "ldi r17, %[steps]\n\t"                                                                            \
+        "1:\n\t"                                                                                           \
+        ".rept 8\n\t" TP_PN_SCORE_PROTO ".endr\n\t"                                                        \
+        "dec r17\n\t"                                                                                      \
+        "breq 5f\n\t"                                                                                      \
+        "rjmp 1b\n\t"                                                                                      \
+        "5:\n\t"                                                                                           \
+        ".endif\n\t"                                                                                       \
+        ".rept %[rest]\n\t" TP_PN_SCORE_PROTO ".endr\n\t"                                                  \
+        "movw r26, %[o]\n\t" TP_PN_SCORE_STORE("r2", "r3", "r4")                                           \
+        ".if %[g] > 1\n\t" TP_PN_SCORE_STORE("r5", "r6", "r7") ".endif\n\t"                                \
+        ".if %[g] > 2\n\t" TP_PN_SCORE_STORE("r8", "r9", "r10") ".endif\n\t"                               \
+        ".if %[g] > 3\n\t" TP_PN_SCORE_STORE("r11", "r12", "r13") ".endif\n\t"                             \
+        ".if %[g] > 4\n\t" TP_PN_SCORE_STORE("r14", "r15", "r16") ".endif\n\t"                             \
+        "clr __zero_reg__\n\t" TP_PN_PAD                                                                   \
+        : "+x"(kp), "+z"(zp)                                                                               \
+        : [g] "n"(G), [steps] "n"(TP_PN_PROTOS / 8), [rest] "n"(TP_PN_PROTOS % 8), [bias] "r"(bias),       \
+          [o] "r"(out)                                                                                     \
+        : "r0", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", \
+          "r16", "r17", "r21", "r22", "r23", "memory")
+#define TP_PN_SCORE_GROUP 5 /* SCORE_GROUP in tinyproto/families/protonn/quantize.py */
+
+static void tp_pn_all_scores(const uint8_t *kernel, uint16_t kernel_sum, int32_t *scores)
 {
-    __uint24 s = 0;
-    uint8_t zv, k, zero = 0, k80 = 0x80;
-#if TP_PN_SCORE_STEPS
-    uint8_t n = TP_PN_SCORE_STEPS;
+    const uint8_t *zp = tp_pn_Z;
+    __uint24 bias = (__uint24)kernel_sum << 7; /* 128 sum_j k_j <= 128 * 255 * 256 < 2^24 */
+#if TP_N_CLASSES >= TP_PN_SCORE_GROUP
+    for (uint8_t l = 0; l + TP_PN_SCORE_GROUP <= TP_N_CLASSES; l += TP_PN_SCORE_GROUP) {
+        const uint8_t *kp = kernel;
+        TP_PN_SCORE_GROUP_ASM(TP_PN_SCORE_GROUP, zp, kp, bias, scores + l);
+    }
 #endif
-    __asm__ volatile(
-#if TP_PN_SCORE_STEPS
-        "6:\n\t"
-        ".rept 4\n\t" TP_PN_SCORE_TERM ".endr\n\t"
-        "dec %[n]\n\t"
-        "brne 6b\n\t"
+#if TP_N_CLASSES % TP_PN_SCORE_GROUP
+    {
+        const uint8_t *kp = kernel;
+        TP_PN_SCORE_GROUP_ASM(TP_N_CLASSES % TP_PN_SCORE_GROUP, zp, kp, bias,
+                              scores + (TP_N_CLASSES - TP_N_CLASSES % TP_PN_SCORE_GROUP));
+    }
 #endif
-        ".rept %[rest]\n\t" TP_PN_SCORE_TERM ".endr\n\t"
-        "clr __zero_reg__\n\t" TP_PN_PAD
-        : [s] "+r"(s), [kp] "+e"(kernel), [zp] "+z"(zp), [zv] "=&a"(zv), [k] "=&a"(k)
-#if TP_PN_SCORE_STEPS
-          , [n] "+r"(n)
-#endif
-        : [zero] "r"(zero), [k80] "r"(k80), [rest] "n"(TP_PN_SCORE_REST)
-        : "r0", "memory");
-    return tp_pn_unbias(s, TP_PN_PROTOS);
 }
 #else
 /* kernel[j] = table[index(sum_r |z_r - B[j,r]|^2)] for every prototype, in one loop nest (no call per prototype). */
-TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
+TP_NOINLINE static uint16_t tp_pn_kernels(const int8_t *z, uint8_t *kernel)
 {
     const int8_t *proto = tp_pn_B;
     for (tp_pn_proto_index_t j = 0; j < TP_PN_PROTOS; ++j) {
@@ -571,32 +814,41 @@ TP_NOINLINE static void tp_pn_kernels(const int8_t *z, uint8_t *kernel)
         }
         kernel[j] = tp_read_u8(&tp_pn_kernel[tp_pn_table_index(dist)]);
     }
+    return 0; /* the portable scores need no kernel sum */
 }
 
-/* One class's score in portable C. */
-static inline int32_t tp_pn_class_score(const int8_t *zp, const uint8_t *k)
+#define TP_PN_SCORE_GROUP 5 /* SCORE_GROUP in tinyproto/families/protonn/quantize.py */
+/* Every class's score in portable C, reading tp_pn_Z's layout (groups of up to 5 classes, prototype-major,
+ * Z + 128). */
+static void tp_pn_all_scores(const uint8_t *kernel, uint16_t kernel_sum, int32_t *scores)
 {
-    int32_t sum = 0;
-    for (tp_pn_proto_index_t j = 0; j < TP_PN_PROTOS; ++j) {
-        sum += tp_mul_s8u8(tp_next_i8(&zp), *k++);
+    const uint8_t *group = tp_pn_Z;
+    (void)kernel_sum;
+    for (uint8_t l0 = 0; l0 < TP_N_CLASSES; l0 = (uint8_t)(l0 + TP_PN_SCORE_GROUP)) {
+        uint8_t g = (uint8_t)(TP_N_CLASSES - l0 < TP_PN_SCORE_GROUP ? TP_N_CLASSES - l0 : TP_PN_SCORE_GROUP);
+        for (uint8_t c = 0; c < g; ++c) {
+            const uint8_t *zp = group + c;
+            int32_t sum = 0;
+            for (tp_pn_proto_index_t j = 0; j < TP_PN_PROTOS; ++j, zp += g) {
+                sum += tp_mul_s8u8((int8_t)(tp_read_u8(zp) ^ 0x80u), kernel[j]);
+            }
+            scores[l0 + c] = sum;
+        }
+        group += (uint16_t)g * TP_PN_PROTOS;
     }
-    return sum;
 }
 #endif /* TP_PN_ASM */
 
 /* s_l for every class and the first maximum; out of line so that its pointers stay in registers (tp_predict's
  * frame holds z and the kernels). */
-TP_NOINLINE static uint8_t tp_pn_scores(const uint8_t *kernel, int32_t *scores)
+TP_NOINLINE static uint8_t tp_pn_scores(const uint8_t *kernel, uint16_t kernel_sum, int32_t *scores)
 {
-    const int8_t *zrow = tp_pn_Z;
+    tp_pn_all_scores(kernel, kernel_sum, scores);
     uint8_t label = 0;
-    int32_t best = 0;
-    for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
-        int32_t sum = tp_pn_class_score(zrow, kernel);
-        zrow += TP_PN_PROTOS;
-        scores[l] = sum;
-        if (l == 0 || sum > best) {
-            best = sum;
+    int32_t best = scores[0];
+    for (uint8_t l = 1; l < TP_N_CLASSES; ++l) {
+        if (scores[l] > best) {
+            best = scores[l];
             label = l;
         }
     }
@@ -619,7 +871,20 @@ static const int8_t *tp_pn_value;
 static uint8_t tp_pn_high; /* 1: the next code is the current byte's high nibble */
 #endif
 #elif TP_PN_W_ENC == 1
-static const int8_t *tp_pn_cursor[TP_PN_DIM]; /* each row's next value in the row-major values */
+/* each row's current bitmap byte in the bitmap stream (that byte, then its nonzeros) */
+static const uint8_t *tp_pn_cursor[TP_PN_DIM];
+#endif
+
+#if TP_PN_W_ENC == 1
+static uint8_t tp_pn_popcount(uint8_t bits)
+{
+    uint8_t n = 0;
+    while (bits) {
+        n += bits & 1u;
+        bits >>= 1;
+    }
+    return n;
+}
 #endif
 
 void tp_stream_begin(void)
@@ -634,16 +899,11 @@ void tp_stream_begin(void)
     tp_pn_high = 0;
 #endif
 #elif TP_PN_W_ENC == 1
-    const uint8_t *mask = tp_pn_W_mask;
-    const int8_t *value = tp_pn_W_values;
+    const uint8_t *w = tp_pn_W_bitmap;
     for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
-        tp_pn_cursor[r] = value;
+        tp_pn_cursor[r] = w;
         for (uint16_t b = 0; b < TP_PN_W_MASK_BYTES; ++b) {
-            uint8_t bits = tp_next_u8(&mask);
-            while (bits) {
-                value += bits & 1u;
-                bits >>= 1;
-            }
+            w += 1u + tp_pn_popcount(tp_read_u8(w));
         }
     }
 #endif
@@ -688,20 +948,24 @@ void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
     for (uint8_t k = 0; k < n; ++k) {
         uint16_t i = (uint16_t)(first + k);
         int8_t x = xq[k];
-        const uint8_t *mask = tp_pn_W_mask + (i >> 3);
-        uint8_t bit = (uint8_t)(1u << (i & 7u));
-        for (uint8_t r = 0; r < TP_PN_DIM; ++r, mask += TP_PN_W_MASK_BYTES) {
-            if (tp_read_u8(mask) & bit) {
-                tp_pn_acc[r] += tp_mul_s8(tp_next_i8(&tp_pn_cursor[r]), x);
+        uint8_t bit = (uint8_t)(i & 7u);
+        for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
+            const uint8_t *at = tp_pn_cursor[r];
+            uint8_t bits = tp_read_u8(at);
+            if (bits & (uint8_t)(1u << bit)) { /* its value follows the byte and the lower bits' values */
+                int8_t w = (int8_t)tp_read_u8(at + 1 + tp_pn_popcount((uint8_t)(bits & ((1u << bit) - 1u))));
+                tp_pn_acc[r] += tp_mul_s8(w, x);
+            }
+            if (bit == 7u) { /* the next input starts the next bitmap byte */
+                tp_pn_cursor[r] = at + 1 + tp_pn_popcount(bits);
             }
         }
     }
 #else
     for (uint8_t k = 0; k < n; ++k) {
         int8_t x = xq[k];
-        const int8_t *w = tp_pn_W + first + k;
-        for (uint8_t r = 0; r < TP_PN_DIM; ++r, w += TP_N_FEATURES) {
-            tp_pn_acc[r] += tp_mul_s8(tp_read_i8(w), x);
+        for (uint8_t r = 0; r < TP_PN_DIM; ++r) {
+            tp_pn_acc[r] += tp_mul_s8(tp_read_i8(tp_pn_dense_at(r, (uint16_t)(first + k))), x);
         }
     }
 #endif
@@ -717,9 +981,9 @@ uint8_t tp_stream_end(int32_t *scores)
         z[r] = TP_PN_RESCALE((int32_t)tp_pn_acc[r], r);
     }
     TP_STAGE(TP_STAGE_PN_DISTANCES);
-    tp_pn_kernels(z, kernel);
+    uint16_t kernel_sum = tp_pn_kernels(z, kernel);
     TP_STAGE(TP_STAGE_PN_SCORES);
-    return tp_pn_scores(kernel, scores);
+    return tp_pn_scores(kernel, kernel_sum, scores);
 }
 
 uint8_t tp_predict(const int8_t *x, int32_t *scores)
@@ -730,9 +994,9 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
     TP_STAGE(TP_STAGE_PN_PROJECTION);
     tp_pn_project(x, z);
     TP_STAGE(TP_STAGE_PN_DISTANCES);
-    tp_pn_kernels(z, kernel);
+    uint16_t kernel_sum = tp_pn_kernels(z, kernel);
     TP_STAGE(TP_STAGE_PN_SCORES);
-    return tp_pn_scores(kernel, scores);
+    return tp_pn_scores(kernel, kernel_sum, scores);
 #else
     tp_stream_begin();
     for (uint16_t first = 0; first < TP_N_FEATURES; first = (uint16_t)(first + 255u)) {

@@ -11,14 +11,18 @@ Goals (issue 3, digits @2 kB ProtoNN): <= 2.0 ms per inference, <= 1.5x the boun
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 from rich.console import Console
 
-from tinyproto.pipeline.compile import compile_model
-from tinyproto.pipeline.firmware import build_model_dir
-from tinyproto.pipeline.validate import validate
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's tinyproto, not another one installed in the environment
+
+from tinyproto.pipeline.compile import compile_model  # noqa: E402
+from tinyproto.pipeline.firmware import build_model_dir  # noqa: E402
+from tinyproto.pipeline.validate import validate  # noqa: E402
 
 
 def run(model: str, data: str, budget: str, workdir: Path) -> dict:

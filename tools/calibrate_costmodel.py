@@ -22,15 +22,18 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from tinyproto.core.boards import load_board
-from tinyproto.device.build import build_project, render_platformio_ini
-from tinyproto.families.protonn.cost import PN_CYCLES, protonn_cost_terms
-from tinyproto.device.protocol import open_device
-from tinyproto.device.sim import SimulatedUno
-from tinyproto.core.inputstage import InputStage
-from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
-from tinyproto.core.render import write_sources
-from tinyproto import families
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's tinyproto, not another one installed in the environment
+
+from tinyproto.core.boards import load_board  # noqa: E402
+from tinyproto.device.build import build_project, render_platformio_ini  # noqa: E402
+from tinyproto.families.protonn.cost import PN_CYCLES, protonn_cost_terms  # noqa: E402
+from tinyproto.device.protocol import open_device  # noqa: E402
+from tinyproto.device.sim import SimulatedUno  # noqa: E402
+from tinyproto.core.inputstage import InputStage  # noqa: E402
+from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table  # noqa: E402
+from tinyproto.core.render import write_sources  # noqa: E402
+from tinyproto import families  # noqa: E402
 
 # (features d, d_hat, prototypes m, classes L, W density, table size, projection shift: > 0 right, < 0 left
 #  [, kernel gamma])
@@ -42,14 +45,16 @@ SHAPES = [
     (180, 10, 30, 4, 0.1, 32, 10), (13, 5, 7, 2, 0.6, 16, 1), (16, 70, 12, 2, 0.5, 32, 9), (24, 16, 90, 3, 0.3, 32, 6),
     (40, 17, 50, 4, 0.5, 16, 10), (48, 2, 64, 6, 1.0, 64, 16), (64, 12, 60, 10, 0.4, 256, 10),
     (200, 6, 12, 3, 1.0, 32, 12), (96, 10, 20, 4, 0.04, 32, 9), (16, 3, 256, 4, 0.5, 32, 20),
+    (30, 12, 30, 2, 1.0, 32, 10), (64, 8, 40, 7, 0.4, 64, 11), (40, 6, 24, 1, 0.5, 32, 9),
     (64, 12, 60, 10, 0.4, 64, 10, 0.002), (30, 30, 20, 2, 0.2, 32, 9, 0.001), (96, 10, 20, 4, 0.1, 32, 9, 0.0005),
     (64, 12, 60, 10, 0.4, 64, 10, 0.01), (16, 200, 20, 2, 1.0, 32, 0), (16, 100, 10, 2, 1.0, 32, 4, 0.0003),
 ]
 N_VECTORS = 6
 # Terms held at their hand count (the cycles of the asm instructions, see firmware/tp_protonn.c): left free, nnls
 # trades them against the terms they always occur with, and mispredicts shapes unlike the calibration set.
-HAND_COUNTS = {"dense_mac": 11, "dense_step": 4, "wide_index_bit": 2, "dist_term": 13, "dist_term_reg": 11,
-               "score_term": 11, "nonzero": 13, "clear_bit": 3}
+HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "wide_index_bit": 2, "dist_term": 13, "dist_term_reg": 11,
+               "score_term": 8, "score_load": 2, "score_step": 4, "nonzero": 13, "clear_bit": 3, "rshift_asm": 2,
+               "mask_step": 6}
 
 
 def synthetic_model(d: int, D: int, m: int, L: int, density: float, table_size: int, proj_shift: int, *rest) -> IntProtoNN:

@@ -11,41 +11,48 @@ import numpy as np
 
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.core.wire import CHUNK_BYTES
+from tinyproto.families.protonn.encoding import DENSE_GROUP
 
-# ProtoNN, AVR assembly kernels (firmware/tp_protonn.c, TP_PN_ASM): cycles per unit of each term, fitted by
-# tools/calibrate_costmodel.py on 32 synthetic shapes measured in the simulator (cycle-exact): the inner-loop
-# terms are held at their instruction counts (13 per nonzero, 3 per clear bit, 11 per dense term + 4 per 8,
-# 13 / 11 per distance term with z in SRAM / in registers, 11 per score term, 2 per wide-index shift bit) and the
-# overheads fitted by non-negative least squares on relative errors: all 32 shapes within 2.5 %. The hand counts of the inner loops are 13 per nonzero, 3 per clear bit,
-# 11 per dense term (+4 per 8), 11 / 13 per distance term (z in registers / in SRAM) and 11 per score term;
-# the fit moves cycles between terms that always occur together (e.g. "mask_byte" 0 with "nonzero" 15, or
-# "dense_mac" 5 with "dense_step" 50 per 8), so read the sum, not one term.
+# ProtoNN, AVR assembly kernels (firmware/tp_protonn.c, TP_PN_ASM): cycles per unit of each term. The inner-loop
+# terms are held at their instruction counts (13 per nonzero, 3 per clear bit, 4 per 8 dense inputs and group, 13 / 11
+# per distance term with z in SRAM / in registers, 9 per dense W entry + 2 per input load and group, 8 per score
+# product + 2 per kernel load and group, 2 per bit of
+# the asm rescale shift); the overheads are fitted by tools/calibrate_costmodel.py (non-negative least squares on
+# relative errors) on synthetic shapes measured in the simulator (cycle-exact). The fit moves cycles between
+# terms that always occur together, so read the sum, not one term.
 PN_CYCLES = {
-    "fixed": 14,  # calls, register saves, argmax set-up (the fit puts most of it in per-row / per-class terms)
-    "row": 49,  # per projected dimension: row set-up, bias removal, rescale, clamp, store
-    "rshift16": 7,  # per row and bit of the 16-bit rescale shift (right shift >= 8 within the 24-bit bound)
-    "row32": 0,  # per row rescaled in 32 bits (right shift below 8 or beyond the 24-bit bound, left, or none)
-    "rshift32": 7,  # per row and bit of a 32-bit rescale shift (right shifts below 8, or beyond the bound)
-    "lshift32": 8,  # per row and bit of the 32-bit left shift (negative projection shift)
-    "mask_byte": 18,  # per nonzero bitmap byte
-    "zero_mask_byte": 17,  # per all-zero bitmap byte (its 8 inputs are skipped at once)
+    "fixed": 0,  # calls, register saves, argmax set-up (the fit puts most of it in per-row / per-class terms)
+    "row": 0,  # per projected dimension, C rescale: row set-up, bias removal, clamp, store (the fit: in row32)
+    "rshift16": 0,  # per row and bit of the 16-bit rescale shift (right shift >= 8 within the 24-bit bound)
+    "row32": 55,  # per row rescaled in 32 bits (right shift below 8 or beyond the 24-bit bound, left, or none)
+    "rshift32": 8,  # per row and bit of a 32-bit rescale shift (right shifts below 8, or beyond the bound)
+    "lshift32": 23,  # per row and bit of the 32-bit left shift (negative projection shift)
+    "row_asm": 32,  # per projected dimension, asm rescale (TP_PN_ROW_Z_ASM): set-up, bias, clamp, store
+    "rshift_asm": 2,  # per row and bit of the asm rescale shift (RSHIFT - 8)
+    "mask_byte": 8,  # per nonzero bitmap byte: lpm, test, branch
+    "zero_mask_byte": 7,  # per all-zero bitmap byte (its 8 inputs are skipped at once)
+    "mask_step": 6,  # per bitmap byte of rows longer than 64 inputs (a loop: pointer step, counter)
     "clear_bit": 3,  # per zero bit of a nonzero bitmap byte
     "nonzero": 13,  # per W nonzero: ldd, lpm, muls, biased 24-bit add
-    "dense_row": 0,  # per row of a dense W
+    "dense_group": 0,  # per group of up to 4 rows of a dense W: sums set up and stored
     "fixed_dense": 0,  # once, dense W
-    "dense_step": 4,  # per 8 entries of a dense W row
-    "dense_mac": 11,  # per entry of a dense W
-    "proto": 33,  # per prototype: table index and lookup, store (D > 16: z read from SRAM)
+    "dense_step": 4,  # per 8 inputs and group of a dense W (the loop step)
+    "dense_load": 2,  # per input and group of a dense W: ld x_i
+    "dense_mac": 9,  # per entry of a dense W: lpm, muls, biased 24-bit add
+    "proto": 32,  # per prototype: table index and lookup, store, kernel sum (D > 16: z read from SRAM)
     "wide_index_bit": 2,  # per prototype and bit of the index shift when the table reaches past 0xFFFF
-    "dist_step": 1,  # per 4 distance terms (only when D > 64)
+    "dist_step": 5,  # per 4 distance terms (only when D > 64)
     "dist_term": 13,  # per |z_r - b_jr|^2 term
-    "fixed_reg": 283,  # once, D <= 16: saving and restoring r2-r17 for the register-z loop
-    "proto_reg": 25,  # per prototype, D <= 16 (z held in registers, one asm loop)
+    "fixed_reg": 114,  # once, D <= 16: saving and restoring r2-r17 for the register-z loop
+    "proto_reg": 23,  # per prototype, D <= 16 (z held in registers, one asm loop)
     "dist_term_reg": 11,  # per |z_r - b_jr|^2 term, D <= 16
-    "class": 36,  # per class: call, bias removal, store, compare
-    "score_step": 3,  # per 4 score terms (only when m > 64)
-    "score_term": 11,  # per Z entry times a kernel
+    "class": 23,  # per class: bias removal, store, compare
+    "score_group": 216,  # per group of up to 5 classes: clear the sums, set-up (the fit adds the r2-r17 saves)
+    "score_load": 2,  # per prototype and group: ld k_j
+    "score_step": 4,  # per 8 prototypes and group: the loop step
+    "score_term": 8,  # per Z entry times a kernel: lpm, mul, 24-bit add
 }
+SCORE_GROUP = 5  # classes per kernel load (quantize.SCORE_GROUP, TP_PN_SCORE_GROUP)
 # The portable C loops, which the AVR build falls back to outside the assembly kernels' proven bounds
 # (d > 511 features, D > 255 dimensions or m > 256 prototypes): the previous calibration of the same C code.
 PN_CYCLES_C = {
@@ -114,9 +121,13 @@ def protonn_cost_terms(model) -> dict[str, int]:
     if not protonn_uses_asm(model) or (not streamed and not protonn_uses_asm_rows(model)):
         return _protonn_c_terms(model)
     terms = {name: 0 for name in PN_CYCLES}
-    terms.update(fixed=1, row=D, **{"class": L}, score_term=m * L)
+    groups = -(-L // SCORE_GROUP)
+    terms.update(fixed=1, row=D, **{"class": L}, score_term=m * L, score_group=groups, score_load=m * groups,
+                 score_step=(m // 8) * groups)
     right, left = max(model.proj_shift, 0), max(-model.proj_shift, 0)
-    if model.offset is None and right >= 8 and 16384 * d + (1 << (right - 1)) < 1 << 23:  # 16-bit path
+    if not streamed and model.offset is None and right >= 8 and 16384 * d + (1 << (right - 1)) < 1 << 23:
+        terms.update(row=0, row_asm=D, rshift_asm=D * (right - 8))  # the row kernels' asm rescale
+    elif model.offset is None and right >= 8 and 16384 * d + (1 << (right - 1)) < 1 << 23:  # 16-bit path
         terms["rshift16"] = D * (right - 8)
     else:
         terms["row32"] = D
@@ -130,19 +141,19 @@ def protonn_cost_terms(model) -> dict[str, int]:
             terms["wide_index_bit"] = m * ((model.table_shift - 8) % 8)
     if D > 64:
         terms["dist_step"] = m * (D // 4)
-    if m > 64:
-        terms["score_step"] = L * (m // 4)
     terms.update({name: 0 for name in PN_STREAM_CYCLES})
     if model.offset is not None:
         terms["offset_row"] = D
     if streamed:  # the row terms give way to the streamed projection's
-        for name in ("row", "row32", "rshift16", "rshift32", "lshift32", "offset_row"):
+        for name in ("row", "row32", "rshift16", "rshift32", "lshift32", "offset_row", "row_asm", "rshift_asm"):
             terms[name] = 0
         terms.update(_stream_terms(model))
     elif model.w_dense:
+        groups = -(-D // DENSE_GROUP)
         terms["dense_mac"] = D * d
-        terms["dense_step"] = D * (d // 8)
-        terms["dense_row"] = D
+        terms["dense_step"] = groups * (d // 8)
+        terms["dense_load"] = groups * d
+        terms["dense_group"] = groups
         terms["fixed_dense"] = 1
     else:
         mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
@@ -151,6 +162,8 @@ def protonn_cost_terms(model) -> dict[str, int]:
         terms["zero_mask_byte"] = int(mask.size - nonzero_bytes.size)
         terms["nonzero"] = int(np.count_nonzero(model.W_q))
         terms["clear_bit"] = 8 * int(nonzero_bytes.size) - terms["nonzero"]
+        if mask.size // max(D, 1) > 8:  # rows longer than 64 inputs loop over their bitmap bytes
+            terms["mask_step"] = int(mask.size)
     return terms
 
 
@@ -175,13 +188,15 @@ def predict_cycles(model) -> dict:
     terms = protonn_cost_terms(model)
     table = {**(PN_CYCLES if "dist_term_reg" in terms else PN_CYCLES_C), **PN_STREAM_CYCLES}
     cycles = {name: count * table[name] for name, count in terms.items()}
-    projection = sum(cycles.get(k, 0) for k in ("row", "row32", "rshift16", "rshift32", "lshift32", "mask_byte",
+    projection = sum(cycles.get(k, 0) for k in ("row", "row32", "rshift16", "rshift32", "lshift32", "row_asm",
+                                                "rshift_asm", "mask_byte", "mask_step",
                                                 "zero_mask_byte", "clear_bit", "scanned_bit", "nonzero",
-                                                "dense_mac", "dense_step", "dense_row", "fixed_dense",
+                                                "dense_mac", "dense_step", "dense_load", "dense_group",
+                                                "fixed_dense",
                                                 *PN_STREAM_CYCLES))
     distances = sum(cycles.get(k, 0) for k in ("proto", "wide_index_bit", "dist_term", "dist_step", "fixed_reg",
                                                "proto_reg", "dist_term_reg"))
-    scores = cycles["class"] + cycles["score_term"] + cycles.get("score_step", 0)
+    scores = sum(cycles.get(k, 0) for k in ("class", "score_term", "score_step", "score_group", "score_load"))
     return {
         "projection": projection,
         "distances": distances,

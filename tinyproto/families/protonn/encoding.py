@@ -62,6 +62,33 @@ def smallest(W: np.ndarray) -> str:
     return min(names, key=lambda n: (encoded_bytes(W, n), ENCODINGS.index(n)))
 
 
+DENSE_GROUP = 4  # rows projected together by the dense kernel (firmware/tp_protonn.c, TP_PN_DENSE_GROUP_ASM)
+
+
+def dense_layout(W: np.ndarray) -> np.ndarray:
+    """The dense encoding as the device reads it: rows in groups of DENSE_GROUP (the last group the rest), each
+    group input by input with its rows' weights together (W[r0:r0+G].T flattened), so one read of x_i serves
+    the whole group. Same bytes as encode(W, "dense")."""
+    W = np.asarray(W, dtype=np.int8)
+    return np.concatenate([W[r:r + DENSE_GROUP].T.reshape(-1) for r in range(0, W.shape[0], DENSE_GROUP)]
+                          ) if W.size else W.reshape(-1)
+
+
+def bitmap_stream(W: np.ndarray) -> np.ndarray:
+    """The bitmap encoding as the device reads it: row by row, each group of 8 inputs as its nonzero bitmap
+    byte (bit k = input 8g + k) followed by those nonzeros (int8 bit patterns), so one flash pointer walks a
+    row (no second pointer to swap in per byte). Same bytes as encode(W, "bitmap")'s mask + values."""
+    W = np.asarray(W, dtype=np.int8)
+    mask = np.packbits(W != 0, axis=1, bitorder="little")
+    out = []
+    for r in range(W.shape[0]):
+        for g in range(mask.shape[1]):
+            out.append(mask[r, g])
+            block = W[r, 8 * g: 8 * g + 8]
+            out.extend(block[block != 0].view(np.uint8).tolist())
+    return np.asarray(out, dtype=np.uint8)
+
+
 def column_codes(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, values) of W column by column: code = row | last-of-column flag (one per nonzero)."""
     cols, rows = np.nonzero(W.T)  # column-major order: by feature, then row

@@ -43,6 +43,15 @@ DEFAULT_TABLE_SIZE = 64
 FOLD_QUANTILE = 0.98  # folded weights: this quantile of |W / sigma| maps to 127
 OFFSET_MAX = 512  # |o_r| bound on B's grid: beyond 127 + 385 z saturates whatever the projection
 ACC24_MAX_ROW_NNZ = 511  # 24-bit projection accumulators hold rows of up to this many nonzeros (|W x| <= 128^2)
+SCORE_GROUP = 5  # classes scored together (TP_PN_SCORE_GROUP): one kernel load serves this many products
+
+
+def score_layout(Z_q: np.ndarray) -> np.ndarray:
+    """Z (m, L) as the device reads it: Z + 128 (uint8, so each product is one unsigned multiply and the score
+    is sum - 128 * sum(k)), classes in groups of SCORE_GROUP, each group prototype-major (its G values for
+    prototype j together, then j + 1): one kernel value read serves the whole group."""
+    Zu = (np.asarray(Z_q, dtype=np.int16) + 128).astype(np.uint8)
+    return np.concatenate([Zu[:, g:g + SCORE_GROUP].reshape(-1) for g in range(0, Zu.shape[1], SCORE_GROUP)])
 
 
 @dataclass(frozen=True)
@@ -102,10 +111,11 @@ class IntProtoNN:
         name = self.w_encoding
         flash = encoding.encode(self.W_q, name)
         if name == "dense":
-            arrays.append(CArray("pn_W", "int8_t", flash["dense"], "projection W, dense int8 (D x d)"))
+            arrays.append(CArray("pn_W", "int8_t", encoding.dense_layout(self.W_q),
+                                 f"projection W, dense int8, rows in groups of {encoding.DENSE_GROUP} input by input"))
         elif name == "bitmap":
-            arrays.append(CArray("pn_W_mask", "uint8_t", flash["mask"], "projection W, nonzero bitmap (D x ceil(d/8))"))
-            arrays.append(CArray("pn_W_values", "int8_t", flash["values"], "projection W, nonzeros row by row"))
+            arrays.append(CArray("pn_W_bitmap", "uint8_t", encoding.bitmap_stream(self.W_q),
+                                 "projection W, row by row: per 8 inputs a nonzero bitmap byte, then those nonzeros"))
         else:
             what = "1 byte" if name == "col_bytes" else "4 bits"
             arrays.append(CArray("pn_W_codes", "uint8_t", flash["codes"],
@@ -115,8 +125,8 @@ class IntProtoNN:
             arrays.append(CArray("pn_offset", "int16_t", self.offset,
                                  "projection offset on B's grid (the folded input standardisation)"))
         arrays.append(CArray("pn_B", "int8_t", self.B_q, "prototypes B, int8 (m x D)"))
-        # Class-major, so each class score is one running sum over the prototypes' kernels.
-        arrays.append(CArray("pn_Z", "int8_t", self.Z_q.T, "prototype labels Z, int8 (L x m)"))
+        arrays.append(CArray("pn_Z", "uint8_t", score_layout(self.Z_q),
+                             f"prototype labels Z + 128, uint8, classes in groups of {SCORE_GROUP} (m x group)"))
         arrays.append(CArray("pn_kernel", "uint8_t", self.table, "exp(-gamma^2 dist) lookup table"))
         return arrays
 
