@@ -12,7 +12,7 @@ import numpy as np
 from scipy.special import digamma
 
 from tinyproto.core.cost import lower_bound_cycles
-from tinyproto.families.flynn.train import BLOCK_ROWS, seeded_walk
+from tinyproto.families.flynn.train import BLOCK_ROWS, GROUP_ROWS, seeded_walk
 
 # FlyNN (firmware/tp_flynn.c): cycles per unit, fitted by tools/calibrate_costmodel.py --flynn on 12 compiled
 # FlyNN models (digits, breast_cancer, wine, segment at 1-4 kB; 4 of them with M stored) measured in the
@@ -28,49 +28,51 @@ from tinyproto.families.flynn.train import BLOCK_ROWS, seeded_walk
 # with and without the split; within 3.2 %): the terms are collinear there, so their split between per-input,
 # per-proposal and per-mirror work is not physical (wide_take fits to 0); the totals are what is checked.
 FLY_CYCLES = {
-    "fixed": -417,  # calls, set-up, argmin, less the marker writes the stage-by-stage fit charged to the stages
-    "input_seeded": 27,  # per hash input: the two biased copies
+    "fixed": -387,  # calls, set-up, argmin, less the marker writes the stage-by-stage fit charged to the stages
+    "input_seeded": 30,  # per hash input: the two biased copies
     "input_stored": 13,  # per hash input: one biased copy
-    "block": 57,  # seeded: per block of BLOCK_ROWS rows (call, generator state in and out, loop set-up)
+    "block": 0,  # seeded: per block of BLOCK_ROWS rows (call, generator state in and out, its rotation, set-up)
     "byte": 9,  # seeded: per proposal byte drawn (pattern or rotation): fetch and map (asm hand count)
     "prng_step": 11,  # seeded: one xorshift16 step on top of its byte (asm hand count)
     "pattern_proposal": 8,  # seeded: a pattern proposal's sentinel store, scan set-up and verdict (asm)
     "compare": 5,  # seeded: one repeat-scan compare (asm)
     "accept": 5,  # seeded: a pattern proposal taken (asm)
-    "rotation": 5,  # seeded: a row's rotation stored (asm)
-    "row_seeded": 19,  # seeded: per row in the asm scan (rotation, base, floor compare, loop: hand count)
-    "take": 9,  # seeded: per input of a row (the unrolled asm sum)
-    "row_stored": 23,
-    "stored_index": 17,  # stored M: one flash index and its add
+    "group": 96,  # seeded: per GROUP_ROWS rows summed at once (set-up, four floor tests, loop)
+    "take": 21,  # seeded: per pattern offset of a group (one offset, four adjacent inputs: asm hand count)
+    "take_loop": 3,  # seeded, s > 32: the counted loop's decrement and branch per offset (asm hand count)
+    "row_stored": 50,
+    "stored_index": 16,  # stored M: one flash index and its add
     "wide_proposal": 130,  # wide inputs, seeded: one 16-bit proposal (xorshift16 step, 32-bit map)
     "wide_compare": 40,  # wide inputs, seeded: one repeat-scan compare (C)
     "wide_take": 0,  # wide inputs: one input of a row read from x in place
     "wide_stored_index": 35,  # wide inputs, stored M: a 16-bit flash index and its input (estimated, not fitted)
+    "wide_row": 0,  # wide inputs, seeded: per row (the next rotation and its wrap)
     "wide_wrap": 4,  # wide inputs, seeded: an index p + r wrapped past the end
     "wide_mirror": 11,  # wide inputs with the sign split: a mirrored input
-    "heap_fill": 87,  # per row of the first rho: it leaves the scan and is appended (charged to hashing)
-    "heapify": 81,  # per heap entry: building the heap once (top-rho stage)
-    "heap_call_seeded": 148,  # per expected heap replacement: key, call and return (charged to hashing)
-    "heap_call_stored": 32,
-    "heap_replace": 6,  # per expected heap replacement: the top-rho stage itself
-    "heap_level": 73,  # per expected replacement and heap level
-    "winner": 33,  # lookup: per winner
-    "winner_mul": 89,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
-    "lookup_class": 27,  # lookup: per winner and class, 1-bit filters
-    "lookup_class_lut": 47,  # lookup: per winner and class, b-bit counts through the LUT
+    "heap_fill": 0,  # per row of the first rho: it leaves the scan and is appended (charged to hashing)
+    "heapify": 0,  # per heap entry: building the heap once (top-rho stage)
+    "heap_call_seeded": 154,  # per expected heap replacement: key, call and return (charged to hashing)
+    "heap_call_stored": 0,
+    "heap_replace": 92,  # per expected heap replacement: the top-rho stage itself
+    "heap_level": 50,  # per expected replacement and heap level
+    "winner": 109,  # lookup: per winner
+    "winner_mul": 59,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
+    "lookup_class": 24,  # lookup: per winner and class, 1-bit filters
+    "lookup_class_lut": 29,  # lookup: per winner and class, b-bit counts through the LUT
 }
-FLY_HAND_COUNTS = ("byte", "prng_step", "pattern_proposal", "compare", "accept", "rotation", "take", "row_seeded")
+FLY_HAND_COUNTS = ("byte", "prng_step", "pattern_proposal", "compare", "accept", "take", "take_loop")
 # Which FLY_CYCLES terms make up each stage tools/bench_latency.py measures (the rest is "fixed").
 FLY_STAGES = {
     "prepare": ("input_seeded", "input_stored"),
-    "hashing": ("block", "byte", "prng_step", "pattern_proposal", "compare", "accept", "rotation", "row_seeded",
-                "take", "row_stored",
-                "stored_index", "wide_proposal", "wide_compare", "wide_take", "wide_stored_index",
+    "hashing": ("block", "byte", "prng_step", "pattern_proposal", "compare", "accept", "group", "take",
+                "take_loop", "row_stored",
+                "stored_index", "wide_proposal", "wide_compare", "wide_take", "wide_row", "wide_stored_index",
                 "wide_wrap", "wide_mirror", "heap_fill", "heap_call_seeded",
                 "heap_call_stored"),
     "top_rho": ("heapify", "heap_replace", "heap_level"),
     "lookup": ("winner", "winner_mul", "lookup_class", "lookup_class_lut"),
 }
+TAKE_UNROLLED = 32  # tp_flynn.c unrolls the four-row sum up to this s, and loops beyond
 WIDE_INPUTS = 256  # tp_flynn.c's TP_FLY_WIDE: above this many hash inputs x is read in place
 
 
@@ -162,14 +164,22 @@ def shape_terms(m: int, s: int, n_in: int, rho: int, bits: int, L: int, store_M:
             terms.update(input_stored=n_in, stored_index=m * s)
         return terms
     blocks = -(-m // BLOCK_ROWS)
-    drawn = pattern_proposals + blocks * BLOCK_ROWS  # the device draws a whole block of rotations
-    terms.update(block=blocks, row_seeded=m, heap_call_seeded=replacements)
+    drawn = pattern_proposals + blocks  # each block's pattern, then its one rotation
+    terms.update(block=blocks, heap_call_seeded=replacements)
     if wide:
-        terms.update(wide_proposal=drawn, wide_compare=compares, wide_take=m * s, wide_wrap=wraps)
+        terms.update(wide_proposal=drawn, wide_compare=compares, wide_take=m * s, wide_wrap=wraps, wide_row=m)
     else:
+        groups = _groups(m)
         terms.update(input_seeded=n_in, byte=drawn, prng_step=(drawn + 1) // 2, pattern_proposal=pattern_proposals,
-                     compare=compares, accept=blocks * s, rotation=blocks * BLOCK_ROWS, take=m * s)
+                     compare=compares, accept=blocks * s, group=groups, take=groups * s,
+                     take_loop=groups * s if s > TAKE_UNROLLED else 0)
     return terms
+
+
+def _groups(m: int) -> int:
+    """Row groups the narrow scan sums: GROUP_ROWS rows at a time, a block's last group may be short only in the
+    model's last block (BLOCK_ROWS is a multiple of GROUP_ROWS)."""
+    return -(-m // GROUP_ROWS)
 
 
 def estimate_cycles(m: int, s: int, rho: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> float:

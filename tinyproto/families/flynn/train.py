@@ -7,8 +7,8 @@ A point's novelty for class l is f_l(x) = w_l · h(x) / ρ and the prediction is
 
 Conventions shared by the float estimator, the integer reference (quantize.py) and firmware/tp_flynn.c:
 
-* M is always generated from a 16-bit seed by `seeded_indices` (xorshift16; blocks of rows that are rotations of
-  one seeded pattern), so the same matrix can be stored in flash as indices or regenerated on the device.
+* M is always generated from a 16-bit seed by `seeded_indices` (xorshift16; blocks of rows that are the
+  consecutive rotations of one seeded pattern), so the same matrix can be stored in flash as indices or regenerated on the device.
 * Winner-take-all ties at the cut go to the lower row index (`top_winners`).
 * Class ties go to the lowest class index.
 
@@ -84,7 +84,8 @@ def xorshift16_states(seed: int, n: int) -> np.ndarray:
     return states[(start + np.arange(n)) % SEED_PERIOD]
 
 
-BLOCK_ROWS = 16  # rows of M that share one seeded pattern (TP_FLY_BLOCK)
+BLOCK_ROWS = 32  # rows of M that share one seeded pattern (TP_FLY_BLOCK); a multiple of GROUP_ROWS
+GROUP_ROWS = 4  # rows the AVR row scan sums at once (consecutive rotations: 4 adjacent bytes per pattern entry)
 
 
 def proposal_stream(seed: int, n: int, n_inputs: int) -> np.ndarray:
@@ -123,7 +124,7 @@ def seeded_walk(seed: int, n_rows: int, n_per_row: int, n_inputs: int) -> Seeded
     compares = np.zeros(n_rows + 1, dtype=np.int64)
     wrapped = np.zeros(n_rows + 1, dtype=np.int64)
     blocks = -(-n_rows // BLOCK_ROWS)
-    chunk = max(256, n_rows + blocks * 2 * s)  # enough for all but patterns with many repeats (s close to d)
+    chunk = max(256, blocks * (2 * s + 1))  # enough for all but patterns with many repeats (s close to d)
     stream, pos, drawn = proposal_stream(seed, chunk, n), 0, 0
     n_prop = n_cmp = 0
 
@@ -149,9 +150,10 @@ def seeded_walk(seed: int, n_rows: int, n_per_row: int, n_inputs: int) -> Seeded
                 pattern.append(p)
         offsets = np.asarray(pattern, dtype=np.int64)
         take = min(BLOCK_ROWS, n_rows - row)
-        need(BLOCK_ROWS)
-        rotations = stream[pos : pos + take]
-        pos += BLOCK_ROWS  # the device draws a whole block of rotations
+        need(1)
+        first = int(stream[pos])  # one rotation per block: its rows take the consecutive rotations from there
+        pos += 1
+        rotations = (first + np.arange(take)) % n
         idx = offsets[None, :] + rotations[:, None]
         out[row : row + take] = np.where(idx >= n, idx - n, idx)
         wrapped[row + 1 : row + take + 1] = wrapped[row] + np.cumsum(np.count_nonzero(idx >= n, axis=1))
@@ -165,10 +167,12 @@ def seeded_indices(seed: int, n_rows: int, n_per_row: int, n_features: int) -> n
 
     One proposal stream (`proposal_stream`) runs through all rows. M is built in blocks of BLOCK_ROWS rows: a
     block first draws a pattern of s distinct offsets (a proposal equal to one already taken is rejected), then
-    each of its rows draws one rotation r and takes the inputs (offset + r) mod d. Every row has s distinct
-    inputs and, over the seed, is a uniform random s-subset; rows of one block are rotations of each other.
-    On the device the rotation costs nothing per input (a doubled input buffer, or one compare on wide inputs)
-    and there is no per-input bookkeeping: one byte of generator output per row instead of per input.
+    one rotation r0; its row t takes the inputs (offset + r0 + t) mod d. Every row has s distinct inputs and,
+    over the seed, is a uniform random s-subset; rows of one block are the consecutive rotations of one pattern
+    (two of them share inputs only where the pattern has two offsets that far apart, as random rows would).
+    On the device the rotation costs nothing per input (a cyclically extended input buffer, or one compare on
+    wide inputs), there is no per-input bookkeeping, and consecutive rotations let the AVR sum GROUP_ROWS rows
+    from adjacent bytes at once: one generator byte per BLOCK_ROWS rows besides the pattern.
     """
     return seeded_walk(seed, n_rows, n_per_row, n_features).indices
 
