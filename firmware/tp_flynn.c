@@ -218,6 +218,9 @@ static void tp_fly_pattern(tp_fly_index_t *pattern, uint16_t *state_io, uint8_t 
 #endif
 
 #if !TP_FLY_WIDE
+#if TP_FLY_STRIDE != 1
+#error "narrow inputs: the rows of a block are consecutive rotations (TP_FLY_STRIDE 1)"
+#endif
 #if TP_FLY_BLOCK % 4 != 0
 #error "TP_FLY_BLOCK must be a multiple of the 4 rows the scan sums at once"
 #endif
@@ -441,7 +444,7 @@ static __attribute__((noinline)) void tp_fly_project(const int8_t *x, uint32_t *
     uint16_t j = 0;
     for (;;) {
         tp_fly_pattern(pattern, &state, &half);
-        uint16_t r; /* the block's first rotation, then one more per row (TP_FLY_BLOCK < TP_FLY_INPUTS here) */
+        uint16_t r; /* the block's rotation, then TP_FLY_STRIDE more per row (neighbouring inputs are alike) */
         TP_FLY_NEXT(r);
         uint8_t t = TP_FLY_BLOCK;
         do {
@@ -457,8 +460,9 @@ static __attribute__((noinline)) void tp_fly_project(const int8_t *x, uint32_t *
             if (++j == TP_FLY_M) {
                 return;
             }
-            if (++r == TP_FLY_INPUTS) {
-                r = 0;
+            r = (uint16_t)(r + TP_FLY_STRIDE);
+            if (r >= TP_FLY_INPUTS) {
+                r = (uint16_t)(r - TP_FLY_INPUTS);
             }
         } while (--t);
     }

@@ -26,6 +26,8 @@ from tinyproto.families.flynn.train import (
     BLOCK_ROWS,
     SEED_PERIOD,
     FlyNNClassifier,
+    block_rows,
+    input_stride,
     seeded_indices,
     top_winners,
     xorshift16_states,
@@ -201,8 +203,8 @@ def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
             if p not in pattern:
                 pattern.append(p)
         first = proposal()
-        for t in range(BLOCK_ROWS):
-            rows.append([(p + first + t) % n for p in pattern])
+        for t in range(block_rows(n)):
+            rows.append([(p + first + input_stride(n) * t) % n for p in pattern])
     return np.array(rows[:m])
 
 
@@ -210,15 +212,16 @@ def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
 @given(seed=st.integers(1, 65535), m=st.integers(1, 60), n=st.sampled_from([1, 5, 26, 128, 255, 256, 257, 1568]),
        s_frac=st.floats(0, 1))
 def test_seeded_blocks_are_rotations_of_one_pattern(seed, m, n, s_frac):
-    """The format the device regenerates: blocks of BLOCK_ROWS rows, the consecutive rotations of the block's
-    pattern."""
+    """The format the device regenerates: blocks of block_rows(n) rows, translates of the block's pattern that are
+    input_stride(n) apart from one row to the next."""
     s = max(1, min(n, int(round(s_frac * min(n, 16)))))
     rows = seeded_indices(seed, m, s, n)
     np.testing.assert_array_equal(rows, reference_walk(seed, m, s, n))
-    for start in range(0, m, BLOCK_ROWS):
-        block = rows[start : start + BLOCK_ROWS]
-        shift = (block - block[:1]) % n  # row t is the block's first row shifted by t
-        np.testing.assert_array_equal(shift, np.broadcast_to((np.arange(len(block)) % n)[:, None], shift.shape))
+    for start in range(0, m, block_rows(n)):
+        block = rows[start : start + block_rows(n)]
+        shift = (block - block[:1]) % n  # row t is the block's first row shifted by t times the stride
+        steps = (input_stride(n) * np.arange(len(block))) % n
+        np.testing.assert_array_equal(shift, np.broadcast_to(steps[:, None], shift.shape))
 
 
 def test_mirrored_inputs_are_ones_complements():

@@ -12,7 +12,7 @@ import numpy as np
 from scipy.special import digamma
 
 from tinyproto.core.cost import lower_bound_cycles
-from tinyproto.families.flynn.train import BLOCK_ROWS, GROUP_ROWS, seeded_walk
+from tinyproto.families.flynn.train import GROUP_ROWS, block_rows, seeded_walk
 
 # FlyNN (firmware/tp_flynn.c): cycles per unit, fitted (the method of tools/calibrate_costmodel.py --flynn) on 13
 # FlyNN models from the solver (digits at 1-4 kB and 6-20 ms caps, breast_cancer, wine, segment, iris; one with M
@@ -166,7 +166,7 @@ def shape_terms(m: int, s: int, n_in: int, rho: int, bits: int, L: int, store_M:
         else:
             terms.update(input_stored=n_in, stored_index=m * s)
         return terms
-    blocks = -(-m // BLOCK_ROWS)
+    blocks = -(-m // block_rows(n_in))
     drawn = pattern_proposals + blocks  # each block's pattern, then its one rotation
     terms.update(block=blocks, heap_call_seeded=replacements)
     if wide:
@@ -181,14 +181,14 @@ def shape_terms(m: int, s: int, n_in: int, rho: int, bits: int, L: int, store_M:
 
 def _groups(m: int) -> int:
     """Row groups the narrow scan sums: GROUP_ROWS rows at a time, a block's last group may be short only in the
-    model's last block (BLOCK_ROWS is a multiple of GROUP_ROWS)."""
+    model's last block (block_rows is a multiple of GROUP_ROWS)."""
     return -(-m // GROUP_ROWS)
 
 
 def estimate_cycles(m: int, s: int, rho: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> float:
     """Expected cycles before a seed is fixed: the generator's counts as their expectation for uniform
     proposals (half of a split model's inputs mirrored, half the rotated indices wrapped)."""
-    blocks = -(-m // BLOCK_ROWS)
+    blocks = -(-m // block_rows(n_inputs))
     per_pattern = sum(n_inputs / (n_inputs - k) for k in range(s))  # coupon collector: proposals per pattern
     compares = sum((k + 1) * n_inputs / (n_inputs - k) for k in range(s))  # scans of k entries + the sentinel
     terms = shape_terms(m, s, n_inputs, rho, bits, n_classes, store_M, blocks * per_pattern, blocks * compares,

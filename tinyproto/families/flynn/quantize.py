@@ -30,7 +30,9 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn.train import (
     BLOCK_ROWS,
     FlyNNClassifier,
+    block_rows,
     count_winners,
+    input_stride,
     project,
     projection_matrix,
     seeded_indices,
@@ -228,7 +230,8 @@ class IntFlyNN:
             "TP_FLY_INPUTS": self.n_hash_inputs,
             "TP_FLY_SPLIT": int(self.sign_split),
             "TP_FLY_SEEDED": int(not self.store_M),
-            "TP_FLY_BLOCK": BLOCK_ROWS,
+            "TP_FLY_BLOCK": block_rows(self.n_hash_inputs),
+            "TP_FLY_STRIDE": input_stride(self.n_hash_inputs),
             "TP_FLY_SEED": self.seed,
         }
         out.update(self.input_stage.defines())
