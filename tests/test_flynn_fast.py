@@ -78,3 +78,18 @@ def test_four_row_scan_is_bit_exact_on_the_avr(tmp_path, n_features, m, s, rho, 
     _, labels, scores = run_on_simavr(model, xq, tmp_path, flags)
     np.testing.assert_array_equal(scores, model.scores(xq))
     np.testing.assert_array_equal(labels, model.labels(scores))
+
+
+def test_a_model_from_the_old_block_format_is_refused_with_a_recompile_hint():
+    """model.json from before the format (16 random rotations per block): its seeded M is not what the runtime
+    regenerates, so loading it fails in one line that says to recompile, instead of deploying wrong winners."""
+    from tinyproto.core.errors import TinyprotoError
+
+    model = _random_model(5, 40, 3, 4, 1, 77)
+    raw = model.to_json()
+    assert IntFlyNN.from_json(raw).n_hashes == 40
+    old = np.array(raw["indices"])
+    old[BLOCK_ROWS - 1] = np.roll(old[BLOCK_ROWS - 1], 1) + 1  # the same pattern at another rotation
+    raw["indices"] = (old % model.n_hash_inputs).tolist()
+    with pytest.raises(TinyprotoError, match="recompile"):
+        IntFlyNN.from_json(raw)
