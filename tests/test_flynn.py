@@ -26,6 +26,8 @@ from tinyproto.families.flynn.train import (
     BLOCK_ROWS,
     SEED_PERIOD,
     FlyNNClassifier,
+    block_rows,
+    input_stride,
     seeded_indices,
     top_winners,
     xorshift16_states,
@@ -200,8 +202,9 @@ def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
             p = proposal()
             if p not in pattern:
                 pattern.append(p)
-        for r in [proposal() for _ in range(BLOCK_ROWS)]:
-            rows.append([(p + r) % n for p in pattern])
+        first = proposal()
+        for t in range(block_rows(n)):
+            rows.append([(p + first + input_stride(n) * t) % n for p in pattern])
     return np.array(rows[:m])
 
 
@@ -209,14 +212,16 @@ def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
 @given(seed=st.integers(1, 65535), m=st.integers(1, 60), n=st.sampled_from([1, 5, 26, 128, 255, 256, 257, 1568]),
        s_frac=st.floats(0, 1))
 def test_seeded_blocks_are_rotations_of_one_pattern(seed, m, n, s_frac):
-    """The format the device regenerates: blocks of BLOCK_ROWS rows, each a rotation of the block's pattern."""
+    """The format the device regenerates: blocks of block_rows(n) rows, translates of the block's pattern that are
+    input_stride(n) apart from one row to the next."""
     s = max(1, min(n, int(round(s_frac * min(n, 16)))))
     rows = seeded_indices(seed, m, s, n)
     np.testing.assert_array_equal(rows, reference_walk(seed, m, s, n))
-    for start in range(0, m, BLOCK_ROWS):
-        block = rows[start : start + BLOCK_ROWS]
-        shift = (block - block[:1]) % n  # every row is the block's first row shifted by one constant
-        assert (shift == shift[:, :1]).all()
+    for start in range(0, m, block_rows(n)):
+        block = rows[start : start + block_rows(n)]
+        shift = (block - block[:1]) % n  # row t is the block's first row shifted by t times the stride
+        steps = (input_stride(n) * np.arange(len(block))) % n
+        np.testing.assert_array_equal(shift, np.broadcast_to(steps[:, None], shift.shape))
 
 
 def test_mirrored_inputs_are_ones_complements():
@@ -228,11 +233,11 @@ def test_mirrored_inputs_are_ones_complements():
 
 @pytest.mark.parametrize("n, store_M", [(64, False), (128, True), (300, False), (1568, True)])
 def test_working_sram_never_holds_a_wide_input_twice(n, store_M):
-    """Narrow inputs are copied as bytes (twice for a seeded M); above 256 hash inputs nothing is copied, so a
-    784-pixel FlyNN holds only the caller's d int8 bytes."""
+    """Narrow inputs are copied as bytes (twice and a block's rotations more for a seeded M); above 256 hash
+    inputs nothing is copied, so a 784-pixel FlyNN holds only the caller's d int8 bytes."""
     items = {i.name: i.nbytes for i in fly_working_sram(32, n, 10, store_M, 8)}
-    assert items.get("fly_inputs", 0) == (0 if n > 256 else (1 if store_M else 2) * n)
-    assert sum(items.values()) <= 4 * 32 + 2 * 10 + 2 * 256 + 18
+    assert items.get("fly_inputs", 0) == (0 if n > 256 else n if store_M else 2 * n + BLOCK_ROWS)
+    assert sum(items.values()) <= 4 * 32 + 2 * 10 + 2 * 256 + BLOCK_ROWS + 18
 
 
 # ---------------------------------------------------------------- winner-take-all

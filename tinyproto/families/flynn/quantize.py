@@ -26,10 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinyproto.core.carray import CArray
+from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn.train import (
     BLOCK_ROWS,
     FlyNNClassifier,
+    block_rows,
     count_winners,
+    input_stride,
     project,
     projection_matrix,
     seeded_indices,
@@ -117,7 +120,10 @@ class IntFlyNN:
         if self.counts.shape != (self.n_classes, m) or self.counts.min() < 0 or self.counts.max() >= 1 << self.bits:
             raise ValueError("counts must be (L, m) and fit in `bits` bits")
         if not self.store_M and not np.array_equal(self.indices, seeded_indices(self.seed, m, s, self.n_hash_inputs)):
-            raise ValueError("a seeded M must be the one seeded_indices(seed) regenerates")
+            # a model from before the block format of consecutive rotations (or an edited one): the device would
+            # regenerate a different M, so refuse it in one line rather than deploy wrong winners
+            raise TinyprotoError("this FlyNN's seeded M is not the one the current runtime regenerates from its seed "
+                                 "(a model from an older tinyproto?): recompile it with `tinyproto compile`")
 
     # -- sizes
 
@@ -224,7 +230,8 @@ class IntFlyNN:
             "TP_FLY_INPUTS": self.n_hash_inputs,
             "TP_FLY_SPLIT": int(self.sign_split),
             "TP_FLY_SEEDED": int(not self.store_M),
-            "TP_FLY_BLOCK": BLOCK_ROWS,
+            "TP_FLY_BLOCK": block_rows(self.n_hash_inputs),
+            "TP_FLY_STRIDE": input_stride(self.n_hash_inputs),
             "TP_FLY_SEED": self.seed,
         }
         out.update(self.input_stage.defines())
@@ -292,9 +299,9 @@ def fly_working_sram(rho: int, n_inputs: int, n_classes: int, store_M: bool, s: 
     ]
     wide = n_inputs > WIDE_INPUTS
     if not wide:
-        copies = 1 if store_M else 2
-        items.append(SramItem("fly_inputs", copies * n_inputs, f"{n_inputs} hash inputs as uint8 (u + 128)"
-                              + (", twice: a rotated row never wraps" if copies == 2 else "")))
+        size = n_inputs if store_M else 2 * n_inputs + BLOCK_ROWS
+        items.append(SramItem("fly_inputs", size, f"{n_inputs} hash inputs as uint8 (u + 128)"
+                              + ("" if store_M else f", cyclically extended to {size}: a rotated row never wraps")))
     if not store_M:
         items.append(SramItem("fly_pattern", (s + 1) * (2 if wide else 1),
                               f"the current block's {s} seeded offsets and a scan sentinel"))
