@@ -12,6 +12,7 @@ import click
 from tinyproto.core.boards import all_boards, boards_table_rows
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.cli.options import TextPath
 from tinyproto.device.board_sim import serve
 
 
@@ -19,7 +20,7 @@ from tinyproto.device.board_sim import serve
 @click.option("--board", "board_name", default="uno", show_default=True,
               help="A board file (boards/NAME.json) or an MCU with a simulated bootloader (atmega2560).")
 @click.option("--count", default=1, show_default=True, help="How many boards (each its own port and state).")
-@click.option("--state", type=click.Path(path_type=Path, file_okay=False), default=None,
+@click.option("--state", type=TextPath(path_type=Path, file_okay=False), default=None,
               help="Directory for flash.bin / eeprom.bin (one sub-directory per board with --count > 1). "
                    "Default: <tinyproto cache>/boards/<name>.")
 @click.option("--fresh", is_flag=True, help="Start with erased flash and EEPROM (a new chip with its bootloader).")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from tinyproto.cli.options import BUDGET_HELP
+from tinyproto.cli.options import BUDGET_HELP, TextPath
 from tinyproto.core.errors import TinyprotoError
 
 
@@ -46,7 +46,7 @@ from tinyproto.core.errors import TinyprotoError
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Seed (0..2^32-1) of M, the party split, the validation folds and every party's DP noise.")
 @click.option("--board", default="uno", show_default=True, help="Target board (boards/<name>.json).")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
+@click.option("--out", type=TextPath(path_type=Path), default=None,
               help="Model directory to write (default: build/<data name>-federated). Replaced only on success.")
 @click.option("--label", default=None, help="CSV label column (default: the last column).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the summary tables.")

@@ -8,6 +8,7 @@ import click
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.cli.options import TextPath
 from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepProgress, sweep
 from tinyproto.pipeline.sweep_points import DEVICES, check_arguments
 from tinyproto.pipeline.htmlreport import FIGURES, write_report
@@ -32,7 +33,7 @@ from tinyproto.pipeline.sweep_files import RESULTS
                    "path. Default: a LocalCluster on this machine.")
 @click.option("--workers", type=int, default=None,
               help="LocalCluster worker processes (default: one per CPU, at most one per point).")
-@click.option("--out", type=click.Path(path_type=Path), required=True,
+@click.option("--out", type=TextPath(path_type=Path), required=True,
               help="Sweep directory: results.jsonl, sweep.json and the points' model directories (points/).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out: run only the points "
                                              "without a line in results.jsonl (also points added to the grid).")
@@ -104,7 +105,7 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
 
 
 @click.command("report")
-@click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("directory", type=TextPath(path_type=Path, file_okay=False))
 @click.option("--max-bytes", default=None, help="For the recommendation: largest model, e.g. 2kB.")
 @click.option("--max-ms", type=float, default=None, help="For the recommendation: longest latency per inference, ms.")
 def report_command(directory: Path, max_bytes: str | None, max_ms: float | None) -> None:

@@ -38,6 +38,12 @@ LOCK = ".tinyproto.lock"
 SCRATCH_PREFIX = ".tinyproto-tmp-"  # short and independent of --out's name, so any usable name works
 MAX_JSON_BYTES = 64 * 1024 * 1024
 NAME_MAX = 255
+# Every entry a command (re)writes in place inside a directory tinyproto made (record_outputs): build's .pio and
+# build.json, validate's journal and summary, learn's projects, report's page and figures, sweep's files. The
+# manifest's `owned` list is honoured only for these, so an edited manifest cannot hand a user's file to tinyproto.
+OWNED_NAMES = frozenset({".pio", "build.json", "validation.json", "validation.jsonl", ".validation.jsonl.new",
+                         "learning", "learned", "learn.json", "report.html", ".report.html.tmp", "figures",
+                         "sweep.json", "results.jsonl", ".results.jsonl.tmp", "points"})
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -194,10 +200,15 @@ def read_manifest(directory: Path) -> dict | None:
     if not path.is_file() or path.is_symlink():
         return None
     try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            return None
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    if data.get("written_by") != "tinyproto" or not isinstance(data.get("files"), dict):
+    if not isinstance(data, dict) or data.get("written_by") != "tinyproto" or not isinstance(data.get("files"), dict):
+        return None
+    owned = data.get("owned", [])
+    if not isinstance(owned, list) or not all(isinstance(name, str) for name in owned):
         return None
     return data
 
@@ -215,6 +226,9 @@ def write_manifest(directory: Path) -> None:
 def record_outputs(directory: Path, *names: str) -> None:
     """Add entries tinyproto (re)writes in place to the manifest: a file whose content changes from run to run
     (build.json, validation.jsonl) or a whole tree (.pio, learning/): covered whatever its content."""
+    unknown = set(names) - OWNED_NAMES
+    if unknown:
+        raise ValueError(f"record_outputs: {sorted(unknown)} missing from OWNED_NAMES")
     directory = Path(directory)
     data = read_manifest(directory)
     if data is None:
@@ -231,7 +245,7 @@ def foreign_entries(directory: Path, limit: int = 3) -> list[str]:
     if data is None:
         entries = sorted(p.name for p in directory.iterdir())
         return entries[:limit] if entries else []
-    files, owned = data["files"], set(data.get("owned", []))
+    files, owned = data["files"], set(data.get("owned", [])) & OWNED_NAMES
     foreign: list[str] = []
 
     def covered(rel: str) -> bool:
