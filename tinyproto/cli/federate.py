@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from tinyproto.cli.options import BUDGET_HELP, TextPath
+from tinyproto.cli.options import not_blank, BUDGET_HELP, TextPath
 from tinyproto.core.errors import TinyprotoError
 
 
@@ -31,9 +31,9 @@ from tinyproto.core.errors import TinyprotoError
               help="dask: each party on a dask.distributed worker; local: all parties in this process; sim: each "
                    "party's counts are learned on-device by its own simulated Uno (learning firmware, LEARN / "
                    "READ_COUNTS over serial); port: the same on real Unos (--ports).")
-@click.option("--ports", default=None, metavar="P1,P2,...",
+@click.option("--ports", default=None, callback=not_blank, metavar="P1,P2,...",
               help="--backend port: one serial port per party (each board is flashed with the learning firmware).")
-@click.option("--scheduler", default=None, metavar="ADDRESS",
+@click.option("--scheduler", default=None, callback=not_blank, metavar="ADDRESS",
               help="Address of a running dask scheduler (e.g. tcp://10.0.0.5:8786); default: a LocalCluster.")
 @click.option("--workers", type=int, default=None,
               help="LocalCluster workers (default: min(parties, CPUs)).")

@@ -22,11 +22,20 @@ class TextPath(click.Path):
     command lines, which need UTF-8, so a name that is not (a stray Latin-1 byte) is refused here in one line."""
 
     def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty", param, ctx)  # --out "$DIR" with DIR unset: not the current directory
         try:
             os.fsencode(value).decode("utf-8")
         except UnicodeDecodeError:
             self.fail(f"{os.fsdecode(value)!r} is not valid UTF-8 text; rename it", param, ctx)
         return super().convert(value, param, ctx)
+
+
+def not_blank(ctx, param, value):
+    """An option given as '' (an unset shell variable: --port "$PORT") is refused, never read as 'not given'."""
+    if value is not None and not str(value).strip():
+        raise click.BadParameter("is empty", ctx=ctx, param=param)
+    return value
 
 
 MODEL_DIR = TextPath(path_type=Path, file_okay=False)

@@ -8,7 +8,7 @@ import click
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import TextPath
+from tinyproto.cli.options import not_blank, TextPath
 from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepProgress, sweep
 from tinyproto.pipeline.sweep_points import DEVICES, check_arguments
 from tinyproto.pipeline.htmlreport import FIGURES, write_report
@@ -28,7 +28,7 @@ from tinyproto.pipeline.sweep_files import RESULTS
                    "(latency and energy are then the cost model's predictions).")
 @click.option("--raw-check", is_flag=True,
               help="With --device sim, also run validate's on-device input-stage check (doubles the device time).")
-@click.option("--scheduler", default=None, metavar="ADDRESS",
+@click.option("--scheduler", default=None, callback=not_blank, metavar="ADDRESS",
               help="A running dask scheduler (e.g. tcp://10.0.0.5:8786); its workers must see --out at the same "
                    "path. Default: a LocalCluster on this machine.")
 @click.option("--workers", type=int, default=None,

@@ -94,9 +94,32 @@ def write_json(path: Path, data: dict) -> None:
         raise
 
 
-def file_sha256(path: Path) -> str:
+def _open_regular(path: Path, what: str):
+    """A binary reader on a regular file. Opened non-blocking and checked on the descriptor, so a FIFO or a
+    device put in a file's place (or swapped in after a check) is refused instead of blocking or never ending."""
+    _regular_file(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise TinyprotoError(f"cannot read {path} ({what}): {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TinyprotoError(f"{path} is not a regular file ({what})")
+    return os.fdopen(fd, "rb")
+
+
+def read_text_file(path: Path, what: str, limit: int = MAX_JSON_BYTES) -> str:
+    """The text of a regular file of at most `limit` bytes (undecodable bytes replaced), or one clear error."""
+    with _open_regular(path, what) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TinyprotoError(f"{path} is over {limit} bytes, too large for {what}")
+    return data.decode("utf-8", errors="replace")
+
+
+def file_sha256(path: Path, what: str = "a file to check") -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with _open_regular(path, what) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -190,6 +213,31 @@ def load_model_dir(path: Path) -> ModelDir:
     report_path = path / "report.json"
     report = read_json(report_path, "the compile report") if report_path.exists() else {}
     return ModelDir(path, meta, report)
+
+
+PROJECT_ENTRIES = ("platformio.ini", "src", "include", "lib", "test")
+
+
+def check_project_files(directory: Path) -> None:
+    """Refuse a PlatformIO project in which a FIFO, a device or a socket sits in a source's place (the compiler
+    would block on it, or read /dev/zero for ever): regular files and directories only, links followed."""
+    directory = Path(directory)
+    for name in PROJECT_ENTRIES:
+        top = directory / name
+        if not os.path.lexists(top):
+            continue
+        paths = [top]
+        if top.is_dir():
+            for root, dirs, files in os.walk(top):  # does not descend into linked directories
+                paths += [Path(root) / entry for entry in dirs + files]
+        for path in paths:
+            try:
+                mode = os.stat(path).st_mode
+            except OSError as exc:
+                raise TinyprotoError(f"{path} cannot be read ({exc.strerror}); run `tinyproto compile` again") from None
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise TinyprotoError(f"{path} is not a regular file (a FIFO or a device in a source's place); "
+                                     "run `tinyproto compile` again")
 
 
 # ------------------------------------------------------------------------------------------------ manifest

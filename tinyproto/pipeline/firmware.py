@@ -27,10 +27,11 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
     from tinyproto.core.boards import load_board
     from tinyproto.device.build import build_project
     from tinyproto.pipeline.validate import header_model_hash
-    from tinyproto.core.modeldir import file_sha256, write_json
+    from tinyproto.core.modeldir import check_project_files, file_sha256, write_json
 
     board = load_board(model_dir.meta.get("board", "uno"))
     families.load_int_model(model_dir)  # refuses an edited or damaged model.json before anything is built from it
+    check_project_files(model_dir.path)
     built_hash = header_model_hash(model_dir.path)
     if built_hash != model_dir.meta["model_hash"]:
         raise TinyprotoError(f"{model_dir.path}/include/tinyproto_model.h does not hold the model of model.json "

@@ -1,0 +1,208 @@
+"""Cases from a fourth fault campaign (run as a hostile user would, by class of fault), each one a failure that
+campaign found: an existing empty --out, names that are not UTF-8, blank option values, data wider than the
+device can index, and a manifest edited to hand a user's files to tinyproto.
+
+Every refused case asserts: exit status 1 (or click's 2), one message naming the problem, no traceback, no file
+of the user changed, and nothing left behind (in the directory, beside it, or in the temporary directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tinyproto.cli import main
+from tinyproto.core.modeldir import LOCK, MANIFEST, SCRATCH_PREFIX, OWNED_NAMES, record_outputs
+
+IRIS = ["iris", "--budget", "1kB"]
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    snap = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            snap[rel] = "link:" + os.readlink(path)
+        elif path.is_file():
+            snap[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            snap[rel] = "dir" if path.is_dir() else "other"
+    return snap
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch) -> Path:
+    """A working directory with a private temporary directory (checked empty afterwards)."""
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
+    monkeypatch.setenv("TMPDIR", str(private_tmp))
+    folder = tmp_path / "work"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    yield folder
+    assert not list(private_tmp.iterdir()), "temporary files left behind"
+    assert not [p for p in folder.rglob("*") if p.name.startswith(SCRATCH_PREFIX)], "scratch directory left behind"
+
+
+def refused(args: list[str], keyword: str, watch: Path, code: int | None = None) -> str:
+    """Run tinyproto; it must refuse in one line naming `keyword`, changing nothing under `watch`."""
+    before = _snapshot(watch)
+    result = CliRunner().invoke(main, args)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code in ((1, 2) if code is None else (code,)), (result.exit_code, result.output)
+    assert "Traceback" not in result.output and "internal error" not in result.output, result.output
+    assert lines and lines[-1].startswith(("error:", "Error:")), result.stderr
+    assert keyword.lower() in lines[-1].lower(), (keyword, lines[-1])
+    assert _snapshot(watch) == before, "a file changed, appeared or vanished"
+    return lines[-1]
+
+
+def accepted(args: list[str]) -> str:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+# ------------------------------------------------------------------------------------------------ --out
+
+
+def test_existing_empty_out_is_filled_in_place(work):
+    """It failed after training ('holds .tinyproto.lock') and left that lock in the user's directory."""
+    out = work / "empty"
+    out.mkdir()
+    inode = out.stat().st_ino
+    accepted(["compile", *IRIS, "--out", str(out)])
+    assert out.stat().st_ino == inode  # the same directory: a shell inside it sees the model
+    assert (out / "model.json").is_file() and (out / MANIFEST).is_file()
+    assert not [p for p in work.iterdir() if p.name.startswith(SCRATCH_PREFIX)]
+
+
+def test_out_dot_in_an_empty_working_directory(work, monkeypatch):
+    here = work / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    accepted(["compile", *IRIS, "--out", "."])
+    assert (here / "model.json").is_file()
+    output = CliRunner().invoke(main, ["compile", *IRIS, "--seed", "1", "--out", "."])
+    assert output.exit_code == 0, output.output
+    assert "was replaced" in output.stderr  # the shell's directory is now the old one: say so
+
+
+@pytest.mark.parametrize("entry", ["notes.txt", ".hidden", "sub/"])
+def test_non_empty_foreign_out_gets_no_lock(work, entry):
+    out = work / "mine"
+    out.mkdir()
+    if entry.endswith("/"):
+        (out / entry).mkdir()
+    else:
+        (out / entry).write_text("precious\n")
+    refused(["compile", *IRIS, "--out", str(out)], "not written by tinyproto", work)
+    assert not (out / LOCK).exists()
+
+
+@pytest.mark.parametrize("option", ["--out", "--port", "--upload-port", "--scheduler", "--ports", "MODEL_DIR"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_blank_option_values_are_refused(work, compiled, option, value):
+    """--port "$PORT" with PORT unset used to flash the simulator instead (and --out "" meant the cwd)."""
+    model = compiled("iris", "1kB")
+    args = {
+        "--out": ["compile", *IRIS, "--out", value],
+        "--port": ["flash", str(model), "--port", value],
+        "--upload-port": ["flash", str(model), "--port", "/dev/null", "--upload-port", value],
+        "--scheduler": ["federate", "iris", "--parties", "2", "--scheduler", value],
+        "--ports": ["federate", "iris", "--parties", "2", "--backend", "port", "--ports", value],
+        "MODEL_DIR": ["validate", value],
+    }[option]
+    refused(args, "empty", work, code=2)
+
+
+# ------------------------------------------------------------------------------------------------ names
+
+
+def test_data_file_name_not_utf8(work):
+    """The name goes into model.json and the header; a Latin-1 byte in it was an internal error."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    y = np.repeat([0, 1], 20)
+    X[y == 1] += 3
+    name = os.fsdecode(b"caf\xe9.npz")
+    np.savez(work / name, X=X, y=y)
+    accepted(["compile", name, "--budget", "1kB", "--out", "o"])
+    assert json.loads((work / "o" / "model.json").read_text())["dataset"] == "caf\ufffd"
+
+
+@pytest.mark.parametrize("verb", ["compile", "validate", "build", "export", "report", "board-sim"])
+def test_directory_name_not_utf8_is_refused(work, verb):
+    bad = os.fsdecode(b"m\xff")
+    args = {"compile": ["compile", *IRIS, "--out", bad], "validate": ["validate", bad], "build": ["build", bad],
+            "export": ["export", bad, "--arduino"], "report": ["report", bad],
+            "board-sim": ["board-sim", "--state", bad]}[verb]
+    refused(args, "utf-8", work, code=2)
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".csv"])
+def test_wider_than_the_device_can_index(work, suffix):
+    """100,000 columns went on to a search that ran for minutes; the device indexes inputs in 16 bits."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(8, 65536)).astype(np.float32)
+    y = np.repeat([0, 1], 4)
+    if suffix == ".npz":
+        np.savez(work / "wide.npz", X=X, y=y)
+    else:
+        text = io.StringIO()
+        text.write(",".join(f"c{j}" for j in range(X.shape[1])) + ",label\n")
+        for row, label in zip(X, y):
+            text.write(",".join("%.2f" % v for v in row) + f",{label}\n")
+        (work / "wide.csv").write_text(text.getvalue())
+    refused(["compile", f"wide{suffix}", "--budget", "1kB", "--out", "o"], "65,535", work)
+
+
+# ------------------------------------------------------------------------------------------------ manifest
+
+
+def _edit_manifest(model: Path, edit) -> None:
+    data = json.loads((model / MANIFEST).read_text())
+    edit(data)
+    (model / MANIFEST).write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("owned", [["notes"], ["notes/n.txt"], [".", "notes"], ["", "notes"]])
+def test_edited_owned_list_does_not_hand_over_user_files(work, compiled, owned):
+    model = compiled("iris", "1kB")
+    (model / "notes").mkdir()
+    (model / "notes" / "n.txt").write_text("precious\n")
+    _edit_manifest(model, lambda d: d.__setitem__("owned", d.get("owned", []) + owned))
+    refused(["compile", *IRIS, "--out", str(model)], "notes", model.parent)
+
+
+@pytest.mark.parametrize("damage", ["owned-number", "owned-dict", "owned-ints", "files-list", "list", "deep"])
+def test_damaged_manifest_means_not_ours(work, compiled, damage):
+    model = compiled("iris", "1kB")
+    (model / "mine.txt").write_text("precious\n")
+    path = model / MANIFEST
+    data = json.loads(path.read_text())
+    text = {"owned-number": json.dumps({**data, "owned": 5}), "owned-dict": json.dumps({**data, "owned": {"a": 1}}),
+            "owned-ints": json.dumps({**data, "owned": [1, 2]}), "files-list": json.dumps({**data, "files": []}),
+            "list": "[]", "deep": "[" * 100_000 + "]" * 100_000}[damage]
+    path.write_text(text)
+    refused(["compile", *IRIS, "--out", str(model)], "not written by tinyproto", model.parent)
+
+
+def test_record_outputs_names_are_declared(tmp_path):
+    """A command that starts writing a new name in place must declare it (else it could never be replaced)."""
+    with pytest.raises(ValueError):
+        record_outputs(tmp_path, "something-new")
+    assert {"build.json", "validation.jsonl", ".pio", "learned", "results.jsonl"} <= OWNED_NAMES
