@@ -187,6 +187,13 @@ class ModelDir:
         if self.meta["int_model_sha256"] != int_model_digest(raw):
             raise TinyprotoError(f"{self.path / 'model.json'} was changed after it was written: its int_model "
                                  "does not match its recorded sha256")
+        classes = raw.get("classes")
+        if (not isinstance(classes, list) or len(classes) < 2
+                or not all(isinstance(c, (str, int)) and not isinstance(c, bool) for c in classes)
+                or len({json.dumps(c) for c in classes}) != len(classes)):
+            # the device answers with class indices: names that repeat or are not names make its labels ambiguous
+            raise TinyprotoError(f"{self.path / 'model.json'} is damaged: its classes must be two or more distinct "
+                                 "names or numbers")
         return raw
 
     def vectors(self) -> TestVectors:
