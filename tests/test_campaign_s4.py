@@ -30,6 +30,8 @@ def _snapshot(root: Path) -> dict[str, str]:
     snap = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
+        if path.name in (MANIFEST, LOCK) and path.parent != root:  # tinyproto's own, in its own directory
+            continue
         if path.is_symlink():
             snap[rel] = "link:" + os.readlink(path)
         elif path.is_file():
@@ -206,3 +208,58 @@ def test_record_outputs_names_are_declared(tmp_path):
     with pytest.raises(ValueError):
         record_outputs(tmp_path, "something-new")
     assert {"build.json", "validation.jsonl", ".pio", "learned", "results.jsonl"} <= OWNED_NAMES
+
+
+# ------------------------------------------------------------------------------------------------ model directory
+
+
+def _bump_first_array_value(text: str) -> str:
+    import re
+
+    match = re.search(r"PROGMEM = \{\s*(-?\d+)", text)
+    value = int(match.group(1))
+    return text[:match.start(1)] + str(value - 1 if value > 0 else value + 1) + text[match.end(1):]
+
+
+HEADER = "include/tinyproto_model.h"
+BUILD_DAMAGE = {
+    # an array value edited by hand, TP_MODEL_HASH left alone: it was built, and with --no-raw it passed
+    "header-value-edited": (lambda m: (m / HEADER).write_text(_bump_first_array_value((m / HEADER).read_text())),
+                            "not what model.json renders"),
+    "header-define-added": (lambda m: (m / HEADER).write_text((m / HEADER).read_text().replace(
+        "#define TP_N_CLASSES", "#define TP_EXTRA 1\n#define TP_N_CLASSES")), "not what model.json renders"),
+    # a FIFO or /dev/zero in a source's place: the header read (or the compiler) blocked for ever
+    "header-fifo": (lambda m: ((m / HEADER).unlink(), os.mkfifo(m / HEADER)), "tinyproto_model.h"),
+    "header-devzero": (lambda m: ((m / HEADER).unlink(), (m / HEADER).symlink_to("/dev/zero")), "tinyproto_model.h"),
+    "main-fifo": (lambda m: ((m / "src/main.c").unlink(), os.mkfifo(m / "src/main.c")), "main.c"),
+    "runtime-fifo": (lambda m: ((m / "lib/tinyproto/tp_input.c").unlink(), os.mkfifo(m / "lib/tinyproto/tp_input.c")),
+                     "tp_input.c"),
+    "ini-devzero": (lambda m: ((m / "platformio.ini").unlink(), (m / "platformio.ini").symlink_to("/dev/zero")),
+                    "platformio.ini"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BUILD_DAMAGE))
+def test_build_refuses_a_header_or_source_that_is_not_the_model(work, compiled, case):
+    damage, keyword = BUILD_DAMAGE[case]
+    model = compiled("iris", "1kB")
+    damage(model)
+    refused(["build", str(model)], keyword, model.parent)
+
+
+def _edit_int_model(model: Path, edit) -> None:
+    from tinyproto.core.modeldir import int_model_digest
+
+    meta = json.loads((model / "model.json").read_text())
+    edit(meta["int_model"])
+    meta["int_model_sha256"] = int_model_digest(meta["int_model"])  # a consistent edit: the hash is no defence
+    (model / "model.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("classes", [[0, 0, 2], ["a", "a", "b"], [0, True, 2], [[0], [1], [2]], [0]])
+@pytest.mark.parametrize("verb", ["build", "export", "validate"])
+def test_model_json_classes_must_be_distinct_names(work, compiled, classes, verb):
+    model = compiled("iris", "1kB")
+    _edit_int_model(model, lambda im: im.__setitem__("classes", classes))
+    args = [verb, str(model)] + (["--arduino"] if verb == "export" else [])
+    refused(args, "classes", model.parent)
