@@ -263,3 +263,31 @@ def test_model_json_classes_must_be_distinct_names(work, compiled, classes, verb
     _edit_int_model(model, lambda im: im.__setitem__("classes", classes))
     args = [verb, str(model)] + (["--arduino"] if verb == "export" else [])
     refused(args, "classes", model.parent)
+
+
+# ------------------------------------------------------------------------------------------------ options
+
+
+OPTION_CASES = {
+    "budget-400-digits": (["compile", "iris", "--budget", "9" * 400], "larger than any board"),
+    "budget-over-a-gigabyte": (["compile", "iris", "--budget", "2000000kB"], "larger than any board"),
+    "board-relative-path": (["compile", "iris", "--board", "../boards/uno"], "unknown board"),
+    "board-absolute-path": (["compile", "iris", "--board", "/etc/passwd"], "unknown board"),
+    "federate-more-workers-than-parties": (["federate", "iris", "--parties", "2", "--workers", "100000"], "--workers"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OPTION_CASES))
+def test_option_out_of_range(work, case):
+    args, keyword = OPTION_CASES[case]
+    refused(args, keyword, work, code=1)
+
+
+@pytest.mark.parametrize("board", ["../boards/uno", "/tmp/evil", 5, None])
+def test_model_json_board_is_a_name_not_a_path(work, compiled, board):
+    """model.json's board picked any JSON file on the machine (a board file without the keys: internal error)."""
+    model = compiled("iris", "1kB")
+    meta = json.loads((model / "model.json").read_text())
+    meta["board"] = board
+    (model / "model.json").write_text(json.dumps(meta))
+    refused(["build", str(model)], "unknown board", model.parent)

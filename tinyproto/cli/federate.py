@@ -97,6 +97,10 @@ def _run(data, parties, split_spec, dp_epsilon, dp_T, backend, ports, scheduler,
 
     check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports, seed=seed, workers=workers,
                     processes=processes, timeout=timeout, split_spec=split_spec)  # refuse before the spinner starts
+    if workers is not None and parties is not None and parties >= 1 and workers > parties:
+        # a worker runs one party at a time: more would only be started (100000 of them never finished starting)
+        raise TinyprotoError(f"--workers {workers} is more than --parties {parties}; each worker runs a party, "
+                             f"give at most {parties}")
     console = Console(stderr=as_json)
 
     def say(message: str) -> None:
