@@ -88,7 +88,17 @@ def check_output_dir(out: Path) -> Path:
             raise TinyprotoError(f"cannot create {out}: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise TinyprotoError(f"cannot write --out {out}: {ancestor} is not writable")
+    _probe_writable(ancestor, out)
     return out
+
+
+def _probe_writable(folder: Path, out: Path) -> None:
+    """Create and remove a scratch directory where the output will be prepared: access() says yes to root on a
+    read-only mount, /proc or /sys, and the refusal must come before training, not after it."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=folder))
+    except OSError as exc:
+        raise TinyprotoError(f"cannot write --out {out}: {folder}: {exc.strerror}") from None
 
 
 def _check_replaceable(out: Path) -> None:
