@@ -291,3 +291,8 @@ def test_model_json_board_is_a_name_not_a_path(work, compiled, board):
     meta["board"] = board
     (model / "model.json").write_text(json.dumps(meta))
     refused(["build", str(model)], "unknown board", model.parent)
+
+
+def test_out_on_a_place_nobody_may_write_is_refused_before_training(work):
+    """access() says yes to root on /sys; the refusal came after training, from the rename."""
+    refused(["compile", "iris", "--budget", "1kB", "--out", "/sys/kernel/tinyproto-out"], "cannot write", work)
