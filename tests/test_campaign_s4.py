@@ -296,3 +296,19 @@ def test_model_json_board_is_a_name_not_a_path(work, compiled, board):
 def test_out_on_a_place_nobody_may_write_is_refused_before_training(work):
     """access() says yes to root on /sys; the refusal came after training, from the rename."""
     refused(["compile", "iris", "--budget", "1kB", "--out", "/sys/kernel/tinyproto-out"], "cannot write", work)
+
+
+FLAG_CASES = {
+    "learn-no-flash-on-the-simulator": (["learn", "{model}", "--no-flash"], "--no-flash", 1),
+    "sweep-raw-check-without-device": (["sweep", "iris", "--raw-check", "--device", "none", "--out", "s"], "--raw-check", 1),
+    "build-env-empty": (["build", "{model}", "--env", ""], "empty", 2),
+    "board-sim-100000-boards": (["board-sim", "--count", "100000"], "--count", 2),
+    "board-sim-no-boards": (["board-sim", "--count", "0"], "--count", 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLAG_CASES))
+def test_an_option_that_would_be_silently_ignored_or_never_finish(work, compiled, case):
+    args, keyword, code = FLAG_CASES[case]
+    model = compiled("iris", "1kB")
+    refused([a.format(model=model) for a in args], keyword, work, code=code)

@@ -34,7 +34,7 @@ def print_build(console, info: dict, path: Path) -> None:
 
 @click.command("build")
 @click.argument("model_dir", type=MODEL_DIR)
-@click.option("--env", default=None,
+@click.option("--env", default=None, callback=not_blank,
               help="PlatformIO environment (named after the board): <board>_sim, the default, works offline (system "
                    "avr-gcc); <board> uses the official atmelavr platform. E.g. uno_sim, nano_sim, mega2560.")
 def build_command(model_dir: Path, env: str | None) -> None:

@@ -73,6 +73,8 @@ def learn_command(model_dir: Path, data: str | None, label: str | None, sim: boo
 
     if port and sim:
         raise TinyprotoError("give either --port (a real board) or --sim, not both")
+    if no_flash and not port:  # the simulated Uno always starts from the learning firmware it is given
+        raise TinyprotoError("--no-flash is for a real board (--port) that already runs the learning firmware")
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=as_json) as progress:

@@ -72,6 +72,8 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
     if max_ms is not None and not max_ms > 0:
         raise TinyprotoError(f"--max-ms must be a positive number of milliseconds, got {max_ms}")
     check_arguments(device, workers, scheduler, timeout, max_latency)
+    if raw_check and device != "sim":  # nothing runs on a device: the check would silently not happen
+        raise TinyprotoError("--raw-check checks the on-device input stage: it needs --device sim")
     console = Console(stderr=True)
     with Progress(TextColumn("points"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("[green]{task.fields[ok]} ok[/green] · [red]{task.fields[failed]} failed[/red] · "
