@@ -312,3 +312,34 @@ def test_an_option_that_would_be_silently_ignored_or_never_finish(work, compiled
     args, keyword, code = FLAG_CASES[case]
     model = compiled("iris", "1kB")
     refused([a.format(model=model) for a in args], keyword, work, code=code)
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+def _sweep_dir(work: Path, results: str) -> Path:
+    """A sweep directory as `report` reads it: the configuration and the results lines (no training)."""
+    folder = work / "sw"
+    folder.mkdir()
+    (folder / "sweep.json").write_text(json.dumps({"format": "tinyproto-sweep", "data": "iris"}))
+    (folder / "results.jsonl").write_text(results)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devzero", "directory"])
+def test_report_refuses_a_special_results_file(work, kind):
+    """A FIFO as results.jsonl blocked report for ever; /dev/zero filled the memory."""
+    folder = _sweep_dir(work, "")
+    (folder / "results.jsonl").unlink()
+    {"fifo": lambda p: os.mkfifo(p), "devzero": lambda p: p.symlink_to("/dev/zero"),
+     "directory": lambda p: p.mkdir()}[kind](folder / "results.jsonl")
+    refused(["report", str(folder)], "results.jsonl", work, code=1)
+
+
+def test_report_draws_a_results_line_that_holds_only_an_id(work):
+    """A failed point without stage / error fields was an internal error in the page template."""
+    from tinyproto.pipeline.report_data import load_sweep
+
+    folder = _sweep_dir(work, json.dumps({"id": "p1"}) + "\n")
+    data = load_sweep(folder)
+    assert data.failed[0]["stage"] == "?" and data.failed[0]["error"] == "no result recorded"

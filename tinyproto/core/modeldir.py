@@ -62,6 +62,11 @@ def _regular_file(path: Path, what: str) -> os.stat_result:
     return info
 
 
+def check_regular_file(path: Path, what: str) -> None:
+    """One clear error unless `path` is a regular file (checked before a reader could block on a FIFO)."""
+    _regular_file(path, what)
+
+
 def read_json(path: Path, what: str) -> dict:
     """A JSON object from a regular file of sane size, or one clear line saying what is wrong with it."""
     info = _regular_file(path, what)
