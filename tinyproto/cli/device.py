@@ -10,7 +10,7 @@ import click
 from tinyproto.pipeline.firmware import build_model_dir
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import (MODEL_DIR, board_option, budget_option, data_argument, label_option,
+from tinyproto.cli.options import (not_blank, MODEL_DIR, board_option, budget_option, data_argument, label_option,
                                     max_latency_option, model_option, out_option, seed_option,
                                     upload_port_option)
 
@@ -35,7 +35,7 @@ def print_build(console, info: dict, path: Path) -> None:
 
 @click.command("build")
 @click.argument("model_dir", type=MODEL_DIR)
-@click.option("--env", default=None,
+@click.option("--env", default=None, callback=not_blank,
               help="PlatformIO environment (named after the board): <board>_sim, the default, works offline (system "
                    "avr-gcc); <board> uses the official atmelavr platform. E.g. uno_sim, nano_sim, mega2560.")
 def build_command(model_dir: Path, env: str | None) -> None:
@@ -46,7 +46,7 @@ def build_command(model_dir: Path, env: str | None) -> None:
 
 @click.command("flash")
 @click.argument("model_dir", type=MODEL_DIR)
-@click.option("--port", default=None,
+@click.option("--port", default=None, callback=not_blank,
               help="Serial port of a board, e.g. /dev/ttyACM0, or of a simulated one (tinyproto "
                    "board-sim): avrdude through its bootloader, protocol and speed from the board file.")
 @upload_port_option
@@ -126,7 +126,7 @@ def finish_validation(summary: dict, model_dir: Path, as_json: bool) -> None:
 
 @click.command("validate")
 @click.argument("model_dir", type=MODEL_DIR)
-@click.option("--port", default=None, help="Serial port of a real, flashed Uno (e.g. /dev/ttyACM0).")
+@click.option("--port", default=None, callback=not_blank, help="Serial port of a real, flashed Uno (e.g. /dev/ttyACM0).")
 @click.option("--sim", is_flag=True, help="Use the simulated Uno (the default when no --port is given).")
 @click.option("--json", "as_json", is_flag=True, help="Print validation.json instead of the table.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from validation.jsonl.")
@@ -151,7 +151,7 @@ def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool
 @board_option
 @out_option("Model directory (default build/<data>).")
 @label_option
-@click.option("--port", default=None, help="A real board: flash it and validate there instead of the simulator.")
+@click.option("--port", default=None, callback=not_blank, help="A real board: flash it and validate there instead of the simulator.")
 @upload_port_option
 @max_latency_option
 def run_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None, label: str | None,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tinyproto.cli.options import MODEL_DIR
+from tinyproto.cli.options import MODEL_DIR, TextPath
 from tinyproto.pipeline.arduino import export_arduino
 
 
@@ -14,7 +14,7 @@ from tinyproto.pipeline.arduino import export_arduino
 @click.argument("model_dir", type=MODEL_DIR)
 @click.option("--arduino", "arduino", is_flag=True, required=True,
               help="Export as an Arduino library (the only export format so far).")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
+@click.option("--out", type=TextPath(path_type=Path), default=None,
               help="Directory to write (default: <MODEL_DIR>-arduino): the library folder and its .zip. "
                    "Replaced only if tinyproto wrote it and nobody changed it.")
 @click.option("--name", default=None,

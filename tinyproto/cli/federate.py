@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from tinyproto.cli.options import BUDGET_HELP
+from tinyproto.cli.options import not_blank, BUDGET_HELP, TextPath
 from tinyproto.core.errors import TinyprotoError
 
 
@@ -31,9 +31,9 @@ from tinyproto.core.errors import TinyprotoError
               help="dask: each party on a dask.distributed worker; local: all parties in this process; sim: each "
                    "party's counts are learned on-device by its own simulated Uno (learning firmware, LEARN / "
                    "READ_COUNTS over serial); port: the same on real Unos (--ports).")
-@click.option("--ports", default=None, metavar="P1,P2,...",
+@click.option("--ports", default=None, callback=not_blank, metavar="P1,P2,...",
               help="--backend port: one serial port per party (each board is flashed with the learning firmware).")
-@click.option("--scheduler", default=None, metavar="ADDRESS",
+@click.option("--scheduler", default=None, callback=not_blank, metavar="ADDRESS",
               help="Address of a running dask scheduler (e.g. tcp://10.0.0.5:8786); default: a LocalCluster.")
 @click.option("--workers", type=int, default=None,
               help="LocalCluster workers (default: min(parties, CPUs)).")
@@ -46,7 +46,7 @@ from tinyproto.core.errors import TinyprotoError
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Seed (0..2^32-1) of M, the party split, the validation folds and every party's DP noise.")
 @click.option("--board", default="uno", show_default=True, help="Target board (boards/<name>.json).")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
+@click.option("--out", type=TextPath(path_type=Path), default=None,
               help="Model directory to write (default: build/<data name>-federated). Replaced only on success.")
 @click.option("--label", default=None, help="CSV label column (default: the last column).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the summary tables.")
@@ -97,6 +97,10 @@ def _run(data, parties, split_spec, dp_epsilon, dp_T, backend, ports, scheduler,
 
     check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports, seed=seed, workers=workers,
                     processes=processes, timeout=timeout, split_spec=split_spec)  # refuse before the spinner starts
+    if workers is not None and parties is not None and parties >= 1 and workers > parties:
+        # a worker runs one party at a time: more would only be started (100000 of them never finished starting)
+        raise TinyprotoError(f"--workers {workers} is more than --parties {parties}; each worker runs a party, "
+                             f"give at most {parties}")
     console = Console(stderr=as_json)
 
     def say(message: str) -> None:

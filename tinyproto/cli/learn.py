@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import MODEL_DIR, upload_port_option
+from tinyproto.cli.options import not_blank, MODEL_DIR, upload_port_option
 
 
 def _yes(flag: bool) -> str:
@@ -53,7 +53,7 @@ def print_learn_report(console, s: dict, model_dir: Path) -> None:
                    "streamed. Default: the built-in data set the model was compiled on.")
 @click.option("--label", default=None, help="CSV label column (default: the last column).")
 @click.option("--sim", is_flag=True, help="Use the simulated Uno (the default when no --port is given).")
-@click.option("--port", default=None, help="Serial port of a real Uno (flashed with the learning firmware first).")
+@click.option("--port", default=None, callback=not_blank, help="Serial port of a real Uno (flashed with the learning firmware first).")
 @upload_port_option
 @click.option("--no-flash", is_flag=True, help="With --port: the board already runs the learning firmware.")
 @click.option("--save-eeprom", is_flag=True,
@@ -74,6 +74,8 @@ def learn_command(model_dir: Path, data: str | None, label: str | None, sim: boo
 
     if (port or upload_port) and sim:
         raise TinyprotoError("give either --port (a real board) or --sim, not both")
+    if no_flash and not port:  # the simulated Uno always starts from the learning firmware it is given
+        raise TinyprotoError("--no-flash is for a real board (--port) that already runs the learning firmware")
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=as_json) as progress:

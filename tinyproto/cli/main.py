@@ -118,6 +118,8 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
     from tinyproto.cli.tables import print_compile_report
 
     console = Console(stderr=as_json)
+    where = os.path.abspath(out) if out is not None and _is_cwd(out) else None
+    here = _inode(Path(where)) if where else None
     with console.status("training under the budget...", spinner="dots"):
         result = compile_model(data, family, budget, seed, board, out, label, progress=_progress_printer(console),
                                learnable=learnable, max_latency_ms=max_latency)
@@ -125,6 +127,24 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
         click.echo(json.dumps(result.report, indent=2))
     else:
         print_compile_report(Console(), result.report, result.out_dir)
+    if here is not None and _inode(Path(where)) != here:
+        # the old directory was swapped out from under the shell that runs us: its `ls` would show nothing
+        click.echo(f"note: {where} was replaced by a new directory; run `cd {where}` to see it", err=True)
+
+
+def _is_cwd(path: Path) -> bool:
+    try:
+        return os.path.samefile(path, ".")
+    except OSError:
+        return False
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _register_commands() -> None:

@@ -5,6 +5,7 @@ A command takes what it needs: `@data_argument @model_option @budget_option @see
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -14,7 +15,30 @@ from tinyproto import families
 # numpy's seed range: a seed outside it is refused by click in one line, not deep inside training
 SEED = click.IntRange(0, 2**32 - 1)
 BUDGET_HELP = "Model size limit in flash: 2kB, 2KiB, 1.5kB, 2048B or 2048 (1 kB = 1024 bytes)."
-MODEL_DIR = click.Path(path_type=Path, file_okay=False)
+
+
+class TextPath(click.Path):
+    """A path whose name is text: tinyproto writes its directories' names into JSON, HTML and PlatformIO's
+    command lines, which need UTF-8, so a name that is not (a stray Latin-1 byte) is refused here in one line."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty", param, ctx)  # --out "$DIR" with DIR unset: not the current directory
+        try:
+            os.fsencode(value).decode("utf-8")
+        except UnicodeDecodeError:
+            self.fail(f"{os.fsdecode(value)!r} is not valid UTF-8 text; rename it", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def not_blank(ctx, param, value):
+    """An option given as '' (an unset shell variable: --port "$PORT") is refused, never read as 'not given'."""
+    if value is not None and not str(value).strip():
+        raise click.BadParameter("is empty", ctx=ctx, param=param)
+    return value
+
+
+MODEL_DIR = TextPath(path_type=Path, file_okay=False)
 
 
 data_argument = click.argument("data", default="digits", required=False)
@@ -33,10 +57,10 @@ max_latency_option = click.option(
 
 
 def out_option(what: str):
-    return click.option("--out", type=click.Path(path_type=Path), default=None, help=what)
+    return click.option("--out", type=TextPath(path_type=Path), default=None, help=what)
 
 
 upload_port_option = click.option(
-    "--upload-port", default=None,
+    "--upload-port", default=None, callback=not_blank,
     help="Where avrdude uploads, if not --port: the Leonardo's own USB port (it talks on Serial1, --port).")
 

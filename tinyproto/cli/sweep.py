@@ -8,6 +8,7 @@ import click
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.cli.options import not_blank, TextPath
 from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepProgress, sweep
 from tinyproto.pipeline.sweep_points import DEVICES, check_arguments
 from tinyproto.pipeline.htmlreport import FIGURES, write_report
@@ -27,12 +28,12 @@ from tinyproto.pipeline.sweep_files import RESULTS
                    "(latency and energy are then the cost model's predictions).")
 @click.option("--raw-check", is_flag=True,
               help="With --device sim, also run validate's on-device input-stage check (doubles the device time).")
-@click.option("--scheduler", default=None, metavar="ADDRESS",
+@click.option("--scheduler", default=None, callback=not_blank, metavar="ADDRESS",
               help="A running dask scheduler (e.g. tcp://10.0.0.5:8786); its workers must see --out at the same "
                    "path. Default: a LocalCluster on this machine.")
 @click.option("--workers", type=int, default=None,
               help="LocalCluster worker processes (default: one per CPU, at most one per point).")
-@click.option("--out", type=click.Path(path_type=Path), required=True,
+@click.option("--out", type=TextPath(path_type=Path), required=True,
               help="Sweep directory: results.jsonl, sweep.json and the points' model directories (points/).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out: run only the points "
                                              "without a line in results.jsonl (also points added to the grid).")
@@ -71,6 +72,8 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
     if max_ms is not None and not max_ms > 0:
         raise TinyprotoError(f"--max-ms must be a positive number of milliseconds, got {max_ms}")
     check_arguments(device, workers, scheduler, timeout, max_latency)
+    if raw_check and device != "sim":  # nothing runs on a device: the check would silently not happen
+        raise TinyprotoError("--raw-check checks the on-device input stage: it needs --device sim")
     console = Console(stderr=True)
     with Progress(TextColumn("points"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("[green]{task.fields[ok]} ok[/green] · [red]{task.fields[failed]} failed[/red] · "
@@ -104,7 +107,7 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
 
 
 @click.command("report")
-@click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("directory", type=TextPath(path_type=Path, file_okay=False))
 @click.option("--max-bytes", default=None, help="For the recommendation: largest model, e.g. 2kB.")
 @click.option("--max-ms", type=float, default=None, help="For the recommendation: longest latency per inference, ms.")
 def report_command(directory: Path, max_bytes: str | None, max_ms: float | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from tinyproto.core.errors import TinyprotoError
@@ -48,11 +49,23 @@ def available_boards() -> list[str]:
     return sorted(p.stem for p in resource_dir("boards").glob("*.json"))
 
 
+_BOARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
 def load_board(name: str) -> Board:
+    # a board is a name from boards/, never a path: model.json's "board" comes from a file the user may edit
+    if not isinstance(name, str) or not _BOARD_NAME.fullmatch(name):
+        raise TinyprotoError(f"unknown board {name!r}; known boards: {', '.join(available_boards())}")
     path = resource_dir("boards") / f"{name}.json"
     if not path.is_file():
         raise TinyprotoError(f"unknown board {name!r}; known boards: {', '.join(available_boards())}")
-    raw = json.loads(path.read_text())
+    try:
+        return _board_from_json(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise TinyprotoError(f"{path} is damaged ({type(exc).__name__}: {exc}); reinstall tinyproto") from None
+
+
+def _board_from_json(raw: dict) -> Board:
     return Board(
         name=raw["name"],
         title=raw["title"],

@@ -7,6 +7,7 @@ import re
 
 from tinyproto.core.errors import TinyprotoError
 
+MAX_BUDGET_BYTES = 1 << 30  # far beyond any AVR's flash (256 kB), small enough to stay an exact integer
 _UNITS = {"": 1, "b": 1, "kb": 1024, "kib": 1024, "k": 1024}
 _PATTERN = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 
@@ -24,7 +25,10 @@ def parse_budget(text: str | int) -> int:
         value, unit = float(match.group(1)), match.group(2).lower()
     if unit not in _UNITS:
         raise TinyprotoError(f"budget {text!r}: unknown unit {unit!r}; use B, kB or KiB (1 kB = 1024 B)")
-    n_bytes = math.floor(value * _UNITS[unit])
+    scaled = value * _UNITS[unit]
+    if not math.isfinite(scaled) or scaled > MAX_BUDGET_BYTES:  # '999...9' (400 digits) is inf as a float
+        raise TinyprotoError(f"budget {str(text)[:40]!r} is larger than any board's flash; give a size such as 2kB")
+    n_bytes = math.floor(scaled)
     if n_bytes <= 0:
         raise TinyprotoError(f"budget {text!r} is zero; give a positive size such as 2kB")
     return n_bytes

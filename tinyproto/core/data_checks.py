@@ -14,6 +14,7 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import standardise_moments
 
 MAX_CLASSES = 255
+MAX_FEATURES = 65535  # the device counts and indexes input columns in 16 bits (tp_input.c, the families' loops)
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -32,6 +33,9 @@ def validate_xy(X: np.ndarray, y: np.ndarray, source: str,
         raise TinyprotoError(f"{source}: X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise TinyprotoError(f"{source}: no samples or no features (X has shape {X.shape})")
+    if X.shape[1] > MAX_FEATURES:
+        raise TinyprotoError(f"{source}: {X.shape[1]:,} features; the device indexes inputs in 16 bits, at most "
+                             f"{MAX_FEATURES:,} (reduce or pool the columns first)")
 
     def column(j: int) -> str:
         return columns[j] if columns is not None else f"column {j}"

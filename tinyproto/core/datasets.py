@@ -101,7 +101,13 @@ def load_dataset(spec: str, label: str | None = None) -> Dataset:
     else:
         X, y, columns = load_csv(raw, spec, label)
     X, y = validate_xy(X, y, source=spec, columns=columns)
-    return Dataset(path.stem or path.name, X, y, tuple(columns) if columns is not None else None)
+    return Dataset(_display_name(path.stem or path.name), X, y, tuple(columns) if columns is not None else None)
+
+
+def _display_name(name: str) -> str:
+    """The data set's name as it goes into model.json, headers and reports: a file name that is not valid
+    UTF-8 (os.fsdecode's surrogate escapes) is shown with U+FFFD instead of making every writer fail."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def split(dataset: Dataset, seed: int = 0) -> Split:

@@ -38,6 +38,12 @@ LOCK = ".tinyproto.lock"
 SCRATCH_PREFIX = ".tinyproto-tmp-"  # short and independent of --out's name, so any usable name works
 MAX_JSON_BYTES = 64 * 1024 * 1024
 NAME_MAX = 255
+# Every entry a command (re)writes in place inside a directory tinyproto made (record_outputs): build's .pio and
+# build.json, validate's journal and summary, learn's projects, report's page and figures, sweep's files. The
+# manifest's `owned` list is honoured only for these, so an edited manifest cannot hand a user's file to tinyproto.
+OWNED_NAMES = frozenset({".pio", "build.json", "validation.json", "validation.jsonl", ".validation.jsonl.new",
+                         "learning", "learned", "learn.json", "report.html", ".report.html.tmp", "figures",
+                         "sweep.json", "results.jsonl", ".results.jsonl.tmp", "points"})
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -54,6 +60,11 @@ def _regular_file(path: Path, what: str) -> os.stat_result:
     if not stat.S_ISREG(info.st_mode):
         raise TinyprotoError(f"{path} is not a regular file ({what})")
     return info
+
+
+def check_regular_file(path: Path, what: str) -> None:
+    """One clear error unless `path` is a regular file (checked before a reader could block on a FIFO)."""
+    _regular_file(path, what)
 
 
 def read_json(path: Path, what: str) -> dict:
@@ -88,9 +99,32 @@ def write_json(path: Path, data: dict) -> None:
         raise
 
 
-def file_sha256(path: Path) -> str:
+def _open_regular(path: Path, what: str):
+    """A binary reader on a regular file. Opened non-blocking and checked on the descriptor, so a FIFO or a
+    device put in a file's place (or swapped in after a check) is refused instead of blocking or never ending."""
+    _regular_file(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise TinyprotoError(f"cannot read {path} ({what}): {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TinyprotoError(f"{path} is not a regular file ({what})")
+    return os.fdopen(fd, "rb")
+
+
+def read_text_file(path: Path, what: str, limit: int = MAX_JSON_BYTES) -> str:
+    """The text of a regular file of at most `limit` bytes (undecodable bytes replaced), or one clear error."""
+    with _open_regular(path, what) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TinyprotoError(f"{path} is over {limit} bytes, too large for {what}")
+    return data.decode("utf-8", errors="replace")
+
+
+def file_sha256(path: Path, what: str = "a file to check") -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with _open_regular(path, what) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -158,6 +192,13 @@ class ModelDir:
         if self.meta["int_model_sha256"] != int_model_digest(raw):
             raise TinyprotoError(f"{self.path / 'model.json'} was changed after it was written: its int_model "
                                  "does not match its recorded sha256")
+        classes = raw.get("classes")
+        if (not isinstance(classes, list) or len(classes) < 2
+                or not all(isinstance(c, (str, int)) and not isinstance(c, bool) for c in classes)
+                or len({json.dumps(c) for c in classes}) != len(classes)):
+            # the device answers with class indices: names that repeat or are not names make its labels ambiguous
+            raise TinyprotoError(f"{self.path / 'model.json'} is damaged: its classes must be two or more distinct "
+                                 "names or numbers")
         return raw
 
     def vectors(self) -> TestVectors:
@@ -186,6 +227,31 @@ def load_model_dir(path: Path) -> ModelDir:
     return ModelDir(path, meta, report)
 
 
+PROJECT_ENTRIES = ("platformio.ini", "src", "include", "lib", "test")
+
+
+def check_project_files(directory: Path) -> None:
+    """Refuse a PlatformIO project in which a FIFO, a device or a socket sits in a source's place (the compiler
+    would block on it, or read /dev/zero for ever): regular files and directories only, links followed."""
+    directory = Path(directory)
+    for name in PROJECT_ENTRIES:
+        top = directory / name
+        if not os.path.lexists(top):
+            continue
+        paths = [top]
+        if top.is_dir():
+            for root, dirs, files in os.walk(top):  # does not descend into linked directories
+                paths += [Path(root) / entry for entry in dirs + files]
+        for path in paths:
+            try:
+                mode = os.stat(path).st_mode
+            except OSError as exc:
+                raise TinyprotoError(f"{path} cannot be read ({exc.strerror}); run `tinyproto compile` again") from None
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise TinyprotoError(f"{path} is not a regular file (a FIFO or a device in a source's place); "
+                                     "run `tinyproto compile` again")
+
+
 # ------------------------------------------------------------------------------------------------ manifest
 
 
@@ -194,10 +260,15 @@ def read_manifest(directory: Path) -> dict | None:
     if not path.is_file() or path.is_symlink():
         return None
     try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            return None
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    if data.get("written_by") != "tinyproto" or not isinstance(data.get("files"), dict):
+    if not isinstance(data, dict) or data.get("written_by") != "tinyproto" or not isinstance(data.get("files"), dict):
+        return None
+    owned = data.get("owned", [])
+    if not isinstance(owned, list) or not all(isinstance(name, str) for name in owned):
         return None
     return data
 
@@ -215,6 +286,9 @@ def write_manifest(directory: Path) -> None:
 def record_outputs(directory: Path, *names: str) -> None:
     """Add entries tinyproto (re)writes in place to the manifest: a file whose content changes from run to run
     (build.json, validation.jsonl) or a whole tree (.pio, learning/): covered whatever its content."""
+    unknown = set(names) - OWNED_NAMES
+    if unknown:
+        raise ValueError(f"record_outputs: {sorted(unknown)} missing from OWNED_NAMES")
     directory = Path(directory)
     data = read_manifest(directory)
     if data is None:
@@ -231,7 +305,7 @@ def foreign_entries(directory: Path, limit: int = 3) -> list[str]:
     if data is None:
         entries = sorted(p.name for p in directory.iterdir())
         return entries[:limit] if entries else []
-    files, owned = data["files"], set(data.get("owned", []))
+    files, owned = data["files"], set(data.get("owned", [])) & OWNED_NAMES
     foreign: list[str] = []
 
     def covered(rel: str) -> bool:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Iterator
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import LOCK, NAME_MAX, SCRATCH_PREFIX, foreign_entries, read_manifest, write_manifest
+from tinyproto.core.modeldir import (LOCK, MANIFEST, NAME_MAX, SCRATCH_PREFIX, foreign_entries, read_manifest,
+                                     write_manifest)
 
 
 # ------------------------------------------------------------------------------------------------ locking
@@ -67,8 +68,8 @@ def locked(directory: Path, verb: str) -> Iterator[None]:
 def check_output_dir(out: Path) -> Path:
     """Refuse an --out that could not be written, before any training: returns the absolute path."""
     out = Path(os.path.abspath(out))
-    if len(out.name.encode()) > NAME_MAX:
-        raise TinyprotoError(f"--out name is {len(out.name.encode())} bytes long; file names are limited to {NAME_MAX}")
+    if len(os.fsencode(out.name)) > NAME_MAX:
+        raise TinyprotoError(f"--out name is {len(os.fsencode(out.name))} bytes long; file names are limited to {NAME_MAX}")
     if out.is_symlink():
         raise TinyprotoError(f"--out {out} is a symbolic link; give the directory itself")
     if out.exists():
@@ -87,7 +88,17 @@ def check_output_dir(out: Path) -> Path:
             raise TinyprotoError(f"cannot create {out}: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise TinyprotoError(f"cannot write --out {out}: {ancestor} is not writable")
+    _probe_writable(ancestor, out)
     return out
+
+
+def _probe_writable(folder: Path, out: Path) -> None:
+    """Create and remove a scratch directory where the output will be prepared: access() says yes to root on a
+    read-only mount, /proc or /sys, and the refusal must come before training, not after it."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=folder))
+    except OSError as exc:
+        raise TinyprotoError(f"cannot write --out {out}: {folder}: {exc.strerror}") from None
 
 
 def _check_replaceable(out: Path) -> None:
@@ -190,6 +201,11 @@ def _swap_in(scratch: Path, out: Path, verb: str) -> None:
         except OSError as exc:
             if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
+    if read_manifest(out) is None:
+        # not a directory tinyproto wrote: only an empty one may be used, and it is filled in place (the user
+        # may be in it: `--out .`); nothing of ours goes in (not even a lock) unless it is empty
+        _fill_empty(scratch, out)
+        return
     with locked(out, verb):
         _check_replaceable(out)  # again: the user may have added a file while we trained
         if _exchange(scratch, out):
@@ -199,3 +215,47 @@ def _swap_in(scratch: Path, out: Path, verb: str) -> None:
             os.replace(out, old)
             os.replace(scratch, out)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _rename_noreplace(source: Path, target: Path) -> None:
+    """rename() that never replaces an existing target (renameat2 RENAME_NOREPLACE; a check where missing)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        renameat2 = None
+    if renameat2 is not None:
+        AT_FDCWD, RENAME_NOREPLACE = -100, 1
+        if renameat2(AT_FDCWD, os.fsencode(source), AT_FDCWD, os.fsencode(target), RENAME_NOREPLACE) == 0:
+            return
+        if ctypes.get_errno() not in (errno.EINVAL, errno.ENOSYS):
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(target))
+    if os.path.lexists(target):
+        raise FileExistsError(errno.EEXIST, "File exists", str(target))
+    os.rename(source, target)
+
+
+def _fill_empty(scratch: Path, out: Path) -> None:
+    """Move the scratch directory's entries into the existing empty directory `out`, keeping its inode (a shell
+    whose working directory it is still sees the result). The lock goes first (still held by us), then the
+    manifest, so a kill half-way leaves a directory tinyproto owns and the next compile replaces it."""
+    try:
+        if any(out.iterdir()):
+            raise TinyprotoError(f"--out {out} is not empty and was not written by tinyproto (it holds "
+                                 f"{', '.join(sorted(p.name for p in out.iterdir())[:3])}); choose another --out, "
+                                 "nothing was changed")
+    except PermissionError:
+        raise TinyprotoError(f"--out {out} cannot be read (permission denied); choose another --out") from None
+    names = [LOCK, MANIFEST] + sorted(p.name for p in scratch.iterdir() if p.name not in (LOCK, MANIFEST))
+    moved: list[str] = []
+    try:
+        for name in names:
+            _rename_noreplace(scratch / name, out / name)
+            moved.append(name)
+    except BaseException:
+        for name in reversed(moved):  # give the directory back as it was: empty
+            try:
+                os.rename(out / name, scratch / name)
+            except OSError:
+                pass
+        raise
+    scratch.rmdir()

@@ -27,10 +27,12 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
     from tinyproto.core.boards import load_board
     from tinyproto.device.build import build_project
     from tinyproto.pipeline.validate import header_model_hash
-    from tinyproto.core.modeldir import file_sha256, write_json
+    from tinyproto.core.modeldir import check_project_files, file_sha256, write_json
 
     board = load_board(model_dir.meta.get("board", "uno"))
-    families.load_int_model(model_dir)  # refuses an edited or damaged model.json before anything is built from it
+    model = families.load_int_model(model_dir)  # refuses an edited or damaged model.json before any build
+    check_project_files(model_dir.path)
+    _check_header_is_the_model(model_dir, model)
     built_hash = header_model_hash(model_dir.path)
     if built_hash != model_dir.meta["model_hash"]:
         raise TinyprotoError(f"{model_dir.path}/include/tinyproto_model.h does not hold the model of model.json "
@@ -70,3 +72,28 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
         )
     write_json(model_dir.path / "build.json", info)
     return info
+
+
+def _header_body(text: str) -> str:
+    """The generated header from its include guard on: the defines and arrays (the banner names the version)."""
+    start = text.find("#ifndef TINYPROTO_MODEL_H")
+    return text[start:] if start >= 0 else text
+
+
+def _check_header_is_the_model(model_dir, model) -> None:
+    """include/tinyproto_model.h must be exactly what model.json renders (defines and every array value): a
+    header edited by hand would otherwise be built, and only the vectors it happens to change would show it."""
+    from tinyproto.core.modeldir import read_text_file
+    from tinyproto.core.render import render_header
+
+    meta = model_dir.meta
+    path = model_dir.path / "include" / "tinyproto_model.h"
+    on_disk = read_text_file(path, "the generated header", limit=1 << 24)
+    try:
+        expected = render_header(model, str(meta.get("dataset", "?")), int(meta.get("seed", 0)),
+                                 int(meta.get("budget_bytes", 0)))
+    except (TypeError, ValueError):
+        raise TinyprotoError(f"{model_dir.path / 'model.json'} is damaged: seed / budget_bytes are not numbers") from None
+    if _header_body(on_disk) != _header_body(expected):
+        raise TinyprotoError(f"{path} is not what model.json renders (edited after compile?); run `tinyproto "
+                             "compile` again, or edit the model through tinyproto, not the header")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+import os
 from pathlib import Path
 
 import numpy as np
@@ -65,11 +66,13 @@ def _row(record: dict) -> dict:
 
 
 def load_sweep(path: Path) -> ReportInput:
-    from tinyproto.core.modeldir import read_json
+    from tinyproto.core.modeldir import check_regular_file, read_json
     from tinyproto.pipeline.sweep_files import CONFIG, RESULTS, read_results
 
     path = Path(path)
     config = read_json(path / CONFIG, "the sweep's configuration")
+    if os.path.lexists(path / RESULTS):
+        check_regular_file(path / RESULTS, "the sweep's results")  # a FIFO would block, /dev/zero never end
     records = read_results(path / RESULTS)
     rows, failed = [], []
     for record in records:
@@ -77,7 +80,9 @@ def load_sweep(path: Path) -> ReportInput:
         if record.get("status") == "ok" and complete:
             rows.append(_row(record))
         else:
-            failed.append(record)
+            # shown in the report's table of failed points: every field it prints, whatever the line held
+            failed.append({**record, "id": str(record.get("id", "?")), "stage": str(record.get("stage", "?")),
+                           "error": str(record.get("error", "no result recorded"))[:300]})
             if complete and record.get("stage") == "validate":  # compiled, the device disagreed: still drawn
                 rows.append(_row(record))
     return ReportInput("sweep", path, rows, failed, config)

@@ -28,7 +28,8 @@ from tinyproto.core.boards import Board, load_board
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import ModelDir, file_sha256, load_model_dir, read_json, record_outputs, write_json
+from tinyproto.core.modeldir import (ModelDir, file_sha256, load_model_dir, read_json, read_text_file, record_outputs,
+                                     write_json)
 from tinyproto.core.outdir import locked
 from tinyproto.pipeline.journal import JOURNAL, JOURNAL_NEW, Journal
 from tinyproto import families
@@ -79,9 +80,9 @@ def header_model_hash(model_dir: Path) -> str | None:
     """TP_MODEL_HASH of the generated header now on disk (what the next build compiles in)."""
     header = Path(model_dir) / "include" / "tinyproto_model.h"
     try:
-        match = _HEADER_HASH.search(header.read_text(errors="replace"))
-    except OSError:
-        return None
+        match = _HEADER_HASH.search(read_text_file(header, "the generated header", limit=1 << 24))
+    except TinyprotoError:
+        return None  # missing, a FIFO or a device in its place: no hash, so it matches no firmware
     return f"0x{match.group(1).upper()}" if match else None
 
 
