@@ -55,7 +55,7 @@ def run(backend, sp: Split, dp: float | None = None, seed: int = 0):
 # ---------------------------------------------------------------- 1. accuracy vs parties
 
 
-def parties_table(name: str, sp: Split, party_counts) -> None:
+def parties_table(name: str, sp: Split, party_counts, splits=SPLITS) -> None:
     _, ref_model, ref_info = fit_flynn_under_budget(sp.X_train, sp.y_train, BUDGET, 0)
     ref_acc = accuracy(ref_model, sp)
     c = ref_info["chosen"]
@@ -66,7 +66,7 @@ def parties_table(name: str, sp: Split, party_counts) -> None:
               f"{'counts = pooled':>17}{'sel. MB/party':>15}{'rounds':>8}{'wall s':>8}")
     print(header)
     print("-" * len(header))
-    for split_spec in SPLITS:
+    for split_spec in splits:
         for n in party_counts:
             if n > len(sp.y_train):
                 continue
@@ -144,6 +144,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", nargs="+", default=["digits", "segment"])
     parser.add_argument("--parties", nargs="+", type=int, default=[1, 4, 32, 128, 1000])
+    parser.add_argument("--splits", nargs="+", default=list(SPLITS))
     parser.add_argument("--timing-parties", type=int, default=128)
     parser.add_argument("--dp-parties", type=int, default=4)
     parser.add_argument("--dp-seeds", type=int, default=3)
@@ -152,7 +153,7 @@ def main() -> None:
     for name in args.data:
         sp = split(load_dataset(name))
         if 1 in args.tables:
-            parties_table(name, sp, args.parties)
+            parties_table(name, sp, args.parties, args.splits)
         if 2 in args.tables:
             timing_table(name, sp, args.timing_parties)
         if 3 in args.tables:

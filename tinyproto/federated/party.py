@@ -15,7 +15,7 @@ from tinyproto.families.flynn.train import count_winners
 from tinyproto.federated.config import FederatedSpec, build_estimator
 from tinyproto.federated.dp import DPParams, dp_release
 from tinyproto.federated.shards import Shard
-from tinyproto.federated.stats import MomentSums, moment_sums
+from tinyproto.federated.stats import MomentSums, moment_sums, order_keys
 
 
 def party_classes(shard: Shard) -> np.ndarray:
@@ -31,6 +31,12 @@ def party_z_bits(shard: Shard, mean: np.ndarray, scale: np.ndarray) -> np.ndarra
     FlyNNClassifier.transform_input computes it (kept on the party for the quantile search)."""
     z = np.abs((np.asarray(shard[0], dtype=np.float64) - mean) / scale).reshape(-1)
     return np.sort(z.view(np.int64))
+
+
+def party_value_keys(shard: Shard) -> np.ndarray:
+    """Sorted order keys (stats.order_keys) of every raw value of the party's rows, kept on the party for the
+    search of the shared input stage's range."""
+    return np.sort(order_keys(np.asarray(shard[0], dtype=np.float64).reshape(-1)))
 
 
 @dataclass(frozen=True)
@@ -71,4 +77,5 @@ def party_accuracy(shard: Shard, model: IntFlyNN) -> float:
     return float(np.mean(model.predict(X) == y)) if len(y) else float("nan")
 
 
-__all__ = ["CountRelease", "party_accuracy", "party_classes", "party_counts", "party_moment_sums", "party_z_bits"]
+__all__ = ["CountRelease", "party_accuracy", "party_classes", "party_counts", "party_moment_sums", "party_value_keys",
+           "party_z_bits"]

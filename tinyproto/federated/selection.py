@@ -33,11 +33,11 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn import solver as _solver
 from tinyproto.families.flynn.quantize import decay_lut, hash_inputs
 from tinyproto.families.flynn.solver import (
-    BITS_GRID, DEFAULT_CAP, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, Candidate, CountLimit, default_max_ms,
-    estimate_cycles, model_bytes,
+    BITS_GRID, DEFAULT_CAP, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING, Candidate,
+    CountLimit, default_max_ms, estimate_cycles, model_bytes,
 )
 from tinyproto.families.flynn.train import draw_seed, project, projection_matrix, seeded_indices
-from tinyproto.core.inputstage import InputStage
+from tinyproto.core.inputstage import stage_bytes
 
 N_FOLDS = 5
 N_REPEATS = 3  # repeated K-fold: the ranking of close candidates depends much less on one draw of the folds
@@ -73,7 +73,7 @@ class PartyData:
 def party_setup(shard, stages: dict, classes: np.ndarray, n_folds: int, n_repeats: int, seed: int,
                 party: int) -> PartyData:
     X, y = shard
-    xq = {scaling: InputStage.from_standardisation(*stage).quantize(X) for scaling, stage in stages.items()}
+    xq = {scaling: stage.quantize(X) for scaling, stage in stages.items()}
     folds = party_folds(y, n_folds, seed, party, n_repeats)
     folds += (np.arange(n_repeats) * n_folds)[:, None]  # repeat r's folds are r·K .. r·K + K - 1
     return PartyData(xq, np.searchsorted(classes, y), folds)
@@ -218,8 +218,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                   communication: Communication | None = None):
     """The solver's candidate set ranked by federated K-fold accuracy; returns (the winning Candidate, info).
 
-    stages: scaling -> (mean, scale, input_scale), agreed beforehand by exact all-reduces. The row count n is
-    the sum of the parties' (from the moment sums)."""
+    stages: scaling -> its InputStage ("feature", "global", "shared"), agreed beforehand by exact all-reduces.
+    The row count n is the sum of the parties' (from the moment sums)."""
     from tinyproto.families.flynn.solver import solver_random_state
 
     started = time.perf_counter()
@@ -229,7 +229,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     budget = int(budget_bytes)
     if max_inference_ms == DEFAULT_CAP:
         max_inference_ms = default_max_ms(d)
-    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False)
+    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False, stage_bytes("shared", d))  # the cheapest stage
     if budget < smallest:
         raise TinyprotoError(
             f"budget {budget} B is too small for FlyNN on {d} features and {L} classes: the smallest model "
@@ -241,7 +241,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     parties = list(range(backend.n_parties))
     tried: dict[Candidate, Candidate] = {}
     exact_cache: dict = {}  # the solver's stream replays, one per (s, inputs)
-    scalings = {scaling for scaling, _ in PREPROCESSING}
+    preprocessings = PREPROCESSING + SHARED_PREPROCESSING  # the solver's, in its order (ties keep the first)
+    scalings = {scaling for scaling, _ in preprocessings}
     setup = backend.derive(party_setup, backend.handles, {sc: stages[sc] for sc in scalings}, np.asarray(classes),
                            K, n_repeats, seed, per_party=parties)
     RK = n_repeats * K
@@ -250,7 +251,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
         n_in = 2 * d if sign_split else d
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):
             plan = _solver.exact_plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in,
-                                      count_limit, seed_M, exact_cache)
+                                      count_limit, seed_M, exact_cache, stage_bytes(stages[scaling].kind, d))
             if not plan:
                 continue
             by_shape: dict[tuple[int, int], list[Candidate]] = {}
@@ -284,7 +285,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                 for c in group:
                     tried[c] = replace(c, cv_accuracy=accuracy[(shape, (c.bits, c.decay))])
 
-    for scaling, sign_split in PREPROCESSING:
+    for scaling, sign_split in preprocessings:
         evaluate(scaling, sign_split, *STAGE1)
         say(f"selection: preprocessing {scaling}/{'split' if sign_split else 'plain'} tried on all parties")
     if not tried:
