@@ -16,7 +16,9 @@ Everything before the counting has to be agreed the same way, with sums that add
    single "central" party. (FlyNNClassifier.fit uses numpy's float sums, which depend on the row order; the
    canonical statistics differ from those by an ulp or so, which is why the central baseline is this same
    pipeline with one party.);
-4. the int8 step of the input stage: `choose_input_scale` takes a quantile of |z| over all training values. The
+4. the int8 step of the input stage: `choose_input_scale` takes a quantile of |z| over all training values (a
+   shared stage, scaling "shared" for wide inputs, takes the [0.1 %, 99.9 %] quantiles of the raw values instead,
+   found by the same search over order keys of signed values, `inputstage.shared_range` bit for bit). The
    two order statistics it interpolates are found exactly by a distributed search over the bit patterns of
    |z| (non-negative float64 order like their int64 bit patterns): each round every party counts its values
    <= 1023 cut points, the counts are summed, the interval shrinks 1024-fold; ~7 rounds of small integer

@@ -6,7 +6,8 @@ Layer: federated.
 model on the pooled rows. Here the same candidates are ranked the same way, but no row leaves its party:
 
 1. the parties agree on each preprocessing's input stage exactly (moment sums and the distributed |z| quantile
-   of protocol.py and stats.py, once per scaling);
+   of protocol.py and stats.py, once per scaling; the shared stage of wide inputs, 4 B instead of 4 B per
+   feature, from an exact signed quantile search over the raw values), and try all of them, as the solver does;
 2. every party assigns its own rows to K folds, R times over (repeated K-fold; seeded by the run's seed and
    its party index, stratified within the party) -- its local validation parts;
 3. for each (preprocessing, s) the solver's plan of (m, ρ) shapes is hashed by every party on its own rows; the
