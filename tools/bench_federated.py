@@ -165,6 +165,9 @@ def plot(path: str, parties: dict, dp: dict) -> None:
                 if split_spec != "compile" and points:
                     ax.plot(*zip(*[(n, 100 * a) for n, a in points]), "-o", label=split_spec)
             ax.axhline(100 * parties[name]["compile"], color="black", linestyle="--", label="compile (pooled rows)")
+            shown = [100 * a for key, points in parties[name].items() if key != "compile" for _, a in points]
+            shown.append(100 * parties[name]["compile"])
+            ax.set_ylim(min(shown) - 2, max(shown) + 2)  # at least 4 points tall: a 1-row change looks like one
             ax.set_xscale("log")
             counts = sorted({n for key, points in parties[name].items() if key != "compile" for n, _ in points})
             ax.set_xticks(counts, [str(n) for n in counts])
