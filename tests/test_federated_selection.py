@@ -144,6 +144,32 @@ def test_sparse_counts_add_exactly():
     np.testing.assert_array_equal(tree_sum(parts).dense((4, 2), 2, 5).reshape(-1), dense)
 
 
+def test_sparse_counts_turn_dense_when_smaller_and_still_add_exactly():
+    """Pairs cost 16 B each, a dense vector at most 4 B per entry (the narrowest unsigned type): sums switch to the
+    dense form once a quarter of the entries are set (what travels between workers is the smaller form), in any
+    order of addition; counts past 255 widen the type."""
+    rng = np.random.default_rng(1)
+    size = 600
+    sizes = {(20, 4): size}
+    parts, dense = [], np.zeros(size, dtype=np.int64)
+    for n_keys in [3, 40, 200, 5, 1, 400, 0, 30]:
+        keys = rng.integers(0, size, n_keys)
+        np.add.at(dense, keys, 1)
+        parts.append(sel.SparseCounts(sizes, {(20, 4): keys}, {(20, 4): np.ones(n_keys, dtype=np.int64)}))
+    for order in (parts, parts[::-1], parts[3:] + parts[:3]):
+        total = tree_sum(order)
+        np.testing.assert_array_equal(total.dense((20, 4), 3, 10).reshape(-1), dense)
+        assert total.keys[(20, 4)] is None and total.values[(20, 4)].dtype == np.uint8  # counts < 256
+    small = parts[0] + parts[3]
+    assert small.keys[(20, 4)] is not None  # 8 pairs: still pairs
+    mixed = total + small
+    np.testing.assert_array_equal(mixed.dense((20, 4), 3, 10).reshape(-1), dense + small.dense((20, 4), 3, 10).reshape(-1))
+    big = sel.SparseCounts(sizes, {(20, 4): np.zeros(300, dtype=np.int64)}, {(20, 4): np.ones(300, dtype=np.int64)})
+    wide = total + big
+    assert wide.values[(20, 4)].dtype == np.uint16 and wide.dense((20, 4), 3, 10)[0, 0, 0] == dense[0] + 300
+    assert sel.narrowest(np.array([2**40])).dtype == np.int64
+
+
 def test_federate_is_byte_identical_for_the_same_inputs(tmp_path):
     from tinyproto.pipeline.federate import federate_model
 
