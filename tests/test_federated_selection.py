@@ -163,7 +163,8 @@ def test_sparse_counts_turn_dense_when_smaller_and_still_add_exactly():
     small = parts[0] + parts[3]
     assert small.keys[(20, 4)] is not None  # 8 pairs: still pairs
     mixed = total + small
-    np.testing.assert_array_equal(mixed.dense((20, 4), 3, 10).reshape(-1), dense + small.dense((20, 4), 3, 10).reshape(-1))
+    np.testing.assert_array_equal(mixed.dense((20, 4), 3, 10).reshape(-1),
+                                  dense + small.dense((20, 4), 3, 10).reshape(-1))
     big = sel.SparseCounts(sizes, {(20, 4): np.zeros(300, dtype=np.int64)}, {(20, 4): np.ones(300, dtype=np.int64)})
     wide = total + big
     assert wide.values[(20, 4)].dtype == np.uint16 and wide.dense((20, 4), 3, 10)[0, 0, 0] == dense[0] + 300
@@ -201,7 +202,8 @@ def test_shared_range_is_agreed_exactly(shape, kind):
     from tinyproto.federated.stats import count_at_most, exact_shared_range, order_keys, values_of_keys
 
     rng = np.random.default_rng(shape[0])
-    X = {"normal": lambda: rng.normal(size=shape) * 3 - 1, "ties": lambda: np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 3.0]]),
+    X = {"normal": lambda: rng.normal(size=shape) * 3 - 1,
+         "ties": lambda: np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 3.0]]),
          "negative": lambda: -rng.exponential(size=shape), "constant": lambda: np.full(shape, -2.5),
          "digits28": lambda: data("digits28").X_train}[kind]()
     for n_parts in (1, 3, 7):
