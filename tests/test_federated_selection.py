@@ -12,14 +12,13 @@ from tinyproto.core.datasets import load_dataset, split
 from tinyproto.families.flynn.solver import solver_random_state
 from tinyproto.federated.dask_parties import DaskBackend
 from tinyproto.federated.local_parties import LocalBackend
-from tinyproto.federated.protocol import agree_classes, agree_input_stages, choose_config, federated_fit
+from tinyproto.federated.protocol import agree_classes, agree_input_stages, central_fit, choose_config, federated_fit
 from tinyproto.federated.shards import split_parties
 from tinyproto.federated.stats import tree_sum
 from tinyproto.federated import selection as sel
 from tinyproto.families.flynn import solver
 from tinyproto.families.flynn.quantize import hash_inputs
 from tinyproto.families.flynn.train import draw_seed, seeded_indices
-from tinyproto.core.inputstage import InputStage
 
 from conftest import read_only
 
@@ -65,8 +64,7 @@ def test_federated_tallies_are_the_pooled_cross_validation_with_the_parties_fold
     rng = np.random.default_rng(0)
     for i in rng.choice(len(candidates), 12, replace=False):
         c = candidates[i]
-        mean, scale, step = stages[c.scaling]
-        U = hash_inputs(InputStage.from_standardisation(mean, scale, step).quantize(X), c.sign_split).astype(float)
+        U = hash_inputs(stages[c.scaling].quantize(X), c.sign_split).astype(float)
         ranked = solver._ranked_winners(U, seeded_indices(seed_M, c.m, c.s, U.shape[1]), [c.m], c.rho)
         correct = sum(round(len(X) * solver._cv_accuracies(ranked[c.m], y_index, f, len(classes), c.m,
                                                              [(c.bits, c.decay)])[0]) for f in folds)
@@ -146,6 +144,33 @@ def test_sparse_counts_add_exactly():
     np.testing.assert_array_equal(tree_sum(parts).dense((4, 2), 2, 5).reshape(-1), dense)
 
 
+def test_sparse_counts_turn_dense_when_smaller_and_still_add_exactly():
+    """Pairs cost 16 B each, a dense vector at most 4 B per entry (the narrowest unsigned type): sums switch to the
+    dense form once a quarter of the entries are set (what travels between workers is the smaller form), in any
+    order of addition; counts past 255 widen the type."""
+    rng = np.random.default_rng(1)
+    size = 600
+    sizes = {(20, 4): size}
+    parts, dense = [], np.zeros(size, dtype=np.int64)
+    for n_keys in [3, 40, 200, 5, 1, 400, 0, 30]:
+        keys = rng.integers(0, size, n_keys)
+        np.add.at(dense, keys, 1)
+        parts.append(sel.SparseCounts(sizes, {(20, 4): keys}, {(20, 4): np.ones(n_keys, dtype=np.int64)}))
+    for order in (parts, parts[::-1], parts[3:] + parts[:3]):
+        total = tree_sum(order)
+        np.testing.assert_array_equal(total.dense((20, 4), 3, 10).reshape(-1), dense)
+        assert total.keys[(20, 4)] is None and total.values[(20, 4)].dtype == np.uint8  # counts < 256
+    small = parts[0] + parts[3]
+    assert small.keys[(20, 4)] is not None  # 8 pairs: still pairs
+    mixed = total + small
+    np.testing.assert_array_equal(mixed.dense((20, 4), 3, 10).reshape(-1),
+                                  dense + small.dense((20, 4), 3, 10).reshape(-1))
+    big = sel.SparseCounts(sizes, {(20, 4): np.zeros(300, dtype=np.int64)}, {(20, 4): np.ones(300, dtype=np.int64)})
+    wide = total + big
+    assert wide.values[(20, 4)].dtype == np.uint16 and wide.dense((20, 4), 3, 10)[0, 0, 0] == dense[0] + 300
+    assert sel.narrowest(np.array([2**40])).dtype == np.int64
+
+
 def test_federate_is_byte_identical_for_the_same_inputs(tmp_path):
     from tinyproto.pipeline.federate import federate_model
 
@@ -163,3 +188,61 @@ def test_federate_is_byte_identical_for_the_same_inputs(tmp_path):
         report["solver"].pop("selection_seconds", None)
         report["selection"].pop("selection_seconds", None)
     assert a == b
+
+
+# ---------------------------------------------------------------- wide inputs: the shared input stage
+
+
+@pytest.mark.parametrize("shape,kind", [((1, 1), "normal"), ((3, 2), "ties"), ((300, 7), "normal"),
+                                        ((50, 3), "negative"), ((20, 2), "constant"), ((0, 0), "digits28")])
+def test_shared_range_is_agreed_exactly(shape, kind):
+    """The shared stage's offset and gain from the parties' exact quantile search equal shared_range on the
+    pooled values, bit for bit, for any sign of the values, ties, constants and any partition."""
+    from tinyproto.core.inputstage import shared_range
+    from tinyproto.federated.stats import count_at_most, exact_shared_range, order_keys, values_of_keys
+
+    rng = np.random.default_rng(shape[0])
+    X = {"normal": lambda: rng.normal(size=shape) * 3 - 1,
+         "ties": lambda: np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 3.0]]),
+         "negative": lambda: -rng.exponential(size=shape), "constant": lambda: np.full(shape, -2.5),
+         "digits28": lambda: data("digits28").X_train}[kind]()
+    for n_parts in (1, 3, 7):
+        parts = [np.sort(order_keys(X[i::n_parts].reshape(-1))) for i in range(n_parts)]
+        offset, gain, rounds = exact_shared_range(lambda cuts: sum(count_at_most(p, cuts) for p in parts), X.size)
+        assert (offset, gain) == shared_range(X) and rounds <= 8
+    v = np.concatenate([rng.normal(size=200), [-0.0, 0.0, -1e300, 1e300, 5e-324, -5e-324]])
+    keys = order_keys(v)
+    assert np.array_equal(values_of_keys(keys), v + 0.0)
+    assert np.array_equal(np.argsort(keys, kind="stable"), np.argsort(v + 0.0, kind="stable"))
+
+
+def test_wide_inputs_get_the_shared_stage_as_in_compile():
+    """digits16 at 1 kB: a per-feature stage alone is 1024 B, so only the shared stage (4 B) leaves room, as the
+    budget solver finds. The federation considers the same candidates, agrees the shared stage exactly (the one
+    shared_stage builds on the pooled rows), its counts equal the pooled ones, and under DP the default shape
+    takes the shared stage too (it would not fit otherwise)."""
+    from tinyproto.core.inputstage import shared_stage
+
+    sp = data("digits16")
+    _, _, central = compiled("digits16", 1024)
+    assert central["chosen"]["scaling"] == "shared"
+    parts = shards(sp, 16, "by-class")
+    with LocalBackend(parts) as backend:
+        classes = agree_classes(backend)
+        config, info = choose_config(backend, 1024, 0, classes, sp.X_train.shape[1])
+        fit = federated_fit(backend, config, classes)
+        dp_config, dp_info = choose_config(backend, 1024, 0, classes, sp.X_train.shape[1], dp=True)
+    key = lambda c: (c["scaling"], c["sign_split"], c["s"], c["m"], c["rho"], c["bits"], c["decay"],  # noqa: E731
+                     c["store_M"], c["model_bytes"], c["est_cycles"])
+    stage1 = lambda cs: {key(c) for c in cs if c["s"] in (4, 8) and c["rho"] in (8, 16, 32)  # noqa: E731
+                         and c["bits"] in (1, 2) and not c["store_M"]}
+    assert stage1(info["candidates"]) == stage1(central["candidates"])
+    assert config.scaling == "shared" and fit.model.model_bytes() == info["model_bytes"] <= 1024
+    expected = shared_stage(sp.X_train)
+    assert fit.model.input_stage.kind == "shared"
+    assert (fit.model.input_stage.mean_bits.tobytes(), fit.model.input_stage.gain_bits.tobytes()) == \
+        (expected.mean_bits.tobytes(), expected.gain_bits.tobytes())
+    pooled = central_fit(sp.X_train, sp.y_train, config, classes)
+    np.testing.assert_array_equal(fit.int_counts, pooled.int_counts)
+    np.testing.assert_array_equal(fit.float_counts, pooled.float_counts)
+    assert dp_config.scaling == "shared" and dp_info["model_bytes"] <= 1024

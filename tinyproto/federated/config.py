@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.inputstage import InputStage
+from tinyproto.core.inputstage import InputStage, stage_bytes
 from tinyproto.families.flynn.quantize import IntFlyNN
 from tinyproto.families.flynn.solver import (
     DEFAULT_CAP, F_CPU, MIN_HASHES, CountLimit, fastest_m, largest_m, model_bytes, solver_random_state, default_max_ms,
@@ -55,12 +55,18 @@ class FederatedSpec:
     mean: np.ndarray
     scale: np.ndarray
     input_scale: float | None = None  # known after the quantile search
+    shared: tuple[float, float] | None = None  # scaling "shared": the agreed (offset, gain) of the device's stage
 
     @property
     def n_features(self) -> int:
         return int(self.mean.size)
 
     def input_stage(self) -> InputStage:
+        """The device's input stage: per-feature from the standardisation and int8 step, or the shared one (as
+        the budget solver builds it: one offset and gain for every feature; mean and scale then serve only the
+        float model, standardised globally)."""
+        if self.shared is not None:
+            return InputStage.shared(*self.shared, self.n_features)
         if self.input_scale is None:
             raise ValueError("the int8 step is not agreed yet")
         return InputStage.from_standardisation(self.mean, self.scale, self.input_scale)
@@ -76,12 +82,18 @@ def config_from_solver(chosen: dict, seed: int) -> FlyNNConfig:
                        str(chosen["scaling"]), bool(chosen["sign_split"]), int(chosen["seed"]), state)
 
 
-def default_config(seed: int) -> FlyNNConfig:
-    """DEFAULT_CONFIG with the largest m allowed (fit_to_classes sizes it); M seeded as the solver would."""
+def default_config(seed: int, n_features: int | None = None, budget_bytes: int | None = None) -> FlyNNConfig:
+    """DEFAULT_CONFIG with the largest m allowed (fit_to_classes sizes it); M seeded as the solver would.
+
+    Wide inputs (a per-feature stage would take more than a quarter of the budget) get the shared input stage
+    (4 B) instead, so the default still fits; the choice depends only on the public sizes."""
     state = solver_random_state(seed)
     c = DEFAULT_CONFIG
+    scaling = c["scaling"]
+    if n_features is not None and budget_bytes is not None and stage_bytes("feature", n_features) * 4 > budget_bytes:
+        scaling = "shared"
     return FlyNNConfig(8192, c["n_inputs_per_hash"], c["n_winners"], c["decay"], c["count_bits"], c["store_M"],
-                       c["scaling"], c["sign_split"], draw_seed(state), state)
+                       scaling, c["sign_split"], draw_seed(state), state)
 
 
 def fit_to_classes(config: FlyNNConfig, n_classes: int, n_features: int, budget_bytes: int,
@@ -92,23 +104,36 @@ def fit_to_classes(config: FlyNNConfig, n_classes: int, n_features: int, budget_
 
     Party 0 may hold fewer classes than the federation; its configuration would then overflow the budget."""
     n_in = 2 * n_features if config.sign_split else n_features
+    stage = stage_bytes_of(config.scaling, n_features)
     s = min(config.n_inputs_per_hash, max(1, n_in // 2))
     if max_inference_ms == DEFAULT_CAP:
         max_inference_ms = default_max_ms(n_features)
     max_cycles = None if max_inference_ms is None else max_inference_ms * 1e-3 * F_CPU
     m = min(config.n_hashes,
-            largest_m(budget_bytes, s, config.count_bits, n_classes, n_features, n_in, config.store_M),
+            largest_m(budget_bytes, s, config.count_bits, n_classes, n_features, n_in, config.store_M, stage),
             fastest_m(max_cycles, s, config.n_winners, config.count_bits, n_classes, n_in, config.store_M))
     if count_limit is not None:
         m = min(m, count_limit(config.n_winners, config.count_bits, n_in, config.store_M))
     if m < max(MIN_HASHES, config.n_winners):
         need = model_bytes(max(MIN_HASHES, config.n_winners), s, config.count_bits, n_classes, n_features, n_in,
-                           config.store_M)
+                           config.store_M, stage)
         where = " and the learning firmware's SRAM/EEPROM" if count_limit is not None else ""
         raise TinyprotoError(f"the chosen FlyNN (rho={config.n_winners}) does not fit {budget_bytes} B{where} for "
                              f"{n_classes} classes; it needs about {need} B")
     return FlyNNConfig(m, s, config.n_winners, config.decay, config.count_bits, config.store_M, config.scaling,
                        config.sign_split, config.seed, config.random_state)
+
+
+def float_scaling(scaling: str) -> str:
+    """The float model's standardisation for a scaling: a shared stage's float view is the global one, as in the
+    budget solver."""
+    return "global" if scaling == "shared" else scaling
+
+
+def stage_bytes_of(scaling: str, n_features: int) -> int | None:
+    """The input stage's flash bytes for the byte pricing (None: the pricing's default, a mean and a gain per
+    feature)."""
+    return stage_bytes("shared", n_features) if scaling == "shared" else None
 
 
 def build_estimator(spec: FederatedSpec) -> FlyNNClassifier:
@@ -120,7 +145,8 @@ def build_estimator(spec: FederatedSpec) -> FlyNNClassifier:
     """
     c = spec.config
     clf = FlyNNClassifier(n_hashes=c.n_hashes, n_inputs_per_hash=c.n_inputs_per_hash, n_winners=c.n_winners,
-                          decay=c.decay, scaling=c.scaling, sign_split=c.sign_split, random_state=c.random_state)
+                          decay=c.decay, scaling=float_scaling(c.scaling), sign_split=c.sign_split,
+                          random_state=c.random_state)
     clf.partial_fit(spec.mean[None, :], spec.classes[:1], classes=spec.classes)
     clf.scale_ = np.array(spec.scale, dtype=np.float64)
     clf.counts_ = np.zeros_like(clf.counts_)
@@ -150,4 +176,4 @@ def assemble(spec: FederatedSpec, int_counts: np.ndarray, float_counts: np.ndarr
 
 
 __all__ = ["DEFAULT_CONFIG", "FederatedSpec", "FlyNNConfig", "assemble", "build_estimator", "config_from_solver",
-           "default_config", "fit_to_classes"]
+           "default_config", "fit_to_classes", "float_scaling", "stage_bytes_of"]

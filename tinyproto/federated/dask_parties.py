@@ -214,6 +214,8 @@ def _payload_bytes(value) -> int:
         return sum(_payload_bytes(v) for v in value)
     if isinstance(value, dict):
         return sum(_payload_bytes(v) for v in value.values())
+    if callable(getattr(value, "nbytes", None)):  # e.g. selection.HeldOutWeights
+        return int(value.nbytes())
     return 0
 
 

@@ -16,7 +16,9 @@ Everything before the counting has to be agreed the same way, with sums that add
    single "central" party. (FlyNNClassifier.fit uses numpy's float sums, which depend on the row order; the
    canonical statistics differ from those by an ulp or so, which is why the central baseline is this same
    pipeline with one party.);
-4. the int8 step of the input stage: `choose_input_scale` takes a quantile of |z| over all training values. The
+4. the int8 step of the input stage: `choose_input_scale` takes a quantile of |z| over all training values (a
+   shared stage, scaling "shared" for wide inputs, takes the [0.1 %, 99.9 %] quantiles of the raw values instead,
+   found by the same search over order keys of signed values, `inputstage.shared_range` bit for bit). The
    two order statistics it interpolates are found exactly by a distributed search over the bit patterns of
    |z| (non-negative float64 order like their int64 bit patterns): each round every party counts its values
    <= 1023 cut points, the counts are summed, the interval shrinks 1024-fold; ~7 rounds of small integer
@@ -55,15 +57,15 @@ from tinyproto.families.flynn.quantize import IntFlyNN
 from tinyproto.families.flynn.solver import F_CPU, CountLimit, estimate_cycles, model_bytes, solver_random_state
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed
 from tinyproto.federated.config import (
-    FederatedSpec, FlyNNConfig, assemble, default_config, fit_to_classes,
+    FederatedSpec, FlyNNConfig, assemble, default_config, fit_to_classes, float_scaling, stage_bytes_of,
 )
 from tinyproto.federated.dp import DPParams
 from tinyproto.federated.local_parties import Backend, LocalBackend
-from tinyproto.federated.party import party_classes, party_moment_sums, party_z_bits
+from tinyproto.federated.party import party_classes, party_moment_sums, party_value_keys, party_z_bits
 from tinyproto.federated.selection import Communication, select_config
 from tinyproto.federated.shards import party_seed_sequences
 from tinyproto.federated.stats import (
-    INPUT_QUANTILE, MomentSums, count_at_most, exact_input_scale, standardisation,
+    INPUT_QUANTILE, MomentSums, count_at_most, exact_input_scale, exact_shared_range, standardisation,
 )
 
 
@@ -100,16 +102,38 @@ def agree_input_stage(backend: Backend, sums: MomentSums, scaling: str, communic
     return mean, scale, input_scale, rounds
 
 
+def agree_shared_range(backend: Backend, n_values: int, communication: Communication | None = None
+                       ) -> tuple[float, float, int]:
+    """(offset, gain, search rounds) of the shared input stage (inputstage.shared_range on the pooled raw values):
+    an exact distributed search for its quantiles; the parties' values stay with them."""
+    keys = backend.derive(party_value_keys, backend.handles)
+
+    def count(cuts: np.ndarray) -> np.ndarray:
+        if communication is not None:
+            communication.allreduce(len(cuts), 8)
+        return backend.allreduce(count_at_most, keys, cuts)
+
+    offset, gain, rounds = exact_shared_range(count, n_values)
+    backend.release(keys)
+    return offset, gain, rounds
+
+
 def agree_input_stages(backend: Backend, communication: Communication | None = None,
-                       scalings: Sequence[str] = ("feature", "global")) -> dict:
-    """{"n": rows, scaling: (mean, scale, int8 step)} for each scaling, by the same exact all-reduces as the
-    training (moment sums once, one distributed quantile search per scaling)."""
+                       scalings: Sequence[str] = ("feature", "global", "shared")) -> dict:
+    """{"n": rows, scaling: InputStage} for each scaling, by the same exact all-reduces as the training (moment
+    sums once, one distributed quantile search per scaling)."""
+    from tinyproto.core.inputstage import InputStage
+
     comm = communication if communication is not None else Communication()
     sums = backend.allreduce(party_moment_sums, backend.handles)
     comm.allreduce(1, 8 + sum((abs(v).bit_length() + 8) // 8 for v in sums.sum1 + sums.sum2), broadcast=False)
     stages: dict = {"n": sums.n}
     for scaling in scalings:
-        stages[scaling] = agree_input_stage(backend, sums, scaling, comm)[:3]
+        if scaling == "shared":
+            offset, gain, _ = agree_shared_range(backend, sums.n * len(sums.sum1), comm)
+            stages[scaling] = InputStage.shared(offset, gain, len(sums.sum1))
+        else:
+            stages[scaling] = InputStage.from_standardisation(*agree_input_stage(backend, sums, scaling, comm)[:3])
     return stages
 
 
@@ -131,7 +155,7 @@ def choose_config(backend: Backend, budget_bytes: int, seed: int, classes: np.nd
     comm = Communication()
     if dp:
         info: dict = {"candidates": [], "cv_accuracy": None, "validation": "none: the shape is not chosen from data"}
-        config = fit_to_classes(default_config(seed), len(classes), n_features, budget_bytes,
+        config = fit_to_classes(default_config(seed, n_features, budget_bytes), len(classes), n_features, budget_bytes,
                                 count_limit=count_limit)
         source = DP_SHAPE_NOTE
     else:
@@ -151,7 +175,7 @@ def choose_config(backend: Backend, budget_bytes: int, seed: int, classes: np.nd
         "chosen": config.chosen(),
         "hyperparameter_source": source,
         "model_bytes": model_bytes(config.n_hashes, config.n_inputs_per_hash, config.count_bits, len(classes),
-                                   n_features, n_in, config.store_M),
+                                   n_features, n_in, config.store_M, stage_bytes_of(config.scaling, n_features)),
         "estimated_cycles": int(cycles),
         "estimated_ms": cycles / F_CPU * 1e3,
         "selection_communication": {
@@ -171,9 +195,15 @@ def federated_fit(backend: Backend, config: FlyNNConfig, classes: np.ndarray, dp
     say = progress or (lambda message: None)
     sums = backend.allreduce(party_moment_sums, backend.handles)
     say(f"all-reduce: standardisation of {len(sums.sum1)} features from {sums.n} rows (exact sums)")
-    mean, scale, input_scale, rounds = agree_input_stage(backend, sums, config.scaling)
-    spec = FederatedSpec(config, np.asarray(classes), mean, scale, input_scale)
-    say(f"all-reduce: int8 step from the exact {INPUT_QUANTILE:g} quantile of |z| ({rounds} rounds)")
+    if config.scaling == "shared":  # the device's stage: one offset and gain; the float model: global scaling
+        mean, scale = standardisation(sums, float_scaling(config.scaling))
+        offset, gain, rounds = agree_shared_range(backend, sums.n * len(sums.sum1))
+        spec = FederatedSpec(config, np.asarray(classes), mean, scale, 1.0, shared=(offset, gain))
+        say(f"all-reduce: shared input stage from the exact quantiles of every value ({rounds} rounds)")
+    else:
+        mean, scale, input_scale, rounds = agree_input_stage(backend, sums, config.scaling)
+        spec = FederatedSpec(config, np.asarray(classes), mean, scale, input_scale)
+        say(f"all-reduce: int8 step from the exact {INPUT_QUANTILE:g} quantile of |z| ({rounds} rounds)")
 
     per_party = party_seed_sequences(seed, backend.n_parties)[1]
     total = backend.allreduce_counts(spec, dp, per_party)
@@ -191,4 +221,4 @@ def central_fit(X: np.ndarray, y: np.ndarray, config: FlyNNConfig, classes: np.n
 
 
 __all__ = ["DP_SHAPE_NOTE", "FederatedFit", "agree_classes", "agree_input_stage", "agree_input_stages",
-           "central_fit", "choose_config", "federated_fit"]
+           "agree_shared_range", "central_fit", "choose_config", "federated_fit"]

@@ -6,7 +6,8 @@ Layer: federated.
 model on the pooled rows. Here the same candidates are ranked the same way, but no row leaves its party:
 
 1. the parties agree on each preprocessing's input stage exactly (moment sums and the distributed |z| quantile
-   of protocol.py and stats.py, once per scaling);
+   of protocol.py and stats.py, once per scaling; the shared stage of wide inputs, 4 B instead of 4 B per
+   feature, from an exact signed quantile search over the raw values), and try all of them, as the solver does;
 2. every party assigns its own rows to K folds, R times over (repeated K-fold; seeded by the run's seed and
    its party index, stratified within the party) -- its local validation parts;
 3. for each (preprocessing, s) the solver's plan of (m, ρ) shapes is hashed by every party on its own rows; the
@@ -33,11 +34,11 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn import solver as _solver
 from tinyproto.families.flynn.quantize import decay_lut, hash_inputs
 from tinyproto.families.flynn.solver import (
-    BITS_GRID, DEFAULT_CAP, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, Candidate, CountLimit, default_max_ms,
-    estimate_cycles, model_bytes,
+    BITS_GRID, DEFAULT_CAP, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING, Candidate,
+    CountLimit, default_max_ms, estimate_cycles, model_bytes,
 )
 from tinyproto.families.flynn.train import draw_seed, project, projection_matrix, seeded_indices
-from tinyproto.core.inputstage import InputStage
+from tinyproto.core.inputstage import stage_bytes
 
 N_FOLDS = 5
 N_REPEATS = 3  # repeated K-fold: the ranking of close candidates depends much less on one draw of the folds
@@ -73,7 +74,7 @@ class PartyData:
 def party_setup(shard, stages: dict, classes: np.ndarray, n_folds: int, n_repeats: int, seed: int,
                 party: int) -> PartyData:
     X, y = shard
-    xq = {scaling: InputStage.from_standardisation(*stage).quantize(X) for scaling, stage in stages.items()}
+    xq = {scaling: stage.quantize(X) for scaling, stage in stages.items()}
     folds = party_folds(y, n_folds, seed, party, n_repeats)
     folds += (np.arange(n_repeats) * n_folds)[:, None]  # repeat r's folds are r·K .. r·K + K - 1
     return PartyData(xq, np.searchsorted(classes, y), folds)
@@ -104,8 +105,11 @@ def ranked_winners(U: np.ndarray, M, m_values: list[int], k: int) -> dict[int, n
 @dataclass
 class SparseCounts:
     """Per shape (m, ρ): a flat count vector of `sizes[shape]` entries, as (key, count) pairs that may repeat
-    a key (their counts add). Adding concatenates; a vector with more pairs than entries is compacted (one
-    bincount), so a sum never holds more than about twice the dense size."""
+    a key (their counts add), or dense (key None: `values` is the whole vector, uint8 / uint16 / ...) once at
+    least a quarter of the entries are non-zero, where a dense vector (<= 4 B per entry) is smaller than pairs
+    (16 B per pair).
+    Adding concatenates pairs; pairs past a quarter of the entries are compacted (one bincount), so a sum never
+    holds more than about twice the dense bytes, and what travels between workers is the smaller form."""
 
     sizes: dict
     keys: dict
@@ -114,22 +118,55 @@ class SparseCounts:
     def __add__(self, other: "SparseCounts") -> "SparseCounts":
         keys, values = {}, {}
         for shape, size in self.sizes.items():
-            keys[shape] = np.concatenate([self.keys[shape], other.keys[shape]])
-            values[shape] = np.concatenate([self.values[shape], other.values[shape]])
-            if keys[shape].size > size:
+            ka, va, kb, vb = self.keys[shape], self.values[shape], other.keys[shape], other.values[shape]
+            if ka is not None and kb is None:
+                ka, va, kb, vb = kb, vb, ka, va
+            if ka is None:  # dense + (dense or pairs)
+                summed = va.astype(np.int64)
+                if kb is None:
+                    summed += vb
+                else:
+                    np.add.at(summed, kb, vb)
+                keys[shape], values[shape] = _smaller_form(summed)
+                continue
+            keys[shape] = np.concatenate([ka, kb])
+            values[shape] = np.concatenate([va, vb])
+            if 4 * keys[shape].size > size:  # pairs past the dense size: compact (and maybe go dense)
                 keys[shape], values[shape] = _compact(keys[shape], values[shape], size)
         return SparseCounts(self.sizes, keys, values)
 
     def dense(self, shape, n_folds: int, n_classes: int) -> np.ndarray:
-        out = np.bincount(self.keys[shape], weights=self.values[shape], minlength=self.sizes[shape])
-        return np.rint(out).astype(np.int64).reshape(n_folds, n_classes, shape[0])
+        return _dense(self.keys[shape], self.values[shape], self.sizes[shape]).reshape(n_folds, n_classes, shape[0])
 
 
-def _compact(keys: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Non-zero entries of the summed vector (weights of bincount are float64: exact below 2^53)."""
-    summed = np.rint(np.bincount(keys, weights=values, minlength=size)).astype(np.int64)
+def _dense(keys: np.ndarray | None, values: np.ndarray, size: int) -> np.ndarray:
+    """The whole vector, int64 (bincount's float64 weights are exact below 2^53)."""
+    if keys is None:
+        return values.astype(np.int64)
+    return np.rint(np.bincount(keys, weights=values, minlength=size)).astype(np.int64)
+
+
+def _smaller_form(summed: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """(non-zero keys, their counts), or (None, the dense vector in the narrowest unsigned type that holds it:
+    per-fold counts rarely pass 255) when that is smaller."""
     nonzero = np.flatnonzero(summed)
+    if 4 * nonzero.size >= summed.size:
+        return None, narrowest(summed)
     return nonzero, summed[nonzero]
+
+
+def narrowest(counts: np.ndarray) -> np.ndarray:
+    """Non-negative integer counts in uint8, uint16, uint32 or int64, the first that holds the largest."""
+    top = int(counts.max()) if counts.size else 0
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dtype).max:
+            return counts.astype(dtype)
+    return counts.astype(np.int64)
+
+
+def _compact(keys: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """The summed vector in its smaller form."""
+    return _smaller_form(_dense(keys, values, size))
 
 
 def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds: int, n_classes: int) -> SparseCounts:
@@ -140,7 +177,7 @@ def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds:
     for m, rho in shapes:
         size = n_folds * n_classes * m
         flat = (base * m + state.ranked[m][None, :, :rho]).reshape(-1)
-        if flat.size > size:
+        if 4 * flat.size > size:  # a large party sends the smaller form
             keys[(m, rho)], values[(m, rho)] = _compact(flat, np.ones(flat.size), size)
         else:
             keys[(m, rho)], values[(m, rho)] = flat, np.ones(flat.size, dtype=np.int64)
@@ -173,7 +210,35 @@ def held_out_weights(per_fold: np.ndarray, n_folds: int, table: np.ndarray) -> n
     return np.ascontiguousarray(table[:, held_out].transpose(1, 0, 2, 3)).astype(np.uint8)
 
 
-def party_correct(state: PartyState, weights: dict, plan: list) -> np.ndarray:
+class HeldOutWeights:
+    """What the coordinator broadcasts for scoring: the all-reduced per-fold counts of every shape (narrowest
+    type) and the weightings to score; each process expands them to held_out_weights once, on first use, and every
+    party it runs shares that (the weights are up to 10x the counts' bytes, so they are not sent)."""
+
+    def __init__(self, per_fold: dict, weightings: dict, n_folds: int) -> None:
+        self.per_fold = per_fold  # shape -> (RK, L, m) counts
+        self.weightings = weightings  # shape -> [(bits, decay), ...]
+        self.n_folds = n_folds
+        self._expanded: dict = {}
+
+    def __getitem__(self, shape) -> np.ndarray:
+        if shape not in self._expanded:
+            self._expanded[shape] = held_out_weights(self.per_fold[shape].astype(np.int64), self.n_folds,
+                                                     weight_table(self.weightings[shape]))
+        return self._expanded[shape]
+
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.per_fold.values())
+
+    def __getstate__(self) -> dict:  # only the counts travel
+        return {"per_fold": self.per_fold, "weightings": self.weightings, "n_folds": self.n_folds}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._expanded = {}
+
+
+def party_correct(state: PartyState, weights, plan: list) -> np.ndarray:
     """How many of the party's rows each candidate classifies correctly, every row scored (once per repeat) by
     the model of the folds it is not in: the solver's _cv_accuracies restricted to this party's rows. plan lists
     the shapes; weights[shape] is held_out_weights (RK, weightings, L, m); the lowest score wins."""
@@ -218,8 +283,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                   communication: Communication | None = None):
     """The solver's candidate set ranked by federated K-fold accuracy; returns (the winning Candidate, info).
 
-    stages: scaling -> (mean, scale, input_scale), agreed beforehand by exact all-reduces. The row count n is
-    the sum of the parties' (from the moment sums)."""
+    stages: scaling -> its InputStage ("feature", "global", "shared"), agreed beforehand by exact all-reduces.
+    The row count n is the sum of the parties' (from the moment sums)."""
     from tinyproto.families.flynn.solver import solver_random_state
 
     started = time.perf_counter()
@@ -229,7 +294,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     budget = int(budget_bytes)
     if max_inference_ms == DEFAULT_CAP:
         max_inference_ms = default_max_ms(d)
-    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False)
+    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False, stage_bytes("shared", d))  # the cheapest stage
     if budget < smallest:
         raise TinyprotoError(
             f"budget {budget} B is too small for FlyNN on {d} features and {L} classes: the smallest model "
@@ -241,7 +306,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     parties = list(range(backend.n_parties))
     tried: dict[Candidate, Candidate] = {}
     exact_cache: dict = {}  # the solver's stream replays, one per (s, inputs)
-    scalings = {scaling for scaling, _ in PREPROCESSING}
+    preprocessings = PREPROCESSING + SHARED_PREPROCESSING  # the solver's, in its order (ties keep the first)
+    scalings = {scaling for scaling, _ in preprocessings}
     setup = backend.derive(party_setup, backend.handles, {sc: stages[sc] for sc in scalings}, np.asarray(classes),
                            K, n_repeats, seed, per_party=parties)
     RK = n_repeats * K
@@ -250,7 +316,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
         n_in = 2 * d if sign_split else d
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):
             plan = _solver.exact_plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in,
-                                      count_limit, seed_M, exact_cache)
+                                      count_limit, seed_M, exact_cache, stage_bytes(stages[scaling].kind, d))
             if not plan:
                 continue
             by_shape: dict[tuple[int, int], list[Candidate]] = {}
@@ -268,9 +334,9 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
             summed = backend.allreduce(party_fold_counts, states, shapes, RK, L)
             comm.allreduce(sum(RK * L * m for m, _ in shapes), 4, broadcast=False)
             work = [(shape, sorted({(c.bits, c.decay) for c in by_shape[shape]})) for shape in shapes]
-            weights = {shape: held_out_weights(summed.dense(shape, RK, L), K, weight_table(weightings))
-                       for shape, weightings in work}
-            comm.received += sum(w.size for w in weights.values())  # uint8
+            weights = HeldOutWeights({shape: narrowest(summed.dense(shape, RK, L)) for shape in shapes},
+                                     dict(work), K)
+            comm.received += weights.nbytes()  # the summed per-fold counts come back to every party
             correct = backend.allreduce(party_correct, states, weights, shapes)
             comm.allreduce(sum(len(w) for _, w in work), 8)
             backend.release(states)
@@ -284,7 +350,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                 for c in group:
                     tried[c] = replace(c, cv_accuracy=accuracy[(shape, (c.bits, c.decay))])
 
-    for scaling, sign_split in PREPROCESSING:
+    for scaling, sign_split in preprocessings:
         evaluate(scaling, sign_split, *STAGE1)
         say(f"selection: preprocessing {scaling}/{'split' if sign_split else 'plain'} tried on all parties")
     if not tried:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.inputstage import choose_input_scale, standardise_moments
+from tinyproto.core.inputstage import INPUT_MAX, choose_input_scale, shared_range, standardise_moments
 
 # choose_input_scale's quantile, read from its signature so the two can never disagree
 INPUT_QUANTILE = float(inspect.signature(choose_input_scale).parameters["quantile"].default)
@@ -107,14 +107,15 @@ def count_at_most(sorted_bits: np.ndarray, cuts: np.ndarray) -> np.ndarray:
 
 
 def select_order_statistics(count: Callable[[np.ndarray], np.ndarray], ks: Sequence[int],
-                            n_cuts: int = QUANTILE_CUTS) -> tuple[list[float], int]:
-    """The k-th smallest (0-based) non-negative values for each k in ks, exactly, and the rounds it took.
+                            n_cuts: int = QUANTILE_CUTS, signed: bool = False) -> tuple[list[float], int]:
+    """The k-th smallest (0-based) values for each k in ks, exactly, and the rounds it took.
 
-    `count(cuts)` returns the summed number of values whose float64 bit pattern is <= each cut. The answer for k
-    is the smallest pattern p with count(p) >= k + 1; every round narrows each k's interval [lo, hi] to one of
-    n_cuts + 1 slices, all k sharing one query.
+    `count(cuts)` returns the summed number of values whose key is <= each cut: the float64 bit pattern of a
+    non-negative value, or with `signed` its `order_keys` (any finite value). The answer for k is the smallest key
+    p with count(p) >= k + 1; every round narrows each k's interval [lo, hi] to one of n_cuts + 1 slices, all k
+    sharing one query.
     """
-    lo = {k: 0 for k in ks}
+    lo = {k: (_NEG_INF_KEY if signed else 0) for k in ks}
     hi = {k: _INF_BITS for k in ks}
     rounds = 0
     while any(lo[k] < hi[k] for k in ks):
@@ -135,7 +136,25 @@ def select_order_statistics(count: Callable[[np.ndarray], np.ndarray], ks: Seque
                     lo[k] = c[first - 1] + 1
             else:
                 lo[k] = c[-1] + 1
-    return [float(np.int64(lo[k]).view(np.float64)) for k in ks], rounds
+    return [float(values_of_keys(np.array([lo[k]], dtype=np.int64))[0]) for k in ks], rounds
+
+
+_MAGNITUDE = np.int64(0x7FFF_FFFF_FFFF_FFFF)
+_NEG_INF_KEY = int(np.int64(np.float64(-np.inf).view(np.int64)) ^ _MAGNITUDE)
+
+
+def order_keys(values: np.ndarray) -> np.ndarray:
+    """int64 keys that sort as the float64 values do, negative ones included: a non-negative value keeps its bit
+    pattern, a negative one gets its magnitude bits flipped (so a larger magnitude is a smaller key). -0.0 is
+    counted as +0.0, as numpy's sort treats them as equal."""
+    bits = (np.asarray(values, dtype=np.float64) + 0.0).view(np.int64)  # x + 0.0 turns -0.0 into +0.0
+    return np.where(bits < 0, bits ^ _MAGNITUDE, bits)
+
+
+def values_of_keys(keys: np.ndarray) -> np.ndarray:
+    """The float64 values of order_keys (its inverse)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    return np.where(keys < 0, keys ^ _MAGNITUDE, keys).view(np.float64)
 
 
 def _cuts(lo: int, hi: int, n_cuts: int) -> list[int]:
@@ -168,5 +187,42 @@ def exact_input_scale(count: Callable[[np.ndarray], np.ndarray], n_values: int) 
     return input_scale_from_order_statistics(a_k, a_k1, t), rounds
 
 
-__all__ = ["INPUT_QUANTILE", "MomentSums", "count_at_most", "exact_input_scale", "moment_sums",
-           "select_order_statistics", "standardisation", "tree_sum"]
+# ---------------------------------------------------------------- exact distributed shared input range
+
+
+SHARED_QUANTILE = float(inspect.signature(shared_range).parameters["quantile"].default)
+SHARED_EXACT_VALUES = 2_000_000  # shared_range takes every value up to this many (then a row-order sample)
+
+
+def exact_shared_range(count: Callable[[np.ndarray], np.ndarray], n_values: int) -> tuple[float, float, int]:
+    """(offset, gain, search rounds) of `shared_range` on the pooled raw values: its [1 - q, q] quantiles (and
+    the minimum and maximum, its fallback) found exactly by one signed order-statistic search; `count(cuts)` is
+    the summed count of values whose order_keys are <= each cut, over n_values values in all.
+
+    shared_range itself computes the quantiles exactly on up to SHARED_EXACT_VALUES values; beyond that it
+    samples every step-th value in the pooled row order, which no party can reproduce, so the federation then
+    uses the exact quantiles of all values."""
+    low_k, low_k1, low_t = quantile_positions(n_values, 1.0 - SHARED_QUANTILE)
+    high_k, high_k1, high_t = quantile_positions(n_values, SHARED_QUANTILE)
+    ks = sorted({0, n_values - 1, low_k, low_k1, high_k, high_k1})
+    found, rounds = select_order_statistics(count, ks, signed=True)
+    value = dict(zip(ks, found))
+    low = _lerp(value[low_k], value[low_k1], low_t)
+    high = _lerp(value[high_k], value[high_k1], high_t)
+    if not high > low:  # shared_range's fallbacks, in its order
+        low, high = value[0], value[n_values - 1]
+    if not high > low:
+        high = low + 1.0
+    offset, gain = 0.5 * (low + high), 2.0 * INPUT_MAX / (high - low)
+    return offset, gain, rounds
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's linear quantile between two neighbouring order statistics: np.quantile of the pair at t runs
+    numpy's own interpolation on the same two numbers, so the result is bit-identical to the pooled quantile."""
+    return float(np.quantile(np.array([a, b], dtype=np.float64), t))
+
+
+__all__ = ["INPUT_QUANTILE", "MomentSums", "SHARED_QUANTILE", "count_at_most", "exact_input_scale",
+           "exact_shared_range", "moment_sums", "order_keys", "select_order_statistics", "standardisation",
+           "tree_sum", "values_of_keys"]
