@@ -289,3 +289,24 @@ def test_a_ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch):
             except KeyboardInterrupt:
                 pass
             interrupted()
+
+
+def test_a_tiny_epsilon_releases_clipped_counts_not_wrapped_ones():
+    """Noise of scale 2TN/1e-300 overflows int64 when rounded; the release clips it instead of wrapping it negative."""
+    import numpy as np
+
+    from tinyproto.federated.dp import RELEASE_MAX, DPParams, dp_release
+
+    counts = np.arange(12, dtype=np.int64).reshape(3, 4)
+    params = DPParams(epsilon=1e-300, T=6, n_parties=2)
+    out = dp_release(counts, params, np.random.default_rng(0))
+    assert out.shape == (12,) or out.shape == (3, 4)
+    assert out.min() >= 0 and out.max() <= RELEASE_MAX and np.count_nonzero(out) <= 6
+
+
+def test_a_host_name_idna_cannot_encode_is_one_line():
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.federated.dask_parties import probe_scheduler
+
+    with pytest.raises(TinyprotoError, match="cannot resolve host"):
+        probe_scheduler("tcp://" + "a" * 300 + ":8786", timeout=5)

@@ -57,8 +57,9 @@ def test_grid_is_parsed_checked_and_ordered():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--workers", "0"], "--workers must be at least 1"),
-    (["--workers", "-2"], "--workers must be at least 1"),
+    (["--workers", "0"], "--workers must be in 1..64"),
+    (["--workers", "10000"], "--workers must be in 1..64"),
+    (["--workers", "-2"], "--workers must be in 1..64"),
     (["--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "brings its own workers"),
     (["--timeout", "0"], "--timeout must be a positive"),
     (["--models", "svm"], "unknown model"),
@@ -153,14 +154,60 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     assert report.recommendation.startswith("best overall: ") and report.recommendation.endswith(" predicted")
 
 
+def _line(point_id: str) -> str:
+    return json.dumps({"id": point_id, "status": "ok", "dir": f"points/{point_id}"})
+
+
 def test_torn_results_line_is_dropped_and_cut(tmp_path):
     path = tmp_path / "results.jsonl"
-    path.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "c"')
+    path.write_text(f'{_line("a")}\n{_line("b")}\n{_line("c")[:-3]}')
     assert [r["id"] for r in read_results(path, repair=True)] == ["a", "b"]
-    assert path.read_text() == '{"id": "a"}\n{"id": "b"}\n'
-    path.write_text('{"id": "a"}\nnot json\n{"id": "b"}\n')
+    assert path.read_text() == f'{_line("a")}\n{_line("b")}\n'
+    path.write_text(f'{_line("a")}\nnot json\n{_line("b")}\n')
     with pytest.raises(TinyprotoError, match="results.jsonl:2 is not a result line"):
         read_results(path)
+
+
+@pytest.mark.parametrize("line", ['{"id": "a"}', '{"id": "a", "status": "maybe", "dir": "points/a"}', '[1]'])
+def test_a_results_line_that_tinyproto_did_not_write_is_refused(tmp_path, line):
+    path = tmp_path / "results.jsonl"
+    path.write_text(f"{line}\n{_line('b')}\n")
+    with pytest.raises(TinyprotoError, match="results.jsonl:1 is not a result line"):
+        read_results(path)
+
+
+def test_a_fifo_in_place_of_the_results_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "results.jsonl")
+    with pytest.raises(TinyprotoError, match="is not a regular file"):
+        read_results(tmp_path / "results.jsonl")
+
+
+def test_a_silent_scheduler_is_one_line_not_a_hang(tmp_path):
+    """A service that accepts the connection and never speaks is refused by the probe, within its timeout."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        started = time.monotonic()
+        result = _cli("sweep", "iris", "--models", "protonn", "--budgets", "1kB", "--device", "none",
+                      "--scheduler", f"tcp://127.0.0.1:{port}", "--out", str(tmp_path / "s"))
+    assert result.exit_code == 1 and "no dask handshake" in result.output, result.output
+    assert time.monotonic() - started < 60
+
+
+def test_a_local_sweep_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    result = _cli("sweep", "iris", "--models", "protonn", "--budgets", "1kB", "--device", "none", "--workers", "1",
+                  "--out", str(tmp_path / "s"))
+    assert result.exit_code == 0, result.output
+    assert list(scratch.iterdir()) == []
 
 
 def test_point_ids_are_stable():
@@ -205,3 +252,23 @@ def test_max_latency_reaches_every_point_and_binds_the_sweep(tmp_path):
     assert record["status"] == "failed" and record["stage"] == "compile" and "0.001 ms" in record["error"]
     result = _cli("sweep", "iris", "--device", "none", "--max-latency", "0", "--out", str(tmp_path / "bad"))
     assert result.exit_code == 1 and "--max-latency must be a positive" in result.output
+
+
+def test_a_killed_runs_scratch_is_removed_by_the_next_run_and_a_live_one_is_kept(tmp_path, monkeypatch):
+    import tempfile
+
+    from tinyproto.core.modeldir import LOCK
+    from tinyproto.core.outdir import private_scratch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stale = tmp_path / "tinyproto-dask-stale"  # a SIGKILLed run's: its lock file has no holder
+    stale.mkdir()
+    (stale / LOCK).write_text("123 scratch\n")
+    (stale / "worker-1").mkdir()
+    foreign = tmp_path / "tinyproto-dask-user"  # no lock file: not one of ours, kept
+    foreign.mkdir()
+    with private_scratch("tinyproto-dask-") as live:
+        assert not stale.exists() and foreign.exists()
+        with private_scratch("tinyproto-dask-") as other:  # a concurrent run keeps the first one's directory
+            assert live.exists() and other != live
+    assert not live.exists() and not other.exists() and foreign.exists()

@@ -122,6 +122,15 @@ def read_text_file(path: Path, what: str, limit: int = MAX_JSON_BYTES) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def read_bytes_file(path: Path, what: str, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, or one clear error (never blocks on a FIFO)."""
+    with _open_regular(path, what) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TinyprotoError(f"{path} is over {limit} bytes, too large for {what}")
+    return data
+
+
 def file_sha256(path: Path, what: str = "a file to check") -> str:
     digest = hashlib.sha256()
     with _open_regular(path, what) as handle:

@@ -145,10 +145,10 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(a))
 
 
-def remove_stale_scratch(parent: Path) -> None:
+def remove_stale_scratch(parent: Path, prefix: str = SCRATCH_PREFIX) -> None:
     """Delete scratch directories that killed runs left in `parent` (their lock is no longer held)."""
     try:
-        candidates = [p for p in parent.iterdir() if p.name.startswith(SCRATCH_PREFIX)]
+        candidates = [p for p in parent.iterdir() if p.name.startswith(prefix)]
     except OSError:
         return
     for scratch in candidates:
@@ -164,6 +164,22 @@ def remove_stale_scratch(parent: Path) -> None:
                 shutil.rmtree(scratch, ignore_errors=True)
             finally:
                 os.close(fd)
+
+
+@contextmanager
+def private_scratch(prefix: str) -> Iterator[Path]:
+    """A locked temporary directory for helper processes' files (dask workers'), removed on exit. A run killed
+    with SIGKILL cannot remove its own: the next run removes every one whose lock no longer has a holder."""
+    parent = Path(tempfile.gettempdir())
+    remove_stale_scratch(parent, prefix)
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    fd = _try_lock(path / LOCK, "scratch")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)
 
 
 @contextmanager

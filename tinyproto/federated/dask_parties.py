@@ -58,10 +58,12 @@ class DaskBackend(BackendBase):
             else:
                 import dask
 
-                import tempfile
+                from tinyproto.core.outdir import private_scratch
 
                 workers = n_workers or max(1, min(len(shards), _cpu_count()))
-                self._scratch = tempfile.mkdtemp(prefix="tinyproto-dask-")  # removed by close()
+                # removed by close(); one a SIGKILLed run left is removed by the next run (its lock is free)
+                self._scratch_context = private_scratch("tinyproto-dask-")
+                self._scratch = str(self._scratch_context.__enter__())
                 # processes=False: workers are threads of this process talking over inproc:// (no ports, no
                 # spawned interpreters). processes=True gives real parallelism. dask spawns worker processes
                 # with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc hand every freed numpy buffer back to the
@@ -197,9 +199,7 @@ class DaskBackend(BackendBase):
             logging.disable(previous)
         self.client = self._cluster = None
         if self._scratch is not None:
-            import shutil
-
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch_context.__exit__(None, None, None)
             self._scratch = None
 
 
@@ -276,7 +276,7 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT) -> str:
         infos = pool.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM).result(timeout=timeout)
     except FutureTimeout:
         raise TinyprotoError(f"--scheduler {address}: resolving {host!r} took more than {timeout:g} s") from None
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a name idna cannot encode (a label over 63 characters)
         raise TinyprotoError(f"--scheduler {address}: cannot resolve host {host!r} ({_one_line(exc)})") from None
     finally:
         pool.shutdown(wait=False)

@@ -92,6 +92,9 @@ def exponential_mechanism_picks(counts: np.ndarray, T: int, epsilon_0: float, rn
     return np.argsort(-keys, kind="stable")[:T]
 
 
+RELEASE_MAX = 2**31  # far above any saturated count (at most 2^8 - 1), far below int64 even summed over parties
+
+
 def dp_release(counts: np.ndarray, dp: DPParams, rng: np.random.Generator) -> np.ndarray:
     """Algorithm 2 on one party's (L, m) counts: T picked entries get Laplace noise (rounded, clipped at 0),
     every other entry is released as 0. Returns int64 (L, m) with at most T non-zeros."""
@@ -99,7 +102,9 @@ def dp_release(counts: np.ndarray, dp: DPParams, rng: np.random.Generator) -> np
     picks = exponential_mechanism_picks(flat, dp.T, dp.epsilon_0, rng)
     noisy = flat[picks] + rng.laplace(0.0, dp.laplace_scale, size=picks.size)
     out = np.zeros_like(flat)
-    out[picks] = np.maximum(np.rint(noisy), 0).astype(np.int64)
+    # clipped above too: a tiny epsilon makes the noise overflow int64 (it would wrap to a negative count); any
+    # count past RELEASE_MAX saturates the deployed counts all the same
+    out[picks] = np.clip(np.rint(noisy), 0, RELEASE_MAX).astype(np.int64)
     return out.reshape(np.shape(counts))
 
 

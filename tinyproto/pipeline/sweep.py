@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.outdir import private_scratch
 from tinyproto.pipeline.sweep_files import CONFIG, POINTS, RESULTS, ResultsFile, _rewrite_in_order, read_results
 from tinyproto.pipeline.sweep_points import TOPIC, Point, _one_line, check_arguments, parse_grid, record_order, run_point
 
@@ -113,8 +114,12 @@ def open_cluster(scheduler: str | None, workers: int | None, n_points: int) -> I
     import dask
     from distributed import Client, LocalCluster
 
+    from tinyproto.federated.dask_parties import probe_scheduler
+
     cluster = None
+    stack = ExitStack()  # the LocalCluster's scratch directory
     if scheduler:
+        scheduler = probe_scheduler(scheduler, CONNECT_TIMEOUT_S)  # a silent or foreign service: one line, no hang
         try:
             client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
         except Exception as exc:  # refused, timed out, or an address dask cannot parse: one line, whatever it is
@@ -124,15 +129,19 @@ def open_cluster(scheduler: str | None, workers: int | None, n_points: int) -> I
         n_workers = workers or max(1, min(n_points, os.cpu_count() or 1))
         # worker processes: training is Python and numpy, so threads would share one GIL. Like federate, keep
         # glibc's adaptive malloc trimming (dask's 65536 default slows numpy-heavy work in workers).
+        scratch = str(stack.enter_context(private_scratch("tinyproto-dask-")))  # workers' files, not $TMPDIR's
         try:
             with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                                  "distributed.comm.timeouts.connect": f"{CONNECT_TIMEOUT_S}s"}):
+                                  "distributed.comm.timeouts.connect": f"{CONNECT_TIMEOUT_S}s",
+                                  "temporary-directory": scratch}):
                 cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                       dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
+                                       dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL,
+                                       local_directory=scratch)
             client = Client(cluster, timeout=CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             if cluster is not None:
                 _quietly(cluster.close, timeout=CLOSE_TIMEOUT_S)
+            stack.close()
             raise TinyprotoError(f"could not start a dask LocalCluster: {_one_line(str(exc))}") from None
     try:
         info = client.scheduler_info()
@@ -151,6 +160,7 @@ def open_cluster(scheduler: str | None, workers: int | None, n_points: int) -> I
         _quietly(client.close, timeout=CLOSE_TIMEOUT_S)
         if cluster is not None:
             _quietly(cluster.close, timeout=CLOSE_TIMEOUT_S)
+        stack.close()
 
 
 def _quietly(close: Callable, **kwargs) -> None:

@@ -10,18 +10,20 @@ import os
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.modeldir import read_bytes_file
 
 CONFIG = "sweep.json"
 RESULTS = "results.jsonl"
 POINTS = "points"
+MAX_RESULTS_BYTES = 256 << 20  # ~100,000 points; more is not a results file tinyproto wrote
 
 
 def read_results(path: Path, repair: bool = False) -> list[dict]:
     """The lines of results.jsonl; a torn last line (killed mid-write) is dropped, and cut off with repair."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return []
-    data = path.read_bytes()
+    data = read_bytes_file(path, "a sweep's results", MAX_RESULTS_BYTES)
     lines = data.split(b"\n")
     records, good_end = [], 0
     for number, line in enumerate(lines, start=1):
@@ -33,6 +35,8 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
             entry = json.loads(line)
             if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
                 raise ValueError("not a result object")
+            if entry.get("status") not in ("ok", "failed") or not isinstance(entry.get("dir"), str):
+                raise ValueError("a result object without its status or directory")
         except ValueError as exc:
             if last:
                 break  # torn by a kill: that point runs again

@@ -71,12 +71,15 @@ def parse_grid(models: str, budgets: str, seeds: str, boards: str) -> list[Point
     return sorted(points, key=Point.order)
 
 
+MAX_WORKERS = 64  # LocalCluster processes: each holds a Python, numpy and a simulator; more exhaust file handles
+
+
 def check_arguments(device: str, workers: int | None, scheduler: str | None, timeout: float,
                     max_latency_ms: float | None = None) -> None:
     if device not in DEVICES:
         raise TinyprotoError(f"--device {device!r}: choose sim (build and validate on the simulated board) or none")
-    if workers is not None and workers < 1:
-        raise TinyprotoError(f"--workers must be at least 1, got {workers}")
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise TinyprotoError(f"--workers must be in 1..{MAX_WORKERS} (worker processes on this machine), got {workers}")
     if workers is not None and scheduler:
         raise TinyprotoError("--workers sizes the LocalCluster; a --scheduler cluster brings its own workers")
     if not timeout > 0:
