@@ -16,11 +16,14 @@ Layer: device.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import re
 import shutil
 import stat
 import subprocess
+import termios
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -218,6 +221,35 @@ def _written(log: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def has_modem_lines(port: str) -> bool | None:
+    """Whether `port` has DTR/RTS (TIOCMGET works): a USB-serial bridge does, a pseudo-terminal (a simulated
+    board) does not. None if the port cannot be opened to ask or is no terminal."""
+    try:
+        fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not os.isatty(fd):
+            return None
+        fcntl.ioctl(fd, termios.TIOCMGET, b"\0\0\0\0")
+        return True
+    except OSError as exc:
+        return False if exc.errno in (errno.ENOTTY, errno.EINVAL) else None
+    finally:
+        os.close(fd)
+
+
+def _reset_hint(port: str) -> str:
+    """Why the board may not have reset, for the line that says no bootloader answered. avrdude resets a board by
+    pulsing DTR/RTS; on a port without them the board has to reset itself when the port is opened."""
+    if "://" in port:
+        return ""
+    if has_modem_lines(port) is False:
+        return (f"; {port} has no DTR line (a pseudo-terminal), so avrdude cannot reset the board: it must reset "
+                "itself when the port is opened (tinyproto board-sim does), or be reset by hand as the upload starts")
+    return "; if its auto-reset is off, press the reset button just as the upload starts"
+
+
 def explain_failure(board: Board, port: str, log: str) -> str:
     """avrdude's log of a failed upload -> one line: what was tried and the likely cause."""
     tried = f"avrdude -c {board.upload_protocol} -b {board.upload_speed} -p {board.mcu} on {port}"
@@ -228,7 +260,8 @@ def explain_failure(board: Board, port: str, log: str) -> str:
         return f"{tried}: the board answers as {chip}, not {board.mcu} — wrong board file or wrong port"
     if re.search(r"not in sync|not responding|timeout|failed to get sync|no response", log, re.IGNORECASE):
         return (f"{tried}: no bootloader answered — wrong port, a board other than the {board.title.split(' (')[0]} "
-                "(another bootloader or baud rate), no bootloader on the chip, or the board did not reset")
+                f"(another bootloader or baud rate), no bootloader on the chip, or the board did not reset"
+                f"{_reset_hint(port)}")
     if re.search(r"verification error|content mismatch", log, re.IGNORECASE):
         return f"{tried}: the flash read back differs from the image — flash again; if it repeats the chip is worn"
     if re.search(r"Permission denied", log):
