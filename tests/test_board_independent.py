@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -199,3 +200,36 @@ def test_learning_and_its_eeprom_reload_on_the_other_simulator(plainuno, loaders
     summary = json.loads(learned.stdout)
     assert summary["target"] == port and summary["counts_identical"]
     assert summary["eeprom"]["saved"] and summary["eeprom"]["reloaded_identical"]
+
+
+def test_a_board_that_misses_the_first_open_of_its_port(plainuno, loaders, models):
+    """A simulator that detects opens by polling its pty but never opened it itself sees no hang-up before the
+    first program opens the port, so that first open is no reset (plain avrdude then finds no bootloader).
+    `tinyproto flash` and `pio run -t upload` open and close the port before avrdude, as PlatformIO's atmelavr
+    platform does, so avrdude's own open is a reset there too."""
+    hex_path = models["iris"] / json.loads((models["iris"] / "build.json").read_text())["hex"]
+    missed = ("--first-open", "missed", "--reset-delay-ms", "100")
+    with plain_board(plainuno, loaders["atmega328p"], "atmega328p", *missed) as port:
+        time.sleep(1.5)  # the window of the board's own start is over: only a reset brings Optiboot back
+        plain = subprocess.run(["avrdude", "-p", "atmega328p", "-c", "arduino", "-P", port, "-b", "115200",
+                                "-x", "attempts=1", "-D", "-U", f"flash:w:{hex_path}:i"], capture_output=True,
+                               text=True, timeout=120)
+        assert plain.returncode != 0 and "not in sync" in plain.stderr  # the variant is on
+    with plain_board(plainuno, loaders["atmega328p"], "atmega328p", *missed) as port:
+        time.sleep(1.5)
+        flashed = cli("flash", str(models["iris"]), "--port", port)
+        assert flashed.returncode == 0, flashed.stderr
+
+    from tinyproto.device.build import pio_environment, prepare_pio_core
+
+    if shutil.which("pio") is None and not (Path(sys.executable).parent / "pio").exists():
+        pytest.skip("PlatformIO not installed")
+    env = pio_environment(prepare_pio_core())
+    env["PLATFORMIO_BUILD_DIR"] = str(models["iris"] / ".pio" / "port-test-build")  # keep build.json's firmware
+    with plain_board(plainuno, loaders["atmega328p"], "atmega328p", *missed) as port:
+        time.sleep(1.5)
+        upload = subprocess.run([sys.executable, "-m", "platformio", "run", "-d", str(models["iris"]), "-t", "upload",
+                                 "--upload-port", port], capture_output=True, text=True, env=env, timeout=300)
+    out = upload.stdout + upload.stderr
+    assert upload.returncode == 0, out[-2000:]
+    assert "bytes of flash verified" in out

@@ -115,6 +115,27 @@ def enter_bootloader(port: str, list_ports: Callable[[], Iterable[str]] | None =
                          "8 s, giving the port that appears")
 
 
+# Longer than a simulated board's polling for opens and closes of its port (tools/simuno: 1 ms; others may poll
+# every 100 ms or so).
+PORT_CLOSED_S = 0.25
+
+
+def open_and_close(port: str) -> None:
+    """Open the port, close it, wait PORT_CLOSED_S: what PlatformIO's atmelavr platform does before avrdude
+    (FlushSerialBuffer), minus the DTR/RTS calls a pty cannot take. On a board with auto-reset it is one reset
+    more. A simulated board that notices opens by polling its pty, and missed the first open because nobody had
+    opened the pty before (its master shows no hang-up until then), sees this close, so avrdude's open is a reset
+    there as on a physical board."""
+    if "://" in port:
+        return
+    try:
+        fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return  # avrdude's own open reports why
+    os.close(fd)
+    time.sleep(PORT_CLOSED_S)
+
+
 def avrdude_command(board: Board, port: str, hex_path: Path) -> list[str]:
     command = ["avrdude", "-p", board.mcu, "-c", board.upload_protocol, "-P", port, "-b", str(board.upload_speed)]
     if board.upload_protocol == "arduino":
@@ -285,6 +306,8 @@ def flash_port(board: Board, port: str, hex_path: Path,
     check_port_free(port)
     if needs_touch(board):
         port = enter_bootloader(port, list_ports or list_serial_ports)
+    else:
+        open_and_close(port)
     started = time.monotonic()
     try:
         result = subprocess.run(avrdude_command(board, port, hex_path), capture_output=True, text=True,
