@@ -218,8 +218,9 @@ def test_learning_on_the_board_survives_a_reset_and_a_power_cycle(tmp_path):
 
 
 def test_mega_2560_stk500v2_upload_and_reset_on_open(tmp_path):
-    """No Mega board file exists yet: the simulated ATmega2560 runs Debian's stk500v2 bootloader, avrdude -c wiring
-    uploads a small application through it, and every open of the port resets into it."""
+    """The simulated ATmega2560 runs Debian's stk500v2 bootloader, avrdude -c wiring uploads a small application
+    through it, and every open of the port resets into it. (digits / ProtoNN / 2 kB flashed and validated through
+    it: tests/test_boards.py and, on a second simulator, tests/test_board_independent.py.)"""
     import serial
 
     from tinyproto.device.board_sim import SimulatedBoard
@@ -280,6 +281,7 @@ def test_nothing_answering_and_the_wrong_bootloader(models, tmp_path):
         assert "\n" not in message
         assert f"avrdude -c arduino -b 115200 -p atmega328p on {port}" in message
         assert "no bootloader answered" in message and "wrong port" in message
+        assert f"{port} has no DTR line" in message  # a pty: the board must reset itself on open
 
 
 def test_port_held_by_another_program(uno, models):

@@ -16,11 +16,14 @@ Layer: device.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import re
 import shutil
 import stat
 import subprocess
+import termios
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -110,6 +113,27 @@ def enter_bootloader(port: str, list_ports: Callable[[], Iterable[str]] | None =
                          f"{port}: is it the Leonardo's own USB port (not a USB-serial adapter)? If the sketch on it "
                          "has no USB stack (tinyproto's firmware), double-press the reset button and flash within "
                          "8 s, giving the port that appears")
+
+
+# Longer than a simulated board's polling for opens and closes of its port (tools/simuno: 1 ms; others may poll
+# every 100 ms or so).
+PORT_CLOSED_S = 0.25
+
+
+def open_and_close(port: str) -> None:
+    """Open the port, close it, wait PORT_CLOSED_S: what PlatformIO's atmelavr platform does before avrdude
+    (FlushSerialBuffer), minus the DTR/RTS calls a pty cannot take. On a board with auto-reset it is one reset
+    more. A simulated board that notices opens by polling its pty, and missed the first open because nobody had
+    opened the pty before (its master shows no hang-up until then), sees this close, so avrdude's open is a reset
+    there as on a physical board."""
+    if "://" in port:
+        return
+    try:
+        fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return  # avrdude's own open reports why
+    os.close(fd)
+    time.sleep(PORT_CLOSED_S)
 
 
 def avrdude_command(board: Board, port: str, hex_path: Path) -> list[str]:
@@ -218,6 +242,35 @@ def _written(log: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def has_modem_lines(port: str) -> bool | None:
+    """Whether `port` has DTR/RTS (TIOCMGET works): a USB-serial bridge does, a pseudo-terminal (a simulated
+    board) does not. None if the port cannot be opened to ask or is no terminal."""
+    try:
+        fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not os.isatty(fd):
+            return None
+        fcntl.ioctl(fd, termios.TIOCMGET, b"\0\0\0\0")
+        return True
+    except OSError as exc:
+        return False if exc.errno in (errno.ENOTTY, errno.EINVAL) else None
+    finally:
+        os.close(fd)
+
+
+def _reset_hint(port: str) -> str:
+    """Why the board may not have reset, for the line that says no bootloader answered. avrdude resets a board by
+    pulsing DTR/RTS; on a port without them the board has to reset itself when the port is opened."""
+    if "://" in port:
+        return ""
+    if has_modem_lines(port) is False:
+        return (f"; {port} has no DTR line (a pseudo-terminal), so avrdude cannot reset the board: it must reset "
+                "itself when the port is opened (tinyproto board-sim does), or be reset by hand as the upload starts")
+    return "; if its auto-reset is off, press the reset button just as the upload starts"
+
+
 def explain_failure(board: Board, port: str, log: str) -> str:
     """avrdude's log of a failed upload -> one line: what was tried and the likely cause."""
     tried = f"avrdude -c {board.upload_protocol} -b {board.upload_speed} -p {board.mcu} on {port}"
@@ -228,7 +281,8 @@ def explain_failure(board: Board, port: str, log: str) -> str:
         return f"{tried}: the board answers as {chip}, not {board.mcu} — wrong board file or wrong port"
     if re.search(r"not in sync|not responding|timeout|failed to get sync|no response", log, re.IGNORECASE):
         return (f"{tried}: no bootloader answered — wrong port, a board other than the {board.title.split(' (')[0]} "
-                "(another bootloader or baud rate), no bootloader on the chip, or the board did not reset")
+                f"(another bootloader or baud rate), no bootloader on the chip, or the board did not reset"
+                f"{_reset_hint(port)}")
     if re.search(r"verification error|content mismatch", log, re.IGNORECASE):
         return f"{tried}: the flash read back differs from the image — flash again; if it repeats the chip is worn"
     if re.search(r"Permission denied", log):
@@ -252,6 +306,8 @@ def flash_port(board: Board, port: str, hex_path: Path,
     check_port_free(port)
     if needs_touch(board):
         port = enter_bootloader(port, list_ports or list_serial_ports)
+    else:
+        open_and_close(port)
     started = time.monotonic()
     try:
         result = subprocess.run(avrdude_command(board, port, hex_path), capture_output=True, text=True,

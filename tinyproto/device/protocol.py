@@ -87,14 +87,15 @@ def open_port(port_url: str, baud: int = 115200) -> SerialPort:
 def open_device(
     port_url: str,
     baud: int = 115200,
-    handshake_timeout: float = 5.0,
+    handshake_timeout: float = 10.0,
     n_retries: int = 3,
     timeout: float = DEFAULT_TIMEOUT,
     boot_quiet_s: float = 0.0,
 ) -> DeviceClient:
     """Open the port and complete the HELLO handshake (retried until ``handshake_timeout`` s, which covers the
     Uno's reset + bootloader: no fixed sleep, the first answer ends the wait); the returned client's ``info``
-    holds the device's Hello."""
+    holds the device's Hello. The deadline leaves room for a bootloader's 1 s window on a simulated board that
+    runs at a quarter of real time or slower (a busy host); only a board that never answers waits it out."""
     port = open_port(port_url, baud)
     client = DeviceClient(port, n_retries=n_retries, timeout=timeout)
     try:

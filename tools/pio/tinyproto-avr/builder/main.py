@@ -88,6 +88,26 @@ def _before_avrdude(target, source, env):  # pylint: disable=unused-argument
     env.Append(UPLOADERFLAGS=["-D"])  # the bootloaders (Optiboot, ATmegaBOOT, stk500v2, Caterina) erase pages themselves
     env.AutodetectUploadPort()
     env.Append(UPLOADERFLAGS=["-P", '"$UPLOAD_PORT"'])
+    if not upload.get("use_1200bps_touch", False):
+        _open_and_close(env.subst("$UPLOAD_PORT"))
+
+
+PORT_CLOSED_S = 0.25  # longer than a simulated board's polling for opens and closes of its port
+
+
+def _open_and_close(port):
+    """Open the port, close it, wait: what the official platform's FlushSerialBuffer does before avrdude, minus its
+    DTR/RTS calls (a pty has no modem lines). On a board with auto-reset it is one reset more; a simulated board
+    that notices opens by polling and missed the first one (a pty nobody had opened yet) sees a close now, so
+    avrdude's open is a reset there too."""
+    import time
+
+    try:
+        fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return  # avrdude's own open reports why
+    os.close(fd)
+    time.sleep(PORT_CLOSED_S)
 
 
 def _simulated_upload(target, source, env):  # pylint: disable=unused-argument
