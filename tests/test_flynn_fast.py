@@ -1,4 +1,5 @@
-"""FlyNN's fast lifting (issue 13): blocks of consecutive rotations summed four rows at a time on the AVR.
+"""FlyNN's fast lifting (issue 13): blocks of consecutive rotations summed four rows at a time on the AVR (narrow
+inputs; wide ones draw a rotation per row).
 
 The seeded M's structure must cost (almost) no accuracy against a fully random sparse M of the same shape, and
 the four-row AVR scan (unrolled, and the counted loop for long patterns) must stay bit-exact, including the short
@@ -31,8 +32,9 @@ def _accuracy(indices: np.ndarray, rho: int, data, scaling: str) -> float:
 
 
 @pytest.mark.parametrize("name, scaling, m, s, rho", [("digits", "global", 800, 8, 32),
-                                                     ("breast_cancer", "feature", 600, 8, 32)])
-def test_consecutive_rotations_cost_at_most_a_point_against_a_random_M(name, scaling, m, s, rho):
+                                                     ("breast_cancer", "feature", 600, 8, 32),
+                                                     ("digits28", "global", 816, 12, 64)])  # wide: a rotation per row
+def test_the_seeded_block_format_costs_at_most_a_point_against_a_random_M(name, scaling, m, s, rho):
     """Mean over 4 seeds: the seeded block format within 1 point of M drawn as independent random s-subsets."""
     data = split(load_dataset(name))
     n_in = 2 * data.X_train.shape[1]
