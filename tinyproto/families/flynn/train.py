@@ -146,7 +146,8 @@ def seeded_walk(seed: int, n_rows: int, n_per_row: int, n_inputs: int) -> Seeded
     compares = np.zeros(n_rows + 1, dtype=np.int64)
     wrapped = np.zeros(n_rows + 1, dtype=np.int64)
     blocks = -(-n_rows // block)
-    chunk = max(256, blocks * (2 * s + 1) + (n_rows if per_row else 0))  # enough for all but patterns with many repeats (s close to d)
+    # enough for all but patterns with many repeats (s close to d)
+    chunk = max(256, blocks * (2 * s + 1) + (n_rows if per_row else 0))
     stream, pos, drawn = proposal_stream(seed, chunk, n), 0, 0
     n_prop = n_cmp = 0
 
