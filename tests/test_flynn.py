@@ -27,7 +27,7 @@ from tinyproto.families.flynn.train import (
     SEED_PERIOD,
     FlyNNClassifier,
     block_rows,
-    input_stride,
+    random_rotations,
     seeded_indices,
     top_winners,
     xorshift16_states,
@@ -202,9 +202,13 @@ def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
             p = proposal()
             if p not in pattern:
                 pattern.append(p)
-        first = proposal()
-        for t in range(block_rows(n)):
-            rows.append([(p + first + input_stride(n) * t) % n for p in pattern])
+        if random_rotations(n):  # wide: a rotation drawn for each row
+            rows.extend([(p + r) % n for p in pattern] for r in (proposal() for _ in range(min(block_rows(n),
+                                                                                              m - len(rows)))))
+        else:  # narrow: the block's rotation, then the consecutive ones
+            first = proposal()
+            for t in range(block_rows(n)):
+                rows.append([(p + first + t) % n for p in pattern])
     return np.array(rows[:m])
 
 
@@ -212,16 +216,17 @@ def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
 @given(seed=st.integers(1, 65535), m=st.integers(1, 60), n=st.sampled_from([1, 5, 26, 128, 255, 256, 257, 1568]),
        s_frac=st.floats(0, 1))
 def test_seeded_blocks_are_rotations_of_one_pattern(seed, m, n, s_frac):
-    """The format the device regenerates: blocks of block_rows(n) rows, translates of the block's pattern that are
-    input_stride(n) apart from one row to the next."""
+    """The format the device regenerates: blocks of block_rows(n) rows, translates of the block's pattern; narrow
+    inputs' rows are consecutive rotations, wide inputs' rows each have their own."""
     s = max(1, min(n, int(round(s_frac * min(n, 16)))))
     rows = seeded_indices(seed, m, s, n)
     np.testing.assert_array_equal(rows, reference_walk(seed, m, s, n))
     for start in range(0, m, block_rows(n)):
         block = rows[start : start + block_rows(n)]
-        shift = (block - block[:1]) % n  # row t is the block's first row shifted by t times the stride
-        steps = (input_stride(n) * np.arange(len(block))) % n
-        np.testing.assert_array_equal(shift, np.broadcast_to(steps[:, None], shift.shape))
+        shift = (block - block[:1]) % n  # every offset of row t moved by the same rotation
+        np.testing.assert_array_equal(shift, np.broadcast_to(shift[:, :1], shift.shape))
+        if not random_rotations(n):
+            np.testing.assert_array_equal(shift[:, 0], np.arange(len(block)) % n)
 
 
 def test_mirrored_inputs_are_ones_complements():

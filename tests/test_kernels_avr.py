@@ -163,7 +163,7 @@ def test_avr_c_fallback_is_bit_exact_too(tmp_path):
 
 @pytest.mark.parametrize("data,budget", [
     ("digits", "2kB"), ("breast_cancer", "1kB"), ("wine", "1kB"), ("segment", "2kB"),
-    ("wine", "2kB"), ("iris", "1kB"),
+    ("wine", "2kB"), ("iris", "1kB"), ("digits28", "1kB"), ("digits28", "2kB"),  # wide: a rotation drawn per row
 ])
 def test_flynn_cost_model_within_3_percent(compiled, tmp_path, data, budget):
     """Seeded and stored-M FlyNN models from the solver: measured cycles (bit-exact run) vs the static model."""

@@ -32,7 +32,6 @@ from tinyproto.families.flynn.train import (
     FlyNNClassifier,
     block_rows,
     count_winners,
-    input_stride,
     project,
     projection_matrix,
     seeded_indices,
@@ -231,7 +230,6 @@ class IntFlyNN:
             "TP_FLY_SPLIT": int(self.sign_split),
             "TP_FLY_SEEDED": int(not self.store_M),
             "TP_FLY_BLOCK": block_rows(self.n_hash_inputs),
-            "TP_FLY_STRIDE": input_stride(self.n_hash_inputs),
             "TP_FLY_SEED": self.seed,
         }
         out.update(self.input_stage.defines())

@@ -7,8 +7,9 @@ A point's novelty for class l is f_l(x) = w_l · h(x) / ρ and the prediction is
 
 Conventions shared by the float estimator, the integer reference (quantize.py) and firmware/tp_flynn.c:
 
-* M is always generated from a 16-bit seed by `seeded_indices` (xorshift16; blocks of rows that are the
-  consecutive rotations of one seeded pattern), so the same matrix can be stored in flash as indices or regenerated on the device.
+* M is always generated from a 16-bit seed by `seeded_indices` (xorshift16; blocks of rows that are rotations
+  of one seeded pattern: consecutive ones for narrow inputs, drawn per row for wide ones), so the same matrix can
+  be stored in flash as indices or regenerated on the device.
 * Winner-take-all ties at the cut go to the lower row index (`top_winners`).
 * Class ties go to the lowest class index.
 
@@ -28,7 +29,6 @@ Layer: families.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from numbers import Integral, Real
@@ -93,23 +93,19 @@ GROUP_ROWS = 4  # rows the AVR row scan sums at once (consecutive rotations: 4 a
 WIDE_INPUTS = 256  # above this many hash inputs tp_flynn.c reads x in place (TP_FLY_WIDE) instead of a buffer
 
 
-def input_stride(n_inputs: int) -> int:
-    """a (TP_FLY_STRIDE): how far apart in the inputs consecutive rows of a block are. Narrow inputs: 1, so the
-    rows are adjacent in the device's buffer and the AVR sums GROUP_ROWS of them at once. Wide inputs (images):
-    neighbouring pixels are alike, so rows one place apart would win and lose together (digits28 lost 4-8
-    points); a near n / golden ratio, coprime with n, spreads a block's rows evenly over the inputs."""
-    if n_inputs <= WIDE_INPUTS:
-        return 1
-    a = int(round(n_inputs * 0.6180339887498949))
-    while math.gcd(a, n_inputs) != 1:
-        a += 1
-    return a
+def random_rotations(n_inputs: int) -> bool:
+    """Whether each row of a block draws its own rotation (wide inputs) instead of taking the consecutive
+    rotations from the block's one drawn rotation (narrow inputs, where the AVR sums GROUP_ROWS adjacent rows at
+    once). Images are smooth: rows a fixed step apart are translates of one shape that win and lose together
+    (digits28, one shape, 4 seeds: consecutive rotations 3 points below a rotation per row; with a stride near
+    d / golden ratio the solver's picks at 2 kB tested 1.3 points lower over 5 seeds); wide inputs are summed row
+    by row anyway, so a rotation per row costs one generator step per row and nothing per input."""
+    return n_inputs > WIDE_INPUTS
 
 
 def block_rows(n_inputs: int) -> int:
-    """Rows per seeded pattern (TP_FLY_BLOCK): BLOCK_ROWS, WIDE_BLOCK_ROWS for wide inputs, where rows a stride
-    apart are translates of one shape in the image and more patterns keep more shapes (digits28 at 2 kB: 93.5 %
-    with 16, 92.3 % with 32, mean of 3 seeds)."""
+    """Rows per seeded pattern (TP_FLY_BLOCK): BLOCK_ROWS, WIDE_BLOCK_ROWS for wide inputs, where the rows of a
+    block are translates of one shape in the image and more patterns keep more shapes."""
     return WIDE_BLOCK_ROWS if n_inputs > WIDE_INPUTS else BLOCK_ROWS
 
 
@@ -144,13 +140,14 @@ def seeded_walk(seed: int, n_rows: int, n_per_row: int, n_inputs: int) -> Seeded
     if not 1 <= n_per_row <= n_inputs:
         raise ValueError(f"need 1 <= s <= d, got s={n_per_row}, d={n_inputs}")
     s, n = n_per_row, n_inputs
-    stride, block = input_stride(n), block_rows(n)
+    per_row, block = random_rotations(n), block_rows(n)
     out = np.empty((n_rows, s), dtype=np.int64)
     proposals = np.zeros(n_rows + 1, dtype=np.int64)
     compares = np.zeros(n_rows + 1, dtype=np.int64)
     wrapped = np.zeros(n_rows + 1, dtype=np.int64)
     blocks = -(-n_rows // block)
-    chunk = max(256, blocks * (2 * s + 1))  # enough for all but patterns with many repeats (s close to d)
+    # enough for all but patterns with many repeats (s close to d)
+    chunk = max(256, blocks * (2 * s + 1) + (n_rows if per_row else 0))
     stream, pos, drawn = proposal_stream(seed, chunk, n), 0, 0
     n_prop = n_cmp = 0
 
@@ -176,10 +173,15 @@ def seeded_walk(seed: int, n_rows: int, n_per_row: int, n_inputs: int) -> Seeded
                 pattern.append(p)
         offsets = np.asarray(pattern, dtype=np.int64)
         take = min(block, n_rows - row)
-        need(1)
-        first = int(stream[pos])  # one rotation per block: its rows take the consecutive rotations from there
-        pos += 1
-        rotations = (first + stride * np.arange(take)) % n  # row t: the pattern rotated by r0 + a t
+        if per_row:  # wide: each row draws its own rotation
+            need(take)
+            rotations = stream[pos : pos + take].astype(np.int64)
+            pos += take
+        else:  # narrow: one rotation r0 per block, row t takes the pattern rotated by r0 + t
+            need(1)
+            rotations = int(stream[pos]) + np.arange(take)
+            pos += 1
+            rotations %= n
         idx = offsets[None, :] + rotations[:, None]
         out[row : row + take] = np.where(idx >= n, idx - n, idx)
         wrapped[row + 1 : row + take + 1] = wrapped[row] + np.cumsum(np.count_nonzero(idx >= n, axis=1))
@@ -193,13 +195,13 @@ def seeded_indices(seed: int, n_rows: int, n_per_row: int, n_features: int) -> n
 
     One proposal stream (`proposal_stream`) runs through all rows. M is built in blocks of block_rows(d) rows
     (32; 16 for wide inputs): a block first draws a pattern of s distinct offsets (a proposal equal to one already
-    taken is rejected), then one rotation r0; its row t takes the inputs (offset + r0 + a·t) mod d, a =
-    input_stride(d) (1 for narrow inputs: consecutive rotations). Every row has s distinct inputs and, over the
-    seed, is a uniform random s-subset; the rows of a block are translates of one pattern (two of them share
-    inputs only where the pattern has two offsets that far apart, as random rows would). On the device the
-    rotation costs nothing per input (a cyclically extended input buffer, or one compare on wide inputs), there
-    is no per-input bookkeeping, and consecutive rotations let the AVR sum GROUP_ROWS rows from adjacent bytes at
-    once: one generator byte per block besides the pattern.
+    taken is rejected). Narrow inputs then draw one rotation r0 and row t of the block takes the inputs
+    (offset + r0 + t) mod d (consecutive rotations); wide inputs (random_rotations) draw one rotation r per row
+    and take (offset + r) mod d. Every row has s distinct inputs and, over the seed, is a uniform random
+    s-subset; the rows of a block are translates of one pattern. On the device the rotation costs nothing per
+    input (a cyclically extended input buffer, or one compare on wide inputs), there is no per-input
+    bookkeeping, and consecutive rotations let the AVR sum GROUP_ROWS rows from adjacent bytes at once: one
+    generator byte per block besides the pattern (one 16-bit step per row on wide inputs).
     """
     return seeded_walk(seed, n_rows, n_per_row, n_features).indices
 
