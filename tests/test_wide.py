@@ -276,3 +276,40 @@ def test_wide_budget_refusal_is_one_clear_line(d16):
     X, y, _, _ = d16
     with pytest.raises(TinyprotoError, match=r"budget 100 B is too small .* needs \d+ B"):
         fit_protonn_under_budget(X, y, 100, 0)
+
+
+def test_a_family_that_does_not_stream_is_refused_on_too_wide_data_before_training(tmp_path):
+    """FlyNN holds the whole int8 input in SRAM: 3,000 features cannot fit an Uno, which is said at once (naming
+    how many would fit and the families that stream), not after the shape search."""
+    import subprocess
+    import sys
+    import time
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "window.npz"
+    np.savez(data, X=rng.normal(size=(40, 3000)).astype(np.float32), y=np.arange(40) % 2)
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "tinyproto", "compile", str(data), "--model", "flynn",
+                             "--out", str(tmp_path / "m")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "FlyNN keeps the whole int8 input in SRAM: 3000 features need" in result.stderr
+    assert "features fit" in result.stderr and "protonn" in result.stderr
+    assert not (tmp_path / "m").exists() and time.monotonic() - started < 60
+
+
+def test_auto_skips_a_family_whose_model_the_board_cannot_run():
+    from tinyproto import families
+    from tinyproto.core.errors import TinyprotoError
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(80, 6)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(int)
+
+    def only_bloom(model):
+        if model.family != "bloom":
+            raise TinyprotoError(f"{model.family} does not fit this board")
+
+    clf, model, info = families.fit_best_family(X, y, 1024, 0, fits_board=only_bloom)
+    assert model.family == "bloom" and info["auto"]["chosen"] == "bloom"
+    refused = {o["family"]: o.get("refused") for o in info["auto"]["families"]}
+    assert refused["protonn"] == "protonn does not fit this board"

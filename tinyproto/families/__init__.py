@@ -133,9 +133,10 @@ def validation_accuracy(info: dict) -> float:
 
 def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, budget_bytes: int, seed: int,
                     progress: Callable[[str], None] | None = None, max_latency_ms: float | None = None,
-                    f_cpu_hz: int = 16_000_000):
+                    f_cpu_hz: int = 16_000_000, fits_board: Callable[[IntModel], None] | None = None):
     """`--model auto`: fit every family under the budget (and latency limit) and keep the one with the best
     validated int8 accuracy; ties go to the fewer predicted cycles, then the fewer bytes, then registry order.
+    fits_board(model) raises TinyprotoError for a model the board cannot run (its SRAM): that family is refused.
     info["auto"] lists every family's outcome (its validated accuracy, bytes and cycles, or why it was refused)."""
     outcomes, fitted = [], []
     for name in names():
@@ -144,6 +145,8 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, budget_bytes: int,
         try:
             clf, model, info = fit_under_budget(name, X_train, y_train, budget_bytes, seed, progress, max_latency_ms,
                                                 f_cpu_hz)
+            if fits_board is not None:
+                fits_board(model)
         except TinyprotoError as exc:
             outcomes.append({"family": name, "refused": str(exc)})
             continue

@@ -68,6 +68,31 @@ def sram_refusal(sram: dict, n_features: int, board: Board) -> str:
             f"more than the {board.sram_bytes} B of {board.title}{fit}")
 
 
+def check_fits_board(model, board: Board) -> None:
+    """Refuse (one line) a model whose inference would not fit the board's SRAM."""
+    sram = firmware_sram_estimate(model, board)
+    if sram["estimated_total_bytes"] > board.sram_bytes:
+        raise TinyprotoError(sram_refusal(sram, model.n_features, board))
+
+
+def refuse_too_wide(family_name: str, n_features: int, n_classes: int, board: Board) -> None:
+    """A family that does not stream keeps the whole int8 input in SRAM: on more features than the board holds
+    (beside the serial frame, the app and the reserve), no model of it fits, so it is refused before training."""
+    from tinyproto.core.wire import app_sram
+
+    fam = families.family(family_name)
+    if fam.streamable:
+        return
+    app = app_sram(n_features, n_classes, streamable=False)
+    need = app.total + board.sram_reserved_bytes
+    if need > board.sram_bytes:
+        fit = max(0, n_features - (need - board.sram_bytes))
+        streaming = ", ".join(name for name in families.names() if families.family(name).streamable)
+        raise TinyprotoError(f"{fam.title} keeps the whole int8 input in SRAM: {n_features} features need at least "
+                             f"{need} B, more than the {board.sram_bytes} B of {board.title}; at most {fit} features "
+                             f"fit (fewer columns), or choose a family that streams its input ({streaming})")
+
+
 def compile_model(
     data: str,
     family: str = families.DEFAULT,
@@ -97,12 +122,16 @@ def compile_model(
     check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
     sp = split(dataset)
 
+    n_classes = len(np.unique(sp.y_train))
+    if family != families.AUTO:
+        refuse_too_wide(family, sp.X_train.shape[1], n_classes, board)
     started = time.perf_counter()
     if learnable:
         clf, model, info = _fit_learnable_flynn(sp, budget_bytes, seed, board, progress, max_latency_ms)
     elif family == families.AUTO:
         clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                                    max_latency_ms, board.f_cpu_hz)
+                                                    max_latency_ms, board.f_cpu_hz,
+                                                    fits_board=lambda m: check_fits_board(m, board))
     else:
         clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress,
                                             max_latency_ms, board.f_cpu_hz)
@@ -125,9 +154,8 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
     ledger = Ledger(model.carrays(), model.working_sram())
     if ledger.model_bytes > budget_bytes:  # the solvers guarantee this; a breach is a bug, never shipped
         raise TinyprotoError(f"internal error: model is {ledger.model_bytes} B, over the {budget_bytes} B budget")
+    check_fits_board(model, board)
     sram = firmware_sram_estimate(model, board)
-    if sram["estimated_total_bytes"] > board.sram_bytes:
-        raise TinyprotoError(sram_refusal(sram, model.n_features, board))
 
     family = model.family
     vectors = _test_vectors(model, sp.X_test, sp.y_test)
