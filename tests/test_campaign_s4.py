@@ -336,10 +336,12 @@ def test_report_refuses_a_special_results_file(work, kind):
     refused(["report", str(folder)], "results.jsonl", work, code=1)
 
 
-def test_report_draws_a_results_line_that_holds_only_an_id(work):
-    """A failed point without stage / error fields was an internal error in the page template."""
+def test_report_refuses_a_results_line_that_holds_only_an_id(work):
+    """A line tinyproto did not write (no status, no directory) was an internal error in the page template; it is
+    now refused in one line naming the line, by report and by sweep --resume alike."""
+    from tinyproto.core.errors import TinyprotoError
     from tinyproto.pipeline.report_data import load_sweep
 
     folder = _sweep_dir(work, json.dumps({"id": "p1"}) + "\n")
-    data = load_sweep(folder)
-    assert data.failed[0]["stage"] == "?" and data.failed[0]["error"] == "no result recorded"
+    with pytest.raises(TinyprotoError, match=r"results.jsonl:1 is not a result line"):
+        load_sweep(folder)
