@@ -109,6 +109,17 @@ def host_c(model: IntBNC, xq: np.ndarray, workdir: Path):
     return whole[:, 0], whole[:, 1:], stream[:, 0], stream[:, 1:]
 
 
+def assert_host_c_equals_reference(model, xq: np.ndarray, tmp_path: Path) -> np.ndarray:
+    """tp_bnc.c on the host, whole and streamed, gives the integer reference's scores and labels; returns them."""
+    labels, scores, stream_labels, stream_scores = host_c(model, xq, tmp_path)
+    ref = model.scores(xq)
+    np.testing.assert_array_equal(scores, ref)
+    np.testing.assert_array_equal(labels, model.labels(ref))
+    np.testing.assert_array_equal(stream_scores, ref)
+    np.testing.assert_array_equal(stream_labels, labels)
+    return ref
+
+
 def extreme_vectors(d: int) -> np.ndarray:
     alt = np.where(np.arange(d) % 2 == 0, 127, -128)
     return np.array([np.full(d, -128), np.full(d, 127), alt, -1 - alt, np.zeros(d)], dtype=np.int64)
@@ -168,12 +179,7 @@ def test_integer_reference_equals_host_c_whole_and_streamed(tmp_path, d, r, m, L
     assert model.w_dense == (density == 1.0 and not per_row)
     rng = np.random.default_rng(1)
     xq = np.vstack([rng.integers(-128, 128, size=(60, d)), extreme_vectors(d)])
-    labels, scores, stream_labels, stream_scores = host_c(model, xq, tmp_path)
-    ref = model.scores(xq)
-    np.testing.assert_array_equal(scores, ref)
-    np.testing.assert_array_equal(labels, model.labels(ref))
-    np.testing.assert_array_equal(stream_scores, ref)
-    np.testing.assert_array_equal(stream_labels, labels)
+    ref = assert_host_c_equals_reference(model, xq, tmp_path)
 
 
 def test_reference_is_nearest_prototype_by_hamming_distance():
@@ -414,12 +420,7 @@ def test_784_features_fit_2kB_with_the_shared_stage_bit_exact_on_host_c(tmp_path
     assert "#define TP_INPUT_SHARED 1" in header
     assert np.mean(model.predict(X) == y) > 0.5  # 2 + 2 epochs on 300 rows: a hash, not noise
     xq = np.vstack([model.input_stage.quantize(X[:60]), extreme_vectors(d)])
-    labels, scores, stream_labels, stream_scores = host_c(model, xq, tmp_path)
-    ref = model.scores(xq)
-    np.testing.assert_array_equal(scores, ref)
-    np.testing.assert_array_equal(labels, model.labels(ref))
-    np.testing.assert_array_equal(stream_scores, ref)
-    np.testing.assert_array_equal(stream_labels, labels)
+    ref = assert_host_c_equals_reference(model, xq, tmp_path)
     np.testing.assert_array_equal(model.labels(ref[:60]), model.labels(model.scores(model.input_stage.quantize(X[:60]))))
     again = families.int_model_from_json(json.loads(json.dumps(model.to_json())))
     np.testing.assert_array_equal(again.predict(X), model.predict(X))
