@@ -28,6 +28,9 @@ _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _NONFINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Unicode's own line breaks: str.splitlines() ends lines there but the csv module does not, so a file using them
+# would read as one long line and be refused for something else (duplicate column names)
+_LINE_SEPARATOR = re.compile("[\u2028\u2029]")
 
 
 # ---------------------------------------------------------------------------------------------- files
@@ -156,6 +159,13 @@ def decode_text(raw: bytes, name: str) -> str:
         line = text.count("\n", 0, bad.start()) + 1
         raise TinyprotoError(
             f"{name}, line {line}: control character U+{ord(bad.group()):04X}: not CSV text (binary data?)"
+        )
+    separator = _LINE_SEPARATOR.search(text)
+    if separator:
+        line = text.count("\n", 0, separator.start()) + 1
+        raise TinyprotoError(
+            f"{name}, line {line}: Unicode line separator U+{ord(separator.group()):04X}, which CSV does not end "
+            "lines with; save the file with ordinary line ends (LF or CRLF)"
         )
     return text
 
