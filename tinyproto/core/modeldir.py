@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import stat
 import tempfile
@@ -67,20 +68,62 @@ def check_regular_file(path: Path, what: str) -> None:
     _regular_file(path, what)
 
 
-def read_json(path: Path, what: str) -> dict:
-    """A JSON object from a regular file of sane size, or one clear line saying what is wrong with it."""
+def read_json(path: Path, what: str, strict: bool = False) -> dict:
+    """A JSON object from a regular file of sane size, or one clear line saying what is wrong with it.
+
+    strict (the files tinyproto rebuilds a model from): no NaN / Infinity literals or numbers that overflow to
+    infinity, no key given twice (which value wins is the parser's whim) and no text that is not Unicode (a lone
+    surrogate escape), so every later int() / float() / encode() of a field gets an ordinary value."""
     info = _regular_file(path, what)
     if info.st_size > MAX_JSON_BYTES:
         raise TinyprotoError(f"{path} is {info.st_size} bytes, too large for {what}")
+    with _open_regular(path, what) as handle:  # non-blocking: a FIFO swapped in after the check cannot hang us
+        raw = handle.read(MAX_JSON_BYTES + 1)
+    hooks = {"parse_constant": _refuse_constant, "parse_float": _finite_float,
+             "object_pairs_hook": _unique_keys} if strict else {}
     try:
-        data = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except PermissionError:
-        raise TinyprotoError(f"cannot read {path} ({what}): permission denied") from None
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        data = json.loads(raw.decode("utf-8"), **hooks)
+        if strict:
+            _check_text(data)
+    except (UnicodeError, ValueError, RecursionError) as exc:
         raise TinyprotoError(f"{path} is damaged: not valid JSON ({what}): {str(exc)[:80]}") from None
     if not isinstance(data, dict):
         raise TinyprotoError(f"{path} is damaged: expected a JSON object ({what})")
     return data
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number tinyproto writes")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:24]} is beyond float64")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    data: dict = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"key {key[:40]!r} appears twice")
+        data[key] = value
+    return data
+
+
+def _check_text(value: object) -> None:
+    """Every string (keys included) encodes as UTF-8: a lone surrogate would fail in the writer of a header."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            item.encode("utf-8")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -210,6 +253,11 @@ class ModelDir:
                                  "names or numbers")
         return raw
 
+    def header_args(self) -> tuple[str, int, int]:
+        """(dataset, seed, budget_bytes) for the generated header's banner, as compile wrote them (load_model_dir
+        checked their types)."""
+        return str(self.meta.get("dataset", "?")), int(self.meta.get("seed", 0)), int(self.meta.get("budget_bytes", 0))
+
     def vectors(self) -> TestVectors:
         return TestVectors.load(self.path / "test_vectors.npz")
 
@@ -221,9 +269,11 @@ def load_model_dir(path: Path) -> ModelDir:
     meta_path = path / "model.json"
     if not meta_path.exists():
         raise TinyprotoError(f"{path} is not a tinyproto model directory (no model.json); run `tinyproto compile` first")
-    meta = read_json(meta_path, "the model")
-    if meta.get("format") != MODEL_FORMAT or meta.get("format_version") != MODEL_FORMAT_VERSION:
+    meta = read_json(meta_path, "the model", strict=True)
+    if meta.get("format") != MODEL_FORMAT or not _is_int(meta.get("format_version"), MODEL_FORMAT_VERSION,
+                                                         MODEL_FORMAT_VERSION):
         raise TinyprotoError(f"{meta_path}: not a tinyproto model of format version {MODEL_FORMAT_VERSION}")
+    _check_meta_fields(meta, meta_path)
     digest = meta.get("model_hash")
     if not isinstance(digest, str) or len(digest) != 10 or not digest.startswith("0x"):
         raise TinyprotoError(f"{meta_path} is damaged: model_hash {digest!r} is not a 32-bit hex value")
@@ -234,6 +284,27 @@ def load_model_dir(path: Path) -> ModelDir:
     report_path = path / "report.json"
     report = read_json(report_path, "the compile report") if report_path.exists() else {}
     return ModelDir(path, meta, report)
+
+
+def _is_int(value: object, low: int, high: int) -> bool:
+    """An int (never a bool: True == 1 in Python) within [low, high]."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _check_meta_fields(meta: dict, meta_path: Path) -> None:
+    """model.json's fields outside int_model are not covered by its hashes, yet go into generated C (the header's
+    banner) and file names: each must have the type and range compile writes, or the directory is refused."""
+    from tinyproto.core.budget import MAX_BUDGET_BYTES
+
+    dataset = meta.get("dataset", "?")
+    if not isinstance(dataset, str) or not 0 < len(dataset) <= NAME_MAX:
+        raise TinyprotoError(f"{meta_path} is damaged: dataset must be a name of 1 to {NAME_MAX} characters")
+    if not _is_int(meta.get("seed", 0), 0, 2**63 - 1):
+        raise TinyprotoError(f"{meta_path} is damaged: seed {str(meta.get('seed'))[:40]!r} is not a non-negative "
+                             "integer")
+    if not _is_int(meta.get("budget_bytes", 1), 1, MAX_BUDGET_BYTES):
+        raise TinyprotoError(f"{meta_path} is damaged: budget_bytes {str(meta.get('budget_bytes'))[:40]!r} is not "
+                             "a positive number of bytes")
 
 
 PROJECT_ENTRIES = ("platformio.ini", "src", "include", "lib", "test")

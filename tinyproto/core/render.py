@@ -7,6 +7,7 @@ Layer: core.
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from pathlib import Path
 
@@ -73,6 +74,12 @@ def header_defines(model) -> dict[str, int]:
     }
 
 
+def comment_text(text: object) -> str:
+    """`text` made safe inside a C block comment: no `*/` to end it, no line break or control character (a data
+    set's name comes from a file name or an editable model.json, and must never become code)."""
+    return re.sub(r"[\x00-\x1f\x7f]|\*/", "?", str(text))
+
+
 def render_header(model, dataset: str, seed: int, budget_bytes: int) -> str:
     arrays = model.carrays()
     defines = [(name, _c_literal(int(value))) for name, value in header_defines(model).items()]
@@ -80,10 +87,10 @@ def render_header(model, dataset: str, seed: int, budget_bytes: int) -> str:
     return jinja_env().get_template("tinyproto_model.h.j2").render(
         version=__version__,
         family=model.family,
-        dataset=dataset,
-        seed=seed,
+        dataset=comment_text(dataset),
+        seed=int(seed),
         model_bytes=sum(a.nbytes for a in arrays),
-        budget_bytes=budget_bytes,
+        budget_bytes=int(budget_bytes),
         abi=RUNTIME_ABI,
         defines=defines,
         arrays=[

@@ -9,6 +9,7 @@ tinyproto/families/ (train, solver, quantize, cost, and an `__init__` that decla
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -178,16 +179,75 @@ def load_int_model(model_dir: ModelDir) -> IntModel:
     where = model_dir.path / "model.json"
     try:
         model = int_model_from_json(raw)
+        problem = _not_canonical(raw, model.to_json()) or inconsistency(model)
         digest = model_hash(model)
     except TinyprotoError:
         raise
     except Exception as exc:  # any malformed field: wrong type, shape, missing key
         raise TinyprotoError(f"{where} is damaged: its int_model cannot be read "
                              f"({type(exc).__name__}: {str(exc)[:80]})") from None
+    if problem:
+        raise TinyprotoError(f"{where} is damaged: its int_model is not a model tinyproto can run ({problem})")
     if digest != model_dir.model_hash:
         raise TinyprotoError(f"{where} was changed after compile: its model hashes to 0x{digest:08X}, not the "
                              f"recorded {model_dir.meta['model_hash']}")
     return model
+
+
+def _not_canonical(raw: dict, written: dict) -> str | None:
+    """The first field of model.json's int_model that differs from what the rebuilt model writes, or None.
+    from_json converts leniently (1.5 -> 1, "7" -> 7, true -> 1) and ignores keys it does not know; a model.json
+    compile wrote round-trips exactly, so any difference means a field of the wrong type or an unknown one."""
+    import json
+
+    def canonical(value) -> str:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+    for key in sorted(set(raw) | set(written), key=str):
+        if key not in written:
+            return f"unknown field {str(key)[:40]!r}"
+        if key not in raw or canonical(raw[key]) != canonical(written[key]):
+            return f"field {key!r} is not what tinyproto writes (a wrong type or value)"
+    return None
+
+
+MAX_SHIFT = 31  # a C shift of an int32 by 32 or more (or by a negative amount) is undefined behaviour
+MAX_EXPONENT = 126  # the input stage's power-of-two exponents stay within float32's
+
+
+def inconsistency(model: IntModel) -> str | None:
+    """What makes a rebuilt integer model unrunnable, or None. The hashes in model.json only prove it unchanged
+    since it was hashed: one edited and re-hashed (or written by a buggy tool) must still be a model whose sizes
+    agree (classes, features, the input stage's columns), whose constants the C code can use, and whose host
+    reference computes, or build, export and validate would each trust something the device cannot run."""
+    from tinyproto.core.data_checks import MAX_CLASSES, MAX_FEATURES
+
+    n, classes = model.n_features, model.n_classes
+    if len(model.classes) != classes or not 2 <= classes <= MAX_CLASSES:
+        return f"{len(model.classes)} class names for {classes} classes of scores"
+    stage = model.input_stage
+    n_inputs = n if stage.n_inputs is None else stage.n_inputs
+    if not 1 <= n <= n_inputs <= MAX_FEATURES:
+        return f"{n} features of {n_inputs} inputs"
+    if stage.kept is not None and (len(stage.kept) != n or stage.kept[-1] >= n_inputs):
+        return f"{len(stage.kept)} kept columns for {n} features of {n_inputs} inputs"
+    if not (math.isfinite(stage.input_scale) and stage.input_scale > 0):
+        return f"input_scale {stage.input_scale!r}"
+    for name, value in model.defines().items():
+        value = int(value)
+        if "SHIFT" in name and not 0 <= value <= MAX_SHIFT:
+            return f"{name} is {value}"
+        if name.endswith("_EXP") and abs(value) > MAX_EXPONENT:
+            return f"{name} is {value}"
+        if not -(2**31) <= value < 2**31:
+            return f"{name} is {value}"
+    probe = np.zeros((2, n), dtype=np.int8)
+    probe[1] = 127
+    scores = np.asarray(model.scores(probe))
+    labels = np.asarray(model.labels(scores))
+    if scores.shape != (2, classes) or labels.shape != (2,) or not ((labels >= 0) & (labels < classes)).all():
+        return f"its host reference gives scores of shape {scores.shape} for {classes} classes"
+    return None
 
 
 def predict_cycles(model: IntModel) -> dict:

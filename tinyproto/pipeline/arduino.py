@@ -93,21 +93,24 @@ def _template(name: str):
 
 def _context(model_dir, model, name: str) -> dict:
     meta, report = model_dir.meta, model_dir.report
+    dataset, _, budget_bytes = model_dir.header_args()  # typed by load_model_dir
     # tp_predict's own stack buffers (the input vector and the scores are the caller's, listed apart)
     sram = [(item.name, item.nbytes, item.what) for item in model.working_sram()
             if item.name not in ("input", "scores")]
     cycles = report.get("predicted_cycles") or {}
     total = cycles.get("total") if isinstance(cycles, dict) else None
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or not 0 < total < 2**53:
+        total = None  # report.json is not hashed: a figure it cannot hold (inf, NaN, text) is left out, not trusted
     return {
         "name": name,
         "guard": re.sub(r"[^A-Z0-9]", "_", name.upper()) + "_H",
         "version": __version__,
         "family": model.family,
-        "dataset": str(meta.get("dataset", "?")),
-        "dataset_comment": re.sub(r"[^\x20-\x7e]|\*/", "?", str(meta.get("dataset", "?"))),
+        "dataset": dataset,
+        "dataset_comment": re.sub(r"[^\x20-\x7e]|\*/", "?", dataset),
         "model_hash": meta["model_hash"],
         "model_bytes": sum(a.nbytes for a in model.carrays()),
-        "budget_bytes": meta.get("budget_bytes"),
+        "budget_bytes": budget_bytes,
         "n_features": model.n_features,
         "n_classes": model.n_classes,
         "sram": sram,
@@ -126,7 +129,6 @@ def write_library(model_dir, model, name: str, library: Path) -> None:
     from tinyproto.core.render import render_header, runtime_files
     from tinyproto.core.resources import resource_dir
 
-    meta = model_dir.meta
     context = _context(model_dir, model, name)
     src = library / "src"
     example = library / "examples" / name
@@ -136,7 +138,7 @@ def write_library(model_dir, model, name: str, library: Path) -> None:
     (src / f"{name}.h").write_text(_template("library.h.j2").render(**context))
     (src / "tp_labels.c").write_text(_template("tp_labels.c.j2").render(**context))
     (src / "tinyproto_model.h").write_text(
-        render_header(model, meta.get("dataset", "?"), meta.get("seed", 0), meta.get("budget_bytes", 0)))
+        render_header(model, *model_dir.header_args()))
     wanted = set(RUNTIME) | {f"tp_{model.family}.c"}
     for source in runtime_files(model.family):
         if source.name in wanted:
@@ -186,9 +188,11 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
 
     model_dir = load_model_dir(model_path)
     model = families.load_int_model(model_dir)  # a damaged or edited model.json is refused here
-    name = check_name(name if name is not None else library_name(str(model_dir.meta.get("dataset", ""))))
-    if name == "Tinyproto":
-        raise TinyprotoError("the data set's name gives no library name; give one with --name")
+    if name is None:
+        name = library_name(model_dir.header_args()[0])
+        if name == "Tinyproto":  # (checked before check_name, which would blame a --name nobody gave)
+            raise TinyprotoError("the data set's name gives no library name; give one with --name")
+    name = check_name(name)
     if out is None:
         out = model_dir.path.parent / f"{model_dir.path.resolve().name}-arduino"
     source, target = model_dir.path.resolve(), Path(out).resolve()

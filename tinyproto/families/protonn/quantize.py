@@ -220,6 +220,12 @@ class IntProtoNN:
 
     @classmethod
     def from_json(cls, raw: dict) -> "IntProtoNN":
+        model = cls._from_json_fields(raw)
+        _check_shapes(model)
+        return model
+
+    @classmethod
+    def _from_json_fields(cls, raw: dict) -> "IntProtoNN":
         return cls(
             classes=list(raw["classes"]),
             input_stage=InputStage.from_json(raw["input_stage"]),
@@ -232,6 +238,18 @@ class IntProtoNN:
             scales=dict(raw["scales"]),
             offset=np.asarray(raw["offset"], dtype=np.int16) if raw.get("offset") is not None else None,
         )
+
+
+def _check_shapes(model: "IntProtoNN") -> None:
+    """W (d^, d), B (m, d^), Z (m, L), offset (d^,), a 1-D table: the C code indexes each by the others' sizes,
+    so a model.json whose arrays disagree (an edited one) is refused instead of read out of bounds on the device."""
+    W, B, Z, table, offset = model.W_q, model.B_q, model.Z_q, model.table, model.offset
+    agree = (W.ndim == 2 and B.ndim == 2 and Z.ndim == 2 and table.ndim == 1 and B.shape[1] == W.shape[0]
+             and Z.shape[0] == B.shape[0] and min(W.shape + B.shape + Z.shape + table.shape) > 0
+             and (offset is None or offset.shape == (W.shape[0],)))
+    if not agree:
+        shapes = f"W {W.shape}, B {B.shape}, Z {Z.shape}, table {table.shape}"
+        raise ValueError(f"array shapes disagree: {shapes}" + ("" if offset is None else f", offset {offset.shape}"))
 
 
 def _symmetric_int8(values: np.ndarray, quantile: float = 1.0) -> tuple[np.ndarray, float]:
