@@ -5,8 +5,8 @@ the line and column of any problem (rules: tinyproto.core.datasets' docstring). 
 from __future__ import annotations
 
 import csv
-import io
 import itertools
+import re
 import warnings
 
 import numpy as np
@@ -58,13 +58,15 @@ class _Columns:
 
 
 def load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Pass `raw` as the only reference to the bytes (load_csv(read_regular_file(...))): it is dropped once
+    decoded, so a file near the size limit is not held twice while it is parsed."""
     text = decode_text(raw, name)
-    lines = text.splitlines()  # only to find the header line; the parse below uses the csv module
-    first = next((i for i, line in enumerate(lines) if line.strip(" \t,;")), None)
-    if first is None:
+    del raw
+    header_text = _first_nonblank_line(text)  # only to choose the delimiter; the parse below uses the csv module
+    if header_text is None:
         raise TinyprotoError(f"{name}: has no header and no data (only blank lines)")
-    delimiter = _choose_delimiter(lines[first])
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    delimiter = _choose_delimiter(header_text)
+    reader = csv.reader(_lines(text), delimiter=delimiter)
     try:
         header, header_line = None, 0
         for record in reader:
@@ -95,6 +97,25 @@ def load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.n
             "not a header; add a header line naming the columns (e.g. f1,f2,...,label)"
         )
     return X, y, columns.feature_names()
+
+
+_LINE = re.compile(r"[^\r\n]*")
+_LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
+def _lines(text: str):
+    """The lines of `text` with their ends, as io.StringIO(text, newline="") yields them to the csv module, but
+    lazily: StringIO copies its text at 4 bytes per character (2 GB for a 500 MB file, on top of the text)."""
+    return (match.group() for match in _LINE_WITH_END.finditer(text))
+
+
+def _first_nonblank_line(text: str) -> str | None:
+    """The first line with a cell in it, found lazily: splitting a 500 MB file into lines for this cost a
+    list of millions of strings (decode_text has refused the other characters str.splitlines() breaks at)."""
+    for match in _LINE.finditer(text):
+        if match.group().strip(" \t,;"):
+            return match.group()
+    return None
 
 
 def _header(header: list[str], line: int, name: str, label: str | None) -> _Columns:
@@ -154,6 +175,7 @@ def _fast_csv_body(text: str, header_line: int, columns: _Columns, delimiter: st
         return None
     if '"' not in body:
         physical = body.split("\n")
+        del body  # (a copy of the text: not kept beside its lines)
         keep = [i for i, line in enumerate(physical) if line]
         lines = [physical[i] for i in keep]
         if any(line.count(delimiter) != n - 1 for line in lines):
@@ -166,7 +188,7 @@ def _fast_csv_body(text: str, header_line: int, columns: _Columns, delimiter: st
         numbers = lines
         usecols = features
     else:
-        reader = csv.reader(io.StringIO(body, newline=""), delimiter=delimiter)
+        reader = csv.reader(_lines(body), delimiter=delimiter)
         records, label_lines = [], []
         try:
             for record in reader:

@@ -92,14 +92,13 @@ def load_dataset(spec: str, label: str | None = None) -> Dataset:
         raise TinyprotoError(
             f"{spec}: unsupported file type {path.suffix!r}; use a .csv (or .txt/.tsv) or an .npz file"
         )
-    raw = read_regular_file(path)
     if suffix == ".npz":
         if label is not None:
             raise TinyprotoError(f"--label {label!r} is for CSV files; {spec} has its labels in the array y")
-        X, y = load_npz(raw, spec)
+        X, y = load_npz(read_regular_file(path), spec)
         columns = None
     else:
-        X, y, columns = load_csv(raw, spec, label)
+        X, y, columns = load_csv(read_regular_file(path), spec, label)  # the bytes' only reference: freed once decoded
     X, y = validate_xy(X, y, source=spec, columns=columns)
     return Dataset(_display_name(path.stem or path.name), X, y, tuple(columns) if columns is not None else None)
 
