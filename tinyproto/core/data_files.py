@@ -38,7 +38,7 @@ _LINE_SEPARATOR = re.compile("[\u2028\u2029]")
 
 def _check_exists(path: Path, spec: str) -> None:
     try:
-        os.stat(path)
+        os.stat(spec)  # the name as given: Path() drops a trailing '/', and 'data.csv/' is no file to the system
     except FileNotFoundError:
         if os.path.islink(path):
             raise TinyprotoError(
