@@ -463,3 +463,17 @@ def test_federate_port_backend_refuses_a_missing_port(tmp_path):
                  ["--backend", "port", "--ports", "/dev/null,/dev/null"]):
         result = CliRunner().invoke(federate_command, ["iris", "--parties", "2", *args, "--out", str(out)])
         assert result.exit_code == 1 and result.stderr.startswith("error: ") and not out.exists()
+
+
+def test_many_parties_are_summarised_not_listed(tmp_path):
+    """40 parties: the terminal gives the spread of rows and classes per party; report.json keeps every party's."""
+    out = tmp_path / "fed"
+    result = CliRunner().invoke(federate_command, ["iris", "--parties", "40", "--backend", "local", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    rows = sorted(report["party_rows"])
+    assert len(rows) == 40
+    text = " ".join(result.output.split())
+    assert f"40 parties: min {rows[0]}, median {rows[20]}, max {rows[-1]}" in text
+    rows_cell = text[text.index("rows per party"):text.index("classes per party")]
+    assert rows_cell.count(",") <= 3  # not 39 commas of a list

@@ -137,8 +137,8 @@ def print_federation_report(console, report: dict) -> None:
         table.add_row("device counts = host reference", f"{same} of {len(parties)} parties")
     else:
         table.add_row("backend", report["backend"])
-    table.add_row("rows per party", ", ".join(map(str, report["party_rows"])))
-    table.add_row("classes per party", ", ".join(map(str, report["party_classes"])))
+    table.add_row("rows per party", _per_party(report["party_rows"]))
+    table.add_row("classes per party", _per_party(report["party_classes"]))
     sel = report["selection"]
     table.add_row("hyper-parameters", "data-independent default (DP)" if report["dp"] is not None else
                   f"federated selection: {sel['candidates']} candidates, validation accuracy "
@@ -165,3 +165,12 @@ def print_federation_report(console, report: dict) -> None:
                   f"({report['protocol']['quantile_rounds']} for the int8 step)")
     table.add_row("federated time", f"{report['federated_seconds']} s")
     console.print(table)
+
+
+def _per_party(values: list[int], shown: int = 16) -> str:
+    """Every party's figure when they fit on a line or two; for many parties (1,000) their spread instead."""
+    if len(values) <= shown:
+        return ", ".join(map(str, values))
+    ordered = sorted(values)
+    return (f"{len(values)} parties: min {ordered[0]}, median {ordered[len(ordered) // 2]}, max {ordered[-1]} "
+            "(every party's in report.json)")

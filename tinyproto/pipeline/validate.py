@@ -8,7 +8,8 @@ build recorded (sha256) and built from this model, and the device must answer wi
 
 Results are appended (fsync'ed) to `validation.jsonl`, whose first line records that binding, so `--resume`
 continues only a run of the very same model, vectors, firmware and target. Every check validation makes
-(scores, labels, completeness, the on-device input stage, the simulator's cycle markers, SRAM) is listed in
+(scores, labels, completeness, the on-device input stage, the simulator's cycle markers, SRAM, and the
+--max-latency the model was compiled with, against the measured mean) is listed in
 validation.json under `checks`, and any failed one makes the command exit non-zero.
 Layer: pipeline.
 """
@@ -156,7 +157,7 @@ def _raw_input_check(client, vectors, progress: Callable[[int], None] | None) ->
 
 
 def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict | None, raw_skipped: bool,
-            markers: dict | None, sram_margin: int | None, finished: bool) -> dict:
+            markers: dict | None, sram_margin: int | None, finished: bool, latency: dict | None = None) -> dict:
     """Every check validation makes, each {ok, detail}; `ok` None means skipped on the user's request."""
     checks = {
         "complete": {"ok": finished and n == n_total, "detail": f"{n} of {n_total} vectors measured"
@@ -181,7 +182,25 @@ def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict 
     checks["sram"] = {"ok": sram_margin is not None and sram_margin >= 0,
                       "detail": "stack peak not measured" if sram_margin is None
                       else f"margin {sram_margin} B (static + measured stack peak within the board's SRAM)"}
+    if latency is not None:
+        checks["latency_limit"] = latency
     return checks
+
+
+def latency_limit_check(report: dict, cycles, f_cpu_hz: int) -> dict | None:
+    """The model was compiled with --max-latency: the measured mean latency must keep it (the solver promised it
+    from the cost model's prediction, with headroom; this is where the device answers). None without a limit."""
+    limit = report.get("max_latency_ms")
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < float("inf"):
+        return {"ok": False, "detail": f"report.json's max_latency_ms is not a positive number: {limit!r}"}
+    if len(cycles) == 0:
+        return {"ok": False, "detail": f"--max-latency {limit:g} ms: nothing measured"}
+    mean_ms, max_ms = 1000.0 * float(np.mean(cycles)) / f_cpu_hz, 1000.0 * float(np.max(cycles)) / f_cpu_hz
+    return {"ok": mean_ms <= limit,
+            "detail": f"mean {mean_ms:.3f} ms {'within' if mean_ms <= limit else 'over'} --max-latency {limit:g} ms "
+                      f"(slowest vector {max_ms:.3f} ms)"}
 
 
 def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInfo, target: str,
@@ -202,7 +221,8 @@ def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInf
     bound = lower_bound_cycles(model)
     sram_margin = board.sram_bytes - (build.sram_static_bytes + stack_peak) if stack_peak is not None else None
     n_labels_ok, n_scores_ok = sum(a for a, _ in oks), sum(b for _, b in oks)
-    checks = _checks(n, n_total, n_scores_ok, n_labels_ok, raw, raw_skipped, markers, sram_margin, finished)
+    checks = _checks(n, n_total, n_scores_ok, n_labels_ok, raw, raw_skipped, markers, sram_margin, finished,
+                     latency_limit_check(model_dir.report, cycles, board.f_cpu_hz))
     summary = {
         "board": board.name,
         "target": target,

@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage
 from tinyproto.families.bloom.cost import predict_cycles
@@ -173,14 +174,15 @@ def fit_bloom_under_budget(
         )
     if max_latency_ms is not None and not (max_latency_ms > 0 and math.isfinite(max_latency_ms)):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
-    max_cycles = None if max_latency_ms is None else max_latency_ms * 1e-3 * f_cpu_hz
+    max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
     seed = draw_seed(random_state)
     shapes_of = {kind: candidate_shapes(seed, n_features, classes.size, budget_bytes, max_cycles, kind)
                  for kind in ("feature", "shared")}
     if not any(shapes_of.values()):
         fastest = _shape_cycles(n_features, classes.size, 1, 1, 1)
         raise TinyprotoError(
-            f"no Bloom model within {budget_bytes} B is predicted to run in {max_latency_ms:g} ms; the fastest "
+            f"no Bloom model within {budget_bytes} B is predicted to run in {max_latency_ms:g} ms "
+            f"({headroom_text()}); the fastest "
             f"(k=1, one slot) is predicted at {1000.0 * fastest / f_cpu_hz:.3f} ms: raise --max-latency"
         )
     folds = _folds(X_train, y_train, random_state)

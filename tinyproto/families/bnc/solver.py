@@ -23,6 +23,7 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 
+from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, standardisation
 from tinyproto.core.inputstage import stage_bytes as priced_stage_bytes
@@ -212,7 +213,7 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
                              f"needs {smallest} B")
     if max_latency_ms is not None and not (0 < max_latency_ms < float("inf")):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
-    max_cycles = None if max_latency_ms is None else max_latency_ms * 1e-3 * f_cpu_hz
+    max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
     rng = check_random_state(seed)
     fit_seed = int(rng.randint(0, 2**31 - 1))
     counts = np.bincount(y_index)
@@ -227,7 +228,8 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
                                    shape_cycles(d, MIN_BITS, MIN_BITS, L, L, False), stage=cheapest)
         clf = _estimator(smallest_shape, fit_seed, search=True).fit(X[tr], y[tr])
         acc = float(np.mean(IntBNC.from_classifier(clf).predict(X[va]) == y[va]))
-        raise TinyprotoError(f"no BNC within {budget} B is predicted to run in {max_latency_ms:g} ms; the fastest one "
+        raise TinyprotoError(f"no BNC within {budget} B is predicted to run in {max_latency_ms:g} ms "
+                             f"({headroom_text()}); the fastest one "
                              f"within the budget (r={MIN_BITS}, one weight per bit, m={L}) is predicted at "
                              f"{smallest_shape.predicted_cycles / f_cpu_hz * 1e3:.3f} ms with {100 * acc:.1f} % "
                              f"held-out accuracy: raise --max-latency")

@@ -25,6 +25,7 @@ import numpy as np
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.utils import check_random_state
 
+from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn.cost import estimate_cycles
 from tinyproto.families.flynn.pricing import (DEFAULT_CAP, ExactCycles, default_max_ms, fastest_m, largest_m, model_bytes,
@@ -190,7 +191,7 @@ def fit_flynn_under_budget(
             f"budget {budget} B is too small for FlyNN on {d} features and {L} classes: the smallest model "
             f"({MIN_HASHES} hash bits, seeded M) needs {smallest} B"
         )
-    max_cycles = None if max_inference_ms is None else max_inference_ms * 1e-3 * f_cpu
+    max_cycles = latency_cycle_limit(max_inference_ms, f_cpu, headroom=exact_latency)
     rng = check_random_state(random_state)
     clf_state = int(rng.randint(0, 2**31 - 1))  # the classifier's random_state; it draws M's seed from it
     seed = draw_seed(clf_state)
@@ -390,8 +391,9 @@ def _fastest_refusal(prepared, budget, max_ms, L, d, y_index, folds, seed, f_cpu
     cycles = exact.cycles(m, rho, bits, L, store)
     ranked = _ranked_winners(prep.U, seeded_indices(seed, m, s, n_in), [m], rho)
     acc = _cv_accuracies(ranked[m], y_index, folds, L, m, [(bits, 1.0)])[0]
-    return (f"no FlyNN within {budget} B is predicted to run in {max_ms:g} ms; the fastest one within the budget "
-            f"(m={m} s={s} rho={rho} b={bits}, {'stored' if store else 'seeded'} M) is predicted at {cycles / f_cpu * 1e3:.3f} ms with "
+    return (f"no FlyNN within {budget} B is predicted to run in {max_ms:g} ms ({headroom_text()}); the fastest one "
+            f"within the budget (m={m} s={s} rho={rho} b={bits}, {'stored' if store else 'seeded'} M) is predicted at "
+            f"{cycles / f_cpu * 1e3:.3f} ms with "
             f"{100 * acc:.1f} % cross-validated accuracy: raise --max-latency")
 
 

@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.protonn.quantize import IntProtoNN, drop_unread, quantize_protonn
 from tinyproto.families.protonn.shapes import (STAGES, TABLE_SIZES, Shape, candidate_shapes, fastest_shape,
@@ -149,7 +150,7 @@ def fit_protonn_under_budget(
         )
     if max_latency_ms is not None and not (max_latency_ms > 0 and math.isfinite(max_latency_ms)):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
-    max_cycles = None if max_latency_ms is None else max_latency_ms * 1e-3 * f_cpu_hz
+    max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
 
     def ms(cycles: float) -> float:
         return 1000.0 * cycles / f_cpu_hz
@@ -315,7 +316,8 @@ def _refuse(X_fit, y_fit, X_val, y_val, n_features, n_classes, budget_bytes, max
     _, model = fit_shape(shape, X_fit, y_fit, random_state)
     model = enforce_budget(model, budget_bytes)
     raise TinyprotoError(
-        f"no ProtoNN within {budget_bytes} B is predicted to run in {max_latency_ms:g} ms; the fastest shape within "
+        f"no ProtoNN within {budget_bytes} B is predicted to run in {max_latency_ms:g} ms ({headroom_text()}); "
+        f"the fastest shape within "
         f"the budget ({_shape_text(shape.as_dict(n_features))}) is predicted at {ms(model_cycles(model)):.3f} ms "
         f"with {100 * int8_accuracy(model, X_val, y_val):.1f} % validation accuracy: raise --max-latency"
     )
