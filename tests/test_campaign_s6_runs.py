@@ -226,16 +226,50 @@ def test_two_sweeps_started_at_once_on_a_new_out_never_lose_the_winners_work(wor
 # ------------------------------------------------------------------------------------------------ devices
 
 
+@pytest.fixture(scope="module")
+def built_master(compiled, private_cache) -> Path:
+    """iris / ProtoNN / 1 kB built and validated once on the simulated Uno; copies of it for the tests that
+    damage it."""
+    model = compiled("iris", "1kB")
+    for verb in (["build", str(model)], ["validate", str(model), "--no-raw"]):
+        result = CliRunner().invoke(main, verb)
+        assert result.exit_code == 0, result.output
+    return model
+
+
+@pytest.fixture
+def built(built_master, work) -> Path:
+    copy = work / "model"
+    shutil.copytree(built_master, copy, symlinks=True)
+    return copy
+
+
+@pytest.mark.parametrize("value", ["fw\u0000.elf", " ", ["x"]])
+def test_a_build_record_naming_no_file_is_one_error(built, value):
+    """Was: ValueError (embedded null byte) from resolving the ELF's path."""
+    record = json.loads((built / "build.json").read_text())
+    record["elf"] = value
+    (built / "build.json").write_text(json.dumps(record))
+    refused(["validate", str(built), "--no-raw"], "build.json", built.parent)
+
+
+def test_a_deeply_nested_journal_line_is_one_error_for_resume(built):
+    """Was: RecursionError from json.loads. The journal is tinyproto's own: a damaged middle line is refused."""
+    journal = built / "validation.jsonl"
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join([lines[0], "[" * 100_000 + "]" * 100_000, *lines[1:]]) + "\n")
+    refused(["validate", str(built), "--no-raw", "--resume"], "validation.jsonl:2", built.parent)
+
+
 @needs("avrdude")
-def test_flash_stops_when_the_port_vanishes_midway(compiled, work, private_cache):
+def test_flash_stops_when_the_port_vanishes_midway(built, work):
     """Was: avrdude blocked in a write to the vanished port until the 180 s limit."""
     from tinyproto.core.boards import load_board
     from tinyproto.core.errors import TinyprotoError
     from tinyproto.device.board_sim import SimulatedBoard
     from tinyproto.device.flash import flash_port
 
-    model = compiled("iris", "1kB")
-    accepted(["build", str(model)])
+    model = built
     hex_path = model / json.loads((model / "build.json").read_text())["hex"]
     with SimulatedBoard("atmega328p", work / "uno-state", fresh=True) as board:
         port = board.port
