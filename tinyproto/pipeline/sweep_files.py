@@ -109,9 +109,9 @@ def is_drawn(entry: dict) -> bool:
 
 def check_config(config: dict, path: Path) -> dict:
     """sweep.json's fields that `sweep --resume` and `report` use, typed (one clear error otherwise)."""
-    if config.get("format") != SWEEP_FORMAT or config.get("format_version") != SWEEP_FORMAT_VERSION:
-        raise TinyprotoError(f"{path} is not a tinyproto sweep of format version {SWEEP_FORMAT_VERSION}")
-    if not isinstance(config.get("binding"), dict) or not isinstance(config.get("runs", []), list):
+    if config.get("format") != SWEEP_FORMAT:
+        raise TinyprotoError(f"{path} is not a tinyproto sweep's configuration (no format {SWEEP_FORMAT!r})")
+    if not isinstance(config.get("binding", {}), dict) or not isinstance(config.get("runs", []), list):
         raise TinyprotoError(f"{path} is damaged (its binding is not an object or its runs not a list); start the "
                              "sweep again in a new --out")
     return config
