@@ -72,7 +72,8 @@ def test_a_results_line_of_the_wrong_type_is_one_error_for_report_and_resume(swe
     refused(["sweep", *SWEEP, "--out", str(swept), "--resume"], "results.jsonl:1", swept.parent)
 
 
-@pytest.mark.parametrize("key, value", [("binding", [1]), ("binding", "x"), ("runs", 5), (None, [])])
+@pytest.mark.parametrize("key, value", [("binding", [1]), ("binding", "x"), ("runs", 5), ("runs", [[1]]),
+                                        ("runs", [{"cluster": "x"}]), ("format", None), (None, [])])
 def test_a_sweep_json_of_the_wrong_shape_is_one_error(swept, key, value):
     config = json.loads((swept / "sweep.json").read_text())
     config = value if key is None else {**config, key: value}
@@ -109,12 +110,14 @@ def test_a_special_file_in_place_of_a_sweep_file_is_refused_without_blocking(swe
 @pytest.mark.parametrize("name, key, value", [
     ("validation.json", "device_accuracy", "x"), ("validation.json", "cycles_mean", float("nan")),
     ("validation.json", "latency_ms_mean", [1]), ("validation.json", "n_vectors", 10**400),
+    ("validation.json", "sram_static_bytes", None),
     ("report.json", "model_bytes", None), ("report.json", "predicted_cycles", 5), ("report.json", "ledger", []),
     ("report.json", "board", ["uno"])])
 def test_a_model_directory_summary_of_the_wrong_type_is_one_error(compiled, work, name, key, value):
     model = compiled("iris", "1kB")
     summary = {"n_vectors": 38, "device_accuracy": 0.9, "label_agreement": 1.0, "score_agreement": 1.0,
-               "latency_ms_mean": 0.3, "energy_mj_board": 0.1, "cycles_mean": 4000.0}
+               "latency_ms_mean": 0.3, "energy_mj_board": 0.1, "cycles_mean": 4000.0, "sram_static_bytes": 300,
+               "stack_peak_bytes": 120}
     (model / "validation.json").write_text(json.dumps(summary))
     doc = json.loads((model / name).read_text())
     doc[key] = value

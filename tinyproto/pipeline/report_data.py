@@ -152,6 +152,8 @@ def load_single(path: Path) -> ReportInput:
         check_fields(validation, _VALIDATION_FIELDS, path / "validation.json", _OPTIONAL)
     elif validation is not None:
         check_fields(validation, {k: _VALIDATION_FIELDS[k] for k in _OPTIONAL}, path / "validation.json", _OPTIONAL)
+    if validation is not None and validation.get("stack_peak_bytes") is not None:  # the SRAM figure adds the two
+        check_fields(validation, {"sram_static_bytes": "amount"}, path / "validation.json")
     build = read_json(path / "build.json", "the build record") if os.path.lexists(path / "build.json") else None
     device = None
     if validation is not None and validation.get("n_vectors"):

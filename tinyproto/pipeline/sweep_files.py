@@ -111,7 +111,10 @@ def check_config(config: dict, path: Path) -> dict:
     """sweep.json's fields that `sweep --resume` and `report` use, typed (one clear error otherwise)."""
     if config.get("format") != SWEEP_FORMAT:
         raise TinyprotoError(f"{path} is not a tinyproto sweep's configuration (no format {SWEEP_FORMAT!r})")
-    if not isinstance(config.get("binding", {}), dict) or not isinstance(config.get("runs", []), list):
+    runs = config.get("runs", [])
+    runs_ok = isinstance(runs, list) and all(isinstance(r, dict) and isinstance(r.get("cluster") or {}, dict)
+                                             for r in runs)  # the report's table of runs reads run.cluster.*
+    if not isinstance(config.get("binding", {}), dict) or not runs_ok:
         raise TinyprotoError(f"{path} is damaged (its binding is not an object or its runs not a list); start the "
                              "sweep again in a new --out")
     return config
