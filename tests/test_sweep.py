@@ -154,14 +154,18 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     assert report.recommendation.startswith("best overall: ") and report.recommendation.endswith(" predicted")
 
 
-def _line(point_id: str) -> str:
-    return json.dumps({"id": point_id, "status": "ok", "dir": f"points/{point_id}"})
+def _line(model: str) -> str:
+    """A result line of the shape tinyproto sweep writes (read_results checks every field's type)."""
+    point_id = f"{model}-1024B-seed0-uno"
+    return json.dumps({"id": point_id, "model": model, "budget_bytes": 1024, "seed": 0, "board": "uno",
+                       "status": "failed", "stage": "compile", "error": "budget too small",
+                       "dir": f"points/{point_id}"})
 
 
 def test_torn_results_line_is_dropped_and_cut(tmp_path):
     path = tmp_path / "results.jsonl"
     path.write_text(f'{_line("a")}\n{_line("b")}\n{_line("c")[:-3]}')
-    assert [r["id"] for r in read_results(path, repair=True)] == ["a", "b"]
+    assert [r["model"] for r in read_results(path, repair=True)] == ["a", "b"]
     assert path.read_text() == f'{_line("a")}\n{_line("b")}\n'
     path.write_text(f'{_line("a")}\nnot json\n{_line("b")}\n')
     with pytest.raises(TinyprotoError, match="results.jsonl:2 is not a result line"):

@@ -370,12 +370,39 @@ def record_outputs(directory: Path, *names: str) -> None:
     if unknown:
         raise ValueError(f"record_outputs: {sorted(unknown)} missing from OWNED_NAMES")
     directory = Path(directory)
+    for name in names:  # called by every writer before it writes: nothing is written through a planted link
+        check_output_entry(directory / name)
     data = read_manifest(directory)
     if data is None:
         return  # a directory from before manifests: nothing to extend, and replacing it stays refused
     owned = set(data.get("owned", [])) | set(names)
     if owned != set(data.get("owned", [])):
         write_json(directory / MANIFEST, {**data, "owned": sorted(owned)})
+
+
+MAX_OUTPUT_ENTRIES = 100_000  # a tree of outputs larger than this is not one tinyproto wrote (.pio holds ~20)
+
+
+def check_output_entry(path: Path) -> None:
+    """Refuse to write `path` (an output tinyproto rewrites in place) when it, or anything inside it, is a symbolic
+    link or a special file: someone else put it there, and writing would go through it to another file."""
+    if not os.path.lexists(path):
+        return
+    entries = [path]
+    if path.is_dir() and not path.is_symlink():
+        for count, (folder, dirs, files) in enumerate(os.walk(path)):  # os.walk does not follow links
+            if count > MAX_OUTPUT_ENTRIES:
+                break
+            entries.extend(Path(folder) / name for name in dirs + files)
+    for entry in entries:
+        try:
+            mode = os.lstat(entry).st_mode
+        except OSError:
+            continue  # vanished meanwhile: nothing to write through
+        if stat.S_ISLNK(mode) or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+            raise TinyprotoError(f"{entry} is {kind}, where tinyproto writes its output; tinyproto did not make "
+                                 "it and will not write through it: move it away, nothing was written")
 
 
 def foreign_entries(directory: Path, limit: int = 3) -> list[str]:

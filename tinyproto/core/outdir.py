@@ -8,6 +8,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -37,10 +38,57 @@ def _try_lock(lock_path: Path, verb: str) -> int | None:
 
 def _holder(lock_path: Path) -> str:
     try:
-        pid, _, verb = lock_path.read_text().strip().partition(" ")
-        return f"`tinyproto {verb}`, pid {pid}"
+        pid, _, verb = lock_path.read_text(errors="replace").strip().partition(" ")
+        return f"`tinyproto {verb[:40]}`, pid {pid[:12]}"
     except OSError:
         return "another tinyproto command"
+
+
+LOCK_LINE = re.compile(rb"\A(\d{1,10} [\w-]{1,40}\n)?\Z")  # what _try_lock writes: "<pid> <verb>\n" (or nothing yet)
+
+
+def holds_only_a_dead_lock(directory: Path) -> bool:
+    """True when `directory`'s one entry is a lock file tinyproto wrote whose holder is gone (a run killed between
+    creating the directory and writing into it): such a directory is as good as empty. The lock is probed with
+    flock, not by pid, so a live holder (even one that reused the pid) keeps it in use."""
+    lock_path = Path(directory) / LOCK
+    try:
+        if [p.name for p in Path(directory).iterdir()] != [LOCK] or lock_path.is_symlink() or not lock_path.is_file():
+            return False
+        if lock_path.stat().st_size > 64 or not LOCK_LINE.match(lock_path.read_bytes()):
+            return False  # not what tinyproto writes: the user's file, left alone
+        fd = _try_lock_quietly(lock_path)
+    except OSError:
+        return False
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
+def _check_lock_only_in_use(directory: Path) -> None:
+    """A directory holding nothing but a held lock is being started by another run: say so, not 'foreign'."""
+    lock_path = directory / LOCK
+    try:
+        if [p.name for p in directory.iterdir()] != [LOCK] or lock_path.is_symlink() or not lock_path.is_file():
+            return
+        fd = _try_lock_quietly(lock_path)
+    except OSError:
+        return
+    if fd is None:
+        raise TinyprotoError(f"{directory} is in use by {_holder(lock_path)}; wait for it to finish")
+    os.close(fd)
+
+
+def _try_lock_quietly(lock_path: Path) -> int | None:
+    """flock lock_path without creating or rewriting it; None when a live process holds it."""
+    fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 @contextmanager
@@ -103,8 +151,9 @@ def _probe_writable(folder: Path, out: Path) -> None:
 
 def _check_replaceable(out: Path) -> None:
     try:
-        if not any(out.iterdir()):
+        if not any(out.iterdir()) or holds_only_a_dead_lock(out):
             return
+        _check_lock_only_in_use(out)
         foreign = foreign_entries(out)
     except PermissionError:
         raise TinyprotoError(f"--out {out} cannot be read (permission denied); choose another --out") from None
@@ -255,6 +304,8 @@ def _fill_empty(scratch: Path, out: Path) -> None:
     whose working directory it is still sees the result). The lock goes first (still held by us), then the
     manifest, so a kill half-way leaves a directory tinyproto owns and the next compile replaces it."""
     try:
+        if holds_only_a_dead_lock(out):
+            (out / LOCK).unlink()  # tinyproto's own, its holder gone: ours comes in its place below
         if any(out.iterdir()):
             raise TinyprotoError(f"--out {out} is not empty and was not written by tinyproto (it holds "
                                  f"{', '.join(sorted(p.name for p in out.iterdir())[:3])}); choose another --out, "

@@ -17,6 +17,7 @@ Layer: device.
 from __future__ import annotations
 
 import errno
+import errno
 import fcntl
 import os
 import re
@@ -37,6 +38,8 @@ AVRDUDE_TIMEOUT_S = 180.0  # a 32 KB image with verify takes ~10 s at 115200 bau
 # stk500v1 (`-c arduino`) sync attempts: avrdude's default of 10 waits ~56 s on a port where nothing answers;
 # Optiboot answers the first attempt after the reset, so 3 keep a margin for line noise and fail in ~17 s.
 ARDUINO_SYNC_ATTEMPTS = 3
+WATCH_POLL_S = 0.25  # how often a running avrdude's port is checked
+PORT_GONE_S = 1.0  # a port missing this long is gone (not a re-enumeration blink)
 
 # avrdude's device signatures of the chips tinyproto knows, to name the board that answered instead
 SIGNATURES = {"1e950f": "ATmega328P (Uno, Nano)", "1e9514": "ATmega328 (not P)", "1e9801": "ATmega2560 (Mega 2560)",
@@ -222,6 +225,31 @@ def check_port_free(port: str, must_be_terminal: bool = True) -> None:
                              "another tinyproto or avrdude run)")
 
 
+def check_port_usable(port: str) -> None:
+    """Refuse, in one line and before any long work (a build), a --port that cannot be the board's: missing, not
+    a character device, not openable (permission, a dead device) or not a terminal, or held by another program.
+    A pyserial URL (rfc2217://, socket://) is checked when it is opened."""
+    if "://" in port:
+        return
+    try:
+        mode = os.stat(port).st_mode
+    except FileNotFoundError:
+        raise TinyprotoError(f"serial port {port} does not exist; is the board plugged in? "
+                             "(try ls /dev/ttyACM* /dev/ttyUSB*)") from None
+    except OSError as exc:
+        raise TinyprotoError(f"cannot use serial port {port}: {exc.strerror}") from None
+    if not stat.S_ISCHR(mode):
+        raise TinyprotoError(f"{port} is not a serial port (not a character device); give the board's port, "
+                             "e.g. /dev/ttyACM0 or /dev/ttyUSB0")
+    try:
+        fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        hint = " (add yourself to the dialout group)" if exc.errno == errno.EACCES else ""
+        raise TinyprotoError(f"cannot open serial port {port}: {exc.strerror}{hint}") from None
+    os.close(fd)
+    check_port_free(port)
+
+
 def _check_is_terminal(port: str) -> None:
     """/dev/null, a regular file or a directory given as --port: say so, instead of blaming whoever has it open."""
     try:
@@ -309,17 +337,56 @@ def flash_port(board: Board, port: str, hex_path: Path,
     else:
         open_and_close(port)
     started = time.monotonic()
-    try:
-        result = subprocess.run(avrdude_command(board, port, hex_path), capture_output=True, text=True,
-                                timeout=AVRDUDE_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        raise TinyprotoError(f"avrdude did not finish flashing {port} within {AVRDUDE_TIMEOUT_S:.0f} s "
-                             "(a board that stopped answering midway?); flash again") from exc
+    returncode, log = run_watched(avrdude_command(board, port, hex_path), port)
     seconds = time.monotonic() - started
-    log = result.stdout + result.stderr
-    if result.returncode != 0:
+    if returncode != 0:
         raise TinyprotoError(explain_failure(board, port, log))
     return FlashResult(seconds, _written(log), log, port)
+
+
+def run_watched(command: list[str], port: str, limit_s: float = AVRDUDE_TIMEOUT_S) -> tuple[int, str]:
+    """Run avrdude on `port` while watching the port: avrdude blocks for ever in a write to a port whose device
+    went away (a board unplugged, a simulator stopped), so it is stopped as soon as the port is gone for
+    PORT_GONE_S, and after `limit_s` whatever happens. Returns (exit status, stdout + stderr)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, errors="replace")
+    deadline = time.monotonic() + limit_s
+    gone_since: float | None = None
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=WATCH_POLL_S)
+                return proc.returncode, out + err
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if "://" not in port and not os.path.exists(port):
+                gone_since = gone_since if gone_since is not None else now
+                if now - gone_since >= PORT_GONE_S:
+                    raise TinyprotoError(f"serial port {port} disappeared while avrdude was flashing it (board "
+                                         "unplugged?); plug it back in and flash again")
+            else:
+                gone_since = None
+            if now > deadline:
+                raise TinyprotoError(f"avrdude did not finish flashing {port} within {limit_s:.0f} s (a board "
+                                     "that stopped answering midway?); flash again")
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End avrdude if it still runs (TERM, then KILL) and reap it: no process is left behind."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    try:
+        proc.communicate(timeout=5)
+    except (subprocess.TimeoutExpired, ValueError, OSError):
+        proc.kill()
+        proc.wait()
 
 
 def upload_target(board, port: str | None, upload_port: str | None) -> str | None:

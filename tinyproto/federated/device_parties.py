@@ -25,8 +25,6 @@ Layer: federated.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +35,7 @@ import numpy as np
 
 from tinyproto.core.boards import Board
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.outdir import private_scratch
 from tinyproto.core.render import model_hash
 from tinyproto.families.flynn.learning import check_learnable, host_counts, unpack_counts
 from tinyproto.federated.config import FederatedSpec, assemble
@@ -59,10 +58,10 @@ def check_ports(ports: Sequence[str], n_parties: int) -> list[str]:
         raise TinyprotoError(f"--ports lists {len(ports)} port(s) for {n_parties} parties: give one port per party")
     if len(set(ports)) != len(ports):
         raise TinyprotoError("--ports lists a port twice: every party needs its own board")
+    from tinyproto.device.flash import check_port_usable
+
     for port in ports:
-        if not os.path.exists(port) and "://" not in port:
-            raise TinyprotoError(f"serial port {port} does not exist; is the board plugged in? "
-                                 "(try ls /dev/ttyACM* /dev/ttyUSB*)")
+        check_port_usable(port)  # missing, not a tty, not openable, held: refused before the firmware's build
     return ports
 
 
@@ -82,7 +81,10 @@ class DeviceBackend(LocalBackend):
         self.say = progress or (lambda message: None)
         self.party_reports: list[dict] = []
         self.firmware: dict | None = None
-        self._workdir = tempfile.TemporaryDirectory(prefix="tinyproto-federate-")
+        # the learning project and its build: a locked private scratch, so one a SIGKILL leaves is removed by the
+        # next run (a plain TemporaryDirectory would stay in $TMPDIR for ever)
+        self._scratch = private_scratch("tinyproto-federate-")
+        self._workdir = self._scratch.__enter__()
 
     def describe(self) -> dict:
         return {"name": self.name, "devices": len(self.handles), "ports": self.ports, "firmware": self.firmware,
@@ -93,7 +95,7 @@ class DeviceBackend(LocalBackend):
         L, m = len(spec.classes), spec.config.n_hashes
         _, blank = assemble(spec, np.zeros((L, m), np.int64), np.zeros((L, m), np.int64))  # the model, no counts
         sizes = check_learnable(blank, self.board, save_eeprom=False)
-        project = write_learning_project(Path(self._workdir.name) / "learning", blank, self.board, self.dataset,
+        project = write_learning_project(Path(self._workdir) / "learning", blank, self.board, self.dataset,
                                          spec.config.seed, self.budget_bytes)
         self.say(f"building the learning firmware ({sizes.counts} B of counts in SRAM)")
         firmware = build_learning_firmware(project, blank, self.board, sizes, self.say)
@@ -151,7 +153,9 @@ class DeviceBackend(LocalBackend):
         }
 
     def close(self) -> None:
-        self._workdir.cleanup()
+        if self._scratch is not None:
+            self._scratch.__exit__(None, None, None)
+            self._scratch = None
 
 
 __all__ = ["DeviceBackend", "check_ports"]

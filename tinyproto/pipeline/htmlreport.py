@@ -101,7 +101,10 @@ def _write_atomic(path: Path, content: bytes) -> None:
     import os
 
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(content)
+    # O_NOFOLLOW: a link planted at the temporary name after record_outputs' check is refused, not written through
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(content)
     os.replace(tmp, path)
 
 

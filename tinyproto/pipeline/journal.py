@@ -63,7 +63,7 @@ class Journal:
                     if i in rows:
                         raise ValueError("duplicate vector")
                     rows[i] = row
-            except (ValueError, TypeError, KeyError) as exc:
+            except (ValueError, TypeError, KeyError, RecursionError) as exc:  # RecursionError: deeply nested JSON
                 if is_last and not data.endswith(b"\n"):
                     break  # torn by a kill: measure that vector again
                 raise TinyprotoError(f"{self.path}:{number} is not a result line ({exc}); run validate without "

@@ -150,7 +150,7 @@ def learn_on_device(
 def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_eeprom: bool, label: str | None,
                   flash: bool, build_learned: bool, progress_factory: ProgressFactory | None,
                   say: Callable[[str], None] | None, upload_port: str | None) -> dict:
-    from tinyproto.device.flash import flash_port, upload_target
+    from tinyproto.device.flash import check_port_usable, flash_port, upload_target
     from tinyproto.pipeline.validate import checked_vectors
 
     started = time.monotonic()
@@ -159,6 +159,8 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
     board = load_board(model_dir.meta.get("board", "uno"))
     sizes = require_learnable(model, board, save_eeprom)  # before anything is built
     upload_port = upload_target(board, port, upload_port)
+    for usable in dict.fromkeys(x for x in (port, upload_port if flash else None) if x is not None):
+        check_port_usable(usable)  # now, not after the learning firmware's build
     data = data or _default_data(model_dir)
     data_name, xq, y_index = training_samples(model, data, label)
     expected = host_counts(model, xq, y_index)

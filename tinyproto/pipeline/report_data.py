@@ -66,26 +66,71 @@ def _row(record: dict) -> dict:
 
 
 def load_sweep(path: Path) -> ReportInput:
-    from tinyproto.core.modeldir import check_regular_file, read_json
-    from tinyproto.pipeline.sweep_files import CONFIG, RESULTS, read_results
+    from tinyproto.core.modeldir import check_regular_file
+    from tinyproto.pipeline.sweep_files import CONFIG, RESULTS, is_drawn, read_config, read_results
 
     path = Path(path)
-    config = read_json(path / CONFIG, "the sweep's configuration")
+    config = read_config(path / CONFIG)
     if os.path.lexists(path / RESULTS):
         check_regular_file(path / RESULTS, "the sweep's results")  # a FIFO would block, /dev/zero never end
     records = read_results(path / RESULTS)
     rows, failed = [], []
-    for record in records:
-        complete = all(record.get(k) is not None for k in ("model_bytes", "int8_accuracy", "predicted_cycles"))
-        if record.get("status") == "ok" and complete:
+    for record in records:  # each one typed by read_results: a drawn line has every figure, as a number
+        if record["status"] == "ok":
             rows.append(_row(record))
         else:
             # shown in the report's table of failed points: every field it prints, whatever the line held
             failed.append({**record, "id": str(record.get("id", "?")), "stage": str(record.get("stage", "?")),
                            "error": str(record.get("error", "no result recorded"))[:300]})
-            if complete and record.get("stage") == "validate":  # compiled, the device disagreed: still drawn
+            if is_drawn(record):  # compiled, the device disagreed: still drawn
                 rows.append(_row(record))
     return ReportInput("sweep", path, rows, failed, config)
+
+
+# What a single model's report reads from report.json and validation.json, with its type: every value is checked
+# before a figure or a table uses it, so an edited file is one clear error naming the file and the key.
+_REPORT_FIELDS = {"model": "text", "board": "text", "dataset": "text", "budget_bytes": "count", "seed": "count",
+                  "model_bytes": "count", "float_accuracy": "fraction", "int8_accuracy": "fraction",
+                  "predicted_latency_ms": "amount", "predicted_cycles.total": "amount",
+                  "predicted_cycles.lower_bound": "amount", "sram_estimate.working_bytes": "amount",
+                  "sram_estimate.serial_frame_bytes": "amount", "sram_estimate.reserved_bytes": "amount",
+                  "ledger.arrays": "object"}
+_VALIDATION_FIELDS = {"n_vectors": "count", "device_accuracy": "fraction", "label_agreement": "fraction",
+                      "score_agreement": "fraction", "latency_ms_mean": "amount", "energy_mj_board": "amount",
+                      "cycles_mean": "amount", "sram_static_bytes": "amount", "stack_peak_bytes": "amount"}
+_OPTIONAL = {"n_vectors", "stack_peak_bytes", "sram_static_bytes"}  # absent or null before a vector was measured
+
+
+def _kind_ok(value: object, kind: str) -> bool:
+    if kind == "text":
+        return isinstance(value, str)
+    if kind == "object":
+        return isinstance(value, dict)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2**53:
+        return False  # range first: math.isfinite() of a huge int raises OverflowError
+    return (kind != "count" or isinstance(value, int)) and (kind != "fraction" or value <= 1)
+
+
+def check_fields(doc: dict, fields: dict[str, str], file: Path, optional: set[str] = frozenset()) -> None:
+    """One clear error unless every dotted key of `fields` holds a value of its kind in `doc`."""
+    for key, kind in fields.items():
+        value: object = doc
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None and key in optional:
+            continue
+        if not _kind_ok(value, kind):
+            shown = json.dumps(value)[:24] if not isinstance(value, float) else str(value)
+            what = {"text": "text", "object": "an object", "count": "a whole number >= 0",
+                    "fraction": "a fraction in 0..1", "amount": "a number >= 0"}[kind]
+            raise TinyprotoError(f"{file} is damaged: {key} is {shown}, not {what}; run the command that wrote "
+                                 "it again")
+
+
+def _ledger_ok(report: dict) -> bool:
+    arrays = report["ledger"]["arrays"]
+    return all(isinstance(a, dict) and _kind_ok(a.get("bytes"), "count") and isinstance(a.get("ctype"), str)
+               for a in arrays.values())
 
 
 def load_single(path: Path) -> ReportInput:
@@ -96,10 +141,20 @@ def load_single(path: Path) -> ReportInput:
     report = model_dir.report
     if not report:
         raise TinyprotoError(f"{path} has no report.json; run `tinyproto compile` again")
-    board = load_board(report.get("board", "uno"))
+    check_fields(report, _REPORT_FIELDS, path / "report.json")
+    if not _ledger_ok(report):
+        raise TinyprotoError(f"{path / 'report.json'} is damaged: its ledger is not a list of arrays with their "
+                             "bytes; run `tinyproto compile` again")
+    board = load_board(report["board"])
     validation = read_json(path / "validation.json", "the validation summary") \
-        if (path / "validation.json").exists() else None
-    build = read_json(path / "build.json", "the build record") if (path / "build.json").exists() else None
+        if os.path.lexists(path / "validation.json") else None
+    if validation is not None and validation.get("n_vectors"):
+        check_fields(validation, _VALIDATION_FIELDS, path / "validation.json", _OPTIONAL)
+    elif validation is not None:
+        check_fields(validation, {k: _VALIDATION_FIELDS[k] for k in _OPTIONAL}, path / "validation.json", _OPTIONAL)
+    if validation is not None and validation.get("stack_peak_bytes") is not None:  # the SRAM figure adds the two
+        check_fields(validation, {"sram_static_bytes": "amount"}, path / "validation.json")
+    build = read_json(path / "build.json", "the build record") if os.path.lexists(path / "build.json") else None
     device = None
     if validation is not None and validation.get("n_vectors"):
         device = {"accuracy": validation["device_accuracy"], "latency_ms": validation["latency_ms_mean"],
@@ -130,14 +185,18 @@ def _device_labels(path: Path, n: int) -> np.ndarray | None:
     journal = path / "validation.jsonl"
     if not journal.is_file():  # missing, or not a regular file (a FIFO would block)
         return None
+    from tinyproto.core.modeldir import read_text_file
+
     labels = np.full(n, -1, dtype=np.int64)
-    for line in journal.read_text(errors="replace").splitlines()[1:]:
+    # bounded and non-blocking: a link to a huge file or to /dev/zero in the journal's place ends with one error
+    for line in read_text_file(journal, "the validation journal").splitlines()[1:]:
         try:
             entry = json.loads(line)
-            if 0 <= int(entry["i"]) < n:
-                labels[int(entry["i"])] = int(entry["label"])
-        except (ValueError, KeyError, TypeError, IndexError):
-            continue
+            i, label = entry["i"], entry["label"]
+            if isinstance(i, int) and isinstance(label, int) and 0 <= i < n and 0 <= label < 2**31:
+                labels[i] = label
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError):
+            continue  # a line that is not a result is simply not a label: the host's are shown instead
     return labels if (labels >= 0).all() else None
 
 

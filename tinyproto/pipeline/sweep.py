@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -34,11 +35,10 @@ from typing import Any, Callable, Iterator
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.outdir import private_scratch
-from tinyproto.pipeline.sweep_files import CONFIG, POINTS, RESULTS, ResultsFile, _rewrite_in_order, read_results
+from tinyproto.pipeline.sweep_files import (CONFIG, POINTS, RESULTS, SWEEP_FORMAT, SWEEP_FORMAT_VERSION, ResultsFile,
+                                            _rewrite_in_order, read_config, read_results)
 from tinyproto.pipeline.sweep_points import TOPIC, Point, _one_line, check_arguments, parse_grid, record_order, run_point
 
-SWEEP_FORMAT = "tinyproto-sweep"
-SWEEP_FORMAT_VERSION = 1
 DEFAULT_BUDGETS = "0.5kB,1kB,2kB,4kB,8kB"
 DEFAULT_TIMEOUT_S = 1800.0  # longest wait for the next point to finish (a point is compile + build + validate)
 CONNECT_TIMEOUT_S = 30.0
@@ -71,14 +71,14 @@ def _binding(dataset, device: str, raw_check: bool, max_latency_ms: float | None
 
 def _open_sweep_dir(out: Path, binding: dict, resume: bool) -> dict:
     """Check and prepare DIR (inside its lock): a new sweep, or --resume of the same one. Returns sweep.json."""
-    from tinyproto.core.modeldir import read_json, record_outputs, write_json, write_manifest, MANIFEST
+    from tinyproto.core.modeldir import record_outputs, write_json, write_manifest, MANIFEST
 
     config_path = out / CONFIG
     if (out / "model.json").exists():
         raise TinyprotoError(f"--out {out} is a model directory; give a new directory for the sweep")
     if config_path.exists():
-        config = read_json(config_path, "the sweep's configuration")
-        if config.get("format") != SWEEP_FORMAT or config.get("format_version") != SWEEP_FORMAT_VERSION:
+        config = read_config(config_path)
+        if config.get("format_version") != SWEEP_FORMAT_VERSION:
             raise TinyprotoError(f"{config_path} is not a tinyproto sweep of format version {SWEEP_FORMAT_VERSION}")
         if not resume and read_results(out / RESULTS):  # a sweep that never finished a point is simply started
             raise TinyprotoError(f"--out {out} already holds a sweep; add --resume to continue it, or choose "
@@ -225,36 +225,93 @@ def sweep(
     data_ref = os.path.abspath(data) if Path(data).exists() else data  # workers may run in another directory
     binding = _binding(dataset, device, raw_check, max_latency_ms)
     out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write
-    out.mkdir(parents=True, exist_ok=True)
+    created = _create_dirs(out)
     started = time.perf_counter()
-    with locked(out, "sweep"):
-        config = _open_sweep_dir(out, binding, resume)
-        (out / POINTS).mkdir(exist_ok=True)
-        previous = read_results(out / RESULTS, repair=True)
-        done_ids = {r["id"] for r in previous}
-        todo = [p for p in points if p.id not in done_ids]
-        state = SweepProgress(total=len(points), skipped=len(points) - len(todo))
-        state.done = state.skipped
-        state.failed = sum(1 for r in previous if r["id"] in {p.id for p in points} and r.get("status") != "ok")
-        if progress:
-            progress(state)
-        cluster_info = None
-        results = ResultsFile(out / RESULTS)
-        new_records: list[dict] = []
+    began = threading.Event()  # set once points are handed to the workers: from then on DIR is resumable
+    with locked(out, "sweep"):  # refused here (in use by another run): nothing of ours to take back
         try:
-            if todo:
-                with open_cluster(scheduler, workers, len(todo)) as (client, cluster_info):
-                    _run_points(client, cluster_info, todo, data_ref, label, device, out, raw_check, timeout,
-                                results, new_records, state, progress, max_latency_ms)
-        finally:
-            results.close()
-            seconds = time.perf_counter() - started
-            _record_run(out, config, cluster_info, len(todo), len(new_records), seconds)
-        records = sorted(previous + new_records, key=record_order)
-        have = {r["id"] for r in records}
-        missing = [p.id for p in points if p.id not in have]
-        if not missing:
-            _rewrite_in_order(out / RESULTS, records)
+            return _sweep_locked(out, points, (data_ref, label, device, raw_check, timeout, max_latency_ms,
+                                               scheduler, workers), binding, resume, started, progress, began)
+        except BaseException:
+            if not began.is_set():  # refused before any point ran (no scheduler, no cluster, Ctrl-C)
+                _remove_if_unused(out, created)
+            raise
+
+
+def _create_dirs(out: Path) -> list[Path]:
+    """Create `out` and its missing parents; return those this call created (outermost first). Each is made
+    with an atomic mkdir, so "created" means no other run had it: only those may be removed on failure."""
+    missing = []
+    for folder in [out, *out.parents]:
+        if os.path.lexists(folder):
+            break
+        missing.append(folder)
+    created = []
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder)
+        except FileExistsError:  # another run made it meanwhile: it is theirs
+            continue
+        except OSError as exc:
+            raise TinyprotoError(f"cannot create --out {out}: {exc.strerror}") from None
+        created.append(folder)
+    return created
+
+
+def _remove_if_unused(out: Path, created: list[Path]) -> None:
+    """After a failure, with the lock still held: remove the --out this sweep created if no point was recorded
+    in it (nothing worth resuming) and nothing but tinyproto's files is in it; then its parents we created."""
+    from tinyproto.core.modeldir import foreign_entries
+
+    if out not in created:
+        return
+    try:
+        if read_results(out / RESULTS) or foreign_entries(out):
+            return
+    except (TinyprotoError, OSError):
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    for folder in reversed(created[:-1]):
+        try:
+            os.rmdir(folder)  # only if still empty
+        except OSError:
+            break
+
+
+def _sweep_locked(out: Path, points: list[Point], args: tuple, binding: dict, resume: bool, started: float,
+                  progress: Callable[[SweepProgress], None] | None, began: threading.Event) -> SweepResult:
+    data_ref, label, device, raw_check, timeout, max_latency_ms, scheduler, workers = args
+    from tinyproto.core.modeldir import record_outputs
+
+    config = _open_sweep_dir(out, binding, resume)
+    record_outputs(out, CONFIG, RESULTS, f".{RESULTS}.tmp", POINTS)  # also refuses a link planted at one of them
+    (out / POINTS).mkdir(exist_ok=True)
+    previous = read_results(out / RESULTS, repair=True)
+    done_ids = {r["id"] for r in previous}
+    todo = [p for p in points if p.id not in done_ids]
+    state = SweepProgress(total=len(points), skipped=len(points) - len(todo))
+    state.done = state.skipped
+    state.failed = sum(1 for r in previous if r["id"] in {p.id for p in points} and r.get("status") != "ok")
+    if progress:
+        progress(state)
+    cluster_info = None
+    results = ResultsFile(out / RESULTS)
+    new_records: list[dict] = []
+    try:
+        if todo:
+            with open_cluster(scheduler, workers, len(todo)) as (client, cluster_info):
+                began.set()
+                _run_points(client, cluster_info, todo, data_ref, label, device, out, raw_check, timeout,
+                            results, new_records, state, progress, max_latency_ms)
+    finally:
+        results.close()
+        seconds = time.perf_counter() - started
+        _record_run(out, config, cluster_info, len(todo), len(new_records), seconds)
+    records = sorted(previous + new_records, key=record_order)
+    have = {r["id"] for r in records}
+    missing = [p.id for p in points if p.id not in have]
+    if not missing:
+        _rewrite_in_order(out / RESULTS, records)
     return SweepResult(out, records, len(new_records), state.skipped, seconds, cluster_info, not missing, missing)
 
 

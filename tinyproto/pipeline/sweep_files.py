@@ -6,6 +6,7 @@ Layer: pipeline."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -16,6 +17,114 @@ CONFIG = "sweep.json"
 RESULTS = "results.jsonl"
 POINTS = "points"
 MAX_RESULTS_BYTES = 256 << 20  # ~100,000 points; more is not a results file tinyproto wrote
+MAX_SEED = 2**32 - 1
+SWEEP_FORMAT = "tinyproto-sweep"
+SWEEP_FORMAT_VERSION = 1
+MAX_COUNT = 2**53  # bytes, cycles: anything larger is not a figure a tinyproto run measured or predicted
+
+# The typed shape of one results.jsonl line. Every figure a report draws or a resumed sweep sorts by is checked
+# here, once, so a hand-edited or damaged line is one clear error naming file:line, never a TypeError in a figure
+# or a NaN drawn as a result.
+_POINT_FIELDS = {"model": str, "board": str, "budget_bytes": int, "seed": int}
+_FRACTIONS = ("float_accuracy", "int8_accuracy", "int8_float_agreement")
+_AMOUNTS = ("model_bytes", "predicted_cycles", "predicted_latency_ms", "predicted_energy_mj_board",
+            "sram_estimate_bytes", "n_test")
+_DEVICE_FRACTIONS = ("accuracy", "host_accuracy", "label_agreement", "score_agreement")
+_DEVICE_AMOUNTS = ("cycles_mean", "latency_ms", "energy_mj_mcu", "energy_mj_board", "flash_bytes",
+                   "sram_static_bytes", "stack_peak_bytes")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= MAX_COUNT \
+        and math.isfinite(value)
+
+
+def _check_amount(entry: dict, key: str, where: str = "") -> None:
+    value = entry.get(key)
+    if value is not None and not (_is_number(value) and value >= 0):
+        raise ValueError(f"{where}{key} is {_shown(value)}, not a non-negative number")
+
+
+def _check_fraction(entry: dict, key: str, where: str = "") -> None:
+    value = entry.get(key)
+    if value is not None and not (_is_number(value) and 0 <= value <= 1):
+        raise ValueError(f"{where}{key} is {_shown(value)}, not a fraction in 0..1")
+
+
+def _shown(value: object) -> str:
+    return json.dumps(value)[:24] if not isinstance(value, float) or math.isfinite(value) else str(value)
+
+
+def check_result_line(entry: object) -> dict:
+    """`entry` if it has the shape of a line tinyproto sweep writes, else ValueError saying which field is wrong."""
+    if not isinstance(entry, dict):
+        raise ValueError("not a result object")
+    for key, kind in _POINT_FIELDS.items():
+        value = entry.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"{key} is {_shown(value)}, not a {kind.__name__}")
+    if not 0 < entry["budget_bytes"] <= MAX_COUNT or not 0 <= entry["seed"] <= MAX_SEED:
+        raise ValueError("budget_bytes or seed out of range")
+    point_id = f"{entry['model']}-{entry['budget_bytes']}B-seed{entry['seed']}-{entry['board']}"
+    if entry.get("id") != point_id or entry.get("dir") != f"{POINTS}/{point_id}":
+        raise ValueError("its id or directory does not name its point")
+    if entry.get("status") not in ("ok", "failed"):
+        raise ValueError("a result object without its status")
+    for key in ("stage", "error", "dataset"):
+        if entry.get(key) is not None and not isinstance(entry[key], str):
+            raise ValueError(f"{key} is {_shown(entry[key])}, not text")
+    for key in _FRACTIONS:
+        _check_fraction(entry, key)
+    for key in _AMOUNTS:
+        _check_amount(entry, key)
+    device = entry.get("device")
+    if device is not None:
+        if not isinstance(device, dict):
+            raise ValueError(f"device is {_shown(device)}, not an object")
+        for key in _DEVICE_FRACTIONS:
+            _check_fraction(device, key, "device.")
+        for key in _DEVICE_AMOUNTS:
+            _check_amount(device, key, "device.")
+    if is_drawn(entry):
+        missing = [k for k in FIGURES if entry.get(k) is None]
+        if device is not None:
+            missing += [f"device.{k}" for k in DEVICE_FIGURES if device.get(k) is None]
+            if device.get("latency_ms") is not None:
+                missing += [f"device.{k}" for k in ("energy_mj_board", "cycles_mean") if device.get(k) is None]
+        if missing:
+            raise ValueError(f"a compiled point without {', '.join(missing[:3])}")
+    return entry
+
+
+# A line of a point that compiled carries these figures (a report draws it): all of them, as numbers.
+FIGURES = ("model_bytes", "float_accuracy", "int8_accuracy", "predicted_cycles", "predicted_latency_ms",
+           "predicted_energy_mj_board")
+DEVICE_FIGURES = ("accuracy", "label_agreement", "score_agreement")
+
+
+def is_drawn(entry: dict) -> bool:
+    """Whether a report draws this line: a point that compiled (ok, or failed only on the device's checks)."""
+    return entry.get("status") == "ok" or (entry.get("stage") == "validate" and entry.get("model_bytes") is not None)
+
+
+def check_config(config: dict, path: Path) -> dict:
+    """sweep.json's fields that `sweep --resume` and `report` use, typed (one clear error otherwise)."""
+    if config.get("format") != SWEEP_FORMAT:
+        raise TinyprotoError(f"{path} is not a tinyproto sweep's configuration (no format {SWEEP_FORMAT!r})")
+    runs = config.get("runs", [])
+    runs_ok = isinstance(runs, list) and all(isinstance(r, dict) and isinstance(r.get("cluster") or {}, dict)
+                                             for r in runs)  # the report's table of runs reads run.cluster.*
+    if not isinstance(config.get("binding", {}), dict) or not runs_ok:
+        raise TinyprotoError(f"{path} is damaged (its binding is not an object or its runs not a list); start the "
+                             "sweep again in a new --out")
+    return config
+
+
+def read_config(path: Path) -> dict:
+    """sweep.json: a JSON object with a binding object and a list of runs, or one clear error."""
+    from tinyproto.core.modeldir import read_json
+
+    return check_config(read_json(path, "the sweep's configuration"), path)
 
 
 def read_results(path: Path, repair: bool = False) -> list[dict]:
@@ -25,26 +134,25 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
         return []
     data = read_bytes_file(path, "a sweep's results", MAX_RESULTS_BYTES)
     lines = data.split(b"\n")
-    records, good_end = [], 0
+    records, good_end, seen = [], 0, set()
     for number, line in enumerate(lines, start=1):
         last = number == len(lines)  # the part after the final newline: empty, or a torn line
         if not line.strip():
             good_end += len(line) + (0 if last else 1)
             continue
         try:
-            entry = json.loads(line)
-            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-                raise ValueError("not a result object")
-            if entry.get("status") not in ("ok", "failed") or not isinstance(entry.get("dir"), str):
-                raise ValueError("a result object without its status or directory")
-        except ValueError as exc:
+            entry = check_result_line(json.loads(line))
+            if entry["id"] in seen:  # the driver writes one line per point: a second is not its own
+                raise ValueError(f"a second line for {entry['id']}")
+        except (ValueError, RecursionError) as exc:
             if last:
                 break  # torn by a kill: that point runs again
-            raise TinyprotoError(f"{path}:{number} is not a result line ({str(exc)[:60]}); the sweep directory "
+            raise TinyprotoError(f"{path}:{number} is not a result line ({str(exc)[:100]}); the sweep directory "
                                  "is damaged, start it again in a new --out") from None
         if last:  # a complete object without its newline: still torn (the newline is written with it)
             break
         records.append(entry)
+        seen.add(entry["id"])
         good_end += len(line) + 1
     if repair and good_end < len(data):
         with open(path, "r+b") as handle:
@@ -57,7 +165,9 @@ class ResultsFile:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._handle = open(self.path, "a", encoding="utf-8")
+        # never through a link planted at results.jsonl: the lines would go to someone else's file
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        self._handle = os.fdopen(fd, "a", encoding="utf-8")
 
     def append(self, record: dict) -> None:
         self._handle.write(json.dumps(record, sort_keys=True) + "\n")
@@ -71,7 +181,8 @@ class ResultsFile:
 def _rewrite_in_order(path: Path, records: list[dict]) -> None:
     """Replace results.jsonl by the same lines in grid order (one atomic rename)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
         handle.flush()

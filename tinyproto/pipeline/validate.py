@@ -53,7 +53,7 @@ class BuildInfo:
 
 
 def _inside(model_dir: ModelDir, relative: object, what: str) -> Path:
-    if not isinstance(relative, str) or os.path.isabs(relative):
+    if not isinstance(relative, str) or os.path.isabs(relative) or "\0" in relative or not relative.strip():
         raise TinyprotoError(f"{model_dir.path / 'build.json'} is damaged: {what} {relative!r}")
     path = (model_dir.path / relative).resolve()
     if not path.is_relative_to(model_dir.path.resolve()):
