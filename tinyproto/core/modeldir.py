@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import stat
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinyproto.core import strict_json
 from tinyproto.core.errors import TinyprotoError
 
 MODEL_FORMAT = "tinyproto-model"
@@ -79,51 +79,13 @@ def read_json(path: Path, what: str, strict: bool = False) -> dict:
         raise TinyprotoError(f"{path} is {info.st_size} bytes, too large for {what}")
     with _open_regular(path, what) as handle:  # non-blocking: a FIFO swapped in after the check cannot hang us
         raw = handle.read(MAX_JSON_BYTES + 1)
-    hooks = {"parse_constant": _refuse_constant, "parse_float": _finite_float,
-             "object_pairs_hook": _unique_keys} if strict else {}
     try:
-        data = json.loads(raw.decode("utf-8"), **hooks)
-        if strict:
-            _check_text(data)
+        data = strict_json.loads(raw.decode("utf-8")) if strict else json.loads(raw.decode("utf-8"))
     except (UnicodeError, ValueError, RecursionError) as exc:
         raise TinyprotoError(f"{path} is damaged: not valid JSON ({what}): {str(exc)[:80]}") from None
     if not isinstance(data, dict):
         raise TinyprotoError(f"{path} is damaged: expected a JSON object ({what})")
     return data
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number tinyproto writes")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:24]} is beyond float64")
-    return value
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    data: dict = {}
-    for key, value in pairs:
-        if key in data:
-            raise ValueError(f"key {key[:40]!r} appears twice")
-        data[key] = value
-    return data
-
-
-def _check_text(value: object) -> None:
-    """Every string (keys included) encodes as UTF-8: a lone surrogate would fail in the writer of a header."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            item.encode("utf-8")
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
 
 
 def write_json(path: Path, data: dict) -> None:

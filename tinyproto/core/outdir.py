@@ -51,9 +51,9 @@ def holds_only_a_dead_lock(directory: Path) -> bool:
     """True when `directory`'s one entry is a lock file tinyproto wrote whose holder is gone (a run killed between
     creating the directory and writing into it): such a directory is as good as empty. The lock is probed with
     flock, not by pid, so a live holder (even one that reused the pid) keeps it in use."""
-    lock_path = Path(directory) / LOCK
+    lock_path = _sole_lock(Path(directory))
     try:
-        if [p.name for p in Path(directory).iterdir()] != [LOCK] or lock_path.is_symlink() or not lock_path.is_file():
+        if lock_path is None:
             return False
         if lock_path.stat().st_size > 64 or not LOCK_LINE.match(lock_path.read_bytes()):
             return False  # not what tinyproto writes: the user's file, left alone
@@ -68,9 +68,9 @@ def holds_only_a_dead_lock(directory: Path) -> bool:
 
 def _check_lock_only_in_use(directory: Path) -> None:
     """A directory holding nothing but a held lock is being started by another run: say so, not 'foreign'."""
-    lock_path = directory / LOCK
+    lock_path = _sole_lock(directory)
     try:
-        if [p.name for p in directory.iterdir()] != [LOCK] or lock_path.is_symlink() or not lock_path.is_file():
+        if lock_path is None:
             return
         fd = _try_lock_quietly(lock_path)
     except OSError:
@@ -78,6 +78,17 @@ def _check_lock_only_in_use(directory: Path) -> None:
     if fd is None:
         raise TinyprotoError(f"{directory} is in use by {_holder(lock_path)}; wait for it to finish")
     os.close(fd)
+
+
+def _sole_lock(directory: Path) -> Path | None:
+    """The lock file when it is `directory`'s only entry and a regular file (not a link), else None."""
+    lock_path = directory / LOCK
+    try:
+        if [p.name for p in directory.iterdir()] != [LOCK] or lock_path.is_symlink() or not lock_path.is_file():
+            return None
+    except OSError:
+        return None
+    return lock_path
 
 
 def _try_lock_quietly(lock_path: Path) -> int | None:

@@ -17,7 +17,6 @@ Layer: device.
 from __future__ import annotations
 
 import errno
-import errno
 import fcntl
 import os
 import re

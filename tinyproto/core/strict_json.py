@@ -1,0 +1,53 @@
+"""JSON as tinyproto writes it, and nothing else: the parser for the files a model is rebuilt from.
+
+json.loads accepts NaN and Infinity, turns 1e400 into inf, keeps the last of two equal keys and lets lone
+surrogate escapes through; each of those would reach an int(), a float() or a header writer later as a value no
+tinyproto run wrote. Layer: core.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+
+def loads(text: str) -> object:
+    """json.loads, refusing (ValueError / UnicodeError) what tinyproto never writes."""
+    data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                      object_pairs_hook=_unique_keys)
+    _check_text(data)
+    return data
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number tinyproto writes")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:24]} is beyond float64")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    data: dict = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"key {key[:40]!r} appears twice")
+        data[key] = value
+    return data
+
+
+def _check_text(value: object) -> None:
+    """Every string (keys included) encodes as UTF-8: a lone surrogate would fail in the writer of a header."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            item.encode("utf-8")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
