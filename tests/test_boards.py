@@ -347,8 +347,8 @@ class LeonardoDouble:
                 elif c in (b"P", b"L"):
                     reply = ok
                 elif c == b"E":
+                    self.exited.set()  # before the reply: avrdude cannot have exited on it yet (no race)
                     os.write(self.boot_master, ok)
-                    self.exited.set()
                     return
                 elif c == b"s":
                     reply = self.SIGNATURE
