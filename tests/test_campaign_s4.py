@@ -26,11 +26,13 @@ from tinyproto.core.modeldir import LOCK, MANIFEST, SCRATCH_PREFIX, OWNED_NAMES,
 IRIS = ["iris", "--budget", "1kB"]
 
 
-def _snapshot(root: Path) -> dict[str, str]:
+def _snapshot(root: Path, own_files_at_root: bool = False) -> dict[str, str]:
+    """Every entry under root with its content hash. tinyproto's manifest and lock in the directories it owns are
+    left out; own_files_at_root: root itself is a directory tinyproto owns (a model directory), so are its."""
     snap = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if path.name in (MANIFEST, LOCK) and path.parent != root:  # tinyproto's own, in its own directory
+        if path.name in (MANIFEST, LOCK) and (own_files_at_root or path.parent != root):
             continue
         if path.is_symlink():
             snap[rel] = "link:" + os.readlink(path)

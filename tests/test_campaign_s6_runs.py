@@ -46,8 +46,12 @@ def sweep_master(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def swept(sweep_master, work) -> Path:
-    copy = work / "sweep"
-    shutil.copytree(sweep_master, copy, symlinks=True)
+    return _private_copy(sweep_master, work / "sweep")
+
+
+def _private_copy(master: Path, copy: Path) -> Path:
+    """A test's own copy of a module-wide directory, so what one test damages no other sees."""
+    shutil.copytree(master, copy, symlinks=True)
     return copy
 
 
@@ -242,9 +246,7 @@ def built_master(compiled, private_cache) -> Path:
 
 @pytest.fixture
 def built(built_master, work) -> Path:
-    copy = work / "model"
-    shutil.copytree(built_master, copy, symlinks=True)
-    return copy
+    return _private_copy(built_master, work / "model")
 
 
 @pytest.mark.parametrize("value", ["fw\u0000.elf", " ", ["x"]])
