@@ -1,7 +1,14 @@
 """FlyNN / FBFC (Sinha & Ram): a sparse binary lifting, winner-take-all and per-class Bloom filters.
 Layer: families."""
 
-from tinyproto.families import LOWEST, Family, Learning, ScoreRule, lazy, no_static_state
+from tinyproto.families import (
+    LOWEST,
+    Family,
+    Learning,
+    ScoreRule,
+    lazy,
+    no_static_state,
+)
 
 
 def _fit(X, y, budget_bytes, seed, progress=None, max_latency_ms=None, f_cpu_hz=16_000_000):
