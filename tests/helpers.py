@@ -66,6 +66,56 @@ def tinyproto(*args: str, cwd: Path | str | None = None, env: dict[str, str] | N
                           capture_output=True, text=True, timeout=timeout, input=input)
 
 
+def snapshot(root: Path, own_files_at_root: bool = False) -> dict[str, str]:
+    """Every entry under root with its content hash. tinyproto's manifest and lock in the directories it owns are
+    left out; own_files_at_root: root itself is a directory tinyproto owns (a model directory), so are its."""
+    from tinyproto.core.modeldir import LOCK, MANIFEST
+
+    snap = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.name in (MANIFEST, LOCK) and (own_files_at_root or path.parent != root):
+            continue
+        if path.is_symlink():
+            snap[rel] = "link:" + os.readlink(path)
+        elif path.is_file():
+            snap[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            snap[rel] = "dir" if path.is_dir() else "other"
+    return snap
+
+
+def refused(args: list[str], keyword: str, watch: Path, code: int | None = None,
+            own_files_at_root: bool = False) -> str:
+    """Run tinyproto in-process; it must refuse (exit 1, or click's 2; `code` when given) in one `error:` line
+    naming `keyword`, with no traceback, changing nothing under `watch` (see snapshot). Returns that line."""
+    from click.testing import CliRunner
+
+    from tinyproto.cli import main
+
+    before = snapshot(watch, own_files_at_root)
+    result = CliRunner().invoke(main, args)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code in ((1, 2) if code is None else (code,)), (result.exit_code, result.output)
+    assert "Traceback" not in result.output and "internal error" not in result.output, result.output
+    assert lines and lines[-1].startswith(("error:", "Error:")), result.stderr
+    assert len([line for line in lines if line.startswith("error:")]) <= 1, result.stderr
+    assert keyword.lower() in lines[-1].lower(), (keyword, lines[-1])
+    assert snapshot(watch, own_files_at_root) == before, "a file changed, appeared or vanished"
+    return lines[-1]
+
+
+def accepted(args: list[str]) -> str:
+    """Run tinyproto in-process; it must succeed. Returns what it printed."""
+    from click.testing import CliRunner
+
+    from tinyproto.cli import main
+
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 # ------------------------------------------------------------------------------------------------ run-wide cache
 
 

@@ -28,7 +28,7 @@ from tinyproto.families.bnc.quantize import IntBNC
 from tinyproto.families.bnc.pattern import pattern_mask, seeded_positions
 from tinyproto.families.bnc.train import BNCClassifier, allocate_prototypes
 
-from conftest import header_array_bytes, needs
+from helpers import header_array_bytes, needs
 
 FIRMWARE = resource_dir("firmware")
 

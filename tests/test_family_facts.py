@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs
+from helpers import needs
 from test_bnc import random_model
 from test_wide import synthetic
 

@@ -20,7 +20,7 @@ from tinyproto.families.flynn import solver
 from tinyproto.families.flynn.quantize import hash_inputs
 from tinyproto.families.flynn.train import draw_seed, seeded_indices
 
-from conftest import read_only
+from helpers import read_only
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,7 +15,7 @@ import pytest
 from tinyproto.families import predict_cycles
 from tinyproto.families import int_model_from_json
 
-from conftest import needs
+from helpers import needs
 
 
 def cli(*args):

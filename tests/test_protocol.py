@@ -24,7 +24,7 @@ from tinyproto.core import render, wire
 from tinyproto.device import protocol as P
 from tinyproto.core.errors import TinyprotoError
 
-from conftest import PipePort
+from helpers import PipePort
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRMWARE = ROOT / "firmware"

@@ -16,7 +16,7 @@ from tinyproto.core.inputstage import InputStage, shared_stage, stage_bytes
 from tinyproto.families.protonn import encoding
 from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
 
-from conftest import needs
+from helpers import needs
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
