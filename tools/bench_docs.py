@@ -99,10 +99,14 @@ def _output(command: str, *args: str) -> str:
         return "unknown"
 
 
+CODE = ("tinyproto", "firmware", "templates", "boards", "tools", "pyproject.toml", "setup.py")  # what a figure depends on
+
+
 def commit() -> str:
+    """The commit the figures come from; flagged when the code (not the docs) differed from it."""
     head = _output("git", "rev-parse", "--short=12", "HEAD")
-    dirty = _output("git", "status", "--porcelain", "--untracked-files=no")
-    return head + (" + local changes" if dirty and dirty != "unknown" else "")
+    dirty = _output("git", "status", "--porcelain", "--untracked-files=no", "--", *CODE)
+    return head + (" + local changes to the code" if dirty and dirty != "unknown" else "")
 
 
 def machine() -> str:
@@ -125,7 +129,7 @@ def machine() -> str:
 
 
 def run_benchmark(bench: Benchmark) -> Path:
-    started = time.time()
+    started, made_by = time.time(), commit()
     with tempfile.TemporaryDirectory(prefix=f"bench-{bench.name}-") as scratch:
         outputs = [_run(command, Path(scratch)) for command in bench.commands]
         last = outputs[-1].replace(scratch, "DIR").rstrip()
@@ -134,7 +138,7 @@ def run_benchmark(bench: Benchmark) -> Path:
     seconds = time.time() - started
     page = (f"# {bench.title}\n\n{bench.what}\n\n"
             f"| | |\n|---|---|\n| command | `{' && '.join(c.format(tools='tools') for c in bench.commands)}` |\n"
-            f"| commit | `{commit()}` |\n| machine | {machine()} |\n"
+            f"| commit | `{made_by}` |\n| machine | {machine()} |\n"
             f"| date | {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} |\n"
             f"| wall time | {seconds:.0f} s (the machine may have been shared: wall times are upper bounds) |\n\n"
             f"Written by `python tools/bench_docs.py --only {bench.name}`.\n\n{table}\n")
