@@ -13,7 +13,7 @@ import numpy as np
 from scipy.special import digamma
 
 from tinyproto.core.cost import lower_bound_cycles
-from tinyproto.families.flynn.train import GROUP_ROWS, block_rows, seeded_walk
+from tinyproto.families.flynn.seeded_index import GROUP_ROWS, block_rows, seeded_walk
 
 # FlyNN (firmware/tp_flynn.c): cycles per unit, fitted (the method of tools/calibrate_costmodel.py --flynn) on 18
 # FlyNN models from the solver (digits at 1-4 kB and 6-20 ms caps, breast_cancer, wine, segment, iris at 0.5-2 kB,

@@ -15,7 +15,7 @@ the class never set it. score_l is the novelty f_l times ρ (times 255 for lut m
 
 Flash arrays (render order): the input stage, `fly_filters` (t_lj packed LSB-first, entry (j, l) at bit
 (j·L + l)·b), `fly_lut` (b > 1 only) and `fly_M` (only when M is stored: row-major m x s indices, uint8 when
-TP_FLY_INPUTS <= 256). A seeded M costs no data: the device regenerates it from TP_FLY_SEED (train.seeded_indices).
+TP_FLY_INPUTS <= 256). A seeded M costs no data: the device regenerates it from TP_FLY_SEED (seeded_index.seeded_indices).
 Layer: families.
 """
 
@@ -27,16 +27,8 @@ import numpy as np
 
 from tinyproto.core.carray import CArray
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.families.flynn.train import (
-    BLOCK_ROWS,
-    FlyNNClassifier,
-    block_rows,
-    count_winners,
-    project,
-    projection_matrix,
-    seeded_indices,
-    top_winners,
-)
+from tinyproto.families.flynn.seeded_index import BLOCK_ROWS, block_rows, seeded_indices
+from tinyproto.families.flynn.train import FlyNNClassifier, count_winners, project, projection_matrix, top_winners
 from tinyproto.core.inputstage import InputStage, choose_input_scale
 from tinyproto.core.ledger import SramItem
 
