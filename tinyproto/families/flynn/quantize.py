@@ -27,10 +27,21 @@ import numpy as np
 
 from tinyproto.core.carray import CArray
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.families.flynn.seeded_index import BLOCK_ROWS, block_rows, seeded_indices
-from tinyproto.families.flynn.train import FlyNNClassifier, count_winners, project, projection_matrix, top_winners
 from tinyproto.core.inputstage import InputStage, choose_input_scale
 from tinyproto.core.ledger import SramItem
+from tinyproto.families.flynn.seeded_index import (
+    BLOCK_ROWS,
+    WIDE_INPUTS,
+    block_rows,
+    seeded_indices,
+)
+from tinyproto.families.flynn.train import (
+    FlyNNClassifier,
+    count_winners,
+    project,
+    projection_matrix,
+    top_winners,
+)
 
 LUT_SCALE = 255  # lut entries are uint8
 MAX_BITS = 8
@@ -278,7 +289,6 @@ class IntFlyNN:
 
 # ---------------------------------------------------------------- the reference arithmetic, reusable by the solver
 
-WIDE_INPUTS = 256  # above this many hash inputs tp_flynn.c reads x in place (TP_FLY_WIDE) instead of a buffer
 
 
 def fly_working_sram(rho: int, n_inputs: int, n_classes: int, store_M: bool, s: int) -> list[SramItem]:
