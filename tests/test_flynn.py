@@ -26,21 +26,18 @@ from tinyproto.core.datasets import split as split_dataset
 from tinyproto.core.inputstage import choose_input_scale
 from tinyproto.families.flynn.quantize import (IntFlyNN, fly_working_sram, hash_inputs, integer_winners, pack_bits,
                                                scores_from_winners, unpack_bits)
-from tinyproto.families.flynn.train import (
+from tinyproto.families.flynn.seeded_index import (
     BLOCK_ROWS,
     GROUP_ROWS,
     SEED_PERIOD,
     WIDE_BLOCK_ROWS,
-    FlyNNClassifier,
-    count_winners,
-    standardisation,
     block_rows,
     random_rotations,
     seeded_indices,
-    top_winners,
     xorshift16_states,
     xorshift16_step,
 )
+from tinyproto.families.flynn.train import FlyNNClassifier, count_winners, standardisation, top_winners
 from tinyproto.core.inputstage import InputStage
 from tinyproto.core.resources import resource_dir
 
@@ -188,7 +185,7 @@ def test_seeded_rows_have_s_distinct_inputs_in_range(seed, m, n_inputs, s_frac):
 
 
 def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
-    """The seeded M spelled out one proposal at a time, independently of train.seeded_walk's vectorised blocks."""
+    """The seeded M spelled out one proposal at a time, independently of seeded_index.seeded_walk's vectorised blocks."""
     state, low = seed, None
 
     def proposal() -> int:
