@@ -241,3 +241,75 @@ class PipePort:
                 self.proc.kill()
                 self.proc.wait()
         self.proc.stdout.close()
+
+
+# ------------------------------------------------------------------------------------------------ synthetic integer models
+
+
+def random_model(seed: int, d: int, r: int, m: int, L: int, density: float, per_row: int = 0):
+    """A valid IntBNC with random contents (every layout the C code has: dense/sparse/seeded, r % 8 != 0,
+    m > 255). per_row > 0: a seeded W with that many weights per row (density is ignored)."""
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.bnc.pattern import pattern_mask
+    from tinyproto.families.bnc.quantize import IntBNC
+    from tinyproto.families.bnc.train import allocate_prototypes
+
+    rng = np.random.default_rng(seed)
+    W = rng.integers(-128, 128, size=(r, d))
+    pattern_seed = 0
+    if per_row:
+        pattern_seed = int(rng.integers(1, 65536))
+        W[~pattern_mask(pattern_seed, r, d, per_row)] = 0
+    else:
+        W[rng.random((r, d)) > density] = 0
+        W[np.arange(r), rng.integers(0, d, size=r)] = rng.choice([-127, 5, 127], size=r)  # no row all zero
+    counts = allocate_prototypes(np.full(L, 1000), m)
+    stage = InputStage.from_standardisation(rng.normal(size=d), rng.uniform(0.5, 2, size=d), 0.03)
+    return IntBNC(classes=list(range(L)), input_stage=stage, W_q=W, B_bits=rng.integers(0, 2, size=(m, r)),
+                  proto_counts=counts, pattern_seed=pattern_seed, per_row=per_row)
+
+
+def one_per_column(D, d, extra, rng):
+    """An int8 W (D x d) with one nonzero per column plus `extra` more, never an empty column."""
+    W = np.zeros((D, d), dtype=np.int8)
+    W[rng.integers(0, D, size=d), np.arange(d)] = rng.choice([-128, -127, -1, 1, 5, 127], size=d)
+    flat = rng.choice(D * d, size=extra, replace=False)
+    W.flat[flat] = rng.integers(1, 128, size=extra) * rng.choice([-1, 1], size=extra)  # never 0: no empty column
+    return W
+
+
+def synthetic(D, d, m, L, rng, *, stage="feature", density=None, n_raw=None, proj_shift=9):
+    """(model, X): a ProtoNN integer model with W of a chosen structure (density None: one nonzero per column plus a few),
+    an informative kernel table, and the requested input stage (kept columns when n_raw > d)."""
+    from dataclasses import replace
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
+
+    if density is None:
+        W = one_per_column(D, d, d // 5, rng)
+    else:
+        W = (rng.integers(-128, 128, size=(D, d)) * (rng.random((D, d)) < density)).astype(np.int8)
+    n_raw = n_raw or d
+    kept = None if n_raw == d else np.sort(rng.choice(n_raw, size=d, replace=False))
+    if stage == "shared":
+        input_stage = InputStage.shared(127.5, 127 / 127.5, d, kept=kept, n_inputs=n_raw)
+        offset = rng.integers(-512, 513, size=D).astype(np.int16)
+    else:
+        input_stage = InputStage.from_standardisation(rng.normal(100, 30, d), rng.uniform(20, 60, d), 1 / 40,
+                                                      kept=kept, n_inputs=n_raw if kept is not None else None)
+        offset = None
+    model = IntProtoNN(list(range(L)), input_stage, W, rng.integers(-60, 61, size=(m, D)).astype(np.int8),
+                       rng.integers(-127, 128, size=(m, L)).astype(np.int8), proj_shift=proj_shift,
+                       table=np.zeros(32, dtype=np.uint8), table_shift=0, scales={}, offset=offset)
+    X = rng.integers(0, 256, size=(12, n_raw)).astype(np.float32)
+    X[0, :] = np.nan
+    X[1, :] = 1e6
+    z = model.projections(model.input_stage.quantize(X))
+    B = np.clip(z[: min(m, len(z))] + rng.integers(-3, 4, size=z[: min(m, len(z))].shape), -127, 127)
+    B_q = model.B_q.copy()
+    B_q[: len(B)] = B
+    dist = ((z[:, None, :] - B_q.astype(np.int64)[None]) ** 2).sum(axis=2)
+    gamma = float(np.sqrt(np.log(2) / max(float(np.median(dist)), 1.0)))
+    table, shift = kernel_table(gamma=gamma, b_scale=1.0, size=32)
+    return replace(model, B_q=B_q, table=table, table_shift=shift), X

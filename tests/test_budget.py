@@ -1,6 +1,5 @@
 """Byte budgets as the user writes them: the accepted forms and the refusals."""
 
-import numpy as np
 import pytest
 
 from tinyproto.core.budget import parse_budget

@@ -16,7 +16,6 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, choose_input_scale, standardisation, standardise_moments
 import io
 import json
-from pathlib import Path
 
 from helpers import accepted, refused
 

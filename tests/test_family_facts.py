@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import needs
-from test_bnc import random_model
-from test_wide import synthetic
+from helpers import random_model, synthetic
 
 from tinyproto import families
 from tinyproto.core.modeldir import load_model_dir

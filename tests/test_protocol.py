@@ -500,9 +500,9 @@ def test_host_firmware_answers_invalid_frames_with_errors_and_recovers(device):
         (P.encode_frame(0x02, 9, bytes(400)), P.ERR_TOO_LONG),
         (P.cobs_encode(b"\x01\x0a") + b"\x00", P.ERR_LENGTH),  # shorter than type + seq + crc
     ]
-    for wire, code in cases:
-        frames = answers(port, wire)
-        assert [(f.type, f.payload) for f in frames] == [(P.MSG_ERROR, bytes([code]))], wire.hex()
+    for sent, code in cases:
+        frames = answers(port, sent)
+        assert [(f.type, f.payload) for f in frames] == [(P.MSG_ERROR, bytes([code]))], sent.hex()
     assert answers(port, b"\x00\x00\x00") == []  # empty frames are resync, not errors
     assert device.stats().frames_bad == len(cases)
     x = np.full(N_FEATURES, -7, np.int8)
