@@ -228,64 +228,21 @@ static void tp_fly_pattern(tp_fly_index_t *pattern, uint16_t *state_io, uint8_t 
  * r0 < TP_FLY_INPUTS and t < TP_FLY_BLOCK, so no index ever wraps. */
 #define TP_FLY_U_BYTES (2u * TP_FLY_INPUTS + TP_FLY_BLOCK)
 
-/* Four consecutive rotations at once: sums[i] = 1 + the biased sum of row base + i, i = 0..3. Each pattern
- * offset costs one pattern byte and one pointer set-up, then four adjacent bytes (ld Z+): 21 cycles per offset
- * for four rows on the AVR instead of 36 row by row. Every sum starts at 1 so that every row beats the initial
- * floor of 0 while the heap fills. */
-#if defined(__AVR__) && !defined(TP_FLY_NO_ASM)
-#if TP_FLY_S <= 32
-#define TP_FLY_LOOP_HEAD ".rept %[s]\n\t"
-#define TP_FLY_LOOP_TAIL ".endr\n\t"
-#else /* long patterns: a counted loop keeps the code small (3 cycles per offset more) */
-#define TP_FLY_LOOP_HEAD "ldi r31, %[s]\n\tmov %[n], r31\n\t1:\n\t"
-#define TP_FLY_LOOP_TAIL "dec %[n]\n\tbreq 2f\n\trjmp 1b\n\t2:\n\t"
-#endif
-#endif
 typedef struct {
     uint16_t sum[4];
 } tp_fly_sums4_t;
 
+#if TP_KERNELS_AVR
+#include "tp_flynn_avr.h"
+#endif
+
+#ifndef TP_FLY_AVR_SCAN
+/* Four consecutive rotations at once: sums[i] = 1 + the biased sum of row base + i, i = 0..3 (the AVR twin reads
+ * the four adjacent bytes of each pattern offset together). Every sum starts at 1 so that every row beats the
+ * initial floor of 0 while the heap fills. */
 static inline tp_fly_sums4_t tp_fly_sum4(const uint8_t *base, const uint8_t *pattern)
 {
     tp_fly_sums4_t out;
-#if defined(__AVR__) && !defined(TP_FLY_NO_ASM)
-    uint16_t a, b, c, d;
-    uint8_t t, n;
-    (void)n;
-    asm volatile("clr %B[a]\n\t"
-                 "clr %B[b]\n\t"
-                 "clr %B[c]\n\t"
-                 "clr %B[d]\n\t"
-                 "clr %A[a]\n\t"
-                 "inc %A[a]\n\t"
-                 "mov %A[b], %A[a]\n\t"
-                 "mov %A[c], %A[a]\n\t"
-                 "mov %A[d], %A[a]\n\t" TP_FLY_LOOP_HEAD
-                 "ld %[t], X+\n\t"
-                 "movw r30, %[base]\n\t"
-                 "add r30, %[t]\n\t"
-                 "adc r31, __zero_reg__\n\t"
-                 "ld %[t], Z+\n\t"
-                 "add %A[a], %[t]\n\t"
-                 "adc %B[a], __zero_reg__\n\t"
-                 "ld %[t], Z+\n\t"
-                 "add %A[b], %[t]\n\t"
-                 "adc %B[b], __zero_reg__\n\t"
-                 "ld %[t], Z+\n\t"
-                 "add %A[c], %[t]\n\t"
-                 "adc %B[c], __zero_reg__\n\t"
-                 "ld %[t], Z\n\t"
-                 "add %A[d], %[t]\n\t"
-                 "adc %B[d], __zero_reg__\n\t" TP_FLY_LOOP_TAIL
-                 : [a] "=&r"(a), [b] "=&r"(b), [c] "=&r"(c), [d] "=&r"(d), [t] "=&r"(t), [n] "=&r"(n),
-                   "+x"(pattern)
-                 : [base] "r"(base), [s] "n"(TP_FLY_S)
-                 : "r30", "r31", "memory");
-    out.sum[0] = a;
-    out.sum[1] = b;
-    out.sum[2] = c;
-    out.sum[3] = d;
-#else
     for (uint8_t i = 0; i < 4; ++i) {
         uint16_t sum = 1;
         for (uint8_t k = 0; k < TP_FLY_S; ++k) {
@@ -293,39 +250,8 @@ static inline tp_fly_sums4_t tp_fly_sum4(const uint8_t *base, const uint8_t *pat
         }
         out.sum[i] = sum;
     }
-#endif
     return out;
 }
-
-#if defined(__AVR__) && !defined(TP_FLY_NO_ASM)
-/* One proposal into %[p]: the next byte of the stream (the low byte left over from the last xorshift16 step,
- * or a new step's high byte) mapped to (b * inputs) >> 8. 12 cycles per step, 7 per byte besides. */
-#define TP_FLY_NEXT_ASM(L)                                                                                      \
-    "tst %[half]\n\t"                                                                                          \
-    "breq " #L "0f\n\t"                                                                                        \
-    "mov %[p], %A[st]\n\t"                                                                                     \
-    "clr %[half]\n\t"                                                                                          \
-    "rjmp " #L "1f\n\t" #L "0:\n\t"                                                                            \
-    "mov __tmp_reg__, %B[st]\n\t"                                                                              \
-    "lsr __tmp_reg__\n\t"                                                                                      \
-    "mov __tmp_reg__, %A[st]\n\t"                                                                              \
-    "ror __tmp_reg__\n\t"                                                                                      \
-    "eor %B[st], __tmp_reg__\n\t"                                                                              \
-    "clr __tmp_reg__\n\t"                                                                                      \
-    "ror __tmp_reg__\n\t"                                                                                      \
-    "eor %A[st], __tmp_reg__\n\t"                                                                              \
-    "mov __tmp_reg__, %B[st]\n\t"                                                                              \
-    "lsr __tmp_reg__\n\t"                                                                                      \
-    "eor %A[st], __tmp_reg__\n\t"                                                                              \
-    "eor %B[st], %A[st]\n\t"                                                                                   \
-    "mov %[p], %B[st]\n\t"                                                                                     \
-    "inc %[half]\n\t" #L "1:\n\t" TP_FLY_MAP_ASM
-#if TP_FLY_INPUTS == 256
-#define TP_FLY_MAP_ASM ""
-#else
-#define TP_FLY_MAP_ASM "mul %[p], %[n]\n\tmov %[p], r1\n\t"
-#endif
-#endif
 
 /* A block: its pattern (TP_FLY_S distinct offsets; a proposal equal to one already taken is rejected), then
  * its first rotation r0 (row t of the block takes rotation r0 + t), all from the proposal stream in that order.
@@ -336,32 +262,6 @@ static void tp_fly_block(uint8_t *pattern, uint8_t *rot, uint16_t *state_io, uin
 {
     uint16_t state = *state_io;
     uint8_t half = *half_io;
-#if defined(__AVR__) && !defined(TP_FLY_NO_ASM)
-    uint8_t p, t;
-    const uint8_t *end = pattern + TP_FLY_S;
-    asm volatile("movw r30, %[pat]\n\t"
-                 "2:\n\t" TP_FLY_NEXT_ASM(3)
-                 "st Z, %[p]\n\t"
-                 "movw r26, %[pat]\n\t"
-                 "4:\n\t"
-                 "ld %[t], X+\n\t"
-                 "cp %[t], %[p]\n\t"
-                 "brne 4b\n\t"
-                 "sbiw r26, 1\n\t"
-                 "cp r26, r30\n\t"
-                 "cpc r27, r31\n\t"
-                 "brne 2b\n\t"
-                 "adiw r30, 1\n\t"
-                 "cp r30, %A[end]\n\t"
-                 "cpc r31, %B[end]\n\t"
-                 "brne 2b\n\t"
-                 TP_FLY_NEXT_ASM(6)
-                 "clr __zero_reg__"
-                 : [st] "+r"(state), [half] "+r"(half), [p] "=&r"(p), [t] "=&r"(t)
-                 : [pat] "r"(pattern), [end] "r"(end), [n] "r"((uint8_t)TP_FLY_INPUTS)
-                 : "r26", "r27", "r30", "r31", "memory");
-    *rot = p;
-#else
     uint8_t *end = pattern;
     do {
         uint8_t p;
@@ -376,10 +276,10 @@ static void tp_fly_block(uint8_t *pattern, uint8_t *rot, uint16_t *state_io, uin
         }
     } while (end != pattern + TP_FLY_S);
     TP_FLY_NEXT(*rot);
-#endif
     *state_io = state;
     *half_io = half;
 }
+#endif
 
 /* The projection loop, out of line so that its pointers stay in registers. u holds the biased inputs,
  * cyclically extended (TP_FLY_U_BYTES). Rows are summed four at a time; a group past the last row gets sums of

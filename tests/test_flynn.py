@@ -636,10 +636,10 @@ def test_simulated_uno_matches_reference_for_other_layouts(tmp_path, bits, store
 
 @pytest.mark.device
 @pytest.mark.skipif(not HAVE_SIMAVR, reason="simavr (with its headers) not installed")
-@pytest.mark.parametrize("n_features, s, flags", [(64, 7, ("-DTP_FLY_NO_ASM",)), (200, 5, ("-DTP_FLY_NO_ASM",)),
+@pytest.mark.parametrize("n_features, s, flags", [(64, 7, ("-DTP_FORCE_REFERENCE",)), (200, 5, ("-DTP_FORCE_REFERENCE",)),
                                                    (784, 6, ())])
 def test_avr_c_fallback_and_784_inputs_are_bit_exact(tmp_path, n_features, s, flags):
-    """-DTP_FLY_NO_ASM: the portable C block generator and row scan on the AVR (narrow and wide inputs); and a
+    """-DTP_FORCE_REFERENCE: the portable C block generator and row scan on the AVR (narrow and wide inputs); and a
     784-feature model (1568 hash inputs) that reads the caller's d int8 bytes in place."""
     rng = np.random.default_rng(n_features)
     X = rng.normal(size=(80, n_features))
