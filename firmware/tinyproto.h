@@ -71,8 +71,8 @@ static inline uint8_t tp_next_u8(const uint8_t **p)
 /* Per-stage cycle markers for the latency benchmark (tools/bench_latency.py builds with -DTP_STAGE_MARKERS):
  * TP_STAGE(id) writes id to GPIOR0, which the simulator logs with its cycle; the span until the next marker is
  * charged to stage id. The normal firmware compiles them to nothing (its code and cycles do not change).
- * Ids: 0x20 input stage, 0x2F back to the device app; ProtoNN 0x30 projection, 0x31 distances, 0x32 scores;
- * FlyNN 0x40 input preparation, 0x41 hashing, 0x42 top-rho heap, 0x43 filter lookup. */
+ * Ids: 0x20 input stage, 0x2F back to the device app; each family's own in tp_<family>.c (ProtoNN 0x30-0x32,
+ * FlyNN 0x40-0x43, BNC 0x50-0x51). */
 #if defined(TP_STAGE_MARKERS) && defined(__AVR__)
 #include <avr/io.h>
 #define TP_STAGE(id) (GPIOR0 = (uint8_t)(id))
@@ -81,13 +81,6 @@ static inline uint8_t tp_next_u8(const uint8_t **p)
 #endif
 #define TP_STAGE_INPUT 0x20
 #define TP_STAGE_APP 0x2F
-#define TP_STAGE_PN_PROJECTION 0x30
-#define TP_STAGE_PN_DISTANCES 0x31
-#define TP_STAGE_PN_SCORES 0x32
-#define TP_STAGE_FLY_PREPARE 0x40
-#define TP_STAGE_FLY_HASH 0x41
-#define TP_STAGE_FLY_TOPRHO 0x42
-#define TP_STAGE_FLY_LOOKUP 0x43
 
 #ifdef __cplusplus
 extern "C" {

@@ -78,7 +78,7 @@ FLY_STAGES = {
     "lookup": ("winner", "winner_mul", "lookup_class", "lookup_class_lut"),
 }
 TAKE_UNROLLED = 32  # tp_flynn.c unrolls the four-row sum up to this s, and loops beyond
-WIDE_INPUTS = 256  # tp_flynn.c's TP_FLY_WIDE: above this many hash inputs x is read in place
+WIDE_INPUTS = 256  # tp_flynn.c's TP_FLYNN_WIDE: above this many hash inputs x is read in place
 
 
 @dataclass(frozen=True)
