@@ -111,16 +111,21 @@ def render_sizes_header(n_classes: int) -> str:
         n_classes=n_classes, defines=list(sizes_defines(n_classes).items()))
 
 
-def family_runtime(family: str) -> tuple[str, str]:
-    """A family's runtime files: its logic with the portable reference kernels, and their AVR twins (which the
-    first includes when tinyproto.h chooses the AVR kernels)."""
-    return f"tp_{family}.c", f"tp_{family}_avr.h"
+def family_runtime(family: str) -> str:
+    """The file name of a family's C runtime in firmware/: the one place the tp_<name>.c convention is written."""
+    return f"tp_{family}.c"
+
+
+def family_twins(family: str) -> str:
+    """The file name of the AVR twins of a family's kernels (firmware/tp_<name>_avr.h), which its runtime includes
+    when tinyproto.h chooses the AVR kernels."""
+    return f"tp_{family}_avr.h"
 
 
 def runtime_files(family: str) -> list[Path]:
     """The firmware/ sources a project of this family needs (its own files plus the common ones)."""
     firmware = resource_dir("firmware")
-    names = [*COMMON_RUNTIME, *family_runtime(family)]
+    names = [*COMMON_RUNTIME, family_runtime(family), family_twins(family)]
     return [firmware / name for name in names if (firmware / name).exists()]
 
 
