@@ -168,7 +168,7 @@ class IntProtoNN:
 
     def static_state(self) -> StaticState:
         """firmware/tp_protonn.c's static variables for this model (AVR: 2-byte pointers). The streaming trio keeps
-        D projection sums (24 bits each when TP_PN_ACC24) and its read positions in W; a column-coded W
+        D projection sums (24 bits each when TP_PROTONN_ACC24) and its read positions in W; a column-coded W
         (TP_STREAMABLE) runs tp_predict through that stream, so only then does tp_predict use them."""
         enc = self.w_encoding
         acc24 = self.streamable and self.max_row_nnz <= ACC24_MAX_ROW_NNZ
