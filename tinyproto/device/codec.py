@@ -61,6 +61,7 @@ FLAG_RAW = 0x01
 FLAG_LEARN = 0x02
 FLAG_EEPROM = 0x04
 FLAG_STREAM = 0x08
+FLAG_WINDOW = 0x10  # the device buffers received bytes in a wire.RX_RING_BYTES ring: frames may go ahead
 EEPROM_LOADED, EEPROM_EMPTY, EEPROM_OTHER = 0, 1, 2
 CANNOT_LEARN = "this firmware cannot learn; run tinyproto learn (it builds the learning firmware)"
 
@@ -259,6 +260,12 @@ class Hello:
     def streams(self) -> bool:
         """The family consumes each chunk as it arrives (TP_STREAMABLE 1): its cycles are timed chunk by chunk."""
         return bool(self.flags & FLAG_STREAM)
+
+    @property
+    def windowed(self) -> bool:
+        """The device buffers what it receives (AVR app, not the learning firmware): a window of frames may be
+        in flight, up to wire.RX_WINDOW_BYTES not yet answered."""
+        return bool(self.flags & FLAG_WINDOW)
 
 
 @dataclass(frozen=True, eq=False)
