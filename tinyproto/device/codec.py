@@ -180,6 +180,7 @@ class FrameReader:
         self.port = port
         self.max_encoded = max_body + max_body // 254 + 2
         self.bad_frames = 0  # frames dropped as malformed (a noisy line shows here)
+        self.bytes_read = 0  # every byte read from the port (the line's load, device to host)
         self._buf = bytearray()
         self._skipping = False  # inside an over-long run: drop bytes up to the next delimiter
 
@@ -201,7 +202,9 @@ class FrameReader:
 
     def _read_some(self) -> bytes:
         waiting = getattr(self.port, "in_waiting", 0) or 0
-        return self.port.read(max(1, min(waiting, 4096)))
+        data = self.port.read(max(1, min(waiting, 4096)))
+        self.bytes_read += len(data)
+        return data
 
     def _pop_frame(self) -> Frame | None:
         while True:

@@ -104,15 +104,17 @@ def compile_model(
     progress: Callable[[str], None] | None = None,
     learnable: bool = False,
     max_latency_ms: float | None = None,
+    baud: int | None = None,
 ) -> CompileResult:
     """family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
     max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
     learnable (FlyNN only): also fit the counts into what the device holds while learning (`tinyproto
-    learn`): SRAM beside the learning firmware's buffers, stack and reserve, and the EEPROM record."""
+    learn`): SRAM beside the learning firmware's buffers, stack and reserve, and the EEPROM record.
+    baud: the serial line's speed built into the project (default the board's serial_baud)."""
     budget_bytes = parse_budget(budget)
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
-    board = load_board(board_name)
+    board = load_board(board_name).with_baud(baud)
     if family != families.AUTO:
         families.family(family)  # an unknown name is refused before the data is read
     if learnable and (family == families.AUTO or not families.family(family).learnable):
