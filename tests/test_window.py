@@ -166,8 +166,9 @@ def test_the_avr_app_on_the_simulator_takes_a_window_at_the_lines_pace(tmp_path,
     line = frame_bytes * 10 * 8 * (ubrr + 1)  # cycles a full chunk's frame takes on the wire
     n_full = N_FEATURES // wire.RAW_CHUNK_FEATURES
     per_chunk = np.concatenate([np.diff(starts[v * (n_full + 1) : v * (n_full + 1) + n_full]) for v in range(3)])
-    # one chunk may start a little late (the app was still sending an answer) and the next on time; none comes
-    # a whole byte early, and none at all faster than the line (the median). (Slower, they may: the simulated
-    # chip runs faster than real time, so the host's reaction shows as simulated time between windows.)
+    # one chunk may start a little late (the app was still sending an answer) and the next one on time, so none
+    # comes a whole byte early, and back-to-back chunks come at the line's pace on average. (Slower, they may:
+    # the simulated chip runs faster than real time, so the host's reaction shows as simulated time.)
     assert per_chunk.min() > line - 10 * 8 * (ubrr + 1)
-    assert np.median(per_chunk) >= line
+    back_to_back = per_chunk[per_chunk < 1.5 * line]  # at 1 Mbaud the host's reaction may separate them all
+    assert back_to_back.mean() >= 0.995 * line if len(back_to_back) else per_chunk.min() >= 1.5 * line
