@@ -19,6 +19,7 @@ from tinyproto.core.budget import parse_budget
 from tinyproto.core.datasets import Dataset, Split, load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families import fit_under_budget
+from tinyproto.families.solving import SolveOptions
 from tinyproto.core.ledger import Ledger
 from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, file_sha256, int_model_digest, write_json
 from tinyproto.core.outdir import atomic_directory, check_output_dir
@@ -126,15 +127,13 @@ def compile_model(
     if family != families.AUTO:
         refuse_too_wide(family, sp.X_train.shape[1], n_classes, board)
     started = time.perf_counter()
-    if learnable:
-        clf, model, info = _fit_learnable_flynn(sp, budget_bytes, seed, board, progress, max_latency_ms)
-    elif family == families.AUTO:
-        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                                    max_latency_ms, board.f_cpu_hz,
+    options = SolveOptions(budget_bytes, seed, max_latency_ms, board.f_cpu_hz, progress=progress,
+                           learn_on=board if learnable else None)
+    if family == families.AUTO:
+        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, options,
                                                     fits_board=lambda m: check_fits_board(m, board))
     else:
-        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                            max_latency_ms, board.f_cpu_hz)
+        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, options)
     info["max_latency_ms"] = max_latency_ms
     train_seconds = time.perf_counter() - started
     return write_model_directory(clf, model, info, dataset, sp, seed, budget_bytes, board, out_dir,
@@ -183,22 +182,6 @@ def write_model_files(scratch: Path, model, meta: dict, report: dict, vectors: T
     write_sources(model, scratch, str(meta.get("dataset", "?")), int(meta.get("seed", 0)), int(meta["budget_bytes"]))
     _write_project(model, scratch, board, vectors)
     write_json(scratch / "report.json", report)
-
-
-def _fit_learnable_flynn(sp: Split, budget_bytes: int, seed: int, board: Board,
-                         progress: Callable[[str], None] | None, max_latency_ms: float | None = None):
-    """The FlyNN solver with m capped so the counts fit the learning firmware's SRAM and the EEPROM."""
-    from tinyproto.families.flynn.learning import count_limit, learn_sizes
-    from tinyproto.families.flynn.solver import fit_flynn_under_budget
-
-    limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
-    latency = {} if max_latency_ms is None else {"max_inference_ms": max_latency_ms, "f_cpu": board.f_cpu_hz,
-                                                 "exact_latency": True}
-    clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                              count_limit=limit, **latency)
-    info["chosen"]["learnable"] = True
-    info["learning"] = learn_sizes(model, board).to_dict()
-    return clf, model, info
 
 
 def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:

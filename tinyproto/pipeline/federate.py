@@ -300,13 +300,10 @@ def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool)
     """`compile --model flynn` on the pooled training rows (with --learnable's cap for device parties): its
     int8 test accuracy, bytes and hyper-parameters."""
     from tinyproto.families.flynn.solver import fit_flynn_under_budget
+    from tinyproto.families.solving import SolveOptions
 
-    limit = None
-    if learnable:
-        from tinyproto.families.flynn.learning import count_limit
-
-        limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
-    _, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, count_limit=limit)
+    options = SolveOptions(budget_bytes, seed, f_cpu_hz=board.f_cpu_hz, learn_on=board if learnable else None)
+    _, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, options)
     return {"accuracy": float(np.mean(model.predict(sp.X_test) == sp.y_test)), "model_bytes": model.model_bytes(),
             "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"]}
 
