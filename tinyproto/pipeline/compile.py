@@ -108,8 +108,8 @@ def compile_model(
 ) -> CompileResult:
     """family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
     max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
-    learnable (FlyNN only): also fit the counts into what the device holds while learning (`tinyproto
-    learn`): SRAM beside the learning firmware's buffers, stack and reserve, and the EEPROM record."""
+    learnable (a family that learns on the device): also fit what the device holds while learning (`tinyproto
+    learn`) beside the learning firmware's buffers, stack and reserve, and in the EEPROM record."""
     budget_bytes = parse_budget(budget)
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
@@ -117,7 +117,9 @@ def compile_model(
     if family != families.AUTO:
         families.family(family)  # an unknown name is refused before the data is read
     if learnable and (family == families.AUTO or not families.family(family).learnable):
-        raise TinyprotoError("--learnable is for --model flynn: only FlyNN learns on the device")
+        raise TinyprotoError(f"--learnable is for --model {' or '.join(families.learnable_names())}: only "
+                             f"{', '.join(families.family(n).title for n in families.learnable_names())} learns on "
+                             "the device")
     dataset = load_dataset(data, label=label)
     out_dir = Path(out) if out is not None else Path("build") / dataset.name
     check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training

@@ -157,6 +157,10 @@ def check_learnable(model, board: Board, save_eeprom: bool) -> LearnSizes:
     return sizes
 
 
+def host_reference(model) -> str:
+    return f"IntFlyNN FlyHash of the same int8 vectors, counts saturated to {model.bits} bit(s)"
+
+
 def layout_key(model) -> int:
     """32-bit identity of the model without its counts (M, sizes, input stage): the EEPROM record carries it so
     the firmware never loads counts saved by another model."""
@@ -180,4 +184,4 @@ def unpack_counts(packed: bytes, model) -> np.ndarray:
 
 
 __all__ = ["APP_STATIC_BYTES", "EEPROM_HEADER_BYTES", "LearnSizes", "check_learnable", "count_bytes", "count_limit",
-           "fly_working_bytes", "host_counts", "layout_key", "learn_frame_bytes", "learn_sizes", "unpack_counts"]
+           "fly_working_bytes", "host_counts", "host_reference", "layout_key", "learn_frame_bytes", "learn_sizes", "unpack_counts"]
