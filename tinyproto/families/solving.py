@@ -20,7 +20,6 @@ from tinyproto.core.errors import TinyprotoError
 if TYPE_CHECKING:  # the board is only carried, never read here
     from tinyproto.core.boards import Board
     from tinyproto.core.folds import Folds
-    from tinyproto.families import IntModel
 
 DEFAULT_F_CPU_HZ = 16_000_000
 
@@ -76,7 +75,7 @@ class FitUnderBudget(Protocol):
     candidate's validation on the training rows only ("val_int8_accuracy", and per fold of options.folds
     "fold_accuracies"), which `--model auto` compares across families."""
 
-    def __call__(self, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions) -> tuple[Any, IntModel, dict]: ...
+    def __call__(self, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions) -> tuple[Any, Any, dict]: ...  # (estimator, IntModel, info)
 
 
 __all__ = ["DEFAULT_F_CPU_HZ", "FitUnderBudget", "SolveOptions"]
