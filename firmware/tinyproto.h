@@ -110,8 +110,11 @@ extern "C" {
  *   uint8_t label = tp_predict(x, scores);     // from int8; scores[] is the score vector
  *
  * Both are plain C (callable from C++: the prototypes sit in extern "C"), allocate nothing and keep the model in
- * flash. A streamable family (TP_STREAMABLE 1: Bloom features, BNC) keeps its running state in static SRAM, so
- * its tp_predict is not reentrant: do not call it from an interrupt while the main loop is in it. `tinyproto export DIR --arduino` writes <Name>.h with this model's exact figures. */
+ * flash. The streaming functions below keep their running state in static SRAM (one stream at a time); a
+ * tp_predict that runs through that stream (Bloom features; ProtoNN with a column-coded W) is therefore not
+ * reentrant: do not call it from an interrupt while the main loop is in it. Each family declares this per model
+ * (tinyproto.families.StaticState); `tinyproto export DIR --arduino` writes <Name>.h with this model's exact
+ * figures, its static bytes and whether its tp_predict is reentrant. */
 
 /* Classify one int8 input vector of TP_N_FEATURES values. Writes TP_N_CLASSES int32 scores and returns the
  * class index (FlyNN: the lowest novelty score; every other family: the highest score; ties go to the lowest index).

@@ -429,10 +429,10 @@ def test_tinyproto_flash_on_the_leonardo_uploads_by_usb_and_answers_on_serial1(v
     from click.testing import CliRunner
 
     from tinyproto.cli import main
-    from tinyproto.device import flash
+    from tinyproto.device import usb_touch
     from tinyproto.device.sim import SimulatedUno
 
-    monkeypatch.setattr(flash, "list_serial_ports", leonardo_double.list_ports)
+    monkeypatch.setattr(usb_touch, "list_serial_ports", leonardo_double.list_ports)
     board = load_board("leonardo")
     model_dir = validated["leonardo"][0]
     elf = model_dir / ".pio" / "build" / "leonardo_sim" / "firmware.elf"
@@ -448,7 +448,7 @@ def test_tinyproto_flash_on_the_leonardo_uploads_by_usb_and_answers_on_serial1(v
 
 
 def test_no_bootloader_port_after_the_touch_is_one_clear_error(leonardo_double):
-    from tinyproto.device.flash import enter_bootloader
+    from tinyproto.device.usb_touch import enter_bootloader
 
     with pytest.raises(TinyprotoError, match="no bootloader port appeared.*reset button"):
         enter_bootloader(leonardo_double.app_port, list_ports=lambda: {leonardo_double.app_port}, wait_s=0.3)

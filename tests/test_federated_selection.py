@@ -18,7 +18,7 @@ from tinyproto.federated.stats import tree_sum
 from tinyproto.federated import selection as sel
 from tinyproto.families.flynn import solver
 from tinyproto.families.flynn.quantize import hash_inputs
-from tinyproto.families.flynn.train import draw_seed, seeded_indices
+from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.solving import SolveOptions
 
 from conftest import read_only

@@ -22,17 +22,16 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn import pricing, solver
 from tinyproto.families.flynn.quantize import IntFlyNN, fly_working_sram, hash_inputs, pack_bits, unpack_bits
-from tinyproto.families.flynn.train import (
+from tinyproto.families.flynn.seeded_index import (
     BLOCK_ROWS,
     SEED_PERIOD,
-    FlyNNClassifier,
     block_rows,
     random_rotations,
     seeded_indices,
-    top_winners,
     xorshift16_states,
     xorshift16_step,
 )
+from tinyproto.families.flynn.train import FlyNNClassifier, top_winners
 from tinyproto.core.inputstage import InputStage
 from tinyproto.core.resources import resource_dir
 from tinyproto.families.solving import SolveOptions
@@ -181,7 +180,7 @@ def test_seeded_rows_have_s_distinct_inputs_in_range(seed, m, n_inputs, s_frac):
 
 
 def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
-    """The seeded M spelled out one proposal at a time, independently of train.seeded_walk's vectorised blocks."""
+    """The seeded M spelled out one proposal at a time, independently of seeded_index.seeded_walk's vectorised blocks."""
     state, low = seed, None
 
     def proposal() -> int:

@@ -15,8 +15,14 @@ from test_flynn import HAVE_SIMAVR, extreme_vectors, run_on_simavr
 from tinyproto.core.datasets import load_dataset, split
 from tinyproto.core.inputstage import InputStage, choose_input_scale
 from tinyproto.families.flynn.quantize import IntFlyNN, integer_winners, scores_from_winners
-from tinyproto.families.flynn.train import (BLOCK_ROWS, GROUP_ROWS, WIDE_BLOCK_ROWS, count_winners,
-                                            random_rotations, seeded_indices, standardisation)
+from tinyproto.families.flynn.seeded_index import (
+    BLOCK_ROWS,
+    GROUP_ROWS,
+    WIDE_BLOCK_ROWS,
+    random_rotations,
+    seeded_indices,
+)
+from tinyproto.families.flynn.train import count_winners, standardisation
 
 
 def _accuracy(indices: np.ndarray, rho: int, data, scaling: str) -> float:

@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from tinyproto import __version__
+from tinyproto.core.version import __version__
 from tinyproto.core.carray import CArray
 from tinyproto.core.resources import resource_dir
 

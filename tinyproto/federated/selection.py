@@ -37,7 +37,8 @@ from tinyproto.families.flynn.solver import (
     BITS_GRID, DEFAULT_CAP, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING, Candidate,
     CountLimit, default_max_ms, estimate_cycles, model_bytes,
 )
-from tinyproto.families.flynn.train import draw_seed, project, projection_matrix, seeded_indices
+from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
+from tinyproto.families.flynn.train import project, projection_matrix
 from tinyproto.core.inputstage import stage_bytes
 
 N_FOLDS = 5

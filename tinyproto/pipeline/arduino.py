@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from tinyproto import __version__
+from tinyproto.core.version import __version__
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.resources import resource_dir
 from tinyproto import families

@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from tinyproto import __version__
+from tinyproto.core.version import __version__
 from tinyproto import families
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.budget import parse_budget

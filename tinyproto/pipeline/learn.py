@@ -150,7 +150,8 @@ def learn_on_device(
 def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_eeprom: bool, label: str | None,
                   flash: bool, build_learned: bool, progress_factory: ProgressFactory | None,
                   say: Callable[[str], None] | None, upload_port: str | None) -> dict:
-    from tinyproto.device.flash import check_port_usable, flash_port, upload_target
+    from tinyproto.device.flash import flash_port, upload_target
+    from tinyproto.device.port_checks import check_port_usable
     from tinyproto.pipeline.validate import checked_vectors
 
     started = time.monotonic()

@@ -15,7 +15,7 @@ the class never set it. score_l is the novelty f_l times ρ (times 255 for lut m
 
 Flash arrays (render order): the input stage, `fly_filters` (t_lj packed LSB-first, entry (j, l) at bit
 (j·L + l)·b), `fly_lut` (b > 1 only) and `fly_M` (only when M is stored: row-major m x s indices, uint8 when
-TP_FLY_INPUTS <= 256). A seeded M costs no data: the device regenerates it from TP_FLY_SEED (train.seeded_indices).
+TP_FLY_INPUTS <= 256). A seeded M costs no data: the device regenerates it from TP_FLY_SEED (seeded_index.seeded_indices).
 Layer: families.
 """
 
@@ -27,18 +27,21 @@ import numpy as np
 
 from tinyproto.core.carray import CArray
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.families.flynn.train import (
+from tinyproto.core.inputstage import InputStage, choose_input_scale
+from tinyproto.core.ledger import SramItem
+from tinyproto.families.flynn.seeded_index import (
     BLOCK_ROWS,
-    FlyNNClassifier,
+    WIDE_INPUTS,
     block_rows,
+    seeded_indices,
+)
+from tinyproto.families.flynn.train import (
+    FlyNNClassifier,
     count_winners,
     project,
     projection_matrix,
-    seeded_indices,
     top_winners,
 )
-from tinyproto.core.inputstage import InputStage, choose_input_scale
-from tinyproto.core.ledger import SramItem
 
 LUT_SCALE = 255  # lut entries are uint8
 MAX_BITS = 8
@@ -286,7 +289,6 @@ class IntFlyNN:
 
 # ---------------------------------------------------------------- the reference arithmetic, reusable by the solver
 
-WIDE_INPUTS = 256  # above this many hash inputs tp_flynn.c reads x in place (TP_FLY_WIDE) instead of a buffer
 
 
 def fly_working_sram(rho: int, n_inputs: int, n_classes: int, store_M: bool, s: int) -> list[SramItem]:

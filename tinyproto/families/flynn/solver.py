@@ -32,7 +32,8 @@ from tinyproto.families.flynn.cost import estimate_cycles
 from tinyproto.families.flynn.pricing import (DEFAULT_CAP, ExactCycles, default_max_ms, fastest_m, largest_m, model_bytes,
                                               rows_bytes)
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
-from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, project, projection_matrix, seeded_indices
+from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
+from tinyproto.families.flynn.train import FlyNNClassifier, project, projection_matrix
 from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, stage_bytes, standardisation
 
 F_CPU = 16_000_000
