@@ -19,7 +19,7 @@ from tinyproto.core.budget import parse_budget
 from tinyproto.core.datasets import Dataset, Split, load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families import fit_under_budget
-from tinyproto.families.solving import SolveOptions
+from tinyproto.families import SolveOptions
 from tinyproto.core.ledger import Ledger
 from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, file_sha256, int_model_digest, write_json
 from tinyproto.core.outdir import atomic_directory, check_output_dir

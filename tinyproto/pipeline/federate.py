@@ -300,7 +300,7 @@ def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool)
     """`compile --model <the federated family>` on the pooled training rows (with --learnable's cap for device
     parties): its int8 test accuracy, bytes and hyper-parameters."""
     from tinyproto import families
-    from tinyproto.families.solving import SolveOptions
+    from tinyproto.families import SolveOptions
     from tinyproto.federated.config import FAMILY
 
     options = SolveOptions(budget_bytes, seed, f_cpu_hz=board.f_cpu_hz, learn_on=board if learnable else None)
