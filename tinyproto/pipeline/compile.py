@@ -19,6 +19,7 @@ from tinyproto.core.budget import parse_budget
 from tinyproto.core.datasets import Dataset, Split, load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families import fit_under_budget
+from tinyproto.families import SolveOptions
 from tinyproto.core.ledger import Ledger
 from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, file_sha256, int_model_digest, write_json
 from tinyproto.core.outdir import atomic_directory, check_output_dir
@@ -130,16 +131,13 @@ def compile_model(
     if family != families.AUTO:
         refuse_too_wide(family, sp.X_train.shape[1], n_classes, board)
     started = time.perf_counter()
-    if learnable:
-        clf, model, info = families.family(family).learning.fit_for_board(sp.X_train, sp.y_train, budget_bytes, seed,
-                                                                          board, progress, max_latency_ms)
-    elif family == families.AUTO:
-        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                                    max_latency_ms, board.f_cpu_hz,
+    options = SolveOptions(budget_bytes, seed, max_latency_ms, board.f_cpu_hz, progress=progress,
+                           learn_on=board if learnable else None)
+    if family == families.AUTO:
+        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, options,
                                                     fits_board=lambda m: check_fits_board(m, board))
     else:
-        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                            max_latency_ms, board.f_cpu_hz)
+        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, options)
     info["max_latency_ms"] = max_latency_ms
     train_seconds = time.perf_counter() - started
     return write_model_directory(clf, model, info, dataset, sp, seed, budget_bytes, board, out_dir,
