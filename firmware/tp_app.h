@@ -15,7 +15,8 @@
  *   TP_PORT_CUSTOM   - host only: no main(), no stdio; the including file defines tp_port_putc() and
  *                      tp_port_flush() and feeds bytes to tp_app_byte() itself (the fuzz harnesses).
  *   TP_MAX_BUF       - AVR only: refuse to build if the frame buffer exceeds this many bytes (default 1024).
- *   TP_BAUD          - UART baud rate (default 115200, double speed); USART0, or USART1 on the ATmega32U4.
+ *   TP_BAUD          - UART baud rate (the board's serial_baud; default 115200), double speed; USART0, or USART1
+ *                      on the ATmega32U4.
  *   TP_FLYNN_LEARN     - FlyNN only: the learning firmware (tp_learn.c).
  *   TP_FLYNN_LAYOUT_KEY, TP_FLYNN_EEPROM_ADDR - with TP_FLYNN_LEARN, see tp_learn.c.
  */
@@ -47,6 +48,12 @@
 #endif
 #if defined(TP_FLYNN_LEARN) && defined(TP_APP_STREAMS)
 #error "the learning firmware needs the whole int8 vector: a streamable family cannot be built with TP_FLYNN_LEARN"
+#endif
+
+/* The AVR app buffers received bytes in a ring (tp_transport.c), so the host may keep frames in flight (HELLO
+ * flag bit4); the learning firmware, whose SRAM goes to its counts, reads the USART one request at a time. */
+#if defined(__AVR__) && !defined(TP_FLYNN_LEARN)
+#define TP_RX_WINDOWED 1
 #endif
 
 /* ---- the one frame buffer ----------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ static void tp_on_hello(uint8_t seq)
 #ifdef TP_APP_STREAMS
     flags |= TP_HELLO_FLAG_STREAM;
 #endif
+#ifdef TP_RX_WINDOWED
+    flags |= TP_HELLO_FLAG_WINDOW;
+#endif
     p[20] = flags;
     tp_reply(TP_MSG_HELLO | TP_MSG_RESPONSE, seq, TP_HELLO_PAYLOAD);
 }

@@ -58,6 +58,7 @@ extern "C" {
 #define TP_HELLO_FLAG_LEARN 0x02  /* answers LEARN, READ_COUNTS, CLEAR; inference uses the SRAM counts */
 #define TP_HELLO_FLAG_EEPROM 0x04 /* answers EEPROM_SAVE / EEPROM_LOAD (the counts fit the EEPROM) */
 #define TP_HELLO_FLAG_STREAM 0x08 /* the family streams: each chunk is fed (and timed) as it arrives */
+#define TP_HELLO_FLAG_WINDOW 0x10 /* received bytes wait in a TP_RX_RING ring: frames may be sent ahead */
 
 /* What one received byte completed. */
 typedef enum {

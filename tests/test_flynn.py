@@ -34,6 +34,7 @@ from tinyproto.families.flynn.seeded_index import (
 from tinyproto.families.flynn.train import FlyNNClassifier, top_winners
 from tinyproto.core.inputstage import InputStage
 from tinyproto.core.resources import resource_dir
+from tinyproto.families.solving import SolveOptions
 
 FIRMWARE = resource_dir("firmware")
 HAVE_GCC = shutil.which("gcc") is not None
@@ -55,7 +56,7 @@ def split(name: str):
 @functools.lru_cache(maxsize=None)
 def solved(name: str, budget: int):
     Xtr, Xte, ytr, yte = split(name)
-    return solver.fit_flynn_under_budget(Xtr, ytr, budget, random_state=0)
+    return solver.fit_flynn_under_budget(Xtr, ytr, SolveOptions(budget, 0))
 
 
 def int_model(name: str, *, bits=1, store_M=False, sign_split=True, m=300, s=6, rho=16, decay=0.3, scaling="feature"):
@@ -492,8 +493,8 @@ def test_solver_reaches_the_digits_goal_at_2kB_quickly():
 def test_solver_names_the_minimum_budget():
     Xtr, _, ytr, _ = split("digits")
     with pytest.raises(TinyprotoError, match=r"needs 24 B"):  # a shared input stage (4 B) + 16 rows x 10 classes
-        solver.fit_flynn_under_budget(Xtr, ytr, 20, random_state=0)
-    _, model, info = solver.fit_flynn_under_budget(Xtr, ytr, 200, random_state=0)  # 276 B before the shared stage
+        solver.fit_flynn_under_budget(Xtr, ytr, SolveOptions(20, 0))
+    _, model, info = solver.fit_flynn_under_budget(Xtr, ytr, SolveOptions(200, 0))  # 276 B before the shared stage
     assert model.model_bytes() <= 200 and info["chosen"]["scaling"] == "shared"
 
 

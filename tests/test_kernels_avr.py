@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tinyproto import families
+from tinyproto.families.solving import SolveOptions
 
 from conftest import needs
 
@@ -190,7 +191,7 @@ def test_flynn_stored_M_cost_model_within_3_percent(tmp_path, data):
     from tinyproto.families.flynn.solver import fit_flynn_under_budget
 
     sp = split(load_dataset(data))
-    clf, model, _ = fit_flynn_under_budget(sp.X_train, sp.y_train, 1024, 0)
+    clf, model, _ = fit_flynn_under_budget(sp.X_train, sp.y_train, SolveOptions(1024, 0))
     stored = IntFlyNN.from_classifier(clf, sp.X_train, sp.y_train, bits=model.bits, store_M=True)
     xq = stored.input_stage.quantize(sp.X_test[:20])
     result = bench_model(stored, xq, stored.scores(xq), None, tmp_path)
