@@ -199,8 +199,8 @@ def test_data_set_name_cannot_close_the_header_comment(work, compiled):
     assert "#error" not in banner.replace("?#error", "") and banner.count("*/") == 1, banner
 
 
-@pytest.mark.parametrize("line", ["#define TP_PN_PROJ_RSHIFT 3\n", '#include "/etc/hostname"\n'])
-def test_a_line_added_to_the_header_banner_is_refused(work, compiled, line, own_files_at_root=True):
+@pytest.mark.parametrize("line", ["#define TP_PROTONN_PROJ_RSHIFT 3\n", '#include "/etc/hostname"\n'])
+def test_a_line_added_to_the_header_banner_is_refused(work, compiled, line):
     """Only the header from its include guard on was compared: a line above it was compiled unchecked."""
     model = compiled("iris", "1kB")
     path = model / "include" / "tinyproto_model.h"
@@ -223,7 +223,7 @@ def test_header_naming_another_tinyproto_version_still_builds_the_check(work, co
     _check_header_is_the_model(directory, families.load_int_model(directory))
 
 
-def test_code_after_the_version_on_the_first_line_is_refused(work, compiled, own_files_at_root=True):
+def test_code_after_the_version_on_the_first_line_is_refused(work, compiled):
     model = compiled("iris", "1kB")
     path = model / "include" / "tinyproto_model.h"
     first, _, rest = path.read_text().partition("\n")
