@@ -313,3 +313,49 @@ def synthetic(D, d, m, L, rng, *, stage="feature", density=None, n_raw=None, pro
     gamma = float(np.sqrt(np.log(2) / max(float(np.median(dist)), 1.0)))
     table, shift = kernel_table(gamma=gamma, b_scale=1.0, size=32)
     return replace(model, B_q=B_q, table=table, table_shift=shift), X
+
+# ------------------------------------------------------------------------------------- the protocol's fake model
+# tests/fixtures/protocol/fake_model.c: the device app (firmware/tp_main.c ...) built around a fake model whose
+# scores numpy mirrors below, for the serial protocol's tests (on the host and on the simulated Uno).
+
+FIRMWARE = ROOT / "firmware"
+FIXTURE = ROOT / "tests" / "fixtures" / "protocol"
+N_FEATURES, N_CLASSES, MODEL_HASH = 8, 3, 0xC0FFEE42
+APP_SOURCES = [FIRMWARE / name for name in ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c")]
+C_SOURCES = [*APP_SOURCES, FIRMWARE / "tp_serial.c", FIXTURE / "fake_model.c"]
+
+
+def fake_scores(x: np.ndarray, n_classes: int = N_CLASSES) -> np.ndarray:
+    c = np.arange(n_classes)[:, None]
+    i = np.arange(x.shape[-1])[None, :]
+    weights = (7 * c + 3 * i) % 11 - 5
+    return weights @ x.astype(np.int64) + 100000 * np.arange(n_classes) - 150000
+
+
+def fake_quantize(raw: np.ndarray) -> np.ndarray:
+    t = raw.astype(np.float32) * np.float32(16)
+    t = np.where(np.isnan(t), np.float32(0), t)
+    return np.trunc(np.clip(t, -127, 127)).astype(np.int8)
+
+
+def sizes_include(where: Path, n_classes: int = N_CLASSES, edit=None) -> str:
+    """-I of a directory holding the generated include/tinyproto_sizes.h (edit: text -> text, one side changed)."""
+    where.mkdir(parents=True, exist_ok=True)
+    from tinyproto.core import render
+
+    text = render.render_sizes_header(n_classes)
+    (where / "tinyproto_sizes.h").write_text(edit(text) if edit else text)
+    return f"-I{where}"
+
+
+AVR_FLAGS = ["-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror", "-DF_CPU=16000000UL"]
+
+
+def build_avr(out: Path, *defines: str) -> Path:
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed")
+    include = sizes_include(out.parent / f"sizes_{out.name}")
+    cmd = ["avr-gcc", *AVR_FLAGS, f"-I{FIRMWARE}", f"-I{FIXTURE}", include, *defines, *map(str, C_SOURCES), "-o",
+           str(out)]
+    subprocess.run(cmd, check=True)
+    return out

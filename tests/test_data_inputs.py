@@ -592,7 +592,7 @@ def test_csv_lines_are_read_as_stringio_would_without_its_copy():
         assert _first_nonblank_line(text) == expected, repr(text)
 
 
-def test_a_data_file_named_as_a_directory_is_refused(work, own_files_at_root=True):
+def test_a_data_file_named_as_a_directory_is_refused(work):
     """'data.csv/' was read as data.csv (pathlib drops the slash); the system itself says it is not a directory."""
     (work / "d.csv").write_text("a,b,label\n" + GOOD_ROWS)
     refused(["compile", "d.csv/", "--budget", "1kB", "--out", "o"], "not a directory", work, own_files_at_root=True)

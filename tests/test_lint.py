@@ -36,3 +36,19 @@ def test_the_rule_set_is_stated_in_pyproject():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
     assert config["line-length"] == 120
     assert {"E9", "F"} <= set(config["lint"]["select"])
+
+
+def test_no_test_file_imports_another():
+    """Shared test code lives in tests/helpers.py (and fixtures in conftest.py): a test file that imports another
+    runs that file's module-level code and couples two subjects."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("test_"):
+                offenders.append(f"{path.name}:{node.lineno} imports {node.module}")
+            elif isinstance(node, ast.Import):
+                offenders += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names
+                              if a.name.startswith("test_")]
+    assert offenders == []
