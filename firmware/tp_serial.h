@@ -32,7 +32,7 @@ extern "C" {
 #define TP_MSG_PREDICT 0x02     /* last chunk -> label u8, cycles u32, int32[n_classes] */
 #define TP_MSG_PREDICT_RAW 0x03 /* last chunk -> label u8, cycles u32, int8[n] of this chunk, int32[n_classes] */
 #define TP_MSG_STATS 0x04
-/* On-device learning (FlyNN firmware built with TP_FLY_LEARN; any other firmware answers ERROR unknown type). */
+/* On-device learning (FlyNN firmware built with TP_FLYNN_LEARN; any other firmware answers ERROR unknown type). */
 #define TP_MSG_LEARN 0x05        /* last chunk -> n_samples u32, cycles u32 */
 #define TP_MSG_READ_COUNTS 0x06  /* offset u16, length u8 -> total u16, up to `length` bytes of packed counts */
 #define TP_MSG_CLEAR 0x07        /* -> (empty): every count and n_samples to 0 */

@@ -376,7 +376,7 @@ def test_more_than_256_hash_inputs_use_16_bit_indices(tmp_path, store_M):
     model = IntFlyNN.from_classifier(clf, X[:100], y[:100], bits=2, store_M=store_M)
     assert model.n_hash_inputs == 300
     if store_M:
-        assert next(a for a in model.carrays() if a.name == "fly_M").ctype == "uint16_t"
+        assert next(a for a in model.carrays() if a.name == "flynn_M").ctype == "uint16_t"
     xq = np.vstack([model.input_stage.quantize(X[100:]), extreme_vectors(150)])
     assert_host_matches_reference(model, xq, tmp_path)
 
@@ -636,10 +636,10 @@ def test_simulated_uno_matches_reference_for_other_layouts(tmp_path, bits, store
 
 @pytest.mark.device
 @pytest.mark.skipif(not HAVE_SIMAVR, reason="simavr (with its headers) not installed")
-@pytest.mark.parametrize("n_features, s, flags", [(64, 7, ("-DTP_FLY_NO_ASM",)), (200, 5, ("-DTP_FLY_NO_ASM",)),
-                                                   (784, 6, ())])
+@pytest.mark.parametrize("n_features, s, flags", [(64, 7, ("-DTP_FORCE_REFERENCE",)),
+                                                   (200, 5, ("-DTP_FORCE_REFERENCE",)), (784, 6, ())])
 def test_avr_c_fallback_and_784_inputs_are_bit_exact(tmp_path, n_features, s, flags):
-    """-DTP_FLY_NO_ASM: the portable C block generator and row scan on the AVR (narrow and wide inputs); and a
+    """-DTP_FORCE_REFERENCE: the portable C block generator and row scan on the AVR (narrow and wide inputs); and a
     784-feature model (1568 hash inputs) that reads the caller's d int8 bytes in place."""
     rng = np.random.default_rng(n_features)
     X = rng.normal(size=(80, n_features))

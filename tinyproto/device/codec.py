@@ -35,7 +35,7 @@ MSG_HELLO = 0x01
 MSG_PREDICT = 0x02
 MSG_PREDICT_RAW = 0x03
 MSG_STATS = 0x04
-# On-device learning: only the FlyNN learning firmware (TP_FLY_LEARN) answers these; others say "unknown type".
+# On-device learning: only the FlyNN learning firmware (TP_FLYNN_LEARN) answers these; others say "unknown type".
 MSG_LEARN = 0x05
 MSG_READ_COUNTS = 0x06
 MSG_CLEAR = 0x07
@@ -251,7 +251,7 @@ class Hello:
 
     @property
     def learning(self) -> bool:
-        """The FlyNN learning firmware (TP_FLY_LEARN): LEARN / READ_COUNTS / CLEAR, inference on SRAM counts."""
+        """The FlyNN learning firmware (TP_FLYNN_LEARN): LEARN / READ_COUNTS / CLEAR, inference on SRAM counts."""
         return bool(self.flags & FLAG_LEARN)
 
     @property
@@ -289,7 +289,7 @@ class RawPrediction:
 @dataclass(frozen=True)
 class LearnAck:
     n_samples: int  # samples learned since start-up / CLEAR (or as restored by EEPROM_LOAD), this one included
-    cycles: int  # Timer1 cycles of tp_fly_learn(); 0 on the host build
+    cycles: int  # Timer1 cycles of tp_flynn_learn(); 0 on the host build
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 FlyNN's training is one pass of counting (t_lj = how many samples of class l set hash bit j, saturated to b bits),
 so the microcontroller can do it itself. The learning firmware is the model's normal firmware built with
-`TP_FLY_LEARN` (firmware/tp_flynn.c, firmware/tp_main.c): the packed counts move from flash to SRAM (seeded from
+`TP_FLYNN_LEARN` (firmware/tp_flynn.c, firmware/tp_main.c): the packed counts move from flash to SRAM (seeded from
 the compiled counts at start-up), LEARN adds one labelled int8 sample, inference reads the SRAM counts, and
 EEPROM_SAVE / EEPROM_LOAD persist them (only changed bytes are written). M stays seeded or in flash: no SRAM.
 
