@@ -167,7 +167,7 @@ def run_examples(tmp_path_factory):
         shell = _shell_command(command)  # `tinyproto ...` and `.venv/bin/tinyproto ...` are one command
         if shell not in outputs:
             result = subprocess.run(["bash", "-c", shell], cwd=work, env=env, capture_output=True, text=True,
-                                    timeout=900, stdin=subprocess.DEVNULL, check=False)
+                                    timeout=1800, stdin=subprocess.DEVNULL, check=False)
             assert result.returncode == 0, (command, result.stdout[-3000:], result.stderr[-3000:])
             outputs[shell] = result.stdout + result.stderr
         return outputs[shell]
