@@ -15,6 +15,7 @@ the own-CSV tutorial's wine.csv feeds the later tutorials); a command shown on t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -170,6 +171,7 @@ def run_examples(tmp_path_factory):
             outputs[command] = result.stdout + result.stderr
         return outputs[command]
 
+    run.work = work
     return run
 
 
@@ -192,3 +194,28 @@ def test_page_examples_match_a_fresh_run(page, run_examples):
             if missing:
                 stale.append(f"$ {command}\n  not in the output: " + "\n  not in the output: ".join(missing))
     assert not stale, f"{page} is stale:\n" + "\n".join(stale)
+
+
+def documented_keys(section: str) -> set[str]:
+    """The keys in the first column of the table under `## <section>` of the file-formats page."""
+    text = (DOCS / "reference" / "file-formats.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    keys: set[str] = set()
+    for line in body.splitlines():
+        if line.startswith("| `"):
+            keys |= set(re.findall(r"`([^`]+)`", line.split("|")[1]))
+    return keys
+
+
+@pytest.mark.slow
+@pytest.mark.device
+@pytest.mark.parametrize("section, file", [("model.json", "model.json"), ("report.json", "report.json"),
+                                           ("build.json", "build.json"), ("validation.json", "validation.json"),
+                                           ("The manifest (.tinyproto)", ".tinyproto")])
+def test_file_formats_page_lists_every_key(section, file, run_examples):
+    """The keys the reference lists are exactly the top-level keys of a model directory a tutorial made."""
+    for marked, steps in console_blocks("docs/tutorials/own-csv.md"):
+        for command, _ in steps if marked else []:
+            run_examples(command)
+    actual = set(json.loads((run_examples.work / "build" / "wine" / file).read_text()))
+    assert documented_keys(section) == actual
