@@ -74,7 +74,7 @@ def _random_model(n_features: int, m: int, s: int, rho: int, bits: int, seed: in
     (3, 70, 4, 9, ()),  # 6 inputs: a block (32 rows) reaches past the doubled buffer
     (40, 33, 8, 5, ()),  # one full block and a last group of one row
     (40, 131, 40, 12, ()),  # s > 32: the counted loop instead of the unrolled sum
-    (64, 99, 7, 20, ("-DTP_FLY_NO_ASM",)),  # the portable C four-row sum on the AVR
+    (64, 99, 7, 20, ("-DTP_FORCE_REFERENCE",)),  # the portable C four-row sum on the AVR
 ])
 def test_four_row_scan_is_bit_exact_on_the_avr(tmp_path, n_features, m, s, rho, flags):
     model = _random_model(n_features, m, s, rho, 2, 1000 + m)

@@ -358,11 +358,11 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
         learnable = " with counts that fit the device's SRAM and EEPROM" if count_limit else ""
         raise TinyprotoError(f"no FlyNN fits {budget} B within {max_inference_ms} ms per inference{learnable}; "
                              "raise the budget or the time cap")
-    best_prep = max(tried.values(), key=_solver._rank)
+    best_prep = max(tried.values(), key=_solver.candidate_rank)
     evaluate(best_prep.scaling, best_prep.sign_split, *STAGE2)
     backend.release(setup)
     candidates = list(tried.values())
-    best = max(candidates, key=_solver._rank)
+    best = max(candidates, key=_solver.candidate_rank)
     say(f"selection: {len(candidates)} candidates ranked by {n_repeats} x {K}-fold accuracy over all parties' rows")
     n_in = 2 * d if best.sign_split else d
     cycles = estimate_cycles(best.m, best.s, best.rho, best.bits, L, n_in, best.store_M)

@@ -376,17 +376,47 @@ static int uart_rx_enabled(avr_t *avr)
 static int g_pace_rx = 0;
 static uint64_t g_next_rx_cycle = 0;
 
+/* Cycles of one character on the wire at the rate and format the firmware programmed: start bit, 5-9 data
+ * bits, parity if enabled, 1 or 2 stop bits, each (UBRR + 1) x 16 cycles (x 8 with U2X). */
+#define UCSRC_OFFSET 2
 static uint64_t uart_frame_cycles(avr_t *avr)
 {
-    uint32_t ubrr = ((uint32_t)(avr->data[g_uart_base + UBRRH_OFFSET] & 0x0Fu) << 8) |
-                    avr->data[g_uart_base + UBRRL_OFFSET];
-    uint32_t divider = ((avr->data[g_uart_base + UCSRA_OFFSET] >> U2X_BIT) & 1u) ? 8u : 16u;
-    return 10ull * divider * (ubrr + 1u);
+    const uint8_t *io = avr->data + g_uart_base;
+    uint32_t ubrr = ((uint32_t)(io[UBRRH_OFFSET] & 0x0Fu) << 8) | io[UBRRL_OFFSET];
+    uint32_t divider = ((io[UCSRA_OFFSET] >> U2X_BIT) & 1u) ? 8u : 16u;
+    uint32_t size = ((io[UCSRC_OFFSET] >> 1) & 3u) | (((io[UCSRB_OFFSET] >> 2) & 1u) << 2);
+    uint32_t data_bits = size <= 3u ? 5u + size : (size == 7u ? 9u : 8u);
+    uint32_t parity = ((io[UCSRC_OFFSET] >> 4) & 3u) != 0u;
+    uint32_t stop = 1u + ((io[UCSRC_OFFSET] >> 3) & 1u);
+    return (uint64_t)(1u + data_bits + parity + stop) * divider * (ubrr + 1u);
+}
+
+/* libsimavr 1.6 times the USART (its receive pump and the transmitter's UDRE) with a character length it works
+ * out when UBRRL is written: it always counts a parity bit, and it ignores a U2X set afterwards. Both make its
+ * line slower than the one programmed (8N1 at 1 Mbaud: 11 bit times instead of 10). Keep its figure equal to
+ * the real one, so bytes move no faster and no slower than the configured line allows, both ways. */
+static avr_uart_t *g_uart = NULL;
+
+static void uart_find(avr_t *avr)
+{
+    for (avr_io_t *io = avr->io_port; io != NULL; io = io->next) {
+        if (io->kind != NULL && strcmp(io->kind, "uart") == 0 && ((avr_uart_t *)io)->name == g_uart_name) {
+            g_uart = (avr_uart_t *)io;
+        }
+    }
+}
+
+static void uart_keep_rate(avr_t *avr)
+{
+    if (g_uart != NULL) {
+        g_uart->cycles_per_byte = uart_frame_cycles(avr);
+    }
 }
 
 /* Pushes pending host bytes into the UART's input FIFO until it reports full (XOFF) or we run out. */
 static void uart_feed(avr_t *avr, io_state_t *io)
 {
+    uart_keep_rate(avr);
     while (io->in_len > 0 && !io->xoff && uart_rx_enabled(avr)) {
         if (g_pace_rx) {
             if (avr->cycle < g_next_rx_cycle) {
@@ -589,6 +619,7 @@ static void connect_uart(avr_t *avr, io_state_t *io)
     avr_irq_register_notify(io->uart_irq + UART_IRQ_OUTPUT, on_uart_output, io);
     avr_irq_register_notify(io->uart_irq + UART_IRQ_OUT_XON, on_uart_xon, io);
     avr_irq_register_notify(io->uart_irq + UART_IRQ_OUT_XOFF, on_uart_xoff, io);
+    uart_find(avr);
 }
 
 /* data_out_fd is the original stdout (main() moved fd 1 to stderr before libsimavr could print). */
@@ -696,6 +727,7 @@ static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
         g_slept_in_batch = 0;
 
         int state = run_batch(avr, timeout_cycles);
+        uart_keep_rate(avr);
         flush_output(io);
         if (state == cpu_Done) {
             return finish(avr, io, EXIT_DONE);
