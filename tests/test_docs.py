@@ -1,17 +1,6 @@
-"""The documentation stays true: the site builds with warnings as errors (links checked), the README keeps its
-shape, and every command a page shows WITH its output is run again and its output compared line by line.
-
-How a page marks an executed example: a `<!-- run -->` comment right before a ```console block. In the block,
-`$ command` lines are commands (a trailing `# comment` after two spaces is dropped, `tinyproto`, `pio` and
-`.venv/bin/...` mean the test's own virtualenv), every other line is output that must appear in that command's
-real output, in the same order (whitespace collapsed; a line may be an excerpt of the output, never a paraphrase).
-Lines of `...`, and lines drawn only of table borders, are skipped; wall-clock seconds (`12.3 s`) are the one
-figure not compared, because they depend on the machine. Every byte count, accuracy, cycle count and millisecond
-figure is compared, so a stale figure fails.
-
-All pages' commands run once, in page order, in one scratch directory (a page may use what an earlier one made:
-the own-CSV tutorial's wine.csv feeds the later tutorials); a command shown on two pages runs once.
-"""
+"""The documentation stays true: the site builds with warnings as errors (links and anchors checked), the README
+keeps its shape, and every command a page shows WITH its output is run again and compared line by line, figures
+included (the rules of an executed example, and `--update`, are in tools/docs_examples.py)."""
 
 from __future__ import annotations
 
@@ -26,55 +15,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-VENV_BIN = Path(sys.executable).parent
-# the pages whose examples are executed, in the order a reader meets them
-EXECUTED_PAGES = ["README.md", "docs/getting-started.md", "docs/tutorials/own-csv.md",
-                  "docs/tutorials/arduino-sketch.md", "docs/tutorials/learn-on-device.md",
-                  "docs/tutorials/federated.md", "docs/tutorials/sweep-and-report.md"]
+sys.path.insert(0, str(ROOT / "tools"))
+from docs_examples import (EXECUTED_PAGES, comparable, console_blocks, example_runner, missing_lines, normalise,
+                           stale_lines)
+
 # every page where a console block showing output must be executed
 MUST_RUN = ["README.md", "docs/getting-started.md", "docs/tutorials/*.md"]
 SETUP_LINES = ("bash tools/setup.sh && .venv/bin/tinyproto run --budget 2kB",
                "bash tools/setup.sh && .venv/bin/python -m pytest -q")
-
-_BLOCK = re.compile(r"(<!-- run -->\s*\n)?```console\n(.*?)```", re.DOTALL)
-_SECONDS = re.compile(r"\b\d+(?:\.\d+)?\s?s\b")
-_BORDER = re.compile(r"^[\s┌┐└┘├┤┬┴┼─━┏┓┗┛┡┩╇┃│┳┻╋]*$")
-
-
-# ---- parsing -----------------------------------------------------------------------------------------------------
-
-def console_blocks(page: str) -> list[tuple[bool, list[tuple[str, list[str]]]]]:
-    """(marked to run, [(command, expected output lines)]) for every ```console block of a page."""
-    blocks = []
-    for match in _BLOCK.finditer((ROOT / page).read_text()):
-        steps: list[tuple[str, list[str]]] = []
-        for line in match.group(2).splitlines():
-            if line.startswith("$ "):
-                steps.append((re.split(r"\s{2,}#", line[2:])[0].strip(), []))
-            elif steps:
-                steps[-1][1].append(line)
-        blocks.append((match.group(1) is not None, steps))
-    return blocks
-
-
-def normalise(line: str) -> str:
-    return " ".join(_SECONDS.sub("<seconds>", line).split())
-
-
-def comparable(line: str) -> bool:
-    return bool(line.strip()) and line.strip() not in ("...", "…") and not _BORDER.match(line)
-
-
-def missing_lines(expected: list[str], actual: str) -> list[str]:
-    """Expected lines not found in the actual output in order (an empty list: the page is true)."""
-    actual_lines = [normalise(line) for line in actual.splitlines()]
-    missing, position = [], 0
-    for line in (normalise(e) for e in expected if comparable(e)):
-        try:
-            position = actual_lines.index(line, position) + 1
-        except ValueError:
-            missing.append(line)
-    return missing
 
 
 def _pages(patterns: list[str]) -> list[str]:
@@ -145,35 +93,6 @@ def test_site_builds_strict(tmp_path):
 
 # ---- the executed examples ----------------------------------------------------------------------------------------
 
-def _shell_command(command: str) -> str:
-    words = []
-    for word in command.split(" "):  # the commands on the pages are simple: words split by spaces
-        if word in ("tinyproto", "pio", "python"):
-            word = str(VENV_BIN / word)
-        elif word.startswith(".venv/bin/"):
-            word = str(VENV_BIN / word[len(".venv/bin/"):])
-        words.append(word)
-    return " ".join(words)
-
-
-def example_runner(work: Path):
-    """run(command) -> its output, each distinct command run once, in `work`, with the test's virtualenv."""
-    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb", "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
-    env.pop("FORCE_COLOR", None)
-    outputs: dict[str, str] = {}
-
-    def run(command: str) -> str:
-        shell = _shell_command(command)  # `tinyproto ...` and `.venv/bin/tinyproto ...` are one command
-        if shell not in outputs:
-            result = subprocess.run(["bash", "-c", shell], cwd=work, env=env, capture_output=True, text=True,
-                                    timeout=1800, stdin=subprocess.DEVNULL, check=False)
-            assert result.returncode == 0, (command, result.stdout[-3000:], result.stderr[-3000:])
-            outputs[shell] = result.stdout + result.stderr
-        return outputs[shell]
-
-    return run
-
-
 def documented_keys(section: str) -> set[str]:
     """The keys in the first column of the table under `## <section>` of the file-formats page."""
     text = (DOCS / "reference" / "file-formats.md").read_text()
@@ -194,18 +113,12 @@ FILE_FORMATS = {"model.json": "model.json", "report.json": "report.json", "build
 def test_executed_pages_match_a_fresh_run(tmp_path):
     """One test, not one per page: the pages share one chain of runs (the own-CSV tutorial's wine.csv and
     model feed the later ones), which must not be repeated on every pytest-xdist worker."""
-    run = example_runner(tmp_path)
-    stale = []
-    for page in EXECUTED_PAGES:
-        for marked, steps in console_blocks(page):
-            for command, expected in steps if marked else []:
-                missing = missing_lines(expected, run(command))
-                if missing:
-                    stale.append(f"{page}: $ {command}\n  not in the output: " + "\n  not in the output: ".join(missing))
+    stale = stale_lines(example_runner(tmp_path))
     # the file-formats reference lists exactly the top-level keys of the model directory the tutorial made
     for section, name in FILE_FORMATS.items():
         actual = set(json.loads((tmp_path / "build" / "wine" / name).read_text()))
         if documented_keys(section) != actual:
             stale.append(f"docs/reference/file-formats.md, {section}: documented {sorted(documented_keys(section))}, "
                          f"the file has {sorted(actual)}")
-    assert not stale, "stale documentation:\n" + "\n".join(stale)
+    assert not stale, "stale documentation (`python tools/docs_examples.py --update` rewrites the figures):\n" + \
+        "\n".join(stale)
