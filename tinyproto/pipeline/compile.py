@@ -8,7 +8,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -33,6 +33,28 @@ class CompileResult:
     out_dir: Path
     report: dict
     ledger: Ledger
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A trained model as a producer hands it over: the float estimator, its integer model, the solver's info
+    (info["chosen"]: the hyper-parameters) and the seconds training took."""
+
+    clf: Any
+    model: Any
+    info: dict
+    train_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainedOn:
+    """What a model was trained on and for: the data set and its split, the seed, the byte budget, the board."""
+
+    dataset: Dataset
+    split: Split
+    seed: int
+    budget_bytes: int
+    board: Board
 
 
 def firmware_sram_estimate(model, board: Board) -> dict:
@@ -140,13 +162,11 @@ def compile_model(
         clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, options)
     info["max_latency_ms"] = max_latency_ms
     train_seconds = time.perf_counter() - started
-    return write_model_directory(clf, model, info, dataset, sp, seed, budget_bytes, board, out_dir,
-                                 train_seconds, progress)
+    return write_model_directory(Fitted(clf, model, info, train_seconds),
+                                 TrainedOn(dataset, sp, seed, budget_bytes, board), out_dir, progress)
 
 
-def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, seed: int, budget_bytes: int,
-                          board: Board, out_dir: Path, train_seconds: float,
-                          progress: Callable[[str], None] | None = None,
+def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress: Callable[[str], None] | None = None,
                           extra_report: dict | None = None) -> CompileResult:
     """Check a fitted model against the budget and the board, then write its model directory atomically.
 
@@ -154,6 +174,8 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
     directory has the same files, report keys and checks. `extra_report` adds a producer's own keys to
     report.json inside the same atomic write.
     """
+    clf, model, info, train_seconds = fitted.clf, fitted.model, fitted.info, fitted.train_seconds
+    dataset, sp, seed, budget_bytes, board = on.dataset, on.split, on.seed, on.budget_bytes, on.board
     ledger = Ledger(model.carrays(), model.working_sram())
     if ledger.model_bytes > budget_bytes:  # the solvers guarantee this; a breach is a bug, never shipped
         raise TinyprotoError(f"internal error: model is {ledger.model_bytes} B, over the {budget_bytes} B budget")

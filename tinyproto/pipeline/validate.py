@@ -22,7 +22,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -212,10 +212,37 @@ def latency_limit_check(report: dict, cycles, f_cpu_hz: int) -> dict | None:
                       f"(slowest vector {max_ms:.3f} ms)"}
 
 
-def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInfo, target: str,
-              rows: dict[int, dict], stack_peak: int | None, markers: dict | None, raw: dict | None,
-              raw_skipped: bool = False, finished: bool = False) -> dict:
-    """validation.json from the rows measured so far (`model` and `vectors` as validate() loaded them)."""
+@dataclass(frozen=True)
+class ValidationSubject:
+    """What a validation checks: the model directory, its model and vectors as validate() loaded them, the board,
+    the firmware it runs and where (a port, or "sim")."""
+
+    model_dir: ModelDir
+    model: Any
+    vectors: Any
+    board: Board
+    build: BuildInfo
+    target: str
+
+
+@dataclass
+class Measured:
+    """What a validation run has measured so far: a row per vector index, and the run-wide figures."""
+
+    rows: dict[int, dict]
+    stack_peak: int | None = None
+    markers: dict | None = None  # the simulator's GPIOR0 cross-check
+    raw: dict | None = None  # the raw-input check
+    line: dict | None = None  # the serial line's figures (LineMeter.summary)
+    raw_skipped: bool = False
+    finished: bool = False
+
+
+def summarise(subject: ValidationSubject, measured: Measured) -> dict:
+    """validation.json from the rows measured so far."""
+    model_dir, model, vectors, board, build = (subject.model_dir, subject.model, subject.vectors, subject.board,
+                                               subject.build)
+    rows, stack_peak, markers, raw = measured.rows, measured.stack_peak, measured.markers, measured.raw
     n_total = len(vectors.labels)
     ordered = [rows[i] for i in sorted(rows)]
     oks = [_row_ok(r, vectors) for r in ordered]
@@ -230,11 +257,11 @@ def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInf
     bound = lower_bound_cycles(model)
     sram_margin = board.sram_bytes - (build.sram_static_bytes + stack_peak) if stack_peak is not None else None
     n_labels_ok, n_scores_ok = sum(a for a, _ in oks), sum(b for _, b in oks)
-    checks = _checks(n, n_total, n_scores_ok, n_labels_ok, raw, raw_skipped, markers, sram_margin, finished,
-                     latency_limit_check(model_dir.report, cycles, board.f_cpu_hz))
+    checks = _checks(n, n_total, n_scores_ok, n_labels_ok, raw, measured.raw_skipped, markers, sram_margin,
+                     measured.finished, latency_limit_check(model_dir.report, cycles, board.f_cpu_hz))
     summary = {
         "board": board.name,
-        "target": target,
+        "target": subject.target,
         "passed": all(c["ok"] is not False for c in checks.values()),
         "checks": checks,
         "complete": checks["complete"]["ok"],
@@ -274,6 +301,8 @@ def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInf
         summary["simulator_marker_cycles"] = markers
     if raw is not None:
         summary["raw_input"] = raw
+    if measured.line is not None:
+        summary["line"] = measured.line
     return summary
 
 
@@ -395,13 +424,11 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
     target = port or "sim"
     journal = Journal(model_dir.path, binding_of(model_dir, build, target))
     rows = journal.resume(n_total, model.n_classes) if resume else {}
-    state = {"stack_peak": None, "markers": None, "raw": None, "finished": False, "line": None}
+    subject = ValidationSubject(model_dir, model, vectors, board, build, target)
+    state = Measured(rows, raw_skipped=not raw_check)
 
     def write_summary() -> dict:
-        summary = summarise(model_dir, model, vectors, board, build, target, rows, state["stack_peak"],
-                            state["markers"], state["raw"], raw_skipped=not raw_check, finished=state["finished"])
-        if state["line"] is not None:
-            summary["line"] = state["line"]
+        summary = summarise(subject, state)
         write_json(model_dir.path / SUMMARY, summary)
         return summary
 
@@ -441,14 +468,14 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
             meter.timed("int8", int8_pass)
             if sim is not None and todo:
                 spans = _per_vector(_marker_cycles(sim.markers())[spans_before:], spans_per_vector)
-                state["markers"] = _marker_summary(spans, [rows[i]["cycles"] for i in todo])
+                state.markers = _marker_summary(spans, [rows[i]["cycles"] for i in todo])
             if raw_check:
                 raw_tick = progress_factory("raw inputs", n_total) if progress_factory else None
-                state["raw"] = meter.timed("raw", lambda: _raw_input_check(client, vectors, raw_tick))
-            state["line"] = meter.summary()
-            state["stack_peak"] = client.stats().stack_peak
-        state["finished"] = True
+                state.raw = meter.timed("raw", lambda: _raw_input_check(client, vectors, raw_tick))
+            state.line = meter.summary()
+            state.stack_peak = client.stats().stack_peak
+        state.finished = True
     finally:
-        if rows or state["finished"]:  # an interrupted run records what it measured, marked incomplete
+        if rows or state.finished:  # an interrupted run records what it measured, marked incomplete
             summary = write_summary()
     return summary
