@@ -46,7 +46,7 @@ def code_labels(raw: list[str], where: Callable[[int], str], column: str = "the 
     text: list[int] = []
     for i, value in enumerate(labels):
         if not value:
-            raise TinyprotoError(f"{where(i)}: {column} is empty; every row needs a class")
+            raise TinyprotoError(f"{where(i)}: {column} is empty (an empty string); every row needs a class")
         if _NONFINITE.fullmatch(value):
             raise TinyprotoError(f"{where(i)}: {column} is {value!r}, not a class")
         (numeric if _NUMBER.fullmatch(value) else text).append(i)
