@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.cli.federate import federate_command
-from tinyproto.federated.dask_parties import DaskBackend, probe_scheduler
+from tinyproto.core.dask_cluster import probe_scheduler
+from tinyproto.federated.dask_parties import DaskBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -258,6 +259,18 @@ def test_a_ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch):
     dropped): federate would have gone on and written its output. Under _interrupts_kept it comes back outside."""
     from tinyproto.pipeline.federate import _interrupts_kept
 
+    # Ctrl-C as a terminal delivers it, whatever disposition the suite inherited (nohup and background jobs start
+    # with SIGINT ignored, and _interrupts_kept rightly leaves an ignored SIGINT alone); restored afterwards.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        _ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch, _interrupts_kept)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch, _interrupts_kept) -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)
@@ -306,7 +319,7 @@ def test_a_tiny_epsilon_releases_clipped_counts_not_wrapped_ones():
 
 def test_a_host_name_idna_cannot_encode_is_one_line():
     from tinyproto.core.errors import TinyprotoError
-    from tinyproto.federated.dask_parties import probe_scheduler
+    from tinyproto.core.dask_cluster import probe_scheduler
 
     with pytest.raises(TinyprotoError, match="cannot resolve host"):
         probe_scheduler("tcp://" + "a" * 300 + ":8786", timeout=5)

@@ -36,11 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 
 from tinyproto.core.boards import load_board  # noqa: E402
 from tinyproto.core.budget import parse_budget
-from tinyproto.pipeline.compile import compile_model, write_model_directory
+from tinyproto.pipeline.compile import Fitted, TrainedOn, compile_model, write_model_directory
 from tinyproto.core.datasets import load_dataset, split
 from tinyproto.pipeline.validate import validate
 from tinyproto.families.flynn.quantize import IntFlyNN
-from tinyproto.families.flynn.solver import fit_flynn_under_budget
+from tinyproto.families.flynn.solver import fit_flynn_under_budget, search_flynn
+from tinyproto.families.solving import SolveOptions
 
 UNBUDGETED_BYTES = 64 * 1024
 
@@ -68,7 +69,7 @@ def host_table(names: list[str]) -> None:
         sp = split(load_dataset(name))
         cv_acc, k_cv, best, k_best = knn_accuracies(sp)
         started = time.perf_counter()
-        clf, model, _ = fit_flynn_under_budget(sp.X_train, sp.y_train, UNBUDGETED_BYTES, 0, max_inference_ms=None)
+        clf, model, _ = search_flynn(sp.X_train, sp.y_train, UNBUDGETED_BYTES, 0, max_inference_ms=None)
         seconds = time.perf_counter() - started
         fl = float(np.mean(clf.predict(sp.X_test) == sp.y_test))
         it = float(np.mean(model.predict(sp.X_test) == sp.y_test))
@@ -102,12 +103,12 @@ def seeded_vs_stored(names: list[str], budget: str, workdir: Path) -> None:
     for name in names:
         dataset = load_dataset(name)
         sp = split(dataset)
-        clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, 0)
+        clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, SolveOptions(budget_bytes, 0))
         for store in (False, True):
             variant = IntFlyNN.from_classifier(clf, sp.X_train, sp.y_train, bits=model.bits, store_M=store)
             out = workdir / f"fly-{name}-{store}"
-            write_model_directory(clf, variant, info, dataset, sp, 0, max(budget_bytes, variant.model_bytes()),
-                                  board, out, 0.0)
+            write_model_directory(Fitted(clf, variant, info),
+                                  TrainedOn(dataset, sp, 0, max(budget_bytes, variant.model_bytes()), board), out)
             print_device("flynn M stored" if store else "flynn M seeded", name, device_row(out))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -21,6 +21,7 @@ from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
 from tinyproto.core.modeldir import ModelDir
 from tinyproto.core.render import model_hash
+from tinyproto.families.solving import FitUnderBudget, SolveOptions
 
 # The registry: family name -> the package that declares it. The order is the order users see (--help, tables).
 _PACKAGES = {
@@ -52,11 +53,8 @@ class IntModel(Protocol):
     def to_json(self) -> dict: ...
 
 
-# fit_under_budget(X, y, budget_bytes, seed, progress, max_latency_ms, f_cpu_hz) -> (float estimator, IntModel, info)
-# The solver never exceeds budget_bytes (sum of carrays() nbytes) and raises TinyprotoError, naming the minimum, when
-# nothing fits. info["chosen"] holds the hyper-parameters; info["chosen_validation"]["val_int8_accuracy"] the
-# chosen model's int8 accuracy validated on training data only (what `--model auto` compares across families).
-FitUnderBudget = Callable[..., tuple[Any, IntModel, dict]]
+# fit_under_budget(X_train, y_train, options: SolveOptions) -> (float estimator, IntModel, info): the one solver
+# contract of every family, in tinyproto/families/solving.py (and checked by tests/test_solver_contract.py).
 
 
 SHAPE_KEYS_SHOWN = 6
@@ -70,6 +68,61 @@ def generic_shape_text(entry: dict) -> str:
                     for k in keys[:SHAPE_KEYS_SHOWN])
 
 
+# --- the facts a family declares, so no caller (code, template or doc) decides them by comparing names ----------
+
+HIGHEST, LOWEST = "highest", "lowest"
+
+
+@dataclass(frozen=True)
+class ScoreRule:
+    """How tp_predict turns the class scores into a label (every family breaks ties to the lowest index)."""
+
+    wins: str  # HIGHEST or LOWEST: the label is the class with the highest / lowest score
+    meaning: str  # what one class's score is, in a phrase ("minus the Hamming distance to ...")
+
+    def __post_init__(self):
+        if self.wins not in (HIGHEST, LOWEST):
+            raise ValueError(f"ScoreRule.wins must be {HIGHEST!r} or {LOWEST!r}, not {self.wins!r}")
+
+
+@dataclass(frozen=True)
+class StaticState:
+    """The static SRAM (.bss) the family's runtime file (firmware/tp_<name>.c) keeps for one model, in bytes as
+    avr-gcc lays it out (tests/test_family_facts.py compiles the file and compares)."""
+
+    predict: tuple[SramItem, ...] = ()  # static variables tp_predict itself uses: it is then not reentrant
+    stream_only: tuple[SramItem, ...] = ()  # static variables only the streaming trio (tp_stream_*) uses
+
+    @property
+    def items(self) -> tuple[SramItem, ...]:
+        return self.predict + self.stream_only
+
+    @property
+    def nbytes(self) -> int:
+        return sum(item.nbytes for item in self.items)
+
+    @property
+    def reentrant(self) -> bool:
+        """tp_predict keeps nothing between calls: safe from an interrupt while the main loop is inside it."""
+        return not self.predict
+
+
+def no_static_state(model: IntModel) -> StaticState:
+    return StaticState()
+
+
+@dataclass(frozen=True)
+class Learning:
+    """What a family that learns on the device gives `compile --learnable` and `tinyproto learn`."""
+
+    # (its solver fits the learned state into what a board holds while learning when SolveOptions.learn_on is set)
+    check: Callable[..., Any]  # (model, board, save_eeprom) -> its sizes (.counts, .eeprom_record, .to_dict()) or
+    #                            one TinyprotoError saying what would fit
+    host_counts: Callable[..., np.ndarray]  # (model, int8 vectors, class indices) -> what the device must learn
+    unpack_counts: Callable[..., np.ndarray]  # (bytes the device sent, model) -> the learned counts
+    host_reference: Callable[[IntModel], str]  # what the host computes to check the device, in a phrase (learn.json)
+
+
 @dataclass(frozen=True)
 class Family:
     """One model family, as the rest of tinyproto sees it."""
@@ -81,27 +134,59 @@ class Family:
     from_json: Callable[[dict], IntModel]  # model.json's int_model -> the integer model
     predict_cycles: Callable[[IntModel], dict]  # static cost model: {"total": cycles, per stage..., "lower_bound"}
     shape_text: Callable[[dict], str] = generic_shape_text  # a candidate row of the solver, in one short line
-    learnable: bool = False  # it can learn on the device (`tinyproto learn`, federated device parties)
     streamable: bool = False  # its models can take inputs chunk by chunk (each model says so: TP_STREAMABLE)
+    # The facts every caller reads (templates and generated docs included):
+    score: ScoreRule = field(kw_only=True)  # which score wins, and what a score is
+    static_state: Callable[[IntModel], StaticState] = field(kw_only=True)  # per model: reentrancy and static SRAM
+    learning: Learning | None = field(default=None, kw_only=True)  # None: it cannot learn on the device
+    estimator: str = field(default="", kw_only=True)  # "module:Class" of its scikit-learn estimator (tinyproto.<Class>)
+
+    @property
+    def learnable(self) -> bool:
+        """It can learn on the device (`tinyproto learn`, federated device parties)."""
+        return self.learning is not None
 
 
 def lazy(target: str) -> Callable:
     """A function that imports "package.module:attribute[.attribute]" on its first call and forwards to it, so a
     family's package declares its FAMILY without importing its (heavy) training code."""
-    module_name, attribute = target.split(":")
-
     def call(*args, **kwargs):
-        value: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            value = getattr(value, part)
-        return value(*args, **kwargs)
+        return resolve(call)(*args, **kwargs)
 
-    call.__name__ = call.__qualname__ = attribute
+    call.__name__ = call.__qualname__ = target.split(":")[1]
+    call.lazy_target = target  # type: ignore[attr-defined]  # resolve() finds what it forwards to
     return call
+
+
+def resolve(function: Callable) -> Callable:
+    """The function a lazy() forwarder calls (imported now), or the function itself: what a signature check reads."""
+    target = getattr(function, "lazy_target", None)
+    if target is None:
+        return function
+    module_name, attribute = target.split(":")
+    value: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def names() -> tuple[str, ...]:
     return tuple(_PACKAGES)
+
+
+def estimator_class(class_name: str):
+    """The float estimator class a family declares under this name (tinyproto.ProtoNNClassifier, ...), or None."""
+    for name in names():
+        target = family(name).estimator
+        if target.rpartition(":")[2] == class_name:
+            module_name, _, attribute = target.partition(":")
+            return getattr(importlib.import_module(module_name), attribute)
+    return None
+
+
+def learnable_names() -> tuple[str, ...]:
+    """The families that learn on the device, in registry order."""
+    return tuple(name for name in names() if family(name).learnable)
 
 
 def family(name: str) -> Family:
@@ -115,12 +200,10 @@ def family_of(model: IntModel) -> Family:
     return family(getattr(model, "family", "?"))
 
 
-def fit_under_budget(name: str, X_train: np.ndarray, y_train: np.ndarray, budget_bytes: int, seed: int,
-                     progress: Callable[[str], None] | None = None, max_latency_ms: float | None = None,
-                     f_cpu_hz: int = 16_000_000):
-    """(fitted float estimator, integer model, solver info) for family `name`; with max_latency_ms, only models
-    whose predicted cycles per inference (the family's cost model) fit that many ms at f_cpu_hz."""
-    return family(name).fit_under_budget(X_train, y_train, budget_bytes, seed, progress, max_latency_ms, f_cpu_hz)
+def fit_under_budget(name: str, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions):
+    """(fitted float estimator, integer model, solver info) for family `name`; with options.max_latency_ms, only
+    models whose predicted cycles per inference (the family's cost model) fit that many ms at options.f_cpu_hz."""
+    return family(name).fit_under_budget(X_train, y_train, options)
 
 
 DEFAULT = "protonn"  # --model when none is given
@@ -132,20 +215,17 @@ def validation_accuracy(info: dict) -> float:
     return float(info["chosen_validation"]["val_int8_accuracy"])
 
 
-def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, budget_bytes: int, seed: int,
-                    progress: Callable[[str], None] | None = None, max_latency_ms: float | None = None,
-                    f_cpu_hz: int = 16_000_000, fits_board: Callable[[IntModel], None] | None = None):
+def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions,
+                    fits_board: Callable[[IntModel], None] | None = None):
     """`--model auto`: fit every family under the budget (and latency limit) and keep the one with the best
     validated int8 accuracy; ties go to the fewer predicted cycles, then the fewer bytes, then registry order.
     fits_board(model) raises TinyprotoError for a model the board cannot run (its SRAM): that family is refused.
     info["auto"] lists every family's outcome (its validated accuracy, bytes and cycles, or why it was refused)."""
     outcomes, fitted = [], []
     for name in names():
-        if progress:
-            progress(f"--model auto: {name}")
+        options.say(f"--model auto: {name}")
         try:
-            clf, model, info = fit_under_budget(name, X_train, y_train, budget_bytes, seed, progress, max_latency_ms,
-                                                f_cpu_hz)
+            clf, model, info = fit_under_budget(name, X_train, y_train, options)
             if fits_board is not None:
                 fits_board(model)
         except TinyprotoError as exc:

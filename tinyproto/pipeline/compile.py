@@ -8,11 +8,11 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
-from tinyproto import __version__
+from tinyproto.core.version import __version__
 from tinyproto import families
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.budget import parse_budget
@@ -20,6 +20,7 @@ from tinyproto.core.datasets import Dataset, Split, load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.labels import encode
 from tinyproto.families import fit_under_budget
+from tinyproto.families import SolveOptions
 from tinyproto.core.ledger import Ledger
 from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, file_sha256, int_model_digest, write_json
 from tinyproto.core.outdir import atomic_directory, check_output_dir
@@ -33,6 +34,28 @@ class CompileResult:
     out_dir: Path
     report: dict
     ledger: Ledger
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A trained model as a producer hands it over: the float estimator, its integer model, the solver's info
+    (info["chosen"]: the hyper-parameters) and the seconds training took."""
+
+    clf: Any
+    model: Any
+    info: dict
+    train_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainedOn:
+    """What a model was trained on and for: the data set and its split, the seed, the byte budget, the board."""
+
+    dataset: Dataset
+    split: Split
+    seed: int
+    budget_bytes: int
+    board: Board
 
 
 def firmware_sram_estimate(model, board: Board) -> dict:
@@ -105,19 +128,23 @@ def compile_model(
     progress: Callable[[str], None] | None = None,
     learnable: bool = False,
     max_latency_ms: float | None = None,
+    baud: int | None = None,
 ) -> CompileResult:
     """family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
     max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
-    learnable (FlyNN only): also fit the counts into what the device holds while learning (`tinyproto
-    learn`): SRAM beside the learning firmware's buffers, stack and reserve, and the EEPROM record."""
+    learnable (a family that learns on the device): also fit what the device holds while learning (`tinyproto
+    learn`) beside the learning firmware's buffers, stack and reserve, and in the EEPROM record.
+    baud: the serial line's speed built into the project (default the board's serial_baud)."""
     budget_bytes = parse_budget(budget)
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
-    board = load_board(board_name)
+    board = load_board(board_name).with_baud(baud)
     if family != families.AUTO:
         families.family(family)  # an unknown name is refused before the data is read
     if learnable and (family == families.AUTO or not families.family(family).learnable):
-        raise TinyprotoError("--learnable is for --model flynn: only FlyNN learns on the device")
+        raise TinyprotoError(f"--learnable is for --model {' or '.join(families.learnable_names())}: only "
+                             f"{', '.join(families.family(n).title for n in families.learnable_names())} learns on "
+                             "the device")
     dataset = load_dataset(data, label=label)
     out_dir = Path(out) if out is not None else Path("build") / dataset.name
     check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
@@ -127,24 +154,20 @@ def compile_model(
     if family != families.AUTO:
         refuse_too_wide(family, sp.X_train.shape[1], n_classes, board)
     started = time.perf_counter()
-    if learnable:
-        clf, model, info = _fit_learnable_flynn(sp, budget_bytes, seed, board, progress, max_latency_ms)
-    elif family == families.AUTO:
-        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                                    max_latency_ms, board.f_cpu_hz,
+    options = SolveOptions(budget_bytes, seed, max_latency_ms, board.f_cpu_hz, progress=progress,
+                           learn_on=board if learnable else None)
+    if family == families.AUTO:
+        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, options,
                                                     fits_board=lambda m: check_fits_board(m, board))
     else:
-        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                            max_latency_ms, board.f_cpu_hz)
+        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, options)
     info["max_latency_ms"] = max_latency_ms
     train_seconds = time.perf_counter() - started
-    return write_model_directory(clf, model, info, dataset, sp, seed, budget_bytes, board, out_dir,
-                                 train_seconds, progress)
+    return write_model_directory(Fitted(clf, model, info, train_seconds),
+                                 TrainedOn(dataset, sp, seed, budget_bytes, board), out_dir, progress)
 
 
-def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, seed: int, budget_bytes: int,
-                          board: Board, out_dir: Path, train_seconds: float,
-                          progress: Callable[[str], None] | None = None,
+def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress: Callable[[str], None] | None = None,
                           extra_report: dict | None = None) -> CompileResult:
     """Check a fitted model against the budget and the board, then write its model directory atomically.
 
@@ -152,6 +175,8 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
     directory has the same files, report keys and checks. `extra_report` adds a producer's own keys to
     report.json inside the same atomic write.
     """
+    clf, model, info, train_seconds = fitted.clf, fitted.model, fitted.info, fitted.train_seconds
+    dataset, sp, seed, budget_bytes, board = on.dataset, on.split, on.seed, on.budget_bytes, on.board
     ledger = Ledger(model.carrays(), model.working_sram())
     if ledger.model_bytes > budget_bytes:  # the solvers guarantee this; a breach is a bug, never shipped
         raise TinyprotoError(f"internal error: model is {ledger.model_bytes} B, over the {budget_bytes} B budget")
@@ -184,22 +209,6 @@ def write_model_files(scratch: Path, model, meta: dict, report: dict, vectors: T
     write_sources(model, scratch, str(meta.get("dataset", "?")), int(meta.get("seed", 0)), int(meta["budget_bytes"]))
     _write_project(model, scratch, board, vectors)
     write_json(scratch / "report.json", report)
-
-
-def _fit_learnable_flynn(sp: Split, budget_bytes: int, seed: int, board: Board,
-                         progress: Callable[[str], None] | None, max_latency_ms: float | None = None):
-    """The FlyNN solver with m capped so the counts fit the learning firmware's SRAM and the EEPROM."""
-    from tinyproto.families.flynn.learning import count_limit, learn_sizes
-    from tinyproto.families.flynn.solver import fit_flynn_under_budget
-
-    limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
-    latency = {} if max_latency_ms is None else {"max_inference_ms": max_latency_ms, "f_cpu": board.f_cpu_hz,
-                                                 "exact_latency": True}
-    clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                              count_limit=limit, **latency)
-    info["chosen"]["learnable"] = True
-    info["learning"] = learn_sizes(model, board).to_dict()
-    return clf, model, info
 
 
 def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:

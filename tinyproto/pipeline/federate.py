@@ -223,7 +223,7 @@ def federate_model(
     """Train FlyNN across `parties` parties (optionally with DP) and write the model directory; see module doc."""
     from tinyproto.core.boards import load_board
     from tinyproto.core.budget import parse_budget
-    from tinyproto.pipeline.compile import write_model_directory
+    from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
     from tinyproto.core.datasets import load_dataset, split
     from tinyproto.core.outdir import check_output_dir
     from tinyproto.federated.dp import DPParams
@@ -264,9 +264,9 @@ def federate_model(
             classes = agree_classes(parties_backend)
             limit = None
             if backend in DEVICE_BACKENDS:  # the counts must fit the learning firmware (as compile --learnable)
-                from tinyproto.families.flynn.learning import count_limit
+                from tinyproto.federated.config import device_count_limit
 
-                limit = count_limit(board, sp.X_train.shape[1], len(classes))
+                limit = device_count_limit(board, sp.X_train.shape[1], len(classes))
             config, info = choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
                                          dp=dp_epsilon is not None, count_limit=limit, progress=say)
             say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
@@ -291,22 +291,21 @@ def federate_model(
         extra = _federation_report(fit, central, reference, sp, rows, party_classes, train_accuracy, split_kind,
                                    backend, cluster, dp, info, federated_seconds)
         interrupted()  # a Ctrl-C that a finalizer swallowed still means: write nothing
-        result = write_model_directory(fit.clf, fit.model, info, dataset, sp, seed, budget_bytes, board, out_dir,
-                                       federated_seconds, progress, extra_report=extra)
+        result = write_model_directory(Fitted(fit.clf, fit.model, info, federated_seconds),
+                                       TrainedOn(dataset, sp, seed, budget_bytes, board), out_dir, progress,
+                                       extra_report=extra)
         return FederateResult(result.out_dir, result.report)
 
 
 def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool) -> dict:
-    """`compile --model flynn` on the pooled training rows (with --learnable's cap for device parties): its
-    int8 test accuracy, bytes and hyper-parameters."""
-    from tinyproto.families.flynn.solver import fit_flynn_under_budget
+    """`compile --model <the federated family>` on the pooled training rows (with --learnable's cap for device
+    parties): its int8 test accuracy, bytes and hyper-parameters."""
+    from tinyproto import families
+    from tinyproto.families import SolveOptions
+    from tinyproto.federated.config import FAMILY
 
-    limit = None
-    if learnable:
-        from tinyproto.families.flynn.learning import count_limit
-
-        limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
-    _, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, count_limit=limit)
+    options = SolveOptions(budget_bytes, seed, f_cpu_hz=board.f_cpu_hz, learn_on=board if learnable else None)
+    _, model, info = families.fit_under_budget(FAMILY, sp.X_train, sp.y_train, options)
     return {"accuracy": float(np.mean(model.predict(sp.X_test) == sp.y_test)), "model_bytes": model.model_bytes(),
             "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"]}
 

@@ -2,7 +2,7 @@
 
 FlyNN's training is one pass of counting (t_lj = how many samples of class l set hash bit j, saturated to b bits),
 so the microcontroller can do it itself. The learning firmware is the model's normal firmware built with
-`TP_FLY_LEARN` (firmware/tp_flynn.c, firmware/tp_main.c): the packed counts move from flash to SRAM (seeded from
+`TP_FLYNN_LEARN` (firmware/tp_flynn.c, firmware/tp_main.c): the packed counts move from flash to SRAM (seeded from
 the compiled counts at start-up), LEARN adds one labelled int8 sample, inference reads the SRAM counts, and
 EEPROM_SAVE / EEPROM_LOAD persist them (only changed bytes are written). M stays seeded or in flash: no SRAM.
 
@@ -44,7 +44,6 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.modeldir import (ModelDir, TestVectors, int_model_digest, load_model_dir,
                                      record_outputs, write_json)
 from tinyproto.core.outdir import atomic_directory, locked
-from tinyproto.families.flynn.learning import LearnSizes, check_learnable, host_counts, unpack_counts
 from tinyproto.federated.device_learning import (
     LEARN_FLAGS, Target, build_learning_firmware, check_learning_device, class_indices, predict_vectors,
     stream_samples, write_learning_project,
@@ -57,15 +56,16 @@ EEPROM_IMAGE = "eeprom.bin"  # the simulated Uno's EEPROM, kept across runs in L
 ProgressFactory = Callable[[str], Callable[[int], None]]
 
 
-def require_learnable(model, board: Board, save_eeprom: bool) -> LearnSizes:
-    """The model's family must learn on the device and its counts must fit (refused before anything is built)."""
+def require_learnable(model, board: Board, save_eeprom: bool):
+    """The model's family must learn on the device and its counts must fit (refused before anything is built):
+    the sizes the learning needs (families.Learning.check)."""
     if not families.family_of(model).learnable:
-        learnable = [name for name in families.names() if families.family(name).learnable]
+        learnable = families.learnable_names()
         raise TinyprotoError(
             f"only {', '.join(families.family(n).title for n in learnable)} learns on the device (this model is "
             f"{getattr(model, 'family', '?')}); compile with --model {' or '.join(learnable)} --learnable"
         )
-    return check_learnable(model, board, save_eeprom)
+    return families.family_of(model).learning.check(model, board, save_eeprom)
 
 
 def training_samples(model, data: str, label: str | None) -> tuple[str, np.ndarray, np.ndarray]:
@@ -137,33 +137,37 @@ def learn_on_device(
     progress_factory: ProgressFactory | None = None,
     say: Callable[[str], None] | None = None,
     upload_port: str | None = None,
+    baud: int | None = None,
 ) -> dict:
     """Learn DATA's training split on the device (simulated when port is None); returns learn.json's content.
-    upload_port: where avrdude writes when it is not port (the Leonardo's own USB port)."""
+    upload_port: where avrdude writes when it is not port (the Leonardo's own USB port); baud: the line's speed
+    (default the board's serial_baud), built into the learning firmware."""
     model_dir = load_model_dir(path)
     with locked(model_dir.path, "learn"):
         record_outputs(model_dir.path, LEARNING_DIR, LEARNED_DIR, "learn.json")
         return _learn_locked(model_dir, data, port, save_eeprom, label, flash, build_learned, progress_factory, say,
-                             upload_port)
+                             upload_port, baud)
 
 
 def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_eeprom: bool, label: str | None,
                   flash: bool, build_learned: bool, progress_factory: ProgressFactory | None,
-                  say: Callable[[str], None] | None, upload_port: str | None) -> dict:
-    from tinyproto.device.flash import check_port_usable, flash_port, upload_target
+                  say: Callable[[str], None] | None, upload_port: str | None, baud: int | None = None) -> dict:
+    from tinyproto.device.flash import flash_port, upload_target
+    from tinyproto.device.port_checks import check_port_usable
     from tinyproto.pipeline.validate import checked_vectors
 
     started = time.monotonic()
     say = say or (lambda message: None)
     model = families.load_int_model(model_dir)
-    board = load_board(model_dir.meta.get("board", "uno"))
+    board = load_board(model_dir.meta.get("board", "uno")).with_baud(baud)
     sizes = require_learnable(model, board, save_eeprom)  # before anything is built
     upload_port = upload_target(board, port, upload_port)
     for usable in dict.fromkeys(x for x in (port, upload_port if flash else None) if x is not None):
         check_port_usable(usable)  # now, not after the learning firmware's build
     data = data or _default_data(model_dir)
     data_name, xq, y_index = training_samples(model, data, label)
-    expected = host_counts(model, xq, y_index)
+    learning = families.family_of(model).learning
+    expected = learning.host_counts(model, xq, y_index)
     firmware = build_learning_firmware(prepare_learning_project(model_dir, model, board), model, board, sizes, say)
     if port is not None and flash:
         say(f"flashing {upload_port} with the learning firmware")
@@ -182,7 +186,7 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
             raise TinyprotoError("the learning firmware has no EEPROM support: its counts do not fit the EEPROM")
         cycles = stream_samples(client, xq, y_index, tick("learning", len(xq)))
         packed = client.read_all_counts(tick("reading counts", sizes.counts))
-        learned_counts = unpack_counts(packed, model)
+        learned_counts = learning.unpack_counts(packed, model)
         learned = replace(model, counts=learned_counts)
         test = predict_vectors(client, learned, vectors, tick("test vectors", len(vectors.y)))
         saved = client.eeprom_save() if save_eeprom else None
@@ -201,8 +205,7 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
         "counts_identical": identical,
         "count_entries_differing": int(np.count_nonzero(learned_counts != expected)),
         "counts_equal_compiled_model": bool(np.array_equal(learned_counts, model.counts)),
-        "host_reference": "IntFlyNN FlyHash of the same int8 vectors, counts saturated to "
-                          f"{model.bits} bit(s)",
+        "host_reference": learning.host_reference(model),
         "count_bytes": sizes.counts,
         "learn_cycles_mean": float(np.mean(cycles)) if cycles else 0.0,
         "learn_ms_mean": 1000.0 * float(np.mean(cycles)) / board.f_cpu_hz if cycles else 0.0,

@@ -1,16 +1,14 @@
 """FlyNN / FBFC (Sinha & Ram): a sparse binary lifting, winner-take-all and per-class Bloom filters.
 Layer: families."""
 
-from tinyproto.families import Family, lazy
-
-
-def _fit(X, y, budget_bytes, seed, progress=None, max_latency_ms=None, f_cpu_hz=16_000_000):
-    from tinyproto.families.flynn.solver import fit_flynn_under_budget
-
-    if max_latency_ms is None:
-        return fit_flynn_under_budget(X, y, budget_bytes, seed, progress)
-    return fit_flynn_under_budget(X, y, budget_bytes, seed, progress, max_inference_ms=max_latency_ms,
-                                  f_cpu=f_cpu_hz, exact_latency=True)
+from tinyproto.families import (
+    LOWEST,
+    Family,
+    Learning,
+    ScoreRule,
+    lazy,
+    no_static_state,
+)
 
 
 def _shape_text(entry: dict) -> str:
@@ -18,7 +16,16 @@ def _shape_text(entry: dict) -> str:
             f"c={entry['decay']:g} {'stored' if entry['store_M'] else 'seeded'} M")
 
 
-FAMILY = Family(name="flynn", title="FlyNN", color="#d62728", fit_under_budget=_fit,
+FAMILY = Family(name="flynn", title="FlyNN", color="#d62728",
+                fit_under_budget=lazy("tinyproto.families.flynn.solver:fit_flynn_under_budget"),
                 from_json=lazy("tinyproto.families.flynn.quantize:IntFlyNN.from_json"),
                 predict_cycles=lazy("tinyproto.families.flynn.cost:predict_cycles"),
-                shape_text=_shape_text, learnable=True)
+                shape_text=_shape_text,
+                score=ScoreRule(LOWEST, "the class's novelty: how little its Bloom filter has seen the input's "
+                                        "hash winners"),
+                static_state=no_static_state,  # tp_predict's heap and sums are on the stack
+                learning=Learning(check=lazy("tinyproto.families.flynn.learning:check_learnable"),
+                                  host_counts=lazy("tinyproto.families.flynn.learning:host_counts"),
+                                  unpack_counts=lazy("tinyproto.families.flynn.learning:unpack_counts"),
+                                  host_reference=lazy("tinyproto.families.flynn.learning:host_reference")),
+                estimator="tinyproto.families.flynn.train:FlyNNClassifier")
