@@ -111,6 +111,7 @@ typedef struct {
     size_t in_head, in_len;  /* ring buffer of host bytes not yet given to the UART */
     uint8_t out_buf[IO_BUF_SIZE];
     size_t out_len;
+    uint32_t out_age;    /* batches the unflushed output has waited */
     int xoff;            /* the UART's input FIFO is full: do not push (the byte would be dropped) */
     uint32_t rx_polls;   /* firmware read UCSR0A/UDR0 with an empty FIFO (XON pulses) in this batch */
     uint32_t bytes_moved;/* bytes in either direction in this batch */
@@ -325,7 +326,14 @@ static void flush_output(io_state_t *io)
         write_all(io, io->out_buf, io->out_len);
         io->out_len = 0;
     }
+    io->out_age = 0;
 }
+
+/* The default mode hands the host whole frames (a 0x00 ends a tinyproto frame, a newline a line of text) and
+ * whatever is left once the firmware waits or a few batches have passed: every write wakes the reader, and a
+ * frame in two writes costs the host two wake-ups. Board mode writes after every batch (board_flush_output). */
+#define OUTPUT_MAX_AGE_BATCHES 16u
+static int g_flush_on_frame_end = 0;
 
 /* True when fd has bytes (or EOF) to read within timeout_ms. poll() instead of O_NONBLOCK because
  * stdin may be a file description shared with the parent shell. */
@@ -439,7 +447,7 @@ static void on_uart_output(avr_irq_t *irq, uint32_t value, void *param)
     io_state_t *io = (io_state_t *)param;
     io->out_buf[io->out_len++] = (uint8_t)value;
     io->bytes_moved++;
-    if (io->out_len == IO_BUF_SIZE) {
+    if (io->out_len == IO_BUF_SIZE || (g_flush_on_frame_end && (value == 0u || value == '\n'))) {
         flush_output(io);
     }
 }
@@ -718,6 +726,7 @@ static int run_batch(avr_t *avr, uint64_t timeout_cycles)
 
 static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
 {
+    g_flush_on_frame_end = 1;
     uint64_t idle_cycles = 0;
     uint32_t batches = 0;
     for (;;) {
@@ -728,7 +737,9 @@ static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
 
         int state = run_batch(avr, timeout_cycles);
         uart_keep_rate(avr);
-        flush_output(io);
+        if (++io->out_age >= OUTPUT_MAX_AGE_BATCHES || g_slept_in_batch || io->rx_polls > 0) {
+            flush_output(io); /* the firmware waits (sleeps or polls the receiver), or the output is old */
+        }
         if (state == cpu_Done) {
             return finish(avr, io, EXIT_DONE);
         }
