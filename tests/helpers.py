@@ -24,6 +24,8 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The package's layers, highest first (tests/test_layers.py enforces them; docs/design.md explains them).
+LAYER_RANK = {"cli": 5, "pipeline": 4, "federated": 3, "families": 2, "device": 2, "core": 1}
 SIMAVR_HEADER = Path("/usr/include/simavr/sim_avr.h")
 OPTIBOOT_SOURCE = Path("/usr/share/arduino/hardware/arduino/avr/bootloaders/optiboot/optiboot.c")
 
@@ -359,3 +361,26 @@ def build_avr(out: Path, *defines: str) -> Path:
            str(out)]
     subprocess.run(cmd, check=True)
     return out
+
+
+def compiled_model(compiled, family: str):
+    """The integer model of the `compiled` fixture's iris model (1 kB) of `family`."""
+    from tinyproto import families
+    from tinyproto.core.modeldir import load_model_dir
+
+    return families.load_int_model(load_model_dir(compiled("iris", "1kB", family)))
+
+
+def variants(compiled) -> list:
+    """Every layout whose static state differs: each family's compiled model, ProtoNN's row-major (dense,
+    bitmap) and column-coded (streamed, 24- and 32-bit sums) W, BNC's dense, sparse and seeded W."""
+    from tinyproto import families
+
+    rng = np.random.default_rng(5)
+    models = [compiled_model(compiled, name) for name in families.names()]
+    for D, d, density, stage, n_raw in [(12, 40, 0.3, "shared", None), (12, 300, None, "shared", 784),
+                                        (6, 300, None, "feature", 400), (4, 700, 1.0, "feature", None)]:
+        models.append(synthetic(D, d, 20, 3, rng, stage=stage, density=density, n_raw=n_raw)[0])
+    models += [random_model(9, 64, 40, 30, 10, 1.0), random_model(9, 64, 40, 30, 10, 0.3),
+               random_model(3, 50, 19, 12, 4, 0.0, per_row=5)]
+    return models
