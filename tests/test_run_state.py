@@ -131,7 +131,7 @@ def test_a_journal_link_to_dev_zero_does_not_hang_report(compiled, work):
     os.symlink("/dev/zero", model / "validation.jsonl")
     started = time.monotonic()
     accepted(["report", str(model)])
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 600  # a hang detector, not a speed target: a busy machine is slow
     assert "Confusion matrix of the test split (host int8 reference labels)" in (model / "report.html").read_text()
 
 
