@@ -100,13 +100,13 @@ def example_runner(work: Path) -> Callable[[str], str]:
     def run(command: str) -> str:
         shell = _shell_command(command)  # `tinyproto ...` and `.venv/bin/tinyproto ...` are one command
         if shell not in outputs:
-            result = subprocess.run(["bash", "-c", shell], cwd=work, env=env, capture_output=True, text=True,
-                                    timeout=1800, stdin=subprocess.DEVNULL, check=False)
+            result = subprocess.run(["bash", "-c", shell], cwd=work, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, timeout=1800, stdin=subprocess.DEVNULL,
+                                    check=False)  # one stream: the order a terminal shows
             if result.returncode != 0:
-                raise RuntimeError(f"`{command}` exited {result.returncode}:\n{result.stdout[-3000:]}\n"
-                                   f"{result.stderr[-3000:]}")
+                raise RuntimeError(f"`{command}` exited {result.returncode}:\n{result.stdout[-3000:]}")
             # paths inside the scratch directory are shown relative, as a reader's own run prints them
-            outputs[shell] = (result.stdout + result.stderr).replace(f"{work}/", "")
+            outputs[shell] = result.stdout.replace(f"{work}/", "")
         return outputs[shell]
 
     return run
