@@ -69,7 +69,10 @@ def _federate_and_compile(tmp_path: Path, data: str, parties: int, split: str) -
     from tinyproto.pipeline.compile import compile_model
     from tinyproto.pipeline.federate import federate_model
 
-    central = compile_model(data, "flynn", "2kB", 0, out=tmp_path / "central", jobs=1)
+    from tinyproto import families
+
+    federated_family = families.learnable_names()[0]  # the family federated training trains
+    compile_model(data, federated_family, "2kB", 0, out=tmp_path / "central", jobs=1)
     federated = federate_model(data, parties, backend="local", split_spec=split, out=tmp_path / "federated")
     report = federated.report
     same_header = ((tmp_path / "central/include/tinyproto_model.h").read_bytes()
