@@ -20,7 +20,7 @@ import pytest
 from tinyproto.core.boards import available_boards, load_board
 from tinyproto.core.errors import TinyprotoError
 
-from conftest import needs
+from helpers import needs
 
 BOARDS = ["uno", "nano", "pro_mini_3v3", "mega2560", "leonardo"]
 needs_sim = [needs("avr-gcc"), pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"),
@@ -52,7 +52,7 @@ def test_board_files_hold_the_real_boards_facts():
         assert b.mcu_active_current_source and b.board_active_current_source  # cited
         assert b.voltage_v > 0 and b.sram_bytes >= 2048 and b.flash_bytes_for_sketch > 0 and b.eeprom_bytes >= 1024
     pro = load_board("pro_mini_3v3")
-    assert (pro.f_cpu_hz, pro.voltage_v, pro.serial_baud, pro.upload_speed) == (8_000_000, 3.3, 57600, 57600)
+    assert (pro.f_cpu_hz, pro.voltage_v, pro.serial_baud, pro.upload_speed) == (8_000_000, 3.3, 500_000, 57600)
     mega = load_board("mega2560")
     assert (mega.sram_bytes, mega.eeprom_bytes, mega.upload_protocol, mega.upload_speed) == (8192, 4096, "wiring", 115200)
     leo = load_board("leonardo")
@@ -67,8 +67,8 @@ def test_the_serial_speed_of_each_board_is_within_the_uarts_tolerance(baud, f_cp
     assert abs(error) < 0.025  # 115200 at 8 MHz would be -3.5 %: why the Pro Mini talks at 57600
     for name in BOARDS:
         b = load_board(name)
-        ubrr = (b.f_cpu_hz + 4 * b.serial_baud) // (8 * b.serial_baud) - 1
-        assert abs(b.f_cpu_hz / (8 * (ubrr + 1)) / b.serial_baud - 1) < 0.025, name
+        ubrr = (b.f_cpu_hz + 4 * b.serial_baud_fallback) // (8 * b.serial_baud_fallback) - 1
+        assert abs(b.f_cpu_hz / (8 * (ubrr + 1)) / b.serial_baud_fallback - 1) < 0.025, name
 
 
 def test_an_unknown_board_is_one_line_naming_the_known_ones():

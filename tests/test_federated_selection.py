@@ -22,7 +22,7 @@ from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.solving import SolveOptions
 from tinyproto.core.folds import Folds
 
-from conftest import read_only
+from helpers import read_only
 
 
 @functools.lru_cache(maxsize=None)

@@ -23,7 +23,8 @@ from tinyproto.device import protocol as P
 from tinyproto.core.errors import TinyprotoError
 from tinyproto import families
 
-from conftest import PipePort, needs
+from helpers import PipePort, needs
+from helpers import refused
 
 HAVE_SIM = os.path.exists("/usr/include/simavr/sim_avr.h")
 BOARD = load_board("uno")
@@ -38,7 +39,7 @@ def cli(*args, cwd=None):
 
 def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16, board=BOARD) -> Path:
     """A FlyNN model directory with chosen shapes (bits > 1 saturates and straddles bytes)."""
-    from tinyproto.pipeline.compile import write_model_directory
+    from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
     from tinyproto.core.datasets import load_dataset, split
     from tinyproto.families.flynn.quantize import IntFlyNN
     from tinyproto.families.flynn.train import FlyNNClassifier
@@ -49,7 +50,7 @@ def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16, board=BOA
     clf.fit(sp.X_train, sp.y_train)
     model = IntFlyNN.from_classifier(clf, sp.X_train, sp.y_train, bits=bits)
     info = {"chosen": {"n_hashes": m, "count_bits": bits}, "candidates": []}
-    write_model_directory(clf, model, info, dataset, sp, 0, 4096, board, out, 0.0)
+    write_model_directory(Fitted(clf, model, info), TrainedOn(dataset, sp, 0, 4096, board), out)
     return out
 
 
@@ -316,3 +317,13 @@ def test_learn_on_a_leonardo_needs_its_usb_upload_port(tmp_path):
     assert not (leo / L.LEARNING_DIR).exists()
     result = cli("learn", str(leo), "--upload-port", "/dev/ttyACM9")
     assert result.returncode == 1 and "--upload-port needs --port too" in result.stderr
+# ----------------------------------------------------------------------------------------------------------- ports
+
+
+@pytest.mark.parametrize("port", ["/nonexistent-port", "/dev/null", ".", "data.csv"])
+def test_learn_checks_the_port_before_building(compiled, work, port):
+    """Was: refused only after the learning firmware's build (about 30 s)."""
+    model = compiled("iris", "1kB", "flynn")
+    (work / "data.csv").write_text("a,b\n1,2\n")
+    refused(["learn", str(model), "--port", port], port.lstrip("./") or "port", work)
+    assert not (model / "learning").exists(), "the learning firmware was built before the port was checked"

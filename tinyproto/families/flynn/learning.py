@@ -3,7 +3,7 @@ the learned counts (what the device must end with, how it packs them, which mode
 
 Layer: families (FlyNN). Used by the solver's caller (`compile --learnable`: `count_limit`), by `tinyproto learn`
 (pipeline/learn.py) and by the federated parties that learn on a device (federated/device_parties.py). The
-learning firmware is the model's normal firmware built with TP_FLY_LEARN (firmware/tp_flynn.c, tp_main.c): the
+learning firmware is the model's normal firmware built with TP_FLYNN_LEARN (firmware/tp_flynn.c, tp_main.c): the
 packed counts live in SRAM beside the frame buffer, the app's state, the inference stack and the board's reserve,
 and optionally in an EEPROM record (a header, then the counts).
 """
@@ -31,7 +31,7 @@ APP_STATIC_BYTES = wire.app_sram(1, 1, streamable=False, raw_input=False, learni
 
 
 def count_bytes(n_hashes: int, n_classes: int, bits: int) -> int:
-    """Bytes of the packed counts: L x m entries of b bits (the layout of tp_fly_filters)."""
+    """Bytes of the packed counts: L x m entries of b bits (the layout of tp_flynn_filters)."""
     return math.ceil(n_hashes * n_classes * bits / 8)
 
 
@@ -177,7 +177,7 @@ def host_counts(model, xq: np.ndarray, y_index: np.ndarray) -> np.ndarray:
 
 
 def unpack_counts(packed: bytes, model) -> np.ndarray:
-    """Device bytes -> (L, m) counts (the packing is (j, l) order, LSB first, like tp_fly_filters)."""
+    """Device bytes -> (L, m) counts (the packing is (j, l) order, LSB first, like tp_flynn_filters)."""
     m, L = model.n_hashes, model.n_classes
     values = unpack_bits(np.frombuffer(packed, dtype=np.uint8), model.bits, m * L)
     return values.reshape(m, L).T.copy()

@@ -44,12 +44,12 @@ def xorshift16_states(seed: int, n: int) -> np.ndarray:
     return states[(start + np.arange(n)) % SEED_PERIOD]
 
 
-BLOCK_ROWS = 32  # rows of M that share one seeded pattern (TP_FLY_BLOCK); a multiple of GROUP_ROWS
+BLOCK_ROWS = 32  # rows of M that share one seeded pattern (TP_FLYNN_BLOCK); a multiple of GROUP_ROWS
 WIDE_BLOCK_ROWS = 16  # the same for more than WIDE_INPUTS hash inputs (block_rows)
 GROUP_ROWS = 4  # rows the AVR row scan sums at once (consecutive rotations: 4 adjacent bytes per pattern entry)
 
 
-WIDE_INPUTS = 256  # above this many hash inputs tp_flynn.c reads x in place (TP_FLY_WIDE) instead of a buffer
+WIDE_INPUTS = 256  # above this many hash inputs tp_flynn.c reads x in place (TP_FLYNN_WIDE) instead of a buffer
 
 
 def random_rotations(n_inputs: int) -> bool:
@@ -63,7 +63,7 @@ def random_rotations(n_inputs: int) -> bool:
 
 
 def block_rows(n_inputs: int) -> int:
-    """Rows per seeded pattern (TP_FLY_BLOCK): BLOCK_ROWS, WIDE_BLOCK_ROWS for wide inputs, where the rows of a
+    """Rows per seeded pattern (TP_FLYNN_BLOCK): BLOCK_ROWS, WIDE_BLOCK_ROWS for wide inputs, where the rows of a
     block are translates of one shape in the image and more patterns keep more shapes."""
     return WIDE_BLOCK_ROWS if n_inputs > WIDE_INPUTS else BLOCK_ROWS
 
