@@ -21,7 +21,7 @@ from tinyproto.families.flynn.quantize import hash_inputs
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.solving import SolveOptions
 
-from conftest import read_only
+from helpers import read_only
 
 
 @functools.lru_cache(maxsize=None)

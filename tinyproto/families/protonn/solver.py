@@ -229,7 +229,7 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
         "candidates": tried,
         "chosen_validation": tried[chosen_index],
         "runners_up": [tried[i] for i in runners],
-        "selection": (f"the fewest predicted cycles, then bytes, among the candidates "
+        "selection": ("the fewest predicted cycles, then bytes, among the candidates "
                       + (f"within {NOISE_SE:g} standard error ({100 * margin:.2f} points) of"
                          if NOISE_SE else "tied with") + f" the best int8 accuracy over {n_val} "
                       + ("cross-validated" if folds else "validation") + " samples"),
