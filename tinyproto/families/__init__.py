@@ -282,7 +282,43 @@ def load_int_model(model_dir: ModelDir) -> IntModel:
     if digest != model_dir.model_hash:
         raise TinyprotoError(f"{where} was changed after compile: its model hashes to 0x{digest:08X}, not the "
                              f"recorded {model_dir.meta['model_hash']}")
+    disagreement = model_dir_disagreement(model_dir, model)
+    if disagreement:
+        raise TinyprotoError(f"{model_dir.path} is inconsistent: {disagreement}; run `tinyproto compile` again")
     return model
+
+
+def model_dir_disagreement(model_dir: ModelDir, model: IntModel) -> str | None:
+    """The first field of a model directory that disagrees with the integer model (which its hashes vouch for),
+    or None. Each file is written from the one model, so any disagreement means an edit or a mix of directories:
+    model.json's family and budget, report.json's family, sizes, hash, bytes, budget and board, and the shapes of
+    test_vectors.npz. A directory that disagrees with itself would be validated, reported or exported under the
+    wrong name or figures."""
+    meta, report = model_dir.meta, model_dir.report
+    model_bytes = sum(a.nbytes for a in model.carrays())
+    checks = [
+        ("model.json's family", meta.get("family"), model.family),
+        ("report.json's model", report.get("model", model.family), model.family),
+        ("report.json's n_features", report.get("n_features", model.n_features), model.n_features),
+        ("report.json's n_classes", report.get("n_classes", model.n_classes), model.n_classes),
+        ("report.json's model_hash", report.get("model_hash", meta.get("model_hash")), meta.get("model_hash")),
+        ("report.json's model_bytes", report.get("model_bytes", model_bytes), model_bytes),
+        ("report.json's budget_bytes", report.get("budget_bytes", meta.get("budget_bytes")), meta.get("budget_bytes")),
+        ("report.json's board", report.get("board", meta.get("board", "uno")), meta.get("board", "uno")),
+    ]
+    for what, found, expected in checks:
+        if type(found) is not type(expected) or found != expected:
+            return f"{what} is {str(found)[:40]!r}, not {str(expected)[:40]!r} as the model it holds says"
+    budget = meta.get("budget_bytes")
+    if isinstance(budget, int) and model_bytes > budget:
+        return f"the int_model is {model_bytes} B, over model.json's budget of {budget} B"
+    vectors_path = model_dir.path / "test_vectors.npz"
+    if vectors_path.is_file():
+        try:
+            model_dir.vectors().check_shapes(model.n_features, model.n_classes, vectors_path)
+        except TinyprotoError as exc:
+            return str(exc)
+    return None
 
 
 def _not_canonical(raw: dict, written: dict) -> str | None:
