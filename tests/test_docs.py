@@ -16,8 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "tools"))
-from docs_examples import (EXECUTED_PAGES, comparable, console_blocks, example_runner, missing_lines, normalise,
-                           stale_lines)
+from docs_examples import (  # noqa: E402 (tools/ goes on the path first)
+    EXECUTED_PAGES, comparable, console_blocks, example_runner, missing_lines, normalise, stale_lines)
 
 # every page where a console block showing output must be executed
 MUST_RUN = ["README.md", "docs/getting-started.md", "docs/tutorials/*.md"]
