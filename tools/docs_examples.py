@@ -193,18 +193,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update", action="store_true", help="write the real output into the pages")
     parser.add_argument("--check", action="store_true", help="list the stale lines (the default)")
+    parser.add_argument("--pages", nargs="+", default=EXECUTED_PAGES, metavar="PAGE",
+                        help="only these pages, in this order (a page may need an earlier one's files)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="docs-examples-") as work:
         run = example_runner(Path(work))
         if args.update:
             unmatched: list[str] = []
-            for page in EXECUTED_PAGES:
+            for page in args.pages:
                 changed = update_page(page, run, unmatched)
                 print(f"{page}: {'updated' if changed else 'unchanged'}", flush=True)
             for line in unmatched:
                 print(f"not matched, fix by hand: {line}")
             sys.exit(1 if unmatched else 0)
-        stale = stale_lines(run)
+        stale = stale_lines(run, args.pages)
         print("\n".join(stale) if stale else "every executed example matches a fresh run")
         sys.exit(1 if stale else 0)
 
