@@ -21,7 +21,7 @@ from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
 from tinyproto.core.modeldir import ModelDir
 from tinyproto.core.render import model_hash
-from tinyproto.families.solving import FitUnderBudget, SolveOptions
+from tinyproto.families.solving import FitUnderBudget, SolveOptions, default_jobs  # noqa: F401  (re-exported)
 
 # The registry: family name -> the package that declares it. The order is the order users see (--help, tables).
 _PACKAGES = {
@@ -219,8 +219,15 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOpti
                     fits_board: Callable[[IntModel], None] | None = None):
     """`--model auto`: fit every family under the budget (and latency limit) and keep the one with the best
     validated int8 accuracy; ties go to the fewer predicted cycles, then the fewer bytes, then registry order.
+    Every family is validated on the same folds of the same rows (options.folds, drawn once here when not given:
+    tinyproto.core.folds), so the accuracies compare like with like.
     fits_board(model) raises TinyprotoError for a model the board cannot run (its SRAM): that family is refused.
-    info["auto"] lists every family's outcome (its validated accuracy, bytes and cycles, or why it was refused)."""
+    info["auto"] lists every family's outcome (its validated accuracy, its spread over the validation parts, bytes
+    and cycles, or why it was refused)."""
+    from tinyproto.core.folds import Folds
+
+    if options.folds is None:
+        options = options.with_(folds=Folds.standard(X_train, y_train, options.seed))
     outcomes, fitted = [], []
     for name in names():
         options.say(f"--model auto: {name}")
@@ -231,7 +238,9 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOpti
         except TinyprotoError as exc:
             outcomes.append({"family": name, "refused": str(exc)})
             continue
+        parts = info["chosen_validation"].get("fold_accuracies", [])
         row = {"family": name, "val_int8_accuracy": validation_accuracy(info),
+               "spread": float(np.std(parts, ddof=1)) if len(parts) > 1 else None, "fold_accuracies": parts,
                "model_bytes": sum(a.nbytes for a in model.carrays()),
                "predicted_cycles": int(predict_cycles(model)["total"])}
         outcomes.append(row)
@@ -240,8 +249,10 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOpti
         raise TinyprotoError("no model family fits: " + "; ".join(f"{o['family']}: {o['refused']}" for o in outcomes))
     row, clf, model, info = max(fitted, key=lambda f: (f[0]["val_int8_accuracy"], -f[0]["predicted_cycles"],
                                                       -f[0]["model_bytes"]))
-    info["auto"] = {"chosen": row["family"], "families": outcomes,
-                    "selection": "the best validated int8 accuracy; ties: fewer predicted cycles, then fewer bytes"}
+    info["auto"] = {"chosen": row["family"], "families": outcomes, "folds": options.folds.to_json(),
+                    "selection": "the best validated int8 accuracy, every family on the same folds of the same rows; "
+                                 "ties: fewer predicted cycles, then fewer bytes; spread: the standard deviation of "
+                                 "the chosen candidate's accuracy over the validation parts"}
     return clf, model, info
 
 
