@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from tinyproto.cli import main
-from tinyproto.core.modeldir import LOCK, MANIFEST, SCRATCH_PREFIX, OWNED_NAMES, record_outputs
+from tinyproto.core.manifest import LOCK, MANIFEST, SCRATCH_PREFIX, OWNED_NAMES, record_outputs
 
 IRIS = ["iris", "--budget", "1kB"]
 

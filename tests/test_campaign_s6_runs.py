@@ -29,7 +29,7 @@ from conftest import needs
 from test_campaign_s4 import _snapshot, accepted, refused, work  # noqa: F401  (work: the fixture)
 
 from tinyproto.cli import main
-from tinyproto.core.modeldir import LOCK
+from tinyproto.core.manifest import LOCK
 
 SWEEP = ["iris", "--models", "protonn", "--budgets", "1kB", "--device", "none", "--workers", "1"]
 
