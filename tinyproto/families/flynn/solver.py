@@ -32,7 +32,8 @@ from tinyproto.families.flynn.pricing import (DEFAULT_CAP, ExactCycles, default_
                                               rows_bytes)
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, project, projection_matrix, seeded_indices
-from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, stage_bytes, standardisation
+from tinyproto.core.inputstage import (InputStage, centred_stage, choose_input_scale, shared_stage, stage_bytes,
+                                      standardisation)
 
 F_CPU = 16_000_000
 MIN_HASHES = 16  # fewer hash bits than this is not a FlyNN worth deploying
@@ -42,7 +43,12 @@ RHO_GRID = (8, 16, 32, 64)
 BITS_GRID = (1, 2, 3, 4)
 DECAY_GRID = (0.5, 0.25, 0.1)
 PREPROCESSING = (("feature", True), ("global", True), ("feature", False), ("global", False))
-SHARED_PREPROCESSING = (("shared", True), ("shared", False))  # the central solver only (parties agree on the rest)
+# The central solver only (parties agree on the rest): one offset and gain for every feature ("shared", 4 B), and
+# the same with a 2- or 4-bit centre per feature ("centred2", "centred4": core.inputstage.centred_stage), which on
+# pixels gives back what one offset for all of them loses (the always-dark border's mirror wins every hash).
+SHARED_PREPROCESSING = (("shared", True), ("shared", False), ("centred2", True), ("centred2", False),
+                        ("centred4", True), ("centred4", False))
+DEVICE_STAGES = ("shared", "centred2", "centred4")  # preprocessings whose stage is built from the raw values
 
 # ---------------------------------------------------------------- candidates and their evaluation
 
@@ -74,9 +80,12 @@ class _Prepared:
 
 def _prepare(X: np.ndarray, scaling: str, sign_split: bool) -> _Prepared:
     """Standardise and quantize as FlyNNClassifier.fit + IntFlyNN.from_classifier will on the same X. "shared":
-    one offset and gain for every feature (4 B instead of 4 B per feature: pixels, same-unit sensors)."""
+    one offset and gain for every feature (4 B instead of 4 B per feature: pixels, same-unit sensors); "centredB":
+    the same and a B-bit centre per feature."""
     if scaling == "shared":
         stage = shared_stage(X)
+    elif scaling.startswith("centred"):
+        stage = centred_stage(X, int(scaling[len("centred"):]))
     else:
         mean, scale = standardisation(X, scaling)
         stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
@@ -249,12 +258,13 @@ def fit_flynn_under_budget(
         n_inputs_per_hash=best.s,
         n_winners=best.rho,
         decay=best.decay,
-        scaling="global" if best.scaling == "shared" else best.scaling,  # the float view of a shared stage
+        # the float view of a shared stage: one std; of a centred one: one std and each feature's exact mean
+        scaling="global" if best.scaling in DEVICE_STAGES else best.scaling,
         sign_split=best.sign_split,
         random_state=clf_state,  # draws `seed`: the M that was evaluated
     ).fit(X, y)
     model = IntFlyNN.from_classifier(clf, X, y, bits=best.bits, store_M=best.store_M,
-                                     input_stage=chosen_prep.stage if best.scaling == "shared" else None)
+                                     input_stage=chosen_prep.stage if best.scaling in DEVICE_STAGES else None)
     nbytes = model.model_bytes()
     if nbytes > budget:  # cannot happen: model_bytes() mirrors carrays(); keep the promise explicit
         raise AssertionError(f"chosen FlyNN has {nbytes} B > budget {budget} B")
