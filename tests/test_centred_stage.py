@@ -9,7 +9,12 @@ import shutil
 import numpy as np
 import pytest
 
-from tinyproto.core.inputstage import InputStage, centred_stage, shared_stage, stage_bytes
+from tinyproto.core.inputstage import (
+    InputStage,
+    centred_stage,
+    shared_stage,
+    stage_bytes,
+)
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs the host C compiler")
 

@@ -37,11 +37,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's tinyproto
 sys.path.insert(0, str(REPO / "tools"))
 
-from tinyproto import families  # noqa: E402
-from tinyproto.core.boards import load_board  # noqa: E402
-from tinyproto.core.cost import COST_MODEL_TOLERANCE  # noqa: E402
-from tinyproto.core.inputstage import InputStage  # noqa: E402
-from tinyproto.core.wire import n_chunks  # noqa: E402
+from tinyproto import families
+from tinyproto.core.boards import load_board
+from tinyproto.core.cost import COST_MODEL_TOLERANCE
+from tinyproto.core.inputstage import InputStage
+from tinyproto.core.wire import n_chunks
 
 BOARDS = ("uno", "pro_mini_3v3")  # 16 MHz and 8 MHz
 FAMILIES = ("protonn", "flynn", "bnc", "bloom")
@@ -65,7 +65,11 @@ def _stage(rng, d: int) -> InputStage:
 
 def draw_protonn(rng, d: int) -> tuple[dict, object]:
     from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
-    from tinyproto.families.protonn.shapes import DIMENSIONS, PROTOS_PER_CLASS, TABLE_SIZES
+    from tinyproto.families.protonn.shapes import (
+        DIMENSIONS,
+        PROTOS_PER_CLASS,
+        TABLE_SIZES,
+    )
 
     L = int(rng.integers(2, 11))
     D = int(rng.choice(DIMENSIONS))
@@ -121,7 +125,13 @@ def draw_flynn(rng, d: int) -> tuple[dict, object]:
 
 def draw_bnc(rng, d: int) -> tuple[dict, object]:
     from calibrate_costmodel import bnc_shape_model
-    from tinyproto.families.bnc.solver import BITS_GRID, DENSITY_GRID, SEEDED_GRID, WIDE_FEATURES
+
+    from tinyproto.families.bnc.solver import (
+        BITS_GRID,
+        DENSITY_GRID,
+        SEEDED_GRID,
+        WIDE_FEATURES,
+    )
 
     L = int(rng.integers(2, 11))
     r = int(rng.choice(BITS_GRID))
@@ -137,6 +147,7 @@ def draw_bnc(rng, d: int) -> tuple[dict, object]:
 
 def draw_bloom(rng, d: int) -> tuple[dict, object]:
     from calibrate_costmodel import bloom_shape_model
+
     from tinyproto.families.bloom.solver import K_CANDIDATES, MAX_SLOTS
 
     L = int(rng.integers(2, 11))
