@@ -6,13 +6,11 @@ __all__ = ["__version__", "ProtoNNClassifier"]
 
 
 def __getattr__(name: str):
-    # Lazy so that `tinyproto --help` does not import scikit-learn.
-    if name == "ProtoNNClassifier":
-        from tinyproto.families.protonn.train import ProtoNNClassifier
+    # Lazy so that `tinyproto --help` does not import scikit-learn; each family declares its estimator's class.
+    if name.endswith("Classifier"):
+        from tinyproto.families import estimator_class
 
-        return ProtoNNClassifier
-    if name == "FlyNNClassifier":
-        from tinyproto.families.flynn.train import FlyNNClassifier
-
-        return FlyNNClassifier
+        found = estimator_class(name)
+        if found is not None:
+            return found
     raise AttributeError(name)

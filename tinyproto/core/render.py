@@ -108,10 +108,15 @@ def render_sizes_header(n_classes: int) -> str:
         n_classes=n_classes, defines=list(sizes_defines(n_classes).items()))
 
 
+def family_runtime(family: str) -> str:
+    """The file name of a family's C runtime in firmware/: the one place the tp_<name>.c convention is written."""
+    return f"tp_{family}.c"
+
+
 def runtime_files(family: str) -> list[Path]:
     """The firmware/ sources a model of this family needs (its own tp_<family>.c plus the common ones)."""
     firmware = resource_dir("firmware")
-    names = list(COMMON_RUNTIME) + [f"tp_{family}.c"]
+    names = list(COMMON_RUNTIME) + [family_runtime(family)]
     return [firmware / name for name in names if (firmware / name).exists()]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -70,6 +70,63 @@ def generic_shape_text(entry: dict) -> str:
                     for k in keys[:SHAPE_KEYS_SHOWN])
 
 
+# --- the facts a family declares, so no caller (code, template or doc) decides them by comparing names ----------
+
+HIGHEST, LOWEST = "highest", "lowest"
+
+
+@dataclass(frozen=True)
+class ScoreRule:
+    """How tp_predict turns the class scores into a label (every family breaks ties to the lowest index)."""
+
+    wins: str  # HIGHEST or LOWEST: the label is the class with the highest / lowest score
+    meaning: str  # what one class's score is, in a phrase ("minus the Hamming distance to ...")
+
+    def __post_init__(self):
+        if self.wins not in (HIGHEST, LOWEST):
+            raise ValueError(f"ScoreRule.wins must be {HIGHEST!r} or {LOWEST!r}, not {self.wins!r}")
+
+
+@dataclass(frozen=True)
+class StaticState:
+    """The static SRAM (.bss) the family's runtime file (firmware/tp_<name>.c) keeps for one model, in bytes as
+    avr-gcc lays it out (tests/test_family_facts.py compiles the file and compares)."""
+
+    predict: tuple[SramItem, ...] = ()  # static variables tp_predict itself uses: it is then not reentrant
+    stream_only: tuple[SramItem, ...] = ()  # static variables only the streaming trio (tp_stream_*) uses
+
+    @property
+    def items(self) -> tuple[SramItem, ...]:
+        return self.predict + self.stream_only
+
+    @property
+    def nbytes(self) -> int:
+        return sum(item.nbytes for item in self.items)
+
+    @property
+    def reentrant(self) -> bool:
+        """tp_predict keeps nothing between calls: safe from an interrupt while the main loop is inside it."""
+        return not self.predict
+
+
+def no_static_state(model: IntModel) -> StaticState:
+    return StaticState()
+
+
+@dataclass(frozen=True)
+class Learning:
+    """What a family that learns on the device gives `compile --learnable` and `tinyproto learn`."""
+
+    # (X, y, budget_bytes, seed, board, progress, max_latency_ms) -> (float estimator, IntModel, info): the solver
+    # with the model capped so its learned state fits what the board holds while learning
+    fit_for_board: Callable[..., tuple[Any, IntModel, dict]]
+    check: Callable[..., Any]  # (model, board, save_eeprom) -> its sizes (.counts, .eeprom_record, .to_dict()) or
+    #                            one TinyprotoError saying what would fit
+    host_counts: Callable[..., np.ndarray]  # (model, int8 vectors, class indices) -> what the device must learn
+    unpack_counts: Callable[..., np.ndarray]  # (bytes the device sent, model) -> the learned counts
+    host_reference: Callable[[IntModel], str]  # what the host computes to check the device, in a phrase (learn.json)
+
+
 @dataclass(frozen=True)
 class Family:
     """One model family, as the rest of tinyproto sees it."""
@@ -81,8 +138,17 @@ class Family:
     from_json: Callable[[dict], IntModel]  # model.json's int_model -> the integer model
     predict_cycles: Callable[[IntModel], dict]  # static cost model: {"total": cycles, per stage..., "lower_bound"}
     shape_text: Callable[[dict], str] = generic_shape_text  # a candidate row of the solver, in one short line
-    learnable: bool = False  # it can learn on the device (`tinyproto learn`, federated device parties)
     streamable: bool = False  # its models can take inputs chunk by chunk (each model says so: TP_STREAMABLE)
+    # The facts every caller reads (templates and generated docs included):
+    score: ScoreRule = field(kw_only=True)  # which score wins, and what a score is
+    static_state: Callable[[IntModel], StaticState] = field(kw_only=True)  # per model: reentrancy and static SRAM
+    learning: Learning | None = field(default=None, kw_only=True)  # None: it cannot learn on the device
+    estimator: str = field(default="", kw_only=True)  # "module:Class" of its scikit-learn estimator (tinyproto.<Class>)
+
+    @property
+    def learnable(self) -> bool:
+        """It can learn on the device (`tinyproto learn`, federated device parties)."""
+        return self.learning is not None
 
 
 def lazy(target: str) -> Callable:
@@ -102,6 +168,21 @@ def lazy(target: str) -> Callable:
 
 def names() -> tuple[str, ...]:
     return tuple(_PACKAGES)
+
+
+def estimator_class(class_name: str):
+    """The float estimator class a family declares under this name (tinyproto.ProtoNNClassifier, ...), or None."""
+    for name in names():
+        target = family(name).estimator
+        if target.rpartition(":")[2] == class_name:
+            module_name, _, attribute = target.partition(":")
+            return getattr(importlib.import_module(module_name), attribute)
+    return None
+
+
+def learnable_names() -> tuple[str, ...]:
+    """The families that learn on the device, in registry order."""
+    return tuple(name for name in names() if family(name).learnable)
 
 
 def family(name: str) -> Family:

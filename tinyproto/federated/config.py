@@ -20,6 +20,16 @@ from tinyproto.families.flynn.solver import (
 from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed
 
 # the shape under DP (data-independent): a middle-of-the-road FlyNN, m sized to the budget
+FAMILY = IntFlyNN.family  # the family federated training trains (its registry name, tinyproto.families)
+
+
+def device_count_limit(board, n_features: int, n_classes: int):
+    """The cap `compile --learnable` puts on m, for parties that learn on a (simulated) board."""
+    from tinyproto.families.flynn.learning import count_limit
+
+    return count_limit(board, n_features, n_classes)
+
+
 DEFAULT_CONFIG = {"n_inputs_per_hash": 8, "n_winners": 16, "decay": 1.0, "count_bits": 1, "store_M": False,
                   "scaling": "feature", "sign_split": True}
 

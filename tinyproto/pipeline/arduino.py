@@ -91,21 +91,14 @@ def _template(name: str):
     return jinja_env().get_template(f"arduino/{name}")
 
 
-def _context(model_dir, model, name: str) -> dict:
+def _context(model_dir, model, name: str, board) -> dict:
+    """Everything the templates say; `board` (the one the model was compiled for) gives the clock of every time."""
     meta, report = model_dir.meta, model_dir.report
     dataset, _, budget_bytes = model_dir.header_args()  # typed by load_model_dir
-    # tp_predict's own stack buffers (the input vector and the scores are the caller's, listed apart)
-    sram = [(item.name, item.nbytes, item.what) for item in model.working_sram()
-            if item.name not in ("input", "scores")]
-    cycles = report.get("predicted_cycles") or {}
-    total = cycles.get("total") if isinstance(cycles, dict) else None
-    if isinstance(total, bool) or not isinstance(total, (int, float)) or not 0 < total < 2**53:
-        total = None  # report.json is not hashed: a figure it cannot hold (inf, NaN, text) is left out, not trusted
     return {
         "name": name,
         "guard": re.sub(r"[^A-Z0-9]", "_", name.upper()) + "_H",
         "version": __version__,
-        "family": model.family,
         "dataset": dataset,
         "dataset_comment": re.sub(r"[^\x20-\x7e]|\*/", "?", dataset),
         "model_hash": meta["model_hash"],
@@ -113,33 +106,78 @@ def _context(model_dir, model, name: str) -> dict:
         "budget_bytes": budget_bytes,
         "n_features": model.n_features,
         "n_classes": model.n_classes,
-        "sram": sram,
-        "sram_total": sum(n for _, n, _ in sram),
-        "predict_cycles": int(total) if isinstance(total, (int, float)) else None,
-        "predict_ms": round(int(total) / 16000.0, 2) if isinstance(total, (int, float)) else None,
-        "quantize_cycles": QUANTIZE_CYCLES_PER_FEATURE * model.n_features,
-        "quantize_ms": round(QUANTIZE_CYCLES_PER_FEATURE * model.n_features / 16000.0, 2),
+        **family_statements(model),
+        **latency_statements(model, report, board),
         "class_names": [c_string(c) for c in model.classes],
         "class_comments": [re.sub(r"[^\x20-\x7e]|\*/", "?", str(c)) for c in model.classes],
     }
 
 
-def write_library(model_dir, model, name: str, library: Path) -> None:
+def family_statements(model) -> dict:
+    """What the library says about the model's family, from the family's declared facts (never from its name):
+    which score wins and what a score is, the static state its runtime keeps, reentrancy, streaming."""
+    fam = families.family_of(model)
+    state = fam.static_state(model)
+    static_names = {item.name for item in state.items}
+    # tp_predict's own stack buffers (the input vector and the scores are the caller's, listed apart)
+    stack = [(item.name, item.nbytes, item.what) for item in model.working_sram()
+             if item.name not in ("input", "scores") and item.name not in static_names]
+    return {
+        "family": model.family,
+        "family_title": fam.title,
+        "family_macro": f"TP_FAMILY_{model.family.upper()}",
+        "score_wins": fam.score.wins,
+        "score_meaning": fam.score.meaning,
+        "stack": stack,
+        "stack_total": sum(n for _, n, _ in stack),
+        "static": [(item.name, item.nbytes, item.what) for item in state.items],
+        "static_bytes": state.nbytes,
+        "static_predict_bytes": sum(item.nbytes for item in state.predict),
+        "reentrant": state.reentrant,
+        "streamable": bool(model.defines().get("TP_STREAMABLE", 0)),
+    }
+
+
+def latency_statements(model, report: dict, board) -> dict:
+    """Cycles (the family's cost model, from report.json) and milliseconds at the board's own clock."""
+    cycles = report.get("predicted_cycles") or {}
+    total = cycles.get("total") if isinstance(cycles, dict) else None
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or not 0 < total < 2**53:
+        total = None  # report.json is not hashed: a figure it cannot hold (inf, NaN, text) is left out, not trusted
+    cycles_per_ms = board.f_cpu_hz / 1000.0
+    quantize_cycles = QUANTIZE_CYCLES_PER_FEATURE * model.n_features
+    return {
+        "board_title": board.title,
+        "mhz": f"{board.mhz:g}",
+        "predict_cycles": int(total) if total is not None else None,
+        "predict_ms": round(int(total) / cycles_per_ms, 2) if total is not None else None,
+        "quantize_us_per_feature": round(QUANTIZE_CYCLES_PER_FEATURE / cycles_per_ms * 1000.0),
+        "quantize_cycles": quantize_cycles,
+        "quantize_ms": round(quantize_cycles / cycles_per_ms, 2),
+    }
+
+
+def library_header(model_dir, model, name: str, board) -> str:
+    """src/<Name>.h: the one header a sketch includes, with the model's figures at `board`'s clock."""
+    return _template("library.h.j2").render(**_context(model_dir, model, name, board))
+
+
+def write_library(model_dir, model, name: str, library: Path, board) -> None:
     """The library folder `library` (must not exist) for the verified integer model of `model_dir`."""
-    from tinyproto.core.render import render_header, runtime_files
+    from tinyproto.core.render import family_runtime, render_header, runtime_files
     from tinyproto.core.resources import resource_dir
 
-    context = _context(model_dir, model, name)
+    context = _context(model_dir, model, name, board)
     src = library / "src"
     example = library / "examples" / name
     src.mkdir(parents=True)
     example.mkdir(parents=True)
     (library / "library.properties").write_text(_template("library.properties.j2").render(**context))
-    (src / f"{name}.h").write_text(_template("library.h.j2").render(**context))
+    (src / f"{name}.h").write_text(library_header(model_dir, model, name, board))
     (src / "tp_labels.c").write_text(_template("tp_labels.c.j2").render(**context))
     (src / "tinyproto_model.h").write_text(
         render_header(model, *model_dir.header_args()))
-    wanted = set(RUNTIME) | {f"tp_{model.family}.c"}
+    wanted = set(RUNTIME) | {family_runtime(model.family)}
     for source in runtime_files(model.family):
         if source.name in wanted:
             shutil.copyfile(source, src / source.name)
@@ -201,10 +239,10 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
                              "beside it, nothing was changed")
     out = check_output_dir(out)
     _check_export_dir(out)
+    board = load_board(model_dir.meta.get("board", "uno"))  # the board the model was compiled for
     with atomic_directory(out, "export") as scratch:
-        write_library(model_dir, model, name, scratch / name)
+        write_library(model_dir, model, name, scratch / name, board)
         write_zip(scratch / name, scratch / f"{name}.zip")
-        board = load_board(model_dir.meta.get("board", "uno"))
         (scratch / "platformio.ini").write_text(render_arduino_platformio_ini(board, name))
         write_json(scratch / EXPORT_RECORD, {"format": EXPORT_FORMAT, "tinyproto_version": __version__,
                                              "name": name, "model_hash": model_dir.meta["model_hash"],

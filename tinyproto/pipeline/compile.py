@@ -107,8 +107,8 @@ def compile_model(
 ) -> CompileResult:
     """family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
     max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
-    learnable (FlyNN only): also fit the counts into what the device holds while learning (`tinyproto
-    learn`): SRAM beside the learning firmware's buffers, stack and reserve, and the EEPROM record."""
+    learnable (a family that learns on the device): also fit what the device holds while learning (`tinyproto
+    learn`) beside the learning firmware's buffers, stack and reserve, and in the EEPROM record."""
     budget_bytes = parse_budget(budget)
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
@@ -116,7 +116,9 @@ def compile_model(
     if family != families.AUTO:
         families.family(family)  # an unknown name is refused before the data is read
     if learnable and (family == families.AUTO or not families.family(family).learnable):
-        raise TinyprotoError("--learnable is for --model flynn: only FlyNN learns on the device")
+        raise TinyprotoError(f"--learnable is for --model {' or '.join(families.learnable_names())}: only "
+                             f"{', '.join(families.family(n).title for n in families.learnable_names())} learns on "
+                             "the device")
     dataset = load_dataset(data, label=label)
     out_dir = Path(out) if out is not None else Path("build") / dataset.name
     check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
@@ -127,7 +129,8 @@ def compile_model(
         refuse_too_wide(family, sp.X_train.shape[1], n_classes, board)
     started = time.perf_counter()
     if learnable:
-        clf, model, info = _fit_learnable_flynn(sp, budget_bytes, seed, board, progress, max_latency_ms)
+        clf, model, info = families.family(family).learning.fit_for_board(sp.X_train, sp.y_train, budget_bytes, seed,
+                                                                          board, progress, max_latency_ms)
     elif family == families.AUTO:
         clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, budget_bytes, seed, progress,
                                                     max_latency_ms, board.f_cpu_hz,
@@ -183,22 +186,6 @@ def write_model_files(scratch: Path, model, meta: dict, report: dict, vectors: T
     write_sources(model, scratch, str(meta.get("dataset", "?")), int(meta.get("seed", 0)), int(meta["budget_bytes"]))
     _write_project(model, scratch, board, vectors)
     write_json(scratch / "report.json", report)
-
-
-def _fit_learnable_flynn(sp: Split, budget_bytes: int, seed: int, board: Board,
-                         progress: Callable[[str], None] | None, max_latency_ms: float | None = None):
-    """The FlyNN solver with m capped so the counts fit the learning firmware's SRAM and the EEPROM."""
-    from tinyproto.families.flynn.learning import count_limit, learn_sizes
-    from tinyproto.families.flynn.solver import fit_flynn_under_budget
-
-    limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
-    latency = {} if max_latency_ms is None else {"max_inference_ms": max_latency_ms, "f_cpu": board.f_cpu_hz,
-                                                 "exact_latency": True}
-    clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                              count_limit=limit, **latency)
-    info["chosen"]["learnable"] = True
-    info["learning"] = learn_sizes(model, board).to_dict()
-    return clf, model, info
 
 
 def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:

@@ -264,9 +264,9 @@ def federate_model(
             classes = agree_classes(parties_backend)
             limit = None
             if backend in DEVICE_BACKENDS:  # the counts must fit the learning firmware (as compile --learnable)
-                from tinyproto.families.flynn.learning import count_limit
+                from tinyproto.federated.config import device_count_limit
 
-                limit = count_limit(board, sp.X_train.shape[1], len(classes))
+                limit = device_count_limit(board, sp.X_train.shape[1], len(classes))
             config, info = choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
                                          dp=dp_epsilon is not None, count_limit=limit, progress=say)
             say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
@@ -297,16 +297,16 @@ def federate_model(
 
 
 def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool) -> dict:
-    """`compile --model flynn` on the pooled training rows (with --learnable's cap for device parties): its
-    int8 test accuracy, bytes and hyper-parameters."""
-    from tinyproto.families.flynn.solver import fit_flynn_under_budget
+    """`compile --model <the federated family>` on the pooled training rows (with --learnable's cap for device
+    parties): its int8 test accuracy, bytes and hyper-parameters."""
+    from tinyproto import families
+    from tinyproto.federated.config import FAMILY
 
-    limit = None
     if learnable:
-        from tinyproto.families.flynn.learning import count_limit
-
-        limit = count_limit(board, sp.X_train.shape[1], len(np.unique(sp.y_train)))
-    _, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, seed, count_limit=limit)
+        _, model, info = families.family(FAMILY).learning.fit_for_board(sp.X_train, sp.y_train, budget_bytes, seed,
+                                                                        board)
+    else:
+        _, model, info = families.fit_under_budget(FAMILY, sp.X_train, sp.y_train, budget_bytes, seed)
     return {"accuracy": float(np.mean(model.predict(sp.X_test) == sp.y_test)), "model_bytes": model.model_bytes(),
             "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"]}
 

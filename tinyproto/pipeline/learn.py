@@ -44,7 +44,6 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.modeldir import (ModelDir, TestVectors, int_model_digest, load_model_dir,
                                      record_outputs, write_json)
 from tinyproto.core.outdir import atomic_directory, locked
-from tinyproto.families.flynn.learning import LearnSizes, check_learnable, host_counts, unpack_counts
 from tinyproto.federated.device_learning import (
     LEARN_FLAGS, Target, build_learning_firmware, check_learning_device, class_indices, predict_vectors,
     stream_samples, write_learning_project,
@@ -57,15 +56,16 @@ EEPROM_IMAGE = "eeprom.bin"  # the simulated Uno's EEPROM, kept across runs in L
 ProgressFactory = Callable[[str], Callable[[int], None]]
 
 
-def require_learnable(model, board: Board, save_eeprom: bool) -> LearnSizes:
-    """The model's family must learn on the device and its counts must fit (refused before anything is built)."""
+def require_learnable(model, board: Board, save_eeprom: bool):
+    """The model's family must learn on the device and its counts must fit (refused before anything is built):
+    the sizes the learning needs (families.Learning.check)."""
     if not families.family_of(model).learnable:
-        learnable = [name for name in families.names() if families.family(name).learnable]
+        learnable = families.learnable_names()
         raise TinyprotoError(
             f"only {', '.join(families.family(n).title for n in learnable)} learns on the device (this model is "
             f"{getattr(model, 'family', '?')}); compile with --model {' or '.join(learnable)} --learnable"
         )
-    return check_learnable(model, board, save_eeprom)
+    return families.family_of(model).learning.check(model, board, save_eeprom)
 
 
 def training_samples(model, data: str, label: str | None) -> tuple[str, np.ndarray, np.ndarray]:
@@ -163,7 +163,8 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
         check_port_usable(usable)  # now, not after the learning firmware's build
     data = data or _default_data(model_dir)
     data_name, xq, y_index = training_samples(model, data, label)
-    expected = host_counts(model, xq, y_index)
+    learning = families.family_of(model).learning
+    expected = learning.host_counts(model, xq, y_index)
     firmware = build_learning_firmware(prepare_learning_project(model_dir, model, board), model, board, sizes, say)
     if port is not None and flash:
         say(f"flashing {upload_port} with the learning firmware")
@@ -182,7 +183,7 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
             raise TinyprotoError("the learning firmware has no EEPROM support: its counts do not fit the EEPROM")
         cycles = stream_samples(client, xq, y_index, tick("learning", len(xq)))
         packed = client.read_all_counts(tick("reading counts", sizes.counts))
-        learned_counts = unpack_counts(packed, model)
+        learned_counts = learning.unpack_counts(packed, model)
         learned = replace(model, counts=learned_counts)
         test = predict_vectors(client, learned, vectors, tick("test vectors", len(vectors.y)))
         saved = client.eeprom_save() if save_eeprom else None
@@ -201,8 +202,7 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
         "counts_identical": identical,
         "count_entries_differing": int(np.count_nonzero(learned_counts != expected)),
         "counts_equal_compiled_model": bool(np.array_equal(learned_counts, model.counts)),
-        "host_reference": "IntFlyNN FlyHash of the same int8 vectors, counts saturated to "
-                          f"{model.bits} bit(s)",
+        "host_reference": learning.host_reference(model),
         "count_bytes": sizes.counts,
         "learn_cycles_mean": float(np.mean(cycles)) if cycles else 0.0,
         "learn_ms_mean": 1000.0 * float(np.mean(cycles)) / board.f_cpu_hz if cycles else 0.0,

@@ -28,6 +28,7 @@ import numpy as np
 from tinyproto.core.carray import CArray
 from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
+from tinyproto.families import StaticState
 from tinyproto.families.bloom.train import U_SCALE, BloomClassifier, bloom_max, seeded_slots, used_slots
 
 WEIGHT_MAX = 127
@@ -162,10 +163,14 @@ class IntBloom:
 
     def working_sram(self) -> list[SramItem]:
         """φ lives in static SRAM (m bytes) with the stream's generator state; nothing holds the input vector."""
-        return [
+        return list(self.static_state().items)
+
+    def static_state(self) -> StaticState:
+        """firmware/tp_bloom.c's static variables, which tp_predict uses too (it runs the stream): not reentrant."""
+        return StaticState(predict=(
             SramItem("bloom_phi", self.n_slots, f"φ: one uint8 MAX per slot ({self.n_slots} slots, static)"),
             SramItem("bloom_stream", 4, "hash generator state and the next expected feature index (static)"),
-        ]
+        ))
 
     def model_bytes(self) -> int:
         return sum(a.nbytes for a in self.carrays())

@@ -1,7 +1,7 @@
 """BNC (Zhong et al., AISTATS 2017): binary prototypes and a learned linear hash, 1-NN in Hamming distance.
 Layer: families."""
 
-from tinyproto.families import Family, lazy
+from tinyproto.families import HIGHEST, Family, ScoreRule, lazy
 
 
 def _shape_text(entry: dict) -> str:
@@ -12,4 +12,8 @@ FAMILY = Family(name="bnc", title="BNC", color="#9467bd",
                 fit_under_budget=lazy("tinyproto.families.bnc.solver:fit_bnc_under_budget"),
                 from_json=lazy("tinyproto.families.bnc.quantize:IntBNC.from_json"),
                 predict_cycles=lazy("tinyproto.families.bnc.cost:predict_cycles"),
-                shape_text=_shape_text, streamable=True)
+                shape_text=_shape_text, streamable=True,
+                score=ScoreRule(HIGHEST, "minus the Hamming distance from the input's code to the class's nearest "
+                                         "prototype, so the nearest prototype wins"),
+                static_state=lazy("tinyproto.families.bnc.quantize:IntBNC.static_state"),
+                estimator="tinyproto.families.bnc.train:BNCClassifier")

@@ -30,6 +30,7 @@ import numpy as np
 from tinyproto.core.carray import CArray
 from tinyproto.core.inputstage import STAGE_KINDS, InputStage
 from tinyproto.core.ledger import SramItem
+from tinyproto.families import StaticState
 from tinyproto.families.bnc.pattern import pattern_mask, seeded_positions
 
 MAX_BITS = 1024
@@ -222,6 +223,11 @@ class IntBNC:
         }
 
     def working_sram(self) -> list[SramItem]:
+        return [*self.static_state().items,
+                SramItem("bnc_code", self.n_code_bytes, "the input's packed code (stack)")]
+
+    def static_state(self) -> StaticState:
+        """firmware/tp_bnc.c's static variables: the streaming trio's only; tp_predict keeps its code on the stack."""
         items = [SramItem("bnc_sums", 4 * self.n_bits, f"{self.n_bits} int32 running sums of the stream (static)")]
         if self.seeded:
             items.append(SramItem("bnc_cursor", 7 * self.n_bits + 2, "per row: PRNG state, segment, weight (static)"))
@@ -229,8 +235,7 @@ class IntBNC:
             items.append(SramItem("bnc_next", 2 * self.n_bits + 2,
                                   "per row: offset of its next nonzero; position (static)"))
         items.append(SramItem("bnc_whole", self.n_code_bytes + 1, "a one-chunk vector's code and its flag (static)"))
-        items.append(SramItem("bnc_code", self.n_code_bytes, "the input's packed code (stack)"))
-        return items
+        return StaticState(stream_only=tuple(items))
 
     def model_bytes(self) -> int:
         return sum(a.nbytes for a in self.carrays())

@@ -1,7 +1,14 @@
 """FlyNN / FBFC (Sinha & Ram): a sparse binary lifting, winner-take-all and per-class Bloom filters.
 Layer: families."""
 
-from tinyproto.families import Family, lazy
+from tinyproto.families import (
+    LOWEST,
+    Family,
+    Learning,
+    ScoreRule,
+    lazy,
+    no_static_state,
+)
 
 
 def _fit(X, y, budget_bytes, seed, progress=None, max_latency_ms=None, f_cpu_hz=16_000_000):
@@ -21,4 +28,13 @@ def _shape_text(entry: dict) -> str:
 FAMILY = Family(name="flynn", title="FlyNN", color="#d62728", fit_under_budget=_fit,
                 from_json=lazy("tinyproto.families.flynn.quantize:IntFlyNN.from_json"),
                 predict_cycles=lazy("tinyproto.families.flynn.cost:predict_cycles"),
-                shape_text=_shape_text, learnable=True)
+                shape_text=_shape_text,
+                score=ScoreRule(LOWEST, "the class's novelty: how little its Bloom filter has seen the input's "
+                                        "hash winners"),
+                static_state=no_static_state,  # tp_predict's heap and sums are on the stack
+                learning=Learning(fit_for_board=lazy("tinyproto.families.flynn.learning:fit_for_board"),
+                                  check=lazy("tinyproto.families.flynn.learning:check_learnable"),
+                                  host_counts=lazy("tinyproto.families.flynn.learning:host_counts"),
+                                  unpack_counts=lazy("tinyproto.families.flynn.learning:unpack_counts"),
+                                  host_reference=lazy("tinyproto.families.flynn.learning:host_reference")),
+                estimator="tinyproto.families.flynn.train:FlyNNClassifier")

@@ -157,6 +157,25 @@ def check_learnable(model, board: Board, save_eeprom: bool) -> LearnSizes:
     return sizes
 
 
+def fit_for_board(X: np.ndarray, y: np.ndarray, budget_bytes: int, seed: int, board: Board,
+                  progress: Callable[[str], None] | None = None, max_latency_ms: float | None = None):
+    """`compile --learnable`: the FlyNN solver with m capped so the counts fit the learning firmware's SRAM and the
+    EEPROM; info["learning"] records those sizes."""
+    from tinyproto.families.flynn.solver import fit_flynn_under_budget
+
+    limit = count_limit(board, X.shape[1], len(np.unique(y)))
+    latency = {} if max_latency_ms is None else {"max_inference_ms": max_latency_ms, "f_cpu": board.f_cpu_hz,
+                                                 "exact_latency": True}
+    clf, model, info = fit_flynn_under_budget(X, y, budget_bytes, seed, progress, count_limit=limit, **latency)
+    info["chosen"]["learnable"] = True
+    info["learning"] = learn_sizes(model, board).to_dict()
+    return clf, model, info
+
+
+def host_reference(model) -> str:
+    return f"IntFlyNN FlyHash of the same int8 vectors, counts saturated to {model.bits} bit(s)"
+
+
 def layout_key(model) -> int:
     """32-bit identity of the model without its counts (M, sizes, input stage): the EEPROM record carries it so
     the firmware never loads counts saved by another model."""
@@ -180,4 +199,4 @@ def unpack_counts(packed: bytes, model) -> np.ndarray:
 
 
 __all__ = ["APP_STATIC_BYTES", "EEPROM_HEADER_BYTES", "LearnSizes", "check_learnable", "count_bytes", "count_limit",
-           "fly_working_bytes", "host_counts", "layout_key", "learn_frame_bytes", "learn_sizes", "unpack_counts"]
+           "fit_for_board", "fly_working_bytes", "host_counts", "host_reference", "layout_key", "learn_frame_bytes", "learn_sizes", "unpack_counts"]

@@ -1,6 +1,6 @@
 """ProtoNN (Gupta et al., ICML 2017): a sparse projection, prototypes and an RBF kernel. Layer: families."""
 
-from tinyproto.families import Family, lazy
+from tinyproto.families import HIGHEST, Family, ScoreRule, lazy
 
 
 def _shape_text(entry: dict) -> str:
@@ -11,4 +11,7 @@ FAMILY = Family(name="protonn", title="ProtoNN", color="#1f77b4",
                 fit_under_budget=lazy("tinyproto.families.protonn.solver:fit_protonn_under_budget"),
                 from_json=lazy("tinyproto.families.protonn.quantize:IntProtoNN.from_json"),
                 predict_cycles=lazy("tinyproto.families.protonn.cost:predict_cycles"),
-                shape_text=_shape_text, streamable=True)
+                shape_text=_shape_text, streamable=True,
+                score=ScoreRule(HIGHEST, "the prototypes' kernel-weighted votes for the class"),
+                static_state=lazy("tinyproto.families.protonn.quantize:IntProtoNN.static_state"),
+                estimator="tinyproto.families.protonn.train:ProtoNNClassifier")

@@ -32,6 +32,7 @@ import numpy as np
 from tinyproto.core.carray import CArray
 from tinyproto.core.inputstage import INPUT_MAX, InputStage, choose_input_scale, shared_range
 from tinyproto.core.ledger import SramItem
+from tinyproto.families import StaticState
 from tinyproto.families.protonn import encoding
 
 # |z_r| bound: B's own range. Projected points essentially never leave it (measured: 0-0.3 % of coordinates on
@@ -161,9 +162,22 @@ class IntProtoNN:
             SramItem("projection", self.n_components, "int8 projected vector z"),
             SramItem("kernels", self.n_prototypes, "uint8 kernel value per prototype"),
             SramItem("scores", 4 * self.n_classes, "int32 score per class"),
-            SramItem("stream state", 4 * self.n_components + 8 + (2 * self.n_components if self.w_encoding == "bitmap"
-                                                                   else 0), "static: projection sums, cursors"),
+            *self.static_state().items,
         ]
+
+    def static_state(self) -> StaticState:
+        """firmware/tp_protonn.c's static variables for this model (AVR: 2-byte pointers). The streaming trio keeps
+        D projection sums (24 bits each when TP_PN_ACC24) and its read positions in W; a column-coded W
+        (TP_STREAMABLE) runs tp_predict through that stream, so only then does tp_predict use them."""
+        enc = self.w_encoding
+        acc24 = self.streamable and self.max_row_nnz <= ACC24_MAX_ROW_NNZ
+        items = [SramItem("pn_acc", (3 if acc24 else 4) * self.n_components,
+                          f"{self.n_components} projection sums of the stream (static)")]
+        if enc == "bitmap":
+            items.append(SramItem("pn_cursor", 2 * self.n_components, "per row: its read position in W (static)"))
+        elif enc in ("col_bytes", "col_nibbles"):
+            items.append(SramItem("pn_read", 4 + (enc == "col_nibbles"), "the stream's read position in W (static)"))
+        return StaticState(predict=tuple(items)) if self.streamable else StaticState(stream_only=tuple(items))
 
     def multiply_accumulates(self) -> int:
         """MACs per inference: projection nonzeros + prototype distances + score accumulation."""
