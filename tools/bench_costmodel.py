@@ -209,13 +209,14 @@ def shape_key(shape: dict) -> str:
     return f"{shape['board']}:{model_hash(shape['model']):08X}:{shape['xseed']}"
 
 
-def build(model, project: Path, board_name: str) -> Path:
-    """The model's firmware for the simulated board, built by one avr-gcc call with the project's flags."""
+def build(model, project: Path, board_name: str, stage_markers: bool = False) -> Path:
+    """The model's firmware for the simulated board, built by one avr-gcc call with the project's flags
+    (stage_markers: the bench build of tools/bench_latency.py, whose GPIOR0 writes split tp_predict into stages)."""
     from bench_latency import write_project
 
     from tinyproto.device.build import _c_sources, _compile_with_avr_gcc
 
-    write_project(model, project, False, load_board(board_name))
+    write_project(model, project, stage_markers, load_board(board_name))
     env = f"{board_name}_sim"
     elf, _ = _compile_with_avr_gcc(project, env, _c_sources(project / "src", project / "lib"),
                                    project / ".pio" / "build" / env, None)

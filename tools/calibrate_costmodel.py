@@ -8,6 +8,8 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
 
     python tools/calibrate_costmodel.py
     python tools/calibrate_costmodel.py --flynn MODEL_DIR ...   # FLY_CYCLES from compiled FlyNN models
+    python tools/calibrate_costmodel.py --flynn-shapes 40 --cache build/flynn-shapes.json
+                                                   # FLY_CYCLES from FlyNN shapes drawn at random (seed 1000)
     python tools/calibrate_costmodel.py --wide     # PN_STREAM_CYCLES: column-coded W, projection offsets
 """
 
@@ -86,30 +88,83 @@ def measure(model: IntProtoNN, workdir: Path, rng) -> float:
     return float(np.mean(cycles))
 
 
-def calibrate_flynn(model_dirs: list[Path], n_vectors: int = 40) -> None:
-    """FLY_CYCLES from compiled FlyNN model directories (their held-out vectors) on the simulator."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_latency import bench_model
-
-    from tinyproto.families.flynn.cost import FLY_CYCLES, FLY_HAND_COUNTS, FLY_STAGES, flynn_cost_terms
+def flynn_model_dirs(model_dirs: list[Path], n_vectors: int = 40) -> list[tuple[str, object, np.ndarray]]:
+    """(label, model, int8 vectors) of compiled FlyNN model directories (their held-out vectors)."""
     from tinyproto.core.modeldir import load_model_dir
 
-    names = list(FLY_CYCLES)
-    rows, measured, labels, stages = [], [], [], []
+    out = []
     for path in model_dirs:
         model_dir = load_model_dir(path)
-        model, vectors = families.load_int_model(model_dir), model_dir.vectors()
-        with tempfile.TemporaryDirectory() as tmp:
-            r = bench_model(model, vectors.xq[:n_vectors], vectors.scores[:n_vectors], None, Path(tmp))
-        assert r["exact"], path
+        out.append((path.name, families.load_int_model(model_dir), model_dir.vectors().xq[:n_vectors]))
+    return out
+
+
+FLYNN_CALIBRATION_SEED = 1000  # the benchmark (tools/bench_costmodel.py) draws with seed 0: other shapes
+
+
+def flynn_random_shapes(n: int, seed: int = FLYNN_CALIBRATION_SEED) -> list[tuple[str, object, np.ndarray]]:
+    """n FlyNN shapes drawn as tools/bench_costmodel.py draws them (another seed), with 6 random vectors each."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import draw_flynn, draw_width, fits
+
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        spec, model = draw_flynn(rng, draw_width(rng))
+        if not fits(model, load_board("uno")):
+            continue
+        xq = rng.integers(-127, 128, size=(6, model.n_features)).astype(np.int8)
+        label = f"fly{len(out):02d}-d{model.n_features}-{spec['layout']}-m{spec['m']}-s{spec['s']}-r{spec['rho']}" \
+                f"-b{spec['bits']}-L{spec['L']}"
+        out.append((label, model, xq))
+    return out
+
+
+def measure_flynn_stages(model, xq: np.ndarray) -> dict:
+    """Timer1 cycles (normal build) and the stages (GPIOR0 stage markers, bench build) of one FlyNN model on the
+    simulated Uno, every score checked against the numpy reference; avr-gcc builds (tools/bench_costmodel.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import build
+    from bench_latency import run_firmware, stage_spans
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for marked in (False, True):
+            elf = build(model, Path(tmp) / ("marked" if marked else "normal"), "uno", stage_markers=marked)
+            predictions, markers, _ = run_firmware(elf, xq, None)
+            scores = np.array([p.scores for p in predictions], dtype=np.int64)
+            if not np.array_equal(scores, model.scores(xq)):
+                raise AssertionError("device scores differ from the numpy reference")
+            if marked:
+                per = stage_spans(markers)
+                out["stages"] = {k: float(np.mean([p.get(k, 0) for p in per])) for k in sorted({k for p in per for k in p})}
+            else:
+                out["cycles_mean"] = float(np.mean([p.cycles for p in predictions]))
+    return out
+
+
+def calibrate_flynn(models: list[tuple[str, object, np.ndarray]], cache: Path | None = None) -> None:
+    """FLY_CYCLES from FlyNN models measured stage by stage (GPIOR0 markers) on the simulator."""
+
+    from tinyproto.core.render import model_hash
+    from tinyproto.families.flynn.cost import FLY_CYCLES, FLY_HAND_COUNTS, FLY_STAGES, flynn_cost_terms
+
+    names = list(FLY_CYCLES)
+    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    rows, measured, labels, stages = [], [], [], []
+    for label, model, xq in models:
+        key = f"{model_hash(model):08X}:{zlib.crc32(xq.tobytes()):08X}"
+        if key not in done:
+            done[key] = dict(measure_flynn_stages(model, xq), label=label)
+            if cache is not None:
+                cache.write_text(json.dumps(done, indent=1))
+        r = done[key]
         terms = flynn_cost_terms(model)
         rows.append([terms[n] for n in names])
         measured.append(r["cycles_mean"])
         stages.append(r["stages"])
-        labels.append(path.name)
-        print(f"{path.name}: {r['cycles_mean']:.0f} cycles  stages {r['stages']}", flush=True)
+        labels.append(label)
+        print(f"{label}: {r['cycles_mean']:.0f} cycles  stages {r['stages']}", flush=True)
     # each stage (GPIOR0 markers) against its own terms (the asm hand counts held), then "fixed" as the mean
     # remainder; terms no calibration model exercises keep their current value
     A = np.array(rows, dtype=float)
@@ -422,7 +477,11 @@ def main() -> None:
         calibrate_family(sys.argv[1][2:], cache)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--flynn":
-        calibrate_flynn([Path(p) for p in sys.argv[2:]])
+        calibrate_flynn(flynn_model_dirs([Path(p) for p in sys.argv[2:]]))
+        return
+    if len(sys.argv) > 2 and sys.argv[1] == "--flynn-shapes":  # N [--cache FILE.json]
+        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
+        calibrate_flynn(flynn_random_shapes(int(sys.argv[2])), cache)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--wide":
         calibrate_wide()

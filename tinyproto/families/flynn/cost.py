@@ -65,6 +65,10 @@ FLY_CYCLES = {
     "winner_mul": 61,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
     "lookup_class": 22,  # lookup: per winner and class, 1-bit filters
     "lookup_class_lut": 28,  # lookup: per winner and class, b-bit counts through the LUT
+    "lookup_class_bit": 0,  # lookup: per winner, class and count bit (the bit buffer's shift by b)
+    "lookup_align": 0,  # lookup: per bit of a winner's first filter byte shifted to its first count (lookup_walk)
+    "lookup_refill": 0,  # lookup: per filter byte fetched after a winner's first (lookup_walk)
+    "lookup_refill_bit": 0,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
 }
 FLY_HAND_COUNTS = ("byte", "prng_step", "pattern_proposal", "compare", "accept", "take", "take_loop")
 # Which FLY_CYCLES terms make up each stage tools/bench_latency.py measures (the rest is "fixed").
@@ -75,7 +79,8 @@ FLY_STAGES = {
                 "wide_take", "wide_row", "wide_stored_index", "wide_wrap", "wide_mirror", "heap_fill",
                 "heap_call_seeded", "heap_call_stored"),
     "top_rho": ("heapify", "heap_replace", "heap_level"),
-    "lookup": ("winner", "winner_mul", "lookup_class", "lookup_class_lut"),
+    "lookup": ("winner", "winner_mul", "lookup_class", "lookup_class_lut", "lookup_class_bit", "lookup_align",
+               "lookup_refill", "lookup_refill_bit"),
 }
 TAKE_UNROLLED = 32  # tp_flynn.c unrolls the four-row sum up to this s, and loops beyond
 WIDE_INPUTS = 256  # tp_flynn.c's TP_FLY_WIDE: above this many hash inputs x is read in place
@@ -203,6 +208,9 @@ def shape_terms(m: int, s: int, n_in: int, rho: int, bits: int, L: int, store_M:
     terms.update(fixed=1, heap_fill=rho, heapify=rho, heap_replace=replacements,
                  heap_level=replacements * expected_sift_levels(int(rho)), winner=rho)
     terms["lookup_class" if bits == 1 else "lookup_class_lut"] = rho * L
+    align, refills, refill_bits = lookup_walk(L, bits)
+    terms.update(lookup_class_bit=rho * L * bits, lookup_align=rho * align, lookup_refill=rho * refills,
+                 lookup_refill_bit=rho * refill_bits)
     if (L * bits) & (L * bits - 1):
         terms["winner_mul"] = rho
     terms["wide_mirror"] = float(mirrors) if wide else 0.0
@@ -226,6 +234,28 @@ def shape_terms(m: int, s: int, n_in: int, rho: int, bits: int, L: int, store_M:
                      compare=compares, accept=blocks * s, group=groups, take=groups * s,
                      take_loop=groups * s if s > TAKE_UNROLLED else 0)
     return terms
+
+
+@lru_cache(maxsize=None)
+def lookup_walk(n_classes: int, bits: int) -> tuple[float, float, float]:
+    """Per winner, what tp_predict's filter walk does besides its per-class work, as the mean over the bit offsets
+    o = (j L b) mod 8 a random winning row j can have (the multiples of gcd(L b, 8)): the first byte is shifted
+    right by o bits, then a byte is fetched whenever fewer than b bits are left, shifted up by the bits left.
+    Returns (first-shift bits, fetches after the first, their shift bits)."""
+    L, b = n_classes, bits
+    offsets = range(0, 8, math.gcd(L * b, 8))
+    align = refills = refill_bits = 0
+    for offset in offsets:
+        have = 8 - offset
+        align += offset
+        for _ in range(L):
+            if have < b:
+                refills += 1
+                refill_bits += have
+                have += 8
+            have -= b
+    n = len(offsets)
+    return align / n, refills / n, refill_bits / n
 
 
 def _groups(m: int) -> int:
