@@ -34,6 +34,7 @@ BNC_CYCLES = {
     "row_dense": 66.6,  # per row of a dense W: call, register saves, sign test, code bit
     "code_byte": 207.2,  # per code byte: its loop and store, and its 8 rows' work that no layout adds to
     "dense_mac": 21,  # hand count, per dense W entry: the C loop (ld, lpm, muls, 32-bit add, loop)
+    "row_multibyte": 0,  # per row of a sparse W whose bitmap row spans several bytes (d > 8): the byte loop's set-up
     "mask_byte": 16,  # per sparse bitmap byte: lpm, zero test, loop
     "nonzero_byte": 2.6,  # per bitmap byte with a set bit: entering and leaving the asm kernel
     "set_bit": 16,  # hand count, per W nonzero: lpm, ldd, muls, sign extension, 32-bit add
@@ -75,7 +76,7 @@ HAND_COUNTS = {name: BNC_CYCLES[name] for name in (
     "stream_seeded_peek_fail", "stream_seeded_long")}
 STAGES = {
     "projection": ("fixed", "fixed_dense", "fixed_seeded", "seeded_weight", "seeded_row", "seeded_uneven",
-                   "seeded_long", "code_byte", "row", "row_dense", "dense_mac", "mask_byte", "nonzero_byte",
+                   "seeded_long", "code_byte", "row", "row_multibyte", "row_dense", "dense_mac", "mask_byte", "nonzero_byte",
                    "set_bit", "clear_bit", "chunked_fixed", "chunk", "code_bit", "part_row", "part_mask_byte",
                    "part_nonzero_byte", "rest_row", "rest_byte", "stream_dense_begin_row", "stream_dense_row",
                    "stream_dense_mac", "stream_dense_chunk", "stream_seeded_chunk", "stream_seeded_row",
@@ -123,8 +124,9 @@ def bnc_cost_terms(n_features: int, n_bits: int, nonzeros: int, n_prototypes: in
         elif dense:
             terms.update(fixed_dense=1, row_dense=r, dense_mac=d * r)
         else:
-            terms.update(fixed=1, row=r, mask_byte=mask_bytes, nonzero_byte=nonzero_bytes, set_bit=nonzeros,
-                         clear_bit=8 * nonzero_bytes - nonzeros)
+            # with one bitmap byte per row (d <= 8) avr-gcc drops the byte loop: those rows cost less
+            terms.update(fixed=1, row=r, row_multibyte=r if row_bytes > 1 else 0, mask_byte=mask_bytes,
+                         nonzero_byte=nonzero_bytes, set_bit=nonzeros, clear_bit=8 * nonzero_bytes - nonzeros)
         return terms
     terms.update(chunked_fixed=1, code_bit=8 * R)
     if per_row:
