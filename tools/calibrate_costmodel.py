@@ -427,7 +427,7 @@ def measure_vectors(model, xq: np.ndarray, workdir: Path, board: str = "uno") ->
     return np.array([p.cycles for p in predictions], dtype=np.float64)
 
 
-RANDOM_SHAPES = 30  # per family, drawn as tools/bench_costmodel.py draws (another seed), besides the fixed sweep
+RANDOM_SHAPES = 60  # per family, drawn as tools/bench_costmodel.py draws (another seed), besides the fixed sweep
 RANDOM_SEED = 1000
 
 

@@ -65,11 +65,11 @@ PN_CYCLES_C = {
 # distances and scores still run the assembly kernels (D <= 255, m <= 256: TP_PN_ASM 1); the rescale is counted by
 # PN_CYCLES' 32-bit terms. Fitted by tools/calibrate_costmodel.py --protonn-c with PN_CYCLES held.
 PN_C_ROWS_CYCLES = {
-    "c_row": 0,  # per row: tp_pn_row_dot's call and loop
-    "c_mask_byte": 15,  # per bitmap byte: fetch, zero test, pointer step
-    "c_scanned_bit": 11,  # per bit scanned up to a byte's highest set bit: test, shift, input pointer step
-    "c_nonzero": 21,  # per W nonzero: fetch, 8x8 multiply, 32-bit add
-    "c_dense_mac": 20,  # per dense W entry: the C dot product
+    "c_row": 72,  # per row: tp_pn_row_dot's call and loop
+    "c_mask_byte": 13,  # per bitmap byte: fetch, zero test, pointer step
+    "c_scanned_bit": 10,  # per bit scanned up to a byte's highest set bit: test, shift, input pointer step
+    "c_nonzero": 17,  # per W nonzero: fetch, 8x8 multiply, 32-bit add
+    "c_dense_mac": 23,  # per dense W entry: the C dot product
 }
 
 # The streamed projection (firmware/tp_protonn.c, tp_stream_*: column-major W codes, and tp_predict of a
