@@ -31,30 +31,30 @@ from tinyproto.core.wire import CHUNK_BYTES
 from tinyproto.families.bloom.train import BYTE_SLOTS
 
 BLOOM_CYCLES = {
-    "fixed": 67.8,  # calls, argmax set-up
-    "chunk": 53.2,  # per chunk: tp_feed_step, tp_stream_feed's checks, frame and state
-    "slot": 13,  # per slot of phi: cleared by tp_stream_begin, read by the compaction
-    "slot_rem": 0.7,  # per slot of m % 4: tp_stream_begin's remainder loop
-    "slot_wide": 0.7,  # per slot, m > 256 only: 16-bit loop counters
+    "fixed": 11.8,  # calls, argmax set-up
+    "chunk": 121,  # per chunk: tp_feed_step, tp_stream_feed's checks, frame and state
+    "slot": 13.2,  # per slot of phi: cleared by tp_stream_begin, read by the compaction
+    "slot_rem": 8.5,  # per slot of m % 4: tp_stream_begin's remainder loop
+    "slot_wide": 0.5,  # per slot, m > 256 only: 16-bit loop counters
     "wide_fixed": 0,  # m > 256 only: the 16-bit draws' code around the loops
-    "used": 3.2,  # per used slot: kept by the compaction
-    "feature": 10.2,  # per input feature: load, bias, clamp, loop
-    "step": 6.4,  # per xorshift16 step (ceil(k/2) per feature with byte draws, k with 16-bit draws)
-    "draw": 13.1,  # per draw (k per feature): the slot map, the MAX compare
+    "used": 3.6,  # per used slot: kept by the compaction
+    "feature": 8.9,  # per input feature: load, bias, clamp, loop
+    "step": 6.3,  # per xorshift16 step (ceil(k/2) per feature with byte draws, k with 16-bit draws)
+    "draw": 13.2,  # per draw (k per feature): the slot map, the MAX compare
     "store": 1,  # hand count, per MAX store (the slot rises) inside a feature's draws: st, a branch not taken
     "store_last": 3,  # hand count, per store by a feature's last draw (k <= 3 or odd): st and a jump back
-    "pair_loop": 1.5,  # per pair of byte draws when k >= 4 (the draws' loop is not unrolled): its count and branch
-    "loop_feature": 3.4,  # per feature when k >= 4: the draws' loop set-up
-    "draw_mul": 6.2,  # per draw, m < 256 only: the 8x8 multiply of the byte map (m = 256 takes the byte as it is)
-    "draw_wide": 33.1,  # per draw, m > 256 only: the 16 x 16 -> 32-bit multiply of a draw (__umulhisi3)
+    "pair_loop": 1.1,  # per pair of byte draws when k >= 4 (the draws' loop is not unrolled): its count and branch
+    "loop_feature": 3.7,  # per feature when k >= 4: the draws' loop set-up
+    "draw_mul": 6.3,  # per draw, m < 256 only: the 8x8 multiply of the byte map (m = 256 takes the byte as it is)
+    "draw_wide": 33.6,  # per draw, m > 256 only: the 16 x 16 -> 32-bit multiply of a draw (__umulhisi3)
     "draw_pow2": 5,  # hand count, per draw, m > 256 a power of two: avr-gcc shifts instead of multiplying
     "draw_shift": 7,  # hand count, per bit of that shift (16 - log2 m per draw): a 32-bit shift loop
-    "row": 109,  # per weight row: bias read, call, score store and compare
-    "row_bias32": 0,  # per weight row with 32-bit biases (else 16-bit)
+    "row": 96.5,  # per weight row: bias read, call, score store and compare
+    "row_bias32": 1.1,  # per weight row with 32-bit biases (else 16-bit)
     "binary": 0,  # two classes: one weight row, the scores (0, s) and the label from its sign
     "mac": 11,  # hand count, per weight (used <= 256, AVR kernel): lpm, ld, mulsu, biased 24-bit add
     "mac_group": 4,  # hand count, per 4 weights of a row (AVR kernel): dec, breq, rjmp
-    "mac_c": 22.1,  # per weight, used > 256: the portable C loop (32-bit sum)
+    "mac_c": 21.9,  # per weight, used > 256: the portable C loop (32-bit sum)
     "row_c": 0,  # per weight row, used > 256: the C loop's call and set-up
 }
 HAND_COUNTS = {name: BLOOM_CYCLES[name] for name in ("store", "store_last", "mac", "mac_group", "draw_pow2",

@@ -33,63 +33,64 @@ from tinyproto.families.flynn.train import GROUP_ROWS, block_rows, seeded_walk
 # the split: all within 1.7 %); 9 solver models on digits28 / digits16 at 1-4 kB are then within 1.6 % in total,
 # but for digits16 at 1 kB (-4.0 %: its 3-bit counts' lookup, a term no 3-bit model was fitted on).
 FLY_CYCLES = {
-    "fixed": -268,  # calls, set-up, argmin, less the marker writes the stage-by-stage fit charged to the stages
-    "input_seeded": 29,  # per hash input: the two biased copies
+    "fixed": 91,  # calls, set-up, argmin, less the marker writes the stage-by-stage fit charged to the stages
+    "input_seeded": 27,  # per hash input: the two biased copies
     "input_stored": 12,  # per hash input: one biased copy
-    "prepare_seeded": 241,  # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
-    "prepare_stored": 22,  # narrow stored M, once: tp_fly_fill's call and loops
-    "block": 0,  # seeded: per block of BLOCK_ROWS rows (call, generator state in and out, its rotation, set-up)
+    "prepare_seeded": 297,  # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
+    "prepare_stored": 14,  # narrow stored M, once: tp_fly_fill's call and loops
+    "block": 475,  # seeded: per block of BLOCK_ROWS rows (call, generator state in and out, its rotation, set-up)
     "byte": 9,  # seeded: per proposal byte drawn (pattern or rotation): fetch and map (asm hand count)
     "prng_step": 11,  # seeded: one xorshift16 step on top of its byte (asm hand count)
     "pattern_proposal": 8,  # seeded: a pattern proposal's sentinel store, scan set-up and verdict (asm)
     "compare": 5,  # seeded: one repeat-scan compare (asm)
     "accept": 5,  # seeded: a pattern proposal taken (asm)
-    "group": 106,  # seeded: per GROUP_ROWS rows summed at once (set-up, four floor tests, loop)
+    "group": 47,  # seeded: per GROUP_ROWS rows summed at once (set-up, four floor tests, loop)
     "take": 21,  # seeded: per pattern offset of a group (one offset, four adjacent inputs: asm hand count)
     "take_loop": 3,  # seeded, s > 32: the counted loop's decrement and branch per offset (asm hand count)
+    "row_loop": 7,  # per row when s > 2, wide seeded or stored M: the input loop's set-up (avr-gcc unrolls s <= 2)
     "row_stored": 16,
-    "stored_index": 17,  # stored M: one flash index and its add
-    "wide_proposal": 77,  # wide inputs, seeded: one 16-bit proposal (xorshift16 step, 32-bit map)
+    "stored_index": 16,  # stored M: one flash index and its add
+    "wide_proposal": 0,  # wide inputs, seeded: one 16-bit proposal (xorshift16 step, 32-bit map)
     "wide_shift_map": 30,  # wide inputs, seeded, a power-of-two input count: gcc maps a proposal by a shift loop
-    "wide_compare": 14,  # wide inputs, seeded: one repeat-scan compare (C)
-    "wide_take": 22,  # wide inputs: one input of a row read from x in place
-    "wide_stored_index": 21,  # wide inputs, stored M: a 16-bit flash index and its input (estimated, not fitted)
-    "wide_row": 0,  # wide inputs, seeded: per row besides its rotation's proposal
+    "wide_compare": 8,  # wide inputs, seeded: one repeat-scan compare (C)
+    "wide_take": 29,  # wide inputs: one input of a row read from x in place
+    "wide_stored_index": 20,  # wide inputs, stored M: a 16-bit flash index and its input (estimated, not fitted)
+    "wide_row": 39,  # wide inputs, seeded: per row besides its rotation's proposal
     "wide_wrap": 1,  # wide inputs, seeded: an index p + r wrapped past the end
-    "wide_mirror": 12,  # wide inputs with the sign split: a mirrored input
-    "heap_fill": 94,  # per row of the first rho: it leaves the scan and is appended (charged to hashing)
-    "heapify": 72,  # per heap entry: building the heap once (top-rho stage)
-    "heap_call_seeded": 101,  # per expected heap replacement: key, call and return (charged to hashing)
-    "heap_call_stored": 72,
-    "heap_replace": 14,  # per expected heap replacement: the top-rho stage itself
-    "heap_level": 74,  # per expected replacement and heap level
+    "wide_mirror": 13,  # wide inputs with the sign split: a mirrored input
+    "heap_fill": 87,  # per row of the first rho: it leaves the scan and is appended (charged to hashing)
+    "heapify": 63,  # per heap entry: building the heap once (top-rho stage)
+    "heap_call_seeded": 91,  # per expected heap replacement: key, call and return (charged to hashing)
+    "heap_call_stored": 66,
+    "heap_replace": 10,  # per expected heap replacement: the top-rho stage itself
+    "heap_level": 75,  # per expected replacement and heap level
     "winner": 0,  # lookup: per winner
-    "winner_mul": 87,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
-    "winner_shift": 123,  # lookup: per winner when L * b is 2 or 4 (a 32-bit shift, then the offset's shift)
-    "winner_stored": 2,  # lookup: per winner, stored M (avr-gcc allocates tp_predict's registers differently)
-    "class_once": 64,  # lookup: per class once: its sum cleared, widened to the int32 score, the argmin step
-    "winner_unaligned": 0,  # lookup: per winner when L * b is not a multiple of 8 (the bit offset is not always 0)
+    "winner_mul": 32,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
+    "winner_shift": 83,  # lookup: per winner when L * b is 2 or 4 (a 32-bit shift, then the offset's shift)
+    "winner_stored": 3,  # lookup: per winner, stored M (avr-gcc allocates tp_predict's registers differently)
+    "class_loop": 43,  # lookup: per winner when L > 2 (avr-gcc unrolls the class loop of two classes)
+    "class_once": 45,  # lookup: per class once: its sum cleared, widened to the int32 score, the argmin step
+    "winner_unaligned": 25,  # lookup: per winner when L * b is not a multiple of 8 (the bit offset is not always 0)
     "lookup_class": 23,  # lookup: per winner and class, 1-bit filters
-    "lookup_class_lut": 23,  # lookup: per winner and class, b-bit counts through the LUT
-    "lookup_class_bit": 7,  # lookup: per winner, class and count bit (the bit buffer's shift by b)
+    "lookup_class_lut": 24,  # lookup: per winner and class, b-bit counts through the LUT
+    "lookup_class_bit": 3,  # lookup: per winner, class and count bit (the bit buffer's shift by b)
     "lookup_align": 0,  # lookup: per bit of a winner's first filter byte shifted to its first count (lookup_walk)
-    "lookup_refill": 2,  # lookup: per filter byte fetched after a winner's first (lookup_walk)
-    "lookup_refill_bit": 21,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
+    "lookup_refill": 32,  # lookup: per filter byte fetched after a winner's first (lookup_walk)
+    "lookup_refill_bit": 17,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
 }
 FLY_HAND_COUNTS = ("byte", "prng_step", "pattern_proposal", "compare", "accept", "take", "take_loop")
-# Held when fitting as well: the wide seeded terms, fitted on their own on the hashing stage of synthetic wide models
-# (below); left free among the rest, they trade against each other (a row's wraps are about half its takes).
-FLY_HELD = FLY_HAND_COUNTS + ("wide_proposal", "wide_shift_map", "wide_compare", "wide_take", "wide_row", "wide_wrap",
-                              "wide_mirror")
+# Held when fitting as well: a wrapped index's one subtract (left free, it trades against the takes: a row's wraps
+# are about half its takes) and the shift map of a power-of-two input count (too few shapes have one).
+FLY_HELD = FLY_HAND_COUNTS + ("wide_shift_map", "wide_wrap")
 # Which FLY_CYCLES terms make up each stage tools/bench_latency.py measures (the rest is "fixed").
 FLY_STAGES = {
     "prepare": ("input_seeded", "input_stored", "prepare_seeded", "prepare_stored"),
-    "hashing": ("block", "byte", "prng_step", "pattern_proposal", "compare", "accept", "group", "take",
+    "hashing": ("row_loop", "block", "byte", "prng_step", "pattern_proposal", "compare", "accept", "group", "take",
                 "take_loop", "row_stored", "stored_index", "wide_proposal", "wide_shift_map", "wide_compare",
                 "wide_take", "wide_row", "wide_stored_index", "wide_wrap", "wide_mirror", "heap_fill",
                 "heap_call_seeded", "heap_call_stored"),
     "top_rho": ("heapify", "heap_replace", "heap_level"),
-    "lookup": ("winner", "winner_mul", "winner_shift", "winner_stored", "class_once", "winner_unaligned", "lookup_class", "lookup_class_lut", "lookup_class_bit", "lookup_align",
+    "lookup": ("winner", "winner_mul", "winner_shift", "winner_stored", "class_loop", "class_once", "winner_unaligned", "lookup_class", "lookup_class_lut", "lookup_class_bit", "lookup_align",
                "lookup_refill", "lookup_refill_bit"),
 }
 TAKE_UNROLLED = 32  # tp_flynn.c unrolls the four-row sum up to this s, and loops beyond
@@ -257,8 +258,11 @@ def shape_terms(m: int, s: int, n_in: int, rho: int, bits: int, L: int, store_M:
     if (L * bits) % 8:
         terms["winner_unaligned"] = rho
     terms["class_once"] = L
+    terms["class_loop"] = rho if L > 2 else 0
     terms["winner_stored"] = rho if store_M else 0
     terms["wide_mirror"] = float(mirrors) if wide else 0.0
+    if s > 2 and (store_M or wide):
+        terms["row_loop"] = m
     if store_M:
         terms.update(row_stored=m, heap_call_stored=replacements)
         if wide:
