@@ -19,59 +19,49 @@
 #define tp_read_i8(p) ((int8_t)pgm_read_byte(p))
 #define tp_read_u16(p) pgm_read_word(p)
 #define tp_read_i16(p) ((int16_t)pgm_read_word(p))
+#define tp_read_i32(p) ((int32_t)pgm_read_dword(p))
 #else
 #define PROGMEM
 #define tp_read_u8(p) (*(const uint8_t *)(p))
 #define tp_read_i8(p) (*(const int8_t *)(p))
 #define tp_read_u16(p) (*(const uint16_t *)(p))
 #define tp_read_i16(p) (*(const int16_t *)(p))
+#define tp_read_i32(p) (*(const int32_t *)(p))
 #endif
 
-/* 8x8 -> 16-bit multiplies. avr-gcc widens a product that feeds a 32-bit sum into a library call
- * (__mulhisi3 / __umulhisi3, ~20-30 cycles); these are one hardware multiply (2 cycles) each.
- * The result is the same as the plain C product on every target. */
-#if defined(__AVR__)
-static inline int16_t tp_mul_s8(int8_t a, int8_t b)
-{
-    int16_t product;
-    __asm__("muls %1, %2\n\tmovw %0, r0\n\tclr __zero_reg__" : "=r"(product) : "d"(a), "d"(b));
-    return product;
-}
-static inline uint16_t tp_mul_u8(uint8_t a, uint8_t b)
-{
-    uint16_t product;
-    __asm__("mul %1, %2\n\tmovw %0, r0\n\tclr __zero_reg__" : "=r"(product) : "r"(a), "r"(b));
-    return product;
-}
-static inline int16_t tp_mul_s8u8(int8_t a, uint8_t b)
-{
-    int16_t product;
-    __asm__("mulsu %1, %2\n\tmovw %0, r0\n\tclr __zero_reg__" : "=r"(product) : "a"(a), "a"(b));
-    return product;
-}
-/* Read one flash byte and advance the pointer (`lpm Rd, Z+`: no address arithmetic per element). */
+/* ---- Kernels: a portable C reference and its AVR-optimised twin ---------------------------------------------
+ * Every inner loop of the runtime exists as a portable C99 reference (in tp_<family>.c, and the primitives
+ * below) and, where assembly pays, as an AVR twin that computes the same integers faster (tp_avr.h, the
+ * primitives; tp_<family>_avr.h, a family's kernels). This is the one place that chooses between them: the twins
+ * on an AVR, the reference on any other target, and everywhere with -DTP_FORCE_REFERENCE (the tests build both
+ * on the simulated board and compare each with the host reference). A twin may decline a model whose shape
+ * is outside the bounds its accumulators are proven for: the reference kernel then runs. */
+#if defined(__AVR__) && !defined(TP_FORCE_REFERENCE)
+#define TP_KERNELS_AVR 1
+#else
+#define TP_KERNELS_AVR 0
+#endif
+
+#if TP_KERNELS_AVR
+#include "tp_avr.h"
+#else
+/* The reference primitives: an 8x8 -> 16-bit product, and the next flash byte with the pointer advanced. The
+ * unsigned product is taken in unsigned arithmetic: 255 * 255 overflows a 16-bit int (the AVR's). */
+static inline int16_t tp_mul_s8(int8_t a, int8_t b) { return (int16_t)(a * b); }
+static inline uint16_t tp_mul_u8(uint8_t a, uint8_t b) { return (uint16_t)((uint16_t)a * (uint16_t)b); }
+static inline int16_t tp_mul_s8u8(int8_t a, uint8_t b) { return (int16_t)(a * b); }
 static inline int8_t tp_next_i8(const int8_t **p)
 {
-    int8_t value;
-    const int8_t *q = *p;
-    __asm__("lpm %0, Z+" : "=r"(value), "+z"(q));
-    *p = q;
+    int8_t value = tp_read_i8(*p);
+    ++*p;
     return value;
 }
 static inline uint8_t tp_next_u8(const uint8_t **p)
 {
-    uint8_t value;
-    const uint8_t *q = *p;
-    __asm__("lpm %0, Z+" : "=r"(value), "+z"(q));
-    *p = q;
+    uint8_t value = tp_read_u8(*p);
+    ++*p;
     return value;
 }
-#else
-static inline int8_t tp_next_i8(const int8_t **p) { return *(*p)++; }
-static inline uint8_t tp_next_u8(const uint8_t **p) { return *(*p)++; }
-static inline int16_t tp_mul_s8(int8_t a, int8_t b) { return (int16_t)(a * b); }
-static inline uint16_t tp_mul_u8(uint8_t a, uint8_t b) { return (uint16_t)(a * b); }
-static inline int16_t tp_mul_s8u8(int8_t a, uint8_t b) { return (int16_t)(a * b); }
 #endif
 
 /* Keep an inner loop in its own function: inlined into a large frame, avr-gcc spills loop variables to
@@ -81,8 +71,8 @@ static inline int16_t tp_mul_s8u8(int8_t a, uint8_t b) { return (int16_t)(a * b)
 /* Per-stage cycle markers for the latency benchmark (tools/bench_latency.py builds with -DTP_STAGE_MARKERS):
  * TP_STAGE(id) writes id to GPIOR0, which the simulator logs with its cycle; the span until the next marker is
  * charged to stage id. The normal firmware compiles them to nothing (its code and cycles do not change).
- * Ids: 0x20 input stage, 0x2F back to the device app; ProtoNN 0x30 projection, 0x31 distances, 0x32 scores;
- * FlyNN 0x40 input preparation, 0x41 hashing, 0x42 top-rho heap, 0x43 filter lookup. */
+ * Ids: 0x20 input stage, 0x2F back to the device app; each family's own in tp_<family>.c (ProtoNN 0x30-0x32,
+ * FlyNN 0x40-0x43, BNC 0x50-0x51). */
 #if defined(TP_STAGE_MARKERS) && defined(__AVR__)
 #include <avr/io.h>
 #define TP_STAGE(id) (GPIOR0 = (uint8_t)(id))
@@ -91,13 +81,6 @@ static inline int16_t tp_mul_s8u8(int8_t a, uint8_t b) { return (int16_t)(a * b)
 #endif
 #define TP_STAGE_INPUT 0x20
 #define TP_STAGE_APP 0x2F
-#define TP_STAGE_PN_PROJECTION 0x30
-#define TP_STAGE_PN_DISTANCES 0x31
-#define TP_STAGE_PN_SCORES 0x32
-#define TP_STAGE_FLY_PREPARE 0x40
-#define TP_STAGE_FLY_HASH 0x41
-#define TP_STAGE_FLY_TOPRHO 0x42
-#define TP_STAGE_FLY_LOOKUP 0x43
 
 #ifdef __cplusplus
 extern "C" {
@@ -110,8 +93,11 @@ extern "C" {
  *   uint8_t label = tp_predict(x, scores);     // from int8; scores[] is the score vector
  *
  * Both are plain C (callable from C++: the prototypes sit in extern "C"), allocate nothing and keep the model in
- * flash. A streamable family (TP_STREAMABLE 1: Bloom features, BNC) keeps its running state in static SRAM, so
- * its tp_predict is not reentrant: do not call it from an interrupt while the main loop is in it. `tinyproto export DIR --arduino` writes <Name>.h with this model's exact figures. */
+ * flash. The streaming functions below keep their running state in static SRAM (one stream at a time); a
+ * tp_predict that runs through that stream (Bloom features; ProtoNN with a column-coded W) is therefore not
+ * reentrant: do not call it from an interrupt while the main loop is in it. Each family declares this per model
+ * (tinyproto.families.StaticState); `tinyproto export DIR --arduino` writes <Name>.h with this model's exact
+ * figures, its static bytes and whether its tp_predict is reentrant. */
 
 /* Classify one int8 input vector of TP_N_FEATURES values. Writes TP_N_CLASSES int32 scores and returns the
  * class index (FlyNN: the lowest novelty score; every other family: the highest score; ties go to the lowest index).

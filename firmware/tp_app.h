@@ -3,7 +3,7 @@
  *   tp_main.c       dispatch of HELLO / PREDICT / PREDICT_RAW / STATS, the streamed vectors, main()
  *   tp_transport.c  the serial port, the one frame buffer, replies (frames and CRC are tp_serial.c's)
  *   tp_measure.c    Timer1 cycles around the model's code, painted stack high-water mark, static SRAM
- *   tp_learn.c      TP_FLY_LEARN: LEARN / READ_COUNTS / CLEAR / EEPROM_SAVE / EEPROM_LOAD and the EEPROM record
+ *   tp_learn.c      TP_FLYNN_LEARN: LEARN / READ_COUNTS / CLEAR / EEPROM_SAVE / EEPROM_LOAD and the EEPROM record
  *
  * Every size shared with the host (frame layout, chunk payload, frame buffer, EEPROM header) comes from the
  * generated include/tinyproto_sizes.h (tinyproto/core/wire.py); the guards below only check that the layout this
@@ -15,9 +15,10 @@
  *   TP_PORT_CUSTOM   - host only: no main(), no stdio; the including file defines tp_port_putc() and
  *                      tp_port_flush() and feeds bytes to tp_app_byte() itself (the fuzz harnesses).
  *   TP_MAX_BUF       - AVR only: refuse to build if the frame buffer exceeds this many bytes (default 1024).
- *   TP_BAUD          - UART baud rate (default 115200, double speed); USART0, or USART1 on the ATmega32U4.
- *   TP_FLY_LEARN     - FlyNN only: the learning firmware (tp_learn.c).
- *   TP_FLY_LAYOUT_KEY, TP_FLY_EEPROM_ADDR - with TP_FLY_LEARN, see tp_learn.c.
+ *   TP_BAUD          - UART baud rate (the board's serial_baud; default 115200), double speed; USART0, or USART1
+ *                      on the ATmega32U4.
+ *   TP_FLYNN_LEARN     - FlyNN only: the learning firmware (tp_learn.c).
+ *   TP_FLYNN_LAYOUT_KEY, TP_FLYNN_EEPROM_ADDR - with TP_FLYNN_LEARN, see tp_learn.c.
  */
 #ifndef TP_APP_H
 #define TP_APP_H
@@ -42,11 +43,17 @@
 #define TP_APP_STREAMS 1
 #endif
 
-#if defined(TP_FLY_LEARN) && !defined(TP_FAMILY_FLYNN)
-#error "TP_FLY_LEARN is the FlyNN learning firmware: the model must be a FlyNN"
+#if defined(TP_FLYNN_LEARN) && !defined(TP_FAMILY_FLYNN)
+#error "TP_FLYNN_LEARN is the FlyNN learning firmware: the model must be a FlyNN"
 #endif
-#if defined(TP_FLY_LEARN) && defined(TP_APP_STREAMS)
-#error "the learning firmware needs the whole int8 vector: a streamable family cannot be built with TP_FLY_LEARN"
+#if defined(TP_FLYNN_LEARN) && defined(TP_APP_STREAMS)
+#error "the learning firmware needs the whole int8 vector: a streamable family cannot be built with TP_FLYNN_LEARN"
+#endif
+
+/* The AVR app buffers received bytes in a ring (tp_transport.c), so the host may keep frames in flight (HELLO
+ * flag bit4); the learning firmware, whose SRAM goes to its counts, reads the USART one request at a time. */
+#if defined(__AVR__) && !defined(TP_FLYNN_LEARN)
+#define TP_RX_WINDOWED 1
 #endif
 
 /* ---- the one frame buffer ----------------------------------------------------------------------------------
@@ -106,7 +113,7 @@ void tp_reply_error(uint8_t seq, uint8_t code);
 /* ---- tp_measure.c ------------------------------------------------------------------------------------------ */
 typedef uint8_t (*tp_predict_fn)(const int8_t *x, int32_t *scores);
 #define TP_MARK_PREDICT 1    /* GPIOR0 = 1 before, 2 after each timed call of the model's code */
-#define TP_MARK_LEARN 3      /* GPIOR0 = 3 before, 4 after tp_fly_learn() */
+#define TP_MARK_LEARN 3      /* GPIOR0 = 3 before, 4 after tp_flynn_learn() */
 #define TP_MARK_CALIBRATE 17 /* GPIOR0 = 17 / 18 around the start-up calibration (same code path) */
 void tp_timer_init(void);
 /* fn(x, scores) between GPIOR0 markers, its label in *label; cycles minus the calibrated call overhead
@@ -116,15 +123,15 @@ uint16_t tp_stack_peak(void);
 uint16_t tp_static_sram(void);
 
 /* ---- tp_learn.c -------------------------------------------------------------------------------------------- */
-#ifdef TP_FLY_LEARN
-/* Defined in tp_flynn.c (same TP_FLY_LEARN switch): the packed SRAM counts and the learning step. */
-#define TP_FLY_COUNT_BYTES ((uint16_t)(((uint32_t)TP_FLY_M * TP_N_CLASSES * TP_FLY_BITS + 7u) / 8u))
-extern uint8_t tp_fly_counts[TP_FLY_COUNT_BYTES];
-void tp_fly_counts_from_flash(void);
-void tp_fly_learn(const int8_t *x, uint8_t label);
+#ifdef TP_FLYNN_LEARN
+/* Defined in tp_flynn.c (same TP_FLYNN_LEARN switch): the packed SRAM counts and the learning step. */
+#define TP_FLYNN_COUNT_BYTES ((uint16_t)(((uint32_t)TP_FLYNN_M * TP_N_CLASSES * TP_FLYNN_BITS + 7u) / 8u))
+extern uint8_t tp_flynn_counts[TP_FLYNN_COUNT_BYTES];
+void tp_flynn_counts_from_flash(void);
+void tp_flynn_learn(const int8_t *x, uint8_t label);
 
-#ifndef TP_FLY_EEPROM_ADDR
-#define TP_FLY_EEPROM_ADDR 0u
+#ifndef TP_FLYNN_EEPROM_ADDR
+#define TP_FLYNN_EEPROM_ADDR 0u
 #endif
 #if defined(__AVR__)
 #include <avr/io.h>
@@ -132,9 +139,9 @@ void tp_fly_learn(const int8_t *x, uint8_t label);
 #elif !defined(TP_EEPROM_BYTES)
 #define TP_EEPROM_BYTES 1024UL /* host build: an erased EEPROM that lives as long as the process */
 #endif
-/* Plain integers: the preprocessor cannot evaluate the casts of TP_FLY_COUNT_BYTES. */
-#if TP_FLY_EEPROM_ADDR + TP_EE_HEADER + (TP_FLY_M * TP_N_CLASSES * TP_FLY_BITS + 7) / 8 <= TP_EEPROM_BYTES
-#define TP_FLY_EEPROM 1
+/* Plain integers: the preprocessor cannot evaluate the casts of TP_FLYNN_COUNT_BYTES. */
+#if TP_FLYNN_EEPROM_ADDR + TP_EE_HEADER + (TP_FLYNN_M * TP_N_CLASSES * TP_FLYNN_BITS + 7) / 8 <= TP_EEPROM_BYTES
+#define TP_FLYNN_EEPROM 1
 #define TP_LEARN_FLAGS (TP_HELLO_FLAG_LEARN | TP_HELLO_FLAG_EEPROM)
 #else /* the counts do not fit the EEPROM: no EEPROM messages (the host checks this before building) */
 #define TP_LEARN_FLAGS TP_HELLO_FLAG_LEARN

@@ -34,11 +34,6 @@
 #error "TP_BLOOM_ROWS must be 1 for two classes, else TP_N_CLASSES"
 #endif
 
-/* The streaming contract (firmware/tinyproto.h declares it once for every streamable family). */
-void tp_stream_begin(void);
-void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n);
-uint8_t tp_stream_end(int32_t *scores);
-
 static uint8_t tp_bloom_phi[TP_BLOOM_M];
 /* loop counters over the slots: 8 bits when they fit (a 16-bit count costs a cycle or two per step); the loops
  * are do-while with the count tested after the decrement, so an 8-bit count of 256 starts at 0 */
@@ -50,28 +45,12 @@ typedef uint16_t tp_bloom_count_t;
 static uint16_t tp_bloom_state; /* generator state after the last fed feature's steps */
 static uint16_t tp_bloom_next;  /* the feature index the state belongs to */
 
-/* One xorshift16 (7, 9, 8) step. On the AVR in bytes (12 cycles): s << 7 is (hi:lo) >> 1 moved up a byte,
- * s >> 9 is hi >> 1, s << 8 is lo moved up; avr-gcc's own code for the 16-bit shifts takes about 30. */
-#if defined(__AVR__)
-static inline __attribute__((always_inline)) uint16_t tp_bloom_step(uint16_t s)
-{
-    uint8_t t1, t2;
-    __asm__("mov %[t1], %B[s]\n\t"
-            "lsr %[t1]\n\t"        /* C = hi bit 0 */
-            "mov %[t1], %A[s]\n\t"
-            "ror %[t1]\n\t"        /* t1 = hi0 << 7 | lo >> 1: the high byte of s << 7; C = lo bit 0 */
-            "clr %[t2]\n\t"        /* an eor: C is kept */
-            "ror %[t2]\n\t"        /* t2 = lo0 << 7: the low byte of s << 7 */
-            "eor %B[s], %[t1]\n\t"
-            "eor %A[s], %[t2]\n\t"
-            "mov %[t1], %B[s]\n\t"
-            "lsr %[t1]\n\t"
-            "eor %A[s], %[t1]\n\t" /* s ^= s >> 9 */
-            "eor %B[s], %A[s]\n\t" /* s ^= s << 8 */
-            : [s] "+r"(s), [t1] "=&r"(t1), [t2] "=&r"(t2));
-    return s;
-}
-#else
+#if TP_KERNELS_AVR
+#include "tp_bloom_avr.h"
+#endif
+
+#ifndef TP_BLOOM_AVR_STEP
+/* One xorshift16 (7, 9, 8) step. */
 static inline __attribute__((always_inline)) uint16_t tp_bloom_step(uint16_t s)
 {
     s ^= (uint16_t)(s << 7);
@@ -173,56 +152,8 @@ void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
     tp_bloom_next = (uint16_t)(first + n);
 }
 
-#if defined(__AVR__) && !defined(TP_BLOOM_NO_ASM) && TP_BLOOM_USED <= 256
-/* sum_p W[p] phi'[p] for one row: W in flash through Z, phi' in SRAM through X. |sum| <= 128 * 255 * USED < 2^23
- * for USED <= 256, so a 24-bit accumulator is exact: each signed product is added biased by 0x8000 (its top bit
- * flipped: now unsigned) modulo 2^24, and USED * 0x8000 is taken off once at the end. Per term lpm 3 + ld 2 +
- * mulsu 2 + biased add 4 = 11 cycles; four terms per loop step, then the remainder. */
-#define TP_BLOOM_TERM                                                                                          \
-    "lpm %[w], Z+\n\t"                                                                                         \
-    "ld %[f], X+\n\t"                                                                                          \
-    "mulsu %[w], %[f]\n\t"                                                                                     \
-    "eor r1, %[k80]\n\t"                                                                                       \
-    "add %A[acc], r0\n\t"                                                                                      \
-    "adc %B[acc], r1\n\t"                                                                                      \
-    "adc %C[acc], %[zero]\n\t"
-TP_NOINLINE static int32_t tp_bloom_row(const int8_t *w, const uint8_t *phi)
-{
-    __uint24 acc = 0;
-    uint8_t wv, fv, zero = 0, k80 = 0x80;
-#if TP_BLOOM_USED >= 4
-    uint8_t n = (uint8_t)(TP_BLOOM_USED / 4); /* 1..64 */
-    __asm__ volatile("1:\n\t" TP_BLOOM_TERM TP_BLOOM_TERM TP_BLOOM_TERM TP_BLOOM_TERM
-                     "dec %[n]\n\t"
-                     "breq 2f\n\t"
-                     "rjmp 1b\n\t"
-                     "2:\n\t"
-                     "clr __zero_reg__\n\t"
-                     : [acc] "+r"(acc), [n] "+r"(n), [w] "=&a"(wv), [f] "=&a"(fv), "+z"(w), "+x"(phi)
-                     : [zero] "r"(zero), [k80] "r"(k80)
-                     : "r0", "memory");
-#endif
-#if TP_BLOOM_USED % 4 != 0
-    __asm__ volatile(
-#if TP_BLOOM_USED % 4 >= 1
-        TP_BLOOM_TERM
-#endif
-#if TP_BLOOM_USED % 4 >= 2
-        TP_BLOOM_TERM
-#endif
-#if TP_BLOOM_USED % 4 >= 3
-        TP_BLOOM_TERM
-#endif
-        "clr __zero_reg__\n\t"
-        : [acc] "+r"(acc), [w] "=&a"(wv), [f] "=&a"(fv), "+z"(w), "+x"(phi)
-        : [zero] "r"(zero), [k80] "r"(k80)
-        : "r0", "memory");
-#endif
-    /* USED << 15 as (USED << 7) << 8 (USED <= 256: fits 16 bits before the byte move) */
-    __uint24 bias = (__uint24)(uint16_t)((uint16_t)TP_BLOOM_USED << 7) << 8;
-    return (int32_t)(__int24)(__uint24)(acc - bias);
-}
-#else
+#ifndef TP_BLOOM_AVR_ROW
+/* sum_p W[p] phi'[p] for one row: W in flash, phi' in SRAM. */
 TP_NOINLINE static int32_t tp_bloom_row(const int8_t *w, const uint8_t *phi)
 {
     int32_t acc = 0;
@@ -252,11 +183,7 @@ uint8_t tp_stream_end(int32_t *scores)
 #if TP_BLOOM_BIAS_BITS == 16
         int32_t bias = tp_read_i16(&tp_bloom_b[r]);
 #else
-#if defined(__AVR__)
-        int32_t bias = (int32_t)pgm_read_dword(&tp_bloom_b[r]);
-#else
-        int32_t bias = tp_bloom_b[r];
-#endif
+        int32_t bias = tp_read_i32(&tp_bloom_b[r]);
 #endif
         int32_t sum = bias + tp_bloom_row(w, tp_bloom_phi);
         w += TP_BLOOM_USED;

@@ -32,11 +32,6 @@
 
 #define TP_BNC_MASK_BYTES ((TP_N_FEATURES + 7) / 8) /* bitmap bytes per row of a sparse W */
 
-/* The streaming API (also declared by tinyproto.h once the transport uses it; the declarations agree). */
-void tp_stream_begin(void);
-void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n);
-uint8_t tp_stream_end(int32_t *scores);
-
 #if TP_BNC_PROTOS <= 255
 #define TP_BNC_END(l) ((uint16_t)tp_read_u8(&tp_bnc_class_end[l]))
 #else
@@ -93,42 +88,11 @@ static TP_NOINLINE int32_t tp_bnc_row(const int8_t *x, const int8_t **w)
 }
 #else
 /* The row's bitmap picks the inputs; an all-zero bitmap byte skips its 8 inputs at once. */
-#if defined(__AVR__) && !defined(TP_BNC_NO_ASM)
-/* One bitmap byte on AVR: for each set bit t, sum += W * x[t]. A clear bit costs 3 cycles (sbrs, rjmp), a set
- * bit 16 (lpm of the weight, ldd of the input, muls, sign of the product into the top bytes, 32-bit add):
- * about half of what avr-gcc makes of the C below, which computes the same sums. r1 (avr-gcc's zero register)
- * holds products inside the block and is cleared at its end. */
-#define TP_BNC_BIT_ASM(t)                                                                                        \
-    "sbrs %[bits], " #t "\n\t"                                                                                   \
-    "rjmp 1f\n\t"                                                                                              \
-    "lpm %[w], Z+\n\t"                                                                                         \
-    "ldd %[v], %a[x]+" #t "\n\t"                                                                                \
-    "muls %[w], %[v]\n\t"                                                                                      \
-    "mov %[w], r1\n\t"                                                                                         \
-    "lsl %[w]\n\t"                                                                                             \
-    "sbc %[w], %[w]\n\t"                                                                                       \
-    "add %A[sum], r0\n\t"                                                                                      \
-    "adc %B[sum], r1\n\t"                                                                                      \
-    "adc %C[sum], %[w]\n\t"                                                                                    \
-    "adc %D[sum], %[w]\n\t"                                                                                    \
-    "1:\n\t"
-
-static inline __attribute__((always_inline)) void tp_bnc_byte(uint8_t bits, const int8_t *x, const int8_t **p,
-                                                               int32_t *sum)
-{
-    uint8_t w, v;
-    const int8_t *q = *p;
-    int32_t s = *sum;
-    __asm__ volatile(TP_BNC_BIT_ASM(0) TP_BNC_BIT_ASM(1) TP_BNC_BIT_ASM(2) TP_BNC_BIT_ASM(3)
-                     TP_BNC_BIT_ASM(4) TP_BNC_BIT_ASM(5) TP_BNC_BIT_ASM(6) TP_BNC_BIT_ASM(7)
-                     "clr __zero_reg__"
-                     : [sum] "+r"(s), "+z"(q), [w] "=&d"(w), [v] "=&d"(v)
-                     : [bits] "r"(bits), [x] "b"(x)
-                     : "r0");
-    *p = q;
-    *sum = s;
-}
-#else
+#if TP_KERNELS_AVR
+#include "tp_bnc_avr.h"
+#endif
+#ifndef TP_BNC_AVR_BYTE
+/* One bitmap byte: for each set bit t, sum += W * x[t] (W: the row's next nonzero in flash). */
 static inline void tp_bnc_byte(uint8_t bits, const int8_t *x, const int8_t **p, int32_t *sum)
 {
     for (uint8_t t = 0; t < 8; ++t) {

@@ -1,5 +1,5 @@
 /* tinyproto device application: answers HELLO / PREDICT / PREDICT_RAW / STATS frames (docs/design.md), and with
- * TP_FLY_LEARN also the learning messages (tp_learn.c). What the app's parts share and its compile-time options:
+ * TP_FLYNN_LEARN also the learning messages (tp_learn.c). What the app's parts share and its compile-time options:
  * tp_app.h.
  *
  * Vectors arrive in chunks of at most TP_CHUNK_BYTES (int8) or TP_RAW_CHUNK (float32) features, so no frame ever
@@ -57,6 +57,9 @@ static void tp_on_hello(uint8_t seq)
 #endif
 #ifdef TP_APP_STREAMS
     flags |= TP_HELLO_FLAG_STREAM;
+#endif
+#ifdef TP_RX_WINDOWED
+    flags |= TP_HELLO_FLAG_WINDOW;
 #endif
     p[20] = flags;
     tp_reply(TP_MSG_HELLO | TP_MSG_RESPONSE, seq, TP_HELLO_PAYLOAD);
@@ -134,7 +137,7 @@ static void tp_on_int8_chunk(uint8_t type, uint8_t seq, uint16_t n_payload)
     uint8_t n = (uint8_t)(n_payload - (at - 2u) - TP_CHUNK_FIRST);
     const int8_t *x = (const int8_t *)(tp_buf.b + at + TP_CHUNK_FIRST);
     uint8_t code = tp_chunk_check(type, first, n);
-#ifdef TP_FLY_LEARN
+#ifdef TP_FLYNN_LEARN
     uint8_t learn_label = tp_buf.b[2];
     if (code == 0 && type == TP_MSG_LEARN && learn_label >= TP_N_CLASSES) {
         code = TP_ERR_ARGUMENT;
@@ -220,7 +223,7 @@ static uint8_t tp_request_check(uint8_t type, uint16_t n_payload)
                    : length;
     }
 #endif
-#ifdef TP_FLY_LEARN
+#ifdef TP_FLYNN_LEARN
     if (type == TP_MSG_LEARN) {
         uint16_t head = TP_LEARN_LABEL + TP_CHUNK_FIRST;
         return n_payload > head && n_payload <= head + TP_CHUNK_BYTES ? 0 : length;
@@ -251,7 +254,7 @@ static void tp_dispatch(uint16_t len)
     } else if (type == TP_MSG_PREDICT_RAW) {
         tp_on_raw_chunk(seq, n_payload);
 #endif
-#ifdef TP_FLY_LEARN
+#ifdef TP_FLYNN_LEARN
     } else if (type == TP_MSG_LEARN) {
         tp_on_int8_chunk(type, seq, n_payload);
     } else {
@@ -267,7 +270,7 @@ void tp_app_init(void)
     tp_transport_init();
     tp_next = 0;
     tp_vec_type = 0;
-#ifdef TP_FLY_LEARN
+#ifdef TP_FLYNN_LEARN
     tp_learn_init();
 #endif
 }

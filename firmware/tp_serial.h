@@ -32,7 +32,7 @@ extern "C" {
 #define TP_MSG_PREDICT 0x02     /* last chunk -> label u8, cycles u32, int32[n_classes] */
 #define TP_MSG_PREDICT_RAW 0x03 /* last chunk -> label u8, cycles u32, int8[n] of this chunk, int32[n_classes] */
 #define TP_MSG_STATS 0x04
-/* On-device learning (FlyNN firmware built with TP_FLY_LEARN; any other firmware answers ERROR unknown type). */
+/* On-device learning (FlyNN firmware built with TP_FLYNN_LEARN; any other firmware answers ERROR unknown type). */
 #define TP_MSG_LEARN 0x05        /* last chunk -> n_samples u32, cycles u32 */
 #define TP_MSG_READ_COUNTS 0x06  /* offset u16, length u8 -> total u16, up to `length` bytes of packed counts */
 #define TP_MSG_CLEAR 0x07        /* -> (empty): every count and n_samples to 0 */
@@ -58,6 +58,7 @@ extern "C" {
 #define TP_HELLO_FLAG_LEARN 0x02  /* answers LEARN, READ_COUNTS, CLEAR; inference uses the SRAM counts */
 #define TP_HELLO_FLAG_EEPROM 0x04 /* answers EEPROM_SAVE / EEPROM_LOAD (the counts fit the EEPROM) */
 #define TP_HELLO_FLAG_STREAM 0x08 /* the family streams: each chunk is fed (and timed) as it arrives */
+#define TP_HELLO_FLAG_WINDOW 0x10 /* received bytes wait in a TP_RX_RING ring: frames may be sent ahead */
 
 /* What one received byte completed. */
 typedef enum {

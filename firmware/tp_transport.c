@@ -9,6 +9,7 @@ uint16_t tp_frames_bad;
 #if defined(__AVR__)
 #include <avr/interrupt.h>
 #include <avr/io.h>
+#include <avr/sleep.h>
 
 #ifndef F_CPU
 #define F_CPU 16000000UL
@@ -16,7 +17,8 @@ uint16_t tp_frames_bad;
 #ifndef TP_BAUD
 #define TP_BAUD 115200UL
 #endif
-/* U2X: UBRR 16 at 16 MHz and 115200, or at 8 MHz and 57600 (both +2.1 %; 115200 at 8 MHz would be -3.5 %). */
+/* U2X: the board's baud (boards/<name>.json serial_baud) divides the clock exactly: 1,000,000 at 16 MHz is
+ * UBRR 1, 500,000 at 16 MHz UBRR 3 or at 8 MHz UBRR 1. The fallback 115200 is UBRR 16 at 16 MHz (+2.1 %). */
 #define TP_UBRR ((F_CPU + 4UL * TP_BAUD) / (8UL * TP_BAUD) - 1UL)
 
 /* The protocol's USART: USART0 (ATmega328P; the ATmega2560's USART0 has the same registers), or USART1 on a
@@ -35,6 +37,12 @@ uint16_t tp_frames_bad;
 #define TP_UCSZ0 UCSZ00
 #define TP_RXC RXC0
 #define TP_UDRE UDRE0
+#define TP_RXCIE RXCIE0
+#if defined(USART_RX_vect)
+#define TP_RX_VECT USART_RX_vect
+#else
+#define TP_RX_VECT USART0_RX_vect
+#endif
 #elif defined(UDR1)
 #define TP_UBRRH UBRR1H
 #define TP_UBRRL UBRR1L
@@ -49,25 +57,78 @@ uint16_t tp_frames_bad;
 #define TP_UCSZ0 UCSZ10
 #define TP_RXC RXC1
 #define TP_UDRE UDRE1
+#define TP_RXCIE RXCIE1
+#define TP_RX_VECT USART1_RX_vect
 #else
 #error "this MCU has neither USART0 nor USART1"
 #endif
 
+#ifdef TP_RX_WINDOWED
+/* Received bytes wait in a ring filled by the receive interrupt, so the host may send the next frames while the
+ * app computes or answers (a window of frames in flight, docs/guides/device-loop.md); the USART itself holds
+ * only two. TP_RX_RING is 256: the u8 indices wrap by themselves. The host never has more than TP_RX_RING - 1
+ * bytes unanswered; a byte that finds the ring full is dropped, its frame fails the CRC and the host resends. */
+#if TP_RX_RING != 256u
+#error "tinyproto_sizes.h: TP_RX_RING must be 256 (the ring's u8 indices wrap by themselves)"
+#endif
+static uint8_t tp_ring[TP_RX_RING];
+static volatile uint8_t tp_ring_head; /* written by the interrupt */
+static uint8_t tp_ring_tail;          /* written by the app */
+
+ISR(TP_RX_VECT)
+{
+    uint8_t c = TP_UDR;
+    uint8_t head = tp_ring_head;
+    uint8_t next = (uint8_t)(head + 1u);
+    if (next != tp_ring_tail) {
+        tp_ring[head] = c;
+        tp_ring_head = next;
+    }
+}
+#endif
+
 void tp_port_init(void)
 {
+    /* U2X before the divisor: the rate is set by UBRR and U2X together (and a simulator reads both when UBRR
+     * is written). */
+    TP_UCSRA = _BV(TP_U2X);
     TP_UBRRH = (uint8_t)(TP_UBRR >> 8);
     TP_UBRRL = (uint8_t)TP_UBRR;
-    TP_UCSRA = _BV(TP_U2X);
-    TP_UCSRB = _BV(TP_RXEN) | _BV(TP_TXEN);
     TP_UCSRC = _BV(TP_UCSZ1) | _BV(TP_UCSZ0); /* 8N1 */
+#ifdef TP_RX_WINDOWED
+    TP_UCSRB = _BV(TP_RXCIE) | _BV(TP_RXEN) | _BV(TP_TXEN);
+#else
+    TP_UCSRB = _BV(TP_RXEN) | _BV(TP_TXEN);
+#endif
 }
 
+#ifdef TP_RX_WINDOWED
+int16_t tp_port_getc(void)
+{
+    /* Sleep (idle mode: the USART and timers run) until the receive interrupt brings a byte; testing the ring
+     * with interrupts off and sleeping right after sei (which delays them one instruction) loses no wake-up. */
+    cli();
+    while (tp_ring_head == tp_ring_tail) {
+        set_sleep_mode(SLEEP_MODE_IDLE);
+        sleep_enable();
+        sei();
+        sleep_cpu();
+        sleep_disable();
+        cli();
+    }
+    sei();
+    return tp_ring[tp_ring_tail++];
+}
+#else
+/* The learning firmware answers one request at a time (its SRAM goes to the counts): the USART's own two
+ * bytes suffice. */
 int16_t tp_port_getc(void)
 {
     while (!(TP_UCSRA & _BV(TP_RXC))) {
     }
     return TP_UDR;
 }
+#endif
 
 void tp_port_putc(uint8_t c)
 {

@@ -1,96 +1,77 @@
-"""Shared fixtures: compiled model directories are trained once per session (training takes seconds) and handed
-out as copies, one per call, so no test can change what another one sees."""
+"""Shared fixtures and the suite's tiers.
+
+Fixtures: compiled model directories and the private tool cache are made once per run, shared by every
+pytest-xdist worker (under a file lock in a run-wide temporary directory), and handed out as copies, so no test
+can change what another one sees.
+
+Tiers: every test is marked `device` (it needs avr-gcc, the simulated boards, avrdude or PlatformIO) or `slow`
+automatically, from what it reaches: its own code, the fixtures it uses and the test-module functions they call
+(see `tier_of`). A test file nobody told this file about is tiered the same way. The fast tier is
+`pytest -m "not device and not slow"`. A test of the fast tier that starts a device tool anyway is listed at the
+end of the run (the rules missed it: mark it `device` by hand, or teach `DEVICE_*` below the new name).
+"""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-import select
-import shutil
-import struct
 import subprocess
-import termios
+import types
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tinyproto.core.carray import CTYPES
-from tinyproto.pipeline.compile import compile_model
+# Re-exported for test files written before helpers.py: `from conftest import needs` keeps working.
+from helpers import (HAVE_SIMULATOR, PipePort, fresh_copy, header_array_bytes, made_once, needs,  # noqa: F401
+                     needs_simulator, read_only, run_wide_dir)
 
-ARRAY_RE = re.compile(r"^const (\w+) tp_(\w+)\[(\d+)\] PROGMEM = \{(.*?)\};", re.S | re.M)
+TESTS = Path(__file__).resolve().parent
 
-
-def needs(tool: str):
-    return pytest.mark.skipif(shutil.which(tool) is None, reason=f"{tool} not installed")
-
-
-def read_only(value):
-    """`value` with every numpy array in it (in tuples, lists, dicts, dataclass or object attributes) made read-only:
-    a result cached for several tests (functools.lru_cache helpers) raises on a test's in-place change instead of
-    passing the change on to whichever test runs next."""
-    seen: set[int] = set()
-
-    def freeze(v) -> None:
-        if id(v) in seen or isinstance(v, (type, str, bytes, int, float)):
-            return
-        seen.add(id(v))
-        if isinstance(v, np.ndarray):
-            v.flags.writeable = False
-        elif isinstance(v, (tuple, list)):
-            for item in v:
-                freeze(item)
-        elif isinstance(v, dict):
-            for item in v.values():
-                freeze(item)
-        elif hasattr(v, "__dict__"):
-            for item in vars(v).values():
-                freeze(item)
-
-    freeze(value)
-    return value
-
-
-def header_array_bytes(header: str) -> dict[str, int]:
-    """Bytes of every array definition in a generated header, counted from its initializer."""
-    out = {}
-    for ctype, name, count, body in ARRAY_RE.findall(header):
-        values = [v for v in body.replace("\n", " ").split(",") if v.strip()]
-        assert len(values) == int(count), name
-        out[name] = len(values) * CTYPES[ctype][1]
-    return out
+# ------------------------------------------------------------------------------------------------ fixtures
 
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
     """compiled(data, budget, family='protonn', seed=0) -> a model directory of the caller's own.
 
-    Each model is trained once per session into a master directory that no test ever sees; every call hands out
-    a fresh copy of it. So a test may build, validate, learn in or damage what it got without changing what any
-    other test gets: results do not depend on the order the tests run in. (A copy costs milliseconds; a build
-    in it costs the same as in a shared directory, PlatformIO's start-up dominates either way.)"""
-    masters: dict[tuple, Path] = {}
+    Each model is trained once per run (whichever worker asks first; the others wait for it) into a master
+    directory that no test ever sees; every call hands out a fresh copy of it. So a test may build, validate,
+    learn in or damage what it got without changing what any other test gets: results do not depend on the order
+    the tests run in or on the worker they run on."""
+    from tinyproto.pipeline.compile import compile_model
+
+    root = run_wide_dir(tmp_path_factory) / "compiled"
+    root.mkdir(exist_ok=True)
 
     def make(data: str, budget: str, family: str = "protonn", seed: int = 0) -> Path:
-        key = (data, budget, family, seed)
-        if key not in masters:
-            master = tmp_path_factory.mktemp(f"master-{family}-{data}-{budget}") / "model"
-            compile_model(data, family, budget, seed, "uno", master)
-            masters[key] = master
-        copy = tmp_path_factory.mktemp(f"{family}-{data}-{budget}") / "model"
-        shutil.copytree(masters[key], copy, symlinks=True)
-        return copy
+        def train(into: Path) -> None:
+            compile_model(data, family, budget, seed, "uno", into / "model")
+
+        master = made_once(root, f"{family}-{data}-{budget}-{seed}", train) / "model"
+        return fresh_copy(master, tmp_path_factory, f"{family}-{data}-{budget}")
 
     return make
 
 
+@pytest.fixture(scope="session")
+def shared_once(tmp_path_factory):
+    """shared_once(key, make) -> a directory `make(directory)` filled once for the whole run (all workers), for
+    artefacts that take seconds to make (a built firmware, a host-compiled runner). Read-only: copy before
+    changing anything in it (helpers.fresh_copy)."""
+    root = run_wide_dir(tmp_path_factory) / "shared"
+    root.mkdir(exist_ok=True)
+    return lambda key, make: made_once(root, key, make)
+
+
 @pytest.fixture(scope="module")
 def private_cache(tmp_path_factory):
-    """PlatformIO's home, the toolchain package and simuno in a per-module cache, never the user's
-    (restored afterwards for other modules)."""
+    """PlatformIO's home, the toolchain package, simuno and the bootloaders in a cache of this run's own, never
+    the user's: made from empty by the first test that needs it, then shared by the run's workers (tinyproto's
+    cache is keyed by content and locked, as for concurrent users). Restored afterwards for other modules."""
     previous = os.environ.get("TINYPROTO_CACHE")
-    os.environ["TINYPROTO_CACHE"] = str(tmp_path_factory.mktemp("tinyproto-cache"))
+    cache = run_wide_dir(tmp_path_factory) / "tinyproto-cache"
+    cache.mkdir(exist_ok=True)
+    os.environ["TINYPROTO_CACHE"] = str(cache)
     yield
     if previous is None:
         os.environ.pop("TINYPROTO_CACHE", None)
@@ -98,35 +79,172 @@ def private_cache(tmp_path_factory):
         os.environ["TINYPROTO_CACHE"] = previous
 
 
-class PipePort:
-    """The host-compiled firmware as a port: its stdin/stdout are the serial line."""
+# ------------------------------------------------------------------------------------------------ tiers
 
-    def __init__(self, exe: Path) -> None:
-        self.proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.fd = self.proc.stdout.fileno()
-        self.timeout: float | None = 0.02
-        self.port = f"pipe:{exe.name}"
+# What makes a test a `device` test, as it appears in the code it reaches:
+DEVICE_STRINGS = {  # string constants: the tools, and the verbs that build or run firmware
+    "avr-gcc", "avr-size", "avr-objcopy", "simavr", "avrdude", "pio", "platformio", "arduino-builder",
+    "build", "validate", "flash", "--sim",
+}
+DEVICE_NAMES = {  # names (functions, classes, flags) of the device layer and of the skip conditions
+    "build_model_dir", "build_project", "SimulatedUno", "SimulatedBoard", "ensure_simulator", "ensure_bootloader",
+    "flash_port", "learn_on_device", "run_pio_test", "prepare_pio_core", "export_arduino_built",
+    "needs_simulator", "needs_bootloaders", "HAVE_SIMULATOR", "HAVE_SIM", "HAVE_SIMAVR", "HAVE_AVR",
+}
+DEVICE_FIXTURES = {"private_cache"}
+DEVICE_SKIP_REASON = re.compile(r"avr-gcc|simavr|simuno|avrdude|platformio|scons|optiboot|arduino", re.I)
+# What makes a test `slow` (seconds each, though no device): a dask cluster, a browser, a new virtualenv,
+# libFuzzer runs, scikit-learn's whole estimator check list.
+SLOW_STRINGS = {"dask", "chromium", "venv", "clang", "-fsanitize=fuzzer"}
+SLOW_NAMES = {"LocalCluster", "Client", "parametrize_with_checks", "check_estimator", "sync_playwright", "dask_backend",
+              "EnvBuilder"}
 
-    @property
-    def in_waiting(self) -> int:
-        buf = fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0")
-        return struct.unpack("i", buf)[0]
+_reach_cache: dict[int, tuple[set, set]] = {}
 
-    def read(self, size: int = 1) -> bytes:
-        ready, _, _ = select.select([self.fd], [], [], self.timeout)
-        return os.read(self.fd, size) if ready else b""
 
-    def write(self, data: bytes) -> int:
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-        return len(data)
+def _code_reach(func, seen: set[int]) -> tuple[set[str], set[str]]:
+    """(names, strings) a function's code uses, following the functions of test modules it names."""
+    func = getattr(func, "__wrapped__", func)
+    code = getattr(func, "__code__", None)
+    if code is None or id(code) in seen:
+        return set(), set()
+    seen.add(id(code))
+    names, strings = set(), set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        for const in c.co_consts:
+            if isinstance(const, str):
+                strings.add(const)
+            elif isinstance(const, types.CodeType):
+                stack.append(const)
+            elif isinstance(const, tuple):
+                strings.update(v for v in const if isinstance(v, str))
+    module_globals = getattr(func, "__globals__", {})
+    for name in list(names):
+        target = module_globals.get(name)
+        if isinstance(target, types.FunctionType) and _is_test_code(target):
+            more_names, more_strings = _code_reach(target, seen)
+            names |= more_names
+            strings |= more_strings
+    return names, strings
 
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stdout.close()
+
+def _is_test_code(func) -> bool:
+    path = getattr(func.__code__, "co_filename", "")
+    return path.startswith(str(TESTS))
+
+
+def _reach(item) -> tuple[set[str], set[str]]:
+    seen: set[int] = set()
+    names, strings = _code_reach(getattr(item, "obj", None), seen)
+    infos = getattr(item, "_fixtureinfo", None)
+    for fixturedefs in (infos.name2fixturedefs.values() if infos else ()):
+        for fixturedef in fixturedefs:
+            more_names, more_strings = _code_reach(fixturedef.func, seen)
+            names |= more_names
+            strings |= more_strings
+    return names, strings
+
+
+def tier_of(item) -> set[str]:
+    """The markers `item` gets: `device` where it reaches a device tool, `slow` where it reaches something that
+    takes seconds."""
+    marks = set()
+    names, strings = _reach(item)
+    reasons = " ".join(str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif"))
+    if (names & DEVICE_NAMES or strings & DEVICE_STRINGS or DEVICE_SKIP_REASON.search(reasons)
+            or DEVICE_FIXTURES & set(item.fixturenames)):
+        marks.add("device")
+    if names & SLOW_NAMES or strings & SLOW_STRINGS:
+        marks.add("slow")
+    return marks
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        have = {m.name for m in item.iter_markers()}
+        for name in sorted(tier_of(item) - have):
+            item.add_marker(getattr(pytest.mark, name))
+
+
+# ------------------------------------------------------------------------------------------------ the tier guard
+# A test outside the device tier that starts a device tool is reported, so the rules above can be corrected.
+
+DEVICE_PROGRAMS = {"avr-gcc", "avr-size", "avr-objcopy", "avrdude", "simavr", "pio", "platformio", "arduino-builder"}
+_current: dict[str, object] = {"item": None}
+_leaks: dict[str, str] = {}  # nodeid -> the device program it started
+
+
+def _device_program(args) -> str | None:
+    if isinstance(args, (str, bytes, os.PathLike)):
+        args = [args]
+    try:
+        words = [os.fsdecode(a) for a in args]
+    except TypeError:
+        return None
+    if not words:
+        return None
+    program = os.path.basename(words[0])
+    if program in DEVICE_PROGRAMS or program.startswith(("simuno", "plainuno")):
+        return program
+    if "-m" in words:
+        after = words[words.index("-m") + 1:]
+        if after[:1] == ["platformio"] or (after[:1] == ["tinyproto"] and
+                                           (set(after[1:2]) & {"build", "validate", "flash"} or "--sim" in after)):
+            return " ".join(after[:2])
+    return None
+
+
+_original_popen_init = subprocess.Popen.__init__
+
+
+def _watched_popen_init(self, args, *rest, **kwargs):
+    item = _current["item"]
+    if item is not None and item.get_closest_marker("device") is None:
+        program = _device_program(args)
+        if program:
+            _leaks.setdefault(item.nodeid, program)
+    return _original_popen_init(self, args, *rest, **kwargs)
+
+
+def pytest_configure(config):
+    subprocess.Popen.__init__ = _watched_popen_init
+
+
+def pytest_unconfigure(config):
+    subprocess.Popen.__init__ = _original_popen_init
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _current["item"] = item
+    try:
+        return (yield)
+    finally:
+        _current["item"] = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown" and item.nodeid in _leaks:  # user_properties travel from xdist workers too
+        report.user_properties.append(("tier_leak", f"{item.nodeid} ran {_leaks[item.nodeid]}"))
+    return report
+
+
+_leak_reports: list[str] = []
+
+
+def pytest_report_teststatus(report, config):
+    for key, value in getattr(report, "user_properties", ()):
+        if key == "tier_leak" and value not in _leak_reports:
+            _leak_reports.append(value)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _leak_reports:
+        terminalreporter.section("tests outside the device tier that started a device tool")
+        for line in _leak_reports:
+            terminalreporter.line(line)

@@ -22,6 +22,7 @@ from tinyproto.core.render import model_hash, write_sources
 from tinyproto.families import family, int_model_from_json, predict_cycles
 from tinyproto.families.bloom import solver
 from tinyproto.families.bloom.quantize import IntBloom, integer_inputs
+from tinyproto.families.solving import SolveOptions
 from tinyproto.families.bloom.train import (
     BloomClassifier,
     bloom_max,
@@ -247,7 +248,7 @@ def test_streamed_chunks_equal_tp_predict_and_the_reference(tmp_path, chunk, res
 @pytest.mark.parametrize("budget", [900, 1024])
 def test_solver_never_exceeds_the_budget(budget):
     Xtr, Xte, ytr, yte = split("digits")
-    clf, model, info = solver.fit_bloom_under_budget(Xtr, ytr, budget, 0)
+    clf, model, info = solver.fit_bloom_under_budget(Xtr, ytr, SolveOptions(budget, 0))
     assert model.model_bytes() <= budget
     assert info["chosen"]["n_used"] == model.n_used and info["chosen_validation"]["model_bytes"] >= model.model_bytes()
     assert all(t["model_bytes"] <= budget for t in info["candidates"])
@@ -260,17 +261,17 @@ def test_solver_refuses_too_small_budgets_with_the_minimum():
     floor = solver.minimum_budget(64, 10)
     assert floor == 4 + 10 * 1 + 10 * 4  # the shared input stage (4 B), one weight and one bias per class
     with pytest.raises(TinyprotoError, match=f"needs {floor} B"):
-        solver.fit_bloom_under_budget(Xtr, ytr, floor - 1, 0)
-    _, model, _ = solver.fit_bloom_under_budget(Xtr, ytr, floor, 0)
+        solver.fit_bloom_under_budget(Xtr, ytr, SolveOptions(floor - 1, 0))
+    _, model, _ = solver.fit_bloom_under_budget(Xtr, ytr, SolveOptions(floor, 0))
     assert model.model_bytes() <= floor and model.n_used == 1
 
 
 def test_solver_latency_limit():
     Xtr, _, ytr, _ = split("breast_cancer")
-    _, model, info = solver.fit_bloom_under_budget(Xtr, ytr, 2048, 0, max_latency_ms=0.5)
+    _, model, info = solver.fit_bloom_under_budget(Xtr, ytr, SolveOptions(2048, 0, max_latency_ms=0.5))
     assert predict_cycles(model)["total"] <= 0.5e-3 * 16e6
     with pytest.raises(TinyprotoError, match="raise --max-latency"):
-        solver.fit_bloom_under_budget(Xtr, ytr, 2048, 0, max_latency_ms=0.01)
+        solver.fit_bloom_under_budget(Xtr, ytr, SolveOptions(2048, 0, max_latency_ms=0.01))
 
 
 def test_compile_refusal_is_one_line(tmp_path):
@@ -313,7 +314,7 @@ def test_a_wide_input_fits_with_the_shared_stage_and_matches_the_c_code():
     from tinyproto.core.datasets import load_dataset, split as fixed_split
 
     sp = fixed_split(load_dataset("digits28"))
-    _, model, info = solver.fit_bloom_under_budget(sp.X_train[:600], sp.y_train[:600], 2048, 0)
+    _, model, info = solver.fit_bloom_under_budget(sp.X_train[:600], sp.y_train[:600], SolveOptions(2048, 0))
     assert info["chosen"]["offset"] == "shared" and model.input_stage.kind == "shared"
     assert model.model_bytes() <= 2048 and model.n_features == 784
     assert IntBloom.from_json(model.to_json()).to_json() == model.to_json()

@@ -27,6 +27,7 @@ from tinyproto.families.bnc.cost import predict_cycles
 from tinyproto.families.bnc.quantize import IntBNC
 from tinyproto.families.bnc.pattern import pattern_mask, seeded_positions
 from tinyproto.families.bnc.train import BNCClassifier, allocate_prototypes
+from tinyproto.families.solving import SolveOptions
 
 from conftest import header_array_bytes, needs
 
@@ -260,7 +261,7 @@ def test_cost_model_counts_the_real_work():
 @functools.lru_cache(maxsize=None)
 def solved(budget: int):
     Xtr, Xte, ytr, yte = digits_split()
-    return solver.fit_bnc_under_budget(Xtr, ytr, budget, 0)
+    return solver.fit_bnc_under_budget(Xtr, ytr, SolveOptions(budget, 0))
 
 
 @pytest.mark.parametrize("budget", [solver.minimum_budget(64, 10), 700, 2048])
@@ -289,12 +290,12 @@ def test_solver_names_the_minimum_budget():
     smallest = solver.minimum_budget(64, 10)  # with the cheapest input stage: the shared one
     assert smallest == solver.minimum_budget(64, 10, stage_bytes("shared", 64)) < solver.minimum_budget(64, 10, 256)
     with pytest.raises(TinyprotoError, match=f"needs {smallest} B"):
-        solver.fit_bnc_under_budget(Xtr, ytr, smallest - 1, 0)
+        solver.fit_bnc_under_budget(Xtr, ytr, SolveOptions(smallest - 1, 0))
 
 
 def test_solver_keeps_the_latency_limit():
     Xtr, _, ytr, _ = digits_split()
-    _, model, _ = solver.fit_bnc_under_budget(Xtr[:400], ytr[:400], 2048, 0, max_latency_ms=1.0)
+    _, model, _ = solver.fit_bnc_under_budget(Xtr[:400], ytr[:400], SolveOptions(2048, 0, max_latency_ms=1.0))
     assert predict_cycles(model)["total"] <= 16_000
 
 
@@ -352,13 +353,13 @@ def test_avr_gcc_compiles_tp_bnc_for_every_layout(tmp_path, d, r, m, L, density,
 def test_latency_refusal_names_the_fastest_shape():
     Xtr, _, ytr, _ = digits_split()
     with pytest.raises(TinyprotoError, match=r"fastest one within the budget \(r=8.*ms with .* held-out accuracy"):
-        solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], 2048, 0, max_latency_ms=0.01)
+        solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], SolveOptions(2048, 0, max_latency_ms=0.01))
 
 
 def test_same_seed_same_model_json():
     Xtr, _, ytr, _ = digits_split()
-    a = solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], 1024, 5)[1].to_json()
-    b = solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], 1024, 5)[1].to_json()
+    a = solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], SolveOptions(1024, 5))[1].to_json()
+    b = solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], SolveOptions(1024, 5))[1].to_json()
     assert json.dumps(a) == json.dumps(b)
 
 
@@ -386,7 +387,7 @@ def test_solver_on_a_wide_input_considers_a_seeded_w_and_keeps_the_budget():
     y = np.repeat(np.arange(3), 60)
     X = rng.normal(size=(180, 300)) + 2.0 * np.eye(3)[y] @ rng.normal(size=(3, 300))
     budget = 1200 + 4 * 300  # the input stage is 4 B per feature
-    clf, model, info = solver.fit_bnc_under_budget(X, y, budget, 0)
+    clf, model, info = solver.fit_bnc_under_budget(X, y, SolveOptions(budget, 0))
     assert model.model_bytes() <= budget
     assert any(c["per_row"] for c in info["candidates"])
     assert all(c["model_bytes"] <= budget for c in info["candidates"])
@@ -429,8 +430,8 @@ def test_784_features_fit_2kB_with_the_shared_stage_bit_exact_on_host_c(tmp_path
 def test_solver_on_784_pixels_at_2kB_chooses_the_shared_stage():
     X, y = digits28_rows()
     with pytest.raises(TinyprotoError, match=f"needs {solver.minimum_budget(784, 10)} B"):
-        solver.fit_bnc_under_budget(X, y, solver.minimum_budget(784, 10) - 1, 0)
-    clf, model, info = solver.fit_bnc_under_budget(X, y, 2048, 0)
+        solver.fit_bnc_under_budget(X, y, SolveOptions(solver.minimum_budget(784, 10) - 1, 0))
+    clf, model, info = solver.fit_bnc_under_budget(X, y, SolveOptions(2048, 0))
     assert model.input_stage.kind == "shared" and model.model_bytes() <= 2048
     assert all(c["stage"] == "shared" and c["model_bytes"] <= 2048 for c in info["candidates"])
 
@@ -442,5 +443,5 @@ def test_the_minimum_on_wide_inputs_is_a_seeded_model_and_fits():
     assert solver.seeded_rows(3000) == (16, 32) and solver.seeded_rows(128) == ()
     X, y = digits28_rows()
     smallest = solver.minimum_budget(784, 10)
-    clf, model, info = solver.fit_bnc_under_budget(X, y, smallest, 0)
+    clf, model, info = solver.fit_bnc_under_budget(X, y, SolveOptions(smallest, 0))
     assert model.model_bytes() <= smallest and info["chosen"]["seeded_per_row"] > 0

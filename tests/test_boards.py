@@ -52,7 +52,7 @@ def test_board_files_hold_the_real_boards_facts():
         assert b.mcu_active_current_source and b.board_active_current_source  # cited
         assert b.voltage_v > 0 and b.sram_bytes >= 2048 and b.flash_bytes_for_sketch > 0 and b.eeprom_bytes >= 1024
     pro = load_board("pro_mini_3v3")
-    assert (pro.f_cpu_hz, pro.voltage_v, pro.serial_baud, pro.upload_speed) == (8_000_000, 3.3, 57600, 57600)
+    assert (pro.f_cpu_hz, pro.voltage_v, pro.serial_baud, pro.upload_speed) == (8_000_000, 3.3, 500_000, 57600)
     mega = load_board("mega2560")
     assert (mega.sram_bytes, mega.eeprom_bytes, mega.upload_protocol, mega.upload_speed) == (8192, 4096, "wiring", 115200)
     leo = load_board("leonardo")
@@ -67,8 +67,8 @@ def test_the_serial_speed_of_each_board_is_within_the_uarts_tolerance(baud, f_cp
     assert abs(error) < 0.025  # 115200 at 8 MHz would be -3.5 %: why the Pro Mini talks at 57600
     for name in BOARDS:
         b = load_board(name)
-        ubrr = (b.f_cpu_hz + 4 * b.serial_baud) // (8 * b.serial_baud) - 1
-        assert abs(b.f_cpu_hz / (8 * (ubrr + 1)) / b.serial_baud - 1) < 0.025, name
+        ubrr = (b.f_cpu_hz + 4 * b.serial_baud_fallback) // (8 * b.serial_baud_fallback) - 1
+        assert abs(b.f_cpu_hz / (8 * (ubrr + 1)) / b.serial_baud_fallback - 1) < 0.025, name
 
 
 def test_an_unknown_board_is_one_line_naming_the_known_ones():
@@ -429,10 +429,10 @@ def test_tinyproto_flash_on_the_leonardo_uploads_by_usb_and_answers_on_serial1(v
     from click.testing import CliRunner
 
     from tinyproto.cli import main
-    from tinyproto.device import flash
+    from tinyproto.device import usb_touch
     from tinyproto.device.sim import SimulatedUno
 
-    monkeypatch.setattr(flash, "list_serial_ports", leonardo_double.list_ports)
+    monkeypatch.setattr(usb_touch, "list_serial_ports", leonardo_double.list_ports)
     board = load_board("leonardo")
     model_dir = validated["leonardo"][0]
     elf = model_dir / ".pio" / "build" / "leonardo_sim" / "firmware.elf"
@@ -448,7 +448,7 @@ def test_tinyproto_flash_on_the_leonardo_uploads_by_usb_and_answers_on_serial1(v
 
 
 def test_no_bootloader_port_after_the_touch_is_one_clear_error(leonardo_double):
-    from tinyproto.device.flash import enter_bootloader
+    from tinyproto.device.usb_touch import enter_bootloader
 
     with pytest.raises(TinyprotoError, match="no bootloader port appeared.*reset button"):
         enter_bootloader(leonardo_double.app_port, list_ports=lambda: {leonardo_double.app_port}, wait_s=0.3)

@@ -305,7 +305,7 @@ def test_port_held_by_another_program(uno, models):
 def test_a_simulator_holding_both_ends_of_its_pty_is_the_device():
     """Simulators (simavr's uart_pty, simuno's ELF mode) often keep their own slave fd open: the process that
     holds the master of that pty is the device, not "another program" on the port."""
-    from tinyproto.device.flash import port_holders
+    from tinyproto.device.port_checks import port_holders
 
     device = subprocess.Popen([sys.executable, "-c", "import os, pty, time\nm, s = pty.openpty()\n"
                                "print(os.ttyname(s), flush=True)\ntime.sleep(30)"], stdout=subprocess.PIPE, text=True)

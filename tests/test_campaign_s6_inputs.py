@@ -158,7 +158,7 @@ def test_data_set_name_cannot_close_the_header_comment(work, compiled):
     assert "#error" not in banner.replace("?#error", "") and banner.count("*/") == 1, banner
 
 
-@pytest.mark.parametrize("line", ["#define TP_PN_PROJ_RSHIFT 3\n", '#include "/etc/hostname"\n'])
+@pytest.mark.parametrize("line", ["#define TP_PROTONN_PROJ_RSHIFT 3\n", '#include "/etc/hostname"\n'])
 def test_a_line_added_to_the_header_banner_is_refused(work, compiled, line):
     """Only the header from its include guard on was compared: a line above it was compiled unchecked."""
     model = compiled("iris", "1kB")

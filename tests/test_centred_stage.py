@@ -67,7 +67,7 @@ def test_host_c_input_stage_equals_numpy(tmp_path, bits, d):
     from tinyproto.core.render import write_sources
     from tinyproto.device.hostc import build_host_runner, run_raw
     from tinyproto.families.flynn.quantize import IntFlyNN
-    from tinyproto.families.flynn.train import seeded_indices
+    from tinyproto.families.flynn.seeded_index import seeded_indices
 
     X = pixels(300, d, d)
     stage = centred_stage(X, bits)

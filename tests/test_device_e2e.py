@@ -140,7 +140,7 @@ def test_validate_fails_when_the_device_computes_other_scores(tmp_path, monkeypa
     compile_model("iris", "protonn", "1kB", 0, "uno", out)
     header = out / "include" / "tinyproto_model.h"
     text = header.read_text()
-    z_array = re.search(r"tp_pn_Z\[\d+\] PROGMEM = \{\s*(-?\d+)", text)
+    z_array = re.search(r"tp_protonn_Z\[\d+\] PROGMEM = \{\s*(-?\d+)", text)
     first = int(z_array.group(1))
     text = text[: z_array.start(1)] + str(first + 1 if first < 127 else first - 1) + text[z_array.end(1):]
     header.write_text(text)

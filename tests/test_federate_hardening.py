@@ -258,6 +258,18 @@ def test_a_ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch):
     dropped): federate would have gone on and written its output. Under _interrupts_kept it comes back outside."""
     from tinyproto.pipeline.federate import _interrupts_kept
 
+    # Ctrl-C as a terminal delivers it, whatever disposition the suite inherited (nohup and background jobs start
+    # with SIGINT ignored, and _interrupts_kept rightly leaves an ignored SIGINT alone); restored afterwards.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        _ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch, _interrupts_kept)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch, _interrupts_kept) -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)

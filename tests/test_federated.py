@@ -33,7 +33,8 @@ from tinyproto.federated.stats import (
 )
 from tinyproto.families.flynn.quantize import IntFlyNN
 from tinyproto.families.flynn.solver import model_bytes
-from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, feature_scale
+from tinyproto.families.flynn.seeded_index import draw_seed
+from tinyproto.families.flynn.train import FlyNNClassifier, feature_scale
 from tinyproto.core.inputstage import choose_input_scale
 from tinyproto.core.modeldir import load_model_dir
 from tinyproto.core.outdir import check_output_dir

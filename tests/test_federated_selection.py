@@ -18,7 +18,8 @@ from tinyproto.federated.stats import tree_sum
 from tinyproto.federated import selection as sel
 from tinyproto.families.flynn import solver
 from tinyproto.families.flynn.quantize import hash_inputs
-from tinyproto.families.flynn.train import draw_seed, seeded_indices
+from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
+from tinyproto.families.solving import SolveOptions
 
 from conftest import read_only
 
@@ -35,7 +36,7 @@ def shards(sp, n, split_spec="iid", seed=0):
 @functools.lru_cache(maxsize=None)
 def compiled(name: str, budget: int = 2048):
     sp = data(name)
-    return read_only(solver.fit_flynn_under_budget(sp.X_train, sp.y_train, budget, 0))
+    return read_only(solver.fit_flynn_under_budget(sp.X_train, sp.y_train, SolveOptions(budget, 0)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,19 +22,19 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.flynn import pricing, solver
 from tinyproto.families.flynn.quantize import IntFlyNN, fly_working_sram, hash_inputs, pack_bits, unpack_bits
-from tinyproto.families.flynn.train import (
+from tinyproto.families.flynn.seeded_index import (
     BLOCK_ROWS,
     SEED_PERIOD,
-    FlyNNClassifier,
     block_rows,
     random_rotations,
     seeded_indices,
-    top_winners,
     xorshift16_states,
     xorshift16_step,
 )
+from tinyproto.families.flynn.train import FlyNNClassifier, top_winners
 from tinyproto.core.inputstage import InputStage
 from tinyproto.core.resources import resource_dir
+from tinyproto.families.solving import SolveOptions
 
 FIRMWARE = resource_dir("firmware")
 HAVE_GCC = shutil.which("gcc") is not None
@@ -56,7 +56,7 @@ def split(name: str):
 @functools.lru_cache(maxsize=None)
 def solved(name: str, budget: int):
     Xtr, Xte, ytr, yte = split(name)
-    return solver.fit_flynn_under_budget(Xtr, ytr, budget, random_state=0)
+    return solver.fit_flynn_under_budget(Xtr, ytr, SolveOptions(budget, 0))
 
 
 def int_model(name: str, *, bits=1, store_M=False, sign_split=True, m=300, s=6, rho=16, decay=0.3, scaling="feature"):
@@ -180,7 +180,7 @@ def test_seeded_rows_have_s_distinct_inputs_in_range(seed, m, n_inputs, s_frac):
 
 
 def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
-    """The seeded M spelled out one proposal at a time, independently of train.seeded_walk's vectorised blocks."""
+    """The seeded M spelled out one proposal at a time, independently of seeded_index.seeded_walk's vectorised blocks."""
     state, low = seed, None
 
     def proposal() -> int:
@@ -376,7 +376,7 @@ def test_more_than_256_hash_inputs_use_16_bit_indices(tmp_path, store_M):
     model = IntFlyNN.from_classifier(clf, X[:100], y[:100], bits=2, store_M=store_M)
     assert model.n_hash_inputs == 300
     if store_M:
-        assert next(a for a in model.carrays() if a.name == "fly_M").ctype == "uint16_t"
+        assert next(a for a in model.carrays() if a.name == "flynn_M").ctype == "uint16_t"
     xq = np.vstack([model.input_stage.quantize(X[100:]), extreme_vectors(150)])
     assert_host_matches_reference(model, xq, tmp_path)
 
@@ -493,8 +493,8 @@ def test_solver_reaches_the_digits_goal_at_2kB_quickly():
 def test_solver_names_the_minimum_budget():
     Xtr, _, ytr, _ = split("digits")
     with pytest.raises(TinyprotoError, match=r"needs 24 B"):  # a shared input stage (4 B) + 16 rows x 10 classes
-        solver.fit_flynn_under_budget(Xtr, ytr, 20, random_state=0)
-    _, model, info = solver.fit_flynn_under_budget(Xtr, ytr, 200, random_state=0)  # 276 B before the shared stage
+        solver.fit_flynn_under_budget(Xtr, ytr, SolveOptions(20, 0))
+    _, model, info = solver.fit_flynn_under_budget(Xtr, ytr, SolveOptions(200, 0))  # 276 B before the shared stage
     assert model.model_bytes() <= 200 and info["chosen"]["scaling"] == "shared"
 
 
@@ -636,10 +636,10 @@ def test_simulated_uno_matches_reference_for_other_layouts(tmp_path, bits, store
 
 @pytest.mark.device
 @pytest.mark.skipif(not HAVE_SIMAVR, reason="simavr (with its headers) not installed")
-@pytest.mark.parametrize("n_features, s, flags", [(64, 7, ("-DTP_FLY_NO_ASM",)), (200, 5, ("-DTP_FLY_NO_ASM",)),
-                                                   (784, 6, ())])
+@pytest.mark.parametrize("n_features, s, flags", [(64, 7, ("-DTP_FORCE_REFERENCE",)),
+                                                   (200, 5, ("-DTP_FORCE_REFERENCE",)), (784, 6, ())])
 def test_avr_c_fallback_and_784_inputs_are_bit_exact(tmp_path, n_features, s, flags):
-    """-DTP_FLY_NO_ASM: the portable C block generator and row scan on the AVR (narrow and wide inputs); and a
+    """-DTP_FORCE_REFERENCE: the portable C block generator and row scan on the AVR (narrow and wide inputs); and a
     784-feature model (1568 hash inputs) that reads the caller's d int8 bytes in place."""
     rng = np.random.default_rng(n_features)
     X = rng.normal(size=(80, n_features))

@@ -15,8 +15,14 @@ from test_flynn import HAVE_SIMAVR, extreme_vectors, run_on_simavr
 from tinyproto.core.datasets import load_dataset, split
 from tinyproto.core.inputstage import InputStage, choose_input_scale
 from tinyproto.families.flynn.quantize import IntFlyNN, integer_winners, scores_from_winners
-from tinyproto.families.flynn.train import (BLOCK_ROWS, GROUP_ROWS, WIDE_BLOCK_ROWS, count_winners,
-                                            random_rotations, seeded_indices, standardisation)
+from tinyproto.families.flynn.seeded_index import (
+    BLOCK_ROWS,
+    GROUP_ROWS,
+    WIDE_BLOCK_ROWS,
+    random_rotations,
+    seeded_indices,
+)
+from tinyproto.families.flynn.train import count_winners, standardisation
 
 
 def _accuracy(indices: np.ndarray, rho: int, data, scaling: str) -> float:
@@ -68,7 +74,7 @@ def _random_model(n_features: int, m: int, s: int, rho: int, bits: int, seed: in
     (3, 70, 4, 9, ()),  # 6 inputs: a block (32 rows) reaches past the doubled buffer
     (40, 33, 8, 5, ()),  # one full block and a last group of one row
     (40, 131, 40, 12, ()),  # s > 32: the counted loop instead of the unrolled sum
-    (64, 99, 7, 20, ("-DTP_FLY_NO_ASM",)),  # the portable C four-row sum on the AVR
+    (64, 99, 7, 20, ("-DTP_FORCE_REFERENCE",)),  # the portable C four-row sum on the AVR
 ])
 def test_four_row_scan_is_bit_exact_on_the_avr(tmp_path, n_features, m, s, rho, flags):
     model = _random_model(n_features, m, s, rho, 2, 1000 + m)

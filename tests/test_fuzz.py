@@ -107,7 +107,7 @@ def test_fuzz_learning_finds_a_planted_off_by_one(tmp_path):
     """READ_COUNTS accepting offset == count bytes + 1: one value in 65536, reachable only through the comparison
     feedback. The crash input must not crash the real firmware, so it is the planted bug that was found."""
     planted = tmp_path / "planted"
-    plant(planted, "if (offset > TP_FLY_COUNT_BYTES) {", "if (offset > TP_FLY_COUNT_BYTES + 1u) {")
+    plant(planted, "if (offset > TP_FLYNN_COUNT_BYTES) {", "if (offset > TP_FLYNN_COUNT_BYTES + 1u) {")
     result = run_fuzz("--firmware", "learning", "--runs", "600000", "--seconds", "200", "--no-lines",
                       "--firmware-dir", str(planted), "--workdir", str(tmp_path / "w"), timeout=400)
     assert result.returncode == 1, result.stdout + result.stderr[-3000:]
@@ -130,9 +130,9 @@ def no_eeprom_flags(model: Path) -> list[str]:
     """The model's learning switches with the record moved so that its last byte is one past the EEPROM."""
     text = (model / "tinyproto_model.h").read_text()
     m, classes, bits = (int(re.search(rf"#define {k} (\d+)", text).group(1))
-                        for k in ("TP_FLY_M", "TP_N_CLASSES", "TP_FLY_BITS"))  # fmt: skip
+                        for k in ("TP_FLYNN_M", "TP_N_CLASSES", "TP_FLYNN_BITS"))  # fmt: skip
     record = wire.EEPROM_HEADER_BYTES + (m * classes * bits + 7) // 8
-    return [*(model / "cflags").read_text().split(), f"-DTP_FLY_EEPROM_ADDR={1024 - record + 1}u"]
+    return [*(model / "cflags").read_text().split(), f"-DTP_FLYNN_EEPROM_ADDR={1024 - record + 1}u"]
 
 
 @needs("gcc")

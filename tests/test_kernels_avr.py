@@ -1,6 +1,6 @@
 """The AVR ProtoNN kernels (inline assembly, 24-bit accumulators) on extreme synthetic models, in the cycle-exact
 simulator: every score equal to the numpy reference (and to the portable C fallback, built on the host and with
--DTP_PN_NO_ASM on the AVR), and the static cost model within 3 % of the measured cycles on a sweep of shapes."""
+-DTP_FORCE_REFERENCE on the AVR), and the static cost model within 3 % of the measured cycles on a sweep of shapes."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tinyproto import families
+from tinyproto.families.solving import SolveOptions
 
 from conftest import needs
 
@@ -152,12 +153,12 @@ def test_asm_kernels_bit_exact_and_cost_model_within_3_percent(tmp_path, name, d
 
 
 def test_avr_c_fallback_is_bit_exact_too(tmp_path):
-    """-DTP_PN_NO_ASM: the AVR build of the portable C loops (what shapes beyond the 24-bit bounds run)."""
+    """-DTP_FORCE_REFERENCE: the AVR build of the portable C loops (what shapes beyond the 24-bit bounds run)."""
     rng = np.random.default_rng(7)
     model = make_model(64, 20, 40, 3, rng, w="max", density=0.5, b="min", proj_shift=9)
     xq = vectors(64, rng)
     model = with_informative_table(model, xq)
-    scores, _, _ = run_sim(build(model, tmp_path / "c", "-DTP_PN_NO_ASM=1").elf, xq)
+    scores, _, _ = run_sim(build(model, tmp_path / "c", "-DTP_FORCE_REFERENCE").elf, xq)
     np.testing.assert_array_equal(scores, model.scores(xq))
 
 
@@ -190,7 +191,7 @@ def test_flynn_stored_M_cost_model_within_3_percent(tmp_path, data):
     from tinyproto.families.flynn.solver import fit_flynn_under_budget
 
     sp = split(load_dataset(data))
-    clf, model, _ = fit_flynn_under_budget(sp.X_train, sp.y_train, 1024, 0)
+    clf, model, _ = fit_flynn_under_budget(sp.X_train, sp.y_train, SolveOptions(1024, 0))
     stored = IntFlyNN.from_classifier(clf, sp.X_train, sp.y_train, bits=model.bits, store_M=True)
     xq = stored.input_stage.quantize(sp.X_test[:20])
     result = bench_model(stored, xq, stored.scores(xq), None, tmp_path)

@@ -14,6 +14,7 @@ import pytest
 
 from tinyproto.families import predict_cycles
 from tinyproto.families import int_model_from_json
+from tinyproto.families.solving import SolveOptions
 
 from conftest import needs
 
@@ -69,7 +70,7 @@ def test_protonn_limit_holds_on_every_candidate(limit):
     from tinyproto.families.protonn.solver import fit_protonn_under_budget, model_cycles
 
     sp = split(load_dataset("breast_cancer"))
-    _, model, info = fit_protonn_under_budget(sp.X_train, sp.y_train, 1024, 0, None, limit)
+    _, model, info = fit_protonn_under_budget(sp.X_train, sp.y_train, SolveOptions(1024, 0, limit))
     assert model_cycles(model) <= limit * 16_000
     assert all(t["predicted_cycles"] <= limit * 16_000 for t in info["candidates"])
     assert info["max_latency_ms"] == limit
@@ -81,7 +82,7 @@ def test_protonn_limit_scales_with_the_clock():
     from tinyproto.families.protonn.solver import fit_protonn_under_budget, model_cycles
 
     sp = split(load_dataset("wine"))
-    _, model, _ = fit_protonn_under_budget(sp.X_train, sp.y_train, 1024, 0, None, 0.8, 8_000_000)
+    _, model, _ = fit_protonn_under_budget(sp.X_train, sp.y_train, SolveOptions(1024, 0, 0.8, 8_000_000))
     assert model_cycles(model) <= 0.8e-3 * 8_000_000
 
 
@@ -122,8 +123,7 @@ def test_flynn_limit_holds(limit):
     from tinyproto.families.flynn.solver import fit_flynn_under_budget
 
     sp = split(load_dataset("digits"))
-    _, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, 2048, 0, max_inference_ms=limit,
-                                            exact_latency=True)
+    _, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, SolveOptions(2048, 0, limit))
     assert predict_cycles(model)["total"] <= limit * 16_000
     assert info["estimated_cycles"] == predict_cycles(model)["total"]
     assert len(info["runners_up"]) == 5

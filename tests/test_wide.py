@@ -15,6 +15,7 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, shared_stage, stage_bytes
 from tinyproto.families.protonn import encoding
 from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
+from tinyproto.families.solving import SolveOptions
 
 from conftest import needs
 
@@ -275,7 +276,7 @@ def test_wide_budget_refusal_is_one_clear_line(d16):
 
     X, y, _, _ = d16
     with pytest.raises(TinyprotoError, match=r"budget 100 B is too small .* needs \d+ B"):
-        fit_protonn_under_budget(X, y, 100, 0)
+        fit_protonn_under_budget(X, y, SolveOptions(100, 0))
 
 
 def test_a_family_that_does_not_stream_is_refused_on_too_wide_data_before_training(tmp_path):
@@ -309,7 +310,7 @@ def test_auto_skips_a_family_whose_model_the_board_cannot_run():
         if model.family != "bloom":
             raise TinyprotoError(f"{model.family} does not fit this board")
 
-    clf, model, info = families.fit_best_family(X, y, 1024, 0, fits_board=only_bloom)
+    clf, model, info = families.fit_best_family(X, y, SolveOptions(1024, 0), fits_board=only_bloom)
     assert model.family == "bloom" and info["auto"]["chosen"] == "bloom"
     refused = {o["family"]: o.get("refused") for o in info["auto"]["families"]}
     assert refused["protonn"] == "protonn does not fit this board"

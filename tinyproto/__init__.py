@@ -1,6 +1,6 @@
 """tinyproto: budgeted classifiers compiled to int8 C for the smallest microcontrollers."""
 
-__version__ = "0.1.0"
+from tinyproto.core.version import __version__
 
 __all__ = ["__version__", "ProtoNNClassifier"]
 

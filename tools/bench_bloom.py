@@ -36,6 +36,7 @@ from sklearn.model_selection import GridSearchCV, train_test_split  # noqa: E402
 
 from tinyproto.families.bloom.quantize import IntBloom  # noqa: E402
 from tinyproto.families.bloom.train import BloomClassifier  # noqa: E402
+from tinyproto.families.solving import SolveOptions  # noqa: E402
 
 
 def split(name: str):
@@ -127,7 +128,7 @@ def wide_table(budget: int) -> None:
     stage = solver.stage_bytes(Xtr.shape[1])
     started = time.perf_counter()
     # the solver prices today's per-feature input stage; give it that much on top so the model part is `budget`
-    clf, model, info = solver.fit_bloom_under_budget(Xtr, ytr, budget + stage, 0)
+    clf, model, info = solver.fit_bloom_under_budget(Xtr, ytr, SolveOptions(budget + stage, 0))
     seconds = time.perf_counter() - started
     model_part = model.model_bytes() - stage
     xq = model.input_stage.quantize(Xte)

@@ -100,7 +100,7 @@ def draw_protonn(rng, d: int) -> tuple[dict, object]:
 def draw_flynn(rng, d: int) -> tuple[dict, object]:
     from tinyproto.families.flynn.quantize import IntFlyNN
     from tinyproto.families.flynn.solver import DECAY_GRID, RHO_GRID, S_GRID
-    from tinyproto.families.flynn.train import seeded_indices
+    from tinyproto.families.flynn.seeded_index import seeded_indices
 
     split = bool(rng.random() < 0.6)
     n_in = 2 * d if split else d

@@ -31,6 +31,7 @@ from tinyproto.federated.local_parties import LocalBackend
 from tinyproto.federated.protocol import agree_classes, central_fit, choose_config, federated_fit
 from tinyproto.federated.shards import split_parties
 from tinyproto.families.flynn.solver import fit_flynn_under_budget
+from tinyproto.families.solving import SolveOptions
 
 BUDGET = 2048
 EPSILONS = (1.0, 4.0, 16.0, 64.0, 256.0)
@@ -60,7 +61,7 @@ def run(backend, sp: Split, dp: float | None = None, seed: int = 0):
 
 def parties_table(name: str, sp: Split, party_counts, splits=SPLITS) -> dict:
     """Prints table 1 for one data set; returns {"compile": accuracy, split: [(parties, accuracy), ...]}."""
-    _, ref_model, ref_info = fit_flynn_under_budget(sp.X_train, sp.y_train, BUDGET, 0)
+    _, ref_model, ref_info = fit_flynn_under_budget(sp.X_train, sp.y_train, SolveOptions(BUDGET, 0))
     ref_acc = accuracy(ref_model, sp)
     c = ref_info["chosen"]
     print(f"\n1. {name}: {len(sp.y_train)} train / {len(sp.y_test)} test rows, {BUDGET} B, no DP. compile on the "

@@ -40,7 +40,8 @@ from tinyproto.pipeline.compile import compile_model, write_model_directory
 from tinyproto.core.datasets import load_dataset, split
 from tinyproto.pipeline.validate import validate
 from tinyproto.families.flynn.quantize import IntFlyNN
-from tinyproto.families.flynn.solver import fit_flynn_under_budget
+from tinyproto.families.flynn.solver import fit_flynn_under_budget, search_flynn
+from tinyproto.families.solving import SolveOptions
 
 UNBUDGETED_BYTES = 64 * 1024
 
@@ -68,7 +69,7 @@ def host_table(names: list[str]) -> None:
         sp = split(load_dataset(name))
         cv_acc, k_cv, best, k_best = knn_accuracies(sp)
         started = time.perf_counter()
-        clf, model, _ = fit_flynn_under_budget(sp.X_train, sp.y_train, UNBUDGETED_BYTES, 0, max_inference_ms=None)
+        clf, model, _ = search_flynn(sp.X_train, sp.y_train, UNBUDGETED_BYTES, 0, max_inference_ms=None)
         seconds = time.perf_counter() - started
         fl = float(np.mean(clf.predict(sp.X_test) == sp.y_test))
         it = float(np.mean(model.predict(sp.X_test) == sp.y_test))
@@ -102,7 +103,7 @@ def seeded_vs_stored(names: list[str], budget: str, workdir: Path) -> None:
     for name in names:
         dataset = load_dataset(name)
         sp = split(dataset)
-        clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, budget_bytes, 0)
+        clf, model, info = fit_flynn_under_budget(sp.X_train, sp.y_train, SolveOptions(budget_bytes, 0))
         for store in (False, True):
             variant = IntFlyNN.from_classifier(clf, sp.X_train, sp.y_train, bits=model.bits, store_M=store)
             out = workdir / f"fly-{name}-{store}"

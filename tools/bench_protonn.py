@@ -16,6 +16,7 @@ import numpy as np
 from tinyproto.core.budget import parse_budget
 from tinyproto.core.datasets import load_dataset, split
 from tinyproto.families.protonn.solver import fit_protonn_under_budget
+from tinyproto.families.solving import SolveOptions
 
 
 def main() -> None:
@@ -31,7 +32,7 @@ def main() -> None:
         sp = split(load_dataset(name))
         for budget in args.budgets:
             started = time.perf_counter()
-            clf, model, info = fit_protonn_under_budget(sp.X_train, sp.y_train, parse_budget(budget), args.seed)
+            clf, model, info = fit_protonn_under_budget(sp.X_train, sp.y_train, SolveOptions(parse_budget(budget), args.seed))
             seconds = time.perf_counter() - started
             float_acc = 100 * np.mean(clf.predict(sp.X_test) == sp.y_test)
             int8_acc = 100 * np.mean(model.predict(sp.X_test) == sp.y_test)

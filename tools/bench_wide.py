@@ -38,6 +38,7 @@ from tinyproto.device.build import build_project, render_platformio_ini  # noqa:
 from tinyproto.device.protocol import open_device  # noqa: E402
 from tinyproto.device.sim import SimulatedUno  # noqa: E402
 from tinyproto.families import fit_under_budget, predict_cycles  # noqa: E402
+from tinyproto.families.solving import SolveOptions  # noqa: E402
 
 DEFAULT_ROWS = ["digits28:2kB", "digits28:1kB", "digits16:2kB", "digits:2kB", "breast_cancer:1kB",
                 "breast_cancer:2kB"]
@@ -65,7 +66,7 @@ def bench_row(data: str, budget: str, seed: int = 0) -> dict:
     dataset = load_dataset(data)
     sp = split(dataset)
     started = time.perf_counter()
-    _, model, info = fit_under_budget("protonn", sp.X_train, sp.y_train, parse_budget(budget), seed)
+    _, model, info = fit_under_budget("protonn", sp.X_train, sp.y_train, SolveOptions(parse_budget(budget), seed))
     train_s = time.perf_counter() - started
     xq = model.input_stage.quantize(sp.X_test)
     reference = model.scores(xq)
@@ -107,7 +108,7 @@ def csv_training(rows: int, budget: str = "2kB") -> dict:
         saved = solver.SEARCH_JOBS
         solver.SEARCH_JOBS = 1  # one process, so that the CPU time below is all of it
         try:
-            _, model, info = fit_under_budget("protonn", sp.X_train, sp.y_train, parse_budget(budget), 0)
+            _, model, info = fit_under_budget("protonn", sp.X_train, sp.y_train, SolveOptions(parse_budget(budget), 0))
         finally:
             solver.SEARCH_JOBS = saved
         wall = time.perf_counter() - started

@@ -10,7 +10,7 @@ import click
 from tinyproto.pipeline.firmware import build_model_dir
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import (not_blank, MODEL_DIR, board_option, budget_option, data_argument, label_option,
+from tinyproto.cli.options import (not_blank, MODEL_DIR, baud_option, board_option, budget_option, data_argument, label_option,
                                     max_latency_option, model_option, out_option, seed_option,
                                     upload_port_option)
 
@@ -80,7 +80,7 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
         with console.status(f"flashing {upload_port} with avrdude -c {board.upload_protocol}...", spinner="dots"):
             result = flash_port(board, upload_port, build.hex)
         with console.status(f"waiting for the firmware on {port} after the reset...", spinner="dots"), \
-                open_device(port, baud=board.serial_baud, boot_quiet_s=board.boot_quiet_s) as client:
+                open_device(port, baud=build.serial_baud or board.serial_baud, boot_quiet_s=board.boot_quiet_s) as client:
             check_model(client.info, md.model_hash, model.n_features, model.n_classes)
         written = f"{result.bytes_written} B" if result.bytes_written is not None else build.hex.name
         where = f" on {port}" if port != result.upload_port else ""  # the Leonardo: Serial1, not its USB port
@@ -88,7 +88,8 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
                       f"{board.upload_speed} in {result.seconds:.1f} s; after the reset the board answers with model "
                       f"{md.meta['model_hash']}{where} ({time.monotonic() - started:.1f} s in all)")
         return
-    with SimulatedUno(build.elf, board=board) as uno, open_device(uno.port, baud=board.serial_baud) as client:
+    with SimulatedUno(build.elf, board=board) as uno, \
+            open_device(uno.port, baud=build.serial_baud or board.serial_baud) as client:
         check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)
     console.print(f"simulated Uno started with {build.elf}: handshake OK, model {md.meta['model_hash']} "
                   "(the simulator stops again; validate --sim starts its own)")
@@ -102,14 +103,16 @@ def _progress_factory(progress):
     return factory
 
 
-def run_validation(model_dir: Path, port: str | None, resume: bool, raw: bool, as_json: bool) -> dict:
+def run_validation(model_dir: Path, port: str | None, resume: bool, raw: bool, as_json: bool,
+                   baud: int | None = None) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tinyproto.pipeline.validate import validate
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=_console(stderr=True), transient=as_json) as progress:
-        return validate(model_dir, port=port, resume=resume, raw_check=raw, progress_factory=_progress_factory(progress))
+        return validate(model_dir, port=port, resume=resume, raw_check=raw, progress_factory=_progress_factory(progress),
+                        baud=baud)
 
 
 def finish_validation(summary: dict, model_dir: Path, as_json: bool) -> None:
@@ -131,7 +134,11 @@ def finish_validation(summary: dict, model_dir: Path, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print validation.json instead of the table.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from validation.jsonl.")
 @click.option("--no-raw", is_flag=True, help="Skip the check of the on-device input stage (raw float features).")
-def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool, resume: bool, no_raw: bool) -> None:
+@click.option("--baud", default=None, type=click.IntRange(min=1),
+              help="Serial line speed (default: the rate the firmware was built for, build.json). To fall back to a "
+                   "slower one, build for it: `tinyproto run ... --baud 115200` or `compile --baud`.")
+def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool, resume: bool, no_raw: bool,
+                     baud: int | None) -> None:
     """Stream every test vector of MODEL_DIR to the device and compare label AND score vector with the host.
 
     Exits non-zero if any vector disagrees. Writes validation.json (accuracy, cycles, latency, energy,
@@ -139,7 +146,7 @@ def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool
     """
     if port and sim:
         raise TinyprotoError("give either --port (a real board) or --sim, not both")
-    summary = run_validation(model_dir, port, resume, not no_raw, as_json)
+    summary = run_validation(model_dir, port, resume, not no_raw, as_json, baud)
     finish_validation(summary, model_dir, as_json)
 
 
@@ -154,8 +161,9 @@ def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool
 @click.option("--port", default=None, callback=not_blank, help="A real board: flash it and validate there instead of the simulator.")
 @upload_port_option
 @max_latency_option
+@baud_option
 def run_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None, label: str | None,
-                port: str | None, upload_port: str | None, max_latency: float | None) -> None:
+                port: str | None, upload_port: str | None, max_latency: float | None, baud: int | None) -> None:
     """The whole loop: compile DATA under --budget, build, flash (or simulate), validate, print the reports.
 
     DATA is a built-in data set (digits [default], digits16, digits28, breast_cancer, wine, iris, segment), a CSV
@@ -167,14 +175,15 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
     from tinyproto.device.flash import flash_port
     from tinyproto.cli.tables import print_compile_report
 
-    target = load_board(board)  # an unknown board is refused before any training
+    target = load_board(board).with_baud(baud)  # an unknown board (or a rate it cannot make) is refused now
     from tinyproto.device.flash import upload_target
 
     upload_port = upload_target(target, port, upload_port)
     console = _console()
     with console.status("training under the budget...", spinner="dots"):
         result = compile_model(data, family, budget, seed, board, out, label,
-                               progress=lambda m: console.print(f"[dim]· {m}[/dim]"), max_latency_ms=max_latency)
+                               progress=lambda m: console.print(f"[dim]· {m}[/dim]"), max_latency_ms=max_latency,
+                               baud=baud)
     print_compile_report(console, result.report, result.out_dir)
     info = build_model_dir(result.out_dir, None, console)
     print_build(console, info, result.out_dir)

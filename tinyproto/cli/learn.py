@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import not_blank, MODEL_DIR, upload_port_option
+from tinyproto.cli.options import not_blank, MODEL_DIR, baud_option, upload_port_option
 
 
 def _yes(flag: bool) -> str:
@@ -60,8 +60,9 @@ def print_learn_report(console, s: dict, model_dir: Path) -> None:
               help="Persist the learned counts in EEPROM (only changed bytes are written) and check they reload "
                    "after a restart.")
 @click.option("--json", "as_json", is_flag=True, help="Print learn.json instead of the table.")
+@baud_option
 def learn_command(model_dir: Path, data: str | None, label: str | None, sim: bool, port: str | None,
-                  upload_port: str | None, no_flash: bool, save_eeprom: bool, as_json: bool) -> None:
+                  upload_port: str | None, no_flash: bool, save_eeprom: bool, as_json: bool, baud: int | None) -> None:
     """FlyNN learns on the device: build the learning firmware, stream DATA's training samples to it, read its
     counts back and compare them with the host's, check its predictions, write MODEL_DIR/learned/ and learn.json.
 
@@ -85,7 +86,7 @@ def learn_command(model_dir: Path, data: str | None, label: str | None, sim: boo
             return lambda n: progress.advance(task, n)
 
         summary = learn_on_device(model_dir, data, port, save_eeprom, label, flash=not no_flash,
-                                  upload_port=upload_port,
+                                  upload_port=upload_port, baud=baud,
                                   progress_factory=factory, say=lambda m: progress.console.print(f"[dim]· {m}[/dim]"))
     if as_json:
         click.echo(json.dumps(summary, indent=2))

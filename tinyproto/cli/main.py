@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import (board_option, budget_option, data_argument, label_option,
+from tinyproto.cli.options import (baud_option, board_option, budget_option, data_argument, label_option,
                                     max_latency_option, model_option, out_option, seed_option)
 
 
@@ -101,8 +101,10 @@ def _progress_printer(console):
               help="FlyNN only: keep the counts small enough to learn on the device (tinyproto learn): they must fit "
                    "the SRAM beside the learning firmware's buffers, and the EEPROM.")
 @max_latency_option
+@baud_option
 def compile_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None,
-                    label: str | None, as_json: bool, learnable: bool, max_latency: float | None) -> None:
+                    label: str | None, as_json: bool, learnable: bool, max_latency: float | None,
+                    baud: int | None) -> None:
     """Train a model on DATA within --budget and write its C code, PlatformIO project and report.
 
     DATA is a built-in data set (digits [default], digits16, digits28, breast_cancer, wine, iris, segment), a CSV
@@ -122,7 +124,7 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
     here = _inode(Path(where)) if where else None
     with console.status("training under the budget...", spinner="dots"):
         result = compile_model(data, family, budget, seed, board, out, label, progress=_progress_printer(console),
-                               learnable=learnable, max_latency_ms=max_latency)
+                               learnable=learnable, max_latency_ms=max_latency, baud=baud)
     if as_json:
         click.echo(json.dumps(result.report, indent=2))
     else:

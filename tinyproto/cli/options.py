@@ -50,6 +50,10 @@ seed_option = click.option("--seed", default=0, show_default=True, type=SEED,
                            help="Seed for every random choice of training.")
 board_option = click.option("--board", default="uno", show_default=True,
                             help="Target board (boards/<name>.json; `tinyproto boards` lists them).")
+baud_option = click.option(
+    "--baud", default=None, type=click.IntRange(min=1),
+    help="Serial line speed of the firmware (default: the board's fastest exact rate, `tinyproto boards`); give "
+         "the board's fallback (e.g. 115200) when its USB bridge or cable does not carry the fast one.")
 label_option = click.option("--label", default=None, help="CSV label column (default: the last column).")
 max_latency_option = click.option(
     "--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.resources import resource_dir
@@ -21,7 +21,7 @@ class Board:
     flash_bytes_for_sketch: int
     eeprom_bytes: int
     sram_reserved_bytes: int  # kept free for the firmware's own stack frames, protocol state and margin
-    serial_baud: int
+    serial_baud: int  # the protocol's line: the fastest rate both the clock and the USB bridge divide exactly
     upload_protocol: str
     upload_speed: int
     mcu_active_current_ma: float
@@ -35,6 +35,21 @@ class Board:
     # Seconds the host stays silent after opening the port: a bootloader that stays in charge while it hears
     # bytes (the Mega's stk500v2) only starts the application after a quiet second; Optiboot needs none.
     boot_quiet_s: float = 0.0
+    serial_baud_fallback: int = 115200  # `--baud` for a bridge or cable that does not carry serial_baud
+    serial_baud_source: str = ""  # why serial_baud: the divisors at both ends of the line
+
+    def with_baud(self, baud: int | None) -> "Board":
+        """This board talking at `baud` (None: its own serial_baud); refused unless the clock divides it within
+        the 2 % a UART tolerates (U2X: f_cpu / (8 x (UBRR + 1)))."""
+        if baud is None or baud == self.serial_baud:
+            return self
+        if baud <= 0:
+            raise TinyprotoError(f"--baud must be a positive number of bits per second, got {baud}")
+        error = baud_error(self.f_cpu_hz, baud)
+        if abs(error) > MAX_BAUD_ERROR:
+            raise TinyprotoError(f"{baud} baud is {100 * error:+.1f} % off at {self.mhz:g} MHz (a UART tolerates "
+                                 f"about 2 %); {self.title} talks at {self.serial_baud} or {self.serial_baud_fallback}")
+        return replace(self, serial_baud=baud)
 
     @property
     def mhz(self) -> float:
@@ -43,6 +58,19 @@ class Board:
     def energy_mj(self, seconds: float, current_ma: float) -> float:
         """V x I x t in millijoules (a model from datasheet figures, not a measurement)."""
         return self.voltage_v * current_ma * seconds
+
+
+MAX_BAUD_ERROR = 0.025  # the firmware's fallback rates are +2.1 % off (115200 at 16 MHz, 57600 at 8 MHz)
+
+
+def ubrr_of(f_cpu_hz: int, baud: int) -> int:
+    """The firmware's divisor (firmware/tp_transport.c TP_UBRR, double speed): the nearest f_cpu / (8 baud) - 1."""
+    return max(0, (f_cpu_hz + 4 * baud) // (8 * baud) - 1)
+
+
+def baud_error(f_cpu_hz: int, baud: int) -> float:
+    """Relative error of the rate the USART makes for `baud` (0.0: exact)."""
+    return f_cpu_hz / (8 * (ubrr_of(f_cpu_hz, baud) + 1)) / baud - 1
 
 
 def available_boards() -> list[str]:
@@ -88,6 +116,8 @@ def _board_from_json(raw: dict) -> Board:
         bootloader=raw["upload"].get("bootloader", "optiboot"),
         boot_quiet_s=float(raw["upload"].get("boot_quiet_s", 0.0)),
         serial_port=raw.get("serial_port", "Serial (USART0)"),
+        serial_baud_fallback=int(raw.get("serial_baud_fallback", 115200)),
+        serial_baud_source=raw.get("serial_baud_source", ""),
     )
 
 

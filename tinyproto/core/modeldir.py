@@ -33,7 +33,9 @@ from tinyproto.core import strict_json
 from tinyproto.core.errors import TinyprotoError
 
 MODEL_FORMAT = "tinyproto-model"
-MODEL_FORMAT_VERSION = 1
+MODEL_FORMAT_VERSION = 2
+# Format 1 hashed the model under the runtime's former C names (TP_PN_*, TP_FLY_*: prefixes that did not follow the
+# family names), so this version cannot check its recorded model hash; such a directory is refused, not trusted.
 MANIFEST = ".tinyproto"
 LOCK = ".tinyproto.lock"
 SCRATCH_PREFIX = ".tinyproto-tmp-"  # short and independent of --out's name, so any usable name works
@@ -234,6 +236,9 @@ def load_model_dir(path: Path) -> ModelDir:
     meta = read_json(meta_path, "the model", strict=True)
     if meta.get("format") != MODEL_FORMAT or not _is_int(meta.get("format_version"), MODEL_FORMAT_VERSION,
                                                          MODEL_FORMAT_VERSION):
+        if meta.get("format") == MODEL_FORMAT and _is_int(meta.get("format_version"), 1, MODEL_FORMAT_VERSION - 1):
+            raise TinyprotoError(f"{meta_path}: a model of format version {meta['format_version']}, written by an older "
+                                 f"tinyproto whose generated C names differ; run `tinyproto compile` again")
         raise TinyprotoError(f"{meta_path}: not a tinyproto model of format version {MODEL_FORMAT_VERSION}")
     _check_meta_fields(meta, meta_path)
     digest = meta.get("model_hash")

@@ -14,15 +14,18 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from tinyproto import __version__
+from tinyproto.core.version import __version__
 from tinyproto.core.carray import CArray
 from tinyproto.core.resources import resource_dir
 
 RUNTIME_ABI = 1  # must equal TP_RUNTIME_ABI in firmware/tinyproto.h
 VALUES_PER_ROW = 16
-# Runtime files every project gets (lib/tinyproto/), and the device application (src/): its main file becomes
-# src/main.c, its other parts (transport, measurement, learning, their shared header) keep their names.
-COMMON_RUNTIME = ("tinyproto.h", "tp_input.c", "tp_serial.h", "tp_serial.c")
+# The model's runtime, what a sketch needs too: the common header with the reference primitives, their AVR twins,
+# the input stage; each family adds family_runtime(). Every project also gets the serial transport (lib/tinyproto/),
+# and the device application (src/): its main file becomes src/main.c, its other parts (transport, measurement,
+# learning, their shared header) keep their names.
+MODEL_RUNTIME = ("tinyproto.h", "tp_avr.h", "tp_input.c")
+COMMON_RUNTIME = (*MODEL_RUNTIME, "tp_serial.h", "tp_serial.c")
 DEVICE_APP = "tp_main.c"
 DEVICE_APP_PARTS = ("tp_app.h", "tp_transport.c", "tp_measure.c", "tp_learn.c")
 SIZES_HEADER = "tinyproto_sizes.h"
@@ -113,10 +116,16 @@ def family_runtime(family: str) -> str:
     return f"tp_{family}.c"
 
 
+def family_twins(family: str) -> str:
+    """The file name of the AVR twins of a family's kernels (firmware/tp_<name>_avr.h), which its runtime includes
+    when tinyproto.h chooses the AVR kernels."""
+    return f"tp_{family}_avr.h"
+
+
 def runtime_files(family: str) -> list[Path]:
-    """The firmware/ sources a model of this family needs (its own tp_<family>.c plus the common ones)."""
+    """The firmware/ sources a project of this family needs (its own files plus the common ones)."""
     firmware = resource_dir("firmware")
-    names = list(COMMON_RUNTIME) + [family_runtime(family)]
+    names = [*COMMON_RUNTIME, family_runtime(family), family_twins(family)]
     return [firmware / name for name in names if (firmware / name).exists()]
 
 

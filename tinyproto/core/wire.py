@@ -21,6 +21,11 @@ CHUNK_BYTES = 64  # at most this many vector bytes per frame: int8 features, or 
 RAW_CHUNK_FEATURES = CHUNK_BYTES // 4  # float32 features per PREDICT_RAW chunk
 LEARN_LABEL = 1  # a LEARN chunk carries the label (u8) before its first-feature index
 SCORE_BYTES = 4  # int32 per class
+# The AVR app's receive ring (filled by the USART interrupt): the host may have up to RX_WINDOW_BYTES of frames
+# on the way that the device has not answered yet, so the line stays busy while the device computes and answers.
+# 256 because the ring's u8 indices then wrap by themselves; one slot stays free to tell full from empty.
+RX_RING_BYTES = 256
+RX_WINDOW_BYTES = RX_RING_BYTES - 1
 
 # EEPROM record of the learning firmware (little-endian):
 #   0 'T' 'F' | 2 layout key u32 | 6 count bytes u16 | 8 n_samples u32 | 12 crc16 u16 | 14 packed counts
@@ -33,6 +38,7 @@ EEPROM_HEADER_BYTES = 14
 # chunk handed to it (first 2, n 1) and the vector's cycles so far 4; the learning firmware its label 1 and sample
 # counter 4. tests/test_learn.py and tests/test_widths.py check these against avr-size.
 APP_STATIC_BYTES = 9 + 2 + 2 + 1 + 2 + 2
+RX_RING_STATIC_BYTES = RX_RING_BYTES + 2  # the ring and its head and tail indices
 STREAM_STATIC_BYTES = 2 + 1 + 4
 LEARN_STATIC_BYTES = 1 + 4
 
@@ -73,16 +79,18 @@ class AppSram:
     frame: int
     input: int
     app: int
+    ring: int = RX_RING_STATIC_BYTES  # the receive ring (not in the learning firmware, which answers one by one)
 
     @property
     def total(self) -> int:
-        return self.frame + self.input + self.app
+        return self.frame + self.input + self.app + self.ring
 
 
 def app_sram(n_features: int, n_classes: int, streamable: bool, raw_input: bool = True,
              learning: bool = False) -> AppSram:
     app = APP_STATIC_BYTES + (STREAM_STATIC_BYTES if streamable else 0) + (LEARN_STATIC_BYTES if learning else 0)
-    return AppSram(frame_buffer_bytes(n_classes, raw_input), input_buffer_bytes(n_features, streamable), app)
+    return AppSram(frame_buffer_bytes(n_classes, raw_input), input_buffer_bytes(n_features, streamable), app,
+                   0 if learning else RX_RING_STATIC_BYTES)
 
 
 def sizes_defines(n_classes: int) -> dict[str, int]:
@@ -106,4 +114,5 @@ def sizes_defines(n_classes: int) -> dict[str, int]:
         "TP_EE_HEADER": EEPROM_HEADER_BYTES,
         "TP_FRAME_BUF_RAW": frame_buffer_bytes(n_classes, raw_input=True),
         "TP_FRAME_BUF_NO_RAW": frame_buffer_bytes(n_classes, raw_input=False),
+        "TP_RX_RING": RX_RING_BYTES,
     }

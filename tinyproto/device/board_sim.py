@@ -20,7 +20,7 @@ PORT` take exactly the path they take with a board on /dev/ttyACM0.
 
 The bootloaders themselves (which one a board ships with, building Optiboot) are tinyproto.device.bootloaders.
 The Leonardo (ATmega32U4) cannot be simulated this way: its Caterina bootloader speaks USB CDC, and simavr has
-no USB host; `bootloader_for("atmega32u4")` says so (tinyproto.device.flash does its 1200-baud touch on a real one).
+no USB host; `bootloader_for("atmega32u4")` says so (tinyproto.device.usb_touch does its 1200-baud touch on a real one).
 
 Command line (runs until Ctrl-C / SIGTERM; one line `<name> <port>` per board on stdout):
 

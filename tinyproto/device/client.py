@@ -24,6 +24,10 @@ from tinyproto.device.codec import (
 )
 
 
+# After a lost frame in a window, the device is quiet (its ring empty) once no frame came for this long: a full
+# ring at 57600 baud takes 45 ms to arrive, and the slowest inference tens of ms more.
+QUIET_S = 0.25
+
 # When this process last closed each port (open_port waits out RESET_GAP_S after it, so a reopen is a reset).
 _closed_at: dict[str, float] = {}
 
@@ -55,6 +59,8 @@ class DeviceClient:
         self._mid_vector = False  # the request under way continues a vector (an ERROR argument means "order")
         self._reader = FrameReader(port)
         self._seq = 0
+        self.window_restarts = 0  # windows of chunks sent again after a lost or refused frame
+        self.bytes_sent = 0  # every byte written to the port (the line's load, host to device)
         if getattr(port, "timeout", None) is None or port.timeout > READ_SLICE:
             port.timeout = READ_SLICE  # short reads; overall deadlines are ours
 
@@ -92,11 +98,15 @@ class DeviceClient:
         return answer
 
     def predict_raw(self, raw: np.ndarray) -> RawPrediction:
+        """The on-device input stage and inference from raw float32 features. On firmware with a receive ring
+        (HELLO flag bit4) the chunks go as a window of frames in flight; the cycles then include the receive
+        interrupts that ran during the inference (the int8 PREDICT is the timed one: it goes one frame at a time)."""
         if self.info is not None and not self.info.raw_input:
             raise DeviceError("the firmware was built with TP_NO_RAW_INPUT: use predict() with int8 inputs")
         vector = self._vector(raw, np.dtype("<f4"), "raw")
         n = len(vector) // 4
-        acks, last = self._stream(MSG_PREDICT_RAW, vector, 4, wire.RAW_CHUNK_FEATURES)
+        stream = self._stream_windowed if self.windowed else self._stream
+        acks, last = stream(MSG_PREDICT_RAW, vector, 4, wire.RAW_CHUNK_FEATURES)
         tail = n - wire.RAW_CHUNK_FEATURES * len(acks)
         for k, ack in enumerate(acks):
             if len(ack) != wire.RAW_CHUNK_FEATURES:
@@ -191,7 +201,95 @@ class DeviceClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def windowed(self) -> bool:
+        """The device buffers what it receives (HELLO flag bit4): frames may go before earlier ones are answered."""
+        return self.info is not None and self.info.windowed
+
     # -- internals --
+    def _stream_windowed(self, type: int, vector: bytes, item: int, per_chunk: int,
+                         head: bytes = b"") -> tuple[list[bytes], bytes]:
+        """_stream with a window: every chunk's frame is sent as soon as the frames not yet answered, itself
+        included, fit the device's receive ring (wire.RX_WINDOW_BYTES), and the answers are taken in order. Any
+        answer missing (timeout), out of order, or an ERROR a resend can fix ends the try: wait until the device
+        is quiet (its ring empty, late answers dropped as stale), then send the whole vector again from its first
+        chunk (first = 0 starts the vector afresh on the device), at most n_retries times."""
+        n = len(vector) // item
+        if n == 0:
+            raise TinyprotoError("an empty vector has no features to send")
+        firsts = range(0, n, per_chunk)
+        payloads = [head + _CHUNK_FIRST.pack(first) + vector[first * item : min(first + per_chunk, n) * item]
+                    for first in firsts]
+        for attempt in range(1 + self.n_retries):
+            if attempt:
+                self.window_restarts += 1
+                self._wait_quiet()
+            answers = self._window(type, payloads)
+            if answers is not None:
+                return answers[:-1], answers[-1]
+        raise DeviceError(f"the device on {self.name} kept losing or refusing the chunks of {_REQUEST_NAMES[type]} "
+                          f"({1 + self.n_retries} tries) — check the cable and that the baud rate is {self._baud()}")
+
+    def _window(self, type: int, payloads: list[bytes]) -> list[bytes] | None:
+        """One try of _stream_windowed: the answers in order, or None if one was lost or refused."""
+        seqs = [self._next_seq() for _ in payloads]
+        frames = [b"\x00" + encode_frame(type, seq, payload) for seq, payload in zip(seqs, payloads)]
+        answers: list[bytes] = []
+        sent, in_flight = 0, 0
+        self._mid_vector = True  # an ERROR argument means "out of order" here (a lost frame): resend
+        while len(answers) < len(frames):
+            batch = []
+            while sent < len(frames) and in_flight + len(frames[sent]) <= wire.RX_WINDOW_BYTES:
+                batch.append(frames[sent])
+                in_flight += len(frames[sent])
+                sent += 1
+            if batch:
+                self._write(b"".join(batch), drain=False)  # waiting for the bytes to leave would idle the line
+            expected = seqs[len(answers)]
+            try:
+                frame = self._await_any(self.timeout, set(seqs[len(answers) : sent]))
+            except OSError as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
+                raise DeviceError(f"lost the serial port {self.name}: {exc}") from exc
+            if frame is None or frame.seq != expected:
+                return None  # no answer in time, or a later frame's answer: this one's request or answer was lost
+            if frame.type == MSG_ERROR:
+                try:
+                    self._on_error(type, frame.payload[0] if len(frame.payload) == 1 else -1)
+                except _ChunkOrder:
+                    pass
+                return None
+            if frame.type != type | MSG_RESPONSE:
+                return None
+            answers.append(frame.payload)
+            in_flight -= len(frames[len(answers) - 1])
+        return answers
+
+    def _await_any(self, timeout: float, window: set[int]) -> Frame | None:
+        """The next frame answering one of the seqs in `window` (others are stale and dropped), or None."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            frame = self._reader.read_frame(left)
+            if frame is None:
+                return None
+            if frame.seq in window and (frame.type == MSG_ERROR or frame.type & MSG_RESPONSE):
+                return frame
+            self.stale_frames += 1
+
+    def _wait_quiet(self, quiet_s: float = QUIET_S) -> None:
+        """Drop frames until none came for quiet_s: the device has answered everything still in its ring."""
+        while True:
+            try:
+                frame = self._reader.read_frame(quiet_s)
+            except OSError as exc:
+                raise DeviceError(f"lost the serial port {self.name}: {exc}") from exc
+            if frame is None:
+                break
+            self.stale_frames += 1
+        self._reader.reset()
+
     def _stream(self, type: int, vector: bytes, item: int, per_chunk: int,
                 head: bytes = b"") -> tuple[list[bytes], bytes]:
         """Send `vector` (items of `item` bytes) in chunks of `per_chunk` items: (the acknowledgements of every
@@ -236,11 +334,14 @@ class DeviceClient:
 
     def _send(self, type: int, seq: int, payload: bytes) -> None:
         # The leading 0x00 ends whatever partial frame the device may hold (noise, an interrupted request).
-        data = b"\x00" + encode_frame(type, seq, payload)
+        self._write(b"\x00" + encode_frame(type, seq, payload))
+
+    def _write(self, data: bytes, drain: bool = True) -> None:
+        self.bytes_sent += len(data)
         try:
             self.port.write(data)
             flush = getattr(self.port, "flush", None)
-            if flush is not None:
+            if drain and flush is not None:
                 flush()
         except (OSError, TinyprotoError) as exc:
             raise DeviceError(f"cannot write to {self.name}: {exc}") from exc

@@ -35,7 +35,7 @@ MSG_HELLO = 0x01
 MSG_PREDICT = 0x02
 MSG_PREDICT_RAW = 0x03
 MSG_STATS = 0x04
-# On-device learning: only the FlyNN learning firmware (TP_FLY_LEARN) answers these; others say "unknown type".
+# On-device learning: only the FlyNN learning firmware (TP_FLYNN_LEARN) answers these; others say "unknown type".
 MSG_LEARN = 0x05
 MSG_READ_COUNTS = 0x06
 MSG_CLEAR = 0x07
@@ -61,6 +61,7 @@ FLAG_RAW = 0x01
 FLAG_LEARN = 0x02
 FLAG_EEPROM = 0x04
 FLAG_STREAM = 0x08
+FLAG_WINDOW = 0x10  # the device buffers received bytes in a wire.RX_RING_BYTES ring: frames may go ahead
 EEPROM_LOADED, EEPROM_EMPTY, EEPROM_OTHER = 0, 1, 2
 CANNOT_LEARN = "this firmware cannot learn; run tinyproto learn (it builds the learning firmware)"
 
@@ -179,6 +180,7 @@ class FrameReader:
         self.port = port
         self.max_encoded = max_body + max_body // 254 + 2
         self.bad_frames = 0  # frames dropped as malformed (a noisy line shows here)
+        self.bytes_read = 0  # every byte read from the port (the line's load, device to host)
         self._buf = bytearray()
         self._skipping = False  # inside an over-long run: drop bytes up to the next delimiter
 
@@ -200,7 +202,9 @@ class FrameReader:
 
     def _read_some(self) -> bytes:
         waiting = getattr(self.port, "in_waiting", 0) or 0
-        return self.port.read(max(1, min(waiting, 4096)))
+        data = self.port.read(max(1, min(waiting, 4096)))
+        self.bytes_read += len(data)
+        return data
 
     def _pop_frame(self) -> Frame | None:
         while True:
@@ -247,7 +251,7 @@ class Hello:
 
     @property
     def learning(self) -> bool:
-        """The FlyNN learning firmware (TP_FLY_LEARN): LEARN / READ_COUNTS / CLEAR, inference on SRAM counts."""
+        """The FlyNN learning firmware (TP_FLYNN_LEARN): LEARN / READ_COUNTS / CLEAR, inference on SRAM counts."""
         return bool(self.flags & FLAG_LEARN)
 
     @property
@@ -259,6 +263,12 @@ class Hello:
     def streams(self) -> bool:
         """The family consumes each chunk as it arrives (TP_STREAMABLE 1): its cycles are timed chunk by chunk."""
         return bool(self.flags & FLAG_STREAM)
+
+    @property
+    def windowed(self) -> bool:
+        """The device buffers what it receives (AVR app, not the learning firmware): a window of frames may be
+        in flight, up to wire.RX_WINDOW_BYTES not yet answered."""
+        return bool(self.flags & FLAG_WINDOW)
 
 
 @dataclass(frozen=True, eq=False)
@@ -279,7 +289,7 @@ class RawPrediction:
 @dataclass(frozen=True)
 class LearnAck:
     n_samples: int  # samples learned since start-up / CLEAR (or as restored by EEPROM_LOAD), this one included
-    cycles: int  # Timer1 cycles of tp_fly_learn(); 0 on the host build
+    cycles: int  # Timer1 cycles of tp_flynn_learn(); 0 on the host build
 
 
 @dataclass(frozen=True)

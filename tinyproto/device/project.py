@@ -149,6 +149,15 @@ def _say(progress: Progress | None, message: str) -> None:
         progress(message)
 
 
+def project_baud(project_dir: Path, env: str) -> int | None:
+    """The serial rate the environment builds into the firmware (-DTP_BAUD=...), None if it names none."""
+    for flag in _env_option(_read_ini(Path(project_dir)), env, "build_flags").split():
+        if flag.startswith("-DTP_BAUD="):
+            digits = flag.split("=", 1)[1].rstrip("UuLl")
+            return int(digits) if digits.isdigit() else None
+    return None
+
+
 def _project_flags(parser: configparser.ConfigParser, env: str) -> list[str]:
     mcu = _env_option(parser, env, "board_build.mcu", "atmega328p")
     f_cpu = _env_option(parser, env, "board_build.f_cpu", "16000000UL")

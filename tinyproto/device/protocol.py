@@ -62,7 +62,7 @@ def _wait_reset_gap(port_url: str) -> None:
 def _check_not_held(port_url: str) -> None:
     """Another program holding the port (a serial monitor, avrdude) would share its bytes: refuse, naming it.
     A simulator holding both ends of its pty is the device, not another program (see port_holders)."""
-    from tinyproto.device.flash import check_port_free
+    from tinyproto.device.port_checks import check_port_free
 
     check_port_free(port_url, must_be_terminal=False)  # pyserial's open says it if the port is no terminal
 

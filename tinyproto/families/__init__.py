@@ -21,6 +21,7 @@ from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
 from tinyproto.core.modeldir import ModelDir
 from tinyproto.core.render import model_hash
+from tinyproto.families.solving import FitUnderBudget, SolveOptions
 
 # The registry: family name -> the package that declares it. The order is the order users see (--help, tables).
 _PACKAGES = {
@@ -52,11 +53,8 @@ class IntModel(Protocol):
     def to_json(self) -> dict: ...
 
 
-# fit_under_budget(X, y, budget_bytes, seed, progress, max_latency_ms, f_cpu_hz) -> (float estimator, IntModel, info)
-# The solver never exceeds budget_bytes (sum of carrays() nbytes) and raises TinyprotoError, naming the minimum, when
-# nothing fits. info["chosen"] holds the hyper-parameters; info["chosen_validation"]["val_int8_accuracy"] the
-# chosen model's int8 accuracy validated on training data only (what `--model auto` compares across families).
-FitUnderBudget = Callable[..., tuple[Any, IntModel, dict]]
+# fit_under_budget(X_train, y_train, options: SolveOptions) -> (float estimator, IntModel, info): the one solver
+# contract of every family, in tinyproto/families/solving.py (and checked by tests/test_solver_contract.py).
 
 
 SHAPE_KEYS_SHOWN = 6
@@ -117,9 +115,7 @@ def no_static_state(model: IntModel) -> StaticState:
 class Learning:
     """What a family that learns on the device gives `compile --learnable` and `tinyproto learn`."""
 
-    # (X, y, budget_bytes, seed, board, progress, max_latency_ms) -> (float estimator, IntModel, info): the solver
-    # with the model capped so its learned state fits what the board holds while learning
-    fit_for_board: Callable[..., tuple[Any, IntModel, dict]]
+    # (its solver fits the learned state into what a board holds while learning when SolveOptions.learn_on is set)
     check: Callable[..., Any]  # (model, board, save_eeprom) -> its sizes (.counts, .eeprom_record, .to_dict()) or
     #                            one TinyprotoError saying what would fit
     host_counts: Callable[..., np.ndarray]  # (model, int8 vectors, class indices) -> what the device must learn
@@ -154,16 +150,24 @@ class Family:
 def lazy(target: str) -> Callable:
     """A function that imports "package.module:attribute[.attribute]" on its first call and forwards to it, so a
     family's package declares its FAMILY without importing its (heavy) training code."""
-    module_name, attribute = target.split(":")
-
     def call(*args, **kwargs):
-        value: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            value = getattr(value, part)
-        return value(*args, **kwargs)
+        return resolve(call)(*args, **kwargs)
 
-    call.__name__ = call.__qualname__ = attribute
+    call.__name__ = call.__qualname__ = target.split(":")[1]
+    call.lazy_target = target  # type: ignore[attr-defined]  # resolve() finds what it forwards to
     return call
+
+
+def resolve(function: Callable) -> Callable:
+    """The function a lazy() forwarder calls (imported now), or the function itself: what a signature check reads."""
+    target = getattr(function, "lazy_target", None)
+    if target is None:
+        return function
+    module_name, attribute = target.split(":")
+    value: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def names() -> tuple[str, ...]:
@@ -196,12 +200,10 @@ def family_of(model: IntModel) -> Family:
     return family(getattr(model, "family", "?"))
 
 
-def fit_under_budget(name: str, X_train: np.ndarray, y_train: np.ndarray, budget_bytes: int, seed: int,
-                     progress: Callable[[str], None] | None = None, max_latency_ms: float | None = None,
-                     f_cpu_hz: int = 16_000_000):
-    """(fitted float estimator, integer model, solver info) for family `name`; with max_latency_ms, only models
-    whose predicted cycles per inference (the family's cost model) fit that many ms at f_cpu_hz."""
-    return family(name).fit_under_budget(X_train, y_train, budget_bytes, seed, progress, max_latency_ms, f_cpu_hz)
+def fit_under_budget(name: str, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions):
+    """(fitted float estimator, integer model, solver info) for family `name`; with options.max_latency_ms, only
+    models whose predicted cycles per inference (the family's cost model) fit that many ms at options.f_cpu_hz."""
+    return family(name).fit_under_budget(X_train, y_train, options)
 
 
 DEFAULT = "protonn"  # --model when none is given
@@ -213,20 +215,17 @@ def validation_accuracy(info: dict) -> float:
     return float(info["chosen_validation"]["val_int8_accuracy"])
 
 
-def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, budget_bytes: int, seed: int,
-                    progress: Callable[[str], None] | None = None, max_latency_ms: float | None = None,
-                    f_cpu_hz: int = 16_000_000, fits_board: Callable[[IntModel], None] | None = None):
+def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions,
+                    fits_board: Callable[[IntModel], None] | None = None):
     """`--model auto`: fit every family under the budget (and latency limit) and keep the one with the best
     validated int8 accuracy; ties go to the fewer predicted cycles, then the fewer bytes, then registry order.
     fits_board(model) raises TinyprotoError for a model the board cannot run (its SRAM): that family is refused.
     info["auto"] lists every family's outcome (its validated accuracy, bytes and cycles, or why it was refused)."""
     outcomes, fitted = [], []
     for name in names():
-        if progress:
-            progress(f"--model auto: {name}")
+        options.say(f"--model auto: {name}")
         try:
-            clf, model, info = fit_under_budget(name, X_train, y_train, budget_bytes, seed, progress, max_latency_ms,
-                                                f_cpu_hz)
+            clf, model, info = fit_under_budget(name, X_train, y_train, options)
             if fits_board is not None:
                 fits_board(model)
         except TinyprotoError as exc:

@@ -17,7 +17,8 @@ from tinyproto.families.flynn.quantize import IntFlyNN
 from tinyproto.families.flynn.solver import (
     DEFAULT_CAP, F_CPU, MIN_HASHES, CountLimit, fastest_m, largest_m, model_bytes, solver_random_state, default_max_ms,
 )
-from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed
+from tinyproto.families.flynn.seeded_index import draw_seed
+from tinyproto.families.flynn.train import FlyNNClassifier
 
 # the shape under DP (data-independent): a middle-of-the-road FlyNN, m sized to the budget
 FAMILY = IntFlyNN.family  # the family federated training trains (its registry name, tinyproto.families)

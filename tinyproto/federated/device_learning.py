@@ -26,7 +26,7 @@ from tinyproto.device.protocol import CANNOT_LEARN, check_model, open_device
 from tinyproto.device.sim import SimulatedUno
 from tinyproto.families.flynn.learning import LearnSizes, layout_key
 
-LEARN_FLAGS = ("-DTP_FLY_LEARN", "-DTP_NO_RAW_INPUT")  # PREDICT_RAW's float buffer would cost 4 B per feature
+LEARN_FLAGS = ("-DTP_FLYNN_LEARN", "-DTP_NO_RAW_INPUT")  # PREDICT_RAW's float buffer would cost 4 B per feature
 HANDSHAKE_S = 5.0
 
 
@@ -49,7 +49,7 @@ def learning_ini(board: Board, key: int) -> str:
     marker = "\nbuild_flags = -std=gnu99"
     if text.count(marker) != 1:
         raise AssertionError("templates/platformio.ini.j2 no longer has one common build_flags line")
-    flags = " ".join((*LEARN_FLAGS, f"-DTP_FLY_LAYOUT_KEY=0x{key:08X}UL"))
+    flags = " ".join((*LEARN_FLAGS, f"-DTP_FLYNN_LAYOUT_KEY=0x{key:08X}UL"))
     head, tail = text.split(marker)
     line_end = tail.index("\n")
     return head + marker + tail[:line_end] + " " + flags + tail[line_end:]

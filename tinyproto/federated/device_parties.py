@@ -58,7 +58,7 @@ def check_ports(ports: Sequence[str], n_parties: int) -> list[str]:
         raise TinyprotoError(f"--ports lists {len(ports)} port(s) for {n_parties} parties: give one port per party")
     if len(set(ports)) != len(ports):
         raise TinyprotoError("--ports lists a port twice: every party needs its own board")
-    from tinyproto.device.flash import check_port_usable
+    from tinyproto.device.port_checks import check_port_usable
 
     for port in ports:
         check_port_usable(port)  # missing, not a tty, not openable, held: refused before the firmware's build

@@ -55,7 +55,8 @@ import numpy as np
 
 from tinyproto.families.flynn.quantize import IntFlyNN
 from tinyproto.families.flynn.solver import F_CPU, CountLimit, estimate_cycles, model_bytes, solver_random_state
-from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed
+from tinyproto.families.flynn.seeded_index import draw_seed
+from tinyproto.families.flynn.train import FlyNNClassifier
 from tinyproto.federated.config import (
     FederatedSpec, FlyNNConfig, assemble, default_config, fit_to_classes, float_scaling, stage_bytes_of,
 )

@@ -37,7 +37,8 @@ from tinyproto.families.flynn.solver import (
     BITS_GRID, DEFAULT_CAP, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING, Candidate,
     CountLimit, default_max_ms, estimate_cycles, model_bytes,
 )
-from tinyproto.families.flynn.train import draw_seed, project, projection_matrix, seeded_indices
+from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
+from tinyproto.families.flynn.train import project, projection_matrix
 from tinyproto.core.inputstage import stage_bytes
 
 N_FOLDS = 5
@@ -357,11 +358,11 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
         learnable = " with counts that fit the device's SRAM and EEPROM" if count_limit else ""
         raise TinyprotoError(f"no FlyNN fits {budget} B within {max_inference_ms} ms per inference{learnable}; "
                              "raise the budget or the time cap")
-    best_prep = max(tried.values(), key=_solver._rank)
+    best_prep = max(tried.values(), key=_solver.candidate_rank)
     evaluate(best_prep.scaling, best_prep.sign_split, *STAGE2)
     backend.release(setup)
     candidates = list(tried.values())
-    best = max(candidates, key=_solver._rank)
+    best = max(candidates, key=_solver.candidate_rank)
     say(f"selection: {len(candidates)} candidates ranked by {n_repeats} x {K}-fold accuracy over all parties' rows")
     n_in = 2 * d if best.sign_split else d
     cycles = estimate_cycles(best.m, best.s, best.rho, best.bits, L, n_in, best.store_M)

@@ -5,7 +5,8 @@
         library.properties
         src/<Name>.h          the one header a sketch includes: the C API, per-model SRAM and cost figures
         src/tinyproto_model.h the model (PROGMEM arrays + #defines), the same header `compile` generated
-        src/tinyproto.h, tp_input.c, tp_<family>.c   the runtime (not the device app tp_main.c: the sketch is the app)
+        src/tinyproto.h, tp_avr.h, tp_input.c, tp_<family>.c, tp_<family>_avr.h   the runtime (not the
+                              device app tp_main.c: the sketch is the app)
         src/tp_labels.c       the class names in flash
         src/tp_text.c/.h      tp_parse_float: decimal text -> float32, correctly rounded (avr-libc's strtod is not)
         examples/<Name>/<Name>.ino   reads one vector per Serial line, prints the class and its score
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from tinyproto import __version__
+from tinyproto.core.version import __version__
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.resources import resource_dir
 from tinyproto import families
@@ -41,7 +42,6 @@ _FIXED_NAMES = {"tp_text", "tinyproto", "tinyproto_model", "tp_labels", "arduino
 def _taken_names() -> set[str]:
     """File names of the library: the fixed ones and every runtime file shipped (firmware/*.c, *.h)."""
     return _FIXED_NAMES | {path.stem.lower() for path in resource_dir("firmware").iterdir()}
-RUNTIME = ("tinyproto.h", "tp_input.c")  # + tp_<family>.c; never tp_main.c / tp_serial.* (the device app's)
 # tp_input_quantize on an ATmega328P: 65,041-65,344 cycles for 64 features (simulated Uno, cycle-exact).
 QUANTIZE_CYCLES_PER_FEATURE = 1020
 EXPORT_RECORD = "export.json"  # in OUT: says this directory is an export (and of which model)
@@ -164,7 +164,7 @@ def library_header(model_dir, model, name: str, board) -> str:
 
 def write_library(model_dir, model, name: str, library: Path, board) -> None:
     """The library folder `library` (must not exist) for the verified integer model of `model_dir`."""
-    from tinyproto.core.render import family_runtime, render_header, runtime_files
+    from tinyproto.core.render import MODEL_RUNTIME, family_runtime, family_twins, render_header, runtime_files
     from tinyproto.core.resources import resource_dir
 
     context = _context(model_dir, model, name, board)
@@ -177,7 +177,7 @@ def write_library(model_dir, model, name: str, library: Path, board) -> None:
     (src / "tp_labels.c").write_text(_template("tp_labels.c.j2").render(**context))
     (src / "tinyproto_model.h").write_text(
         render_header(model, *model_dir.header_args()))
-    wanted = set(RUNTIME) | {family_runtime(model.family)}
+    wanted = {*MODEL_RUNTIME, family_runtime(model.family), family_twins(model.family)}  # never the device app's
     for source in runtime_files(model.family):
         if source.name in wanted:
             shutil.copyfile(source, src / source.name)

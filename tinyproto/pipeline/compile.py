@@ -12,13 +12,14 @@ from typing import Callable
 
 import numpy as np
 
-from tinyproto import __version__
+from tinyproto.core.version import __version__
 from tinyproto import families
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.budget import parse_budget
 from tinyproto.core.datasets import Dataset, Split, load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families import fit_under_budget
+from tinyproto.families import SolveOptions
 from tinyproto.core.ledger import Ledger
 from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, file_sha256, int_model_digest, write_json
 from tinyproto.core.outdir import atomic_directory, check_output_dir
@@ -104,15 +105,17 @@ def compile_model(
     progress: Callable[[str], None] | None = None,
     learnable: bool = False,
     max_latency_ms: float | None = None,
+    baud: int | None = None,
 ) -> CompileResult:
     """family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
     max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
     learnable (a family that learns on the device): also fit what the device holds while learning (`tinyproto
-    learn`) beside the learning firmware's buffers, stack and reserve, and in the EEPROM record."""
+    learn`) beside the learning firmware's buffers, stack and reserve, and in the EEPROM record.
+    baud: the serial line's speed built into the project (default the board's serial_baud)."""
     budget_bytes = parse_budget(budget)
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
-    board = load_board(board_name)
+    board = load_board(board_name).with_baud(baud)
     if family != families.AUTO:
         families.family(family)  # an unknown name is refused before the data is read
     if learnable and (family == families.AUTO or not families.family(family).learnable):
@@ -128,16 +131,13 @@ def compile_model(
     if family != families.AUTO:
         refuse_too_wide(family, sp.X_train.shape[1], n_classes, board)
     started = time.perf_counter()
-    if learnable:
-        clf, model, info = families.family(family).learning.fit_for_board(sp.X_train, sp.y_train, budget_bytes, seed,
-                                                                          board, progress, max_latency_ms)
-    elif family == families.AUTO:
-        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                                    max_latency_ms, board.f_cpu_hz,
+    options = SolveOptions(budget_bytes, seed, max_latency_ms, board.f_cpu_hz, progress=progress,
+                           learn_on=board if learnable else None)
+    if family == families.AUTO:
+        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, options,
                                                     fits_board=lambda m: check_fits_board(m, board))
     else:
-        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, budget_bytes, seed, progress,
-                                            max_latency_ms, board.f_cpu_hz)
+        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, options)
     info["max_latency_ms"] = max_latency_ms
     train_seconds = time.perf_counter() - started
     return write_model_directory(clf, model, info, dataset, sp, seed, budget_bytes, board, out_dir,

@@ -300,13 +300,11 @@ def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool)
     """`compile --model <the federated family>` on the pooled training rows (with --learnable's cap for device
     parties): its int8 test accuracy, bytes and hyper-parameters."""
     from tinyproto import families
+    from tinyproto.families import SolveOptions
     from tinyproto.federated.config import FAMILY
 
-    if learnable:
-        _, model, info = families.family(FAMILY).learning.fit_for_board(sp.X_train, sp.y_train, budget_bytes, seed,
-                                                                        board)
-    else:
-        _, model, info = families.fit_under_budget(FAMILY, sp.X_train, sp.y_train, budget_bytes, seed)
+    options = SolveOptions(budget_bytes, seed, f_cpu_hz=board.f_cpu_hz, learn_on=board if learnable else None)
+    _, model, info = families.fit_under_budget(FAMILY, sp.X_train, sp.y_train, options)
     return {"accuracy": float(np.mean(model.predict(sp.X_test) == sp.y_test)), "model_bytes": model.model_bytes(),
             "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"]}
 

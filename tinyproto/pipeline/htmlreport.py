@@ -111,7 +111,7 @@ def _write_atomic(path: Path, content: bytes) -> None:
 def render_html(data: ReportInput, figures: list[tuple[str, str, bytes]], configs: list[dict], line: str) -> str:
     import jinja2
 
-    from tinyproto import __version__
+    from tinyproto.core.version import __version__
     from tinyproto.core.resources import resource_dir
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),

@@ -2,7 +2,7 @@
 
 FlyNN's training is one pass of counting (t_lj = how many samples of class l set hash bit j, saturated to b bits),
 so the microcontroller can do it itself. The learning firmware is the model's normal firmware built with
-`TP_FLY_LEARN` (firmware/tp_flynn.c, firmware/tp_main.c): the packed counts move from flash to SRAM (seeded from
+`TP_FLYNN_LEARN` (firmware/tp_flynn.c, firmware/tp_main.c): the packed counts move from flash to SRAM (seeded from
 the compiled counts at start-up), LEARN adds one labelled int8 sample, inference reads the SRAM counts, and
 EEPROM_SAVE / EEPROM_LOAD persist them (only changed bytes are written). M stays seeded or in flash: no SRAM.
 
@@ -137,26 +137,29 @@ def learn_on_device(
     progress_factory: ProgressFactory | None = None,
     say: Callable[[str], None] | None = None,
     upload_port: str | None = None,
+    baud: int | None = None,
 ) -> dict:
     """Learn DATA's training split on the device (simulated when port is None); returns learn.json's content.
-    upload_port: where avrdude writes when it is not port (the Leonardo's own USB port)."""
+    upload_port: where avrdude writes when it is not port (the Leonardo's own USB port); baud: the line's speed
+    (default the board's serial_baud), built into the learning firmware."""
     model_dir = load_model_dir(path)
     with locked(model_dir.path, "learn"):
         record_outputs(model_dir.path, LEARNING_DIR, LEARNED_DIR, "learn.json")
         return _learn_locked(model_dir, data, port, save_eeprom, label, flash, build_learned, progress_factory, say,
-                             upload_port)
+                             upload_port, baud)
 
 
 def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_eeprom: bool, label: str | None,
                   flash: bool, build_learned: bool, progress_factory: ProgressFactory | None,
-                  say: Callable[[str], None] | None, upload_port: str | None) -> dict:
-    from tinyproto.device.flash import check_port_usable, flash_port, upload_target
+                  say: Callable[[str], None] | None, upload_port: str | None, baud: int | None = None) -> dict:
+    from tinyproto.device.flash import flash_port, upload_target
+    from tinyproto.device.port_checks import check_port_usable
     from tinyproto.pipeline.validate import checked_vectors
 
     started = time.monotonic()
     say = say or (lambda message: None)
     model = families.load_int_model(model_dir)
-    board = load_board(model_dir.meta.get("board", "uno"))
+    board = load_board(model_dir.meta.get("board", "uno")).with_baud(baud)
     sizes = require_learnable(model, board, save_eeprom)  # before anything is built
     upload_port = upload_target(board, port, upload_port)
     for usable in dict.fromkeys(x for x in (port, upload_port if flash else None) if x is not None):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ class BuildInfo:
     tool: str
     firmware_sha256: str | None
     model_hash: str | None
+    serial_baud: int | None = None  # the rate built into the firmware (None: a build.json from before it was kept)
 
 
 def _inside(model_dir: ModelDir, relative: object, what: str) -> Path:
@@ -73,8 +75,10 @@ def load_build_info(model_dir: ModelDir) -> BuildInfo:
         raise TinyprotoError(f"{path} is damaged: flash_bytes / sram_static_bytes are not byte counts")
     if not elf.is_file():
         raise TinyprotoError(f"firmware {elf} is missing; run `tinyproto build {model_dir.path}` again")
+    baud = raw.get("serial_baud")
+    baud = baud if isinstance(baud, int) and not isinstance(baud, bool) and 0 < baud < 1 << 24 else None
     return BuildInfo(elf, hex_path, sizes[0], sizes[1], str(raw.get("tool", "?")), raw.get("firmware_sha256"),
-                     raw.get("model_hash"))
+                     raw.get("model_hash"), baud)
 
 
 def header_model_hash(model_dir: Path) -> str | None:
@@ -138,12 +142,14 @@ def _row_ok(row: dict, vectors) -> tuple[bool, bool]:
 
 
 def _raw_input_check(client, vectors, progress: Callable[[int], None] | None) -> dict:
-    """The on-device input stage: raw float32 features in, compare its int8 vector and label with the host's."""
-    diffs, labels_changed = [], 0
+    """The on-device input stage: raw float32 features in, compare its int8 vector, score vector and label with
+    the host's."""
+    diffs, labels_changed, scores_changed = [], 0, 0
     for i in range(len(vectors.labels)):
         result = client.predict_raw(vectors.X_raw[i])
         diffs.append(np.abs(np.asarray(result.x, dtype=np.int16) - vectors.xq[i].astype(np.int16)))
         labels_changed += int(result.label) != int(vectors.labels[i])
+        scores_changed += not np.array_equal(result.scores, vectors.scores[i])
         if progress:
             progress(1)
     diff = np.concatenate(diffs) if diffs else np.zeros(0)
@@ -153,6 +159,7 @@ def _raw_input_check(client, vectors, progress: Callable[[int], None] | None) ->
         "inputs_differing": int(np.count_nonzero(diff > 0)),
         "inputs_differing_by_more_than_1_lsb": int(np.count_nonzero(diff > 1)),
         "labels_changed": labels_changed,
+        "score_vectors_changed": scores_changed,
     }
 
 
@@ -170,10 +177,12 @@ def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict 
     elif raw is None:
         checks["raw_input"] = {"ok": False, "detail": "not run"}
     else:
+        scores_changed = raw.get("score_vectors_changed", 0)
         checks["raw_input"] = {"ok": raw["inputs_differing"] == 0 and raw["labels_changed"] == 0
-                               and raw["n_vectors"] == n_total,
-                               "detail": f"{raw['inputs_differing']} of {raw['n_inputs']} int8 inputs and "
-                                         f"{raw['labels_changed']} labels differ through the on-device input stage"}
+                               and scores_changed == 0 and raw["n_vectors"] == n_total,
+                               "detail": f"{raw['inputs_differing']} of {raw['n_inputs']} int8 inputs, "
+                                         f"{scores_changed} score vectors and {raw['labels_changed']} labels differ "
+                                         "through the on-device input stage"}
     if markers is not None:
         constant = markers["n_compared"] > 0 and markers["marker_minus_timer1_min"] == markers["marker_minus_timer1_max"]
         checks["cycle_markers"] = {"ok": constant and markers["n_compared"] == markers["n_expected"],
@@ -308,16 +317,70 @@ def validate(
     resume: bool = False,
     raw_check: bool = True,
     progress_factory: Callable[[str, int], Callable[[int], None]] | None = None,
+    baud: int | None = None,
 ) -> dict:
-    """Validate the model directory on `port` (a real board) or, when port is None, on the simulated Uno."""
+    """Validate the model directory on `port` (a real board) or, when port is None, on the simulated Uno.
+    baud: the line's speed; default (and the only one the firmware answers at) the rate it was built for."""
     model_dir = load_model_dir(path)
     with locked(model_dir.path, "validate"):
         record_outputs(model_dir.path, JOURNAL, JOURNAL_NEW, SUMMARY)
-        return _validate_locked(model_dir, port, resume, raw_check, progress_factory)
+        return _validate_locked(model_dir, port, resume, raw_check, progress_factory, baud)
+
+
+def line_baud(board: Board, build: BuildInfo, baud: int | None) -> int:
+    """The rate validation talks at: the firmware's own (build.json), which a different --baud cannot change."""
+    built = build.serial_baud or board.serial_baud
+    if baud is not None and baud != built:
+        raise TinyprotoError(f"the firmware was built for {built} baud, not {baud}: build it for {baud} first "
+                             f"(tinyproto run ... --baud {baud}, or compile --baud {baud} and build)")
+    return built
+
+
+def no_answer_hint(exc: TinyprotoError, board: Board, baud: int, target: str) -> TinyprotoError:
+    """A board silent at a rate above its fallback: say how to fall back, in one line."""
+    if baud <= board.serial_baud_fallback or target == "sim":
+        return exc
+    return TinyprotoError(f"no answer from {target} at {baud} baud — if its USB bridge or cable does not carry "
+                          f"{baud}, fall back to {board.serial_baud_fallback}: tinyproto run ... --baud "
+                          f"{board.serial_baud_fallback} (or compile --baud {board.serial_baud_fallback}, build, "
+                          "flash, validate)")
+
+
+class LineMeter:
+    """Bytes each way and wall time of the vector passes: how close validation comes to the line's limit."""
+
+    def __init__(self, client, baud: int) -> None:
+        self.client, self.baud = client, baud
+        self.passes: dict[str, float] = {}
+        self._sent0, self._read0 = client.bytes_sent, client._reader.bytes_read
+
+    def timed(self, name: str, work: Callable[[], object]):
+        started = time.perf_counter()
+        result = work()
+        self.passes[name] = time.perf_counter() - started
+        return result
+
+    def summary(self) -> dict:
+        sent = self.client.bytes_sent - self._sent0
+        read = self.client._reader.bytes_read - self._read0
+        bound = max(sent, read) / (self.baud / 10)  # 8N1: 10 bit times a byte; the two directions run at once
+        measured = sum(self.passes.values())
+        return {
+            "baud": self.baud,
+            "bytes_to_device": sent,
+            "bytes_from_device": read,
+            "line_seconds": round(bound, 3),
+            "measured_seconds": round(measured, 3),
+            "measured_over_line": round(measured / bound, 3) if bound else None,
+            "pass_seconds": {k: round(v, 3) for k, v in self.passes.items()},
+            "window": bool(getattr(self.client, "windowed", False)),
+            "window_restarts": getattr(self.client, "window_restarts", 0),
+        }
 
 
 def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_check: bool,
-                     progress_factory: Callable[[str, int], Callable[[int], None]] | None) -> dict:
+                     progress_factory: Callable[[str, int], Callable[[int], None]] | None,
+                     baud: int | None = None) -> dict:
     from tinyproto.device.frames import n_chunks
     from tinyproto.device.protocol import check_model, open_device
     from tinyproto.device.sim import SimulatedUno
@@ -327,15 +390,18 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
     vectors = checked_vectors(model_dir, model)
     build = load_build_info(model_dir)
     check_firmware(model_dir, build)
+    baud = line_baud(board, build, baud)
     n_total = len(vectors.labels)
     target = port or "sim"
     journal = Journal(model_dir.path, binding_of(model_dir, build, target))
     rows = journal.resume(n_total, model.n_classes) if resume else {}
-    state = {"stack_peak": None, "markers": None, "raw": None, "finished": False}
+    state = {"stack_peak": None, "markers": None, "raw": None, "finished": False, "line": None}
 
     def write_summary() -> dict:
         summary = summarise(model_dir, model, vectors, board, build, target, rows, state["stack_peak"],
                             state["markers"], state["raw"], raw_skipped=not raw_check, finished=state["finished"])
+        if state["line"] is not None:
+            summary["line"] = state["line"]
         write_json(model_dir.path / SUMMARY, summary)
         return summary
 
@@ -347,30 +413,39 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
             sim = None
             if port is None:
                 sim = stack.enter_context(SimulatedUno(build.elf, board=board))
-            client = stack.enter_context(open_device(sim.port if sim else port, baud=board.serial_baud,
-                                                     boot_quiet_s=0.0 if sim else board.boot_quiet_s))
+            try:
+                client = stack.enter_context(open_device(sim.port if sim else port, baud=baud,
+                                                         boot_quiet_s=0.0 if sim else board.boot_quiet_s))
+            except TinyprotoError as exc:
+                raise no_answer_hint(exc, board, baud, target) from None
             hello = client.hello()
+            meter = LineMeter(client, baud)
             check_model(hello, model_dir.model_hash, model.n_features, model.n_classes)
             spans_per_vector = n_chunks(model.n_features) if hello.streams else 1
             todo = [i for i in range(n_total) if i not in rows]
             spans_before = len(_marker_cycles(sim.markers())) if sim is not None else 0  # a --resume's earlier ones
             tick = progress_factory("vectors", len(todo)) if progress_factory else None
-            for count, i in enumerate(todo, start=1):
-                prediction = client.predict(vectors.xq[i])
-                row = {"i": i, "label": int(prediction.label), "cycles": int(prediction.cycles),
-                       "scores": [int(s) for s in prediction.scores]}
-                journal.append(row)
-                rows[i] = row
-                if tick:
-                    tick(1)
-                if count % PROGRESS_EVERY == 0:
-                    write_summary()
+
+            def int8_pass() -> None:
+                for count, i in enumerate(todo, start=1):
+                    prediction = client.predict(vectors.xq[i])
+                    row = {"i": i, "label": int(prediction.label), "cycles": int(prediction.cycles),
+                           "scores": [int(s) for s in prediction.scores]}
+                    journal.append(row)
+                    rows[i] = row
+                    if tick:
+                        tick(1)
+                    if count % PROGRESS_EVERY == 0:
+                        write_summary()
+
+            meter.timed("int8", int8_pass)
             if sim is not None and todo:
                 spans = _per_vector(_marker_cycles(sim.markers())[spans_before:], spans_per_vector)
                 state["markers"] = _marker_summary(spans, [rows[i]["cycles"] for i in todo])
             if raw_check:
                 raw_tick = progress_factory("raw inputs", n_total) if progress_factory else None
-                state["raw"] = _raw_input_check(client, vectors, raw_tick)
+                state["raw"] = meter.timed("raw", lambda: _raw_input_check(client, vectors, raw_tick))
+            state["line"] = meter.summary()
             state["stack_peak"] = client.stats().stack_peak
         state["finished"] = True
     finally:

@@ -1,4 +1,4 @@
-/* libFuzzer harness for the LEARNING firmware: firmware/tp_main.c built with TP_FLY_LEARN (LEARN, READ_COUNTS,
+/* libFuzzer harness for the LEARNING firmware: firmware/tp_main.c built with TP_FLYNN_LEARN (LEARN, READ_COUNTS,
  * CLEAR, EEPROM_SAVE, EEPROM_LOAD besides HELLO / PREDICT / STATS), a learnable FlyNN model from
  * tools/fuzz/models/ and the host build's in-memory EEPROM (tp_ee_image), which the input can also tamper with.
  *
@@ -31,16 +31,16 @@
 #include "tp_measure.c"
 #include "tp_transport.c"
 
-#ifndef TP_FLY_LEARN
-#error "fuzz_learn.c is the learning firmware's harness: build it with -DTP_FLY_LEARN (tools/fuzz/models/*/cflags)"
+#ifndef TP_FLYNN_LEARN
+#error "fuzz_learn.c is the learning firmware's harness: build it with -DTP_FLYNN_LEARN (tools/fuzz/models/*/cflags)"
 #endif
 
 #define HOP_REBOOT 0xEE
 #define HOP_TAMPER 0xED
 #define HOP_PLANT 0xEC
 
-#define CB TP_FLY_COUNT_BYTES
-#define FIELD_MAX ((1u << TP_FLY_BITS) - 1u)
+#define CB TP_FLYNN_COUNT_BYTES
+#define FIELD_MAX ((1u << TP_FLYNN_BITS) - 1u)
 
 /* ---- what the device sends ---------------------------------------------------------------------------------- */
 #define OUT_CAP 4096u /* one answer at a time: far more than the largest (the frame buffer, COBS-encoded) */
@@ -74,7 +74,7 @@ static uint32_t errors_sent; /* ERROR frames since boot: what STATS must report 
 
 static void snapshot(state_t *s)
 {
-    memcpy(s->counts, tp_fly_counts, CB);
+    memcpy(s->counts, tp_flynn_counts, CB);
     s->samples = tp_learn_samples;
     memcpy(s->ee, tp_ee_image, sizeof s->ee);
 }
@@ -88,7 +88,7 @@ static void expect(int ok)
 
 static void expect_counts_unchanged(void)
 {
-    expect(memcmp(before.counts, tp_fly_counts, CB) == 0 && before.samples == tp_learn_samples);
+    expect(memcmp(before.counts, tp_flynn_counts, CB) == 0 && before.samples == tp_learn_samples);
 }
 
 static void expect_eeprom_unchanged(void)
@@ -106,9 +106,9 @@ static void expect_unchanged(void)
  * firmware's windowed access, so a packing bug does not cancel out. */
 static uint8_t field(const uint8_t *counts, uint32_t j, uint32_t l)
 {
-    uint32_t bit = (j * TP_N_CLASSES + l) * TP_FLY_BITS;
+    uint32_t bit = (j * TP_N_CLASSES + l) * TP_FLYNN_BITS;
     uint8_t v = 0;
-    for (uint8_t k = 0; k < TP_FLY_BITS; ++k, ++bit) {
+    for (uint8_t k = 0; k < TP_FLYNN_BITS; ++k, ++bit) {
         v = (uint8_t)(v | (((counts[bit >> 3] >> (bit & 7u)) & 1u) << k));
     }
     return v;
@@ -164,7 +164,7 @@ static long request_payload(uint8_t type)
         return TP_CHUNK_BYTES; /* chunked: any length up to a chunk, see check_chunk() */
     case TP_MSG_READ_COUNTS:
         return 3;
-#ifdef TP_FLY_EEPROM
+#ifdef TP_FLYNN_EEPROM
     case TP_MSG_EEPROM_SAVE:
     case TP_MSG_EEPROM_LOAD:
         return 0;
@@ -178,7 +178,7 @@ static void check_hello(msg_t a)
 {
     expect(a.type == (TP_MSG_HELLO | TP_MSG_RESPONSE) && a.n == TP_HELLO_PAYLOAD);
     expect(memcmp(a.p, "TPRO", 4) == 0 && a.p[6] == TP_FAMILY_ID && tp_get_u16(a.p + 11) == TP_N_FEATURES);
-#ifdef TP_FLY_EEPROM
+#ifdef TP_FLYNN_EEPROM
     expect(a.p[20] == (TP_HELLO_FLAG_LEARN | TP_HELLO_FLAG_EEPROM));
 #else
     expect(a.p[20] == TP_HELLO_FLAG_LEARN);
@@ -189,10 +189,10 @@ static void check_hello(msg_t a)
 /* Novelty of one count: 1 for a zero bit with 1-bit counts, else the decay table's entry. */
 static uint32_t novelty(uint8_t t)
 {
-#if TP_FLY_BITS == 1
+#if TP_FLYNN_BITS == 1
     return t == 0;
 #else
-    return tp_read_u8(&tp_fly_lut[t]);
+    return tp_read_u8(&tp_flynn_lut[t]);
 #endif
 }
 
@@ -200,13 +200,13 @@ static uint32_t novelty(uint8_t t)
  * winners are (CLEAR and saturated records make this common); UINT32_MAX if the counts differ. */
 static uint32_t uniform_score(uint8_t l)
 {
-    uint8_t t = field(tp_fly_counts, 0, l);
-    for (uint32_t j = 1; j < TP_FLY_M; ++j) {
-        if (field(tp_fly_counts, j, l) != t) {
+    uint8_t t = field(tp_flynn_counts, 0, l);
+    for (uint32_t j = 1; j < TP_FLYNN_M; ++j) {
+        if (field(tp_flynn_counts, j, l) != t) {
             return UINT32_MAX;
         }
     }
-    return TP_FLY_RHO * novelty(t);
+    return TP_FLYNN_RHO * novelty(t);
 }
 
 /* Scores are novelty sums of rho look-ups of at most 255 each; the label is their argmin, ties to the lowest. */
@@ -217,7 +217,7 @@ static void check_predict(msg_t a)
     for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
         uint32_t s = tp_get_u32(a.p + 5 + 4u * l);
         uint32_t uniform = uniform_score(l);
-        expect(s <= 255u * TP_FLY_RHO && (uniform == UINT32_MAX || s == uniform));
+        expect(s <= 255u * TP_FLYNN_RHO && (uniform == UINT32_MAX || s == uniform));
         if (s < tp_get_u32(a.p + 5 + 4u * best)) {
             best = l;
         }
@@ -239,10 +239,10 @@ static void check_learn(msg_t a, const uint8_t *req)
     expect(tp_learn_samples == samples && tp_get_u32(a.p) == samples);
     uint32_t raised = 0;
     int any_saturated = 0;
-    for (uint32_t j = 0; j < TP_FLY_M; ++j) {
+    for (uint32_t j = 0; j < TP_FLYNN_M; ++j) {
         for (uint32_t l = 0; l < TP_N_CLASSES; ++l) {
             uint8_t old = field(before.counts, j, l);
-            uint8_t now = field(tp_fly_counts, j, l);
+            uint8_t now = field(tp_flynn_counts, j, l);
             if (l != label) {
                 expect(now == old);
                 continue;
@@ -253,12 +253,12 @@ static void check_learn(msg_t a, const uint8_t *req)
         }
     }
     /* every winner is a distinct row: exactly rho counts rise unless some were already at the ceiling */
-    expect(any_saturated ? raised <= TP_FLY_RHO : raised == TP_FLY_RHO);
+    expect(any_saturated ? raised <= TP_FLYNN_RHO : raised == TP_FLYNN_RHO);
     /* padding bits after the last field belong to no count */
-    uint32_t used = (uint32_t)TP_FLY_M * TP_N_CLASSES * TP_FLY_BITS;
+    uint32_t used = (uint32_t)TP_FLYNN_M * TP_N_CLASSES * TP_FLYNN_BITS;
     if (used & 7u) {
         uint8_t pad = (uint8_t)(0xFFu << (used & 7u));
-        expect(((before.counts[CB - 1] ^ tp_fly_counts[CB - 1]) & pad) == 0);
+        expect(((before.counts[CB - 1] ^ tp_flynn_counts[CB - 1]) & pad) == 0);
     }
     expect_eeprom_unchanged();
 }
@@ -278,7 +278,7 @@ static void check_read_counts(msg_t a, const uint8_t *req)
         n = TP_BUF_SIZE - TP_FRAME_OVERHEAD - 2u;
     }
     expect(a.type == (TP_MSG_READ_COUNTS | TP_MSG_RESPONSE) && a.n == 2u + n && tp_get_u16(a.p) == CB);
-    expect(memcmp(a.p + 2, tp_fly_counts + offset, n) == 0);
+    expect(memcmp(a.p + 2, tp_flynn_counts + offset, n) == 0);
     expect_unchanged();
 }
 
@@ -286,13 +286,13 @@ static void check_clear(msg_t a)
 {
     expect(a.type == (TP_MSG_CLEAR | TP_MSG_RESPONSE) && a.n == 0 && tp_learn_samples == 0);
     for (uint16_t i = 0; i < CB; ++i) {
-        expect(tp_fly_counts[i] == 0);
+        expect(tp_flynn_counts[i] == 0);
     }
     expect_eeprom_unchanged();
 }
 
-#ifdef TP_FLY_EEPROM
-#define REC_AT TP_FLY_EEPROM_ADDR
+#ifdef TP_FLYNN_EEPROM
+#define REC_AT TP_FLYNN_EEPROM_ADDR
 #define REC_BYTES (TP_EE_HEADER + CB)
 
 /* The record of (counts, samples), laid out from the format comment in tp_main.c. */
@@ -300,7 +300,7 @@ static void make_record(uint8_t *rec, const uint8_t *counts, uint32_t samples)
 {
     rec[0] = 'T';
     rec[1] = 'F';
-    tp_put_u32(rec + 2, (uint32_t)TP_FLY_LAYOUT_KEY);
+    tp_put_u32(rec + 2, (uint32_t)TP_FLYNN_LAYOUT_KEY);
     tp_put_u16(rec + 6, CB);
     tp_put_u32(rec + 8, samples);
     memcpy(rec + TP_EE_HEADER, counts, CB);
@@ -314,7 +314,7 @@ static uint8_t record_status(const uint8_t *ee)
     if (r[0] != 'T' || r[1] != 'F') {
         return TP_EEPROM_EMPTY;
     }
-    if (tp_get_u32(r + 2) != (uint32_t)TP_FLY_LAYOUT_KEY || tp_get_u16(r + 6) != CB) {
+    if (tp_get_u32(r + 2) != (uint32_t)TP_FLYNN_LAYOUT_KEY || tp_get_u16(r + 6) != CB) {
         return TP_EEPROM_OTHER;
     }
     uint16_t crc = tp_crc16(tp_crc16(0xFFFFu, r + 8, 4), r + TP_EE_HEADER, CB);
@@ -345,7 +345,7 @@ static void check_load(msg_t a)
     uint8_t status = record_status(before.ee);
     expect(a.type == (TP_MSG_EEPROM_LOAD | TP_MSG_RESPONSE) && a.n == 5 && a.p[0] == status);
     if (status == TP_EEPROM_LOADED) {
-        expect(memcmp(tp_fly_counts, before.ee + REC_AT + TP_EE_HEADER, CB) == 0);
+        expect(memcmp(tp_flynn_counts, before.ee + REC_AT + TP_EE_HEADER, CB) == 0);
         expect(tp_learn_samples == tp_get_u32(before.ee + REC_AT + 8));
     } else {
         expect_counts_unchanged();
@@ -353,7 +353,7 @@ static void check_load(msg_t a)
     expect(tp_get_u32(a.p + 1) == tp_learn_samples);
     expect_eeprom_unchanged();
 }
-#endif /* TP_FLY_EEPROM */
+#endif /* TP_FLYNN_EEPROM */
 
 /* The harness's own model of the vector under way (the protocol description, not the firmware's variables). */
 static uint16_t h_next;
@@ -416,7 +416,7 @@ static void check_request(const uint8_t *body, uint16_t n, msg_t a)
         check_read_counts(a, req);
     } else if (type == TP_MSG_CLEAR) {
         check_clear(a);
-#ifdef TP_FLY_EEPROM
+#ifdef TP_FLYNN_EEPROM
     } else if (type == TP_MSG_EEPROM_SAVE) {
         check_save(a);
     } else {
@@ -485,7 +485,7 @@ static void op_reboot(void)
     memcpy(keep, tp_ee_image, sizeof keep);
     boot(); /* the host build's start-up erases its EEPROM emulation: put the "persistent" bytes back */
     memcpy(tp_ee_image, keep, sizeof keep);
-    expect(memcmp(tp_fly_counts, tp_fly_filters, CB) == 0 && tp_learn_samples == 0);
+    expect(memcmp(tp_flynn_counts, tp_flynn_filters, CB) == 0 && tp_learn_samples == 0);
 }
 
 static void op_tamper(const uint8_t *p, size_t n)
@@ -497,7 +497,7 @@ static void op_tamper(const uint8_t *p, size_t n)
 
 static void op_plant(const uint8_t *p, size_t n)
 {
-#ifdef TP_FLY_EEPROM
+#ifdef TP_FLYNN_EEPROM
     static uint8_t counts[CB];
     uint8_t head[4] = {0, 0, 0, 0};
     memcpy(head, p, n < 4 ? n : 4);

@@ -45,7 +45,7 @@ def make(name: str, data: str, bits: int, m: int, s: int, rho: int, store_m: boo
     out = MODELS / name
     out.mkdir(parents=True, exist_ok=True)
     (out / "tinyproto_model.h").write_text(render_header(model, data, 0, 4096))
-    flags = [*LEARN_FLAGS, f"-DTP_FLY_LAYOUT_KEY=0x{layout_key(model):08X}UL"]
+    flags = [*LEARN_FLAGS, f"-DTP_FLYNN_LAYOUT_KEY=0x{layout_key(model):08X}UL"]
     (out / "cflags").write_text("\n".join(flags) + "\n")
     return out
 

@@ -146,17 +146,17 @@ def model_cflags(model: Path, learning: bool) -> list[str]:
     path = model / "cflags"
     if path.is_file():
         return path.read_text().split()
-    return ["-DTP_FLY_LEARN", "-DTP_NO_RAW_INPUT"] if learning else []
+    return ["-DTP_FLYNN_LEARN", "-DTP_NO_RAW_INPUT"] if learning else []
 
 
 def eeprom_flags(target: Target, include: Path) -> list[str]:
-    """-DTP_FLY_EEPROM_ADDR placing the record's end `eeprom_edge` bytes past the end of the EEPROM."""
+    """-DTP_FLYNN_EEPROM_ADDR placing the record's end `eeprom_edge` bytes past the end of the EEPROM."""
     if target.eeprom_edge is None:
         return []
-    bits = header_define(include, "TP_FLY_M") * header_define(include, "TP_N_CLASSES") * header_define(
-        include, "TP_FLY_BITS")
+    bits = header_define(include, "TP_FLYNN_M") * header_define(include, "TP_N_CLASSES") * header_define(
+        include, "TP_FLYNN_BITS")
     record = _wire().EEPROM_HEADER_BYTES + (bits + 7) // 8  # the record's header + packed counts
-    return [f"-DTP_FLY_EEPROM_ADDR={EEPROM_BYTES - record + target.eeprom_edge}u"]
+    return [f"-DTP_FLYNN_EEPROM_ADDR={EEPROM_BYTES - record + target.eeprom_edge}u"]
 
 
 def sizes_include(include: Path, out_dir: Path) -> Path:

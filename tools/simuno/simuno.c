@@ -111,6 +111,7 @@ typedef struct {
     size_t in_head, in_len;  /* ring buffer of host bytes not yet given to the UART */
     uint8_t out_buf[IO_BUF_SIZE];
     size_t out_len;
+    uint32_t out_age;    /* batches the unflushed output has waited */
     int xoff;            /* the UART's input FIFO is full: do not push (the byte would be dropped) */
     uint32_t rx_polls;   /* firmware read UCSR0A/UDR0 with an empty FIFO (XON pulses) in this batch */
     uint32_t bytes_moved;/* bytes in either direction in this batch */
@@ -325,7 +326,14 @@ static void flush_output(io_state_t *io)
         write_all(io, io->out_buf, io->out_len);
         io->out_len = 0;
     }
+    io->out_age = 0;
 }
+
+/* The default mode hands the host whole frames (a 0x00 ends a tinyproto frame, a newline a line of text) and
+ * whatever is left once the firmware waits or a few batches have passed: every write wakes the reader, and a
+ * frame in two writes costs the host two wake-ups. Board mode writes after every batch (board_flush_output). */
+#define OUTPUT_MAX_AGE_BATCHES 16u
+static int g_flush_on_frame_end = 0;
 
 /* True when fd has bytes (or EOF) to read within timeout_ms. poll() instead of O_NONBLOCK because
  * stdin may be a file description shared with the parent shell. */
@@ -376,17 +384,47 @@ static int uart_rx_enabled(avr_t *avr)
 static int g_pace_rx = 0;
 static uint64_t g_next_rx_cycle = 0;
 
+/* Cycles of one character on the wire at the rate and format the firmware programmed: start bit, 5-9 data
+ * bits, parity if enabled, 1 or 2 stop bits, each (UBRR + 1) x 16 cycles (x 8 with U2X). */
+#define UCSRC_OFFSET 2
 static uint64_t uart_frame_cycles(avr_t *avr)
 {
-    uint32_t ubrr = ((uint32_t)(avr->data[g_uart_base + UBRRH_OFFSET] & 0x0Fu) << 8) |
-                    avr->data[g_uart_base + UBRRL_OFFSET];
-    uint32_t divider = ((avr->data[g_uart_base + UCSRA_OFFSET] >> U2X_BIT) & 1u) ? 8u : 16u;
-    return 10ull * divider * (ubrr + 1u);
+    const uint8_t *io = avr->data + g_uart_base;
+    uint32_t ubrr = ((uint32_t)(io[UBRRH_OFFSET] & 0x0Fu) << 8) | io[UBRRL_OFFSET];
+    uint32_t divider = ((io[UCSRA_OFFSET] >> U2X_BIT) & 1u) ? 8u : 16u;
+    uint32_t size = ((io[UCSRC_OFFSET] >> 1) & 3u) | (((io[UCSRB_OFFSET] >> 2) & 1u) << 2);
+    uint32_t data_bits = size <= 3u ? 5u + size : (size == 7u ? 9u : 8u);
+    uint32_t parity = ((io[UCSRC_OFFSET] >> 4) & 3u) != 0u;
+    uint32_t stop = 1u + ((io[UCSRC_OFFSET] >> 3) & 1u);
+    return (uint64_t)(1u + data_bits + parity + stop) * divider * (ubrr + 1u);
+}
+
+/* libsimavr 1.6 times the USART (its receive pump and the transmitter's UDRE) with a character length it works
+ * out when UBRRL is written: it always counts a parity bit, and it ignores a U2X set afterwards. Both make its
+ * line slower than the one programmed (8N1 at 1 Mbaud: 11 bit times instead of 10). Keep its figure equal to
+ * the real one, so bytes move no faster and no slower than the configured line allows, both ways. */
+static avr_uart_t *g_uart = NULL;
+
+static void uart_find(avr_t *avr)
+{
+    for (avr_io_t *io = avr->io_port; io != NULL; io = io->next) {
+        if (io->kind != NULL && strcmp(io->kind, "uart") == 0 && ((avr_uart_t *)io)->name == g_uart_name) {
+            g_uart = (avr_uart_t *)io;
+        }
+    }
+}
+
+static void uart_keep_rate(avr_t *avr)
+{
+    if (g_uart != NULL) {
+        g_uart->cycles_per_byte = uart_frame_cycles(avr);
+    }
 }
 
 /* Pushes pending host bytes into the UART's input FIFO until it reports full (XOFF) or we run out. */
 static void uart_feed(avr_t *avr, io_state_t *io)
 {
+    uart_keep_rate(avr);
     while (io->in_len > 0 && !io->xoff && uart_rx_enabled(avr)) {
         if (g_pace_rx) {
             if (avr->cycle < g_next_rx_cycle) {
@@ -409,7 +447,7 @@ static void on_uart_output(avr_irq_t *irq, uint32_t value, void *param)
     io_state_t *io = (io_state_t *)param;
     io->out_buf[io->out_len++] = (uint8_t)value;
     io->bytes_moved++;
-    if (io->out_len == IO_BUF_SIZE) {
+    if (io->out_len == IO_BUF_SIZE || (g_flush_on_frame_end && (value == 0u || value == '\n'))) {
         flush_output(io);
     }
 }
@@ -589,6 +627,7 @@ static void connect_uart(avr_t *avr, io_state_t *io)
     avr_irq_register_notify(io->uart_irq + UART_IRQ_OUTPUT, on_uart_output, io);
     avr_irq_register_notify(io->uart_irq + UART_IRQ_OUT_XON, on_uart_xon, io);
     avr_irq_register_notify(io->uart_irq + UART_IRQ_OUT_XOFF, on_uart_xoff, io);
+    uart_find(avr);
 }
 
 /* data_out_fd is the original stdout (main() moved fd 1 to stderr before libsimavr could print). */
@@ -687,6 +726,7 @@ static int run_batch(avr_t *avr, uint64_t timeout_cycles)
 
 static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
 {
+    g_flush_on_frame_end = 1;
     uint64_t idle_cycles = 0;
     uint32_t batches = 0;
     for (;;) {
@@ -696,7 +736,10 @@ static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
         g_slept_in_batch = 0;
 
         int state = run_batch(avr, timeout_cycles);
-        flush_output(io);
+        uart_keep_rate(avr);
+        if (++io->out_age >= OUTPUT_MAX_AGE_BATCHES || g_slept_in_batch || io->rx_polls > 0) {
+            flush_output(io); /* the firmware waits (sleeps or polls the receiver), or the output is old */
+        }
         if (state == cpu_Done) {
             return finish(avr, io, EXIT_DONE);
         }

@@ -16,14 +16,13 @@ Layer: families (bloom).
 
 from __future__ import annotations
 
-import math
 import time
-from typing import Callable
 
 import numpy as np
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.solving import SolveOptions
 from tinyproto.core.inputstage import InputStage
 from tinyproto.families.bloom.cost import predict_cycles
 from tinyproto.families.bloom.quantize import IntBloom
@@ -151,16 +150,14 @@ def shape_text(entry: dict) -> str:
             f"{entry['offset']}/{entry['scaling']}")
 
 
-def fit_bloom_under_budget(
-    X_train: np.ndarray,
-    y_train: np.ndarray,
-    budget_bytes: int,
-    random_state: int = 0,
-    progress: Callable[[str], None] | None = None,
-    max_latency_ms: float | None = None,
-    f_cpu_hz: int = 16_000_000,
-) -> tuple[BloomClassifier, IntBloom, dict]:
-    """(float estimator, int8 model, info) for the best cross-validated int8 Bloom model within budget_bytes."""
+def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
+                           options: SolveOptions) -> tuple[BloomClassifier, IntBloom, dict]:
+    """(float estimator, int8 model, info) for the best cross-validated int8 Bloom model within
+    options.budget_bytes (and options.max_latency_ms by the cost model at options.f_cpu_hz)."""
+    if options.learn_on is not None:
+        raise TinyprotoError("Bloom features do not learn on the device (--learnable)")
+    budget_bytes, random_state, progress = options.budget_bytes, options.seed, options.progress
+    max_latency_ms, f_cpu_hz = options.max_latency_ms, options.f_cpu_hz
     started = time.perf_counter()
     X_train = np.asarray(X_train, dtype=np.float64)
     y_train = np.asarray(y_train)
@@ -172,8 +169,6 @@ def fit_bloom_under_budget(
             f"budget {budget_bytes} B is too small for Bloom features on {n_features} features and {classes.size} "
             f"classes: the smallest model (one used slot) needs {floor} B"
         )
-    if max_latency_ms is not None and not (max_latency_ms > 0 and math.isfinite(max_latency_ms)):
-        raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
     max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
     seed = draw_seed(random_state)
     shapes_of = {kind: candidate_shapes(seed, n_features, classes.size, budget_bytes, max_cycles, kind)

@@ -16,7 +16,6 @@ Layer: families (bnc).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -25,6 +24,7 @@ from sklearn.utils import check_random_state
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.solving import SolveOptions
 from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, standardisation
 from tinyproto.core.inputstage import stage_bytes as priced_stage_bytes
 from tinyproto.families.bnc.cost import predict_cycles, shape_cycles
@@ -187,14 +187,16 @@ def _shape_text(c: Candidate) -> str:
     return text + (" shared input" if c.stage == "shared" else "")
 
 
-def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
-                         progress: Callable[[str], None] | None = None, max_latency_ms: float | None = None,
-                         f_cpu_hz: int = 16_000_000):
-    """(fitted BNCClassifier, IntBNC, info) with the best held-out int8 accuracy within budget_bytes (and
-    max_latency_ms by the cost model at f_cpu_hz). Never over the budget by a byte; a budget below the smallest
-    BNC is refused with that minimum."""
+def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
+                         options: SolveOptions) -> tuple[BNCClassifier, IntBNC, dict]:
+    """(fitted BNCClassifier, IntBNC, info) with the best held-out int8 accuracy within options.budget_bytes (and
+    options.max_latency_ms by the cost model at options.f_cpu_hz). Never over the budget by a byte; a budget below
+    the smallest BNC is refused with that minimum."""
+    if options.learn_on is not None:
+        raise TinyprotoError("BNC does not learn on the device (--learnable)")
+    budget_bytes, seed, say = options.budget_bytes, options.seed, options.say
+    max_latency_ms, f_cpu_hz = options.max_latency_ms, options.f_cpu_hz
     started = time.perf_counter()
-    say = progress or (lambda message: None)
     X = np.asarray(X_train, dtype=np.float64)
     y = np.asarray(y_train)
     if X.ndim != 2 or len(X) != len(y) or len(X) < 4:
@@ -211,8 +213,6 @@ def fit_bnc_under_budget(X_train, y_train, budget_bytes: int, seed: int = 0,
         raise TinyprotoError(f"budget {budget} B is too small for BNC on {d} features and {L} classes: the "
                              f"smallest model ({MIN_BITS} bits, one prototype per class, one shared input offset and gain) "
                              f"needs {smallest} B")
-    if max_latency_ms is not None and not (0 < max_latency_ms < float("inf")):
-        raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
     max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
     rng = check_random_state(seed)
     fit_seed = int(rng.randint(0, 2**31 - 1))

@@ -29,7 +29,7 @@ Conventions shared with the integer model (quantize.py) and firmware/tp_bnc.c:
   starts from that W (on 784 pixels at 2 kB this took the int8 test accuracy from ~0.88 to ~0.95, over seeds);
 * prototypes are kept sorted by class (the device stores class boundaries, not one label per prototype).
 
-Additions to the paper, each because of the 8-bit target or for determinism (see README, "BNC"):
+Additions to the paper, each because of the 8-bit target or for determinism (see docs/models/bnc.md):
 * `density` < 1 keeps only the largest |W| entries (a sparse W costs fewer bytes); phase 2 then trains the kept
   entries only, so the deployed hash is the one that was optimised;
 * after every epoch the binary model's training error is measured and the best (W, B) seen is kept (plain

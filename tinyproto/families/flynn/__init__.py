@@ -11,29 +11,20 @@ from tinyproto.families import (
 )
 
 
-def _fit(X, y, budget_bytes, seed, progress=None, max_latency_ms=None, f_cpu_hz=16_000_000):
-    from tinyproto.families.flynn.solver import fit_flynn_under_budget
-
-    if max_latency_ms is None:
-        return fit_flynn_under_budget(X, y, budget_bytes, seed, progress)
-    return fit_flynn_under_budget(X, y, budget_bytes, seed, progress, max_inference_ms=max_latency_ms,
-                                  f_cpu=f_cpu_hz, exact_latency=True)
-
-
 def _shape_text(entry: dict) -> str:
     return (f"m={entry['n_hashes']} s={entry['n_inputs_per_hash']} rho={entry['n_winners']} b={entry['count_bits']} "
             f"c={entry['decay']:g} {'stored' if entry['store_M'] else 'seeded'} M")
 
 
-FAMILY = Family(name="flynn", title="FlyNN", color="#d62728", fit_under_budget=_fit,
+FAMILY = Family(name="flynn", title="FlyNN", color="#d62728",
+                fit_under_budget=lazy("tinyproto.families.flynn.solver:fit_flynn_under_budget"),
                 from_json=lazy("tinyproto.families.flynn.quantize:IntFlyNN.from_json"),
                 predict_cycles=lazy("tinyproto.families.flynn.cost:predict_cycles"),
                 shape_text=_shape_text,
                 score=ScoreRule(LOWEST, "the class's novelty: how little its Bloom filter has seen the input's "
                                         "hash winners"),
                 static_state=no_static_state,  # tp_predict's heap and sums are on the stack
-                learning=Learning(fit_for_board=lazy("tinyproto.families.flynn.learning:fit_for_board"),
-                                  check=lazy("tinyproto.families.flynn.learning:check_learnable"),
+                learning=Learning(check=lazy("tinyproto.families.flynn.learning:check_learnable"),
                                   host_counts=lazy("tinyproto.families.flynn.learning:host_counts"),
                                   unpack_counts=lazy("tinyproto.families.flynn.learning:unpack_counts"),
                                   host_reference=lazy("tinyproto.families.flynn.learning:host_reference")),

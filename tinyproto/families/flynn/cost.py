@@ -13,7 +13,12 @@ import numpy as np
 from scipy.special import digamma
 
 from tinyproto.core.cost import lower_bound_cycles
-from tinyproto.families.flynn.train import GROUP_ROWS, block_rows, seeded_walk
+from tinyproto.families.flynn.seeded_index import (
+    GROUP_ROWS,
+    WIDE_INPUTS,
+    block_rows,
+    seeded_walk,
+)
 
 # FlyNN (firmware/tp_flynn.c): cycles per unit, fitted (the method of tools/calibrate_costmodel.py --flynn) on 18
 # FlyNN models from the solver (digits at 1-4 kB and 6-20 ms caps, breast_cancer, wine, segment, iris at 0.5-2 kB,
@@ -94,7 +99,6 @@ FLY_STAGES = {
                "lookup_refill", "lookup_refill_bit"),
 }
 TAKE_UNROLLED = 32  # tp_flynn.c unrolls the four-row sum up to this s, and loops beyond
-WIDE_INPUTS = 256  # tp_flynn.c's TP_FLY_WIDE: above this many hash inputs x is read in place
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ the learned counts (what the device must end with, how it packs them, which mode
 
 Layer: families (FlyNN). Used by the solver's caller (`compile --learnable`: `count_limit`), by `tinyproto learn`
 (pipeline/learn.py) and by the federated parties that learn on a device (federated/device_parties.py). The
-learning firmware is the model's normal firmware built with TP_FLY_LEARN (firmware/tp_flynn.c, tp_main.c): the
+learning firmware is the model's normal firmware built with TP_FLYNN_LEARN (firmware/tp_flynn.c, tp_main.c): the
 packed counts live in SRAM beside the frame buffer, the app's state, the inference stack and the board's reserve,
 and optionally in an EEPROM record (a header, then the counts).
 """
@@ -31,7 +31,7 @@ APP_STATIC_BYTES = wire.app_sram(1, 1, streamable=False, raw_input=False, learni
 
 
 def count_bytes(n_hashes: int, n_classes: int, bits: int) -> int:
-    """Bytes of the packed counts: L x m entries of b bits (the layout of tp_fly_filters)."""
+    """Bytes of the packed counts: L x m entries of b bits (the layout of tp_flynn_filters)."""
     return math.ceil(n_hashes * n_classes * bits / 8)
 
 
@@ -157,21 +157,6 @@ def check_learnable(model, board: Board, save_eeprom: bool) -> LearnSizes:
     return sizes
 
 
-def fit_for_board(X: np.ndarray, y: np.ndarray, budget_bytes: int, seed: int, board: Board,
-                  progress: Callable[[str], None] | None = None, max_latency_ms: float | None = None):
-    """`compile --learnable`: the FlyNN solver with m capped so the counts fit the learning firmware's SRAM and the
-    EEPROM; info["learning"] records those sizes."""
-    from tinyproto.families.flynn.solver import fit_flynn_under_budget
-
-    limit = count_limit(board, X.shape[1], len(np.unique(y)))
-    latency = {} if max_latency_ms is None else {"max_inference_ms": max_latency_ms, "f_cpu": board.f_cpu_hz,
-                                                 "exact_latency": True}
-    clf, model, info = fit_flynn_under_budget(X, y, budget_bytes, seed, progress, count_limit=limit, **latency)
-    info["chosen"]["learnable"] = True
-    info["learning"] = learn_sizes(model, board).to_dict()
-    return clf, model, info
-
-
 def host_reference(model) -> str:
     return f"IntFlyNN FlyHash of the same int8 vectors, counts saturated to {model.bits} bit(s)"
 
@@ -192,11 +177,11 @@ def host_counts(model, xq: np.ndarray, y_index: np.ndarray) -> np.ndarray:
 
 
 def unpack_counts(packed: bytes, model) -> np.ndarray:
-    """Device bytes -> (L, m) counts (the packing is (j, l) order, LSB first, like tp_fly_filters)."""
+    """Device bytes -> (L, m) counts (the packing is (j, l) order, LSB first, like tp_flynn_filters)."""
     m, L = model.n_hashes, model.n_classes
     values = unpack_bits(np.frombuffer(packed, dtype=np.uint8), model.bits, m * L)
     return values.reshape(m, L).T.copy()
 
 
 __all__ = ["APP_STATIC_BYTES", "EEPROM_HEADER_BYTES", "LearnSizes", "check_learnable", "count_bytes", "count_limit",
-           "fit_for_board", "fly_working_bytes", "host_counts", "host_reference", "layout_key", "learn_frame_bytes", "learn_sizes", "unpack_counts"]
+           "fly_working_bytes", "host_counts", "host_reference", "layout_key", "learn_frame_bytes", "learn_sizes", "unpack_counts"]

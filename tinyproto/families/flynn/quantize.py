@@ -2,20 +2,21 @@
 
 The device computes, for an int8 input x (TP_N_FEATURES values):
 
-    u        = x, or [x, ~x] with the sign split             (TP_FLY_INPUTS = d or 2d values; ~x = -x - 1, so
+    u        = x, or [x, ~x] with the sign split             (TP_FLYNN_INPUTS = d or 2d values; ~x = -x - 1, so
                                                                every int8 has its mirror and no clamp is needed)
     P_j      = Σ_{i in row j of M} u_i                        (exact; the C adds u_i + 128 in uint16)
-    W        = the TP_FLY_RHO rows with the largest P_j; ties at the cut go to the lower row index
-    score_l  = Σ_{j in W} lut[t_lj]                           (int32; TP_FLY_BITS == 1: Σ_{j in W} [t_lj == 0])
+    W        = the TP_FLYNN_RHO rows with the largest P_j; ties at the cut go to the lower row index
+    score_l  = Σ_{j in W} lut[t_lj]                           (int32; TP_FLYNN_BITS == 1: Σ_{j in W} [t_lj == 0])
     label    = argmin_l score_l, ties to the lowest index
 
-t_lj is the training count of class l on hash bit j, saturated to TP_FLY_BITS bits; lut[t] = round(255 (1-c)^t)
+t_lj is the training count of class l on hash bit j, saturated to TP_FLYNN_BITS bits; lut[t] = round(255 (1-c)^t)
 is the FBFC* weight (1 - c)^t scaled to uint8. With one bit the filter is binary (FBF): a bit scores 1 when
 the class never set it. score_l is the novelty f_l times ρ (times 255 for lut models), so argmin is unchanged.
 
-Flash arrays (render order): the input stage, `fly_filters` (t_lj packed LSB-first, entry (j, l) at bit
-(j·L + l)·b), `fly_lut` (b > 1 only) and `fly_M` (only when M is stored: row-major m x s indices, uint8 when
-TP_FLY_INPUTS <= 256). A seeded M costs no data: the device regenerates it from TP_FLY_SEED (train.seeded_indices).
+Flash arrays (render order): the input stage, `flynn_filters` (t_lj packed LSB-first, entry (j, l) at bit
+(j·L + l)·b), `flynn_lut` (b > 1 only) and `flynn_M` (only when M is stored: row-major m x s indices, uint8 when
+TP_FLYNN_INPUTS <= 256). A seeded M costs no data: the device regenerates it from TP_FLYNN_SEED
+(seeded_index.seeded_indices).
 Layer: families.
 """
 
@@ -27,18 +28,21 @@ import numpy as np
 
 from tinyproto.core.carray import CArray
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.families.flynn.train import (
+from tinyproto.core.inputstage import InputStage, choose_input_scale
+from tinyproto.core.ledger import SramItem
+from tinyproto.families.flynn.seeded_index import (
     BLOCK_ROWS,
-    FlyNNClassifier,
+    WIDE_INPUTS,
     block_rows,
+    seeded_indices,
+)
+from tinyproto.families.flynn.train import (
+    FlyNNClassifier,
     count_winners,
     project,
     projection_matrix,
-    seeded_indices,
     top_winners,
 )
-from tinyproto.core.inputstage import InputStage, choose_input_scale
-from tinyproto.core.ledger import SramItem
 
 LUT_SCALE = 255  # lut entries are uint8
 MAX_BITS = 8
@@ -61,12 +65,12 @@ def row_arrays(n_classes: int, bits: int, n_inputs: int, store_M: bool, decay: f
     what = "binary filters: bit (j*L+l) = class l set hash bit j" if b == 1 else (
         f"counts t_lj saturated to {b} bits, entry (j*L+l), LSB first"
     )
-    arrays = [CArray("fly_filters", "uint8_t", packed, f"{what} ({m}x{L}x{b} bits)")]
+    arrays = [CArray("flynn_filters", "uint8_t", packed, f"{what} ({m}x{L}x{b} bits)")]
     if b > 1:
-        arrays.append(CArray("fly_lut", "uint8_t", lut, f"round(255*(1-c)^t), c={decay:g}"))
+        arrays.append(CArray("flynn_lut", "uint8_t", lut, f"round(255*(1-c)^t), c={decay:g}"))
     if store_M:
         ctype = "uint8_t" if n_inputs <= 256 else "uint16_t"
-        arrays.append(CArray("fly_M", ctype, indices.reshape(-1), f"M: {m} rows x {s} input indices"))
+        arrays.append(CArray("flynn_M", ctype, indices.reshape(-1), f"M: {m} rows x {s} input indices"))
     return arrays
 
 
@@ -97,7 +101,7 @@ class IntFlyNN:
     input_stage: InputStage
     sign_split: bool
     seed: int  # M's seed; the device uses it when M is not stored
-    indices: np.ndarray  # (m, s) rows of M over the TP_FLY_INPUTS hash inputs
+    indices: np.ndarray  # (m, s) rows of M over the TP_FLYNN_INPUTS hash inputs
     n_winners: int  # ρ
     bits: int  # b, bits per saturated count
     counts: np.ndarray  # (L, m) saturated counts, 0..2^b - 1
@@ -222,15 +226,15 @@ class IntFlyNN:
     def defines(self) -> dict[str, int]:
         m, s = self.indices.shape
         out = {
-            "TP_FLY_M": m,
-            "TP_FLY_S": s,
-            "TP_FLY_RHO": self.n_winners,
-            "TP_FLY_BITS": self.bits,
-            "TP_FLY_INPUTS": self.n_hash_inputs,
-            "TP_FLY_SPLIT": int(self.sign_split),
-            "TP_FLY_SEEDED": int(not self.store_M),
-            "TP_FLY_BLOCK": block_rows(self.n_hash_inputs),
-            "TP_FLY_SEED": self.seed,
+            "TP_FLYNN_M": m,
+            "TP_FLYNN_S": s,
+            "TP_FLYNN_RHO": self.n_winners,
+            "TP_FLYNN_BITS": self.bits,
+            "TP_FLYNN_INPUTS": self.n_hash_inputs,
+            "TP_FLYNN_SPLIT": int(self.sign_split),
+            "TP_FLYNN_SEEDED": int(not self.store_M),
+            "TP_FLYNN_BLOCK": block_rows(self.n_hash_inputs),
+            "TP_FLYNN_SEED": self.seed,
         }
         out.update(self.input_stage.defines())
         return out
@@ -286,7 +290,6 @@ class IntFlyNN:
 
 # ---------------------------------------------------------------- the reference arithmetic, reusable by the solver
 
-WIDE_INPUTS = 256  # above this many hash inputs tp_flynn.c reads x in place (TP_FLY_WIDE) instead of a buffer
 
 
 def fly_working_sram(rho: int, n_inputs: int, n_classes: int, store_M: bool, s: int) -> list[SramItem]:

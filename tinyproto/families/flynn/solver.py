@@ -27,11 +27,13 @@ from sklearn.utils import check_random_state
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.solving import SolveOptions
 from tinyproto.families.flynn.cost import estimate_cycles
 from tinyproto.families.flynn.pricing import (DEFAULT_CAP, ExactCycles, default_max_ms, fastest_m, largest_m, model_bytes,
                                               rows_bytes)
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
-from tinyproto.families.flynn.train import FlyNNClassifier, draw_seed, project, projection_matrix, seeded_indices
+from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
+from tinyproto.families.flynn.train import FlyNNClassifier, project, projection_matrix
 from tinyproto.core.inputstage import (InputStage, centred_stage, choose_input_scale, shared_stage, stage_bytes,
                                       standardisation)
 
@@ -158,7 +160,30 @@ def _weightings(bits_grid) -> list[tuple[int, float]]:
 # ---------------------------------------------------------------- the solver
 
 
-def fit_flynn_under_budget(
+def fit_flynn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
+                           options: SolveOptions) -> tuple[FlyNNClassifier, IntFlyNN, dict]:
+    """The family's solver under the one contract (tinyproto.families.solving): without options.max_latency_ms
+    FlyNN keeps its default time cap (default_max_ms), with it the user's limit is a promise (headroom kept, and a
+    limit nothing meets is refused naming the fastest model); with options.learn_on the counts also fit what that
+    board holds while learning (SRAM beside the learning firmware, and the EEPROM record)."""
+    limit = None
+    if options.learn_on is not None:
+        from tinyproto.families.flynn.learning import count_limit
+
+        limit = count_limit(options.learn_on, np.asarray(X_train).shape[1], len(np.unique(y_train)))
+    latency = ({"max_inference_ms": DEFAULT_CAP} if options.max_latency_ms is None else
+               {"max_inference_ms": options.max_latency_ms, "exact_latency": True})
+    clf, model, info = search_flynn(X_train, y_train, options.budget_bytes, options.seed, options.progress,
+                                    f_cpu=options.f_cpu_hz, count_limit=limit, **latency)
+    if options.learn_on is not None:
+        from tinyproto.families.flynn.learning import learn_sizes
+
+        info["chosen"]["learnable"] = True
+        info["learning"] = learn_sizes(model, options.learn_on).to_dict()
+    return clf, model, info
+
+
+def search_flynn(
     X_train,
     y_train,
     budget_bytes: int,
@@ -171,7 +196,8 @@ def fit_flynn_under_budget(
     count_limit: CountLimit | None = None,
     exact_latency: bool = False,
 ) -> tuple[FlyNNClassifier, IntFlyNN, dict]:
-    """Fit the FlyNN with the best cross-validated integer accuracy whose model bytes are <= budget_bytes.
+    """The search behind fit_flynn_under_budget, with FlyNN's own knobs (benchmarks use max_inference_ms=None:
+    no time cap at all). Fit the FlyNN with the best cross-validated integer accuracy whose model bytes are <= budget_bytes.
 
     progress, if given, receives one-line status messages. max_inference_ms caps the estimated AVR inference time
     at f_cpu (None: no cap; DEFAULT_CAP: default_max_ms(n_features)). count_limit, if given, caps m for each (ρ, b, inputs, M mode) so the counts fit
@@ -245,13 +271,13 @@ def fit_flynn_under_budget(
             f"no FlyNN fits {budget} B within {max_inference_ms} ms per inference{learnable}; raise the budget or "
             "the time cap"
         )
-    best_prep = max(tried.values(), key=_rank)
+    best_prep = max(tried.values(), key=candidate_rank)
     prep = next(p for p in prepared if (p.scaling, p.sign_split) == (best_prep.scaling, best_prep.sign_split))
     evaluate(prep, S_GRID, RHO_GRID, BITS_GRID, (False, True))
     candidates = list(tried.values())
     say(f"flynn: {len(candidates)} candidates evaluated")
 
-    best = max(candidates, key=_rank)
+    best = max(candidates, key=candidate_rank)
     chosen_prep = next(p for p in prepared if (p.scaling, p.sign_split) == (best.scaling, best.sign_split))
     clf = FlyNNClassifier(
         n_hashes=best.m,
@@ -273,7 +299,7 @@ def fit_flynn_under_budget(
     cycles = predict_cycles(model)["total"]
     if max_cycles is not None and cycles > max_cycles:  # cannot happen: ExactCycles is the cost model
         raise AssertionError(f"chosen FlyNN is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
-    ranked = sorted(candidates, key=_rank, reverse=True)
+    ranked = sorted(candidates, key=candidate_rank, reverse=True)
     shown = [best] + [c for c in ranked if c != best][:5]
     for_table = {}
     for c in shown:  # the cost model's cycles (exact for a seeded or stored M) for the table of runners-up
@@ -319,8 +345,9 @@ def fit_flynn_under_budget(
     return clf, model, info
 
 
-def _rank(c: Candidate) -> tuple:
-    """Best accuracy; among equals the faster, then the smaller model."""
+def candidate_rank(c: Candidate) -> tuple:
+    """The sort key of the solver's choice (the largest wins): the best accuracy; among equals the faster, then
+    the smaller model. Public: the federated selection ranks the same candidates by it."""
     return (round(c.cv_accuracy, 9), -c.est_cycles, -c.model_bytes)
 
 
@@ -408,5 +435,5 @@ def _fastest_refusal(prepared, budget, max_ms, L, d, y_index, folds, seed, f_cpu
 
 
 def solver_random_state(seed: int) -> int:
-    """The FlyNNClassifier random_state fit_flynn_under_budget(random_state=seed) uses (its first draw)."""
+    """The FlyNNClassifier random_state the solver with seed `seed` uses (its first draw)."""
     return int(check_random_state(seed).randint(0, 2**31 - 1))

@@ -13,7 +13,7 @@ from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.core.wire import CHUNK_BYTES
 from tinyproto.families.protonn.encoding import DENSE_GROUP
 
-# ProtoNN, AVR assembly kernels (firmware/tp_protonn.c, TP_PN_ASM): cycles per unit of each term. The inner-loop
+# ProtoNN, AVR assembly kernels (firmware/tp_protonn.c, TP_PROTONN_ASM): cycles per unit of each term. The inner-loop
 # terms are held at their instruction counts (13 per nonzero, 3 per clear bit, 4 per 8 dense inputs and group, 13 / 11
 # per distance term with z in SRAM / in registers, 9 per dense W entry + 2 per input load and group, 8 per score
 # product + 2 per kernel load and group, 2 per bit of
@@ -27,7 +27,7 @@ PN_CYCLES = {
     "row32": 55,  # per row rescaled in 32 bits (right shift below 8 or beyond the 24-bit bound, left, or none)
     "rshift32": 8,  # per row and bit of a 32-bit rescale shift (right shifts below 8, or beyond the bound)
     "lshift32": 23,  # per row and bit of the 32-bit left shift (negative projection shift)
-    "row_asm": 32,  # per projected dimension, asm rescale (TP_PN_ROW_Z_ASM): set-up, bias, clamp, store
+    "row_asm": 32,  # per projected dimension, asm rescale (TP_PROTONN_ROW_Z_ASM): set-up, bias, clamp, store
     "rshift_asm": 2,  # per row and bit of the asm rescale shift (RSHIFT - 8)
     "mask_byte": 8,  # per nonzero bitmap byte: lpm, test, branch
     "zero_mask_byte": 7,  # per all-zero bitmap byte (its 8 inputs are skipped at once)
@@ -52,7 +52,7 @@ PN_CYCLES = {
     "score_step": 4,  # per 8 prototypes and group: the loop step
     "score_term": 8,  # per Z entry times a kernel: lpm, mul, 24-bit add
 }
-SCORE_GROUP = 5  # classes per kernel load (quantize.SCORE_GROUP, TP_PN_SCORE_GROUP)
+SCORE_GROUP = 5  # classes per kernel load (quantize.SCORE_GROUP, TP_PROTONN_SCORE_GROUP)
 # The portable C loops, which the AVR build falls back to outside the assembly kernels' proven bounds
 # (d > 511 features, D > 255 dimensions or m > 256 prototypes): the previous calibration of the same C code.
 PN_CYCLES_C = {
@@ -92,12 +92,12 @@ PN_STREAM_CYCLES = {
 
 
 def protonn_uses_asm(model) -> bool:
-    """Whether the AVR build runs the assembly kernels (the same test as TP_PN_ASM in tp_protonn.c)."""
+    """Whether the AVR build runs the assembly kernels (the same test as TP_PROTONN_ASM in tp_protonn.c)."""
     return model.n_components <= 255 and model.n_prototypes <= 256
 
 
 def protonn_uses_asm_rows(model) -> bool:
-    """Whether the projection runs the assembly row kernels (TP_PN_ASM_ROWS: also d <= 511, row-major W)."""
+    """Whether the projection runs the assembly row kernels (TP_PROTONN_ASM_ROWS: also d <= 511, row-major W)."""
     return protonn_uses_asm(model) and model.n_features <= 511 and model.w_encoding in ("dense", "bitmap")
 
 
@@ -119,7 +119,7 @@ def _stream_terms(model) -> dict[str, int]:
 
 
 def _rescale16(model) -> bool:
-    """tp_pn_rescale's 16-bit path (TP_PN_ASM_ROWS, right shift >= 8 within the 24-bit bound)."""
+    """tp_protonn_rescale's 16-bit path (TP_PROTONN_ASM_ROWS, right shift >= 8 within the 24-bit bound)."""
     right, d = max(model.proj_shift, 0), model.n_features
     return (protonn_uses_asm(model) and d <= 511 and right >= 8
             and 16384 * d + (1 << (right - 1)) < 1 << 23)
@@ -144,7 +144,7 @@ def protonn_cost_terms(model) -> dict[str, int]:
         terms["row32"] = D
         terms["rshift32"] = D * right
         terms["lshift32"] = D * left
-    if D <= 16 and (model.table.size - 1) << model.table_shift <= 0xFFFF:  # tp_pn_kernels' register-z loop
+    if D <= 16 and (model.table.size - 1) << model.table_shift <= 0xFFFF:  # tp_protonn_kernels' register-z loop
         terms.update(fixed_reg=1, proto_reg=m, dist_term_reg=m * D)
     else:
         terms.update(proto=m, dist_term=m * D)

@@ -62,7 +62,7 @@ def smallest(W: np.ndarray) -> str:
     return min(names, key=lambda n: (encoded_bytes(W, n), ENCODINGS.index(n)))
 
 
-DENSE_GROUP = 4  # rows projected together by the dense kernel (firmware/tp_protonn.c, TP_PN_DENSE_GROUP_ASM)
+DENSE_GROUP = 4  # rows projected together by the dense kernel (firmware/tp_protonn.c, TP_PROTONN_DENSE_GROUP_ASM)
 
 
 def dense_layout(W: np.ndarray) -> np.ndarray:

@@ -44,7 +44,7 @@ DEFAULT_TABLE_SIZE = 64
 FOLD_QUANTILE = 0.98  # folded weights: this quantile of |W / sigma| maps to 127
 OFFSET_MAX = 512  # |o_r| bound on B's grid: beyond 127 + 385 z saturates whatever the projection
 ACC24_MAX_ROW_NNZ = 511  # 24-bit projection accumulators hold rows of up to this many nonzeros (|W x| <= 128^2)
-SCORE_GROUP = 5  # classes scored together (TP_PN_SCORE_GROUP): one kernel load serves this many products
+SCORE_GROUP = 5  # classes scored together (TP_PROTONN_SCORE_GROUP): one kernel load serves this many products
 
 
 def score_layout(Z_q: np.ndarray) -> np.ndarray:
@@ -112,48 +112,49 @@ class IntProtoNN:
         name = self.w_encoding
         flash = encoding.encode(self.W_q, name)
         if name == "dense":
-            arrays.append(CArray("pn_W", "int8_t", encoding.dense_layout(self.W_q),
+            arrays.append(CArray("protonn_W", "int8_t", encoding.dense_layout(self.W_q),
                                  f"projection W, dense int8, rows in groups of {encoding.DENSE_GROUP} input by input"))
         elif name == "bitmap":
-            arrays.append(CArray("pn_W_bitmap", "uint8_t", encoding.bitmap_stream(self.W_q),
+            arrays.append(CArray("protonn_W_bitmap", "uint8_t", encoding.bitmap_stream(self.W_q),
                                  "projection W, row by row: per 8 inputs a nonzero bitmap byte, then those nonzeros"))
         else:
             what = "1 byte" if name == "col_bytes" else "4 bits"
-            arrays.append(CArray("pn_W_codes", "uint8_t", flash["codes"],
+            arrays.append(CArray("protonn_W_codes", "uint8_t", flash["codes"],
                                  f"projection W, {what} per nonzero: row | last-of-feature flag, feature by feature"))
-            arrays.append(CArray("pn_W_values", "int8_t", flash["values"], "projection W, nonzeros feature by feature"))
+            arrays.append(CArray("protonn_W_values", "int8_t", flash["values"],
+                                 "projection W, nonzeros feature by feature"))
         if self.offset is not None:
-            arrays.append(CArray("pn_offset", "int16_t", self.offset,
+            arrays.append(CArray("protonn_offset", "int16_t", self.offset,
                                  "projection offset on B's grid (the folded input standardisation)"))
-        arrays.append(CArray("pn_B", "int8_t", self.B_q, "prototypes B, int8 (m x D)"))
-        arrays.append(CArray("pn_Z", "uint8_t", score_layout(self.Z_q),
+        arrays.append(CArray("protonn_B", "int8_t", self.B_q, "prototypes B, int8 (m x D)"))
+        arrays.append(CArray("protonn_Z", "uint8_t", score_layout(self.Z_q),
                              f"prototype labels Z + 128, uint8, classes in groups of {SCORE_GROUP} (m x group)"))
-        arrays.append(CArray("pn_kernel", "uint8_t", self.table, "exp(-gamma^2 dist) lookup table"))
+        arrays.append(CArray("protonn_kernel", "uint8_t", self.table, "exp(-gamma^2 dist) lookup table"))
         return arrays
 
     def defines(self) -> dict[str, int]:
         name = self.w_encoding
         out = {
             **self.input_stage.defines(),
-            "TP_PN_DIM": self.n_components,
-            "TP_PN_PROTOS": self.n_prototypes,
-            "TP_PN_W_DENSE": int(name == "dense"),
-            "TP_PN_W_MASK_BYTES": encoding.mask_row_bytes(self.n_features),
-            "TP_PN_PROJ_RSHIFT": max(self.proj_shift, 0),
-            "TP_PN_PROJ_LSHIFT": max(-self.proj_shift, 0),
-            "TP_PN_PZ_MAX": PZ_MAX,
-            "TP_PN_TABLE_SIZE": int(self.table.size),
-            "TP_PN_TABLE_SHIFT": self.table_shift,
+            "TP_PROTONN_DIM": self.n_components,
+            "TP_PROTONN_PROTOS": self.n_prototypes,
+            "TP_PROTONN_W_DENSE": int(name == "dense"),
+            "TP_PROTONN_W_MASK_BYTES": encoding.mask_row_bytes(self.n_features),
+            "TP_PROTONN_PROJ_RSHIFT": max(self.proj_shift, 0),
+            "TP_PROTONN_PROJ_LSHIFT": max(-self.proj_shift, 0),
+            "TP_PROTONN_PZ_MAX": PZ_MAX,
+            "TP_PROTONN_TABLE_SIZE": int(self.table.size),
+            "TP_PROTONN_TABLE_SHIFT": self.table_shift,
         }
         # Only what differs from the C defaults (row-major W, no offset, not streamed) is written, so a model
         # without the wide-input features keeps its header, and its hash, byte for byte.
         if self.streamable:
             # column-coded W streams (the device app feeds each chunk as it arrives, no input vector held);
             # a row-major W (narrow inputs) is gathered (d bytes) and runs tp_predict's assembly row kernels
-            out.update(TP_STREAMABLE=1, TP_PN_W_ENC=encoding.ENCODING_ID[name],
-                       TP_PN_ACC24=int(self.max_row_nnz <= ACC24_MAX_ROW_NNZ))
+            out.update(TP_STREAMABLE=1, TP_PROTONN_W_ENC=encoding.ENCODING_ID[name],
+                       TP_PROTONN_ACC24=int(self.max_row_nnz <= ACC24_MAX_ROW_NNZ))
         if self.offset is not None:
-            out["TP_PN_OFFSET"] = 1
+            out["TP_PROTONN_OFFSET"] = 1
         return out
 
     def working_sram(self) -> list[SramItem]:
@@ -167,7 +168,7 @@ class IntProtoNN:
 
     def static_state(self) -> StaticState:
         """firmware/tp_protonn.c's static variables for this model (AVR: 2-byte pointers). The streaming trio keeps
-        D projection sums (24 bits each when TP_PN_ACC24) and its read positions in W; a column-coded W
+        D projection sums (24 bits each when TP_PROTONN_ACC24) and its read positions in W; a column-coded W
         (TP_STREAMABLE) runs tp_predict through that stream, so only then does tp_predict use them."""
         enc = self.w_encoding
         acc24 = self.streamable and self.max_row_nnz <= ACC24_MAX_ROW_NNZ

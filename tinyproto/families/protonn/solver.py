@@ -21,12 +21,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-from typing import Callable
 
 import numpy as np
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.solving import SolveOptions
 from tinyproto.families.protonn.quantize import IntProtoNN, drop_unread, quantize_protonn
 from tinyproto.families.protonn.shapes import (STAGES, TABLE_SIZES, Shape, candidate_shapes, fastest_shape,
                                                largest_nnz, minimum_budget, model_bytes, model_cycles)
@@ -122,15 +122,8 @@ def _shape_text(shape: dict) -> str:
     return f"d_hat={shape['n_components']} m={shape['n_prototypes']} s_W={shape['sparsity_W']:g}"
 
 
-def fit_protonn_under_budget(
-    X_train: np.ndarray,
-    y_train: np.ndarray,
-    budget_bytes: int,
-    random_state: int = 0,
-    progress: Callable[[str], None] | None = None,
-    max_latency_ms: float | None = None,
-    f_cpu_hz: int = 16_000_000,
-) -> tuple[ProtoNNClassifier, IntProtoNN, dict]:
+def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
+                             options: SolveOptions) -> tuple[ProtoNNClassifier, IntProtoNN, dict]:
     """Search shapes on an inner validation split, refit the chosen one on all training data, quantize, check bytes
     (and, with max_latency_ms, the predicted cycles at f_cpu_hz: the family's cost model on the int8 model).
 
@@ -139,6 +132,10 @@ def fit_protonn_under_budget(
     win, then the fewest bytes."""
     from sklearn.model_selection import train_test_split
 
+    budget_bytes, random_state, progress = options.budget_bytes, options.seed, options.progress
+    max_latency_ms, f_cpu_hz = options.max_latency_ms, options.f_cpu_hz
+    if options.learn_on is not None:
+        raise TinyprotoError("ProtoNN does not learn on the device (--learnable)")
     started = time.perf_counter()
     n_features = X_train.shape[1]
     classes, counts = np.unique(y_train, return_counts=True)
@@ -148,8 +145,6 @@ def fit_protonn_under_budget(
             f"budget {budget_bytes} B is too small for ProtoNN on {n_features} features and {len(classes)} classes: "
             f"the smallest model (d_hat=1, one prototype per class) needs {floor} B"
         )
-    if max_latency_ms is not None and not (max_latency_ms > 0 and math.isfinite(max_latency_ms)):
-        raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
     max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
 
     def ms(cycles: float) -> float:
@@ -168,8 +163,8 @@ def fit_protonn_under_budget(
     splits = folds or [(X_fit, y_fit, X_val, y_val)]
 
     def evaluate_all(batch: list[Shape]) -> list[dict | None]:
-        """Validate a batch of shapes (in SEARCH_JOBS processes when the data is large enough to pay for them)."""
-        results = _map_shapes(batch, splits, budget_bytes, max_cycles, random_state, X_search.size)
+        """Validate a batch of shapes (in options.n_jobs processes when the data is large enough to pay for them)."""
+        results = _map_shapes(batch, splits, budget_bytes, max_cycles, random_state, X_search.size, options.n_jobs)
         out = []
         for shape, result in zip(batch, results):
             if result is None:  # even one W nonzero per row is predicted too slow
@@ -260,7 +255,6 @@ RUNNERS_UP = 5
 VALIDATION_FOLDS = 3  # > 1: stratified K-fold cross-validation of every candidate; else one VALIDATION_FRACTION split
 
 
-SEARCH_JOBS = 2  # processes validating candidates in parallel (the results do not depend on it)
 PARALLEL_MIN_VALUES = 200_000  # below this many training values a second process costs more than it saves
 
 
@@ -277,10 +271,11 @@ def _validate_shape(shape: Shape, splits: list, budget_bytes: int, max_cycles, s
     return correct, cycles, nbytes
 
 
-def _map_shapes(shapes: list[Shape], splits: list, budget_bytes: int, max_cycles, seed: int, n_values: int) -> list:
-    import os
-
-    jobs = min(SEARCH_JOBS, len(shapes), os.cpu_count() or 1)
+def _map_shapes(shapes: list[Shape], splits: list, budget_bytes: int, max_cycles, seed: int, n_values: int,
+                n_jobs: int) -> list:
+    """Each shape's _validate_shape, in n_jobs processes when the data is large enough to pay for them (the
+    results, and their order, do not depend on n_jobs)."""
+    jobs = min(n_jobs, len(shapes))
     if jobs <= 1 or n_values < PARALLEL_MIN_VALUES:
         return [_validate_shape(s, splits, budget_bytes, max_cycles, seed) for s in shapes]
     from joblib import Parallel, delayed

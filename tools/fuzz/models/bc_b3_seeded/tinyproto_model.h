@@ -16,22 +16,22 @@
 #define TP_N_CLASSES 2
 #define TP_FAMILY_ID 2
 #define TP_FAMILY_FLYNN 1
-#define TP_FLY_M 203
-#define TP_FLY_S 8
-#define TP_FLY_RHO 16
-#define TP_FLY_BITS 3
-#define TP_FLY_INPUTS 60
-#define TP_FLY_SPLIT 1
-#define TP_FLY_SEEDED 1
-#define TP_FLY_BLOCK 16
-#define TP_FLY_SEED 5995
+#define TP_FLYNN_M 203
+#define TP_FLYNN_S 8
+#define TP_FLYNN_RHO 16
+#define TP_FLYNN_BITS 3
+#define TP_FLYNN_INPUTS 60
+#define TP_FLYNN_SPLIT 1
+#define TP_FLYNN_SEEDED 1
+#define TP_FLYNN_BLOCK 16
+#define TP_FLYNN_SEED 5995
 #define TP_INPUT_MEAN_EXP (-5)
 #define TP_INPUT_GAIN_EXP (-1)
 #define TP_MODEL_HASH 0x76F7B1ACUL
 extern const uint16_t tp_input_mean[30]; /* per-feature mean, half float x 2^TP_INPUT_MEAN_EXP: 60 B */
 extern const uint16_t tp_input_gain[30]; /* per-feature 1/(std*step), half float x 2^TP_INPUT_GAIN_EXP: 60 B */
-extern const uint8_t tp_fly_filters[153]; /* counts t_lj saturated to 3 bits, entry (j*L+l), LSB first (203x2x3 bits): 153 B */
-extern const uint8_t tp_fly_lut[8]; /* round(255*(1-c)^t), c=0.5: 8 B */
+extern const uint8_t tp_flynn_filters[153]; /* counts t_lj saturated to 3 bits, entry (j*L+l), LSB first (203x2x3 bits): 153 B */
+extern const uint8_t tp_flynn_lut[8]; /* round(255*(1-c)^t), c=0.5: 8 B */
 #ifdef TP_MODEL_DATA
 const uint16_t tp_input_mean[30] PROGMEM = {
     24335, 24785, 27070, 29983, 16937, 17065, 16812, 15950, 17865, 16388, 19042, 20694, 21933, 25856, 13129, 14972,
@@ -41,7 +41,7 @@ const uint16_t tp_input_gain[30] PROGMEM = {
     19639, 19402, 16760, 12799, 27845, 25866, 25295, 26302, 26859, 28863, 23436, 22495, 20503, 15804, 30031, 27591,
     26893, 29047, 28674, 30519, 19195, 18817, 16388, 12174, 27095, 24281, 23859, 25588, 25715, 27520,
 };
-const uint8_t tp_fly_filters[153] PROGMEM = {
+const uint8_t tp_flynn_filters[153] PROGMEM = {
     7, 247, 107, 23, 181, 255, 201, 40, 252, 121, 255, 167, 63, 126, 1, 87,
     255, 231, 249, 143, 159, 249, 255, 235, 59, 132, 95, 135, 126, 252, 191, 14,
     94, 231, 78, 232, 95, 142, 255, 31, 254, 237, 255, 223, 227, 7, 254, 234,
@@ -53,7 +53,7 @@ const uint8_t tp_fly_filters[153] PROGMEM = {
     131, 63, 240, 232, 63, 255, 251, 124, 206, 103, 255, 143, 255, 250, 225, 255,
     255, 193, 247, 58, 15, 240, 31, 174, 3,
 };
-const uint8_t tp_fly_lut[8] PROGMEM = {
+const uint8_t tp_flynn_lut[8] PROGMEM = {
     255, 128, 64, 32, 16, 8, 4, 2,
 };
 #endif /* TP_MODEL_DATA */

@@ -16,22 +16,22 @@
 #define TP_N_CLASSES 10
 #define TP_FAMILY_ID 2
 #define TP_FAMILY_FLYNN 1
-#define TP_FLY_M 160
-#define TP_FLY_S 6
-#define TP_FLY_RHO 12
-#define TP_FLY_BITS 1
-#define TP_FLY_INPUTS 128
-#define TP_FLY_SPLIT 1
-#define TP_FLY_SEEDED 0
-#define TP_FLY_BLOCK 16
-#define TP_FLY_SEED 5995
+#define TP_FLYNN_M 160
+#define TP_FLYNN_S 6
+#define TP_FLYNN_RHO 12
+#define TP_FLYNN_BITS 1
+#define TP_FLYNN_INPUTS 128
+#define TP_FLYNN_SPLIT 1
+#define TP_FLYNN_SEEDED 0
+#define TP_FLYNN_BLOCK 16
+#define TP_FLYNN_SEED 5995
 #define TP_INPUT_MEAN_EXP (-11)
 #define TP_INPUT_GAIN_EXP (-4)
 #define TP_MODEL_HASH 0xD2306730UL
 extern const uint16_t tp_input_mean[64]; /* per-feature mean, half float x 2^TP_INPUT_MEAN_EXP: 128 B */
 extern const uint16_t tp_input_gain[64]; /* per-feature 1/(std*step), half float x 2^TP_INPUT_GAIN_EXP: 128 B */
-extern const uint8_t tp_fly_filters[200]; /* binary filters: bit (j*L+l) = class l set hash bit j (160x10x1 bits): 200 B */
-extern const uint8_t tp_fly_M[960]; /* M: 160 rows x 6 input indices: 960 B */
+extern const uint8_t tp_flynn_filters[200]; /* binary filters: bit (j*L+l) = class l set hash bit j (160x10x1 bits): 200 B */
+extern const uint8_t tp_flynn_M[960]; /* M: 160 rows x 6 input indices: 960 B */
 #ifdef TP_MODEL_DATA
 const uint16_t tp_input_mean[64] PROGMEM = {
     0, 24799, 28991, 30188, 30178, 29104, 26967, 23462, 19160, 27643, 30002, 30210, 29986, 29705, 27417, 23268,
@@ -45,7 +45,7 @@ const uint16_t tp_input_gain[64] PROGMEM = {
     22600, 22867, 21975, 21991, 22082, 22100, 22859, 22600, 27654, 23127, 21937, 21940, 21999, 22159, 22618, 27048,
     28266, 23856, 22158, 22300, 22271, 22042, 22427, 24688, 30033, 24825, 22344, 22600, 22429, 22088, 22669, 23739,
 };
-const uint8_t tp_fly_filters[200] PROGMEM = {
+const uint8_t tp_flynn_filters[200] PROGMEM = {
     111, 139, 145, 166, 223, 159, 19, 36, 63, 174, 0, 229, 185, 239, 236, 142,
     244, 47, 123, 219, 151, 27, 231, 127, 60, 140, 253, 237, 120, 90, 255, 251,
     237, 251, 125, 37, 253, 14, 201, 239, 6, 60, 239, 185, 200, 68, 188, 15,
@@ -60,7 +60,7 @@ const uint8_t tp_fly_filters[200] PROGMEM = {
     245, 237, 254, 247, 190, 127, 239, 122, 63, 191, 223, 199, 251, 252, 127, 127,
     206, 255, 252, 113, 223, 39, 151, 215,
 };
-const uint8_t tp_fly_M[960] PROGMEM = {
+const uint8_t tp_flynn_M[960] PROGMEM = {
     10, 91, 108, 74, 62, 70, 102, 55, 72, 38, 26, 34, 76, 29, 46, 12,
     0, 8, 95, 48, 65, 31, 19, 27, 90, 43, 60, 26, 14, 22, 51, 4,
     21, 115, 103, 111, 64, 17, 34, 0, 116, 124, 53, 6, 23, 117, 105, 113,

@@ -1,0 +1,34 @@
+"""The serial line's speed per board: the fastest rate the clock divides exactly (the USB bridges' side is stated
+in each board file), a fallback within the UART's tolerance, and `--baud` refusing a rate the clock cannot make."""
+
+from __future__ import annotations
+
+import pytest
+
+from tinyproto.core.boards import available_boards, baud_error, load_board, ubrr_of
+from tinyproto.core.errors import TinyprotoError
+
+
+@pytest.mark.parametrize("name", available_boards())
+def test_each_board_talks_at_an_exact_rate_and_says_why(name):
+    board = load_board(name)
+    assert baud_error(board.f_cpu_hz, board.serial_baud) == 0.0
+    assert board.serial_baud >= 500_000 and board.serial_baud_fallback < board.serial_baud
+    assert abs(baud_error(board.f_cpu_hz, board.serial_baud_fallback)) < 0.025
+    assert "exact" in board.serial_baud_source and "upload" in board.serial_baud_source.lower()
+    # at least 160 cycles per byte: the receive interrupt and the frame decoding must keep up
+    assert board.f_cpu_hz // (board.serial_baud // 10) >= 160
+
+
+def test_the_divisors_of_the_fast_rates():
+    assert ubrr_of(16_000_000, 1_000_000) == 1 and ubrr_of(16_000_000, 500_000) == 3
+    assert ubrr_of(8_000_000, 500_000) == 1 and ubrr_of(16_000_000, 115_200) == 16
+    assert baud_error(16_000_000, 115_200) == pytest.approx(0.0212, abs=1e-4)
+
+
+def test_with_baud_falls_back_or_refuses_in_one_line():
+    uno = load_board("uno")
+    assert uno.with_baud(None) is uno and uno.with_baud(115200).serial_baud == 115200
+    with pytest.raises(TinyprotoError) as info:
+        load_board("pro_mini_3v3").with_baud(115200)  # -3.5 % at 8 MHz
+    assert "\n" not in str(info.value) and "-3.5 %" in str(info.value)

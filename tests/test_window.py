@@ -1,0 +1,174 @@
+"""A window of frames in flight: the host sends the chunks of a raw vector before earlier ones are answered,
+never more unanswered bytes than the device's receive ring holds, and recovers from a lost request or answer by
+sending the vector again from its first chunk. The real AVR app on the simulator: same answers, at the line's
+pace."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_protocol import ROOT, build_avr, fake_quantize, fake_scores
+
+from tinyproto.core import wire
+from tinyproto.device import protocol as P
+
+N_FEATURES, N_CLASSES = 150, 3
+
+
+def _raw_answer(frame: P.Frame) -> bytes:
+    first = struct.unpack_from("<H", frame.payload)[0]
+    raw = np.frombuffer(frame.payload[2:], "<f4")
+    x = fake_quantize(raw)
+    if first + len(raw) < N_FEATURES:
+        return P.encode_frame(0x83, frame.seq, x.tobytes())
+    return P.encode_frame(0x83, frame.seq, struct.pack("<BI", 0, 0) + x.tobytes() + bytes(4 * N_CLASSES))
+
+
+class RingDevice:
+    """A device double with a receive ring: requests wait until the host reads, then one is answered per read
+    (the device is slower than the host). Records the most unanswered bytes the host ever had on the way."""
+
+    def __init__(self, drop=lambda frame, n: None) -> None:
+        self.timeout = 0.01
+        self.port = "mem://ring"
+        self.pending: list[tuple[bytes, int]] = []  # (encoded request, bytes on the wire incl. the 0x00)
+        self.rx = bytearray()
+        self.requests: list[P.Frame] = []
+        self.writes: list[int] = []  # frames per write() call
+        self.max_unanswered = 0
+        self.drop = drop  # (frame, n) -> "request" | "answer" | None
+
+    def write(self, data: bytes) -> int:
+        encoded = [e for e in bytes(data).split(b"\x00") if e]
+        self.writes.append(len(encoded))
+        self.pending += [(e, len(e) + 2) for e in encoded]
+        self.max_unanswered = max(self.max_unanswered, sum(n for _, n in self.pending))
+        return len(data)
+
+    def read(self, size: int = 1) -> bytes:
+        if not self.rx and self.pending:
+            encoded, _ = self.pending.pop(0)
+            frame = P.decode_frame(encoded)
+            fault = self.drop(frame, len(self.requests))
+            self.requests.append(frame)
+            if frame.type == P.MSG_HELLO:
+                flags = P.FLAG_RAW | P.FLAG_WINDOW
+                self.rx += P.encode_frame(0x81, frame.seq, struct.pack(
+                    "<4sBBBIHBBBIB", b"TPRO", P.PROTO_VERSION, 1, 1, 7, N_FEATURES, N_CLASSES, 1, 4, 0, flags))
+            elif fault != "request":
+                answer = _raw_answer(frame)
+                if fault != "answer":
+                    self.rx += answer
+        out = bytes(self.rx[:size])
+        del self.rx[:size]
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def _firsts(device: RingDevice) -> list[int]:
+    return [struct.unpack_from("<H", f.payload)[0] for f in device.requests if f.type == P.MSG_PREDICT_RAW]
+
+
+def _raw_vector() -> np.ndarray:
+    return (np.arange(N_FEATURES, dtype=np.float32) - 70) / 9
+
+
+def test_frames_go_ahead_of_their_answers_within_the_ring():
+    device = RingDevice()
+    client = P.DeviceClient(device, timeout=0.2)
+    assert client.hello().windowed
+    result = client.predict_raw(_raw_vector())
+    np.testing.assert_array_equal(result.x, fake_quantize(_raw_vector()))
+    chunks = -(-N_FEATURES // wire.RAW_CHUNK_FEATURES)
+    assert _firsts(device) == list(range(0, N_FEATURES, wire.RAW_CHUNK_FEATURES)) and len(device.requests) == 1 + chunks
+    assert max(device.writes) >= 2  # several frames on the way at once
+    assert wire.RX_WINDOW_BYTES - 80 < device.max_unanswered <= wire.RX_WINDOW_BYTES
+    assert client.window_restarts == 0
+
+
+@pytest.mark.parametrize("fault", ["request", "answer"])
+def test_a_lost_frame_in_the_window_resends_the_vector_from_its_first_chunk(fault):
+    lost = {"done": False}
+
+    def drop(frame, n):
+        if frame.type == P.MSG_PREDICT_RAW and struct.unpack_from("<H", frame.payload)[0] == 48 and not lost["done"]:
+            lost["done"] = True
+            return fault
+        return None
+
+    device = RingDevice(drop)
+    client = P.DeviceClient(device, timeout=0.2)
+    client.hello()
+    result = client.predict_raw(_raw_vector())
+    np.testing.assert_array_equal(result.x, fake_quantize(_raw_vector()))
+    assert client.window_restarts == 1
+    firsts = _firsts(device)
+    restart = firsts.index(0, 1)
+    assert firsts[restart:] == list(range(0, N_FEATURES, wire.RAW_CHUNK_FEATURES))  # the whole vector again
+
+
+def test_a_device_that_keeps_losing_frames_is_one_clear_error():
+    device = RingDevice(lambda frame, n: "answer" if frame.type == P.MSG_PREDICT_RAW else None)
+    client = P.DeviceClient(device, n_retries=2, timeout=0.05)
+    client.hello()
+    with pytest.raises(P.DeviceError) as info:
+        client.predict_raw(_raw_vector())
+    assert "\n" not in str(info.value) and "baud rate" in str(info.value)
+    assert client.window_restarts == 2
+
+
+def _simuno(tmp_path: Path) -> Path:
+    simuno = tmp_path / "simuno"
+    built = subprocess.run(["cc", "-O2", "-std=gnu99", str(ROOT / "tools/simuno/simuno.c"), "-lsimavr", "-o",
+                            str(simuno)], capture_output=True, check=False)
+    if built.returncode != 0:
+        pytest.skip("simuno does not build here (libsimavr-dev missing?)")
+    return simuno
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("baud", [1_000_000, 115_200])
+def test_the_avr_app_on_the_simulator_takes_a_window_at_the_lines_pace(tmp_path, baud):
+    """The real AVR build (streaming, so every chunk is timed between GPIOR0 markers): windowed PREDICT_RAW gives
+    the host's inputs and scores, and the chunks reach the app no faster than the configured line carries them
+    (a frame's bytes x 10 bit times x 8 (UBRR + 1) cycles, U2X)."""
+    simuno = _simuno(tmp_path)
+    elf = build_avr(tmp_path / "fw.elf", "-DTP_STREAMABLE=1", f"-DTP_N_FEATURES={N_FEATURES}",
+                    f"-DTP_N_CLASSES={N_CLASSES}", f"-DTP_BAUD={baud}UL")
+    markers = tmp_path / "markers.txt"
+    proc = subprocess.Popen([str(simuno), "--pty", "--parent-pipe", "--markers", str(markers), str(elf)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        path = proc.stdout.readline().split()[1]
+        with P.open_device(path, baud=baud, handshake_timeout=5.0, timeout=3.0) as client:
+            assert client.info.windowed
+            raws = [_raw_vector() * k for k in (1.0, -0.5, 2.0)]
+            results = [client.predict_raw(raw) for raw in raws]
+            x = np.arange(N_FEATURES, dtype=np.int64) % 23 - 11
+            prediction = client.predict(x.astype(np.int8))
+            assert client.window_restarts == 0 and client.stats().frames_bad == 0
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+    for raw, result in zip(raws, results):
+        np.testing.assert_array_equal(result.x, fake_quantize(raw))
+        np.testing.assert_array_equal(result.scores, fake_scores(fake_quantize(raw), N_CLASSES))
+    np.testing.assert_array_equal(prediction.scores, fake_scores(x.astype(np.int8), N_CLASSES))
+    starts = [int(c) for v, c in (line.split() for line in markers.read_text().splitlines()) if v == "1"]
+    ubrr = (16_000_000 + 4 * baud) // (8 * baud) - 1
+    frame_bytes = 1 + len(P.encode_frame(0x03, 1, bytes(2 + 4 * wire.RAW_CHUNK_FEATURES)))  # 0x00 + full chunk
+    line = frame_bytes * 10 * 8 * (ubrr + 1)  # cycles a full chunk's frame takes on the wire
+    n_full = N_FEATURES // wire.RAW_CHUNK_FEATURES
+    per_chunk = np.concatenate([np.diff(starts[v * (n_full + 1) : v * (n_full + 1) + n_full]) for v in range(3)])
+    # one chunk may start a little late (the app was still sending an answer) and the next one on time, so none
+    # comes a whole byte early, and back-to-back chunks come at the line's pace on average. (Slower, they may:
+    # the simulated chip runs faster than real time, so the host's reaction shows as simulated time.)
+    assert per_chunk.min() > line - 10 * 8 * (ubrr + 1)
+    back_to_back = per_chunk[per_chunk < 1.5 * line]  # at 1 Mbaud the host's reaction may separate them all
+    assert back_to_back.mean() >= 0.995 * line if len(back_to_back) else per_chunk.min() >= 1.5 * line

@@ -1,0 +1,81 @@
+"""The one contract every family's budget solver keeps: what it is asked (SolveOptions) and how it is called
+(FitUnderBudget: `fit_under_budget(X_train, y_train, options) -> (float estimator, IntModel, info)`).
+
+Every caller (compile, --model auto, sweep, federate, learn, benchmarks, tests) builds one SolveOptions and calls
+a family's solver with it; no solver takes its own names for the same things. tests/test_solver_contract.py checks
+every registered family's solver against FitUnderBudget by its signature.
+Layer: families.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+import numpy as np
+
+from tinyproto.core.errors import TinyprotoError
+
+if TYPE_CHECKING:  # the board is only carried, never read here
+    from tinyproto.core.boards import Board
+    from tinyproto.core.folds import Folds
+
+DEFAULT_F_CPU_HZ = 16_000_000
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """What a family's solver is asked to do. Every field has one name and one meaning for every family.
+
+    budget_bytes: the hard limit on the model's flash bytes (Σ CArray.nbytes of the rendered model).
+    seed: every random choice of the search and the fit derives from it (same seed, same model, byte for byte).
+    max_latency_ms: the user's limit on predicted milliseconds per inference at f_cpu_hz (the family's cost model,
+        with headroom); None: no user limit (a family may keep a default cap of its own, e.g. FlyNN's).
+    f_cpu_hz: the board's clock, for latency limits and the predicted milliseconds reported.
+    n_jobs: worker processes the solver may use to evaluate candidates (results never depend on it).
+    progress: receives one-line status messages.
+    folds: the validation yardstick (tinyproto.core.folds.Folds) every candidate of every family is scored on;
+        None: the solver draws the standard one for the rows it is given (Folds.standard(X, y, seed)).
+    learn_on: a board the model must also learn on (`compile --learnable`): a learnable family fits its counts
+        into what that board holds while learning; a family that cannot learn refuses it.
+    """
+
+    budget_bytes: int
+    seed: int = 0
+    max_latency_ms: float | None = None
+    f_cpu_hz: int = DEFAULT_F_CPU_HZ
+    n_jobs: int = 1
+    progress: Callable[[str], None] | None = None
+    folds: Folds | None = None
+    learn_on: Board | None = None
+
+    def __post_init__(self) -> None:
+        if int(self.budget_bytes) < 1:
+            raise TinyprotoError(f"the budget must be at least 1 byte, got {self.budget_bytes}")
+        if self.max_latency_ms is not None and not (self.max_latency_ms > 0 and math.isfinite(self.max_latency_ms)):
+            raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {self.max_latency_ms}")
+        if int(self.n_jobs) < 1:
+            raise TinyprotoError(f"--jobs must be at least 1, got {self.n_jobs}")
+        if int(self.f_cpu_hz) < 1:
+            raise TinyprotoError(f"the clock must be a positive number of Hz, got {self.f_cpu_hz}")
+
+    def say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
+
+    def with_(self, **changes: Any) -> SolveOptions:
+        """A copy with some fields changed (the options are frozen)."""
+        return replace(self, **changes)
+
+
+class FitUnderBudget(Protocol):
+    """A family's budget solver. It never exceeds options.budget_bytes and raises TinyprotoError, naming the
+    minimum, when nothing fits. info["chosen"] holds the hyper-parameters; info["chosen_validation"] the chosen
+    candidate's validation on the training rows only ("val_int8_accuracy", and per fold of options.folds
+    "fold_accuracies"), which `--model auto` compares across families."""
+
+    def __call__(self, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions) -> tuple[Any, Any, dict]: ...  # (estimator, IntModel, info)
+
+
+__all__ = ["DEFAULT_F_CPU_HZ", "FitUnderBudget", "SolveOptions"]
