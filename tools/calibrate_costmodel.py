@@ -446,7 +446,7 @@ def random_shapes(kind: str, n: int = RANDOM_SHAPES, seed: int = RANDOM_SEED) ->
     rng = np.random.default_rng(seed)
     out = []
     while len(out) < n:
-        spec, model = DRAW[kind](rng, draw_width(rng))
+        _, model = DRAW[kind](rng, draw_width(rng))
         if fits(model, load_board("uno")):
             out.append((f"random-{len(out):02d}", model))
     return out

@@ -7,9 +7,9 @@ firmware; avr-gcc unrolls the draws for k <= 3 and keeps a loop for k >= 4, maps
 m < 256, takes the byte for m = 256, calls __umulhisi3 for m > 256 and shifts for a power of two); the rest were
 fitted by `python tools/calibrate_costmodel.py --bloom` (non-negative least squares on relative errors, those hand
 counts held, the m > 256 terms second) on 32 synthetic shapes, narrow (15 of 4 .. 64 features) and wide (17 of
-65 .. 784), k 1 .. 8, m 8 .. 1024, both input stages, measured through the device app on the simulated Uno: every
-shape within 1.5 %; left out of the fit, every m <= 256 shape (the solver's range) within 4.1 % (the worst is the
-smallest, 530 cycles) and m > 256 within 7.6 % (only three shapes have more than 256 used slots, the C row loop).
+65 .. 784), k 1 .. 8, m 8 .. 1024, both input stages, and 60 shapes drawn at random by tools/bench_costmodel.py's
+drawer (seed 1000), measured through the device app on the simulated Uno: every shape within 2.2 %; left out of
+the fit, within 7.5 % (the worst the smallest: 6 features, 2,139 cycles).
 The input stage is not in the timed call, so its kind does not change the cycles.
 
 One part depends on the input: the MAX stores a slot only when the value rises (a store costs 1 cycle inside

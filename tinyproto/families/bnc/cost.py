@@ -8,11 +8,11 @@ walking each row's rest to find the next row's nonzeros; a dense W by a C loop; 
 then tp_stream_end() packs the r signs. The Hamming stage (tp_bnc_classify) is the same for both.
 
 The inner loops' figures marked "hand count" are the instruction cycles of the avr-gcc output (avr-objdump of
-the built firmware); the rest were fitted by `python tools/calibrate_costmodel.py --bnc` (non-negative least
-squares on relative errors, those hand counts held) on 48 synthetic shapes of every layout (dense, bitmap,
-seeded W), narrow (24 shapes of 4 .. 64 features) and wide (24 of 65 .. 784), r 8 .. 128, both input stages,
-measured through the device app on the simulated Uno: every shape within 0.9 %, and within 3.8 % when the shape
-is left out of the fit (the table in that tool's output; the worst are narrow r = 8 shapes). The input stage is
+the built firmware); the rest were fitted by `python tools/calibrate_costmodel.py --bnc`
+(non-negative least squares on relative errors, those hand counts held) on 48 synthetic shapes of every layout
+(dense, bitmap, seeded W), narrow and wide, r 8 .. 128, both input stages, and 60 shapes drawn at random by
+tools/bench_costmodel.py's drawer (seed 1000), measured through the device app on the simulated Uno: every shape
+within 2.0 %, and within 4.9 % when the shape is left out of the fit (the table in that tool's output). The input stage is
 not in the timed call, so its kind does not change the cycles. The work depends only on the model (its bitmap, its seeded positions), except for two
 small data-dependent branches (the packing of a sign bit in tp_stream_end, a new nearest prototype): a few
 cycles per bit and per prototype, at most 0.3 % between vectors on the sweep. Layer: families (bnc).

@@ -20,23 +20,18 @@ from tinyproto.families.flynn.seeded_index import (
     seeded_walk,
 )
 
-# FlyNN (firmware/tp_flynn.c): cycles per unit, fitted (the method of tools/calibrate_costmodel.py --flynn) on 18
-# FlyNN models from the solver (digits at 1-4 kB and 6-20 ms caps, breast_cancer, wine, segment, iris at 0.5-2 kB,
-# digits28 at 2 and 4 kB; two with M stored) measured in the simulator stage by stage (GPIOR0 markers): all within
-# 2.1 %. The seeded generator's work is counted exactly (the proposal stream is replayed here: patterns,
-# repeat-scan compares, xorshift16 steps); the narrow scan sums GROUP_ROWS rows at once, so its work is per group.
-# The top-rho heap's replacements depend on the input: they enter as their expectation for rows in random order
-# (sum_{j >= rho} rho / (j + 1) after the first rho rows, which are appended and heapified once), each moving
-# expected_sift_levels(rho) levels; when the inputs allow so few distinct rows that they repeat (tie_prone: iris,
-# 4 features, s = 2), a repeated row ties with its twin and never enters, so the replacements are replayed on
-# random inputs over the model's own rows instead (iris at 2 kB: 11.2 replayed, 11.0 on the real test inputs, 33.7
-# expected in random order). The terms of the AVR assembly (FLY_HAND_COUNTS) are instruction counts, not fitted:
-# left free, a fit trades them against the terms they always occur with; several fitted terms come out 0 for the
-# same reason (collinear with others), so the split between terms is not physical: the totals are what is checked.
-# The wide seeded terms (a rotation drawn per row) were refitted on their own, the others held, on the hashing
-# stage of 12 synthetic wide models on random inputs (300-2000 hash inputs, s 3-32, m 200-1500, with and without
-# the split: all within 1.7 %); 9 solver models on digits28 / digits16 at 1-4 kB are then within 1.6 % in total,
-# but for digits16 at 1 kB (-4.0 %: its 3-bit counts' lookup, a term no 3-bit model was fitted on).
+# FlyNN (firmware/tp_flynn.c): cycles per unit of work. The counts follow the C code: the seeded generator's work
+# exactly (the proposal stream is replayed: patterns, repeat-scan compares, xorshift16 steps), the narrow scan's
+# work per GROUP_ROWS rows, the loops avr-gcc unrolls (the input loop for s <= 2, the class loop for two classes),
+# the filter walk per winner (lookup_walk: bit offsets and byte refills; row * (L b) a multiply, a shift or nothing),
+# and the top-rho heap replayed on random inputs over the model's own rows (simulated_heap: a seeded M's rows are
+# rotations of one pattern, not rows in random order, and repeated rows tie). The cycles per unit: the asm hand
+# counts (FLY_HAND_COUNTS) held, the rest fitted stage by stage (GPIOR0 markers) by
+# `tools/calibrate_costmodel.py --flynn-shapes 80` on 80 shapes drawn at random (the benchmark's drawer, seed 1000:
+# 4..784 features, seeded and stored M, split or not, s 1..16, rho 8..64, 1..4 count bits, 2..10 classes), then
+# "fixed" and the bench build's marker writes per sift from the normal build's totals: 66 of the 80 within 3 %,
+# all within 7.2 %. Several fitted terms come out 0 (collinear with others): the split between terms is not
+# physical, the totals are what is checked (tools/bench_costmodel.py, docs/guides/latency-and-cost-model.md).
 FLY_CYCLES = {
     "fixed": 91,  # calls, set-up, argmin, less the marker writes the stage-by-stage fit charged to the stages
     "input_seeded": 27,  # per hash input: the two biased copies
