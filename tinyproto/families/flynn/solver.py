@@ -29,8 +29,8 @@ from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.solving import SolveOptions
 from tinyproto.families.flynn.cost import estimate_cycles
-from tinyproto.families.flynn.pricing import (DEFAULT_CAP, ExactCycles, default_max_ms, fastest_m, largest_m, model_bytes,
-                                              rows_bytes)
+from tinyproto.families.flynn.pricing import (DEFAULT_CAP, WIDE_FEATURES, ExactCycles, default_max_ms, fastest_m,
+                                              largest_m, model_bytes, rows_bytes)
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.flynn.train import FlyNNClassifier, project, projection_matrix
@@ -45,11 +45,12 @@ RHO_GRID = (8, 16, 32, 64)
 BITS_GRID = (1, 2, 3, 4)
 DECAY_GRID = (0.5, 0.25, 0.1)
 PREPROCESSING = (("feature", True), ("global", True), ("feature", False), ("global", False))
-# The central solver only (parties agree on the rest): one offset and gain for every feature ("shared", 4 B), and
-# the same with a 2- or 4-bit centre per feature ("centred2", "centred4": core.inputstage.centred_stage), which on
-# pixels gives back what one offset for all of them loses (the always-dark border's mirror wins every hash).
-SHARED_PREPROCESSING = (("shared", True), ("shared", False), ("centred2", True), ("centred2", False),
-                        ("centred4", True), ("centred4", False))
+SHARED_PREPROCESSING = (("shared", True), ("shared", False))  # one offset and gain for every feature (4 B)
+# The central solver only, on wide inputs (pixels): the shared stage and a 2- or 4-bit centre per feature
+# ("centred2", "centred4": core.inputstage.centred_stage), which gives back what one offset for every pixel loses
+# (the always-dark border's mirror wins every hash). Federated parties agree on the other stages only
+# (federated.selection), so on narrow data, where federated must equal central, it is not searched.
+CENTRED_PREPROCESSING = (("centred2", True), ("centred2", False), ("centred4", True), ("centred4", False))
 DEVICE_STAGES = ("shared", "centred2", "centred4")  # preprocessings whose stage is built from the raw values
 
 # ---------------------------------------------------------------- candidates and their evaluation
@@ -232,7 +233,8 @@ def search_flynn(
     seed = draw_seed(clf_state)
     folds = _fold_ids(y_index, n_folds, rng)
 
-    prepared = [_prepare(X, scaling, split) for scaling, split in PREPROCESSING + SHARED_PREPROCESSING]
+    centred = CENTRED_PREPROCESSING if d > WIDE_FEATURES else ()
+    prepared = [_prepare(X, scaling, split) for scaling, split in PREPROCESSING + SHARED_PREPROCESSING + centred]
     exact_cache: dict[tuple[int, int], ExactCycles] = {}  # one stream replay per (s, inputs)
     tried: dict[Candidate, Candidate] = {}  # without its accuracy -> with it (stage 2 repeats stage 1's grid)
 
