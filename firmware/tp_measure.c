@@ -33,10 +33,14 @@ __attribute__((noinline, noclone)) static uint32_t tp_timed(tp_predict_fn fn, co
     TCCR1B = _BV(CS10);
     GPIOR0 = mark;
     uint8_t result = fn(x, scores);
-    GPIOR0 = (uint8_t)(mark + 1u);
-    /* Read the counter while it runs (simavr reads a stopped Timer1 as 0). An overflow whose interrupt has not
-     * run yet shows as TOV1 set with a small count; a late TOV1 after reading a large count is not ours. */
+    /* Interrupts off BEFORE the end marker: an overflow interrupt serviced between the marker and the read of
+     * TCNT1 would add its ~40 cycles to Timer1's figure but not to the marker span (validate found the two
+     * 40 cycles apart whenever an inference ended within a few cycles after an overflow). cli costs the same
+     * cycle in the calibration call, so it cancels. Read the counter while it runs (simavr reads a stopped
+     * Timer1 as 0). An overflow whose interrupt has not run shows as TOV1 set with a small count; a TOV1 set
+     * after reading a large count is not ours. */
     cli();
+    GPIOR0 = (uint8_t)(mark + 1u);
     uint16_t count = TCNT1;
     uint16_t overflows = tp_t1_overflows;
     if ((TIFR1 & _BV(TOV1)) && count < 0x8000u) {

@@ -37,10 +37,10 @@ SWEEP = ["iris", "--models", "protonn", "--budgets", "1kB", "--device", "none", 
 @pytest.fixture(scope="module")
 def sweep_master(tmp_path_factory) -> Path:
     """One finished compile-only sweep (iris, ProtoNN, 1 kB), copied for each test that damages it."""
-    from tinyproto.pipeline.sweep import sweep
+    from tinyproto.pipeline.sweep import SweepOptions, sweep
 
     out = tmp_path_factory.mktemp("s6-sweep") / "sweep"
-    sweep("iris", out, models="protonn", budgets="1kB", device="none", workers=1)
+    sweep("iris", out, SweepOptions(models="protonn", budgets="1kB", device="none", workers=1))
     return out
 
 

@@ -164,12 +164,13 @@ def run_examples(tmp_path_factory):
     outputs: dict[str, str] = {}
 
     def run(command: str) -> str:
-        if command not in outputs:
-            result = subprocess.run(["bash", "-c", _shell_command(command)], cwd=work, env=env, capture_output=True,
-                                    text=True, timeout=900, stdin=subprocess.DEVNULL)
+        shell = _shell_command(command)  # `tinyproto ...` and `.venv/bin/tinyproto ...` are one command
+        if shell not in outputs:
+            result = subprocess.run(["bash", "-c", shell], cwd=work, env=env, capture_output=True, text=True,
+                                    timeout=1800, stdin=subprocess.DEVNULL, check=False)
             assert result.returncode == 0, (command, result.stdout[-3000:], result.stderr[-3000:])
-            outputs[command] = result.stdout + result.stderr
-        return outputs[command]
+            outputs[shell] = result.stdout + result.stderr
+        return outputs[shell]
 
     run.work = work
     return run

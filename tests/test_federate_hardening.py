@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.cli.federate import federate_command
-from tinyproto.federated.dask_parties import DaskBackend, probe_scheduler
+from tinyproto.core.dask_cluster import probe_scheduler
+from tinyproto.federated.dask_parties import DaskBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -318,7 +319,7 @@ def test_a_tiny_epsilon_releases_clipped_counts_not_wrapped_ones():
 
 def test_a_host_name_idna_cannot_encode_is_one_line():
     from tinyproto.core.errors import TinyprotoError
-    from tinyproto.federated.dask_parties import probe_scheduler
+    from tinyproto.core.dask_cluster import probe_scheduler
 
     with pytest.raises(TinyprotoError, match="cannot resolve host"):
         probe_scheduler("tcp://" + "a" * 300 + ":8786", timeout=5)

@@ -38,7 +38,7 @@ def cli(*args, cwd=None):
 
 def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16, board=BOARD) -> Path:
     """A FlyNN model directory with chosen shapes (bits > 1 saturates and straddles bytes)."""
-    from tinyproto.pipeline.compile import write_model_directory
+    from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
     from tinyproto.core.datasets import load_dataset, split
     from tinyproto.families.flynn.quantize import IntFlyNN
     from tinyproto.families.flynn.train import FlyNNClassifier
@@ -49,7 +49,7 @@ def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16, board=BOA
     clf.fit(sp.X_train, sp.y_train)
     model = IntFlyNN.from_classifier(clf, sp.X_train, sp.y_train, bits=bits)
     info = {"chosen": {"n_hashes": m, "count_bits": bits}, "candidates": []}
-    write_model_directory(clf, model, info, dataset, sp, 0, 4096, board, out, 0.0)
+    write_model_directory(Fitted(clf, model, info), TrainedOn(dataset, sp, 0, 4096, board), out)
     return out
 
 

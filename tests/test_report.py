@@ -27,10 +27,10 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.fixture(scope="module")
 def sim_sweep(tmp_path_factory):
     pytest.importorskip("distributed")
-    from tinyproto.pipeline.sweep import sweep
+    from tinyproto.pipeline.sweep import SweepOptions, sweep
 
     out = tmp_path_factory.mktemp("report") / "sweep"
-    result = sweep("iris", out, models="protonn,flynn", budgets="0.5kB", device="sim", workers=2)
+    result = sweep("iris", out, SweepOptions(models="protonn,flynn", budgets="0.5kB", device="sim", workers=2))
     assert result.complete
     return out
 

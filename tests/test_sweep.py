@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from tinyproto.cli import main
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.pipeline.sweep import Point, parse_grid, read_results, sweep
+from tinyproto.pipeline.sweep import Point, SweepOptions, parse_grid, read_results, sweep
 
 pytest.importorskip("distributed")
 
@@ -83,14 +83,14 @@ def test_sweep_refuses_foreign_and_model_directories(tmp_path, compiled):
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
     model_dir = compiled("iris", "0.5kB", "flynn")
     with pytest.raises(TinyprotoError, match="is a model directory"):
-        sweep("iris", model_dir, **GRID)
+        sweep("iris", model_dir, SweepOptions(**GRID))
     with pytest.raises(TinyprotoError, match="nothing to resume"):
-        sweep("iris", tmp_path / "new", resume=True, **GRID)
+        sweep("iris", tmp_path / "new", SweepOptions(resume=True, **GRID))
 
 
 def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     # the reference: one uninterrupted sweep (2 workers)
-    reference = sweep("iris", tmp_path / "ref", workers=2, **KILL_GRID)
+    reference = sweep("iris", tmp_path / "ref", SweepOptions(workers=2, **KILL_GRID))
     assert reference.complete and {r["id"] for r in reference.records} == KILL_GRID_IDS
     lines = read_results(tmp_path / "ref" / "results.jsonl")
     assert [r["id"] for r in lines] == [p.id for p in parse_grid(KILL_GRID["models"], KILL_GRID["budgets"], KILL_GRID["seeds"], "uno")]
@@ -119,13 +119,14 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
         handle.write('{"id": "flynn-512B-seed0-uno", "status": "o')
 
     with pytest.raises(TinyprotoError, match="already holds a sweep"):
-        sweep("iris", out, **KILL_GRID)  # never silently redone or mixed
+        sweep("iris", out, SweepOptions(**KILL_GRID))  # never silently redone or mixed
     with pytest.raises(TinyprotoError, match="other inputs"):
-        sweep("wine", out, resume=True, **KILL_GRID)
+        sweep("wine", out, SweepOptions(resume=True, **KILL_GRID))
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0") as cluster:
-        resumed = sweep("iris", out, resume=True, scheduler=cluster.scheduler_address, **KILL_GRID)  # --scheduler
+        resumed = sweep("iris", out, SweepOptions(resume=True, scheduler=cluster.scheduler_address,  # --scheduler
+                                                  **KILL_GRID))
     assert resumed.skipped == len(before) and resumed.ran == len(KILL_GRID_IDS) - len(before)
     after = read_results(out / "results.jsonl")
     assert (out / "results.jsonl").read_bytes().endswith(b"\n")
@@ -134,7 +135,7 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     assert all(isinstance(r["seconds"], dict) for r in after)
 
     # nothing left to do: resume is a no-op that starts no cluster; the sweep's files are its own
-    again = sweep("iris", out, resume=True, **KILL_GRID)
+    again = sweep("iris", out, SweepOptions(resume=True, **KILL_GRID))
     assert again.ran == 0 and again.cluster is None
     config = json.loads((out / "sweep.json").read_text())
     # the killed run never finished; the resumed one and the no-op are recorded with their cluster and times
@@ -244,14 +245,15 @@ def test_max_latency_reaches_every_point_and_binds_the_sweep(tmp_path):
     """--max-latency is compile's limit at every point: ok points are predicted within it, a point that cannot
     meet it is recorded as failed with the solver's message; resuming with another limit is refused."""
     out = tmp_path / "fast"
-    result = sweep("iris", out, models="protonn,flynn", budgets="1kB", seeds="0", boards="uno", device="none",
-                   workers=1, max_latency_ms=0.5)
+    result = sweep("iris", out, SweepOptions(models="protonn,flynn", budgets="1kB", seeds="0", boards="uno",
+                                             device="none", workers=1, max_latency_ms=0.5))
     assert {r["status"] for r in result.records} == {"ok"}
     assert all(r["predicted_latency_ms"] <= 0.5 for r in result.records)
     with pytest.raises(TinyprotoError, match="other inputs"):
-        sweep("iris", out, models="protonn,flynn", budgets="1kB", resume=True, device="none", max_latency_ms=2.0)
-    impossible = sweep("iris", tmp_path / "impossible", models="protonn", budgets="1kB", device="none", workers=1,
-                       max_latency_ms=0.001)
+        sweep("iris", out, SweepOptions(models="protonn,flynn", budgets="1kB", resume=True, device="none",
+                                        max_latency_ms=2.0))
+    impossible = sweep("iris", tmp_path / "impossible", SweepOptions(models="protonn", budgets="1kB", device="none",
+                                                                     workers=1, max_latency_ms=0.001))
     (record,) = impossible.records
     assert record["status"] == "failed" and record["stage"] == "compile" and "0.001 ms" in record["error"]
     result = _cli("sweep", "iris", "--device", "none", "--max-latency", "0", "--out", str(tmp_path / "bad"))

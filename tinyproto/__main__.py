@@ -9,6 +9,9 @@ import sys
 
 def run() -> None:
     try:
+        from tinyproto.core.terminal import ascii_safe_stdio
+
+        ascii_safe_stdio()  # output degrades to ASCII under a locale that is not UTF-8 (core/terminal.py)
         from tinyproto.cli import main
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 
 from tinyproto.core.boards import load_board  # noqa: E402
 from tinyproto.core.budget import parse_budget
-from tinyproto.pipeline.compile import compile_model, write_model_directory
+from tinyproto.pipeline.compile import Fitted, TrainedOn, compile_model, write_model_directory
 from tinyproto.core.datasets import load_dataset, split
 from tinyproto.pipeline.validate import validate
 from tinyproto.families.flynn.quantize import IntFlyNN
@@ -107,8 +107,8 @@ def seeded_vs_stored(names: list[str], budget: str, workdir: Path) -> None:
         for store in (False, True):
             variant = IntFlyNN.from_classifier(clf, sp.X_train, sp.y_train, bits=model.bits, store_M=store)
             out = workdir / f"fly-{name}-{store}"
-            write_model_directory(clf, variant, info, dataset, sp, 0, max(budget_bytes, variant.model_bytes()),
-                                  board, out, 0.0)
+            write_model_directory(Fitted(clf, variant, info),
+                                  TrainedOn(dataset, sp, 0, max(budget_bytes, variant.model_bytes()), board), out)
             print_device("flynn M stored" if store else "flynn M seeded", name, device_row(out))
 
 

@@ -65,6 +65,9 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
     if (port or upload_port) and sim:
         raise TinyprotoError("give either --port (a real board) or --sim, not both")
     md = load_model_dir(model_dir)
+    from tinyproto.core.outdir import tidy
+
+    tidy(md.path)  # what a killed run left there (core/outdir.py, "leftovers")
     board = load_board(md.meta.get("board", "uno"))
     from tinyproto.device.flash import upload_target
 

@@ -127,6 +127,8 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
                                learnable=learnable, max_latency_ms=max_latency, baud=baud)
     if as_json:
         click.echo(json.dumps(result.report, indent=2))
+        for warning in result.report["warnings"]:  # also where a person reads, not only inside the JSON
+            click.echo(f"warning: {warning}", err=True)
     else:
         print_compile_report(Console(), result.report, result.out_dir)
     if here is not None and _inode(Path(where)) != here:

@@ -9,7 +9,7 @@ import click
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.cli.options import not_blank, TextPath
-from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepProgress, sweep
+from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepOptions, SweepProgress, sweep
 from tinyproto.pipeline.sweep_points import DEVICES, check_arguments
 from tinyproto.pipeline.htmlreport import FIGURES, write_report
 from tinyproto.pipeline.sweep_files import RESULTS
@@ -85,8 +85,9 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
             bar.update(task, total=state.total, completed=state.done, ok=state.done - state.failed,
                        failed=state.failed, running=state.running, last=state.last[-60:])
 
-        result = sweep(data, out, models, budgets, seeds, boards, device, scheduler, workers, resume, label,
-                       raw_check, timeout, show, max_latency)
+        options = SweepOptions(models, budgets, seeds, boards, device, scheduler, workers, resume, label, raw_check,
+                               timeout, max_latency)
+        result = sweep(data, out, options, show)
     failed = [r for r in result.records if r.get("status") != "ok"]
     where = result.cluster or {}
     console.print(f"{result.ran} points run in {result.seconds:.1f} s"

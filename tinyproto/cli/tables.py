@@ -141,12 +141,16 @@ def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:
     table.add_row("labels identical", _pct(v["label_agreement"]))
     table.add_row("device accuracy", f"{_pct(v['device_accuracy'])} (host int8 {_pct(v['host_accuracy'])})")
     table.add_row("cycles / inference", f"mean {v['cycles_mean']:.0f}, min {v['cycles_min']}, max {v['cycles_max']}")
-    table.add_row("latency", f"{v['latency_ms_mean']:.3f} ms at {v.get('f_cpu_hz', 16_000_000) / 1e6:g} MHz")
+    mhz = f"{v.get('f_cpu_hz', 16_000_000) / 1e6:g} MHz"
+    table.add_row("latency", f"{v['latency_ms_mean']:.3f} ms at {mhz}" if v["latency_ms_mean"] is not None
+                  else f"not measured (the cycle counts are not plausible) at {mhz}")
     err = v["predicted_error"]
     table.add_row("cost model", f"predicted {v['predicted_cycles']} cycles ({100 * err:+.1f} %)" if err is not None else "-")
     if v["measured_over_bound"] is not None:
         table.add_row("vs MAC lower bound", f"{v['measured_over_bound']:.2f}x of {v['lower_bound_cycles']} cycles")
-    table.add_row("energy / inference (model)", f"MCU {v['energy_mj_mcu']:.4f} mJ, board {v['energy_mj_board']:.4f} mJ")
+    if v["energy_mj_mcu"] is not None:
+        table.add_row("energy / inference (model)",
+                      f"MCU {v['energy_mj_mcu']:.4f} mJ, board {v['energy_mj_board']:.4f} mJ")
     table.add_row("flash", f"{v['flash_bytes']} of {v['flash_available_bytes']} B (model {v['model_bytes']} B, budget {v['budget_bytes']} B)")
     stack = v["stack_peak_bytes"]
     table.add_row("SRAM", f"static {v['sram_static_bytes']} B + stack peak {stack} B, margin {v['sram_margin_bytes']} B of {v.get('sram_bytes', 2048)}")

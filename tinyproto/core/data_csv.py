@@ -11,9 +11,10 @@ import warnings
 
 import numpy as np
 
-from tinyproto.core.data_files import (_INTEGER, _NONFINITE, _NUMBER, FLOAT32_MAX, MAX_VALUES, _reason,
+from tinyproto.core.data_files import (_NONFINITE, _NUMBER, FLOAT32_MAX, MAX_VALUES, _reason,
                                        _short, decode_text)
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.labels import code_labels
 
 
 # ---------------------------------------------------------------------------------------------- CSV
@@ -282,37 +283,6 @@ def _number_hint(text: str) -> str:
 
 
 def _typed_labels(raw_labels: list[str], lines: list[int], name: str, columns: _Columns) -> np.ndarray:
-    """Text labels -> int64 class ids when every one is a whole number, else str; problems name the line."""
-    where = columns.describe(columns.label_col)
-    labels = [_clean(v) for v in raw_labels]
-    numeric: list[int] = []
-    text: list[int] = []
-    for i, value in enumerate(labels):
-        if not value:
-            raise TinyprotoError(f"{name}, line {lines[i]}: the label ({where}) is empty; every row needs a class")
-        if _NONFINITE.fullmatch(value):
-            raise TinyprotoError(f"{name}, line {lines[i]}: the label ({where}) is {value!r}, not a class")
-        (numeric if _NUMBER.fullmatch(value) else text).append(i)
-    if numeric and text:
-        a, b = numeric[0], text[0]
-        raise TinyprotoError(
-            f"{name}: the label column ({where}) mixes numbers ({labels[a]!r}, line {lines[a]}) and text "
-            f"({_short(labels[b])}, line {lines[b]}); make every label a number or every label text"
-        )
-    if text:
-        return np.asarray(labels)
-    ids = []
-    for i, value in enumerate(labels):
-        if len(value) > 40:  # no class id needs more digits (and int() refuses > 4300 of them)
-            raise TinyprotoError(f"{name}, line {lines[i]}: the label {_short(value)} is too large for a class id")
-        number = int(value) if _INTEGER.fullmatch(value) else float(value)
-        if isinstance(number, float) and not number.is_integer():
-            raise TinyprotoError(
-                f"{name}, line {lines[i]}: the label ({where}) is {value!r}, not a whole number; labels are "
-                "class names or integer ids (is this column a measurement? choose the label with --label)"
-            )
-        number = int(number)
-        if not -(2**63) <= number < 2**63:
-            raise TinyprotoError(f"{name}, line {lines[i]}: the label {_short(value)} is too large for a class id")
-        ids.append(number)
-    return np.asarray(ids, dtype=np.int64)
+    """Text labels -> class labels by the one label coding (core/labels.py); problems name the line."""
+    return code_labels([_clean(v) for v in raw_labels], lambda i: f"{name}, line {lines[i]}",
+                       f"the label ({columns.describe(columns.label_col)})")

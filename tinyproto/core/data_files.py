@@ -279,13 +279,15 @@ def _npz_labels(y: np.ndarray, name: str) -> np.ndarray:
                 y = np.array([v.decode("utf-8") for v in y.tolist()])
             except UnicodeDecodeError:
                 raise TinyprotoError(f"{name}: y holds bytes that are not UTF-8 text") from None
-        labels = [v.strip() for v in y.tolist()]
+        labels = y.tolist()
         for i, v in enumerate(labels):
-            if not v:
-                raise TinyprotoError(f"{name}: y[{i}] is an empty string, not a class")
             if _CONTROL.search(v):
                 raise TinyprotoError(f"{name}: y[{i}] contains a control character")
-        return np.asarray(labels) if labels else np.asarray(labels, dtype=str)
+        if not labels:
+            return np.asarray(labels, dtype=str)
+        from tinyproto.core.labels import code_labels
+
+        return code_labels(labels, lambda i: f"{name}: y[{i}]", "the label")  # the one coding, as a CSV's
     what = {"c": "complex numbers", "V": "records", "M": "dates", "m": "time spans"}.get(kind, f"dtype {y.dtype}")
     raise TinyprotoError(f"{name}: y holds {what}; labels must be integers or strings")
 

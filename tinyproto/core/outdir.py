@@ -116,7 +116,66 @@ def locked(directory: Path, verb: str) -> Iterator[None]:
     try:
         if os.fstat(fd).st_ino != os.stat(lock_path).st_ino:  # replaced by a compile while we waited
             raise TinyprotoError(f"{directory} was replaced while opening it; run the command again")
+        _remove_leftovers(directory)  # ours to remove: we hold the lock every writer of this directory takes
         yield
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------------------------ leftovers
+#
+# What a run of tinyproto killed with SIGKILL (or stopped by power loss) can leave behind, and who removes it:
+# - a temporary file of write_json (".<name>.XXXXXXXX.tmp" beside validation.json, build.json, learn.json,
+#   sweep.json or the manifest): removed by the next command that takes the directory's lock (every writer
+#   does, `locked`), or that checks the directory (`tidy`: compile --out, export, report), when the lock is
+#   free, so no live writer can be mid-write;
+# - a scratch directory ".tinyproto-tmp-*" beside the output: removed by the next command that writes there when
+#   its lock is free, or when it is empty (killed before its lock was made; a live creator whose directory is
+#   removed under it makes another, see _new_scratch).
+# Only these names, only in a directory tinyproto wrote (a manifest), never anything else.
+
+_JSON_TEMP = re.compile(r"\A\.(validation\.json|build\.json|learn\.json|sweep\.json|model\.json|report\.json|"
+                        r"\.tinyproto|export\.json)\.[A-Za-z0-9_]{8}\.tmp\Z")
+
+
+def is_leftover_name(name: str) -> bool:
+    """A name only a killed tinyproto writer leaves (write_json's temporary file)."""
+    return bool(_JSON_TEMP.match(name))
+
+
+def _remove_leftovers(directory: Path) -> None:
+    """Remove write_json temporary files a killed run left in `directory` (the caller holds its lock)."""
+    if read_manifest(directory) is None:
+        return  # not a directory tinyproto wrote: nothing in it is ours to remove
+    try:
+        names = [p.name for p in directory.iterdir() if is_leftover_name(p.name)]
+    except OSError:
+        return
+    for name in names:
+        path = directory / name
+        try:
+            if not path.is_symlink() and path.is_file():
+                path.unlink()
+        except OSError:
+            pass
+
+
+def tidy(directory: Path) -> None:
+    """Remove what killed runs of tinyproto left in and beside `directory` (a model or sweep directory), when no
+    live command holds its lock; a directory tinyproto did not write is not touched."""
+    directory = Path(directory)
+    remove_stale_scratch(directory.parent)
+    lock_path = directory / LOCK
+    if read_manifest(directory) is None or lock_path.is_symlink() or (lock_path.exists() and not lock_path.is_file()):
+        return
+    try:
+        fd = _try_lock(lock_path, "tidy")  # tinyproto's own lock name (made if missing): every writer takes it
+    except OSError:
+        return  # read-only, or not ours to lock: leave it
+    if fd is None:
+        return  # a live command is at work in it: what looks left over may be its
+    try:
+        _remove_leftovers(directory)
     finally:
         os.close(fd)
 
@@ -154,13 +213,21 @@ def check_output_dir(out: Path) -> Path:
 def _probe_writable(folder: Path, out: Path) -> None:
     """Create and remove a scratch directory where the output will be prepared: access() says yes to root on a
     read-only mount, /proc or /sys, and the refusal must come before training, not after it."""
+    probe = None
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=folder))
+        probe = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=folder)
     except OSError as exc:
         raise TinyprotoError(f"cannot write --out {out}: {folder}: {exc.strerror}") from None
+    finally:
+        if probe is not None:
+            try:
+                os.rmdir(probe)
+            except FileNotFoundError:
+                pass  # another run's cleanup took it (an empty scratch directory): the probe still showed writable
 
 
 def _check_replaceable(out: Path) -> None:
+    tidy(out)
     try:
         if not any(out.iterdir()) or holds_only_a_dead_lock(out):
             return
@@ -213,7 +280,13 @@ def remove_stale_scratch(parent: Path, prefix: str = SCRATCH_PREFIX) -> None:
         return
     for scratch in candidates:
         lock_path = scratch / LOCK
-        if scratch.is_symlink() or not scratch.is_dir() or not lock_path.is_file():
+        if scratch.is_symlink() or not scratch.is_dir():
+            continue
+        if not lock_path.is_file():
+            try:
+                scratch.rmdir()  # empty: killed before it locked it (rmdir refuses a directory with anything in it)
+            except OSError:
+                pass
             continue
         try:
             fd = _try_lock(lock_path, "cleanup")
@@ -232,14 +305,12 @@ def private_scratch(prefix: str) -> Iterator[Path]:
     with SIGKILL cannot remove its own: the next run removes every one whose lock no longer has a holder."""
     parent = Path(tempfile.gettempdir())
     remove_stale_scratch(parent, prefix)
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    fd = _try_lock(path / LOCK, "scratch")
+    path, fd = _new_scratch(parent, "scratch", prefix)
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
 
 
 @contextmanager
@@ -251,20 +322,37 @@ def atomic_directory(out: Path, verb: str = "compile") -> Iterator[Path]:
     out = check_output_dir(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_scratch(out.parent)
-    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=out.parent))
-    fd = None
+    scratch, fd = None, None
     try:
-        fd = _try_lock(scratch / LOCK, verb)  # held across the swap: the new directory is born locked
+        scratch, fd = _new_scratch(out.parent, verb)  # held across the swap: the new directory is born locked
         scratch.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary directory
         yield scratch
         write_manifest(scratch)
         _swap_in(scratch, out, verb)
     except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         raise
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _new_scratch(parent: Path, verb: str, prefix: str = SCRATCH_PREFIX) -> tuple[Path, int]:
+    """A new scratch directory in `parent` with its lock held. Between mkdtemp and the lock another run's
+    cleanup may take it for a killed run's empty scratch and remove it: then make another."""
+    for _ in range(100):
+        scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        try:
+            fd = _try_lock(scratch / LOCK, verb)
+        except FileNotFoundError:
+            continue
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        if fd is not None:
+            return scratch, fd
+    raise TinyprotoError(f"cannot make a scratch directory in {parent}: another process keeps removing them")
 
 
 def _swap_in(scratch: Path, out: Path, verb: str) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from tinyproto.core.boards import Board
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.labels import encode
 from tinyproto.core.modeldir import TestVectors, write_json
 from tinyproto.core.render import write_sources
 from tinyproto.device.build import build_project, render_platformio_ini
@@ -31,16 +32,8 @@ HANDSHAKE_S = 5.0
 
 
 def class_indices(model, y: np.ndarray) -> np.ndarray:
-    """Original labels -> the model's class indices; labels the model does not know are an error."""
-    index = {c: i for i, c in enumerate(model.classes)}
-    plain = [v.item() if hasattr(v, "item") else v for v in np.asarray(y)]
-    unknown = sorted({repr(v) for v in plain if v not in index})
-    if unknown:
-        raise TinyprotoError(
-            f"the data has labels the model does not know: {', '.join(unknown[:5])} (model classes: "
-            f"{', '.join(map(repr, model.classes))})"
-        )
-    return np.array([index[v] for v in plain], dtype=np.int64)
+    """Original labels -> the model's class indices (the one label coding); unknown labels are an error."""
+    return encode(y, list(model.classes), "the data")
 
 
 def learning_ini(board: Board, key: int) -> str:

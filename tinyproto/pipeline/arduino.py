@@ -221,10 +221,11 @@ def _check_export_dir(out: Path) -> None:
 def export_arduino(model_path: Path, out: Path | None = None, name: str | None = None) -> ArduinoExport:
     from tinyproto.core.boards import load_board
     from tinyproto.core.modeldir import load_model_dir, write_json
-    from tinyproto.core.outdir import atomic_directory, check_output_dir
+    from tinyproto.core.outdir import atomic_directory, check_output_dir, tidy
     from tinyproto.device.project import render_arduino_platformio_ini
 
     model_dir = load_model_dir(model_path)
+    tidy(model_dir.path)  # what a killed run left there (core/outdir.py, "leftovers")
     model = families.load_int_model(model_dir)  # a damaged or edited model.json is refused here
     if name is None:
         name = library_name(model_dir.header_args()[0])

@@ -8,7 +8,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from tinyproto.core.boards import Board, load_board
 from tinyproto.core.budget import parse_budget
 from tinyproto.core.datasets import Dataset, Split, load_dataset, split
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.labels import encode
 from tinyproto.families import fit_under_budget
 from tinyproto.families import SolveOptions
 from tinyproto.core.ledger import Ledger
@@ -33,6 +34,28 @@ class CompileResult:
     out_dir: Path
     report: dict
     ledger: Ledger
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A trained model as a producer hands it over: the float estimator, its integer model, the solver's info
+    (info["chosen"]: the hyper-parameters) and the seconds training took."""
+
+    clf: Any
+    model: Any
+    info: dict
+    train_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainedOn:
+    """What a model was trained on and for: the data set and its split, the seed, the byte budget, the board."""
+
+    dataset: Dataset
+    split: Split
+    seed: int
+    budget_bytes: int
+    board: Board
 
 
 def firmware_sram_estimate(model, board: Board) -> dict:
@@ -140,13 +163,11 @@ def compile_model(
         clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, options)
     info["max_latency_ms"] = max_latency_ms
     train_seconds = time.perf_counter() - started
-    return write_model_directory(clf, model, info, dataset, sp, seed, budget_bytes, board, out_dir,
-                                 train_seconds, progress)
+    return write_model_directory(Fitted(clf, model, info, train_seconds),
+                                 TrainedOn(dataset, sp, seed, budget_bytes, board), out_dir, progress)
 
 
-def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, seed: int, budget_bytes: int,
-                          board: Board, out_dir: Path, train_seconds: float,
-                          progress: Callable[[str], None] | None = None,
+def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress: Callable[[str], None] | None = None,
                           extra_report: dict | None = None) -> CompileResult:
     """Check a fitted model against the budget and the board, then write its model directory atomically.
 
@@ -154,6 +175,8 @@ def write_model_directory(clf, model, info: dict, dataset: Dataset, sp: Split, s
     directory has the same files, report keys and checks. `extra_report` adds a producer's own keys to
     report.json inside the same atomic write.
     """
+    clf, model, info, train_seconds = fitted.clf, fitted.model, fitted.info, fitted.train_seconds
+    dataset, sp, seed, budget_bytes, board = on.dataset, on.split, on.seed, on.budget_bytes, on.board
     ledger = Ledger(model.carrays(), model.working_sram())
     if ledger.model_bytes > budget_bytes:  # the solvers guarantee this; a breach is a bug, never shipped
         raise TinyprotoError(f"internal error: model is {ledger.model_bytes} B, over the {budget_bytes} B budget")
@@ -191,8 +214,7 @@ def write_model_files(scratch: Path, model, meta: dict, report: dict, vectors: T
 def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:
     xq = model.input_stage.quantize(X_test)
     scores = model.scores(xq)
-    class_index = {c: i for i, c in enumerate(model.classes)}
-    y_index = np.array([class_index[_plain(v)] for v in y_test], dtype=np.int64)
+    y_index = encode(y_test, list(model.classes), "the test split")
     # the kept columns only: a feature no weight reads is never sent (see InputStage)
     return TestVectors(model.input_stage.select(X_test).astype(np.float32), xq, y_index, scores.astype(np.int64),
                        model.labels(scores).astype(np.int64))
@@ -229,6 +251,33 @@ def _model_json(model, dataset: Dataset, family: str, seed: int, budget_bytes: i
     }
 
 
+COLLAPSE_MIN_POINTS = 10.0  # a test accuracy this far (or 4 standard errors) below the validated one is not noise
+
+
+def accuracy_collapse(info: dict, test_accuracy: float, y_test: np.ndarray) -> str | None:
+    """A warning when the shipped model's test accuracy is far below the accuracy the solver validated for it
+    (cross-validation on training data), or None. Noise cannot explain a gap of more than 4 standard errors of
+    the test split (and at least COLLAPSE_MIN_POINTS): the model shipped is not behaving like the one validated
+    (a refit that diverged, a label mix-up, a test split unlike the training rows), and it is named, never
+    passed silently. Near the majority-class rate it says so: such a model predicts (almost) one class."""
+    chosen = info.get("chosen_validation") or {}
+    validated = chosen.get("val_int8_accuracy")
+    n = len(y_test)
+    if not isinstance(validated, (int, float)) or not n:
+        return None
+    noise = 4.0 * math.sqrt(max(validated * (1.0 - validated), 1.0 / n) / n)
+    gap = validated - test_accuracy
+    if gap <= max(noise, COLLAPSE_MIN_POINTS / 100.0):
+        return None
+    majority = float(np.unique(np.asarray(y_test), return_counts=True)[1].max()) / n
+    near_chance = test_accuracy <= majority + 0.05
+    return (f"test accuracy {100 * test_accuracy:.1f} % is {100 * gap:.1f} points below the validated "
+            f"{100 * validated:.1f} %" + (f", no better than always answering the most frequent class "
+                                          f"({100 * majority:.1f} %)" if near_chance else "")
+            + ": the shipped model does not behave like the model validated; do not deploy it (try another --seed "
+            "or --budget, and check the labels)")
+
+
 def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
             float_pred, int8_pred, y_test) -> dict:
     from tinyproto.families import predict_cycles
@@ -238,6 +287,9 @@ def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sra
     warnings = []
     if (float_acc - int8_acc) * 100 > INT8_LOSS_WARNING_POINTS:
         warnings.append(f"int8 accuracy is {100 * (float_acc - int8_acc):.1f} points below float")
+    collapse = accuracy_collapse(info, int8_acc, y_test)
+    if collapse:
+        warnings.append(collapse)
     margin = board.sram_bytes - sram["estimated_total_bytes"]
     if margin < 256:
         warnings.append(f"estimated SRAM margin is only {margin} B")

@@ -223,7 +223,7 @@ def federate_model(
     """Train FlyNN across `parties` parties (optionally with DP) and write the model directory; see module doc."""
     from tinyproto.core.boards import load_board
     from tinyproto.core.budget import parse_budget
-    from tinyproto.pipeline.compile import write_model_directory
+    from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
     from tinyproto.core.datasets import load_dataset, split
     from tinyproto.core.outdir import check_output_dir
     from tinyproto.federated.dp import DPParams
@@ -291,8 +291,9 @@ def federate_model(
         extra = _federation_report(fit, central, reference, sp, rows, party_classes, train_accuracy, split_kind,
                                    backend, cluster, dp, info, federated_seconds)
         interrupted()  # a Ctrl-C that a finalizer swallowed still means: write nothing
-        result = write_model_directory(fit.clf, fit.model, info, dataset, sp, seed, budget_bytes, board, out_dir,
-                                       federated_seconds, progress, extra_report=extra)
+        result = write_model_directory(Fitted(fit.clf, fit.model, info, federated_seconds),
+                                       TrainedOn(dataset, sp, seed, budget_bytes, board), out_dir, progress,
+                                       extra_report=extra)
         return FederateResult(result.out_dir, result.report)
 
 

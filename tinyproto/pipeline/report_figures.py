@@ -8,6 +8,7 @@ import io
 import numpy as np
 
 from tinyproto import families
+from tinyproto.core.measured import drawable, is_positive
 from tinyproto.pipeline.report_data import configurations, kb, pareto_frontier
 
 OTHER_COLORS = ["#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
@@ -149,7 +150,7 @@ def fig_agreement(rows: list[dict]) -> bytes | None:
 
 
 def fig_cycles(rows: list[dict]) -> bytes | None:
-    measured = [r for r in rows if r["cycles_measured"] is not None]
+    measured = [r for r in rows if drawable([r["cycles_measured"], r["cycles_predicted"]])]  # a log-log plot
     if not measured:
         return None
     colors = _colors(rows)
@@ -263,7 +264,8 @@ def fig_single_cycles(row: dict, validation: dict | None, report: dict) -> bytes
     fig, ax = _figure(5.0, 3.2)
     names = ["lower bound", "predicted"]
     values = [report["predicted_cycles"]["lower_bound"], report["predicted_cycles"]["total"]]
-    if validation is not None and validation.get("n_vectors"):
+    if validation is not None and validation.get("n_vectors") and is_positive(validation.get("cycles_mean")) \
+            and validation.get("latency_ms_mean") is not None:
         names.append("measured (mean)")
         values.append(validation["cycles_mean"])
     ax.bar(names, values, color=["#bbbbbb", "#ff7f0e", "#2ca02c"][:len(values)])

@@ -26,7 +26,7 @@ import shutil
 import threading
 import time
 import uuid
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -34,7 +34,6 @@ from typing import Any, Callable, Iterator
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.outdir import private_scratch
 from tinyproto.pipeline.sweep_files import (CONFIG, POINTS, RESULTS, SWEEP_FORMAT, SWEEP_FORMAT_VERSION, ResultsFile,
                                             _rewrite_in_order, read_config, read_results)
 from tinyproto.pipeline.sweep_points import TOPIC, Point, _one_line, check_arguments, parse_grid, record_order, run_point
@@ -42,7 +41,6 @@ from tinyproto.pipeline.sweep_points import TOPIC, Point, _one_line, check_argum
 DEFAULT_BUDGETS = "0.5kB,1kB,2kB,4kB,8kB"
 DEFAULT_TIMEOUT_S = 1800.0  # longest wait for the next point to finish (a point is compile + build + validate)
 CONNECT_TIMEOUT_S = 30.0
-CLOSE_TIMEOUT_S = 20.0
 POLL_S = 0.2
 
 
@@ -104,70 +102,18 @@ def _open_sweep_dir(out: Path, binding: dict, resume: bool) -> dict:
 
 @contextmanager
 def open_cluster(scheduler: str | None, workers: int | None, n_points: int) -> Iterator[tuple[Any, dict]]:
-    """A dask client on a LocalCluster of worker processes (default: one per CPU, at most one per point) or on
-    the running cluster at `scheduler`; as tinyproto federate opens it. Every wait here has a timeout."""
+    """A dask client on a LocalCluster of worker processes (default: one per CPU, at most one per point; training
+    is Python and numpy, so threads would share one GIL) or on the running cluster at `scheduler`: the one way
+    tinyproto opens a cluster (core/dask_cluster.py). Every wait there has a timeout."""
     import importlib.util
-    import logging
 
     if importlib.util.find_spec("distributed") is None:
         raise TinyprotoError("tinyproto sweep needs dask.distributed: pip install 'dask[distributed]'")
-    import dask
-    from distributed import Client, LocalCluster
+    from tinyproto.core.dask_cluster import DaskCluster, cpu_count
 
-    from tinyproto.federated.dask_parties import probe_scheduler
-
-    cluster = None
-    stack = ExitStack()  # the LocalCluster's scratch directory
-    if scheduler:
-        scheduler = probe_scheduler(scheduler, CONNECT_TIMEOUT_S)  # a silent or foreign service: one line, no hang
-        try:
-            client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
-        except Exception as exc:  # refused, timed out, or an address dask cannot parse: one line, whatever it is
-            raise TinyprotoError(f"cannot reach the dask scheduler at {scheduler} (waited up to "
-                                 f"{CONNECT_TIMEOUT_S:g} s): {type(exc).__name__}: {_one_line(str(exc))}") from None
-    else:
-        n_workers = workers or max(1, min(n_points, os.cpu_count() or 1))
-        # worker processes: training is Python and numpy, so threads would share one GIL. Like federate, keep
-        # glibc's adaptive malloc trimming (dask's 65536 default slows numpy-heavy work in workers).
-        scratch = str(stack.enter_context(private_scratch("tinyproto-dask-")))  # workers' files, not $TMPDIR's
-        try:
-            with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                                  "distributed.comm.timeouts.connect": f"{CONNECT_TIMEOUT_S}s",
-                                  "temporary-directory": scratch}):
-                cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                       dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL,
-                                       local_directory=scratch)
-            client = Client(cluster, timeout=CONNECT_TIMEOUT_S)
-        except (OSError, TimeoutError) as exc:
-            if cluster is not None:
-                _quietly(cluster.close, timeout=CLOSE_TIMEOUT_S)
-            stack.close()
-            raise TinyprotoError(f"could not start a dask LocalCluster: {_one_line(str(exc))}") from None
-    try:
-        info = client.scheduler_info()
-        n = len(info.get("workers", {}))
-        if n == 0:
-            try:
-                client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
-            except (OSError, TimeoutError):
-                raise TinyprotoError(f"the dask scheduler at {scheduler} has no workers (waited "
-                                     f"{CONNECT_TIMEOUT_S:g} s)") from None
-            n = len(client.scheduler_info().get("workers", {}))
-        threads = sum(w.get("nthreads", 1) for w in client.scheduler_info().get("workers", {}).values())
-        yield client, {"scheduler": scheduler or "LocalCluster", "workers": n, "threads": threads,
-                       "processes": True if cluster is not None else None}
-    finally:  # closing must not hide why we stopped (an error, Ctrl-C); each close has its timeout
-        _quietly(client.close, timeout=CLOSE_TIMEOUT_S)
-        if cluster is not None:
-            _quietly(cluster.close, timeout=CLOSE_TIMEOUT_S)
-        stack.close()
-
-
-def _quietly(close: Callable, **kwargs) -> None:
-    try:
-        close(**kwargs)
-    except Exception:
-        pass
+    n_workers = workers or max(1, min(n_points, cpu_count()))
+    with DaskCluster(scheduler, n_workers, processes=True, timeout=CONNECT_TIMEOUT_S) as cluster:
+        yield cluster.client, cluster.describe()
 
 
 # ------------------------------------------------------------------------------------------------ the driver
@@ -197,41 +143,44 @@ class SweepResult:
     missing: list[str] = field(default_factory=list)
 
 
-def sweep(
-    data: str,
-    out: Path,
-    models: str = ",".join(families.names()),
-    budgets: str = DEFAULT_BUDGETS,
-    seeds: str = "0",
-    boards: str = "uno",
-    device: str = "sim",
-    scheduler: str | None = None,
-    workers: int | None = None,
-    resume: bool = False,
-    label: str | None = None,
-    raw_check: bool = False,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    progress: Callable[[SweepProgress], None] | None = None,
-    max_latency_ms: float | None = None,
-) -> SweepResult:
-    """Run every point of the grid not yet in DIR/results.jsonl; see the module doc. max_latency_ms: every point
-    is compiled with that latency limit (`compile --max-latency`); a point that cannot meet it is a failed point."""
+@dataclass(frozen=True)
+class SweepOptions:
+    """How `tinyproto sweep` runs: the grid, where each point runs and is checked, and how long it may take."""
+
+    models: str = ",".join(families.names())  # comma lists, as on the command line
+    budgets: str = DEFAULT_BUDGETS
+    seeds: str = "0"
+    boards: str = "uno"
+    device: str = "sim"  # where each point is validated: sim, or none
+    scheduler: str | None = None  # a running dask scheduler; None: a LocalCluster of `workers` processes
+    workers: int | None = None
+    resume: bool = False  # run only the points DIR/results.jsonl does not hold yet
+    label: str | None = None  # DATA's label column
+    raw_check: bool = False
+    timeout: float = DEFAULT_TIMEOUT_S  # seconds without a finished point before the sweep gives up
+    max_latency_ms: float | None = None  # every point compiled with this latency limit (`compile --max-latency`)
+
+
+def sweep(data: str, out: Path, options: SweepOptions | None = None,
+          progress: Callable[[SweepProgress], None] | None = None) -> SweepResult:
+    """Run every point of the grid not yet in DIR/results.jsonl; see the module doc. A point that cannot meet
+    options.max_latency_ms is a failed point."""
     from tinyproto.core.datasets import load_dataset
     from tinyproto.core.outdir import check_output_dir, locked
 
-    check_arguments(device, workers, scheduler, timeout, max_latency_ms)
-    points = parse_grid(models, budgets, seeds, boards)
-    dataset = load_dataset(data, label=label)  # a bad DATA is refused here, not once per point on the workers
+    o = options or SweepOptions()
+    check_arguments(o.device, o.workers, o.scheduler, o.timeout, o.max_latency_ms)
+    points = parse_grid(o.models, o.budgets, o.seeds, o.boards)
+    dataset = load_dataset(data, label=o.label)  # a bad DATA is refused here, not once per point on the workers
     data_ref = os.path.abspath(data) if Path(data).exists() else data  # workers may run in another directory
-    binding = _binding(dataset, device, raw_check, max_latency_ms)
+    binding = _binding(dataset, o.device, o.raw_check, o.max_latency_ms)
     out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write
     created = _create_dirs(out)
     started = time.perf_counter()
     began = threading.Event()  # set once points are handed to the workers: from then on DIR is resumable
     with locked(out, "sweep"):  # refused here (in use by another run): nothing of ours to take back
         try:
-            return _sweep_locked(out, points, (data_ref, label, device, raw_check, timeout, max_latency_ms,
-                                               scheduler, workers), binding, resume, started, progress, began)
+            return _sweep_locked(out, points, data_ref, o, binding, started, progress, began)
         except BaseException:
             if not began.is_set():  # refused before any point ran (no scheduler, no cluster, Ctrl-C)
                 _remove_if_unused(out, created)
@@ -278,12 +227,12 @@ def _remove_if_unused(out: Path, created: list[Path]) -> None:
             break
 
 
-def _sweep_locked(out: Path, points: list[Point], args: tuple, binding: dict, resume: bool, started: float,
-                  progress: Callable[[SweepProgress], None] | None, began: threading.Event) -> SweepResult:
-    data_ref, label, device, raw_check, timeout, max_latency_ms, scheduler, workers = args
+def _sweep_locked(out: Path, points: list[Point], data_ref: str, options: SweepOptions, binding: dict,
+                  started: float, progress: Callable[[SweepProgress], None] | None,
+                  began: threading.Event) -> SweepResult:
     from tinyproto.core.modeldir import record_outputs
 
-    config = _open_sweep_dir(out, binding, resume)
+    config = _open_sweep_dir(out, binding, options.resume)
     record_outputs(out, CONFIG, RESULTS, f".{RESULTS}.tmp", POINTS)  # also refuses a link planted at one of them
     (out / POINTS).mkdir(exist_ok=True)
     previous = read_results(out / RESULTS, repair=True)
@@ -299,10 +248,9 @@ def _sweep_locked(out: Path, points: list[Point], args: tuple, binding: dict, re
     new_records: list[dict] = []
     try:
         if todo:
-            with open_cluster(scheduler, workers, len(todo)) as (client, cluster_info):
+            with open_cluster(options.scheduler, options.workers, len(todo)) as (client, cluster_info):
                 began.set()
-                _run_points(client, cluster_info, todo, data_ref, label, device, out, raw_check, timeout,
-                            results, new_records, state, progress, max_latency_ms)
+                _run_points(client, cluster_info, todo, data_ref, options, out, results, new_records, state, progress)
     finally:
         results.close()
         seconds = time.perf_counter() - started
@@ -315,11 +263,12 @@ def _sweep_locked(out: Path, points: list[Point], args: tuple, binding: dict, re
     return SweepResult(out, records, len(new_records), state.skipped, seconds, cluster_info, not missing, missing)
 
 
-def _run_points(client, cluster_info: dict, todo: list[Point], data: str, label: str | None, device: str, out: Path,
-                raw_check: bool, timeout: float, results: ResultsFile, new_records: list[dict],
-                state: SweepProgress, progress: Callable[[SweepProgress], None] | None,
-                max_latency_ms: float | None = None) -> None:
+def _run_points(client, cluster_info: dict, todo: list[Point], data: str, options: SweepOptions, out: Path,
+                results: ResultsFile, new_records: list[dict], state: SweepProgress,
+                progress: Callable[[SweepProgress], None] | None) -> None:
     from distributed import as_completed
+
+    timeout = options.timeout
 
     token = uuid.uuid4().hex
     started: set[str] = set()
@@ -340,8 +289,9 @@ def _run_points(client, cluster_info: dict, todo: list[Point], data: str, label:
 
     futures = {}
     for p in sorted(todo, key=lambda p: -p.budget_bytes):  # the longest points first: fewer idle workers at the end
-        future = client.submit(run_point, asdict(p), data, label, device, str(out / POINTS / p.id), raw_check,
-                               token, max_latency_ms, key=f"tinyproto-sweep-{p.id}-{token[:8]}", pure=False, priority=p.budget_bytes)
+        future = client.submit(run_point, asdict(p), data, options.label, options.device, str(out / POINTS / p.id),
+                               options.raw_check, token, options.max_latency_ms,
+                               key=f"tinyproto-sweep-{p.id}-{token[:8]}", pure=False, priority=p.budget_bytes)
         futures[future] = p
     finished: set[str] = set()
     pending = as_completed(list(futures))

@@ -22,7 +22,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from tinyproto.core.boards import Board, load_board
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.measured import cycle_problem, ratio
 from tinyproto.core.modeldir import (ModelDir, file_sha256, load_model_dir, read_json, read_text_file, record_outputs,
                                      write_json)
 from tinyproto.core.outdir import locked
@@ -164,7 +165,8 @@ def _raw_input_check(client, vectors, progress: Callable[[int], None] | None) ->
 
 
 def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict | None, raw_skipped: bool,
-            markers: dict | None, sram_margin: int | None, finished: bool, latency: dict | None = None) -> dict:
+            markers: dict | None, sram_margin: int | None, finished: bool, latency: dict | None = None,
+            cycles_problem: str | None = None) -> dict:
     """Every check validation makes, each {ok, detail}; `ok` None means skipped on the user's request."""
     checks = {
         "complete": {"ok": finished and n == n_total, "detail": f"{n} of {n_total} vectors measured"
@@ -172,6 +174,9 @@ def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict 
         "scores": {"ok": n > 0 and n_scores_ok == n, "detail": f"{n_scores_ok} of {n} score vectors identical"},
         "labels": {"ok": n > 0 and n_labels_ok == n, "detail": f"{n_labels_ok} of {n} labels identical"},
     }
+    checks["cycles"] = {"ok": n > 0 and cycles_problem is None,
+                        "detail": cycles_problem or (f"every one of {n} inferences reported a cycle count in 1..2^32-2"
+                                                     if n else "nothing measured")}
     if raw_skipped:
         checks["raw_input"] = {"ok": None, "detail": "on request (--no-raw)"}
     elif raw is None:
@@ -184,10 +189,7 @@ def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict 
                                          f"{scores_changed} score vectors and {raw['labels_changed']} labels differ "
                                          "through the on-device input stage"}
     if markers is not None:
-        constant = markers["n_compared"] > 0 and markers["marker_minus_timer1_min"] == markers["marker_minus_timer1_max"]
-        checks["cycle_markers"] = {"ok": constant and markers["n_compared"] == markers["n_expected"],
-                                   "detail": f"{markers['n_compared']} of {markers['n_expected']} Timer1 counts "
-                                             "differ from the simulator's GPIOR0 spans by one constant"}
+        checks["cycle_markers"] = {"ok": markers_agree(markers), "detail": markers_detail(markers)}
     checks["sram"] = {"ok": sram_margin is not None and sram_margin >= 0,
                       "detail": "stack peak not measured" if sram_margin is None
                       else f"margin {sram_margin} B (static + measured stack peak within the board's SRAM)"}
@@ -206,16 +208,46 @@ def latency_limit_check(report: dict, cycles, f_cpu_hz: int) -> dict | None:
         return {"ok": False, "detail": f"report.json's max_latency_ms is not a positive number: {limit!r}"}
     if len(cycles) == 0:
         return {"ok": False, "detail": f"--max-latency {limit:g} ms: nothing measured"}
-    mean_ms, max_ms = 1000.0 * float(np.mean(cycles)) / f_cpu_hz, 1000.0 * float(np.max(cycles)) / f_cpu_hz
+    problem = cycle_problem(cycles)
+    if problem:
+        return {"ok": False, "detail": f"--max-latency {limit:g} ms: not measured ({problem})"}
+    mean_ms, max_ms = 1000.0 * ratio(float(np.mean(cycles)), f_cpu_hz), 1000.0 * ratio(float(np.max(cycles)), f_cpu_hz)
     return {"ok": mean_ms <= limit,
             "detail": f"mean {mean_ms:.3f} ms {'within' if mean_ms <= limit else 'over'} --max-latency {limit:g} ms "
                       f"(slowest vector {max_ms:.3f} ms)"}
 
 
-def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInfo, target: str,
-              rows: dict[int, dict], stack_peak: int | None, markers: dict | None, raw: dict | None,
-              raw_skipped: bool = False, finished: bool = False) -> dict:
-    """validation.json from the rows measured so far (`model` and `vectors` as validate() loaded them)."""
+@dataclass(frozen=True)
+class ValidationSubject:
+    """What a validation checks: the model directory, its model and vectors as validate() loaded them, the board,
+    the firmware it runs and where (a port, or "sim")."""
+
+    model_dir: ModelDir
+    model: Any
+    vectors: Any
+    board: Board
+    build: BuildInfo
+    target: str
+
+
+@dataclass
+class Measured:
+    """What a validation run has measured so far: a row per vector index, and the run-wide figures."""
+
+    rows: dict[int, dict]
+    stack_peak: int | None = None
+    markers: dict | None = None  # the simulator's GPIOR0 cross-check
+    raw: dict | None = None  # the raw-input check
+    line: dict | None = None  # the serial line's figures (LineMeter.summary)
+    raw_skipped: bool = False
+    finished: bool = False
+
+
+def summarise(subject: ValidationSubject, measured: Measured) -> dict:
+    """validation.json from the rows measured so far."""
+    model_dir, model, vectors, board, build = (subject.model_dir, subject.model, subject.vectors, subject.board,
+                                               subject.build)
+    rows, stack_peak, markers, raw = measured.rows, measured.stack_peak, measured.markers, measured.raw
     n_total = len(vectors.labels)
     ordered = [rows[i] for i in sorted(rows)]
     oks = [_row_ok(r, vectors) for r in ordered]
@@ -224,17 +256,19 @@ def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInf
     device_labels = np.array([r["label"] for r in ordered], dtype=np.int64)
     truth = vectors.y[[r["i"] for r in ordered]]
     host_labels = vectors.labels[[r["i"] for r in ordered]]
+    cycles_problem = cycle_problem(cycles.tolist())
     cycles_mean = float(cycles.mean()) if n else 0.0
-    seconds = cycles_mean / board.f_cpu_hz
+    trusted_mean = cycles_mean if n and cycles_problem is None else None  # figures derived from cycles need it
+    seconds = ratio(trusted_mean, board.f_cpu_hz)
     predicted = predict_cycles(model)
     bound = lower_bound_cycles(model)
     sram_margin = board.sram_bytes - (build.sram_static_bytes + stack_peak) if stack_peak is not None else None
     n_labels_ok, n_scores_ok = sum(a for a, _ in oks), sum(b for _, b in oks)
-    checks = _checks(n, n_total, n_scores_ok, n_labels_ok, raw, raw_skipped, markers, sram_margin, finished,
-                     latency_limit_check(model_dir.report, cycles, board.f_cpu_hz))
+    checks = _checks(n, n_total, n_scores_ok, n_labels_ok, raw, measured.raw_skipped, markers, sram_margin,
+                     measured.finished, latency_limit_check(model_dir.report, cycles, board.f_cpu_hz), cycles_problem)
     summary = {
         "board": board.name,
-        "target": target,
+        "target": subject.target,
         "passed": all(c["ok"] is not False for c in checks.values()),
         "checks": checks,
         "complete": checks["complete"]["ok"],
@@ -246,16 +280,16 @@ def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInf
         "cycles_mean": cycles_mean,
         "cycles_max": int(cycles.max()) if n else 0,
         "cycles_min": int(cycles.min()) if n else 0,
-        "latency_ms_mean": 1000.0 * seconds,
+        "latency_ms_mean": 1000.0 * seconds if seconds is not None else None,
         "f_cpu_hz": board.f_cpu_hz,
         "sram_bytes": board.sram_bytes,
-        "energy_mj_mcu": board.energy_mj(seconds, board.mcu_active_current_ma),
-        "energy_mj_board": board.energy_mj(seconds, board.board_active_current_ma),
+        "energy_mj_mcu": board.energy_mj(seconds, board.mcu_active_current_ma) if seconds is not None else None,
+        "energy_mj_board": board.energy_mj(seconds, board.board_active_current_ma) if seconds is not None else None,
         "energy_note": "model: V x I_active x latency with datasheet / board figures (boards/%s.json), not a meter" % board.name,
         "predicted_cycles": predicted["total"],
-        "predicted_error": (predicted["total"] - cycles_mean) / cycles_mean if n else None,
+        "predicted_error": ratio(predicted["total"] - trusted_mean, trusted_mean) if trusted_mean else None,
         "lower_bound_cycles": bound,
-        "measured_over_bound": cycles_mean / bound if n and bound else None,
+        "measured_over_bound": ratio(trusted_mean, bound),
         "flash_bytes": build.flash_bytes,
         "flash_available_bytes": board.flash_bytes_for_sketch,
         "sram_static_bytes": build.sram_static_bytes,
@@ -274,6 +308,8 @@ def summarise(model_dir: ModelDir, model, vectors, board: Board, build: BuildInf
         summary["simulator_marker_cycles"] = markers
     if raw is not None:
         summary["raw_input"] = raw
+    if measured.line is not None:
+        summary["line"] = measured.line
     return summary
 
 
@@ -295,17 +331,67 @@ def _per_vector(spans: list[int], per_vector: int) -> list[int]:
     return [sum(spans[k : k + per_vector]) for k in range(0, len(spans) - per_vector + 1, per_vector)]
 
 
-def _marker_summary(spans: list[int], device_cycles: list[int]) -> dict:
-    """Cross-check the device's Timer1 cycles with the simulator's GPIOR0 marker spans, vector by vector."""
+def _calibration_span(markers: list[tuple[int, int]]) -> int | None:
+    """Cycles between the start-up calibration's GPIOR0 = 17 and 18 (the empty call whose Timer1 count the
+    firmware subtracts from every figure), or None when the run's markers do not include it."""
+    start = None
+    for value, cycle in markers:
+        if value == CALIBRATE_MARK:
+            start = cycle
+        elif value == CALIBRATE_MARK + 1 and start is not None:
+            return cycle - start
+    return None
+
+
+CALIBRATE_MARK = 17  # TP_MARK_CALIBRATE in firmware/tp_app.h
+
+
+def _marker_summary(spans: list[int], device_cycles: list[int], calibration_span: int | None,
+                    timed_calls: int, first_vector: list[int]) -> dict:
+    """Cross-check the device's Timer1 cycles with the simulator's GPIOR0 marker spans, vector by vector.
+
+    Exact, whatever the inference's length: Timer1 runs from before the start marker to after the end marker
+    (overflows counted, interrupts off from before the end marker to the read), and the firmware subtracts the
+    Timer1 count of an empty call through the same code, so for each timed call span - Timer1 is exactly the
+    empty call's marker span (its calibration span). A vector timed in `timed_calls` calls (a streaming family's
+    chunks) sums that many spans, so its difference is timed_calls x the calibration span."""
     n = min(len(spans), len(device_cycles))
     diffs = [spans[k] - device_cycles[k] for k in range(n)]
+    expected = None if calibration_span is None else timed_calls * calibration_span
+    differing = [k for k in range(n) if diffs[k] != expected]
+    first = differing[0] if differing else None
     return {
         "n_compared": n,
         "n_expected": len(device_cycles),
+        "expected_difference": expected,
+        "n_exact": n - len(differing),
         "marker_cycles_mean": float(np.mean(spans[:n])) if n else None,
         "marker_minus_timer1_min": int(min(diffs)) if diffs else None,
         "marker_minus_timer1_max": int(max(diffs)) if diffs else None,
+        "first_differing": None if first is None else {"vector": first_vector[first], "timer1": device_cycles[first],
+                                                       "marker_span": spans[first]},
     }
+
+
+def markers_agree(markers: dict) -> bool:
+    return (markers.get("expected_difference") is not None and markers["n_compared"] == markers["n_expected"] > 0
+            and markers.get("n_exact") == markers["n_compared"])
+
+
+def markers_detail(markers: dict) -> str:
+    """What the marker check measured, in words that are true whichever way it went."""
+    n, total, expected = markers["n_compared"], markers["n_expected"], markers.get("expected_difference")
+    if expected is None:
+        return f"the simulator reported no start-up calibration markers; {n} of {total} vectors not comparable"
+    text = (f"{markers.get('n_exact', 0)} of {total} Timer1 counts equal the simulator's GPIOR0 span minus "
+            f"{expected} cycles (the calibration call's span)")
+    if n < total:
+        text += f"; only {n} spans recorded for {total} vectors"
+    first = markers.get("first_differing")
+    if first is not None:
+        text += (f"; span - Timer1 ranged {markers['marker_minus_timer1_min']}..{markers['marker_minus_timer1_max']}"
+                 f" cycles, first at vector {first['vector']} (Timer1 {first['timer1']}, span {first['marker_span']})")
+    return text
 
 
 # ------------------------------------------------------------------------------------------------ the run
@@ -395,13 +481,11 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
     target = port or "sim"
     journal = Journal(model_dir.path, binding_of(model_dir, build, target))
     rows = journal.resume(n_total, model.n_classes) if resume else {}
-    state = {"stack_peak": None, "markers": None, "raw": None, "finished": False, "line": None}
+    subject = ValidationSubject(model_dir, model, vectors, board, build, target)
+    state = Measured(rows, raw_skipped=not raw_check)
 
     def write_summary() -> dict:
-        summary = summarise(model_dir, model, vectors, board, build, target, rows, state["stack_peak"],
-                            state["markers"], state["raw"], raw_skipped=not raw_check, finished=state["finished"])
-        if state["line"] is not None:
-            summary["line"] = state["line"]
+        summary = summarise(subject, state)
         write_json(model_dir.path / SUMMARY, summary)
         return summary
 
@@ -440,15 +524,17 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
 
             meter.timed("int8", int8_pass)
             if sim is not None and todo:
-                spans = _per_vector(_marker_cycles(sim.markers())[spans_before:], spans_per_vector)
-                state["markers"] = _marker_summary(spans, [rows[i]["cycles"] for i in todo])
+                events = sim.markers()
+                spans = _per_vector(_marker_cycles(events)[spans_before:], spans_per_vector)
+                state.markers = _marker_summary(spans, [rows[i]["cycles"] for i in todo],
+                                                _calibration_span(events), spans_per_vector, todo)
             if raw_check:
                 raw_tick = progress_factory("raw inputs", n_total) if progress_factory else None
-                state["raw"] = meter.timed("raw", lambda: _raw_input_check(client, vectors, raw_tick))
-            state["line"] = meter.summary()
-            state["stack_peak"] = client.stats().stack_peak
-        state["finished"] = True
+                state.raw = meter.timed("raw", lambda: _raw_input_check(client, vectors, raw_tick))
+            state.line = meter.summary()
+            state.stack_peak = client.stats().stack_peak
+        state.finished = True
     finally:
-        if rows or state["finished"]:  # an interrupted run records what it measured, marked incomplete
+        if rows or state.finished:  # an interrupted run records what it measured, marked incomplete
             summary = write_summary()
     return summary

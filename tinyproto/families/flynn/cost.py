@@ -226,19 +226,47 @@ def _harmonic(n: int) -> float:
     return float(digamma(n + 1) + np.euler_gamma)
 
 
+@dataclass(frozen=True)
+class FlyShape:
+    """The shape of a FlyNN inference as the cost model sees it."""
+
+    m: int  # hash rows
+    s: int  # inputs per row
+    n_inputs: int  # hash inputs (2d with the sign split)
+    rho: int  # winners
+    bits: int  # count bits
+    n_classes: int
+    store_M: bool
+
+
+@dataclass(frozen=True)
+class GeneratorTotals:
+    """The seeded generator's work for the shape's m rows: exact (a replay of the seed) or expected."""
+
+    pattern_proposals: float
+    compares: float
+    wraps: float
+    mirrors: float
+    replacements: float | None = None  # heap replacements; None: their expectation for uniform projections
+    levels: float | None = None  # the heap's sift levels; None: their expectation for rows in random order
+
+
 def cost_terms(counts: WalkCounts, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> dict[str, float]:
     """How many times each costed unit of work runs in one FlyNN inference of the first m rows of `counts`' M
     (heap replacements: expected). The one source of both predict_cycles and the solver's ExactCycles."""
     replacements, levels = counts.heap_work(m, rho)
-    return shape_terms(m, counts.s, counts.n_inputs, rho, bits, n_classes, store_M, counts.pattern_proposals[m],
-                       counts.compares[m], counts.wraps[m], counts.mirrors[m], replacements, levels)
+    return shape_terms(FlyShape(m, counts.s, counts.n_inputs, rho, bits, n_classes, store_M),
+                       GeneratorTotals(counts.pattern_proposals[m], counts.compares[m], counts.wraps[m],
+                                       counts.mirrors[m], replacements, levels))
 
 
-def shape_terms(m: int, s: int, n_in: int, rho: int, bits: int, L: int, store_M: bool, pattern_proposals: float,
-                compares: float, wraps: float, mirrors: float, replacements: float | None = None,
-                levels: float | None = None) -> dict[str, float]:
-    """cost_terms from the generator's counts for these m rows (exact from a replay, or expected; the heap's
+def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
+    """cost_terms from the generator's totals for the shape's m rows (exact from a replay, or expected; the heap's
     replacements and sift levels replayed, or their expectation for rows in random order)."""
+    m, s, n_in, rho, bits, L, store_M = (shape.m, shape.s, shape.n_inputs, shape.rho, shape.bits, shape.n_classes,
+                                         shape.store_M)
+    pattern_proposals, compares, wraps, mirrors, replacements, levels = (
+        walk.pattern_proposals, walk.compares, walk.wraps, walk.mirrors, walk.replacements, walk.levels)
     wide = n_in > WIDE_INPUTS
     if replacements is None:
         replacements = expected_heap_replacements(m, rho)
@@ -318,8 +346,8 @@ def estimate_cycles(m: int, s: int, rho: int, bits: int, n_classes: int, n_input
     blocks = -(-m // block_rows(n_inputs))
     per_pattern = sum(n_inputs / (n_inputs - k) for k in range(s))  # coupon collector: proposals per pattern
     compares = sum((k + 1) * n_inputs / (n_inputs - k) for k in range(s))  # scans of k entries + the sentinel
-    terms = shape_terms(m, s, n_inputs, rho, bits, n_classes, store_M, blocks * per_pattern, blocks * compares,
-                        m * s / 2, m * s / 2)
+    terms = shape_terms(FlyShape(m, s, n_inputs, rho, bits, n_classes, store_M),
+                        GeneratorTotals(blocks * per_pattern, blocks * compares, m * s / 2, m * s / 2))
     return float(sum(count * FLY_CYCLES[name] for name, count in terms.items()))
 
 

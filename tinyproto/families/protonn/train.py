@@ -50,6 +50,7 @@ from tinyproto.families.protonn.optim import (  # noqa: F401  (re-exported: test
     STEP_GROWTH,
     _distance_sensitivity,
     allocate_prototypes,
+    fit_score_scale,
     armijo_step,
     gamma_schedule,
     grad_B,
@@ -135,6 +136,7 @@ class ProtoNNClassifier(ClassifierMixin, BaseEstimator):
         with threadpool_limits(limits=1, user_api="blas"):
             params = self._initialise(Xs, y_index, rng)
             self.gamma_ = self._initial_gamma(Xs @ params.W.T, params.B)
+            fit_score_scale(params, Xs, Y, gamma_schedule(self.gamma_, 1, int(self.n_epochs)) ** 2)
             self.n_iter_, self.loss_curve_ = self._train(params, Xs, Y, rng)
         self.W_, self.B_, self.Z_ = params.W, params.B, params.Z
         return self

@@ -1,0 +1,213 @@
+"""What a device answers is checked before it is used (core/measured.py), and the cycle cross-check is exact.
+
+- The cycle markers: the real AVR device application with a fake model that busy-waits a length each vector
+  chooses (tests/fixtures/protocol/fake_model.c, TP_FAKE_DELAY), on the cycle-exact simulator: Timer1 equals the
+  GPIOR0 span minus the calibration span for every inference from 1 to 100 ms, including ones ending a few
+  cycles either side of a Timer1 overflow; a tampered cycle counter fails validate's check with a true detail.
+- Implausible figures: a firmware that answers every score right but reports 0 cycles (or the u32 limit) is a
+  failed `cycles` check with latency and energy left unmeasured, never a ZeroDivisionError; the report draws it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinyproto.core.measured import MAX_CYCLES, cycle_problem, drawable, ratio
+
+ROOT = Path(__file__).resolve().parents[1]
+FIRMWARE = ROOT / "firmware"
+FIXTURE = ROOT / "tests" / "fixtures" / "protocol"
+F_CPU = 16_000_000
+OVERFLOW = 65536
+
+
+def test_ratio_and_cycle_problem_take_any_value():
+    assert ratio(3, 2) == 1.5
+    for bad in (0, -1, math.nan, math.inf, None, True, "7", 10**400):
+        assert ratio(1, bad) is None, bad
+        assert ratio(bad, 2) is None or bad in (0, -1), bad
+    assert cycle_problem([100, 2000]) is None
+    assert "2 of 3 inferences reported 0 cycles" in cycle_problem([0, 5, 0])
+    for bad in (-5, MAX_CYCLES, math.nan, 2**40, "12"):
+        assert "out of range" in cycle_problem([1, bad]), bad
+    assert drawable([1, 2.5]) and not drawable([1, 0]) and not drawable([math.nan])
+
+
+# ---- the simulated device --------------------------------------------------------------------------------
+
+
+def _avr_firmware(tmp_path: Path, name: str, edit=None) -> Path:
+    """The device application (firmware/, with tp_measure.c optionally edited) + the delaying fake model."""
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed")
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_protocol import AVR_FLAGS, sizes_include
+
+    source = tmp_path / f"src_{name}"
+    shutil.copytree(FIRMWARE, source)
+    if edit is not None:
+        measure = source / "tp_measure.c"
+        text = measure.read_text()
+        edited = edit(text)
+        assert edited != text
+        measure.write_text(edited)
+    elf = tmp_path / f"{name}.elf"
+    sources = [source / n for n in ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c", "tp_serial.c")]
+    subprocess.run(["avr-gcc", *AVR_FLAGS, f"-I{source}", f"-I{FIXTURE}", sizes_include(tmp_path / f"sizes_{name}"),
+                    "-DTP_FAKE_DELAY", *map(str, sources), str(FIXTURE / "fake_model.c"), "-o", str(elf)], check=True)
+    return elf
+
+
+def _vector(extra: int) -> np.ndarray:
+    """x for the fake model delaying `extra` cycles (to the cycle, give or take a constant): 4 cycles a count of
+    x[0..1], 65535 counts per unit of x[2], 3 cycles a count of x[3] (1..4, so every residue mod 4 is reached)."""
+    x3 = (3 * extra) % 4 or 4
+    counts = (extra - 3 * x3) // 4
+    big, rest = divmod(counts, 65535)
+    x = np.zeros(8, dtype=np.int8)
+    x[0], x[1], x[2], x[3] = np.array([rest >> 8, rest & 255, big, x3], dtype=np.uint8).view(np.int8)
+    return x
+
+
+def _run_on_simulator(elf: Path, lengths_ms: list[float], offsets: range):
+    """Measure, per target length, vectors ending at `offsets` cycles around the nearest Timer1 overflow.
+    Returns (device cycles, the simulator's markers)."""
+    from tinyproto.device.protocol import open_device
+    from tinyproto.device.sim import SimulatedUno
+
+    cycles = []
+    with SimulatedUno(elf) as sim, open_device(sim.port, timeout=30.0) as client:
+        client.hello()
+        base = client.predict(_vector(100)).cycles - 100  # what the call costs besides the delay
+        cycles.append(base + 100)
+        for ms in lengths_ms:
+            target = round(ms * F_CPU / 1000)
+            end = target if target < OVERFLOW else round(target / OVERFLOW) * OVERFLOW  # at an overflow
+            guess = end - base
+            probe = client.predict(_vector(guess)).cycles  # the delay loops' own overhead: measured, not assumed
+            cycles.append(probe)
+            for offset in offsets:
+                extra = guess + end + offset - probe
+                assert extra > 16
+                cycles.append(client.predict(_vector(extra)).cycles)
+        events = sim.markers()
+    return cycles, events
+
+
+def _summary(cycles, events):
+    from tinyproto.pipeline.validate import _calibration_span, _marker_cycles, _marker_summary
+
+    return _marker_summary(_marker_cycles(events), cycles, _calibration_span(events), 1, list(range(len(cycles))))
+
+
+LENGTHS_MS = [1, 2, 5, 10, 20, 50, 100]
+
+
+@pytest.mark.device
+@pytest.mark.slow
+def test_timer1_equals_the_marker_span_for_any_length(tmp_path):
+    from tinyproto.pipeline.validate import markers_agree, markers_detail
+
+    cycles, events = _run_on_simulator(_avr_firmware(tmp_path, "fw"), LENGTHS_MS, range(-48, 49))
+    markers = _summary(cycles, events)
+    assert min(cycles[1:]) < F_CPU / 1000 * 1.1 and max(cycles) > F_CPU / 1000 * 98  # 1 ms .. 100 ms
+    assert markers["n_compared"] == len(cycles) == 1 + len(LENGTHS_MS) * 98
+    after = sorted({c % OVERFLOW for c in cycles if c > OVERFLOW and c % OVERFLOW < 49})
+    assert len(after) >= 20 and after == list(range(min(after), 49))  # ended at every cycle just after overflows
+    assert markers_agree(markers), markers_detail(markers)
+    assert markers["marker_minus_timer1_min"] == markers["marker_minus_timer1_max"] == markers["expected_difference"]
+    assert markers_detail(markers).startswith(f"{len(cycles)} of {len(cycles)} Timer1 counts equal")
+
+
+@pytest.mark.device
+@pytest.mark.slow
+def test_a_tampered_cycle_counter_fails_with_a_true_detail(tmp_path):
+    """A counter that adds one cycle per Timer1 overflow (as a miscounted overflow would): every inference of
+    4 ms or more is off, and the detail says how many, by how much and where first."""
+    from tinyproto.pipeline.validate import markers_agree, markers_detail
+
+    elf = _avr_firmware(tmp_path, "tampered", lambda text: text.replace(
+        "return cycles > tp_overhead ? cycles - tp_overhead : 0;",
+        "return (cycles > tp_overhead ? cycles - tp_overhead : 0) + (cycles >> 16);"))
+    cycles, events = _run_on_simulator(elf, [1, 20, 100], range(0, 9, 4))
+    assert len(cycles) == 1 + 3 * 4
+    markers = _summary(cycles, events)
+    assert not markers_agree(markers)
+    honest = [c - (c >> 16) for c in cycles]  # close enough to tell which vectors were off
+    off = sum(1 for c in honest if c >> 16)
+    detail = markers_detail(markers)
+    assert f"{len(cycles) - off} of {len(cycles)} Timer1 counts equal" in detail
+    expected = markers["expected_difference"]
+    first = next(i for i, c in enumerate(honest) if c >> 16)
+    assert f"first at vector {first} (Timer1 {cycles[first]}" in detail
+    worst = max(c >> 16 for c in honest)
+    assert f"ranged {expected - worst}..{expected}" in detail
+
+
+# ---- a whole model directory whose firmware reports implausible cycles -----------------------------------
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "tinyproto", *map(str, args)], capture_output=True, text=True,
+                          timeout=900)
+
+
+@pytest.mark.device
+@pytest.mark.slow
+@pytest.mark.parametrize("reported", ["0", "0xFFFFFFFFUL"])
+def test_implausible_cycles_are_a_failed_check_not_a_traceback(tmp_path, monkeypatch, reported):
+    from rich.console import Console
+
+    from tinyproto.pipeline import firmware
+    from tinyproto.pipeline.compile import compile_model
+
+    out = tmp_path / "m"
+    compile_model("iris", "flynn", "1kB", 0, "uno", out)
+    measure = out / "src" / "tp_measure.c"
+    text = measure.read_text()
+    edited = re.sub(r"return cycles > tp_overhead \? cycles - tp_overhead : 0;", f"(void)cycles; return {reported};", text)
+    assert edited != text
+    measure.write_text(edited)
+    import tinyproto.core.modeldir as modeldir
+
+    monkeypatch.setattr(modeldir, "check_project_files", lambda path: None)  # the edited runtime is the point
+    firmware.build_model_dir(out, None, Console(quiet=True))
+    result = _cli("validate", out, "--no-raw")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert "cycles" in result.stderr
+    summary = json.loads((out / "validation.json").read_text())
+    assert summary["checks"]["scores"]["ok"] and summary["checks"]["labels"]["ok"]  # the answers were right
+    assert summary["checks"]["cycles"]["ok"] is False
+    assert f"{summary['n_vectors']} of {summary['n_vectors']} inferences reported" in summary["checks"]["cycles"]["detail"]
+    assert summary["latency_ms_mean"] is None and summary["energy_mj_board"] is None
+    assert summary["predicted_error"] is None and summary["measured_over_bound"] is None
+    report = _cli("report", out)
+    assert report.returncode == 0, report.stderr
+    assert (out / "report.html").is_file()
+
+
+@pytest.mark.device
+@pytest.mark.slow
+def test_the_end_marker_before_cli_was_the_race(tmp_path):
+    """The firmware as it was (end marker, then interrupts off): an inference ending just after a Timer1
+    overflow had the overflow interrupt counted by Timer1 but not by the marker span, so the two differed by
+    the interrupt's cycles (validate saw -27..+13 on a 20 ms FlyNN model)."""
+    from tinyproto.pipeline.validate import markers_agree
+
+    elf = _avr_firmware(tmp_path, "old", lambda text: text.replace(
+        "    cli();\n    GPIOR0 = (uint8_t)(mark + 1u);\n", "    GPIOR0 = (uint8_t)(mark + 1u);\n    cli();\n"))
+    cycles, events = _run_on_simulator(elf, [20], range(-48, 49))
+    markers = _summary(cycles, events)
+    assert not markers_agree(markers)
+    assert markers["marker_minus_timer1_max"] == markers["expected_difference"]
+    assert markers["marker_minus_timer1_min"] < markers["expected_difference"] - 20

@@ -1,0 +1,163 @@
+"""What a killed run leaves, and that the next run of any verb on that directory removes it (core/outdir.py,
+"leftovers"): write_json's temporary files beside a model's JSON files, and scratch directories beside an output,
+empty or not. Only names tinyproto writes, only when no live process holds them, nothing else."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tinyproto.core.modeldir import LOCK, SCRATCH_PREFIX
+from tinyproto.core.outdir import is_leftover_name, locked, tidy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, cwd=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "tinyproto", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    from tinyproto.pipeline.compile import compile_model
+
+    out = tmp_path_factory.mktemp("leftovers") / "iris"
+    compile_model("iris", "flynn", "1kB", 0, "uno", out)
+    return out
+
+
+@pytest.fixture
+def fresh(model, tmp_path):
+    """A private copy of the compiled model directory (its manifest still true)."""
+    copy = tmp_path / "m"
+    shutil.copytree(model, copy, symlinks=True)
+    (copy / LOCK).unlink(missing_ok=True)
+    return copy
+
+
+def _temp_like_write_json(directory: Path, name: str) -> Path:
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    os.write(fd, b'{"half": ')
+    os.close(fd)
+    return Path(tmp)
+
+
+def test_only_write_json_temporaries_count_as_leftovers():
+    for name in ("validation.json", "build.json", "learn.json", "sweep.json", ".tinyproto", "export.json"):
+        assert is_leftover_name(Path(tempfile.mktemp(prefix=f".{name}.", suffix=".tmp")).name)
+    for name in (".validation.json.tmp", "validation.json.abcdefgh.tmp", ".notes.txt.abcdefgh.tmp",
+                 ".validation.json.abcdefgh.tmp.bak", ".validation.json.abc.tmp"):
+        assert not is_leftover_name(name), name
+
+
+@pytest.mark.parametrize("verb", ["compile", "export", "tidy"])
+def test_the_next_run_removes_a_killed_writers_temporary(fresh, tmp_path, verb):
+    leftover = _temp_like_write_json(fresh, "validation.json")
+    users = fresh.parent / ".validation.json.tmp"  # beside, not inside: never ours
+    users.write_text("the user's")
+    if verb == "compile":
+        result = cli("compile", "iris", "--model", "flynn", "--budget", "1kB", "--out", fresh)
+        assert result.returncode == 0, result.stderr
+    elif verb == "export":
+        result = cli("export", fresh, "--arduino", "--out", tmp_path / "lib")
+        assert result.returncode == 0, result.stderr
+    else:
+        tidy(fresh)
+    assert not leftover.exists()
+    assert users.read_text() == "the user's"
+
+
+def test_a_live_writers_temporary_is_kept(fresh):
+    with locked(fresh, "validate"):
+        mine = _temp_like_write_json(fresh, "validation.json")
+        child = subprocess.run([sys.executable, "-c", f"from tinyproto.core.outdir import tidy; tidy({str(fresh)!r})"],
+                               capture_output=True, text=True, timeout=120)
+        assert child.returncode == 0, child.stderr
+        assert mine.exists()  # the lock is held: it may be being written
+    tidy(fresh)
+    assert not mine.exists()
+
+
+def test_a_directory_tinyproto_did_not_write_is_not_touched(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / LOCK).write_text("")
+    leftover = _temp_like_write_json(theirs, "validation.json")
+    tidy(theirs)
+    assert leftover.exists()
+
+
+def test_killed_validate_writer_then_compile_out(fresh):
+    """A real SIGKILL while write_json rewrites validation.json over and over (as validate does), then the next
+    compile --out on that directory: it is replaced, not refused for a file tinyproto did not write."""
+    script = (f"import sys; from pathlib import Path; from tinyproto.core.modeldir import write_json\n"
+              f"from tinyproto.core.outdir import locked\n"
+              f"with locked(Path({str(fresh)!r}), 'validate'):\n"
+              f"    print('go', flush=True)\n"
+              f"    while True: write_json(Path({str(fresh)!r}) / 'validation.json', {{'x': list(range(200000))}})\n")
+    found = False
+    for attempt in range(10):
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "go"
+        time.sleep(0.3 + 0.05 * attempt)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if any(is_leftover_name(p.name) for p in fresh.iterdir()):
+            found = True
+            break
+    assert found, "the kill never landed mid-write in 10 tries"
+    result = cli("compile", "iris", "--model", "flynn", "--budget", "1kB", "--out", fresh)
+    assert result.returncode == 0, result.stderr
+    assert not any(is_leftover_name(p.name) for p in fresh.iterdir())
+
+
+def _scratch(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(SCRATCH_PREFIX))
+
+
+def test_empty_and_dead_scratch_directories_are_removed_live_ones_kept(tmp_path):
+    from tinyproto.core.outdir import _new_scratch, remove_stale_scratch
+
+    empty = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=tmp_path))  # killed before its lock was made
+    dead = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=tmp_path))
+    (dead / LOCK).write_text("")
+    (dead / "model.json").write_text("{}")
+    live, fd = _new_scratch(tmp_path, "compile")
+    (live / "model.json").write_text("{}")
+    user_file = tmp_path / (SCRATCH_PREFIX + "notes")
+    user_file.write_text("a file, not a directory")
+    other = tmp_path / "empty-dir"
+    other.mkdir()
+    try:
+        remove_stale_scratch(tmp_path)
+        assert not empty.exists() and not dead.exists()
+        assert live.exists() and user_file.exists() and other.exists()
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.slow
+def test_kill_right_after_compile_starts_leaves_nothing_the_next_run_keeps(tmp_path):
+    """SIGKILL (and SIGINT) a compile at several moments, from before its scratch exists to mid-training: the next
+    compile into the same parent leaves no scratch directory behind."""
+    for delay in (0.6, 1.0, 1.5, 2.5, 4.0):
+        for sig in (signal.SIGKILL, signal.SIGINT):
+            proc = subprocess.Popen([sys.executable, "-m", "tinyproto", "compile", "iris", "--model", "flynn",
+                                     "--budget", "1kB", "--out", str(tmp_path / "m")],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            time.sleep(delay)
+            proc.send_signal(sig)
+            err = proc.communicate(timeout=120)[1]
+            assert "Traceback" not in err, err
+    result = cli("compile", "iris", "--model", "flynn", "--budget", "1kB", "--out", tmp_path / "m")
+    assert result.returncode == 0, result.stderr
+    assert _scratch(tmp_path) == []

@@ -1,0 +1,137 @@
+"""Output under any locale: every verb's --help and normal runs under C, POSIX and a UTF-8 locale, with stdout a
+pipe, a file and a terminal (pty). Under a locale that is not UTF-8 the output is ASCII (core/terminal.py); no
+run may end in UnicodeEncodeError (an internal error, exit 70) or print a traceback."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tinyproto.core.terminal import AsciiStream, to_ascii
+
+VERBS = ["board-sim", "boards", "build", "compile", "export", "federate", "flash", "learn", "report", "run",
+         "sweep", "validate"]
+LOCALES = ["C", "POSIX", "C.UTF-8"]
+STDOUT_KINDS = ["pipe", "file", "pty"]
+
+
+def _env(locale: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "PYTHONUTF8", "PYTHONIOENCODING"))}
+    env.update(LC_ALL=locale, LANG=locale, PYTHONUTF8="0", COLUMNS="100")
+    return env
+
+
+def _run(args: list[str], locale: str, kind: str, tmp_path: Path, timeout: float = 600) -> tuple[int, bytes, bytes]:
+    """Run `python -m tinyproto ARGS` with stdout a pipe, a file or a pty; (exit, stdout bytes, stderr bytes)."""
+    command = [sys.executable, "-m", "tinyproto", *args]
+    env = _env(locale)
+    if kind == "pipe":
+        done = subprocess.run(command, env=env, capture_output=True, timeout=timeout, cwd=tmp_path)
+        return done.returncode, done.stdout, done.stderr
+    if kind == "file":
+        out = tmp_path / f"stdout-{os.getpid()}.txt"
+        with open(out, "wb") as sink:
+            done = subprocess.run(command, env=env, stdout=sink, stderr=subprocess.PIPE, timeout=timeout, cwd=tmp_path)
+        data = out.read_bytes()
+        out.unlink()
+        return done.returncode, data, done.stderr
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(command, env=env, stdout=slave, stderr=subprocess.PIPE, cwd=tmp_path)
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], timeout)
+        if not ready:
+            proc.kill()
+            raise AssertionError(f"{args} produced nothing for {timeout} s")
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    err = proc.stderr.read()
+    proc.wait(timeout=timeout)
+    return proc.returncode, b"".join(chunks), err
+
+
+def _check(code: int, out: bytes, err: bytes, locale: str, expected: int = 0) -> None:
+    text = (out + err).decode("utf-8", "replace")
+    assert "Traceback" not in text and "internal error" not in text and "UnicodeEncodeError" not in text, text[-2000:]
+    assert code == expected, text[-2000:]
+    if locale in ("C", "POSIX"):
+        bad = [bytes([b]) for b in out + err if b >= 0x80]
+        assert not bad, f"non-ASCII bytes under LC_ALL={locale}: {text[-500:]}"
+
+
+def test_to_ascii_spells_symbols_and_escapes_the_rest():
+    assert to_ascii("· candidate — 5 ± 1 ≥ 2") == ". candidate - 5 +/- 1 >= 2"
+    assert to_ascii("┏━┓┃└┘") == "+-+|++"
+    assert to_ascii("class é 日") == "class \\xe9 \\u65e5"
+    assert to_ascii("plain") == "plain"
+
+
+def test_ascii_stream_never_raises(tmp_path):
+    path = tmp_path / "out.txt"
+    with open(path, "w", encoding="ascii") as inner:
+        stream = AsciiStream(inner)
+        stream.write("· ünïcode ⠋ 日本\n")
+        stream.flush()
+    assert path.read_bytes().isascii()
+
+
+def test_compile_help_under_the_c_locale(tmp_path):
+    code, out, err = _run(["compile", "--help"], "C", "pipe", tmp_path)
+    _check(code, out, err, "C")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("locale", LOCALES)
+@pytest.mark.parametrize("kind", STDOUT_KINDS)
+def test_every_verb_help(locale, kind, tmp_path):
+    for verb in [None, *VERBS]:
+        code, out, err = _run([verb, "--help"] if verb else ["--help"], locale, kind, tmp_path)
+        _check(code, out, err, locale)
+        assert b"Usage:" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("locale", LOCALES)
+@pytest.mark.parametrize("kind", STDOUT_KINDS)
+def test_compile_and_boards_run(locale, kind, tmp_path):
+    code, out, err = _run(["compile", "iris", "--budget", "1kB", "--out", str(tmp_path / "m")], locale, kind, tmp_path)
+    _check(code, out, err, locale)
+    assert b"int8 accuracy" in out
+    code, out, err = _run(["boards"], locale, kind, tmp_path)
+    _check(code, out, err, locale)
+    code, out, err = _run(["compile", str(tmp_path / "missing-\u00e9.csv")], locale, kind, tmp_path)
+    _check(code, out, err, locale, expected=1)  # a clear error, also when it names a non-ASCII file
+
+
+@pytest.mark.slow
+@pytest.mark.device
+@pytest.mark.parametrize("kind", ["pty", "pipe"])
+def test_every_verb_runs_under_the_c_locale(kind, tmp_path):
+    """The loop a user runs, each verb once, under LC_ALL=C with Python's UTF-8 mode off."""
+    model = str(tmp_path / "m")
+    steps = [
+        ["compile", "iris", "--budget", "1kB", "--out", model],
+        ["build", model],
+        ["validate", model, "--sim"],
+        ["export", model, "--arduino", "--out", str(tmp_path / "lib")],
+        ["report", model],
+        ["federate", "iris", "--parties", "2", "--backend", "local", "--out", str(tmp_path / "fed")],
+        ["sweep", "iris", "--models", "flynn", "--budgets", "1kB", "--out", str(tmp_path / "sw"), "--device", "none", "--workers", "1"],
+        ["boards"],
+    ]
+    for args in steps:
+        code, out, err = _run(args, "C", kind, tmp_path)
+        _check(code, out, err, "C")

@@ -1,0 +1,217 @@
+"""The one way tinyproto opens a dask.distributed cluster (`sweep`, `federate --backend dask`): a LocalCluster of
+its own or a running scheduler, every wait bounded, a scheduler address probed for dask's handshake before dask
+is let near it, and every failure one TinyprotoError line.
+
+Layer: core. dask is imported only when a cluster is opened (it is an optional extra).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from tinyproto.core.errors import TinyprotoError
+
+CONNECT_TIMEOUT_S = 20.0  # connecting to a scheduler, starting workers (--timeout)
+_HANDSHAKE_MAX = 1 << 20  # a dask handshake is ~100 bytes
+
+
+class DaskCluster:
+    """A client on a LocalCluster of `n_workers` workers (threads of this process, or with processes=True worker
+    processes: numpy-heavy Python needs them to run in parallel) or, with `scheduler`, on the running cluster
+    there (waiting up to `timeout` for its first worker). close() ends what was opened, each step bounded."""
+
+    def __init__(self, scheduler: str | None = None, n_workers: int = 1, *, processes: bool = True,
+                 timeout: float = CONNECT_TIMEOUT_S) -> None:
+        self.scheduler = scheduler
+        self.processes = processes if not scheduler else None
+        self.timeout = float(timeout)
+        self.client: Any = None
+        self._cluster = None
+        self._scratch_context = None
+        try:
+            if scheduler:
+                self._connect(scheduler)
+            else:
+                self._start_local(n_workers, processes)
+        except TimeoutError as exc:
+            self.close()
+            raise TinyprotoError(f"dask cluster ({self.where}) did not start within {self.timeout:g} s: "
+                                 f"{one_line(exc)}") from None
+        except (RuntimeError, OSError) as exc:  # e.g. "Nanny failed to start", no free port
+            self.close()
+            raise TinyprotoError(f"could not start the dask cluster ({self.where}): {one_line(exc)}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def where(self) -> str:
+        return self.scheduler or "LocalCluster"
+
+    def _connect(self, scheduler: str) -> None:
+        from distributed import Client
+
+        address = probe_scheduler(scheduler, self.timeout)  # a silent or foreign service: one line, no hang
+        try:
+            self.client = Client(address, timeout=self.timeout)
+        except Exception as exc:  # refused, timed out, or an address dask cannot parse: one line, whatever it is
+            raise TinyprotoError(f"cannot connect to the dask scheduler at {scheduler} within {self.timeout:g} s: "
+                                 f"{one_line(exc)}") from None
+        if not self.workers():
+            try:
+                self.client.wait_for_workers(1, timeout=self.timeout)
+            except (OSError, TimeoutError):
+                raise TinyprotoError(f"the dask scheduler at {scheduler} has no workers (waited "
+                                     f"{self.timeout:g} s)") from None
+
+    def _start_local(self, n_workers: int, processes: bool) -> None:
+        import dask
+        from distributed import Client, LocalCluster
+
+        from tinyproto.core.outdir import private_scratch
+
+        # the workers' files, not $TMPDIR's; removed by close(), or by the next run after a SIGKILL (its lock is free)
+        self._scratch_context = private_scratch("tinyproto-dask-")
+        scratch = str(self._scratch_context.__enter__())
+        # dask spawns worker processes with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc hand every freed numpy
+        # buffer back to the OS (hashing ran 2x slower); None keeps glibc's adaptive default.
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                              "distributed.comm.timeouts.connect": f"{self.timeout:g}s",
+                              "temporary-directory": scratch}):
+            self._cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=processes,
+                                         dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL,
+                                         host="127.0.0.1" if processes else None, local_directory=scratch)
+        self.client = Client(self._cluster, timeout=self.timeout)
+        self.client.wait_for_workers(n_workers, timeout=self.timeout)
+
+    def workers(self) -> list[str]:
+        """The workers' addresses, sorted."""
+        return sorted(self.client.scheduler_info().get("workers", {}))
+
+    def describe(self) -> dict:
+        workers = self.client.scheduler_info().get("workers", {})
+        return {"scheduler": self.where, "workers": len(workers),
+                "threads": sum(w.get("nthreads", 1) for w in workers.values()), "processes": self.processes}
+
+    def close(self) -> None:
+        """Close the client, then the LocalCluster (each within the timeout), then remove the scratch directory.
+        Never raises: closing must not hide why we stopped (an error, Ctrl-C)."""
+        client, cluster = self.client, self._cluster
+        # Closing a LocalCluster whose tasks were cut short (Ctrl-C, a failed round) makes its in-process scheduler
+        # log CRITICAL tracebacks about the client's closed comm: noise after the one error the user is shown.
+        previous = logging.root.manager.disable
+        if cluster is not None:
+            logging.disable(logging.CRITICAL)
+        try:
+            for thing in (client, cluster):
+                if thing is not None:
+                    try:
+                        thing.close(timeout=self.timeout)
+                    except Exception:  # noqa: BLE001 - closing a broken connection must not hide the first error
+                        pass
+        finally:
+            logging.disable(previous)
+        self.client = self._cluster = None
+        if self._scratch_context is not None:
+            self._scratch_context.__exit__(None, None, None)
+            self._scratch_context = None
+
+    def __enter__(self) -> DaskCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (its affinity), the default number of LocalCluster workers."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return (text[:200] + "...") if len(text) > 200 else (text or type(exc).__name__)
+
+
+def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_S) -> str:
+    """Check that `address` is a reachable dask scheduler before dask tries it (dask can wait forever on a
+    service that accepts and stays silent, or read garbage as a 3 EiB message length). Returns the address in
+    tcp://HOST:PORT form; TinyprotoError (one line, naming the address) otherwise.
+
+    A dask comm listener writes its handshake first: an 8-byte length, then frames (a count, their lengths,
+    msgpack); the probe reads that much, bounded in time and size, without sending anything."""
+    import socket
+    import struct
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    text = address.strip()
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "tcp", text
+    if scheme.lower() != "tcp":
+        raise TinyprotoError(f"--scheduler {address!r}: give the scheduler's tcp://HOST:PORT address (e.g. "
+                             f"tcp://127.0.0.1:8786); {scheme}:// is not a dask scheduler protocol tinyproto uses")
+    host, colon, port_text = rest.rstrip("/").rpartition(":")
+    if not colon:
+        host, port_text = rest.rstrip("/"), "8786"
+    host = host.strip("[]")
+    if not host or "/" in host or "/" in port_text:
+        raise TinyprotoError(f"--scheduler {address!r}: expected tcp://HOST:PORT")
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise TinyprotoError(f"--scheduler {address!r}: the port must be a number in 1..65535")
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        infos = pool.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM).result(timeout=timeout)
+    except FutureTimeout:
+        raise TinyprotoError(f"--scheduler {address}: resolving {host!r} took more than {timeout:g} s") from None
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a name idna cannot encode (a label over 63 characters)
+        raise TinyprotoError(f"--scheduler {address}: cannot resolve host {host!r} ({one_line(exc)})") from None
+    finally:
+        pool.shutdown(wait=False)
+    family, _, _, _, sockaddr = infos[0]
+    deadline = time.monotonic() + timeout
+
+    def recv_exactly(sock, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            sock.settimeout(left)
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the connection was closed")
+            data += chunk
+        return data
+
+    where = f"--scheduler {address}"
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(sockaddr)
+            (total,) = struct.unpack("<Q", recv_exactly(sock, 8))
+            if not 16 <= total <= _HANDSHAKE_MAX:
+                raise ValueError(f"its first message would be {total} bytes long")
+            body = recv_exactly(sock, total)
+            (n_frames,) = struct.unpack_from("<Q", body)
+            if not 1 <= n_frames <= 64 or 8 + 8 * n_frames > total:
+                raise ValueError("its first message is not a dask handshake")
+    except TimeoutError:
+        raise TinyprotoError(f"{where}: no dask handshake within {timeout:g} s (is it a dask scheduler?)") from None
+    except ValueError as exc:
+        raise TinyprotoError(f"{where}: not a dask scheduler ({exc})") from None
+    except ConnectionError as exc:
+        if isinstance(exc, ConnectionRefusedError):
+            raise TinyprotoError(f"{where}: connection refused (no scheduler listening on {host}:{port})") from None
+        raise TinyprotoError(f"{where}: the service closed the connection without a dask handshake") from None
+    except OSError as exc:
+        raise TinyprotoError(f"{where}: cannot connect ({one_line(exc)})") from None
+    return f"tcp://{host if ':' not in host else '[' + host + ']'}:{port}"

@@ -1,0 +1,115 @@
+"""Output that never depends on the terminal's encoding: under a locale whose encoding is not a UTF (LC_ALL=C,
+POSIX, ISO-8859-x with Python's UTF-8 mode off) stdout and stderr degrade to ASCII instead of raising
+UnicodeEncodeError in the middle of a run.
+
+`ascii_safe_stdio()` (called once by the `tinyproto` entry point and by worker processes that print) wraps each
+stream whose encoding is not a UTF in `AsciiStream`: the symbols tinyproto prints get an ASCII spelling (· -> '.',
+— -> '-', ± -> '+/-', box drawing -> + - |), and any other character (a class or file name in another script)
+is written as a backslash escape (\\u00e9), so nothing is lost and nothing raises. The wrapper reports its
+encoding as 'ascii', so rich draws ASCII tables, and it has no `buffer`, so click writes through it instead of
+re-encoding to UTF-8 behind its back. Under a UTF-8 locale nothing is wrapped: the output is unchanged.
+Layer: core.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import sys
+
+# the symbols tinyproto's own messages and tables use, spelled in ASCII
+_SPELLING = {
+    "·": ".", "—": "-", "–": "-", "−": "-", "±": "+/-", "×": "x", "²": "^2", "³": "^3", "≈": "~", "…": "...",
+    "→": "->", "←": "<-", "≥": ">=", "≤": "<=", "≠": "!=", "µ": "u", "μ": "u", "°": " deg", "•": "*", "✓": "ok",
+    "✗": "x", "‘": "'", "’": "'", "“": '"', "”": '"', "\u00a0": " ", "Σ": "sum", "∝": "~", "₀": "0", "ε": "eps",
+    "ρ": "rho", "φ": "phi", "τ": "tau", "α": "alpha", "Γ": "Gamma", "█": "#", "▏": "|", "▌": "|", "━": "-",
+    "┃": "|",
+}
+
+
+def _box_drawing() -> dict[int, str]:
+    """U+2500..U+257F (what rich draws tables with) and the braille spinner frames, in ASCII."""
+    table = {}
+    for code in range(0x2500, 0x2580):
+        name = _unicode_name(code)
+        if "HORIZONTAL" in name and "VERTICAL" not in name and "AND" not in name:
+            table[code] = "-"
+        elif "VERTICAL" in name and "HORIZONTAL" not in name and "AND" not in name:
+            table[code] = "|"
+        else:
+            table[code] = "+"
+    for code in range(0x2800, 0x2900):  # rich's "dots" spinner
+        table[code] = "*"
+    return table
+
+
+def _unicode_name(code: int) -> str:
+    import unicodedata
+
+    return unicodedata.name(chr(code), "")
+
+
+_TABLE = {**_box_drawing(), **{ord(k): v for k, v in _SPELLING.items()}}
+
+
+def to_ascii(text: str) -> str:
+    """`text` in ASCII: tinyproto's symbols spelled out, every other non-ASCII character backslash-escaped."""
+    if text.isascii():
+        return text
+    return text.translate(_TABLE).encode("ascii", "backslashreplace").decode("ascii")
+
+
+def is_utf(encoding: str | None) -> bool:
+    try:
+        return codecs.lookup(encoding or "ascii").name.startswith("utf")
+    except LookupError:
+        return False
+
+
+class AsciiStream(io.TextIOBase):
+    """A text stream that writes `to_ascii(text)` to another text stream (see the module doc)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self._inner = inner
+
+    encoding = "ascii"
+    errors = "strict"
+
+    def write(self, text: str) -> int:
+        self._inner.write(to_ascii(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        super().close()
+        self._inner.close()
+
+    @property
+    def line_buffering(self) -> bool:
+        return getattr(self._inner, "line_buffering", False)
+
+
+def ascii_safe_stdio() -> None:
+    """Wrap sys.stdout and sys.stderr in AsciiStream when their encoding is not a UTF (idempotent). The inner
+    streams also get errors='backslashreplace', so a write that bypasses the wrapper cannot raise either."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or isinstance(stream, AsciiStream) or is_utf(getattr(stream, "encoding", None)):
+            continue
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, io.UnsupportedOperation):
+            pass
+        setattr(sys, name, AsciiStream(stream))
