@@ -16,6 +16,9 @@
  * order; a chunk that starts elsewhere re-walks the generator to its first feature, and since MAX is
  * idempotent a chunk sent twice changes nothing. tp_predict() runs the same three steps over a whole vector.
  * The state is static, so unlike ProtoNN's and FlyNN's tp_predict this one is not reentrant.
+ *
+ * The kernels here are the portable C reference; tp_bloom_avr.h holds the AVR twins of the generator step and the
+ * row dot product, which tinyproto.h chooses on an AVR (TP_KERNELS_AVR; -DTP_FORCE_REFERENCE keeps the reference).
  */
 #define TP_MODEL_DATA
 #include "tinyproto.h"

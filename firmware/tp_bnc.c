@@ -14,6 +14,9 @@
  * integers, so they give the same code and scores. The stream state is static: one stream at a time.
  * No popcount table: a byte's bits are counted with three mask-and-add steps, so every byte of flash data this
  * file holds is the model's (the ledger), and the cost does not depend on the input.
+ *
+ * The kernels here are the portable C reference; tp_bnc_avr.h holds the AVR twin of the bitmap-byte kernel, which
+ * tinyproto.h chooses on an AVR (TP_KERNELS_AVR; -DTP_FORCE_REFERENCE keeps the reference there too).
  */
 #define TP_MODEL_DATA
 #include "tinyproto.h"

@@ -28,6 +28,9 @@
  * tp_flynn_learn() adds one labelled sample: the same FlyHash, then t_lj = min(t_lj + 1, 2^b - 1) for each winner
  * j and the sample's class l -- exactly the host's saturated count_winners(). Without the switch this file
  * compiles to the same code as before.
+ *
+ * The kernels here are the portable C reference; tp_flynn_avr.h holds the AVR twins of the seeded narrow scan,
+ * which tinyproto.h chooses on an AVR (TP_KERNELS_AVR; -DTP_FORCE_REFERENCE keeps the reference there too).
  */
 #define TP_MODEL_DATA
 #include "tinyproto.h"

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import types
 from pathlib import Path
 
@@ -63,15 +65,70 @@ def shared_once(tmp_path_factory):
     return lambda key, make: made_once(root, key, make)
 
 
+@pytest.fixture(scope="session")
+def built_models(compiled, tmp_path_factory):
+    """built_models(data, budget, family='protonn') -> a copy of that model built and validated (--no-raw) on the
+    simulated Uno, made once per run for all workers (with the run's private tool cache)."""
+    from click.testing import CliRunner
+
+    from tinyproto.cli import main
+
+    root = run_wide_dir(tmp_path_factory) / "built"
+    root.mkdir(exist_ok=True)
+
+    def make(data: str, budget: str, family: str = "protonn") -> Path:
+        def build(into: Path) -> None:
+            model = into / "model"
+            shutil.copytree(compiled(data, budget, family), model, symlinks=True)
+            previous = os.environ.get("TINYPROTO_CACHE")
+            os.environ["TINYPROTO_CACHE"] = str(_run_cache(tmp_path_factory))
+            try:
+                for verb in (["build", str(model)], ["validate", str(model), "--no-raw"]):
+                    result = CliRunner().invoke(main, verb)
+                    assert result.exit_code == 0, result.output
+            finally:
+                if previous is None:
+                    os.environ.pop("TINYPROTO_CACHE", None)
+                else:
+                    os.environ["TINYPROTO_CACHE"] = previous
+
+        master = made_once(root, f"{family}-{data}-{budget}", build) / "model"
+        return fresh_copy(master, tmp_path_factory, f"built-{family}-{data}-{budget}")
+
+    return make
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch) -> Path:
+    """A working directory (also the current one) with a private temporary directory, checked afterwards: no
+    temporary file and no scratch model directory left behind."""
+    from tinyproto.core.modeldir import SCRATCH_PREFIX
+
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
+    monkeypatch.setenv("TMPDIR", str(private_tmp))
+    folder = tmp_path / "work"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    yield folder
+    assert not list(private_tmp.iterdir()), "temporary files left behind"
+    assert not [p for p in folder.rglob("*") if p.name.startswith(SCRATCH_PREFIX)], "scratch directory left behind"
+
+
+def _run_cache(tmp_path_factory) -> Path:
+    cache = run_wide_dir(tmp_path_factory) / "tinyproto-cache"
+    cache.mkdir(exist_ok=True)
+    return cache
+
+
 @pytest.fixture(scope="module")
 def private_cache(tmp_path_factory):
     """PlatformIO's home, the toolchain package, simuno and the bootloaders in a cache of this run's own, never
     the user's: made from empty by the first test that needs it, then shared by the run's workers (tinyproto's
     cache is keyed by content and locked, as for concurrent users). Restored afterwards for other modules."""
     previous = os.environ.get("TINYPROTO_CACHE")
-    cache = run_wide_dir(tmp_path_factory) / "tinyproto-cache"
-    cache.mkdir(exist_ok=True)
-    os.environ["TINYPROTO_CACHE"] = str(cache)
+    os.environ["TINYPROTO_CACHE"] = str(_run_cache(tmp_path_factory))
     yield
     if previous is None:
         os.environ.pop("TINYPROTO_CACHE", None)
@@ -91,7 +148,7 @@ DEVICE_NAMES = {  # names (functions, classes, flags) of the device layer and of
     "flash_port", "learn_on_device", "run_pio_test", "prepare_pio_core", "export_arduino_built",
     "needs_simulator", "needs_bootloaders", "HAVE_SIMULATOR", "HAVE_SIM", "HAVE_SIMAVR", "HAVE_AVR",
 }
-DEVICE_FIXTURES = {"private_cache"}
+DEVICE_FIXTURES = {"private_cache", "built_models"}
 DEVICE_SKIP_REASON = re.compile(r"avr-gcc|simavr|simuno|avrdude|platformio|scons|optiboot|arduino", re.I)
 # What makes a test `slow` (seconds each, though no device): a dask cluster, a browser, a new virtualenv,
 # libFuzzer runs, scikit-learn's whole estimator check list.

@@ -24,6 +24,8 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The package's layers, highest first (tests/test_layers.py enforces them; docs/design.md explains them).
+LAYER_RANK = {"cli": 5, "pipeline": 4, "federated": 3, "families": 2, "device": 2, "core": 1}
 SIMAVR_HEADER = Path("/usr/include/simavr/sim_avr.h")
 OPTIBOOT_SOURCE = Path("/usr/share/arduino/hardware/arduino/avr/bootloaders/optiboot/optiboot.c")
 
@@ -64,6 +66,56 @@ def tinyproto(*args: str, cwd: Path | str | None = None, env: dict[str, str] | N
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), child_env.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-m", "tinyproto", *map(str, args)], cwd=cwd, env=child_env,
                           capture_output=True, text=True, timeout=timeout, input=input)
+
+
+def snapshot(root: Path, own_files_at_root: bool = False) -> dict[str, str]:
+    """Every entry under root with its content hash. tinyproto's manifest and lock in the directories it owns are
+    left out; own_files_at_root: root itself is a directory tinyproto owns (a model directory), so are its."""
+    from tinyproto.core.modeldir import LOCK, MANIFEST
+
+    snap = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.name in (MANIFEST, LOCK) and (own_files_at_root or path.parent != root):
+            continue
+        if path.is_symlink():
+            snap[rel] = "link:" + os.readlink(path)
+        elif path.is_file():
+            snap[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            snap[rel] = "dir" if path.is_dir() else "other"
+    return snap
+
+
+def refused(args: list[str], keyword: str, watch: Path, code: int | None = None,
+            own_files_at_root: bool = False) -> str:
+    """Run tinyproto in-process; it must refuse (exit 1, or click's 2; `code` when given) in one `error:` line
+    naming `keyword`, with no traceback, changing nothing under `watch` (see snapshot). Returns that line."""
+    from click.testing import CliRunner
+
+    from tinyproto.cli import main
+
+    before = snapshot(watch, own_files_at_root)
+    result = CliRunner().invoke(main, args)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code in ((1, 2) if code is None else (code,)), (result.exit_code, result.output)
+    assert "Traceback" not in result.output and "internal error" not in result.output, result.output
+    assert lines and lines[-1].startswith(("error:", "Error:")), result.stderr
+    assert len([line for line in lines if line.startswith("error:")]) <= 1, result.stderr
+    assert keyword.lower() in lines[-1].lower(), (keyword, lines[-1])
+    assert snapshot(watch, own_files_at_root) == before, "a file changed, appeared or vanished"
+    return lines[-1]
+
+
+def accepted(args: list[str]) -> str:
+    """Run tinyproto in-process; it must succeed. Returns what it printed."""
+    from click.testing import CliRunner
+
+    from tinyproto.cli import main
+
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return result.output
 
 
 # ------------------------------------------------------------------------------------------------ run-wide cache
@@ -191,3 +243,144 @@ class PipePort:
                 self.proc.kill()
                 self.proc.wait()
         self.proc.stdout.close()
+
+
+# ------------------------------------------------------------------------------------------------ synthetic integer models
+
+
+def random_model(seed: int, d: int, r: int, m: int, L: int, density: float, per_row: int = 0):
+    """A valid IntBNC with random contents (every layout the C code has: dense/sparse/seeded, r % 8 != 0,
+    m > 255). per_row > 0: a seeded W with that many weights per row (density is ignored)."""
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.bnc.pattern import pattern_mask
+    from tinyproto.families.bnc.quantize import IntBNC
+    from tinyproto.families.bnc.train import allocate_prototypes
+
+    rng = np.random.default_rng(seed)
+    W = rng.integers(-128, 128, size=(r, d))
+    pattern_seed = 0
+    if per_row:
+        pattern_seed = int(rng.integers(1, 65536))
+        W[~pattern_mask(pattern_seed, r, d, per_row)] = 0
+    else:
+        W[rng.random((r, d)) > density] = 0
+        W[np.arange(r), rng.integers(0, d, size=r)] = rng.choice([-127, 5, 127], size=r)  # no row all zero
+    counts = allocate_prototypes(np.full(L, 1000), m)
+    stage = InputStage.from_standardisation(rng.normal(size=d), rng.uniform(0.5, 2, size=d), 0.03)
+    return IntBNC(classes=list(range(L)), input_stage=stage, W_q=W, B_bits=rng.integers(0, 2, size=(m, r)),
+                  proto_counts=counts, pattern_seed=pattern_seed, per_row=per_row)
+
+
+def one_per_column(D, d, extra, rng):
+    """An int8 W (D x d) with one nonzero per column plus `extra` more, never an empty column."""
+    W = np.zeros((D, d), dtype=np.int8)
+    W[rng.integers(0, D, size=d), np.arange(d)] = rng.choice([-128, -127, -1, 1, 5, 127], size=d)
+    flat = rng.choice(D * d, size=extra, replace=False)
+    W.flat[flat] = rng.integers(1, 128, size=extra) * rng.choice([-1, 1], size=extra)  # never 0: no empty column
+    return W
+
+
+def synthetic(D, d, m, L, rng, *, stage="feature", density=None, n_raw=None, proj_shift=9):
+    """(model, X): a ProtoNN integer model with W of a chosen structure (density None: one nonzero per column plus a few),
+    an informative kernel table, and the requested input stage (kept columns when n_raw > d)."""
+    from dataclasses import replace
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
+
+    if density is None:
+        W = one_per_column(D, d, d // 5, rng)
+    else:
+        W = (rng.integers(-128, 128, size=(D, d)) * (rng.random((D, d)) < density)).astype(np.int8)
+    n_raw = n_raw or d
+    kept = None if n_raw == d else np.sort(rng.choice(n_raw, size=d, replace=False))
+    if stage == "shared":
+        input_stage = InputStage.shared(127.5, 127 / 127.5, d, kept=kept, n_inputs=n_raw)
+        offset = rng.integers(-512, 513, size=D).astype(np.int16)
+    else:
+        input_stage = InputStage.from_standardisation(rng.normal(100, 30, d), rng.uniform(20, 60, d), 1 / 40,
+                                                      kept=kept, n_inputs=n_raw if kept is not None else None)
+        offset = None
+    model = IntProtoNN(list(range(L)), input_stage, W, rng.integers(-60, 61, size=(m, D)).astype(np.int8),
+                       rng.integers(-127, 128, size=(m, L)).astype(np.int8), proj_shift=proj_shift,
+                       table=np.zeros(32, dtype=np.uint8), table_shift=0, scales={}, offset=offset)
+    X = rng.integers(0, 256, size=(12, n_raw)).astype(np.float32)
+    X[0, :] = np.nan
+    X[1, :] = 1e6
+    z = model.projections(model.input_stage.quantize(X))
+    B = np.clip(z[: min(m, len(z))] + rng.integers(-3, 4, size=z[: min(m, len(z))].shape), -127, 127)
+    B_q = model.B_q.copy()
+    B_q[: len(B)] = B
+    dist = ((z[:, None, :] - B_q.astype(np.int64)[None]) ** 2).sum(axis=2)
+    gamma = float(np.sqrt(np.log(2) / max(float(np.median(dist)), 1.0)))
+    table, shift = kernel_table(gamma=gamma, b_scale=1.0, size=32)
+    return replace(model, B_q=B_q, table=table, table_shift=shift), X
+
+# ------------------------------------------------------------------------------------- the protocol's fake model
+# tests/fixtures/protocol/fake_model.c: the device app (firmware/tp_main.c ...) built around a fake model whose
+# scores numpy mirrors below, for the serial protocol's tests (on the host and on the simulated Uno).
+
+FIRMWARE = ROOT / "firmware"
+FIXTURE = ROOT / "tests" / "fixtures" / "protocol"
+N_FEATURES, N_CLASSES, MODEL_HASH = 8, 3, 0xC0FFEE42
+APP_SOURCES = [FIRMWARE / name for name in ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c")]
+C_SOURCES = [*APP_SOURCES, FIRMWARE / "tp_serial.c", FIXTURE / "fake_model.c"]
+
+
+def fake_scores(x: np.ndarray, n_classes: int = N_CLASSES) -> np.ndarray:
+    c = np.arange(n_classes)[:, None]
+    i = np.arange(x.shape[-1])[None, :]
+    weights = (7 * c + 3 * i) % 11 - 5
+    return weights @ x.astype(np.int64) + 100000 * np.arange(n_classes) - 150000
+
+
+def fake_quantize(raw: np.ndarray) -> np.ndarray:
+    t = raw.astype(np.float32) * np.float32(16)
+    t = np.where(np.isnan(t), np.float32(0), t)
+    return np.trunc(np.clip(t, -127, 127)).astype(np.int8)
+
+
+def sizes_include(where: Path, n_classes: int = N_CLASSES, edit=None) -> str:
+    """-I of a directory holding the generated include/tinyproto_sizes.h (edit: text -> text, one side changed)."""
+    where.mkdir(parents=True, exist_ok=True)
+    from tinyproto.core import render
+
+    text = render.render_sizes_header(n_classes)
+    (where / "tinyproto_sizes.h").write_text(edit(text) if edit else text)
+    return f"-I{where}"
+
+
+AVR_FLAGS = ["-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror", "-DF_CPU=16000000UL"]
+
+
+def build_avr(out: Path, *defines: str) -> Path:
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed")
+    include = sizes_include(out.parent / f"sizes_{out.name}")
+    cmd = ["avr-gcc", *AVR_FLAGS, f"-I{FIRMWARE}", f"-I{FIXTURE}", include, *defines, *map(str, C_SOURCES), "-o",
+           str(out)]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+def compiled_model(compiled, family: str):
+    """The integer model of the `compiled` fixture's iris model (1 kB) of `family`."""
+    from tinyproto import families
+    from tinyproto.core.modeldir import load_model_dir
+
+    return families.load_int_model(load_model_dir(compiled("iris", "1kB", family)))
+
+
+def variants(compiled) -> list:
+    """Every layout whose static state differs: each family's compiled model, ProtoNN's row-major (dense,
+    bitmap) and column-coded (streamed, 24- and 32-bit sums) W, BNC's dense, sparse and seeded W."""
+    from tinyproto import families
+
+    rng = np.random.default_rng(5)
+    models = [compiled_model(compiled, name) for name in families.names()]
+    for D, d, density, stage, n_raw in [(12, 40, 0.3, "shared", None), (12, 300, None, "shared", 784),
+                                        (6, 300, None, "feature", 400), (4, 700, 1.0, "feature", None)]:
+        models.append(synthetic(D, d, 20, 3, rng, stage=stage, density=density, n_raw=n_raw)[0])
+    models += [random_model(9, 64, 40, 30, 10, 1.0), random_model(9, 64, 40, 30, 10, 0.3),
+               random_model(3, 50, 19, 12, 4, 0.0, per_row=5)]
+    return models

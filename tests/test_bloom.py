@@ -32,7 +32,7 @@ from tinyproto.families.bloom.train import (
     xorshift16_step,
 )
 
-from conftest import needs
+from helpers import needs
 
 needs_gcc = needs("gcc")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +28,7 @@ from tinyproto.families.bnc.pattern import pattern_mask, seeded_positions
 from tinyproto.families.bnc.train import BNCClassifier, allocate_prototypes
 from tinyproto.families.solving import SolveOptions
 
-from conftest import header_array_bytes, needs
+from helpers import header_array_bytes, needs, random_model
 
 FIRMWARE = resource_dir("firmware")
 
@@ -40,22 +39,6 @@ def digits_split():
     return train_test_split(X, y, test_size=0.25, stratify=y, random_state=0)
 
 
-def random_model(seed: int, d: int, r: int, m: int, L: int, density: float, per_row: int = 0) -> IntBNC:
-    """A valid IntBNC with random contents (every layout the C code has: dense/sparse/seeded, r % 8 != 0,
-    m > 255). per_row > 0: a seeded W with that many weights per row (density is ignored)."""
-    rng = np.random.default_rng(seed)
-    W = rng.integers(-128, 128, size=(r, d))
-    pattern_seed = 0
-    if per_row:
-        pattern_seed = int(rng.integers(1, 65536))
-        W[~pattern_mask(pattern_seed, r, d, per_row)] = 0
-    else:
-        W[rng.random((r, d)) > density] = 0
-        W[np.arange(r), rng.integers(0, d, size=r)] = rng.choice([-127, 5, 127], size=r)  # no row all zero
-    counts = allocate_prototypes(np.full(L, 1000), m)
-    stage = InputStage.from_standardisation(rng.normal(size=d), rng.uniform(0.5, 2, size=d), 0.03)
-    return IntBNC(classes=list(range(L)), input_stage=stage, W_q=W, B_bits=rng.integers(0, 2, size=(m, r)),
-                  proto_counts=counts, pattern_seed=pattern_seed, per_row=per_row)
 
 
 HOST_MAIN = r"""
@@ -180,7 +163,7 @@ def test_integer_reference_equals_host_c_whole_and_streamed(tmp_path, d, r, m, L
     assert model.w_dense == (density == 1.0 and not per_row)
     rng = np.random.default_rng(1)
     xq = np.vstack([rng.integers(-128, 128, size=(60, d)), extreme_vectors(d)])
-    ref = assert_host_c_equals_reference(model, xq, tmp_path)
+    assert_host_c_equals_reference(model, xq, tmp_path)
 
 
 def test_reference_is_nearest_prototype_by_hamming_distance():

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs
+from helpers import needs
 
 pytestmark = [
     pytest.mark.device,

@@ -20,7 +20,7 @@ import pytest
 from tinyproto.core.boards import available_boards, load_board
 from tinyproto.core.errors import TinyprotoError
 
-from conftest import needs
+from helpers import needs
 
 BOARDS = ["uno", "nano", "pro_mini_3v3", "mega2560", "leonardo"]
 needs_sim = [needs("avr-gcc"), pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"),

@@ -20,7 +20,7 @@ import pytest
 
 from tinyproto.core.errors import TinyprotoError
 
-from conftest import needs
+from helpers import needs
 
 pytestmark = [
     pytest.mark.device,

@@ -13,7 +13,7 @@ from tinyproto.device.hostc import build_host_runner, run_int8, run_raw
 from tinyproto.core.modeldir import load_model_dir
 from tinyproto import families
 
-from conftest import header_array_bytes, needs
+from helpers import header_array_bytes, needs
 
 @pytest.mark.parametrize("data", ["digits", "breast_cancer"])
 @pytest.mark.parametrize("budget", ["0.5kB", "1kB", "2kB", "4kB", "16kB"])

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from test_family_facts import variants
-from test_layers import RANK
+from helpers import LAYER_RANK as RANK
+from helpers import variants
 
 from tinyproto import families
 from tinyproto.core.resources import resource_dir

@@ -50,7 +50,7 @@ def _avr_firmware(tmp_path: Path, name: str, edit=None) -> Path:
     if shutil.which("avr-gcc") is None:
         pytest.skip("avr-gcc not installed")
     sys.path.insert(0, str(ROOT / "tests"))
-    from test_protocol import AVR_FLAGS, sizes_include
+    from helpers import AVR_FLAGS, sizes_include
 
     source = tmp_path / f"src_{name}"
     shutil.copytree(FIRMWARE, source)

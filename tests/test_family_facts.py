@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs
-from test_bnc import random_model
-from test_wide import synthetic
+from helpers import needs
+from helpers import compiled_model, variants
 
 from tinyproto import families
 from tinyproto.core.modeldir import load_model_dir
@@ -23,21 +22,8 @@ int main(void) { int8_t x[TP_N_FEATURES] = {0}; int32_t scores[TP_N_CLASSES]; re
 """
 
 
-def compiled_model(compiled, family: str):
-    return families.load_int_model(load_model_dir(compiled("iris", "1kB", family)))
 
 
-def variants(compiled) -> list:
-    """Every layout whose static state differs: each family's compiled model, ProtoNN's row-major (dense,
-    bitmap) and column-coded (streamed, 24- and 32-bit sums) W, BNC's dense, sparse and seeded W."""
-    rng = np.random.default_rng(5)
-    models = [compiled_model(compiled, name) for name in families.names()]
-    for D, d, density, stage, n_raw in [(12, 40, 0.3, "shared", None), (12, 300, None, "shared", 784),
-                                        (6, 300, None, "feature", 400), (4, 700, 1.0, "feature", None)]:
-        models.append(synthetic(D, d, 20, 3, rng, stage=stage, density=density, n_raw=n_raw)[0])
-    models += [random_model(9, 64, 40, 30, 10, 1.0), random_model(9, 64, 40, 30, 10, 0.3),
-               random_model(3, 50, 19, 12, 4, 0.0, per_row=5)]
-    return models
 
 
 def label_rule(wins: str, scores: np.ndarray) -> np.ndarray:

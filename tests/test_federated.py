@@ -40,7 +40,11 @@ from tinyproto.core.modeldir import load_model_dir
 from tinyproto.core.outdir import check_output_dir
 from tinyproto import families
 
-from conftest import read_only
+import tempfile
+from pathlib import Path
+
+from helpers import read_only
+from tinyproto.core.modeldir import LOCK
 
 REPORT_KEYS = {
     "parties", "dp", "accuracy", "compile_accuracy", "compile_model_bytes", "accuracy_vs_compile_points",
@@ -478,3 +482,25 @@ def test_many_parties_are_summarised_not_listed(tmp_path):
     assert f"40 parties: min {rows[0]}, median {rows[20]}, max {rows[-1]}" in text
     rows_cell = text[text.index("rows per party"):text.index("classes per party")]
     assert rows_cell.count(",") <= 3  # not 39 commas of a list
+# ----------------------------------------------------------------------------------------- device parties' scratch
+
+
+def test_federate_device_parties_build_in_a_private_scratch_removed_after_a_kill(work):
+    """The learning project of `federate --backend sim` goes to a locked private scratch: removed on close, and
+    one a SIGKILL left (its lock free) is removed by the next run, never left in $TMPDIR for ever."""
+    import numpy as np
+
+    from tinyproto.core.boards import load_board
+    from tinyproto.federated.device_parties import DeviceBackend
+
+    tmp = Path(tempfile.gettempdir())
+    stale = tmp / "tinyproto-federate-killed"
+    stale.mkdir()
+    (stale / LOCK).write_text("999999 scratch\n")
+    shards = [(np.zeros((4, 2), np.float32), np.array([0, 1, 0, 1]))]
+    backend = DeviceBackend(shards, load_board("uno"))
+    assert not stale.exists(), "a killed run's scratch stayed"
+    scratch = [p for p in tmp.iterdir() if p.name.startswith("tinyproto-federate-")]
+    assert len(scratch) == 1 and (scratch[0] / LOCK).is_file()
+    backend.close()
+    assert not any(p.name.startswith("tinyproto-federate-") for p in tmp.iterdir())

@@ -16,7 +16,7 @@ import pytest
 from tinyproto.core import render, wire
 from tinyproto.device import protocol as P
 
-from conftest import PipePort, needs
+from helpers import PipePort, needs
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_FUZZ = ROOT / "tools" / "fuzz" / "run_fuzz.py"

@@ -16,7 +16,7 @@ from tinyproto.families import predict_cycles
 from tinyproto.families import int_model_from_json
 from tinyproto.families.solving import SolveOptions
 
-from conftest import needs
+from helpers import needs
 
 
 def cli(*args):

@@ -12,9 +12,10 @@ import ast
 from pathlib import Path
 
 import tinyproto
+from helpers import LAYER_RANK
 
 PACKAGE = Path(tinyproto.__file__).resolve().parent
-RANK = {"cli": 5, "pipeline": 4, "federated": 3, "families": 2, "device": 2, "core": 1}
+RANK = LAYER_RANK
 # Modules at the package root: the entry point, and the package itself (a facade: its version, which every layer
 # may read, and the estimators it exports lazily).
 ROOT_MODULES = {"tinyproto.__main__": 6, "tinyproto": 6}

@@ -23,7 +23,8 @@ from tinyproto.device import protocol as P
 from tinyproto.core.errors import TinyprotoError
 from tinyproto import families
 
-from conftest import PipePort, needs
+from helpers import PipePort, needs
+from helpers import refused
 
 HAVE_SIM = os.path.exists("/usr/include/simavr/sim_avr.h")
 BOARD = load_board("uno")
@@ -316,3 +317,13 @@ def test_learn_on_a_leonardo_needs_its_usb_upload_port(tmp_path):
     assert not (leo / L.LEARNING_DIR).exists()
     result = cli("learn", str(leo), "--upload-port", "/dev/ttyACM9")
     assert result.returncode == 1 and "--upload-port needs --port too" in result.stderr
+# ----------------------------------------------------------------------------------------------------------- ports
+
+
+@pytest.mark.parametrize("port", ["/nonexistent-port", "/dev/null", ".", "data.csv"])
+def test_learn_checks_the_port_before_building(compiled, work, port):
+    """Was: refused only after the learning firmware's build (about 30 s)."""
+    model = compiled("iris", "1kB", "flynn")
+    (work / "data.csv").write_text("a,b\n1,2\n")
+    refused(["learn", str(model), "--port", port], port.lstrip("./") or "port", work)
+    assert not (model / "learning").exists(), "the learning firmware was built before the port was checked"

@@ -20,33 +20,21 @@ import serial
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinyproto.core import render, wire
+from tinyproto.core import wire
 from tinyproto.device import protocol as P
 from tinyproto.core.errors import TinyprotoError
 
-from conftest import PipePort
+from helpers import (APP_SOURCES, C_SOURCES, FIXTURE, MODEL_HASH, N_CLASSES, N_FEATURES,
+                     PipePort, build_avr, fake_quantize, fake_scores, sizes_include)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRMWARE = ROOT / "firmware"
-FIXTURE = ROOT / "tests" / "fixtures" / "protocol"
-N_FEATURES, N_CLASSES, MODEL_HASH = 8, 3, 0xC0FFEE42
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True)  # derandomized: stable in CI
 
 
 # ---- the fake model, mirrored from tests/fixtures/protocol/fake_model.c ------------------------------------
 
 
-def fake_scores(x: np.ndarray, n_classes: int = N_CLASSES) -> np.ndarray:
-    c = np.arange(n_classes)[:, None]
-    i = np.arange(x.shape[-1])[None, :]
-    weights = (7 * c + 3 * i) % 11 - 5
-    return weights @ x.astype(np.int64) + 100000 * np.arange(n_classes) - 150000
-
-
-def fake_quantize(raw: np.ndarray) -> np.ndarray:
-    t = raw.astype(np.float32) * np.float32(16)
-    t = np.where(np.isnan(t), np.float32(0), t)
-    return np.trunc(np.clip(t, -127, 127)).astype(np.int8)
 
 
 # ---- ports -------------------------------------------------------------------------------------------------
@@ -128,17 +116,8 @@ def answers(port: PipePort, data: bytes, quiet: float = 0.15) -> list[P.Frame]:
 
 # ---- builds ------------------------------------------------------------------------------------------------
 
-APP_SOURCES = [FIRMWARE / name for name in ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c")]
-C_SOURCES = [*APP_SOURCES, FIRMWARE / "tp_serial.c", FIXTURE / "fake_model.c"]
 C_FLAGS = ["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", f"-I{FIRMWARE}", f"-I{FIXTURE}"]
 
-
-def sizes_include(where: Path, n_classes: int = N_CLASSES, edit=None) -> str:
-    """-I of a directory holding the generated include/tinyproto_sizes.h (edit: text -> text, one side changed)."""
-    where.mkdir(parents=True, exist_ok=True)
-    text = render.render_sizes_header(n_classes)
-    (where / "tinyproto_sizes.h").write_text(edit(text) if edit else text)
-    return f"-I{where}"
 
 
 def build_host(cc: str, out: Path, *defines: str) -> Path:
@@ -500,9 +479,9 @@ def test_host_firmware_answers_invalid_frames_with_errors_and_recovers(device):
         (P.encode_frame(0x02, 9, bytes(400)), P.ERR_TOO_LONG),
         (P.cobs_encode(b"\x01\x0a") + b"\x00", P.ERR_LENGTH),  # shorter than type + seq + crc
     ]
-    for wire, code in cases:
-        frames = answers(port, wire)
-        assert [(f.type, f.payload) for f in frames] == [(P.MSG_ERROR, bytes([code]))], wire.hex()
+    for sent, code in cases:
+        frames = answers(port, sent)
+        assert [(f.type, f.payload) for f in frames] == [(P.MSG_ERROR, bytes([code]))], sent.hex()
     assert answers(port, b"\x00\x00\x00") == []  # empty frames are resync, not errors
     assert device.stats().frames_bad == len(cases)
     x = np.full(N_FEATURES, -7, np.int8)
@@ -564,17 +543,6 @@ def test_firmware_builds_warning_free_with_clang(host_builds):
 
 # ---- AVR build (size figures) and, when simuno is around, the AVR firmware itself ---------------------------
 
-AVR_FLAGS = ["-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror", "-DF_CPU=16000000UL"]
-
-
-def build_avr(out: Path, *defines: str) -> Path:
-    if shutil.which("avr-gcc") is None:
-        pytest.skip("avr-gcc not installed")
-    include = sizes_include(out.parent / f"sizes_{out.name}")
-    cmd = ["avr-gcc", *AVR_FLAGS, f"-I{FIRMWARE}", f"-I{FIXTURE}", include, *defines, *map(str, C_SOURCES), "-o",
-           str(out)]
-    subprocess.run(cmd, check=True)
-    return out
 
 
 def avr_sizes(elf: Path) -> dict[str, int]:

@@ -18,6 +18,9 @@ from tinyproto.cli import main
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.pipeline.htmlreport import write_report
 from tinyproto.pipeline.report_data import configurations, pareto_frontier, recommend
+import os
+
+from helpers import refused
 
 device = pytest.mark.device  # with the simulated board: avr-gcc and simavr (tools/setup.sh installs both)
 needs_avr_gcc = pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed")
@@ -152,3 +155,34 @@ def _check_page(browser, html: Path, n_images: int, screenshot: Path) -> None:
     page.close()
     assert errors == [], errors
     assert requests == [], requests
+# --------------------------------------------------------------------------------------- damaged sweep directories
+
+
+def _sweep_dir(work: Path, results: str) -> Path:
+    """A sweep directory as `report` reads it: the configuration and the results lines (no training)."""
+    folder = work / "sw"
+    folder.mkdir()
+    (folder / "sweep.json").write_text(json.dumps({"format": "tinyproto-sweep", "data": "iris"}))
+    (folder / "results.jsonl").write_text(results)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devzero", "directory"])
+def test_report_refuses_a_special_results_file(work, kind):
+    """A FIFO as results.jsonl blocked report for ever; /dev/zero filled the memory."""
+    folder = _sweep_dir(work, "")
+    (folder / "results.jsonl").unlink()
+    {"fifo": lambda p: os.mkfifo(p), "devzero": lambda p: p.symlink_to("/dev/zero"),
+     "directory": lambda p: p.mkdir()}[kind](folder / "results.jsonl")
+    refused(["report", str(folder)], "results.jsonl", work, code=1)
+
+
+def test_report_refuses_a_results_line_that_holds_only_an_id(work):
+    """A line tinyproto did not write (no status, no directory) was an internal error in the page template; it is
+    now refused in one line naming the line, by report and by sweep --resume alike."""
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.pipeline.report_data import load_sweep
+
+    folder = _sweep_dir(work, json.dumps({"id": "p1"}) + "\n")
+    with pytest.raises(TinyprotoError, match=r"results.jsonl:1 is not a result line"):
+        load_sweep(folder)

@@ -14,10 +14,10 @@ from tinyproto.core.datasets import load_dataset
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, shared_stage, stage_bytes
 from tinyproto.families.protonn import encoding
-from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
+from tinyproto.families.protonn.quantize import IntProtoNN
 from tinyproto.families.solving import SolveOptions
 
-from conftest import needs
+from helpers import needs, one_per_column, synthetic
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -50,12 +50,6 @@ def test_wide_csv_and_npz_load(tmp_path):
 # ---------------------------------------------------------------------------------------------- encodings
 
 
-def _one_per_column(D, d, extra, rng):
-    W = np.zeros((D, d), dtype=np.int8)
-    W[rng.integers(0, D, size=d), np.arange(d)] = rng.choice([-128, -127, -1, 1, 5, 127], size=d)
-    flat = rng.choice(D * d, size=extra, replace=False)
-    W.flat[flat] = rng.integers(1, 128, size=extra) * rng.choice([-1, 1], size=extra)  # never 0: no empty column
-    return W
 
 
 @pytest.mark.parametrize("D,d,density", [(4, 12, 1.0), (12, 40, 0.3), (12, 300, None), (6, 300, None),
@@ -63,7 +57,7 @@ def _one_per_column(D, d, extra, rng):
 def test_encodings_round_trip_exactly(D, d, density):
     rng = np.random.default_rng(D * 1000 + d)
     if density is None:
-        W = _one_per_column(D, d, d // 5, rng)
+        W = one_per_column(D, d, d // 5, rng)
     else:
         W = (rng.integers(-128, 128, size=(D, d)) * (rng.random((D, d)) < density)).astype(np.int8)
     for name in encoding.feasible(W):
@@ -110,37 +104,6 @@ def test_shared_stage_prices_four_bytes_and_keeps_columns():
 # ---------------------------------------------------------------------------------------------- host C == numpy
 
 
-def synthetic(D, d, m, L, rng, *, stage="feature", density=None, n_raw=None, proj_shift=9):
-    """A ProtoNN integer model with W of a chosen structure (density None: one nonzero per column plus a few),
-    an informative kernel table, and the requested input stage (kept columns when n_raw > d)."""
-    if density is None:
-        W = _one_per_column(D, d, d // 5, rng)
-    else:
-        W = (rng.integers(-128, 128, size=(D, d)) * (rng.random((D, d)) < density)).astype(np.int8)
-    n_raw = n_raw or d
-    kept = None if n_raw == d else np.sort(rng.choice(n_raw, size=d, replace=False))
-    if stage == "shared":
-        input_stage = InputStage.shared(127.5, 127 / 127.5, d, kept=kept, n_inputs=n_raw)
-        offset = rng.integers(-512, 513, size=D).astype(np.int16)
-    else:
-        input_stage = InputStage.from_standardisation(rng.normal(100, 30, d), rng.uniform(20, 60, d), 1 / 40,
-                                                      kept=kept, n_inputs=n_raw if kept is not None else None)
-        offset = None
-    model = IntProtoNN(list(range(L)), input_stage, W, rng.integers(-60, 61, size=(m, D)).astype(np.int8),
-                       rng.integers(-127, 128, size=(m, L)).astype(np.int8), proj_shift=proj_shift,
-                       table=np.zeros(32, dtype=np.uint8), table_shift=0, scales={}, offset=offset)
-    X = rng.integers(0, 256, size=(12, n_raw)).astype(np.float32)
-    X[0, :] = np.nan
-    X[1, :] = 1e6
-    z = model.projections(model.input_stage.quantize(X))
-    B = np.clip(z[: min(m, len(z))] + rng.integers(-3, 4, size=z[: min(m, len(z))].shape), -127, 127)
-    B_q = model.B_q.copy()
-    B_q[: len(B)] = B
-    dist = ((z[:, None, :] - B_q.astype(np.int64)[None]) ** 2).sum(axis=2)
-    gamma = float(np.sqrt(np.log(2) / max(float(np.median(dist)), 1.0)))
-    table, shift = kernel_table(gamma=gamma, b_scale=1.0, size=32)
-    from dataclasses import replace
-    return replace(model, B_q=B_q, table=table, table_shift=shift), X
 
 
 def host_runners(model, tmp: Path) -> tuple[Path, Path]:

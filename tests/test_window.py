@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_protocol import ROOT, build_avr, fake_quantize, fake_scores
+from helpers import ROOT, build_avr, fake_quantize, fake_scores
 
 from tinyproto.core import wire
 from tinyproto.device import protocol as P

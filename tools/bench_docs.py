@@ -158,7 +158,9 @@ def write_index() -> None:
         "machine and the command that made it, by `tools/bench_docs.py`; none is typed in by hand. Figures are on "
         "the fixed split (stratified, 25 % test, seed 0) unless a page says otherwise. The other benchmark scripts "
         "(`tools/bench_*.py`) print their tables to the terminal; the model family pages quote some of them with "
-        "their commands.\n\n| benchmark | to run it again |\n|---|---|\n" + "\n".join(rows) + "\n")
+        "their commands.\n\n"
+        + ("| benchmark | to run it again |\n|---|---|\n" + "\n".join(rows) + "\n" if rows else
+           "No benchmark page has been written in this checkout yet: `python tools/bench_docs.py` writes them.\n"))
 
 
 def main() -> None:

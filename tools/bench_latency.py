@@ -30,9 +30,9 @@ sys.path.insert(0, str(REPO))
 from tinyproto.core.boards import load_board  # noqa: E402
 from tinyproto.core.wire import RAW_CHUNK_FEATURES, n_chunks  # noqa: E402
 from tinyproto.device.build import build_project, render_platformio_ini  # noqa: E402
-from tinyproto.core.cost import lower_bound_cycles
+from tinyproto.core.cost import lower_bound_cycles  # noqa: E402
 from tinyproto.families import predict_cycles  # noqa: E402
-from tinyproto import families
+from tinyproto import families  # noqa: E402
 
 MARK_START, MARK_END = 1, 2
 STAGE_NAMES = {

@@ -100,7 +100,7 @@ def bench(data: str, family: str, work: Path, baud: int | None, board_sim: bool)
 
 
 def print_table(rows: list[dict]) -> None:
-    head = (f"{'set':<10} {'family':<8} {'target':<9} {'compile s':>9} {'build s':>8} {'valid. s':>8} {'cpu':>6} "
+    head = (f"{'set':<10} {'family':<8} {'target':<9} {'compile s':>9} {'build s':>8} {'valid. s':>8} {'v. cpu':>6} "
             f"{'vectors':>7} {'baud':>8} {'line s':>7} {'passes s':>8} {'x line':>6}")
     print(head)
     print("-" * len(head))

@@ -69,6 +69,11 @@ def on_config(config):
     for source, (page, section, title) in ROOT_PAGES.items():
         if (ROOT / source).is_file() and page not in present:
             _nav_section(nav, section).append({title: page})
+    for bench in sorted((docs / "benchmarks").glob("*.md")):  # the pages tools/bench_docs.py wrote
+        page = f"benchmarks/{bench.name}"
+        if page not in present and bench.name != "index.md":
+            title = bench.read_text().splitlines()[0].lstrip("# ").strip()
+            _nav_section(nav, "Benchmarks").append({title: page})
     return config
 
 

@@ -156,6 +156,8 @@ def print_federation_report(console, report: dict) -> None:
                   f"{pct(report['compile_accuracy'])}, {report['compile_model_bytes']} B "
                   f"(federated {'+' if gap >= 0 else ''}{gap:.2f} points"
                   f"{', same hyper-parameters' if report['hyperparameters_equal_compile'] else ''})")
+    table.add_row("deployed model vs compile's", "identical (int_model, model hash and header digests equal)"
+                  if report.get("identical_to_compile") else "different (digests differ: see report.json)")
     same = report["counts_equal_pooled"]
     table.add_row("counts" + (" (saturated)" if cluster["name"] in ("sim", "port") else ""),
                   "equal to the same configuration trained on the pooled rows" if same else

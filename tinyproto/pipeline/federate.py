@@ -307,7 +307,21 @@ def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool)
     options = SolveOptions(budget_bytes, seed, f_cpu_hz=board.f_cpu_hz, learn_on=board if learnable else None)
     _, model, info = families.fit_under_budget(FAMILY, sp.X_train, sp.y_train, options)
     return {"accuracy": float(np.mean(model.predict(sp.X_test) == sp.y_test)), "model_bytes": model.model_bytes(),
-            "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"]}
+            "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"],
+            "digests": deployed_digests(model, seed, budget_bytes), "seed": seed, "budget_bytes": budget_bytes}
+
+
+def deployed_digests(model, seed: int, budget_bytes: int) -> dict:
+    """What makes two deployed models the same: the int_model's digest, the model hash and the rendered header's
+    SHA-256 (rendered with the same banner for both, so only the model can make them differ)."""
+    import hashlib
+
+    from tinyproto.core.modeldir import int_model_digest
+    from tinyproto.core.render import model_hash, render_header
+
+    header = render_header(model, "pooled", seed, budget_bytes)
+    return {"int_model_sha256": int_model_digest(model.to_json()), "model_hash": f"0x{model_hash(model):08X}",
+            "header_sha256": hashlib.sha256(header.encode()).hexdigest()}
 
 
 def _federation_report(fit, central, reference, sp, rows, party_classes, train_accuracy, split_kind, backend,
@@ -326,6 +340,7 @@ def _federation_report(fit, central, reference, sp, rows, party_classes, train_a
                            and np.array_equal(fit.float_counts, central.float_counts))
         differing = int(np.count_nonzero(fit.int_counts != central.int_counts))
     accuracy = float(np.mean(pred == sp.y_test))
+    digests = deployed_digests(fit.model, reference["seed"], reference["budget_bytes"])
     chosen = {k: v for k, v in info["chosen"].items()}
     compile_chosen = {k: v for k, v in reference["hyperparameters"].items() if k != "learnable"}
     return {
@@ -339,6 +354,10 @@ def _federation_report(fit, central, reference, sp, rows, party_classes, train_a
         "compile_model_bytes": reference["model_bytes"],
         "accuracy_vs_compile_points": round(100 * (accuracy - reference["accuracy"]), 4),
         "compile_hyperparameters": reference["hyperparameters"],
+        # true only when the deployed model is the very model compile deploys from the pooled rows (hashes compared)
+        "identical_to_compile": digests == reference["digests"],
+        "digests": digests,
+        "compile_digests": reference["digests"],
         "hyperparameters_equal_compile": chosen == compile_chosen,
         "compile_reference": "tinyproto compile --model flynn with the same budget and seed on the pooled training "
                              "rows" + (" (--learnable)" if on_device else "") + ", scored on the same test split",

@@ -190,7 +190,7 @@ class IntBNC:
         return np.asarray(self.classes)[self.labels(self.scores(self.input_stage.quantize(X)))]
 
     def carrays(self) -> list[CArray]:
-        r, d, R, m = self.n_bits, self.n_features, self.n_code_bytes, self.n_prototypes
+        r, d, m = self.n_bits, self.n_features, self.n_prototypes
         arrays = list(self.input_stage.carrays())
         if self.seeded:
             K = int(self.per_row)

@@ -279,21 +279,22 @@ def _ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch, _interrupts_kept) -> Non
         def __del__(self):
             signal.raise_signal(signal.SIGINT)  # Ctrl-C while the finalizer runs
 
-    def wait_for_interrupt() -> bool:
-        deadline = time.monotonic() + 3
+    def wait_for_interrupt(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             time.sleep(0.01)
         return False
 
     Result()  # without the guard: reported as unraisable and dropped
-    assert not wait_for_interrupt() and len(dropped) == 1 and dropped[0].exc_type is KeyboardInterrupt
+    assert not wait_for_interrupt(3) and len(dropped) == 1 and dropped[0].exc_type is KeyboardInterrupt
     dropped.clear()
-    started = time.monotonic()
+    waits_finished = []
     with pytest.raises(KeyboardInterrupt):
         with _interrupts_kept() as interrupted:
             Result()
-            wait_for_interrupt()
-    assert time.monotonic() - started < 1.0 and dropped == []
+            # the interrupt comes back during the wait (a busy machine may take a while), not after it
+            waits_finished.append(wait_for_interrupt(60))
+    assert waits_finished == [] and dropped == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
     with pytest.raises(KeyboardInterrupt):  # a Ctrl-C swallowed elsewhere: the next progress step raises it
         with _interrupts_kept() as interrupted:

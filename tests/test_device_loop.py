@@ -12,7 +12,7 @@ import pytest
 
 from tinyproto.families.protonn.solver import minimum_budget
 
-from conftest import needs
+from helpers import needs
 
 pytestmark = [needs("avr-gcc"), pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"),
                                                    reason="libsimavr-dev not installed")]

@@ -221,3 +221,58 @@ def test_string_labels_round_trip():
     names = np.array(["setosa", "versicolor", "virginica"])[y]
     clf = ProtoNNClassifier(n_components=3, n_prototypes=3, n_epochs=10, random_state=0).fit(X, names)
     assert set(clf.predict(X)) <= set(names)
+
+# -------------------------------------------------------------------------------------------------- kernel layouts
+
+
+"""The faster kernel layouts against the numpy reference: the interleaved bitmap stream of W and the grouped
+Z + 128 score layout (the AVR side: test_protonn_kernels_avr.py)."""
+
+
+def decode_bitmap_stream(stream: np.ndarray, D: int, d: int) -> np.ndarray:
+    """W back from the device's bitmap stream (an independent reader of the layout)."""
+    W = np.zeros((D, d), dtype=np.int8)
+    pos = 0
+    for r in range(D):
+        for g in range((d + 7) // 8):
+            bits = int(stream[pos])
+            pos += 1
+            for k in range(8):
+                if bits >> k & 1:
+                    W[r, 8 * g + k] = np.int8(np.uint8(stream[pos]).view(np.int8))
+                    pos += 1
+    assert pos == stream.size
+    return W
+
+
+@pytest.mark.parametrize("D,d,density", [(12, 64, 0.4), (3, 13, 1.0), (5, 100, 0.05), (1, 8, 0.0)])
+def test_bitmap_stream_holds_W_in_the_bitmap_encodings_bytes(D, d, density):
+    from tinyproto.families.protonn import encoding
+
+    rng = np.random.default_rng(D * d)
+    W = (rng.integers(-128, 128, size=(D, d)) * (rng.random((D, d)) < density)).astype(np.int8)
+    stream = encoding.bitmap_stream(W)
+    assert stream.dtype == np.uint8 and stream.size == encoding.encoded_bytes(W, "bitmap")
+    np.testing.assert_array_equal(decode_bitmap_stream(stream, D, d), W)
+
+
+@pytest.mark.parametrize("m,L", [(60, 10), (7, 1), (9, 4), (33, 5), (256, 3)])
+def test_score_layout_gives_the_reference_scores(m, L):
+    """Reading the layout as the C does (groups of SCORE_GROUP, prototype-major, Z + 128) and taking 128 * sum(k)
+    off gives kernels @ Z exactly, for every kernel vector including all-255."""
+    from tinyproto.families.protonn.quantize import SCORE_GROUP, score_layout
+
+    rng = np.random.default_rng(m + L)
+    Z = rng.integers(-128, 128, size=(m, L)).astype(np.int8)
+    flat = score_layout(Z)
+    assert flat.dtype == np.uint8 and flat.size == m * L
+    for k in (rng.integers(0, 256, size=m), np.full(m, 255), np.zeros(m, dtype=np.int64)):
+        scores, pos = [], 0
+        for l0 in range(0, L, SCORE_GROUP):
+            g = min(SCORE_GROUP, L - l0)
+            block = flat[pos:pos + g * m].reshape(m, g).astype(np.int64)
+            pos += g * m
+            biased = (block * k[:, None]).sum(axis=0)
+            assert biased.max() < 2**24  # the asm's 24-bit unsigned sums
+            scores.extend((biased - 128 * int(k.sum())).tolist())
+        np.testing.assert_array_equal(scores, k.astype(np.int64) @ Z.astype(np.int64))

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs
+from helpers import needs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 

@@ -14,7 +14,7 @@ import pytest
 from tinyproto import families
 from tinyproto.families.solving import SolveOptions
 
-from conftest import needs
+from helpers import needs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
@@ -198,3 +198,39 @@ def test_flynn_stored_M_cost_model_within_3_percent(tmp_path, data):
     assert result["exact"] and result["exact_marked"]
     predicted = predict_cycles(stored)["total"]
     assert abs(predicted - result["cycles_mean"]) / result["cycles_mean"] < 0.03, (predicted, result["cycles_mean"])
+
+# ----------------------------------------------------------------------------------- the faster layouts on the AVR
+
+
+"""The interleaved bitmap stream of W, the grouped Z + 128 score layout and the asm row rescale, on the simulated
+Uno: bit-exact and costed within 3 %."""
+
+
+@pytest.mark.parametrize("name,d,D,m,L,options", [
+    # the asm rescale clamps both ways: |p| up to 16384 * 64 >> 8 = 4096, far beyond +-127 (all inputs +-128)
+    ("rescale-clamp", 64, 6, 16, 5, dict(w="max", density=1.0, proj_shift=8)),
+    ("rescale-clamp-sparse", 64, 6, 16, 5, dict(w="max", density=0.6, proj_shift=9)),
+    # a bitmap row longer than 64 inputs (the looped byte scan), classes 4 + 3, m not a multiple of 8
+    ("long-rows-groups", 150, 7, 13, 7, dict(density=0.3, proj_shift=11)),
+    ("one-class-group", 20, 4, 9, 1, dict(density=0.7, proj_shift=9)),
+])
+def test_fast_kernels_bit_exact_and_costed(tmp_path, name, d, D, m, L, options):
+    from tinyproto.device.hostc import build_host_runner, run_int8
+    from tinyproto.families import predict_cycles
+
+    rng = np.random.default_rng(sum(map(ord, name)))
+    model = make_model(d, D, m, L, rng, **options)
+    xq = vectors(d, rng)
+    model = with_informative_table(model, xq, rng)
+    z = model.projections(xq)
+    if name.startswith("rescale-clamp"):
+        assert (z == 127).any() and (z == -127).any()  # both clamps are exercised
+    reference = model.scores(xq)
+    assert np.count_nonzero(model.kernels(xq)) > xq.shape[0]
+    scores, labels, cycles = run_sim(build(model, tmp_path / "avr").elf, xq)
+    np.testing.assert_array_equal(scores, reference)
+    np.testing.assert_array_equal(labels, model.labels(reference))
+    host_labels, host_scores = run_int8(build_host_runner(tmp_path / "avr", tmp_path / "host", "protonn"), xq)
+    np.testing.assert_array_equal(host_scores, reference)
+    predicted = predict_cycles(model)["total"]
+    assert abs(predicted - cycles.mean()) / cycles.mean() < 0.03, (name, predicted, cycles.mean())

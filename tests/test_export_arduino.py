@@ -20,6 +20,8 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.modeldir import load_model_dir
 from tinyproto import families
 
+from helpers import accepted, refused
+
 ARDUINO_HARDWARE = Path("/usr/share/arduino/hardware")
 N_VECTORS = 20
 RESULT_RE = re.compile(r"^class (\d+) \((.*)\) score (-?\d+)$")
@@ -399,3 +401,30 @@ def test_export_record_names_the_model_relative_to_the_export(exported):
     record = json.loads((result.out_dir / "export.json").read_text())
     assert not Path(record["model_dir"]).is_absolute()
     assert (result.out_dir / record["model_dir"]).resolve() == Path(model_dir).resolve()
+# ----------------------------------------------------------------------------------- what the library is made from
+
+
+def export_to_sibling(model: Path) -> list[str]:
+    return ["export", str(model), "--arduino", "--out", str(model.parent / "exported")]
+
+
+@pytest.mark.parametrize("total", ["Infinity", "NaN", "1e300", "[1, 2]", '"fast"', "true"])
+def test_export_leaves_out_a_cycle_figure_report_json_cannot_hold(work, compiled, total):
+    """report.json is not hashed; an infinite predicted cycle count was an internal error (int(inf))."""
+    model = compiled("iris", "1kB")
+    path = model / "report.json"
+    report = json.loads(path.read_text())
+    report["predicted_cycles"] = {"total": "@@"}
+    path.write_text(json.dumps(report).replace('"@@"', total))
+    accepted(export_to_sibling(model))
+    library_h = next((model.parent / "exported").rglob("TinyprotoIris.h")).read_text()
+    assert "Cost: about" not in library_h  # the figure is left out, not printed as inf, nan or text
+
+
+def test_a_data_set_name_that_gives_no_library_name_says_so(work, compiled):
+    """It blamed a `--name 'Tinyproto'` that nobody gave."""
+    model = compiled("iris", "1kB")
+    meta = json.loads((model / "model.json").read_text())
+    meta["dataset"] = "!!!"
+    (model / "model.json").write_text(json.dumps(meta))
+    refused(export_to_sibling(model), "give one with --name", model.parent, own_files_at_root=True)

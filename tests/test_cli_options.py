@@ -1,0 +1,69 @@
+"""Options out of range or blank, refused in one line before any work: a blank --port that would have flashed the
+simulator, budgets larger than any board, board names that are paths, options that would be silently ignored or
+never finish, and an --out nobody may write."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from helpers import refused
+
+# ---------------------------------------------------------------------------------------------------- blank values
+
+
+IRIS = ["iris", "--budget", "1kB"]
+
+
+@pytest.mark.parametrize("option", ["--out", "--port", "--upload-port", "--scheduler", "--ports", "MODEL_DIR"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_blank_option_values_are_refused(work, compiled, option, value):
+    """--port "$PORT" with PORT unset used to flash the simulator instead (and --out "" meant the cwd)."""
+    model = compiled("iris", "1kB")
+    args = {
+        "--out": ["compile", *IRIS, "--out", value],
+        "--port": ["flash", str(model), "--port", value],
+        "--upload-port": ["flash", str(model), "--port", "/dev/null", "--upload-port", value],
+        "--scheduler": ["federate", "iris", "--parties", "2", "--scheduler", value],
+        "--ports": ["federate", "iris", "--parties", "2", "--backend", "port", "--ports", value],
+        "MODEL_DIR": ["validate", value],
+    }[option]
+    refused(args, "empty", work, code=2)
+
+# ---------------------------------------------------------------------------------------------------- out of range
+
+
+OPTION_CASES = {
+    "budget-400-digits": (["compile", "iris", "--budget", "9" * 400], "larger than any board"),
+    "budget-over-a-gigabyte": (["compile", "iris", "--budget", "2000000kB"], "larger than any board"),
+    "board-relative-path": (["compile", "iris", "--board", "../boards/uno"], "unknown board"),
+    "board-absolute-path": (["compile", "iris", "--board", "/etc/passwd"], "unknown board"),
+    "federate-more-workers-than-parties": (["federate", "iris", "--parties", "2", "--workers", "100000"], "--workers"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OPTION_CASES))
+def test_option_out_of_range(work, case):
+    args, keyword = OPTION_CASES[case]
+    refused(args, keyword, work, code=1)
+
+
+def test_out_on_a_place_nobody_may_write_is_refused_before_training(work):
+    """access() says yes to root on /sys; the refusal came after training, from the rename."""
+    refused(["compile", "iris", "--budget", "1kB", "--out", "/sys/kernel/tinyproto-out"], "cannot write", work)
+
+
+FLAG_CASES = {
+    "learn-no-flash-on-the-simulator": (["learn", "{model}", "--no-flash"], "--no-flash", 1),
+    "sweep-raw-check-without-device": (["sweep", "iris", "--raw-check", "--device", "none", "--out", "s"], "--raw-check", 1),
+    "build-env-empty": (["build", "{model}", "--env", ""], "empty", 2),
+    "board-sim-100000-boards": (["board-sim", "--count", "100000"], "--count", 2),
+    "board-sim-no-boards": (["board-sim", "--count", "0"], "--count", 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLAG_CASES))
+def test_an_option_that_would_be_silently_ignored_or_never_finish(work, compiled, case):
+    args, keyword, code = FLAG_CASES[case]
+    model = compiled("iris", "1kB")
+    refused([a.format(model=model) for a in args], keyword, work, code=code)

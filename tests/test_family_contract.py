@@ -1,0 +1,45 @@
+"""The contract every registered family keeps, checked through the registry alone (tinyproto.families.names()):
+a family is tested here by being registered. The float estimator its solver returns is a scikit-learn estimator
+(sklearn's own estimator checks, on a fresh clone of the fitted one), and its integer model survives model.json
+(from_json(to_json()) computes the same scores, arrays and defines, and hashes the same). The budget and the seed
+are the solver contract's subject (tests/test_solver_contract.py)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from tinyproto import families
+from tinyproto.core.render import model_hash
+from tinyproto.families.solving import SolveOptions
+
+
+@functools.lru_cache(maxsize=None)
+def solved(name: str):
+    from tinyproto.core.datasets import load_dataset, split
+
+    sp = split(load_dataset("iris"))
+    return families.fit_under_budget(name, sp.X_train, sp.y_train, SolveOptions(1024, 0))
+
+
+@pytest.mark.parametrize("name", families.names())
+def test_the_solvers_estimator_passes_scikit_learns_checks(name):
+    from sklearn.base import clone
+    from sklearn.utils.estimator_checks import check_estimator
+
+    clf, _, _ = solved(name)
+    check_estimator(clone(clf))
+
+
+@pytest.mark.parametrize("name", families.names())
+def test_the_integer_model_survives_model_json(name):
+    _, model, _ = solved(name)
+    again = families.int_model_from_json(model.to_json())
+    xq = np.random.default_rng(0).integers(-128, 128, size=(50, model.n_features)).astype(np.int8)
+    np.testing.assert_array_equal(again.scores(xq), model.scores(xq))
+    assert again.defines() == model.defines() and model_hash(again) == model_hash(model)
+    assert [(a.name, a.nbytes) for a in again.carrays()] == [(a.name, a.nbytes) for a in model.carrays()]
+    assert families.inconsistency(again) is None
+    assert families.family_of(again).name == name

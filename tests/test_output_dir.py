@@ -1,0 +1,167 @@
+"""The --out directory and what tinyproto owns in it: an existing empty directory filled in place, a directory of
+the user's refused without a lock left in it, a directory holding only a dead run's lock reused, names that are not
+UTF-8, a manifest edited to hand the user's files to tinyproto, and a failed or concurrent run that must remove only
+what it created.
+
+Every refused case asserts: exit status 1 (or click's 2), one message naming the problem, no traceback, no file
+of the user changed, and nothing left behind (in the directory, beside it, or in the temporary directory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from helpers import accepted, refused
+from tinyproto.cli import main
+from tinyproto.core.modeldir import LOCK, MANIFEST, OWNED_NAMES, SCRATCH_PREFIX, record_outputs
+
+# ----------------------------------------------------------------------------------------------------------- --out
+
+
+IRIS = ["iris", "--budget", "1kB"]
+
+
+SWEEP = ["iris", "--models", "protonn", "--budgets", "1kB", "--device", "none", "--workers", "1"]
+
+
+def test_existing_empty_out_is_filled_in_place(work):
+    """It failed after training ('holds .tinyproto.lock') and left that lock in the user's directory."""
+    out = work / "empty"
+    out.mkdir()
+    inode = out.stat().st_ino
+    accepted(["compile", *IRIS, "--out", str(out)])
+    assert out.stat().st_ino == inode  # the same directory: a shell inside it sees the model
+    assert (out / "model.json").is_file() and (out / MANIFEST).is_file()
+    assert not [p for p in work.iterdir() if p.name.startswith(SCRATCH_PREFIX)]
+
+
+def test_out_dot_in_an_empty_working_directory(work, monkeypatch):
+    here = work / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    accepted(["compile", *IRIS, "--out", "."])
+    assert (here / "model.json").is_file()
+    output = CliRunner().invoke(main, ["compile", *IRIS, "--seed", "1", "--out", "."])
+    assert output.exit_code == 0, output.output
+    assert "was replaced" in output.stderr  # the shell's directory is now the old one: say so
+
+
+@pytest.mark.parametrize("entry", ["notes.txt", ".hidden", "sub/"])
+def test_non_empty_foreign_out_gets_no_lock(work, entry):
+    out = work / "mine"
+    out.mkdir()
+    if entry.endswith("/"):
+        (out / entry).mkdir()
+    else:
+        (out / entry).write_text("precious\n")
+    refused(["compile", *IRIS, "--out", str(out)], "not written by tinyproto", work)
+    assert not (out / LOCK).exists()
+
+
+@pytest.mark.parametrize("verb", ["compile", "validate", "build", "export", "report", "board-sim"])
+def test_directory_name_not_utf8_is_refused(work, verb):
+    bad = os.fsdecode(b"m\xff")
+    args = {"compile": ["compile", *IRIS, "--out", bad], "validate": ["validate", bad], "build": ["build", bad],
+            "export": ["export", bad, "--arduino"], "report": ["report", bad],
+            "board-sim": ["board-sim", "--state", bad]}[verb]
+    refused(args, "utf-8", work, code=2)
+
+# ------------------------------------------------------------------------------------------- locks and failed runs
+
+
+def test_a_directory_holding_only_a_dead_runs_lock_is_reusable(work):
+    for verb in (["sweep", *SWEEP], ["compile", "iris", "--budget", "1kB"]):
+        out = work / f"left-by-a-kill-{verb[0]}"
+        out.mkdir()
+        (out / LOCK).write_text("999999 sweep\n")  # the run that wrote it is gone: nobody holds the flock
+        accepted([*verb, "--out", str(out)])
+        assert (out / ".tinyproto").is_file()
+
+
+def test_a_directory_holding_only_a_live_lock_is_in_use_and_a_users_file_is_foreign(work):
+    from tinyproto.core.outdir import locked
+
+    out = work / "starting"
+    out.mkdir()
+    with locked(out, "sweep"):
+        refused(["sweep", *SWEEP, "--out", str(out)], "in use", work)
+    mine = work / "mine"
+    mine.mkdir()
+    (mine / LOCK).write_text("my notes, not a lock\n")
+    refused(["sweep", *SWEEP, "--out", str(mine)], "not written by tinyproto", work)
+
+
+def test_a_failed_sweep_removes_the_out_it_created_and_only_that(work):
+    """A sweep refused after it made --out (here: no scheduler listening) takes it back, parents too; an --out
+    that existed before is left as it was."""
+    args = ["sweep", *SWEEP, "--scheduler", "tcp://127.0.0.1:1"]
+    refused([*args, "--out", str(work / "new" / "deeper")], "scheduler", work)
+    assert not (work / "new").exists()
+    existing = work / "existing"
+    existing.mkdir()
+    refused([*args, "--out", str(existing)], "scheduler", work)
+    assert existing.is_dir()
+
+
+def test_two_sweeps_started_at_once_on_a_new_out_never_lose_the_winners_work(work):
+    """The refused one must not remove the directory the other writes (a lost attempt did exactly that)."""
+    out = work / "race"
+    cmd = [sys.executable, "-m", "tinyproto", "sweep", *SWEEP, "--out", str(out)]
+    env = {**os.environ, "TMPDIR": tempfile.gettempdir()}
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    outcomes = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
+    codes = sorted(code for _, _, code in outcomes)
+    assert codes[0] == 0, outcomes
+    for stdout, stderr, code in outcomes:
+        assert "Traceback" not in stderr
+        if code:
+            assert code == 1 and ("in use" in stderr or "already holds a sweep" in stderr), stderr
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["status"] == "ok"
+    accepted(["report", str(out)])
+
+# -------------------------------------------------------------------------------------------------------- manifest
+
+
+def _edit_manifest(model: Path, edit) -> None:
+    data = json.loads((model / MANIFEST).read_text())
+    edit(data)
+    (model / MANIFEST).write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("owned", [["notes"], ["notes/n.txt"], [".", "notes"], ["", "notes"]])
+def test_edited_owned_list_does_not_hand_over_user_files(work, compiled, owned):
+    model = compiled("iris", "1kB")
+    (model / "notes").mkdir()
+    (model / "notes" / "n.txt").write_text("precious\n")
+    _edit_manifest(model, lambda d: d.__setitem__("owned", d.get("owned", []) + owned))
+    refused(["compile", *IRIS, "--out", str(model)], "notes", model.parent)
+
+
+@pytest.mark.parametrize("damage", ["owned-number", "owned-dict", "owned-ints", "files-list", "list", "deep"])
+def test_damaged_manifest_means_not_ours(work, compiled, damage):
+    model = compiled("iris", "1kB")
+    (model / "mine.txt").write_text("precious\n")
+    path = model / MANIFEST
+    data = json.loads(path.read_text())
+    text = {"owned-number": json.dumps({**data, "owned": 5}), "owned-dict": json.dumps({**data, "owned": {"a": 1}}),
+            "owned-ints": json.dumps({**data, "owned": [1, 2]}), "files-list": json.dumps({**data, "files": []}),
+            "list": "[]", "deep": "[" * 100_000 + "]" * 100_000}[damage]
+    path.write_text(text)
+    refused(["compile", *IRIS, "--out", str(model)], "not written by tinyproto", model.parent)
+
+
+def test_record_outputs_names_are_declared(tmp_path):
+    """A command that starts writing a new name in place must declare it (else it could never be replaced)."""
+    with pytest.raises(ValueError):
+        record_outputs(tmp_path, "something-new")
+    assert {"build.json", "validation.jsonl", ".pio", "learned", "results.jsonl"} <= OWNED_NAMES

@@ -1,0 +1,183 @@
+"""Run state that tinyproto reads back: a sweep's results.jsonl and sweep.json, a model directory's report.json,
+validation.json, build.json and validation.jsonl holding values of the wrong JSON type (a list for a number, NaN,
+a huge integer, null), torn or not UTF-8; special files and planted links in an output's place. Each is one
+error line (for report, sweep --resume and validate --resume alike), never a traceback, a hang or a write through
+the link."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import accepted, refused
+
+# -------------------------------------------------------------------------------------------------------- fixtures
+
+
+SWEEP = ["iris", "--models", "protonn", "--budgets", "1kB", "--device", "none", "--workers", "1"]
+
+
+@pytest.fixture(scope="module")
+def sweep_master(tmp_path_factory) -> Path:
+    """One finished compile-only sweep (iris, ProtoNN, 1 kB), copied for each test that damages it."""
+    from tinyproto.pipeline.sweep import SweepOptions, sweep
+
+    out = tmp_path_factory.mktemp("s6-sweep") / "sweep"
+    sweep("iris", out, SweepOptions(models="protonn", budgets="1kB", device="none", workers=1))
+    return out
+
+
+@pytest.fixture
+def swept(sweep_master, work) -> Path:
+    return _private_copy(sweep_master, work / "sweep")
+
+
+def _private_copy(master: Path, copy: Path) -> Path:
+    """A test's own copy of a module-wide directory, so what one test damages no other sees."""
+    shutil.copytree(master, copy, symlinks=True)
+    return copy
+
+
+def _edit_line(path: Path, key: str, value) -> None:
+    record = json.loads(path.read_text().splitlines()[0])
+    record[key] = value
+    path.write_text(json.dumps(record) + "\n")
+
+
+@pytest.fixture
+def built(built_models, work) -> Path:
+    """iris / ProtoNN / 1 kB built and validated on the simulated Uno (once per run), this test's own copy."""
+    return _private_copy(built_models("iris", "1kB"), work / "model")
+
+# ----------------------------------------------------------------------------------------------------- typed reads
+
+
+@pytest.mark.parametrize("key, value", [("model", []), ("model", None), ("budget_bytes", "1kB"), ("seed", 10**400),
+                                        ("float_accuracy", float("nan")), ("int8_accuracy", 7),
+                                        ("model_bytes", {"a": 1}), ("predicted_latency_ms", None),
+                                        ("device", [1]), ("device", {"accuracy": "high"}), ("board", 5)])
+def test_a_results_line_of_the_wrong_type_is_one_error_for_report_and_resume(swept, key, value):
+    """Was: TypeError / OverflowError tracebacks from the figures, or NaN drawn as a result."""
+    _edit_line(swept / "results.jsonl", key, value)
+    line = refused(["report", str(swept)], "results.jsonl:1", swept.parent)
+    assert key.split(".")[0] in line or "id or directory" in line
+    refused(["sweep", *SWEEP, "--out", str(swept), "--resume"], "results.jsonl:1", swept.parent)
+
+
+@pytest.mark.parametrize("key, value", [("binding", [1]), ("binding", "x"), ("runs", 5), ("runs", [[1]]),
+                                        ("runs", [{"cluster": "x"}]), ("format", None), (None, [])])
+def test_a_sweep_json_of_the_wrong_shape_is_one_error(swept, key, value):
+    config = json.loads((swept / "sweep.json").read_text())
+    config = value if key is None else {**config, key: value}
+    (swept / "sweep.json").write_text(json.dumps(config))
+    refused(["report", str(swept)], "sweep.json", swept.parent)
+    refused(["sweep", *SWEEP, "--out", str(swept), "--resume"], "sweep.json", swept.parent)
+
+
+def test_a_second_line_for_one_point_is_refused(swept):
+    results = swept / "results.jsonl"
+    results.write_text(results.read_text() * 2)
+    refused(["report", str(swept)], "second line", swept.parent)
+
+
+def test_non_utf8_and_torn_results(swept):
+    """A torn last line (a kill mid-write) is documented as dropped; bytes that are not UTF-8 before it are not."""
+    results = swept / "results.jsonl"
+    good = results.read_bytes()
+    results.write_bytes(good + b'{"id": "prot')
+    accepted(["report", str(swept)])
+    results.write_bytes(b"\xff\xfe garbage\n" + good)
+    refused(["report", str(swept)], "results.jsonl:1", swept.parent)
+
+
+@pytest.mark.parametrize("name", ["results.jsonl", "sweep.json"])
+@pytest.mark.parametrize("kind", ["fifo", "directory", "link to /dev/zero"])
+def test_a_special_file_in_place_of_a_sweep_file_is_refused_without_blocking(swept, name, kind):
+    path = swept / name
+    path.unlink()
+    {"fifo": os.mkfifo, "directory": os.mkdir, "link to /dev/zero": lambda p: os.symlink("/dev/zero", p)}[kind](path)
+    refused(["report", str(swept)], name, swept.parent)
+
+
+@pytest.mark.parametrize("name, key, value", [
+    ("validation.json", "device_accuracy", "x"), ("validation.json", "cycles_mean", float("nan")),
+    ("validation.json", "latency_ms_mean", [1]), ("validation.json", "n_vectors", 10**400),
+    ("validation.json", "sram_static_bytes", None),
+    ("report.json", "model_bytes", None), ("report.json", "predicted_cycles", 5), ("report.json", "ledger", []),
+    ("report.json", "board", ["uno"])])
+def test_a_model_directory_summary_of_the_wrong_type_is_one_error(compiled, work, name, key, value):
+    model = compiled("iris", "1kB")
+    summary = {"n_vectors": 38, "device_accuracy": 0.9, "label_agreement": 1.0, "score_agreement": 1.0,
+               "latency_ms_mean": 0.3, "energy_mj_board": 0.1, "cycles_mean": 4000.0, "sram_static_bytes": 300,
+               "stack_peak_bytes": 120}
+    (model / "validation.json").write_text(json.dumps(summary))
+    doc = json.loads((model / name).read_text())
+    doc[key] = value
+    (model / name).write_text(json.dumps(doc))
+    refused(["report", str(model)], name, model.parent)
+
+
+def test_a_journal_link_to_dev_zero_does_not_hang_report(compiled, work):
+    model = compiled("iris", "1kB")
+    (model / "validation.json").write_text(json.dumps({"n_vectors": 38, "device_accuracy": 0.9,
+                                                       "label_agreement": 1.0, "score_agreement": 1.0,
+                                                       "latency_ms_mean": 0.3, "energy_mj_board": 0.1,
+                                                       "cycles_mean": 4000.0}))
+    os.symlink("/dev/zero", model / "validation.jsonl")
+    started = time.monotonic()
+    accepted(["report", str(model)])
+    assert time.monotonic() - started < 30
+    assert "Confusion matrix of the test split (host int8 reference labels)" in (model / "report.html").read_text()
+
+
+@pytest.mark.parametrize("value", ["fw\u0000.elf", " ", ["x"]])
+def test_a_build_record_naming_no_file_is_one_error(built, value):
+    """Was: ValueError (embedded null byte) from resolving the ELF's path."""
+    record = json.loads((built / "build.json").read_text())
+    record["elf"] = value
+    (built / "build.json").write_text(json.dumps(record))
+    refused(["validate", str(built), "--no-raw"], "build.json", built.parent)
+
+
+def test_a_deeply_nested_journal_line_is_one_error_for_resume(built):
+    """Was: RecursionError from json.loads. The journal is tinyproto's own: a damaged middle line is refused."""
+    journal = built / "validation.jsonl"
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join([lines[0], "[" * 100_000 + "]" * 100_000, *lines[1:]]) + "\n")
+    refused(["validate", str(built), "--no-raw", "--resume"], "validation.jsonl:2", built.parent)
+
+# --------------------------------------------------------------------------------------------------------- outputs
+
+
+@pytest.mark.parametrize("name", [".report.html.tmp", "figures", "report.html"])
+def test_report_never_writes_through_a_planted_link(swept, name):
+    victim = swept.parent / "victim.txt"
+    victim.write_text("the user's\n")
+    os.symlink(victim if name != "figures" else swept.parent, swept / name)
+    refused(["report", str(swept)], "symbolic link", swept.parent)
+    assert victim.read_text() == "the user's\n"
+
+
+def test_sweep_resume_never_appends_through_a_planted_link(swept):
+    victim = swept.parent / "victim.jsonl"
+    shutil.copy(swept / "results.jsonl", victim)
+    before = victim.read_bytes()
+    (swept / "results.jsonl").unlink()
+    os.symlink(victim, swept / "results.jsonl")
+    refused(["sweep", *SWEEP, "--budgets", "1kB,2kB", "--out", str(swept), "--resume"], "symbolic link", swept.parent)
+    assert victim.read_bytes() == before
+
+
+def test_build_never_writes_through_a_planted_pio_link(compiled, work):
+    model = compiled("iris", "1kB")
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(model / ".pio", ignore_errors=True)
+    os.symlink(elsewhere, model / ".pio")
+    refused(["build", str(model)], ".pio", model.parent)
+    assert not any(elsewhere.iterdir())

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""The executed examples of the documentation: find them, run them, compare them, and rewrite them.
+
+    python tools/docs_examples.py --check     # run every marked example, list the lines that are stale
+    python tools/docs_examples.py --update    # run them and write the real output into the pages
+
+A page marks an executed example with a `<!-- run -->` comment right before a ```console block. In the block,
+`$ command` lines are commands (a trailing `# comment` after two spaces is dropped; `tinyproto`, `pio`, `python`
+and `.venv/bin/...` mean this virtualenv's), every other line is output that must appear in that command's real
+output, in the same order (whitespace collapsed). A command whose comment says `(excerpt)` shows chosen lines;
+any other shows its whole output (progress bars left out). Lines of `...` and lines drawn only of table borders
+are skipped; wall-clock seconds (`12.3 s`) are the one figure not compared, because they depend on the machine.
+
+All pages' commands run once, in page order, in one scratch directory (the own-CSV tutorial's wine.csv feeds
+the later tutorials); a command shown on two pages runs once. tests/test_docs.py runs the check.
+
+--update keeps an excerpt's choice of lines: a line whose text is unchanged but whose figures moved is replaced by
+the new line (matched with its digits masked); a line it cannot match is kept and reported, for a person to fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+# the pages whose examples are executed, in the order a reader meets them
+EXECUTED_PAGES = ["README.md", "docs/getting-started.md", "docs/tutorials/own-csv.md",
+                  "docs/tutorials/arduino-sketch.md", "docs/tutorials/learn-on-device.md",
+                  "docs/tutorials/federated.md", "docs/tutorials/sweep-and-report.md"]
+
+_BLOCK = re.compile(r"(<!-- run -->\s*\n)?```console\n(.*?)```", re.DOTALL)
+_SECONDS = re.compile(r"\b\d+(?:\.\d+)?\s?s\b")
+_BORDER = re.compile(r"^[\s┌┐└┘├┤┬┴┼─━┏┓┗┛┡┩╇┃│┳┻╋]*$")
+_PROGRESS = "━━"  # rich's progress bars: their counts and times are the terminal's, not results
+
+
+def command_of(line: str) -> str:
+    return re.split(r"\s{2,}#", line[2:])[0].strip()
+
+
+def console_blocks(page: str) -> list[tuple[bool, list[tuple[str, list[str]]]]]:
+    """(marked to run, [(command, expected output lines)]) for every ```console block of a page."""
+    blocks = []
+    for match in _BLOCK.finditer((ROOT / page).read_text()):
+        steps: list[tuple[str, list[str]]] = []
+        for line in match.group(2).splitlines():
+            if line.startswith("$ "):
+                steps.append((command_of(line), []))
+            elif steps:
+                steps[-1][1].append(line)
+        blocks.append((match.group(1) is not None, steps))
+    return blocks
+
+
+def normalise(line: str) -> str:
+    return " ".join(_SECONDS.sub("<seconds>", line).split())
+
+
+def comparable(line: str) -> bool:
+    return bool(line.strip()) and line.strip() not in ("...", "…") and not _BORDER.match(line)
+
+
+def missing_lines(expected: list[str], actual: str) -> list[str]:
+    """Expected lines not found in the actual output in order (an empty list: the page is true)."""
+    actual_lines = [normalise(line) for line in actual.splitlines()]
+    missing, position = [], 0
+    for line in (normalise(e) for e in expected if comparable(e)):
+        try:
+            position = actual_lines.index(line, position) + 1
+        except ValueError:
+            missing.append(line)
+    return missing
+
+
+def _shell_command(command: str) -> str:
+    words = []
+    for word in command.split(" "):  # the commands on the pages are simple: words split by spaces
+        if word in ("tinyproto", "pio", "python"):
+            word = str(VENV_BIN / word)
+        elif word.startswith(".venv/bin/"):
+            word = str(VENV_BIN / word[len(".venv/bin/"):])
+        words.append(word)
+    return " ".join(words)
+
+
+def example_runner(work: Path) -> Callable[[str], str]:
+    """run(command) -> its output, each distinct command run once, in `work`, with this virtualenv."""
+    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb", "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
+    env.pop("FORCE_COLOR", None)
+    outputs: dict[str, str] = {}
+
+    def run(command: str) -> str:
+        shell = _shell_command(command)  # `tinyproto ...` and `.venv/bin/tinyproto ...` are one command
+        if shell not in outputs:
+            result = subprocess.run(["bash", "-c", shell], cwd=work, env=env, capture_output=True, text=True,
+                                    timeout=1800, stdin=subprocess.DEVNULL, check=False)
+            if result.returncode != 0:
+                raise RuntimeError(f"`{command}` exited {result.returncode}:\n{result.stdout[-3000:]}\n"
+                                   f"{result.stderr[-3000:]}")
+            # paths inside the scratch directory are shown relative, as a reader's own run prints them
+            outputs[shell] = (result.stdout + result.stderr).replace(f"{work}/", "")
+        return outputs[shell]
+
+    return run
+
+
+def stale_lines(run: Callable[[str], str], pages: list[str] = EXECUTED_PAGES) -> list[str]:
+    stale = []
+    for page in pages:
+        for marked, steps in console_blocks(page):
+            for command, expected in steps if marked else []:
+                missing = missing_lines(expected, run(command))
+                if missing:
+                    stale.append(f"{page}: $ {command}\n  not in the output: " + "\n  not in the output: ".join(missing))
+    return stale
+
+
+# ---- --update ------------------------------------------------------------------------------------------------------
+
+def _masked(line: str) -> str:
+    return re.sub(r"\d+", "#", normalise(line))
+
+
+def _updated_excerpt(expected: list[str], actual: str, unmatched: list[str]) -> list[str]:
+    lines = actual.splitlines()
+    out, position = [], 0
+    for line in expected:
+        if not comparable(line):
+            out.append(line)
+            continue
+        exact = [i for i in range(position, len(lines)) if normalise(lines[i]) == normalise(line)]
+        similar = [i for i in range(position, len(lines)) if _masked(lines[i]) == _masked(line)]
+        found = (exact or similar)[:1]
+        if found:
+            position = found[0] + 1
+            out.append(line if exact else lines[found[0]].rstrip())
+        else:
+            unmatched.append(line)
+            out.append(line)
+    return out
+
+
+def _whole_output(actual: str) -> list[str]:
+    lines = [line.rstrip() for line in actual.splitlines() if _PROGRESS not in line]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
+
+
+def update_page(page: str, run: Callable[[str], str], unmatched: list[str]) -> bool:
+    path = ROOT / page
+    text = path.read_text()
+
+    def rewrite(match: re.Match) -> str:
+        if match.group(1) is None:
+            return match.group(0)
+        out: list[str] = []
+        step_lines: list[str] = []
+        command_line = None
+
+        def flush():
+            if command_line is None:
+                return
+            actual = run(command_of(command_line))
+            excerpt = "(excerpt)" in command_line
+            out.extend(_updated_excerpt(step_lines, actual, unmatched) if excerpt else _whole_output(actual))
+
+        for line in match.group(2).splitlines():
+            if line.startswith("$ "):
+                flush()
+                out.append(line)
+                command_line, step_lines = line, []
+            else:
+                step_lines.append(line)
+        flush()
+        return f"{match.group(1)}```console\n" + "\n".join(out) + "\n```"
+
+    new = _BLOCK.sub(rewrite, text)
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--update", action="store_true", help="write the real output into the pages")
+    parser.add_argument("--check", action="store_true", help="list the stale lines (the default)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="docs-examples-") as work:
+        run = example_runner(Path(work))
+        if args.update:
+            unmatched: list[str] = []
+            for page in EXECUTED_PAGES:
+                changed = update_page(page, run, unmatched)
+                print(f"{page}: {'updated' if changed else 'unchanged'}", flush=True)
+            for line in unmatched:
+                print(f"not matched, fix by hand: {line}")
+            sys.exit(1 if unmatched else 0)
+        stale = stale_lines(run)
+        print("\n".join(stale) if stale else "every executed example matches a fresh run")
+        sys.exit(1 if stale else 0)
+
+
+if __name__ == "__main__":
+    main()
