@@ -37,11 +37,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's tinyproto
 sys.path.insert(0, str(REPO / "tools"))
 
-from tinyproto import families
-from tinyproto.core.boards import load_board
-from tinyproto.core.cost import COST_MODEL_TOLERANCE
-from tinyproto.core.inputstage import InputStage
-from tinyproto.core.wire import n_chunks
+from tinyproto import families  # noqa: E402
+from tinyproto.core.boards import load_board  # noqa: E402
+from tinyproto.core.cost import COST_MODEL_TOLERANCE  # noqa: E402
+from tinyproto.core.inputstage import InputStage  # noqa: E402
+from tinyproto.core.wire import n_chunks  # noqa: E402
 
 BOARDS = ("uno", "pro_mini_3v3")  # 16 MHz and 8 MHz
 FAMILIES = ("protonn", "flynn", "bnc", "bloom")

@@ -18,8 +18,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's tinyproto
 
-from tinyproto import families
-from tinyproto.pipeline.compile import compile_model
+from tinyproto import families  # noqa: E402
+from tinyproto.pipeline.compile import compile_model  # noqa: E402
 
 
 def main() -> None:
