@@ -160,12 +160,12 @@ def test_sparse_counts_turn_dense_when_smaller_and_still_add_exactly():
 
 
 def test_federate_is_byte_identical_for_the_same_inputs(tmp_path):
-    from tinyproto.pipeline.federate import federate_model
+    from tinyproto.pipeline.federate import FederateOptions, federate_model
 
     outs = []
     for name in ("a", "b"):
-        result = federate_model("wine", 5, backend="local", split_spec="dirichlet:0.5", seed=11, budget="1kB",
-                                out=tmp_path / name)
+        options = FederateOptions(5, backend="local", split_spec="dirichlet:0.5", seed=11, budget="1kB")
+        result = federate_model("wine", options, tmp_path / name)
         outs.append(result.out_dir)
     for f in ("model.json", "test_vectors.npz"):
         assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes()

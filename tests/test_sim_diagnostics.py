@@ -22,7 +22,7 @@ PROGRAMS = {
              "int main(void) { cli(); sleep_enable(); sleep_cpu(); for (;;) {} }\n",
     "crashes": "int main(void) { ((void (*)(void))0x3000)(); for (;;) {} }\n",  # erased flash: invalid opcode
 }
-EXPECTED = {"halts": "stopped: the firmware halted", "crashes": "stopped: the firmware crashed"}
+EXPECTED = {"halts": "stopped: the firmware finished: it halted", "crashes": "stopped: the firmware crashed"}
 
 
 def _elf(tmp_path, name: str):
@@ -67,6 +67,6 @@ def test_validate_of_a_firmware_that_halts_at_once(tmp_path, monkeypatch):
     result = subprocess.run([sys.executable, "-m", "tinyproto", "validate", str(out)], capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 1
-    assert "stopped: the firmware halted" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert "stopped: the firmware finished: it halted" in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert "is the Uno plugged in" not in result.stderr.split("(while")[0]
     assert not (out / "validation.json").exists() or json.loads((out / "validation.json").read_text())

@@ -337,8 +337,8 @@ class SimulatedUno:
 def stopped_text(status: int) -> str:
     """simuno's exit status in words: halted (sleep with interrupts off), crashed, cycle limit, a signal."""
     if status == EXIT_DONE:
-        return ("the firmware halted (it went to sleep with interrupts off, exit status 0): a firmware that ends, "
-                "not one that answers the serial protocol")
+        return ("the firmware finished: it halted (it went to sleep with interrupts off, exit status 0), a firmware "
+                "that ends, not one that answers the serial protocol")
     if status == EXIT_CRASH:
         return "the firmware crashed (an invalid instruction or a jump outside the flash, exit status 2)"
     if status < 0:

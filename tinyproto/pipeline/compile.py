@@ -23,7 +23,8 @@ from tinyproto.families import fit_under_budget
 from tinyproto.families import SolveOptions, default_jobs
 from tinyproto.core.folds import Folds
 from tinyproto.core.ledger import Ledger
-from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, file_sha256, int_model_digest, write_json
+from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, int_model_digest
+from tinyproto.core.safe_io import file_sha256, write_json
 from tinyproto.core.outdir import atomic_directory, check_output_dir
 from tinyproto.core.render import model_hash, write_sources
 

@@ -31,8 +31,9 @@ from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.measured import cycle_problem, ratio
-from tinyproto.core.modeldir import (ModelDir, file_sha256, load_model_dir, read_json, read_text_file, record_outputs,
-                                     write_json)
+from tinyproto.core.manifest import record_outputs
+from tinyproto.core.modeldir import ModelDir, load_model_dir
+from tinyproto.core.safe_io import file_sha256, read_json, read_text_file, write_json
 from tinyproto.core.outdir import locked
 from tinyproto.pipeline.journal import JOURNAL, JOURNAL_NEW, Journal
 from tinyproto import families

@@ -31,12 +31,12 @@ from tinyproto.core.moments import MomentSums, moment_sums
 from tinyproto.core.moments import standardisation as exact_standardisation
 from tinyproto.families.solving import SolveOptions
 from tinyproto.families.flynn.cost import estimate_cycles
-from tinyproto.families.flynn.pricing import (DEFAULT_CAP, ExactCycles, default_max_ms, fastest_m, largest_m, model_bytes,
-                                              rows_bytes)
+from tinyproto.families.flynn.pricing import (DEFAULT_CAP, WIDE_FEATURES, ExactCycles, default_max_ms, fastest_m,
+                                              largest_m, model_bytes, rows_bytes)
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.flynn.train import FlyNNClassifier, project, projection_matrix
-from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, stage_bytes
+from tinyproto.core.inputstage import InputStage, centred_stage, choose_input_scale, shared_stage, stage_bytes
 
 F_CPU = 16_000_000
 MIN_HASHES = 16  # fewer hash bits than this is not a FlyNN worth deploying
@@ -46,7 +46,13 @@ RHO_GRID = (8, 16, 32, 64)
 BITS_GRID = (1, 2, 3, 4)
 DECAY_GRID = (0.5, 0.25, 0.1)
 PREPROCESSING = (("feature", True), ("global", True), ("feature", False), ("global", False))
-SHARED_PREPROCESSING = (("shared", True), ("shared", False))  # the central solver only (parties agree on the rest)
+SHARED_PREPROCESSING = (("shared", True), ("shared", False))  # one offset and gain for every feature (4 B)
+# The central solver only, on wide inputs (pixels): the shared stage and a 2- or 4-bit centre per feature
+# ("centred2", "centred4": core.inputstage.centred_stage), which gives back what one offset for every pixel loses
+# (the always-dark border's mirror wins every hash). Federated parties agree on the other stages only
+# (federated.selection), so on narrow data, where federated must equal central, it is not searched.
+CENTRED_PREPROCESSING = (("centred2", True), ("centred2", False), ("centred4", True), ("centred4", False))
+DEVICE_STAGES = ("shared", "centred2", "centred4")  # preprocessings whose stage is built from the raw values
 
 # ---------------------------------------------------------------- candidates and their evaluation
 
@@ -80,9 +86,11 @@ def _prepare(X: np.ndarray, scaling: str, sign_split: bool, sums: MomentSums) ->
     """Standardise and quantize as the deployed model will (its input stage is this one). The mean and scale come
     from the rows' exact moments (core.moments), as a federation computes them, so a federated model is this one
     bit for bit. "shared": one offset and gain for every feature (4 B instead of 4 B per feature: pixels,
-    same-unit sensors)."""
+    same-unit sensors); "centredB": the same and a B-bit centre per feature (wide inputs, central solver only)."""
     if scaling == "shared":
         stage = shared_stage(X)
+    elif scaling.startswith("centred"):
+        stage = centred_stage(X, int(scaling[len("centred"):]))
     else:
         mean, scale = exact_standardisation(sums, scaling)
         stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
@@ -240,7 +248,8 @@ def search_flynn(
     folds = Folds.standard(X, y, random_state or 0) if folds is None else folds
 
     sums = moment_sums(X)
-    prepared = [_prepare(X, scaling, split, sums) for scaling, split in PREPROCESSING + SHARED_PREPROCESSING]
+    centred = CENTRED_PREPROCESSING if d > WIDE_FEATURES else ()
+    prepared = [_prepare(X, scaling, split, sums) for scaling, split in PREPROCESSING + SHARED_PREPROCESSING + centred]
     exact_cache: dict[tuple[int, int], ExactCycles] = {}  # one stream replay per (s, inputs)
     tried: dict[Candidate, Candidate] = {}  # without its accuracy -> with it (stage 2 repeats stage 1's grid)
 
@@ -292,7 +301,8 @@ def search_flynn(
         n_inputs_per_hash=best.s,
         n_winners=best.rho,
         decay=best.decay,
-        scaling="global" if best.scaling == "shared" else best.scaling,  # the float view of a shared stage
+        # the float view of a shared stage: one std; of a centred one: one std and each feature's exact mean
+        scaling="global" if best.scaling in DEVICE_STAGES else best.scaling,
         sign_split=best.sign_split,
         random_state=clf_state,  # draws `seed`: the M that was evaluated
     ).fit(X, y)
