@@ -149,7 +149,8 @@ def _updated_excerpt(expected: list[str], actual: str, unmatched: list[str]) -> 
 
 
 def _whole_output(actual: str) -> list[str]:
-    lines = [line.rstrip() for line in actual.splitlines() if _PROGRESS not in line]
+    lines = [line.rstrip() for line in actual.splitlines()
+             if _PROGRESS not in line or line.lstrip()[:1] in "┏┡┗┌└├"]  # a table's border is not a progress bar
     while lines and not lines[-1].strip():
         lines.pop()
     return lines
