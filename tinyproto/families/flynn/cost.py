@@ -150,15 +150,8 @@ def expected_sift_levels(rho: int) -> float:
         for key in stream[rho:].tolist():
             if key <= heap[0]:
                 continue
-            hole, replaced = 0, replaced + 1
-            while 2 * hole + 1 < rho:
-                child = 2 * hole + 1
-                if child + 1 < rho and heap[child + 1] < heap[child]:
-                    child += 1
-                if heap[child] >= key:
-                    break
-                heap[hole], hole, moves = heap[child], child, moves + 1
-            heap[hole] = key
+            replaced += 1
+            moves += _sift(heap, key)
     return moves / max(replaced, 1)
 
 
