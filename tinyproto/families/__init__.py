@@ -284,7 +284,8 @@ def load_int_model(model_dir: ModelDir) -> IntModel:
                              f"recorded {model_dir.meta['model_hash']}")
     disagreement = model_dir_disagreement(model_dir, model)
     if disagreement:
-        raise TinyprotoError(f"{model_dir.path} is inconsistent: {disagreement}; run `tinyproto compile` again")
+        raise TinyprotoError(f"{where} is damaged: the directory is inconsistent, {disagreement}; run "
+                             "`tinyproto compile` again")
     return model
 
 
