@@ -2,7 +2,9 @@
  *
  * x[i] = clamp(round((raw[i] - mean[i]) * gain[i]), -127, 127) in float32; mean and gain are half floats that
  * share one power-of-two exponent per array. With TP_INPUT_SHARED 1 the stage stores one offset and one gain
- * for every feature (4 bytes in all: pixels, same-unit sensors), decoded once per call. Only the kept features
+ * for every feature (4 bytes in all: pixels, same-unit sensors), decoded once per call; a centred stage
+ * (TP_INPUT_CENTRE_BITS 2 or 4) then subtracts a per-feature centre, code * TP_INPUT_CENTRE_STEP +
+ * TP_INPUT_CENTRE_BASE int8 steps (codes packed LSB first), from the scaled value. Only the kept features
  * (TP_N_FEATURES of the data's TP_N_INPUTS columns, in order) reach the device. Only this input stage uses
  * float; tp_predict() does not.
  */
@@ -13,6 +15,12 @@
 
 #ifndef TP_INPUT_SHARED
 #define TP_INPUT_SHARED 0
+#endif
+#ifndef TP_INPUT_CENTRE_BITS
+#define TP_INPUT_CENTRE_BITS 0
+#endif
+#if TP_INPUT_CENTRE_BITS != 0 && TP_INPUT_CENTRE_BITS != 2 && TP_INPUT_CENTRE_BITS != 4
+#error "TP_INPUT_CENTRE_BITS must be 0, 2 or 4"
 #endif
 
 
@@ -32,9 +40,25 @@ static float tp_half_to_float(uint16_t bits, int16_t shared_exp)
     return (bits & 0x8000u) ? -value : value;
 }
 
-static int8_t tp_input_one(float raw, float mean, float gain)
+#if TP_INPUT_CENTRE_BITS
+/* Feature i's centre in int8 steps (a whole number: the float32 subtraction is the host's exactly). */
+static float tp_input_centre_of(uint16_t i)
+{
+    uint8_t byte = tp_read_u8(&tp_input_centre[i / (8u / TP_INPUT_CENTRE_BITS)]);
+    uint8_t shift = (uint8_t)((i % (8u / TP_INPUT_CENTRE_BITS)) * TP_INPUT_CENTRE_BITS);
+    int16_t code = (int16_t)((byte >> shift) & ((1u << TP_INPUT_CENTRE_BITS) - 1u));
+    return (float)(int16_t)(code * TP_INPUT_CENTRE_STEP + (TP_INPUT_CENTRE_BASE));
+}
+#endif
+
+static int8_t tp_input_one(float raw, float mean, float gain, float centre)
 {
     float t = (raw - mean) * gain;
+#if TP_INPUT_CENTRE_BITS
+    t = t - centre;
+#else
+    (void)centre;
+#endif
     if (t != t) {
         t = 0.0f; /* NaN (a broken sensor reading) maps to the mean instead of undefined behaviour */
     } else if (t > 127.0f) {
@@ -55,14 +79,18 @@ void tp_input_quantize_range(const float *raw, uint16_t first, uint8_t n, int8_t
     float gain = tp_half_to_float(tp_read_u16(&tp_input_gain[0]), TP_INPUT_GAIN_EXP);
     (void)first;
     for (uint8_t k = 0; k < n; ++k) {
-        out[k] = tp_input_one(raw[k], mean, gain);
+#if TP_INPUT_CENTRE_BITS
+        out[k] = tp_input_one(raw[k], mean, gain, tp_input_centre_of((uint16_t)(first + k)));
+#else
+        out[k] = tp_input_one(raw[k], mean, gain, 0.0f);
+#endif
     }
 #else
     for (uint8_t k = 0; k < n; ++k) {
         uint16_t i = (uint16_t)(first + k);
         float mean = tp_half_to_float(tp_read_u16(&tp_input_mean[i]), TP_INPUT_MEAN_EXP);
         float gain = tp_half_to_float(tp_read_u16(&tp_input_gain[i]), TP_INPUT_GAIN_EXP);
-        out[k] = tp_input_one(raw[k], mean, gain);
+        out[k] = tp_input_one(raw[k], mean, gain, 0.0f);
     }
 #endif
     TP_STAGE(TP_STAGE_APP);

@@ -102,7 +102,7 @@ def built_models(compiled, tmp_path_factory):
 def work(tmp_path, monkeypatch) -> Path:
     """A working directory (also the current one) with a private temporary directory, checked afterwards: no
     temporary file and no scratch model directory left behind."""
-    from tinyproto.core.modeldir import SCRATCH_PREFIX
+    from tinyproto.core.manifest import SCRATCH_PREFIX
 
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()

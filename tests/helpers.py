@@ -71,7 +71,7 @@ def tinyproto(*args: str, cwd: Path | str | None = None, env: dict[str, str] | N
 def snapshot(root: Path, own_files_at_root: bool = False) -> dict[str, str]:
     """Every entry under root with its content hash. tinyproto's manifest and lock in the directories it owns are
     left out; own_files_at_root: root itself is a directory tinyproto owns (a model directory), so are its."""
-    from tinyproto.core.modeldir import LOCK, MANIFEST
+    from tinyproto.core.manifest import LOCK, MANIFEST
 
     snap = {}
     for path in sorted(root.rglob("*")):

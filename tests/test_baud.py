@@ -42,6 +42,8 @@ def test_a_board_silent_at_the_fast_rate_is_told_the_fallback_in_one_line():
     hint = no_answer_hint(silent, uno, 1_000_000, "/dev/ttyACM0")
     assert "\n" not in str(hint) and "--baud 115200" in str(hint) and "1000000 baud" in str(hint)
     assert no_answer_hint(silent, uno, 115200, "/dev/ttyACM0") is silent  # nothing slower to fall back to
+    missing = TinyprotoError("serial port /dev/ttyACM9 does not exist — is the Uno plugged in?")
+    assert no_answer_hint(missing, uno, 1_000_000, "/dev/ttyACM9") is missing  # not a question of speed
     build = BuildInfo(*[None] * 7, serial_baud=115200)
     assert line_baud(uno, build, None) == 115200  # the rate the firmware was built for, not the board's default
     with pytest.raises(TinyprotoError) as info:

@@ -256,21 +256,21 @@ def test_ctrl_c_exits_130_cleanly(tmp_path, backend_args, wait_for):
 
 def test_a_ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch):
     """Python drops a KeyboardInterrupt raised inside __del__ (dask's Future.__del__ runs whenever a result is
-    dropped): federate would have gone on and written its output. Under _interrupts_kept it comes back outside."""
-    from tinyproto.pipeline.federate import _interrupts_kept
+    dropped): federate would have gone on and written its output. Under interrupts_kept it comes back outside."""
+    from tinyproto.pipeline.interrupts import interrupts_kept
 
     # Ctrl-C as a terminal delivers it, whatever disposition the suite inherited (nohup and background jobs start
-    # with SIGINT ignored, and _interrupts_kept rightly leaves an ignored SIGINT alone); restored afterwards.
+    # with SIGINT ignored, and interrupts_kept rightly leaves an ignored SIGINT alone); restored afterwards.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
-        _ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch, _interrupts_kept)
+        _ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch, interrupts_kept)
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
-def _ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch, _interrupts_kept) -> None:
+def _ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch, interrupts_kept) -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)
@@ -290,14 +290,14 @@ def _ctrl_c_inside_a_finalizer_is_not_lost(monkeypatch, _interrupts_kept) -> Non
     dropped.clear()
     waits_finished = []
     with pytest.raises(KeyboardInterrupt):
-        with _interrupts_kept() as interrupted:
+        with interrupts_kept() as interrupted:
             Result()
             # the interrupt comes back during the wait (a busy machine may take a while), not after it
             waits_finished.append(wait_for_interrupt(60))
     assert waits_finished == [] and dropped == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
     with pytest.raises(KeyboardInterrupt):  # a Ctrl-C swallowed elsewhere: the next progress step raises it
-        with _interrupts_kept() as interrupted:
+        with interrupts_kept() as interrupted:
             try:
                 signal.raise_signal(signal.SIGINT)
             except KeyboardInterrupt:

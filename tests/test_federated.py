@@ -44,7 +44,7 @@ import tempfile
 from pathlib import Path
 
 from helpers import read_only
-from tinyproto.core.modeldir import LOCK
+from tinyproto.core.manifest import LOCK
 
 REPORT_KEYS = {
     "parties", "dp", "accuracy", "compile_accuracy", "compile_model_bytes", "accuracy_vs_compile_points",

@@ -20,6 +20,7 @@ from tinyproto.families.flynn import solver
 from tinyproto.families.flynn.quantize import hash_inputs
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.solving import SolveOptions
+from tinyproto.core.folds import Folds
 
 from helpers import read_only
 
@@ -47,9 +48,9 @@ def selected(name: str, n: int, split_spec: str, budget: int = 2048):
         return read_only(choose_config(backend, budget, 0, classes, sp.X_train.shape[1]))
 
 
-def test_federated_tallies_are_the_pooled_cross_validation_with_the_parties_folds():
-    """Every candidate's accuracy is exactly the solver's K-fold estimate on the pooled rows, with the folds the
-    parties assigned locally: counts and correct predictions add up exactly."""
+def test_federated_tallies_are_the_pooled_cross_validation_on_compiles_folds():
+    """Every candidate's accuracy is exactly the solver's estimate on the pooled rows with the yardstick's folds
+    (which the parties drew from their own rows): counts and correct predictions add up exactly."""
     sp = data("wine")
     parts = shards(sp, 6, "dirichlet:0.3")
     with LocalBackend(parts) as backend:
@@ -57,9 +58,9 @@ def test_federated_tallies_are_the_pooled_cross_validation_with_the_parties_fold
         stages = agree_input_stages(backend)
         config, info = choose_config(backend, 1024, 0, classes, sp.X_train.shape[1])
     X = np.concatenate([p[0] for p in parts])
-    y_index = np.searchsorted(classes, np.concatenate([p[1] for p in parts]))
-    folds = np.concatenate([sel.party_folds(p[1], sel.N_FOLDS, 0, i, sel.N_REPEATS) for i, p in enumerate(parts)],
-                           axis=1)
+    y = np.concatenate([p[1] for p in parts])
+    y_index = np.searchsorted(classes, y)
+    folds = Folds.standard(X, y, 0)
     seed_M = draw_seed(solver_random_state(0))
     candidates = [solver.Candidate(**c) for c in info["candidates"]]
     rng = np.random.default_rng(0)
@@ -67,26 +68,12 @@ def test_federated_tallies_are_the_pooled_cross_validation_with_the_parties_fold
         c = candidates[i]
         U = hash_inputs(stages[c.scaling].quantize(X), c.sign_split).astype(float)
         ranked = solver._ranked_winners(U, seeded_indices(seed_M, c.m, c.s, U.shape[1]), [c.m], c.rho)
-        correct = sum(round(len(X) * solver._cv_accuracies(ranked[c.m], y_index, f, len(classes), c.m,
-                                                             [(c.bits, c.decay)])[0]) for f in folds)
-        assert c.cv_accuracy == correct / (len(X) * sel.N_REPEATS)
-    best = max(candidates, key=solver._rank)
+        assert c.cv_accuracy == solver._cv_accuracies(ranked[c.m], y_index, folds, len(classes), c.m,
+                                                      [(c.bits, c.decay)])[0]
+    best = max(candidates, key=solver.candidate_rank)
     assert (config.n_hashes, config.n_inputs_per_hash, config.n_winners, config.count_bits) == \
         (best.m, best.s, best.rho, best.bits)
     assert info["cv_accuracy"] == best.cv_accuracy
-
-
-def test_folds_are_seeded_stratified_and_balanced():
-    y = np.repeat(np.arange(3), [50, 11, 4])
-    a, b = sel.party_folds(y, 5, 7, 3)[0], sel.party_folds(y, 5, 7, 3)[0]
-    np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a, sel.party_folds(y, 5, 7, 4)[0])
-    repeats = sel.party_folds(y, 5, 7, 3, 3)
-    np.testing.assert_array_equal(repeats[0], a)
-    assert not np.array_equal(repeats[1], repeats[0])
-    for c in range(3):
-        counts = np.bincount(a[y == c], minlength=5)
-        assert counts.max() - counts.min() <= 1
 
 
 def test_selection_uses_the_solvers_candidates_and_tracks_compile():
@@ -173,12 +160,12 @@ def test_sparse_counts_turn_dense_when_smaller_and_still_add_exactly():
 
 
 def test_federate_is_byte_identical_for_the_same_inputs(tmp_path):
-    from tinyproto.pipeline.federate import federate_model
+    from tinyproto.pipeline.federate import FederateOptions, federate_model
 
     outs = []
     for name in ("a", "b"):
-        result = federate_model("wine", 5, backend="local", split_spec="dirichlet:0.5", seed=11, budget="1kB",
-                                out=tmp_path / name)
+        options = FederateOptions(5, backend="local", split_spec="dirichlet:0.5", seed=11, budget="1kB")
+        result = federate_model("wine", options, tmp_path / name)
         outs.append(result.out_dir)
     for f in ("model.json", "test_vectors.npz"):
         assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes()

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tinyproto.core.modeldir import SCRATCH_PREFIX, load_model_dir
+from tinyproto.core.manifest import SCRATCH_PREFIX
+from tinyproto.core.modeldir import load_model_dir
 from tinyproto import families
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -113,7 +113,7 @@ def test_flynn_exact_cycles_mirror_the_cost_model():
         clf = FlyNNClassifier(n_hashes=m, n_inputs_per_hash=s, n_winners=rho, sign_split=split_sign,
                               random_state=1).fit(sp.X_train, sp.y_train)
         model = IntFlyNN.from_classifier(clf, sp.X_train, sp.y_train, bits=bits, store_M=store)
-        exact = ExactCycles(model.seed, s, model.n_hash_inputs, m)
+        exact = ExactCycles(model.seed, s, model.n_hash_inputs, m, model.n_features)
         assert exact.cycles(m, rho, bits, model.n_classes, store) == predict_cycles(model)["total"]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyproto.core.modeldir import LOCK, SCRATCH_PREFIX
+from tinyproto.core.manifest import LOCK, SCRATCH_PREFIX
 from tinyproto.core.outdir import is_leftover_name, locked, tidy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +99,7 @@ def test_a_directory_tinyproto_did_not_write_is_not_touched(tmp_path):
 def test_killed_validate_writer_then_compile_out(fresh):
     """A real SIGKILL while write_json rewrites validation.json over and over (as validate does), then the next
     compile --out on that directory: it is replaced, not refused for a file tinyproto did not write."""
-    script = (f"import sys; from pathlib import Path; from tinyproto.core.modeldir import write_json\n"
+    script = (f"import sys; from pathlib import Path; from tinyproto.core.safe_io import write_json\n"
               f"from tinyproto.core.outdir import locked\n"
               f"with locked(Path({str(fresh)!r}), 'validate'):\n"
               f"    print('go', flush=True)\n"

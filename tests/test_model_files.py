@@ -83,7 +83,8 @@ REHASHED = {
     "B-other-projection": (lambda im: im.update(B_q=[row[:-1] for row in im["B_q"]]), "shapes"),
     "Z-more-classes": (lambda im: im.update(Z_q=[row + [0] for row in im["Z_q"]]), "class"),
     "Z-fewer-prototypes": (lambda im: im.update(Z_q=im["Z_q"][:5]), "shapes"),
-    "offset-short": (lambda im: im.update(offset=im["offset"][:1]), "shapes"),
+    # a one-entry projection offset for a D > 1 projection (the model may have none: a per-feature input stage)
+    "offset-short": (lambda im: im.update(offset=(im.get("offset") or [0, 0])[:1]), "shapes"),
     "classes-more": (lambda im: im.update(classes=[0, 1, 2, 3]), "class"),
     "shift-beyond-int32": (lambda im: im.update(table_shift=99), "SHIFT"),
     "shift-text": (lambda im: im.update(proj_shift="7"), "proj_shift"),

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from helpers import accepted, refused
 from tinyproto.cli import main
-from tinyproto.core.modeldir import LOCK, MANIFEST, OWNED_NAMES, SCRATCH_PREFIX, record_outputs
+from tinyproto.core.manifest import LOCK, MANIFEST, OWNED_NAMES, SCRATCH_PREFIX, record_outputs
 
 # ----------------------------------------------------------------------------------------------------------- --out
 

@@ -93,7 +93,7 @@ def test_sweep_report_files_and_terminal(sim_sweep):
     html = (sim_sweep / "report.html").read_text()
     assert html.count('src="data:image/png;base64,') == len(stems)
     assert "http://" not in html and "https://" not in html and "<script" not in html  # self-contained
-    from tinyproto.core.modeldir import foreign_entries
+    from tinyproto.core.manifest import foreign_entries
 
     assert foreign_entries(sim_sweep) == []  # report.html and figures/ are recorded as tinyproto's
 
@@ -105,7 +105,7 @@ def test_single_model_report(sim_sweep):
     report = write_report(model_dir)
     assert {p.stem for p in report.figures} == {"accuracy", "ledger", "confusion", "sram", "cycles", "agreement"}
     assert report.recommendation.startswith("best overall: protonn 0.5kB")
-    from tinyproto.core.modeldir import foreign_entries
+    from tinyproto.core.manifest import foreign_entries
 
     assert foreign_entries(model_dir) == []
 

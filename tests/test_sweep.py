@@ -140,7 +140,7 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     # the killed run never finished; the resumed one and the no-op are recorded with their cluster and times
     assert [run["cluster"] and run["cluster"]["workers"] for run in config["runs"]] == [2, None]
     assert config["runs"][0]["cluster"]["scheduler"].startswith("tcp://")
-    from tinyproto.core.modeldir import foreign_entries
+    from tinyproto.core.manifest import foreign_entries
 
     assert foreign_entries(out) == []
 
@@ -262,7 +262,7 @@ def test_max_latency_reaches_every_point_and_binds_the_sweep(tmp_path):
 def test_a_killed_runs_scratch_is_removed_by_the_next_run_and_a_live_one_is_kept(tmp_path, monkeypatch):
     import tempfile
 
-    from tinyproto.core.modeldir import LOCK
+    from tinyproto.core.manifest import LOCK
     from tinyproto.core.outdir import private_scratch
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -90,7 +90,7 @@ def bench_row(data: str, budget: str, seed: int = 0) -> dict:
 
 def csv_training(rows: int, budget: str = "2kB") -> dict:
     """Train on a rows x 784 CSV (digits28 rows resampled with a seed): load + solver, wall and CPU seconds."""
-    from tinyproto.families.protonn import solver
+
 
     data = load_dataset("digits28")
     rng = np.random.default_rng(0)
@@ -105,12 +105,9 @@ def csv_training(rows: int, budget: str = "2kB") -> dict:
         cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
         sp = split(load_dataset(str(path)))
         loaded = time.perf_counter() - started
-        saved = solver.SEARCH_JOBS
-        solver.SEARCH_JOBS = 1  # one process, so that the CPU time below is all of it
-        try:
-            _, model, info = fit_under_budget("protonn", sp.X_train, sp.y_train, SolveOptions(parse_budget(budget), 0))
-        finally:
-            solver.SEARCH_JOBS = saved
+        # one process (n_jobs=1), so that the CPU time below is all of it
+        _, model, info = fit_under_budget("protonn", sp.X_train, sp.y_train,
+                                          SolveOptions(parse_budget(budget), 0, n_jobs=1))
         wall = time.perf_counter() - started
         cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu0
     return {"rows": rows, "budget": budget, "load_s": round(loaded, 1), "wall_s": round(wall, 1),

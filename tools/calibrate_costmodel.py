@@ -8,7 +8,11 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
 
     python tools/calibrate_costmodel.py
     python tools/calibrate_costmodel.py --flynn MODEL_DIR ...   # FLY_CYCLES from compiled FlyNN models
+    python tools/calibrate_costmodel.py --flynn-shapes 40 --cache build/flynn-shapes.json
+                                                   # FLY_CYCLES from FlyNN shapes drawn at random (seed 1000)
     python tools/calibrate_costmodel.py --wide     # PN_STREAM_CYCLES: column-coded W, projection offsets
+    python tools/calibrate_costmodel.py --protonn-c --cache build/protonn-c.json
+                                                   # PN_C_ROWS_CYCLES: row-major W over d > 511 features
 """
 
 from __future__ import annotations
@@ -86,36 +90,89 @@ def measure(model: IntProtoNN, workdir: Path, rng) -> float:
     return float(np.mean(cycles))
 
 
-def calibrate_flynn(model_dirs: list[Path], n_vectors: int = 40) -> None:
-    """FLY_CYCLES from compiled FlyNN model directories (their held-out vectors) on the simulator."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_latency import bench_model
-
-    from tinyproto.families.flynn.cost import FLY_CYCLES, FLY_HAND_COUNTS, FLY_STAGES, flynn_cost_terms
+def flynn_model_dirs(model_dirs: list[Path], n_vectors: int = 40) -> list[tuple[str, object, np.ndarray]]:
+    """(label, model, int8 vectors) of compiled FlyNN model directories (their held-out vectors)."""
     from tinyproto.core.modeldir import load_model_dir
 
-    names = list(FLY_CYCLES)
-    rows, measured, labels, stages = [], [], [], []
+    out = []
     for path in model_dirs:
         model_dir = load_model_dir(path)
-        model, vectors = families.load_int_model(model_dir), model_dir.vectors()
-        with tempfile.TemporaryDirectory() as tmp:
-            r = bench_model(model, vectors.xq[:n_vectors], vectors.scores[:n_vectors], None, Path(tmp))
-        assert r["exact"], path
+        out.append((path.name, families.load_int_model(model_dir), model_dir.vectors().xq[:n_vectors]))
+    return out
+
+
+FLYNN_CALIBRATION_SEED = 1000  # the benchmark (tools/bench_costmodel.py) draws with seed 0: other shapes
+
+
+def flynn_random_shapes(n: int, seed: int = FLYNN_CALIBRATION_SEED) -> list[tuple[str, object, np.ndarray]]:
+    """n FlyNN shapes drawn as tools/bench_costmodel.py draws them (another seed), with 6 random vectors each."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import draw_flynn, draw_width, fits
+
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        spec, model = draw_flynn(rng, draw_width(rng))
+        if not fits(model, load_board("uno")):
+            continue
+        xq = rng.integers(-127, 128, size=(6, model.n_features)).astype(np.int8)
+        label = f"fly{len(out):02d}-d{model.n_features}-{spec['layout']}-m{spec['m']}-s{spec['s']}-r{spec['rho']}" \
+                f"-b{spec['bits']}-L{spec['L']}"
+        out.append((label, model, xq))
+    return out
+
+
+def measure_flynn_stages(model, xq: np.ndarray) -> dict:
+    """Timer1 cycles (normal build) and the stages (GPIOR0 stage markers, bench build) of one FlyNN model on the
+    simulated Uno, every score checked against the numpy reference; avr-gcc builds (tools/bench_costmodel.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import build
+    from bench_latency import run_firmware, stage_spans
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for marked in (False, True):
+            elf = build(model, Path(tmp) / ("marked" if marked else "normal"), "uno", stage_markers=marked)
+            predictions, markers, _ = run_firmware(elf, xq, None)
+            scores = np.array([p.scores for p in predictions], dtype=np.int64)
+            if not np.array_equal(scores, model.scores(xq)):
+                raise AssertionError("device scores differ from the numpy reference")
+            if marked:
+                per = stage_spans(markers)
+                out["stages"] = {k: float(np.mean([p.get(k, 0) for p in per])) for k in sorted({k for p in per for k in p})}
+            else:
+                out["cycles_mean"] = float(np.mean([p.cycles for p in predictions]))
+    return out
+
+
+def calibrate_flynn(models: list[tuple[str, object, np.ndarray]], cache: Path | None = None) -> None:
+    """FLY_CYCLES from FlyNN models measured stage by stage (GPIOR0 markers) on the simulator."""
+
+    from tinyproto.core.render import model_hash
+    from tinyproto.families.flynn.cost import FLY_CYCLES, FLY_HELD, FLY_STAGES, flynn_cost_terms
+
+    names = list(FLY_CYCLES)
+    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    rows, measured, labels, stages = [], [], [], []
+    for label, model, xq in models:
+        key = f"{model_hash(model):08X}:{zlib.crc32(xq.tobytes()):08X}"
+        if key not in done:
+            done[key] = dict(measure_flynn_stages(model, xq), label=label)
+            if cache is not None:
+                cache.write_text(json.dumps(done, indent=1))
+        r = done[key]
         terms = flynn_cost_terms(model)
         rows.append([terms[n] for n in names])
         measured.append(r["cycles_mean"])
         stages.append(r["stages"])
-        labels.append(path.name)
-        print(f"{path.name}: {r['cycles_mean']:.0f} cycles  stages {r['stages']}", flush=True)
+        labels.append(label)
+        print(f"{label}: {r['cycles_mean']:.0f} cycles  stages {r['stages']}", flush=True)
     # each stage (GPIOR0 markers) against its own terms (the asm hand counts held), then "fixed" as the mean
     # remainder; terms no calibration model exercises keep their current value
     A = np.array(rows, dtype=float)
-    fitted = {n: float(FLY_CYCLES[n]) for n in FLY_HAND_COUNTS}
+    fitted = {n: float(FLY_CYCLES[n]) for n in FLY_HELD}
     for stage, group in FLY_STAGES.items():
-        free = [n for n in group if n not in FLY_HAND_COUNTS and A[:, names.index(n)].any()]
+        free = [n for n in group if n not in FLY_HELD and A[:, names.index(n)].any()]
         held = [n for n in group if n not in free]
         target = np.array([st[stage] for st in stages], dtype=float)
         target -= sum(A[:, names.index(n)] * (fitted.get(n, FLY_CYCLES[n])) for n in held)
@@ -123,8 +180,14 @@ def calibrate_flynn(model_dirs: list[Path], n_vectors: int = 40) -> None:
         values, _ = nnls(A[:, [names.index(n) for n in free]] * weight[:, None], target * weight)
         fitted.update(zip(free, values))
         fitted.update({n: float(FLY_CYCLES[n]) for n in held if n not in fitted})
-    rest = [total - sum(st[k] for k in FLY_STAGES) for total, st in zip(measured, stages)]
-    fitted["fixed"] = float(np.mean(rest))
+    # The normal build's total less the predicted stages: the calls outside the stages, and minus the bench
+    # build's marker writes (two per sift, which the stage fits charged to the heap terms): fixed + k x sifts.
+    predicted_stages = A @ np.array([fitted.get(n, 0.0) if n != "fixed" else 0.0 for n in names])
+    sifts = A[:, names.index("heap_replace")] + A[:, names.index("heapify")] / 2
+    (fitted["fixed"], per_sift), *_ = np.linalg.lstsq(np.column_stack([np.ones(len(sifts)), sifts]) / np.array(
+        measured)[:, None], (np.array(measured) - predicted_stages) / np.array(measured), rcond=None)
+    for name, share in (("heap_call_seeded", 1.0), ("heap_call_stored", 1.0), ("heapify", 0.5)):
+        fitted[name] += share * per_sift
     consts = np.array([round(fitted[n]) for n in names], dtype=float)
     print("\nFLY_CYCLES = {")
     for name, value in zip(names, consts):
@@ -163,6 +226,50 @@ def wide_model(D: int, d: int, extra, shared: bool, proj_shift: int, m: int, L: 
     return IntProtoNN(list(range(L)), stage, W.astype(np.int8), rng.integers(-60, 61, size=(m, D)).astype(np.int8),
                       rng.integers(-127, 128, size=(m, L)).astype(np.int8), proj_shift=proj_shift, table=table,
                       table_shift=shift, scales={}, offset=offset)
+
+
+def calibrate_protonn_c(cache: Path | None, n: int = 14, seed: int = 1000) -> None:
+    """PN_C_ROWS_CYCLES with the other constants held: ProtoNN shapes drawn as tools/bench_costmodel.py draws them
+    (another seed) with a row-major W (dense or bitmap) over 512 .. 784 features."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import draw_protonn, fits
+
+    from tinyproto.families.protonn.cost import PN_C_ROWS_CYCLES, PN_STREAM_CYCLES, predict_cycles
+
+    rng = np.random.default_rng(seed)
+    shapes = []
+    while len(shapes) < n:
+        _, model = draw_protonn(rng, int(rng.integers(512, 785)))
+        if model.w_encoding in ("dense", "bitmap") and fits(model, load_board("uno")):
+            shapes.append(model)
+    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    names = list(PN_C_ROWS_CYCLES)
+    rows, rest, measured = [], [], []
+    for i, model in enumerate(shapes):
+        key = model_hash_hex(model)
+        if key not in done:
+            with tempfile.TemporaryDirectory() as tmp:
+                done[key] = measure_vectors(model, shape_vectors(model.n_features, i), Path(tmp) / "p").tolist()
+            if cache is not None:
+                cache.write_text(json.dumps(done, indent=1))
+        cycles = float(np.mean(done[key][:N_RANDOM]))
+        terms = protonn_cost_terms(model)
+        held = sum(count * {**PN_CYCLES, **PN_STREAM_CYCLES}.get(name, 0) for name, count in terms.items()
+                   if name not in PN_C_ROWS_CYCLES)
+        rows.append([terms.get(name, 0) for name in names])
+        rest.append(held)
+        measured.append(cycles)
+        print(f"d={model.n_features} D={model.n_components} m={model.n_prototypes} {model.w_encoding}: {cycles:.0f} "
+              f"cycles", flush=True)
+    A, b, held = np.array(rows, dtype=float), np.array(measured), np.array(rest)
+    fitted, _ = nnls(A / b[:, None], (b - held) / b)
+    print("\nPN_C_ROWS_CYCLES = {")
+    for name, value in zip(names, fitted):
+        print(f'    "{name}": {round(value)},')
+    print("}\n")
+    for model, meas, pred in zip(shapes, b, held + A @ np.round(fitted)):
+        print(f"d={model.n_features:<4} D={model.n_components:<3} m={model.n_prototypes:<4}{model.w_encoding:>8}"
+              f"{meas:>10.0f}{pred:>10.0f}{100 * (pred - meas) / meas:>+8.2f}{predict_cycles(model)['total']:>10}")
 
 
 def calibrate_wide() -> None:
@@ -315,19 +422,34 @@ def measure_vectors(model, xq: np.ndarray, workdir: Path, board: str = "uno") ->
     """Cycles of each vector through the device app on the simulated board (int8 PREDICT chunks, timed by
     Timer1), after checking every score against the numpy reference."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_latency import write_project
+    from bench_costmodel import build  # one avr-gcc call with the project's flags: the firmware PlatformIO builds
 
-    write_project(model, workdir, False, load_board(board))
-    try:
-        result = build_project(workdir, f"{board}_sim")
-    except Exception:  # PlatformIO's shared home can be mid-update by a parallel build: one retry
-        result = build_project(workdir, f"{board}_sim")
-    with SimulatedUno(result.elf, markers=False) as uno, open_device(uno.port) as client:
+    elf = build(model, workdir, board)
+    with SimulatedUno(elf, markers=False) as uno, open_device(uno.port) as client:
         predictions = [client.predict(x) for x in xq]
     scores = np.array([p.scores for p in predictions], dtype=np.int64)
     if not np.array_equal(scores, model.scores(xq)):
         raise AssertionError("device scores differ from the numpy reference")
     return np.array([p.cycles for p in predictions], dtype=np.float64)
+
+
+RANDOM_SHAPES = 60  # per family, drawn as tools/bench_costmodel.py draws (another seed), besides the fixed sweep
+RANDOM_SEED = 1000
+
+
+def random_shapes(kind: str, n: int = RANDOM_SHAPES, seed: int = RANDOM_SEED) -> list[tuple]:
+    """(name, model) of n shapes drawn at random by the benchmark's drawer (tools/bench_costmodel.py), with another
+    seed than the benchmark's: the fit sees the benchmark's kind of shapes, never the benchmark's own."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import DRAW, draw_width, fits
+
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        _, model = DRAW[kind](rng, draw_width(rng))
+        if fits(model, load_board("uno")):
+            out.append((f"random-{len(out):02d}", model))
+    return out
 
 
 def _sweep(kind: str, cache: Path | None) -> list[dict]:
@@ -336,9 +458,12 @@ def _sweep(kind: str, cache: Path | None) -> list[dict]:
     make = bnc_shape_model if kind == "bnc" else bloom_shape_model
     done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
     out = []
-    for name, *shape in shapes:
+    fixed = [(name, list(shape), None) for name, *shape in shapes]
+    drawn = [(name, [model_hash_hex(model)], model) for name, model in random_shapes(kind)]
+    for name, shape, model in fixed + drawn:
         seed = zlib.crc32(name.encode())  # a shape's model and vectors do not depend on the others
-        model = make(*shape, seed=seed)
+        if model is None:
+            model = make(*shape, seed=seed)
         if name not in done or done[name]["shape"] != shape or done[name].get("seed") != seed:
             xq = shape_vectors(model.n_features, seed)
             with tempfile.TemporaryDirectory() as tmp:
@@ -386,6 +511,12 @@ def _report(results: list[dict], before: list[float], after: list[float], held_o
           f"held out: {100 * np.max(np.abs(np.array(held_out) - means) / means):.2f} %")
 
 
+def model_hash_hex(model) -> str:
+    from tinyproto.core.render import model_hash
+
+    return f"{model_hash(model):08X}"
+
+
 def calibrate_family(kind: str, cache: Path | None) -> None:
     """--bnc / --bloom: measure the sweep, fit the family's constants, print them and every shape's error."""
     import importlib
@@ -422,7 +553,14 @@ def main() -> None:
         calibrate_family(sys.argv[1][2:], cache)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--flynn":
-        calibrate_flynn([Path(p) for p in sys.argv[2:]])
+        calibrate_flynn(flynn_model_dirs([Path(p) for p in sys.argv[2:]]))
+        return
+    if len(sys.argv) > 2 and sys.argv[1] == "--flynn-shapes":  # N [--cache FILE.json]
+        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
+        calibrate_flynn(flynn_random_shapes(int(sys.argv[2])), cache)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--protonn-c":  # [--cache FILE.json]
+        calibrate_protonn_c(Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--cache" else None)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--wide":
         calibrate_wide()

@@ -100,13 +100,13 @@ def example_runner(work: Path) -> Callable[[str], str]:
     def run(command: str) -> str:
         shell = _shell_command(command)  # `tinyproto ...` and `.venv/bin/tinyproto ...` are one command
         if shell not in outputs:
-            result = subprocess.run(["bash", "-c", shell], cwd=work, env=env, capture_output=True, text=True,
-                                    timeout=1800, stdin=subprocess.DEVNULL, check=False)
+            result = subprocess.run(["bash", "-c", shell], cwd=work, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, timeout=1800, stdin=subprocess.DEVNULL,
+                                    check=False)  # one stream: the order a terminal shows
             if result.returncode != 0:
-                raise RuntimeError(f"`{command}` exited {result.returncode}:\n{result.stdout[-3000:]}\n"
-                                   f"{result.stderr[-3000:]}")
+                raise RuntimeError(f"`{command}` exited {result.returncode}:\n{result.stdout[-3000:]}")
             # paths inside the scratch directory are shown relative, as a reader's own run prints them
-            outputs[shell] = (result.stdout + result.stderr).replace(f"{work}/", "")
+            outputs[shell] = result.stdout.replace(f"{work}/", "")
         return outputs[shell]
 
     return run
@@ -149,7 +149,8 @@ def _updated_excerpt(expected: list[str], actual: str, unmatched: list[str]) -> 
 
 
 def _whole_output(actual: str) -> list[str]:
-    lines = [line.rstrip() for line in actual.splitlines() if _PROGRESS not in line]
+    lines = [line.rstrip() for line in actual.splitlines()
+             if _PROGRESS not in line or line.lstrip()[:1] in "┏┡┗┌└├"]  # a table's border is not a progress bar
     while lines and not lines[-1].strip():
         lines.pop()
     return lines
@@ -193,18 +194,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update", action="store_true", help="write the real output into the pages")
     parser.add_argument("--check", action="store_true", help="list the stale lines (the default)")
+    parser.add_argument("--pages", nargs="+", default=EXECUTED_PAGES, metavar="PAGE",
+                        help="only these pages, in this order (a page may need an earlier one's files)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="docs-examples-") as work:
         run = example_runner(Path(work))
         if args.update:
             unmatched: list[str] = []
-            for page in EXECUTED_PAGES:
+            for page in args.pages:
                 changed = update_page(page, run, unmatched)
                 print(f"{page}: {'updated' if changed else 'unchanged'}", flush=True)
             for line in unmatched:
                 print(f"not matched, fix by hand: {line}")
             sys.exit(1 if unmatched else 0)
-        stale = stale_lines(run)
+        stale = stale_lines(run, args.pages)
         print("\n".join(stale) if stale else "every executed example matches a fresh run")
         sys.exit(1 if stale else 0)
 

@@ -92,11 +92,12 @@ def _run(data, parties, split_spec, dp_epsilon, dp_T, backend, ports, scheduler,
          budget, seed, board, out, label, as_json) -> None:
     from rich.console import Console
 
-    from tinyproto.pipeline.federate import check_arguments, federate_model
+    from tinyproto.pipeline.federate import FederateOptions, check_arguments, federate_model
     from tinyproto.cli.tables import print_compile_report
 
-    check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports, seed=seed, workers=workers,
-                    processes=processes, timeout=timeout, split_spec=split_spec)  # refuse before the spinner starts
+    options = FederateOptions(parties, split_spec, dp_epsilon, dp_T, backend, scheduler, workers, processes, ports,
+                              timeout, seed, budget, board, label)
+    check_arguments(options)  # refuse before the spinner starts
     if workers is not None and parties is not None and parties >= 1 and workers > parties:
         # a worker runs one party at a time: more would only be started (100000 of them never finished starting)
         raise TinyprotoError(f"--workers {workers} is more than --parties {parties}; each worker runs a party, "
@@ -107,10 +108,7 @@ def _run(data, parties, split_spec, dp_epsilon, dp_T, backend, ports, scheduler,
         console.print(f"[dim]· {message}[/dim]")
 
     with console.status(f"federated training with {parties} parties...", spinner="dots"):
-        result = federate_model(data, parties, dp_epsilon=dp_epsilon, dp_T=dp_T, backend=backend,
-                                scheduler=scheduler, split_spec=split_spec, seed=seed, budget=budget,
-                                board_name=board, out=out, label=label, workers=workers, processes=processes,
-                                ports=ports, timeout=timeout, progress=say)
+        result = federate_model(data, options, out, say)
     if as_json:
         click.echo(json.dumps(result.report, indent=2))
         return
@@ -156,6 +154,8 @@ def print_federation_report(console, report: dict) -> None:
                   f"{pct(report['compile_accuracy'])}, {report['compile_model_bytes']} B "
                   f"(federated {'+' if gap >= 0 else ''}{gap:.2f} points"
                   f"{', same hyper-parameters' if report['hyperparameters_equal_compile'] else ''})")
+    table.add_row("deployed model vs compile's", "identical (int_model, model hash and header digests equal)"
+                  if report.get("identical_to_compile") else "different (digests differ: see report.json)")
     same = report["counts_equal_pooled"]
     table.add_row("counts" + (" (saturated)" if cluster["name"] in ("sim", "port") else ""),
                   "equal to the same configuration trained on the pooled rows" if same else

@@ -59,6 +59,11 @@ max_latency_option = click.option(
     "--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",
     help="Only models whose predicted time per inference on --board (the cost model) is within MS ms.")
 
+jobs_option = click.option(
+    "--jobs", "jobs", type=click.IntRange(1), default=None, metavar="N",
+    help="Worker processes that validate the solver's candidates (default: every usable core; 1 inside a dask "
+         "worker). The model is the same for any N.")
+
 
 def out_option(what: str):
     return click.option("--out", type=TextPath(path_type=Path), default=None, help=what)

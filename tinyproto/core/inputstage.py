@@ -1,13 +1,17 @@
 """Raw float features -> standardised int8 inputs, the first stage of every deployed model.
 
-Two kinds, priced by what they store (`stage_bytes`): "feature" (a mean and a gain per kept feature, 4 B each)
-and "shared" (one offset and one gain for every feature, 4 B in all: pixels, same-unit sensors). Only the
+Three kinds, priced by what they store (`stage_bytes`): "feature" (a mean and a gain per kept feature, 4 B each),
+"shared" (one offset and one gain for every feature, 4 B in all: pixels, same-unit sensors) and "centred" (the
+shared offset and gain, then a per-feature centre of 2 or 4 bits in int8 steps: 4 B + d/4 or d/2 B; pixels whose
+typical brightness differs from place to place, see `centred_stage`). Only the
 columns a model reads are kept (`kept`, `keep_only`): the others store nothing and are never sent.
 For any family: `shared_stage(X)` builds the shared stage from training rows, `stage.quantize(X)` is what the
 device computes (train on it), `shared_float` its value before rounding, `stage_bytes(kind, d)` its price.
 
 x_q[i] = clamp(round((x[i] - mean[i]) * gain[i]), -127, 127), gain[i] = 1 / (scale[i] * input_scale), with
 mean and scale from `standardise_moments`, the one standardisation rule of every family (see its docstring).
+"centred": x_q[i] = clamp(round((x[i] - offset) * gain - centre[i]), -127, 127), centre[i] = code[i] * step + base
+(small integers, so the subtraction in float32 is the device's exactly).
 
 On the device `mean` and `gain` are stored as IEEE half floats with one shared power-of-two exponent per array
 (4 bytes per feature, instead of 8 for two float32): a half float covers 2^-24..65504, the shared exponent moves
@@ -56,7 +60,8 @@ def decode_half_block(bits: np.ndarray, exponent: int) -> np.ndarray:
     return np.ldexp(halves, exponent).astype(np.float32)
 
 
-STAGE_KINDS = ("feature", "shared")
+STAGE_KINDS = ("feature", "shared", "centred")
+CENTRE_BITS = (2, 4)  # bits per feature of a centred stage's centre codes (they never straddle a byte)
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,20 @@ class InputStage:
     kind: str = "feature"
     kept: tuple | None = None  # raw column indices the device receives (None: all of them)
     n_inputs: int | None = None  # raw width of the user's data (None: n_features)
+    centre_codes: np.ndarray | None = None  # "centred": uint8 code per kept feature, < 2^centre_bits
+    centre_bits: int = 0
+    centre_step: int = 0  # centre = code * step + base, in int8 steps
+    centre_base: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind == "centred":
+            codes = np.asarray(self.centre_codes)
+            if (self.centre_bits not in CENTRE_BITS or codes.ndim != 1 or codes.size < 1 or codes.min() < 0
+                    or codes.max() >= 1 << self.centre_bits or not 1 <= self.centre_step <= 127
+                    or not -254 <= self.centre_base <= 254
+                    or abs(self.centre_base + self.centre_step * ((1 << self.centre_bits) - 1)) > 254):
+                raise ValueError("a centred stage needs 2- or 4-bit codes, a step of 1..127 and centres within ±254")
+            object.__setattr__(self, "centre_codes", codes.astype(np.uint8))
 
     @classmethod
     def from_standardisation(cls, mean: np.ndarray, std: np.ndarray, input_scale: float,
@@ -119,11 +138,28 @@ class InputStage:
             raise ValueError("a shared stage with kept columns needs n_inputs, the raw width")
         return cls(mean_bits, mean_exp, gain_bits, gain_exp, float(input_scale), "shared", kept_t, int(n_inputs))
 
+    @classmethod
+    def centred(cls, offset: float, gain: float, codes: np.ndarray, bits: int, step: int, base: int, kept=None,
+                n_inputs: int | None = None, input_scale: float = 1.0) -> "InputStage":
+        """The shared offset and gain, then a centre per feature: code * step + base int8 steps (see module doc)."""
+        shared = cls.shared(offset, gain, len(codes), kept=kept, n_inputs=n_inputs, input_scale=input_scale)
+        return cls(shared.mean_bits, shared.mean_exp, shared.gain_bits, shared.gain_exp, shared.input_scale,
+                   "centred", shared.kept, shared.n_inputs, np.asarray(codes), int(bits), int(step), int(base))
+
+    @property
+    def centre(self) -> np.ndarray:
+        """float32 centre per kept feature (int8 steps), or zeros for the other kinds."""
+        if self.kind != "centred":
+            return np.zeros(self.n_features, dtype=np.float32)
+        return (self.centre_codes.astype(np.int64) * self.centre_step + self.centre_base).astype(np.float32)
+
     @property
     def n_features(self) -> int:
         """Features the device receives (the kept columns)."""
         if self.kept is not None:
             return len(self.kept)
+        if self.kind == "centred":
+            return int(self.centre_codes.size)
         if self.kind == "shared":
             return int(self.n_inputs)
         return int(self.mean_bits.size)
@@ -148,8 +184,9 @@ class InputStage:
         mean_bits, gain_bits = self.mean_bits, self.gain_bits
         if self.kind == "feature":
             mean_bits, gain_bits = mean_bits[used].copy(), gain_bits[used].copy()
+        codes = self.centre_codes[used].copy() if self.kind == "centred" else None
         return InputStage(mean_bits, self.mean_exp, gain_bits, self.gain_exp, self.input_scale, self.kind, kept,
-                          self.n_raw)
+                          self.n_raw, codes, self.centre_bits, self.centre_step, self.centre_base)
 
     @property
     def mean(self) -> np.ndarray:
@@ -176,6 +213,8 @@ class InputStage:
         x = np.asarray(self.select(X), dtype=np.float32)
         with np.errstate(over="ignore", invalid="ignore"):
             t = (x - self.mean) * self.gain  # float32 throughout, same order as the C code ("shared": broadcast)
+            if self.kind == "centred":
+                t = t - self.centre  # float32, after the gain, as tp_input.c subtracts it
         t = np.where(np.isnan(t), np.float32(0), t)  # a NaN reading maps to the mean, as in the C code
         t = np.clip(t, np.float32(-INPUT_MAX), np.float32(INPUT_MAX))
         half = np.float32(0.5)
@@ -183,11 +222,18 @@ class InputStage:
         return rounded.astype(np.int8)
 
     def carrays(self) -> list[CArray]:
-        if self.kind == "shared":
-            return [
+        if self.kind in ("shared", "centred"):
+            arrays = [
                 CArray("input_mean", "uint16_t", self.mean_bits, "shared input offset, half float x 2^TP_INPUT_MEAN_EXP"),
                 CArray("input_gain", "uint16_t", self.gain_bits, "shared input gain, half float x 2^TP_INPUT_GAIN_EXP"),
             ]
+            if self.kind == "centred":
+                packed = np.packbits(((self.centre_codes[:, None] >> np.arange(self.centre_bits)) & 1).reshape(-1)
+                                     .astype(np.uint8), bitorder="little")
+                arrays.append(CArray("input_centre", "uint8_t", packed,
+                                     f"{self.centre_bits}-bit centre code per feature, LSB first: centre = code x "
+                                     "TP_INPUT_CENTRE_STEP + TP_INPUT_CENTRE_BASE int8 steps"))
+            return arrays
         return [
             CArray("input_mean", "uint16_t", self.mean_bits, "per-feature mean, half float x 2^TP_INPUT_MEAN_EXP"),
             CArray("input_gain", "uint16_t", self.gain_bits, "per-feature 1/(std*step), half float x 2^TP_INPUT_GAIN_EXP"),
@@ -195,8 +241,11 @@ class InputStage:
 
     def defines(self) -> dict[str, int]:
         out = {"TP_INPUT_MEAN_EXP": self.mean_exp, "TP_INPUT_GAIN_EXP": self.gain_exp}
-        if self.kind == "shared":  # written only when set: a per-feature stage's header (and hash) is unchanged
+        if self.kind in ("shared", "centred"):  # written only when set: a per-feature stage's header is unchanged
             out["TP_INPUT_SHARED"] = 1
+        if self.kind == "centred":
+            out.update(TP_INPUT_CENTRE_BITS=self.centre_bits, TP_INPUT_CENTRE_STEP=self.centre_step,
+                       TP_INPUT_CENTRE_BASE=self.centre_base)
         if self.kept is not None:  # which raw columns the device receives is part of the model's identity
             out["TP_N_INPUTS"] = self.n_raw
             out["TP_INPUT_COLUMNS_CRC"] = _columns_crc(self.kept)
@@ -216,6 +265,9 @@ class InputStage:
             raw["kept"] = list(self.kept)
         if self.n_inputs is not None:
             raw["n_inputs"] = int(self.n_inputs)
+        if self.kind == "centred":
+            raw.update(centre_codes=self.centre_codes.tolist(), centre_bits=self.centre_bits,
+                       centre_step=self.centre_step, centre_base=self.centre_base)
         return raw
 
     @classmethod
@@ -232,6 +284,10 @@ class InputStage:
             kind,
             _kept_tuple(raw.get("kept")),
             int(raw["n_inputs"]) if raw.get("n_inputs") is not None else None,
+            np.asarray(raw["centre_codes"], dtype=np.int64) if kind == "centred" else None,
+            int(raw.get("centre_bits", 0)),
+            int(raw.get("centre_step", 0)),
+            int(raw.get("centre_base", 0)),
         )
 
 
@@ -254,8 +310,10 @@ def _columns_crc(kept: tuple) -> int:
 # ---------------------------------------------------------------- choosing and pricing a stage (every family)
 
 
-def stage_bytes(kind: str, n_features: int) -> int:
+def stage_bytes(kind: str, n_features: int, centre_bits: int = 4) -> int:
     """Flash bytes of an input stage of this kind for n_features kept features (what carrays() will sum to)."""
+    if kind == "centred":
+        return 4 + -(-n_features * centre_bits // 8)
     return 4 if kind == "shared" else 4 * n_features
 
 
@@ -280,6 +338,29 @@ def shared_stage(X: np.ndarray, kept=None, n_inputs: int | None = None) -> Input
     `shared_float(stage, X)` for the float view ((x - offset) * gain, in int8 units before rounding)."""
     offset, gain = shared_range(X)
     return InputStage.shared(offset, gain, np.asarray(X).shape[1], kept=kept, n_inputs=n_inputs)
+
+
+def centred_stage(X: np.ndarray, bits: int, kept=None, n_inputs: int | None = None) -> InputStage:
+    """The centred stage for training rows X: the shared stage's offset and gain, then each feature's mean (in int8
+    steps) rounded to one of 2^bits evenly spaced whole-number centres spanning the features' means.
+
+    Why: with one offset for every pixel, a pixel that is dark in every image sits at -127 and its mirror (FlyNN's
+    sign split) at +126 in every sample, so the hash rows over such pixels win for every input and say nothing;
+    per pixel, what tells digits apart is the deviation from that pixel's usual value. A per-feature stage
+    centres exactly but costs 4 B per feature (3 kB for 784 pixels); a few bits per feature centre well enough
+    (the means' spread over 2^bits levels: 784 pixels at 2 bits are 196 B)."""
+    if bits not in CENTRE_BITS:
+        raise ValueError(f"centre bits must be one of {CENTRE_BITS}")
+    shared = shared_stage(X, kept=None, n_inputs=None)
+    x = np.asarray(X, dtype=np.float32)
+    t = np.clip((x - shared.mean) * shared.gain, -INPUT_MAX, INPUT_MAX)  # float32, as quantize computes it
+    means = t.astype(np.float64).mean(axis=0)
+    levels = (1 << bits) - 1
+    base = int(np.floor(means.min()))
+    step = max(1, int(np.ceil((means.max() - base) / levels)))
+    codes = np.clip(np.rint((means - base) / step), 0, levels).astype(np.int64)
+    return InputStage.centred(float(shared.mean[0]), float(shared.gain[0]), codes, bits, step, base, kept=kept,
+                              n_inputs=n_inputs)
 
 
 def shared_float(stage: InputStage, X: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Writing a directory safely: one command at a time (flock), refused before any work when unusable, replaced
 with one atomic exchange so a kill leaves the old or the new directory, never half of one. The safety rules are
-listed in tinyproto/core/modeldir.py. Layer: core."""
+listed in tinyproto/core/manifest.py. Layer: core."""
 
 from __future__ import annotations
 
@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Iterator
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import (LOCK, MANIFEST, NAME_MAX, SCRATCH_PREFIX, foreign_entries, read_manifest,
-                                     write_manifest)
+from tinyproto.core.manifest import (
+    LOCK,
+    MANIFEST,
+    NAME_MAX,
+    SCRATCH_PREFIX,
+    foreign_entries,
+    read_manifest,
+    write_manifest,
+)
 
 
 # ------------------------------------------------------------------------------------------------ locking

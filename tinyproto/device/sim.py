@@ -264,7 +264,22 @@ class SimulatedUno:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        stopped = self._stopped_reason() if isinstance(exc, (TinyprotoError, OSError)) else None
         self._shutdown()
+        if stopped is not None:
+            # the port vanished or went silent because the simulated chip stopped: say that, not "is it plugged in?"
+            raise TinyprotoError(f"{stopped} (while talking to it: {str(exc)[:160]})") from None
+
+    def _stopped_reason(self, grace_s: float = 0.5) -> str | None:
+        """Why the simulated chip stopped, or None while it runs (waiting `grace_s`: its pty closes first)."""
+        proc = self._proc
+        if proc is None:
+            return None
+        try:
+            status = proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            return None
+        return f"the simulated board ({self.mcu}) stopped: {stopped_text(status)}{_tail(self.stderr_text())}"
 
     def _read_pty_line(self) -> str:
         return read_pty_line(self._proc, "Uno", self.stderr_text, _STOP_TIMEOUT_S)
@@ -304,8 +319,8 @@ class SimulatedUno:
         """Raises a clear TinyprotoError if simuno has stopped (its pty is gone with it)."""
         if self._proc is None or self._proc.poll() is not None:
             status = self.returncode if self._proc is None else self._proc.returncode
-            reason = _EXIT_REASONS.get(status, f"exit status {status}") if status is not None else "not started"
-            raise TinyprotoError(f"the simulated Uno has stopped: {reason}. {self.stderr_text()}".strip())
+            reason = stopped_text(status) if status is not None else "not started"
+            raise TinyprotoError(f"the simulated board ({self.mcu}) has stopped: {reason}{_tail(self.stderr_text())}")
 
     def markers(self) -> list[tuple[int, int]]:
         """Every GPIOR0 write so far as (value, cycle); cycles count from reset, exact."""
@@ -317,6 +332,23 @@ class SimulatedUno:
         if self._stderr_file is None:
             return ""
         return _read_whole(self._stderr_file).decode("utf-8", "replace").strip()
+
+
+def stopped_text(status: int) -> str:
+    """simuno's exit status in words: halted (sleep with interrupts off), crashed, cycle limit, a signal."""
+    if status == EXIT_DONE:
+        return ("the firmware finished: it halted (it went to sleep with interrupts off, exit status 0), a firmware "
+                "that ends, not one that answers the serial protocol")
+    if status == EXIT_CRASH:
+        return "the firmware crashed (an invalid instruction or a jump outside the flash, exit status 2)"
+    if status < 0:
+        return f"the simulator was killed by signal {-status}"
+    return f"{_EXIT_REASONS.get(status, 'the simulator ended')} (exit status {status})"
+
+
+def _tail(text: str) -> str:
+    last = " ".join(text.split())[-200:]
+    return f"; simulator: {last}" if last else ""
 
 
 def _read_whole(file) -> bytes:

@@ -21,7 +21,7 @@ from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
 from tinyproto.core.modeldir import ModelDir
 from tinyproto.core.render import model_hash
-from tinyproto.families.solving import FitUnderBudget, SolveOptions
+from tinyproto.families.solving import FitUnderBudget, SolveOptions, default_jobs  # noqa: F401  (re-exported)
 
 # The registry: family name -> the package that declares it. The order is the order users see (--help, tables).
 _PACKAGES = {
@@ -219,8 +219,15 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOpti
                     fits_board: Callable[[IntModel], None] | None = None):
     """`--model auto`: fit every family under the budget (and latency limit) and keep the one with the best
     validated int8 accuracy; ties go to the fewer predicted cycles, then the fewer bytes, then registry order.
+    Every family is validated on the same folds of the same rows (options.folds, drawn once here when not given:
+    tinyproto.core.folds), so the accuracies compare like with like.
     fits_board(model) raises TinyprotoError for a model the board cannot run (its SRAM): that family is refused.
-    info["auto"] lists every family's outcome (its validated accuracy, bytes and cycles, or why it was refused)."""
+    info["auto"] lists every family's outcome (its validated accuracy, its spread over the validation parts, bytes
+    and cycles, or why it was refused)."""
+    from tinyproto.core.folds import Folds
+
+    if options.folds is None:
+        options = options.with_(folds=Folds.standard(X_train, y_train, options.seed))
     outcomes, fitted = [], []
     for name in names():
         options.say(f"--model auto: {name}")
@@ -231,7 +238,9 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOpti
         except TinyprotoError as exc:
             outcomes.append({"family": name, "refused": str(exc)})
             continue
+        parts = info["chosen_validation"].get("fold_accuracies", [])
         row = {"family": name, "val_int8_accuracy": validation_accuracy(info),
+               "spread": float(np.std(parts, ddof=1)) if len(parts) > 1 else None, "fold_accuracies": parts,
                "model_bytes": sum(a.nbytes for a in model.carrays()),
                "predicted_cycles": int(predict_cycles(model)["total"])}
         outcomes.append(row)
@@ -240,8 +249,10 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOpti
         raise TinyprotoError("no model family fits: " + "; ".join(f"{o['family']}: {o['refused']}" for o in outcomes))
     row, clf, model, info = max(fitted, key=lambda f: (f[0]["val_int8_accuracy"], -f[0]["predicted_cycles"],
                                                       -f[0]["model_bytes"]))
-    info["auto"] = {"chosen": row["family"], "families": outcomes,
-                    "selection": "the best validated int8 accuracy; ties: fewer predicted cycles, then fewer bytes"}
+    info["auto"] = {"chosen": row["family"], "families": outcomes, "folds": options.folds.to_json(),
+                    "selection": "the best validated int8 accuracy, every family on the same folds of the same rows; "
+                                 "ties: fewer predicted cycles, then fewer bytes; spread: the standard deviation of "
+                                 "the chosen candidate's accuracy over the validation parts"}
     return clf, model, info
 
 
@@ -271,7 +282,44 @@ def load_int_model(model_dir: ModelDir) -> IntModel:
     if digest != model_dir.model_hash:
         raise TinyprotoError(f"{where} was changed after compile: its model hashes to 0x{digest:08X}, not the "
                              f"recorded {model_dir.meta['model_hash']}")
+    disagreement = model_dir_disagreement(model_dir, model)
+    if disagreement:
+        raise TinyprotoError(f"{where} is damaged: the directory is inconsistent, {disagreement}; run "
+                             "`tinyproto compile` again")
     return model
+
+
+def model_dir_disagreement(model_dir: ModelDir, model: IntModel) -> str | None:
+    """The first field of a model directory that disagrees with the integer model (which its hashes vouch for),
+    or None. Each file is written from the one model, so any disagreement means an edit or a mix of directories:
+    model.json's family and budget, report.json's family, sizes, hash, bytes, budget and board, and the shapes of
+    test_vectors.npz. A directory that disagrees with itself would be validated, reported or exported under the
+    wrong name or figures."""
+    meta, report = model_dir.meta, model_dir.report
+    model_bytes = sum(a.nbytes for a in model.carrays())
+    checks = [
+        ("model.json's family", meta.get("family"), model.family),
+        ("report.json's model", report.get("model", model.family), model.family),
+        ("report.json's n_features", report.get("n_features", model.n_features), model.n_features),
+        ("report.json's n_classes", report.get("n_classes", model.n_classes), model.n_classes),
+        ("report.json's model_hash", report.get("model_hash", meta.get("model_hash")), meta.get("model_hash")),
+        ("report.json's model_bytes", report.get("model_bytes", model_bytes), model_bytes),
+        ("report.json's budget_bytes", report.get("budget_bytes", meta.get("budget_bytes")), meta.get("budget_bytes")),
+        ("report.json's board", report.get("board", meta.get("board", "uno")), meta.get("board", "uno")),
+    ]
+    for what, found, expected in checks:
+        if type(found) is not type(expected) or found != expected:
+            return f"{what} is {str(found)[:40]!r}, not {str(expected)[:40]!r} as the model it holds says"
+    budget = meta.get("budget_bytes")
+    if isinstance(budget, int) and model_bytes > budget:
+        return f"the int_model is {model_bytes} B, over model.json's budget of {budget} B"
+    vectors_path = model_dir.path / "test_vectors.npz"
+    if vectors_path.is_file():
+        try:
+            model_dir.vectors().check_shapes(model.n_features, model.n_classes, vectors_path)
+        except TinyprotoError as exc:
+            return str(exc)
+    return None
 
 
 def _not_canonical(raw: dict, written: dict) -> str | None:

@@ -69,6 +69,36 @@ class SolveOptions:
         return replace(self, **changes)
 
 
+def default_jobs() -> int:
+    """Worker processes a solver may use when the user sets none: the cores this process may run on, or 1 inside
+    a dask worker (sweep and federate already spread their work over the cluster; a pool inside each of its
+    workers would only fight it for the same cores)."""
+    import os
+
+    try:
+        from distributed import get_worker
+
+        get_worker()
+        return 1
+    except (ImportError, ValueError):
+        pass
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
+def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: int) -> list:
+    """[function(*args) for args in argument_tuples], in up to n_jobs worker processes (joblib's loky), results in
+    the order given: a candidate's result never depends on the worker that computed it or on n_jobs."""
+    jobs = min(int(n_jobs), len(argument_tuples))
+    if jobs <= 1:
+        return [function(*args) for args in argument_tuples]
+    from joblib import Parallel, delayed
+
+    return list(Parallel(n_jobs=jobs, backend="loky")(delayed(function)(*args) for args in argument_tuples))
+
+
 class FitUnderBudget(Protocol):
     """A family's budget solver. It never exceeds options.budget_bytes and raises TinyprotoError, naming the
     minimum, when nothing fits. info["chosen"] holds the hyper-parameters; info["chosen_validation"] the chosen
@@ -78,4 +108,4 @@ class FitUnderBudget(Protocol):
     def __call__(self, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions) -> tuple[Any, Any, dict]: ...  # (estimator, IntModel, info)
 
 
-__all__ = ["DEFAULT_F_CPU_HZ", "FitUnderBudget", "SolveOptions"]
+__all__ = ["DEFAULT_F_CPU_HZ", "FitUnderBudget", "SolveOptions", "default_jobs", "map_in_processes"]

@@ -20,7 +20,8 @@ import numpy as np
 from tinyproto.core.boards import Board
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.labels import encode
-from tinyproto.core.modeldir import TestVectors, write_json
+from tinyproto.core.modeldir import TestVectors
+from tinyproto.core.safe_io import write_json
 from tinyproto.core.render import write_sources
 from tinyproto.device.build import build_project, render_platformio_ini
 from tinyproto.device.protocol import CANNOT_LEARN, check_model, open_device

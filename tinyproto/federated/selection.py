@@ -8,13 +8,14 @@ model on the pooled rows. Here the same candidates are ranked the same way, but 
 1. the parties agree on each preprocessing's input stage exactly (moment sums and the distributed |z| quantile
    of protocol.py and stats.py, once per scaling; the shared stage of wide inputs, 4 B instead of 4 B per
    feature, from an exact signed quantile search over the raw values), and try all of them, as the solver does;
-2. every party assigns its own rows to K folds, R times over (repeated K-fold; seeded by the run's seed and
-   its party index, stratified within the party) -- its local validation parts;
+2. every party places its own rows in the validation yardstick's folds (tinyproto.core.folds: a seeded hash of
+   each row and its label, cut at each class's quantiles, whose histogram the parties all-reduce), so every row
+   is in the fold it would be in on the pooled rows: compile's folds, exactly;
 3. for each (preprocessing, s) the solver's plan of (m, ρ) shapes is hashed by every party on its own rows; the
    per-fold counts (K x L x m per shape) are all-reduced: they add up exactly, as the training counts do;
 4. every party scores its rows of fold k with the counts of the other folds (total - fold k), for every count
    width and decay, and the numbers of correct predictions are all-reduced: the global K-fold accuracy of every
-   candidate (averaged over the R repeats), exactly the solver's estimate on the pooled rows with these folds;
+   candidate, exactly the solver's estimate on the pooled rows (the same folds, the same rows scored);
 5. the solver's two stages (preprocessing on a reference grid, then every shape for the best one) and its
    ranking (accuracy, then speed, then size) pick the winner; M is seeded as the solver seeds it.
 
@@ -31,6 +32,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.folds import Folds, Plan, assign, bin_folds, class_bins, row_keys
 from tinyproto.families.flynn import solver as _solver
 from tinyproto.families.flynn.quantize import decay_lut, hash_inputs
 from tinyproto.families.flynn.solver import (
@@ -41,8 +43,6 @@ from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.flynn.train import project, projection_matrix
 from tinyproto.core.inputstage import stage_bytes
 
-N_FOLDS = 5
-N_REPEATS = 3  # repeated K-fold: the ranking of close candidates depends much less on one draw of the folds
 STAGE1 = ((4, 8), (8, 16, 32), (1, 2), (False,))  # the solver's reference grid for the preprocessing
 STAGE2 = (S_GRID, RHO_GRID, BITS_GRID, (False, True))
 
@@ -50,35 +50,35 @@ STAGE2 = (S_GRID, RHO_GRID, BITS_GRID, (False, True))
 # ---------------------------------------------------------------- what a party computes
 
 
-def party_folds(y: np.ndarray, n_folds: int, seed: int, party: int, n_repeats: int = 1) -> np.ndarray:
-    """Fold of each of the party's rows, (n_repeats, n): per repeat and class, the rows in a seeded random order
-    get consecutive folds from a random start, so every party's folds are stratified and the global folds
-    balanced."""
-    rng = np.random.default_rng([int(seed), int(party), 0xF01D])
-    folds = np.empty((n_repeats, len(y)), dtype=np.int64)
-    for r in range(n_repeats):
-        for c in np.unique(y):
-            rows = rng.permutation(np.flatnonzero(y == c))
-            folds[r, rows] = (int(rng.integers(n_folds)) + np.arange(rows.size)) % n_folds
-    return folds
+def party_key_bins(shard, classes: np.ndarray, n_repeats: int, seed: int) -> np.ndarray:
+    """The party's share of the yardstick's per-class histogram of row keys (tinyproto.core.folds); all-reduced
+    it is the pooled rows' histogram, exactly."""
+    X, y = shard
+    return class_bins(row_keys(X, y, seed, n_repeats), np.searchsorted(classes, y), len(classes))
 
 
 @dataclass
 class PartyData:
-    """A party's rows as selection needs them, computed once: int8 inputs per scaling, class indices, folds."""
+    """A party's rows as selection needs them, computed once: int8 inputs per scaling, class indices, folds
+    (repeat r's folds numbered r·K .. r·K + K - 1) and which rows each repeat scores."""
 
     xq: dict
     y_index: np.ndarray
     folds: np.ndarray
+    scored: np.ndarray
 
 
-def party_setup(shard, stages: dict, classes: np.ndarray, n_folds: int, n_repeats: int, seed: int,
-                party: int) -> PartyData:
+def party_setup(shard, stages: dict, classes: np.ndarray, seed: int, folds_of_bins: np.ndarray, n_folds: int,
+                validated: int) -> PartyData:
+    """The party's int8 inputs per scaling and its rows' folds (their keys hashed again: cheaper than keeping
+    them between rounds)."""
     X, y = shard
     xq = {scaling: stage.quantize(X) for scaling, stage in stages.items()}
-    folds = party_folds(y, n_folds, seed, party, n_repeats)
-    folds += (np.arange(n_repeats) * n_folds)[:, None]  # repeat r's folds are r·K .. r·K + K - 1
-    return PartyData(xq, np.searchsorted(classes, y), folds)
+    y_index = np.searchsorted(classes, y)
+    ids = assign(row_keys(X, y, seed, folds_of_bins.shape[0]), y_index, folds_of_bins)
+    scored = ids < validated
+    ids = ids + (np.arange(ids.shape[0]) * n_folds)[:, None]
+    return PartyData(xq, y_index, ids, scored)
 
 
 @dataclass
@@ -88,12 +88,13 @@ class PartyState:
     ranked: dict[int, np.ndarray]
     y_index: np.ndarray
     folds: np.ndarray
+    scored: np.ndarray  # (R, n): the row is in a validated fold of that repeat
 
 
 def party_hash(data: PartyData, scaling: str, sign_split: bool, M, m_values: list[int], k: int) -> PartyState:
     """The top-k winners of every m in m_values (M: the projection of the largest m), as the solver ranks them."""
     U = hash_inputs(data.xq[scaling], sign_split).astype(np.float64)
-    return PartyState(ranked_winners(U, M, m_values, k), data.y_index, data.folds)
+    return PartyState(ranked_winners(U, M, m_values, k), data.y_index, data.folds, data.scored)
 
 
 def ranked_winners(U: np.ndarray, M, m_values: list[int], k: int) -> dict[int, np.ndarray]:
@@ -257,7 +258,8 @@ def party_correct(state: PartyState, weights, plan: list) -> np.ndarray:
             index = (state.folds[:, rows] * (n_w * L * m))[:, :, None, None, None] + kc \
                 + state.ranked[m][rows, :rho][None, :, None, None, :]
             scores = flat.take(index).sum(axis=4, dtype=np.int64)  # (R, rows, weightings, L)
-            hits = np.argmin(scores, axis=3) == state.y_index[rows][None, :, None]
+            hits = (np.argmin(scores, axis=3) == state.y_index[rows][None, :, None]) \
+                & state.scored[:, rows][:, :, None]
             correct += hits.reshape(-1, n_w).sum(axis=0)
         out.append(correct)
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
@@ -280,7 +282,7 @@ class Communication:
 
 def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_features: int, stages: dict,
                   *, count_limit: CountLimit | None = None, max_inference_ms: float | str | None = DEFAULT_CAP,
-                  n_folds: int = N_FOLDS, n_repeats: int = N_REPEATS, progress: Callable[[str], None] | None = None,
+                  progress: Callable[[str], None] | None = None,
                   communication: Communication | None = None):
     """The solver's candidate set ranked by federated K-fold accuracy; returns (the winning Candidate, info).
 
@@ -303,14 +305,18 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     max_cycles = None if max_inference_ms is None else max_inference_ms * 1e-3 * F_CPU
     seed_M = draw_seed(solver_random_state(seed))
     n_rows = int(stages["n"])
-    K = max(2, min(n_folds, n_rows))
-    parties = list(range(backend.n_parties))
+    plan = Plan.for_rows(n_rows)  # the yardstick compile's solver draws on the pooled rows
+    K, n_repeats = plan.n_folds, plan.n_repeats
     tried: dict[Candidate, Candidate] = {}
     exact_cache: dict = {}  # the solver's stream replays, one per (s, inputs)
     preprocessings = PREPROCESSING + SHARED_PREPROCESSING  # the solver's, in its order (ties keep the first)
     scalings = {scaling for scaling, _ in preprocessings}
+    histogram = backend.allreduce(party_key_bins, backend.handles, np.asarray(classes), n_repeats, seed)
+    comm.allreduce(histogram.size, 4)
+    folds_of_bins = bin_folds(histogram, K)
+    n_scored = int(sum(histogram[r][folds_of_bins[r] < plan.validated].sum() for r in range(n_repeats)))
     setup = backend.derive(party_setup, backend.handles, {sc: stages[sc] for sc in scalings}, np.asarray(classes),
-                           K, n_repeats, seed, per_party=parties)
+                           seed, folds_of_bins, K, plan.validated)
     RK = n_repeats * K
 
     def evaluate(scaling: str, sign_split: bool, s_grid, rho_grid, bits_grid, store_grid) -> None:
@@ -345,7 +351,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
             i = 0
             for shape, weightings in work:
                 for weighting in weightings:
-                    accuracy[(shape, weighting)] = float(correct[i]) / (n_rows * n_repeats)
+                    accuracy[(shape, weighting)] = int(correct[i]) / n_scored
                     i += 1
             for shape, group in by_shape.items():
                 for c in group:
@@ -363,14 +369,14 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     backend.release(setup)
     candidates = list(tried.values())
     best = max(candidates, key=_solver.candidate_rank)
-    say(f"selection: {len(candidates)} candidates ranked by {n_repeats} x {K}-fold accuracy over all parties' rows")
+    say(f"selection: {len(candidates)} candidates ranked on the yardstick's folds over all parties' rows")
     n_in = 2 * d if best.sign_split else d
     cycles = estimate_cycles(best.m, best.s, best.rho, best.bits, L, n_in, best.store_M)
     info = {
         "cv_accuracy": best.cv_accuracy,
-        "validation": f"{n_repeats} x {K}-fold cross-validation of the integer model over every party's rows: "
-                      "each party assigns its own rows to folds (seeded), per-fold counts and correct-prediction "
-                      "tallies are all-reduced",
+        "validation": f"{Folds(np.zeros((n_repeats, 0), dtype=np.int64), K, plan.validated).describe()} of the "
+                      "integer model over every party's rows: each party places its own rows in the folds compile "
+                      "draws on the pooled rows; per-fold counts and correct-prediction tallies are all-reduced",
         "candidates": [asdict(c) for c in candidates],
         "estimated_cycles": int(cycles),
         "estimated_ms": cycles / F_CPU * 1e3,
@@ -380,4 +386,4 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     return best, info
 
 
-__all__ = ["Communication", "N_FOLDS", "party_folds", "select_config"]
+__all__ = ["Communication", "party_key_bins", "select_config"]

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import inspect
 import math
-import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.inputstage import INPUT_MAX, choose_input_scale, shared_range, standardise_moments
+from tinyproto.core.inputstage import INPUT_MAX, choose_input_scale, shared_range
+from tinyproto.core.moments import MomentSums, moment_sums, standardisation  # noqa: F401  (the parties' sums)
 
 # choose_input_scale's quantile, read from its signature so the two can never disagree
 INPUT_QUANTILE = float(inspect.signature(choose_input_scale).parameters["quantile"].default)
@@ -40,62 +37,6 @@ def tree_sum(values: list) -> Any:
     while len(values) > 1:
         values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
     return values[0]
-
-
-@dataclass(frozen=True)
-class MomentSums:
-    """n and, per feature, Σx = sum1 · 2^exponent and Σx² = sum2 · 2^(2·exponent), as exact integers."""
-
-    n: int
-    exponent: int
-    sum1: tuple[int, ...]
-    sum2: tuple[int, ...]
-
-    def __add__(self, other: "MomentSums") -> "MomentSums":
-        if len(self.sum1) != len(other.sum1):
-            raise ValueError("moment sums over different numbers of features")
-        e = min(self.exponent, other.exponent)
-        a, b = self._shifted(e), other._shifted(e)
-        return MomentSums(self.n + other.n, e, tuple(map(operator.add, a[0], b[0])),
-                          tuple(map(operator.add, a[1], b[1])))
-
-    def _shifted(self, e: int) -> tuple[list[int], list[int]]:
-        k = self.exponent - e  # >= 0: re-express at the smaller exponent, exactly
-        return [v << k for v in self.sum1], [v << (2 * k) for v in self.sum2]
-
-
-def moment_sums(X: np.ndarray) -> MomentSums:
-    """Exact n, Σx, Σx² per column. Each float64 is mantissa · 2^e with a 53-bit integer mantissa; bringing every
-    value to the smallest exponent makes it an exact Python integer, and integer sums never round."""
-    X = np.asarray(X, dtype=np.float64)
-    n, d = X.shape
-    frac, exp = np.frexp(X)
-    mant = np.ldexp(frac, 53).astype(np.int64)  # exact: x = mant · 2^(exp - 53)
-    exp = exp.astype(np.int64) - 53
-    nonzero = mant != 0
-    base = int(exp[nonzero].min()) if nonzero.any() else 0
-    shift = np.where(nonzero, exp - base, 0)
-    ints = mant.astype(object) << shift.astype(object)  # x = ints · 2^base, exactly
-    sum1 = ints.sum(axis=0) if n else np.zeros(d, dtype=object)
-    sum2 = (ints * ints).sum(axis=0) if n else np.zeros(d, dtype=object)
-    return MomentSums(int(n), base, tuple(int(v) for v in sum1), tuple(int(v) for v in sum2))
-
-
-def _scaled(value: int, exp2: int, denominator: int) -> Fraction:
-    """value · 2^exp2 / denominator, exactly."""
-    return Fraction(value << exp2, denominator) if exp2 >= 0 else Fraction(value, denominator << -exp2)
-
-
-def standardisation(sums: MomentSums, scaling: str) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, scale) by the one rule of every family (`inputstage.standardise_moments`), from the exact sums:
-    mean and population variance are rounded once each from the exact totals, so any partition of the same rows
-    gives bit-identical statistics, and the rule maps them to bit-identical scales."""
-    if sums.n < 1:
-        raise TinyprotoError("no training rows to standardise")
-    means = [_scaled(s1, sums.exponent, sums.n) for s1 in sums.sum1]
-    variances = [_scaled(s2, 2 * sums.exponent, sums.n) - mu * mu for s2, mu in zip(sums.sum2, means)]
-    result = standardise_moments([float(mu) for mu in means], [float(v) for v in variances], scaling)
-    return result.mean, result.scale
 
 
 # ---------------------------------------------------------------- exact distributed quantile (the int8 step)

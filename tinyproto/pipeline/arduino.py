@@ -204,7 +204,7 @@ def write_zip(library: Path, zip_path: Path) -> None:
 
 def _check_export_dir(out: Path) -> None:
     """An existing non-empty --out is replaced only if it is an earlier export (never a model directory)."""
-    from tinyproto.core.modeldir import read_json
+    from tinyproto.core.safe_io import read_json
 
     if not out.is_dir() or not any(out.iterdir()):
         return
@@ -220,7 +220,8 @@ def _check_export_dir(out: Path) -> None:
 
 def export_arduino(model_path: Path, out: Path | None = None, name: str | None = None) -> ArduinoExport:
     from tinyproto.core.boards import load_board
-    from tinyproto.core.modeldir import load_model_dir, write_json
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.core.safe_io import write_json
     from tinyproto.core.outdir import atomic_directory, check_output_dir, tidy
     from tinyproto.device.project import render_arduino_platformio_ini
 

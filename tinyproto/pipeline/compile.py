@@ -20,9 +20,11 @@ from tinyproto.core.datasets import Dataset, Split, load_dataset, split
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.labels import encode
 from tinyproto.families import fit_under_budget
-from tinyproto.families import SolveOptions
+from tinyproto.families import SolveOptions, default_jobs
+from tinyproto.core.folds import Folds
 from tinyproto.core.ledger import Ledger
-from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, file_sha256, int_model_digest, write_json
+from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, int_model_digest
+from tinyproto.core.safe_io import file_sha256, write_json
 from tinyproto.core.outdir import atomic_directory, check_output_dir
 from tinyproto.core.render import model_hash, write_sources
 
@@ -129,12 +131,15 @@ def compile_model(
     learnable: bool = False,
     max_latency_ms: float | None = None,
     baud: int | None = None,
+    jobs: int | None = None,
 ) -> CompileResult:
     """family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
     max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
     learnable (a family that learns on the device): also fit what the device holds while learning (`tinyproto
     learn`) beside the learning firmware's buffers, stack and reserve, and in the EEPROM record.
-    baud: the serial line's speed built into the project (default the board's serial_baud)."""
+    baud: the serial line's speed built into the project (default the board's serial_baud).
+    jobs: worker processes for the solver (None: every usable core, 1 inside a dask worker); the model does not
+    depend on it."""
     budget_bytes = parse_budget(budget)
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
@@ -154,8 +159,9 @@ def compile_model(
     if family != families.AUTO:
         refuse_too_wide(family, sp.X_train.shape[1], n_classes, board)
     started = time.perf_counter()
-    options = SolveOptions(budget_bytes, seed, max_latency_ms, board.f_cpu_hz, progress=progress,
-                           learn_on=board if learnable else None)
+    options = SolveOptions(budget_bytes, seed, max_latency_ms, board.f_cpu_hz,
+                           n_jobs=default_jobs() if jobs is None else jobs, progress=progress,
+                           folds=Folds.standard(sp.X_train, sp.y_train, seed), learn_on=board if learnable else None)
     if family == families.AUTO:
         clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, options,
                                                     fits_board=lambda m: check_fits_board(m, board))

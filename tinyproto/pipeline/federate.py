@@ -28,6 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.pipeline.interrupts import interrupts_kept, sigint_blocked_for_children
 
 BACKENDS = ("dask", "local", "sim", "port")
 DEVICE_BACKENDS = ("sim", "port")  # parties that learn on a (simulated) Uno: federated/device_parties.py
@@ -52,10 +53,33 @@ def default_dp_T(n_classes: int, n_hashes: int) -> int:
 SEED_MAX = 2**32 - 1  # numpy's RandomState and SeedSequence take 0..2^32-1
 
 
-def check_arguments(parties: int, dp_epsilon: float | None, dp_T: int | None, backend: str,
-                    scheduler: str | None, ports: str | None = None, *, seed: int = 0, workers: int | None = None,
-                    processes: bool = False, timeout: float | None = None, split_spec: str | None = None) -> None:
+@dataclass(frozen=True)
+class FederateOptions:
+    """How `tinyproto federate` runs: the parties and how the rows are split among them, the differentially
+    private release, where the parties run, and the model's budget, board and seed."""
+
+    parties: int = 2
+    split_spec: str = "iid"  # --split: iid, dirichlet:ALPHA, ...
+    dp_epsilon: float | None = None  # None: the exact counts are released
+    dp_T: int | None = None  # None: default_dp_T
+    backend: str = "dask"  # one of BACKENDS
+    scheduler: str | None = None  # a running dask scheduler (--backend dask); None: a LocalCluster
+    workers: int | None = None  # the LocalCluster's workers
+    processes: bool = False  # LocalCluster workers as processes
+    ports: str | None = None  # --backend port: one board per party, comma separated
+    timeout: float | None = None  # seconds to start the cluster (None: dask_parties.CONNECT_TIMEOUT)
+    seed: int = 0
+    budget: str = "2kB"
+    board_name: str = "uno"
+    label: str | None = None  # DATA's label column
+
+
+def check_arguments(options: FederateOptions) -> None:
     """Everything that can be refused before any data is read (one-line TinyprotoError each)."""
+    o = options
+    parties, dp_epsilon, dp_T, backend, scheduler, ports = (o.parties, o.dp_epsilon, o.dp_T, o.backend, o.scheduler,
+                                                            o.ports)
+    seed, workers, processes, timeout, split_spec = o.seed, o.workers, o.processes, o.timeout, o.split_spec
     if parties < 1:
         raise TinyprotoError(f"--parties must be at least 1, got {parties}")
     if not 0 <= seed <= SEED_MAX:
@@ -94,13 +118,14 @@ def check_arguments(parties: int, dp_epsilon: float | None, dp_T: int | None, ba
 
 
 @contextmanager
-def open_backend(kind: str, shards: list, scheduler: str | None = None, workers: int | None = None,
-                 processes: bool = False, *, board=None, ports: str | None = None, dataset: str = "federated",
-                 budget_bytes: int = 0, timeout: float | None = None,
-                 progress: Callable[[str], None] | None = None) -> Iterator:
-    """The parties, placed: in this process (local), on dask workers (a LocalCluster unless --scheduler), or
-    on devices that learn their shard (sim: one simulated Uno per party; port: one board per port)."""
+def open_backend(options: FederateOptions, shards: list, *, board=None, dataset: str = "federated",
+                 budget_bytes: int = 0, progress: Callable[[str], None] | None = None) -> Iterator:
+    """The parties, placed (options.backend): in this process (local), on dask workers (a LocalCluster unless
+    --scheduler), or on devices that learn their shard (sim: one simulated Uno per party; port: one board per
+    port)."""
     from tinyproto.federated.local_parties import LocalBackend
+
+    kind, ports, timeout = options.backend, options.ports, options.timeout
 
     if kind == "local":
         backend = LocalBackend(shards)
@@ -119,8 +144,9 @@ def open_backend(kind: str, shards: list, scheduler: str | None = None, workers:
 
         backend = None
         try:
-            with _sigint_blocked_for_children():
-                backend = DaskBackend(shards, scheduler=scheduler, n_workers=workers, processes=processes,
+            with sigint_blocked_for_children():
+                backend = DaskBackend(shards, scheduler=options.scheduler, n_workers=options.workers,
+                                      processes=options.processes,
                                       timeout=CONNECT_TIMEOUT if timeout is None else timeout)
         except BaseException:  # Ctrl-C pending during the start is raised when SIGINT is unblocked
             if backend is not None:
@@ -132,95 +158,13 @@ def open_backend(kind: str, shards: list, scheduler: str | None = None, workers:
         backend.close()
 
 
-@contextmanager
-def _sigint_blocked_for_children() -> Iterator[None]:
-    """SIGINT blocked while the cluster starts: the threads and worker processes dask creates inherit the
-    blocked mask, so Ctrl-C in the terminal reaches only this process, which shuts the cluster down itself (no
-    worker tracebacks, no orphans). A Ctrl-C during the start stays pending and is raised on leaving."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-@contextmanager
-def _interrupts_kept() -> Iterator[Callable[[], None]]:
-    """Ctrl-C raises KeyboardInterrupt wherever the main thread is, also inside a finalizer (dask's Future.__del__
-    runs whenever a result is dropped), where Python prints "Exception ignored ..." and drops it: the run would go
-    on and write its output. While this is active, a SIGINT that lands in a finalizer is raised again a moment
-    later, outside it (`_thread.interrupt_main`), and the function yielded raises KeyboardInterrupt if a SIGINT
-    was received (called at every progress step and before anything is written). Only Python's default handler
-    is replaced: an ignored SIGINT stays ignored."""
-    import _thread
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield lambda: None
-        return
-    state = {"received": False, "raised": False}
-
-    def handler(signum, frame) -> None:
-        state["received"] = True
-        if state["raised"]:  # the KeyboardInterrupt is on its way: the cleanup is not interrupted again
-            return
-        if _in_finalizer(frame):
-            timer = threading.Timer(0.05, _thread.interrupt_main)
-            timer.daemon = True
-            timer.start()
-            return
-        state["raised"] = True
-        raise KeyboardInterrupt
-
-    def interrupted() -> None:
-        if state["received"]:
-            state["raised"] = True
-            raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, handler)
-    try:
-        yield interrupted
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _in_finalizer(frame) -> bool:
-    while frame is not None:
-        if frame.f_code.co_name == "__del__":
-            return True
-        frame = frame.f_back
-    return False
-
-
-def federate_model(
-    data: str = "digits",
-    parties: int = 2,
-    *,
-    dp_epsilon: float | None = None,
-    dp_T: int | None = None,
-    backend: str = "dask",
-    scheduler: str | None = None,
-    split_spec: str = "iid",
-    seed: int = 0,
-    budget: str = "2kB",
-    board_name: str = "uno",
-    out: Path | None = None,
-    label: str | None = None,
-    workers: int | None = None,
-    processes: bool = False,
-    ports: str | None = None,
-    timeout: float | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> FederateResult:
-    """Train FlyNN across `parties` parties (optionally with DP) and write the model directory; see module doc."""
+def federate_model(data: str = "digits", options: FederateOptions | None = None, out: Path | None = None,
+                   progress: Callable[[str], None] | None = None) -> FederateResult:
+    """Train FlyNN across options.parties parties (optionally with DP) and write the model directory; see the
+    module doc."""
+    o = options or FederateOptions()
+    parties, dp_epsilon, dp_T, backend, split_spec, seed = (o.parties, o.dp_epsilon, o.dp_T, o.backend, o.split_spec,
+                                                            o.seed)
     from tinyproto.core.boards import load_board
     from tinyproto.core.budget import parse_budget
     from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
@@ -231,19 +175,18 @@ def federate_model(
     from tinyproto.federated.protocol import agree_classes, central_fit, choose_config, federated_fit
     from tinyproto.federated.shards import parse_split, split_parties
 
-    with _interrupts_kept() as interrupted:
+    with interrupts_kept() as interrupted:
 
         def say(message: str) -> None:
             interrupted()  # every progress step is a point where a lost Ctrl-C is raised again
             if progress:
                 progress(message)
 
-        check_arguments(parties, dp_epsilon, dp_T, backend, scheduler, ports, seed=seed, workers=workers,
-                        processes=processes, timeout=timeout)
+        check_arguments(o)
         split_kind = parse_split(split_spec)
-        budget_bytes = parse_budget(budget)
-        board = load_board(board_name)
-        dataset = load_dataset(data, label=label)
+        budget_bytes = parse_budget(o.budget)
+        board = load_board(o.board_name)
+        dataset = load_dataset(data, label=o.label)
         sp = split(dataset)
         n_train = len(sp.y_train)
         if parties > n_train:
@@ -257,8 +200,7 @@ def federate_model(
         say(f"{parties} parties ({split_kind}): {', '.join(str(len(r)) for r in rows)} rows")
 
         started = time.perf_counter()
-        with open_backend(backend, shards, scheduler, workers, processes, board=board, ports=ports,
-                          dataset=dataset.name, budget_bytes=budget_bytes, timeout=timeout,
+        with open_backend(o, shards, board=board, dataset=dataset.name, budget_bytes=budget_bytes,
                           progress=say) as parties_backend:
             say(f"backend: {_describe(parties_backend.describe())}")
             classes = agree_classes(parties_backend)
@@ -307,7 +249,21 @@ def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool)
     options = SolveOptions(budget_bytes, seed, f_cpu_hz=board.f_cpu_hz, learn_on=board if learnable else None)
     _, model, info = families.fit_under_budget(FAMILY, sp.X_train, sp.y_train, options)
     return {"accuracy": float(np.mean(model.predict(sp.X_test) == sp.y_test)), "model_bytes": model.model_bytes(),
-            "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"]}
+            "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"],
+            "digests": deployed_digests(model, seed, budget_bytes), "seed": seed, "budget_bytes": budget_bytes}
+
+
+def deployed_digests(model, seed: int, budget_bytes: int) -> dict:
+    """What makes two deployed models the same: the int_model's digest, the model hash and the rendered header's
+    SHA-256 (rendered with the same banner for both, so only the model can make them differ)."""
+    import hashlib
+
+    from tinyproto.core.modeldir import int_model_digest
+    from tinyproto.core.render import model_hash, render_header
+
+    header = render_header(model, "pooled", seed, budget_bytes)
+    return {"int_model_sha256": int_model_digest(model.to_json()), "model_hash": f"0x{model_hash(model):08X}",
+            "header_sha256": hashlib.sha256(header.encode()).hexdigest()}
 
 
 def _federation_report(fit, central, reference, sp, rows, party_classes, train_accuracy, split_kind, backend,
@@ -326,6 +282,7 @@ def _federation_report(fit, central, reference, sp, rows, party_classes, train_a
                            and np.array_equal(fit.float_counts, central.float_counts))
         differing = int(np.count_nonzero(fit.int_counts != central.int_counts))
     accuracy = float(np.mean(pred == sp.y_test))
+    digests = deployed_digests(fit.model, reference["seed"], reference["budget_bytes"])
     chosen = {k: v for k, v in info["chosen"].items()}
     compile_chosen = {k: v for k, v in reference["hyperparameters"].items() if k != "learnable"}
     return {
@@ -339,6 +296,10 @@ def _federation_report(fit, central, reference, sp, rows, party_classes, train_a
         "compile_model_bytes": reference["model_bytes"],
         "accuracy_vs_compile_points": round(100 * (accuracy - reference["accuracy"]), 4),
         "compile_hyperparameters": reference["hyperparameters"],
+        # true only when the deployed model is the very model compile deploys from the pooled rows (hashes compared)
+        "identical_to_compile": digests == reference["digests"],
+        "digests": digests,
+        "compile_digests": reference["digests"],
         "hyperparameters_equal_compile": chosen == compile_chosen,
         "compile_reference": "tinyproto compile --model flynn with the same budget and seed on the pooled training "
                              "rows" + (" (--learnable)" if on_device else "") + ", scored on the same test split",

@@ -16,7 +16,8 @@ from tinyproto import families
 def build_model_dir(path: Path, env: str | None, console) -> dict:
     """Build the model directory's PlatformIO project and record the result in build.json; env None: the
     project's default environment (`<board>_sim`)."""
-    from tinyproto.core.modeldir import load_model_dir, record_outputs
+    from tinyproto.core.manifest import record_outputs
+    from tinyproto.core.modeldir import load_model_dir
     from tinyproto.core.outdir import locked
 
     model_dir = load_model_dir(path)
@@ -29,7 +30,8 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
     from tinyproto.core.boards import load_board
     from tinyproto.device.build import build_project
     from tinyproto.pipeline.validate import header_model_hash
-    from tinyproto.core.modeldir import check_project_files, file_sha256, write_json
+    from tinyproto.core.modeldir import check_project_files
+    from tinyproto.core.safe_io import file_sha256, write_json
 
     board = load_board(model_dir.meta.get("board", "uno"))
     model = families.load_int_model(model_dir)  # refuses an edited or damaged model.json before any build
@@ -92,7 +94,7 @@ def _header_body(text: str) -> str:
 def _check_header_is_the_model(model_dir, model) -> None:
     """include/tinyproto_model.h must be exactly what model.json renders (defines and every array value): a
     header edited by hand would otherwise be built, and only the vectors it happens to change would show it."""
-    from tinyproto.core.modeldir import read_text_file
+    from tinyproto.core.safe_io import read_text_file
     from tinyproto.core.render import render_header
 
     path = model_dir.path / "include" / "tinyproto_model.h"

@@ -72,7 +72,7 @@ def build_figures(data: ReportInput) -> list[tuple[str, str, bytes]]:
 
 def write_report(path: Path, max_bytes: int | None = None, max_ms: float | None = None, console=None) -> Report:
     """Write DIR/report.html and DIR/figures/*.png (inside DIR's lock; both recorded in its manifest)."""
-    from tinyproto.core.modeldir import record_outputs
+    from tinyproto.core.manifest import record_outputs
     from tinyproto.core.outdir import locked
 
     data = load_input(path)

@@ -41,8 +41,9 @@ import numpy as np
 from tinyproto import families
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import (ModelDir, TestVectors, int_model_digest, load_model_dir,
-                                     record_outputs, write_json)
+from tinyproto.core.manifest import record_outputs
+from tinyproto.core.modeldir import ModelDir, TestVectors, int_model_digest, load_model_dir
+from tinyproto.core.safe_io import write_json
 from tinyproto.core.outdir import atomic_directory, locked
 from tinyproto.federated.device_learning import (
     LEARN_FLAGS, Target, build_learning_firmware, check_learning_device, class_indices, predict_vectors,

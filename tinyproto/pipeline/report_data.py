@@ -68,7 +68,7 @@ def _row(record: dict) -> dict:
 
 
 def load_sweep(path: Path) -> ReportInput:
-    from tinyproto.core.modeldir import check_regular_file
+    from tinyproto.core.safe_io import check_regular_file
     from tinyproto.pipeline.sweep_files import CONFIG, RESULTS, is_drawn, read_config, read_results
 
     path = Path(path)
@@ -138,7 +138,8 @@ def _ledger_ok(report: dict) -> bool:
 
 def load_single(path: Path) -> ReportInput:
     from tinyproto.core.boards import load_board
-    from tinyproto.core.modeldir import load_model_dir, read_json
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.core.safe_io import read_json
 
     model_dir = load_model_dir(path)
     report = model_dir.report
@@ -188,7 +189,7 @@ def _device_labels(path: Path, n: int) -> np.ndarray | None:
     journal = path / "validation.jsonl"
     if not journal.is_file():  # missing, or not a regular file (a FIFO would block)
         return None
-    from tinyproto.core.modeldir import read_text_file
+    from tinyproto.core.safe_io import read_text_file
 
     labels = np.full(n, -1, dtype=np.int64)
     # bounded and non-blocking: a link to a huge file or to /dev/zero in the journal's place ends with one error

@@ -12,7 +12,7 @@ failed device check) gets a line with its stage and error and does not stop the 
 its line, results.jsonl is rewritten once (atomically) in grid order, so the same inputs give the same file
 whatever the completion order; all wall times are in each line's "seconds" and in sweep.json, nowhere else.
 
-The sweep directory follows tinyproto's safety rules (tinyproto/core/modeldir.py): it is refused if it holds files
+The sweep directory follows tinyproto's safety rules (tinyproto/core/manifest.py): it is refused if it holds files
 tinyproto did not write, it is locked while the sweep runs, and its outputs are recorded in its manifest.
 With --scheduler the workers must see DIR (and a DATA file) at the same absolute path: a shared filesystem.
 Layer: pipeline.
@@ -69,7 +69,8 @@ def _binding(dataset, device: str, raw_check: bool, max_latency_ms: float | None
 
 def _open_sweep_dir(out: Path, binding: dict, resume: bool) -> dict:
     """Check and prepare DIR (inside its lock): a new sweep, or --resume of the same one. Returns sweep.json."""
-    from tinyproto.core.modeldir import record_outputs, write_json, write_manifest, MANIFEST
+    from tinyproto.core.manifest import record_outputs, write_manifest, MANIFEST
+    from tinyproto.core.safe_io import write_json
 
     config_path = out / CONFIG
     if (out / "model.json").exists():
@@ -210,7 +211,7 @@ def _create_dirs(out: Path) -> list[Path]:
 def _remove_if_unused(out: Path, created: list[Path]) -> None:
     """After a failure, with the lock still held: remove the --out this sweep created if no point was recorded
     in it (nothing worth resuming) and nothing but tinyproto's files is in it; then its parents we created."""
-    from tinyproto.core.modeldir import foreign_entries
+    from tinyproto.core.manifest import foreign_entries
 
     if out not in created:
         return
@@ -230,7 +231,7 @@ def _remove_if_unused(out: Path, created: list[Path]) -> None:
 def _sweep_locked(out: Path, points: list[Point], data_ref: str, options: SweepOptions, binding: dict,
                   started: float, progress: Callable[[SweepProgress], None] | None,
                   began: threading.Event) -> SweepResult:
-    from tinyproto.core.modeldir import record_outputs
+    from tinyproto.core.manifest import record_outputs
 
     config = _open_sweep_dir(out, binding, options.resume)
     record_outputs(out, CONFIG, RESULTS, f".{RESULTS}.tmp", POINTS)  # also refuses a link planted at one of them
@@ -345,7 +346,7 @@ def _collect(future, p: Point, out: Path) -> dict:
 
 
 def _record_run(out: Path, config: dict, cluster: dict | None, n_todo: int, n_ran: int, seconds: float) -> None:
-    from tinyproto.core.modeldir import write_json
+    from tinyproto.core.safe_io import write_json
 
     runs = list(config.get("runs", []))
     runs.append({"cluster": cluster, "points_to_run": n_todo, "points_finished": n_ran,

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import read_bytes_file
+from tinyproto.core.safe_io import read_bytes_file
 
 CONFIG = "sweep.json"
 RESULTS = "results.jsonl"
@@ -122,7 +122,7 @@ def check_config(config: dict, path: Path) -> dict:
 
 def read_config(path: Path) -> dict:
     """sweep.json: a JSON object with a binding object and a list of runs, or one clear error."""
-    from tinyproto.core.modeldir import read_json
+    from tinyproto.core.safe_io import read_json
 
     return check_config(read_json(path, "the sweep's configuration"), path)
 

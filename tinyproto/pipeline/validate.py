@@ -31,8 +31,9 @@ from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.measured import cycle_problem, ratio
-from tinyproto.core.modeldir import (ModelDir, file_sha256, load_model_dir, read_json, read_text_file, record_outputs,
-                                     write_json)
+from tinyproto.core.manifest import record_outputs
+from tinyproto.core.modeldir import ModelDir, load_model_dir
+from tinyproto.core.safe_io import file_sha256, read_json, read_text_file, write_json
 from tinyproto.core.outdir import locked
 from tinyproto.pipeline.journal import JOURNAL, JOURNAL_NEW, Journal
 from tinyproto import families
@@ -424,7 +425,7 @@ def line_baud(board: Board, build: BuildInfo, baud: int | None) -> int:
 
 def no_answer_hint(exc: TinyprotoError, board: Board, baud: int, target: str) -> TinyprotoError:
     """A board silent at a rate above its fallback: say how to fall back, in one line."""
-    if baud <= board.serial_baud_fallback or target == "sim":
+    if baud <= board.serial_baud_fallback or target == "sim" or not str(exc).startswith("no answer"):
         return exc
     return TinyprotoError(f"no answer from {target} at {baud} baud — if its USB bridge or cable does not carry "
                           f"{baud}, fall back to {board.serial_baud_fallback}: tinyproto run ... --baud "
@@ -468,7 +469,7 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
                      progress_factory: Callable[[str, int], Callable[[int], None]] | None,
                      baud: int | None = None) -> dict:
     from tinyproto.device.frames import n_chunks
-    from tinyproto.device.protocol import check_model, open_device
+    from tinyproto.device.protocol import DeviceError, check_model, open_device
     from tinyproto.device.sim import SimulatedUno
 
     board = load_board(model_dir.meta.get("board", "uno"))
@@ -500,7 +501,7 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
             try:
                 client = stack.enter_context(open_device(sim.port if sim else port, baud=baud,
                                                          boot_quiet_s=0.0 if sim else board.boot_quiet_s))
-            except TinyprotoError as exc:
+            except DeviceError as exc:  # a port that opened but stayed silent (not a missing or busy port)
                 raise no_answer_hint(exc, board, baud, target) from None
             hello = client.hello()
             meter = LineMeter(client, baud)

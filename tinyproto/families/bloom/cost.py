@@ -7,9 +7,9 @@ firmware; avr-gcc unrolls the draws for k <= 3 and keeps a loop for k >= 4, maps
 m < 256, takes the byte for m = 256, calls __umulhisi3 for m > 256 and shifts for a power of two); the rest were
 fitted by `python tools/calibrate_costmodel.py --bloom` (non-negative least squares on relative errors, those hand
 counts held, the m > 256 terms second) on 32 synthetic shapes, narrow (15 of 4 .. 64 features) and wide (17 of
-65 .. 784), k 1 .. 8, m 8 .. 1024, both input stages, measured through the device app on the simulated Uno: every
-shape within 1.5 %; left out of the fit, every m <= 256 shape (the solver's range) within 4.1 % (the worst is the
-smallest, 530 cycles) and m > 256 within 7.6 % (only three shapes have more than 256 used slots, the C row loop).
+65 .. 784), k 1 .. 8, m 8 .. 1024, both input stages, and 60 shapes drawn at random by tools/bench_costmodel.py's
+drawer (seed 1000), measured through the device app on the simulated Uno: every shape within 2.2 %; left out of
+the fit, within 7.5 % (the worst the smallest: 6 features, 2,139 cycles).
 The input stage is not in the timed call, so its kind does not change the cycles.
 
 One part depends on the input: the MAX stores a slot only when the value rises (a store costs 1 cycle inside
@@ -31,30 +31,30 @@ from tinyproto.core.wire import CHUNK_BYTES
 from tinyproto.families.bloom.train import BYTE_SLOTS
 
 BLOOM_CYCLES = {
-    "fixed": 17,  # calls, argmax set-up
-    "chunk": 95.9,  # per chunk: tp_feed_step, tp_stream_feed's checks, frame and state
-    "slot": 13.6,  # per slot of phi: cleared by tp_stream_begin, read by the compaction
-    "slot_rem": 8.3,  # per slot of m % 4: tp_stream_begin's remainder loop
-    "slot_wide": 0.1,  # per slot, m > 256 only: 16-bit loop counters
+    "fixed": 11.8,  # calls, argmax set-up
+    "chunk": 121,  # per chunk: tp_feed_step, tp_stream_feed's checks, frame and state
+    "slot": 13.2,  # per slot of phi: cleared by tp_stream_begin, read by the compaction
+    "slot_rem": 8.5,  # per slot of m % 4: tp_stream_begin's remainder loop
+    "slot_wide": 0.5,  # per slot, m > 256 only: 16-bit loop counters
     "wide_fixed": 0,  # m > 256 only: the 16-bit draws' code around the loops
-    "used": 2.1,  # per used slot: kept by the compaction
-    "feature": 9,  # per input feature: load, bias, clamp, loop
-    "step": 7.9,  # per xorshift16 step (ceil(k/2) per feature with byte draws, k with 16-bit draws)
-    "draw": 12.4,  # per draw (k per feature): the slot map, the MAX compare
+    "used": 3.6,  # per used slot: kept by the compaction
+    "feature": 8.9,  # per input feature: load, bias, clamp, loop
+    "step": 6.3,  # per xorshift16 step (ceil(k/2) per feature with byte draws, k with 16-bit draws)
+    "draw": 13.2,  # per draw (k per feature): the slot map, the MAX compare
     "store": 1,  # hand count, per MAX store (the slot rises) inside a feature's draws: st, a branch not taken
     "store_last": 3,  # hand count, per store by a feature's last draw (k <= 3 or odd): st and a jump back
-    "pair_loop": 1.3,  # per pair of byte draws when k >= 4 (the draws' loop is not unrolled): its count and branch
-    "loop_feature": 4.5,  # per feature when k >= 4: the draws' loop set-up
-    "draw_mul": 6.1,  # per draw, m < 256 only: the 8x8 multiply of the byte map (m = 256 takes the byte as it is)
-    "draw_wide": 33.1,  # per draw, m > 256 only: the 16 x 16 -> 32-bit multiply of a draw (__umulhisi3)
+    "pair_loop": 1.1,  # per pair of byte draws when k >= 4 (the draws' loop is not unrolled): its count and branch
+    "loop_feature": 3.7,  # per feature when k >= 4: the draws' loop set-up
+    "draw_mul": 6.3,  # per draw, m < 256 only: the 8x8 multiply of the byte map (m = 256 takes the byte as it is)
+    "draw_wide": 33.6,  # per draw, m > 256 only: the 16 x 16 -> 32-bit multiply of a draw (__umulhisi3)
     "draw_pow2": 5,  # hand count, per draw, m > 256 a power of two: avr-gcc shifts instead of multiplying
     "draw_shift": 7,  # hand count, per bit of that shift (16 - log2 m per draw): a 32-bit shift loop
-    "row": 117.3,  # per weight row: bias read, call, score store and compare
-    "row_bias32": 0,  # per weight row with 32-bit biases (else 16-bit)
+    "row": 96.5,  # per weight row: bias read, call, score store and compare
+    "row_bias32": 1.1,  # per weight row with 32-bit biases (else 16-bit)
     "binary": 0,  # two classes: one weight row, the scores (0, s) and the label from its sign
     "mac": 11,  # hand count, per weight (used <= 256, AVR kernel): lpm, ld, mulsu, biased 24-bit add
     "mac_group": 4,  # hand count, per 4 weights of a row (AVR kernel): dec, breq, rjmp
-    "mac_c": 22,  # per weight, used > 256: the portable C loop (32-bit sum)
+    "mac_c": 21.9,  # per weight, used > 256: the portable C loop (32-bit sum)
     "row_c": 0,  # per weight row, used > 256: the C loop's call and set-up
 }
 HAND_COUNTS = {name: BLOOM_CYCLES[name] for name in ("store", "store_last", "mac", "mac_group", "draw_pow2",

@@ -6,7 +6,8 @@ the solver takes the largest m whose used slots fit the budget, counting every b
 int16 biases when they fit: then it is a few bytes under). p is a property of (seed, d, k, m) alone, so the
 bytes of a shape are known before any training.
 
-Search, by 3-fold cross-validated accuracy of the int8 model (the paper picks k by cross-validation):
+Search, by the validated accuracy of the int8 model on the yardstick's folds (core/folds.py; the paper picks k by
+cross-validation):
 1. the input stage (what MAX compares, see train.py): min/global, min/feature, mean/feature, at a middle k;
 2. k in K_CANDIDATES, each at its largest fitting m, times C in C_CANDIDATES, with the chosen input stage.
 Among candidates tied on the best accuracy: the fewest predicted cycles, then the fewest bytes. With a latency
@@ -22,7 +23,8 @@ import numpy as np
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.families.solving import SolveOptions
+from tinyproto.core.folds import Folds
+from tinyproto.families.solving import SolveOptions, map_in_processes
 from tinyproto.core.inputstage import InputStage
 from tinyproto.families.bloom.cost import predict_cycles
 from tinyproto.families.bloom.quantize import IntBloom
@@ -36,7 +38,6 @@ C_CANDIDATES = (0.1, 1.0, 10.0)
 INPUT_STAGES = (("min", "global"), ("min", "feature"), ("mean", "feature"), ("shared", "global"))
 STAGE_PROBE_K = 3  # k used while choosing the input stage
 MAX_SLOTS = BYTE_SLOTS  # m <= 256: byte draws (one multiply per draw) and phi in at most 256 B of SRAM
-FOLDS = 3
 RUNNERS_UP = 5
 BIAS_BYTES = 4  # budgeted per row: int32, the widest the model may need
 
@@ -134,15 +135,15 @@ def candidate_shapes(seed: int, n_features: int, n_classes: int, budget: int,
     return list(unique.values())
 
 
-def _folds(X, y, random_state) -> list[tuple]:
-    from sklearn.model_selection import StratifiedKFold, train_test_split
-
-    k = min(FOLDS, int(np.unique(y, return_counts=True)[1].min()))
-    if k < 2:
-        Xf, Xv, yf, yv = train_test_split(X, y, test_size=0.25, random_state=random_state)
-        return [(Xf, yf, Xv, yv)]
-    splitter = StratifiedKFold(k, shuffle=True, random_state=random_state)
-    return [(X[a], y[a], X[b], y[b]) for a, b in splitter.split(X, y)]
+def _validate_candidate(n_slots: int, n_hashes: int, offset: str, scaling: str, C: float, random_state: int,
+                        X: np.ndarray, y: np.ndarray, splits: list) -> list[int]:
+    """Correct int8 predictions of one candidate on each validation part, trained on the rest."""
+    out = []
+    for tr, va in splits:
+        clf = BloomClassifier(n_slots, n_hashes, offset, scaling, C, random_state)
+        model = IntBloom.from_classifier(clf.fit(X[tr], y[tr]))
+        out.append(int(np.sum(model.predict(X[va]) == y[va])))
+    return out
 
 
 def shape_text(entry: dict) -> str:
@@ -180,41 +181,44 @@ def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
             f"({headroom_text()}); the fastest "
             f"(k=1, one slot) is predicted at {1000.0 * fastest / f_cpu_hz:.3f} ms: raise --max-latency"
         )
-    folds = _folds(X_train, y_train, random_state)
-    n_val = sum(len(f[3]) for f in folds)
+    folds = options.folds if options.folds is not None else Folds.standard(X_train, y_train, random_state)
+    splits = folds.splits()
+    n_val = sum(len(v) for _, v in splits)
     tried: list[dict] = []
+    fold_accuracies: list[list[float]] = []
 
-    def evaluate(shape: dict, offset: str, scaling: str, C: float) -> dict:
-        correct = 0
-        for Xf, yf, Xv, yv in folds:
-            clf = BloomClassifier(shape["n_slots"], shape["n_hashes"], offset, scaling, C, random_state)
-            model = IntBloom.from_classifier(clf.fit(Xf, yf))
-            correct += int(np.sum(model.predict(Xv) == yv))
-        entry = {**{k: shape[k] for k in ("n_slots", "n_hashes", "n_used", "model_bytes", "predicted_cycles")},
-                 "offset": offset, "scaling": scaling, "C": C, "seed": seed, "val_int8_accuracy": correct / n_val,
-                 "predicted_latency_ms": round(1000.0 * shape["predicted_cycles"] / f_cpu_hz, 4)}
-        tried.append(entry)
-        if progress:
-            progress(f"{shape_text(entry)}: {100 * entry['val_int8_accuracy']:.2f} %")
-        return entry
+    def evaluate(batch: list[tuple[dict, str, str, float]]) -> list[dict]:
+        """Validate (shape, offset, scaling, C) candidates on the yardstick's parts, in options.n_jobs processes."""
+        corrects = map_in_processes(_validate_candidate, [(shape["n_slots"], shape["n_hashes"], offset, scaling, C,
+                                                            random_state, X_train, y_train, splits)
+                                                           for shape, offset, scaling, C in batch], options.n_jobs)
+        out = []
+        for (shape, offset, scaling, C), correct in zip(batch, corrects):
+            entry = {**{k: shape[k] for k in ("n_slots", "n_hashes", "n_used", "model_bytes", "predicted_cycles")},
+                     "offset": offset, "scaling": scaling, "C": C, "seed": seed,
+                     "val_int8_accuracy": sum(correct) / n_val,
+                     "predicted_latency_ms": round(1000.0 * shape["predicted_cycles"] / f_cpu_hz, 4)}
+            tried.append(entry)
+            fold_accuracies.append([k / len(v) for k, (_, v) in zip(correct, splits)])
+            if progress:
+                progress(f"{shape_text(entry)}: {100 * entry['val_int8_accuracy']:.2f} %")
+            out.append(entry)
+        return out
 
     probes = {kind: min(shapes, key=lambda s: (abs(s["n_hashes"] - STAGE_PROBE_K), s["n_hashes"]))
               for kind, shapes in shapes_of.items() if shapes}
-    stage_scores = [evaluate(probes[stage_kind(offset)], offset, scaling, 1.0)
-                    for offset, scaling in INPUT_STAGES if stage_kind(offset) in probes]
+    stage_scores = evaluate([(probes[stage_kind(offset)], offset, scaling, 1.0)
+                             for offset, scaling in INPUT_STAGES if stage_kind(offset) in probes])
     best_stage = max(stage_scores, key=lambda e: e["val_int8_accuracy"])  # first best: the listed order
     offset, scaling = best_stage["offset"], best_stage["scaling"]
     probe = probes[stage_kind(offset)]
-    for shape in shapes_of[stage_kind(offset)]:
-        for C in C_CANDIDATES:
-            if shape is probe and C == 1.0:
-                continue
-            evaluate(shape, offset, scaling, C)
+    evaluate([(shape, offset, scaling, C) for shape in shapes_of[stage_kind(offset)] for C in C_CANDIDATES
+              if not (shape is probe and C == 1.0)])
 
     best_acc = max(t["val_int8_accuracy"] for t in tried)
     order = sorted(range(len(tried)), key=lambda i: (-tried[i]["val_int8_accuracy"], tried[i]["predicted_cycles"],
                                                     tried[i]["model_bytes"], i))
-    chosen = tried[order[0]]
+    chosen = dict(tried[order[0]], fold_accuracies=fold_accuracies[order[0]])
     if progress:
         progress(f"refit {shape_text(chosen)} on all training data")
     clf = BloomClassifier(chosen["n_slots"], chosen["n_hashes"], chosen["offset"], chosen["scaling"], chosen["C"],
@@ -229,7 +233,9 @@ def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
         "chosen_validation": chosen,
         "runners_up": [tried[i] for i in order[1 : 1 + RUNNERS_UP]],
         "selection": (f"the fewest predicted cycles, then bytes, among the candidates tied with the best int8 "
-                      f"accuracy ({100 * best_acc:.2f} %) over {n_val} cross-validated samples"),
+                      f"accuracy ({100 * best_acc:.2f} %) over {n_val} validated samples"),
+        "validation": folds.describe() + ", int8 model",
+        "folds": folds.to_json(),
         "max_latency_ms": max_latency_ms,
         "search_seconds": round(time.perf_counter() - started, 2),
         "minimum_budget_bytes": floor,

@@ -19,12 +19,12 @@ import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.families.solving import SolveOptions
+from tinyproto.core.folds import Folds
+from tinyproto.families.solving import SolveOptions, map_in_processes
 from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, standardisation
 from tinyproto.core.inputstage import stage_bytes as priced_stage_bytes
 from tinyproto.families.bnc.cost import predict_cycles, shape_cycles
@@ -187,6 +187,16 @@ def _shape_text(c: Candidate) -> str:
     return text + (" shared input" if c.stage == "shared" else "")
 
 
+def _validate_candidate(c: Candidate, X: np.ndarray, y: np.ndarray, splits: list, fit_seed: int) -> list[int]:
+    """Correct int8 predictions of shape c on each validation part, trained (shortened epochs) on the rest."""
+    out = []
+    for tr, va in splits:
+        model = IntBNC.from_classifier(_estimator(c, fit_seed, search=True).fit(X[tr], y[tr]))
+        pred = np.asarray(model.classes)[model.labels(model.scores(model.input_stage.quantize(X[va])))]
+        out.append(int(np.sum(pred == y[va])))
+    return out
+
+
 def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
                          options: SolveOptions) -> tuple[BNCClassifier, IntBNC, dict]:
     """(fitted BNCClassifier, IntBNC, info) with the best held-out int8 accuracy within options.budget_bytes (and
@@ -216,11 +226,10 @@ def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
     rng = check_random_state(seed)
     fit_seed = int(rng.randint(0, 2**31 - 1))
-    counts = np.bincount(y_index)
-    stratify = y_index if counts.min() >= 2 else None
-    tr, va = train_test_split(np.arange(n), test_size=0.25, stratify=stratify,
-                              random_state=int(rng.randint(0, 2**31 - 1)))
-    m_cap = max(L, len(tr) // 2)
+    folds = options.folds if options.folds is not None else Folds.standard(X, y, seed)
+    splits = folds.splits()
+    tr, va = splits[0]  # the first validation part: for the refusal's figure only
+    m_cap = max(L, min(len(t) for t, _ in splits) // 2)
     plans = {kind: plan(budget, d, L, m_cap, max_cycles, nbytes, kind) for kind, nbytes in stage_bytes.items()}
     if not any(plans.values()):  # only a latency limit can empty the plans: the smallest shape always fits
         cheapest = min(STAGE_KINDS, key=lambda kind: stage_bytes[kind])
@@ -234,13 +243,17 @@ def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
                              f"{smallest_shape.predicted_cycles / f_cpu_hz * 1e3:.3f} ms with {100 * acc:.1f} % "
                              f"held-out accuracy: raise --max-latency")
     tried = []
-    for c in [c for kind in STAGE_KINDS for c in _shortlist(plans[kind])]:
-        clf = _estimator(c, fit_seed, search=True).fit(X[tr], y[tr])
-        model = IntBNC.from_classifier(clf)
-        pred = np.asarray(model.classes)[model.labels(model.scores(model.input_stage.quantize(X[va])))]
-        acc = float(np.mean(pred == y[va]))
+    shortlist = [c for kind in STAGE_KINDS for c in _shortlist(plans[kind])]
+    say(f"bnc: {len(shortlist)} shapes, each validated on {len(splits)} part(s) in {options.n_jobs} process(es)")
+    part_correct = map_in_processes(_validate_candidate, [(c, X, y, splits, fit_seed) for c in shortlist],
+                                    options.n_jobs)
+    n_scored = sum(len(v) for _, v in splits)
+    fold_accuracies = {}
+    for c, correct in zip(shortlist, part_correct):
+        acc = sum(correct) / n_scored
         tried.append(Candidate(**{**asdict(c), "val_accuracy": acc}))
-        say(f"bnc: {_shape_text(c)}: held-out int8 accuracy {acc:.3f}")
+        fold_accuracies[tried[-1]] = [k / len(v) for k, (_, v) in zip(correct, splits)]
+        say(f"bnc: {_shape_text(c)}: validated int8 accuracy {acc:.3f}")
     ranked = sorted(tried, key=_rank, reverse=True)
     best = ranked[0]
     clf = _estimator(best, fit_seed, search=False).fit(X, y)
@@ -255,6 +268,7 @@ def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
              "nonzeros": c.nonzeros, "val_int8_accuracy": c.val_accuracy, "model_bytes": c.model_bytes,
              "predicted_cycles": c.predicted_cycles,
              "predicted_latency_ms": round(c.predicted_cycles / f_cpu_hz * 1e3, 4)} for c in ranked[:6]]
+    rows[0]["fold_accuracies"] = fold_accuracies[best]
     info = {
         "family": "bnc",
         "budget_bytes": budget,
@@ -263,7 +277,8 @@ def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
                    "seeded_per_row": best.per_row, "nonzeros": model.nonzeros, "w_dense": model.w_dense,
                    "input_stage": model.input_stage.kind, "random_state": fit_seed},
         "val_accuracy": best.val_accuracy,
-        "validation": "one stratified 25 % hold-out of the training data, int8 model, shortened epochs",
+        "validation": folds.describe() + ", int8 model, shortened epochs",
+        "folds": folds.to_json(),
         "predicted_cycles": cycles,
         "candidates": [asdict(c) for c in tried],
         "chosen_validation": rows[0],

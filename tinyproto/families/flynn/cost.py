@@ -20,67 +20,78 @@ from tinyproto.families.flynn.seeded_index import (
     seeded_walk,
 )
 
-# FlyNN (firmware/tp_flynn.c): cycles per unit, fitted (the method of tools/calibrate_costmodel.py --flynn) on 18
-# FlyNN models from the solver (digits at 1-4 kB and 6-20 ms caps, breast_cancer, wine, segment, iris at 0.5-2 kB,
-# digits28 at 2 and 4 kB; two with M stored) measured in the simulator stage by stage (GPIOR0 markers): all within
-# 2.1 %. The seeded generator's work is counted exactly (the proposal stream is replayed here: patterns,
-# repeat-scan compares, xorshift16 steps); the narrow scan sums GROUP_ROWS rows at once, so its work is per group.
-# The top-rho heap's replacements depend on the input: they enter as their expectation for rows in random order
-# (sum_{j >= rho} rho / (j + 1) after the first rho rows, which are appended and heapified once), each moving
-# expected_sift_levels(rho) levels; when the inputs allow so few distinct rows that they repeat (tie_prone: iris,
-# 4 features, s = 2), a repeated row ties with its twin and never enters, so the replacements are replayed on
-# random inputs over the model's own rows instead (iris at 2 kB: 11.2 replayed, 11.0 on the real test inputs, 33.7
-# expected in random order). The terms of the AVR assembly (FLY_HAND_COUNTS) are instruction counts, not fitted:
-# left free, a fit trades them against the terms they always occur with; several fitted terms come out 0 for the
-# same reason (collinear with others), so the split between terms is not physical: the totals are what is checked.
-# The wide seeded terms (a rotation drawn per row) were refitted on their own, the others held, on the hashing
-# stage of 12 synthetic wide models on random inputs (300-2000 hash inputs, s 3-32, m 200-1500, with and without
-# the split: all within 1.7 %); 9 solver models on digits28 / digits16 at 1-4 kB are then within 1.6 % in total,
-# but for digits16 at 1 kB (-4.0 %: its 3-bit counts' lookup, a term no 3-bit model was fitted on).
+# FlyNN (firmware/tp_flynn.c): cycles per unit of work. The counts follow the C code: the seeded generator's work
+# exactly (the proposal stream is replayed: patterns, repeat-scan compares, xorshift16 steps), the narrow scan's
+# work per GROUP_ROWS rows, the loops avr-gcc unrolls (the input loop for s <= 2, the class loop for two classes),
+# the filter walk per winner (lookup_walk: bit offsets and byte refills; row * (L b) a multiply, a shift or nothing),
+# and the top-rho heap replayed on random inputs over the model's own rows (simulated_heap: a seeded M's rows are
+# rotations of one pattern, not rows in random order, and repeated rows tie). The cycles per unit: the asm hand
+# counts (FLY_HAND_COUNTS) held, the rest fitted stage by stage (GPIOR0 markers) by
+# `tools/calibrate_costmodel.py --flynn-shapes 80` on 80 shapes drawn at random (the benchmark's drawer, seed 1000:
+# 4..784 features, seeded and stored M, split or not, s 1..16, rho 8..64, 1..4 count bits, 2..10 classes), then
+# "fixed" and the bench build's marker writes per sift from the normal build's totals: 66 of the 80 within 3 %,
+# all within 7.2 %. Several fitted terms come out 0 (collinear with others): the split between terms is not
+# physical, the totals are what is checked (tools/bench_costmodel.py, docs/guides/latency-and-cost-model.md).
 FLY_CYCLES = {
-    "fixed": -379,  # calls, set-up, argmin, less the marker writes the stage-by-stage fit charged to the stages
-    "input_seeded": 30,  # per hash input: the two biased copies
-    "input_stored": 13,  # per hash input: one biased copy
-    "block": 0,  # seeded: per block of BLOCK_ROWS rows (call, generator state in and out, its rotation, set-up)
+    "fixed": 91,  # calls, set-up, argmin, less the marker writes the stage-by-stage fit charged to the stages
+    "input_seeded": 27,  # per hash input: the two biased copies
+    "input_stored": 12,  # per hash input: one biased copy
+    "prepare_seeded": 297,  # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
+    "prepare_stored": 14,  # narrow stored M, once: tp_fly_fill's call and loops
+    "block": 475,  # seeded: per block of BLOCK_ROWS rows (call, generator state in and out, its rotation, set-up)
     "byte": 9,  # seeded: per proposal byte drawn (pattern or rotation): fetch and map (asm hand count)
     "prng_step": 11,  # seeded: one xorshift16 step on top of its byte (asm hand count)
     "pattern_proposal": 8,  # seeded: a pattern proposal's sentinel store, scan set-up and verdict (asm)
     "compare": 5,  # seeded: one repeat-scan compare (asm)
     "accept": 5,  # seeded: a pattern proposal taken (asm)
-    "group": 101,  # seeded: per GROUP_ROWS rows summed at once (set-up, four floor tests, loop)
+    "group": 47,  # seeded: per GROUP_ROWS rows summed at once (set-up, four floor tests, loop)
     "take": 21,  # seeded: per pattern offset of a group (one offset, four adjacent inputs: asm hand count)
     "take_loop": 3,  # seeded, s > 32: the counted loop's decrement and branch per offset (asm hand count)
-    "row_stored": 12,
-    "stored_index": 17,  # stored M: one flash index and its add
-    "wide_proposal": 77,  # wide inputs, seeded: one 16-bit proposal (xorshift16 step, 32-bit map)
+    "row_loop": 7,  # per row when s > 2, wide seeded or stored M: the input loop's set-up (avr-gcc unrolls s <= 2)
+    "row_stored": 16,
+    "stored_index": 16,  # stored M: one flash index and its add
+    "wide_proposal": 0,  # wide inputs, seeded: one 16-bit proposal (xorshift16 step, 32-bit map)
     "wide_shift_map": 30,  # wide inputs, seeded, a power-of-two input count: gcc maps a proposal by a shift loop
-    "wide_compare": 14,  # wide inputs, seeded: one repeat-scan compare (C)
-    "wide_take": 22,  # wide inputs: one input of a row read from x in place
-    "wide_stored_index": 35,  # wide inputs, stored M: a 16-bit flash index and its input (estimated, not fitted)
-    "wide_row": 0,  # wide inputs, seeded: per row besides its rotation's proposal
+    "wide_compare": 8,  # wide inputs, seeded: one repeat-scan compare (C)
+    "wide_take": 29,  # wide inputs: one input of a row read from x in place
+    "wide_stored_index": 20,  # wide inputs, stored M: a 16-bit flash index and its input (estimated, not fitted)
+    "wide_row": 39,  # wide inputs, seeded: per row besides its rotation's proposal
     "wide_wrap": 1,  # wide inputs, seeded: an index p + r wrapped past the end
-    "wide_mirror": 12,  # wide inputs with the sign split: a mirrored input
-    "heap_fill": 46,  # per row of the first rho: it leaves the scan and is appended (charged to hashing)
-    "heapify": 64,  # per heap entry: building the heap once (top-rho stage)
-    "heap_call_seeded": 122,  # per expected heap replacement: key, call and return (charged to hashing)
-    "heap_call_stored": 101,
-    "heap_replace": 0,  # per expected heap replacement: the top-rho stage itself
-    "heap_level": 77,  # per expected replacement and heap level
-    "winner": 112,  # lookup: per winner
-    "winner_mul": 61,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
-    "lookup_class": 22,  # lookup: per winner and class, 1-bit filters
-    "lookup_class_lut": 28,  # lookup: per winner and class, b-bit counts through the LUT
+    "wide_mirror": 13,  # wide inputs with the sign split: a mirrored input
+    "heap_fill": 87,  # per row of the first rho: it leaves the scan and is appended (charged to hashing)
+    "heapify": 63,  # per heap entry: building the heap once (top-rho stage)
+    "heap_call_seeded": 91,  # per expected heap replacement: key, call and return (charged to hashing)
+    "heap_call_stored": 66,
+    "heap_replace": 10,  # per expected heap replacement: the top-rho stage itself
+    "heap_level": 75,  # per expected replacement and heap level
+    "winner": 0,  # lookup: per winner
+    "winner_mul": 32,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
+    "winner_shift": 83,  # lookup: per winner when L * b is 2 or 4 (a 32-bit shift, then the offset's shift)
+    "winner_stored": 3,  # lookup: per winner, stored M (avr-gcc allocates tp_predict's registers differently)
+    "class_loop": 43,  # lookup: per winner when L > 2 (avr-gcc unrolls the class loop of two classes)
+    "class_once": 45,  # lookup: per class once: its sum cleared, widened to the int32 score, the argmin step
+    "winner_unaligned": 25,  # lookup: per winner when L * b is not a multiple of 8 (the bit offset is not always 0)
+    "lookup_class": 23,  # lookup: per winner and class, 1-bit filters
+    "lookup_class_lut": 24,  # lookup: per winner and class, b-bit counts through the LUT
+    "lookup_class_bit": 3,  # lookup: per winner, class and count bit (the bit buffer's shift by b)
+    "lookup_align": 0,  # lookup: per bit of a winner's first filter byte shifted to its first count (lookup_walk)
+    "lookup_refill": 32,  # lookup: per filter byte fetched after a winner's first (lookup_walk)
+    "lookup_refill_bit": 17,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
 }
 FLY_HAND_COUNTS = ("byte", "prng_step", "pattern_proposal", "compare", "accept", "take", "take_loop")
+# Held when fitting as well: a wrapped index's one subtract (left free, it trades against the takes: a row's wraps
+# are about half its takes) and the shift map of a power-of-two input count (too few shapes have one).
+FLY_HELD = FLY_HAND_COUNTS + ("wide_shift_map", "wide_wrap")
 # Which FLY_CYCLES terms make up each stage tools/bench_latency.py measures (the rest is "fixed").
 FLY_STAGES = {
-    "prepare": ("input_seeded", "input_stored"),
-    "hashing": ("block", "byte", "prng_step", "pattern_proposal", "compare", "accept", "group", "take",
+    "prepare": ("input_seeded", "input_stored", "prepare_seeded", "prepare_stored"),
+    "hashing": ("row_loop", "block", "byte", "prng_step", "pattern_proposal", "compare", "accept", "group", "take",
                 "take_loop", "row_stored", "stored_index", "wide_proposal", "wide_shift_map", "wide_compare",
                 "wide_take", "wide_row", "wide_stored_index", "wide_wrap", "wide_mirror", "heap_fill",
                 "heap_call_seeded", "heap_call_stored"),
     "top_rho": ("heapify", "heap_replace", "heap_level"),
-    "lookup": ("winner", "winner_mul", "lookup_class", "lookup_class_lut"),
+    "lookup": ("winner", "winner_mul", "winner_shift", "winner_stored", "class_loop", "class_once", "winner_unaligned", "lookup_class", "lookup_class_lut", "lookup_class_bit", "lookup_align",
+               "lookup_refill", "lookup_refill_bit"),
 }
 TAKE_UNROLLED = 32  # tp_flynn.c unrolls the four-row sum up to this s, and loops beyond
 
@@ -98,7 +109,7 @@ class WalkCounts:
     wraps: np.ndarray
     mirrors: np.ndarray  # inputs of the mirrored half (index >= d) in the first m rows
     indices: np.ndarray  # (m_max, s) the rows themselves: tie-prone shapes replay their heap entries
-    _entries: dict = field(default_factory=dict, compare=False, repr=False)  # rho -> simulated_entries
+    _entries: dict = field(default_factory=dict, compare=False, repr=False)  # rho -> simulated_heap
 
     @classmethod
     def replay(cls, seed: int, s: int, n_inputs: int, n_features: int, m_max: int) -> "WalkCounts":
@@ -111,14 +122,19 @@ class WalkCounts:
     def m_max(self) -> int:
         return int(self.pattern_proposals.size - 1)
 
-    def replacements(self, m: int, rho: int) -> float:
-        """Heap replacements of the first m rows: the random-order expectation, or, when the inputs allow so few
-        distinct rows that many repeat (tie_prone), their count replayed on random inputs over these very rows."""
-        if not tie_prone(self.n_inputs, self.s):
-            return expected_heap_replacements(m, rho)
+    def heap_work(self, m: int, rho: int) -> tuple[float, float]:
+        """(replacements, sift levels) of the top-rho heap over the first m rows, replayed on random inputs over
+        these very rows (simulated_heap): rows of a seeded block are rotations of one pattern, so they are not in
+        random order, and repeated rows tie (a tie never enters)."""
+        if min(m, self.m_max) <= rho:
+            return 0.0, 0.0
         if rho not in self._entries:
-            self._entries[rho] = simulated_entries(self.indices, self.n_inputs, rho)
-        return float(self._entries[rho][m])
+            self._entries[rho] = simulated_heap(self.indices, self.n_features, self.n_inputs, rho)
+        entries, levels = self._entries[rho]
+        return float(entries[m]), float(levels[m])
+
+    def replacements(self, m: int, rho: int) -> float:
+        return self.heap_work(m, rho)[0]
 
 
 @lru_cache(maxsize=None)
@@ -134,15 +150,8 @@ def expected_sift_levels(rho: int) -> float:
         for key in stream[rho:].tolist():
             if key <= heap[0]:
                 continue
-            hole, replaced = 0, replaced + 1
-            while 2 * hole + 1 < rho:
-                child = 2 * hole + 1
-                if child + 1 < rho and heap[child + 1] < heap[child]:
-                    child += 1
-                if heap[child] >= key:
-                    break
-                heap[hole], hole, moves = heap[child], child, moves + 1
-            heap[hole] = key
+            replaced += 1
+            moves += _sift(heap, key)
     return moves / max(replaced, 1)
 
 
@@ -152,37 +161,57 @@ def expected_heap_replacements(m: int, rho: int) -> float:
     return rho * (_harmonic(m) - _harmonic(rho)) if m > rho else 0.0
 
 
-TIE_PRONE_ROWS = 4096  # fewer distinct s-subsets of the inputs than this: rows repeat (at solver sizes), and tie
+HEAP_TRIALS = 16  # random input vectors the heap is replayed on (their mean is the prediction)
 
 
-def tie_prone(n_inputs: int, s: int) -> bool:
-    """Whether M's rows must repeat often (iris: 4 features, s = 2 gives 28 distinct rows at most with the split):
-    a repeated row ties with its twin and a tie never enters the heap, so the random-order expectation of heap
-    replacements overestimates them (by 3x on iris at 2 kB)."""
-    return math.comb(n_inputs, s) < TIE_PRONE_ROWS
-
-
-def simulated_entries(indices: np.ndarray, n_inputs: int, rho: int, trials: int = 16) -> np.ndarray:
-    """entries[m]: rows after the first ρ among the first m that enter the top-ρ heap (strictly above its floor),
-    mean over `trials` fixed pseudo-random uint8 input vectors. Which tied row is evicted does not change the
-    floor, so this is the device's count for those inputs."""
+def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int,
+                   trials: int = HEAP_TRIALS) -> tuple[np.ndarray, np.ndarray]:
+    """(entries[m], levels[m]): rows after the first rho among the first m that enter tp_flynn.c's min-heap, and the
+    levels their sifts move, mean over `trials` fixed pseudo-random int8 vectors (hash inputs x, and ~x with the
+    sign split). Keys as on the device: projection, then the lower row; a row enters only strictly above the
+    floor; the first rho rows are heapified bottom-up (their levels are not counted: heapify's term)."""
     m_max = len(indices)
-    entries = np.zeros(m_max + 1)
     if m_max <= rho:
-        return entries
-    U = np.random.default_rng(rho).integers(0, 256, size=(trials, n_inputs))
-    P = U[:, indices].sum(axis=2)  # (trials, m_max)
-    heap = P[:, :rho].copy()
-    floor = heap.min(axis=1)
-    total = 0
-    for j in range(rho, m_max):
-        hit = np.nonzero(P[:, j] > floor)[0]
-        if hit.size:
-            heap[hit, heap[hit].argmin(axis=1)] = P[hit, j]
-            floor[hit] = heap[hit].min(axis=1)
-            total += hit.size
-        entries[j + 1] = total / trials
-    return entries
+        return np.zeros(m_max + 1), np.zeros(m_max + 1)
+    x = np.random.default_rng(rho).integers(-127, 128, size=(trials, n_features))
+    u = np.hstack([x, -x - 1]) if n_inputs > n_features else x
+    P = u[:, indices].sum(axis=2)  # (trials, m_max)
+    keys = P * 65536 + (65535 - np.arange(m_max))[None, :]
+    entered = np.zeros(m_max + 1)
+    moved = np.zeros(m_max + 1)
+    for t in range(trials):
+        heap = _heapified(keys[t, :rho].tolist())
+        row, floor = rho, heap[0] >> 16
+        while row < m_max:  # the floor only rises: a row not above it at a chunk's start never enters in the chunk
+            stop = min(m_max, row + 256)
+            for j in (row + np.nonzero(P[t, row:stop] > floor)[0]).tolist():
+                if P[t, j] > floor:
+                    moved[j + 1] += _sift(heap, int(keys[t, j]))
+                    entered[j + 1] += 1
+                    floor = heap[0] >> 16
+            row = stop
+    return np.cumsum(entered) / trials, np.cumsum(moved) / trials
+
+
+def _sift(heap: list, key: int, hole: int = 0) -> int:
+    """tp_fly_sift: put key at hole and move it down the min-heap; returns the levels it moved."""
+    n, moves = len(heap), 0
+    while 2 * hole + 1 < n:
+        child = 2 * hole + 1
+        if child + 1 < n and heap[child + 1] < heap[child]:
+            child += 1
+        if heap[child] >= key:
+            break
+        heap[hole], hole, moves = heap[child], child, moves + 1
+    heap[hole] = key
+    return moves
+
+
+def _heapified(keys: list) -> list:
+    """tp_fly_heapify: bottom-up, as the device builds the heap of the first rho rows."""
+    for hole in range(len(keys) // 2 - 1, -1, -1):
+        _sift(keys, keys[hole], hole)
+    return keys
 
 
 def _harmonic(n: int) -> float:
@@ -212,38 +241,54 @@ class GeneratorTotals:
     wraps: float
     mirrors: float
     replacements: float | None = None  # heap replacements; None: their expectation for uniform projections
+    levels: float | None = None  # the heap's sift levels; None: their expectation for rows in random order
 
 
 def cost_terms(counts: WalkCounts, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> dict[str, float]:
     """How many times each costed unit of work runs in one FlyNN inference of the first m rows of `counts`' M
     (heap replacements: expected). The one source of both predict_cycles and the solver's ExactCycles."""
+    replacements, levels = counts.heap_work(m, rho)
     return shape_terms(FlyShape(m, counts.s, counts.n_inputs, rho, bits, n_classes, store_M),
                        GeneratorTotals(counts.pattern_proposals[m], counts.compares[m], counts.wraps[m],
-                                       counts.mirrors[m], counts.replacements(m, rho)))
+                                       counts.mirrors[m], replacements, levels))
 
 
 def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
-    """cost_terms from the generator's totals for the shape's m rows (exact from a replay, or expected)."""
+    """cost_terms from the generator's totals for the shape's m rows (exact from a replay, or expected; the heap's
+    replacements and sift levels replayed, or their expectation for rows in random order)."""
     m, s, n_in, rho, bits, L, store_M = (shape.m, shape.s, shape.n_inputs, shape.rho, shape.bits, shape.n_classes,
                                          shape.store_M)
-    pattern_proposals, compares, wraps, mirrors, replacements = (walk.pattern_proposals, walk.compares, walk.wraps,
-                                                                 walk.mirrors, walk.replacements)
+    pattern_proposals, compares, wraps, mirrors, replacements, levels = (
+        walk.pattern_proposals, walk.compares, walk.wraps, walk.mirrors, walk.replacements, walk.levels)
     wide = n_in > WIDE_INPUTS
     if replacements is None:
         replacements = expected_heap_replacements(m, rho)
+    if levels is None:
+        levels = replacements * expected_sift_levels(int(rho))
     terms = {name: 0.0 for name in FLY_CYCLES}
-    terms.update(fixed=1, heap_fill=rho, heapify=rho, heap_replace=replacements,
-                 heap_level=replacements * expected_sift_levels(int(rho)), winner=rho)
+    terms.update(fixed=1, heap_fill=rho, heapify=rho, heap_replace=replacements, heap_level=levels, winner=rho)
     terms["lookup_class" if bits == 1 else "lookup_class_lut"] = rho * L
+    align, refills, refill_bits = lookup_walk(L, bits)
+    terms.update(lookup_class_bit=rho * L * bits, lookup_align=rho * align, lookup_refill=rho * refills,
+                 lookup_refill_bit=rho * refill_bits)
     if (L * bits) & (L * bits - 1):
         terms["winner_mul"] = rho
+    elif (L * bits) % 8:  # row * (L b) is a 32-bit shift, and the bit offset is one of two or four
+        terms["winner_shift"] = rho
+    if (L * bits) % 8:
+        terms["winner_unaligned"] = rho
+    terms["class_once"] = L
+    terms["class_loop"] = rho if L > 2 else 0
+    terms["winner_stored"] = rho if store_M else 0
     terms["wide_mirror"] = float(mirrors) if wide else 0.0
+    if s > 2 and (store_M or wide):
+        terms["row_loop"] = m
     if store_M:
         terms.update(row_stored=m, heap_call_stored=replacements)
         if wide:
             terms["wide_stored_index"] = m * s
         else:
-            terms.update(input_stored=n_in, stored_index=m * s)
+            terms.update(input_stored=n_in, stored_index=m * s, prepare_stored=1)
         return terms
     blocks = -(-m // block_rows(n_in))
     terms.update(block=blocks, heap_call_seeded=replacements)
@@ -254,10 +299,32 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
     else:
         groups = _groups(m)
         drawn = pattern_proposals + blocks  # each block's pattern, then its one rotation
-        terms.update(input_seeded=n_in, byte=drawn, prng_step=(drawn + 1) // 2, pattern_proposal=pattern_proposals,
+        terms.update(input_seeded=n_in, prepare_seeded=1, byte=drawn, prng_step=(drawn + 1) // 2, pattern_proposal=pattern_proposals,
                      compare=compares, accept=blocks * s, group=groups, take=groups * s,
                      take_loop=groups * s if s > TAKE_UNROLLED else 0)
     return terms
+
+
+@lru_cache(maxsize=None)
+def lookup_walk(n_classes: int, bits: int) -> tuple[float, float, float]:
+    """Per winner, what tp_predict's filter walk does besides its per-class work, as the mean over the bit offsets
+    o = (j L b) mod 8 a random winning row j can have (the multiples of gcd(L b, 8)): the first byte is shifted
+    right by o bits, then a byte is fetched whenever fewer than b bits are left, shifted up by the bits left.
+    Returns (first-shift bits, fetches after the first, their shift bits)."""
+    L, b = n_classes, bits
+    offsets = range(0, 8, math.gcd(L * b, 8))
+    align = refills = refill_bits = 0
+    for offset in offsets:
+        have = 8 - offset
+        align += offset
+        for _ in range(L):
+            if have < b:
+                refills += 1
+                refill_bits += have
+                have += 8
+            have -= b
+    n = len(offsets)
+    return align / n, refills / n, refill_bits / n
 
 
 def _groups(m: int) -> int:

@@ -80,9 +80,11 @@ class ExactCycles:
     every prefix m of one seeded M (seed, s, inputs): the proposal stream is replayed once for the largest m (a
     smaller m's M is a prefix of it), so the cost of any m is exact with respect to the cost model and O(1)."""
 
-    def __init__(self, seed: int, s: int, n_inputs: int, m_max: int, n_features: int | None = None):
+    def __init__(self, seed: int, s: int, n_inputs: int, m_max: int, n_features: int):
+        """n_features: the model's inputs (n_inputs = 2 n_features with the sign split): the heap replay draws
+        them and mirrors them as the device does."""
         self.s, self.n_inputs = s, n_inputs
-        self.counts = WalkCounts.replay(seed, s, n_inputs, n_features or n_inputs, m_max)
+        self.counts = WalkCounts.replay(seed, s, n_inputs, n_features, m_max)
 
     @property
     def m_max(self) -> int:

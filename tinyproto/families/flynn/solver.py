@@ -22,19 +22,21 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
-from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.utils import check_random_state
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.folds import Folds
+from tinyproto.core.moments import MomentSums, moment_sums
+from tinyproto.core.moments import standardisation as exact_standardisation
 from tinyproto.families.solving import SolveOptions
 from tinyproto.families.flynn.cost import estimate_cycles
-from tinyproto.families.flynn.pricing import (DEFAULT_CAP, ExactCycles, default_max_ms, fastest_m, largest_m, model_bytes,
-                                              rows_bytes)
+from tinyproto.families.flynn.pricing import (DEFAULT_CAP, WIDE_FEATURES, ExactCycles, default_max_ms, fastest_m,
+                                              largest_m, model_bytes, rows_bytes)
 from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.flynn.train import FlyNNClassifier, project, projection_matrix
-from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, stage_bytes, standardisation
+from tinyproto.core.inputstage import InputStage, centred_stage, choose_input_scale, shared_stage, stage_bytes
 
 F_CPU = 16_000_000
 MIN_HASHES = 16  # fewer hash bits than this is not a FlyNN worth deploying
@@ -44,7 +46,13 @@ RHO_GRID = (8, 16, 32, 64)
 BITS_GRID = (1, 2, 3, 4)
 DECAY_GRID = (0.5, 0.25, 0.1)
 PREPROCESSING = (("feature", True), ("global", True), ("feature", False), ("global", False))
-SHARED_PREPROCESSING = (("shared", True), ("shared", False))  # the central solver only (parties agree on the rest)
+SHARED_PREPROCESSING = (("shared", True), ("shared", False))  # one offset and gain for every feature (4 B)
+# The central solver only, on wide inputs (pixels): the shared stage and a 2- or 4-bit centre per feature
+# ("centred2", "centred4": core.inputstage.centred_stage), which gives back what one offset for every pixel loses
+# (the always-dark border's mirror wins every hash). Federated parties agree on the other stages only
+# (federated.selection), so on narrow data, where federated must equal central, it is not searched.
+CENTRED_PREPROCESSING = (("centred2", True), ("centred2", False), ("centred4", True), ("centred4", False))
+DEVICE_STAGES = ("shared", "centred2", "centred4")  # preprocessings whose stage is built from the raw values
 
 # ---------------------------------------------------------------- candidates and their evaluation
 
@@ -74,13 +82,17 @@ class _Prepared:
     stage: InputStage
 
 
-def _prepare(X: np.ndarray, scaling: str, sign_split: bool) -> _Prepared:
-    """Standardise and quantize as FlyNNClassifier.fit + IntFlyNN.from_classifier will on the same X. "shared":
-    one offset and gain for every feature (4 B instead of 4 B per feature: pixels, same-unit sensors)."""
+def _prepare(X: np.ndarray, scaling: str, sign_split: bool, sums: MomentSums) -> _Prepared:
+    """Standardise and quantize as the deployed model will (its input stage is this one). The mean and scale come
+    from the rows' exact moments (core.moments), as a federation computes them, so a federated model is this one
+    bit for bit. "shared": one offset and gain for every feature (4 B instead of 4 B per feature: pixels,
+    same-unit sensors); "centredB": the same and a B-bit centre per feature (wide inputs, central solver only)."""
     if scaling == "shared":
         stage = shared_stage(X)
+    elif scaling.startswith("centred"):
+        stage = centred_stage(X, int(scaling[len("centred"):]))
     else:
-        mean, scale = standardisation(X, scaling)
+        mean, scale = exact_standardisation(sums, scaling)
         stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
     return _Prepared(scaling, sign_split, hash_inputs(stage.quantize(X), sign_split).astype(np.float64), stage)
 
@@ -120,27 +132,39 @@ def ranked_winners_of_projection(P: np.ndarray, m_values: list[int], k: int) -> 
     return out
 
 
-def _cv_accuracies(
-    winners: np.ndarray, y_index: np.ndarray, folds: np.ndarray, n_classes: int, m: int, weightings: list[tuple[int, float]]
-) -> list[float]:
-    """Cross-validated accuracy of the integer model for each (bits, decay) given every sample's winners."""
+def _cv_accuracies(winners: np.ndarray, y_index: np.ndarray, folds: Folds, n_classes: int, m: int,
+                   weightings: list[tuple[int, float]]) -> list[float]:
+    """Validated accuracy of the integer model for each (bits, decay) given every sample's winners: the correct
+    predictions over every validation part of the yardstick, divided by the rows scored."""
+    correct = _cv_correct(winners, y_index, folds, n_classes, m, weightings)
+    return [int(row.sum()) / folds.n_scored() for row in correct]
+
+
+def _cv_correct(winners: np.ndarray, y_index: np.ndarray, folds: Folds, n_classes: int, m: int,
+                weightings: list[tuple[int, float]]) -> np.ndarray:
+    """(weightings, validation parts) correct predictions: each part's rows scored by the filters counted without
+    that part (FlyNN counts are additive: counts(all) - counts(part))."""
     n, rho = winners.shape
-    n_folds = int(folds.max()) + 1
+    K = folds.n_folds
     flat = (y_index[:, None] * m + winners).reshape(-1)
-    fold_of = np.repeat(folds, rho)
-    per_fold = np.stack([np.bincount(flat[fold_of == f], minlength=n_classes * m) for f in range(n_folds)])
-    total = per_fold.sum(axis=0)
-    held_out = (total[None, :] - per_fold).reshape(n_folds, n_classes, m)  # counts without each fold
-    # t of every winner of every sample for every class, from the filters that did not see the sample: (n, L, ρ)
-    gathered = held_out[folds[:, None, None], np.arange(n_classes)[None, :, None], winners[:, None, :]]
-    out = []
-    for bits, decay in weightings:
-        saturated = np.minimum(gathered, (1 << bits) - 1)
-        if bits == 1:
-            scores = (saturated == 0).sum(axis=2)
-        else:
-            scores = decay_lut(decay, bits)[saturated].sum(axis=2)
-        out.append(float(np.mean(np.argmin(scores, axis=1) == y_index)))
+    out = np.zeros((len(weightings), len(folds.parts())), dtype=np.int64)
+    for r in range(folds.n_repeats):
+        ids = folds.ids[r]
+        fold_of = np.repeat(ids, rho)
+        per_fold = np.stack([np.bincount(flat[fold_of == f], minlength=n_classes * m) for f in range(K)])
+        held_out = (per_fold.sum(axis=0)[None, :] - per_fold).reshape(K, n_classes, m)  # counts without each fold
+        rows = np.flatnonzero(ids < folds.validated)
+        # t of every winner of every scored sample for every class, from the filters that did not see it: (n, L, ρ)
+        gathered = held_out[ids[rows, None, None], np.arange(n_classes)[None, :, None], winners[rows, None, :]]
+        for k, (bits, decay) in enumerate(weightings):
+            saturated = np.minimum(gathered, (1 << bits) - 1)
+            if bits == 1:
+                scores = (saturated == 0).sum(axis=2)
+            else:
+                scores = decay_lut(decay, bits)[saturated].sum(axis=2)
+            hits = np.argmin(scores, axis=1) == y_index[rows]
+            out[k, r * folds.validated:(r + 1) * folds.validated] = np.bincount(ids[rows][hits],
+                                                                               minlength=folds.validated)
     return out
 
 
@@ -165,7 +189,7 @@ def fit_flynn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     latency = ({"max_inference_ms": DEFAULT_CAP} if options.max_latency_ms is None else
                {"max_inference_ms": options.max_latency_ms, "exact_latency": True})
     clf, model, info = search_flynn(X_train, y_train, options.budget_bytes, options.seed, options.progress,
-                                    f_cpu=options.f_cpu_hz, count_limit=limit, **latency)
+                                    f_cpu=options.f_cpu_hz, count_limit=limit, folds=options.folds, **latency)
     if options.learn_on is not None:
         from tinyproto.families.flynn.learning import learn_sizes
 
@@ -183,7 +207,7 @@ def search_flynn(
     *,
     max_inference_ms: float | str | None = DEFAULT_CAP,
     f_cpu: int = F_CPU,
-    n_folds: int = 5,
+    folds: Folds | None = None,
     count_limit: CountLimit | None = None,
     exact_latency: bool = False,
 ) -> tuple[FlyNNClassifier, IntFlyNN, dict]:
@@ -221,9 +245,11 @@ def search_flynn(
     rng = check_random_state(random_state)
     clf_state = int(rng.randint(0, 2**31 - 1))  # the classifier's random_state; it draws M's seed from it
     seed = draw_seed(clf_state)
-    folds = _fold_ids(y_index, n_folds, rng)
+    folds = Folds.standard(X, y, random_state or 0) if folds is None else folds
 
-    prepared = [_prepare(X, scaling, split) for scaling, split in PREPROCESSING + SHARED_PREPROCESSING]
+    sums = moment_sums(X)
+    centred = CENTRED_PREPROCESSING if d > WIDE_FEATURES else ()
+    prepared = [_prepare(X, scaling, split, sums) for scaling, split in PREPROCESSING + SHARED_PREPROCESSING + centred]
     exact_cache: dict[tuple[int, int], ExactCycles] = {}  # one stream replay per (s, inputs)
     tried: dict[Candidate, Candidate] = {}  # without its accuracy -> with it (stage 2 repeats stage 1's grid)
 
@@ -275,12 +301,13 @@ def search_flynn(
         n_inputs_per_hash=best.s,
         n_winners=best.rho,
         decay=best.decay,
-        scaling="global" if best.scaling == "shared" else best.scaling,  # the float view of a shared stage
+        # the float view of a shared stage: one std; of a centred one: one std and each feature's exact mean
+        scaling="global" if best.scaling in DEVICE_STAGES else best.scaling,
         sign_split=best.sign_split,
         random_state=clf_state,  # draws `seed`: the M that was evaluated
     ).fit(X, y)
     model = IntFlyNN.from_classifier(clf, X, y, bits=best.bits, store_M=best.store_M,
-                                     input_stage=chosen_prep.stage if best.scaling == "shared" else None)
+                                     input_stage=chosen_prep.stage)
     nbytes = model.model_bytes()
     if nbytes > budget:  # cannot happen: model_bytes() mirrors carrays(); keep the promise explicit
         raise AssertionError(f"chosen FlyNN has {nbytes} B > budget {budget} B")
@@ -298,10 +325,14 @@ def search_flynn(
         if exact is None or exact.m_max < c.m:
             exact = for_table[(c.s, n_in_c)] = ExactCycles(seed, c.s, n_in_c, c.m, d)
         for_table[c] = exact.cycles(c.m, c.rho, c.bits, L, c.store_M)
+    n_in_best = chosen_prep.U.shape[1]
+    ranked_best = _ranked_winners(chosen_prep.U, seeded_indices(seed, best.m, best.s, n_in_best), [best.m], best.rho)
+    best_parts = _cv_correct(ranked_best[best.m], y_index, folds, L, best.m, [(best.bits, best.decay)])[0]
     rows = [{"n_hashes": c.m, "n_inputs_per_hash": c.s, "n_winners": c.rho, "count_bits": c.bits,
              "decay": c.decay, "store_M": c.store_M, "scaling": c.scaling, "sign_split": c.sign_split,
              "val_int8_accuracy": c.cv_accuracy, "model_bytes": c.model_bytes, "predicted_cycles": for_table[c],
              "predicted_latency_ms": round(for_table[c] / f_cpu * 1e3, 4)} for c in shown]
+    rows[0]["fold_accuracies"] = folds.part_accuracies(best_parts)
     info = {
         "family": "flynn",
         "budget_bytes": budget,
@@ -318,7 +349,8 @@ def search_flynn(
             "seed": seed,
         },
         "cv_accuracy": best.cv_accuracy,
-        "validation": f"{int(folds.max()) + 1}-fold cross-validation of the integer model on the training data",
+        "validation": folds.describe() + ", of the integer model on the training data",
+        "folds": folds.to_json(),
         "estimated_cycles": int(cycles),
         "estimated_ms": cycles / f_cpu * 1e3,
         "max_inference_ms": max_inference_ms,
@@ -339,20 +371,6 @@ def candidate_rank(c: Candidate) -> tuple:
     """The sort key of the solver's choice (the largest wins): the best accuracy; among equals the faster, then
     the smaller model. Public: the federated selection ranks the same candidates by it."""
     return (round(c.cv_accuracy, 9), -c.est_cycles, -c.model_bytes)
-
-
-def _fold_ids(y_index: np.ndarray, n_folds: int, rng: np.random.RandomState) -> np.ndarray:
-    smallest_class = int(np.bincount(y_index).min())
-    k = max(2, min(n_folds, len(y_index)))
-    seed = int(rng.randint(0, 2**31 - 1))
-    if smallest_class >= k:
-        splitter = StratifiedKFold(k, shuffle=True, random_state=seed)
-    else:
-        splitter = KFold(k, shuffle=True, random_state=seed)
-    folds = np.empty(len(y_index), dtype=np.int64)
-    for f, (_, test) in enumerate(splitter.split(np.zeros(len(y_index)), y_index)):
-        folds[test] = f
-    return folds
 
 
 def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit=None,

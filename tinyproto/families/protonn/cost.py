@@ -61,6 +61,17 @@ PN_CYCLES_C = {
 }
 
 
+# The C projection of a row-major W beyond the row kernels' 24-bit bound (d > 511: TP_PN_ASM_ROWS 0) while the
+# distances and scores still run the assembly kernels (D <= 255, m <= 256: TP_PN_ASM 1); the rescale is counted by
+# PN_CYCLES' 32-bit terms. Fitted by tools/calibrate_costmodel.py --protonn-c with PN_CYCLES held.
+PN_C_ROWS_CYCLES = {
+    "c_row": 72,  # per row: tp_pn_row_dot's call and loop
+    "c_mask_byte": 13,  # per bitmap byte: fetch, zero test, pointer step
+    "c_scanned_bit": 10,  # per bit scanned up to a byte's highest set bit: test, shift, input pointer step
+    "c_nonzero": 17,  # per W nonzero: fetch, 8x8 multiply, 32-bit add
+    "c_dense_mac": 23,  # per dense W entry: the C dot product
+}
+
 # The streamed projection (firmware/tp_protonn.c, tp_stream_*: column-major W codes, and tp_predict of a
 # column-major W) and the projection offset of a shared input stage: fitted by tools/calibrate_costmodel.py
 # --wide on 19 synthetic models measured on the simulated Uno (through the chunked device app: a streamed
@@ -118,7 +129,7 @@ def protonn_cost_terms(model) -> dict[str, int]:
     """How many times each costed unit of work runs in one ProtoNN inference (data-independent)."""
     D, m, L, d = model.n_components, model.n_prototypes, model.n_classes, model.n_features
     streamed = model.w_encoding in ("col_bytes", "col_nibbles")
-    if not protonn_uses_asm(model) or (not streamed and not protonn_uses_asm_rows(model)):
+    if not protonn_uses_asm(model):
         return _protonn_c_terms(model)
     terms = {name: 0 for name in PN_CYCLES}
     groups = -(-L // SCORE_GROUP)
@@ -148,6 +159,14 @@ def protonn_cost_terms(model) -> dict[str, int]:
         for name in ("row", "row32", "rshift16", "rshift32", "lshift32", "offset_row", "row_asm", "rshift_asm"):
             terms[name] = 0
         terms.update(_stream_terms(model))
+    elif not protonn_uses_asm_rows(model):  # d > 511: the C row loop, then the asm distances and scores
+        terms.update({name: 0 for name in PN_C_ROWS_CYCLES}, c_row=D)
+        if model.w_dense:
+            terms["c_dense_mac"] = D * d
+        else:
+            mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
+            terms.update(c_mask_byte=int(mask.size), c_scanned_bit=int(sum(int(b).bit_length() for b in mask)),
+                         c_nonzero=int(np.count_nonzero(model.W_q)))
     elif model.w_dense:
         groups = -(-D // DENSE_GROUP)
         terms["dense_mac"] = D * d
@@ -186,14 +205,14 @@ def _protonn_c_terms(model) -> dict[str, int]:
 
 def predict_cycles(model) -> dict:
     terms = protonn_cost_terms(model)
-    table = {**(PN_CYCLES if "dist_term_reg" in terms else PN_CYCLES_C), **PN_STREAM_CYCLES}
+    table = {**(PN_CYCLES if "dist_term_reg" in terms else PN_CYCLES_C), **PN_STREAM_CYCLES, **PN_C_ROWS_CYCLES}
     cycles = {name: count * table[name] for name, count in terms.items()}
     projection = sum(cycles.get(k, 0) for k in ("row", "row32", "rshift16", "rshift32", "lshift32", "row_asm",
                                                 "rshift_asm", "mask_byte", "mask_step",
                                                 "zero_mask_byte", "clear_bit", "scanned_bit", "nonzero",
                                                 "dense_mac", "dense_step", "dense_load", "dense_group",
                                                 "fixed_dense",
-                                                *PN_STREAM_CYCLES))
+                                                *PN_STREAM_CYCLES, *PN_C_ROWS_CYCLES))
     distances = sum(cycles.get(k, 0) for k in ("proto", "wide_index_bit", "dist_term", "dist_step", "fixed_reg",
                                                "proto_reg", "dist_term_reg"))
     scores = sum(cycles.get(k, 0) for k in ("class", "score_term", "score_step", "score_group", "score_load"))

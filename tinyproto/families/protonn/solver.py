@@ -26,13 +26,13 @@ import numpy as np
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.folds import Folds
 from tinyproto.families.solving import SolveOptions
 from tinyproto.families.protonn.quantize import IntProtoNN, drop_unread, quantize_protonn
 from tinyproto.families.protonn.shapes import (STAGES, TABLE_SIZES, Shape, candidate_shapes, fastest_shape,
                                                largest_nnz, minimum_budget, model_bytes, model_cycles)
 from tinyproto.families.protonn.train import ProtoNNClassifier
 
-VALIDATION_FRACTION = 0.2
 # Above this many training rows the shapes are searched on a stratified sample of them (one validation split),
 # and only the chosen shape is refitted on every row: a 10,000 x 784 CSV then trains in well under a minute.
 SEARCH_ROWS = 2000
@@ -130,7 +130,6 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     Every candidate is judged as the int8 model it quantizes to: validation accuracy, bytes, predicted cycles.
     Among the candidates within noise of the best validation accuracy (noise_margin) the fewest predicted cycles
     win, then the fewest bytes."""
-    from sklearn.model_selection import train_test_split
 
     budget_bytes, random_state, progress = options.budget_bytes, options.seed, options.progress
     max_latency_ms, f_cpu_hz = options.max_latency_ms, options.f_cpu_hz
@@ -150,21 +149,19 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     def ms(cycles: float) -> float:
         return 1000.0 * cycles / f_cpu_hz
 
-    X_search, y_search = _search_rows(X_train, y_train, random_state)
-    X_fit, X_val, y_fit, y_val = train_test_split(
-        X_search, y_search, test_size=VALIDATION_FRACTION, stratify=y_search, random_state=random_state
-    )
-    folds = _folds(X_search, y_search, random_state) if len(y_search) == len(y_train) else []
-    _, fit_counts = np.unique(folds[0][1] if folds else y_fit, return_counts=True)
+    folds = options.folds if options.folds is not None else Folds.standard(X_train, y_train, random_state)
+    splits = [(X_train[fit], y_train[fit], X_train[val], y_train[val])
+              for fit, val in _search_splits(folds, y_train, random_state)]
+    X_fit, y_fit, X_val, y_val = splits[0]
+    _, fit_counts = np.unique(y_fit, return_counts=True)
     tried: list[dict] = []
     kept: list[Shape] = []
-    n_val = sum(len(v[3]) for v in folds) if folds else len(y_val)
-
-    splits = folds or [(X_fit, y_fit, X_val, y_val)]
+    part_correct: list[list[int]] = []
+    n_val = sum(len(v[3]) for v in splits)
 
     def evaluate_all(batch: list[Shape]) -> list[dict | None]:
         """Validate a batch of shapes (in options.n_jobs processes when the data is large enough to pay for them)."""
-        results = _map_shapes(batch, splits, budget_bytes, max_cycles, random_state, X_search.size, options.n_jobs)
+        results = _map_shapes(batch, splits, budget_bytes, max_cycles, random_state, X_fit.size, options.n_jobs)
         out = []
         for shape, result in zip(batch, results):
             if result is None:  # even one W nonzero per row is predicted too slow
@@ -172,7 +169,8 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
                 continue
             correct, cycles, nbytes = result
             kept.append(shape)
-            tried.append({**shape.as_dict(n_features), "val_int8_accuracy": correct / n_val, "model_bytes": nbytes,
+            part_correct.append(correct)
+            tried.append({**shape.as_dict(n_features), "val_int8_accuracy": sum(correct) / n_val, "model_bytes": nbytes,
                           "predicted_cycles": cycles, "predicted_latency_ms": round(ms(cycles), 4)})
             out.append(tried[-1])
         return out
@@ -227,12 +225,17 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     info = {
         "chosen": best.as_dict(n_features),
         "candidates": tried,
-        "chosen_validation": tried[chosen_index],
+        "chosen_validation": dict(tried[chosen_index], fold_accuracies=[
+            k / len(v[3]) for k, v in zip(part_correct[chosen_index], splits)]),
+        "validation": folds.describe() + ", int8 model"
+                      + (f" (each fit on at most {SEARCH_ROWS} of its training rows)"
+                         if any(len(s[1]) >= SEARCH_ROWS for s in splits) else ""),
+        "folds": folds.to_json(),
         "runners_up": [tried[i] for i in runners],
         "selection": ("the fewest predicted cycles, then bytes, among the candidates "
                       + (f"within {NOISE_SE:g} standard error ({100 * margin:.2f} points) of"
                          if NOISE_SE else "tied with") + f" the best int8 accuracy over {n_val} "
-                      + ("cross-validated" if folds else "validation") + " samples"),
+                      + "validated samples"),
         "noise_margin": margin,
         "max_latency_ms": max_latency_ms,
         "gamma": float(clf.gamma_),
@@ -242,7 +245,7 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
         "input_stage_probe": {k: (None if v is None else {"val_int8_accuracy": v["val_int8_accuracy"],
                                                           "model_bytes": v["model_bytes"]})
                               for k, v in stage_probe.items()},
-        "search_rows": int(len(y_search)),
+        "search_rows": int(max(len(s[1]) for s in splits)),
         "w_encoding": model.w_encoding,
         "features_kept": model.n_features,
         # the raw columns the device receives, in order (None: all): the C API and the sketch take these only
@@ -252,21 +255,21 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
 
 
 RUNNERS_UP = 5
-VALIDATION_FOLDS = 3  # > 1: stratified K-fold cross-validation of every candidate; else one VALIDATION_FRACTION split
 
 
 PARALLEL_MIN_VALUES = 200_000  # below this many training values a second process costs more than it saves
 
 
 def _validate_shape(shape: Shape, splits: list, budget_bytes: int, max_cycles, seed: int):
-    """(correct predictions, max predicted cycles, max bytes) of a shape over the splits, or None if too slow."""
-    correct = cycles = nbytes = 0
+    """(correct predictions per split, max predicted cycles, max bytes) of a shape, or None if too slow."""
+    correct: list[int] = []
+    cycles = nbytes = 0
     for Xf, yf, Xv, yv in splits:
         _, model = fit_shape(shape, Xf, yf, seed)
         model = enforce_latency(enforce_budget(model, budget_bytes), max_cycles)
         if model is None:
             return None
-        correct += int(np.sum(model.predict(Xv) == yv))
+        correct.append(int(np.sum(model.predict(Xv) == yv)))
         cycles, nbytes = max(cycles, model_cycles(model)), max(nbytes, model_bytes(model))
     return correct, cycles, nbytes
 
@@ -284,25 +287,20 @@ def _map_shapes(shapes: list[Shape], splits: list, budget_bytes: int, max_cycles
         delayed(_validate_shape)(s, splits, budget_bytes, max_cycles, seed) for s in shapes)
 
 
-def _search_rows(X, y, random_state) -> tuple[np.ndarray, np.ndarray]:
-    """All training rows, or a stratified sample of SEARCH_ROWS of them (deterministic for the seed)."""
-    if len(y) <= SEARCH_ROWS:
-        return X, y
+def _search_splits(folds, y: np.ndarray, random_state: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The yardstick's (training rows, validation rows), each training part cut to a stratified sample of
+    SEARCH_ROWS rows when larger (deterministic for the seed): every row of each part is still validated."""
     from sklearn.model_selection import train_test_split
 
-    X_s, _, y_s, _ = train_test_split(X, y, train_size=SEARCH_ROWS, stratify=y, random_state=random_state)
-    return X_s, y_s
-
-
-def _folds(X, y, random_state) -> list[tuple]:
-    """(X_fit, y_fit, X_val, y_val) per fold, or [] for the single split."""
-    from sklearn.model_selection import StratifiedKFold
-
-    k = min(VALIDATION_FOLDS, int(np.unique(y, return_counts=True)[1].min()))
-    if k < 2:
-        return []
-    splitter = StratifiedKFold(k, shuffle=True, random_state=random_state)
-    return [(X[a], y[a], X[b], y[b]) for a, b in splitter.split(X, y)]
+    out = []
+    for fit, val in folds.splits():
+        if len(fit) > SEARCH_ROWS:
+            counts = np.unique(y[fit], return_counts=True)[1]
+            fit, _ = train_test_split(fit, train_size=SEARCH_ROWS, random_state=random_state,
+                                      stratify=y[fit] if counts.min() >= 2 else None)
+            fit = np.sort(fit)
+        out.append((fit, val))
+    return out
 
 
 def _refuse(X_fit, y_fit, X_val, y_val, n_features, n_classes, budget_bytes, max_latency_ms, random_state, ms):

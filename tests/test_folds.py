@@ -1,0 +1,98 @@
+"""The validation yardstick (tinyproto.core.folds): a row's fold follows from the row, so compile and every
+partition of the rows into parties draw the same folds, balanced per class; and federated training without DP
+deploys exactly the model compile deploys from the pooled rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinyproto.core.folds import Folds, Plan, assign, bin_folds, class_bins, row_keys
+
+
+def _table(n=600, d=5, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d)), rng.integers(0, classes, size=n)
+
+
+def test_folds_are_deterministic_seeded_and_follow_the_rows_not_their_order():
+    X, y = _table()
+    a = Folds.standard(X, y, 0)
+    assert np.array_equal(a.ids, Folds.standard(X, y, 0).ids)
+    assert not np.array_equal(a.ids, Folds.standard(X, y, 1).ids)
+    order = np.random.default_rng(5).permutation(len(y))
+    shuffled = Folds.standard(X[order], y[order], 0)
+    assert np.array_equal(shuffled.ids, a.ids[:, order])
+
+
+def test_parties_summing_their_histograms_place_every_row_as_the_pooled_rows_do():
+    X, y = _table(n=900)
+    classes, y_index = np.unique(y, return_inverse=True)
+    pooled = Folds.standard(X, y, 3)
+    parties = np.array_split(np.random.default_rng(1).permutation(len(y)), 7)
+    plan = Plan.for_rows(len(y))
+    keys = [row_keys(X[p], y[p], 3, plan.n_repeats) for p in parties]
+    histogram = sum(class_bins(k, y_index[p], len(classes)) for k, p in zip(keys, parties))
+    folds_of_bins = bin_folds(histogram, plan.n_folds)
+    for k, p in zip(keys, parties):
+        assert np.array_equal(assign(k, y_index[p], folds_of_bins), pooled.ids[:, p])
+
+
+def test_every_class_is_spread_evenly_over_the_folds():
+    X, y = _table(n=1500, classes=5)
+    folds = Folds.standard(X, y, 0)
+    for r in range(folds.n_repeats):
+        for c in np.unique(y):
+            per_fold = np.bincount(folds.ids[r][y == c], minlength=folds.n_folds)
+            assert per_fold.max() - per_fold.min() <= 2, per_fold  # within a bin's rows of exact
+
+
+def test_duplicates_share_a_fold_and_do_not_break_the_balance():
+    X, y = _table(n=300)
+    X, y = np.concatenate([X, X, X[:50]]), np.concatenate([y, y, y[:50]])  # every row at least twice
+    folds = Folds.standard(X, y, 0)
+    assert np.array_equal(folds.ids[:, :300], folds.ids[:, 300:600])
+    sizes = np.bincount(folds.ids[0], minlength=folds.n_folds)
+    assert sizes.min() > 0.8 * len(y) / folds.n_folds
+    assert all(len(v) and len(t) for t, v in folds.splits())
+
+
+def test_small_data_is_repeated_and_large_data_held_out():
+    assert Plan.for_rows(133).n_repeats > 1 and Plan.for_rows(133).validated == Plan.for_rows(133).n_folds
+    assert Plan.for_rows(5000) == Plan(Plan.for_rows(5000).n_folds, 1, 1)
+
+
+def _federate_and_compile(tmp_path: Path, data: str, parties: int, split: str) -> dict:
+    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.federate import federate_model
+
+    from tinyproto import families
+
+    federated_family = families.learnable_names()[0]  # the family federated training trains
+    compile_model(data, federated_family, "2kB", 0, out=tmp_path / "central", jobs=1)
+    federated = federate_model(data, parties, backend="local", split_spec=split, out=tmp_path / "federated")
+    report = federated.report
+    same_header = ((tmp_path / "central/include/tinyproto_model.h").read_bytes()
+                   == (tmp_path / "federated/include/tinyproto_model.h").read_bytes())
+    central_json = json.loads((tmp_path / "central/model.json").read_text())
+    federated_json = json.loads((tmp_path / "federated/model.json").read_text())
+    return {"report": report, "same_header": same_header,
+            "same_int_model": central_json["int_model"] == federated_json["int_model"]}
+
+
+@pytest.mark.parametrize("data,parties,split", [("digits", 1, "iid"), ("digits", 5, "by-class"),
+                                                ("segment", 8, "dirichlet:0.3")])
+def test_federated_without_dp_is_the_model_compile_deploys(tmp_path, data, parties, split):
+    out = _federate_and_compile(tmp_path, data, parties, split)
+    assert out["same_int_model"] and out["same_header"]
+    assert out["report"]["identical_to_compile"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("data,split", [("digits", "iid"), ("segment", "dirichlet:0.3")])
+def test_a_thousand_parties_still_deploy_compiles_model(tmp_path, data, split):
+    out = _federate_and_compile(tmp_path, data, 1000, split)
+    assert out["same_int_model"] and out["same_header"] and out["report"]["identical_to_compile"] is True

@@ -1,0 +1,80 @@
+"""Every field of a model directory is checked against the model it holds (families.model_dir_disagreement):
+model.json's family and budget, report.json's family, sizes, hash, bytes, budget and board, the test vectors'
+shapes. An inconsistent directory is refused in one line by every verb that reads it, never validated or
+reported under the wrong name."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tinyproto import families
+from tinyproto.core.modeldir import load_model_dir
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    from tinyproto.pipeline.compile import compile_model
+
+    out = tmp_path_factory.mktemp("consistency") / "m"
+    compile_model("iris", "flynn", "1kB", 0, "uno", out)
+    return out
+
+
+def _other_family(name: str) -> str:
+    return next(n for n in families.names() if n != name)
+
+
+def _edit_json(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data, indent=2))
+
+
+EDITS = {
+    "model.json family": ("model.json", lambda d: d.update(family=_other_family(d["family"]))),
+    "report.json model": ("report.json", lambda d: d.update(model=_other_family(d["model"]))),
+    "report.json n_features": ("report.json", lambda d: d.update(n_features=d["n_features"] + 1)),
+    "report.json n_classes": ("report.json", lambda d: d.update(n_classes=d["n_classes"] + 1)),
+    "report.json model_hash": ("report.json", lambda d: d.update(model_hash="0x00000001")),
+    "report.json model_bytes": ("report.json", lambda d: d.update(model_bytes=d["model_bytes"] - 1)),
+    "report.json budget_bytes": ("report.json", lambda d: d.update(budget_bytes=d["budget_bytes"] * 2)),
+    "report.json board": ("report.json", lambda d: d.update(board="nano")),
+    "budget below the model": ("both", None),
+    "vectors of another width": ("npz", None),
+}
+
+
+def test_a_consistent_directory_passes(compiled):
+    model_dir = load_model_dir(compiled)
+    assert families.model_dir_disagreement(model_dir, families.load_int_model(model_dir)) is None
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_every_disagreement_is_refused(compiled, tmp_path, edit):
+    m = tmp_path / "m"
+    shutil.copytree(compiled, m)
+    where, change = EDITS[edit]
+    if where == "both":
+        nbytes = json.loads((m / "report.json").read_text())["model_bytes"]
+        _edit_json(m / "model.json", lambda d: d.update(budget_bytes=nbytes - 1))
+        _edit_json(m / "report.json", lambda d: d.update(budget_bytes=nbytes - 1))
+    elif where == "npz":
+        with np.load(m / "test_vectors.npz") as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays["X_raw"] = np.hstack([arrays["X_raw"], arrays["X_raw"][:, :1]])
+        arrays["xq"] = np.hstack([arrays["xq"], arrays["xq"][:, :1]])
+        np.savez(m / "test_vectors.npz", **arrays)
+    else:
+        _edit_json(m / where, change)
+    for verb in (["export", m, "--arduino", "--out", tmp_path / "lib"], ["report", m], ["build", m]):
+        result = subprocess.run([sys.executable, "-m", "tinyproto", *map(str, verb)], capture_output=True,
+                                text=True, timeout=600)
+        assert result.returncode == 1, (verb, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "inconsistent" in result.stderr or "damaged" in result.stderr, result.stderr

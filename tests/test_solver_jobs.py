@@ -1,0 +1,26 @@
+"""Compile on every core: the solvers validate candidates in worker processes, and the model (its header, byte
+for byte) does not depend on how many."""
+
+from __future__ import annotations
+
+import pytest
+
+from tinyproto import families
+from tinyproto.families.solving import default_jobs
+
+
+@pytest.mark.parametrize("name", families.names())
+def test_the_header_is_the_same_with_one_and_two_workers(tmp_path, name):
+    from tinyproto.pipeline.compile import compile_model
+
+    headers = []
+    for jobs in (1, 2):
+        compile_model("wine", name, "1kB", 0, out=tmp_path / f"j{jobs}", jobs=jobs)
+        headers.append((tmp_path / f"j{jobs}/include/tinyproto_model.h").read_bytes())
+    assert headers[0] == headers[1]
+
+
+def test_the_default_is_every_usable_core():
+    import os
+
+    assert default_jobs() == len(os.sched_getaffinity(0))

@@ -1,0 +1,140 @@
+"""What tinyproto wrote in a directory, and so may replace: the manifest (`.tinyproto`: every path written, with
+its sha256 where the content is fixed, and the outputs rewritten in place), the names of the lock and of scratch
+directories, and the entries that are not tinyproto's.
+
+The rules, in one place:
+- tinyproto replaces a directory only if every entry in it is covered by its manifest and unchanged since
+  tinyproto wrote it; anything else (the user's CSV, an edited source) makes it refuse, naming the entry.
+- A replacement is prepared in a scratch directory beside the target and swapped in with one atomic rename,
+  so a kill leaves either the old or the new directory, never half of one. Scratch directories of dead
+  runs (their lock is free) are removed by the next run.
+- Every command that writes a directory holds its lock; a second one is refused at once.
+core/outdir.py enforces them (locks, pre-flight checks, the atomic swap). Layer: core.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.safe_io import MAX_JSON_BYTES, file_sha256, write_json
+
+MANIFEST = ".tinyproto"
+LOCK = ".tinyproto.lock"
+SCRATCH_PREFIX = ".tinyproto-tmp-"  # short and independent of --out's name, so any usable name works
+NAME_MAX = 255
+# Every entry a command (re)writes in place inside a directory tinyproto made (record_outputs): build's .pio and
+# build.json, validate's journal and summary, learn's projects, report's page and figures, sweep's files. The
+# manifest's `owned` list is honoured only for these, so an edited manifest cannot hand a user's file to tinyproto.
+OWNED_NAMES = frozenset({".pio", "build.json", "validation.json", "validation.jsonl", ".validation.jsonl.new",
+                         "learning", "learned", "learn.json", "report.html", ".report.html.tmp", "figures",
+                         "sweep.json", "results.jsonl", ".results.jsonl.tmp", "points"})
+
+
+def read_manifest(directory: Path) -> dict | None:
+    path = directory / MANIFEST
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            return None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("written_by") != "tinyproto" or not isinstance(data.get("files"), dict):
+        return None
+    owned = data.get("owned", [])
+    if not isinstance(owned, list) or not all(isinstance(name, str) for name in owned):
+        return None
+    return data
+
+
+def write_manifest(directory: Path) -> None:
+    """Record every file now under `directory` with its sha256 (called last when a directory is created)."""
+    files = {}
+    for path in sorted(Path(directory).rglob("*")):
+        rel = path.relative_to(directory).as_posix()
+        if path.is_file() and not path.is_symlink() and rel not in (MANIFEST, LOCK):
+            files[rel] = file_sha256(path)
+    write_json(Path(directory) / MANIFEST, {"written_by": "tinyproto", "version": 1, "files": files})
+
+
+def record_outputs(directory: Path, *names: str) -> None:
+    """Add entries tinyproto (re)writes in place to the manifest: a file whose content changes from run to run
+    (build.json, validation.jsonl) or a whole tree (.pio, learning/): covered whatever its content."""
+    unknown = set(names) - OWNED_NAMES
+    if unknown:
+        raise ValueError(f"record_outputs: {sorted(unknown)} missing from OWNED_NAMES")
+    directory = Path(directory)
+    for name in names:  # called by every writer before it writes: nothing is written through a planted link
+        check_output_entry(directory / name)
+    data = read_manifest(directory)
+    if data is None:
+        return  # a directory from before manifests: nothing to extend, and replacing it stays refused
+    owned = set(data.get("owned", [])) | set(names)
+    if owned != set(data.get("owned", [])):
+        write_json(directory / MANIFEST, {**data, "owned": sorted(owned)})
+
+
+MAX_OUTPUT_ENTRIES = 100_000  # a tree of outputs larger than this is not one tinyproto wrote (.pio holds ~20)
+
+
+def check_output_entry(path: Path) -> None:
+    """Refuse to write `path` (an output tinyproto rewrites in place) when it, or anything inside it, is a symbolic
+    link or a special file: someone else put it there, and writing would go through it to another file."""
+    if not os.path.lexists(path):
+        return
+    entries = [path]
+    if path.is_dir() and not path.is_symlink():
+        for count, (folder, dirs, files) in enumerate(os.walk(path)):  # os.walk does not follow links
+            if count > MAX_OUTPUT_ENTRIES:
+                break
+            entries.extend(Path(folder) / name for name in dirs + files)
+    for entry in entries:
+        try:
+            mode = os.lstat(entry).st_mode
+        except OSError:
+            continue  # vanished meanwhile: nothing to write through
+        if stat.S_ISLNK(mode) or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+            raise TinyprotoError(f"{entry} is {kind}, where tinyproto writes its output; tinyproto did not make "
+                                 "it and will not write through it: move it away, nothing was written")
+
+
+def foreign_entries(directory: Path, limit: int = 3) -> list[str]:
+    """Entries of `directory` that tinyproto did not write or that changed since it wrote them."""
+    directory = Path(directory)
+    data = read_manifest(directory)
+    if data is None:
+        entries = sorted(p.name for p in directory.iterdir())
+        return entries[:limit] if entries else []
+    files, owned = data["files"], set(data.get("owned", [])) & OWNED_NAMES
+    foreign: list[str] = []
+
+    def covered(rel: str) -> bool:
+        return any(rel == o or rel.startswith(o + "/") for o in owned)
+
+    def walk(folder: Path) -> None:
+        for entry in sorted(folder.iterdir()):
+            if len(foreign) >= limit:
+                return
+            rel = entry.relative_to(directory).as_posix()
+            if rel in (MANIFEST, LOCK) or covered(rel):
+                continue
+            if entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
+                foreign.append(rel)
+            elif entry.is_dir():
+                if not any(f.startswith(rel + "/") for f in files):
+                    foreign.append(rel + "/")
+                else:
+                    walk(entry)
+            elif rel not in files:
+                foreign.append(rel)
+            elif files[rel] != file_sha256(entry):
+                foreign.append(f"{rel} (changed since tinyproto wrote it)")
+
+    walk(directory)
+    return foreign

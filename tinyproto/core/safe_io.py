@@ -1,0 +1,112 @@
+"""Reading and writing the files tinyproto reads back, safely: regular files only (a FIFO or a device in a file's
+place is refused, never blocked on), bounded sizes, one clear line per problem, and JSON written through a
+temporary file and a rename so a reader never sees half a file. Layer: core.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from tinyproto.core import strict_json
+from tinyproto.core.errors import TinyprotoError
+
+MAX_JSON_BYTES = 64 * 1024 * 1024
+
+
+def _regular_file(path: Path, what: str) -> os.stat_result:
+    """stat() of a regular file, or a one-line error (a FIFO or a device would block or never end)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise TinyprotoError(f"{path} is missing ({what})") from None
+    except OSError as exc:
+        raise TinyprotoError(f"cannot read {path} ({what}): {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise TinyprotoError(f"{path} is not a regular file ({what})")
+    return info
+
+
+def check_regular_file(path: Path, what: str) -> None:
+    """One clear error unless `path` is a regular file (checked before a reader could block on a FIFO)."""
+    _regular_file(path, what)
+
+
+def read_json(path: Path, what: str, strict: bool = False) -> dict:
+    """A JSON object from a regular file of sane size, or one clear line saying what is wrong with it.
+
+    strict (the files tinyproto rebuilds a model from): no NaN / Infinity literals or numbers that overflow to
+    infinity, no key given twice (which value wins is the parser's whim) and no text that is not Unicode (a lone
+    surrogate escape), so every later int() / float() / encode() of a field gets an ordinary value."""
+    info = _regular_file(path, what)
+    if info.st_size > MAX_JSON_BYTES:
+        raise TinyprotoError(f"{path} is {info.st_size} bytes, too large for {what}")
+    with _open_regular(path, what) as handle:  # non-blocking: a FIFO swapped in after the check cannot hang us
+        raw = handle.read(MAX_JSON_BYTES + 1)
+    try:
+        data = strict_json.loads(raw.decode("utf-8")) if strict else json.loads(raw.decode("utf-8"))
+    except (UnicodeError, ValueError, RecursionError) as exc:
+        raise TinyprotoError(f"{path} is damaged: not valid JSON ({what}): {str(exc)[:80]}") from None
+    if not isinstance(data, dict):
+        raise TinyprotoError(f"{path} is damaged: expected a JSON object ({what})")
+    return data
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write JSON via a temporary file and a rename: a reader never sees half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _open_regular(path: Path, what: str):
+    """A binary reader on a regular file. Opened non-blocking and checked on the descriptor, so a FIFO or a
+    device put in a file's place (or swapped in after a check) is refused instead of blocking or never ending."""
+    _regular_file(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise TinyprotoError(f"cannot read {path} ({what}): {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TinyprotoError(f"{path} is not a regular file ({what})")
+    return os.fdopen(fd, "rb")
+
+
+def read_text_file(path: Path, what: str, limit: int = MAX_JSON_BYTES) -> str:
+    """The text of a regular file of at most `limit` bytes (undecodable bytes replaced), or one clear error."""
+    with _open_regular(path, what) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TinyprotoError(f"{path} is over {limit} bytes, too large for {what}")
+    return data.decode("utf-8", errors="replace")
+
+
+def read_bytes_file(path: Path, what: str, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, or one clear error (never blocks on a FIFO)."""
+    with _open_regular(path, what) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TinyprotoError(f"{path} is over {limit} bytes, too large for {what}")
+    return data
+
+
+def file_sha256(path: Path, what: str = "a file to check") -> str:
+    digest = hashlib.sha256()
+    with _open_regular(path, what) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

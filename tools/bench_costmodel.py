@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""The cost models against the simulator, on shapes drawn at random: predicted vs measured cycles per inference.
+
+Draws --shapes shapes (seeded) across the four families, input widths (4 to 784 features), W / M layouts
+(ProtoNN: dense, bitmap and column-coded W, with and without a projection offset; FlyNN: seeded or stored M,
+narrow or wide, with and without the sign split; BNC: dense, bitmap or seeded W; Bloom: any k and m) and boards
+(the 16 MHz Uno and the 8 MHz Pro Mini), gives each random contents, builds its firmware for the simulated
+board and measures every inference exactly from the simulator's GPIOR0 cycle markers: the span of the timed call
+(GPIOR0 = 1 .. 2) less the span of the empty calibration call (17 .. 18) the firmware subtracts from its own
+Timer1 figure, summed over a vector's chunks for a streaming family. Every score is compared with the numpy
+reference. Prints one row per shape (predicted, measured, error %) and per family the largest |error| and the
+share of shapes within 3 % (COST_MODEL_TOLERANCE, the headroom --max-latency keeps).
+
+    nice -n 10 python tools/bench_costmodel.py --shapes 200 --cache build/costmodel-bench.json
+    python tools/bench_costmodel.py --shapes 12             # a quick run
+    python tools/bench_costmodel.py --families flynn --shapes 40 --seed 3
+
+Measurements are cached (--cache, keyed by each shape, its board and the runtime sources' digest), so a refit of
+the constants re-prints the table without rebuilding; a change to firmware/ re-measures. Builds call avr-gcc
+directly with the project's flags (one compiler call per firmware, no PlatformIO start-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's tinyproto
+sys.path.insert(0, str(REPO / "tools"))
+
+from tinyproto import families  # noqa: E402
+from tinyproto.core.boards import load_board  # noqa: E402
+from tinyproto.core.cost import COST_MODEL_TOLERANCE  # noqa: E402
+from tinyproto.core.inputstage import InputStage  # noqa: E402
+from tinyproto.core.wire import n_chunks  # noqa: E402
+
+BOARDS = ("uno", "pro_mini_3v3")  # 16 MHz and 8 MHz
+FAMILIES = ("protonn", "flynn", "bnc", "bloom")
+N_VECTORS = 4  # random int8 vectors per shape; the cost model predicts their mean
+MARK_START, MARK_CALIBRATE = 1, 17
+
+
+# ---------------------------------------------------------------- drawing shapes
+
+
+def draw_width(rng) -> int:
+    """Log-uniform over 4..784 features, with the narrow / wide boundaries (64, 128, 256) well covered."""
+    return int(round(math.exp(rng.uniform(math.log(4), math.log(784)))))
+
+
+def _stage(rng, d: int) -> InputStage:
+    if rng.random() < 0.5:
+        return InputStage.shared(127.5, 127 / 127.5, d)
+    return InputStage.from_standardisation(rng.normal(size=d), rng.uniform(0.5, 2, size=d), 0.03)
+
+
+def draw_protonn(rng, d: int) -> tuple[dict, object]:
+    from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
+    from tinyproto.families.protonn.shapes import (
+        DIMENSIONS,
+        PROTOS_PER_CLASS,
+        TABLE_SIZES,
+    )
+
+    L = int(rng.integers(2, 11))
+    D = int(rng.choice(DIMENSIONS))
+    m = int(min(L * rng.choice(PROTOS_PER_CLASS), 200))
+    layout = str(rng.choice(["dense", "sparse", "column"] if d > 16 else ["dense", "sparse"]))
+    if layout == "dense":
+        W = rng.integers(-127, 128, size=(D, d))
+    elif layout == "sparse":
+        W = rng.integers(-127, 128, size=(D, d)) * (rng.random((D, d)) < rng.choice([0.05, 0.1, 0.25, 0.5]))
+    else:  # one weight per feature (column-coded) and a few extra
+        W = np.zeros((D, d), dtype=np.int64)
+        W[rng.integers(0, D, size=d), np.arange(d)] = rng.integers(1, 128, size=d)
+        extra = rng.choice(D * d, size=int(rng.choice([0.0, 0.1, 0.3]) * d), replace=False)
+        W.flat[extra] = rng.integers(1, 128, size=extra.size) * rng.choice([-1, 1], size=extra.size)
+    W[np.arange(D), rng.integers(0, d, size=D)] = rng.integers(1, 128, size=D)  # no row all zero
+    shared = bool(rng.random() < 0.5)
+    stage = InputStage.shared(127.5, 1.0, d) if shared else InputStage.from_standardisation(
+        np.zeros(d), np.ones(d), 1 / 32)
+    offset = rng.integers(-300, 300, size=D).astype(np.int16) if shared and rng.random() < 0.7 else None
+    gamma = float(rng.choice([0.05, 0.01, 0.002, 0.0005]))
+    table, shift = kernel_table(gamma=gamma, b_scale=1.0, size=int(rng.choice(TABLE_SIZES)))
+    model = IntProtoNN(list(range(L)), stage, W.astype(np.int8), rng.integers(-60, 61, size=(m, D)).astype(np.int8),
+                       rng.integers(-127, 128, size=(m, L)).astype(np.int8), proj_shift=int(rng.integers(-2, 15)),
+                       table=table, table_shift=shift, scales={}, offset=offset)
+    return {"layout": f"{model.w_encoding}{'+offset' if offset is not None else ''}", "D": D, "m": m, "L": L}, model
+
+
+def draw_flynn(rng, d: int) -> tuple[dict, object]:
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.solver import DECAY_GRID, RHO_GRID, S_GRID
+    from tinyproto.families.flynn.seeded_index import seeded_indices
+
+    split = bool(rng.random() < 0.6)
+    n_in = 2 * d if split else d
+    s = int(min(rng.choice((1,) + S_GRID), n_in))
+    rho = int(rng.choice(RHO_GRID))
+    bits = int(rng.integers(1, 5))
+    L = int(rng.integers(2, 11))
+    store = bool(rng.random() < 0.4)
+    per_row = s * (2 if n_in > 256 else 1) if store else 0  # flash bytes of a stored row
+    m_max = min(4096, (14000 * 8) // (L * bits + 8 * per_row))
+    m_min = max(16, 2 * rho)
+    if m_max < m_min:
+        rho, m_min = 8, 16
+    m = int(round(math.exp(rng.uniform(math.log(m_min), math.log(max(m_min, m_max))))))
+    seed = int(rng.integers(1, 65536))
+    decay = float(rng.choice(DECAY_GRID)) if bits > 1 else 1.0
+    model = IntFlyNN(list(range(L)), _stage(rng, d), split, seed, seeded_indices(seed, m, s, n_in), rho, bits,
+                     rng.integers(0, 1 << bits, size=(L, m)), decay, store)
+    layout = f"{'stored' if store else 'seeded'}{'+split' if split else ''}"
+    return {"layout": layout, "m": m, "s": s, "rho": rho, "bits": bits, "L": L}, model
+
+
+def draw_bnc(rng, d: int) -> tuple[dict, object]:
+    from calibrate_costmodel import bnc_shape_model
+
+    from tinyproto.families.bnc.solver import (
+        BITS_GRID,
+        DENSITY_GRID,
+        SEEDED_GRID,
+        WIDE_FEATURES,
+    )
+
+    L = int(rng.integers(2, 11))
+    r = int(rng.choice(BITS_GRID))
+    seeded = d > WIDE_FEATURES and rng.random() < 0.5
+    K = int(min(rng.choice(SEEDED_GRID), d)) if seeded else 0
+    density = 0.0 if seeded else float(rng.choice(DENSITY_GRID + (1.0 / d,)))
+    m = int(rng.integers(L, max(L + 1, min(300, 8 * L * int(rng.integers(1, 5))))))
+    stage = str(rng.choice(["feature", "shared"]))
+    model = bnc_shape_model(d, r, m, L, density, K, stage, 0, int(rng.integers(0, 2**31)))
+    layout = f"seeded K={K}" if K else ("dense" if density == 1.0 else f"sparse {density:.3g}")
+    return {"layout": layout, "r": r, "m": m, "L": L}, model
+
+
+def draw_bloom(rng, d: int) -> tuple[dict, object]:
+    from calibrate_costmodel import bloom_shape_model
+
+    from tinyproto.families.bloom.solver import K_CANDIDATES, MAX_SLOTS
+
+    L = int(rng.integers(2, 11))
+    k = int(rng.choice(K_CANDIDATES))
+    m = int(rng.integers(8, MAX_SLOTS + 1))
+    stage = str(rng.choice(["feature", "shared"]))
+    model = bloom_shape_model(d, k, m, L, stage, 0, int(rng.integers(0, 2**31)))
+    return {"layout": f"k={k}", "m": m, "L": L}, model
+
+
+DRAW = {"protonn": draw_protonn, "flynn": draw_flynn, "bnc": draw_bnc, "bloom": draw_bloom}
+
+
+def fits(model, board) -> bool:
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.pipeline.compile import check_fits_board
+
+    try:
+        check_fits_board(model, board)
+    except TinyprotoError:
+        return False
+    flash = sum(a.nbytes for a in model.carrays())
+    return flash <= 20_000  # the runtime and the app need the rest of the 32 kB
+
+
+def draw_shapes(n: int, seed: int, family_names, boards) -> list[dict]:
+    """n shapes, round-robin over the families (each draw redrawn until it fits its board)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        family = family_names[i % len(family_names)]
+        board = str(boards[int(rng.integers(0, len(boards)))])
+        for _ in range(100):
+            d = draw_width(rng)
+            spec, model = DRAW[family](rng, d)
+            if fits(model, load_board(board)):
+                break
+        out.append(dict(spec, name=f"{family}-{i:03d}", family=family, d=model.n_features, board=board, model=model,
+                        xseed=int(rng.integers(0, 2**31))))
+    return out
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def runtime_digest() -> str:
+    """The firmware sources' digest: a cached measurement is valid only for the same runtime. The input stage
+    (tp_input.c) runs outside the timed call (PREDICT sends int8 inputs), so it does not take part."""
+    h = hashlib.sha256()
+    for path in sorted((REPO / "firmware").glob("*")) + sorted((REPO / "templates").glob("*.j2")):
+        if path.is_file() and path.name != "tp_input.c":
+            h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def shape_key(shape: dict) -> str:
+    from tinyproto.core.render import model_hash
+
+    return f"{shape['board']}:{model_hash(shape['model']):08X}:{shape['xseed']}"
+
+
+def build(model, project: Path, board_name: str, stage_markers: bool = False) -> Path:
+    """The model's firmware for the simulated board, built by one avr-gcc call with the project's flags
+    (stage_markers: the bench build of tools/bench_latency.py, whose GPIOR0 writes split tp_predict into stages)."""
+    from bench_latency import write_project
+
+    from tinyproto.device.build import _c_sources, _compile_with_avr_gcc
+
+    write_project(model, project, stage_markers, load_board(board_name))
+    env = f"{board_name}_sim"
+    elf, _ = _compile_with_avr_gcc(project, env, _c_sources(project / "src", project / "lib"),
+                                   project / ".pio" / "build" / env, None)
+    return elf
+
+
+def marker_cycles(markers: list[tuple[int, int]], per_vector: int) -> list[int]:
+    """Per vector: Σ over its timed calls of (span 1 .. 2) - (span of the empty calibration call 17 .. 18)."""
+    calibration = [b[1] - a[1] for a, b in zip(markers, markers[1:]) if a[0] == MARK_CALIBRATE and b[0] == 18]
+    if len(calibration) != 1:
+        raise AssertionError(f"expected one calibration span, found {len(calibration)}")
+    spans = [b[1] - a[1] - calibration[0] for a, b in zip(markers, markers[1:]) if a[0] == MARK_START and b[0] == 2]
+    return [sum(spans[k : k + per_vector]) for k in range(0, len(spans) - per_vector + 1, per_vector)]
+
+
+def measure(shape: dict, workdir: Path) -> dict:
+    from tinyproto.device.protocol import open_device
+    from tinyproto.device.sim import SimulatedUno
+
+    model = shape["model"]
+    xq = np.random.default_rng(shape["xseed"]).integers(-127, 128, size=(N_VECTORS, model.n_features)).astype(np.int8)
+    elf = build(model, workdir, shape["board"])
+    with SimulatedUno(elf) as sim, open_device(sim.port) as client:
+        hello = client.hello()
+        predictions = [client.predict(x) for x in xq]
+        markers = sim.markers()
+    scores = np.array([p.scores for p in predictions], dtype=np.int64)
+    if not np.array_equal(scores, model.scores(xq)):
+        raise AssertionError(f"{shape['name']}: device scores differ from the numpy reference")
+    per_vector = n_chunks(model.n_features) if hello.streams else 1
+    cycles = marker_cycles(markers, per_vector)
+    if len(cycles) != N_VECTORS:
+        raise AssertionError(f"{shape['name']}: {len(cycles)} marker spans for {N_VECTORS} vectors")
+    return {"cycles": cycles, "timer1": [int(p.cycles) for p in predictions]}
+
+
+# ---------------------------------------------------------------- the table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", type=int, default=200, help="shapes to draw (default 200)")
+    parser.add_argument("--seed", type=int, default=0, help="the draw's seed (default 0)")
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
+    parser.add_argument("--boards", nargs="+", default=list(BOARDS), choices=BOARDS)
+    parser.add_argument("--cache", type=Path, default=None, help="JSON file of measurements to reuse and extend")
+    parser.add_argument("--json", type=Path, default=None, help="write every row as JSON")
+    args = parser.parse_args()
+    if args.shapes < 1:
+        parser.error("--shapes must be at least 1")
+    digest = runtime_digest()
+    cache = json.loads(args.cache.read_text()) if args.cache is not None and args.cache.exists() else {}
+    shapes = draw_shapes(args.shapes, args.seed, args.families, args.boards)
+    print(f"{len(shapes)} shapes (seed {args.seed}), {N_VECTORS} random vectors each, runtime {digest}")
+    head = (f"{'shape':<12}{'board':<13}{'d':>4}  {'layout':<18}{'size':<26}{'measured':>10}{'predicted':>10}"
+            f"{'err %':>8}")
+    print(head)
+    print("-" * len(head))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for shape in shapes:
+            key = f"{digest}:{shape_key(shape)}"
+            if key not in cache:
+                started = time.perf_counter()
+                cache[key] = measure(shape, Path(tmp) / shape["name"])
+                cache[key]["seconds"] = round(time.perf_counter() - started, 1)
+                if args.cache is not None:
+                    args.cache.parent.mkdir(parents=True, exist_ok=True)
+                    args.cache.write_text(json.dumps(cache, indent=0))
+            measured = float(np.mean(cache[key]["cycles"]))
+            predicted = float(families.predict_cycles(shape["model"])["total"])
+            error = 100 * (predicted - measured) / measured
+            size = " ".join(f"{k}={shape[k]}" for k in ("D", "r", "m", "s", "rho", "bits", "L") if k in shape)
+            rows.append({"name": shape["name"], "family": shape["family"], "board": shape["board"], "d": shape["d"],
+                         "layout": shape["layout"], "size": size, "measured": measured, "predicted": predicted,
+                         "error_pct": error})
+            flag = "" if abs(error) <= 100 * COST_MODEL_TOLERANCE else "  <-- outside"
+            print(f"{shape['name']:<12}{shape['board']:<13}{shape['d']:>4}  {shape['layout']:<18}{size:<26}"
+                  f"{measured:>10.0f}{predicted:>10.0f}{error:>+8.2f}{flag}", flush=True)
+    print_summary(rows)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+def print_summary(rows: list[dict]) -> None:
+    limit = 100 * COST_MODEL_TOLERANCE
+    print(f"\n{'family':<10}{'shapes':>7}{'mean err %':>12}{'max |err| %':>13}{'within 3 %':>12}")
+    for family in [f for f in FAMILIES if any(r["family"] == f for r in rows)] + ["all"]:
+        errors = np.array([r["error_pct"] for r in rows if family == "all" or r["family"] == family])
+        within = np.mean(np.abs(errors) <= limit)
+        print(f"{family:<10}{errors.size:>7}{errors.mean():>+12.2f}{np.abs(errors).max():>13.2f}{100 * within:>11.1f}%")
+
+
+if __name__ == "__main__":
+    main()
