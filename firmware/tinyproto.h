@@ -86,7 +86,7 @@ static inline uint8_t tp_next_u8(const uint8_t **p)
 extern "C" {
 #endif
 
-/* ---- The C API (what a sketch or your own firmware calls; see README "Your own sketch") ----------------------
+/* ---- The C API (what a sketch or your own firmware calls; see docs/tutorials/arduino-sketch.md) --------------
  *
  *   float raw[TP_N_FEATURES]; int8_t x[TP_N_FEATURES]; int32_t scores[TP_N_CLASSES];
  *   tp_input_quantize(raw, x);                 // from raw floats (your sensor's units)

@@ -88,9 +88,13 @@ def sram_refusal(sram: dict, n_features: int, board: Board) -> str:
         room = sram["working_bytes"] - over
         fit = (f"; the model's buffers would fit in {room} B (a smaller model, or a family whose buffers do not "
                "grow with the features)" if room > 0 else "; no model of this width would fit")
+    named = sum(sram[key] for key in ("working_bytes", "input_buffer_bytes", "serial_frame_bytes",
+                                      "app_static_bytes", "reserved_bytes"))
+    ring = sram["estimated_total_bytes"] - named  # the app's receive ring (none in the learning firmware)
     return (f"the model's inference needs about {sram['estimated_total_bytes']} B of SRAM (buffers "
             f"{sram['working_bytes']} B + input {sram['input_buffer_bytes']} B + serial frame "
-            f"{sram['serial_frame_bytes']} B + app {sram['app_static_bytes']} B + reserve {sram['reserved_bytes']} B), "
+            f"{sram['serial_frame_bytes']} B + receive ring {ring} B + app {sram['app_static_bytes']} B + reserve "
+            f"{sram['reserved_bytes']} B), "
             f"more than the {board.sram_bytes} B of {board.title}{fit}")
 
 
