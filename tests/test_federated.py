@@ -27,9 +27,9 @@ from tinyproto.federated.protocol import (
     DP_SHAPE_NOTE, FederatedFit, agree_classes, central_fit, choose_config, federated_fit,
 )
 from tinyproto.federated.shards import parse_split, party_seed_sequences, split_parties
+from tinyproto.core.moments import _scaled, moment_sums, standardisation
 from tinyproto.federated.stats import (
-    _scaled, count_at_most, input_scale_from_order_statistics, moment_sums, quantile_positions,
-    select_order_statistics, standardisation, tree_sum,
+    count_at_most, input_scale_from_order_statistics, quantile_positions, select_order_statistics, tree_sum,
 )
 from tinyproto.families.flynn.quantize import IntFlyNN
 from tinyproto.families.flynn.solver import model_bytes

@@ -13,14 +13,16 @@ Layer: core.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Iterable
 
 MAX_CYCLES = 2**32 - 1  # the wire's u32; a count at the limit has wrapped or saturated
 
 
 def is_number(value: object) -> bool:
-    """A real, finite int or float (not a bool, not NaN or infinite, not an int too large for a float)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A real, finite int or float, numpy's included (not a bool, not NaN or infinite, not an int too large for a
+    float)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return False
     try:
         return math.isfinite(float(value))
