@@ -54,7 +54,8 @@ def make_project(root: Path) -> Path:
 
     project = root / "project"
     shutil.copytree(FIXTURE_PROJECT, project)
-    shutil.copyfile(REPO / "firmware" / "tinyproto.h", project / "lib" / "tinyproto" / "tinyproto.h")
+    for header in ("tinyproto.h", "tp_avr.h"):  # the runtime headers the fixture's sources include
+        shutil.copyfile(REPO / "firmware" / header, project / "lib" / "tinyproto" / header)
     (project / "platformio.ini").write_text(render_platformio_ini(load_board("uno")))
     return project
 

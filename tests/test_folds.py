@@ -67,13 +67,14 @@ def test_small_data_is_repeated_and_large_data_held_out():
 
 def _federate_and_compile(tmp_path: Path, data: str, parties: int, split: str) -> dict:
     from tinyproto.pipeline.compile import compile_model
-    from tinyproto.pipeline.federate import federate_model
+    from tinyproto.pipeline.federate import FederateOptions, federate_model
 
     from tinyproto import families
 
     federated_family = families.learnable_names()[0]  # the family federated training trains
     compile_model(data, federated_family, "2kB", 0, out=tmp_path / "central", jobs=1)
-    federated = federate_model(data, parties, backend="local", split_spec=split, out=tmp_path / "federated")
+    options = FederateOptions(parties=parties, backend="local", split_spec=split)
+    federated = federate_model(data, options, out=tmp_path / "federated")
     report = federated.report
     same_header = ((tmp_path / "central/include/tinyproto_model.h").read_bytes()
                    == (tmp_path / "federated/include/tinyproto_model.h").read_bytes())

@@ -270,10 +270,13 @@ def test_a_killed_runs_scratch_is_removed_by_the_next_run_and_a_live_one_is_kept
     stale.mkdir()
     (stale / LOCK).write_text("123 scratch\n")
     (stale / "worker-1").mkdir()
-    foreign = tmp_path / "tinyproto-dask-user"  # no lock file: not one of ours, kept
+    foreign = tmp_path / "tinyproto-dask-user"  # no lock file and something in it: not one of ours, kept
     foreign.mkdir()
+    (foreign / "notes.txt").write_text("a user's file\n")
+    killed_early = tmp_path / "tinyproto-dask-empty"  # empty, no lock: a run killed before it locked it
+    killed_early.mkdir()
     with private_scratch("tinyproto-dask-") as live:
-        assert not stale.exists() and foreign.exists()
+        assert not stale.exists() and not killed_early.exists() and foreign.exists()
         with private_scratch("tinyproto-dask-") as other:  # a concurrent run keeps the first one's directory
             assert live.exists() and other != live
-    assert not live.exists() and not other.exists() and foreign.exists()
+    assert not live.exists() and not other.exists() and (foreign / "notes.txt").read_text() == "a user's file\n"
