@@ -1,9 +1,8 @@
 /* tinyproto runtime: how sure the model is of its label, and "unknown" (every family; docs/guides/confidence.md).
  *
  * After tp_predict(), tp_judge() reads two integers from the scores: the margin share
- * |winner - runner-up| / (|winner| + |runner-up| + 1), cut into TP_CONFIDENCE_BINS bins by a short restoring
- * division (no library call; the operands are first shifted right together until they fit 29 bits, so nothing
- * overflows), and the winning score itself. The confidence byte is tp_confidence[bin], a flash table fitted on
+ * |winner - runner-up| / (|winner| + |runner-up| + 1), cut into TP_CONFIDENCE_BINS bins by a four-step restoring
+ * division (no library call, no intermediate wider than 32 bits), and the winning score itself. The confidence byte is tp_confidence[bin], a flash table fitted on
  * cross-validated rows; with TP_UNKNOWN_LIMIT (compile --unknown-rate) a winning score worse than the limit
  * answers TP_UNKNOWN_LABEL instead of the class. tinyproto/core/confidence.py is the host reference, bit for bit.
  * A model without a table (TP_CONFIDENCE_BINS undefined) answers confidence 0 and its label.
@@ -11,9 +10,7 @@
 #include "tinyproto_model.h"
 
 #ifdef TP_CONFIDENCE_BINS
-#define TP_JUDGE_FIT (1UL << 29)  /* operands below this: den < 2^30 + 1, and r << 1 stays below 2^31 */
-#define TP_JUDGE_BIN_BITS 4       /* TP_CONFIDENCE_BINS == 1 << TP_JUDGE_BIN_BITS */
-#if TP_CONFIDENCE_BINS != (1 << TP_JUDGE_BIN_BITS)
+#if TP_CONFIDENCE_BINS != 16
 #error "tp_judge.c makes 4 quotient bits: the confidence table must have 16 bins"
 #endif
 
@@ -36,26 +33,24 @@ uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
             runner = s;
         }
     }
-    uint32_t m = winner >= runner ? (uint32_t)winner - (uint32_t)runner : (uint32_t)runner - (uint32_t)winner;
-    uint32_t a = tp_judge_abs(winner);
-    uint32_t b = tp_judge_abs(runner);
-    while ((a | b | m) >= TP_JUDGE_FIT) {
-        a >>= 1;
-        b >>= 1;
-        m >>= 1;
-    }
-    uint32_t den = a + b + 1u;
+#if TP_SCORE_LOWEST_WINS
+    uint32_t m = (uint32_t)runner - (uint32_t)winner;
+#else
+    uint32_t m = (uint32_t)winner - (uint32_t)runner;
+#endif
+    /* m <= |winner| + |runner| < den: four bits of m / den by restoring division, each step comparing m with
+     * den - m rather than 2m with den, so no intermediate needs a 33rd bit */
+    uint32_t den = tp_judge_abs(winner) + tp_judge_abs(runner) + 1u;
     uint8_t q = 0;
-    for (uint8_t i = 0; i < TP_JUDGE_BIN_BITS; ++i) {
-        m <<= 1;
+    for (uint8_t i = 0; i < 4; ++i) {
+        uint32_t rest = den - m;
         q = (uint8_t)(q << 1);
-        if (m >= den) {
-            m -= den;
+        if (m >= rest) {
+            m -= rest;
             q |= 1u;
+        } else {
+            m += m;
         }
-    }
-    if (q >= TP_CONFIDENCE_BINS) {
-        q = TP_CONFIDENCE_BINS - 1;
     }
     *confidence = tp_read_u8(&tp_confidence[q]);
 #ifdef TP_UNKNOWN_LIMIT

@@ -171,3 +171,68 @@ def test_simulated_uno_answers_confidence_and_unknown_like_the_host(iris_dirs):
     from tinyproto.core.modeldir import load_model_dir
 
     assert np.any(load_model_dir(held.out_dir).vectors().decided == C.UNKNOWN_LABEL)
+
+
+_JUDGE_DRIVER = r"""
+#include <stdio.h>
+#include "tinyproto_model.h"
+uint8_t tp_predict(const int8_t *x, int32_t *scores) { (void)x; (void)scores; return 0; }
+int main(void)
+{
+    long values[TP_N_CLASSES];
+    unsigned label;
+    while (scanf("%u", &label) == 1) {
+        int32_t scores[TP_N_CLASSES];
+        for (int c = 0; c < TP_N_CLASSES; ++c) {
+            if (scanf("%ld", &values[c]) != 1) return 1;
+            scores[c] = (int32_t)values[c];
+        }
+        uint8_t confidence = 0;
+        uint8_t decided = tp_judge(scores, (uint8_t)label, &confidence);
+        printf("%u %u\n", (unsigned)confidence, (unsigned)decided);
+    }
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("lowest_wins", [False, True])
+def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins):
+    """tp_judge.c, compiled for the host, against Calibration.judge on random and extreme int32 scores (both
+    score rules, with a decline threshold): the same confidence byte and answer for every row."""
+    import subprocess
+
+    from tinyproto.core.render import jinja_env
+    from tinyproto.core.resources import resource_dir
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    rng = np.random.default_rng(3)
+    n_classes = 5
+    scores = rng.integers(-(2**31), 2**31, size=(400, n_classes), dtype=np.int64)
+    scores[:100] = rng.integers(-50, 50, size=(100, n_classes))
+    scores[100:110] = [[2**31 - 1, -(2**31), 0, 1, -1]] * 10
+    scores[110:120] = 7  # every class tied
+    labels = (scores.argmin(axis=1) if lowest_wins else scores.argmax(axis=1)).astype(np.int64)
+    table = np.arange(16, dtype=np.uint8) * 16 + 3
+    calibration = C.Calibration(table, lowest_wins, unknown_above=10)
+    defines = [("TP_N_CLASSES", str(n_classes)), *((k, f"({v})" if v < 0 else str(v))
+                                                   for k, v in calibration.defines().items())]
+    header = jinja_env().get_template("tinyproto_model.h.j2").render(
+        version="test", family="test", dataset="test", seed=0, model_bytes=16, budget_bytes=16, abi=1,
+        defines=defines, arrays=[{"name": "confidence", "ctype": "uint8_t", "count": 16, "nbytes": 16, "what": "t",
+                                  "rows": [", ".join(str(int(v)) for v in table) + ","]}])
+    (tmp_path / "tinyproto_model.h").write_text(header)
+    (tmp_path / "driver.c").write_text("#define TP_MODEL_DATA\n" + _JUDGE_DRIVER)
+    firmware = resource_dir("firmware")
+    subprocess.run(["gcc", "-std=gnu99", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}", f"-I{firmware}",
+                    str(tmp_path / "driver.c"), str(firmware / "tp_judge.c"), "-o", str(tmp_path / "judge")],
+                   check=True, capture_output=True)
+    text = "\n".join(f"{l} " + " ".join(str(int(v)) for v in row) for l, row in zip(labels, scores))
+    out = subprocess.run([str(tmp_path / "judge")], input=text.encode(), capture_output=True, check=True).stdout
+    device = np.array([line.split() for line in out.decode().splitlines()], dtype=np.int64)
+    confidence, decided = calibration.judge(scores, labels)
+    np.testing.assert_array_equal(device[:, 0], confidence)
+    np.testing.assert_array_equal(device[:, 1], decided)
+    assert (decided == C.UNKNOWN_LABEL).any() and (decided != C.UNKNOWN_LABEL).any()
+    assert len(set(confidence.tolist())) > 3

@@ -4,9 +4,8 @@ judge them (expected calibration error, AUROC, coverage).
 Every family's device computes, after its scores, two integers from the winning score and the runner-up
 (firmware/tp_judge.c does exactly what `signals` does here):
 
-- the margin bin: |winner - runner-up| / (|winner| + |runner-up| + 1), a scale-free share in [0, 1], cut into
-  CONFIDENCE_BINS equal bins by a short integer division (no library call, no overflow: both sides are shifted
-  right together until they fit 30 bits). The confidence byte is a flash table indexed by the bin: the share of
+- the margin bin: |winner - runner-up| / (|winner| + |runner-up| + 1), a scale-free share in [0, 1), cut into
+  CONFIDENCE_BINS equal bins by a short integer division (no library call, nothing wider than 32 bits). The confidence byte is a flash table indexed by the bin: the share of
   cross-validated rows of that bin the model classified correctly (isotonic, so a larger margin is never less
   sure), times 255.
 - the novelty: how bad the winning score is (minus it when the highest score wins, the score itself when the
@@ -28,7 +27,6 @@ from tinyproto.core.errors import TinyprotoError
 
 CONFIDENCE_BINS = 16  # the margin share's bins: 16 bytes of flash
 BIN_BITS = 4  # CONFIDENCE_BINS == 1 << BIN_BITS: the device's division makes BIN_BITS quotient bits
-FIT_BITS = 30  # the division's operands are shifted right until they fit this many bits (r << 1 stays < 2^31)
 UNKNOWN_LABEL = 255  # the label the device answers for a declined input (never a class: at most 255 classes)
 ECE_BINS = 10  # expected calibration error: ten equal-width bins of confidence
 MAX_UNKNOWN_RATE = 0.5
@@ -49,31 +47,21 @@ def winner_and_runner_up(scores: np.ndarray, labels: np.ndarray, lowest_wins: bo
 
 
 def margin_bins(winner: np.ndarray, runner: np.ndarray) -> np.ndarray:
-    """The margin share's bin (0 .. CONFIDENCE_BINS-1) per row, exactly as tp_judge.c computes it in uint32."""
+    """The margin share's bin (0 .. CONFIDENCE_BINS-1) per row, exactly as tp_judge.c computes it: uint32
+    arithmetic (modulo 2^32), BIN_BITS steps of restoring division of |winner - runner| by |winner| + |runner| + 1,
+    each step comparing m with den - m (never forming 2m, which could need a 33rd bit)."""
+    mask = np.int64(0xFFFFFFFF)
     winner = np.asarray(winner, dtype=np.int64)
     runner = np.asarray(runner, dtype=np.int64)
-    margin = np.abs(winner - runner)
-    a, b = np.abs(winner), np.abs(runner)
-    # shift all three right together until none needs more than FIT_BITS - 1 bits (den = a + b + 1 then fits)
-    shift = np.zeros(len(margin), dtype=np.int64)
-    limit = 1 << (FIT_BITS - 1)
-    big = (a >= limit) | (b >= limit) | (margin >= limit)
-    while big.any():
-        a = np.where(big, a >> 1, a)
-        b = np.where(big, b >> 1, b)
-        margin = np.where(big, margin >> 1, margin)
-        shift += big
-        big = (a >= limit) | (b >= limit) | (margin >= limit)
-    den = a + b + 1
-    q = np.zeros(len(margin), dtype=np.int64)
-    r = margin
-    for _ in range(BIN_BITS):  # restoring division: BIN_BITS quotient bits of margin / den
-        r = r << 1
-        q = q << 1
-        take = r >= den
-        r = np.where(take, r - den, r)
-        q = q | take
-    return np.minimum(q, CONFIDENCE_BINS - 1)
+    m = np.abs(winner - runner) & mask
+    den = (np.abs(winner) + np.abs(runner) + 1) & mask
+    q = np.zeros(len(m), dtype=np.int64)
+    for _ in range(BIN_BITS):
+        rest = (den - m) & mask
+        take = m >= rest
+        q = (q << 1) | take
+        m = np.where(take, (m - rest) & mask, (m + m) & mask)
+    return q
 
 
 def novelty(winner: np.ndarray, lowest_wins: bool) -> np.ndarray:

@@ -130,7 +130,10 @@ def calibrate(fit: Callable, model: Any, X: np.ndarray, y: np.ndarray, options: 
     bins, hits, thresholds = [], [], []
     for k, (fit_rows, val_rows) in enumerate(splits, start=1):
         options.say(f"confidence: fold {k}/{len(splits)}")
-        _, fold_model, _ = fit(X[fit_rows], y[fit_rows], options.with_(folds=None, progress=None))
+        # the fold's own search is validated on one part of its rows (not all of them): a third of the work,
+        # and the shape it finds is the one its budget affords on such rows, like the final model's
+        inner = dataclasses.replace(Folds.standard(X[fit_rows], y[fit_rows], options.seed), validated=1)
+        _, fold_model, _ = fit(X[fit_rows], y[fit_rows], options.with_(folds=inner, progress=None))
         labels, fold_bins, fold_novelty = _signals(fold_model, X[val_rows], lowest_wins)
         classes = np.asarray(fold_model.classes, dtype=object)
         bins.append(fold_bins)

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyproto.core.boards import Board, load_board
-from tinyproto.core.confidence import UNKNOWN_LABEL, judged_figures
+from tinyproto.core.confidence import UNKNOWN_LABEL, auroc, judged_figures, novelty, winner_and_runner_up
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles
 from tinyproto.core.errors import TinyprotoError
@@ -258,6 +258,18 @@ class Measured:
     finished: bool = False
 
 
+def held_out_figures(ordered: list[dict], known: np.ndarray, lowest_wins: bool) -> dict:
+    """The device's answers on the rows of classes held out of training: the novelty score's AUROC (held-out
+    against known rows, from the device's own scores) and the share it answered unknown."""
+    scores = np.array([r["scores"] for r in ordered], dtype=np.int64)
+    labels = np.array([r["label"] for r in ordered], dtype=np.int64)
+    winner, _ = winner_and_runner_up(scores, labels, lowest_wins)
+    score = novelty(winner, lowest_wins)
+    decided = np.array([r.get("decided", -1) for r in ordered])
+    return {"rows": int((~known).sum()), "auroc": auroc(score[~known], score[known]),
+            "declined": float(np.mean(decided[~known] == UNKNOWN_LABEL))}
+
+
 def summarise(subject: ValidationSubject, measured: Measured) -> dict:
     """validation.json from the rows measured so far."""
     model_dir, model, vectors, board, build = (subject.model_dir, subject.model, subject.vectors, subject.board,
@@ -327,6 +339,8 @@ def summarise(subject: ValidationSubject, measured: Measured) -> dict:
             for r, ok in zip(ordered, oks) if not all(ok)
         ][:MAX_MISMATCHES_REPORTED],
     }
+    if summary["confidence"] is not None and not known.all():
+        summary["confidence"]["held_out"] = held_out_figures(ordered, known, families.lowest_wins(model.family))
     if markers is not None:
         summary["simulator_marker_cycles"] = markers
     if raw is not None:
