@@ -12,6 +12,13 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f} %"
 
 
+def _ring_text(ring) -> str:
+    """The serial receive ring's part of the SRAM line (a report.json older than the sized ring has none)."""
+    if not isinstance(ring, int):
+        return ""
+    return f"receive ring {ring}, " if ring else "no receive ring, "
+
+
 def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
     hp = Table(title=f"{report['model']} on {report['dataset']} (seed {report['seed']})", show_header=False)
     for key, value in report["hyperparameters"].items():
@@ -40,7 +47,8 @@ def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
         summary.add_row(name, text)
     summary.add_row("SRAM (estimate before build)",
                     f"{sram['estimated_total_bytes']} of {sram['board_sram_bytes']} B "
-                    f"(buffers {sram['working_bytes']}, serial {sram['serial_frame_bytes']}, reserve {sram['reserved_bytes']})")
+                    f"(buffers {sram['working_bytes']}, serial {sram['serial_frame_bytes']}, "
+                    f"{_ring_text(sram.get('rx_ring_bytes'))}reserve {sram['reserved_bytes']})")
     cycles = report["predicted_cycles"]
     summary.add_row("predicted cycles / inference",
                     f"{cycles['total']} ({report['predicted_latency_ms']:.2f} ms at {_board_mhz(report.get('board', 'uno')):g} MHz; lower bound {cycles['lower_bound']})")

@@ -103,12 +103,14 @@ def render_header(model, dataset: str, seed: int, budget_bytes: int) -> str:
     )
 
 
-def render_sizes_header(n_classes: int) -> str:
-    """include/tinyproto_sizes.h: every size the host and the device app share (tinyproto/core/wire.py)."""
-    from tinyproto.core.wire import sizes_defines
+def render_sizes_header(n_classes: int, rx_ring: int | None = None) -> str:
+    """include/tinyproto_sizes.h: every size the host and the device app share (tinyproto/core/wire.py).
+    rx_ring: the model's receive ring (compile sizes it to the board's free SRAM; None: wire.RX_RING_BYTES)."""
+    from tinyproto.core import wire
 
+    ring = wire.RX_RING_BYTES if rx_ring is None else rx_ring
     return jinja_env().get_template("tinyproto_sizes.h.j2").render(
-        n_classes=n_classes, defines=list(sizes_defines(n_classes).items()))
+        n_classes=n_classes, defines=list(wire.sizes_defines(n_classes, ring).items()))
 
 
 def family_runtime(family: str) -> str:
@@ -129,12 +131,13 @@ def runtime_files(family: str) -> list[Path]:
     return [firmware / name for name in names if (firmware / name).exists()]
 
 
-def write_sources(model, project_dir: Path, dataset: str, seed: int, budget_bytes: int) -> None:
+def write_sources(model, project_dir: Path, dataset: str, seed: int, budget_bytes: int,
+                  rx_ring: int | None = None) -> None:
     """include/tinyproto_model.h + tinyproto_sizes.h, lib/tinyproto/<runtime>, src/main.c + the app's other
-    parts under project_dir."""
+    parts under project_dir. rx_ring: the serial receive ring (see render_sizes_header)."""
     (project_dir / "include").mkdir(parents=True, exist_ok=True)
     (project_dir / "include" / "tinyproto_model.h").write_text(render_header(model, dataset, seed, budget_bytes))
-    (project_dir / "include" / SIZES_HEADER).write_text(render_sizes_header(model.n_classes))
+    (project_dir / "include" / SIZES_HEADER).write_text(render_sizes_header(model.n_classes, rx_ring))
     lib = project_dir / "lib" / "tinyproto"
     lib.mkdir(parents=True, exist_ok=True)
     for source in runtime_files(model.family):

@@ -61,7 +61,7 @@ FLAG_RAW = 0x01
 FLAG_LEARN = 0x02
 FLAG_EEPROM = 0x04
 FLAG_STREAM = 0x08
-FLAG_WINDOW = 0x10  # the device buffers received bytes in a wire.RX_RING_BYTES ring: frames may go ahead
+FLAG_WINDOW = 0x10  # the device buffers received bytes in a receive ring (TP_RX_RING): frames may go ahead
 EEPROM_LOADED, EEPROM_EMPTY, EEPROM_OTHER = 0, 1, 2
 CANNOT_LEARN = "this firmware cannot learn; run tinyproto learn (it builds the learning firmware)"
 
@@ -266,8 +266,8 @@ class Hello:
 
     @property
     def windowed(self) -> bool:
-        """The device buffers what it receives (AVR app, not the learning firmware): a window of frames may be
-        in flight, up to wire.RX_WINDOW_BYTES not yet answered."""
+        """The device buffers what it receives in a receive ring (the AVR app with a ring, not the learning
+        firmware): a window of frames may be in flight, up to one byte less than the ring not yet answered."""
         return bool(self.flags & FLAG_WINDOW)
 
 

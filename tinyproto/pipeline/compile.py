@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyproto.core.version import __version__
+from tinyproto.core import wire
 from tinyproto import families
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.budget import parse_budget
@@ -62,7 +63,9 @@ class TrainedOn:
 
 def firmware_sram_estimate(model, board: Board) -> dict:
     """SRAM the deployed firmware will need, before building: the family's buffers + the device app's (frame
-    buffer, int8 input buffer unless the family streams, its own state) + the board's reserve for call frames.
+    buffer, int8 input buffer unless the family streams, its own state) + the board's reserve for call frames,
+    then the receive ring in what they leave free (wire.rx_ring_bytes: up to 256 B, none when too little is left;
+    `rx_ring_bytes` is the ring the project is rendered with).
 
     It bounds what the build (`avr-size`: .data + .bss) and the device (painted stack peak) then measure:
     tests/test_widths.py checks static + stack peak <= this estimate from 8 to 2,048 features.
@@ -72,15 +75,23 @@ def firmware_sram_estimate(model, board: Board) -> dict:
     streamable = bool(model.defines().get("TP_STREAMABLE", 0))
     # A family's "input" item is the int8 vector its tp_predict() reads: the app's input buffer, counted once.
     working = sum(item.nbytes for item in model.working_sram() if item.name != "input")
-    app = app_sram(model.n_features, model.n_classes, streamable)
+    without_ring = app_sram(model.n_features, model.n_classes, streamable, rx_ring=0)
+    ring = wire.rx_ring_bytes(board.sram_bytes - (working + without_ring.total + board.sram_reserved_bytes))
+    app = app_sram(model.n_features, model.n_classes, streamable, rx_ring=ring)
     total = working + app.total + board.sram_reserved_bytes
     return {"working_bytes": working, "serial_frame_bytes": app.frame, "input_buffer_bytes": app.input,
-            "app_static_bytes": app.app, "reserved_bytes": board.sram_reserved_bytes,
+            "app_static_bytes": app.app, "rx_ring_bytes": ring, "reserved_bytes": board.sram_reserved_bytes,
             "estimated_total_bytes": total, "board_sram_bytes": board.sram_bytes, "streamable": streamable}
 
 
+def rx_ring_of(model, board: Board) -> int:
+    """The receive ring of this model's firmware on this board (0: none), as compile renders it."""
+    return firmware_sram_estimate(model, board)["rx_ring_bytes"]
+
+
 def sram_refusal(sram: dict, n_features: int, board: Board) -> str:
-    """One line: what the firmware would need, the limit, and what would fit."""
+    """One line: what the firmware would need, the limit, and what would fit. A refused model has no receive
+    ring (the ring only takes SRAM left free), so the parts named sum to the total."""
     over = sram["estimated_total_bytes"] - board.sram_bytes
     if sram["input_buffer_bytes"] > over:  # the app holds the d int8 features: fewer of them would fit
         fit = f"; at most {n_features - over} features would fit this model's other buffers"
@@ -88,12 +99,9 @@ def sram_refusal(sram: dict, n_features: int, board: Board) -> str:
         room = sram["working_bytes"] - over
         fit = (f"; the model's buffers would fit in {room} B (a smaller model, or a family whose buffers do not "
                "grow with the features)" if room > 0 else "; no model of this width would fit")
-    named = sum(sram[key] for key in ("working_bytes", "input_buffer_bytes", "serial_frame_bytes",
-                                      "app_static_bytes", "reserved_bytes"))
-    ring = sram["estimated_total_bytes"] - named  # the app's receive ring (none in the learning firmware)
     return (f"the model's inference needs about {sram['estimated_total_bytes']} B of SRAM (buffers "
             f"{sram['working_bytes']} B + input {sram['input_buffer_bytes']} B + serial frame "
-            f"{sram['serial_frame_bytes']} B + receive ring {ring} B + app {sram['app_static_bytes']} B + reserve "
+            f"{sram['serial_frame_bytes']} B + app {sram['app_static_bytes']} B + reserve "
             f"{sram['reserved_bytes']} B), "
             f"more than the {board.sram_bytes} B of {board.title}{fit}")
 
@@ -113,7 +121,7 @@ def refuse_too_wide(family_name: str, n_features: int, n_classes: int, board: Bo
     fam = families.family(family_name)
     if fam.streamable:
         return
-    app = app_sram(n_features, n_classes, streamable=False)
+    app = app_sram(n_features, n_classes, streamable=False, rx_ring=0)  # the ring only takes what is left free
     need = app.total + board.sram_reserved_bytes
     if need > board.sram_bytes:
         fit = max(0, n_features - (need - board.sram_bytes))
@@ -245,7 +253,8 @@ def write_model_files(scratch: Path, model, meta: dict, report: dict, vectors: T
     vectors.save(scratch / "test_vectors.npz")
     meta = dict(meta, vectors_sha256=file_sha256(scratch / "test_vectors.npz"))  # validate refuses other vectors
     write_json(scratch / "model.json", meta)
-    write_sources(model, scratch, str(meta.get("dataset", "?")), int(meta.get("seed", 0)), int(meta["budget_bytes"]))
+    write_sources(model, scratch, str(meta.get("dataset", "?")), int(meta.get("seed", 0)), int(meta["budget_bytes"]),
+                  rx_ring=rx_ring_of(model, board))
     _write_project(model, scratch, board, vectors)
     write_json(scratch / "report.json", report)
 
@@ -360,7 +369,8 @@ def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sra
     collapse = accuracy_collapse(info, int8_acc, y_test)
     if collapse:
         warnings.append(collapse)
-    margin = board.sram_bytes - sram["estimated_total_bytes"]
+    # The receive ring takes only SRAM left free, so it is no part of the margin (a tight model gets a small ring).
+    margin = board.sram_bytes - sram["estimated_total_bytes"] + wire.rx_ring_static_bytes(sram["rx_ring_bytes"])
     if margin < 256:
         warnings.append(f"estimated SRAM margin is only {margin} B")
     cycles = predict_cycles(model)

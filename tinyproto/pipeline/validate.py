@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tinyproto.core import wire
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.confidence import UNKNOWN_LABEL, auroc, judged_figures, novelty, winner_and_runner_up
 from tinyproto.core.cost import lower_bound_cycles
@@ -55,6 +56,7 @@ class BuildInfo:
     firmware_sha256: str | None
     model_hash: str | None
     serial_baud: int | None = None  # the rate built into the firmware (None: a build.json from before it was kept)
+    rx_ring: int | None = None  # its receive ring in bytes (None: a build.json from before the ring was sized)
 
 
 def _inside(model_dir: ModelDir, relative: object, what: str) -> Path:
@@ -80,8 +82,10 @@ def load_build_info(model_dir: ModelDir) -> BuildInfo:
         raise TinyprotoError(f"firmware {elf} is missing; run `tinyproto build {model_dir.path}` again")
     baud = raw.get("serial_baud")
     baud = baud if isinstance(baud, int) and not isinstance(baud, bool) and 0 < baud < 1 << 24 else None
+    ring = raw.get("rx_ring_bytes")
+    ring = ring if isinstance(ring, int) and not isinstance(ring, bool) and 0 <= ring <= wire.RX_RING_MAX else None
     return BuildInfo(elf, hex_path, sizes[0], sizes[1], str(raw.get("tool", "?")), raw.get("firmware_sha256"),
-                     raw.get("model_hash"), baud)
+                     raw.get("model_hash"), baud, ring)
 
 
 def header_model_hash(model_dir: Path) -> str | None:
@@ -536,7 +540,8 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
                 sim = stack.enter_context(SimulatedUno(build.elf, board=board))
             try:
                 client = stack.enter_context(open_device(sim.port if sim else port, baud=baud,
-                                                         boot_quiet_s=0.0 if sim else board.boot_quiet_s))
+                                                         boot_quiet_s=0.0 if sim else board.boot_quiet_s,
+                                                         rx_ring=build.rx_ring))
             except DeviceError as exc:  # a port that opened but stayed silent (not a missing or busy port)
                 raise no_answer_hint(exc, board, baud, target) from None
             hello = client.hello()
