@@ -24,7 +24,7 @@ from helpers import accepted, refused
 
 ARDUINO_HARDWARE = Path("/usr/share/arduino/hardware")
 N_VECTORS = 20
-RESULT_RE = re.compile(r"^class (\d+) \((.*)\) score (-?\d+)$")
+RESULT_RE = re.compile(r"^(unknown: closest )?class (\d+) \((.*)\) score (-?\d+) confidence (\d+)$")
 
 needs_arduino = pytest.mark.skipif(
     shutil.which("arduino-builder") is None or shutil.which("arduino-ctags") is None
@@ -209,12 +209,14 @@ def check_on_simulated_uno(elf: Path, model_dir: Path, n_vectors: int = N_VECTOR
             line = ", ".join(float_text(v) for v in vectors.X_raw[i])
             port.write((line + "\n").encode())
             reply = port.readline().decode("ascii", "replace").strip()
-            while reply and not reply.startswith("class "):  # the start-up banner
+            while reply and not reply.startswith(("class ", "unknown")):  # the start-up banner
                 reply = port.readline().decode("ascii", "replace").strip()
             match = RESULT_RE.match(reply)
             assert match, f"vector {i}: unexpected reply {reply!r} ({uno.stderr_text()})"
-            label, shown, score = int(match.group(1)), match.group(2), int(match.group(3))
+            label, shown, score = int(match.group(2)), match.group(3), int(match.group(4))
             assert label == int(vectors.labels[i]), f"vector {i}: device {label}, host {vectors.labels[i]}"
+            assert int(match.group(5)) == int(vectors.confidence[i]), f"vector {i}: confidence {match.group(5)}"
+            assert bool(match.group(1)) == (int(vectors.decided[i]) == 255), f"vector {i}: unknown differs"
             assert score == int(vectors.scores[i][label]), f"vector {i}: score {score} vs {vectors.scores[i]}"
             assert shown == str(classes[label])
         # a line with the wrong count of numbers is answered, not misread
