@@ -60,7 +60,7 @@ def test_library_layout(exported):
     family = load_model_dir(model_dir).meta["family"]
     assert name == library_name(load_model_dir(model_dir).meta["dataset"])
     src = sorted(p.name for p in (lib / "src").iterdir())
-    assert src == sorted([f"{name}.h", "tinyproto.h", "tinyproto_model.h", "tp_avr.h", "tp_input.c", "tp_labels.c",
+    assert src == sorted([f"{name}.h", "tinyproto.h", "tinyproto_model.h", "tp_avr.h", "tp_input.c", "tp_judge.c", "tp_labels.c",
                           "tp_text.c", "tp_text.h", f"tp_{family}.c", f"tp_{family}_avr.h"])
     # never the device app (tp_main.c) nor its serial framing (tp_serial.*): the user's sketch is the app
     assert (lib / "examples" / name / f"{name}.ino").is_file()
@@ -72,7 +72,7 @@ def test_library_layout(exported):
     # the model header is the one compile generated for this model (the model directory is the single source)
     assert (lib / "src" / "tinyproto_model.h").read_text() == (model_dir / "include" / "tinyproto_model.h").read_text()
     header = (lib / "src" / f"{name}.h").read_text()
-    for api in ("tp_predict(", "tp_input_quantize(", "tp_class_name(", "SRAM:", "Cost:", 'extern "C"'):
+    for api in ("tp_predict(", "tp_classify(", "tp_input_quantize(", "tp_class_name(", "SRAM:", "Cost:", 'extern "C"'):
         assert api in header, api
     record = json.loads((result.out_dir / "export.json").read_text())
     assert record["model_hash"] == load_model_dir(model_dir).meta["model_hash"] and record["name"] == name
