@@ -25,7 +25,7 @@ def _raw_answer(frame: P.Frame) -> bytes:
     x = fake_quantize(raw)
     if first + len(raw) < N_FEATURES:
         return P.encode_frame(0x83, frame.seq, x.tobytes())
-    return P.encode_frame(0x83, frame.seq, struct.pack("<BI", 0, 0) + x.tobytes() + bytes(4 * N_CLASSES))
+    return P.encode_frame(0x83, frame.seq, struct.pack("<BIBB", 0, 0, 0, 0) + x.tobytes() + bytes(4 * N_CLASSES))
 
 
 def _int8_answer(frame: P.Frame) -> bytes:

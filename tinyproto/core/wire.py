@@ -14,7 +14,7 @@ PROTO_VERSION = 2  # 2: every vector travels in chunks of at most CHUNK_BYTES
 FRAME_OVERHEAD = 4  # type u8, seq u8 ... crc16 u16 around the payload
 HELLO_PAYLOAD = 21  # "TPRO" proto abi family hash(4) n_features(2) n_classes in_b score_b f_cpu(4) flags
 STATS_PAYLOAD = 6  # stack peak u16, static SRAM u16, bad frames u16
-PREDICTION_HEAD = 5  # label u8, cycles u32: the start of a final PREDICT / PREDICT_RAW answer
+PREDICTION_HEAD = 7  # label u8, cycles u32, confidence u8, decided label u8: a final PREDICT(_RAW) answer's start
 LEARN_ACK = 8  # n_samples u32, cycles u32
 CHUNK_FIRST = 2  # every vector chunk starts with the index of its first feature, u16
 CHUNK_BYTES = 64  # at most this many vector bytes per frame: int8 features, or 16 float32 features
@@ -68,10 +68,11 @@ EEPROM_HEADER_BYTES = 14
 
 # Static SRAM of the device app besides its frame buffer, the int8 input buffer and the FlyNN counts (AVR: no
 # padding): parser 9 (pointer 2, cap 2, len 2, code, left, flags), bad-frame counter 2, next expected feature 2,
-# type of the vector under way 1, Timer1 overflows 2, calibrated call overhead 2. A streaming family adds the
+# type of the vector under way 1, Timer1 overflows 2, calibrated call overhead 2, the last vector's confidence
+# and decided label 2. A streaming family adds the
 # chunk handed to it (first 2, n 1) and the vector's cycles so far 4; the learning firmware its label 1 and sample
 # counter 4. tests/test_learn.py and tests/test_widths.py check these against avr-size.
-APP_STATIC_BYTES = 9 + 2 + 2 + 1 + 2 + 2
+APP_STATIC_BYTES = 9 + 2 + 2 + 1 + 2 + 2 + 2
 STREAM_STATIC_BYTES = 2 + 1 + 4
 LEARN_STATIC_BYTES = 1 + 4
 

@@ -127,7 +127,7 @@ class DeviceClient:
         answer = parse_raw_prediction(last, tail)
         self._check_classes(len(answer.scores))
         x = np.concatenate([np.frombuffer(b"".join(acks), dtype=np.int8), answer.x])
-        return RawPrediction(answer.label, answer.cycles, x, answer.scores)
+        return RawPrediction(answer.label, answer.cycles, x, answer.scores, answer.confidence, answer.decided)
 
     def stats(self) -> Stats:
         return parse_stats(self._request(MSG_STATS))

@@ -18,9 +18,9 @@ from tinyproto import families
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.budget import parse_budget
 from tinyproto.core.datasets import Dataset, Split, load_dataset, split
+from tinyproto.core.confidence import UNKNOWN_LABEL
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.labels import encode
-from tinyproto.families import fit_under_budget
 from tinyproto.families import SolveOptions, default_jobs
 from tinyproto.core.folds import Folds
 from tinyproto.core.ledger import Ledger
@@ -144,6 +144,8 @@ def compile_model(
     max_latency_ms: float | None = None,
     baud: int | None = None,
     jobs: int | None = None,
+    unknown_rate: str | float | None = None,
+    holdout_classes: str | None = None,
 ) -> CompileResult:
     """family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
     max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
@@ -151,8 +153,16 @@ def compile_model(
     learn`) beside the learning firmware's buffers, stack and reserve, and in the EEPROM record.
     baud: the serial line's speed built into the project (default the board's serial_baud).
     jobs: worker processes for the solver (None: every usable core, 1 inside a dask worker); the model does not
-    depend on it."""
+    depend on it.
+    unknown_rate ("5%", 0.05): the device declines (answers 255) inputs whose novelty exceeds a threshold fitted so
+    that about that share of known-class rows would be declined; None: no threshold, nothing else changes.
+    holdout_classes ("8,9"): those classes' rows go to the test split only (the model never sees them); the report
+    says how well the novelty score tells them apart (docs/guides/confidence.md)."""
+    from tinyproto.core.confidence import parse_rate
+
     budget_bytes = parse_budget(budget)
+    rate = None if unknown_rate is None else (float(unknown_rate) if isinstance(unknown_rate, float)
+                                              else parse_rate(unknown_rate))
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
     board = load_board(board_name).with_baud(baud)
@@ -166,6 +176,8 @@ def compile_model(
     out_dir = Path(out) if out is not None else Path("build") / dataset.name
     check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
     sp = split(dataset)
+    if holdout_classes is not None:
+        sp = hold_out(sp, holdout_classes)
 
     n_classes = len(np.unique(sp.y_train))
     if family != families.AUTO:
@@ -175,14 +187,28 @@ def compile_model(
                            n_jobs=default_jobs() if jobs is None else jobs, progress=progress,
                            folds=Folds.standard(sp.X_train, sp.y_train, seed), learn_on=board if learnable else None)
     if family == families.AUTO:
-        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, options,
+        inner = options.with_(budget_bytes=budget_bytes - families.confidence_table_bytes())
+        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, inner,
                                                     fits_board=lambda m: check_fits_board(m, board))
+        model, info["confidence"] = families.calibrate_chosen(model.family, model, sp.X_train, sp.y_train, inner,
+                                                              rate)
     else:
-        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, options)
+        clf, model, info = families.fit_judged(family, sp.X_train, sp.y_train, options, rate)
     info["max_latency_ms"] = max_latency_ms
     train_seconds = time.perf_counter() - started
     return write_model_directory(Fitted(clf, model, info, train_seconds),
                                  TrainedOn(dataset, sp, seed, budget_bytes, board), out_dir, progress)
+
+
+def hold_out(sp: Split, classes_text: str) -> Split:
+    """The split with the named classes' training rows moved to the test split: the model never sees them."""
+    from tinyproto.core.confidence import parse_classes
+
+    known = sorted(set(np.unique(sp.y_train).tolist()), key=str)
+    chosen = parse_classes(classes_text, known)
+    held = np.isin(sp.y_train, np.asarray(chosen, dtype=sp.y_train.dtype))
+    return Split(sp.X_train[~held], sp.y_train[~held], np.concatenate([sp.X_test, sp.X_train[held]]),
+                 np.concatenate([sp.y_test, sp.y_train[held]]))
 
 
 def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress: Callable[[str], None] | None = None,
@@ -203,10 +229,13 @@ def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress
 
     family = model.family
     vectors = _test_vectors(model, sp.X_test, sp.y_test)
-    float_pred = clf.predict(sp.X_test)
-    int8_pred = np.asarray(model.classes)[vectors.labels]
+    known = vectors.y != UNKNOWN_LABEL  # a held-out class's rows (--holdout-classes) are no class of the model
+    float_pred = clf.predict(sp.X_test[known])
+    int8_pred = np.asarray(model.classes)[vectors.labels[known]]
     report = _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
-                     float_pred, int8_pred, sp.y_test)
+                     float_pred, int8_pred, sp.y_test[known])
+    report["n_train"], report["n_test"] = int(len(sp.y_train)), int(len(sp.y_test))  # held-out rows included
+    report["confidence"] = confidence_report(vectors, families.lowest_wins(family), info.get("confidence"))
     report.update(extra_report or {})
 
     if progress:
@@ -233,10 +262,41 @@ def write_model_files(scratch: Path, model, meta: dict, report: dict, vectors: T
 def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:
     xq = model.input_stage.quantize(X_test)
     scores = model.scores(xq)
-    y_index = encode(y_test, list(model.classes), "the test split")
+    classes = list(model.classes)
+    unseen = ~np.isin(np.asarray(y_test, dtype=object), np.asarray(classes, dtype=object))
+    if unseen.all():
+        raise TinyprotoError("the test split holds no row of a class the model knows")
+    y_index = np.full(len(y_test), UNKNOWN_LABEL, dtype=np.int64)  # a held-out class: the right answer is unknown
+    y_index[~unseen] = encode(np.asarray(y_test)[~unseen], classes, "the test split")
+    labels = model.labels(scores).astype(np.int64)
+    confidence, decided = families.judge(model, scores, labels)
     # the kept columns only: a feature no weight reads is never sent (see InputStage)
     return TestVectors(model.input_stage.select(X_test).astype(np.float32), xq, y_index, scores.astype(np.int64),
-                       model.labels(scores).astype(np.int64))
+                       labels, confidence.astype(np.int64), decided.astype(np.int64))
+
+
+def confidence_report(vectors: TestVectors, lowest_wins: bool, calibration_info: dict | None) -> dict:
+    """report.json's "confidence": coverage, accuracy on the accepted rows and calibration error on the known
+    test rows; with held-out classes the novelty score's AUROC (held-out against known) and the share declined."""
+    from tinyproto.core.confidence import auroc, judged_figures
+
+    known = vectors.y != UNKNOWN_LABEL
+    out = judged_figures(vectors.confidence, vectors.decided, vectors.labels, vectors.y, known)
+    out["calibration"] = calibration_info
+    if not known.all():
+        novelty = novelty_of(vectors, lowest_wins)
+        out["held_out"] = {"rows": int((~known).sum()),
+                           "auroc": auroc(novelty[~known], novelty[known]),
+                           "declined": float(np.mean(vectors.decided[~known] == UNKNOWN_LABEL))}
+    return out
+
+
+def novelty_of(vectors: TestVectors, lowest_wins: bool) -> np.ndarray:
+    """The novelty score of every test vector (larger: less like the training rows), from its reference scores."""
+    from tinyproto.core.confidence import novelty, winner_and_runner_up
+
+    winner, _ = winner_and_runner_up(vectors.scores, vectors.labels, lowest_wins)
+    return novelty(winner, lowest_wins)
 
 
 def _plain(value):
