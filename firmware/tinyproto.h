@@ -106,6 +106,14 @@ extern "C" {
  * ProtoNN at 16 MHz); `tinyproto validate --sim` measures it. */
 uint8_t tp_predict(const int8_t *x, int32_t *scores);
 
+/* How sure the model is, and "unknown" (tp_judge.c; docs/guides/confidence.md). tp_judge() reads the scores
+ * tp_predict() wrote and its label; it writes the confidence byte (0-255: among inputs given confidence c, about
+ * c/255 are classified correctly, as measured on cross-validated training rows) and returns the label, or
+ * TP_UNKNOWN_LABEL (255) when the model was compiled with --unknown-rate and the input is unlike its training
+ * rows. tp_classify() is tp_predict() followed by tp_judge(). Integer only, a few hundred cycles. */
+uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence);
+uint8_t tp_classify(const int8_t *x, int32_t *scores, uint8_t *confidence);
+
 /* Raw float features -> standardised int8 input, exactly as the host's InputStage.quantize().
  * Soft float: about 1,020 cycles (64 us at 16 MHz) per feature on an ATmega328P; 27 B of stack beyond the
  * caller's raw (4 B per feature) and x (1 B per feature). */

@@ -50,9 +50,11 @@
 #error "the learning firmware needs the whole int8 vector: a streamable family cannot be built with TP_FLYNN_LEARN"
 #endif
 
-/* The AVR app buffers received bytes in a ring (tp_transport.c), so the host may keep frames in flight (HELLO
- * flag bit4); the learning firmware, whose SRAM goes to its counts, reads the USART one request at a time. */
-#if defined(__AVR__) && !defined(TP_FLYNN_LEARN)
+/* The AVR app buffers received bytes in a ring of TP_RX_RING bytes (tp_transport.c), so the host may keep frames
+ * in flight (HELLO flag bit4). Python sizes the ring to the SRAM the model leaves free and writes 0 when too
+ * little is (tinyproto/core/wire.py, rx_ring_bytes): that firmware, like the learning firmware (whose SRAM goes
+ * to its counts), reads the USART one request at a time. */
+#if defined(__AVR__) && !defined(TP_FLYNN_LEARN) && defined(TP_RX_RING) && TP_RX_RING > 0
 #define TP_RX_WINDOWED 1
 #endif
 

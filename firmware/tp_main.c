@@ -14,6 +14,7 @@
 #endif
 
 static uint16_t tp_next;    /* first feature the next chunk of the vector under way must carry */
+static uint8_t tp_judged[2]; /* the last vector's confidence byte and decided label (tp_judge) */
 static uint8_t tp_vec_type; /* message type of the vector under way (0: none) */
 
 #ifdef TP_APP_STREAMS
@@ -29,10 +30,23 @@ static uint8_t tp_feed_step(const int8_t *x, int32_t *scores)
         tp_stream_begin();
     }
     tp_stream_feed(x, tp_feed_first, tp_feed_n);
-    return scores != 0 ? tp_stream_end(scores) : 0;
+    if (scores == 0) {
+        return 0;
+    }
+    uint8_t label = tp_stream_end(scores);
+    tp_judged[1] = tp_judge(scores, label, &tp_judged[0]);
+    return label;
 }
 #else
 static int8_t tp_x[TP_N_FEATURES]; /* the int8 vector being gathered: d bytes, never d floats */
+
+/* tp_predict and tp_judge behind the predict signature: the timed call covers both. */
+static uint8_t tp_predict_judged(const int8_t *x, int32_t *scores)
+{
+    uint8_t label = tp_predict(x, scores);
+    tp_judged[1] = tp_judge(scores, label, &tp_judged[0]);
+    return label;
+}
 #endif
 
 static void tp_on_hello(uint8_t seq)
@@ -105,7 +119,7 @@ static uint8_t tp_take(uint8_t type, const int8_t *x, uint16_t first, uint8_t n,
 #else
     memcpy(tp_x + first, x, n);
     if (last) {
-        *cycles = tp_time_call(tp_predict, tp_x, scores, label, TP_MARK_PREDICT);
+        *cycles = tp_time_call(tp_predict_judged, tp_x, scores, label, TP_MARK_PREDICT);
     }
 #endif
     return last;
@@ -126,6 +140,8 @@ static void tp_reply_prediction(uint8_t type, uint8_t seq, uint8_t label, uint32
     }
     tp_buf.b[2] = label;
     tp_put_u32(tp_buf.b + 3, cycles);
+    tp_buf.b[7] = tp_judged[0];
+    tp_buf.b[8] = tp_judged[1];
     tp_reply(type | TP_MSG_RESPONSE, seq, (uint16_t)(TP_PRED_HEAD + n_x + TP_SCORE_BYTES));
 }
 

@@ -66,20 +66,30 @@ uint16_t tp_frames_bad;
 #ifdef TP_RX_WINDOWED
 /* Received bytes wait in a ring filled by the receive interrupt, so the host may send the next frames while the
  * app computes or answers (a window of frames in flight, docs/guides/device-loop.md); the USART itself holds
- * only two. TP_RX_RING is 256: the u8 indices wrap by themselves. The host never has more than TP_RX_RING - 1
- * bytes unanswered; a byte that finds the ring full is dropped, its frame fails the CRC and the host resends. */
-#if TP_RX_RING != 256u
-#error "tinyproto_sizes.h: TP_RX_RING must be 256 (the ring's u8 indices wrap by themselves)"
+ * only two. TP_RX_RING (at most 256: u8 indices) is what the model left free of the SRAM. The host never has more
+ * than TP_RX_RING - 1 bytes unanswered; a byte that finds the ring full is dropped, its frame fails the CRC and
+ * the host resends. */
+#if TP_RX_RING > 256u
+#error "tinyproto_sizes.h: TP_RX_RING is at most 256 (the ring's indices are u8)"
 #endif
 static uint8_t tp_ring[TP_RX_RING];
 static volatile uint8_t tp_ring_head; /* written by the interrupt */
 static uint8_t tp_ring_tail;          /* written by the app */
 
+static inline uint8_t tp_ring_next(uint8_t i)
+{
+#if TP_RX_RING == 256u
+    return (uint8_t)(i + 1u); /* wraps by itself */
+#else
+    return i == (uint8_t)(TP_RX_RING - 1u) ? 0u : (uint8_t)(i + 1u);
+#endif
+}
+
 ISR(TP_RX_VECT)
 {
     uint8_t c = TP_UDR;
     uint8_t head = tp_ring_head;
-    uint8_t next = (uint8_t)(head + 1u);
+    uint8_t next = tp_ring_next(head);
     if (next != tp_ring_tail) {
         tp_ring[head] = c;
         tp_ring_head = next;
@@ -117,11 +127,13 @@ int16_t tp_port_getc(void)
         cli();
     }
     sei();
-    return tp_ring[tp_ring_tail++];
+    uint8_t c = tp_ring[tp_ring_tail];
+    tp_ring_tail = tp_ring_next(tp_ring_tail);
+    return c;
 }
 #else
-/* The learning firmware answers one request at a time (its SRAM goes to the counts): the USART's own two
- * bytes suffice. */
+/* No ring (the learning firmware, whose SRAM goes to the counts, or a model that leaves too little free): the
+ * host sends one request at a time, and the USART's own two bytes suffice. */
 int16_t tp_port_getc(void)
 {
     while (!(TP_UCSRA & _BV(TP_RXC))) {

@@ -325,7 +325,7 @@ FIRMWARE = ROOT / "firmware"
 FIXTURE = ROOT / "tests" / "fixtures" / "protocol"
 N_FEATURES, N_CLASSES, MODEL_HASH = 8, 3, 0xC0FFEE42
 APP_SOURCES = [FIRMWARE / name for name in ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c")]
-C_SOURCES = [*APP_SOURCES, FIRMWARE / "tp_serial.c", FIXTURE / "fake_model.c"]
+C_SOURCES = [*APP_SOURCES, FIRMWARE / "tp_serial.c", FIRMWARE / "tp_judge.c", FIXTURE / "fake_model.c"]
 
 
 def fake_scores(x: np.ndarray, n_classes: int = N_CLASSES) -> np.ndarray:

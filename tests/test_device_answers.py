@@ -61,7 +61,7 @@ def _avr_firmware(tmp_path: Path, name: str, edit=None) -> Path:
         assert edited != text
         measure.write_text(edited)
     elf = tmp_path / f"{name}.elf"
-    sources = [source / n for n in ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c", "tp_serial.c")]
+    sources = [source / n for n in ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c", "tp_serial.c", "tp_judge.c")]
     subprocess.run(["avr-gcc", *AVR_FLAGS, f"-I{source}", f"-I{FIXTURE}", sizes_include(tmp_path / f"sizes_{name}"),
                     "-DTP_FAKE_DELAY", *map(str, sources), str(FIXTURE / "fake_model.c"), "-o", str(elf)], check=True)
     return elf

@@ -120,7 +120,8 @@ def host_learning_app(model_dir: Path, out: Path) -> Path:
     md = load_model_dir(model_dir)
     project = L.prepare_learning_project(md, families.load_int_model(md), BOARD)
     lib = project / "lib" / "tinyproto"
-    sources = [*sorted((project / "src").glob("*.c")), lib / "tp_serial.c", lib / "tp_flynn.c", lib / "tp_input.c"]
+    sources = [*sorted((project / "src").glob("*.c")), lib / "tp_serial.c", lib / "tp_flynn.c", lib / "tp_input.c",
+               lib / "tp_judge.c"]
     cmd = ["gcc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", *DL.LEARN_FLAGS,
            f"-I{project / 'include'}", f"-I{lib}", *map(str, sources), "-lm", "-o", str(out)]
     subprocess.run(cmd, check=True)

@@ -16,7 +16,7 @@ import pytest
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.modeldir import load_model_dir
-from tinyproto.core.render import check_prefix, default_prefix, external_symbols, family_runtime, write_sources
+from tinyproto.core.render import check_prefix, default_prefix, external_symbols, model_sources, write_sources
 from tinyproto.device.hostc import HOST_CFLAGS
 
 from helpers import ARDUINO_HARDWARE, AVR_FLAGS, accepted, arduino_build, needs, refused, variants
@@ -69,10 +69,10 @@ def defined_globals(objects: list[Path], nm: str) -> set[str]:
 
 
 def runtime_objects(model, where: Path, prefix: str, cc: list[str]) -> list[Path]:
-    write_sources(model, where, "test", 0, 1 << 20, prefix)
+    write_sources(model, where, "test", 0, 1 << 20, prefix=prefix)
     lib = where / "lib" / "tinyproto"
     objects = []
-    for source in ("tp_input.c", family_runtime(model.family)):
+    for source in model_sources(model.family):
         obj = where / f"{source}.o"
         subprocess.run([*cc, f"-I{where / 'include'}", f"-I{lib}", "-c", str(lib / source), "-o", str(obj)],
                        check=True)

@@ -93,7 +93,7 @@ def hello_payload(model_hash: int = MODEL_HASH, flags: int = 1) -> bytes:
 
 def prediction_payload(x: np.ndarray) -> bytes:
     scores = fake_scores(x)
-    return struct.pack("<BI", int(np.argmax(scores)), 1234) + scores.astype("<i4").tobytes()
+    return struct.pack("<BIBB", int(np.argmax(scores)), 1234, 0, int(np.argmax(scores))) + scores.astype("<i4").tobytes()
 
 
 def good_answer(frame: P.Frame, _n: int = 0) -> bytes:
@@ -684,7 +684,7 @@ def test_a_lost_acknowledgement_restarts_the_vector():
             return b""  # taken, but the acknowledgement never arrives
         if state["next"] < n:
             return P.encode_frame(0x82, frame.seq, b"")
-        return P.encode_frame(0x82, frame.seq, struct.pack("<BI", 1, 7) + bytes(4 * N_CLASSES))
+        return P.encode_frame(0x82, frame.seq, struct.pack("<BIBB", 1, 7, 0, 1) + bytes(4 * N_CLASSES))
 
     device = ScriptedDevice(answer)
     client = P.DeviceClient(device, n_retries=2, timeout=0.1)

@@ -25,7 +25,7 @@ def _raw_answer(frame: P.Frame) -> bytes:
     x = fake_quantize(raw)
     if first + len(raw) < N_FEATURES:
         return P.encode_frame(0x83, frame.seq, x.tobytes())
-    return P.encode_frame(0x83, frame.seq, struct.pack("<BI", 0, 0) + x.tobytes() + bytes(4 * N_CLASSES))
+    return P.encode_frame(0x83, frame.seq, struct.pack("<BIBB", 0, 0, 0, 0) + x.tobytes() + bytes(4 * N_CLASSES))
 
 
 class RingDevice:
@@ -79,16 +79,20 @@ def _raw_vector() -> np.ndarray:
     return (np.arange(N_FEATURES, dtype=np.float32) - 70) / 9
 
 
-def test_frames_go_ahead_of_their_answers_within_the_ring():
+@pytest.mark.parametrize("ring", [wire.RX_RING_MAX, 202, wire.RX_RING_MIN, None])
+def test_frames_go_ahead_of_their_answers_within_the_ring(ring):
+    """The client keeps at most ring - 1 bytes unanswered (the firmware's ring, from build.json), and without
+    knowing the ring it assumes the smallest one a firmware has."""
     device = RingDevice()
-    client = P.DeviceClient(device, timeout=0.2)
+    client = P.DeviceClient(device, timeout=0.2, rx_ring=ring)
     assert client.hello().windowed
     result = client.predict_raw(_raw_vector())
     np.testing.assert_array_equal(result.x, fake_quantize(_raw_vector()))
     chunks = -(-N_FEATURES // wire.RAW_CHUNK_FEATURES)
     assert _firsts(device) == list(range(0, N_FEATURES, wire.RAW_CHUNK_FEATURES)) and len(device.requests) == 1 + chunks
     assert max(device.writes) >= 2  # several frames on the way at once
-    assert wire.RX_WINDOW_BYTES - 80 < device.max_unanswered <= wire.RX_WINDOW_BYTES
+    window = (ring or wire.RX_RING_MIN) - 1
+    assert window - wire.WINDOW_FRAME_BYTES < device.max_unanswered <= window
     assert client.window_restarts == 0
 
 

@@ -80,6 +80,16 @@ reserve_flash_option = click.option(
          "rest of the board's flash, or compile refuses.")
 
 
+unknown_rate_option = click.option(
+    "--unknown-rate", default=None, metavar="SHARE",
+    help="Let the device answer 255 (unknown) for inputs unlike the training rows: a threshold on the model's "
+         "novelty score declines about this share of known-class rows (5% or 0.05). Without it nothing changes.")
+holdout_classes_option = click.option(
+    "--holdout-classes", default=None, metavar="CLASSES",
+    help="Classes (e.g. 8,9) kept out of training: their rows go to the test split only, and the report gives "
+         "how well the novelty score tells them apart (AUROC) and the share declined.")
+
+
 def out_option(what: str):
     return click.option("--out", type=TextPath(path_type=Path), default=None, help=what)
 

@@ -12,6 +12,13 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f} %"
 
 
+def _ring_text(ring) -> str:
+    """The serial receive ring's part of the SRAM line (a report.json older than the sized ring has none)."""
+    if not isinstance(ring, int):
+        return ""
+    return f"receive ring {ring}, " if ring else "no receive ring, "
+
+
 def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
     hp = Table(title=f"{report['model']} on {report['dataset']} (seed {report['seed']})", show_header=False)
     for key, value in report["hyperparameters"].items():
@@ -36,9 +43,12 @@ def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
     summary.add_row("float accuracy", _pct(report["float_accuracy"]))
     summary.add_row("int8 accuracy (host reference)", _pct(report["int8_accuracy"]))
     summary.add_row("int8 / float agreement", _pct(report["int8_float_agreement"]))
+    for name, text in confidence_rows(report.get("confidence")):
+        summary.add_row(name, text)
     summary.add_row("SRAM (estimate before build)",
                     f"{sram['estimated_total_bytes']} of {sram['board_sram_bytes']} B "
-                    f"(buffers {sram['working_bytes']}, serial {sram['serial_frame_bytes']}, reserve {sram['reserved_bytes']})")
+                    f"(buffers {sram['working_bytes']}, serial {sram['serial_frame_bytes']}, "
+                    f"{_ring_text(sram.get('rx_ring_bytes'))}reserve {sram['reserved_bytes']})")
     cycles = report["predicted_cycles"]
     summary.add_row("predicted cycles / inference",
                     f"{cycles['total']} ({report['predicted_latency_ms']:.2f} ms at {_board_mhz(report.get('board', 'uno')):g} MHz; lower bound {cycles['lower_bound']})")
@@ -124,6 +134,23 @@ def _print_auto(console: Console, report: dict) -> None:
     console.print(f"[dim]chosen: {auto['chosen']} ({auto['selection']})[/dim]")
 
 
+def confidence_rows(figures: dict | None, on_device: bool = False) -> list[tuple[str, str]]:
+    """The confidence figures of report.json / validation.json as table rows (none for an older file)."""
+    if not figures or figures.get("coverage") is None:
+        return []
+    where = "device" if on_device else "test split"
+    rows = [(f"confidence ({where})", f"mean {_pct(figures['mean_confidence'])}, calibration error "
+                                      f"{100 * figures['ece']:.1f} points ({figures['ece_bins']} bins)"),
+            ("answered (not unknown)", f"{_pct(figures['coverage'])} of known-class rows, "
+                                       f"{_pct(figures['accepted_accuracy'] or 0.0)} of them right")]
+    held = figures.get("held_out")
+    if held:
+        auroc = "-" if held["auroc"] is None else f"{held['auroc']:.3f}"
+        rows.append(("held-out classes", f"{held['rows']} rows: novelty AUROC {auroc}, "
+                                         f"{_pct(held['declined'])} answered unknown"))
+    return rows
+
+
 def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:
     table = Table(title=f"validation of {model_dir} on {v['target']} ({v['board']})", show_header=False)
     failed = [name for name, check in v["checks"].items() if check["ok"] is False]
@@ -140,6 +167,8 @@ def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:
     table.add_row("score vectors identical", _pct(v["score_agreement"]))
     table.add_row("labels identical", _pct(v["label_agreement"]))
     table.add_row("device accuracy", f"{_pct(v['device_accuracy'])} (host int8 {_pct(v['host_accuracy'])})")
+    for name, text in confidence_rows(v.get("confidence"), on_device=True):
+        table.add_row(name, text)
     table.add_row("cycles / inference", f"mean {v['cycles_mean']:.0f}, min {v['cycles_min']}, max {v['cycles_max']}")
     mhz = f"{v.get('f_cpu_hz', 16_000_000) / 1e6:g} MHz"
     table.add_row("latency", f"{v['latency_ms_mean']:.3f} ms at {mhz}" if v["latency_ms_mean"] is not None

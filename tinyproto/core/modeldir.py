@@ -49,11 +49,22 @@ class TestVectors:
     y: np.ndarray  # int64 (n,): true class index
     scores: np.ndarray  # int64 (n, L): host reference scores
     labels: np.ndarray  # int64 (n,): host reference class index
+    # host reference of tp_judge (core/confidence.py): the confidence byte, and the label or 255 (unknown); a model
+    # without calibration answers 0 and its label. y is 255 for a row of a class held out of training.
+    confidence: np.ndarray | None = None  # int64 (n,)
+    decided: np.ndarray | None = None  # int64 (n,)
 
-    KEYS = ("X_raw", "xq", "y", "scores", "labels")
+    KEYS = ("X_raw", "xq", "y", "scores", "labels", "confidence", "decided")
+
+    def __post_init__(self) -> None:
+        if self.confidence is None:
+            object.__setattr__(self, "confidence", np.zeros(len(self.labels), dtype=np.int64))
+        if self.decided is None:
+            object.__setattr__(self, "decided", np.asarray(self.labels, dtype=np.int64).copy())
 
     def save(self, path: Path) -> None:
-        np.savez(path, X_raw=self.X_raw, xq=self.xq, y=self.y, scores=self.scores, labels=self.labels)
+        np.savez(path, X_raw=self.X_raw, xq=self.xq, y=self.y, scores=self.scores, labels=self.labels,
+                 confidence=self.confidence, decided=self.decided)
 
     @classmethod
     def load(cls, path: Path) -> "TestVectors":
@@ -68,7 +79,7 @@ class TestVectors:
     def check_shapes(self, n_features: int, n_classes: int, path: Path) -> None:
         n = self.labels.shape[0] if self.labels.ndim == 1 else -1
         expected = {"X_raw": (n, n_features), "xq": (n, n_features), "y": (n,), "scores": (n, n_classes),
-                    "labels": (n,)}
+                    "labels": (n,), "confidence": (n,), "decided": (n,)}
         for key in self.KEYS:
             array = getattr(self, key)
             if array.shape != expected[key] or array.dtype.kind not in "iuf" or n < 1:

@@ -25,7 +25,7 @@ VALUES_PER_ROW = 16
 # the input stage; each family adds family_runtime(). Every project also gets the serial transport (lib/tinyproto/),
 # and the device application (src/): its main file becomes src/main.c, its other parts (transport, measurement,
 # learning, their shared header) keep their names.
-MODEL_RUNTIME = ("tinyproto.h", "tp_avr.h", "tp_input.c")
+MODEL_RUNTIME = ("tinyproto.h", "tp_avr.h", "tp_input.c", "tp_judge.c")
 COMMON_RUNTIME = (*MODEL_RUNTIME, "tp_serial.h", "tp_serial.c")
 DEVICE_APP = "tp_main.c"
 DEVICE_APP_PARTS = ("tp_app.h", "tp_transport.c", "tp_measure.c", "tp_learn.c")
@@ -74,15 +74,21 @@ def _code_of(path: Path) -> str:
 
 
 def external_symbols(model) -> list[str]:
-    """Every tp_ name of the model's runtime that reaches the linker: the C API (tinyproto.h), what tp_input.c and
-    the family's runtime define outside `static`, and the model's arrays. tests/test_prefixes.py checks this
+    """Every tp_ name of the model's runtime that reaches the linker: the C API (tinyproto.h), what the runtime's C
+    files (model_sources) define outside `static`, and the model's arrays. tests/test_prefixes.py checks this
     list against the symbols the compiled objects really define."""
     firmware = resource_dir("firmware")
     names = {f"tp_{a.name}" for a in model.carrays()}
-    for source in ("tinyproto.h", "tp_input.c", family_runtime(model.family)):
+    for source in ("tinyproto.h", *model_sources(model.family)):
         if (firmware / source).exists():
             names.update(match.group(1) for match in _EXTERNAL_LINE.finditer(_code_of(firmware / source)))
     return sorted(names)
+
+
+def model_sources(family: str) -> list[str]:
+    """The C files compiled for one model (never the device app's): the shared ones of MODEL_RUNTIME and the
+    family's runtime."""
+    return [*(name for name in MODEL_RUNTIME if name.endswith(".c")), family_runtime(family)]
 
 
 def api_prototypes() -> list[str]:
@@ -176,12 +182,14 @@ def render_header(model, dataset: str, seed: int, budget_bytes: int, prefix: str
     )
 
 
-def render_sizes_header(n_classes: int) -> str:
-    """include/tinyproto_sizes.h: every size the host and the device app share (tinyproto/core/wire.py)."""
-    from tinyproto.core.wire import sizes_defines
+def render_sizes_header(n_classes: int, rx_ring: int | None = None) -> str:
+    """include/tinyproto_sizes.h: every size the host and the device app share (tinyproto/core/wire.py).
+    rx_ring: the model's receive ring (compile sizes it to the board's free SRAM; None: wire.RX_RING_BYTES)."""
+    from tinyproto.core import wire
 
+    ring = wire.RX_RING_BYTES if rx_ring is None else rx_ring
     return jinja_env().get_template("tinyproto_sizes.h.j2").render(
-        n_classes=n_classes, defines=list(sizes_defines(n_classes).items()))
+        n_classes=n_classes, defines=list(wire.sizes_defines(n_classes, ring).items()))
 
 
 def family_runtime(family: str) -> str:
@@ -203,13 +211,14 @@ def runtime_files(family: str) -> list[Path]:
 
 
 def write_sources(model, project_dir: Path, dataset: str, seed: int, budget_bytes: int,
-                  prefix: str | None = None) -> None:
+                  rx_ring: int | None = None, prefix: str | None = None) -> None:
     """include/tinyproto_model.h + tinyproto_sizes.h, lib/tinyproto/<runtime>, src/main.c + the app's other
-    parts under project_dir."""
+    parts under project_dir. rx_ring: the serial receive ring (see render_sizes_header); prefix: the model's C
+    names (default: from the data set's name)."""
     (project_dir / "include").mkdir(parents=True, exist_ok=True)
     (project_dir / "include" / "tinyproto_model.h").write_text(
         render_header(model, dataset, seed, budget_bytes, prefix))
-    (project_dir / "include" / SIZES_HEADER).write_text(render_sizes_header(model.n_classes))
+    (project_dir / "include" / SIZES_HEADER).write_text(render_sizes_header(model.n_classes, rx_ring))
     lib = project_dir / "lib" / "tinyproto"
     lib.mkdir(parents=True, exist_ok=True)
     for source in runtime_files(model.family):

@@ -14,18 +14,52 @@ PROTO_VERSION = 2  # 2: every vector travels in chunks of at most CHUNK_BYTES
 FRAME_OVERHEAD = 4  # type u8, seq u8 ... crc16 u16 around the payload
 HELLO_PAYLOAD = 21  # "TPRO" proto abi family hash(4) n_features(2) n_classes in_b score_b f_cpu(4) flags
 STATS_PAYLOAD = 6  # stack peak u16, static SRAM u16, bad frames u16
-PREDICTION_HEAD = 5  # label u8, cycles u32: the start of a final PREDICT / PREDICT_RAW answer
+PREDICTION_HEAD = 7  # label u8, cycles u32, confidence u8, decided label u8: a final PREDICT(_RAW) answer's start
 LEARN_ACK = 8  # n_samples u32, cycles u32
 CHUNK_FIRST = 2  # every vector chunk starts with the index of its first feature, u16
 CHUNK_BYTES = 64  # at most this many vector bytes per frame: int8 features, or 16 float32 features
 RAW_CHUNK_FEATURES = CHUNK_BYTES // 4  # float32 features per PREDICT_RAW chunk
 LEARN_LABEL = 1  # a LEARN chunk carries the label (u8) before its first-feature index
 SCORE_BYTES = 4  # int32 per class
-# The AVR app's receive ring (filled by the USART interrupt): the host may have up to RX_WINDOW_BYTES of frames
-# on the way that the device has not answered yet, so the line stays busy while the device computes and answers.
-# 256 because the ring's u8 indices then wrap by themselves; one slot stays free to tell full from empty.
-RX_RING_BYTES = 256
-RX_WINDOW_BYTES = RX_RING_BYTES - 1
+# The AVR app's receive ring (filled by the USART interrupt): the host may have up to ring - 1 bytes of frames on
+# the way that the device has not answered yet, so the line stays busy while the device computes and answers. The
+# ring takes what the model leaves free of the board's SRAM, up to RX_RING_MAX (its indices are u8; 256 wraps by
+# itself), and is left out when it would not hold two of the largest requests: a window of one frame is
+# stop-and-wait, which the USART's own two bytes already do. Decided per model by rx_ring_bytes(); the generated
+# header (TP_RX_RING, 0: no ring) and build.json carry it to the firmware and to the host.
+RX_RING_MAX = 256
+RX_RING_BYTES = RX_RING_MAX  # the ring of a model with SRAM to spare (and of projects rendered without a board)
+RX_RING_INDICES = 2  # its head and tail indices, u8 each
+
+
+def cobs_bytes(n: int) -> int:
+    """Bytes of COBS(n bytes) before the delimiter: one code byte per started run of 254."""
+    return n + n // 254 + 1
+
+
+# The largest request a window carries as it goes on the wire: the host's leading 0x00, COBS(body), the delimiter.
+WINDOW_FRAME_BYTES = 1 + cobs_bytes(FRAME_OVERHEAD + CHUNK_FIRST + CHUNK_BYTES) + 1
+RX_RING_MIN = 2 * WINDOW_FRAME_BYTES + 1  # two whole requests in flight, and the slot that tells full from empty
+
+
+def rx_ring_bytes(free_bytes: int) -> int:
+    """The receive ring for `free_bytes` of SRAM left by everything else (indices included): the largest ring up to
+    RX_RING_MAX that fits, or 0 (no ring: stop-and-wait) when fewer than RX_RING_MIN bytes would."""
+    ring = min(RX_RING_MAX, free_bytes - RX_RING_INDICES)
+    return ring if ring >= RX_RING_MIN else 0
+
+
+def rx_ring_static_bytes(ring: int) -> int:
+    """SRAM of a ring of `ring` bytes with its indices (0 for no ring)."""
+    return ring + RX_RING_INDICES if ring else 0
+
+
+def rx_window_bytes(ring: int) -> int:
+    """Bytes the host may have unanswered on the way to a ring of `ring` bytes (one slot tells full from empty)."""
+    return max(0, ring - 1)
+
+
+RX_WINDOW_BYTES = rx_window_bytes(RX_RING_BYTES)
 
 # EEPROM record of the learning firmware (little-endian):
 #   0 'T' 'F' | 2 layout key u32 | 6 count bytes u16 | 8 n_samples u32 | 12 crc16 u16 | 14 packed counts
@@ -34,11 +68,11 @@ EEPROM_HEADER_BYTES = 14
 
 # Static SRAM of the device app besides its frame buffer, the int8 input buffer and the FlyNN counts (AVR: no
 # padding): parser 9 (pointer 2, cap 2, len 2, code, left, flags), bad-frame counter 2, next expected feature 2,
-# type of the vector under way 1, Timer1 overflows 2, calibrated call overhead 2. A streaming family adds the
+# type of the vector under way 1, Timer1 overflows 2, calibrated call overhead 2, the last vector's confidence
+# and decided label 2. A streaming family adds the
 # chunk handed to it (first 2, n 1) and the vector's cycles so far 4; the learning firmware its label 1 and sample
 # counter 4. tests/test_learn.py and tests/test_widths.py check these against avr-size.
-APP_STATIC_BYTES = 9 + 2 + 2 + 1 + 2 + 2
-RX_RING_STATIC_BYTES = RX_RING_BYTES + 2  # the ring and its head and tail indices
+APP_STATIC_BYTES = 9 + 2 + 2 + 1 + 2 + 2 + 2
 STREAM_STATIC_BYTES = 2 + 1 + 4
 LEARN_STATIC_BYTES = 1 + 4
 
@@ -79,7 +113,7 @@ class AppSram:
     frame: int
     input: int
     app: int
-    ring: int = RX_RING_STATIC_BYTES  # the receive ring (not in the learning firmware, which answers one by one)
+    ring: int = rx_ring_static_bytes(RX_RING_BYTES)  # the receive ring and its indices (0: none)
 
     @property
     def total(self) -> int:
@@ -87,14 +121,18 @@ class AppSram:
 
 
 def app_sram(n_features: int, n_classes: int, streamable: bool, raw_input: bool = True,
-             learning: bool = False) -> AppSram:
+             learning: bool = False, rx_ring: int = RX_RING_BYTES) -> AppSram:
+    """rx_ring: the model's receive ring (rx_ring_bytes; 0: none). The learning firmware has none: it answers
+    one request at a time and keeps its SRAM for the counts."""
     app = APP_STATIC_BYTES + (STREAM_STATIC_BYTES if streamable else 0) + (LEARN_STATIC_BYTES if learning else 0)
     return AppSram(frame_buffer_bytes(n_classes, raw_input), input_buffer_bytes(n_features, streamable), app,
-                   0 if learning else RX_RING_STATIC_BYTES)
+                   0 if learning else rx_ring_static_bytes(rx_ring))
 
 
-def sizes_defines(n_classes: int) -> dict[str, int]:
-    """Every macro of include/tinyproto_sizes.h, in the order written."""
+def sizes_defines(n_classes: int, rx_ring: int = RX_RING_BYTES) -> dict[str, int]:
+    """Every macro of include/tinyproto_sizes.h, in the order written; rx_ring: the model's receive ring (0: none)."""
+    if rx_ring and not RX_RING_MIN <= rx_ring <= RX_RING_MAX:
+        raise ValueError(f"a receive ring is 0 or {RX_RING_MIN}..{RX_RING_MAX} bytes, not {rx_ring}")
     return {
         "TP_PROTO_VERSION": PROTO_VERSION,
         "TP_FRAME_OVERHEAD": FRAME_OVERHEAD,
@@ -114,5 +152,5 @@ def sizes_defines(n_classes: int) -> dict[str, int]:
         "TP_EE_HEADER": EEPROM_HEADER_BYTES,
         "TP_FRAME_BUF_RAW": frame_buffer_bytes(n_classes, raw_input=True),
         "TP_FRAME_BUF_NO_RAW": frame_buffer_bytes(n_classes, raw_input=False),
-        "TP_RX_RING": RX_RING_BYTES,
+        "TP_RX_RING": rx_ring,
     }

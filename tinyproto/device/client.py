@@ -47,10 +47,16 @@ class _ChunkOrder(Exception):
 class DeviceClient:
     """Request/response client. Every request gets a fresh seq, kept by its retries; answers carrying another
     seq are stale and dropped. A try ends after ``timeout`` s without the answer or on an ERROR CRC / too long
-    answer; after ``1 + n_retries`` tries a DeviceError says the device is silent."""
+    answer; after ``1 + n_retries`` tries a DeviceError says the device is silent.
 
-    def __init__(self, port: SerialPort, n_retries: int = 3, timeout: float = DEFAULT_TIMEOUT) -> None:
+    rx_ring: the bytes of the firmware's receive ring (build.json's rx_ring_bytes, sized by compile to the SRAM the
+    model leaves free); a window keeps at most one byte less unanswered. None: the smallest ring any firmware has
+    (wire.RX_RING_MIN), safe for every one."""
+
+    def __init__(self, port: SerialPort, n_retries: int = 3, timeout: float = DEFAULT_TIMEOUT,
+                 rx_ring: int | None = None) -> None:
         self.port = port
+        self.window_bytes = wire.rx_window_bytes(wire.RX_RING_MIN if not rx_ring else rx_ring)
         self.n_retries = n_retries
         self.timeout = timeout
         self.name = str(getattr(port, "port", None) or getattr(port, "name", None) or port)
@@ -115,7 +121,7 @@ class DeviceClient:
         answer = parse_raw_prediction(last, tail)
         self._check_classes(len(answer.scores))
         x = np.concatenate([np.frombuffer(b"".join(acks), dtype=np.int8), answer.x])
-        return RawPrediction(answer.label, answer.cycles, x, answer.scores)
+        return RawPrediction(answer.label, answer.cycles, x, answer.scores, answer.confidence, answer.decided)
 
     def stats(self) -> Stats:
         return parse_stats(self._request(MSG_STATS))
@@ -210,7 +216,7 @@ class DeviceClient:
     def _stream_windowed(self, type: int, vector: bytes, item: int, per_chunk: int,
                          head: bytes = b"") -> tuple[list[bytes], bytes]:
         """_stream with a window: every chunk's frame is sent as soon as the frames not yet answered, itself
-        included, fit the device's receive ring (wire.RX_WINDOW_BYTES), and the answers are taken in order. Any
+        included, fit the device's receive ring (self.window_bytes), and the answers are taken in order. Any
         answer missing (timeout), out of order, or an ERROR a resend can fix ends the try: wait until the device
         is quiet (its ring empty, late answers dropped as stale), then send the whole vector again from its first
         chunk (first = 0 starts the vector afresh on the device), at most n_retries times."""
@@ -239,7 +245,7 @@ class DeviceClient:
         self._mid_vector = True  # an ERROR argument means "out of order" here (a lost frame): resend
         while len(answers) < len(frames):
             batch = []
-            while sent < len(frames) and in_flight + len(frames[sent]) <= wire.RX_WINDOW_BYTES:
+            while sent < len(frames) and in_flight + len(frames[sent]) <= self.window_bytes:
                 batch.append(frames[sent])
                 in_flight += len(frames[sent])
                 sent += 1

@@ -61,7 +61,7 @@ FLAG_RAW = 0x01
 FLAG_LEARN = 0x02
 FLAG_EEPROM = 0x04
 FLAG_STREAM = 0x08
-FLAG_WINDOW = 0x10  # the device buffers received bytes in a wire.RX_RING_BYTES ring: frames may go ahead
+FLAG_WINDOW = 0x10  # the device buffers received bytes in a receive ring (TP_RX_RING): frames may go ahead
 EEPROM_LOADED, EEPROM_EMPTY, EEPROM_OTHER = 0, 1, 2
 CANNOT_LEARN = "this firmware cannot learn; run tinyproto learn (it builds the learning firmware)"
 
@@ -77,7 +77,7 @@ _CHUNK_FIRST = struct.Struct("<H")
 _READ_COUNTS = struct.Struct("<HB")  # offset, length
 _EEPROM_SAVE = struct.Struct("<HH")  # bytes written, record bytes
 _EEPROM_LOAD = struct.Struct("<BI")  # status, n_samples
-_PREDICTION_HEAD = struct.Struct("<BI")  # label, cycles
+_PREDICTION_HEAD = struct.Struct("<BIBB")  # label, cycles, confidence, decided label
 # The codec's structs are the sizes wire.py emits for the firmware: one of them changed alone is a bug.
 assert (_HELLO.size, _STATS.size, _LEARN_ACK.size, _CHUNK_FIRST.size, _PREDICTION_HEAD.size) == (
     wire.HELLO_PAYLOAD, wire.STATS_PAYLOAD, wire.LEARN_ACK, wire.CHUNK_FIRST, wire.PREDICTION_HEAD)
@@ -266,8 +266,8 @@ class Hello:
 
     @property
     def windowed(self) -> bool:
-        """The device buffers what it receives (AVR app, not the learning firmware): a window of frames may be
-        in flight, up to wire.RX_WINDOW_BYTES not yet answered."""
+        """The device buffers what it receives in a receive ring (the AVR app with a ring, not the learning
+        firmware): a window of frames may be in flight, up to one byte less than the ring not yet answered."""
         return bool(self.flags & FLAG_WINDOW)
 
 
@@ -276,6 +276,8 @@ class Prediction:
     label: int
     cycles: int  # Timer1 cycles of the model's code (every chunk of a streaming family) minus the call overhead
     scores: np.ndarray  # int32 (n_classes,)
+    confidence: int = 0  # tp_judge's confidence byte
+    decided: int = 0  # tp_judge's answer: the label, or 255 (unknown) for a declined input
 
 
 @dataclass(frozen=True, eq=False)
@@ -284,6 +286,8 @@ class RawPrediction:
     cycles: int
     x: np.ndarray  # int8 (n_features,): the device's tp_input_quantize() output
     scores: np.ndarray  # int32 (n_classes,)
+    confidence: int = 0
+    decided: int = 0
 
 
 @dataclass(frozen=True)
@@ -324,28 +328,28 @@ def parse_hello(payload: bytes) -> Hello:
     return Hello(proto, *fields)
 
 
-def _prediction_head(payload: bytes, what: str) -> tuple[int, int]:
+def _prediction_head(payload: bytes, what: str) -> tuple[int, int, int, int]:
     if len(payload) < _PREDICTION_HEAD.size:
         raise DeviceError(f"{what} answer of {len(payload)} bytes is too short")
     return _PREDICTION_HEAD.unpack_from(payload)
 
 
 def parse_prediction(payload: bytes) -> Prediction:
-    label, cycles = _prediction_head(payload, "PREDICT")
+    label, cycles, confidence, decided = _prediction_head(payload, "PREDICT")
     scores = payload[_PREDICTION_HEAD.size :]
     if len(scores) % 4:
         raise DeviceError(f"PREDICT answer of {len(payload)} bytes does not hold whole int32 scores")
-    return Prediction(label, cycles, np.frombuffer(scores, dtype="<i4").astype(np.int32))
+    return Prediction(label, cycles, np.frombuffer(scores, dtype="<i4").astype(np.int32), confidence, decided)
 
 
 def parse_raw_prediction(payload: bytes, n_features: int) -> RawPrediction:
-    label, cycles = _prediction_head(payload, "PREDICT_RAW")
+    label, cycles, confidence, decided = _prediction_head(payload, "PREDICT_RAW")
     rest = payload[_PREDICTION_HEAD.size :]
     if len(rest) < n_features or (len(rest) - n_features) % 4:
         raise DeviceError(f"PREDICT_RAW answer of {len(payload)} bytes does not fit {n_features} features")
     x = np.frombuffer(rest[:n_features], dtype=np.int8).copy()
     scores = np.frombuffer(rest[n_features:], dtype="<i4").astype(np.int32)
-    return RawPrediction(label, cycles, x, scores)
+    return RawPrediction(label, cycles, x, scores, confidence, decided)
 
 
 def parse_stats(payload: bytes) -> Stats:

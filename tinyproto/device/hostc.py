@@ -22,7 +22,8 @@ def build_host_runner(project_dir: Path, out: Path, family: str, cc: str = "gcc"
     if shutil.which(cc) is None:
         raise TinyprotoError(f"host C compiler {cc!r} not found (apt-get install gcc)")
     lib = project_dir / "lib" / "tinyproto"
-    sources = [resource_dir("tools") / "host_runner.c", lib / "tp_input.c", lib / family_runtime(family)]
+    sources = [resource_dir("tools") / "host_runner.c", lib / "tp_input.c", lib / "tp_judge.c",
+               lib / family_runtime(family)]
     cmd = [cc, *HOST_CFLAGS, f"-I{project_dir / 'include'}", f"-I{lib}", *map(str, sources), "-lm", "-o", str(out)]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.render import family_runtime, write_sources
+from tinyproto.core.render import model_sources, write_sources
 from tinyproto.device.build import firmware_sizes
 from tinyproto.device.piohome import require_tool
 from tinyproto.device.project import C_FLAGS, LINK_FLAGS, LINK_LIBS
@@ -93,12 +93,12 @@ def measure_library(model, board) -> LibraryCost:
     gcc = require_tool("avr-gcc")
     with tempfile.TemporaryDirectory(prefix="tinyproto-library-") as tmp:
         project = Path(tmp)
-        write_sources(model, project, "probe", 0, 1 << 20, "probe")
+        write_sources(model, project, "probe", 0, 1 << 20, prefix="probe")
         lib = project / "lib" / "tinyproto"
         (project / "probe.c").write_text(PROBE)
         flags = [f"-mmcu={board.mcu}", f"-DF_CPU={board.f_cpu_hz}UL", *C_FLAGS, f"-I{project / 'include'}",
                  f"-I{lib}"]
-        runtime = [lib / "tp_input.c", lib / family_runtime(model.family)]
+        runtime = [lib / name for name in model_sources(model.family)]
         sizes = {}
         for name, extra in (("with", ["-DPROBE_MODEL"]), ("without", [])):
             elf = project / f"{name}.elf"

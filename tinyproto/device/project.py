@@ -162,6 +162,20 @@ def project_baud(project_dir: Path, env: str) -> int | None:
     return None
 
 
+_RX_RING_DEFINE = re.compile(r"^#define\s+TP_RX_RING\s+([0-9]{1,5})u?\s*$", re.MULTILINE)
+
+
+def project_rx_ring(project_dir: Path) -> int:
+    """The serial receive ring the project's firmware is built with (TP_RX_RING of include/tinyproto_sizes.h,
+    which compile sized to the SRAM the model leaves free); 0 when the header defines none (no ring)."""
+    from tinyproto.core.safe_io import read_text_file
+
+    text = read_text_file(Path(project_dir) / "include" / "tinyproto_sizes.h", "the generated sizes header",
+                          limit=1 << 20)
+    match = _RX_RING_DEFINE.search(text)
+    return int(match.group(1)) if match else 0
+
+
 def _project_flags(parser: configparser.ConfigParser, env: str) -> list[str]:
     mcu = _env_option(parser, env, "board_build.mcu", "atmega328p")
     f_cpu = _env_option(parser, env, "board_build.f_cpu", "16000000UL")

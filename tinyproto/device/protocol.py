@@ -91,13 +91,16 @@ def open_device(
     n_retries: int = 3,
     timeout: float = DEFAULT_TIMEOUT,
     boot_quiet_s: float = 0.0,
+    rx_ring: int | None = None,
 ) -> DeviceClient:
     """Open the port and complete the HELLO handshake (retried until ``handshake_timeout`` s, which covers the
     Uno's reset + bootloader: no fixed sleep, the first answer ends the wait); the returned client's ``info``
     holds the device's Hello. The deadline leaves room for a bootloader's 1 s window on a simulated board that
-    runs at a quarter of real time or slower (a busy host); only a board that never answers waits it out."""
+    runs at a quarter of real time or slower (a busy host); only a board that never answers waits it out.
+    rx_ring: the firmware's receive ring (build.json's rx_ring_bytes), how far ahead a window may send; None
+    assumes the smallest ring a firmware has (wire.RX_RING_MIN)."""
     port = open_port(port_url, baud)
-    client = DeviceClient(port, n_retries=n_retries, timeout=timeout)
+    client = DeviceClient(port, n_retries=n_retries, timeout=timeout, rx_ring=rx_ring)
     try:
         time.sleep(boot_quiet_s)  # a board whose bootloader waits for silence (Board.boot_quiet_s)
         client.handshake(handshake_timeout)

@@ -206,6 +206,42 @@ def fit_under_budget(name: str, X_train: np.ndarray, y_train: np.ndarray, option
     return family(name).fit_under_budget(X_train, y_train, options)
 
 
+def lowest_wins(name: str) -> bool:
+    return family(name).score.wins == LOWEST
+
+
+def fit_judged(name: str, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions,
+               unknown_rate: float | None = None):
+    """fit_under_budget, with the model's confidence table (counted in the budget) and, with unknown_rate, its
+    decline threshold, both fitted on cross-validated rows (families/judging.py): the model compile ships."""
+    from tinyproto.families.judging import fit_judged as judged
+
+    return judged(family(name).fit_under_budget, X_train, y_train, options, lowest_wins(name), unknown_rate)
+
+
+def judge(model: IntModel, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(confidence byte, decided label: the class or 255) per row: the host reference of tp_judge()."""
+    from tinyproto.families.judging import judge as judged
+
+    return judged(model, scores, labels)
+
+
+def confidence_table_bytes() -> int:
+    """The flash bytes of a model's confidence table (the solver is given the budget less these)."""
+    from tinyproto.families.judging import table_bytes
+
+    return table_bytes()
+
+
+def calibrate_chosen(name: str, model: IntModel, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions,
+                     unknown_rate: float | None = None):
+    """A model already fitted (under options.budget_bytes less the table) judged: (judged model, its info)."""
+    from tinyproto.families.judging import calibrate
+
+    return calibrate(family(name).fit_under_budget, model, X_train, y_train, options, lowest_wins(name),
+                     unknown_rate)
+
+
 DEFAULT = "protonn"  # --model when none is given
 AUTO = "auto"  # --model auto: every family under the same budget, the best validated int8 accuracy wins
 
@@ -258,10 +294,13 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOpti
 
 def int_model_from_json(raw: dict) -> IntModel:
     """Rebuild the integer model (and so the host reference) from model.json's `int_model`."""
+    from tinyproto.families.judging import split_json, wrap_from_json
+
     name = raw.get("family")
     if not isinstance(name, str) or name not in _PACKAGES:
         raise TinyprotoError(f"model.json names an unknown model family {name!r}")
-    return family(name).from_json(raw)
+    own, calibration = split_json(raw)
+    return wrap_from_json(family(name).from_json(own), calibration, lowest_wins(name))
 
 
 def load_int_model(model_dir: ModelDir) -> IntModel:

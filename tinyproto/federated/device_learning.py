@@ -55,7 +55,7 @@ def write_learning_project(project: Path, model, board: Board, dataset: str, see
     for sub in ("include", "lib", "src"):
         shutil.rmtree(project / sub, ignore_errors=True)  # no stale runtime file survives
     project.mkdir(parents=True, exist_ok=True)
-    write_sources(model, project, dataset, seed, budget_bytes)
+    write_sources(model, project, dataset, seed, budget_bytes, rx_ring=0)  # answers one request at a time
     (project / "platformio.ini").write_text(learning_ini(board, layout_key(model)))
     return project
 

@@ -13,13 +13,14 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyproto.core.version import __version__
+from tinyproto.core import wire
 from tinyproto import families
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.budget import parse_budget
 from tinyproto.core.datasets import Dataset, Split, load_dataset, split
+from tinyproto.core.confidence import UNKNOWN_LABEL
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.labels import encode
-from tinyproto.families import fit_under_budget
 from tinyproto.families import SolveOptions, default_jobs
 from tinyproto.core.folds import Folds
 from tinyproto.core.ledger import Ledger
@@ -63,7 +64,9 @@ class TrainedOn:
 
 def firmware_sram_estimate(model, board: Board) -> dict:
     """SRAM the deployed firmware will need, before building: the family's buffers + the device app's (frame
-    buffer, int8 input buffer unless the family streams, its own state) + the board's reserve for call frames.
+    buffer, int8 input buffer unless the family streams, its own state) + the board's reserve for call frames,
+    then the receive ring in what they leave free (wire.rx_ring_bytes: up to 256 B, none when too little is left;
+    `rx_ring_bytes` is the ring the project is rendered with).
 
     It bounds what the build (`avr-size`: .data + .bss) and the device (painted stack peak) then measure:
     tests/test_widths.py checks static + stack peak <= this estimate from 8 to 2,048 features.
@@ -73,15 +76,23 @@ def firmware_sram_estimate(model, board: Board) -> dict:
     streamable = bool(model.defines().get("TP_STREAMABLE", 0))
     # A family's "input" item is the int8 vector its tp_predict() reads: the app's input buffer, counted once.
     working = sum(item.nbytes for item in model.working_sram() if item.name != "input")
-    app = app_sram(model.n_features, model.n_classes, streamable)
+    without_ring = app_sram(model.n_features, model.n_classes, streamable, rx_ring=0)
+    ring = wire.rx_ring_bytes(board.sram_bytes - (working + without_ring.total + board.sram_reserved_bytes))
+    app = app_sram(model.n_features, model.n_classes, streamable, rx_ring=ring)
     total = working + app.total + board.sram_reserved_bytes
     return {"working_bytes": working, "serial_frame_bytes": app.frame, "input_buffer_bytes": app.input,
-            "app_static_bytes": app.app, "reserved_bytes": board.sram_reserved_bytes,
+            "app_static_bytes": app.app, "rx_ring_bytes": ring, "reserved_bytes": board.sram_reserved_bytes,
             "estimated_total_bytes": total, "board_sram_bytes": board.sram_bytes, "streamable": streamable}
 
 
+def rx_ring_of(model, board: Board) -> int:
+    """The receive ring of this model's firmware on this board (0: none), as compile renders it."""
+    return firmware_sram_estimate(model, board)["rx_ring_bytes"]
+
+
 def sram_refusal(sram: dict, n_features: int, board: Board) -> str:
-    """One line: what the firmware would need, the limit, and what would fit."""
+    """One line: what the firmware would need, the limit, and what would fit. A refused model has no receive
+    ring (the ring only takes SRAM left free), so the parts named sum to the total."""
     over = sram["estimated_total_bytes"] - board.sram_bytes
     if sram["input_buffer_bytes"] > over:  # the app holds the d int8 features: fewer of them would fit
         fit = f"; at most {n_features - over} features would fit this model's other buffers"
@@ -89,12 +100,9 @@ def sram_refusal(sram: dict, n_features: int, board: Board) -> str:
         room = sram["working_bytes"] - over
         fit = (f"; the model's buffers would fit in {room} B (a smaller model, or a family whose buffers do not "
                "grow with the features)" if room > 0 else "; no model of this width would fit")
-    named = sum(sram[key] for key in ("working_bytes", "input_buffer_bytes", "serial_frame_bytes",
-                                      "app_static_bytes", "reserved_bytes"))
-    ring = sram["estimated_total_bytes"] - named  # the app's receive ring (none in the learning firmware)
     return (f"the model's inference needs about {sram['estimated_total_bytes']} B of SRAM (buffers "
             f"{sram['working_bytes']} B + input {sram['input_buffer_bytes']} B + serial frame "
-            f"{sram['serial_frame_bytes']} B + receive ring {ring} B + app {sram['app_static_bytes']} B + reserve "
+            f"{sram['serial_frame_bytes']} B + app {sram['app_static_bytes']} B + reserve "
             f"{sram['reserved_bytes']} B), "
             f"more than the {board.sram_bytes} B of {board.title}{fit}")
 
@@ -114,7 +122,7 @@ def refuse_too_wide(family_name: str, n_features: int, n_classes: int, board: Bo
     fam = families.family(family_name)
     if fam.streamable:
         return
-    app = app_sram(n_features, n_classes, streamable=False)
+    app = app_sram(n_features, n_classes, streamable=False, rx_ring=0)  # the ring only takes what is left free
     need = app.total + board.sram_reserved_bytes
     if need > board.sram_bytes:
         fit = max(0, n_features - (need - board.sram_bytes))
@@ -137,6 +145,8 @@ def compile_model(
     max_latency_ms: float | None = None,
     baud: int | None = None,
     jobs: int | None = None,
+    unknown_rate: str | float | None = None,
+    holdout_classes: str | None = None,
     prefix: str | None = None,
     reserve_sram: str | int | None = None,
     reserve_flash: str | int | None = None,
@@ -148,10 +158,18 @@ def compile_model(
     baud: the serial line's speed built into the project (default the board's serial_baud).
     jobs: worker processes for the solver (None: every usable core, 1 inside a dask worker); the model does not
     depend on it.
+    unknown_rate ("5%", 0.05): the device declines (answers 255) inputs whose novelty exceeds a threshold fitted so
+    that about that share of known-class rows would be declined; None: no threshold, nothing else changes.
+    holdout_classes ("8,9"): those classes' rows go to the test split only (the model never sees them); the report
+    says how well the novelty score tells them apart (docs/guides/confidence.md).
     prefix: the model's C prefix (every external symbol: <prefix>_predict, ...; default from the data set's name).
     reserve_sram, reserve_flash: what the user's own sketch uses of the board (bytes or `1.2kB`): the model's code
     and data, measured by building them, must fit what is left (beside_sketch), or compile refuses it."""
+    from tinyproto.core.confidence import parse_rate
+
     budget_bytes = parse_budget(budget)
+    rate = None if unknown_rate is None else (float(unknown_rate) if isinstance(unknown_rate, float)
+                                              else parse_rate(unknown_rate))
     if prefix is not None:
         check_prefix(prefix)
     reserve = Reserve.parse(reserve_sram, reserve_flash)
@@ -168,6 +186,8 @@ def compile_model(
     out_dir = Path(out) if out is not None else Path("build") / dataset.name
     check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
     sp = split(dataset)
+    if holdout_classes is not None:
+        sp = hold_out(sp, holdout_classes)
 
     n_classes = len(np.unique(sp.y_train))
     if family != families.AUTO:
@@ -177,10 +197,13 @@ def compile_model(
                            n_jobs=default_jobs() if jobs is None else jobs, progress=progress,
                            folds=Folds.standard(sp.X_train, sp.y_train, seed), learn_on=board if learnable else None)
     if family == families.AUTO:
-        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, options,
+        inner = options.with_(budget_bytes=budget_bytes - families.confidence_table_bytes())
+        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, inner,
                                                     fits_board=lambda m: check_fits_board(m, board))
+        model, info["confidence"] = families.calibrate_chosen(model.family, model, sp.X_train, sp.y_train, inner,
+                                                              rate)
     else:
-        clf, model, info = fit_under_budget(family, sp.X_train, sp.y_train, options)
+        clf, model, info = families.fit_judged(family, sp.X_train, sp.y_train, options, rate)
     info["max_latency_ms"] = max_latency_ms
     beside = beside_sketch(model, board, reserve, progress) if reserve.given else None
     train_seconds = time.perf_counter() - started
@@ -234,6 +257,17 @@ def beside_sketch(model, board: Board, reserve: Reserve, progress: Callable[[str
             "sram_left_bytes": sram_left - cost.sram_bytes}
 
 
+def hold_out(sp: Split, classes_text: str) -> Split:
+    """The split with the named classes' training rows moved to the test split: the model never sees them."""
+    from tinyproto.core.confidence import parse_classes
+
+    known = sorted(set(np.unique(sp.y_train).tolist()), key=str)
+    chosen = parse_classes(classes_text, known)
+    held = np.isin(sp.y_train, np.asarray(chosen, dtype=sp.y_train.dtype))
+    return Split(sp.X_train[~held], sp.y_train[~held], np.concatenate([sp.X_test, sp.X_train[held]]),
+                 np.concatenate([sp.y_test, sp.y_train[held]]))
+
+
 def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress: Callable[[str], None] | None = None,
                           extra_report: dict | None = None) -> CompileResult:
     """Check a fitted model against the budget and the board, then write its model directory atomically.
@@ -252,10 +286,13 @@ def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress
 
     family = model.family
     vectors = _test_vectors(model, sp.X_test, sp.y_test)
-    float_pred = clf.predict(sp.X_test)
-    int8_pred = np.asarray(model.classes)[vectors.labels]
+    known = vectors.y != UNKNOWN_LABEL  # a held-out class's rows (--holdout-classes) are no class of the model
+    float_pred = clf.predict(sp.X_test[known])
+    int8_pred = np.asarray(model.classes)[vectors.labels[known]]
     report = _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
-                     float_pred, int8_pred, sp.y_test)
+                     float_pred, int8_pred, sp.y_test[known])
+    report["n_train"], report["n_test"] = int(len(sp.y_train)), int(len(sp.y_test))  # held-out rows included
+    report["confidence"] = confidence_report(vectors, families.lowest_wins(family), info.get("confidence"))
     report.update(extra_report or {})
 
     if progress:
@@ -274,7 +311,7 @@ def write_model_files(scratch: Path, model, meta: dict, report: dict, vectors: T
     meta = dict(meta, vectors_sha256=file_sha256(scratch / "test_vectors.npz"))  # validate refuses other vectors
     write_json(scratch / "model.json", meta)
     write_sources(model, scratch, str(meta.get("dataset", "?")), int(meta.get("seed", 0)), int(meta["budget_bytes"]),
-                  meta.get("prefix"))
+                  rx_ring=rx_ring_of(model, board), prefix=meta.get("prefix"))
     _write_project(model, scratch, board, vectors)
     write_json(scratch / "report.json", report)
 
@@ -282,10 +319,41 @@ def write_model_files(scratch: Path, model, meta: dict, report: dict, vectors: T
 def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:
     xq = model.input_stage.quantize(X_test)
     scores = model.scores(xq)
-    y_index = encode(y_test, list(model.classes), "the test split")
+    classes = list(model.classes)
+    unseen = ~np.isin(np.asarray(y_test, dtype=object), np.asarray(classes, dtype=object))
+    if unseen.all():
+        raise TinyprotoError("the test split holds no row of a class the model knows")
+    y_index = np.full(len(y_test), UNKNOWN_LABEL, dtype=np.int64)  # a held-out class: the right answer is unknown
+    y_index[~unseen] = encode(np.asarray(y_test)[~unseen], classes, "the test split")
+    labels = model.labels(scores).astype(np.int64)
+    confidence, decided = families.judge(model, scores, labels)
     # the kept columns only: a feature no weight reads is never sent (see InputStage)
     return TestVectors(model.input_stage.select(X_test).astype(np.float32), xq, y_index, scores.astype(np.int64),
-                       model.labels(scores).astype(np.int64))
+                       labels, confidence.astype(np.int64), decided.astype(np.int64))
+
+
+def confidence_report(vectors: TestVectors, lowest_wins: bool, calibration_info: dict | None) -> dict:
+    """report.json's "confidence": coverage, accuracy on the accepted rows and calibration error on the known
+    test rows; with held-out classes the novelty score's AUROC (held-out against known) and the share declined."""
+    from tinyproto.core.confidence import auroc, judged_figures
+
+    known = vectors.y != UNKNOWN_LABEL
+    out = judged_figures(vectors.confidence, vectors.decided, vectors.labels, vectors.y, known)
+    out["calibration"] = calibration_info
+    if not known.all():
+        novelty = novelty_of(vectors, lowest_wins)
+        out["held_out"] = {"rows": int((~known).sum()),
+                           "auroc": auroc(novelty[~known], novelty[known]),
+                           "declined": float(np.mean(vectors.decided[~known] == UNKNOWN_LABEL))}
+    return out
+
+
+def novelty_of(vectors: TestVectors, lowest_wins: bool) -> np.ndarray:
+    """The novelty score of every test vector (larger: less like the training rows), from its reference scores."""
+    from tinyproto.core.confidence import novelty, winner_and_runner_up
+
+    winner, _ = winner_and_runner_up(vectors.scores, vectors.labels, lowest_wins)
+    return novelty(winner, lowest_wins)
 
 
 def _plain(value):
@@ -360,7 +428,8 @@ def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sra
     collapse = accuracy_collapse(info, int8_acc, y_test)
     if collapse:
         warnings.append(collapse)
-    margin = board.sram_bytes - sram["estimated_total_bytes"]
+    # The receive ring takes only SRAM left free, so it is no part of the margin (a tight model gets a small ring).
+    margin = board.sram_bytes - sram["estimated_total_bytes"] + wire.rx_ring_static_bytes(sram["rx_ring_bytes"])
     if margin < 256:
         warnings.append(f"estimated SRAM margin is only {margin} B")
     cycles = predict_cycles(model)

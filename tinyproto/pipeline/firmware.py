@@ -46,7 +46,7 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
                              f"protocol version 2); run `tinyproto compile` again")
     from tinyproto.device.build import resolve_env
 
-    from tinyproto.device.project import project_baud
+    from tinyproto.device.project import project_baud, project_rx_ring
 
     env = resolve_env(model_dir.path, env)
     with console.status(f"building {model_dir.path} ({env})...", spinner="dots"):
@@ -69,6 +69,7 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
         "sram_bytes": board.sram_bytes,
         "model_bytes": model_dir.report.get("model_bytes"),
         "serial_baud": project_baud(model_dir.path, env) or board.serial_baud,  # the rate the firmware talks at
+        "rx_ring_bytes": project_rx_ring(model_dir.path),  # its receive ring: how far ahead the host may send
     }
     if sizes.flash_bytes > board.flash_bytes_for_sketch:
         raise TinyprotoError(f"firmware needs {sizes.flash_bytes} B of flash; {board.title} has {board.flash_bytes_for_sketch} B")

@@ -130,9 +130,11 @@ def _journal_row(entry: object, n_vectors: int, n_classes: int) -> tuple[int, di
     if not isinstance(entry, dict):
         raise ValueError("not an object")
     i, label, cycles, scores = entry["i"], entry["label"], entry["cycles"], entry["scores"]
-    numbers = [i, label, cycles, *scores] if isinstance(scores, list) else None
+    confidence, decided = entry["confidence"], entry["decided"]  # tp_judge's answer (a missing one: not resumable)
+    numbers = [i, label, cycles, confidence, decided, *scores] if isinstance(scores, list) else None
     if numbers is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in numbers):
         raise ValueError("fields are not integers")
     if not 0 <= i < n_vectors or len(scores) != n_classes:
         raise ValueError("vector index or score count out of range")
-    return i, {"i": i, "label": label, "cycles": cycles, "scores": scores}
+    return i, {"i": i, "label": label, "cycles": cycles, "scores": scores, "confidence": confidence,
+               "decided": decided}

@@ -26,7 +26,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tinyproto.core import wire
 from tinyproto.core.boards import Board, load_board
+from tinyproto.core.confidence import UNKNOWN_LABEL, auroc, judged_figures, novelty, winner_and_runner_up
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles
 from tinyproto.core.errors import TinyprotoError
@@ -54,6 +56,7 @@ class BuildInfo:
     firmware_sha256: str | None
     model_hash: str | None
     serial_baud: int | None = None  # the rate built into the firmware (None: a build.json from before it was kept)
+    rx_ring: int | None = None  # its receive ring in bytes (None: a build.json from before the ring was sized)
 
 
 def _inside(model_dir: ModelDir, relative: object, what: str) -> Path:
@@ -79,8 +82,10 @@ def load_build_info(model_dir: ModelDir) -> BuildInfo:
         raise TinyprotoError(f"firmware {elf} is missing; run `tinyproto build {model_dir.path}` again")
     baud = raw.get("serial_baud")
     baud = baud if isinstance(baud, int) and not isinstance(baud, bool) and 0 < baud < 1 << 24 else None
+    ring = raw.get("rx_ring_bytes")
+    ring = ring if isinstance(ring, int) and not isinstance(ring, bool) and 0 <= ring <= wire.RX_RING_MAX else None
     return BuildInfo(elf, hex_path, sizes[0], sizes[1], str(raw.get("tool", "?")), raw.get("firmware_sha256"),
-                     raw.get("model_hash"), baud)
+                     raw.get("model_hash"), baud, ring)
 
 
 def header_model_hash(model_dir: Path) -> str | None:
@@ -120,8 +125,13 @@ def checked_vectors(model_dir: ModelDir, model):
     scores = model.scores(vectors.xq.astype(np.int8))
     if not (np.array_equal(scores, vectors.scores) and np.array_equal(model.labels(scores), vectors.labels)):
         raise TinyprotoError(f"{path}: its reference scores are not what model.json computes; run compile again")
-    if vectors.y.min() < 0 or vectors.y.max() >= model.n_classes:
+    held_out = vectors.y == UNKNOWN_LABEL  # a class held out of training (compile --holdout-classes)
+    if held_out.all() or vectors.y[~held_out].min() < 0 or vectors.y[~held_out].max() >= model.n_classes:
         raise TinyprotoError(f"{path}: true labels outside the model's {model.n_classes} classes")
+    confidence, decided = families.judge(model, scores, vectors.labels)
+    if not (np.array_equal(confidence, vectors.confidence) and np.array_equal(decided, vectors.decided)):
+        raise TinyprotoError(f"{path}: its reference confidence and decisions are not what model.json computes; "
+                             "run compile again")
     return vectors
 
 
@@ -137,10 +147,12 @@ def binding_of(model_dir: ModelDir, build: BuildInfo, target: str) -> dict:
 # ------------------------------------------------------------------------------------------------ checks
 
 
-def _row_ok(row: dict, vectors) -> tuple[bool, bool]:
-    """(label equal, scores equal), always recomputed from the device's values, never read from a file."""
+def _row_ok(row: dict, vectors) -> tuple[bool, bool, bool, bool]:
+    """(label equal, scores equal, confidence equal, unknown decision equal), always recomputed from the device's
+    values, never read from a file. The decision is the label tp_judge answered: the class, or 255 (unknown)."""
     i = row["i"]
-    return row["label"] == int(vectors.labels[i]), row["scores"] == [int(s) for s in vectors.scores[i]]
+    return (row["label"] == int(vectors.labels[i]), row["scores"] == [int(s) for s in vectors.scores[i]],
+            row.get("confidence") == int(vectors.confidence[i]), row.get("decided") == int(vectors.decided[i]))
 
 
 def _raw_input_check(client, vectors, progress: Callable[[int], None] | None) -> dict:
@@ -150,7 +162,8 @@ def _raw_input_check(client, vectors, progress: Callable[[int], None] | None) ->
     for i in range(len(vectors.labels)):
         result = client.predict_raw(vectors.X_raw[i])
         diffs.append(np.abs(np.asarray(result.x, dtype=np.int16) - vectors.xq[i].astype(np.int16)))
-        labels_changed += int(result.label) != int(vectors.labels[i])
+        labels_changed += (int(result.label) != int(vectors.labels[i]) or int(result.decided) != int(vectors.decided[i])
+                           or int(result.confidence) != int(vectors.confidence[i]))
         scores_changed += not np.array_equal(result.scores, vectors.scores[i])
         if progress:
             progress(1)
@@ -167,13 +180,17 @@ def _raw_input_check(client, vectors, progress: Callable[[int], None] | None) ->
 
 def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict | None, raw_skipped: bool,
             markers: dict | None, sram_margin: int | None, finished: bool, latency: dict | None = None,
-            cycles_problem: str | None = None) -> dict:
+            cycles_problem: str | None = None, n_confidence_ok: int = 0, n_decided_ok: int = 0) -> dict:
     """Every check validation makes, each {ok, detail}; `ok` None means skipped on the user's request."""
     checks = {
         "complete": {"ok": finished and n == n_total, "detail": f"{n} of {n_total} vectors measured"
                      + ("" if finished else ", run interrupted")},
         "scores": {"ok": n > 0 and n_scores_ok == n, "detail": f"{n_scores_ok} of {n} score vectors identical"},
         "labels": {"ok": n > 0 and n_labels_ok == n, "detail": f"{n_labels_ok} of {n} labels identical"},
+        "confidence": {"ok": n > 0 and n_confidence_ok == n,
+                       "detail": f"{n_confidence_ok} of {n} confidence bytes identical"},
+        "unknown": {"ok": n > 0 and n_decided_ok == n,
+                    "detail": f"{n_decided_ok} of {n} answers (class or unknown) identical"},
     }
     checks["cycles"] = {"ok": n > 0 and cycles_problem is None,
                         "detail": cycles_problem or (f"every one of {n} inferences reported a cycle count in 1..2^32-2"
@@ -187,7 +204,8 @@ def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict 
         checks["raw_input"] = {"ok": raw["inputs_differing"] == 0 and raw["labels_changed"] == 0
                                and scores_changed == 0 and raw["n_vectors"] == n_total,
                                "detail": f"{raw['inputs_differing']} of {raw['n_inputs']} int8 inputs, "
-                                         f"{scores_changed} score vectors and {raw['labels_changed']} labels differ "
+                                         f"{scores_changed} score vectors and {raw['labels_changed']} labels (or "
+                                         "their confidence or unknown decision) differ "
                                          "through the on-device input stage"}
     if markers is not None:
         checks["cycle_markers"] = {"ok": markers_agree(markers), "detail": markers_detail(markers)}
@@ -244,6 +262,18 @@ class Measured:
     finished: bool = False
 
 
+def held_out_figures(ordered: list[dict], known: np.ndarray, lowest_wins: bool) -> dict:
+    """The device's answers on the rows of classes held out of training: the novelty score's AUROC (held-out
+    against known rows, from the device's own scores) and the share it answered unknown."""
+    scores = np.array([r["scores"] for r in ordered], dtype=np.int64)
+    labels = np.array([r["label"] for r in ordered], dtype=np.int64)
+    winner, _ = winner_and_runner_up(scores, labels, lowest_wins)
+    score = novelty(winner, lowest_wins)
+    decided = np.array([r.get("decided", -1) for r in ordered])
+    return {"rows": int((~known).sum()), "auroc": auroc(score[~known], score[known]),
+            "declined": float(np.mean(decided[~known] == UNKNOWN_LABEL))}
+
+
 def summarise(subject: ValidationSubject, measured: Measured) -> dict:
     """validation.json from the rows measured so far."""
     model_dir, model, vectors, board, build = (subject.model_dir, subject.model, subject.vectors, subject.board,
@@ -264,9 +294,11 @@ def summarise(subject: ValidationSubject, measured: Measured) -> dict:
     predicted = predict_cycles(model)
     bound = lower_bound_cycles(model)
     sram_margin = board.sram_bytes - (build.sram_static_bytes + stack_peak) if stack_peak is not None else None
-    n_labels_ok, n_scores_ok = sum(a for a, _ in oks), sum(b for _, b in oks)
+    n_labels_ok, n_scores_ok = sum(ok[0] for ok in oks), sum(ok[1] for ok in oks)
     checks = _checks(n, n_total, n_scores_ok, n_labels_ok, raw, measured.raw_skipped, markers, sram_margin,
-                     measured.finished, latency_limit_check(model_dir.report, cycles, board.f_cpu_hz), cycles_problem)
+                     measured.finished, latency_limit_check(model_dir.report, cycles, board.f_cpu_hz), cycles_problem,
+                     sum(ok[2] for ok in oks), sum(ok[3] for ok in oks))
+    known = truth != UNKNOWN_LABEL
     summary = {
         "board": board.name,
         "target": subject.target,
@@ -276,8 +308,12 @@ def summarise(subject: ValidationSubject, measured: Measured) -> dict:
         "n_vectors": n,
         "label_agreement": n_labels_ok / n if n else 0.0,
         "score_agreement": n_scores_ok / n if n else 0.0,
-        "device_accuracy": float(np.mean(device_labels == truth)) if n else 0.0,
-        "host_accuracy": float(np.mean(host_labels == truth)) if n else 0.0,
+        "device_accuracy": float(np.mean(device_labels[known] == truth[known])) if known.any() else 0.0,
+        "host_accuracy": float(np.mean(host_labels[known] == truth[known])) if known.any() else 0.0,
+        # the device's own answers: coverage, accuracy on accepted rows, calibration error (known rows)
+        "confidence": judged_figures([r.get("confidence", 0) for r in ordered],
+                                     [r.get("decided", r["label"]) for r in ordered], device_labels, truth,
+                                     known) if known.any() else None,
         "cycles_mean": cycles_mean,
         "cycles_max": int(cycles.max()) if n else 0,
         "cycles_min": int(cycles.min()) if n else 0,
@@ -301,10 +337,14 @@ def summarise(subject: ValidationSubject, measured: Measured) -> dict:
         "model_hash": model_dir.meta["model_hash"],
         "mismatches": [
             {"vector": r["i"], "device_label": r["label"], "host_label": int(vectors.labels[r["i"]]),
-             "device_scores": r["scores"], "host_scores": [int(s) for s in vectors.scores[r["i"]]]}
-            for r, (label_ok, scores_ok) in zip(ordered, oks) if not (label_ok and scores_ok)
+             "device_scores": r["scores"], "host_scores": [int(s) for s in vectors.scores[r["i"]]],
+             "device_confidence": r.get("confidence"), "host_confidence": int(vectors.confidence[r["i"]]),
+             "device_decided": r.get("decided"), "host_decided": int(vectors.decided[r["i"]])}
+            for r, ok in zip(ordered, oks) if not all(ok)
         ][:MAX_MISMATCHES_REPORTED],
     }
+    if summary["confidence"] is not None and not known.all():
+        summary["confidence"]["held_out"] = held_out_figures(ordered, known, families.lowest_wins(model.family))
     if markers is not None:
         summary["simulator_marker_cycles"] = markers
     if raw is not None:
@@ -500,7 +540,8 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
                 sim = stack.enter_context(SimulatedUno(build.elf, board=board))
             try:
                 client = stack.enter_context(open_device(sim.port if sim else port, baud=baud,
-                                                         boot_quiet_s=0.0 if sim else board.boot_quiet_s))
+                                                         boot_quiet_s=0.0 if sim else board.boot_quiet_s,
+                                                         rx_ring=build.rx_ring))
             except DeviceError as exc:  # a port that opened but stayed silent (not a missing or busy port)
                 raise no_answer_hint(exc, board, baud, target) from None
             hello = client.hello()
@@ -515,7 +556,8 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
                 for count, i in enumerate(todo, start=1):
                     prediction = client.predict(vectors.xq[i])
                     row = {"i": i, "label": int(prediction.label), "cycles": int(prediction.cycles),
-                           "scores": [int(s) for s in prediction.scores]}
+                           "scores": [int(s) for s in prediction.scores],
+                           "confidence": int(prediction.confidence), "decided": int(prediction.decided)}
                     journal.append(row)
                     rows[i] = row
                     if tick:

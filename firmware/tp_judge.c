@@ -1,0 +1,80 @@
+/* tinyproto runtime: how sure the model is of its label, and "unknown" (every family; docs/guides/confidence.md).
+ *
+ * After tp_predict(), tp_judge() reads two integers from the scores: the margin share
+ * |winner - runner-up| / (|winner| + |runner-up| + 1), cut into TP_CONFIDENCE_BINS bins by a four-step restoring
+ * division (no library call, no intermediate wider than 32 bits), and the winning score itself. The confidence byte is tp_confidence[bin], a flash table fitted on
+ * cross-validated rows; with TP_UNKNOWN_LIMIT (compile --unknown-rate) a winning score worse than the limit
+ * answers TP_UNKNOWN_LABEL instead of the class. tinyproto/core/confidence.py is the host reference, bit for bit.
+ * A model without a table (TP_CONFIDENCE_BINS undefined) answers confidence 0 and its label.
+ */
+#include "tinyproto_model.h"
+
+#ifdef TP_CONFIDENCE_BINS
+#if TP_CONFIDENCE_BINS != 16
+#error "tp_judge.c makes 4 quotient bits: the confidence table must have 16 bins"
+#endif
+
+static uint32_t tp_judge_abs(int32_t v)
+{
+    return v < 0 ? (uint32_t)0 - (uint32_t)v : (uint32_t)v;
+}
+
+uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
+{
+    int32_t winner = scores[label];
+    int32_t runner = scores[label == 0 ? 1 : 0];
+    for (uint8_t c = 0; c < TP_N_CLASSES; ++c) {
+        int32_t s = scores[c];
+#if TP_SCORE_LOWEST_WINS
+        if (c != label && s < runner) {
+#else
+        if (c != label && s > runner) {
+#endif
+            runner = s;
+        }
+    }
+#if TP_SCORE_LOWEST_WINS
+    uint32_t m = (uint32_t)runner - (uint32_t)winner;
+#else
+    uint32_t m = (uint32_t)winner - (uint32_t)runner;
+#endif
+    /* m <= |winner| + |runner| < den: four bits of m / den by restoring division, each step comparing m with
+     * den - m rather than 2m with den, so no intermediate needs a 33rd bit */
+    uint32_t den = tp_judge_abs(winner) + tp_judge_abs(runner) + 1u;
+    uint8_t q = 0;
+    for (uint8_t i = 0; i < 4; ++i) {
+        uint32_t rest = den - m;
+        q = (uint8_t)(q << 1);
+        if (m >= rest) {
+            m -= rest;
+            q |= 1u;
+        } else {
+            m += m;
+        }
+    }
+    *confidence = tp_read_u8(&tp_confidence[q]);
+#ifdef TP_UNKNOWN_LIMIT
+#if TP_SCORE_LOWEST_WINS
+    if (winner > (int32_t)TP_UNKNOWN_LIMIT) {
+#else
+    if (winner < (int32_t)TP_UNKNOWN_LIMIT) {
+#endif
+        return TP_UNKNOWN_LABEL;
+    }
+#endif
+    return label;
+}
+
+#else /* no confidence table: a model written without calibration */
+uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
+{
+    (void)scores;
+    *confidence = 0;
+    return label;
+}
+#endif
+
+uint8_t tp_classify(const int8_t *x, int32_t *scores, uint8_t *confidence)
+{
+    return tp_judge(scores, tp_predict(x, scores), confidence);
+}

@@ -1,0 +1,238 @@
+"""Confidence and "unknown": the integer signals, the calibration, the judged model and its files, and (device) the
+simulated Uno answering every vector's confidence and decision exactly as the host reference."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinyproto.core import confidence as C
+from tinyproto.core.errors import TinyprotoError
+
+
+def test_margin_bins_are_the_share_of_the_margin_cut_in_sixteen():
+    winner = np.array([100, 100, 100, 0, -5, 2**31 - 1, -(2**31)])
+    runner = np.array([100, 50, 0, 0, -20, -(2**31), 2**31 - 1])
+    bins = C.margin_bins(winner, runner)
+    # exact shares: 0, 50/151, 100/101, 0/1, 15/26, ~1, ~1
+    assert bins.tolist() == [0, 5, 15, 0, 9, 15, 15]
+    assert bins.min() >= 0 and bins.max() < C.CONFIDENCE_BINS
+
+
+def test_runner_up_follows_the_score_rule():
+    scores = np.array([[5, 9, 7], [3, 1, 2]])
+    labels = np.array([1, 1])
+    w, r = C.winner_and_runner_up(scores, labels, lowest_wins=False)
+    assert w.tolist() == [9, 1] and r.tolist() == [7, 3]
+    w, r = C.winner_and_runner_up(scores, labels, lowest_wins=True)
+    assert r.tolist() == [5, 2]
+    assert C.novelty(np.array([4]), True).tolist() == [4] and C.novelty(np.array([4]), False).tolist() == [-4]
+
+
+def test_isotonic_table_is_monotone_and_matches_the_bins_accuracy():
+    bins = np.array([0] * 10 + [3] * 10 + [8] * 10 + [15] * 10)
+    correct = np.array([1] * 5 + [0] * 5 + [1] * 2 + [0] * 8 + [1] * 9 + [0] + [1] * 10, dtype=bool)
+    table = C.isotonic_table(bins, correct)
+    assert np.all(np.diff(table.astype(int)) >= 0)
+    assert table[0] == table[3] == round(255 * 7 / 20)  # 0.5 then 0.2 pooled to 0.35
+    assert table[8] == round(255 * 0.9) and table[15] == 255
+
+
+def test_decline_threshold_declines_at_most_the_rate():
+    values = np.arange(100)
+    t = C.decline_threshold(values, 0.05)
+    assert np.mean(values > t) == pytest.approx(0.05)
+    assert np.mean(np.zeros(50) > C.decline_threshold(np.zeros(50), 0.05)) == 0  # ties are never split
+
+
+def test_figures():
+    assert C.auroc(np.array([3, 4]), np.array([1, 2])) == 1.0
+    assert C.auroc(np.array([1, 2]), np.array([1, 2])) == 0.5
+    assert C.expected_calibration_error(np.array([255, 255]), np.array([True, False])) == pytest.approx(0.5)
+    fig = C.judged_figures(np.array([255, 128, 10]), np.array([0, 255, 1]), np.array([0, 1, 1]),
+                           np.array([0, 1, 0]))
+    assert fig["coverage"] == pytest.approx(2 / 3) and fig["accepted_accuracy"] == 0.5 and fig["accuracy"] == 2 / 3
+
+
+@pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.1", 0.1), (" 12.5% ", 0.125)])
+def test_rate_parses(text, value):
+    assert C.parse_rate(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["0", "-1%", "abc", "60%", "nan"])
+def test_bad_rate_is_one_clear_error(text):
+    with pytest.raises(TinyprotoError, match="--unknown-rate"):
+        C.parse_rate(text)
+
+
+def test_holdout_classes_must_name_classes_and_leave_two():
+    assert C.parse_classes("8, 9", list(range(10))) == [8, 9]
+    with pytest.raises(TinyprotoError, match="no class '12'"):
+        C.parse_classes("12", list(range(10)))
+    with pytest.raises(TinyprotoError, match="at least two"):
+        C.parse_classes("0,1", [0, 1, 2])
+
+
+@pytest.fixture(scope="module")
+def iris_dirs(tmp_path_factory):
+    """One small ProtoNN, compiled without and with --unknown-rate (classes 2 held out of the second)."""
+    from tinyproto.pipeline.compile import compile_model
+
+    root = tmp_path_factory.mktemp("confidence")
+    plain = compile_model("iris", "protonn", "1kB", out=root / "plain", jobs=1)
+    unknown = compile_model("iris", "protonn", "1kB", out=root / "unknown", jobs=1, unknown_rate="5%")
+    held = compile_model("iris", "protonn", "1kB", out=root / "held", jobs=1, unknown_rate="5%",
+                         holdout_classes="2")
+    return plain, unknown, held
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.suffix in (".c", ".h", ".ini")}
+
+
+def test_without_the_option_the_generated_c_differs_only_by_the_threshold(iris_dirs):
+    plain, unknown, _ = iris_dirs
+    a, b = _files(plain.out_dir), _files(unknown.out_dir)
+    assert a.keys() == b.keys()
+    differing = [name for name in a if a[name] != b[name]]
+    assert differing == ["include/tinyproto_model.h"]
+    only_a = set(a[differing[0]].decode().splitlines()) - set(b[differing[0]].decode().splitlines())
+    only_b = set(b[differing[0]].decode().splitlines()) - set(a[differing[0]].decode().splitlines())
+    assert all("TP_MODEL_HASH" in line for line in only_a)
+    assert sorted(line.split()[1] for line in only_b) == ["TP_MODEL_HASH", "TP_UNKNOWN_LABEL", "TP_UNKNOWN_LIMIT"]
+    assert "TP_UNKNOWN" not in a["include/tinyproto_model.h"].decode()
+    assert plain.report["model_bytes"] == unknown.report["model_bytes"] <= 1024
+
+
+def test_report_gives_coverage_calibration_and_held_out_figures(iris_dirs):
+    plain, unknown, held = iris_dirs
+    conf = plain.report["confidence"]
+    assert conf["coverage"] == 1.0 and "held_out" not in conf
+    assert 0 <= conf["ece"] <= 1 and len(conf["calibration"]["table"]) == C.CONFIDENCE_BINS
+    assert "confidence" in plain.ledger.by_array()
+    figures = held.report["confidence"]["held_out"]
+    assert figures["rows"] == 50 and 0 <= figures["auroc"] <= 1 and 0 <= figures["declined"] <= 1
+    # every row of class 2 is a test row: the 100 rows of classes 0 and 1 split as before, plus all 50 of class 2
+    assert held.report["n_train"] + held.report["n_test"] == 150
+    from tinyproto.core.modeldir import load_model_dir
+
+    in_test = int(np.sum(load_model_dir(plain.out_dir).vectors().y == 2))  # class 2's rows of the fixed test split
+    assert held.report["n_test"] == plain.report["n_test"] - in_test + 50
+
+
+def test_judged_model_round_trips_and_survives_replace_and_pickle(iris_dirs):
+    from tinyproto import families
+    from tinyproto.core.modeldir import load_model_dir
+
+    _, unknown, _ = iris_dirs
+    model = families.load_int_model(load_model_dir(unknown.out_dir))
+    assert model.calibration.unknown_above is not None
+    again = pickle.loads(pickle.dumps(model))
+    assert again.to_json() == model.to_json()
+    changed = dataclasses.replace(model, Z_q=model.Z_q.copy())
+    assert changed.calibration == model.calibration
+    vectors = load_model_dir(unknown.out_dir).vectors()
+    confidence, decided = families.judge(model, vectors.scores, vectors.labels)
+    assert np.array_equal(confidence, vectors.confidence) and np.array_equal(decided, vectors.decided)
+
+
+def test_holdout_and_rate_errors_are_one_line(tmp_path):
+    from tinyproto.pipeline.compile import compile_model
+
+    with pytest.raises(TinyprotoError, match="--holdout-classes: no class"):
+        compile_model("iris", "protonn", "1kB", out=tmp_path / "x", holdout_classes="7")
+    with pytest.raises(TinyprotoError, match="--unknown-rate"):
+        compile_model("iris", "protonn", "1kB", out=tmp_path / "x", unknown_rate="lots")
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.device
+def test_simulated_uno_answers_confidence_and_unknown_like_the_host(iris_dirs):
+    """Every vector's label, scores, confidence byte and unknown decision on the simulated Uno, each its own
+    check of validate (the held-out class makes some vectors unknown)."""
+    from tinyproto.pipeline.firmware import build_model_dir
+    from tinyproto.pipeline.validate import validate
+
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed")
+    _, _, held = iris_dirs
+    from rich.console import Console
+
+    build_model_dir(held.out_dir, None, Console(quiet=True))
+    summary = validate(held.out_dir)
+    checks = summary["checks"]
+    assert summary["passed"] and checks["confidence"]["ok"] and checks["unknown"]["ok"]
+    from tinyproto.core.modeldir import load_model_dir
+
+    assert np.any(load_model_dir(held.out_dir).vectors().decided == C.UNKNOWN_LABEL)
+
+
+_JUDGE_DRIVER = r"""
+#include <stdio.h>
+#include "tinyproto_model.h"
+uint8_t tp_predict(const int8_t *x, int32_t *scores) { (void)x; (void)scores; return 0; }
+int main(void)
+{
+    long values[TP_N_CLASSES];
+    unsigned label;
+    while (scanf("%u", &label) == 1) {
+        int32_t scores[TP_N_CLASSES];
+        for (int c = 0; c < TP_N_CLASSES; ++c) {
+            if (scanf("%ld", &values[c]) != 1) return 1;
+            scores[c] = (int32_t)values[c];
+        }
+        uint8_t confidence = 0;
+        uint8_t decided = tp_judge(scores, (uint8_t)label, &confidence);
+        printf("%u %u\n", (unsigned)confidence, (unsigned)decided);
+    }
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("lowest_wins", [False, True])
+def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins):
+    """tp_judge.c, compiled for the host, against Calibration.judge on random and extreme int32 scores (both
+    score rules, with a decline threshold): the same confidence byte and answer for every row."""
+    import subprocess
+
+    from tinyproto.core.render import jinja_env
+    from tinyproto.core.resources import resource_dir
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    rng = np.random.default_rng(3)
+    n_classes = 5
+    scores = rng.integers(-(2**31), 2**31, size=(400, n_classes), dtype=np.int64)
+    scores[:100] = rng.integers(-50, 50, size=(100, n_classes))
+    scores[100:110] = [[2**31 - 1, -(2**31), 0, 1, -1]] * 10
+    scores[110:120] = 7  # every class tied
+    labels = (scores.argmin(axis=1) if lowest_wins else scores.argmax(axis=1)).astype(np.int64)
+    table = np.arange(16, dtype=np.uint8) * 16 + 3
+    calibration = C.Calibration(table, lowest_wins, unknown_above=10)
+    defines = [("TP_N_CLASSES", str(n_classes)), *((k, f"({v})" if v < 0 else str(v))
+                                                   for k, v in calibration.defines().items())]
+    header = jinja_env().get_template("tinyproto_model.h.j2").render(
+        version="test", family="test", dataset="test", seed=0, model_bytes=16, budget_bytes=16, abi=1,
+        defines=defines, arrays=[{"name": "confidence", "ctype": "uint8_t", "count": 16, "nbytes": 16, "what": "t",
+                                  "rows": [", ".join(str(int(v)) for v in table) + ","]}])
+    (tmp_path / "tinyproto_model.h").write_text(header)
+    (tmp_path / "driver.c").write_text("#define TP_MODEL_DATA\n" + _JUDGE_DRIVER)
+    firmware = resource_dir("firmware")
+    subprocess.run(["gcc", "-std=gnu99", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}", f"-I{firmware}",
+                    str(tmp_path / "driver.c"), str(firmware / "tp_judge.c"), "-o", str(tmp_path / "judge")],
+                   check=True, capture_output=True)
+    text = "\n".join(f"{l} " + " ".join(str(int(v)) for v in row) for l, row in zip(labels, scores))
+    out = subprocess.run([str(tmp_path / "judge")], input=text.encode(), capture_output=True, check=True).stdout
+    device = np.array([line.split() for line in out.decode().splitlines()], dtype=np.int64)
+    confidence, decided = calibration.judge(scores, labels)
+    np.testing.assert_array_equal(device[:, 0], confidence)
+    np.testing.assert_array_equal(device[:, 1], decided)
+    assert (decided == C.UNKNOWN_LABEL).any() and (decided != C.UNKNOWN_LABEL).any()
+    assert len(set(confidence.tolist())) > 3

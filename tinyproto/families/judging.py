@@ -1,0 +1,170 @@
+"""Every family's model, judged: its integer model plus the calibration that turns its scores into a confidence
+byte and, with a decline rate, into "unknown" (tinyproto/core/confidence.py holds the arithmetic).
+
+The calibration is fitted the same way for every family: the family's own solver is run again on the training
+part of each validation fold (tinyproto/core/folds.py, first draw), and the fold model's signals on the rows it
+did not train on say how often each margin bin is right and how novel known rows look. The family declares only
+which way its scores win (its ScoreRule): the winning score is its novelty signal, and the margin between the
+winner and the runner-up its confidence signal. The confidence table is an array of the model like any other,
+counted in the byte budget (the solver is given the budget less its bytes).
+Layer: families.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from tinyproto.core.carray import CArray
+from tinyproto.core.confidence import (CONFIDENCE_BINS, Calibration, decline_threshold, isotonic_table, margin_bins,
+                                       novelty, winner_and_runner_up)
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.solving import SolveOptions
+
+CONFIDENCE_JSON_KEY = "confidence"  # model.json's int_model carries the calibration under this key
+
+
+def _judged_carrays(self) -> list[CArray]:
+    arrays = super(type(self), self).carrays()
+    return arrays if self.calibration is None else [*arrays, self.calibration.carray()]
+
+
+def _judged_defines(self) -> dict[str, int]:
+    own = super(type(self), self).defines()
+    return own if self.calibration is None else {**own, **self.calibration.defines()}
+
+
+def _judged_to_json(self) -> dict:
+    own = super(type(self), self).to_json()
+    return own if self.calibration is None else {**own, CONFIDENCE_JSON_KEY: self.calibration.to_json()}
+
+
+def _judged_reduce(self):
+    plain = type(self).__mro__[1]
+    fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(plain)}
+    return make_judged, (plain(**fields), self.calibration)
+
+
+_JUDGED_CLASSES: dict[type, type] = {}
+
+
+def judged_class(plain: type) -> type:
+    """The family's integer-model dataclass with one more field, its calibration: the same scores and labels, plus
+    the confidence table among its arrays and defines. A subclass (not a wrapper), so every family's own code keeps
+    working on it, dataclasses.replace included (the calibration is carried over)."""
+    if plain not in _JUDGED_CLASSES:
+        params = plain.__dataclass_params__  # type: ignore[attr-defined]
+        _JUDGED_CLASSES[plain] = dataclasses.make_dataclass(
+            f"Judged{plain.__name__}", [("calibration", Any, dataclasses.field(default=None))], bases=(plain,),
+            frozen=params.frozen, eq=params.eq,
+            namespace={"carrays": _judged_carrays, "defines": _judged_defines, "to_json": _judged_to_json,
+                       "__reduce__": _judged_reduce, "__module__": __name__})
+    return _JUDGED_CLASSES[plain]
+
+
+def make_judged(model: Any, calibration: Calibration) -> Any:
+    """The integer model with its calibration (a plain one or an already judged one)."""
+    plain = type(model).__mro__[1] if is_judged(model) else type(model)
+    fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(plain)}
+    return judged_class(plain)(**fields, calibration=calibration)
+
+
+def is_judged(model: Any) -> bool:
+    return type(model) in _JUDGED_CLASSES.values()
+
+
+def judge(model: Any, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(confidence byte, decided label) per row of any model: a model without calibration answers confidence 0
+    and its label (what the firmware does without a confidence table)."""
+    calibration = getattr(model, "calibration", None) if is_judged(model) else None
+    if calibration is not None:
+        return calibration.judge(scores, labels)
+    labels = np.asarray(labels, dtype=np.int64)
+    return np.zeros(len(labels), dtype=np.int64), labels.copy()
+
+
+def split_json(raw: dict) -> tuple[dict, dict | None]:
+    """model.json's int_model -> (the family's own fields, the calibration's or None)."""
+    if CONFIDENCE_JSON_KEY not in raw:
+        return raw, None
+    rest = {k: v for k, v in raw.items() if k != CONFIDENCE_JSON_KEY}
+    calibration = raw[CONFIDENCE_JSON_KEY]
+    if not isinstance(calibration, dict):
+        raise TinyprotoError("the model's confidence calibration is damaged")
+    return rest, calibration
+
+
+def wrap_from_json(model: Any, calibration_json: dict | None, lowest_wins: bool) -> Any:
+    if calibration_json is None:
+        return model
+    calibration = Calibration.from_json(calibration_json)
+    if calibration.lowest_wins != lowest_wins:
+        raise TinyprotoError("the model's confidence calibration reads its scores the wrong way round")
+    return make_judged(model, calibration)
+
+
+def table_bytes() -> int:
+    return CONFIDENCE_BINS  # uint8 per bin
+
+
+def _signals(model: Any, X: np.ndarray, lowest_wins: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(class index, margin bin, novelty) of the integer model on raw rows."""
+    scores = model.scores(model.input_stage.quantize(X))
+    labels = np.asarray(model.labels(scores), dtype=np.int64)
+    winner, runner = winner_and_runner_up(scores, labels, lowest_wins)
+    return labels, margin_bins(winner, runner), novelty(winner, lowest_wins)
+
+
+def calibrate(fit: Callable, model: Any, X: np.ndarray, y: np.ndarray, options: SolveOptions, lowest_wins: bool,
+              unknown_rate: float | None) -> tuple[Any, dict]:
+    """The final model judged: `fit(X, y, options)` (the family's solver) is run on each validation fold's training
+    rows; the table comes from the fold models' margins and hits on their validation rows, the decline threshold
+    (with unknown_rate) from their novelty on those rows."""
+    from tinyproto.core.folds import Folds
+
+    folds = options.folds if options.folds is not None else Folds.standard(X, y, options.seed)
+    splits = [(fit_rows, val_rows) for (fit_rows, val_rows), (repeat, _) in zip(folds.splits(), folds.parts())
+              if repeat == 0]
+    bins, hits, thresholds = [], [], []
+    for k, (fit_rows, val_rows) in enumerate(splits, start=1):
+        options.say(f"confidence: fold {k}/{len(splits)}")
+        # the fold's own search is validated on one part of its rows (not all of them): a third of the work,
+        # and the shape it finds is the one its budget affords on such rows, like the final model's
+        inner = dataclasses.replace(Folds.standard(X[fit_rows], y[fit_rows], options.seed), validated=1)
+        _, fold_model, _ = fit(X[fit_rows], y[fit_rows], options.with_(folds=inner, progress=None))
+        labels, fold_bins, fold_novelty = _signals(fold_model, X[val_rows], lowest_wins)
+        classes = np.asarray(fold_model.classes, dtype=object)
+        bins.append(fold_bins)
+        hits.append(np.asarray([classes[i] == t for i, t in zip(labels, y[val_rows])], dtype=bool))
+        if unknown_rate is not None:
+            thresholds.append(decline_threshold(fold_novelty, unknown_rate))
+    all_bins, all_hits = np.concatenate(bins), np.concatenate(hits)
+    table = isotonic_table(all_bins, all_hits)
+    info: dict = {"rows": int(len(all_bins)), "folds": len(splits), "cv_accuracy": float(all_hits.mean()),
+                  "table": [int(v) for v in table]}
+    threshold = None
+    if unknown_rate is not None:
+        # the median of the fold models' thresholds: the final model has the same family, budget and (nearly
+        # always) shape, so its novelty is on their scale; its own training rows would look too familiar
+        threshold = int(np.median(thresholds))
+        info.update(unknown_rate=unknown_rate, fold_thresholds=thresholds, unknown_above=threshold)
+    return make_judged(model, Calibration(table, lowest_wins, threshold, unknown_rate)), info
+
+
+def fit_judged(fit: Callable, X: np.ndarray, y: np.ndarray, options: SolveOptions, lowest_wins: bool,
+               unknown_rate: float | None) -> tuple[Any, Any, dict]:
+    """A family's solver under the budget less the confidence table, then its calibration (info["confidence"])."""
+    room = options.budget_bytes - table_bytes()
+    if room < 1:
+        raise TinyprotoError(f"the budget of {options.budget_bytes} B leaves no room beside the "
+                             f"{table_bytes()} B confidence table")
+    inner = options.with_(budget_bytes=room)
+    clf, model, info = fit(X, y, inner)
+    judged, info["confidence"] = calibrate(fit, model, X, y, inner, lowest_wins, unknown_rate)
+    return clf, judged, info
+
+
+__all__ = ["calibrate", "fit_judged", "is_judged", "judge", "judged_class", "make_judged", "split_json", "table_bytes",
+           "wrap_from_json"]
