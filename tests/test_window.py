@@ -28,11 +28,19 @@ def _raw_answer(frame: P.Frame) -> bytes:
     return P.encode_frame(0x83, frame.seq, struct.pack("<BIBB", 0, 0, 0, 0) + x.tobytes() + bytes(4 * N_CLASSES))
 
 
+def _int8_answer(frame: P.Frame) -> bytes:
+    first = struct.unpack_from("<H", frame.payload)[0]
+    if first + len(frame.payload) - 2 < N_FEATURES:
+        return P.encode_frame(0x82, frame.seq, b"")
+    return P.encode_frame(0x82, frame.seq, struct.pack("<BIBB", 0, 0, 0, 0) + bytes(4 * N_CLASSES))
+
+
 class RingDevice:
     """A device double with a receive ring: requests wait until the host reads, then one is answered per read
     (the device is slower than the host). Records the most unanswered bytes the host ever had on the way."""
 
-    def __init__(self, drop=lambda frame, n: None) -> None:
+    def __init__(self, drop=lambda frame, n: None, streams: bool = False) -> None:
+        self.streams = streams
         self.timeout = 0.01
         self.port = "mem://ring"
         self.pending: list[tuple[bytes, int]] = []  # (encoded request, bytes on the wire incl. the 0x00)
@@ -56,11 +64,11 @@ class RingDevice:
             fault = self.drop(frame, len(self.requests))
             self.requests.append(frame)
             if frame.type == P.MSG_HELLO:
-                flags = P.FLAG_RAW | P.FLAG_WINDOW
+                flags = P.FLAG_RAW | P.FLAG_WINDOW | (P.FLAG_STREAM if self.streams else 0)
                 self.rx += P.encode_frame(0x81, frame.seq, struct.pack(
                     "<4sBBBIHBBBIB", b"TPRO", P.PROTO_VERSION, 1, 1, 7, N_FEATURES, N_CLASSES, 1, 4, 0, flags))
             elif fault != "request":
-                answer = _raw_answer(frame)
+                answer = _raw_answer(frame) if frame.type == P.MSG_PREDICT_RAW else _int8_answer(frame)
                 if fault != "answer":
                     self.rx += answer
         out = bytes(self.rx[:size])
@@ -94,6 +102,23 @@ def test_frames_go_ahead_of_their_answers_within_the_ring(ring):
     window = (ring or wire.RX_RING_MIN) - 1
     assert window - wire.WINDOW_FRAME_BYTES < device.max_unanswered <= window
     assert client.window_restarts == 0
+
+
+@pytest.mark.parametrize("streams", [False, True])
+def test_int8_chunks_go_ahead_only_to_a_firmware_that_gathers_its_input(streams):
+    """A gathering firmware times tp_predict after the last chunk, when nothing more is on the way: its int8
+    chunks go as a window. A streaming family times every chunk as it arrives: one frame at a time, so no receive
+    interrupt runs inside the code it times."""
+    device = RingDevice(streams=streams)
+    client = P.DeviceClient(device, timeout=0.2, rx_ring=wire.RX_RING_MAX)
+    assert client.hello().streams == streams
+    client.predict(np.arange(N_FEATURES).astype(np.int8))
+    int8 = [f for f in device.requests if f.type == P.MSG_PREDICT]
+    assert [struct.unpack_from("<H", f.payload)[0] for f in int8] == list(range(0, N_FEATURES, wire.CHUNK_BYTES))
+    if streams:
+        assert max(device.writes) == 1 and device.max_unanswered <= wire.WINDOW_FRAME_BYTES
+    else:
+        assert max(device.writes) >= 2 and wire.WINDOW_FRAME_BYTES < device.max_unanswered <= wire.RX_WINDOW_BYTES
 
 
 @pytest.mark.parametrize("fault", ["request", "answer"])
@@ -176,3 +201,34 @@ def test_the_avr_app_on_the_simulator_takes_a_window_at_the_lines_pace(tmp_path,
     assert per_chunk.min() > line - 10 * 8 * (ubrr + 1)
     back_to_back = per_chunk[per_chunk < 1.5 * line]  # at 1 Mbaud the host's reaction may separate them all
     assert back_to_back.mean() >= 0.995 * line if len(back_to_back) else per_chunk.min() >= 1.5 * line
+
+
+@pytest.mark.device
+def test_a_window_of_int8_chunks_leaves_a_gathering_firmwares_cycles_exact(tmp_path):
+    """The real AVR build of a gathering firmware: the int8 chunks of a vector sent as a window give the same
+    scores and exactly the same cycles as the same vector sent one frame at a time (a receive interrupt inside
+    the timed tp_predict would add its cycles)."""
+    simuno = _simuno(tmp_path)
+    elf = build_avr(tmp_path / "fw.elf", f"-DTP_N_FEATURES={N_FEATURES}", f"-DTP_N_CLASSES={N_CLASSES}")
+    proc = subprocess.Popen([str(simuno), "--pty", "--parent-pipe", str(elf)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        path = proc.stdout.readline().split()[1]
+        with P.open_device(path, baud=115_200, handshake_timeout=5.0, timeout=3.0) as client:
+            assert client.info.windowed and not client.info.streams
+            writes: list[int] = []
+            write = client._write
+            client._write = lambda data, drain=True: (writes.append(len(data)), write(data, drain))[1]
+            vectors = [(np.arange(N_FEATURES) * k % 23 - 11).astype(np.int8) for k in (1, 3, 7)]
+            windowed = [client.predict(x) for x in vectors]
+            assert max(writes) > wire.WINDOW_FRAME_BYTES  # several chunks were on the way at once
+            one_by_one = [P.parse_prediction(client._stream(P.MSG_PREDICT, x.tobytes(), 1, wire.CHUNK_BYTES)[1])
+                          for x in vectors]
+            assert client.window_restarts == 0 and client.stats().frames_bad == 0
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+    for x, a, b in zip(vectors, windowed, one_by_one):
+        np.testing.assert_array_equal(a.scores, fake_scores(x, N_CLASSES))
+        np.testing.assert_array_equal(b.scores, a.scores)
+        assert a.cycles == b.cycles > 0

@@ -128,8 +128,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_validate.") as tmp:
         for data in args.sets:
             for family in args.families:
+                before = os.getloadavg()[0]
                 rows += bench(data, family, Path(tmp), args.baud, args.board_sim)
-                print(f"done: {Path(data).stem} {family}", file=sys.stderr, flush=True)
+                # the machine's load beside each row (on stderr: the table holds only what the commands did)
+                print(f"done: {Path(data).stem} {family} (1-min load average {before:.2f} before, "
+                      f"{os.getloadavg()[0]:.2f} after)", file=sys.stderr, flush=True)
     print_table(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

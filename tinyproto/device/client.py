@@ -97,16 +97,22 @@ class DeviceClient:
                 raise self._silent(tries)
 
     def predict(self, xq: np.ndarray) -> Prediction:
+        """The inference of int8 features, with its exact cycles. To a firmware with a receive ring that gathers
+        the vector (no HELLO flag bit3) the chunks go as a window: its timed code runs only after the last chunk,
+        and nothing follows that chunk until its answer, so no receive interrupt runs inside the timing. A
+        streaming family times every chunk as it arrives: its chunks go one frame at a time."""
         vector = self._vector(xq, np.int8, "xq")
-        _, last = self._stream(MSG_PREDICT, vector, 1, wire.CHUNK_BYTES)
+        stream = self._stream_windowed if self.windowed and not self.info.streams else self._stream
+        _, last = stream(MSG_PREDICT, vector, 1, wire.CHUNK_BYTES)
         answer = parse_prediction(last)
         self._check_classes(len(answer.scores))
         return answer
 
     def predict_raw(self, raw: np.ndarray) -> RawPrediction:
         """The on-device input stage and inference from raw float32 features. On firmware with a receive ring
-        (HELLO flag bit4) the chunks go as a window of frames in flight; the cycles then include the receive
-        interrupts that ran during the inference (the int8 PREDICT is the timed one: it goes one frame at a time)."""
+        (HELLO flag bit4) the chunks go as a window of frames in flight; a streaming family's cycles then include
+        the receive interrupts that ran during the inference (its int8 PREDICT is the timed one: it goes one frame
+        at a time)."""
         if self.info is not None and not self.info.raw_input:
             raise DeviceError("the firmware was built with TP_NO_RAW_INPUT: use predict() with int8 inputs")
         vector = self._vector(raw, np.dtype("<f4"), "raw")
