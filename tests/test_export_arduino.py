@@ -20,9 +20,8 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.modeldir import load_model_dir
 from tinyproto import families
 
-from helpers import accepted, refused
+from helpers import ARDUINO_HARDWARE, accepted, arduino_build, refused
 
-ARDUINO_HARDWARE = Path("/usr/share/arduino/hardware")
 N_VECTORS = 20
 RESULT_RE = re.compile(r"^(unknown: closest )?class (\d+) \((.*)\) score (-?\d+) confidence (\d+)$")
 
@@ -169,22 +168,6 @@ def test_cli_export(compiled, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ Arduino IDE
-
-
-def arduino_build(libraries: Path, sketch: Path, build: Path, tools: Path) -> subprocess.CompletedProcess:
-    """The Arduino IDE's build, offline (see docs: Debian's arduino-builder needs these prefs with gcc 5.4)."""
-    build.mkdir(parents=True, exist_ok=True)
-    tools.mkdir(parents=True, exist_ok=True)
-    command = [
-        "arduino-builder", "-hardware", str(ARDUINO_HARDWARE), "-tools", str(tools), "-libraries", str(libraries),
-        "-fqbn", "arduino:avr:uno", "-build-path", str(build),
-        "-prefs=tools.ctags.path=/usr/bin", "-prefs=tools.ctags.cmd.path=/usr/bin/arduino-ctags",
-        '-prefs=tools.ctags.pattern="{cmd.path}" -u --language-force=c++ -f - --c++-kinds=svpf --fields=KSTtzns '
-        '--line-directives "{source_file}"',
-        "-prefs=runtime.ide.version=10819", "-prefs=compiler.cpp.extra_flags=-DDECIMAL_DIG=__DECIMAL_DIG__",
-        str(sketch),
-    ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
 def float_text(value: np.float32) -> str:

@@ -32,7 +32,7 @@ def _int8_answer(frame: P.Frame) -> bytes:
     first = struct.unpack_from("<H", frame.payload)[0]
     if first + len(frame.payload) - 2 < N_FEATURES:
         return P.encode_frame(0x82, frame.seq, b"")
-    return P.encode_frame(0x82, frame.seq, struct.pack("<BI", 0, 0) + bytes(4 * N_CLASSES))
+    return P.encode_frame(0x82, frame.seq, struct.pack("<BIBB", 0, 0, 0, 0) + bytes(4 * N_CLASSES))
 
 
 class RingDevice:
