@@ -40,11 +40,13 @@ static uint8_t tp_feed_step(const int8_t *x, int32_t *scores)
 #else
 static int8_t tp_x[TP_N_FEATURES]; /* the int8 vector being gathered: d bytes, never d floats */
 
-/* tp_predict and tp_judge behind the predict signature: the timed call covers both. */
+/* tp_predict and tp_judge behind the predict signature: the timed call covers both. The scores are always the
+ * frame buffer's tail (tp_take): judged from that fixed address, the wrapper keeps no pointer across the call and
+ * adds only its return address and the label to the deepest stack. */
 static uint8_t tp_predict_judged(const int8_t *x, int32_t *scores)
 {
     uint8_t label = tp_predict(x, scores);
-    tp_judged[1] = tp_judge(scores, label, &tp_judged[0]);
+    tp_judged[1] = tp_judge(&tp_buf.i32[TP_SCORES_AT / 4u], label, &tp_judged[0]);
     return label;
 }
 #endif
