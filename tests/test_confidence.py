@@ -236,3 +236,13 @@ def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins):
     np.testing.assert_array_equal(device[:, 1], decided)
     assert (decided == C.UNKNOWN_LABEL).any() and (decided != C.UNKNOWN_LABEL).any()
     assert len(set(confidence.tolist())) > 3
+
+
+def test_a_sweep_point_carries_the_rate_and_the_confidence_figures(tmp_path):
+    from tinyproto.pipeline.sweep_points import run_point
+
+    point = {"model": "protonn", "budget_bytes": 1024, "seed": 0, "board": "uno"}
+    record = run_point(point, "iris", None, "none", str(tmp_path / "p"), False, unknown_rate="5%")
+    assert record["status"] == "ok", record["error"]
+    assert set(record["confidence"]) == {"coverage", "accepted_accuracy", "ece", "mean_confidence"}
+    assert (tmp_path / "p" / "model.json").read_text().count('"unknown_above": null') == 0
