@@ -292,7 +292,8 @@ def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress
     report = _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
                      float_pred, int8_pred, sp.y_test[known])
     report["n_train"], report["n_test"] = int(len(sp.y_train)), int(len(sp.y_test))  # held-out rows included
-    report["confidence"] = confidence_report(vectors, families.lowest_wins(family), info.get("confidence"))
+    report["confidence"] = (confidence_report(vectors, families.lowest_wins(family), info.get("confidence"))
+                            if families.calibrated(model) else None)  # a model without a table says nothing
     report.update(extra_report or {})
 
     if progress:
