@@ -236,3 +236,34 @@ def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins):
     np.testing.assert_array_equal(device[:, 1], decided)
     assert (decided == C.UNKNOWN_LABEL).any() and (decided != C.UNKNOWN_LABEL).any()
     assert len(set(confidence.tolist())) > 3
+
+
+def test_a_sweep_point_carries_the_rate_and_the_confidence_figures(tmp_path):
+    from tinyproto.pipeline.sweep_points import run_point
+
+    point = {"model": "protonn", "budget_bytes": 1024, "seed": 0, "board": "uno"}
+    record = run_point(point, "iris", None, "none", str(tmp_path / "p"), False, unknown_rate="5%")
+    assert record["status"] == "ok", record["error"]
+    assert set(record["confidence"]) == {"coverage", "accepted_accuracy", "ece", "mean_confidence"}
+    assert (tmp_path / "p" / "model.json").read_text().count('"unknown_above": null') == 0
+
+
+def test_a_model_without_a_table_reports_no_confidence(tmp_path):
+    """A producer that writes a plain integer model (federated training): the firmware answers confidence 0 and
+    its label, the test vectors say the same, and report.json claims no calibration."""
+    from tinyproto import families
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
+
+    dataset = load_dataset("iris")
+    sp = split(dataset)
+    clf, model, info = families.fit_under_budget("protonn", sp.X_train, sp.y_train, families.SolveOptions(1024))
+    assert not families.calibrated(model)
+    result = write_model_directory(Fitted(clf, model, info), TrainedOn(dataset, sp, 0, 1024, load_board("uno")),
+                                   tmp_path / "plain")
+    assert result.report["confidence"] is None
+    vectors = load_model_dir(tmp_path / "plain").vectors()
+    assert not vectors.confidence.any() and np.array_equal(vectors.decided, vectors.labels)
+    assert "TP_CONFIDENCE_BINS" not in (tmp_path / "plain" / "include" / "tinyproto_model.h").read_text()

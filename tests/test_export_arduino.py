@@ -20,11 +20,10 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.modeldir import load_model_dir
 from tinyproto import families
 
-from helpers import accepted, refused
+from helpers import ARDUINO_HARDWARE, accepted, arduino_build, refused
 
-ARDUINO_HARDWARE = Path("/usr/share/arduino/hardware")
 N_VECTORS = 20
-RESULT_RE = re.compile(r"^class (\d+) \((.*)\) score (-?\d+)$")
+RESULT_RE = re.compile(r"^(unknown: closest )?class (\d+) \((.*)\) score (-?\d+) confidence (\d+)$")
 
 needs_arduino = pytest.mark.skipif(
     shutil.which("arduino-builder") is None or shutil.which("arduino-ctags") is None
@@ -60,7 +59,7 @@ def test_library_layout(exported):
     family = load_model_dir(model_dir).meta["family"]
     assert name == library_name(load_model_dir(model_dir).meta["dataset"])
     src = sorted(p.name for p in (lib / "src").iterdir())
-    assert src == sorted([f"{name}.h", "tinyproto.h", "tinyproto_model.h", "tp_avr.h", "tp_input.c", "tp_labels.c",
+    assert src == sorted([f"{name}.h", "tinyproto.h", "tinyproto_model.h", "tp_avr.h", "tp_input.c", "tp_judge.c", "tp_labels.c",
                           "tp_text.c", "tp_text.h", f"tp_{family}.c", f"tp_{family}_avr.h"])
     # never the device app (tp_main.c) nor its serial framing (tp_serial.*): the user's sketch is the app
     assert (lib / "examples" / name / f"{name}.ino").is_file()
@@ -72,7 +71,7 @@ def test_library_layout(exported):
     # the model header is the one compile generated for this model (the model directory is the single source)
     assert (lib / "src" / "tinyproto_model.h").read_text() == (model_dir / "include" / "tinyproto_model.h").read_text()
     header = (lib / "src" / f"{name}.h").read_text()
-    for api in ("tp_predict(", "tp_input_quantize(", "tp_class_name(", "SRAM:", "Cost:", 'extern "C"'):
+    for api in ("tp_predict(", "tp_classify(", "tp_input_quantize(", "tp_class_name(", "SRAM:", "Cost:", 'extern "C"'):
         assert api in header, api
     record = json.loads((result.out_dir / "export.json").read_text())
     assert record["model_hash"] == load_model_dir(model_dir).meta["model_hash"] and record["name"] == name
@@ -171,22 +170,6 @@ def test_cli_export(compiled, tmp_path):
 # ------------------------------------------------------------------------------------------------ Arduino IDE
 
 
-def arduino_build(libraries: Path, sketch: Path, build: Path, tools: Path) -> subprocess.CompletedProcess:
-    """The Arduino IDE's build, offline (see docs: Debian's arduino-builder needs these prefs with gcc 5.4)."""
-    build.mkdir(parents=True, exist_ok=True)
-    tools.mkdir(parents=True, exist_ok=True)
-    command = [
-        "arduino-builder", "-hardware", str(ARDUINO_HARDWARE), "-tools", str(tools), "-libraries", str(libraries),
-        "-fqbn", "arduino:avr:uno", "-build-path", str(build),
-        "-prefs=tools.ctags.path=/usr/bin", "-prefs=tools.ctags.cmd.path=/usr/bin/arduino-ctags",
-        '-prefs=tools.ctags.pattern="{cmd.path}" -u --language-force=c++ -f - --c++-kinds=svpf --fields=KSTtzns '
-        '--line-directives "{source_file}"',
-        "-prefs=runtime.ide.version=10819", "-prefs=compiler.cpp.extra_flags=-DDECIMAL_DIG=__DECIMAL_DIG__",
-        str(sketch),
-    ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
-
-
 def float_text(value: np.float32) -> str:
     """The shortest decimal that reads back as the same float32 (numpy's repr): avr-libc's strtod gets about a
     third of these one unit in the last place wrong; the sketch's tp_parse_float must give the host's float."""
@@ -209,12 +192,14 @@ def check_on_simulated_uno(elf: Path, model_dir: Path, n_vectors: int = N_VECTOR
             line = ", ".join(float_text(v) for v in vectors.X_raw[i])
             port.write((line + "\n").encode())
             reply = port.readline().decode("ascii", "replace").strip()
-            while reply and not reply.startswith("class "):  # the start-up banner
+            while reply and not reply.startswith(("class ", "unknown")):  # the start-up banner
                 reply = port.readline().decode("ascii", "replace").strip()
             match = RESULT_RE.match(reply)
             assert match, f"vector {i}: unexpected reply {reply!r} ({uno.stderr_text()})"
-            label, shown, score = int(match.group(1)), match.group(2), int(match.group(3))
+            label, shown, score = int(match.group(2)), match.group(3), int(match.group(4))
             assert label == int(vectors.labels[i]), f"vector {i}: device {label}, host {vectors.labels[i]}"
+            assert int(match.group(5)) == int(vectors.confidence[i]), f"vector {i}: confidence {match.group(5)}"
+            assert bool(match.group(1)) == (int(vectors.decided[i]) == 255), f"vector {i}: unknown differs"
             assert score == int(vectors.scores[i][label]), f"vector {i}: score {score} vs {vectors.scores[i]}"
             assert shown == str(classes[label])
         # a line with the wrong count of numbers is answered, not misread

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 # the pages whose examples are executed, in the order a reader meets them
 EXECUTED_PAGES = ["README.md", "docs/getting-started.md", "docs/tutorials/own-csv.md",
-                  "docs/tutorials/arduino-sketch.md", "docs/tutorials/learn-on-device.md",
+                  "docs/tutorials/arduino-sketch.md", "docs/tutorials/two-models.md",
+                  "docs/tutorials/learn-on-device.md",
                   "docs/tutorials/federated.md", "docs/tutorials/sweep-and-report.md"]
 
 _BLOCK = re.compile(r"(<!-- run -->\s*\n)?```console\n(.*?)```", re.DOTALL)

@@ -120,7 +120,8 @@ static float tp_from_bits(uint32_t bits)
     return f;
 }
 
-float tp_parse_float(const char *text, const char **end)
+/* Weak: every tinyproto library of a sketch carries this same function; the linker keeps one copy. */
+__attribute__((weak)) float tp_parse_float(const char *text, const char **end)
 {
     const char *s = text;
     uint32_t sign = 0;

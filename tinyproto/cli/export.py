@@ -1,4 +1,5 @@
-"""`tinyproto export`: the model of a directory as an Arduino library. Layer: cli."""
+"""`tinyproto export`: the model of a directory as an Arduino library, or several models for one sketch.
+Layer: cli."""
 
 from __future__ import annotations
 
@@ -6,30 +7,46 @@ from pathlib import Path
 
 import click
 
-from tinyproto.cli.options import MODEL_DIR, TextPath
-from tinyproto.pipeline.arduino import export_arduino
+from tinyproto.cli.options import MODEL_DIR, TextPath, prefix_option
+from tinyproto.pipeline.arduino import export_arduino, export_arduino_models
 
 
 @click.command("export")
-@click.argument("model_dir", type=MODEL_DIR)
+@click.argument("model_dirs", nargs=-1, required=True, type=MODEL_DIR, metavar="MODEL_DIR...")
 @click.option("--arduino", "arduino", is_flag=True, required=True,
               help="Export as an Arduino library (the only export format so far).")
 @click.option("--out", type=TextPath(path_type=Path), default=None,
-              help="Directory to write (default: <MODEL_DIR>-arduino): the library folder and its .zip. "
-                   "Replaced only if tinyproto wrote it and nobody changed it.")
+              help="Directory to write (default: <MODEL_DIR>-arduino; for several models, models-arduino beside "
+                   "the first): the libraries and their .zip files. Replaced only if tinyproto wrote it and nobody "
+                   "changed it.")
 @click.option("--name", default=None,
-              help="Library name, a C identifier (default: from the data set, e.g. digits -> TinyprotoDigits).")
-def export_command(model_dir: Path, arduino: bool, out: Path | None, name: str | None) -> None:
-    """Export the model of MODEL_DIR for use in your own code.
+              help="Library name, a C identifier (default: from the data set, e.g. digits -> TinyprotoDigits). One "
+                   "model only.")
+@prefix_option
+def export_command(model_dirs: tuple[Path, ...], arduino: bool, out: Path | None, name: str | None,
+                   prefix: str | None) -> None:
+    """Export the model of MODEL_DIR for use in your own code; several MODEL_DIRs for one sketch.
 
     \b
     --arduino writes an Arduino library: library.properties, src/ (the model header, the runtime and
     <Name>.h, the documented C API), examples/<Name>/<Name>.ino (one vector per Serial line in, the class
     and its score out), plus <Name>.zip for the Arduino IDE's Sketch > Include Library > Add .ZIP Library.
+    With several MODEL_DIRs: one library per model (each under the C prefix it was compiled with, so they link
+    together), and an example sketch Models/Models.ino that runs any of them.
     """
     if not arduino:
         raise click.UsageError("choose an export format: --arduino")
-    result = export_arduino(model_dir, out, name)
+    if len(model_dirs) > 1:
+        if name is not None or prefix is not None:
+            raise click.UsageError("--name and --prefix are for one model; several models keep the prefixes they "
+                                   "were compiled with (tinyproto compile --prefix)")
+        result = export_arduino_models(list(model_dirs), out)
+        for library in result.libraries:
+            click.echo(f"wrote Arduino library {library.name}: {library.library_dir}")
+        click.echo(f"  example sketch with every model: {result.sketch}")
+        click.echo(f"  PlatformIO project of the sketch: {result.out_dir / 'platformio.ini'}")
+        return
+    result = export_arduino(model_dirs[0], out, name, prefix)
     click.echo(f"wrote Arduino library {result.name}: {result.library_dir}")
     click.echo(f"  zip for the Arduino IDE (Add .ZIP Library): {result.zip_path}")
     click.echo(f"  example sketch: {result.library_dir / 'examples' / result.name / (result.name + '.ino')}")

@@ -64,6 +64,21 @@ jobs_option = click.option(
     help="Worker processes that validate the solver's candidates (default: every usable core; 1 inside a dask "
          "worker). The model is the same for any N.")
 
+prefix_option = click.option(
+    "--prefix", default=None, callback=not_blank, metavar="NAME",
+    help="The model's C prefix: every external symbol of its C code is NAME_... (NAME_predict, NAME_input_quantize), "
+         "so several models link into one sketch. A lower-case C identifier; default: the data set's name "
+         "(breast_cancer -> breast_cancer_predict).")
+
+reserve_sram_option = click.option(
+    "--reserve-sram", "reserve_sram", default=None, callback=not_blank, metavar="BYTES",
+    help="SRAM your own sketch uses (its globals and stack; 1200, 1.2kB): the model's static SRAM, stack bound and "
+         "buffers must fit the rest of the board's, measured by building them with avr-gcc, or compile refuses.")
+reserve_flash_option = click.option(
+    "--reserve-flash", "reserve_flash", default=None, callback=not_blank, metavar="BYTES",
+    help="Flash your own sketch uses (20kB): the model's runtime and data, measured by building them, must fit the "
+         "rest of the board's flash, or compile refuses.")
+
 
 unknown_rate_option = click.option(
     "--unknown-rate", default=None, metavar="SHARE",

@@ -12,25 +12,26 @@ _UNITS = {"": 1, "b": 1, "kb": 1024, "kib": 1024, "k": 1024}
 _PATTERN = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_budget(text: str | int) -> int:
-    """Return the budget in whole bytes. kB and KiB both mean 1024 bytes; fractions round down."""
+def parse_budget(text: str | int, what: str = "budget") -> int:
+    """Return the budget in whole bytes. kB and KiB both mean 1024 bytes; fractions round down. `what` names the
+    size in errors (e.g. '--reserve-sram')."""
     if isinstance(text, int):
         value, unit = float(text), ""
     else:
         match = _PATTERN.match(str(text))
         if not match:
             raise TinyprotoError(
-                f"budget {text!r} is not a size; write it like 2kB, 1.5kB, 2KiB, 2048B or 2048"
+                f"{what} {text!r} is not a size; write it like 2kB, 1.5kB, 2KiB, 2048B or 2048"
             )
         value, unit = float(match.group(1)), match.group(2).lower()
     if unit not in _UNITS:
-        raise TinyprotoError(f"budget {text!r}: unknown unit {unit!r}; use B, kB or KiB (1 kB = 1024 B)")
+        raise TinyprotoError(f"{what} {text!r}: unknown unit {unit!r}; use B, kB or KiB (1 kB = 1024 B)")
     scaled = value * _UNITS[unit]
     if not math.isfinite(scaled) or scaled > MAX_BUDGET_BYTES:  # '999...9' (400 digits) is inf as a float
-        raise TinyprotoError(f"budget {str(text)[:40]!r} is larger than any board's flash; give a size such as 2kB")
+        raise TinyprotoError(f"{what} {str(text)[:40]!r} is larger than any board's flash; give a size such as 2kB")
     n_bytes = math.floor(scaled)
     if n_bytes <= 0:
-        raise TinyprotoError(f"budget {text!r} is zero; give a positive size such as 2kB")
+        raise TinyprotoError(f"{what} {text!r} is zero; give a positive size such as 2kB")
     return n_bytes
 
 

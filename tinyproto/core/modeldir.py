@@ -28,9 +28,11 @@ from tinyproto.core.manifest import NAME_MAX
 from tinyproto.core.safe_io import check_regular_file, read_json
 
 MODEL_FORMAT = "tinyproto-model"
-MODEL_FORMAT_VERSION = 2
+MODEL_FORMAT_VERSION = 3
 # Format 1 hashed the model under the runtime's former C names (TP_PN_*, TP_FLY_*: prefixes that did not follow the
 # family names), so this version cannot check its recorded model hash; such a directory is refused, not trusted.
+# Format 2 had no model prefix: its generated header gives every model the same C names (tp_predict), so a build
+# would refuse it as edited; it is refused here, with the reason.
 
 
 def int_model_digest(int_model: dict) -> str:
@@ -120,6 +122,14 @@ class ModelDir:
         checked their types)."""
         return str(self.meta.get("dataset", "?")), int(self.meta.get("seed", 0)), int(self.meta.get("budget_bytes", 0))
 
+    @property
+    def prefix(self) -> str:
+        """The model's C prefix (every external symbol of its runtime: <prefix>_predict, ...): model.json's, or
+        for a directory written before prefixes, the data set's name made a C identifier."""
+        from tinyproto.core.render import default_prefix
+
+        return str(self.meta.get("prefix") or default_prefix(self.header_args()[0]))
+
     def vectors(self) -> TestVectors:
         return TestVectors.load(self.path / "test_vectors.npz")
 
@@ -167,6 +177,14 @@ def _check_meta_fields(meta: dict, meta_path: Path) -> None:
     if not _is_int(meta.get("seed", 0), 0, 2**63 - 1):
         raise TinyprotoError(f"{meta_path} is damaged: seed {str(meta.get('seed'))[:40]!r} is not a non-negative "
                              "integer")
+    if "prefix" in meta:
+        from tinyproto.core.render import PREFIX_MAX, check_prefix
+
+        try:
+            check_prefix(meta["prefix"] if isinstance(meta["prefix"], str) else "?")
+        except TinyprotoError:
+            raise TinyprotoError(f"{meta_path} is damaged: prefix {str(meta['prefix'])[:40]!r} is not a lower-case C "
+                                 f"identifier of at most {PREFIX_MAX} characters") from None
     if not _is_int(meta.get("budget_bytes", 1), 1, MAX_BUDGET_BYTES):
         raise TinyprotoError(f"{meta_path} is damaged: budget_bytes {str(meta.get('budget_bytes'))[:40]!r} is not "
                              "a positive number of bytes")

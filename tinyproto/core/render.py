@@ -16,6 +16,7 @@ import numpy as np
 
 from tinyproto.core.version import __version__
 from tinyproto.core.carray import CArray
+from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.resources import resource_dir
 
 RUNTIME_ABI = 1  # must equal TP_RUNTIME_ABI in firmware/tinyproto.h
@@ -29,6 +30,78 @@ COMMON_RUNTIME = (*MODEL_RUNTIME, "tp_serial.h", "tp_serial.c")
 DEVICE_APP = "tp_main.c"
 DEVICE_APP_PARTS = ("tp_app.h", "tp_transport.c", "tp_measure.c", "tp_learn.c")
 SIZES_HEADER = "tinyproto_sizes.h"
+
+# ---- Model prefixes: several models in one program -------------------------------------------------------------
+# The runtime is written with tp_ names (tp_predict, tp_input_quantize, tp_<family>_..., the model arrays tp_<name>).
+# The generated header maps every one of a model's external C symbols to the model's own prefix
+# (#define tp_predict digits_predict), so the objects of any number of models link into one program; the runtime
+# files are copied unchanged. Static functions, static inline primitives and macros keep their tp_ names: they never
+# reach the linker.
+PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,23}$")
+PREFIX_MAX = 24
+SHARED_PREFIX = "tp"  # the names every model shares (the Arduino library's tp_parse_float): no model may take it
+# A file-scope line that declares or defines an external symbol of the runtime: not static, not a type, a macro or
+# an extern (the declaration of someone else's), starting in column 0 (code inside a body is indented).
+_EXTERNAL_LINE = re.compile(r"^(?![^\n(\[=;]*\b(?:static|typedef|extern|return)\b)[A-Za-z_][\w \t*]*?\b(tp_\w+)\s*[(\[=;]",
+                            re.M)
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def default_prefix(dataset: str) -> str:
+    """The prefix of a model trained on `dataset` when none is given: 'breast_cancer' -> 'breast_cancer',
+    'my-data.v2 (final)' -> 'my_data_v2_final', '2020 runs' -> 'data_2020_runs' (a C identifier, lower case)."""
+    words = [w for w in re.split(r"[^a-z0-9]+", str(dataset).lower()) if w]
+    prefix = "_".join(words) or "model"
+    if not prefix[0].isalpha():
+        prefix = "data_" + prefix
+    prefix = prefix[:PREFIX_MAX].rstrip("_")
+    return "model" if prefix == SHARED_PREFIX else prefix
+
+
+def check_prefix(prefix: str) -> str:
+    """A usable model prefix, or one clear error: lower case, a C identifier's characters, at most PREFIX_MAX."""
+    if not PREFIX_RE.match(prefix) or "__" in prefix or prefix.endswith("_"):
+        raise TinyprotoError(f"--prefix {prefix!r} is not usable: a prefix is a lower-case C identifier of at most "
+                             f"{PREFIX_MAX} characters (a letter, then letters, digits or single _), e.g. digits")
+    if prefix == SHARED_PREFIX:
+        raise TinyprotoError(f"--prefix {prefix!r} is the runtime's own (the names every model shares); choose "
+                             "another, e.g. the data set's name")
+    return prefix
+
+
+def _code_of(path: Path) -> str:
+    return _COMMENT.sub(" ", path.read_text())
+
+
+def external_symbols(model) -> list[str]:
+    """Every tp_ name of the model's runtime that reaches the linker: the C API (tinyproto.h), what the runtime's C
+    files (model_sources) define outside `static`, and the model's arrays. tests/test_prefixes.py checks this
+    list against the symbols the compiled objects really define."""
+    firmware = resource_dir("firmware")
+    names = {f"tp_{a.name}" for a in model.carrays()}
+    for source in ("tinyproto.h", *model_sources(model.family)):
+        if (firmware / source).exists():
+            names.update(match.group(1) for match in _EXTERNAL_LINE.finditer(_code_of(firmware / source)))
+    return sorted(names)
+
+
+def model_sources(family: str) -> list[str]:
+    """The C files compiled for one model (never the device app's): the shared ones of MODEL_RUNTIME and the
+    family's runtime."""
+    return [*(name for name in MODEL_RUNTIME if name.endswith(".c")), family_runtime(family)]
+
+
+def api_prototypes() -> list[str]:
+    """The C API's prototypes as tinyproto.h writes them (one line each), re-declared by the generated header after
+    its renames: a file that included tinyproto.h first then calls the model's prefixed functions."""
+    code = _code_of(resource_dir("firmware") / "tinyproto.h")
+    return [" ".join(m.group(0).split()) for m in re.finditer(r"^(?![^\n(]*\b(?:static|typedef|extern)\b)[A-Za-z_]"
+                                                             r"[\w \t*]*?\btp_\w+\s*\([^;{]*\)\s*;", code, re.M)]
+
+
+def symbol_renames(model, prefix: str) -> list[tuple[str, str]]:
+    """(tp_name, prefixed name) for every external symbol of the model: tp_predict -> <prefix>_predict."""
+    return [(name, f"{prefix}_{name[3:]}") for name in external_symbols(model)]
 
 
 def jinja_env() -> jinja2.Environment:
@@ -83,7 +156,10 @@ def comment_text(text: object) -> str:
     return re.sub(r"[\x00-\x1f\x7f]|\*/", "?", str(text))
 
 
-def render_header(model, dataset: str, seed: int, budget_bytes: int) -> str:
+def render_header(model, dataset: str, seed: int, budget_bytes: int, prefix: str | None = None) -> str:
+    """include/tinyproto_model.h: the model's defines and PROGMEM arrays, and its C names under `prefix` (default:
+    from the data set's name)."""
+    prefix = check_prefix(prefix) if prefix is not None else default_prefix(dataset)
     arrays = model.carrays()
     defines = [(name, _c_literal(int(value))) for name, value in header_defines(model).items()]
     defines.append(("TP_MODEL_HASH", f"0x{model_hash(model):08X}UL"))
@@ -95,6 +171,9 @@ def render_header(model, dataset: str, seed: int, budget_bytes: int) -> str:
         model_bytes=sum(a.nbytes for a in arrays),
         budget_bytes=int(budget_bytes),
         abi=RUNTIME_ABI,
+        prefix=prefix,
+        renames=symbol_renames(model, prefix),
+        prototypes=api_prototypes(),
         defines=defines,
         arrays=[
             {"name": a.name, "ctype": a.ctype, "count": a.count, "nbytes": a.nbytes, "what": a.what, "rows": _rows(a)}
@@ -132,11 +211,13 @@ def runtime_files(family: str) -> list[Path]:
 
 
 def write_sources(model, project_dir: Path, dataset: str, seed: int, budget_bytes: int,
-                  rx_ring: int | None = None) -> None:
+                  rx_ring: int | None = None, prefix: str | None = None) -> None:
     """include/tinyproto_model.h + tinyproto_sizes.h, lib/tinyproto/<runtime>, src/main.c + the app's other
-    parts under project_dir. rx_ring: the serial receive ring (see render_sizes_header)."""
+    parts under project_dir. rx_ring: the serial receive ring (see render_sizes_header); prefix: the model's C
+    names (default: from the data set's name)."""
     (project_dir / "include").mkdir(parents=True, exist_ok=True)
-    (project_dir / "include" / "tinyproto_model.h").write_text(render_header(model, dataset, seed, budget_bytes))
+    (project_dir / "include" / "tinyproto_model.h").write_text(
+        render_header(model, dataset, seed, budget_bytes, prefix))
     (project_dir / "include" / SIZES_HEADER).write_text(render_sizes_header(model.n_classes, rx_ring))
     lib = project_dir / "lib" / "tinyproto"
     lib.mkdir(parents=True, exist_ok=True)

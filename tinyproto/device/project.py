@@ -64,11 +64,15 @@ def render_platformio_ini(board) -> str:
     )
 
 
-def render_arduino_platformio_ini(board, name: str) -> str:
-    """platformio.ini of an Arduino export (`tinyproto export --arduino`): the library `name` beside it, its example
-    sketch as the source, `framework = arduino` offline (<board>_offline, the default) and official (<board>)."""
+def render_arduino_platformio_ini(board, name: str | list[str], sketch: str | None = None) -> str:
+    """platformio.ini of an Arduino export (`tinyproto export --arduino`): the library `name` (or libraries) beside
+    it, the example sketch as the source (the library's own, or the folder `sketch` of an export of several
+    models), `framework = arduino` offline (<board>_offline, the default) and official (<board>)."""
+    names = [name] if isinstance(name, str) else list(name)
+    src_dir = sketch if sketch is not None else f"{names[0]}/examples/{names[0]}"
     return jinja_env().get_template("arduino_platformio.ini.j2").render(
-        board=board, name=name, platform_name=PLATFORM_NAME, core_dir=CORE_DIR_IN_INI)
+        board=board, names=names, src_dir=src_dir, sketch_path=f"{src_dir}/{src_dir.rsplit('/', 1)[-1]}.ino",
+        platform_name=PLATFORM_NAME, core_dir=CORE_DIR_IN_INI)
 
 
 def _read_ini(project_dir: Path) -> configparser.ConfigParser:

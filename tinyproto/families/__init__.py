@@ -226,6 +226,13 @@ def judge(model: IntModel, scores: np.ndarray, labels: np.ndarray) -> tuple[np.n
     return judged(model, scores, labels)
 
 
+def calibrated(model: IntModel) -> bool:
+    """The model carries a confidence table (every model compile writes; a federated one does not)."""
+    from tinyproto.families.judging import is_judged
+
+    return is_judged(model) and getattr(model, "calibration", None) is not None
+
+
 def confidence_table_bytes() -> int:
     """The flash bytes of a model's confidence table (the solver is given the budget less these)."""
     from tinyproto.families.judging import table_bytes

@@ -117,6 +117,23 @@ def _signals(model: Any, X: np.ndarray, lowest_wins: bool) -> tuple[np.ndarray, 
     return labels, margin_bins(winner, runner), novelty(winner, lowest_wins)
 
 
+def score_scale(model: Any, X: np.ndarray, lowest_wins: bool) -> float:
+    """The typical size of a model's winning score on the rows it trained on (the median of its magnitude), or 0
+    when most of them are 0 (FlyNN's novelty of a row it learned: its counts already have a fixed meaning).
+    Two models of one family trained on similar rows differ in their scores' scale (quantisation, shape); the
+    ratio of their scales carries a threshold from one to the other."""
+    winner = np.abs(_signals(model, X, lowest_wins)[2]).astype(np.float64)
+    return float(np.median(winner))
+
+
+def carry(threshold: int, fold_scale: float, final_scale: float) -> int:
+    """A fold model's threshold on the final model's scale (unchanged when either scale is 0)."""
+    if fold_scale <= 0 or final_scale <= 0:
+        return int(threshold)
+    value = round(threshold * final_scale / fold_scale)
+    return int(min(max(value, -(2**31) + 1), 2**31 - 1))
+
+
 def calibrate(fit: Callable, model: Any, X: np.ndarray, y: np.ndarray, options: SolveOptions, lowest_wins: bool,
               unknown_rate: float | None) -> tuple[Any, dict]:
     """The final model judged: `fit(X, y, options)` (the family's solver) is run on each validation fold's training
@@ -127,7 +144,7 @@ def calibrate(fit: Callable, model: Any, X: np.ndarray, y: np.ndarray, options: 
     folds = options.folds if options.folds is not None else Folds.standard(X, y, options.seed)
     splits = [(fit_rows, val_rows) for (fit_rows, val_rows), (repeat, _) in zip(folds.splits(), folds.parts())
               if repeat == 0]
-    bins, hits, thresholds = [], [], []
+    bins, hits, thresholds, scales = [], [], [], []
     for k, (fit_rows, val_rows) in enumerate(splits, start=1):
         options.say(f"confidence: fold {k}/{len(splits)}")
         # the fold's own search is validated on one part of its rows (not all of them): a third of the work,
@@ -140,16 +157,20 @@ def calibrate(fit: Callable, model: Any, X: np.ndarray, y: np.ndarray, options: 
         hits.append(np.asarray([classes[i] == t for i, t in zip(labels, y[val_rows])], dtype=bool))
         if unknown_rate is not None:
             thresholds.append(decline_threshold(fold_novelty, unknown_rate))
+            scales.append(score_scale(fold_model, X[fit_rows], lowest_wins))
     all_bins, all_hits = np.concatenate(bins), np.concatenate(hits)
     table = isotonic_table(all_bins, all_hits)
     info: dict = {"rows": int(len(all_bins)), "folds": len(splits), "cv_accuracy": float(all_hits.mean()),
                   "table": [int(v) for v in table]}
     threshold = None
     if unknown_rate is not None:
-        # the median of the fold models' thresholds: the final model has the same family, budget and (nearly
-        # always) shape, so its novelty is on their scale; its own training rows would look too familiar
-        threshold = int(np.median(thresholds))
-        info.update(unknown_rate=unknown_rate, fold_thresholds=thresholds, unknown_above=threshold)
+        # each fold model's threshold, carried to the final model's scale (score_scale), then their median; the
+        # final model's own training rows would look too familiar to fit it on
+        final_scale = score_scale(model, X, lowest_wins)
+        carried = [carry(t, s, final_scale) for t, s in zip(thresholds, scales)]
+        threshold = int(np.median(carried))
+        info.update(unknown_rate=unknown_rate, fold_thresholds=thresholds, fold_scales=scales,
+                    final_scale=final_scale, carried_thresholds=carried, unknown_above=threshold)
     return make_judged(model, Calibration(table, lowest_wins, threshold, unknown_rate)), info
 
 

@@ -5,11 +5,11 @@
         library.properties
         src/<Name>.h          the one header a sketch includes: the C API, per-model SRAM and cost figures
         src/tinyproto_model.h the model (PROGMEM arrays + #defines), the same header `compile` generated
-        src/tinyproto.h, tp_avr.h, tp_input.c, tp_<family>.c, tp_<family>_avr.h   the runtime (not the
+        src/tinyproto.h, tp_avr.h, tp_input.c, tp_judge.c, tp_<family>.c, tp_<family>_avr.h   the runtime (not the
                               device app tp_main.c: the sketch is the app)
         src/tp_labels.c       the class names in flash
         src/tp_text.c/.h      tp_parse_float: decimal text -> float32, correctly rounded (avr-libc's strtod is not)
-        examples/<Name>/<Name>.ino   reads one vector per Serial line, prints the class and its score
+        examples/<Name>/<Name>.ino   reads one vector per Serial line, prints the class, its score and confidence
       <Name>.zip              the same folder for the IDE's Sketch > Include Library > Add .ZIP Library
       platformio.ini          PlatformIO, framework = arduino: the example against the library, offline
                               (<board>_offline, Debian's Arduino core) or official (<board>); see the file
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tinyproto.core.version import __version__
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.render import check_prefix
 from tinyproto.core.resources import resource_dir
 from tinyproto import families
 
@@ -91,12 +92,15 @@ def _template(name: str):
     return jinja_env().get_template(f"arduino/{name}")
 
 
-def _context(model_dir, model, name: str, board) -> dict:
-    """Everything the templates say; `board` (the one the model was compiled for) gives the clock of every time."""
+def _context(model_dir, model, name: str, board, prefix: str) -> dict:
+    """Everything the templates say; `board` (the one the model was compiled for) gives the clock of every time,
+    `prefix` the model's C names."""
     meta, report = model_dir.meta, model_dir.report
     dataset, _, budget_bytes = model_dir.header_args()  # typed by load_model_dir
     return {
         "name": name,
+        "prefix": prefix,
+        "prefix_upper": prefix.upper(),
         "guard": re.sub(r"[^A-Z0-9]", "_", name.upper()) + "_H",
         "version": __version__,
         "dataset": dataset,
@@ -108,6 +112,7 @@ def _context(model_dir, model, name: str, board) -> dict:
         "n_classes": model.n_classes,
         **family_statements(model),
         **latency_statements(model, report, board),
+        "cost": library_cost(model, board),
         "class_names": [c_string(c) for c in model.classes],
         "class_comments": [re.sub(r"[^\x20-\x7e]|\*/", "?", str(c)) for c in model.classes],
     }
@@ -138,6 +143,18 @@ def family_statements(model) -> dict:
     }
 
 
+def library_cost(model, board) -> dict | None:
+    """The library's own flash and SRAM in a sketch, measured by building it (device/library_cost.py), or None
+    where avr-gcc is not installed (the header then says so)."""
+    import shutil
+
+    from tinyproto.device.library_cost import measure_library
+
+    if shutil.which("avr-gcc") is None or shutil.which("avr-size") is None:
+        return None
+    return measure_library(model, board).to_dict()
+
+
 def latency_statements(model, report: dict, board) -> dict:
     """Cycles (the family's cost model, from report.json) and milliseconds at the board's own clock."""
     cycles = report.get("predicted_cycles") or {}
@@ -157,26 +174,28 @@ def latency_statements(model, report: dict, board) -> dict:
     }
 
 
-def library_header(model_dir, model, name: str, board) -> str:
+def library_header(model_dir, model, name: str, board, prefix: str | None = None) -> str:
     """src/<Name>.h: the one header a sketch includes, with the model's figures at `board`'s clock."""
-    return _template("library.h.j2").render(**_context(model_dir, model, name, board))
+    return _template("library.h.j2").render(**_context(model_dir, model, name, board, prefix or model_dir.prefix))
 
 
-def write_library(model_dir, model, name: str, library: Path, board) -> None:
-    """The library folder `library` (must not exist) for the verified integer model of `model_dir`."""
+def write_library(model_dir, model, name: str, library: Path, board, prefix: str | None = None) -> None:
+    """The library folder `library` (must not exist) for the verified integer model of `model_dir`, its C names
+    under `prefix` (default: the one it was compiled with)."""
     from tinyproto.core.render import MODEL_RUNTIME, family_runtime, family_twins, render_header, runtime_files
     from tinyproto.core.resources import resource_dir
 
-    context = _context(model_dir, model, name, board)
+    prefix = prefix or model_dir.prefix
+    context = _context(model_dir, model, name, board, prefix)
     src = library / "src"
     example = library / "examples" / name
     src.mkdir(parents=True)
     example.mkdir(parents=True)
     (library / "library.properties").write_text(_template("library.properties.j2").render(**context))
-    (src / f"{name}.h").write_text(library_header(model_dir, model, name, board))
+    (src / f"{name}.h").write_text(library_header(model_dir, model, name, board, prefix))
     (src / "tp_labels.c").write_text(_template("tp_labels.c.j2").render(**context))
     (src / "tinyproto_model.h").write_text(
-        render_header(model, *model_dir.header_args()))
+        render_header(model, *model_dir.header_args(), prefix))
     wanted = {*MODEL_RUNTIME, family_runtime(model.family), family_twins(model.family)}  # never the device app's
     for source in runtime_files(model.family):
         if source.name in wanted:
@@ -218,7 +237,9 @@ def _check_export_dir(out: Path) -> None:
         raise TinyprotoError(f"--out {out} is not empty and is {what}; choose another --out, nothing was changed")
 
 
-def export_arduino(model_path: Path, out: Path | None = None, name: str | None = None) -> ArduinoExport:
+def export_arduino(model_path: Path, out: Path | None = None, name: str | None = None,
+                   prefix: str | None = None) -> ArduinoExport:
+    """The library of the model in `model_path`; `prefix` renames its C symbols (default: compile's prefix)."""
     from tinyproto.core.boards import load_board
     from tinyproto.core.modeldir import load_model_dir
     from tinyproto.core.safe_io import write_json
@@ -233,6 +254,8 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
         if name == "Tinyproto":  # (checked before check_name, which would blame a --name nobody gave)
             raise TinyprotoError("the data set's name gives no library name; give one with --name")
     name = check_name(name)
+    if prefix is not None:
+        check_prefix(prefix)
     if out is None:
         out = model_dir.path.parent / f"{model_dir.path.resolve().name}-arduino"
     source, target = model_dir.path.resolve(), Path(out).resolve()
@@ -243,14 +266,93 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
     _check_export_dir(out)
     board = load_board(model_dir.meta.get("board", "uno"))  # the board the model was compiled for
     with atomic_directory(out, "export") as scratch:
-        write_library(model_dir, model, name, scratch / name, board)
+        write_library(model_dir, model, name, scratch / name, board, prefix)
         write_zip(scratch / name, scratch / f"{name}.zip")
         (scratch / "platformio.ini").write_text(render_arduino_platformio_ini(board, name))
         write_json(scratch / EXPORT_RECORD, {"format": EXPORT_FORMAT, "tinyproto_version": __version__,
                                              "name": name, "model_hash": model_dir.meta["model_hash"],
+                                             "prefix": prefix or model_dir.prefix,
                                              # relative, so the export and its model move together
                                              "model_dir": os.path.relpath(source, out.resolve())})
     return ArduinoExport(out, out / name, out / f"{name}.zip", name)
+
+
+SKETCH_NAME = "Models"  # the example sketch of an export of several models: OUT/Models/Models.ino
+
+
+@dataclass(frozen=True)
+class SketchExport:
+    out_dir: Path
+    libraries: tuple[ArduinoExport, ...]
+    sketch: Path  # the example sketch that uses every model
+
+
+def export_arduino_models(model_paths: list[Path], out: Path | None = None) -> SketchExport:
+    """Several models for one sketch: each model's library (under its own name and C prefix, as compiled) beside
+    the others, their zips, an example sketch OUT/Models/Models.ino that runs any of them by its prefix, and a
+    platformio.ini that builds it with every library. Two models with the same prefix or library name are refused
+    (compile one again with --prefix, which also names its library)."""
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.core.safe_io import write_json
+    from tinyproto.core.outdir import atomic_directory, check_output_dir, tidy
+    from tinyproto.device.project import render_arduino_platformio_ini
+
+    if len(model_paths) < 2:
+        raise TinyprotoError("an export of several models needs two model directories or more")
+    loaded = []
+    for path in model_paths:
+        model_dir = load_model_dir(path)
+        tidy(model_dir.path)
+        loaded.append((model_dir, families.load_int_model(model_dir)))
+    names, prefixes, boards = {}, {}, {}
+    for model_dir, _ in loaded:
+        prefix = model_dir.prefix
+        name = check_name(library_name(prefix))
+        for taken, what in ((prefixes, f"the C prefix {prefix!r}"), (names, f"the library name {name}")):
+            key = prefix if taken is prefixes else name.lower()
+            if key in taken:
+                raise TinyprotoError(f"{taken[key]} and {model_dir.path} have {what}; compile one of them again "
+                                     "with --prefix NAME, nothing was changed")
+            taken[key] = model_dir.path
+        boards.setdefault(model_dir.meta.get("board", "uno"), model_dir.path)
+    if len(boards) > 1:
+        raise TinyprotoError(f"the models were compiled for different boards ({', '.join(sorted(boards))}); one "
+                             "sketch runs on one board, nothing was changed")
+    if out is None:
+        out = loaded[0][0].path.parent / "models-arduino"
+    target = Path(out).resolve()
+    for model_dir, _ in loaded:
+        source = model_dir.path.resolve()
+        if target == source or source in target.parents or target in source.parents:
+            raise TinyprotoError(f"--out {out} is a model directory, inside one or around one; choose a directory "
+                                 "beside them, nothing was changed")
+    out = check_output_dir(out)
+    _check_export_dir(out)
+    board = load_board(next(iter(boards)))
+    with atomic_directory(out, "export") as scratch:
+        libraries, records, sketch_models = [], [], []
+        for model_dir, model in loaded:
+            name = library_name(model_dir.prefix)
+            write_library(model_dir, model, name, scratch / name, board)
+            write_zip(scratch / name, scratch / f"{name}.zip")
+            libraries.append(ArduinoExport(out, out / name, out / f"{name}.zip", name))
+            context = _context(model_dir, model, name, board, model_dir.prefix)
+            sketch_models.append({key: context[key] for key in ("name", "prefix", "prefix_upper", "n_features",
+                                                                "n_classes", "family_title", "dataset_comment")})
+            records.append({"name": name, "model_hash": model_dir.meta["model_hash"], "prefix": model_dir.prefix,
+                            "model_dir": os.path.relpath(model_dir.path.resolve(), out.resolve())})
+        (scratch / SKETCH_NAME).mkdir()
+        (scratch / SKETCH_NAME / f"{SKETCH_NAME}.ino").write_text(_template("models.ino.j2").render(
+            sketch=SKETCH_NAME, version=__version__, models=sketch_models,
+            max_features=max(m["n_features"] for m in sketch_models),
+            max_classes=max(m["n_classes"] for m in sketch_models),
+            name_buffer=max(len(m["prefix"]) for m in sketch_models) + 2))
+        (scratch / "platformio.ini").write_text(
+            render_arduino_platformio_ini(board, [lib.name for lib in libraries], SKETCH_NAME))
+        write_json(scratch / EXPORT_RECORD, {"format": EXPORT_FORMAT, "tinyproto_version": __version__,
+                                             "sketch": SKETCH_NAME, "models": records})
+    return SketchExport(out, tuple(libraries), out / SKETCH_NAME / f"{SKETCH_NAME}.ino")
 
 
 # ------------------------------------------------------------------------------------------------ command

@@ -27,7 +27,7 @@ from tinyproto.core.ledger import Ledger
 from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, int_model_digest
 from tinyproto.core.safe_io import file_sha256, write_json
 from tinyproto.core.outdir import atomic_directory, check_output_dir
-from tinyproto.core.render import model_hash, write_sources
+from tinyproto.core.render import check_prefix, default_prefix, model_hash, write_sources
 
 INT8_LOSS_WARNING_POINTS = 0.5
 
@@ -59,6 +59,7 @@ class TrainedOn:
     seed: int
     budget_bytes: int
     board: Board
+    prefix: str | None = None  # the model's C prefix (None: from the data set's name)
 
 
 def firmware_sram_estimate(model, board: Board) -> dict:
@@ -146,6 +147,9 @@ def compile_model(
     jobs: int | None = None,
     unknown_rate: str | float | None = None,
     holdout_classes: str | None = None,
+    prefix: str | None = None,
+    reserve_sram: str | int | None = None,
+    reserve_flash: str | int | None = None,
 ) -> CompileResult:
     """family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
     max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
@@ -157,12 +161,18 @@ def compile_model(
     unknown_rate ("5%", 0.05): the device declines (answers 255) inputs whose novelty exceeds a threshold fitted so
     that about that share of known-class rows would be declined; None: no threshold, nothing else changes.
     holdout_classes ("8,9"): those classes' rows go to the test split only (the model never sees them); the report
-    says how well the novelty score tells them apart (docs/guides/confidence.md)."""
+    says how well the novelty score tells them apart (docs/guides/confidence.md).
+    prefix: the model's C prefix (every external symbol: <prefix>_predict, ...; default from the data set's name).
+    reserve_sram, reserve_flash: what the user's own sketch uses of the board (bytes or `1.2kB`): the model's code
+    and data, measured by building them, must fit what is left (beside_sketch), or compile refuses it."""
     from tinyproto.core.confidence import parse_rate
 
     budget_bytes = parse_budget(budget)
     rate = None if unknown_rate is None else (float(unknown_rate) if isinstance(unknown_rate, float)
                                               else parse_rate(unknown_rate))
+    if prefix is not None:
+        check_prefix(prefix)
+    reserve = Reserve.parse(reserve_sram, reserve_flash)
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
     board = load_board(board_name).with_baud(baud)
@@ -195,9 +205,56 @@ def compile_model(
     else:
         clf, model, info = families.fit_judged(family, sp.X_train, sp.y_train, options, rate)
     info["max_latency_ms"] = max_latency_ms
+    beside = beside_sketch(model, board, reserve, progress) if reserve.given else None
     train_seconds = time.perf_counter() - started
     return write_model_directory(Fitted(clf, model, info, train_seconds),
-                                 TrainedOn(dataset, sp, seed, budget_bytes, board), out_dir, progress)
+                                 TrainedOn(dataset, sp, seed, budget_bytes, board, prefix), out_dir, progress,
+                                 extra_report={"beside_sketch": beside} if beside else None)
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """What the user's own sketch uses of the board (--reserve-sram, --reserve-flash), in bytes."""
+
+    sram_bytes: int = 0
+    flash_bytes: int = 0
+
+    @classmethod
+    def parse(cls, sram: str | int | None, flash: str | int | None) -> "Reserve":
+        return cls(parse_budget(sram, "--reserve-sram") if sram is not None else 0,
+                   parse_budget(flash, "--reserve-flash") if flash is not None else 0)
+
+    @property
+    def given(self) -> bool:
+        return bool(self.sram_bytes or self.flash_bytes)
+
+
+def beside_sketch(model, board: Board, reserve: Reserve, progress: Callable[[str], None] | None = None) -> dict:
+    """The model's code and data measured by building them (device/library_cost.py), checked against what the
+    user's sketch leaves of the board; one TinyprotoError naming what does not fit and by how much."""
+    from tinyproto.device.library_cost import measure_library
+
+    if progress:
+        progress("measuring the model's library (avr-gcc)")
+    cost = measure_library(model, board)
+    flash_left = board.flash_bytes_for_sketch - reserve.flash_bytes
+    sram_left = board.sram_bytes - reserve.sram_bytes
+    problems = []
+    if cost.flash_bytes > flash_left:
+        problems.append(f"flash: the model's runtime and data need {cost.flash_bytes} B, {cost.flash_bytes - flash_left} B "
+                        f"more than the {max(flash_left, 0)} B that --reserve-flash {reserve.flash_bytes} leaves of "
+                        f"{board.flash_bytes_for_sketch} B")
+    if cost.sram_bytes > sram_left:
+        problems.append(f"SRAM: the model needs {cost.sram_bytes} B (static {cost.static_sram_bytes} B + stack at "
+                        f"most {cost.stack_bound_bytes} B + your raw, x and scores buffers {cost.caller_bytes} B), "
+                        f"{cost.sram_bytes - sram_left} B more than the {max(sram_left, 0)} B that --reserve-sram "
+                        f"{reserve.sram_bytes} leaves of {board.sram_bytes} B")
+    if problems:
+        raise TinyprotoError(f"the model does not fit beside your sketch on the {board.title}: " + "; ".join(problems)
+                             + " (a smaller --budget, or less reserved)")
+    return {"reserve_sram_bytes": reserve.sram_bytes, "reserve_flash_bytes": reserve.flash_bytes,
+            "library": cost.to_dict(), "flash_left_bytes": flash_left - cost.flash_bytes,
+            "sram_left_bytes": sram_left - cost.sram_bytes}
 
 
 def hold_out(sp: Split, classes_text: str) -> Split:
@@ -235,14 +292,15 @@ def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress
     report = _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
                      float_pred, int8_pred, sp.y_test[known])
     report["n_train"], report["n_test"] = int(len(sp.y_train)), int(len(sp.y_test))  # held-out rows included
-    report["confidence"] = confidence_report(vectors, families.lowest_wins(family), info.get("confidence"))
+    report["confidence"] = (confidence_report(vectors, families.lowest_wins(family), info.get("confidence"))
+                            if families.calibrated(model) else None)  # a model without a table says nothing
     report.update(extra_report or {})
 
     if progress:
         progress(f"writing {out_dir}")
     with atomic_directory(out_dir) as scratch:
-        write_model_files(scratch, model, _model_json(model, dataset, family, seed, budget_bytes, board, info),
-                          report, vectors, board)
+        write_model_files(scratch, model, _model_json(model, dataset, family, seed, budget_bytes, board, info,
+                                                      on.prefix), report, vectors, board)
     return CompileResult(Path(out_dir), report, ledger)
 
 
@@ -254,7 +312,7 @@ def write_model_files(scratch: Path, model, meta: dict, report: dict, vectors: T
     meta = dict(meta, vectors_sha256=file_sha256(scratch / "test_vectors.npz"))  # validate refuses other vectors
     write_json(scratch / "model.json", meta)
     write_sources(model, scratch, str(meta.get("dataset", "?")), int(meta.get("seed", 0)), int(meta["budget_bytes"]),
-                  rx_ring=rx_ring_of(model, board))
+                  rx_ring=rx_ring_of(model, board), prefix=meta.get("prefix"))
     _write_project(model, scratch, board, vectors)
     write_json(scratch / "report.json", report)
 
@@ -313,13 +371,15 @@ def _write_project(model, project_dir: Path, board: Board, vectors: TestVectors)
         render_pio_test(project_dir, vectors.xq[:n], vectors.scores[:n], vectors.labels[:n])
 
 
-def _model_json(model, dataset: Dataset, family: str, seed: int, budget_bytes: int, board: Board, info: dict) -> dict:
+def _model_json(model, dataset: Dataset, family: str, seed: int, budget_bytes: int, board: Board, info: dict,
+                prefix: str | None = None) -> dict:
     return {
         "format": MODEL_FORMAT,
         "format_version": MODEL_FORMAT_VERSION,
         "tinyproto_version": __version__,
         "family": family,
         "dataset": dataset.name,
+        "prefix": prefix or default_prefix(dataset.name),
         "seed": seed,
         "board": board.name,
         "budget_bytes": budget_bytes,

@@ -100,7 +100,7 @@ def _check_header_is_the_model(model_dir, model) -> None:
 
     path = model_dir.path / "include" / "tinyproto_model.h"
     on_disk = read_text_file(path, "the generated header", limit=1 << 24)
-    expected = render_header(model, *model_dir.header_args())  # load_model_dir checked their types
+    expected = render_header(model, *model_dir.header_args(), model_dir.prefix)  # load_model_dir checked them
     if _header_body(on_disk) != _header_body(expected):
         raise TinyprotoError(f"{path} is not what model.json renders (edited after compile?); run `tinyproto "
                              "compile` again, or edit the model through tinyproto, not the header")

@@ -100,8 +100,11 @@ def write_learned_dir(model_dir: ModelDir, learned, summary: dict) -> Path:
 
     parent = model_dir.vectors()
     scores = learned.scores(parent.xq)
-    vectors = TestVectors(parent.X_raw, parent.xq, parent.y, scores.astype(np.int64),
-                          learned.labels(scores).astype(np.int64))
+    labels = learned.labels(scores).astype(np.int64)
+    # the learned counts keep the compiled model's confidence table and threshold: its answers are recomputed
+    confidence, decided = families.judge(learned, scores, labels)
+    vectors = TestVectors(parent.X_raw, parent.xq, parent.y, scores.astype(np.int64), labels,
+                          confidence.astype(np.int64), decided.astype(np.int64))
     board = load_board(model_dir.meta.get("board", "uno"))
     digest = f"0x{model_hash(learned):08X}"
     meta = dict(model_dir.meta, model_hash=digest, int_model=learned.to_json(),

@@ -58,12 +58,15 @@ def data_fingerprint(dataset) -> str:
     return digest.hexdigest()
 
 
-def _binding(dataset, device: str, raw_check: bool, max_latency_ms: float | None) -> dict:
+def _binding(dataset, device: str, raw_check: bool, max_latency_ms: float | None,
+             unknown_rate: float | None = None) -> dict:
     """What must be the same for --resume to continue a sweep (the grid itself may grow)."""
     binding = {"dataset": dataset.name, "data_sha256": data_fingerprint(dataset), "device": device,
                "raw_check": raw_check if device == "sim" else None}
     if max_latency_ms is not None:  # absent without a limit: sweeps written before --max-latency still resume
         binding["max_latency_ms"] = max_latency_ms
+    if unknown_rate is not None:  # likewise: sweeps written before --unknown-rate still resume
+        binding["unknown_rate"] = unknown_rate
     return binding
 
 
@@ -160,12 +163,14 @@ class SweepOptions:
     raw_check: bool = False
     timeout: float = DEFAULT_TIMEOUT_S  # seconds without a finished point before the sweep gives up
     max_latency_ms: float | None = None  # every point compiled with this latency limit (`compile --max-latency`)
+    unknown_rate: str | None = None  # every point compiled with this decline rate (`compile --unknown-rate`)
 
 
 def sweep(data: str, out: Path, options: SweepOptions | None = None,
           progress: Callable[[SweepProgress], None] | None = None) -> SweepResult:
     """Run every point of the grid not yet in DIR/results.jsonl; see the module doc. A point that cannot meet
     options.max_latency_ms is a failed point."""
+    from tinyproto.core.confidence import parse_rate
     from tinyproto.core.datasets import load_dataset
     from tinyproto.core.outdir import check_output_dir, locked
 
@@ -174,7 +179,8 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
     points = parse_grid(o.models, o.budgets, o.seeds, o.boards)
     dataset = load_dataset(data, label=o.label)  # a bad DATA is refused here, not once per point on the workers
     data_ref = os.path.abspath(data) if Path(data).exists() else data  # workers may run in another directory
-    binding = _binding(dataset, o.device, o.raw_check, o.max_latency_ms)
+    rate = None if o.unknown_rate is None else parse_rate(o.unknown_rate)  # refused now, not once per point
+    binding = _binding(dataset, o.device, o.raw_check, o.max_latency_ms, rate)
     out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write
     created = _create_dirs(out)
     started = time.perf_counter()
@@ -291,7 +297,7 @@ def _run_points(client, cluster_info: dict, todo: list[Point], data: str, option
     futures = {}
     for p in sorted(todo, key=lambda p: -p.budget_bytes):  # the longest points first: fewer idle workers at the end
         future = client.submit(run_point, asdict(p), data, options.label, options.device, str(out / POINTS / p.id),
-                               options.raw_check, token, options.max_latency_ms,
+                               options.raw_check, token, options.max_latency_ms, options.unknown_rate,
                                key=f"tinyproto-sweep-{p.id}-{token[:8]}", pure=False, priority=p.budget_bytes)
         futures[future] = p
     finished: set[str] = set()

@@ -92,7 +92,7 @@ def check_arguments(device: str, workers: int | None, scheduler: str | None, tim
 
 
 def run_point(point: dict, data: str, label: str | None, device: str, point_dir: str, raw_check: bool,
-              token: str = "", max_latency_ms: float | None = None) -> dict:
+              token: str = "", max_latency_ms: float | None = None, unknown_rate: str | None = None) -> dict:
     """Compile one point into `point_dir` (and build + validate it with device 'sim'); return its result line.
 
     Runs on a dask worker. Never raises for a point that cannot be made: the error becomes part of the line.
@@ -109,7 +109,7 @@ def run_point(point: dict, data: str, label: str | None, device: str, point_dir:
     try:
         t = time.perf_counter()
         result = compile_model(data, p.model, str(p.budget_bytes), p.seed, p.board, Path(point_dir), label,
-                               max_latency_ms=max_latency_ms)
+                               max_latency_ms=max_latency_ms, unknown_rate=unknown_rate)
         seconds["compile"] = time.perf_counter() - t
         record.update(_compile_figures(result.report))
         if device == "sim":
@@ -185,8 +185,16 @@ def _compile_figures(report: dict) -> dict:
         "predicted_energy_mj_board": board.energy_mj(seconds, board.board_active_current_ma),
         "sram_estimate_bytes": report["sram_estimate"]["estimated_total_bytes"],
         "hyperparameters": report["hyperparameters"],
+        "confidence": _judged(report.get("confidence")),
         "device": None,
     }
+
+
+def _judged(figures: dict | None) -> dict | None:
+    """A point's confidence figures (coverage, accuracy on the accepted rows, calibration error)."""
+    if not figures:
+        return None
+    return {key: figures.get(key) for key in ("coverage", "accepted_accuracy", "ece", "mean_confidence")}
 
 
 def _device_figures(summary: dict) -> dict:
@@ -204,6 +212,7 @@ def _device_figures(summary: dict) -> dict:
         "stack_peak_bytes": summary["stack_peak_bytes"],
         "sram_margin_bytes": summary["sram_margin_bytes"],
         "passed": summary["passed"],
+        "confidence": _judged(summary.get("confidence")),
         "checks": {name: check["ok"] for name, check in summary["checks"].items()},
     }
 

@@ -313,7 +313,7 @@ def summarise(subject: ValidationSubject, measured: Measured) -> dict:
         # the device's own answers: coverage, accuracy on accepted rows, calibration error (known rows)
         "confidence": judged_figures([r.get("confidence", 0) for r in ordered],
                                      [r.get("decided", r["label"]) for r in ordered], device_labels, truth,
-                                     known) if known.any() else None,
+                                     known) if known.any() and families.calibrated(model) else None,
         "cycles_mean": cycles_mean,
         "cycles_max": int(cycles.max()) if n else 0,
         "cycles_min": int(cycles.min()) if n else 0,

@@ -183,9 +183,11 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
     # -- training
 
     def fit(self, X, y) -> "BNCClassifier":
-        # The matrices are small (a mini-batch times r or m): one BLAS thread is fastest, and on a shared
-        # machine a multi-threaded BLAS waiting for busy cores made each fit tens of times slower.
-        with threadpool_limits(limits=1, user_api="blas"):
+        # The matrices are small (a mini-batch times r or m) and so are the per-class k-means: one thread is
+        # fastest. On a shared machine multi-threaded BLAS or OpenMP (KMeans) waiting for busy cores made each fit
+        # several times slower (a 300-row search: 127 s with OpenMP on 2 busy cores, 24 s with one thread), and
+        # one thread also keeps KMeans's sums in one order whatever the machine's core count.
+        with threadpool_limits(limits=1):
             return self._fit(X, y)
 
     def _fit(self, X, y) -> "BNCClassifier":
