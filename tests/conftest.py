@@ -142,10 +142,12 @@ def private_cache(tmp_path_factory):
 DEVICE_STRINGS = {  # string constants: the tools, and the verbs that build or run firmware
     "avr-gcc", "avr-size", "avr-objcopy", "simavr", "avrdude", "pio", "platformio", "arduino-builder",
     "build", "validate", "flash", "--sim",
+    "export",  # the Arduino export measures its library's flash and SRAM with avr-gcc
 }
 DEVICE_NAMES = {  # names (functions, classes, flags) of the device layer and of the skip conditions
     "build_model_dir", "build_project", "SimulatedUno", "SimulatedBoard", "ensure_simulator", "ensure_bootloader",
     "flash_port", "learn_on_device", "run_pio_test", "prepare_pio_core", "export_arduino_built",
+    "export_arduino", "export_arduino_models", "measure_library", "beside_sketch", "library_header",
     "needs_simulator", "needs_bootloaders", "HAVE_SIMULATOR", "HAVE_SIM", "HAVE_SIMAVR", "HAVE_AVR",
 }
 DEVICE_FIXTURES = {"private_cache", "built_models"}

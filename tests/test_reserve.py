@@ -67,6 +67,26 @@ def test_a_model_that_does_not_fit_beside_the_sketch_is_refused_naming_what_and_
     assert "flash:" not in str(only_sram.value)
 
 
+@pytest.mark.device
+@needs("avr-gcc")
+def test_the_export_states_the_librarys_own_flash_and_sram_measured_by_building_it(compiled, tmp_path, monkeypatch):
+    from tinyproto.device.library_cost import measure_library
+    from tinyproto.pipeline.arduino import export_arduino
+
+    model_dir, model = digits_model(compiled)
+    cost = measure_library(model, load_board("uno"))
+    assert cost.flash_bytes > sum(a.nbytes for a in model.carrays())  # the code too, not only the model's data
+    assert cost.caller_bytes == 5 * model.n_features + 4 * model.n_classes
+    export = export_arduino(model_dir, tmp_path / "export")
+    header = " ".join((export.library_dir / "src" / f"{export.name}.h").read_text().replace(" * ", " ").split())
+    assert (f"{cost.flash_bytes} B of flash" in header and f"{cost.static_sram_bytes} B of static SRAM" in header
+            and f"at most {cost.stack_bound_bytes} B of stack" in header and f"{cost.sram_bytes} B of SRAM" in header)
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # no avr-gcc: the header says so, nothing invented
+    export = export_arduino(model_dir, tmp_path / "without")
+    header = (export.library_dir / "src" / f"{export.name}.h").read_text()
+    assert "was not measured (avr-gcc was not installed" in header and "B of flash (runtime" not in header
+
+
 # ------------------------------------------------------------------------------------------------ a real sketch
 
 

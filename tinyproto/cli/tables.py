@@ -49,6 +49,15 @@ def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
                     f"{sram['estimated_total_bytes']} of {sram['board_sram_bytes']} B "
                     f"(buffers {sram['working_bytes']}, serial {sram['serial_frame_bytes']}, "
                     f"{_ring_text(sram.get('rx_ring_bytes'))}reserve {sram['reserved_bytes']})")
+    beside = report.get("beside_sketch")
+    if isinstance(beside, dict):
+        lib = beside["library"]
+        summary.add_row("beside your sketch",
+                        f"flash {lib['flash_bytes']} B, {beside['flash_left_bytes']} B to spare beside "
+                        f"--reserve-flash {beside['reserve_flash_bytes']}; SRAM {lib['sram_bytes']} B (static "
+                        f"{lib['static_sram_bytes']}, stack at most {lib['stack_bound_bytes']}, your buffers "
+                        f"{lib['caller_bytes']}), {beside['sram_left_bytes']} B to spare beside --reserve-sram "
+                        f"{beside['reserve_sram_bytes']} (measured by building the model's library)")
     cycles = report["predicted_cycles"]
     summary.add_row("predicted cycles / inference",
                     f"{cycles['total']} ({report['predicted_latency_ms']:.2f} ms at {_board_mhz(report.get('board', 'uno')):g} MHz; lower bound {cycles['lower_bound']})")

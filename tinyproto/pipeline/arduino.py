@@ -112,6 +112,7 @@ def _context(model_dir, model, name: str, board, prefix: str) -> dict:
         "n_classes": model.n_classes,
         **family_statements(model),
         **latency_statements(model, report, board),
+        "cost": library_cost(model, board),
         "class_names": [c_string(c) for c in model.classes],
         "class_comments": [re.sub(r"[^\x20-\x7e]|\*/", "?", str(c)) for c in model.classes],
     }
@@ -140,6 +141,18 @@ def family_statements(model) -> dict:
         "reentrant": state.reentrant,
         "streamable": bool(model.defines().get("TP_STREAMABLE", 0)),
     }
+
+
+def library_cost(model, board) -> dict | None:
+    """The library's own flash and SRAM in a sketch, measured by building it (device/library_cost.py), or None
+    where avr-gcc is not installed (the header then says so)."""
+    import shutil
+
+    from tinyproto.device.library_cost import measure_library
+
+    if shutil.which("avr-gcc") is None or shutil.which("avr-size") is None:
+        return None
+    return measure_library(model, board).to_dict()
 
 
 def latency_statements(model, report: dict, board) -> dict:
