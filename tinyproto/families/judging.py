@@ -20,7 +20,7 @@ import numpy as np
 from tinyproto.core.carray import CArray
 from tinyproto.core.confidence import (CONFIDENCE_BINS, Calibration, decline_threshold, isotonic_table, margin_bins,
                                        novelty, winner_and_runner_up)
-from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.families.solving import SolveOptions
 
 CONFIDENCE_JSON_KEY = "confidence"  # model.json's int_model carries the calibration under this key
@@ -182,7 +182,10 @@ def fit_judged(fit: Callable, X: np.ndarray, y: np.ndarray, options: SolveOption
         raise TinyprotoError(f"the budget of {options.budget_bytes} B leaves no room beside the "
                              f"{table_bytes()} B confidence table")
     inner = options.with_(budget_bytes=room)
-    clf, model, info = fit(X, y, inner)
+    try:
+        clf, model, info = fit(X, y, inner)
+    except BudgetTooSmall as small:  # the user's budget and the bytes needed, both with the table
+        raise small.plus(table_bytes(), "confidence table") from None
     judged, info["confidence"] = calibrate(fit, model, X, y, inner, lowest_wins, unknown_rate)
     return clf, judged, info
 

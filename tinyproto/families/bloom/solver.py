@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
-from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds
 from tinyproto.families.solving import SolveOptions, map_in_processes
 from tinyproto.core.inputstage import InputStage
@@ -166,10 +166,8 @@ def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     classes = np.unique(y_train)
     floor = minimum_budget(n_features, classes.size)
     if budget_bytes < floor:
-        raise TinyprotoError(
-            f"budget {budget_bytes} B is too small for Bloom features on {n_features} features and {classes.size} "
-            f"classes: the smallest model (one used slot) needs {floor} B"
-        )
+        raise BudgetTooSmall(budget_bytes, floor, f"Bloom features on {n_features} features and {classes.size} classes",
+                             "one used slot")
     max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
     seed = draw_seed(random_state)
     shapes_of = {kind: candidate_shapes(seed, n_features, classes.size, budget_bytes, max_cycles, kind)

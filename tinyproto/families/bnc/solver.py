@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
-from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds
 from tinyproto.families.solving import SolveOptions, map_in_processes
 from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, standardisation
@@ -220,9 +220,8 @@ def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     stage_bytes = {kind: input_stage_bytes(X, kind) for kind in STAGE_KINDS}
     smallest = min(minimum_budget(d, L, nbytes) for nbytes in stage_bytes.values())
     if budget < smallest:
-        raise TinyprotoError(f"budget {budget} B is too small for BNC on {d} features and {L} classes: the "
-                             f"smallest model ({MIN_BITS} bits, one prototype per class, one shared input offset and gain) "
-                             f"needs {smallest} B")
+        raise BudgetTooSmall(budget, smallest, f"BNC on {d} features and {L} classes",
+                             f"{MIN_BITS} bits, one prototype per class, one shared input offset and gain")
     max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
     rng = check_random_state(seed)
     fit_seed = int(rng.randint(0, 2**31 - 1))

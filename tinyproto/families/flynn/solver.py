@@ -25,7 +25,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
-from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds
 from tinyproto.core.moments import MomentSums, moment_sums
 from tinyproto.core.moments import standardisation as exact_standardisation
@@ -237,10 +237,8 @@ def search_flynn(
         max_inference_ms = default_max_ms(d)
     smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False, stage_bytes("shared", d))  # the cheapest stage
     if budget < smallest:
-        raise TinyprotoError(
-            f"budget {budget} B is too small for FlyNN on {d} features and {L} classes: the smallest model "
-            f"({MIN_HASHES} hash bits, seeded M) needs {smallest} B"
-        )
+        raise BudgetTooSmall(budget, smallest, f"FlyNN on {d} features and {L} classes",
+                             f"{MIN_HASHES} hash bits, seeded M")
     max_cycles = latency_cycle_limit(max_inference_ms, f_cpu, headroom=exact_latency)
     rng = check_random_state(random_state)
     clf_state = int(rng.randint(0, 2**31 - 1))  # the classifier's random_state; it draws M's seed from it

@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
-from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds
 from tinyproto.families.solving import SolveOptions
 from tinyproto.families.protonn.quantize import IntProtoNN, drop_unread, quantize_protonn
@@ -140,10 +140,8 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     classes, counts = np.unique(y_train, return_counts=True)
     floor = minimum_budget(n_features, len(classes))
     if budget_bytes < floor:
-        raise TinyprotoError(
-            f"budget {budget_bytes} B is too small for ProtoNN on {n_features} features and {len(classes)} classes: "
-            f"the smallest model (d_hat=1, one prototype per class) needs {floor} B"
-        )
+        raise BudgetTooSmall(budget_bytes, floor, f"ProtoNN on {n_features} features and {len(classes)} classes",
+                             "d_hat=1, one prototype per class")
     max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
 
     def ms(cycles: float) -> float:
