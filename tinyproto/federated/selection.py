@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds, Plan, assign, bin_folds, class_bins, row_keys
 from tinyproto.families.flynn import solver as _solver
 from tinyproto.families.flynn.quantize import decay_lut, hash_inputs
@@ -299,9 +299,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
         max_inference_ms = default_max_ms(d)
     smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False, stage_bytes("shared", d))  # the cheapest stage
     if budget < smallest:
-        raise TinyprotoError(
-            f"budget {budget} B is too small for FlyNN on {d} features and {L} classes: the smallest model "
-            f"({MIN_HASHES} hash bits, seeded M) needs {smallest} B")
+        raise BudgetTooSmall(budget, smallest, f"FlyNN on {d} features and {L} classes",
+                             f"{MIN_HASHES} hash bits, seeded M")
     max_cycles = None if max_inference_ms is None else max_inference_ms * 1e-3 * F_CPU
     seed_M = draw_seed(solver_random_state(seed))
     n_rows = int(stages["n"])

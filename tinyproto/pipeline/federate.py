@@ -169,7 +169,9 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
     from tinyproto.core.budget import parse_budget
     from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
     from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.core.errors import BudgetTooSmall
     from tinyproto.core.outdir import check_output_dir
+    from tinyproto.families.judging import table_bytes
     from tinyproto.federated.dp import DPParams
     from tinyproto.federated.party import party_accuracy
     from tinyproto.federated.protocol import agree_classes, central_fit, choose_config, federated_fit
@@ -185,6 +187,13 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         check_arguments(o)
         split_kind = parse_split(split_spec)
         budget_bytes = parse_budget(o.budget)
+        # compile keeps the confidence table's bytes out of the solver's budget; a federated model has no table
+        # (its calibration would need every party's rows again) but keeps the same room, so without DP its counts
+        # are the very ones compile deploys
+        model_budget = budget_bytes - table_bytes()
+        if model_budget < 1:
+            raise TinyprotoError(f"the budget of {budget_bytes} B leaves no room beside the {table_bytes()} B that "
+                                 "compile keeps for its confidence table")
         board = load_board(o.board_name)
         dataset = load_dataset(data, label=o.label)
         sp = split(dataset)
@@ -209,8 +218,11 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
                 from tinyproto.federated.config import device_count_limit
 
                 limit = device_count_limit(board, sp.X_train.shape[1], len(classes))
-            config, info = choose_config(parties_backend, budget_bytes, seed, classes, sp.X_train.shape[1],
-                                         dp=dp_epsilon is not None, count_limit=limit, progress=say)
+            try:
+                config, info = choose_config(parties_backend, model_budget, seed, classes, sp.X_train.shape[1],
+                                             dp=dp_epsilon is not None, count_limit=limit, progress=say)
+            except BudgetTooSmall as small:  # the user's budget and what it needs, the table's room included
+                raise small.plus(table_bytes(), "room for compile's confidence table") from None
             say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
                 f"bits={config.count_bits} ({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
             dp = None
@@ -229,7 +241,7 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         say("reference 1: the same configuration trained on the pooled rows (exact check of the counts)")
         central = central_fit(sp.X_train, sp.y_train, config, classes)
         say("reference 2: what compile would deploy (its solver on the pooled rows)")
-        reference = _compile_reference(sp, budget_bytes, seed, board, backend in DEVICE_BACKENDS)
+        reference = _compile_reference(sp, model_budget, seed, board, backend in DEVICE_BACKENDS)
         extra = _federation_report(fit, central, reference, sp, rows, party_classes, train_accuracy, split_kind,
                                    backend, cluster, dp, info, federated_seconds)
         interrupted()  # a Ctrl-C that a finalizer swallowed still means: write nothing
@@ -302,7 +314,8 @@ def _federation_report(fit, central, reference, sp, rows, party_classes, train_a
         "compile_digests": reference["digests"],
         "hyperparameters_equal_compile": chosen == compile_chosen,
         "compile_reference": "tinyproto compile --model flynn with the same budget and seed on the pooled training "
-                             "rows" + (" (--learnable)" if on_device else "") + ", scored on the same test split",
+                             "rows" + (" (--learnable)" if on_device else "") + ", scored on the same test split; "
+                             "compared without compile's confidence table, which a federated model does not carry",
         "pooled_same_config_accuracy": float(np.mean(central_pred == sp.y_test)),
         "counts_equal_pooled": same_counts,
         "counts_differing_from_pooled": differing,
