@@ -70,7 +70,7 @@ def check_prefix(prefix: str) -> str:
 
 
 def _code_of(path: Path) -> str:
-    return _COMMENT.sub(" ", path.read_text())
+    return _COMMENT.sub(" ", path.read_text(encoding="utf-8"))
 
 
 def external_symbols(model) -> list[str]:

@@ -197,7 +197,8 @@ def compile_model(
                            n_jobs=default_jobs() if jobs is None else jobs, progress=progress,
                            folds=Folds.standard(sp.X_train, sp.y_train, seed), learn_on=board if learnable else None)
     if family == families.AUTO:
-        inner = options.with_(budget_bytes=budget_bytes - families.confidence_table_bytes())
+        # (a budget below the table still asks every family, which each refuse naming what they need)
+        inner = options.with_(budget_bytes=max(1, budget_bytes - families.confidence_table_bytes()))
         clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, inner,
                                                     fits_board=lambda m: check_fits_board(m, board))
         model, info["confidence"] = families.calibrate_chosen(model.family, model, sp.X_train, sp.y_train, inner,

@@ -169,9 +169,9 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
     from tinyproto.core.budget import parse_budget
     from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
     from tinyproto.core.datasets import load_dataset, split
+    from tinyproto import families
     from tinyproto.core.errors import BudgetTooSmall
     from tinyproto.core.outdir import check_output_dir
-    from tinyproto.families.judging import table_bytes
     from tinyproto.federated.dp import DPParams
     from tinyproto.federated.party import party_accuracy
     from tinyproto.federated.protocol import agree_classes, central_fit, choose_config, federated_fit
@@ -190,10 +190,10 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         # compile keeps the confidence table's bytes out of the solver's budget; a federated model has no table
         # (its calibration would need every party's rows again) but keeps the same room, so without DP its counts
         # are the very ones compile deploys
-        model_budget = budget_bytes - table_bytes()
+        model_budget = budget_bytes - families.confidence_table_bytes()
         if model_budget < 1:
-            raise TinyprotoError(f"the budget of {budget_bytes} B leaves no room beside the {table_bytes()} B that "
-                                 "compile keeps for its confidence table")
+            raise TinyprotoError(f"the budget of {budget_bytes} B leaves no room beside the "
+                                 f"{families.confidence_table_bytes()} B that compile keeps for its confidence table")
         board = load_board(o.board_name)
         dataset = load_dataset(data, label=o.label)
         sp = split(dataset)
@@ -222,7 +222,7 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
                 config, info = choose_config(parties_backend, model_budget, seed, classes, sp.X_train.shape[1],
                                              dp=dp_epsilon is not None, count_limit=limit, progress=say)
             except BudgetTooSmall as small:  # the user's budget and what it needs, the table's room included
-                raise small.plus(table_bytes(), "room for compile's confidence table") from None
+                raise small.plus(families.confidence_table_bytes(), "room for compile's confidence table") from None
             say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
                 f"bits={config.count_bits} ({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
             dp = None

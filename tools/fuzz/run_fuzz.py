@@ -138,6 +138,8 @@ def model_files(model: Path, firmware: Path = FIRMWARE) -> tuple[Path, list[Path
     if not sources:
         family = "tp_flynn.c" if header_define(include, "TP_FAMILY_FLYNN") else "tp_protonn.c"
         sources = [firmware / family, firmware / "tp_input.c"]
+    if not any(p.name == "tp_judge.c" for p in sources):  # a model written before the confidence stage
+        sources.append(firmware / "tp_judge.c")
     return include, sources
 
 
