@@ -342,7 +342,8 @@ JOURNAL_DAMAGE = {
                            "validation.jsonl:2"),
     "negative-index": (_with_binding(['{"i": -1, "label": 0, "cycles": 1, "scores": [1, 2, 3]}']),
                        "validation.jsonl:2"),
-    "duplicate": (_with_binding(['{"i": 0, "label": 0, "cycles": 1, "scores": [1, 2, 3]}'] * 2),
+    "duplicate": (_with_binding(['{"i": 0, "label": 0, "cycles": 1, "scores": [1, 2, 3], "confidence": 0, '
+                                 '"decided": 0}'] * 2),
                   "validation.jsonl:3"),
     "score-count": (_with_binding(['{"i": 0, "label": 0, "cycles": 1, "scores": [1]}']), "validation.jsonl:2"),
     "text-values": (_with_binding(['{"i": "0", "label": 0, "cycles": 1, "scores": [1, 2, 3]}']),

@@ -101,7 +101,9 @@ def test_killed_validate_writer_then_compile_out(fresh):
     compile --out on that directory: it is replaced, not refused for a file tinyproto did not write."""
     script = (f"import sys; from pathlib import Path; from tinyproto.core.safe_io import write_json\n"
               f"from tinyproto.core.outdir import locked\n"
+              f"from tinyproto.core.manifest import record_outputs\n"
               f"with locked(Path({str(fresh)!r}), 'validate'):\n"
+              f"    record_outputs(Path({str(fresh)!r}), 'validation.json')  # as validate does\n"
               f"    print('go', flush=True)\n"
               f"    while True: write_json(Path({str(fresh)!r}) / 'validation.json', {{'x': list(range(200000))}})\n")
     found = False
