@@ -141,6 +141,19 @@ def sram_used(answer: str) -> int:
 @pytest.mark.slow
 @needs_arduino
 @needs("avr-gcc")
+def size_own_sketch(tmp: Path, libraries: Path, lines: list[str], sram_reserve: int, flash_reserve: int):
+    """(sram, flash, own size, SRAM used alone): the ballast that makes the sketch alone use what was reserved.
+    Build it without the model, measure, correct, twice (its loops' code depends a little on the sizes)."""
+    sram, flash = 256, 1024
+    for attempt in range(3):
+        elf, own = build(tmp, f"Own{attempt}", libraries, sram, flash, with_model=False)
+        used_alone = max(sram_used(answer) for answer in run_lines(elf, lines[:3]))
+        if own.flash_bytes == flash_reserve and used_alone == sram_reserve:
+            break
+        sram, flash = sram + sram_reserve - used_alone, flash + flash_reserve - own.flash_bytes
+    return sram, flash, own, used_alone
+
+
 def test_a_model_that_fits_runs_beside_a_sketch_using_what_was_reserved(compiled, tmp_path):
     """The goal's case: digits under 2 kB with 1,200 B of SRAM and 20 kB of flash reserved. A sketch of its own
     is sized to use exactly that (its flash; its globals plus its measured stack), then the model is added: every
@@ -153,15 +166,7 @@ def test_a_model_that_fits_runs_beside_a_sketch_using_what_was_reserved(compiled
     lines = [" ".join(str(np.float32(v)) for v in row) for row in vectors.X_raw[:10]]
     beside = beside_sketch(model, load_board("uno"), Reserve(SRAM_RESERVE, FLASH_RESERVE))
     export = export_arduino(model_dir, tmp_path / "export")
-    # size the sketch's own ballast: build it without the model, measure, correct, twice (its loops' code depends
-    # a little on the sizes)
-    sram, flash = 256, 1024
-    for attempt in range(3):
-        elf, own = build(tmp_path, f"Own{attempt}", export.out_dir, sram, flash, with_model=False)
-        used_alone = max(sram_used(answer) for answer in run_lines(elf, lines[:3]))
-        if own.flash_bytes == FLASH_RESERVE and used_alone == SRAM_RESERVE:
-            break
-        sram, flash = sram + SRAM_RESERVE - used_alone, flash + FLASH_RESERVE - own.flash_bytes
+    sram, flash, own, used_alone = size_own_sketch(tmp_path, export.out_dir, lines, SRAM_RESERVE, FLASH_RESERVE)
     assert FLASH_RESERVE - 8 <= own.flash_bytes <= FLASH_RESERVE, own
     assert SRAM_RESERVE - 8 <= used_alone <= SRAM_RESERVE, used_alone
 

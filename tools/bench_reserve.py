@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from test_reserve import ANSWER, build, run_lines, sram_used  # noqa: E402
+from test_reserve import ANSWER, build, run_lines, size_own_sketch, sram_used  # noqa: E402
 
 from tinyproto.core.boards import load_board  # noqa: E402
 from tinyproto.core.modeldir import load_model_dir  # noqa: E402
@@ -45,13 +45,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tp-bench-reserve-") as tmp:
         work = Path(tmp)
         export = export_arduino(args.model_dir, work / "export")
-        sram, flash = 256, 1024
-        for attempt in range(3):
-            elf, own = build(work, f"Own{attempt}", export.out_dir, sram, flash, with_model=False)
-            used_alone = max(sram_used(a) for a in run_lines(elf, lines[:3]))
-            if own.flash_bytes == flash_reserve and used_alone == sram_reserve:
-                break
-            sram, flash = sram + sram_reserve - used_alone, flash + flash_reserve - own.flash_bytes
+        sram, flash, own, used_alone = size_own_sketch(work, export.out_dir, lines, sram_reserve, flash_reserve)
         elf, both = build(work, "Beside", export.out_dir, sram, flash, with_model=True)
         answers = run_lines(elf, lines)
     exact = sum(1 for i, a in enumerate(answers)
