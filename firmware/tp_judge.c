@@ -14,25 +14,39 @@
 #error "tp_judge.c makes 4 quotient bits: the confidence table must have 16 bins"
 #endif
 
-static uint32_t tp_judge_abs(int32_t v)
-{
-    return v < 0 ? (uint32_t)0 - (uint32_t)v : (uint32_t)v;
-}
+/* the score rule: which of two scores is the better, and a start no score is worse than (the runner-up search
+ * takes the first other class's score over it, so the result is that of starting from any other class) */
+#if TP_SCORE_LOWEST_WINS
+#define TP_JUDGE_BETTER(a, b) ((a) < (b))
+#define TP_JUDGE_WORST INT32_MAX
+#else
+#define TP_JUDGE_BETTER(a, b) ((a) > (b))
+#define TP_JUDGE_WORST INT32_MIN
+#endif
 
+/* Written for avr-gcc -Os's register allocation (each choice measured on the built firmware): the limit is compared
+ * as soon as the winner is read, so the winner is not kept live through the division; the division counts its
+ * steps by a marker bit in q instead of a counter. */
 uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
 {
-    int32_t winner = scores[label];
-    int32_t runner = scores[label == 0 ? 1 : 0];
+    int32_t runner = TP_JUDGE_WORST;
     for (uint8_t c = 0; c < TP_N_CLASSES; ++c) {
         int32_t s = scores[c];
-#if TP_SCORE_LOWEST_WINS
-        if (c != label && s < runner) {
-#else
-        if (c != label && s > runner) {
-#endif
+        if (c != label && TP_JUDGE_BETTER(s, runner)) {
             runner = s;
         }
     }
+    int32_t winner = scores[label];
+    uint8_t decided = label;
+#ifdef TP_UNKNOWN_LIMIT
+#if TP_SCORE_LOWEST_WINS
+    if (winner > (int32_t)TP_UNKNOWN_LIMIT) {
+#else
+    if (winner < (int32_t)TP_UNKNOWN_LIMIT) {
+#endif
+        decided = TP_UNKNOWN_LABEL;
+    }
+#endif
 #if TP_SCORE_LOWEST_WINS
     uint32_t m = (uint32_t)runner - (uint32_t)winner;
 #else
@@ -40,9 +54,11 @@ uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
 #endif
     /* m <= |winner| + |runner| < den: four bits of m / den by restoring division, each step comparing m with
      * den - m rather than 2m with den, so no intermediate needs a 33rd bit */
-    uint32_t den = tp_judge_abs(winner) + tp_judge_abs(runner) + 1u;
-    uint8_t q = 0;
-    for (uint8_t i = 0; i < 4; ++i) {
+    uint32_t den = 1u;
+    den += winner < 0 ? (uint32_t)0 - (uint32_t)winner : (uint32_t)winner;
+    den += runner < 0 ? (uint32_t)0 - (uint32_t)runner : (uint32_t)runner;
+    uint8_t q = 1u; /* a marker bit: after four quotient bits are shifted in it is bit 4 */
+    do {
         uint32_t rest = den - m;
         q = (uint8_t)(q << 1);
         if (m >= rest) {
@@ -51,18 +67,9 @@ uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
         } else {
             m += m;
         }
-    }
-    *confidence = tp_read_u8(&tp_confidence[q]);
-#ifdef TP_UNKNOWN_LIMIT
-#if TP_SCORE_LOWEST_WINS
-    if (winner > (int32_t)TP_UNKNOWN_LIMIT) {
-#else
-    if (winner < (int32_t)TP_UNKNOWN_LIMIT) {
-#endif
-        return TP_UNKNOWN_LABEL;
-    }
-#endif
-    return label;
+    } while (!(q & 16u));
+    *confidence = tp_read_u8(&tp_confidence[q & 15u]);
+    return decided;
 }
 
 #else /* no confidence table: a model written without calibration */

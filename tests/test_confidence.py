@@ -59,6 +59,21 @@ def test_figures():
     assert fig["coverage"] == pytest.approx(2 / 3) and fig["accepted_accuracy"] == 0.5 and fig["accuracy"] == 2 / 3
 
 
+def test_risk_coverage_and_reliability_bins_by_hand():
+    confidence = np.array([250, 250, 200, 100, 100, 20])
+    correct = np.array([True, True, False, True, False, False])
+    coverage, risk = C.risk_coverage(confidence, correct)
+    # thresholds 250, 200, 100, 20: rows of one byte are answered together
+    np.testing.assert_allclose(coverage, [2 / 6, 3 / 6, 5 / 6, 1.0])
+    np.testing.assert_allclose(risk, [0.0, 1 / 3, 2 / 5, 3 / 6])
+    bins = C.reliability_bins(confidence, correct)  # tenths of confidence: 250 -> 9, 200 -> 7, 100 -> 3, 20 -> 0
+    assert [b[0] for b in bins] == [1, 2, 1, 2]
+    assert bins[-1] == (2, pytest.approx(250 / 255), 1.0) and bins[1][2] == 0.5
+    ece = sum(n / 6 * abs(acc - mean) for n, mean, acc in bins)
+    assert C.expected_calibration_error(confidence, correct) == pytest.approx(ece)
+    assert C.risk_coverage(np.array([], dtype=np.int64), np.array([], dtype=bool))[0].size == 0
+
+
 @pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.1", 0.1), (" 12.5% ", 0.125)])
 def test_rate_parses(text, value):
     assert C.parse_rate(text) == pytest.approx(value)

@@ -89,7 +89,8 @@ def test_sweep_report_files_and_terminal(sim_sweep):
     assert result.exit_code == 0, result.output
     assert "Pareto frontier" in result.output and "best within 1 kB and 10 ms: " in result.output
     stems = {p.stem for p in (sim_sweep / "figures").glob("*.png")}
-    assert stems == {"accuracy_vs_bytes", "accuracy_vs_latency", "accuracy_vs_energy", "agreement", "cycles"}
+    assert stems == {"accuracy_vs_bytes", "accuracy_vs_latency", "accuracy_vs_energy", "agreement", "cycles",
+                     "risk_coverage", "reliability"}
     html = (sim_sweep / "report.html").read_text()
     assert html.count('src="data:image/png;base64,') == len(stems)
     assert "http://" not in html and "https://" not in html and "<script" not in html  # self-contained
@@ -103,7 +104,8 @@ def test_sweep_report_files_and_terminal(sim_sweep):
 def test_single_model_report(sim_sweep):
     model_dir = sim_sweep / "points" / "protonn-512B-seed0-uno"
     report = write_report(model_dir)
-    assert {p.stem for p in report.figures} == {"accuracy", "ledger", "confusion", "sram", "cycles", "agreement"}
+    assert {p.stem for p in report.figures} == {"accuracy", "ledger", "confusion", "sram", "cycles", "agreement",
+                                                 "risk_coverage", "reliability"}
     assert report.recommendation.startswith("best overall: protonn 0.5kB")
     from tinyproto.core.manifest import foreign_entries
 
@@ -186,3 +188,34 @@ def test_report_refuses_a_results_line_that_holds_only_an_id(work):
     folder = _sweep_dir(work, json.dumps({"id": "p1"}) + "\n")
     with pytest.raises(TinyprotoError, match=r"results.jsonl:1 is not a result line"):
         load_sweep(folder)
+
+
+def test_confidence_figures_are_drawn_from_the_models_test_rows(compiled):
+    """A compiled model's report has a risk-coverage curve and a reliability diagram, drawn from its test
+    vectors' confidence bytes and labels (known classes); the PNGs are the same bytes on a second run and change
+    with the data they are drawn from."""
+    import numpy as np
+
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.pipeline.report_data import load_input
+    from tinyproto.pipeline.report_figures import fig_reliability, fig_risk_coverage
+
+    model_dir = compiled("iris", "1kB")
+    report = write_report(model_dir)
+    assert {"risk_coverage", "reliability"} <= {p.stem for p in report.figures}
+    html = (model_dir / "report.html").read_text()
+    assert "Risk against coverage" in html and "Reliability of the confidence byte" in html
+    (judged,) = load_input(model_dir).judged
+    vectors = load_model_dir(model_dir).vectors()
+    np.testing.assert_array_equal(judged["confidence"], vectors.confidence)  # iris: every test row is known
+    np.testing.assert_array_equal(judged["correct"], vectors.labels == vectors.y)
+    assert judged["source"] == "host int8 reference"  # not validated: the host's answers
+    assert judged["ece"] == json.loads((model_dir / "report.json").read_text())["confidence"]["ece"]
+    first = (model_dir / "figures" / "risk_coverage.png").read_bytes()
+    write_report(model_dir)
+    assert (model_dir / "figures" / "risk_coverage.png").read_bytes() == first
+    assert fig_risk_coverage([judged]) == first
+    other = {**judged, "correct": ~judged["correct"]}
+    assert fig_risk_coverage([other]) != first
+    assert fig_reliability([other]) != (model_dir / "figures" / "reliability.png").read_bytes()
+    assert fig_risk_coverage([]) is None and fig_reliability([]) is None

@@ -1,56 +1,122 @@
 #!/usr/bin/env python3
-"""What --unknown-rate costs on the simulated Uno: one model compiled without and with the option, each built
-and validated; prints flash, cycles per inference and the confidence figures of both.
+"""What the confidence stage costs on the simulated Uno: one integer model per family, written three ways and
+each built and validated on the simulator:
 
-    python tools/bench_confidence.py [DATA] [--models protonn,flynn] [--budget 2kB] [--rate 5%] [--out DIR]
+- ``none``: the model without its confidence table (the firmware's tp_judge is the stub that answers 0);
+- ``confidence``: with its 16-byte table (every model compile writes);
+- ``unknown``: with the table and the --unknown-rate threshold.
 
-Both directories hold the same integer model (the option only adds the decline threshold), so the differences
-are the option's own cost. Every figure comes from validate on the simulator.
+    python tools/bench_confidence.py [DATA] [--models protonn,flynn,bnc,bloom] [--budget 2kB] [--rate 5%]
+                                     [--seed 0] [--out DIR]
+
+The three directories hold the same integer model (same weights, same scores), so the differences are the
+stage's own cost. Flash is the firmware's (avr-size), `tp_judge` the function's own bytes (avr-nm), cycles the
+mean the simulator measured over every test vector, and `predicted` the cost model's figure; every row is
+bit-exact or the run says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import subprocess
 import sys
 from pathlib import Path
 
+VARIANTS = ("none", "confidence", "unknown")
 
-def measure(data: str, family: str, budget: str, rate: str | None, out: Path) -> dict:
+
+def fit(data: str, family: str, budget: str, rate: str, seed: int):
+    """(fitted, trained_on) of the model compile would write with --unknown-rate rate."""
+    from tinyproto import families
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.budget import parse_budget
+    from tinyproto.core.confidence import parse_rate
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.core.folds import Folds
+    from tinyproto.families import SolveOptions
+    from tinyproto.pipeline.compile import Fitted, TrainedOn
+
+    board = load_board("uno")
+    dataset = load_dataset(data)
+    sp = split(dataset)
+    budget_bytes = parse_budget(budget)
+    options = SolveOptions(budget_bytes, seed, None, board.f_cpu_hz, n_jobs=1,
+                           folds=Folds.standard(sp.X_train, sp.y_train, seed))
+    clf, model, info = families.fit_judged(family, sp.X_train, sp.y_train, options, parse_rate(rate))
+    info["max_latency_ms"] = None
+    return Fitted(clf, model, info), TrainedOn(dataset, sp, seed, budget_bytes, board)
+
+
+def variant(model, name: str):
+    """The same integer model without its table (none), without its threshold (confidence), or as fitted."""
+    import dataclasses
+
+    from tinyproto.families.judging import is_judged, make_judged
+
+    if name == "unknown":
+        return model
+    if name == "confidence":
+        return make_judged(model, dataclasses.replace(model.calibration, unknown_above=None, unknown_rate=None))
+    plain = type(model).__mro__[1] if is_judged(model) else type(model)
+    return plain(**{f.name: getattr(model, f.name) for f in dataclasses.fields(plain)})
+
+
+def function_bytes(elf: Path, suffix: str) -> int:
+    """The size avr-nm gives the function whose name ends with suffix (the model's prefix comes first, e.g.
+    digits_judge for tp_judge), 0 when there is none (e.g. inlined)."""
+    out = subprocess.run(["avr-nm", "--size-sort", "-S", str(elf)], check=True, capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[2] in "Tt" and parts[3].endswith(suffix):
+            return int(parts[1], 16)
+    return 0
+
+
+def measure(fitted, on, out: Path) -> dict:
     from rich.console import Console
 
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.families import predict_cycles
+    from tinyproto.pipeline.compile import write_model_directory
     from tinyproto.pipeline.firmware import build_model_dir
     from tinyproto.pipeline.validate import validate
 
-    compile_model(data, family, budget, 0, "uno", out, unknown_rate=rate)
-    build_model_dir(out, None, Console(file=io.StringIO(), quiet=True))
-    return validate(out, raw_check=False)
+    write_model_directory(fitted, on, out)
+    build = build_model_dir(out, None, Console(file=io.StringIO(), quiet=True))
+    v = validate(out, raw_check=False)
+    return {"passed": bool(v["passed"]), "flash": int(build["flash_bytes"]),
+            "judge": function_bytes(out / build["elf"], "_judge"), "cycles": float(v["cycles_mean"]),
+            "predicted": float(predict_cycles(fitted.model)["total"]),
+            "confidence": v.get("confidence") or {}}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("data", nargs="?", default="digits")
-    parser.add_argument("--models", default="protonn,flynn")
+    parser.add_argument("--models", default="protonn,flynn,bnc,bloom")
     parser.add_argument("--budget", default="2kB")
     parser.add_argument("--rate", default="5%")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("build/bench-confidence"))
     args = parser.parse_args(argv)
-    print(f"{'model':8} {'option':14} {'passed':6} {'flash B':>8} {'cycles':>10} {'coverage':>9} "
-          f"{'accepted':>9} {'ECE pts':>8}")
+    from tinyproto.pipeline.compile import Fitted
+
+    print(f"{'model':8} {'variant':10} {'bit-exact':9} {'flash B':>8} {'tp_judge B':>10} {'cycles':>10} "
+          f"{'predicted':>10} {'pred err':>8}")
     for family in args.models.split(","):
+        fitted, on = fit(args.data, family, args.budget, args.rate, args.seed)
         rows = {}
-        for rate in (None, args.rate):
-            name = f"{family}-{'unknown' if rate else 'plain'}"
-            rows[rate] = v = measure(args.data, family, args.budget, rate, args.out / name)
-            c = v["confidence"] or {}
-            print(f"{family:8} {('--unknown-rate ' + rate) if rate else 'none':14} {str(v['passed']):6} "
-                  f"{v['flash_bytes']:>8} {v['cycles_mean']:>10.1f} {100 * c.get('coverage', 0):>8.1f}% "
-                  f"{100 * (c.get('accepted_accuracy') or 0):>8.1f}% {100 * c.get('ece', 0):>8.2f}")
-        plain, unknown = rows[None], rows[args.rate]
-        print(f"{family:8} {'cost':14} {'':6} {unknown['flash_bytes'] - plain['flash_bytes']:>+8} "
-              f"{unknown['cycles_mean'] - plain['cycles_mean']:>+10.1f} "
-              f"({100 * (unknown['cycles_mean'] / plain['cycles_mean'] - 1):+.2f} % cycles)")
+        for name in VARIANTS:
+            model = variant(fitted.model, name)
+            rows[name] = r = measure(Fitted(fitted.clf, model, fitted.info), on, args.out / f"{family}-{name}")
+            print(f"{family:8} {name:10} {str(r['passed']):9} {r['flash']:>8} {r['judge']:>10} {r['cycles']:>10.1f} "
+                  f"{r['predicted']:>10.0f} {100 * (r['predicted'] / r['cycles'] - 1):>+7.2f}%", flush=True)
+        base = rows["none"]
+        for name in VARIANTS[1:]:
+            r = rows[name]
+            print(f"{family:8} {'+' + name:10} {'':9} {r['flash'] - base['flash']:>+8} {'':>10} "
+                  f"{r['cycles'] - base['cycles']:>+10.1f} {'':>10} "
+                  f"({100 * (r['cycles'] / base['cycles'] - 1):+.2f} % cycles)", flush=True)
     return 0
 
 

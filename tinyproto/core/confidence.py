@@ -198,19 +198,40 @@ def parse_classes(text: str, known: list) -> list:
 
 # --- the figures -------------------------------------------------------------------------------------------------
 
-def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray) -> float:
-    """Σ over ECE_BINS equal-width bins of (rows in bin / rows) * |accuracy - mean confidence|, in [0, 1]."""
+def reliability_bins(confidence: np.ndarray, correct: np.ndarray) -> list[tuple[int, float, float]]:
+    """The reliability diagram's points: per non-empty bin of ECE_BINS equal-width bins of confidence,
+    (rows, mean confidence, accuracy), confidence as a share (byte / 255)."""
     conf = np.asarray(confidence, dtype=np.float64) / 255.0
     correct = np.asarray(correct, dtype=np.float64)
-    if len(conf) == 0:
-        return 0.0
     bins = np.minimum((conf * ECE_BINS).astype(np.int64), ECE_BINS - 1)
-    total = 0.0
+    out = []
     for k in range(ECE_BINS):
         inside = bins == k
         if inside.any():
-            total += inside.mean() * abs(correct[inside].mean() - conf[inside].mean())
-    return float(total)
+            out.append((int(inside.sum()), float(conf[inside].mean()), float(correct[inside].mean())))
+    return out
+
+
+def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray) -> float:
+    """Σ over ECE_BINS equal-width bins of (rows in bin / rows) * |accuracy - mean confidence|, in [0, 1]."""
+    n = len(np.asarray(confidence))
+    if n == 0:
+        return 0.0
+    return float(sum(rows / n * abs(accuracy - mean) for rows, mean, accuracy in reliability_bins(confidence, correct)))
+
+
+def risk_coverage(confidence: np.ndarray, correct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The risk-coverage curve of answering only rows whose confidence byte is at least a threshold, for every
+    threshold the byte takes (highest first): (coverage: share of rows answered, risk: share of the answered rows
+    classified wrongly). Rows of one byte value are answered or declined together, as a device threshold would."""
+    conf = np.asarray(confidence, dtype=np.int64)
+    correct = np.asarray(correct, dtype=bool)
+    if len(conf) == 0:
+        return np.zeros(0), np.zeros(0)
+    values = np.unique(conf)[::-1]
+    answered = np.array([(conf >= v).sum() for v in values], dtype=np.float64)
+    wrong = np.array([(~correct & (conf >= v)).sum() for v in values], dtype=np.float64)
+    return answered / len(conf), wrong / answered
 
 
 def auroc(positive: np.ndarray, negative: np.ndarray) -> float | None:
@@ -255,4 +276,4 @@ def judged_figures(confidence: np.ndarray, decided: np.ndarray, labels: np.ndarr
 
 __all__ = ["CONFIDENCE_BINS", "Calibration", "UNKNOWN_LABEL", "auroc", "decline_threshold",
            "expected_calibration_error", "isotonic_table", "judged_figures", "margin_bins", "novelty",
-           "parse_classes", "parse_rate", "winner_and_runner_up"]
+           "parse_classes", "parse_rate", "reliability_bins", "risk_coverage", "winner_and_runner_up"]

@@ -19,8 +19,8 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.pipeline.report_data import (FIGURES, REPORT, ReportInput, _pct, configurations, kb, load_input,
                                             pareto_frontier, print_summary, recommend)
 from tinyproto.pipeline.report_figures import (fig_accuracy_vs, fig_accuracy_vs_bytes, fig_agreement, fig_confusion,
-                                               fig_cycles, fig_ledger, fig_single_accuracy, fig_single_cycles,
-                                               fig_sram)
+                                               fig_cycles, fig_ledger, fig_reliability, fig_risk_coverage,
+                                               fig_single_accuracy, fig_single_cycles, fig_sram)
 
 
 @dataclass
@@ -62,6 +62,18 @@ def build_figures(data: ReportInput) -> list[tuple[str, str, bytes]]:
     if agreement is not None:
         out.append(("agreement", "Host-versus-device agreement: identical labels and identical score vectors.",
                     agreement))
+    if data.judged:
+        sources = sorted({j["source"] for j in data.judged})
+        risk = fig_risk_coverage(data.judged)
+        if risk is not None:
+            out.append(("risk_coverage", "Risk against coverage: answering only the test rows whose confidence byte "
+                        "reaches a threshold, the share of them classified wrongly, for every threshold (known "
+                        f"classes; {' and '.join(sources)} answers). A cross: the device's answers with "
+                        "--unknown-rate.", risk))
+        reliability = fig_reliability(data.judged)
+        if reliability is not None:
+            out.append(("reliability", "Reliability of the confidence byte: per bin of confidence, the accuracy of "
+                        "its test rows against their mean confidence (on the diagonal: calibrated).", reliability))
     if data.kind == "sweep":
         cycles = fig_cycles(rows)
         if cycles is not None:

@@ -38,6 +38,9 @@ class ReportInput:
     failed: list[dict] = field(default_factory=list)
     config: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)  # the single model's report / validation / build / vectors
+    # per model with a confidence table: its known test rows' confidence bytes and whether each was classified
+    # right (the device's answers when every vector was validated, else the host reference's), and its figures
+    judged: list[dict] = field(default_factory=list)
 
 
 def _row(record: dict) -> dict:
@@ -86,7 +89,37 @@ def load_sweep(path: Path) -> ReportInput:
                            "error": str(record.get("error", "no result recorded"))[:300]})
             if is_drawn(record):  # compiled, the device disagreed: still drawn
                 rows.append(_row(record))
-    return ReportInput("sweep", path, rows, failed, config)
+    judged = [j for j in (_sweep_point_judged(path, r) for r in records if r["status"] == "ok") if j is not None]
+    return ReportInput("sweep", path, rows, failed, config, judged=judged)
+
+
+def _sweep_point_judged(path: Path, record: dict) -> dict | None:
+    """A sweep point's judged rows from its model directory; None when it has no table or its directory is gone
+    or damaged (the confidence figures then leave the point out; the point's own line still holds its figures)."""
+    figures = (record.get("device") or {}).get("confidence") or record.get("confidence")
+    if not figures or not isinstance(record.get("dir"), str):
+        return None
+    name = f"{record['model']} {kb(record['budget_bytes'])}" + (f" s{record['seed']}" if record["seed"] else "")
+    try:
+        return judged_rows(path / record["dir"], name, record["model"], figures)
+    except (TinyprotoError, OSError, ValueError, KeyError):
+        return None
+
+
+def judged_rows(path: Path, name: str, family: str, figures: dict) -> dict:
+    """One model's known test rows for the confidence figures: confidence byte, classified right or not."""
+    from tinyproto.core.confidence import UNKNOWN_LABEL
+    from tinyproto.core.modeldir import load_model_dir
+
+    vectors = load_model_dir(path).vectors()
+    answers = _device_answers(path, len(vectors.labels))
+    labels, confidence = (vectors.labels, vectors.confidence) if answers is None else answers
+    known = np.asarray(vectors.y) != UNKNOWN_LABEL
+    return {"name": name, "model": family, "source": "host int8 reference" if answers is None else "device",
+            "confidence": np.asarray(confidence, dtype=np.int64)[known],
+            "correct": (np.asarray(labels) == np.asarray(vectors.y))[known],
+            "coverage": figures.get("coverage"), "accepted_accuracy": figures.get("accepted_accuracy"),
+            "ece": figures.get("ece")}
 
 
 # What a single model's report reads from report.json and validation.json, with its type: every value is checked
@@ -179,29 +212,39 @@ def load_single(path: Path) -> ReportInput:
     single = {"report": report, "validation": validation, "build": build, "board": board,
               "classes": [str(c) for c in model.classes], "y": vectors.y, "host_labels": vectors.labels,
               "device_labels": device_labels}
-    return ReportInput("model", path, [_row(record)], [], {}, single)
+    figures = report.get("confidence")
+    judged = ([judged_rows(path, f"{report['model']} {kb(report['budget_bytes'])}", report["model"], figures)]
+              if isinstance(figures, dict) else [])
+    return ReportInput("model", path, [_row(record)], [], {}, single, judged)
 
 
 def _device_labels(path: Path, n: int) -> np.ndarray | None:
     """The device's label per test vector from validation.jsonl, when every vector was measured."""
-    import numpy as np
+    answers = _device_answers(path, n)
+    return None if answers is None else answers[0]
 
+
+def _device_answers(path: Path, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The device's (label, confidence byte) per test vector from validation.jsonl, when every vector was
+    measured (a journal written before the confidence stage gives labels and confidence 0)."""
     journal = path / "validation.jsonl"
     if not journal.is_file():  # missing, or not a regular file (a FIFO would block)
         return None
     from tinyproto.core.safe_io import read_text_file
 
     labels = np.full(n, -1, dtype=np.int64)
+    confidence = np.zeros(n, dtype=np.int64)
     # bounded and non-blocking: a link to a huge file or to /dev/zero in the journal's place ends with one error
     for line in read_text_file(journal, "the validation journal").splitlines()[1:]:
         try:
             entry = json.loads(line)
-            i, label = entry["i"], entry["label"]
-            if isinstance(i, int) and isinstance(label, int) and 0 <= i < n and 0 <= label < 2**31:
-                labels[i] = label
-        except (ValueError, KeyError, TypeError, IndexError, RecursionError):
+            i, label, byte = entry["i"], entry["label"], entry.get("confidence", 0)
+            if (isinstance(i, int) and isinstance(label, int) and 0 <= i < n and 0 <= label < 2**31
+                    and isinstance(byte, int) and 0 <= byte <= 255):
+                labels[i], confidence[i] = label, byte
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError, AttributeError):
             continue  # a line that is not a result is simply not a label: the host's are shown instead
-    return labels if (labels >= 0).all() else None
+    return (labels, confidence) if (labels >= 0).all() else None
 
 
 def load_input(path: Path) -> ReportInput:

@@ -1,5 +1,6 @@
 """The figures of `tinyproto report` (matplotlib, PNG bytes): accuracy against bytes, latency and energy, the
-device / host agreement, cycles, the ledger, a confusion matrix, SRAM. Layer: pipeline."""
+device / host agreement, cycles, the ledger, a confusion matrix, SRAM, and the confidence stage's risk-coverage
+curve and reliability diagram. Layer: pipeline."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import io
 import numpy as np
 
 from tinyproto import families
+from tinyproto.core.confidence import ECE_BINS, reliability_bins, risk_coverage
 from tinyproto.core.measured import drawable, is_positive
 from tinyproto.pipeline.report_data import configurations, kb, pareto_frontier
 
@@ -274,6 +276,59 @@ def fig_single_cycles(row: dict, validation: dict | None, report: dict) -> bytes
     ax.set_ylabel("cycles / inference")
     ax.set_ylim(0, max(values) * 1.18)
     ax.set_title("cycles: cost model and device")
+    return _png(fig)
+
+
+def fig_risk_coverage(judged: list[dict]) -> bytes | None:
+    """Per model, the error among the rows answered against the share answered, when only rows whose confidence
+    byte reaches a threshold are answered (every threshold the byte takes); a cross marks the device's own
+    answers when --unknown-rate declines some."""
+    drawn = [j for j in judged if len(j["confidence"])]
+    if not drawn:
+        return None
+    colors = _colors(drawn)
+    fig, ax = _figure()
+    highest = 0.0
+    for j in drawn:
+        coverage, risk = risk_coverage(j["confidence"], j["correct"])
+        highest = max(highest, float(risk.max()))
+        ax.plot(100 * coverage, 100 * risk, "-o", color=colors[j["model"]], lw=1.5, markersize=3, label=j["name"])
+        if j["coverage"] is not None and j["accepted_accuracy"] is not None and j["coverage"] < 1.0:
+            ax.plot([100 * j["coverage"]], [100 * (1.0 - j["accepted_accuracy"])], "x", color="black", markersize=8,
+                    mew=1.5, label=f"{j['name']}: answers with --unknown-rate")
+    ax.set_xlim(0, 102)
+    ax.set_ylim(0, max(1.0, 110 * highest))  # a model right on every row: its line on 0 of a 1 % axis
+    ax.set_xlabel("coverage: rows answered, highest confidence first (%)")
+    ax.set_ylabel("risk: wrong among the answered rows (%)")
+    ax.set_title("risk against coverage (confidence byte as the threshold)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    return _png(fig)
+
+
+def fig_reliability(judged: list[dict]) -> bytes | None:
+    """Per model, the accuracy of its rows in each of ECE_BINS equal-width bins of confidence against the bin's
+    mean confidence (the diagonal is a perfectly calibrated byte); a marker's area grows with the bin's rows."""
+    drawn = [j for j in judged if len(j["confidence"])]
+    if not drawn:
+        return None
+    colors = _colors(drawn)
+    fig, ax = _figure(5.4, 4.6)
+    ax.plot([0, 100], [0, 100], color="#777", lw=1, label="accuracy = confidence")
+    for j in drawn:
+        points = reliability_bins(j["confidence"], j["correct"])
+        rows = np.array([p[0] for p in points], dtype=np.float64)
+        x, y = [100 * p[1] for p in points], [100 * p[2] for p in points]
+        ece = "" if j["ece"] is None else f" (calibration error {100 * j['ece']:.1f} points)"
+        ax.plot(x, y, "-", color=colors[j["model"]], lw=1, alpha=0.7)
+        ax.scatter(x, y, s=12 + 120 * rows / rows.sum(), color=colors[j["model"]], label=j["name"] + ece, zorder=3)
+    ax.set_xlim(0, 102)
+    ax.set_ylim(0, 102)
+    ax.set_xlabel(f"mean confidence of the bin (%; {ECE_BINS} equal-width bins)")
+    ax.set_ylabel("accuracy of the bin's rows (%)")
+    ax.set_title("reliability of the confidence byte")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
     return _png(fig)
 
 
