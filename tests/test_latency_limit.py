@@ -171,10 +171,10 @@ def test_simulator_measures_the_limit(tmp_path):
     assert v["score_agreement"] == 1.0
     # The limit binds the prediction; the simulator measures it within the cost model's error. Measured on this
     # model (d_hat=20 > 16, so z is read from SRAM, and only m=8 prototypes): the cost model under-predicts by
-    # 5.4 %, more than its ~1 % on the calibrated shapes (digits 2 kB at 1 ms: -0.4 %); the confidence stage
-    # (tp_judge, about 0.7 % of this model's cycles) is not in the cost model yet. 6.5 % allowed here.
-    assert abs(v["predicted_error"]) < 0.065
-    assert v["cycles_max"] <= limit * 16_000 * 1.065
+    # 5.4 %, more than its ~1 % on the calibrated shapes (digits 2 kB at 1 ms: -0.4 %). 6 % allowed here (the
+    # confidence stage, tp_judge, is in the prediction: core/cost.judge_cycles).
+    assert abs(v["predicted_error"]) < 0.06
+    assert v["cycles_max"] <= limit * 16_000 * 1.06
     # validate holds the device to the limit the model was compiled with: the measured mean, as a check
     assert v["checks"]["latency_limit"]["ok"] is True and v["latency_ms_mean"] <= limit
     assert np.isclose(v["predicted_cycles"], _predicted_ms(out) * 16_000)
