@@ -209,19 +209,16 @@ static uint32_t uniform_score(uint8_t l)
     return TP_FLYNN_RHO * novelty(t);
 }
 
-/* label u8, cycles u32, confidence u8, decided label u8: a prediction answer's head (core/wire.py) */
-#define PREDICTION_HEAD 7u
-
 /* Scores are novelty sums of rho look-ups of at most 255 each; the label is their argmin, ties to the lowest. */
 static void check_predict(msg_t a)
 {
-    expect(a.type == (TP_MSG_PREDICT | TP_MSG_RESPONSE) && a.n == PREDICTION_HEAD + 4u * TP_N_CLASSES);
+    expect(a.type == (TP_MSG_PREDICT | TP_MSG_RESPONSE) && a.n == (uint32_t)TP_PRED_HEAD + 4u * TP_N_CLASSES);
     uint8_t best = 0;
     for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
-        uint32_t s = tp_get_u32(a.p + PREDICTION_HEAD + 4u * l);
+        uint32_t s = tp_get_u32(a.p + (uint32_t)TP_PRED_HEAD + 4u * l);
         uint32_t uniform = uniform_score(l);
         expect(s <= 255u * TP_FLYNN_RHO && (uniform == UINT32_MAX || s == uniform));
-        if (s < tp_get_u32(a.p + PREDICTION_HEAD + 4u * best)) {
+        if (s < tp_get_u32(a.p + (uint32_t)TP_PRED_HEAD + 4u * best)) {
             best = l;
         }
     }

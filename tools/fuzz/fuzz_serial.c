@@ -77,8 +77,6 @@ static size_t feed_records(const uint8_t *data, size_t size)
     return records;
 }
 
-/* label u8, cycles u32, confidence u8, decided label u8: a final answer's head (core/wire.py PREDICTION_HEAD) */
-#define PREDICTION_HEAD 7L
 
 /* Whether a device frame of this type may carry n payload bytes (chunk acknowledgements included). */
 static int answer_ok(uint8_t type, long n)
@@ -87,10 +85,10 @@ static int answer_ok(uint8_t type, long n)
     case TP_MSG_HELLO | TP_MSG_RESPONSE:
         return n == TP_HELLO_PAYLOAD;
     case TP_MSG_PREDICT | TP_MSG_RESPONSE:
-        return n == 0 || n == PREDICTION_HEAD + 4L * TP_N_CLASSES; /* a chunk's acknowledgement, or the answer */
+        return n == 0 || n == (long)TP_PRED_HEAD + 4L * TP_N_CLASSES; /* a chunk's acknowledgement, or the answer */
     case TP_MSG_PREDICT_RAW | TP_MSG_RESPONSE:
-        return (n >= 1 && n <= TP_RAW_CHUNK) || (n >= PREDICTION_HEAD + 1L + 4L * TP_N_CLASSES &&
-                                                 n <= PREDICTION_HEAD + TP_RAW_CHUNK + 4L * TP_N_CLASSES);
+        return (n >= 1 && n <= TP_RAW_CHUNK) || (n >= (long)TP_PRED_HEAD + 1L + 4L * TP_N_CLASSES &&
+                                                 n <= (long)TP_PRED_HEAD + TP_RAW_CHUNK + 4L * TP_N_CLASSES);
     case TP_MSG_STATS | TP_MSG_RESPONSE:
         return n == 6;
     case TP_MSG_ERROR:
