@@ -74,3 +74,22 @@ def test_fit_shape_on_fewer_rows_keeps_the_shape_and_the_budget(name):
     assert sum(a.nbytes for a in fold.carrays()) <= 1024
     assert [a.name for a in fold.carrays()] == [a.name for a in model.carrays()]
     assert fold.to_json() != model.to_json()  # trained on other rows
+
+
+@pytest.mark.parametrize("name", families.names())
+def test_a_score_bound_holds_on_any_input(name):
+    """A family that proves a bound on |score| (score_bound: tp_judge then works in 16 bits) is never beaten by an
+    input, the extreme ones included; one that proves none keeps the 32-bit margin."""
+    from tinyproto.core.confidence import judge_score_bits
+    from tinyproto.families.judging import score_bound
+
+    _, model, _ = solved(name)
+    bound = score_bound(model)
+    rng = np.random.default_rng(1)
+    xq = rng.integers(-128, 128, size=(300, model.n_features))
+    xq[:3] = np.array([[-128], [127], [0]])
+    xq[3:40] = rng.choice([-128, 127], size=(37, model.n_features))
+    scores = np.asarray(model.scores(xq.astype(np.int8)))
+    if bound is not None:
+        assert np.abs(scores).max() <= bound
+    assert judge_score_bits(bound) == (16 if bound is not None and bound <= 2**15 - 1 else 32)

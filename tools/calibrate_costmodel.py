@@ -10,6 +10,8 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
     python tools/calibrate_costmodel.py --flynn MODEL_DIR ...   # FLY_CYCLES from compiled FlyNN models
     python tools/calibrate_costmodel.py --flynn-shapes 40 --cache build/flynn-shapes.json
                                                    # FLY_CYCLES from FlyNN shapes drawn at random (seed 1000)
+    python tools/calibrate_costmodel.py --flynn-wide-stored 36 --cache build/flynn-wide-stored.json
+                                                   # FLY_CYCLES' wide stored-M terms, the rest held
     python tools/calibrate_costmodel.py --wide     # PN_STREAM_CYCLES: column-coded W, projection offsets
     python tools/calibrate_costmodel.py --protonn-c --cache build/protonn-c.json
                                                    # PN_C_ROWS_CYCLES: row-major W over d > 511 features
@@ -120,6 +122,51 @@ def flynn_random_shapes(n: int, seed: int = FLYNN_CALIBRATION_SEED) -> list[tupl
                 f"-b{spec['bits']}-L{spec['L']}"
         out.append((label, model, xq))
     return out
+
+
+WIDE_STORED_SEED = 2000
+WIDE_STORED_TERMS = ("wide_stored_index", "wide_stored_pair", "wide_stored_mirror")
+
+
+def calibrate_flynn_wide_stored(n: int, cache: Path | None) -> None:
+    """--flynn-wide-stored N: FLY_CYCLES' wide stored-M terms (over 256 hash inputs, M's 16-bit indices in flash),
+    fitted with every other constant held on n such shapes drawn by the benchmark's drawer (seed 2000), each
+    measured as the benchmark measures (its GPIOR0 spans over 32 random vectors, less the judge stage)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import draw_flynn, draw_width, fits, judge_stage_cycles, measure
+
+    from tinyproto.families.flynn import cost
+
+    rng = np.random.default_rng(WIDE_STORED_SEED)
+    shapes = []
+    while len(shapes) < n:
+        spec, model = draw_flynn(rng, draw_width(rng))
+        if model.store_M and model.n_hash_inputs > cost.WIDE_INPUTS and fits(model, load_board("uno")):
+            shapes.append((f"ws{len(shapes):02d}-{model_hash_hex(model)}", spec, model, int(rng.integers(0, 2**31))))
+    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    if "judge" not in done:
+        with tempfile.TemporaryDirectory() as tmp:
+            done["judge"] = judge_stage_cycles(shapes[0][2], "uno", Path(tmp))
+    measured, rows, held = [], [], []
+    for name, spec, model, xseed in shapes:
+        if name not in done:
+            with tempfile.TemporaryDirectory() as tmp:
+                done[name] = measure({"model": model, "xseed": xseed, "board": "uno", "name": name}, Path(tmp) / "p")
+            if cache is not None:
+                cache.write_text(json.dumps(done, indent=0))
+        terms = cost.flynn_cost_terms(model)
+        measured.append(float(np.mean(done[name]["cycles"])) - done["judge"])
+        rows.append([terms[t] for t in WIDE_STORED_TERMS])
+        held.append(sum(c * cost.FLY_CYCLES[t] for t, c in terms.items() if t not in WIDE_STORED_TERMS))
+    b, A, o = np.array(measured), np.array(rows, dtype=float), np.array(held)
+    values, _ = nnls(A / b[:, None], (b - o) / b)
+    print("\n".join(f'    "{t}": {v:.1f},' for t, v in zip(WIDE_STORED_TERMS, values)))
+    now = A @ np.array([cost.FLY_CYCLES[t] for t in WIDE_STORED_TERMS]) + o
+    fitted = A @ np.round(values) + o
+    print(f"{'shape':<22}{'d':>5}  {'layout':<14}{'m':>6}{'s':>4}{'measured':>10}{'current %':>10}{'fitted %':>10}")
+    for (name, spec, model, _), meas, cur, fit in zip(shapes, b, now, fitted):
+        print(f"{name:<22}{model.n_features:>5}  {spec['layout']:<14}{spec['m']:>6}{spec['s']:>4}{meas:>10.0f}"
+              f"{100 * (cur - meas) / meas:>+10.2f}{100 * (fit - meas) / meas:>+10.2f}")
 
 
 def measure_flynn_stages(model, xq: np.ndarray) -> dict:
@@ -558,6 +605,10 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--flynn-shapes":  # N [--cache FILE.json]
         cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
         calibrate_flynn(flynn_random_shapes(int(sys.argv[2])), cache)
+        return
+    if len(sys.argv) > 2 and sys.argv[1] == "--flynn-wide-stored":  # N [--cache FILE.json]
+        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
+        calibrate_flynn_wide_stored(int(sys.argv[2]), cache)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--protonn-c":  # [--cache FILE.json]
         calibrate_protonn_c(Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--cache" else None)
