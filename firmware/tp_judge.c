@@ -14,52 +14,81 @@
 #error "tp_judge.c makes 4 quotient bits: the confidence table must have 16 bins"
 #endif
 
+/* The width the margin is computed in, decided by compile (core/confidence.judge_score_bits): 16 bits when the
+ * family proves every score within +-32767, so |winner| + |runner-up| + 1 fits a uint16_t and the result is the
+ * 32-bit one bit for bit; else 32 bits. */
+#if TP_JUDGE_SCORE_BITS == 16
+typedef int16_t tp_judge_score_t;
+typedef uint16_t tp_judge_wide_t;
+#define TP_JUDGE_WORST_HIGH INT16_MIN
+#define TP_JUDGE_WORST_LOW INT16_MAX
+#elif TP_JUDGE_SCORE_BITS == 32
+typedef int32_t tp_judge_score_t;
+typedef uint32_t tp_judge_wide_t;
+#define TP_JUDGE_WORST_HIGH INT32_MIN
+#define TP_JUDGE_WORST_LOW INT32_MAX
+#else
+#error "TP_JUDGE_SCORE_BITS must be 16 or 32"
+#endif
+
 /* the score rule: which of two scores is the better, and a start no score is worse than (the runner-up search
  * takes the first other class's score over it, so the result is that of starting from any other class) */
 #if TP_SCORE_LOWEST_WINS
 #define TP_JUDGE_BETTER(a, b) ((a) < (b))
-#define TP_JUDGE_WORST INT32_MAX
+#define TP_JUDGE_WORST TP_JUDGE_WORST_LOW
 #else
 #define TP_JUDGE_BETTER(a, b) ((a) > (b))
-#define TP_JUDGE_WORST INT32_MIN
+#define TP_JUDGE_WORST TP_JUDGE_WORST_HIGH
 #endif
+
+/* A score in the judged width. 16 bits: the low half of the int32_t (equal to it, as it is within +-32767), read
+ * as two bytes so the high half is never loaded (the AVR and the hosts the tests run on are little-endian). */
+static inline tp_judge_score_t tp_judge_read(const int32_t *score)
+{
+#if TP_JUDGE_SCORE_BITS == 16 && !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
+    const uint8_t *bytes = (const uint8_t *)score;
+    return (tp_judge_score_t)((uint16_t)bytes[0] | (uint16_t)((uint16_t)bytes[1] << 8));
+#else
+    return (tp_judge_score_t)*score;
+#endif
+}
 
 /* Written for avr-gcc -Os's register allocation (each choice measured on the built firmware): the limit is compared
  * as soon as the winner is read, so the winner is not kept live through the division; the division counts its
  * steps by a marker bit in q instead of a counter. */
 uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
 {
-    int32_t runner = TP_JUDGE_WORST;
+    tp_judge_score_t runner = TP_JUDGE_WORST;
     for (uint8_t c = 0; c < TP_N_CLASSES; ++c) {
-        int32_t s = scores[c];
+        tp_judge_score_t s = tp_judge_read(&scores[c]);
         if (c != label && TP_JUDGE_BETTER(s, runner)) {
             runner = s;
         }
     }
-    int32_t winner = scores[label];
+    tp_judge_score_t winner = tp_judge_read(&scores[label]);
     uint8_t decided = label;
 #ifdef TP_UNKNOWN_LIMIT
 #if TP_SCORE_LOWEST_WINS
-    if (winner > (int32_t)TP_UNKNOWN_LIMIT) {
+    if ((int32_t)winner > (int32_t)TP_UNKNOWN_LIMIT) {
 #else
-    if (winner < (int32_t)TP_UNKNOWN_LIMIT) {
+    if ((int32_t)winner < (int32_t)TP_UNKNOWN_LIMIT) {
 #endif
         decided = TP_UNKNOWN_LABEL;
     }
 #endif
 #if TP_SCORE_LOWEST_WINS
-    uint32_t m = (uint32_t)runner - (uint32_t)winner;
+    tp_judge_wide_t m = (tp_judge_wide_t)runner - (tp_judge_wide_t)winner;
 #else
-    uint32_t m = (uint32_t)winner - (uint32_t)runner;
+    tp_judge_wide_t m = (tp_judge_wide_t)winner - (tp_judge_wide_t)runner;
 #endif
     /* m <= |winner| + |runner| < den: four bits of m / den by restoring division, each step comparing m with
-     * den - m rather than 2m with den, so no intermediate needs a 33rd bit */
-    uint32_t den = 1u;
-    den += winner < 0 ? (uint32_t)0 - (uint32_t)winner : (uint32_t)winner;
-    den += runner < 0 ? (uint32_t)0 - (uint32_t)runner : (uint32_t)runner;
+     * den - m rather than 2m with den, so no intermediate needs a 33rd bit (17th in 16 bits) */
+    tp_judge_wide_t den = 1u;
+    den += winner < 0 ? (tp_judge_wide_t)0 - (tp_judge_wide_t)winner : (tp_judge_wide_t)winner;
+    den += runner < 0 ? (tp_judge_wide_t)0 - (tp_judge_wide_t)runner : (tp_judge_wide_t)runner;
     uint8_t q = 1u; /* a marker bit: after four quotient bits are shifted in it is bit 4 */
     do {
-        uint32_t rest = den - m;
+        tp_judge_wide_t rest = den - m;
         q = (uint8_t)(q << 1);
         if (m >= rest) {
             m -= rest;

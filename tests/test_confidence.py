@@ -212,9 +212,13 @@ int main(void)
 
 
 @pytest.mark.parametrize("lowest_wins", [False, True])
-def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins):
-    """tp_judge.c, compiled for the host, against Calibration.judge on random and extreme int32 scores (both
-    score rules, with a decline threshold): the same confidence byte and answer for every row."""
+@pytest.mark.parametrize("bound,above", [(None, 10), (C.NARROW_SCORE_MAX, 10), (300, 10), (300, 10**6),
+                                         (300, -(10**6))])
+def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, bound, above):
+    """tp_judge.c, compiled for the host, against Calibration.judge on random and extreme scores (both score
+    rules, with a decline threshold): the same confidence byte and answer for every row. bound: the family's
+    proven |score| bound (None: int32 scores, the 32-bit margin; within 32767: the 16-bit margin), the scores
+    drawn up to it; a decline threshold beyond every score is clamped into 16 bits and answers alike)."""
     import subprocess
 
     from tinyproto.core.render import jinja_env
@@ -224,15 +228,17 @@ def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins):
         pytest.skip("gcc not installed")
     rng = np.random.default_rng(3)
     n_classes = 5
-    scores = rng.integers(-(2**31), 2**31, size=(400, n_classes), dtype=np.int64)
+    top = 2**31 - 1 if bound is None else bound
+    scores = rng.integers(-top - (bound is None), top + 1, size=(400, n_classes), dtype=np.int64)
     scores[:100] = rng.integers(-50, 50, size=(100, n_classes))
-    scores[100:110] = [[2**31 - 1, -(2**31), 0, 1, -1]] * 10
+    scores[100:110] = [[top, -top - (bound is None), 0, 1, -1]] * 10
     scores[110:120] = 7  # every class tied
+    scores[120:130] = rng.choice([-top, top], size=(10, n_classes))
     labels = (scores.argmin(axis=1) if lowest_wins else scores.argmax(axis=1)).astype(np.int64)
     table = np.arange(16, dtype=np.uint8) * 16 + 3
-    calibration = C.Calibration(table, lowest_wins, unknown_above=10)
+    calibration = C.Calibration(table, lowest_wins, unknown_above=above)
     defines = [("TP_N_CLASSES", str(n_classes)), *((k, f"({v})" if v < 0 else str(v))
-                                                   for k, v in calibration.defines().items())]
+                                                   for k, v in calibration.defines(bound).items())]
     header = jinja_env().get_template("tinyproto_model.h.j2").render(
         version="test", family="test", dataset="test", seed=0, model_bytes=16, budget_bytes=16, abi=1,
         defines=defines, arrays=[{"name": "confidence", "ctype": "uint8_t", "count": 16, "nbytes": 16, "what": "t",
@@ -249,8 +255,10 @@ def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins):
     confidence, decided = calibration.judge(scores, labels)
     np.testing.assert_array_equal(device[:, 0], confidence)
     np.testing.assert_array_equal(device[:, 1], decided)
-    assert (decided == C.UNKNOWN_LABEL).any() and (decided != C.UNKNOWN_LABEL).any()
+    declined = (decided == C.UNKNOWN_LABEL).mean()
+    assert 0 < declined < 1 if above == 10 else declined in (0.0, 1.0)
     assert len(set(confidence.tolist())) > 3
+    assert f"TP_JUDGE_SCORE_BITS {32 if bound is None else 16}" in header
 
 
 def test_a_sweep_point_carries_the_rate_and_the_confidence_figures(tmp_path):
@@ -282,3 +290,27 @@ def test_a_model_without_a_table_reports_no_confidence(tmp_path):
     vectors = load_model_dir(tmp_path / "plain").vectors()
     assert not vectors.confidence.any() and np.array_equal(vectors.decided, vectors.labels)
     assert "TP_CONFIDENCE_BINS" not in (tmp_path / "plain" / "include" / "tinyproto_model.h").read_text()
+
+
+def test_the_cost_model_counts_the_confidence_stage(iris_dirs):
+    """predict_cycles adds tp_judge's cycles (core/cost.judge_cycles, at the width the header is generated with)
+    to the family's own for a model with a table, and the threshold's compare with --unknown-rate."""
+    from tinyproto import families
+    from tinyproto.core.confidence import judge_score_bits
+    from tinyproto.core.cost import judge_cycles
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.families import load_int_model, predict_cycles
+    from tinyproto.families.judging import score_bound
+
+    plain_dir, unknown_dir, _ = iris_dirs
+    judged = load_int_model(load_model_dir(unknown_dir.out_dir))
+    width = judge_score_bits(score_bound(judged))
+    assert judged.defines()["TP_JUDGE_SCORE_BITS"] == width
+    own = families.family_of(judged).predict_cycles(judged)["total"]
+    assert predict_cycles(judged)["total"] == own + judge_cycles(judged.n_classes, True, width)
+    without_limit = load_int_model(load_model_dir(plain_dir.out_dir))
+    assert predict_cycles(without_limit)["judge"] == judge_cycles(judged.n_classes, False, width)
+    bare = type(judged).__mro__[1](**{f.name: getattr(judged, f.name)
+                                      for f in dataclasses.fields(type(judged).__mro__[1])})
+    assert "judge" not in predict_cycles(bare) and predict_cycles(bare)["total"] == own
+    assert judge_cycles(10, True, 32) >= judge_cycles(10, True, 16)  # the solvers leave room for the costlier

@@ -43,3 +43,22 @@ def test_the_integer_model_survives_model_json(name):
     assert [(a.name, a.nbytes) for a in again.carrays()] == [(a.name, a.nbytes) for a in model.carrays()]
     assert families.inconsistency(again) is None
     assert families.family_of(again).name == name
+
+
+@pytest.mark.parametrize("name", families.names())
+def test_a_score_bound_holds_on_any_input(name):
+    """A family that proves a bound on |score| (score_bound: tp_judge then works in 16 bits) is never beaten by an
+    input, the extreme ones included; one that proves none keeps the 32-bit margin."""
+    from tinyproto.core.confidence import NARROW_SCORE_MAX, judge_score_bits
+    from tinyproto.families.judging import score_bound
+
+    _, model, _ = solved(name)
+    bound = score_bound(model)
+    rng = np.random.default_rng(1)
+    xq = rng.integers(-128, 128, size=(300, model.n_features))
+    xq[:3] = np.array([[-128], [127], [0]])
+    xq[3:40] = rng.choice([-128, 127], size=(37, model.n_features))
+    scores = np.asarray(model.scores(xq.astype(np.int8)))
+    if bound is not None:
+        assert np.abs(scores).max() <= bound
+    assert judge_score_bits(bound) == (16 if bound is not None and bound <= NARROW_SCORE_MAX else 32)

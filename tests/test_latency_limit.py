@@ -44,7 +44,7 @@ def test_protonn_digits_2kB_within_1ms(digits_1ms):
     assert _predicted_ms(digits_1ms) <= 1.0 / 1.03  # the cost model's 3 % headroom
     assert report["predicted_latency_ms"] == pytest.approx(_predicted_ms(digits_1ms))
     assert report["model_bytes"] <= 2048
-    assert report["int8_accuracy"] >= 0.96  # the latency issue's goal was 96.5 % before 16 B went to the confidence table
+    assert report["int8_accuracy"] >= 0.965  # the latency issue's goal
     runners = report["runners_up"]
     assert 1 <= len(runners) <= 5
     for entry in runners + [report["solver"]["chosen_validation"]]:
@@ -171,10 +171,10 @@ def test_simulator_measures_the_limit(tmp_path):
     assert v["score_agreement"] == 1.0
     # The limit binds the prediction; the simulator measures it within the cost model's error. Measured on this
     # model (d_hat=20 > 16, so z is read from SRAM, and only m=8 prototypes): the cost model under-predicts by
-    # 5.4 %, more than its ~1 % on the calibrated shapes (digits 2 kB at 1 ms: -0.4 %); the confidence stage
-    # (tp_judge, about 0.7 % of this model's cycles) is not in the cost model yet. 6.5 % allowed here.
-    assert abs(v["predicted_error"]) < 0.065
-    assert v["cycles_max"] <= limit * 16_000 * 1.065
+    # 5.4 %, more than its ~1 % on the calibrated shapes (digits 2 kB at 1 ms: -0.4 %). 6 % allowed here (the
+    # confidence stage, tp_judge, is in the prediction: core/cost.judge_cycles).
+    assert abs(v["predicted_error"]) < 0.06
+    assert v["cycles_max"] <= limit * 16_000 * 1.06
     # validate holds the device to the limit the model was compiled with: the measured mean, as a check
     assert v["checks"]["latency_limit"]["ok"] is True and v["latency_ms_mean"] <= limit
     assert np.isclose(v["predicted_cycles"], _predicted_ms(out) * 16_000)

@@ -30,6 +30,11 @@ BIN_BITS = 4  # CONFIDENCE_BINS == 1 << BIN_BITS: the device's division makes BI
 UNKNOWN_LABEL = 255  # the label the device answers for a declined input (never a class: at most 255 classes)
 ECE_BINS = 10  # expected calibration error: ten equal-width bins of confidence
 MAX_UNKNOWN_RATE = 0.5
+# Every score within +-NARROW_SCORE_MAX: |winner| + |runner-up| + 1 < 65535, so tp_judge computes the margin in
+# 16 bits (TP_JUDGE_SCORE_BITS 16) with the 32-bit result bit for bit, in about 100 B less AVR code. Two short of
+# the int16 range: the decline limit, clamped to +-(bound + 1), then stays strictly inside it, so the compiler
+# never sees a compare with a constant answer (-Wtype-limits is an error in the build).
+NARROW_SCORE_MAX = 2**15 - 3
 
 assert CONFIDENCE_BINS == 1 << BIN_BITS
 
@@ -117,11 +122,17 @@ class Calibration:
         return CArray("confidence", "uint8_t", np.asarray(self.table, dtype=np.uint8),
                       f"confidence byte per margin bin ({CONFIDENCE_BINS} bins, fitted on cross-validated rows)")
 
-    def defines(self) -> dict[str, int]:
-        out = {"TP_CONFIDENCE_BINS": CONFIDENCE_BINS, "TP_SCORE_LOWEST_WINS": int(self.lowest_wins)}
+    def defines(self, score_bound: int | None = None) -> dict[str, int]:
+        """The header's lines of the confidence stage; score_bound: the largest |score| the model can give (the
+        family's proof), None when it gives none."""
+        out = {"TP_CONFIDENCE_BINS": CONFIDENCE_BINS, "TP_SCORE_LOWEST_WINS": int(self.lowest_wins),
+               "TP_JUDGE_SCORE_BITS": judge_score_bits(score_bound)}
         if self.unknown_above is not None:
             # the device compares the winning score itself: the novelty is minus it when the highest wins
             limit = self.unknown_above if self.lowest_wins else -self.unknown_above
+            if out["TP_JUDGE_SCORE_BITS"] == 16:
+                # beyond every score the limit answers alike for any value out there: the nearest one in 16 bits
+                limit = min(max(limit, -(score_bound + 1)), score_bound + 1)
             out["TP_UNKNOWN_LABEL"] = UNKNOWN_LABEL
             out["TP_UNKNOWN_LIMIT"] = int(limit)
         return out
@@ -155,6 +166,11 @@ class Calibration:
             raise TinyprotoError("the confidence's lowest_wins must be true or false")
         return Calibration(table.astype(np.uint8), raw["lowest_wins"], above,
                            None if rate is None else float(rate))
+
+
+def judge_score_bits(score_bound: int | None) -> int:
+    """The width tp_judge computes the margin in: 16 when every score is proven within +-NARROW_SCORE_MAX."""
+    return 16 if score_bound is not None and 0 <= int(score_bound) <= NARROW_SCORE_MAX else 32
 
 
 def decline_threshold(novelty_values: np.ndarray, rate: float) -> int:
@@ -275,5 +291,5 @@ def judged_figures(confidence: np.ndarray, decided: np.ndarray, labels: np.ndarr
 
 
 __all__ = ["CONFIDENCE_BINS", "Calibration", "UNKNOWN_LABEL", "auroc", "decline_threshold",
-           "expected_calibration_error", "isotonic_table", "judged_figures", "margin_bins", "novelty",
+           "expected_calibration_error", "isotonic_table", "judge_score_bits", "judged_figures", "margin_bins", "novelty",
            "parse_classes", "parse_rate", "reliability_bins", "risk_coverage", "winner_and_runner_up"]

@@ -17,13 +17,42 @@ MIN_CYCLES_PER_MAC = 9
 COST_MODEL_TOLERANCE = 0.03
 
 
-def latency_cycle_limit(max_latency_ms: float | None, f_cpu_hz: int, headroom: bool = True) -> float | None:
+# The confidence stage (firmware/tp_judge.c), shared by every family and run after the scores of every model with
+# a confidence table: the runner-up search over the classes, the four-step division of the margin, the table read
+# and, with --unknown-rate, one compare of the winning score. Per width the margin is computed in
+# (TP_JUDGE_SCORE_BITS: 16 when the family proves its scores within +-32767, else 32): "class" is the search loop's
+# instruction count per class (avr-gcc -Os: the score's loads, the label test, the compare, the loop step; its
+# branches averaged); "fixed" (the call, the division, the table read) and "limit" are fitted on the simulated Uno
+# by tools/bench_confidence.py (the mean cycles of one model built with its table, minus the same model without;
+# with the threshold, minus with the table alone), digits 2 kB, every family. The division's branches move a few
+# cycles with the data: the mean is what is predicted.
+JUDGE_CYCLES = {
+    16: {"fixed": 99, "class": 18, "limit": 5},
+    32: {"fixed": 178, "class": 20, "limit": 8},
+}
+
+
+def judge_cycles(n_classes: int, declines: bool, score_bits: int = 32) -> int:
+    """Predicted cycles of tp_judge for a model of n_classes classes (declines: compiled with --unknown-rate;
+    score_bits: the width of its margin, TP_JUDGE_SCORE_BITS)."""
+    terms = JUDGE_CYCLES[score_bits]
+    return terms["fixed"] + terms["class"] * int(n_classes) + (terms["limit"] if declines else 0)
+
+
+def latency_cycle_limit(max_latency_ms: float | None, f_cpu_hz: int, headroom: bool = True,
+                        n_classes: int | None = None) -> float | None:
     """The predicted cycles per inference a solver may accept under max_latency_ms at f_cpu_hz (None: no limit).
-    headroom=False for a family's own default cap, which is a preference, not the user's promise."""
+    headroom=False for a family's own default cap, which is a preference, not the user's promise (and is left as
+    it is). n_classes: under the user's limit the family's own cycles leave room for the confidence stage every
+    compiled model runs after its scores (the threshold's compare included, whether or not --unknown-rate is
+    given)."""
     if max_latency_ms is None:
         return None
     cycles = max_latency_ms * 1e-3 * f_cpu_hz
-    return cycles / (1.0 + COST_MODEL_TOLERANCE) if headroom else cycles
+    if not headroom:
+        return cycles
+    # the model is not fitted yet: the 32-bit margin, the costlier width, with the threshold
+    return cycles / (1.0 + COST_MODEL_TOLERANCE) - (judge_cycles(n_classes, True, 32) if n_classes is not None else 0)
 
 
 def headroom_text() -> str:

@@ -33,7 +33,14 @@ def _judged_carrays(self) -> list[CArray]:
 
 def _judged_defines(self) -> dict[str, int]:
     own = super(type(self), self).defines()
-    return own if self.calibration is None else {**own, **self.calibration.defines()}
+    return own if self.calibration is None else {**own, **self.calibration.defines(score_bound(self))}
+
+
+def score_bound(model: Any) -> int | None:
+    """The largest |score| any input can give the model, when its family proves one (a `score_bound` method of
+    its integer model); None otherwise. It decides the width tp_judge works in (core/confidence.judge_score_bits)."""
+    bound = getattr(model, "score_bound", None)
+    return None if bound is None else int(bound())
 
 
 def _judged_to_json(self) -> dict:

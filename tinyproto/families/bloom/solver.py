@@ -168,7 +168,7 @@ def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     if budget_bytes < floor:
         raise BudgetTooSmall(budget_bytes, floor, f"Bloom features on {n_features} features and {classes.size} classes",
                              "one used slot")
-    max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
+    max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz, n_classes=classes.size)
     seed = draw_seed(random_state)
     shapes_of = {kind: candidate_shapes(seed, n_features, classes.size, budget_bytes, max_cycles, kind)
                  for kind in ("feature", "shared")}

@@ -106,6 +106,10 @@ class IntBNC:
     def n_bits(self) -> int:
         return int(self.W_q.shape[0])
 
+    def score_bound(self) -> int:
+        """A score is minus a Hamming distance between two codes of n_bits bits."""
+        return self.n_bits
+
     @property
     def n_code_bytes(self) -> int:
         return (self.n_bits + 7) // 8

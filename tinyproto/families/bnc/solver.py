@@ -222,7 +222,7 @@ def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     if budget < smallest:
         raise BudgetTooSmall(budget, smallest, f"BNC on {d} features and {L} classes",
                              f"{MIN_BITS} bits, one prototype per class, one shared input offset and gain")
-    max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
+    max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz, n_classes=L)
     rng = check_random_state(seed)
     fit_seed = int(rng.randint(0, 2**31 - 1))
     folds = options.folds if options.folds is not None else Folds.standard(X, y, seed)

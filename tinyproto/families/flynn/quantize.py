@@ -154,6 +154,11 @@ class IntFlyNN:
     def lut(self) -> np.ndarray:
         return decay_lut(self.decay, self.bits)
 
+    def score_bound(self) -> int:
+        """No score exceeds ρ winners of the largest weight (1 per winner with one bit, else the lut's largest),
+        and none is negative, whatever the input or the counts learned on the device."""
+        return int(self.n_winners) * (1 if self.bits == 1 else int(np.max(self.lut)))
+
     # -- construction
 
     @classmethod

@@ -239,7 +239,7 @@ def search_flynn(
     if budget < smallest:
         raise BudgetTooSmall(budget, smallest, f"FlyNN on {d} features and {L} classes",
                              f"{MIN_HASHES} hash bits, seeded M")
-    max_cycles = latency_cycle_limit(max_inference_ms, f_cpu, headroom=exact_latency)
+    max_cycles = latency_cycle_limit(max_inference_ms, f_cpu, headroom=exact_latency, n_classes=L)
     rng = check_random_state(random_state)
     clf_state = int(rng.randint(0, 2**31 - 1))  # the classifier's random_state; it draws M's seed from it
     seed = draw_seed(clf_state)

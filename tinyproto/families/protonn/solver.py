@@ -142,7 +142,7 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     if budget_bytes < floor:
         raise BudgetTooSmall(budget_bytes, floor, f"ProtoNN on {n_features} features and {len(classes)} classes",
                              "d_hat=1, one prototype per class")
-    max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz)
+    max_cycles = latency_cycle_limit(max_latency_ms, f_cpu_hz, n_classes=len(classes))
 
     def ms(cycles: float) -> float:
         return 1000.0 * cycles / f_cpu_hz
