@@ -239,12 +239,13 @@ int main(void)
 
 
 @pytest.mark.parametrize("lowest_wins", [False, True])
-@pytest.mark.parametrize("bound", [None, 2**15 - 1, 300])
-def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, bound):
+@pytest.mark.parametrize("bound,above", [(None, 10), (C.NARROW_SCORE_MAX, 10), (300, 10), (300, 10**6),
+                                         (300, -(10**6))])
+def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, bound, above):
     """tp_judge.c, compiled for the host, against Calibration.judge on random and extreme scores (both score
     rules, with a decline threshold): the same confidence byte and answer for every row. bound: the family's
     proven |score| bound (None: int32 scores, the 32-bit margin; within 32767: the 16-bit margin), the scores
-    drawn up to it."""
+    drawn up to it; a decline threshold beyond every score is clamped into 16 bits and answers alike)."""
     import subprocess
 
     from tinyproto.core.render import jinja_env
@@ -262,7 +263,7 @@ def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, boun
     scores[120:130] = rng.choice([-top, top], size=(10, n_classes))
     labels = (scores.argmin(axis=1) if lowest_wins else scores.argmax(axis=1)).astype(np.int64)
     table = np.arange(16, dtype=np.uint8) * 16 + 3
-    calibration = C.Calibration(table, lowest_wins, unknown_above=10)
+    calibration = C.Calibration(table, lowest_wins, unknown_above=above)
     defines = [("TP_N_CLASSES", str(n_classes)), *((k, f"({v})" if v < 0 else str(v))
                                                    for k, v in calibration.defines(bound).items())]
     header = jinja_env().get_template("tinyproto_model.h.j2").render(
@@ -281,7 +282,8 @@ def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, boun
     confidence, decided = calibration.judge(scores, labels)
     np.testing.assert_array_equal(device[:, 0], confidence)
     np.testing.assert_array_equal(device[:, 1], decided)
-    assert (decided == C.UNKNOWN_LABEL).any() and (decided != C.UNKNOWN_LABEL).any()
+    declined = (decided == C.UNKNOWN_LABEL).mean()
+    assert 0 < declined < 1 if above == 10 else declined in (0.0, 1.0)
     assert len(set(confidence.tolist())) > 3
     assert f"TP_JUDGE_SCORE_BITS {32 if bound is None else 16}" in header
 

@@ -30,9 +30,11 @@ BIN_BITS = 4  # CONFIDENCE_BINS == 1 << BIN_BITS: the device's division makes BI
 UNKNOWN_LABEL = 255  # the label the device answers for a declined input (never a class: at most 255 classes)
 ECE_BINS = 10  # expected calibration error: ten equal-width bins of confidence
 MAX_UNKNOWN_RATE = 0.5
-# Every score within +-NARROW_SCORE_MAX: |winner| + |runner-up| + 1 <= 65535, so tp_judge computes the margin in
-# 16 bits (TP_JUDGE_SCORE_BITS 16) with the 32-bit result bit for bit, in about 100 B less AVR code.
-NARROW_SCORE_MAX = 2**15 - 1
+# Every score within +-NARROW_SCORE_MAX: |winner| + |runner-up| + 1 < 65535, so tp_judge computes the margin in
+# 16 bits (TP_JUDGE_SCORE_BITS 16) with the 32-bit result bit for bit, in about 100 B less AVR code. Two short of
+# the int16 range: the decline limit, clamped to +-(bound + 1), then stays strictly inside it, so the compiler
+# never sees a compare with a constant answer (-Wtype-limits is an error in the build).
+NARROW_SCORE_MAX = 2**15 - 3
 
 assert CONFIDENCE_BINS == 1 << BIN_BITS
 
@@ -128,6 +130,9 @@ class Calibration:
         if self.unknown_above is not None:
             # the device compares the winning score itself: the novelty is minus it when the highest wins
             limit = self.unknown_above if self.lowest_wins else -self.unknown_above
+            if out["TP_JUDGE_SCORE_BITS"] == 16:
+                # beyond every score the limit answers alike for any value out there: the nearest one in 16 bits
+                limit = min(max(limit, -(score_bound + 1)), score_bound + 1)
             out["TP_UNKNOWN_LABEL"] = UNKNOWN_LABEL
             out["TP_UNKNOWN_LIMIT"] = int(limit)
         return out
