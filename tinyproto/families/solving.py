@@ -74,14 +74,16 @@ def default_jobs() -> int:
     a dask worker (sweep and federate already spread their work over the cluster; a pool inside each of its
     workers would only fight it for the same cores)."""
     import os
+    import sys
 
-    try:
+    if "distributed" in sys.modules:  # a dask worker has imported it; importing it here only costs ~0.5 s
         from distributed import get_worker
 
-        get_worker()
-        return 1
-    except (ImportError, ValueError):
-        pass
+        try:
+            get_worker()
+            return 1
+        except ValueError:
+            pass
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # no sched_getaffinity (macOS)
