@@ -128,45 +128,60 @@ WIDE_STORED_SEED = 2000
 WIDE_STORED_TERMS = ("wide_stored_index", "wide_stored_pair", "wide_stored_mirror")
 
 
-def calibrate_flynn_wide_stored(n: int, cache: Path | None) -> None:
-    """--flynn-wide-stored N: FLY_CYCLES' wide stored-M terms (over 256 hash inputs, M's 16-bit indices in flash),
-    fitted with every other constant held on n such shapes drawn by the benchmark's drawer (seed 2000), each
-    measured as the benchmark measures (its GPIOR0 spans over 32 random vectors, less the judge stage)."""
+def fit_on_drawn(kind: str, n: int, seed: int, select, table: dict, free: tuple, terms_of,
+                 cache: Path | None) -> None:
+    """Fit the constants `free` of a family's cost table, every other one held, on n shapes drawn by the
+    benchmark's drawer (another seed than the benchmark's 0) that `select` keeps, each measured as the benchmark
+    measures: its GPIOR0 spans over 32 random vectors, less the device app's judge stage. Prints the constants
+    and each shape's error with the current and with the fitted values."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_costmodel import draw_flynn, draw_width, fits, judge_stage_cycles, measure
+    from bench_costmodel import DRAW, draw_width, fits, judge_stage_cycles, measure, streams_of
 
-    from tinyproto.families.flynn import cost
-
-    rng = np.random.default_rng(WIDE_STORED_SEED)
+    rng = np.random.default_rng(seed)
     shapes = []
     while len(shapes) < n:
-        spec, model = draw_flynn(rng, draw_width(rng))
-        if model.store_M and model.n_hash_inputs > cost.WIDE_INPUTS and fits(model, load_board("uno")):
-            shapes.append((f"ws{len(shapes):02d}-{model_hash_hex(model)}", spec, model, int(rng.integers(0, 2**31))))
+        spec, model = DRAW[kind](rng, draw_width(rng))
+        if select(model) and fits(model, load_board("uno")):
+            shapes.append((f"{kind[:2]}{len(shapes):02d}-{model_hash_hex(model)}", spec, model,
+                           int(rng.integers(0, 2**31))))
     done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
-    if "judge" not in done:
-        with tempfile.TemporaryDirectory() as tmp:
-            done["judge"] = judge_stage_cycles(shapes[0][2], "uno", Path(tmp))
     measured, rows, held = [], [], []
     for name, spec, model, xseed in shapes:
+        path = f"judge-{'streamed' if streams_of(model) else 'buffered'}"
+        if path not in done:
+            with tempfile.TemporaryDirectory() as tmp:
+                done[path] = judge_stage_cycles(model, "uno", Path(tmp))
         if name not in done:
             with tempfile.TemporaryDirectory() as tmp:
                 done[name] = measure({"model": model, "xseed": xseed, "board": "uno", "name": name}, Path(tmp) / "p")
             if cache is not None:
                 cache.write_text(json.dumps(done, indent=0))
-        terms = cost.flynn_cost_terms(model)
-        measured.append(float(np.mean(done[name]["cycles"])) - done["judge"])
-        rows.append([terms[t] for t in WIDE_STORED_TERMS])
-        held.append(sum(c * cost.FLY_CYCLES[t] for t, c in terms.items() if t not in WIDE_STORED_TERMS))
+        terms = terms_of(model)
+        measured.append(float(np.mean(done[name]["cycles"])) - done[path])
+        rows.append([terms.get(t, 0) for t in free])
+        held.append(sum(c * table[t] for t, c in terms.items() if t not in free))
     b, A, o = np.array(measured), np.array(rows, dtype=float), np.array(held)
     values, _ = nnls(A / b[:, None], (b - o) / b)
-    print("\n".join(f'    "{t}": {v:.1f},' for t, v in zip(WIDE_STORED_TERMS, values)))
-    now = A @ np.array([cost.FLY_CYCLES[t] for t in WIDE_STORED_TERMS]) + o
+    print("\n".join(f'    "{t}": {v:.1f},' for t, v in zip(free, values)))
+    now = A @ np.array([table[t] for t in free]) + o
     fitted = A @ np.round(values) + o
-    print(f"{'shape':<22}{'d':>5}  {'layout':<14}{'m':>6}{'s':>4}{'measured':>10}{'current %':>10}{'fitted %':>10}")
+    print(f"{'shape':<22}{'d':>5}  {'layout':<18}{'size':<30}{'measured':>10}{'current %':>10}{'fitted %':>10}")
     for (name, spec, model, _), meas, cur, fit in zip(shapes, b, now, fitted):
-        print(f"{name:<22}{model.n_features:>5}  {spec['layout']:<14}{spec['m']:>6}{spec['s']:>4}{meas:>10.0f}"
+        size = " ".join(f"{k}={v}" for k, v in spec.items() if k != "layout")
+        print(f"{name:<22}{model.n_features:>5}  {spec['layout']:<18}{size:<30}{meas:>10.0f}"
               f"{100 * (cur - meas) / meas:>+10.2f}{100 * (fit - meas) / meas:>+10.2f}")
+    for label, pred in (("current", now), ("fitted", fitted)):
+        err = np.abs(pred - b) / b
+        print(f"{label}: {int(np.sum(err <= 0.03))} of {n} within 3 %, max {100 * err.max():.2f} %")
+
+
+def calibrate_flynn_wide_stored(n: int, cache: Path | None) -> None:
+    """--flynn-wide-stored N: FLY_CYCLES' wide stored-M terms (over 256 hash inputs, M's 16-bit indices in flash),
+    the rest held, on N such shapes (seed 2000)."""
+    from tinyproto.families.flynn import cost
+
+    fit_on_drawn("flynn", n, WIDE_STORED_SEED, lambda m: m.store_M and m.n_hash_inputs > cost.WIDE_INPUTS,
+                 cost.FLY_CYCLES, WIDE_STORED_TERMS, cost.flynn_cost_terms, cache)
 
 
 def measure_flynn_stages(model, xq: np.ndarray) -> dict:
