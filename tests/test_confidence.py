@@ -130,6 +130,8 @@ def test_report_gives_coverage_calibration_and_held_out_figures(iris_dirs):
     conf = plain.report["confidence"]
     assert conf["coverage"] == 1.0 and "held_out" not in conf
     assert 0 <= conf["ece"] <= 1 and len(conf["calibration"]["table"]) == C.CONFIDENCE_BINS
+    # the fold models are the final model's shape trained on each fold (Family.fit_shape), not a search each
+    assert conf["calibration"]["fold_models"] == ["chosen shape"] * conf["calibration"]["folds"] == ["chosen shape"] * 3
     assert "confidence" in plain.ledger.by_array()
     figures = held.report["confidence"]["held_out"]
     assert figures["rows"] == 50 and 0 <= figures["auroc"] <= 1 and 0 <= figures["declined"] <= 1
@@ -155,6 +157,31 @@ def test_judged_model_round_trips_and_survives_replace_and_pickle(iris_dirs):
     vectors = load_model_dir(unknown.out_dir).vectors()
     confidence, decided = families.judge(model, vectors.scores, vectors.labels)
     assert np.array_equal(confidence, vectors.confidence) and np.array_equal(decided, vectors.decided)
+
+
+def test_a_fold_whose_shape_breaks_the_limits_is_searched_instead():
+    """fold_model: the chosen shape on the fold's rows, unless it cannot keep the budget or latency limit there
+    (the family's fit_shape raises TinyprotoError): then the family's whole search runs on those rows."""
+    from tinyproto.families.judging import fold_model
+    from tinyproto.families.solving import SolveOptions
+
+    X, y = np.zeros((30, 2)), np.arange(30) % 3
+    calls = []
+
+    def search(X_fold, y_fold, options):
+        calls.append(options.folds.validated)
+        return None, "searched model", {}
+
+    def shape_ok(X_fold, y_fold, chosen, options):
+        return None, f"{chosen['n']} on {len(X_fold)} rows"
+
+    def shape_too_slow(X_fold, y_fold, chosen, options):
+        raise TinyprotoError("predicted too slow on these rows")
+
+    assert fold_model(search, shape_ok, {"n": 4}, X, y, SolveOptions(100)) == ("4 on 30 rows", "chosen shape")
+    assert calls == []
+    assert fold_model(search, shape_too_slow, {"n": 4}, X, y, SolveOptions(100)) == ("searched model", "searched")
+    assert calls == [1]  # the fallback search validates on one part of the fold's rows
 
 
 def test_holdout_and_rate_errors_are_one_line(tmp_path):

@@ -46,6 +46,37 @@ def test_the_integer_model_survives_model_json(name):
 
 
 @pytest.mark.parametrize("name", families.names())
+def test_fit_shape_on_the_solvers_rows_is_the_solvers_model_bit_for_bit(name):
+    """Family.fit_shape (the chosen shape trained again, no search: what the confidence table's fold models are)
+    given the solver's own rows and its info["chosen"] returns the solver's model: the same arrays, defines and
+    hash. So the shape is recoverable from the solver's report and every random choice comes from the seed."""
+    from tinyproto.core.datasets import load_dataset, split
+
+    _, model, info = solved(name)
+    sp = split(load_dataset("iris"))
+    _, again = families.family(name).fit_shape(sp.X_train, sp.y_train, info["chosen"], SolveOptions(1024, 0))
+    assert again.to_json() == model.to_json()
+    assert model_hash(again) == model_hash(model) and again.defines() == model.defines()
+
+
+@pytest.mark.parametrize("name", families.names())
+def test_fit_shape_on_fewer_rows_keeps_the_shape_and_the_budget(name):
+    """On a validation fold's rows (two thirds of them) the same shape is trained: the same family and classes,
+    no more bytes than the budget, and (the hyper-parameters being the chosen ones) a model of its own rows."""
+    from tinyproto.core.datasets import load_dataset, split
+
+    _, model, info = solved(name)
+    sp = split(load_dataset("iris"))
+    rows = np.arange(len(sp.y_train)) % 3 != 0
+    _, fold = families.family(name).fit_shape(sp.X_train[rows], sp.y_train[rows], info["chosen"],
+                                              SolveOptions(1024, 0))
+    assert families.family_of(fold).name == name and list(fold.classes) == list(model.classes)
+    assert sum(a.nbytes for a in fold.carrays()) <= 1024
+    assert [a.name for a in fold.carrays()] == [a.name for a in model.carrays()]
+    assert fold.to_json() != model.to_json()  # trained on other rows
+
+
+@pytest.mark.parametrize("name", families.names())
 def test_a_score_bound_holds_on_any_input(name):
     """A family that proves a bound on |score| (score_bound: tp_judge then works in 16 bits) is never beaten by an
     input, the extreme ones included; one that proves none keeps the 32-bit margin."""

@@ -13,7 +13,7 @@ import pytest
 import tinyproto
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.families.solving import FitUnderBudget, SolveOptions
+from tinyproto.families.solving import FitShape, FitUnderBudget, SolveOptions
 
 PACKAGE = Path(tinyproto.__file__).resolve().parent
 
@@ -39,6 +39,21 @@ def test_every_solver_has_the_protocols_signature(name):
     returned = actual.return_annotation
     assert getattr(returned, "__origin__", None) is tuple and len(returned.__args__) == 3, returned
     assert returned.__args__[2] is dict
+
+
+@pytest.mark.parametrize("name", families.names())
+def test_every_fit_shape_has_the_protocols_signature(name):
+    """Family.fit_shape (the chosen shape, no search) keeps solving.FitShape: (X_train, y_train, chosen, options)."""
+    signature = inspect.signature(FitShape.__call__)
+    expected = list(signature.parameters)[1:]  # without self
+    actual = inspect.signature(families.resolve(families.family(name).fit_shape), eval_str=True)
+    assert list(actual.parameters) == expected == ["X_train", "y_train", "chosen", "options"]
+    for param in actual.parameters.values():
+        assert param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and param.default is inspect.Parameter.empty
+    assert actual.parameters["options"].annotation is SolveOptions
+    assert actual.parameters["chosen"].annotation is dict
+    returned = actual.return_annotation
+    assert getattr(returned, "__origin__", None) is tuple and len(returned.__args__) == 2, returned
 
 
 def test_the_options_refuse_what_no_solver_can_do():

@@ -24,3 +24,13 @@ def test_the_default_is_every_usable_core():
     import os
 
     assert default_jobs() == len(os.sched_getaffinity(0))
+
+
+def test_inside_a_dask_worker_the_default_is_one():
+    """sweep and federate spread their work over a dask cluster: a solver inside one of its workers takes one
+    process, not a pool of its own (default_jobs imports distributed only when the process already has)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        assert client.submit(default_jobs).result() == 1

@@ -21,7 +21,7 @@ from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
 from tinyproto.core.modeldir import ModelDir
 from tinyproto.core.render import model_hash
-from tinyproto.families.solving import FitUnderBudget, SolveOptions, default_jobs  # noqa: F401  (re-exported)
+from tinyproto.families.solving import FitShape, FitUnderBudget, SolveOptions, default_jobs  # noqa: F401  (re-exported)
 
 # The registry: family name -> the package that declares it. The order is the order users see (--help, tables).
 _PACKAGES = {
@@ -55,6 +55,8 @@ class IntModel(Protocol):
 
 # fit_under_budget(X_train, y_train, options: SolveOptions) -> (float estimator, IntModel, info): the one solver
 # contract of every family, in tinyproto/families/solving.py (and checked by tests/test_solver_contract.py).
+# fit_shape(X_train, y_train, info["chosen"], options) -> (float estimator, IntModel): the shape that solver chose,
+# trained again on other rows with no search (the confidence table's fold models; solving.FitShape).
 
 
 SHAPE_KEYS_SHOWN = 6
@@ -140,6 +142,7 @@ class Family:
     static_state: Callable[[IntModel], StaticState] = field(kw_only=True)  # per model: reentrancy and static SRAM
     learning: Learning | None = field(default=None, kw_only=True)  # None: it cannot learn on the device
     estimator: str = field(default="", kw_only=True)  # "module:Class" of its scikit-learn estimator (tinyproto.<Class>)
+    fit_shape: FitShape = field(kw_only=True)  # the chosen shape (info["chosen"]) on other rows, no search
 
     @property
     def learnable(self) -> bool:
@@ -216,7 +219,9 @@ def fit_judged(name: str, X_train: np.ndarray, y_train: np.ndarray, options: Sol
     decline threshold, both fitted on cross-validated rows (families/judging.py): the model compile ships."""
     from tinyproto.families.judging import fit_judged as judged
 
-    return judged(family(name).fit_under_budget, X_train, y_train, options, lowest_wins(name), unknown_rate)
+    fam = family(name)
+    return judged(fam.fit_under_budget, fam.fit_shape, X_train, y_train, options, lowest_wins(name),
+                  unknown_rate)
 
 
 def judge(model: IntModel, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -240,12 +245,14 @@ def confidence_table_bytes() -> int:
     return table_bytes()
 
 
-def calibrate_chosen(name: str, model: IntModel, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions,
-                     unknown_rate: float | None = None):
-    """A model already fitted (under options.budget_bytes less the table) judged: (judged model, its info)."""
+def calibrate_chosen(name: str, model: IntModel, chosen: dict, X_train: np.ndarray, y_train: np.ndarray,
+                     options: SolveOptions, unknown_rate: float | None = None):
+    """A model already fitted (under options.budget_bytes less the table; `chosen`: its solver's info["chosen"])
+    judged: (judged model, its info)."""
     from tinyproto.families.judging import calibrate
 
-    return calibrate(family(name).fit_under_budget, model, X_train, y_train, options, lowest_wins(name),
+    fam = family(name)
+    return calibrate(fam.fit_under_budget, fam.fit_shape, chosen, model, X_train, y_train, options, lowest_wins(name),
                      unknown_rate)
 
 

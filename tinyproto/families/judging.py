@@ -1,9 +1,10 @@
 """Every family's model, judged: its integer model plus the calibration that turns its scores into a confidence
 byte and, with a decline rate, into "unknown" (tinyproto/core/confidence.py holds the arithmetic).
 
-The calibration is fitted the same way for every family: the family's own solver is run again on the training
-part of each validation fold (tinyproto/core/folds.py, first draw), and the fold model's signals on the rows it
-did not train on say how often each margin bin is right and how novel known rows look. The family declares only
+The calibration is fitted the same way for every family: the shape the family's solver chose is trained again
+(Family.fit_shape, no search) on the training part of each validation fold (tinyproto/core/folds.py, first draw),
+and the fold model's signals on the rows it did not train on say how often each margin bin is right and how novel
+known rows look. The family declares only
 which way its scores win (its ScoreRule): the winning score is its novelty signal, and the margin between the
 winner and the runner-up its confidence signal. The confidence table is an array of the model like any other,
 counted in the byte budget (the solver is given the budget less its bytes).
@@ -141,34 +142,48 @@ def carry(threshold: int, fold_scale: float, final_scale: float) -> int:
     return int(min(max(value, -(2**31) + 1), 2**31 - 1))
 
 
-def calibrate(fit: Callable, model: Any, X: np.ndarray, y: np.ndarray, options: SolveOptions, lowest_wins: bool,
-              unknown_rate: float | None) -> tuple[Any, dict]:
-    """The final model judged: `fit(X, y, options)` (the family's solver) is run on each validation fold's training
-    rows; the table comes from the fold models' margins and hits on their validation rows, the decline threshold
-    (with unknown_rate) from their novelty on those rows."""
+def fold_model(fit: Callable, fit_shape: Callable, chosen: dict, X: np.ndarray, y: np.ndarray,
+               options: SolveOptions) -> tuple[Any, str]:
+    """(the integer model, how it was trained) of one validation fold: the final model's shape trained on the
+    fold's training rows (the family's fit_shape, no search), so the table describes the shape that ships; only a
+    shape that cannot keep the limits on these rows (TinyprotoError) has the family's whole search run instead."""
+    quiet = options.with_(progress=None)
+    try:
+        return fit_shape(X, y, chosen, quiet)[1], "chosen shape"
+    except TinyprotoError:
+        from tinyproto.core.folds import Folds
+
+        # the fold's own search validated on one part of its rows: a third of the work
+        inner = dataclasses.replace(Folds.standard(X, y, options.seed), validated=1)
+        return fit(X, y, quiet.with_(folds=inner))[1], "searched"
+
+
+def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: np.ndarray, y: np.ndarray,
+              options: SolveOptions, lowest_wins: bool, unknown_rate: float | None) -> tuple[Any, dict]:
+    """The final model judged: the shape it has (`chosen`, its solver's info["chosen"]) is trained again on each
+    validation fold's training rows (fold_model); the table comes from the fold models' margins and hits on their
+    validation rows, the decline threshold (with unknown_rate) from their novelty on those rows."""
     from tinyproto.core.folds import Folds
 
     folds = options.folds if options.folds is not None else Folds.standard(X, y, options.seed)
     splits = [(fit_rows, val_rows) for (fit_rows, val_rows), (repeat, _) in zip(folds.splits(), folds.parts())
               if repeat == 0]
-    bins, hits, thresholds, scales = [], [], [], []
+    bins, hits, thresholds, scales, trained = [], [], [], [], []
     for k, (fit_rows, val_rows) in enumerate(splits, start=1):
         options.say(f"confidence: fold {k}/{len(splits)}")
-        # the fold's own search is validated on one part of its rows (not all of them): a third of the work,
-        # and the shape it finds is the one its budget affords on such rows, like the final model's
-        inner = dataclasses.replace(Folds.standard(X[fit_rows], y[fit_rows], options.seed), validated=1)
-        _, fold_model, _ = fit(X[fit_rows], y[fit_rows], options.with_(folds=inner, progress=None))
-        labels, fold_bins, fold_novelty = _signals(fold_model, X[val_rows], lowest_wins)
-        classes = np.asarray(fold_model.classes, dtype=object)
+        fold, how = fold_model(fit, fit_shape, chosen, X[fit_rows], y[fit_rows], options)
+        trained.append(how)
+        labels, fold_bins, fold_novelty = _signals(fold, X[val_rows], lowest_wins)
+        classes = np.asarray(fold.classes, dtype=object)
         bins.append(fold_bins)
         hits.append(np.asarray([classes[i] == t for i, t in zip(labels, y[val_rows])], dtype=bool))
         if unknown_rate is not None:
             thresholds.append(decline_threshold(fold_novelty, unknown_rate))
-            scales.append(score_scale(fold_model, X[fit_rows], lowest_wins))
+            scales.append(score_scale(fold, X[fit_rows], lowest_wins))
     all_bins, all_hits = np.concatenate(bins), np.concatenate(hits)
     table = isotonic_table(all_bins, all_hits)
-    info: dict = {"rows": int(len(all_bins)), "folds": len(splits), "cv_accuracy": float(all_hits.mean()),
-                  "table": [int(v) for v in table]}
+    info: dict = {"rows": int(len(all_bins)), "folds": len(splits), "fold_models": trained,
+                  "cv_accuracy": float(all_hits.mean()), "table": [int(v) for v in table]}
     threshold = None
     if unknown_rate is not None:
         # each fold model's threshold, carried to the final model's scale (score_scale), then their median; the
@@ -181,8 +196,8 @@ def calibrate(fit: Callable, model: Any, X: np.ndarray, y: np.ndarray, options: 
     return make_judged(model, Calibration(table, lowest_wins, threshold, unknown_rate)), info
 
 
-def fit_judged(fit: Callable, X: np.ndarray, y: np.ndarray, options: SolveOptions, lowest_wins: bool,
-               unknown_rate: float | None) -> tuple[Any, Any, dict]:
+def fit_judged(fit: Callable, fit_shape: Callable, X: np.ndarray, y: np.ndarray, options: SolveOptions,
+               lowest_wins: bool, unknown_rate: float | None) -> tuple[Any, Any, dict]:
     """A family's solver under the budget less the confidence table, then its calibration (info["confidence"])."""
     room = options.budget_bytes - table_bytes()
     if room < 1:
@@ -193,7 +208,8 @@ def fit_judged(fit: Callable, X: np.ndarray, y: np.ndarray, options: SolveOption
         clf, model, info = fit(X, y, inner)
     except BudgetTooSmall as small:  # the user's budget and the bytes needed, both with the table
         raise small.plus(table_bytes(), "confidence table") from None
-    judged, info["confidence"] = calibrate(fit, model, X, y, inner, lowest_wins, unknown_rate)
+    judged, info["confidence"] = calibrate(fit, fit_shape, info["chosen"], model, X, y, inner, lowest_wins,
+                                           unknown_rate)
     return clf, judged, info
 
 

@@ -74,14 +74,16 @@ def default_jobs() -> int:
     a dask worker (sweep and federate already spread their work over the cluster; a pool inside each of its
     workers would only fight it for the same cores)."""
     import os
+    import sys
 
-    try:
+    if "distributed" in sys.modules:  # a dask worker has imported it; importing it here only costs ~0.5 s
         from distributed import get_worker
 
-        get_worker()
-        return 1
-    except (ImportError, ValueError):
-        pass
+        try:
+            get_worker()
+            return 1
+        except ValueError:
+            pass
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # no sched_getaffinity (macOS)
@@ -108,4 +110,17 @@ class FitUnderBudget(Protocol):
     def __call__(self, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions) -> tuple[Any, Any, dict]: ...  # (estimator, IntModel, info)
 
 
-__all__ = ["DEFAULT_F_CPU_HZ", "FitUnderBudget", "SolveOptions", "default_jobs", "map_in_processes"]
+class FitShape(Protocol):
+    """A family's chosen shape trained again, with no search: `fit_shape(X_train, y_train, chosen, options)` ->
+    (float estimator, IntModel), where `chosen` is the info["chosen"] its fit_under_budget returned (JSON-able:
+    the shape is recoverable from the solver's own report). Every random choice derives from options.seed as the
+    solver's final fit does, so on the rows the solver was given it returns the solver's model bit for bit
+    (tests/test_family_contract.py); on other rows (a validation fold's) the same shape trained on those. The
+    budget and latency limits of options are kept as the solver keeps them for its final model; a shape that
+    cannot keep them on these rows raises TinyprotoError."""
+
+    def __call__(self, X_train: np.ndarray, y_train: np.ndarray, chosen: dict,
+                 options: SolveOptions) -> tuple[Any, Any]: ...  # (estimator, IntModel)
+
+
+__all__ = ["DEFAULT_F_CPU_HZ", "FitShape", "FitUnderBudget", "SolveOptions", "default_jobs", "map_in_processes"]

@@ -201,8 +201,8 @@ def compile_model(
         inner = options.with_(budget_bytes=max(1, budget_bytes - families.confidence_table_bytes()))
         clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, inner,
                                                     fits_board=lambda m: check_fits_board(m, board))
-        model, info["confidence"] = families.calibrate_chosen(model.family, model, sp.X_train, sp.y_train, inner,
-                                                              rate)
+        model, info["confidence"] = families.calibrate_chosen(model.family, model, info["chosen"], sp.X_train,
+                                                              sp.y_train, inner, rate)
     else:
         clf, model, info = families.fit_judged(family, sp.X_train, sp.y_train, options, rate)
     info["max_latency_ms"] = max_latency_ms

@@ -151,6 +151,16 @@ def shape_text(entry: dict) -> str:
             f"{entry['offset']}/{entry['scaling']}")
 
 
+def fit_chosen_bloom(X_train: np.ndarray, y_train: np.ndarray, chosen: dict,
+                     options: SolveOptions) -> tuple[BloomClassifier, IntBloom]:
+    """The shape fit_bloom_under_budget chose (its info["chosen"]) trained on these rows, no search: the solver's
+    final fit. The hash comes from options.seed as the solver's does, so the bytes are the chosen shape's."""
+    clf = BloomClassifier(int(chosen["n_slots"]), int(chosen["n_hashes"]), str(chosen["offset"]),
+                          str(chosen["scaling"]), float(chosen["C"]), options.seed)
+    clf.fit(np.asarray(X_train, dtype=np.float64), np.asarray(y_train))
+    return clf, IntBloom.from_classifier(clf)
+
+
 def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
                            options: SolveOptions) -> tuple[BloomClassifier, IntBloom, dict]:
     """(float estimator, int8 model, info) for the best cross-validated int8 Bloom model within

@@ -10,6 +10,7 @@ def _shape_text(entry: dict) -> str:
 
 FAMILY = Family(name="bnc", title="BNC", color="#9467bd",
                 fit_under_budget=lazy("tinyproto.families.bnc.solver:fit_bnc_under_budget"),
+                fit_shape=lazy("tinyproto.families.bnc.solver:fit_chosen_bnc"),
                 from_json=lazy("tinyproto.families.bnc.quantize:IntBNC.from_json"),
                 predict_cycles=lazy("tinyproto.families.bnc.cost:predict_cycles"),
                 shape_text=_shape_text, streamable=True,

@@ -197,6 +197,22 @@ def _validate_candidate(c: Candidate, X: np.ndarray, y: np.ndarray, splits: list
     return out
 
 
+def fit_chosen_bnc(X_train: np.ndarray, y_train: np.ndarray, chosen: dict,
+                   options: SolveOptions) -> tuple[BNCClassifier, IntBNC]:
+    """The shape fit_bnc_under_budget chose (its info["chosen"]) trained on these rows with the full epochs, no
+    search: the solver's final fit. Its prototypes are capped at half these rows (as the search caps them; never
+    binding on the solver's own rows), so the bytes and cycles are at most the chosen model's."""
+    X = np.asarray(X_train, dtype=np.float64)
+    y = np.asarray(y_train)
+    n_classes = np.unique(y).size
+    m = min(int(chosen["n_prototypes"]), max(n_classes, len(X) // 2))
+    shape = Candidate(int(chosen["n_bits"]), float(chosen["density"]), m, 0, 0, 0,
+                      per_row=int(chosen["seeded_per_row"]), stage=str(chosen["input_stage"]))
+    fit_seed = int(check_random_state(options.seed).randint(0, 2**31 - 1))  # as the solver draws it
+    clf = _estimator(shape, fit_seed, search=False).fit(X, y)
+    return clf, IntBNC.from_classifier(clf)
+
+
 def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
                          options: SolveOptions) -> tuple[BNCClassifier, IntBNC, dict]:
     """(fitted BNCClassifier, IntBNC, info) with the best held-out int8 accuracy within options.budget_bytes (and

@@ -18,6 +18,7 @@ def _shape_text(entry: dict) -> str:
 
 FAMILY = Family(name="flynn", title="FlyNN", color="#d62728",
                 fit_under_budget=lazy("tinyproto.families.flynn.solver:fit_flynn_under_budget"),
+                fit_shape=lazy("tinyproto.families.flynn.solver:fit_chosen_flynn"),
                 from_json=lazy("tinyproto.families.flynn.quantize:IntFlyNN.from_json"),
                 predict_cycles=lazy("tinyproto.families.flynn.cost:predict_cycles"),
                 shape_text=_shape_text,

@@ -198,6 +198,28 @@ def fit_flynn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     return clf, model, info
 
 
+def fit_chosen_flynn(X_train: np.ndarray, y_train: np.ndarray, chosen: dict,
+                     options: SolveOptions) -> tuple[FlyNNClassifier, IntFlyNN]:
+    """The shape search_flynn chose (its info["chosen"]) trained on these rows, no search: the same classifier
+    seed (drawn from options.seed), the same preprocessing (its stage from these rows' moments) and the same m,
+    so the same bytes and, M being seeded, the same predicted cycles as the solver's model."""
+    X = np.asarray(X_train, dtype=np.float64)
+    y = np.asarray(y_train)
+    prep = _prepare(X, str(chosen["scaling"]), bool(chosen["sign_split"]), moment_sums(X))
+    clf = FlyNNClassifier(
+        n_hashes=int(chosen["n_hashes"]),
+        n_inputs_per_hash=int(chosen["n_inputs_per_hash"]),
+        n_winners=int(chosen["n_winners"]),
+        decay=float(chosen["decay"]),
+        scaling="global" if prep.scaling in DEVICE_STAGES else prep.scaling,
+        sign_split=prep.sign_split,
+        random_state=solver_random_state(options.seed),
+    ).fit(X, y)
+    model = IntFlyNN.from_classifier(clf, X, y, bits=int(chosen["count_bits"]), store_M=bool(chosen["store_M"]),
+                                     input_stage=prep.stage)
+    return clf, model
+
+
 def search_flynn(
     X_train,
     y_train,

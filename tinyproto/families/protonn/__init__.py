@@ -9,6 +9,7 @@ def _shape_text(entry: dict) -> str:
 
 FAMILY = Family(name="protonn", title="ProtoNN", color="#1f77b4",
                 fit_under_budget=lazy("tinyproto.families.protonn.solver:fit_protonn_under_budget"),
+                fit_shape=lazy("tinyproto.families.protonn.solver:fit_chosen_protonn"),
                 from_json=lazy("tinyproto.families.protonn.quantize:IntProtoNN.from_json"),
                 predict_cycles=lazy("tinyproto.families.protonn.cost:predict_cycles"),
                 shape_text=_shape_text, streamable=True,

@@ -38,7 +38,7 @@ from tinyproto.families.protonn.train import ProtoNNClassifier
 SEARCH_ROWS = 2000
 
 
-__all__ = ["fit_protonn_under_budget", "fit_shape", "minimum_budget", "model_bytes", "model_cycles",
+__all__ = ["fit_chosen_protonn", "fit_protonn_under_budget", "fit_shape", "minimum_budget", "model_bytes", "model_cycles",
            "rank_candidates"]
 
 
@@ -52,6 +52,20 @@ def fit_shape(shape: Shape, X: np.ndarray, y: np.ndarray, seed: int) -> tuple[Pr
         scaling=scaling,
     ).fit(X, y)
     return clf, quantize_protonn(clf, X, table_size=shape.table_size, stage=stage)
+
+
+def fit_chosen_protonn(X_train: np.ndarray, y_train: np.ndarray, chosen: dict,
+                       options: SolveOptions) -> tuple[ProtoNNClassifier, IntProtoNN]:
+    """The shape fit_protonn_under_budget chose (its info["chosen"]) trained on these rows, no search: the
+    solver's final fit (fit_shape, then its budget and latency guards), which it is on the solver's own rows."""
+    shape = Shape(int(chosen["n_components"]), int(chosen["n_prototypes"]), int(chosen["nnz_W"]),
+                  int(chosen["table_size"]), str(chosen["input_stage"]))
+    clf, model = fit_shape(shape, X_train, y_train, options.seed)
+    max_cycles = latency_cycle_limit(options.max_latency_ms, options.f_cpu_hz)
+    model = enforce_latency(enforce_budget(model, options.budget_bytes), max_cycles)
+    if model is None:
+        raise TinyprotoError(f"ProtoNN {_shape_text(chosen)} is predicted too slow on these rows")
+    return clf, model
 
 
 def enforce_budget(model: IntProtoNN, budget: int) -> IntProtoNN:
@@ -221,7 +235,7 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     chosen_index = index
     runners = [i for i in order if i != chosen_index][:RUNNERS_UP]
     info = {
-        "chosen": best.as_dict(n_features),
+        "chosen": {**best.as_dict(n_features), "nnz_W": best.nnz_W},  # nnz_W: the shape, exactly (fit_chosen)
         "candidates": tried,
         "chosen_validation": dict(tried[chosen_index], fold_accuracies=[
             k / len(v[3]) for k, v in zip(part_correct[chosen_index], splits)]),
