@@ -341,3 +341,18 @@ def test_the_cost_model_counts_the_confidence_stage(iris_dirs):
                                       for f in dataclasses.fields(type(judged).__mro__[1])})
     assert "judge" not in predict_cycles(bare) and predict_cycles(bare)["total"] == own
     assert judge_cycles(10, True, 32) >= judge_cycles(10, True, 16)  # the solvers leave room for the costlier
+
+
+@pytest.mark.device
+def test_predicted_cycles_with_the_stage_match_the_simulated_uno(built_models):
+    """A compiled model runs tp_judge in its timed call; the prediction counts it, so predicted and measured
+    agree within the cost model's tolerance (iris ProtoNN 1 kB: the stage is about 5 % of its cycles)."""
+    import json
+
+    from tinyproto.core.cost import COST_MODEL_TOLERANCE
+
+    model_dir = built_models("iris", "1kB")
+    validation = json.loads((model_dir / "validation.json").read_text())
+    report = json.loads((model_dir / "report.json").read_text())
+    assert report["predicted_cycles"]["judge"] > 0 and validation["passed"]
+    assert abs(validation["predicted_error"]) < COST_MODEL_TOLERANCE

@@ -19,11 +19,13 @@ def write_meta(directory, **fields):
     return directory
 
 
-def test_format_1_is_refused_with_what_to_do(tmp_path):
-    """Format 1 hashed the model under the runtime's former C names: its hash cannot be checked, so it is refused
-    (never loaded as if it were unchanged), and the message says to compile again."""
-    old = write_meta(tmp_path / "old", format_version=1)
-    with pytest.raises(TinyprotoError, match=r"format version 1, written by an older tinyproto .* compile` again"):
+@pytest.mark.parametrize("version", range(1, MODEL_FORMAT_VERSION))
+def test_an_older_format_is_refused_with_what_to_do(tmp_path, version):
+    """Older formats hashed the model under other generated defines (the runtime's former C names, no prefix, no
+    confidence width): their hash cannot be checked, so they are refused (never loaded as if unchanged, never
+    called edited), and the message says to compile again."""
+    old = write_meta(tmp_path / "old", format_version=version)
+    with pytest.raises(TinyprotoError, match=rf"format version {version}, written by an older tinyproto .* compile` again"):
         load_model_dir(old)
     result = subprocess.run([sys.executable, "-m", "tinyproto", "build", str(old)], capture_output=True, text=True,
                             timeout=120)

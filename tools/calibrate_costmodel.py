@@ -12,6 +12,8 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
                                                    # FLY_CYCLES from FlyNN shapes drawn at random (seed 1000)
     python tools/calibrate_costmodel.py --flynn-wide-stored 36 --cache build/flynn-wide-stored.json
                                                    # FLY_CYCLES' wide stored-M terms, the rest held
+    python tools/calibrate_costmodel.py --protonn-dense-rows 40 --cache build/protonn-dense-rows.json
+                                                   # PN_CYCLES' dense_row_c, the rest held
     python tools/calibrate_costmodel.py --wide     # PN_STREAM_CYCLES: column-coded W, projection offsets
     python tools/calibrate_costmodel.py --protonn-c --cache build/protonn-c.json
                                                    # PN_C_ROWS_CYCLES: row-major W over d > 511 features
@@ -182,6 +184,19 @@ def calibrate_flynn_wide_stored(n: int, cache: Path | None) -> None:
 
     fit_on_drawn("flynn", n, WIDE_STORED_SEED, lambda m: m.store_M and m.n_hash_inputs > cost.WIDE_INPUTS,
                  cost.FLY_CYCLES, WIDE_STORED_TERMS, cost.flynn_cost_terms, cache)
+
+
+DENSE_ROWS_SEED = 3000
+
+
+def calibrate_protonn_dense_rows(n: int, cache: Path | None) -> None:
+    """--protonn-dense-rows N: PN_CYCLES' dense_row_c (a dense W's row rescaled in C: the group kernel stores its
+    sum, the rescale reads it back), every other constant held, on N dense row-major shapes drawn with seed 3000."""
+    from tinyproto.families.protonn import cost
+
+    table = {**cost.PN_CYCLES, **cost.PN_STREAM_CYCLES, **cost.PN_C_ROWS_CYCLES}
+    fit_on_drawn("protonn", n, DENSE_ROWS_SEED, lambda m: cost.protonn_uses_asm_rows(m) and m.w_dense, table,
+                 ("dense_row_c",), cost.protonn_cost_terms, cache)
 
 
 def measure_flynn_stages(model, xq: np.ndarray) -> dict:
@@ -624,6 +639,10 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--flynn-wide-stored":  # N [--cache FILE.json]
         cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
         calibrate_flynn_wide_stored(int(sys.argv[2]), cache)
+        return
+    if len(sys.argv) > 2 and sys.argv[1] == "--protonn-dense-rows":  # N [--cache FILE.json]
+        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
+        calibrate_protonn_dense_rows(int(sys.argv[2]), cache)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--protonn-c":  # [--cache FILE.json]
         calibrate_protonn_c(Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--cache" else None)

@@ -28,11 +28,13 @@ from tinyproto.core.manifest import NAME_MAX
 from tinyproto.core.safe_io import check_regular_file, read_json
 
 MODEL_FORMAT = "tinyproto-model"
-MODEL_FORMAT_VERSION = 3
+MODEL_FORMAT_VERSION = 4
 # Format 1 hashed the model under the runtime's former C names (TP_PN_*, TP_FLY_*: prefixes that did not follow the
 # family names), so this version cannot check its recorded model hash; such a directory is refused, not trusted.
 # Format 2 had no model prefix: its generated header gives every model the same C names (tp_predict), so a build
 # would refuse it as edited; it is refused here, with the reason.
+# Format 3 had no TP_JUDGE_SCORE_BITS (the confidence stage's width) among its defines, so its recorded model hash
+# is not the one this version computes for the same arrays: refused with the reason too, never called "edited".
 
 
 def int_model_digest(int_model: dict) -> str:
@@ -146,7 +148,7 @@ def load_model_dir(path: Path) -> ModelDir:
                                                          MODEL_FORMAT_VERSION):
         if meta.get("format") == MODEL_FORMAT and _is_int(meta.get("format_version"), 1, MODEL_FORMAT_VERSION - 1):
             raise TinyprotoError(f"{meta_path}: a model of format version {meta['format_version']}, written by an older "
-                                 f"tinyproto whose generated C names differ; run `tinyproto compile` again")
+                                 f"tinyproto whose generated header differs; run `tinyproto compile` again")
         raise TinyprotoError(f"{meta_path}: not a tinyproto model of format version {MODEL_FORMAT_VERSION}")
     _check_meta_fields(meta, meta_path)
     digest = meta.get("model_hash")
