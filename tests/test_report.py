@@ -124,7 +124,7 @@ def test_report_renders_in_a_headless_browser(sim_sweep, tmp_path):
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
                                      args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
         try:
-            for directory, n_images in ((sim_sweep, 5), (single, 6)):
+            for directory, n_images in ((sim_sweep, 7), (single, 8)):  # risk-coverage and reliability in both
                 _check_page(browser, directory / "report.html", n_images, tmp_path / f"{directory.name}.png")
         finally:
             browser.close()

@@ -148,7 +148,8 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     from tinyproto.pipeline.htmlreport import write_report
 
     report = write_report(tmp_path / "ref")
-    assert {p.stem for p in report.figures} == {"accuracy_vs_bytes", "accuracy_vs_latency", "accuracy_vs_energy"}
+    assert {p.stem for p in report.figures} == {"accuracy_vs_bytes", "accuracy_vs_latency", "accuracy_vs_energy",
+                                                 "risk_coverage", "reliability"}  # host reference confidence
     html = (tmp_path / "ref" / "report.html").read_text()
     assert 'id="failed"' in html and "protonn-8B-seed0-uno" in html and "(pred.)" in html
     assert report.recommendation.startswith("best overall: ") and report.recommendation.endswith(" predicted")
