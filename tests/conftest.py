@@ -248,6 +248,8 @@ def _device_program(args) -> str | None:
     program = os.path.basename(words[0])
     if program in DEVICE_PROGRAMS or program.startswith(("simuno", "plainuno")):
         return program
+    if "--help" in words:  # a verb's help starts no tool
+        return None
     if "-m" in words:
         after = words[words.index("-m") + 1:]
         if after[:1] == ["platformio"] or (after[:1] == ["tinyproto"] and
