@@ -158,6 +158,17 @@ SLOW_STRINGS = {"dask", "chromium", "venv", "clang", "-fsanitize=fuzzer"}
 SLOW_NAMES = {"LocalCluster", "Client", "parametrize_with_checks", "check_estimator", "sync_playwright", "dask_backend",
               "EnvBuilder"}
 
+# ... and what was measured to take seconds in the fast tier's run (tools/slow_tests.py writes the list).
+SLOW_LIST = TESTS / "slow_tests.txt"
+
+
+def measured_slow() -> set[str]:
+    """The node ids tests/slow_tests.txt lists."""
+    lines = SLOW_LIST.read_text().splitlines() if SLOW_LIST.exists() else []
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+_MEASURED_SLOW = measured_slow()
 _reach_cache: dict[int, tuple[set, set]] = {}
 
 
@@ -216,7 +227,7 @@ def tier_of(item) -> set[str]:
     if (names & DEVICE_NAMES or strings & DEVICE_STRINGS or DEVICE_SKIP_REASON.search(reasons)
             or DEVICE_FIXTURES & set(item.fixturenames)):
         marks.add("device")
-    if names & SLOW_NAMES or strings & SLOW_STRINGS:
+    if names & SLOW_NAMES or strings & SLOW_STRINGS or item.nodeid in _MEASURED_SLOW:
         marks.add("slow")
     return marks
 
