@@ -61,7 +61,8 @@ def fit_chosen_protonn(X_train: np.ndarray, y_train: np.ndarray, chosen: dict,
     shape = Shape(int(chosen["n_components"]), int(chosen["n_prototypes"]), int(chosen["nnz_W"]),
                   int(chosen["table_size"]), str(chosen["input_stage"]))
     clf, model = fit_shape(shape, X_train, y_train, options.seed)
-    max_cycles = latency_cycle_limit(options.max_latency_ms, options.f_cpu_hz)
+    # the solver's own limit, room for the confidence stage included
+    max_cycles = latency_cycle_limit(options.max_latency_ms, options.f_cpu_hz, n_classes=len(model.classes))
     model = enforce_latency(enforce_budget(model, options.budget_bytes), max_cycles)
     if model is None:
         raise TinyprotoError(f"ProtoNN {_shape_text(chosen)} is predicted too slow on these rows")
