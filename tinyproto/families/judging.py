@@ -166,8 +166,7 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
     from tinyproto.core.folds import Folds
 
     folds = options.folds if options.folds is not None else Folds.standard(X, y, options.seed)
-    splits = [(fit_rows, val_rows) for (fit_rows, val_rows), (repeat, _) in zip(folds.splits(), folds.parts())
-              if repeat == 0]
+    splits = folds.splits(repeat=0)
     bins, hits, thresholds, scales, trained = [], [], [], [], []
     for k, (fit_rows, val_rows) in enumerate(splits, start=1):
         options.say(f"confidence: fold {k}/{len(splits)}")
