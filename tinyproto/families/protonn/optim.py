@@ -188,14 +188,19 @@ def grad_W(
     return grad_P.T @ X
 
 
+def mean_squared_loss(K: np.ndarray, Z: np.ndarray, Y: np.ndarray) -> float:
+    """Mean squared loss of the scores K Z^T against the one-hot targets Y, given the kernels K (n, m)."""
+    R = K @ Z.T - Y
+    return float(np.einsum("ij,ij->", R, R)) / K.shape[0]
+
+
 def loss_and_grad(
     params: Params, X: np.ndarray, Y: np.ndarray, gamma2: float, block: str | None
 ) -> tuple[float, np.ndarray | None]:
     """Mean squared loss on (X, Y) and, when block is "W", "B" or "Z", its gradient w.r.t. that tensor."""
     P = X @ params.W.T
     K = kernel(P, params.B, gamma2)
-    R = K @ params.Z.T - Y
-    loss = float(np.einsum("ij,ij->", R, R)) / X.shape[0]
+    loss = mean_squared_loss(K, params.Z, Y)
     if block == "Z":
         return loss, grad_Z(K, Y, params.Z)
     if block == "B":
@@ -237,16 +242,21 @@ def sgd_epoch(
     fraction: float,
     order: np.ndarray,
     batch_size: int,
+    P_all: np.ndarray | None = None,
+    K_all: np.ndarray | None = None,
 ) -> None:
     """One epoch of projected heavy-ball SGD on one block (in place); the other two blocks stay fixed.
 
     Because they stay fixed, what depends only on them is computed once per epoch instead of per batch: the
-    projections for the Z and B epochs, and the kernels for the Z epoch.
+    projections for the Z and B epochs, and the kernels for the Z epoch. P_all (Xs W^T) and K_all (its kernels)
+    may be given when the caller already has them for the current W, B and gamma2.
     """
     theta = params.get(block)
     velocity = np.zeros_like(theta)
-    P_all = Xs @ params.W.T if block != "W" else None
-    K_all = kernel(P_all, params.B, gamma2) if block == "Z" else None
+    if block != "W" and P_all is None:
+        P_all = Xs @ params.W.T
+    if block == "Z" and K_all is None:
+        K_all = kernel(P_all, params.B, gamma2)
     for start in range(0, order.size, batch_size):
         idx = order[start : start + batch_size]
         if block == "Z":
