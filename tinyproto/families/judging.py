@@ -22,7 +22,7 @@ from tinyproto.core.carray import CArray
 from tinyproto.core.confidence import (CONFIDENCE_BINS, Calibration, decline_threshold, isotonic_table, margin_bins,
                                        novelty, winner_and_runner_up)
 from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
-from tinyproto.families.solving import FoldModels, SolveOptions
+from tinyproto.families.solving import FoldModels, SolveOptions, calibration_splits
 
 CONFIDENCE_JSON_KEY = "confidence"  # model.json's int_model carries the calibration under this key
 
@@ -172,9 +172,7 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
     from tinyproto.core.folds import Folds
 
     folds = options.folds if options.folds is not None else Folds.standard(X, y, options.seed)
-    splits = [(index, fit_rows, val_rows)
-              for index, ((fit_rows, val_rows), (repeat, _)) in enumerate(zip(folds.splits(), folds.parts()))
-              if repeat == 0]
+    splits = calibration_splits(folds)
     bins, hits, thresholds, scales, trained = [], [], [], [], []
     for k, (index, fit_rows, val_rows) in enumerate(splits, start=1):
         options.say(f"confidence: fold {k}/{len(splits)}")

@@ -93,12 +93,59 @@ class FoldModels:
     def offer(self, chosen: dict, fold: int, model: Any) -> None:
         self._models[self._key(chosen, fold)] = model
 
+    def offer_all(self, chosen: dict, models: dict[int, Any]) -> None:
+        for fold, model in models.items():
+            self.offer(chosen, fold, model)
+
     def take(self, chosen: dict, fold: int) -> Any | None:
         """The model left for this shape and fold, or None (then the caller trains it)."""
         return self._models.get(self._key(chosen, fold))
 
     def __len__(self) -> int:
         return len(self._models)
+
+
+def calibration_splits(folds: Folds) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(index in folds.splits(), training rows, validation rows) of the folds the confidence calibration trains the
+    chosen shape on: those of the first draw of the folds."""
+    return [(index, fit_rows, val_rows)
+            for index, ((fit_rows, val_rows), (repeat, _)) in enumerate(zip(folds.splits(), folds.parts()))
+            if repeat == 0]
+
+
+def fit_final_and_folds(final: Callable, final_args: tuple, fit_shape: Callable, chosen: dict, X: np.ndarray,
+                        y: np.ndarray, options: SolveOptions) -> tuple[Any, dict[int, Any]]:
+    """(final(*final_args), {fold index: model}): the solver's fit of its chosen shape on all its rows and, when
+    options.fold_models asks for them, the chosen shape trained (fit_shape, as the calibration would) on every
+    calibration fold no model was left for yet, all in the same options.n_jobs processes. The caller leaves the
+    fold models (FoldModels.offer) under its info["chosen"], which may depend on the final model.
+
+    `final` and `fit_shape` run in worker processes: module-level functions, and their arguments picklable."""
+    from tinyproto.core.folds import Folds
+
+    missing = []
+    if options.fold_models is not None:
+        folds = options.folds if options.folds is not None else Folds.standard(X, y, options.seed)
+        quiet = options.with_(progress=None, fold_models=None)
+        missing = [(index, (fit_shape, X[fit_rows], y[fit_rows], chosen, quiet))
+                   for index, fit_rows, _ in calibration_splits(folds)
+                   if options.fold_models.take(chosen, index) is None]
+    results = map_in_processes(_call, [(final, final_args), *[(_shape_or_none, args) for _, args in missing]],
+                               options.n_jobs)
+    return results[0], {index: model for (index, _), model in zip(missing, results[1:]) if model is not None}
+
+
+def _call(function: Callable, args: tuple) -> Any:
+    return function(*args)
+
+
+def _shape_or_none(fit_shape: Callable, X: np.ndarray, y: np.ndarray, chosen: dict, options: SolveOptions) -> Any:
+    """The integer model of fit_shape, or None when the shape cannot keep the limits on these rows (the
+    calibration then does what it does for such a fold)."""
+    try:
+        return fit_shape(X, y, chosen, options)[1]
+    except TinyprotoError:
+        return None
 
 
 def default_jobs() -> int:
@@ -208,4 +255,5 @@ class FitShape(Protocol):
                  options: SolveOptions) -> tuple[Any, Any]: ...  # (estimator, IntModel)
 
 
-__all__ = ["DEFAULT_F_CPU_HZ", "FitShape", "FitUnderBudget", "FoldModels", "SolveOptions", "default_jobs", "map_in_processes"]
+__all__ = ["DEFAULT_F_CPU_HZ", "FitShape", "FitUnderBudget", "FoldModels", "SolveOptions", "calibration_splits",
+           "default_jobs", "fit_final_and_folds", "map_in_processes"]

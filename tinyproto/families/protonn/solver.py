@@ -27,7 +27,7 @@ import numpy as np
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds
-from tinyproto.families.solving import SolveOptions, map_in_processes
+from tinyproto.families.solving import SolveOptions, fit_final_and_folds, map_in_processes
 from tinyproto.families.protonn.quantize import IntProtoNN, drop_unread, quantize_protonn
 from tinyproto.families.protonn.shapes import (STAGES, TABLE_SIZES, Shape, candidate_shapes, fastest_shape,
                                                largest_nnz, minimum_budget, model_bytes, model_cycles)
@@ -225,24 +225,31 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
         _refuse(X_fit, y_fit, X_val, y_val, n_features, len(classes), budget_bytes, max_latency_ms, random_state, ms)
     margin = noise_margin(max(t["val_int8_accuracy"] for t in tried), n_val)
     order = rank_candidates(tried, margin)
-    for index in order:
+    for attempt, index in enumerate(order):
         best = kept[index]
+        chosen = {**best.as_dict(n_features), "nnz_W": best.nnz_W}  # nnz_W: the shape, exactly (fit_chosen)
+        if options.fold_models is not None:  # a split on all of its fold's training rows is fit_chosen_protonn's fit
+            for k, ((fit_rows, _), full) in enumerate(zip(search_splits, folds.splits())):
+                model_k = split_models[index][k]
+                if len(fit_rows) == len(full[0]) and len(model_k.classes) == len(classes):
+                    options.fold_models.offer(chosen, k, model_k)
         if progress:
             progress(f"refit d_hat={best.n_components} m={best.n_prototypes} on all training data")
-        clf, model = fit_shape(best, X_train, y_train, random_state)
-        model = enforce_latency(enforce_budget(model, budget_bytes), max_cycles)
+        refit_args = (best, X_train, y_train, random_state, budget_bytes, max_cycles)
+        # the first refit beside the calibration's fold models the search did not train (the shape's other folds)
+        if attempt == 0:
+            (clf, model), fold_models = fit_final_and_folds(_refit, refit_args, fit_chosen_protonn, chosen, X_train,
+                                                            y_train, options.with_(folds=folds))
+            if options.fold_models is not None:
+                options.fold_models.offer_all(chosen, fold_models)
+        else:
+            clf, model = _refit(*refit_args)
         if model is not None:
             break
     else:  # every refit was predicted too slow (each validated one fitted): not seen in practice
         _refuse(X_fit, y_fit, X_val, y_val, n_features, len(classes), budget_bytes, max_latency_ms, random_state, ms)
     chosen_index = index
     runners = [i for i in order if i != chosen_index][:RUNNERS_UP]
-    chosen = {**best.as_dict(n_features), "nnz_W": best.nnz_W}  # nnz_W: the shape, exactly (fit_chosen)
-    if options.fold_models is not None:  # a split on all of its fold's training rows is fit_chosen_protonn's fit
-        for k, ((fit_rows, _), full) in enumerate(zip(search_splits, folds.splits())):
-            model_k = split_models[chosen_index][k]
-            if len(fit_rows) == len(full[0]) and len(model_k.classes) == len(classes):
-                options.fold_models.offer(chosen, k, model_k)
     info = {
         "chosen": chosen,
         "candidates": tried,
@@ -281,6 +288,13 @@ RUNNERS_UP = 5
 # Below this many training values in a batch of fits (summed over its shapes and splits) starting worker processes
 # costs more than it saves (each imports numpy, scikit-learn and tinyproto: about 1.5 s of CPU).
 PARALLEL_MIN_VALUES = 400_000
+
+
+def _refit(shape: Shape, X: np.ndarray, y: np.ndarray, seed: int, budget_bytes: int,
+           max_cycles) -> tuple[ProtoNNClassifier, IntProtoNN | None]:
+    """The shape trained on all the training rows, within the budget and the latency limit (None: too slow)."""
+    clf, model = fit_shape(shape, X, y, seed)
+    return clf, enforce_latency(enforce_budget(model, budget_bytes), max_cycles)
 
 
 def _validate_on_split(shape: Shape, split: tuple, budget_bytes: int, max_cycles, seed: int):
