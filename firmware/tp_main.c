@@ -293,12 +293,11 @@ void tp_app_init(void)
 #endif
 }
 
-void tp_app_byte(uint8_t c)
+/* What a byte that ended a frame leads to: the request's answer, or an ERROR. Not inlined into tp_app_byte: the
+ * dispatch needs a dozen saved registers, which every byte (a wide vector is thousands) would otherwise push and
+ * pop, although only the frame's last one gets here. */
+static void __attribute__((noinline)) tp_app_frame_end(tp_rx_t status)
 {
-    tp_rx_t status = tp_parser_feed(&tp_rx, c);
-    if (status == TP_RX_NONE) {
-        return;
-    }
     if (status == TP_RX_FRAME) {
         tp_dispatch(tp_rx.len);
         return;
@@ -313,6 +312,14 @@ void tp_app_byte(uint8_t c)
         code = tp_request_check(tp_buf.b[0], 0) == TP_ERR_UNKNOWN_TYPE ? TP_ERR_UNKNOWN_TYPE : TP_ERR_TOO_LONG;
     }
     tp_reply_error(seq, code);
+}
+
+void tp_app_byte(uint8_t c)
+{
+    tp_rx_t status = tp_parser_feed(&tp_rx, c);
+    if (status != TP_RX_NONE) {
+        tp_app_frame_end(status);
+    }
 }
 
 #if !defined(TP_PORT_CUSTOM) || defined(__AVR__)

@@ -85,8 +85,35 @@ typedef void (*tp_putc_fn)(uint8_t c);
 
 void tp_parser_init(tp_parser_t *p, uint8_t *buf, uint16_t cap);
 
-/* Feed one received byte; returns what it completed (TP_RX_NONE most of the time). */
-TP_CHECK_RESULT tp_rx_t tp_parser_feed(tp_parser_t *p, uint8_t c);
+/* Every case of tp_parser_feed(): code bytes, the delimiter, overflow, the reset after a frame. */
+TP_CHECK_RESULT tp_rx_t tp_parser_feed_any(tp_parser_t *p, uint8_t c);
+
+/* Feed one received byte; returns what it completed (TP_RX_NONE most of the time). Inline for the bytes almost every
+ * byte is, a COBS code byte or the data of its block, with room left in the buffer (raw float features hold many
+ * zero bytes, so code bytes are common); tp_parser_feed_any does the rest the same way. */
+static inline TP_CHECK_RESULT tp_rx_t tp_parser_feed(tp_parser_t *p, uint8_t c)
+{
+    uint16_t len = p->len;
+    if (c == 0 || p->flags != 0 || len >= p->cap) {
+        return tp_parser_feed_any(p, c);
+    }
+    uint8_t left = p->left;
+    if (left == 0) {
+        /* A code byte. The block before it ended in an implicit zero unless it was a full 254-byte run. */
+        uint8_t code = p->code;
+        p->code = c;
+        p->left = (uint8_t)(c - 1u);
+        if (code == 0 || code == 0xFF) {
+            return TP_RX_NONE;
+        }
+        c = 0;
+    } else {
+        p->left = (uint8_t)(left - 1u);
+    }
+    p->buf[len] = c;
+    p->len = (uint16_t)(len + 1u);
+    return TP_RX_NONE;
+}
 
 /* CRC-16/CCITT-FALSE: poly 0x1021, no reflection, no xorout; start with crc = 0xFFFF. */
 TP_CHECK_RESULT uint16_t tp_crc16(uint16_t crc, const uint8_t *data, uint16_t n);

@@ -106,6 +106,7 @@ void tp_port_init(void)
     TP_UBRRL = (uint8_t)TP_UBRR;
     TP_UCSRC = _BV(TP_UCSZ1) | _BV(TP_UCSZ0); /* 8N1 */
 #ifdef TP_RX_WINDOWED
+    set_sleep_mode(SLEEP_MODE_IDLE); /* how tp_port_getc waits: the USART and the timers keep running */
     TP_UCSRB = _BV(TP_RXCIE) | _BV(TP_RXEN) | _BV(TP_TXEN);
 #else
     TP_UCSRB = _BV(TP_RXEN) | _BV(TP_TXEN);
@@ -115,20 +116,23 @@ void tp_port_init(void)
 #ifdef TP_RX_WINDOWED
 int16_t tp_port_getc(void)
 {
-    /* Sleep (idle mode: the USART and timers run) until the receive interrupt brings a byte; testing the ring
-     * with interrupts off and sleeping right after sei (which delays them one instruction) loses no wake-up. */
-    cli();
-    while (tp_ring_head == tp_ring_tail) {
-        set_sleep_mode(SLEEP_MODE_IDLE);
-        sleep_enable();
-        sei();
-        sleep_cpu();
-        sleep_disable();
+    /* Sleep (idle mode, chosen in tp_port_init: the USART and timers run) until the receive interrupt brings a
+     * byte; testing the ring with interrupts off and sleeping right after sei (which delays them one instruction)
+     * loses no wake-up. A byte already waiting (the host keeps a window in flight) is taken at once. */
+    uint8_t tail = tp_ring_tail;
+    if (tp_ring_head == tail) {
         cli();
+        while (tp_ring_head == tail) {
+            sleep_enable();
+            sei();
+            sleep_cpu();
+            sleep_disable();
+            cli();
+        }
+        sei();
     }
-    sei();
-    uint8_t c = tp_ring[tp_ring_tail];
-    tp_ring_tail = tp_ring_next(tp_ring_tail);
+    uint8_t c = tp_ring[tail];
+    tp_ring_tail = tp_ring_next(tail);
     return c;
 }
 #else

@@ -96,3 +96,41 @@ def test_federated_without_dp_is_the_model_compile_deploys(tmp_path, data, parti
 def test_a_thousand_parties_still_deploy_compiles_model(tmp_path, data, split):
     out = _federate_and_compile(tmp_path, data, 1000, split)
     assert out["same_int_model"] and out["report"]["identical_to_compile"] is True
+
+
+def _classes_of_copies(varied_class: bool, seed=0):
+    """Three classes of 30 rows; classes 1 and 2 are each one row repeated (binary features do this), class 0
+    varies unless varied_class is False."""
+    rng = np.random.default_rng(seed)
+    first = rng.normal(size=(30, 4)) if varied_class else np.full((30, 4), -1.0)
+    X = np.concatenate([first, np.ones((30, 4)), np.zeros((30, 4))])
+    return X, np.repeat([0, 1, 2], 30)
+
+
+def test_a_part_that_leaves_one_class_to_train_on_is_not_validated():
+    X, y = _classes_of_copies(varied_class=True)
+    folds = Folds.standard(X, y, 0)
+    assert np.array_equal(np.unique(folds.ids[0, y == 1]).size, 1)  # copies share a fold
+    splits = folds.splits()
+    assert splits and all(np.unique(y[t]).size >= 2 for t, _ in splits)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(folds.splits(repeat=0), splits))
+
+
+def test_rows_that_are_all_copies_are_refused_in_one_line():
+    from tinyproto.core.errors import TinyprotoError
+
+    X, y = _classes_of_copies(varied_class=False)
+    X, y = X[y < 2], y[y < 2]  # two classes, each one row repeated
+    with pytest.raises(TinyprotoError, match="each class needs rows that differ"):
+        Folds.standard(X, y, 0).splits()
+
+
+@pytest.mark.parametrize("family", __import__("tinyproto.families", fromlist=["names"]).names())
+def test_every_family_trains_on_classes_of_copies(family):
+    from tinyproto import families
+    from tinyproto.families import SolveOptions
+
+    X, y = _classes_of_copies(varied_class=True)
+    options = SolveOptions(512, 0, n_jobs=1, folds=Folds.standard(X, y, 0))
+    _, model, _ = families.fit_judged(family, X, y, options, None)
+    assert list(model.classes) == [0, 1, 2]

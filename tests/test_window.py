@@ -152,6 +152,100 @@ def test_a_device_that_keeps_losing_frames_is_one_clear_error():
     assert client.window_restarts == 2
 
 
+def _raw_vectors(n: int) -> list[np.ndarray]:
+    return [_raw_vector() * k for k in np.linspace(-2.0, 2.0, n, dtype=np.float32)]
+
+
+def _vector_starts(device: RingDevice) -> list[int]:
+    """Index (in the device's requests) of every PREDICT_RAW chunk that starts a vector."""
+    return [k for k, f in enumerate(device.requests)
+            if f.type == P.MSG_PREDICT_RAW and struct.unpack_from("<H", f.payload)[0] == 0]
+
+
+def test_the_raw_pass_keeps_the_window_full_across_vectors():
+    """predict_raw_many: the same answers as one predict_raw per vector, and the next vector's first chunks are on
+    the way before the last one's answer came (no round trip per vector), within the ring."""
+    device = RingDevice()
+    client = P.DeviceClient(device, timeout=0.2, rx_ring=wire.RX_RING_MAX)
+    client.hello()
+    raws = _raw_vectors(5)
+    results = list(client.predict_raw_many(raws))
+    assert len(results) == len(raws) and client.window_restarts == 0
+    for raw, result in zip(raws, results):
+        np.testing.assert_array_equal(result.x, fake_quantize(raw))
+    chunks = -(-N_FEATURES // wire.RAW_CHUNK_FEATURES)
+    assert len(device.requests) == 1 + 5 * chunks
+    # the device answers one request per read: had the host waited for each vector's last answer, the device
+    # would find nothing pending after it; here the next vector's first chunk was already sent
+    assert device.max_unanswered <= wire.rx_window_bytes(wire.RX_RING_MAX)
+    sent_ahead = [w for w in device.writes if w >= 1]
+    assert len(sent_ahead) < len(device.requests)  # some writes carried several frames
+    assert _vector_starts(device) == [1 + v * chunks for v in range(5)]
+
+
+def test_the_raw_pass_crosses_vectors_while_an_answer_is_pending():
+    """The first chunk of vector v + 1 reaches the device before it answers vector v's last chunk."""
+    device = RingDevice()
+    client = P.DeviceClient(device, timeout=0.2, rx_ring=wire.RX_RING_MAX)
+    client.hello()
+    answered_last: list[int] = []
+    original_read = device.read
+
+    def read(size: int = 1) -> bytes:
+        before = len(device.requests)
+        out = original_read(size)
+        if len(device.requests) > before:
+            frame = device.requests[-1]
+            first = struct.unpack_from("<H", frame.payload)[0]
+            if first + wire.RAW_CHUNK_FEATURES >= N_FEATURES:
+                answered_last.append(len(device.pending))  # requests already waiting behind the last chunk
+        return out
+
+    device.read = read
+    list(client.predict_raw_many(_raw_vectors(4)))
+    assert any(waiting > 0 for waiting in answered_last[:-1])
+
+
+@pytest.mark.parametrize("fault", ["request", "answer"])
+def test_a_lost_frame_in_the_raw_pass_resends_every_unanswered_vector_from_its_first_chunk(fault):
+    chunks = -(-N_FEATURES // wire.RAW_CHUNK_FEATURES)
+    lost = {"done": False}
+
+    def drop(frame, n):  # the 2nd chunk of the 3rd vector, once
+        if frame.type == P.MSG_PREDICT_RAW and n == 1 + 2 * chunks + 1 and not lost["done"]:
+            lost["done"] = True
+            return fault
+        return None
+
+    device = RingDevice(drop)
+    client = P.DeviceClient(device, timeout=0.2, rx_ring=wire.RX_RING_MAX)
+    client.hello()
+    raws = _raw_vectors(5)
+    results = list(client.predict_raw_many(raws))
+    assert client.window_restarts == 1 and len(results) == 5
+    for raw, result in zip(raws, results):
+        np.testing.assert_array_equal(result.x, fake_quantize(raw))
+    starts = _vector_starts(device)
+    assert len(starts) > 5  # the third vector (and whatever followed it) began again
+    resent = device.requests[starts[-3]:]  # vectors 3, 4, 5 each from their first chunk, whole
+    firsts = [struct.unpack_from("<H", f.payload)[0] for f in resent]
+    assert firsts == list(range(0, N_FEATURES, wire.RAW_CHUNK_FEATURES)) * 3
+
+
+def test_a_raw_pass_that_keeps_losing_frames_is_one_clear_error():
+    """From the second vector on every answer is lost: the first vector is answered, the second fails its
+    1 + n_retries tries (a try that answered a vector does not count against the next one)."""
+    chunks = -(-N_FEATURES // wire.RAW_CHUNK_FEATURES)
+    device = RingDevice(lambda frame, n: "answer" if frame.type == P.MSG_PREDICT_RAW and n > chunks else None)
+    client = P.DeviceClient(device, n_retries=2, timeout=0.05, rx_ring=wire.RX_RING_MAX)
+    client.hello()
+    answered = []
+    with pytest.raises(P.DeviceError) as info:
+        answered.extend(client.predict_raw_many(_raw_vectors(3)))
+    assert "\n" not in str(info.value) and "baud rate" in str(info.value)
+    assert len(answered) == 1 and client.window_restarts == 1 + 2
+
+
 def _simuno(tmp_path: Path) -> Path:
     simuno = tmp_path / "simuno"
     built = subprocess.run(["cc", "-O2", "-std=gnu99", str(ROOT / "tools/simuno/simuno.c"), "-lsimavr", "-o",
@@ -232,3 +326,31 @@ def test_a_window_of_int8_chunks_leaves_a_gathering_firmwares_cycles_exact(tmp_p
         np.testing.assert_array_equal(a.scores, fake_scores(x, N_CLASSES))
         np.testing.assert_array_equal(b.scores, a.scores)
         assert a.cycles == b.cycles > 0
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("stream", ["-DTP_STREAMABLE=1", "-DTP_STREAMABLE=0"])
+def test_the_avr_app_takes_the_raw_pass_as_one_window_across_vectors(tmp_path, stream):
+    """The real AVR build on the simulator, streaming and gathering: predict_raw_many answers every vector as
+    predict_raw does (the host's inputs and scores), with no frame lost or resent."""
+    simuno = _simuno(tmp_path)
+    elf = build_avr(tmp_path / "fw.elf", stream, f"-DTP_N_FEATURES={N_FEATURES}", f"-DTP_N_CLASSES={N_CLASSES}",
+                    "-DTP_BAUD=1000000UL")
+    proc = subprocess.Popen([str(simuno), "--pty", "--parent-pipe", str(elf)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    raws = _raw_vectors(12)
+    try:
+        path = proc.stdout.readline().split()[1]
+        with P.open_device(path, baud=1_000_000, handshake_timeout=5.0, timeout=3.0) as client:
+            assert client.info.windowed
+            results = list(client.predict_raw_many(raws))
+            one = client.predict_raw(raws[3])
+            assert client.window_restarts == 0 and client.stats().frames_bad == 0
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+    assert len(results) == len(raws)
+    for raw, result in zip(raws, results):
+        np.testing.assert_array_equal(result.x, fake_quantize(raw))
+        np.testing.assert_array_equal(result.scores, fake_scores(fake_quantize(raw), N_CLASSES))
+    np.testing.assert_array_equal(one.scores, results[3].scores)

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from tinyproto.core.errors import TinyprotoError
 
 N_FOLDS = 3
 KEY_BITS = 12
@@ -97,6 +99,9 @@ class Folds:
     ids: np.ndarray  # (n_repeats, n) in 0..n_folds-1
     n_folds: int
     validated: int  # folds 0..validated-1 of each repeat are validation parts
+    # each row's class index, when known: a part whose training rows hold a single class is not validated (a
+    # class whose rows are all one row, repeated, sits in one fold, and no classifier trains on one class)
+    labels: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def standard(X: np.ndarray, y: np.ndarray, seed: int) -> Folds:
@@ -105,7 +110,7 @@ class Folds:
         classes, y_index = np.unique(np.asarray(y), return_inverse=True)
         keys = row_keys(X, y, seed, plan.n_repeats)
         ids = assign(keys, y_index, bin_folds(class_bins(keys, y_index, len(classes)), plan.n_folds))
-        return Folds(ids, plan.n_folds, plan.validated)
+        return Folds(ids, plan.n_folds, plan.validated, labels=y_index)
 
     @property
     def n_repeats(self) -> int:
@@ -119,13 +124,23 @@ class Folds:
         """(repeat, fold) of every validation part, in order."""
         return [(r, f) for r in range(self.n_repeats) for f in range(self.validated)]
 
-    def splits(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(training rows, validation rows) of every validation part that has both."""
-        out = []
+    def splits(self, repeat: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(training rows, validation rows) of every validation part (of one repeat, if given) that has both and
+        whose training rows hold at least two classes."""
+        out, single_class = [], 0
         for r, f in self.parts():
             inside = self.ids[r] == f
-            if inside.any() and not inside.all():
-                out.append((np.flatnonzero(~inside), np.flatnonzero(inside)))
+            if (repeat is not None and r != repeat) or not inside.any() or inside.all():
+                continue
+            fit = np.flatnonzero(~inside)
+            if self.labels is not None and np.unique(self.labels[fit]).size < 2:
+                single_class += 1
+                continue
+            out.append((fit, np.flatnonzero(inside)))
+        if not out and self.n_rows:
+            raise TinyprotoError("cannot validate a model on these rows: copies of a row share a fold, and here "
+                                 + ("every fold leaves a single class to train on" if single_class else
+                                    "every row sits in one fold") + "; each class needs rows that differ")
         return out
 
     def scored(self) -> np.ndarray:
@@ -133,7 +148,10 @@ class Folds:
         return self.ids < self.validated
 
     def n_scored(self) -> int:
-        return int(sum(len(v) for _, v in self.splits()))
+        """Rows in the validation parts that have both sides (a part left with one class to train on counts too:
+        FlyNN, whose counts need no training, scores it)."""
+        sizes = self.part_sizes()
+        return int(sum(int(s) for s in sizes if 0 < s < self.n_rows))
 
     def part_sizes(self) -> np.ndarray:
         """Rows in each validation part, in the order of parts()."""

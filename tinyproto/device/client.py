@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import Callable
+from collections import deque
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -119,6 +120,11 @@ class DeviceClient:
         n = len(vector) // 4
         stream = self._stream_windowed if self.windowed else self._stream
         acks, last = stream(MSG_PREDICT_RAW, vector, 4, wire.RAW_CHUNK_FEATURES)
+        return self._raw_prediction(n, acks, last)
+
+    def _raw_prediction(self, n: int, acks: list[bytes], last: bytes) -> RawPrediction:
+        """One vector's PREDICT_RAW answers (every chunk's acknowledgement and the last one's answer) checked and
+        joined."""
         tail = n - wire.RAW_CHUNK_FEATURES * len(acks)
         for k, ack in enumerate(acks):
             if len(ack) != wire.RAW_CHUNK_FEATURES:
@@ -128,6 +134,22 @@ class DeviceClient:
         self._check_classes(len(answer.scores))
         x = np.concatenate([np.frombuffer(b"".join(acks), dtype=np.int8), answer.x])
         return RawPrediction(answer.label, answer.cycles, x, answer.scores, answer.confidence, answer.decided)
+
+    def predict_raw_many(self, raws: Iterable[np.ndarray]) -> Iterator[RawPrediction]:
+        """predict_raw of every vector, in order. On firmware with a receive ring the window runs across vectors:
+        the next vector's chunks go while the device still works on the last one's, so the line does not idle for
+        a round trip per vector. The cycles of this pass then include receive interrupts for every family (the
+        int8 PREDICT stays the timed one). A lost or refused frame resends every vector not fully answered from
+        its first chunk, at most n_retries times for one vector."""
+        if self.info is not None and not self.info.raw_input:
+            raise DeviceError("the firmware was built with TP_NO_RAW_INPUT: use predict() with int8 inputs")
+        if not self.windowed:
+            for raw in raws:
+                yield self.predict_raw(raw)
+            return
+        vectors = (self._vector(raw, np.dtype("<f4"), "raw") for raw in raws)
+        for vector, answers in self._pipeline(MSG_PREDICT_RAW, vectors, 4, wire.RAW_CHUNK_FEATURES):
+            yield self._raw_prediction(len(vector) // 4, answers[:-1], answers[-1])
 
     def stats(self) -> Stats:
         return parse_stats(self._request(MSG_STATS))
@@ -241,6 +263,95 @@ class DeviceClient:
                 return answers[:-1], answers[-1]
         raise DeviceError(f"the device on {self.name} kept losing or refusing the chunks of {_REQUEST_NAMES[type]} "
                           f"({1 + self.n_retries} tries) — check the cable and that the baud rate is {self._baud()}")
+
+    def _pipeline(self, type: int, vectors: Iterator[bytes], item: int,
+                  per_chunk: int) -> Iterator[tuple[bytes, list[bytes]]]:
+        """(vector, its answers) for every vector, in order, through one window that runs across vectors (see
+        _stream_windowed for one vector). A try fails as there (an answer missing, out of order or an ERROR a
+        resend can fix); then, once the device is quiet, every vector not fully answered goes again from its first
+        chunk (first = 0 starts a vector afresh), so a vector is never answered from a half that went before."""
+        in_flight: deque[bytes] = deque()  # vectors begun, not fully answered, oldest first
+        tries = 0  # failed tries of the oldest vector
+        while True:
+            try_vectors = list(in_flight)
+            in_flight.clear()
+            answered = yield from self._pipeline_try(type, try_vectors, vectors, in_flight, item, per_chunk)
+            if not in_flight:
+                return
+            tries = 0 if answered else tries + 1
+            if tries > self.n_retries:
+                raise DeviceError(f"the device on {self.name} kept losing or refusing the chunks of "
+                                  f"{_REQUEST_NAMES[type]} ({1 + self.n_retries} tries) — check the cable and that "
+                                  f"the baud rate is {self._baud()}")
+            self.window_restarts += 1
+            self._wait_quiet()
+
+    def _pipeline_try(self, type: int, again: list[bytes], fresh: Iterator[bytes], in_flight: deque,
+                      item: int, per_chunk: int):
+        """One try of _pipeline: first the vectors of `again`, then vectors from `fresh`, their chunks' frames sent
+        as the window allows, the answers taken in order; each vector fully answered is yielded. Returns whether
+        any vector was answered; the vectors begun but not answered are left in `in_flight` (oldest first)."""
+        self._mid_vector = True  # an ERROR argument means "out of order" here (a lost frame): resend
+        queue = deque(again)  # vectors still to begin, before any fresh one
+        frames: deque[tuple[int, bytes]] = deque()  # (seq, encoded) sent, not yet answered
+        pending: deque[tuple[int, bytes]] = deque()  # (seq, encoded) of the vector being sent, not yet sent
+        n_frames: deque[int] = deque()  # frames of each vector in in_flight
+        answered, answers, unanswered_bytes, exhausted = False, [], 0, False
+        while True:
+            if not pending and not exhausted:
+                vector = queue.popleft() if queue else next(fresh, None)
+                if vector is None:
+                    exhausted = True
+                else:
+                    payloads = self._chunk_payloads(vector, item, per_chunk)
+                    pending.extend((seq, b"\x00" + encode_frame(type, seq, payload))
+                                   for seq, payload in zip((self._next_seq() for _ in payloads), payloads))
+                    in_flight.append(vector)
+                    n_frames.append(len(payloads))
+                    continue
+            batch = []
+            while pending and unanswered_bytes + len(pending[0][1]) <= self.window_bytes:
+                seq, encoded = pending.popleft()
+                frames.append((seq, encoded))
+                batch.append(encoded)
+                unanswered_bytes += len(encoded)
+            if batch:
+                self._write(b"".join(batch), drain=False)
+                if pending or not exhausted:
+                    continue  # room may be left for the next vector's first frames
+            if not frames:
+                return answered  # every vector answered: in_flight and queue are empty
+            expected, encoded = frames[0]
+            try:
+                frame = self._await_any(self.timeout, {seq for seq, _ in frames})
+            except OSError as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
+                raise DeviceError(f"lost the serial port {self.name}: {exc}") from exc
+            if frame is None or frame.seq != expected or frame.type == MSG_ERROR or frame.type != type | MSG_RESPONSE:
+                if frame is not None and frame.type == MSG_ERROR:
+                    try:
+                        self._on_error(type, frame.payload[0] if len(frame.payload) == 1 else -1)
+                    except _ChunkOrder:
+                        pass
+                in_flight.extend(queue)  # not begun in this try: they follow the begun ones
+                return answered
+            frames.popleft()
+            unanswered_bytes -= len(encoded)
+            answers.append(frame.payload)
+            if len(answers) == n_frames[0]:
+                vector = in_flight.popleft()
+                n_frames.popleft()
+                answered = True
+                yield vector, answers
+                answers = []
+
+    @staticmethod
+    def _chunk_payloads(vector: bytes, item: int, per_chunk: int, head: bytes = b"") -> list[bytes]:
+        """The payloads of a vector's chunks: `head`, the index of the chunk's first item, its items."""
+        n = len(vector) // item
+        if n == 0:
+            raise TinyprotoError("an empty vector has no features to send")
+        return [head + _CHUNK_FIRST.pack(first) + vector[first * item : min(first + per_chunk, n) * item]
+                for first in range(0, n, per_chunk)]
 
     def _window(self, type: int, payloads: list[bytes]) -> list[bytes] | None:
         """One try of _stream_windowed: the answers in order, or None if one was lost or refused."""

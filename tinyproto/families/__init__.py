@@ -53,6 +53,29 @@ class IntModel(Protocol):
     def to_json(self) -> dict: ...
 
 
+
+class IntModelCommon:
+    """What every family's integer model does alike, mixed into each one's dataclass: the sizes read from its
+    classes and input stage, and the head of its model.json (family, classes, input stage)."""
+
+    @property
+    def n_features(self) -> int:
+        return self.input_stage.n_features
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    def json_head(self) -> dict:
+        return {"family": self.family, "classes": list(self.classes), "input_stage": self.input_stage.to_json()}
+
+    @classmethod
+    def head_from_json(cls, raw: dict) -> dict:
+        """The constructor's classes and input_stage from a model.json of this family (another family's refused)."""
+        if raw.get("family") != cls.family:
+            raise ValueError(f"not a {cls.family} model: {raw.get('family')!r}")
+        return {"classes": list(raw["classes"]), "input_stage": InputStage.from_json(raw["input_stage"])}
+
 # fit_under_budget(X_train, y_train, options: SolveOptions) -> (float estimator, IntModel, info): the one solver
 # contract of every family, in tinyproto/families/solving.py (and checked by tests/test_solver_contract.py).
 # fit_shape(X_train, y_train, info["chosen"], options) -> (float estimator, IntModel): the shape that solver chose,

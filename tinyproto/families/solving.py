@@ -107,10 +107,8 @@ class FoldModels:
 
 def calibration_splits(folds: Folds) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """(index in folds.splits(), training rows, validation rows) of the folds the confidence calibration trains the
-    chosen shape on: those of the first draw of the folds."""
-    return [(index, fit_rows, val_rows)
-            for index, ((fit_rows, val_rows), (repeat, _)) in enumerate(zip(folds.splits(), folds.parts()))
-            if repeat == 0]
+    chosen shape on: those of the first draw of the folds (the first of folds.splits(), in the same order)."""
+    return [(index, fit_rows, val_rows) for index, (fit_rows, val_rows) in enumerate(folds.splits(repeat=0))]
 
 
 def fit_final_and_folds(final: Callable, final_args: tuple, fit_shape: Callable, chosen: dict, X: np.ndarray,

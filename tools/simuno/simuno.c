@@ -708,16 +708,29 @@ static int finish(avr_t *avr, io_state_t *io, int status)
     return status;
 }
 
-/* Runs up to BATCH_INSTRUCTIONS instructions; returns the CPU state afterwards. */
-static int run_batch(avr_t *avr, uint64_t timeout_cycles)
+/* Runs up to BATCH_INSTRUCTIONS instructions; returns the CPU state afterwards. The batch ends early once the
+ * firmware has slept IDLE_CYCLES_BEFORE_WAIT cycles in a row with no host byte on the way: it waits for the
+ * host. Asleep, each step jumps to the next timer event, so a whole batch of them is simulated idle time, host
+ * CPU spent on every wait for the host (once per answer the host waits for) and nothing gained. */
+static int run_batch(avr_t *avr, const io_state_t *io, uint64_t timeout_cycles)
 {
     int state = avr->state;
+    uint64_t asleep_since = 0;
+    int asleep = 0;
     for (uint32_t i = 0; i < BATCH_INSTRUCTIONS; ++i) {
         state = avr_run(avr);
         if (state == cpu_Done || state == cpu_Crashed || state == cpu_Stopped) {
             break;
         }
         if (timeout_cycles != 0 && avr->cycle >= timeout_cycles) {
+            break;
+        }
+        if (state != cpu_Sleeping) {
+            asleep = 0;
+        } else if (!asleep) {
+            asleep = 1;
+            asleep_since = avr->cycle;
+        } else if (avr->cycle - asleep_since >= IDLE_CYCLES_BEFORE_WAIT && io->in_len == 0) {
             break;
         }
     }
@@ -735,7 +748,7 @@ static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
         io->bytes_moved = 0;
         g_slept_in_batch = 0;
 
-        int state = run_batch(avr, timeout_cycles);
+        int state = run_batch(avr, io, timeout_cycles);
         uart_keep_rate(avr);
         if (++io->out_age >= OUTPUT_MAX_AGE_BATCHES || g_slept_in_batch || io->rx_polls > 0) {
             flush_output(io); /* the firmware waits (sleeps or polls the receiver), or the output is old */

@@ -28,7 +28,7 @@ import numpy as np
 from tinyproto.core.carray import CArray
 from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
-from tinyproto.families import StaticState
+from tinyproto.families import IntModelCommon, StaticState
 from tinyproto.families.bloom.train import U_SCALE, BloomClassifier, bloom_max, seeded_slots, used_slots
 
 WEIGHT_MAX = 127
@@ -41,7 +41,7 @@ def integer_inputs(xq: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class IntBloom:
+class IntBloom(IntModelCommon):
     """The deployed Bloom-features model: everything the C runtime needs, plus the numpy reference."""
 
     classes: list
@@ -75,14 +75,6 @@ class IntBloom:
             raise ValueError("bias must hold one int32 per weight row, with room for the sum")
 
     # -- sizes
-
-    @property
-    def n_features(self) -> int:
-        return self.input_stage.n_features
-
-    @property
-    def n_classes(self) -> int:
-        return len(self.classes)
 
     @property
     def slots(self) -> np.ndarray:
@@ -183,9 +175,7 @@ class IntBloom:
 
     def to_json(self) -> dict:
         return {
-            "family": self.family,
-            "classes": list(self.classes),
-            "input_stage": self.input_stage.to_json(),
+            **self.json_head(),
             "seed": self.seed,
             "n_slots": self.n_slots,
             "n_hashes": self.n_hashes,
@@ -196,9 +186,7 @@ class IntBloom:
 
     @classmethod
     def from_json(cls, raw: dict) -> "IntBloom":
-        if raw.get("family") != "bloom":
-            raise ValueError(f"not a bloom model: {raw.get('family')!r}")
-        return cls(classes=list(raw["classes"]), input_stage=InputStage.from_json(raw["input_stage"]),
+        return cls(**cls.head_from_json(raw),
                    seed=int(raw["seed"]), n_slots=int(raw["n_slots"]), n_hashes=int(raw["n_hashes"]),
                    weights=np.asarray(raw["weights"], dtype=np.int64), bias=np.asarray(raw["bias"], dtype=np.int64),
                    weight_step=float(raw["weight_step"]))

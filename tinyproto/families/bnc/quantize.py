@@ -30,7 +30,7 @@ import numpy as np
 from tinyproto.core.carray import CArray
 from tinyproto.core.inputstage import STAGE_KINDS, InputStage
 from tinyproto.core.ledger import SramItem
-from tinyproto.families import StaticState
+from tinyproto.families import IntModelCommon, StaticState
 from tinyproto.families.bnc.pattern import pattern_mask, seeded_positions
 
 MAX_BITS = 1024
@@ -51,7 +51,7 @@ def row_int8(W: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class IntBNC:
+class IntBNC(IntModelCommon):
     """The deployed BNC: everything the C runtime needs, plus the numpy reference of its arithmetic."""
 
     classes: list
@@ -97,10 +97,6 @@ class IntBNC:
     @property
     def n_features(self) -> int:
         return int(self.W_q.shape[1])
-
-    @property
-    def n_classes(self) -> int:
-        return len(self.classes)
 
     @property
     def n_bits(self) -> int:
@@ -252,9 +248,7 @@ class IntBNC:
 
     def to_json(self) -> dict:
         return {
-            "family": self.family,
-            "classes": list(self.classes),
-            "input_stage": self.input_stage.to_json(),
+            **self.json_head(),
             "W_q": self.W_q.tolist(),
             "B_bits": self.B_bits.tolist(),
             "proto_counts": self.proto_counts.tolist(),
@@ -264,11 +258,8 @@ class IntBNC:
 
     @classmethod
     def from_json(cls, raw: dict) -> "IntBNC":
-        if raw.get("family") != "bnc":
-            raise ValueError(f"not a bnc model: {raw.get('family')!r}")
         return cls(
-            classes=list(raw["classes"]),
-            input_stage=InputStage.from_json(raw["input_stage"]),
+            **cls.head_from_json(raw),
             W_q=_integers(raw["W_q"], "W_q"),
             B_bits=_integers(raw["B_bits"], "B_bits"),
             proto_counts=_integers(raw["proto_counts"], "proto_counts"),

@@ -30,6 +30,7 @@ from tinyproto.core.carray import CArray
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, choose_input_scale
 from tinyproto.core.ledger import SramItem
+from tinyproto.families import IntModelCommon
 from tinyproto.families.flynn.seeded_index import (
     BLOCK_ROWS,
     WIDE_INPUTS,
@@ -94,7 +95,7 @@ def hash_inputs(xq: np.ndarray, sign_split: bool) -> np.ndarray:
 
 
 @dataclass
-class IntFlyNN:
+class IntFlyNN(IntModelCommon):
     """The deployed FlyNN: everything the C runtime needs, plus the numpy reference of its arithmetic."""
 
     classes: list
@@ -129,14 +130,6 @@ class IntFlyNN:
                                  "(a model from an older tinyproto?): recompile it with `tinyproto compile`")
 
     # -- sizes
-
-    @property
-    def n_features(self) -> int:
-        return self.input_stage.n_features
-
-    @property
-    def n_classes(self) -> int:
-        return len(self.classes)
 
     @property
     def n_hash_inputs(self) -> int:
@@ -262,9 +255,7 @@ class IntFlyNN:
 
     def to_json(self) -> dict:
         return {
-            "family": self.family,
-            "classes": list(self.classes),
-            "input_stage": self.input_stage.to_json(),
+            **self.json_head(),
             "sign_split": self.sign_split,
             "seed": self.seed,
             "indices": self.indices.tolist(),
@@ -277,11 +268,8 @@ class IntFlyNN:
 
     @classmethod
     def from_json(cls, raw: dict) -> "IntFlyNN":
-        if raw.get("family") != "flynn":
-            raise ValueError(f"not a flynn model: {raw.get('family')!r}")
         return cls(
-            classes=list(raw["classes"]),
-            input_stage=InputStage.from_json(raw["input_stage"]),
+            **cls.head_from_json(raw),
             sign_split=bool(raw["sign_split"]),
             seed=int(raw["seed"]),
             indices=np.asarray(raw["indices"], dtype=np.int64),

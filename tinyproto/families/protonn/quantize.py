@@ -32,7 +32,7 @@ import numpy as np
 from tinyproto.core.carray import CArray
 from tinyproto.core.inputstage import INPUT_MAX, InputStage, choose_input_scale, shared_range
 from tinyproto.core.ledger import SramItem
-from tinyproto.families import StaticState
+from tinyproto.families import IntModelCommon, StaticState
 from tinyproto.families.protonn import encoding
 
 # |z_r| bound: B's own range. Projected points essentially never leave it (measured: 0-0.3 % of coordinates on
@@ -56,7 +56,7 @@ def score_layout(Z_q: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class IntProtoNN:
+class IntProtoNN(IntModelCommon):
     classes: list
     input_stage: InputStage
     W_q: np.ndarray  # int8 (D, d), zeros where W is sparse
@@ -220,9 +220,7 @@ class IntProtoNN:
     # ---- artefact ---------------------------------------------------------------------------------
     def to_json(self) -> dict:
         return {
-            "family": self.family,
-            "classes": list(self.classes),
-            "input_stage": self.input_stage.to_json(),
+            **self.json_head(),
             "W_q": self.W_q.tolist(),
             "B_q": self.B_q.tolist(),
             "Z_q": self.Z_q.tolist(),
@@ -242,8 +240,7 @@ class IntProtoNN:
     @classmethod
     def _from_json_fields(cls, raw: dict) -> "IntProtoNN":
         return cls(
-            classes=list(raw["classes"]),
-            input_stage=InputStage.from_json(raw["input_stage"]),
+            **cls.head_from_json(raw),
             W_q=np.asarray(raw["W_q"], dtype=np.int8),
             B_q=np.asarray(raw["B_q"], dtype=np.int8),
             Z_q=np.asarray(raw["Z_q"], dtype=np.int8),
