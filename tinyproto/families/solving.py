@@ -190,12 +190,14 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
     results: list = [None] * len(argument_tuples)
     failures: dict[int, BaseException] = {}
     in_flight: dict[int, Any] = {}
-    queued_per_worker = 2  # a worker always has its next task at hand while this process computes one
+    workers_ready = False  # a worker has returned a result: it has started (imports done)
 
     def collect(block: bool) -> None:
         from concurrent.futures import FIRST_COMPLETED, wait
 
+        nonlocal workers_ready
         done, _ = wait(list(in_flight.values()), timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        workers_ready = workers_ready or bool(done)
         for index in [i for i, future in in_flight.items() if future in done]:
             future = in_flight.pop(index)
             try:
@@ -205,7 +207,10 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
 
     with threadpool_limits(limits=1, user_api="blas"):
         while pending and not failures:
-            while pending and len(in_flight) < queued_per_worker * (jobs - 1):
+            # A started worker keeps its next task at hand while this process computes one; a starting one gets
+            # one task. The workers never hold more queued tasks than are left here, so all finish about together.
+            depth = (2 if workers_ready else 1) * (jobs - 1)
+            while len(pending) > len(in_flight) and len(in_flight) < depth:
                 index = pending.pop()
                 in_flight[index] = executor.submit(_with_one_blas_thread, function, argument_tuples[index])
             if pending:
