@@ -260,3 +260,16 @@ class FitShape(Protocol):
 
 __all__ = ["DEFAULT_F_CPU_HZ", "FitShape", "FitUnderBudget", "FoldModels", "SolveOptions", "calibration_splits",
            "default_jobs", "fit_final_and_folds", "map_in_processes"]
+
+
+def training_classes(X: np.ndarray, y: np.ndarray, family_title: str, min_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the classes, each row's class index) of a solver's training rows, refused in one line unless X is a 2-D
+    matrix with one label per row, at least min_rows of them, and at most 255 classes (a label is one byte on the
+    device, 255 being "unknown")."""
+    if X.ndim != 2 or len(X) != len(y) or len(X) < min_rows:
+        raise TinyprotoError(f"{family_title} needs a 2-D feature matrix with one label per row (at least {min_rows} "
+                             "rows)")
+    classes, y_index = np.unique(y, return_inverse=True)
+    if classes.size > 255:
+        raise TinyprotoError(f"{family_title} supports at most 255 classes, got {classes.size}")
+    return classes, y_index
