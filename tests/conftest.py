@@ -13,6 +13,8 @@ end of the run (the rules missed it: mark it `device` by hand, or teach `DEVICE_
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import re
 import shutil
@@ -25,7 +27,7 @@ import pytest
 
 # Re-exported for test files written before helpers.py: `from conftest import needs` keeps working.
 from helpers import (HAVE_SIMULATOR, PipePort, fresh_copy, header_array_bytes, made_once, needs,  # noqa: F401
-                     needs_simulator, read_only, run_wide_dir)
+                     needs_simulator, read_only, run_wide_dir, tinyproto)
 
 TESTS = Path(__file__).resolve().parent
 
@@ -34,7 +36,7 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """compiled(data, budget, family='protonn', seed=0) -> a model directory of the caller's own.
+    """compiled(data, budget, family='protonn', seed=0, board='uno') -> a model directory of the caller's own.
 
     Each model is trained once per run (whichever worker asks first; the others wait for it) into a master
     directory that no test ever sees; every call hands out a fresh copy of it. So a test may build, validate,
@@ -45,12 +47,13 @@ def compiled(tmp_path_factory):
     root = run_wide_dir(tmp_path_factory) / "compiled"
     root.mkdir(exist_ok=True)
 
-    def make(data: str, budget: str, family: str = "protonn", seed: int = 0) -> Path:
+    def make(data: str, budget: str, family: str = "protonn", seed: int = 0, board: str = "uno") -> Path:
         def train(into: Path) -> None:
-            compile_model(data, family, budget, seed, "uno", into / "model")
+            compile_model(data, family, budget, seed, board, into / "model")
 
-        master = made_once(root, f"{family}-{data}-{budget}-{seed}", train) / "model"
-        return fresh_copy(master, tmp_path_factory, f"{family}-{data}-{budget}")
+        on_board = "" if board == "uno" else f"-{board}"
+        master = made_once(root, f"{family}-{data}-{budget}-{seed}{on_board}", train) / "model"
+        return fresh_copy(master, tmp_path_factory, f"{family}-{data}-{budget}{on_board}")
 
     return make
 
@@ -94,6 +97,23 @@ def built_models(compiled, tmp_path_factory):
 
         master = made_once(root, f"{family}-{data}-{budget}", build) / "model"
         return fresh_copy(master, tmp_path_factory, f"built-{family}-{data}-{budget}")
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def built_for_board(compiled, shared_once, tmp_path_factory):
+    """built_for_board(data, budget, board) -> a copy of that ProtoNN model compiled for `board` and built with
+    `tinyproto build` (its simulator environment; not validated), made once per run for all workers."""
+
+    def make(data: str, budget: str, board: str) -> Path:
+        def build(into: Path) -> None:
+            shutil.copytree(compiled(data, budget, board=board), into / "model", symlinks=True)
+            result = tinyproto("build", into / "model")
+            assert result.returncode == 0, result.stdout + result.stderr
+
+        master = shared_once(f"built-protonn-{data}-{budget}-{board}", build) / "model"
+        return fresh_copy(master, tmp_path_factory, f"built-{data}-{budget}-{board}")
 
     return make
 
@@ -150,7 +170,7 @@ DEVICE_NAMES = {  # names (functions, classes, flags) of the device layer and of
     "export_arduino", "export_arduino_models", "measure_library", "beside_sketch", "library_header",
     "needs_simulator", "needs_bootloaders", "HAVE_SIMULATOR", "HAVE_SIM", "HAVE_SIMAVR", "HAVE_AVR",
 }
-DEVICE_FIXTURES = {"private_cache", "built_models"}
+DEVICE_FIXTURES = {"private_cache", "built_models", "built_for_board"}
 DEVICE_SKIP_REASON = re.compile(r"avr-gcc|simavr|simuno|avrdude|platformio|scons|optiboot|arduino", re.I)
 # What makes a test `slow` (seconds each, though no device): a dask cluster, a browser, a new virtualenv,
 # libFuzzer runs, scikit-learn's whole estimator check list.
@@ -237,6 +257,67 @@ def pytest_collection_modifyitems(config, items):
         have = {m.name for m in item.iter_markers()}
         for name in sorted(tier_of(item) - have):
             item.add_marker(getattr(pytest.mark, name))
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if workers:  # on a pytest-xdist worker: every worker computes the same order (the same seed, the same file)
+        expected = measured_durations()
+        modules = [(key, list(group)) for key, group in itertools.groupby(items, key=lambda item: item.nodeid.partition("::")[0])]
+        order = longest_first([[expected.get(item.nodeid, UNLISTED_SECONDS) for item in group]
+                               for _, group in modules], workers)
+        items[:] = [modules[m][1][t] for m, t in order]
+
+
+# ------------------------------------------------------------------------------------------------ the order
+# Two workers end together only if no long test starts late. pytest-xdist's worksteal scheduler first sends worker
+# k the k-th of `workers` runs of the collected order (runs_of: equal counts); each worker runs its run from the
+# front, and an idle worker steals the back half of a busy one's queue. So the order is made of `workers` runs of
+# those sizes, balanced by the tests' durations measured in a whole run (tests/durations.json, written by
+# tools/test_durations.py), longest first: longest-processing-time-first, by test file. A file's tests stay
+# together, so its module-scoped fixtures are made once per worker that runs it (pytest tears them down when the
+# next test is another file's); inside a file, its longest tests go first. Tests and files of equal expected time
+# keep the order they were collected in (pytest-randomly's shuffle). A test the file does not name (it took under
+# a second, or it is new) counts half a second.
+
+DURATIONS = TESTS / "durations.json"
+UNLISTED_SECONDS = 0.5
+
+
+def measured_durations() -> dict[str, float]:
+    """node id -> seconds, from tests/durations.json (empty when it is missing)."""
+    return json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+
+
+def runs_of(count: int, workers: int) -> list[int]:
+    """The sizes of the runs pytest-xdist's worksteal scheduler first sends each of `workers` idle workers."""
+    sizes, left = [], count
+    for i in range(workers):
+        sizes.append(left // (workers - i))
+        left -= sizes[-1]
+    return sizes
+
+
+def longest_first(seconds: list[list[float]], workers: int) -> list[tuple[int, int]]:
+    """An order of the tests (file index, test index) of files whose tests take `seconds`: the files, longest
+    first, each into the run with the least time so far; each file's tests longest first (stable sorts: ties keep
+    their order). Then the runs get the sizes of runs_of: a run too long gives its last (shortest) tests to the
+    end of the next run, a run too short takes the last ones of the runs after it."""
+    runs: list[list[tuple[int, int]]] = [[] for _ in range(workers)]
+    totals = [0.0] * workers
+    for m in sorted(range(len(seconds)), key=lambda m: -sum(seconds[m])):
+        k = min(range(workers), key=lambda k: (totals[k], k))
+        runs[k] += [(m, t) for t in sorted(range(len(seconds[m])), key=lambda t: -seconds[m][t])]
+        totals[k] += sum(seconds[m])
+    sizes = runs_of(sum(len(run) for run in runs), workers)
+    for k in range(workers - 1):
+        if len(runs[k]) > sizes[k]:
+            runs[k + 1] += runs[k][sizes[k]:]
+            del runs[k][sizes[k]:]
+        for j in range(workers - 1, k, -1):
+            missing = sizes[k] - len(runs[k])
+            if missing > 0:
+                taken = runs[j][len(runs[j]) - min(missing, len(runs[j])):]
+                del runs[j][len(runs[j]) - len(taken):]
+                runs[k] += taken
+    return [test for run in runs for test in run]
 
 
 # ------------------------------------------------------------------------------------------------ the tier guard

@@ -34,6 +34,14 @@ def test_with_baud_falls_back_or_refuses_in_one_line():
     assert "\n" not in str(info.value) and "-3.5 %" in str(info.value)
 
 
+@pytest.mark.parametrize("baud", [1, 7, 300, 488])
+def test_a_rate_below_what_the_12_bit_divisor_reaches_is_refused(baud):
+    """The nearest divisor of these rates is exact on paper but does not fit UBRR's 12 bits."""
+    with pytest.raises(TinyprotoError, match="too slow for the USART at 16 MHz"):
+        load_board("uno").with_baud(baud)
+    assert load_board("uno").with_baud(489).serial_baud == 489
+
+
 def test_a_board_silent_at_the_fast_rate_is_told_the_fallback_in_one_line():
     from tinyproto.pipeline.validate import BuildInfo, line_baud, no_answer_hint
 

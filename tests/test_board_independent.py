@@ -172,13 +172,10 @@ def test_no_reset_on_open_validates_and_refuses_to_flash_in_one_line(plainuno, l
         validate_json(models["iris"], port)
 
 
-def test_the_mega_through_its_stk500v2_on_the_other_simulator(plainuno, loaders, tmp_path):
+def test_the_mega_through_its_stk500v2_on_the_other_simulator(plainuno, loaders, built_for_board):
     """digits/ProtoNN/2 kB for the Mega 2560: avrdude -c wiring into Debian's stk500v2, then validate over the same
     port after the reset, bit-exactly (the host keeps the quiet stk500v2 needs before its sketch starts)."""
-    model_dir = tmp_path / "digits-mega"
-    compiled = cli("compile", "digits", "--budget", "2kB", "--board", "mega2560", "--out", str(model_dir))
-    assert compiled.returncode == 0, compiled.stderr
-    assert cli("build", str(model_dir)).returncode == 0
+    model_dir = built_for_board("digits", "2kB", "mega2560")  # compiled with --board mega2560, built
     with plain_board(plainuno, loaders["atmega2560"], "atmega2560", "--garbage", "10", "--rx", "flood") as port:
         flashed = cli("flash", str(model_dir), "--port", port)
         assert flashed.returncode == 0, flashed.stderr

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import termios
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ import pytest
 from tinyproto.core.boards import available_boards, load_board
 from tinyproto.core.errors import TinyprotoError
 
-from helpers import needs
+from helpers import fresh_copy, needs
 
 BOARDS = ["uno", "nano", "pro_mini_3v3", "mega2560", "leonardo"]
 needs_sim = [needs("avr-gcc"), pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"),
@@ -102,18 +103,29 @@ def test_platformio_ini_names_envs_per_board_and_runs_the_boards_chip(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def validated(tmp_path_factory):
-    """The same model (iris, ProtoNN, 1 kB, seed 0) compiled, built and validated with --sim for every board."""
+def validated(shared_once, tmp_path_factory):
+    """The same model (iris, ProtoNN, 1 kB, seed 0) compiled, built and validated with --sim for every board: made
+    once per run for all workers, and copied for the tests of this module on each worker (they flash and validate
+    it again)."""
+
+    def make(into: Path) -> None:
+        for name in BOARDS:
+            model_dir = into / name / "model"
+            compiled = cli("compile", "iris", "--budget", "1kB", "--board", name, "--out", str(model_dir), "--json")
+            assert compiled.returncode == 0, compiled.stderr
+            built = cli("build", str(model_dir))
+            assert built.returncode == 0, built.stderr
+            result = cli("validate", str(model_dir), "--sim", "--json")
+            assert result.returncode == 0, result.stderr
+            (into / name / "compile.json").write_text(compiled.stdout)
+            (into / name / "validate.json").write_text(result.stdout)
+
+    master = shared_once("iris-1kB-every-board-validated", make)
     out = {}
     for name in BOARDS:
-        model_dir = tmp_path_factory.mktemp(f"iris-{name}") / "model"
-        compiled = cli("compile", "iris", "--budget", "1kB", "--board", name, "--out", str(model_dir), "--json")
-        assert compiled.returncode == 0, compiled.stderr
-        built = cli("build", str(model_dir))
-        assert built.returncode == 0, built.stderr
-        result = cli("validate", str(model_dir), "--sim", "--json")
-        assert result.returncode == 0, result.stderr
-        out[name] = (model_dir, json.loads(compiled.stdout), json.loads(result.stdout))
+        copy = fresh_copy(master / name, tmp_path_factory, f"iris-{name}")
+        out[name] = (copy / "model", json.loads((copy / "compile.json").read_text()),
+                     json.loads((copy / "validate.json").read_text()))
     return out
 
 
@@ -217,7 +229,7 @@ def test_pio_test_of_the_board_sim_env_runs_on_the_boards_chip(validated, name):
     assert passed, log[-2000:]
 
 
-def test_digits_2kb_through_the_megas_own_bootloader(tmp_path):
+def test_digits_2kb_through_the_megas_own_bootloader(built_for_board, tmp_path):
     """The physical Mega's path on the simulated ATmega2560: compile digits (ProtoNN, 2 kB) for the Mega, flash
     it with avrdude -c wiring into Debian's stk500v2 bootloader, and validate over the same port, bit-exactly.
     (stk500v2 keeps the chip while it hears bytes: the host stays quiet for the board's boot_quiet_s first.)"""
@@ -225,10 +237,7 @@ def test_digits_2kb_through_the_megas_own_bootloader(tmp_path):
 
     board = load_board("mega2560")
     assert board.boot_quiet_s > 0
-    model_dir = tmp_path / "digits-mega"
-    compiled = cli("compile", "digits", "--budget", "2kB", "--board", "mega2560", "--out", str(model_dir))
-    assert compiled.returncode == 0, compiled.stderr
-    assert cli("build", str(model_dir)).returncode == 0
+    model_dir = built_for_board("digits", "2kB", "mega2560")  # compiled with --board mega2560, built
     with SimulatedBoard(board.mcu, tmp_path / "state", board.f_cpu_hz, bootloader=board_bootloader(board)) as sim:
         flashed = cli("flash", str(model_dir), "--port", sim.port, timeout=120)
         assert flashed.returncode == 0, flashed.stderr + flashed.stdout

@@ -29,13 +29,17 @@ MODEL_VERBS = ("build", "validate", "flash", "learn")
 
 
 @pytest.fixture(scope="module")
-def golden(tmp_path_factory, private_cache) -> Path:
-    """A built ProtoNN model directory (iris, 1 kB): every case damages a copy of it."""
-    out = tmp_path_factory.mktemp("golden") / "model"
-    for args in (["compile", "iris", "--budget", "1kB", "--out", str(out)], ["build", str(out)]):
-        result = CliRunner().invoke(main, args)
-        assert result.exit_code == 0, result.output
-    return out
+def golden(shared_once, private_cache) -> Path:
+    """A built ProtoNN model directory (iris, 1 kB), made once per run for all workers: every case damages a copy
+    of it."""
+
+    def make(into: Path) -> None:
+        out = into / "model"
+        for args in (["compile", "iris", "--budget", "1kB", "--out", str(out)], ["build", str(out)]):
+            result = CliRunner().invoke(main, args)
+            assert result.exit_code == 0, result.output
+
+    return shared_once("golden-iris-1kB-built", make) / "model"
 
 
 def _snapshot(root: Path) -> dict[str, str]:

@@ -184,6 +184,46 @@ def test_a_fold_whose_shape_breaks_the_limits_is_searched_instead():
     assert calls == [1]  # the fallback search validates on one part of the fold's rows
 
 
+def test_calibration_takes_the_fold_models_the_solver_left():
+    """A model the solver left for the chosen shape and fold (FoldModels) is taken as it is; another shape or
+    another fold is trained."""
+    from tinyproto.families.judging import fold_model
+    from tinyproto.families.solving import FoldModels, SolveOptions
+
+    X, y = np.zeros((30, 2)), np.arange(30) % 3
+    left = FoldModels()
+    left.offer({"n": 4}, 1, "the solver's model")
+    options = SolveOptions(100, fold_models=left)
+
+    def shape(X_fold, y_fold, chosen, options):
+        return None, f"{chosen['n']} trained"
+
+    assert fold_model(None, shape, {"n": 4}, X, y, options, 1) == ("the solver's model", "chosen shape")
+    assert fold_model(None, shape, {"n": 4}, X, y, options, 0) == ("4 trained", "chosen shape")
+    assert fold_model(None, shape, {"n": 5}, X, y, options, 1) == ("5 trained", "chosen shape")
+
+
+def test_protonn_leaves_exactly_the_models_fit_shape_trains_on_the_folds():
+    """Each fold model ProtoNN's solver leaves is the one its fit_shape trains on that fold's rows, bit for bit:
+    reusing it changes no calibration."""
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.core.folds import Folds
+    from tinyproto.families.protonn.solver import fit_chosen_protonn, fit_protonn_under_budget
+    from tinyproto.families.solving import FoldModels, SolveOptions
+
+    sp = split(load_dataset("wine"))
+    standard = Folds.standard(sp.X_train, sp.y_train, 0)
+    folds = dataclasses.replace(standard, ids=standard.ids[:1])  # one draw of the folds: a third of the fits
+    options = SolveOptions(700, 0, folds=folds, fold_models=FoldModels())
+    _, _, info = fit_protonn_under_budget(sp.X_train, sp.y_train, options)
+    splits = folds.splits()
+    assert len(options.fold_models) == len(splits)
+    for k, (fit_rows, _) in enumerate(splits):
+        left = options.fold_models.take(info["chosen"], k)
+        trained = fit_chosen_protonn(sp.X_train[fit_rows], sp.y_train[fit_rows], info["chosen"], options)[1]
+        assert left.to_json() == trained.to_json()
+
+
 def test_holdout_and_rate_errors_are_one_line(tmp_path):
     from tinyproto.pipeline.compile import compile_model
 

@@ -164,14 +164,12 @@ def _cli(*args):
 @pytest.mark.device
 @pytest.mark.slow
 @pytest.mark.parametrize("reported", ["0", "0xFFFFFFFFUL"])
-def test_implausible_cycles_are_a_failed_check_not_a_traceback(tmp_path, monkeypatch, reported):
+def test_implausible_cycles_are_a_failed_check_not_a_traceback(compiled, monkeypatch, reported):
     from rich.console import Console
 
     from tinyproto.pipeline import firmware
-    from tinyproto.pipeline.compile import compile_model
 
-    out = tmp_path / "m"
-    compile_model("iris", "flynn", "1kB", 0, "uno", out)
+    out = compiled("iris", "1kB", "flynn")  # a copy of the run's iris FlyNN
     measure = out / "src" / "tp_measure.c"
     text = measure.read_text()
     edited = re.sub(r"return cycles > tp_overhead \? cycles - tp_overhead : 0;", f"(void)cycles; return {reported};", text)

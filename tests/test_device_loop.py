@@ -103,12 +103,10 @@ def test_bad_port_is_one_clear_error(compiled, args, message):
     assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_validate_without_firmware_says_build_first(tmp_path):
-    from tinyproto.pipeline.compile import compile_model
-
-    compile_model("iris", "protonn", "1kB", 0, "uno", tmp_path / "m")
+def test_validate_without_firmware_says_build_first(compiled):
+    model_dir = compiled("iris", "1kB")  # compiled, never built
     for command in ("validate", "flash"):
-        result = cli(command, str(tmp_path / "m"))
+        result = cli(command, str(model_dir))
         assert result.returncode == 1 and "tinyproto build" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -126,7 +124,7 @@ def test_busy_port_is_one_clear_error(compiled):
             open_device(uno.port)
 
 
-def test_validate_fails_when_the_device_computes_other_scores(tmp_path, monkeypatch):
+def test_validate_fails_when_the_device_computes_other_scores(compiled, monkeypatch):
     """A firmware whose Z array differs from model.json (as a miscompiled kernel would compute): the model hash
     still matches, so only the full score comparison can catch it; validate must exit non-zero and say so.
     (`tinyproto build` refuses an edited header, so the build here skips that check, as a miscompile would.)"""
@@ -135,11 +133,9 @@ def test_validate_fails_when_the_device_computes_other_scores(tmp_path, monkeypa
     from rich.console import Console
 
     from tinyproto.pipeline import firmware
-    from tinyproto.pipeline.compile import compile_model
     from tinyproto.core.modeldir import TestVectors
 
-    out = tmp_path / "m"
-    compile_model("iris", "protonn", "1kB", 0, "uno", out)
+    out = compiled("iris", "1kB")  # a copy of the run's iris ProtoNN
     header = out / "include" / "tinyproto_model.h"
     text = header.read_text()
     z_array = re.search(r"tp_protonn_Z\[\d+\] PROGMEM = \{\s*(-?\d+)", text)

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "tools"))
 from docs_examples import (  # noqa: E402 (tools/ goes on the path first)
-    EXECUTED_PAGES, comparable, console_blocks, example_runner, missing_lines, normalise, stale_lines)
+    EXECUTED_PAGES, PAGE_GROUPS, WINE_PAGE, comparable, console_blocks, example_runner, missing_lines, normalise,
+    page_commands, prerequisites, stale_lines)
 
 # every page where a console block showing output must be executed
 MUST_RUN = ["README.md", "docs/getting-started.md", "docs/tutorials/*.md"]
@@ -108,17 +109,31 @@ FILE_FORMATS = {"model.json": "model.json", "report.json": "report.json", "build
                 "validation.json": "validation.json", "The manifest (.tinyproto)": ".tinyproto"}
 
 
+def test_the_page_groups_are_the_executed_pages_in_order():
+    assert [page for group in PAGE_GROUPS for page in group] == EXECUTED_PAGES
+    wine = page_commands(WINE_PAGE)[0]
+    assert "savetxt('wine.csv'" in wine  # the command prerequisites() runs for the later tutorials
+    assert prerequisites(["docs/tutorials/federated.md"]) == [wine]
+    assert prerequisites(["docs/tutorials/own-csv.md", "docs/tutorials/arduino-sketch.md"]) == []
+    assert prerequisites(["docs/tutorials/two-models.md"]) == []
+
+
 @pytest.mark.slow
 @pytest.mark.device
-def test_executed_pages_match_a_fresh_run(tmp_path):
-    """One test, not one per page: the pages share one chain of runs (the own-CSV tutorial's wine.csv and
-    model feed the later ones), which must not be repeated on every pytest-xdist worker."""
-    stale = stale_lines(example_runner(tmp_path))
-    # the file-formats reference lists exactly the top-level keys of the model directory the tutorial made
-    for section, name in FILE_FORMATS.items():
-        actual = set(json.loads((tmp_path / "build" / "wine" / name).read_text()))
-        if documented_keys(section) != actual:
-            stale.append(f"docs/reference/file-formats.md, {section}: documented {sorted(documented_keys(section))}, "
-                         f"the file has {sorted(actual)}")
+@pytest.mark.parametrize("group", PAGE_GROUPS, ids=lambda group: Path(group[0]).stem)
+def test_executed_pages_match_a_fresh_run(tmp_path, group):
+    """One test per group of pages, each in a directory of its own, so that pytest-xdist's workers share them: a
+    group runs its own commands (and the one that writes wine.csv where it reads it without making it)."""
+    run = example_runner(tmp_path)
+    for command in prerequisites(group):
+        run(command)
+    stale = stale_lines(run, group)
+    if WINE_PAGE in group:
+        # the file-formats reference lists exactly the top-level keys of the model directory the tutorial made
+        for section, name in FILE_FORMATS.items():
+            actual = set(json.loads((tmp_path / "build" / "wine" / name).read_text()))
+            if documented_keys(section) != actual:
+                stale.append(f"docs/reference/file-formats.md, {section}: documented "
+                             f"{sorted(documented_keys(section))}, the file has {sorted(actual)}")
     assert not stale, "stale documentation (`python tools/docs_examples.py --update` rewrites the figures):\n" + \
         "\n".join(stale)

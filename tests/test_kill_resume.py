@@ -123,12 +123,16 @@ def test_compile_killed_while_training_changes_nothing(tmp_path, delay):
 
 
 @pytest.fixture(scope="module")
-def built_digits_master(tmp_path_factory, private_cache) -> Path:
-    out = tmp_path_factory.mktemp("kill") / "digits"
-    for args in (("compile", "digits", "--budget", "1kB", "--out", str(out)), ("build", str(out))):
-        result = run(*args)
-        assert result.returncode == 0, result.stderr
-    return out
+def built_digits_master(shared_once, private_cache) -> Path:
+    """digits / ProtoNN / 1 kB compiled and built, made once per run for all workers (read-only: copied below)."""
+
+    def make(into: Path) -> None:
+        out = into / "digits"
+        for args in (("compile", "digits", "--budget", "1kB", "--out", str(out)), ("build", str(out))):
+            result = run(*args)
+            assert result.returncode == 0, result.stderr
+
+    return shared_once("kill-digits-1kB-built", make) / "digits"
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from tinyproto.device import protocol as P
 from tinyproto.core.errors import TinyprotoError
 from tinyproto import families
 
-from helpers import PipePort, needs
+from helpers import PipePort, fresh_copy, needs
 from helpers import refused
 
 HAVE_SIM = os.path.exists("/usr/include/simavr/sim_avr.h")
@@ -183,18 +183,23 @@ def test_host_learning_app_saturates_like_the_host(tmp_path, bits, m):
 
 
 @pytest.fixture(scope="module")
-def learned_bc(tmp_path_factory):
+def learned_bc(shared_once, tmp_path_factory):
     """breast_cancer compiled --learnable, learned on the simulated Uno with --save-eeprom (the CLI)."""
     if shutil.which("avr-gcc") is None or not HAVE_SIM:
         pytest.skip("needs avr-gcc and libsimavr-dev")
-    root = tmp_path_factory.mktemp("learn")
-    out = root / "bc"
-    compiled = cli("compile", "breast_cancer", "--model", "flynn", "--budget", "1kB", "--learnable", "--out", str(out))
-    assert compiled.returncode == 0, compiled.stderr
-    # a relative model directory, as a user types it
-    result = cli("learn", "bc", "--data", "breast_cancer", "--sim", "--save-eeprom", "--json", cwd=root)
-    assert result.returncode == 0, result.stderr
-    return out, json.loads(result.stdout)
+
+    def make(root: Path) -> None:  # once per run for all workers; each worker's module gets a copy
+        out = root / "bc"
+        compiled = cli("compile", "breast_cancer", "--model", "flynn", "--budget", "1kB", "--learnable", "--out",
+                       str(out))
+        assert compiled.returncode == 0, compiled.stderr
+        # a relative model directory, as a user types it
+        result = cli("learn", "bc", "--data", "breast_cancer", "--sim", "--save-eeprom", "--json", cwd=root)
+        assert result.returncode == 0, result.stderr
+        (root / "learn-stdout.json").write_text(result.stdout)
+
+    copy = fresh_copy(shared_once("learned-breast_cancer-flynn-1kB", make), tmp_path_factory, "learn")
+    return copy / "bc", json.loads((copy / "learn-stdout.json").read_text())
 
 
 @pytest.mark.device

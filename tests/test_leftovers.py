@@ -27,12 +27,9 @@ def cli(*args, cwd=None, timeout=600):
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    from tinyproto.pipeline.compile import compile_model
-
-    out = tmp_path_factory.mktemp("leftovers") / "iris"
-    compile_model("iris", "flynn", "1kB", 0, "uno", out)
-    return out
+def model(compiled):
+    """iris / FlyNN / 1 kB, compiled once per run (conftest's `compiled`); this module's copy."""
+    return compiled("iris", "1kB", "flynn")
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ run may end in UnicodeEncodeError (an internal error, exit 70) or print a traceb
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -27,9 +28,45 @@ def _env(locale: str) -> dict:
     return env
 
 
-def _run(args: list[str], locale: str, kind: str, tmp_path: Path, timeout: float = 600) -> tuple[int, bytes, bytes]:
-    """Run `python -m tinyproto ARGS` with stdout a pipe, a file or a pty; (exit, stdout bytes, stderr bytes)."""
-    command = [sys.executable, "-m", "tinyproto", *args]
+# One interpreter running `python -m tinyproto ARGS` for several ARGS in turn, as runpy runs it for `-m` (each run
+# ends in SystemExit, whose code it records): one start-up, numpy and scikit-learn imported once, for the help of
+# every verb. Each run's output follows a line `@@@ ARGS` and its exit code is on a line `@@@ exit CODE`.
+MANY_RUNS = """
+import json, runpy, sys
+for args in json.loads(sys.argv[1]):
+    print("@@@", *args, flush=True)
+    sys.argv = ["tinyproto", *args]
+    try:
+        runpy.run_module("tinyproto", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    sys.stdout.flush()
+    print("@@@ exit", code, flush=True)
+"""
+
+
+def _run_many(arg_lists: list[list[str]], locale: str, kind: str, tmp_path: Path) -> list[tuple[int, bytes]]:
+    """Run `python -m tinyproto ARGS` for each ARGS in one interpreter (MANY_RUNS), under `locale` with stdout
+    `kind`; [(exit, stdout bytes)] per ARGS. The interpreter's own exit and stderr are checked here."""
+    code, out, err = _run(arg_lists, locale, kind, tmp_path, command=[sys.executable, "-c", MANY_RUNS,
+                                                                      json.dumps(arg_lists)])
+    _check(code, b"", err, locale)
+    parts = out.replace(b"\r\n", b"\n").split(b"@@@ ")[1:]
+    runs = []
+    for args, (started, ended) in zip(arg_lists, zip(parts[0::2], parts[1::2])):
+        assert started.split(b"\n", 1)[0].decode() == " ".join(args), started[:200]
+        assert ended.startswith(b"exit "), ended[:200]
+        runs.append((int(ended.split()[1]), started.split(b"\n", 1)[1]))
+    assert len(runs) == len(arg_lists), out[-2000:]
+    return runs
+
+
+def _run(args: list, locale: str, kind: str, tmp_path: Path, timeout: float = 600,
+         command: list[str] | None = None) -> tuple[int, bytes, bytes]:
+    """Run `python -m tinyproto ARGS` (or `command`) with stdout a pipe, a file or a pty; (exit, stdout bytes,
+    stderr bytes)."""
+    command = command or [sys.executable, "-m", "tinyproto", *args]
     env = _env(locale)
     if kind == "pipe":
         done = subprocess.run(command, env=env, capture_output=True, timeout=timeout, cwd=tmp_path)
@@ -97,10 +134,13 @@ def test_compile_help_under_the_c_locale(tmp_path):
 @pytest.mark.parametrize("locale", LOCALES)
 @pytest.mark.parametrize("kind", STDOUT_KINDS)
 def test_every_verb_help(locale, kind, tmp_path):
-    for verb in [None, *VERBS]:
-        code, out, err = _run([verb, "--help"] if verb else ["--help"], locale, kind, tmp_path)
-        _check(code, out, err, locale)
-        assert b"Usage:" in out
+    """Every verb's help, each run as `python -m tinyproto VERB --help` runs, in one interpreter per locale and
+    kind of stdout (the start-up is what a help costs; test_compile_help_under_the_c_locale starts its own)."""
+    helps = [[verb, "--help"] if verb else ["--help"] for verb in [None, *VERBS]]
+    for args, (code, out) in zip(helps, _run_many(helps, locale, kind, tmp_path)):
+        _check(code, out, b"", locale)
+        assert b"Usage:" in out, (args, out[-500:])
+        assert f"{args[0]} [OPTIONS]".encode() in out or args == ["--help"], (args, out[:300])
 
 
 @pytest.mark.slow

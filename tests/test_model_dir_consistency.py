@@ -18,12 +18,9 @@ from tinyproto.core.modeldir import load_model_dir
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    from tinyproto.pipeline.compile import compile_model
-
-    out = tmp_path_factory.mktemp("consistency") / "m"
-    compile_model("iris", "flynn", "1kB", 0, "uno", out)
-    return out
+def flynn_iris(compiled):
+    """iris / FlyNN / 1 kB, compiled once per run (conftest's `compiled`); this module's copy."""
+    return compiled("iris", "1kB", "flynn")
 
 
 def _other_family(name: str) -> str:
@@ -50,15 +47,15 @@ EDITS = {
 }
 
 
-def test_a_consistent_directory_passes(compiled):
-    model_dir = load_model_dir(compiled)
+def test_a_consistent_directory_passes(flynn_iris):
+    model_dir = load_model_dir(flynn_iris)
     assert families.model_dir_disagreement(model_dir, families.load_int_model(model_dir)) is None
 
 
 @pytest.mark.parametrize("edit", sorted(EDITS))
-def test_every_disagreement_is_refused(compiled, tmp_path, edit):
+def test_every_disagreement_is_refused(flynn_iris, tmp_path, edit):
     m = tmp_path / "m"
-    shutil.copytree(compiled, m)
+    shutil.copytree(flynn_iris, m)
     where, change = EDITS[edit]
     if where == "both":
         nbytes = json.loads((m / "report.json").read_text())["model_bytes"]

@@ -47,15 +47,13 @@ def test_a_stopped_chip_is_named_as_stopped(tmp_path, name):
 
 
 @pytest.mark.slow
-def test_validate_of_a_firmware_that_halts_at_once(tmp_path, monkeypatch):
+def test_validate_of_a_firmware_that_halts_at_once(compiled, monkeypatch):
     from rich.console import Console
 
     import tinyproto.core.modeldir as modeldir
     from tinyproto.pipeline import firmware
-    from tinyproto.pipeline.compile import compile_model
 
-    out = tmp_path / "m"
-    compile_model("iris", "flynn", "1kB", 0, "uno", out)
+    out = compiled("iris", "1kB", "flynn")  # a copy of the run's iris FlyNN
     main_c = out / "src" / "main.c"
     text = main_c.read_text()
     edited = re.sub(r"int main\(void\)\s*\{", "int main(void)\n{\n    cli();\n    SMCR = 1;\n"

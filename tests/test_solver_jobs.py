@@ -20,6 +20,26 @@ def test_the_header_is_the_same_with_one_and_two_workers(tmp_path, name):
     assert headers[0] == headers[1]
 
 
+@pytest.mark.slow
+def test_protonn_fits_in_two_workers_give_the_same_header(tmp_path, monkeypatch):
+    """ProtoNN starts workers only for large searches; with the threshold at 0 the wine search runs in two worker
+    processes (each (shape, fold) fit a task) and must give the single process's header and report."""
+    import json
+
+    from tinyproto.families.protonn import solver
+    from tinyproto.pipeline.compile import compile_model
+
+    monkeypatch.setattr(solver, "PARALLEL_MIN_VALUES", 0)
+    outs = []
+    for jobs in (1, 2):
+        compile_model("wine", "protonn", "1kB", 0, out=tmp_path / f"j{jobs}", jobs=jobs)
+        report = json.loads((tmp_path / f"j{jobs}/report.json").read_text())
+        outs.append(((tmp_path / f"j{jobs}/include/tinyproto_model.h").read_bytes(),
+                     (tmp_path / f"j{jobs}/model.json").read_bytes(), report["solver"]["candidates"],
+                     report["solver"]["confidence"]))
+    assert outs[0] == outs[1]
+
+
 def test_the_default_is_every_usable_core():
     import os
 

@@ -45,6 +45,11 @@ class Board:
             return self
         if baud <= 0:
             raise TinyprotoError(f"--baud must be a positive number of bits per second, got {baud}")
+        if ubrr_of(self.f_cpu_hz, baud) > MAX_UBRR:
+            slowest = -(-self.f_cpu_hz // (8 * (MAX_UBRR + 1)))
+            raise TinyprotoError(f"{baud} baud is too slow for the USART at {self.mhz:g} MHz (its divisor has 12 bits: "
+                                 f"{slowest} baud at the least); {self.title} talks at {self.serial_baud} or "
+                                 f"{self.serial_baud_fallback}")
         error = baud_error(self.f_cpu_hz, baud)
         if abs(error) > MAX_BAUD_ERROR:
             raise TinyprotoError(f"{baud} baud is {100 * error:+.1f} % off at {self.mhz:g} MHz (a UART tolerates "
@@ -60,6 +65,7 @@ class Board:
         return self.voltage_v * current_ma * seconds
 
 
+MAX_UBRR = 4095  # UBRRn is 12 bits wide on every AVR USART of the boards here
 MAX_BAUD_ERROR = 0.025  # the firmware's fallback rates are +2.1 % off (115200 at 16 MHz, 57600 at 8 MHz)
 
 

@@ -22,7 +22,7 @@ from tinyproto.core.carray import CArray
 from tinyproto.core.confidence import (CONFIDENCE_BINS, Calibration, decline_threshold, isotonic_table, margin_bins,
                                        novelty, winner_and_runner_up)
 from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
-from tinyproto.families.solving import SolveOptions
+from tinyproto.families.solving import FoldModels, SolveOptions, calibration_splits
 
 CONFIDENCE_JSON_KEY = "confidence"  # model.json's int_model carries the calibration under this key
 
@@ -143,11 +143,17 @@ def carry(threshold: int, fold_scale: float, final_scale: float) -> int:
 
 
 def fold_model(fit: Callable, fit_shape: Callable, chosen: dict, X: np.ndarray, y: np.ndarray,
-               options: SolveOptions) -> tuple[Any, str]:
+               options: SolveOptions, fold: int | None = None) -> tuple[Any, str]:
     """(the integer model, how it was trained) of one validation fold: the final model's shape trained on the
     fold's training rows (the family's fit_shape, no search), so the table describes the shape that ships; only a
-    shape that cannot keep the limits on these rows (TinyprotoError) has the family's whole search run instead."""
-    quiet = options.with_(progress=None)
+    shape that cannot keep the limits on these rows (TinyprotoError) has the family's whole search run instead.
+    A model the solver already trained for this shape on this fold (options.fold_models; `fold`: its index in
+    options.folds.splits()) is that same model, taken instead of training it again."""
+    if options.fold_models is not None and fold is not None:
+        left = options.fold_models.take(chosen, fold)
+        if left is not None:
+            return left, "chosen shape"
+    quiet = options.with_(progress=None, fold_models=None)
     try:
         return fit_shape(X, y, chosen, quiet)[1], "chosen shape"
     except TinyprotoError:
@@ -166,11 +172,11 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
     from tinyproto.core.folds import Folds
 
     folds = options.folds if options.folds is not None else Folds.standard(X, y, options.seed)
-    splits = folds.splits(repeat=0)
+    splits = calibration_splits(folds)
     bins, hits, thresholds, scales, trained = [], [], [], [], []
-    for k, (fit_rows, val_rows) in enumerate(splits, start=1):
+    for k, (index, fit_rows, val_rows) in enumerate(splits, start=1):
         options.say(f"confidence: fold {k}/{len(splits)}")
-        fold, how = fold_model(fit, fit_shape, chosen, X[fit_rows], y[fit_rows], options)
+        fold, how = fold_model(fit, fit_shape, chosen, X[fit_rows], y[fit_rows], options, index)
         trained.append(how)
         labels, fold_bins, fold_novelty = _signals(fold, X[val_rows], lowest_wins)
         classes = np.asarray(fold.classes, dtype=object)
@@ -202,7 +208,7 @@ def fit_judged(fit: Callable, fit_shape: Callable, X: np.ndarray, y: np.ndarray,
     if room < 1:
         raise TinyprotoError(f"the budget of {options.budget_bytes} B leaves no room beside the "
                              f"{table_bytes()} B confidence table")
-    inner = options.with_(budget_bytes=room)
+    inner = options.with_(budget_bytes=room, fold_models=FoldModels())  # the solver's fold models, reused
     try:
         clf, model, info = fit(X, y, inner)
     except BudgetTooSmall as small:  # the user's budget and the bytes needed, both with the table

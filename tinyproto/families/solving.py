@@ -39,6 +39,9 @@ class SolveOptions:
         None: the solver draws the standard one for the rows it is given (Folds.standard(X, y, seed)).
     learn_on: a board the model must also learn on (`compile --learnable`): a learnable family fits its counts
         into what that board holds while learning; a family that cannot learn refuses it.
+    fold_models: where a solver may leave the integer models of the shape it chose that it already trained on
+        folds' training rows (FoldModels); the confidence calibration then reuses them instead of training the
+        shape again. None: nobody asks.
     """
 
     budget_bytes: int
@@ -49,6 +52,7 @@ class SolveOptions:
     progress: Callable[[str], None] | None = None
     folds: Folds | None = None
     learn_on: Board | None = None
+    fold_models: FoldModels | None = None
 
     def __post_init__(self) -> None:
         if int(self.budget_bytes) < 1:
@@ -67,6 +71,79 @@ class SolveOptions:
     def with_(self, **changes: Any) -> SolveOptions:
         """A copy with some fields changed (the options are frozen)."""
         return replace(self, **changes)
+
+
+class FoldModels:
+    """The chosen shape's integer models on validation folds, left by a solver for the calibration that follows.
+
+    A model is offered for (the solver's info["chosen"], the index of the fold in options.folds.splits()) only
+    when it is exactly what the family's fit_shape returns on that fold's training rows with the same options
+    (the same rows, seed, budget and latency limit): taking it instead of training again changes nothing.
+    """
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, int], Any] = {}
+
+    @staticmethod
+    def _key(chosen: dict, fold: int) -> tuple[str, int]:
+        import json
+
+        return json.dumps(chosen, sort_keys=True, default=str), int(fold)
+
+    def offer(self, chosen: dict, fold: int, model: Any) -> None:
+        self._models[self._key(chosen, fold)] = model
+
+    def offer_all(self, chosen: dict, models: dict[int, Any]) -> None:
+        for fold, model in models.items():
+            self.offer(chosen, fold, model)
+
+    def take(self, chosen: dict, fold: int) -> Any | None:
+        """The model left for this shape and fold, or None (then the caller trains it)."""
+        return self._models.get(self._key(chosen, fold))
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+
+def calibration_splits(folds: Folds) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(index in folds.splits(), training rows, validation rows) of the folds the confidence calibration trains the
+    chosen shape on: those of the first draw of the folds (the first of folds.splits(), in the same order)."""
+    return [(index, fit_rows, val_rows) for index, (fit_rows, val_rows) in enumerate(folds.splits(repeat=0))]
+
+
+def fit_final_and_folds(final: Callable, final_args: tuple, fit_shape: Callable, chosen: dict, X: np.ndarray,
+                        y: np.ndarray, options: SolveOptions) -> tuple[Any, dict[int, Any]]:
+    """(final(*final_args), {fold index: model}): the solver's fit of its chosen shape on all its rows and, when
+    options.fold_models asks for them, the chosen shape trained (fit_shape, as the calibration would) on every
+    calibration fold no model was left for yet, all in the same options.n_jobs processes. The caller leaves the
+    fold models (FoldModels.offer) under its info["chosen"], which may depend on the final model.
+
+    `final` and `fit_shape` run in worker processes: module-level functions, and their arguments picklable."""
+    from tinyproto.core.folds import Folds
+
+    missing = []
+    if options.fold_models is not None:
+        folds = options.folds if options.folds is not None else Folds.standard(X, y, options.seed)
+        quiet = options.with_(progress=None, fold_models=None)
+        missing = [(index, (fit_shape, X[fit_rows], y[fit_rows], chosen, quiet))
+                   for index, fit_rows, _ in calibration_splits(folds)
+                   if options.fold_models.take(chosen, index) is None]
+    results = map_in_processes(_call, [(final, final_args), *[(_shape_or_none, args) for _, args in missing]],
+                               options.n_jobs)
+    return results[0], {index: model for (index, _), model in zip(missing, results[1:]) if model is not None}
+
+
+def _call(function: Callable, args: tuple) -> Any:
+    return function(*args)
+
+
+def _shape_or_none(fit_shape: Callable, X: np.ndarray, y: np.ndarray, chosen: dict, options: SolveOptions) -> Any:
+    """The integer model of fit_shape, or None when the shape cannot keep the limits on these rows (the
+    calibration then does what it does for such a fold)."""
+    try:
+        return fit_shape(X, y, chosen, options)[1]
+    except TinyprotoError:
+        return None
 
 
 def default_jobs() -> int:
@@ -91,14 +168,72 @@ def default_jobs() -> int:
 
 
 def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: int) -> list:
-    """[function(*args) for args in argument_tuples], in up to n_jobs worker processes (joblib's loky), results in
-    the order given: a candidate's result never depends on the worker that computed it or on n_jobs."""
+    """[function(*args) for args in argument_tuples] in this process and up to n_jobs - 1 worker processes (loky,
+    reused from one call to the next), results in the order given.
+
+    This process starts on the tasks at once (from the front of the list) while the workers start (each imports
+    numpy, scikit-learn and tinyproto: about 1.5 s of CPU) and then take tasks from the back. Every task runs with
+    one BLAS thread wherever it runs, so a result never depends on the process that computed it or on n_jobs. An
+    exception of a task is raised here (the first task's, in list order, when several fail)."""
+    from threadpoolctl import threadpool_limits
+
     jobs = min(int(n_jobs), len(argument_tuples))
     if jobs <= 1:
-        return [function(*args) for args in argument_tuples]
-    from joblib import Parallel, delayed
+        with threadpool_limits(limits=1, user_api="blas"):
+            return [function(*args) for args in argument_tuples]
+    from collections import deque
 
-    return list(Parallel(n_jobs=jobs, backend="loky")(delayed(function)(*args) for args in argument_tuples))
+    from joblib.externals.loky import get_reusable_executor
+
+    executor = get_reusable_executor(max_workers=jobs - 1)
+    pending = deque(range(len(argument_tuples)))
+    results: list = [None] * len(argument_tuples)
+    failures: dict[int, BaseException] = {}
+    in_flight: dict[int, Any] = {}
+    workers_ready = False  # a worker has returned a result: it has started (imports done)
+
+    def collect(block: bool) -> None:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        nonlocal workers_ready
+        done, _ = wait(list(in_flight.values()), timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        workers_ready = workers_ready or bool(done)
+        for index in [i for i, future in in_flight.items() if future in done]:
+            future = in_flight.pop(index)
+            try:
+                results[index] = future.result()
+            except BaseException as exc:  # noqa: BLE001  (re-raised below, in list order)
+                failures[index] = exc
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        while pending and not failures:
+            # A started worker keeps its next task at hand while this process computes one; a starting one gets
+            # one task. The workers never hold more queued tasks than are left here, so all finish about together.
+            depth = (2 if workers_ready else 1) * (jobs - 1)
+            while len(pending) > len(in_flight) and len(in_flight) < depth:
+                index = pending.pop()
+                in_flight[index] = executor.submit(_with_one_blas_thread, function, argument_tuples[index])
+            if pending:
+                index = pending.popleft()
+                try:
+                    results[index] = function(*argument_tuples[index])
+                except BaseException as exc:  # noqa: BLE001
+                    failures[index] = exc
+            if in_flight:
+                collect(block=False)
+        while in_flight:
+            collect(block=True)
+    if failures:
+        raise failures[min(failures)]
+    return results
+
+
+def _with_one_blas_thread(function: Callable, args: tuple) -> Any:
+    """A task in a worker process, with one BLAS thread (as in the parent: the same arithmetic everywhere)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        return function(*args)
 
 
 class FitUnderBudget(Protocol):
@@ -123,4 +258,18 @@ class FitShape(Protocol):
                  options: SolveOptions) -> tuple[Any, Any]: ...  # (estimator, IntModel)
 
 
-__all__ = ["DEFAULT_F_CPU_HZ", "FitShape", "FitUnderBudget", "SolveOptions", "default_jobs", "map_in_processes"]
+__all__ = ["DEFAULT_F_CPU_HZ", "FitShape", "FitUnderBudget", "FoldModels", "SolveOptions", "calibration_splits",
+           "default_jobs", "fit_final_and_folds", "map_in_processes"]
+
+
+def training_classes(X: np.ndarray, y: np.ndarray, family_title: str, min_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the classes, each row's class index) of a solver's training rows, refused in one line unless X is a 2-D
+    matrix with one label per row, at least min_rows of them, and at most 255 classes (a label is one byte on the
+    device, 255 being "unknown")."""
+    if X.ndim != 2 or len(X) != len(y) or len(X) < min_rows:
+        raise TinyprotoError(f"{family_title} needs a 2-D feature matrix with one label per row (at least {min_rows} "
+                             "rows)")
+    classes, y_index = np.unique(y, return_inverse=True)
+    if classes.size > 255:
+        raise TinyprotoError(f"{family_title} supports at most 255 classes, got {classes.size}")
+    return classes, y_index

@@ -24,7 +24,7 @@ import numpy as np
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds
-from tinyproto.families.solving import SolveOptions, map_in_processes
+from tinyproto.families.solving import SolveOptions, calibration_splits, map_in_processes
 from tinyproto.core.inputstage import InputStage
 from tinyproto.families.bloom.cost import predict_cycles
 from tinyproto.families.bloom.quantize import IntBloom
@@ -136,14 +136,16 @@ def candidate_shapes(seed: int, n_features: int, n_classes: int, budget: int,
 
 
 def _validate_candidate(n_slots: int, n_hashes: int, offset: str, scaling: str, C: float, random_state: int,
-                        X: np.ndarray, y: np.ndarray, splits: list) -> list[int]:
-    """Correct int8 predictions of one candidate on each validation part, trained on the rest."""
-    out = []
+                        X: np.ndarray, y: np.ndarray, splits: list) -> tuple[list[int], list[IntBloom]]:
+    """(correct int8 predictions of one candidate on each validation part, trained on the rest; the int8 model of
+    each part: fit_chosen_bloom's on the part's training rows)."""
+    out, models = [], []
     for tr, va in splits:
         clf = BloomClassifier(n_slots, n_hashes, offset, scaling, C, random_state)
         model = IntBloom.from_classifier(clf.fit(X[tr], y[tr]))
         out.append(int(np.sum(model.predict(X[va]) == y[va])))
-    return out
+        models.append(model)
+    return out, models
 
 
 def shape_text(entry: dict) -> str:
@@ -194,6 +196,7 @@ def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     n_val = sum(len(v) for _, v in splits)
     tried: list[dict] = []
     fold_accuracies: list[list[float]] = []
+    split_models: list[list[IntBloom]] = []  # per tried candidate, its model on each split
 
     def evaluate(batch: list[tuple[dict, str, str, float]]) -> list[dict]:
         """Validate (shape, offset, scaling, C) candidates on the yardstick's parts, in options.n_jobs processes."""
@@ -201,7 +204,8 @@ def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
                                                             random_state, X_train, y_train, splits)
                                                            for shape, offset, scaling, C in batch], options.n_jobs)
         out = []
-        for (shape, offset, scaling, C), correct in zip(batch, corrects):
+        for (shape, offset, scaling, C), (correct, models) in zip(batch, corrects):
+            split_models.append(models)
             entry = {**{k: shape[k] for k in ("n_slots", "n_hashes", "n_used", "model_bytes", "predicted_cycles")},
                      "offset": offset, "scaling": scaling, "C": C, "seed": seed,
                      "val_int8_accuracy": sum(correct) / n_val,
@@ -235,6 +239,9 @@ def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     if model.model_bytes() > budget_bytes:  # the byte count is the shape's, known before training: a bug
         raise TinyprotoError(f"internal error: Bloom model is {model.model_bytes()} B, over {budget_bytes} B")
     keys = ("n_slots", "n_hashes", "n_used", "offset", "scaling", "C", "seed")
+    if options.fold_models is not None:  # the search trained the chosen candidate on every fold as the calibration would
+        for index, _, _ in calibration_splits(folds):
+            options.fold_models.offer({k: chosen[k] for k in keys}, index, split_models[order[0]][index])
     info = {
         "chosen": {k: chosen[k] for k in keys},
         "candidates": tried,

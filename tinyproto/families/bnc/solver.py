@@ -24,7 +24,7 @@ from sklearn.utils import check_random_state
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds
-from tinyproto.families.solving import SolveOptions, map_in_processes
+from tinyproto.families.solving import SolveOptions, fit_final_and_folds, map_in_processes, training_classes
 from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, standardisation
 from tinyproto.core.inputstage import stage_bytes as priced_stage_bytes
 from tinyproto.families.bnc.cost import predict_cycles, shape_cycles
@@ -225,13 +225,9 @@ def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     started = time.perf_counter()
     X = np.asarray(X_train, dtype=np.float64)
     y = np.asarray(y_train)
-    if X.ndim != 2 or len(X) != len(y) or len(X) < 4:
-        raise TinyprotoError("BNC needs a 2-D feature matrix with one label per row (at least four rows)")
-    classes, y_index = np.unique(y, return_inverse=True)
+    classes, y_index = training_classes(X, y, "BNC", min_rows=4)
     n, d = X.shape
     L = classes.size
-    if L > 255:
-        raise TinyprotoError(f"BNC supports at most 255 classes, got {L}")
     budget = int(budget_bytes)
     stage_bytes = {kind: input_stage_bytes(X, kind) for kind in STAGE_KINDS}
     smallest = min(minimum_budget(d, L, nbytes) for nbytes in stage_bytes.values())
@@ -271,8 +267,11 @@ def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
         say(f"bnc: {_shape_text(c)}: validated int8 accuracy {acc:.3f}")
     ranked = sorted(tried, key=_rank, reverse=True)
     best = ranked[0]
-    clf = _estimator(best, fit_seed, search=False).fit(X, y)
-    model = IntBNC.from_classifier(clf)
+    # the final fit beside the chosen shape on the calibration's folds (fit_chosen_bnc reads these keys only)
+    shape = {"n_bits": best.n_bits, "n_prototypes": best.n_prototypes, "density": best.density,
+             "seeded_per_row": best.per_row, "input_stage": best.stage}
+    (clf, model), fold_models = fit_final_and_folds(_final_fit, (best, fit_seed, X, y), fit_chosen_bnc, shape, X, y,
+                                                    options.with_(folds=folds))
     nbytes = model.model_bytes()
     if nbytes > budget:  # cannot happen: model_bytes() above mirrors carrays(); keep the promise explicit
         raise AssertionError(f"chosen BNC has {nbytes} B > budget {budget} B")
@@ -303,5 +302,13 @@ def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
                      "cycles, then bytes",
         "seconds": time.perf_counter() - started,
     }
+    if options.fold_models is not None:
+        options.fold_models.offer_all(info["chosen"], fold_models)
     say(f"bnc: chose {_shape_text(best)}, {nbytes} B, held-out accuracy {best.val_accuracy:.3f}")
     return clf, model, info
+
+
+def _final_fit(best: Candidate, fit_seed: int, X: np.ndarray, y: np.ndarray) -> tuple[BNCClassifier, IntBNC]:
+    """The chosen shape trained on all the training rows with the full epochs."""
+    clf = _estimator(best, fit_seed, search=False).fit(X, y)
+    return clf, IntBNC.from_classifier(clf)

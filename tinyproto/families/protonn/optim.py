@@ -128,15 +128,26 @@ def standardisation(X: np.ndarray, scaling: str = "feature") -> tuple[np.ndarray
     return inputstage_standardisation(X, scaling)
 
 
-def squared_distances(P: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """||p_i - b_j||^2 for rows p_i of P (n, D) and columns b_j of B (D, m) -> (n, m), never negative."""
-    d2 = (P * P).sum(axis=1)[:, None] - 2.0 * (P @ B) + (B * B).sum(axis=0)[None, :]
+def squared_distances(P: np.ndarray, B: np.ndarray, P2: np.ndarray | None = None,
+                      B2: np.ndarray | None = None) -> np.ndarray:
+    """||p_i - b_j||^2 for rows p_i of P (n, D) and columns b_j of B (D, m) -> (n, m), never negative.
+
+    P2, B2: the squared norms (P * P).sum(axis=1) and (B * B).sum(axis=0) when the caller already has them (an SGD
+    epoch keeps one side fixed; each row of P is summed on its own, so a batch's rows of P2 are its own values)."""
+    P2 = (P * P).sum(axis=1) if P2 is None else P2
+    B2 = (B * B).sum(axis=0) if B2 is None else B2
+    # (P2 - 2 P B) + B2, in place: -2 x + a is a - 2 x exactly (negation is exact, addition commutes)
+    d2 = P @ B
+    d2 *= -2.0
+    d2 += P2[:, None]
+    d2 += B2[None, :]
     return np.maximum(d2, 0.0, out=d2)
 
 
-def kernel(P: np.ndarray, B: np.ndarray, gamma2: float) -> np.ndarray:
+def kernel(P: np.ndarray, B: np.ndarray, gamma2: float, P2: np.ndarray | None = None,
+           B2: np.ndarray | None = None) -> np.ndarray:
     """exp(-gamma^2 ||p_i - b_j||^2): (n, m)."""
-    d2 = squared_distances(P, B)
+    d2 = squared_distances(P, B, P2, B2)
     d2 *= -gamma2
     return np.exp(d2, out=d2)
 
@@ -188,14 +199,19 @@ def grad_W(
     return grad_P.T @ X
 
 
+def mean_squared_loss(K: np.ndarray, Z: np.ndarray, Y: np.ndarray) -> float:
+    """Mean squared loss of the scores K Z^T against the one-hot targets Y, given the kernels K (n, m)."""
+    R = K @ Z.T - Y
+    return float(np.einsum("ij,ij->", R, R)) / K.shape[0]
+
+
 def loss_and_grad(
     params: Params, X: np.ndarray, Y: np.ndarray, gamma2: float, block: str | None
 ) -> tuple[float, np.ndarray | None]:
     """Mean squared loss on (X, Y) and, when block is "W", "B" or "Z", its gradient w.r.t. that tensor."""
     P = X @ params.W.T
     K = kernel(P, params.B, gamma2)
-    R = K @ params.Z.T - Y
-    loss = float(np.einsum("ij,ij->", R, R)) / X.shape[0]
+    loss = mean_squared_loss(K, params.Z, Y)
     if block == "Z":
         return loss, grad_Z(K, Y, params.Z)
     if block == "B":
@@ -237,27 +253,35 @@ def sgd_epoch(
     fraction: float,
     order: np.ndarray,
     batch_size: int,
+    P_all: np.ndarray | None = None,
+    K_all: np.ndarray | None = None,
 ) -> None:
     """One epoch of projected heavy-ball SGD on one block (in place); the other two blocks stay fixed.
 
     Because they stay fixed, what depends only on them is computed once per epoch instead of per batch: the
-    projections for the Z and B epochs, and the kernels for the Z epoch.
+    projections for the Z and B epochs, and the kernels for the Z epoch. P_all (Xs W^T) and K_all (its kernels)
+    may be given when the caller already has them for the current W, B and gamma2.
     """
     theta = params.get(block)
     velocity = np.zeros_like(theta)
-    P_all = Xs @ params.W.T if block != "W" else None
-    K_all = kernel(P_all, params.B, gamma2) if block == "Z" else None
+    if block != "W" and P_all is None:
+        P_all = Xs @ params.W.T
+    if block == "Z" and K_all is None:
+        K_all = kernel(P_all, params.B, gamma2)
+    # the side of the distances the block does not move: the projections' norms (B epoch), the prototypes' (W)
+    P2_all = (P_all * P_all).sum(axis=1) if block == "B" else None
+    B2 = (params.B * params.B).sum(axis=0) if block == "W" else None
     for start in range(0, order.size, batch_size):
         idx = order[start : start + batch_size]
         if block == "Z":
             grad = grad_Z(K_all[idx], Y[idx], params.Z)
         elif block == "B":
             P = P_all[idx]
-            grad = grad_B(P, kernel(P, params.B, gamma2), Y[idx], params.B, params.Z, gamma2)
+            grad = grad_B(P, kernel(P, params.B, gamma2, P2=P2_all[idx]), Y[idx], params.B, params.Z, gamma2)
         else:
             X = Xs[idx]
             P = X @ params.W.T
-            grad = grad_W(X, P, kernel(P, params.B, gamma2), Y[idx], params.B, params.Z, gamma2)
+            grad = grad_W(X, P, kernel(P, params.B, gamma2, B2=B2), Y[idx], params.B, params.Z, gamma2)
         velocity *= MOMENTUM
         velocity += grad
         theta -= eta * velocity

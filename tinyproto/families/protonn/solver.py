@@ -27,7 +27,7 @@ import numpy as np
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds
-from tinyproto.families.solving import SolveOptions
+from tinyproto.families.solving import SolveOptions, fit_final_and_folds, map_in_processes
 from tinyproto.families.protonn.quantize import IntProtoNN, drop_unread, quantize_protonn
 from tinyproto.families.protonn.shapes import (STAGES, TABLE_SIZES, Shape, candidate_shapes, fastest_shape,
                                                largest_nnz, minimum_budget, model_bytes, model_cycles)
@@ -163,26 +163,28 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
         return 1000.0 * cycles / f_cpu_hz
 
     folds = options.folds if options.folds is not None else Folds.standard(X_train, y_train, random_state)
-    splits = [(X_train[fit], y_train[fit], X_train[val], y_train[val])
-              for fit, val in _search_splits(folds, y_train, random_state)]
+    search_splits = _search_splits(folds, y_train, random_state)
+    splits = [(X_train[fit], y_train[fit], X_train[val], y_train[val]) for fit, val in search_splits]
     X_fit, y_fit, X_val, y_val = splits[0]
     _, fit_counts = np.unique(y_fit, return_counts=True)
     tried: list[dict] = []
     kept: list[Shape] = []
     part_correct: list[list[int]] = []
+    split_models: list[list[IntProtoNN]] = []  # per kept shape, its model on each split
     n_val = sum(len(v[3]) for v in splits)
 
     def evaluate_all(batch: list[Shape]) -> list[dict | None]:
         """Validate a batch of shapes (in options.n_jobs processes when the data is large enough to pay for them)."""
-        results = _map_shapes(batch, splits, budget_bytes, max_cycles, random_state, X_fit.size, options.n_jobs)
+        results = _map_shapes(batch, splits, budget_bytes, max_cycles, random_state, options.n_jobs)
         out = []
         for shape, result in zip(batch, results):
             if result is None:  # even one W nonzero per row is predicted too slow
                 out.append(None)
                 continue
-            correct, cycles, nbytes = result
+            correct, cycles, nbytes, models = result
             kept.append(shape)
             part_correct.append(correct)
+            split_models.append(models)
             tried.append({**shape.as_dict(n_features), "val_int8_accuracy": sum(correct) / n_val, "model_bytes": nbytes,
                           "predicted_cycles": cycles, "predicted_latency_ms": round(ms(cycles), 4)})
             out.append(tried[-1])
@@ -223,12 +225,25 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
         _refuse(X_fit, y_fit, X_val, y_val, n_features, len(classes), budget_bytes, max_latency_ms, random_state, ms)
     margin = noise_margin(max(t["val_int8_accuracy"] for t in tried), n_val)
     order = rank_candidates(tried, margin)
-    for index in order:
+    for attempt, index in enumerate(order):
         best = kept[index]
+        chosen = {**best.as_dict(n_features), "nnz_W": best.nnz_W}  # nnz_W: the shape, exactly (fit_chosen)
+        if options.fold_models is not None:  # a split on all of its fold's training rows is fit_chosen_protonn's fit
+            for k, ((fit_rows, _), full) in enumerate(zip(search_splits, folds.splits())):
+                model_k = split_models[index][k]
+                if len(fit_rows) == len(full[0]) and len(model_k.classes) == len(classes):
+                    options.fold_models.offer(chosen, k, model_k)
         if progress:
             progress(f"refit d_hat={best.n_components} m={best.n_prototypes} on all training data")
-        clf, model = fit_shape(best, X_train, y_train, random_state)
-        model = enforce_latency(enforce_budget(model, budget_bytes), max_cycles)
+        refit_args = (best, X_train, y_train, random_state, budget_bytes, max_cycles)
+        # the first refit beside the calibration's fold models the search did not train (the shape's other folds)
+        if attempt == 0:
+            (clf, model), fold_models = fit_final_and_folds(_refit, refit_args, fit_chosen_protonn, chosen, X_train,
+                                                            y_train, options.with_(folds=folds))
+            if options.fold_models is not None:
+                options.fold_models.offer_all(chosen, fold_models)
+        else:
+            clf, model = _refit(*refit_args)
         if model is not None:
             break
     else:  # every refit was predicted too slow (each validated one fitted): not seen in practice
@@ -236,7 +251,7 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     chosen_index = index
     runners = [i for i in order if i != chosen_index][:RUNNERS_UP]
     info = {
-        "chosen": {**best.as_dict(n_features), "nnz_W": best.nnz_W},  # nnz_W: the shape, exactly (fit_chosen)
+        "chosen": chosen,
         "candidates": tried,
         "chosen_validation": dict(tried[chosen_index], fold_accuracies=[
             k / len(v[3]) for k, v in zip(part_correct[chosen_index], splits)]),
@@ -270,34 +285,47 @@ def fit_protonn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
 RUNNERS_UP = 5
 
 
-PARALLEL_MIN_VALUES = 200_000  # below this many training values a second process costs more than it saves
+# Below this many training values in a batch of fits (summed over its shapes and splits) starting worker processes
+# costs more than it saves (each imports numpy, scikit-learn and tinyproto: about 1.5 s of CPU).
+PARALLEL_MIN_VALUES = 400_000
 
 
-def _validate_shape(shape: Shape, splits: list, budget_bytes: int, max_cycles, seed: int):
-    """(correct predictions per split, max predicted cycles, max bytes) of a shape, or None if too slow."""
-    correct: list[int] = []
-    cycles = nbytes = 0
-    for Xf, yf, Xv, yv in splits:
-        _, model = fit_shape(shape, Xf, yf, seed)
-        model = enforce_latency(enforce_budget(model, budget_bytes), max_cycles)
-        if model is None:
-            return None
-        correct.append(int(np.sum(model.predict(Xv) == yv)))
-        cycles, nbytes = max(cycles, model_cycles(model)), max(nbytes, model_bytes(model))
-    return correct, cycles, nbytes
+def _refit(shape: Shape, X: np.ndarray, y: np.ndarray, seed: int, budget_bytes: int,
+           max_cycles) -> tuple[ProtoNNClassifier, IntProtoNN | None]:
+    """The shape trained on all the training rows, within the budget and the latency limit (None: too slow)."""
+    clf, model = fit_shape(shape, X, y, seed)
+    return clf, enforce_latency(enforce_budget(model, budget_bytes), max_cycles)
 
 
-def _map_shapes(shapes: list[Shape], splits: list, budget_bytes: int, max_cycles, seed: int, n_values: int,
+def _validate_on_split(shape: Shape, split: tuple, budget_bytes: int, max_cycles, seed: int):
+    """(correct predictions, predicted cycles, bytes, the integer model) of a shape trained on one split's training
+    rows and scored on its validation rows, or None if even its sparsest W is predicted too slow."""
+    Xf, yf, Xv, yv = split
+    _, model = fit_shape(shape, Xf, yf, seed)
+    model = enforce_latency(enforce_budget(model, budget_bytes), max_cycles)
+    if model is None:
+        return None
+    return int(np.sum(model.predict(Xv) == yv)), model_cycles(model), model_bytes(model), model
+
+
+def _map_shapes(shapes: list[Shape], splits: list, budget_bytes: int, max_cycles, seed: int,
                 n_jobs: int) -> list:
-    """Each shape's _validate_shape, in n_jobs processes when the data is large enough to pay for them (the
-    results, and their order, do not depend on n_jobs)."""
-    jobs = min(n_jobs, len(shapes))
-    if jobs <= 1 or n_values < PARALLEL_MIN_VALUES:
-        return [_validate_shape(s, splits, budget_bytes, max_cycles, seed) for s in shapes]
-    from joblib import Parallel, delayed
-
-    return Parallel(n_jobs=jobs, backend="loky")(
-        delayed(_validate_shape)(s, splits, budget_bytes, max_cycles, seed) for s in shapes)
+    """Per shape, (correct predictions per split, max predicted cycles, max bytes, the model of each split), or None
+    when too slow on a split. Every (shape, split) fit is one task, in n_jobs processes when the work is large
+    enough to pay for starting them; every task's seed is fixed before dispatch and the results are gathered in
+    task order, so they do not depend on n_jobs."""
+    tasks = [(shape, split, budget_bytes, max_cycles, seed) for shape in shapes for split in splits]
+    n_values = sum(split[0].size for split in splits) * len(shapes)
+    outcomes = map_in_processes(_validate_on_split, tasks, n_jobs if n_values >= PARALLEL_MIN_VALUES else 1)
+    results = []
+    for i in range(len(shapes)):
+        per_split = outcomes[i * len(splits):(i + 1) * len(splits)]
+        if any(outcome is None for outcome in per_split):
+            results.append(None)
+            continue
+        results.append(([o[0] for o in per_split], max(o[1] for o in per_split), max(o[2] for o in per_split),
+                        [o[3] for o in per_split]))
+    return results
 
 
 def _search_splits(folds, y: np.ndarray, random_state: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -60,6 +60,7 @@ from tinyproto.families.protonn.optim import (  # noqa: F401  (re-exported: test
     kernel,
     kmeans,
     loss_and_grad,
+    mean_squared_loss,
     n_kept,
     sgd_epoch,
     squared_distances,
@@ -189,18 +190,28 @@ class ProtoNNClassifier(ClassifierMixin, BaseEstimator):
         fractions = {"W": self.sparsity_W, "B": self.sparsity_B, "Z": self.sparsity_Z}
         eta: dict[str, float] = {}
         curve: list[float] = []
+        # The full set's projections P = Xs W^T and kernels K of the current parameters, kept across the blocks:
+        # a Z epoch changes neither, a B epoch only K, and a rejected epoch restores the parameters they belong
+        # to. Each is what loss_and_grad would compute again from the same arrays, so the fit is the same.
+        P = Xs @ params.W.T
+        K, K_gamma2 = None, None
         for epoch in range(1, n_epochs + 1):
             gamma2 = gamma_schedule(self.gamma_, epoch, n_epochs) ** 2
-            loss = loss_and_grad(params, Xs, Y, gamma2, None)[0]  # gamma may have changed: re-measure
+            if gamma2 != K_gamma2:  # gamma may have changed: re-measure
+                K, K_gamma2 = kernel(P, params.B, gamma2), gamma2
+            loss = mean_squared_loss(K, params.Z, Y)
             for block in BLOCKS:
                 if not eta.get(block):  # first epoch, or the gradient vanished last time
                     eta[block] = (1.0 - MOMENTUM) * armijo_step(params, block, fractions[block], Xs, Y, gamma2)
                 theta = params.get(block)
                 saved = theta.copy()
-                sgd_epoch(block, params, Xs, Y, gamma2, eta[block], fractions[block], rng.permutation(n), batch_size)
-                new_loss = loss_and_grad(params, Xs, Y, gamma2, None)[0]
+                sgd_epoch(block, params, Xs, Y, gamma2, eta[block], fractions[block], rng.permutation(n), batch_size,
+                          P_all=P, K_all=K)
+                new_P = Xs @ params.W.T if block == "W" else P
+                new_K = K if block == "Z" else kernel(new_P, params.B, gamma2)
+                new_loss = mean_squared_loss(new_K, params.Z, Y)
                 if new_loss <= loss:  # also rejects NaN
-                    loss = new_loss
+                    loss, P, K = new_loss, new_P, new_K
                     eta[block] *= STEP_GROWTH
                 else:
                     theta[...] = saved
