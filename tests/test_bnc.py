@@ -430,3 +430,17 @@ def test_the_minimum_on_wide_inputs_is_a_seeded_model_and_fits():
     smallest = solver.minimum_budget(784, 10)
     clf, model, info = solver.fit_bnc_under_budget(X, y, SolveOptions(smallest, 0))
     assert model.model_bytes() <= smallest and info["chosen"]["seeded_per_row"] > 0
+
+
+def test_a_large_learning_rate_does_not_blow_the_weights_up():
+    """The norm penalty's cubic step used to overshoot and overflow (numpy warnings on the user's terminal, a
+    worse model); its step is capped at the row itself."""
+    import warnings
+
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        clf = BNCClassifier(n_bits=64, n_prototypes=8, learning_rate=0.5, epochs_joint=5, random_state=0).fit(X, y)
+    assert np.mean(clf.predict(X) == y) > 0.97

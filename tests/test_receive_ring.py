@@ -99,4 +99,5 @@ def test_small_ring_and_no_ring_validate_bit_exactly_on_the_simulated_uno(compil
         assert v["passed"], json.dumps(v["checks"], indent=1)
         assert v["score_agreement"] == v["label_agreement"] == 1.0 and v["n_vectors"] > 0
         assert v["line"]["window"] == bool(ring) and v["line"]["window_restarts"] == 0
+        assert v["line"]["simulator_cpu_seconds"] > 0 and v["line"]["host_cpu_seconds"] > 0  # each process's share
     assert static[wire.RX_RING_MIN] - static[0] == wire.rx_ring_static_bytes(wire.RX_RING_MIN)

@@ -101,16 +101,22 @@ def bench(data: str, family: str, work: Path, baud: int | None, board_sim: bool)
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'set':<10} {'family':<8} {'target':<9} {'compile s':>9} {'build s':>8} {'valid. s':>8} {'v. cpu':>6} "
-            f"{'vectors':>7} {'baud':>8} {'line s':>7} {'passes s':>8} {'x line':>6}")
+            f"{'host':>5} {'sim':>5} {'vectors':>7} {'baud':>8} {'line s':>7} {'passes s':>8} {'x line':>6}")
     print(head)
     print("-" * len(head))
     for r in rows:
         compile_s = f"{r['compile_s']:.1f}" if r["compile_s"] is not None else "-"
         print(f"{r['set']:<10} {r['family']:<8} {r['target']:<9} {compile_s:>9} {r['build_s']:>8.1f} "
-              f"{r['validate_s']:>8.1f} {r['validate_cpu']:>6.1f} {r['n_vectors']:>7} {r['baud']:>8} "
+              f"{r['validate_s']:>8.1f} {r['validate_cpu']:>6.1f} {_cpu(r.get('host_cpu_seconds')):>5} "
+              f"{_cpu(r.get('simulator_cpu_seconds')):>5} {r['n_vectors']:>7} {r['baud']:>8} "
               f"{r['line_seconds']:>7.1f} {r['measured_seconds']:>8.1f} {r['measured_over_line']:>6}")
-    print("build s on a board-sim row: `tinyproto flash` through the real bootloader (avrdude); passes s: the int8 "
-          "and raw passes of validate; x line = passes s / line s")
+    print("build s on a board-sim row: `tinyproto flash` through the real bootloader (avrdude); v. cpu: the validate "
+          "command and its children; host / sim: CPU s of validate's passes and of the simulated board (simuno); "
+          "passes s: the int8 and raw passes of validate; x line = passes s / line s")
+
+
+def _cpu(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def main() -> None:

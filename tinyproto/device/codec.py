@@ -110,19 +110,28 @@ def crc16_ccitt(data: bytes, crc: int = 0xFFFF) -> int:
 
 
 def cobs_encode(data: bytes) -> bytes:
-    """COBS without the trailing delimiter; the output holds no 0x00. Same block rule as firmware/tp_serial.c."""
+    """COBS without the trailing delimiter; the output holds no 0x00. Same block rule as firmware/tp_serial.c: a
+    block is a code byte (its data bytes + 1) and up to 254 bytes; a block shorter than 254 stands for its bytes
+    and the zero after them, a full one (code 0xFF) for its bytes alone. Split on the zeros (raw float features
+    hold many), so the work per block is C's, not a Python loop's."""
     out = bytearray()
-    i, n = 0, len(data)
-    while True:
-        limit = min(n, i + 254)
-        zero = data.find(0, i, limit)
-        end = zero if zero >= 0 else limit
-        out.append(end - i + 1)
-        out += data[i:end]
-        if end >= n:
-            return bytes(out)
-        # A full 254-byte run carries no implied zero; any shorter run stopped at one, which the code implies.
-        i = end if end - i == 254 else end + 1
+    pieces = bytes(data).split(b"\x00")
+    last = len(pieces) - 1
+    for k, piece in enumerate(pieces):
+        n = len(piece)
+        at = 0
+        # full blocks; the last piece keeps a 254-byte remainder whole (nothing follows: no block after it)
+        while n - at > 254 or (n - at == 254 and k < last):
+            out.append(0xFF)
+            out += piece[at : at + 254]
+            at += 254
+        if n - at == 254:
+            out.append(0xFF)
+            out += piece[at:]
+        else:
+            out.append(n - at + 1)
+            out += piece[at:]
+    return bytes(out)
 
 
 def cobs_decode(data: bytes) -> bytes:

@@ -322,6 +322,17 @@ class SimulatedUno:
             reason = stopped_text(status) if status is not None else "not started"
             raise TinyprotoError(f"the simulated board ({self.mcu}) has stopped: {reason}{_tail(self.stderr_text())}")
 
+    def cpu_seconds(self) -> float | None:
+        """Host CPU time (user + system) simuno has used so far, from /proc; None where there is no /proc or it
+        has stopped. Validation reports it beside the host's own, so the two processes' shares are known."""
+        if self._proc is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def markers(self) -> list[tuple[int, int]]:
         """Every GPIOR0 write so far as (value, cycle); cycles count from reset, exact."""
         if self._markers_file is None:

@@ -190,12 +190,14 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
     results: list = [None] * len(argument_tuples)
     failures: dict[int, BaseException] = {}
     in_flight: dict[int, Any] = {}
-    queued_per_worker = 2  # a worker always has its next task at hand while this process computes one
+    workers_ready = False  # a worker has returned a result: it has started (imports done)
 
     def collect(block: bool) -> None:
         from concurrent.futures import FIRST_COMPLETED, wait
 
+        nonlocal workers_ready
         done, _ = wait(list(in_flight.values()), timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        workers_ready = workers_ready or bool(done)
         for index in [i for i, future in in_flight.items() if future in done]:
             future = in_flight.pop(index)
             try:
@@ -205,7 +207,10 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
 
     with threadpool_limits(limits=1, user_api="blas"):
         while pending and not failures:
-            while pending and len(in_flight) < queued_per_worker * (jobs - 1):
+            # A started worker keeps its next task at hand while this process computes one; a starting one gets
+            # one task. The workers never hold more queued tasks than are left here, so all finish about together.
+            depth = (2 if workers_ready else 1) * (jobs - 1)
+            while len(pending) > len(in_flight) and len(in_flight) < depth:
                 index = pending.pop()
                 in_flight[index] = executor.submit(_with_one_blas_thread, function, argument_tuples[index])
             if pending:
@@ -255,3 +260,16 @@ class FitShape(Protocol):
 
 __all__ = ["DEFAULT_F_CPU_HZ", "FitShape", "FitUnderBudget", "FoldModels", "SolveOptions", "calibration_splits",
            "default_jobs", "fit_final_and_folds", "map_in_processes"]
+
+
+def training_classes(X: np.ndarray, y: np.ndarray, family_title: str, min_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the classes, each row's class index) of a solver's training rows, refused in one line unless X is a 2-D
+    matrix with one label per row, at least min_rows of them, and at most 255 classes (a label is one byte on the
+    device, 255 being "unknown")."""
+    if X.ndim != 2 or len(X) != len(y) or len(X) < min_rows:
+        raise TinyprotoError(f"{family_title} needs a 2-D feature matrix with one label per row (at least {min_rows} "
+                             "rows)")
+    classes, y_index = np.unique(y, return_inverse=True)
+    if classes.size > 255:
+        raise TinyprotoError(f"{family_title} supports at most 255 classes, got {classes.size}")
+    return classes, y_index

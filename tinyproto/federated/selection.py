@@ -31,13 +31,13 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
+from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.folds import Folds, Plan, assign, bin_folds, class_bins, row_keys
 from tinyproto.families.flynn import solver as _solver
 from tinyproto.families.flynn.quantize import decay_lut, hash_inputs
 from tinyproto.families.flynn.solver import (
-    BITS_GRID, DEFAULT_CAP, F_CPU, MIN_HASHES, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING, Candidate,
-    CountLimit, default_max_ms, estimate_cycles, model_bytes,
+    BITS_GRID, DEFAULT_CAP, F_CPU, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING, Candidate,
+    CountLimit, cycle_limit_within, estimate_cycles,
 )
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.flynn.train import project, projection_matrix
@@ -295,13 +295,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     comm = communication or Communication()
     L, d = len(classes), n_features
     budget = int(budget_bytes)
-    if max_inference_ms == DEFAULT_CAP:
-        max_inference_ms = default_max_ms(d)
-    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False, stage_bytes("shared", d))  # the cheapest stage
-    if budget < smallest:
-        raise BudgetTooSmall(budget, smallest, f"FlyNN on {d} features and {L} classes",
-                             f"{MIN_HASHES} hash bits, seeded M")
-    max_cycles = None if max_inference_ms is None else max_inference_ms * 1e-3 * F_CPU
+    max_cycles = cycle_limit_within(budget, L, d, max_inference_ms, F_CPU)
     seed_M = draw_seed(solver_random_state(seed))
     n_rows = int(stages["n"])
     plan = Plan.for_rows(n_rows)  # the yardstick compile's solver draws on the pooled rows

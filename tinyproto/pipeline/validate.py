@@ -479,12 +479,14 @@ class LineMeter:
     def __init__(self, client, baud: int) -> None:
         self.client, self.baud = client, baud
         self.passes: dict[str, float] = {}
+        self.host_cpu = 0.0  # this process's CPU seconds in the passes
         self._sent0, self._read0 = client.bytes_sent, client._reader.bytes_read
 
     def timed(self, name: str, work: Callable[[], object]):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result = work()
         self.passes[name] = time.perf_counter() - started
+        self.host_cpu += time.process_time() - cpu
         return result
 
     def summary(self) -> dict:
@@ -503,6 +505,10 @@ class LineMeter:
             "window": bool(getattr(self.client, "windowed", False)),
             "window_restarts": getattr(self.client, "window_restarts", 0),
         }
+
+
+def _round_or_none(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_check: bool,
@@ -575,6 +581,9 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
                 raw_tick = progress_factory("raw inputs", n_total) if progress_factory else None
                 state.raw = meter.timed("raw", lambda: _raw_input_check(client, vectors, raw_tick))
             state.line = meter.summary()
+            if sim is not None:  # the CPU of the two processes (the simulator's, and this one's for the passes)
+                state.line |= {"simulator_cpu_seconds": _round_or_none(sim.cpu_seconds()),
+                               "host_cpu_seconds": round(meter.host_cpu, 3)}
             state.stack_peak = client.stats().stack_peak
         state.finished = True
     finally:

@@ -24,7 +24,7 @@ from sklearn.utils import check_random_state
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds
-from tinyproto.families.solving import SolveOptions, fit_final_and_folds, map_in_processes
+from tinyproto.families.solving import SolveOptions, fit_final_and_folds, map_in_processes, training_classes
 from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, standardisation
 from tinyproto.core.inputstage import stage_bytes as priced_stage_bytes
 from tinyproto.families.bnc.cost import predict_cycles, shape_cycles
@@ -225,13 +225,9 @@ def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     started = time.perf_counter()
     X = np.asarray(X_train, dtype=np.float64)
     y = np.asarray(y_train)
-    if X.ndim != 2 or len(X) != len(y) or len(X) < 4:
-        raise TinyprotoError("BNC needs a 2-D feature matrix with one label per row (at least four rows)")
-    classes, y_index = np.unique(y, return_inverse=True)
+    classes, y_index = training_classes(X, y, "BNC", min_rows=4)
     n, d = X.shape
     L = classes.size
-    if L > 255:
-        raise TinyprotoError(f"BNC supports at most 255 classes, got {L}")
     budget = int(budget_bytes)
     stage_bytes = {kind: input_stage_bytes(X, kind) for kind in STAGE_KINDS}
     smallest = min(minimum_budget(d, L, nbytes) for nbytes in stage_bytes.values())

@@ -299,7 +299,9 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
                 gT = (Bt[jn] - Bt[jp]) * a
                 gW = (gT * gamma * (1.0 - T * T)).T @ Zb
                 norms = (W * W).sum(axis=1, keepdims=True)
-                gW += 4.0 * lam * (norms - 1.0) * W
+                # the norm penalty's step is capped at the row itself: a longer one overshoots past zero, and the
+                # cubic term then grows without bound (overflow within a few batches at a large learning rate)
+                gW += np.minimum(4.0 * lam * (norms - 1.0), 1.0 / lr) * W
                 W = W - lr * gW * mask
                 if train_b:
                     gB = np.zeros_like(Bt)

@@ -29,7 +29,7 @@ from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds
 from tinyproto.core.moments import MomentSums, moment_sums
 from tinyproto.core.moments import standardisation as exact_standardisation
-from tinyproto.families.solving import SolveOptions
+from tinyproto.families.solving import SolveOptions, training_classes
 from tinyproto.families.flynn.cost import estimate_cycles
 from tinyproto.families.flynn.pricing import (DEFAULT_CAP, WIDE_FEATURES, ExactCycles, default_max_ms, fastest_m,
                                               largest_m, model_bytes, rows_bytes)
@@ -172,6 +172,21 @@ def _weightings(bits_grid) -> list[tuple[int, float]]:
     return [(b, 1.0) if b == 1 else (b, c) for b in bits_grid for c in ((1.0,) if b == 1 else DECAY_GRID)]
 
 
+def cycle_limit_within(budget: int, n_classes: int, n_features: int, max_inference_ms, f_cpu: int,
+                       exact_latency: bool = False) -> float | None:
+    """The predicted cycles per inference the search may accept (max_inference_ms: None, DEFAULT_CAP or the
+    user's limit, which exact_latency keeps headroom under), after refusing a budget below the smallest FlyNN on
+    these sizes. The federated selection draws the same limit, so it ranks the same candidates."""
+    if max_inference_ms == DEFAULT_CAP:
+        max_inference_ms = default_max_ms(n_features)
+    smallest = model_bytes(MIN_HASHES, 1, 1, n_classes, n_features, 2 * n_features, False,
+                           stage_bytes("shared", n_features))  # the cheapest stage
+    if budget < smallest:
+        raise BudgetTooSmall(budget, smallest, f"FlyNN on {n_features} features and {n_classes} classes",
+                             f"{MIN_HASHES} hash bits, seeded M")
+    return latency_cycle_limit(max_inference_ms, f_cpu, headroom=exact_latency, n_classes=n_classes)
+
+
 # ---------------------------------------------------------------- the solver
 
 
@@ -247,21 +262,11 @@ def search_flynn(
     say = progress or (lambda message: None)
     X = np.asarray(X_train, dtype=np.float64)
     y = np.asarray(y_train)
-    if X.ndim != 2 or len(X) != len(y) or len(X) < 2:
-        raise TinyprotoError("FlyNN needs a 2-D feature matrix with one label per row (at least two rows)")
-    classes, y_index = np.unique(y, return_inverse=True)
+    classes, y_index = training_classes(X, y, "FlyNN", min_rows=2)
     n, d = X.shape
     L = classes.size
-    if L > 255:
-        raise TinyprotoError(f"FlyNN supports at most 255 classes, got {L}")
     budget = int(budget_bytes)
-    if max_inference_ms == DEFAULT_CAP:
-        max_inference_ms = default_max_ms(d)
-    smallest = model_bytes(MIN_HASHES, 1, 1, L, d, 2 * d, False, stage_bytes("shared", d))  # the cheapest stage
-    if budget < smallest:
-        raise BudgetTooSmall(budget, smallest, f"FlyNN on {d} features and {L} classes",
-                             f"{MIN_HASHES} hash bits, seeded M")
-    max_cycles = latency_cycle_limit(max_inference_ms, f_cpu, headroom=exact_latency, n_classes=L)
+    max_cycles = cycle_limit_within(budget, L, d, max_inference_ms, f_cpu, exact_latency)
     rng = check_random_state(random_state)
     clf_state = int(rng.randint(0, 2**31 - 1))  # the classifier's random_state; it draws M's seed from it
     seed = draw_seed(clf_state)

@@ -136,7 +136,11 @@ def squared_distances(P: np.ndarray, B: np.ndarray, P2: np.ndarray | None = None
     epoch keeps one side fixed; each row of P is summed on its own, so a batch's rows of P2 are its own values)."""
     P2 = (P * P).sum(axis=1) if P2 is None else P2
     B2 = (B * B).sum(axis=0) if B2 is None else B2
-    d2 = P2[:, None] - 2.0 * (P @ B) + B2[None, :]
+    # (P2 - 2 P B) + B2, in place: -2 x + a is a - 2 x exactly (negation is exact, addition commutes)
+    d2 = P @ B
+    d2 *= -2.0
+    d2 += P2[:, None]
+    d2 += B2[None, :]
     return np.maximum(d2, 0.0, out=d2)
 
 
