@@ -30,9 +30,14 @@ def node_id(classname: str, name: str) -> str:
     return "::".join([path, *parts[parts.index(module) + 1:], name])
 
 
-def slow_ids(junit: Path, seconds: float) -> set[str]:
+def junit_times(junit: Path) -> dict[str, float]:
+    """Every test's seconds in a JUnit XML (setup, call and teardown), by pytest node id."""
     cases = ET.parse(junit).iter("testcase")
-    return {node_id(c.get("classname", ""), c.get("name", "")) for c in cases if float(c.get("time", 0)) >= seconds}
+    return {node_id(c.get("classname", ""), c.get("name", "")): float(c.get("time", 0)) for c in cases}
+
+
+def slow_ids(junit: Path, seconds: float) -> set[str]:
+    return {node for node, time in junit_times(junit).items() if time >= seconds}
 
 
 def listed() -> set[str]:

@@ -17,16 +17,14 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from slow_tests import node_id
+from slow_tests import junit_times
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE = ROOT / "tests" / "durations.json"
 
 
 def durations(junit: Path, seconds: float) -> dict[str, float]:
-    cases = ET.parse(junit).iter("testcase")
-    times = {node_id(c.get("classname", ""), c.get("name", "")): float(c.get("time", 0)) for c in cases}
-    return {node: round(time, 1) for node, time in sorted(times.items()) if time >= seconds}
+    return {node: round(time, 1) for node, time in sorted(junit_times(junit).items()) if time >= seconds}
 
 
 def main() -> int:
