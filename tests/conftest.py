@@ -188,6 +188,19 @@ def measured_slow() -> set[str]:
     return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
 
 
+def nonexistent_tests(nodes) -> list[str]:
+    """The node ids among `nodes` whose file or test function is not in tests/ (a list naming a renamed or
+    deleted test)."""
+    missing = []
+    for node in sorted(nodes):
+        path, _, name = node.partition("::")
+        function = re.sub(r"\[.*\]$", "", name.split("::")[-1])
+        source = TESTS.parent / path
+        if not source.exists() or not re.search(rf"^\s*def {re.escape(function)}\(", source.read_text(), re.M):
+            missing.append(node)
+    return missing
+
+
 _MEASURED_SLOW = measured_slow()
 _reach_cache: dict[int, tuple[set, set]] = {}
 

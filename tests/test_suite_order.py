@@ -1,11 +1,7 @@
 """The order of a pytest-xdist run (tests/conftest.py): the workers' first runs are balanced by measured time,
 longest first and by test file, and tests/durations.json names tests that exist."""
 
-import re
-
-from conftest import DURATIONS, TESTS, longest_first, measured_durations, runs_of
-
-ROOT = TESTS.parent
+from conftest import DURATIONS, longest_first, measured_durations, runs_of, nonexistent_tests
 
 
 def test_runs_have_the_sizes_the_worksteal_scheduler_sends():
@@ -48,11 +44,5 @@ def test_every_timed_test_exists():
     """A renamed test must leave tests/durations.json too, or its time would be lost from the balance."""
     timed = measured_durations()
     assert timed, f"{DURATIONS.name} is missing or empty (tools/test_durations.py writes it)"
-    missing = []
-    for node in sorted(timed):
-        path, _, name = node.partition("::")
-        function = re.sub(r"\[.*\]$", "", name.split("::")[-1])
-        source = ROOT / path
-        if not source.exists() or not re.search(rf"^\s*def {re.escape(function)}\(", source.read_text(), re.M):
-            missing.append(node)
+    missing = nonexistent_tests(timed)
     assert not missing, f"{DURATIONS.name} times tests that do not exist: {missing}"

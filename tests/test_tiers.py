@@ -1,24 +1,17 @@
 """The test tiers (CONTRIBUTING.md): the list of measured slow tests names tests that exist, and a listed test is
 left out of the fast tier."""
 
-import re
 import subprocess
 import sys
 
-from conftest import SLOW_LIST, TESTS, measured_slow
+from conftest import SLOW_LIST, TESTS, measured_slow, nonexistent_tests
 
 ROOT = TESTS.parent
 
 
 def test_every_listed_slow_test_exists():
     """A renamed or deleted test must leave tests/slow_tests.txt too, or the fast tier would quietly grow."""
-    missing = []
-    for node in sorted(measured_slow()):
-        path, _, name = node.partition("::")
-        function = re.sub(r"\[.*\]$", "", name.split("::")[-1])
-        source = ROOT / path
-        if not source.exists() or not re.search(rf"^\s*def {re.escape(function)}\(", source.read_text(), re.M):
-            missing.append(node)
+    missing = nonexistent_tests(measured_slow())
     assert not missing, f"{SLOW_LIST.name} lists tests that do not exist: {missing}"
 
 
