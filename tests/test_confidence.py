@@ -30,6 +30,24 @@ def test_the_view_is_the_smallest_byte_that_fits_the_proven_bound():
     assert C.judge_score_byte(256 * C.VIEW_MAX + 1) == 2 and C.judge_score_byte(None) == 2
 
 
+def test_a_threshold_in_the_view_declines_what_it_declines_in_score_units_up_to_a_view_step():
+    """view_threshold carries a novelty threshold (decline: novelty > threshold) into the 16-bit view: unchanged
+    when the view is the score; else the view's decision equals the score's except within one step of the
+    threshold; beyond the view it is clamped where the device's limit stays inside int16."""
+    assert C.view_threshold(-12, 0, lowest_wins=False) == -12 and C.view_threshold(6, 0, lowest_wins=True) == 6
+    scores = np.arange(-5000, 5000, 7)
+    for lowest_wins in (False, True):
+        calibration = C.Calibration(np.zeros(16, np.uint8), lowest_wins, score_byte=1)
+        novel = C.novelty(scores, lowest_wins)
+        above = C.view_threshold(1234, 1, lowest_wins)
+        in_view = C.novelty(C.score_view(scores, 1), lowest_wins) > above
+        differ = in_view != (novel > 1234)
+        assert not differ.any() or np.abs(novel[differ] - 1234).max() < 256
+        assert calibration.defines()["TP_JUDGE_SCORE_BYTE"] == 1
+    assert C.view_threshold(10**9, 1, lowest_wins=True) == C.VIEW_MAX + 1
+    assert C.view_threshold(-(10**9), 1, lowest_wins=False) == -C.VIEW_MAX - 1
+
+
 def test_the_margin_shift_resolves_where_the_hits_change():
     """Rows right up to margin 40 and wrong below 8: a shift that separates them (>= 8 in one bin, < 8 in
     another) predicts them exactly; shift 0 does too, and is the smallest."""
