@@ -38,10 +38,13 @@ uint16_t tp_frames_bad;
 #define TP_RXC RXC0
 #define TP_UDRE UDRE0
 #define TP_RXCIE RXCIE0
+#define TP_UDRIE UDRIE0
 #if defined(USART_RX_vect)
 #define TP_RX_VECT USART_RX_vect
+#define TP_UDRE_VECT USART_UDRE_vect
 #else
 #define TP_RX_VECT USART0_RX_vect
+#define TP_UDRE_VECT USART0_UDRE_vect
 #endif
 #elif defined(UDR1)
 #define TP_UBRRH UBRR1H
@@ -58,7 +61,9 @@ uint16_t tp_frames_bad;
 #define TP_RXC RXC1
 #define TP_UDRE UDRE1
 #define TP_RXCIE RXCIE1
+#define TP_UDRIE UDRIE1
 #define TP_RX_VECT USART1_RX_vect
+#define TP_UDRE_VECT USART1_UDRE_vect
 #else
 #error "this MCU has neither USART0 nor USART1"
 #endif
@@ -146,12 +151,41 @@ int16_t tp_port_getc(void)
 }
 #endif
 
+#ifdef TP_RX_WINDOWED
+/* The transmitter's "ready for the next byte" wakes tp_port_putc, then turns itself off again. */
+ISR(TP_UDRE_VECT)
+{
+    TP_UCSRB &= (uint8_t)~_BV(TP_UDRIE);
+}
+
+void tp_port_putc(uint8_t c)
+{
+    /* Sleep (idle mode) until the transmitter takes the next byte, like tp_port_getc waits for one: a byte of
+     * an answer lasts ten bit times (160 cycles at 1 Mbaud), which a polling loop spends reading UCSRA over and
+     * over, and a simulated chip simulates every one of those reads. A received byte's interrupt may wake the
+     * sleep first: the loop then sleeps again. */
+    if (!(TP_UCSRA & _BV(TP_UDRE))) {
+        cli();
+        while (!(TP_UCSRA & _BV(TP_UDRE))) {
+            TP_UCSRB |= _BV(TP_UDRIE);
+            sleep_enable();
+            sei();
+            sleep_cpu();
+            sleep_disable();
+            cli();
+        }
+        sei();
+    }
+    TP_UDR = c;
+}
+#else
 void tp_port_putc(uint8_t c)
 {
     while (!(TP_UCSRA & _BV(TP_UDRE))) {
     }
     TP_UDR = c;
 }
+#endif
 
 void tp_port_flush(void)
 {
