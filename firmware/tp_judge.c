@@ -1,103 +1,75 @@
 /* tinyproto runtime: how sure the model is of its label, and "unknown" (every family; docs/guides/confidence.md).
  *
- * After tp_predict(), tp_judge() reads two integers from the scores: the margin share
- * |winner - runner-up| / (|winner| + |runner-up| + 1), cut into TP_CONFIDENCE_BINS bins by a four-step restoring
- * division (no library call, no intermediate wider than 32 bits), and the winning score itself. The confidence byte is tp_confidence[bin], a flash table fitted on
- * cross-validated rows; with TP_UNKNOWN_LIMIT (compile --unknown-rate) a winning score worse than the limit
- * answers TP_UNKNOWN_LABEL instead of the class. tinyproto/core/confidence.py is the host reference, bit for bit.
+ * After tp_predict(), tp_judge() reads every score once, as a 16-bit view: the int32 score shifted right by
+ * 8 * TP_JUDGE_SCORE_BYTE bits, i.e. two of its bytes (compile picks the byte so that every score the family proves
+ * possible fits: core/confidence.judge_score_byte). From the winner's view and the best other class's it takes
+ * - the margin, winner minus runner-up the way the scores win, shifted right by TP_JUDGE_MARGIN_SHIFT (chosen on
+ *   the host for this model) and capped at 15: the index of tp_confidence[], a flash table fitted on
+ *   cross-validated rows, which gives the confidence byte;
+ * - with TP_UNKNOWN_LIMIT (compile --unknown-rate), the winner's view itself: worse than the limit answers
+ *   TP_UNKNOWN_LABEL instead of the class.
+ * Nothing is divided and nothing is wider than 16 bits: the host decides the view and the shift, the device applies
+ * them. tinyproto/core/confidence.py (Calibration.judge) is the host reference, bit for bit.
  * A model without a table (TP_CONFIDENCE_BINS undefined) answers confidence 0 and its label.
  */
 #include "tinyproto_model.h"
 
 #ifdef TP_CONFIDENCE_BINS
 #if TP_CONFIDENCE_BINS != 16
-#error "tp_judge.c makes 4 quotient bits: the confidence table must have 16 bins"
+#error "tp_judge.c caps the margin's bin at 15: the confidence table must have 16 bins"
+#endif
+#if TP_JUDGE_SCORE_BYTE < 0 || TP_JUDGE_SCORE_BYTE > 2 || TP_JUDGE_MARGIN_SHIFT < 0 || TP_JUDGE_MARGIN_SHIFT > 15
+#error "TP_JUDGE_SCORE_BYTE must be 0 to 2 and TP_JUDGE_MARGIN_SHIFT 0 to 15"
 #endif
 
-/* The width the margin is computed in, decided by compile (core/confidence.judge_score_bits): 16 bits when the
- * family proves every score within +-32767, so |winner| + |runner-up| + 1 fits a uint16_t and the result is the
- * 32-bit one bit for bit; else 32 bits. */
-#if TP_JUDGE_SCORE_BITS == 16
-typedef int16_t tp_judge_score_t;
-typedef uint16_t tp_judge_wide_t;
-#define TP_JUDGE_WORST_HIGH INT16_MIN
-#define TP_JUDGE_WORST_LOW INT16_MAX
-#elif TP_JUDGE_SCORE_BITS == 32
-typedef int32_t tp_judge_score_t;
-typedef uint32_t tp_judge_wide_t;
-#define TP_JUDGE_WORST_HIGH INT32_MIN
-#define TP_JUDGE_WORST_LOW INT32_MAX
-#else
-#error "TP_JUDGE_SCORE_BITS must be 16 or 32"
-#endif
-
-/* the score rule: which of two scores is the better, and a start no score is worse than (the runner-up search
- * takes the first other class's score over it, so the result is that of starting from any other class) */
+/* the score rule: which of two views is the better, and a start no view is worse than */
 #if TP_SCORE_LOWEST_WINS
 #define TP_JUDGE_BETTER(a, b) ((a) < (b))
-#define TP_JUDGE_WORST TP_JUDGE_WORST_LOW
+#define TP_JUDGE_WORST INT16_MAX
 #else
 #define TP_JUDGE_BETTER(a, b) ((a) > (b))
-#define TP_JUDGE_WORST TP_JUDGE_WORST_HIGH
+#define TP_JUDGE_WORST INT16_MIN
 #endif
 
-/* A score in the judged width. 16 bits: the low half of the int32_t (equal to it, as it is within +-32767), read
- * as two bytes so the high half is never loaded (the AVR and the hosts the tests run on are little-endian). */
-static inline tp_judge_score_t tp_judge_read(const int32_t *score)
+/* One score's view: bytes TP_JUDGE_SCORE_BYTE and the next of the little-endian int32 (the AVR and the hosts the
+ * tests run on), equal to score >> (8 * TP_JUDGE_SCORE_BYTE) as the family proves it within int16. */
+static inline int16_t tp_judge_view(const uint8_t *bytes)
 {
-#if TP_JUDGE_SCORE_BITS == 16 && !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
-    const uint8_t *bytes = (const uint8_t *)score;
-    return (tp_judge_score_t)((uint16_t)bytes[0] | (uint16_t)((uint16_t)bytes[1] << 8));
-#else
-    return (tp_judge_score_t)*score;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "tp_judge.c reads the scores as little-endian"
 #endif
+    return (int16_t)((uint16_t)bytes[0] | (uint16_t)((uint16_t)bytes[1] << 8));
 }
 
-/* Written for avr-gcc -Os's register allocation (each choice measured on the built firmware): the limit is compared
- * as soon as the winner is read, so the winner is not kept live through the division; the division counts its
- * steps by a marker bit in q instead of a counter. */
+/* One pass over the classes takes the winner's view (at the label) and the best of the others'. */
 uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
 {
-    tp_judge_score_t runner = TP_JUDGE_WORST;
-    for (uint8_t c = 0; c < TP_N_CLASSES; ++c) {
-        tp_judge_score_t s = tp_judge_read(&scores[c]);
-        if (c != label && TP_JUDGE_BETTER(s, runner)) {
+    const uint8_t *at = (const uint8_t *)scores + TP_JUDGE_SCORE_BYTE;
+    int16_t winner = 0;
+    int16_t runner = TP_JUDGE_WORST;
+    uint8_t c = 0;
+    do {
+        int16_t s = tp_judge_view(at);
+        at += sizeof(int32_t);
+        if (c == label) {
+            winner = s;
+        } else if (TP_JUDGE_BETTER(s, runner)) {
             runner = s;
         }
-    }
-    tp_judge_score_t winner = tp_judge_read(&scores[label]);
+    } while (++c != TP_N_CLASSES);
     uint8_t decided = label;
 #ifdef TP_UNKNOWN_LIMIT
-#if TP_SCORE_LOWEST_WINS
-    if ((int32_t)winner > (int32_t)TP_UNKNOWN_LIMIT) {
-#else
-    if ((int32_t)winner < (int32_t)TP_UNKNOWN_LIMIT) {
-#endif
+    if (TP_JUDGE_BETTER(TP_UNKNOWN_LIMIT, winner)) {
         decided = TP_UNKNOWN_LABEL;
     }
 #endif
 #if TP_SCORE_LOWEST_WINS
-    tp_judge_wide_t m = (tp_judge_wide_t)runner - (tp_judge_wide_t)winner;
+    uint16_t margin = (uint16_t)((uint16_t)runner - (uint16_t)winner);
 #else
-    tp_judge_wide_t m = (tp_judge_wide_t)winner - (tp_judge_wide_t)runner;
+    uint16_t margin = (uint16_t)((uint16_t)winner - (uint16_t)runner);
 #endif
-    /* m <= |winner| + |runner| < den: four bits of m / den by restoring division, each step comparing m with
-     * den - m rather than 2m with den, so no intermediate needs a 33rd bit (17th in 16 bits) */
-    tp_judge_wide_t den = 1u;
-    den += winner < 0 ? (tp_judge_wide_t)0 - (tp_judge_wide_t)winner : (tp_judge_wide_t)winner;
-    den += runner < 0 ? (tp_judge_wide_t)0 - (tp_judge_wide_t)runner : (tp_judge_wide_t)runner;
-    uint8_t q = 1u; /* a marker bit: after four quotient bits are shifted in it is bit 4 */
-    do {
-        tp_judge_wide_t rest = den - m;
-        q = (uint8_t)(q << 1);
-        if (m >= rest) {
-            m -= rest;
-            q |= 1u;
-        } else {
-            m += m;
-        }
-    } while (!(q & 16u));
-    *confidence = tp_read_u8(&tp_confidence[q & 15u]);
+    margin >>= TP_JUDGE_MARGIN_SHIFT;
+    *confidence = tp_read_u8(&tp_confidence[margin > 15u ? 15u : margin]);
     return decided;
 }
 

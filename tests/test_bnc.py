@@ -341,11 +341,19 @@ def test_latency_refusal_names_the_fastest_shape():
         solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], SolveOptions(2048, 0, max_latency_ms=0.01))
 
 
-def test_same_seed_same_model_json():
+def test_the_seed_decides_the_seeded_models_json():
+    """The same seed gives the same model.json, pattern seed included; another seed draws another pattern. (The
+    solver's own seed contract, two whole searches, is tests/test_solver_contract.py's for every family.)"""
     Xtr, _, ytr, _ = digits_split()
-    a = solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], SolveOptions(1024, 5))[1].to_json()
-    b = solver.fit_bnc_under_budget(Xtr[:300], ytr[:300], SolveOptions(1024, 5))[1].to_json()
-    assert json.dumps(a) == json.dumps(b)
+
+    def model_json(seed: int) -> str:
+        clf = BNCClassifier(n_bits=16, n_prototypes=20, seeded_per_row=8, epochs_joint=2, epochs_w=2,
+                            random_state=seed).fit(Xtr[:300], ytr[:300])
+        return json.dumps(IntBNC.from_classifier(clf).to_json())
+
+    first, again, other = model_json(5), model_json(5), model_json(6)
+    assert first == again
+    assert json.loads(first)["pattern_seed"] != json.loads(other)["pattern_seed"] and first != other
 
 
 def test_seeded_pattern_is_stratified_and_increasing():

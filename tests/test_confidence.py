@@ -15,13 +15,51 @@ from tinyproto.core import confidence as C
 from tinyproto.core.errors import TinyprotoError
 
 
-def test_margin_bins_are_the_share_of_the_margin_cut_in_sixteen():
-    winner = np.array([100, 100, 100, 0, -5, 2**31 - 1, -(2**31)])
-    runner = np.array([100, 50, 0, 0, -20, -(2**31), 2**31 - 1])
-    bins = C.margin_bins(winner, runner)
-    # exact shares: 0, 50/151, 100/101, 0/1, 15/26, ~1, ~1
-    assert bins.tolist() == [0, 5, 15, 0, 9, 15, 15]
-    assert bins.min() >= 0 and bins.max() < C.CONFIDENCE_BINS
+def test_margin_bins_shift_the_margin_of_the_view_and_cap_it():
+    assert C.margin_bins(np.array([0, 3, 4, 63, 64, 65535]), 2).tolist() == [0, 0, 1, 15, 15, 15]
+    assert C.margin_bins(np.array([7, 16]), 0).tolist() == [7, 15]
+    # the view rounds down (two bytes of the int32); the margin is the uint16 difference the way the scores win
+    assert C.score_view(np.array([-1, 255, 256, -257, 2**31 - 1]), 1).tolist() == [-1, 0, 1, -2, 2**23 - 1]
+    assert C.margins(np.array([5, -3]), np.array([-32768, -3]), lowest_wins=False).tolist() == [32773, 0]
+    assert C.margins(np.array([2]), np.array([9]), lowest_wins=True).tolist() == [7]
+
+
+def test_the_view_is_the_smallest_byte_that_fits_the_proven_bound():
+    assert C.judge_score_byte(48) == 0 and C.judge_score_byte(C.VIEW_MAX) == 0
+    assert C.judge_score_byte(C.VIEW_MAX + 1) == 1 and C.judge_score_byte(256 * C.VIEW_MAX) == 1
+    assert C.judge_score_byte(256 * C.VIEW_MAX + 1) == 2 and C.judge_score_byte(None) == 2
+
+
+def test_a_threshold_in_the_view_declines_what_it_declines_in_score_units_up_to_a_view_step():
+    """view_threshold carries a novelty threshold (decline: novelty > threshold) into the 16-bit view: unchanged
+    when the view is the score; else the view's decision equals the score's except within one step of the
+    threshold; beyond the view it is clamped where the device's limit stays inside int16."""
+    assert C.view_threshold(-12, 0, lowest_wins=False) == -12 and C.view_threshold(6, 0, lowest_wins=True) == 6
+    scores = np.arange(-5000, 5000, 7)
+    for lowest_wins in (False, True):
+        calibration = C.Calibration(np.zeros(16, np.uint8), lowest_wins, score_byte=1)
+        novel = C.novelty(scores, lowest_wins)
+        above = C.view_threshold(1234, 1, lowest_wins)
+        in_view = C.novelty(C.score_view(scores, 1), lowest_wins) > above
+        differ = in_view != (novel > 1234)
+        assert not differ.any() or np.abs(novel[differ] - 1234).max() < 256
+        assert calibration.defines()["TP_JUDGE_SCORE_BYTE"] == 1
+    assert C.view_threshold(10**9, 1, lowest_wins=True) == C.VIEW_MAX + 1
+    assert C.view_threshold(-(10**9), 1, lowest_wins=False) == -C.VIEW_MAX - 1
+
+
+def test_the_margin_shift_resolves_where_the_hits_change():
+    """Rows right up to margin 40 and wrong below 8: a shift that separates them (>= 8 in one bin, < 8 in
+    another) predicts them exactly; shift 0 does too, and is the smallest."""
+    margin = np.array([0, 2, 4, 6] * 5 + [8, 20, 40, 300] * 20)
+    correct = margin >= 8
+    assert C.choose_margin_shift(margin, correct) == 0
+    # wrong only at margins 0-99: shift 0 caps everything above 15 together with 16-99; 6 (64) or 7 (128)
+    # keeps 0-99 apart from 128 and above
+    margin = np.array(list(range(0, 100, 5)) * 4 + list(range(128, 2048, 64)) * 4)
+    shift = C.choose_margin_shift(margin, margin >= 100)
+    bins = C.margin_bins(margin, shift)
+    assert bins[margin < 100].max() < bins[margin >= 100].min()
 
 
 def test_runner_up_follows_the_score_rule():
@@ -279,13 +317,13 @@ int main(void)
 
 
 @pytest.mark.parametrize("lowest_wins", [False, True])
-@pytest.mark.parametrize("bound,above", [(None, 10), (C.NARROW_SCORE_MAX, 10), (300, 10), (300, 10**6),
-                                         (300, -(10**6))])
-def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, bound, above):
+@pytest.mark.parametrize("score_byte,shift,above", [(0, 0, 10), (0, 3, 10), (1, 2, 10), (2, 9, 10), (0, 15, 10),
+                                                    (1, 0, C.VIEW_MAX + 1), (0, 4, -C.VIEW_MAX - 1)])
+def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, score_byte, shift, above):
     """tp_judge.c, compiled for the host, against Calibration.judge on random and extreme scores (both score
-    rules, with a decline threshold): the same confidence byte and answer for every row. bound: the family's
-    proven |score| bound (None: int32 scores, the 32-bit margin; within 32767: the 16-bit margin), the scores
-    drawn up to it; a decline threshold beyond every score is clamped into 16 bits and answers alike)."""
+    rules, every view, small and large shifts, a decline threshold inside and beyond both ends of a bounded view):
+    the same confidence byte and answer for every row. The scores are drawn within the bound the view was chosen
+    for."""
     import subprocess
 
     from tinyproto.core.render import jinja_env
@@ -295,17 +333,18 @@ def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, boun
         pytest.skip("gcc not installed")
     rng = np.random.default_rng(3)
     n_classes = 5
-    top = 2**31 - 1 if bound is None else bound
-    scores = rng.integers(-top - (bound is None), top + 1, size=(400, n_classes), dtype=np.int64)
-    scores[:100] = rng.integers(-50, 50, size=(100, n_classes))
-    scores[100:110] = [[top, -top - (bound is None), 0, 1, -1]] * 10
+    top = 2**31 - 1 if score_byte == 2 else C.VIEW_MAX * 256**score_byte
+    assert C.judge_score_byte(top) == score_byte
+    scores = rng.integers(-top - (score_byte == 2), top + 1, size=(400, n_classes), dtype=np.int64)
+    scores[:100] = rng.integers(-50 * 256**score_byte, 50 * 256**score_byte, size=(100, n_classes))
+    scores[100:110] = [[top, -top - (score_byte == 2), 0, 1, -1]] * 10
     scores[110:120] = 7  # every class tied
     scores[120:130] = rng.choice([-top, top], size=(10, n_classes))
     labels = (scores.argmin(axis=1) if lowest_wins else scores.argmax(axis=1)).astype(np.int64)
     table = np.arange(16, dtype=np.uint8) * 16 + 3
-    calibration = C.Calibration(table, lowest_wins, unknown_above=above)
+    calibration = C.Calibration(table, lowest_wins, unknown_above=above, score_byte=score_byte, margin_shift=shift)
     defines = [("TP_N_CLASSES", str(n_classes)), *((k, f"({v})" if v < 0 else str(v))
-                                                   for k, v in calibration.defines(bound).items())]
+                                                   for k, v in calibration.defines().items())]
     header = jinja_env().get_template("tinyproto_model.h.j2").render(
         version="test", family="test", dataset="test", seed=0, model_bytes=16, budget_bytes=16, abi=1,
         defines=defines, arrays=[{"name": "confidence", "ctype": "uint8_t", "count": 16, "nbytes": 16, "what": "t",
@@ -324,8 +363,8 @@ def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, boun
     np.testing.assert_array_equal(device[:, 1], decided)
     declined = (decided == C.UNKNOWN_LABEL).mean()
     assert 0 < declined < 1 if above == 10 else declined in (0.0, 1.0)
-    assert len(set(confidence.tolist())) > 3
-    assert f"TP_JUDGE_SCORE_BITS {32 if bound is None else 16}" in header
+    assert len(set(confidence.tolist())) > (1 if shift == 15 else 3)  # a uint16 margin >> 15 is 0 or 1
+    assert f"TP_JUDGE_SCORE_BYTE {score_byte}" in header and f"TP_JUDGE_MARGIN_SHIFT {shift}" in header
 
 
 def test_a_sweep_point_carries_the_rate_and_the_confidence_figures(tmp_path):
@@ -360,27 +399,26 @@ def test_a_model_without_a_table_reports_no_confidence(tmp_path):
 
 
 def test_the_cost_model_counts_the_confidence_stage(iris_dirs):
-    """predict_cycles adds tp_judge's cycles (core/cost.judge_cycles, at the width the header is generated with)
-    to the family's own for a model with a table, and the threshold's compare with --unknown-rate."""
+    """predict_cycles adds tp_judge's cycles (core/cost.judge_cycles, with the model's margin shift) to the
+    family's own for a model with a table, and the threshold's compare with --unknown-rate."""
     from tinyproto import families
-    from tinyproto.core.confidence import judge_score_bits
     from tinyproto.core.cost import judge_cycles
     from tinyproto.core.modeldir import load_model_dir
     from tinyproto.families import load_int_model, predict_cycles
-    from tinyproto.families.judging import score_bound
 
     plain_dir, unknown_dir, _ = iris_dirs
     judged = load_int_model(load_model_dir(unknown_dir.out_dir))
-    width = judge_score_bits(score_bound(judged))
-    assert judged.defines()["TP_JUDGE_SCORE_BITS"] == width
+    shift = judged.calibration.margin_shift
+    assert judged.defines()["TP_JUDGE_MARGIN_SHIFT"] == shift
     own = families.family_of(judged).predict_cycles(judged)["total"]
-    assert predict_cycles(judged)["total"] == own + judge_cycles(judged.n_classes, True, width)
+    assert predict_cycles(judged)["total"] == own + judge_cycles(judged.n_classes, True, shift)
     without_limit = load_int_model(load_model_dir(plain_dir.out_dir))
-    assert predict_cycles(without_limit)["judge"] == judge_cycles(judged.n_classes, False, width)
+    assert predict_cycles(without_limit)["judge"] == judge_cycles(judged.n_classes, False,
+                                                                  without_limit.calibration.margin_shift)
     bare = type(judged).__mro__[1](**{f.name: getattr(judged, f.name)
                                       for f in dataclasses.fields(type(judged).__mro__[1])})
     assert "judge" not in predict_cycles(bare) and predict_cycles(bare)["total"] == own
-    assert judge_cycles(10, True, 32) >= judge_cycles(10, True, 16)  # the solvers leave room for the costlier
+    assert judge_cycles(10, True) >= judge_cycles(10, True, shift)  # the solvers leave room for the costliest
 
 
 @pytest.mark.device

@@ -23,7 +23,7 @@ from docs_examples import (  # noqa: E402 (tools/ goes on the path first)
 # every page where a console block showing output must be executed
 MUST_RUN = ["README.md", "docs/getting-started.md", "docs/tutorials/*.md"]
 SETUP_LINES = ("bash tools/setup.sh && .venv/bin/tinyproto run --budget 2kB",
-               "bash tools/setup.sh && .venv/bin/python -m pytest -q")
+               "bash tools/setup.sh --test && .venv/bin/python -m pytest -q")
 
 
 def _pages(patterns: list[str]) -> list[str]:

@@ -78,9 +78,9 @@ def test_fit_shape_on_fewer_rows_keeps_the_shape_and_the_budget(name):
 
 @pytest.mark.parametrize("name", families.names())
 def test_a_score_bound_holds_on_any_input(name):
-    """A family that proves a bound on |score| (score_bound: tp_judge then works in 16 bits) is never beaten by an
-    input, the extreme ones included; one that proves none keeps the 32-bit margin."""
-    from tinyproto.core.confidence import NARROW_SCORE_MAX, judge_score_bits
+    """A family that proves a bound on |score| (score_bound: tp_judge's 16-bit view of the scores is chosen by it) is
+    never beaten by an input, the extreme ones included; one that proves none is read in its top two bytes."""
+    from tinyproto.core.confidence import VIEW_MAX, judge_score_byte
     from tinyproto.families.judging import score_bound
 
     _, model, _ = solved(name)
@@ -92,4 +92,5 @@ def test_a_score_bound_holds_on_any_input(name):
     scores = np.asarray(model.scores(xq.astype(np.int8)))
     if bound is not None:
         assert np.abs(scores).max() <= bound
-    assert judge_score_bits(bound) == (16 if bound is not None and bound <= NARROW_SCORE_MAX else 32)
+    byte = judge_score_byte(bound)
+    assert byte == 2 if bound is None else (np.abs(scores) >> (8 * byte)).max() <= VIEW_MAX

@@ -7,12 +7,15 @@ each built and validated on the simulator:
 - ``unknown``: with the table and the --unknown-rate threshold.
 
     python tools/bench_confidence.py [DATA] [--models protonn,flynn,bnc,bloom] [--budget 2kB] [--rate 5%]
-                                     [--seed 0] [--out DIR]
+                                     [--seed 0] [--holdout-classes 8,9] [--out DIR]
 
 The three directories hold the same integer model (same weights, same scores), so the differences are the
 stage's own cost. Flash is the firmware's (avr-size), `tp_judge` the function's own bytes (avr-nm), cycles the
 mean the simulator measured over every test vector, and `predicted` the cost model's figure; every row is
-bit-exact or the run says so.
+bit-exact or the run says so. A second table gives what the device answered with the stage (validation.json,
+from the device's own answers): accuracy and calibration error (10 bins) of the known-class rows, the share of them
+answered and right among those, and, with --holdout-classes (those classes' rows go to the test split only, as
+`compile --holdout-classes`), the novelty score's AUROC and the share of held-out rows declined.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from pathlib import Path
 VARIANTS = ("none", "confidence", "unknown")
 
 
-def fit(data: str, family: str, budget: str, rate: str, seed: int):
-    """(fitted, trained_on) of the model compile would write with --unknown-rate rate."""
+def fit(data: str, family: str, budget: str, rate: str, seed: int, holdout: str | None = None):
+    """(fitted, trained_on) of the model compile would write with --unknown-rate rate (and --holdout-classes)."""
     from tinyproto import families
     from tinyproto.core.boards import load_board
     from tinyproto.core.budget import parse_budget
@@ -35,11 +38,13 @@ def fit(data: str, family: str, budget: str, rate: str, seed: int):
     from tinyproto.core.datasets import load_dataset, split
     from tinyproto.core.folds import Folds
     from tinyproto.families import SolveOptions
-    from tinyproto.pipeline.compile import Fitted, TrainedOn
+    from tinyproto.pipeline.compile import Fitted, TrainedOn, hold_out
 
     board = load_board("uno")
     dataset = load_dataset(data)
     sp = split(dataset)
+    if holdout is not None:
+        sp = hold_out(sp, holdout)
     budget_bytes = parse_budget(budget)
     options = SolveOptions(budget_bytes, seed, None, board.f_cpu_hz, n_jobs=1,
                            folds=Folds.standard(sp.X_train, sp.y_train, seed))
@@ -97,14 +102,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", default="2kB")
     parser.add_argument("--rate", default="5%")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--holdout-classes", default=None)
     parser.add_argument("--out", type=Path, default=Path("build/bench-confidence"))
     args = parser.parse_args(argv)
     from tinyproto.pipeline.compile import Fitted
 
+    judged = []
     print(f"{'model':8} {'variant':10} {'bit-exact':9} {'flash B':>8} {'tp_judge B':>10} {'cycles':>10} "
           f"{'predicted':>10} {'pred err':>8}")
     for family in args.models.split(","):
-        fitted, on = fit(args.data, family, args.budget, args.rate, args.seed)
+        fitted, on = fit(args.data, family, args.budget, args.rate, args.seed, args.holdout_classes)
         rows = {}
         for name in VARIANTS:
             model = variant(fitted.model, name)
@@ -117,7 +124,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{family:8} {'+' + name:10} {'':9} {r['flash'] - base['flash']:>+8} {'':>10} "
                   f"{r['cycles'] - base['cycles']:>+10.1f} {'':>10} "
                   f"({100 * (r['cycles'] / base['cycles'] - 1):+.2f} % cycles)", flush=True)
+        judged += [(family, name, rows[name]["confidence"]) for name in VARIANTS[1:]]
+    print_judged(judged)
     return 0
+
+
+def print_judged(judged: list) -> None:
+    """The device's figures of the variants with a table (percent; ECE in points)."""
+    def pct(value) -> str:
+        return "-" if value is None else f"{100 * value:.2f}"
+
+    print(f"\n{'model':8} {'variant':10} {'accuracy':>8} {'ECE':>5} {'answered':>8} {'right':>7} {'AUROC':>6} "
+          f"{'declined':>8}")
+    for family, name, figures in judged:
+        held = figures.get("held_out") or {}
+        auroc = "-" if held.get("auroc") is None else f"{held['auroc']:.3f}"
+        print(f"{family:8} {name:10} {pct(figures.get('accuracy')):>8} {pct(figures.get('ece')):>5} "
+              f"{pct(figures.get('coverage')):>8} {pct(figures.get('accepted_accuracy')):>7} {auroc:>6} "
+              f"{pct(held.get('declined')):>8}", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,14 +2,18 @@
 judge them (expected calibration error, AUROC, coverage).
 
 Every family's device computes, after its scores, two integers from the winning score and the runner-up
-(firmware/tp_judge.c does exactly what `signals` does here):
+(firmware/tp_judge.c does exactly what `Calibration.judge` does here), both on the scores' 16-bit view: each int32
+score shifted right by 8 * score_byte bits (tp_judge reads two of its bytes), score_byte the smallest that the
+family's proven score bound fits in 16 bits (0 for FlyNN and BNC, whose scores are small; 2, exact for any int32,
+when a family proves none):
 
-- the margin bin: |winner - runner-up| / (|winner| + |runner-up| + 1), a scale-free share in [0, 1), cut into
-  CONFIDENCE_BINS equal bins by a short integer division (no library call, nothing wider than 32 bits). The confidence byte is a flash table indexed by the bin: the share of
-  cross-validated rows of that bin the model classified correctly (isotonic, so a larger margin is never less
-  sure), times 255.
+- the margin bin: (winner - runner-up) in that view, shifted right by margin_shift and capped at CONFIDENCE_BINS-1.
+  The host chooses the shift for the model (choose_margin_shift); the device only shifts. The confidence byte is a
+  flash table indexed by the bin: the share of cross-validated rows of that bin the model classified correctly
+  (isotonic, so a larger margin is never less sure), times 255.
 - the novelty: how bad the winning score is (minus it when the highest score wins, the score itself when the
-  lowest wins). With a decline threshold the device answers UNKNOWN_LABEL when the novelty exceeds it.
+  lowest wins), in the same view. With a decline threshold the device answers UNKNOWN_LABEL when the novelty
+  exceeds it.
 
 The calibration is fitted on rows the model did not train on (cross-validation: see families/judging.py), so the
 byte means what it says: among rows given confidence c, about c/255 are classified correctly.
@@ -25,18 +29,16 @@ import numpy as np
 from tinyproto.core.carray import CArray
 from tinyproto.core.errors import TinyprotoError
 
-CONFIDENCE_BINS = 16  # the margin share's bins: 16 bytes of flash
-BIN_BITS = 4  # CONFIDENCE_BINS == 1 << BIN_BITS: the device's division makes BIN_BITS quotient bits
+CONFIDENCE_BINS = 16  # the margin's bins: 16 bytes of flash
 UNKNOWN_LABEL = 255  # the label the device answers for a declined input (never a class: at most 255 classes)
 ECE_BINS = 10  # expected calibration error: ten equal-width bins of confidence
 MAX_UNKNOWN_RATE = 0.5
-# Every score within +-NARROW_SCORE_MAX: |winner| + |runner-up| + 1 < 65535, so tp_judge computes the margin in
-# 16 bits (TP_JUDGE_SCORE_BITS 16) with the 32-bit result bit for bit, in about 100 B less AVR code. Two short of
-# the int16 range: the decline limit, clamped to +-(bound + 1), then stays strictly inside it, so the compiler
-# never sees a compare with a constant answer (-Wtype-limits is an error in the build).
-NARROW_SCORE_MAX = 2**15 - 3
-
-assert CONFIDENCE_BINS == 1 << BIN_BITS
+VIEW_BITS = 16  # tp_judge compares and subtracts scores in 16 bits
+MAX_SCORE_BYTE = 2  # bytes 2-3 of an int32 are its exact 16-bit view whatever its value
+# A view within +-VIEW_MAX: the decline limit, clamped to +-(VIEW_MAX + 1), then stays strictly inside int16, so
+# the compiler never sees a compare with a constant answer (-Wtype-limits is an error in the build).
+VIEW_MAX = 2**15 - 3
+MAX_MARGIN_SHIFT = VIEW_BITS - 1
 
 
 def winner_and_runner_up(scores: np.ndarray, labels: np.ndarray, lowest_wins: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -51,22 +53,34 @@ def winner_and_runner_up(scores: np.ndarray, labels: np.ndarray, lowest_wins: bo
     return winner, runner
 
 
-def margin_bins(winner: np.ndarray, runner: np.ndarray) -> np.ndarray:
-    """The margin share's bin (0 .. CONFIDENCE_BINS-1) per row, exactly as tp_judge.c computes it: uint32
-    arithmetic (modulo 2^32), BIN_BITS steps of restoring division of |winner - runner| by |winner| + |runner| + 1,
-    each step comparing m with den - m (never forming 2m, which could need a 33rd bit)."""
-    mask = np.int64(0xFFFFFFFF)
-    winner = np.asarray(winner, dtype=np.int64)
-    runner = np.asarray(runner, dtype=np.int64)
-    m = np.abs(winner - runner) & mask
-    den = (np.abs(winner) + np.abs(runner) + 1) & mask
-    q = np.zeros(len(m), dtype=np.int64)
-    for _ in range(BIN_BITS):
-        rest = (den - m) & mask
-        take = m >= rest
-        q = (q << 1) | take
-        m = np.where(take, (m - rest) & mask, (m + m) & mask)
-    return q
+def judge_score_byte(score_bound: int | None) -> int:
+    """The byte of each int32 score tp_judge's 16-bit view starts at: the smallest that keeps every score the
+    family proves possible within +-VIEW_MAX after the shift (MAX_SCORE_BYTE when it proves none: a view of the
+    top two bytes is exact for any int32, if coarse)."""
+    if score_bound is None:
+        return MAX_SCORE_BYTE
+    for byte in range(MAX_SCORE_BYTE + 1):
+        if -((-int(score_bound)) >> (8 * byte)) <= VIEW_MAX:  # the bound rounded up, as -bound rounds down
+            return byte
+    return MAX_SCORE_BYTE
+
+
+def score_view(scores: np.ndarray, score_byte: int) -> np.ndarray:
+    """The 16-bit view tp_judge reads of each int32 score: score >> (8 * score_byte), rounded down (two of its
+    bytes, little-endian), as int64."""
+    return np.asarray(scores, dtype=np.int64) >> (8 * int(score_byte))
+
+
+def margins(winner_view: np.ndarray, runner_view: np.ndarray, lowest_wins: bool) -> np.ndarray:
+    """How far the winner is ahead of the runner-up, in the view (never negative: the view keeps the order), as the
+    device's uint16 difference."""
+    ahead = np.asarray(runner_view, np.int64) - winner_view if lowest_wins else np.asarray(winner_view, np.int64) - runner_view
+    return ahead & 0xFFFF
+
+
+def margin_bins(margin: np.ndarray, margin_shift: int) -> np.ndarray:
+    """The margin's bin (0 .. CONFIDENCE_BINS-1) per row, exactly as tp_judge.c: margin >> shift, capped."""
+    return np.minimum(np.asarray(margin, dtype=np.int64) >> int(margin_shift), CONFIDENCE_BINS - 1)
 
 
 def novelty(winner: np.ndarray, lowest_wins: bool) -> np.ndarray:
@@ -110,47 +124,52 @@ def isotonic_table(bins: np.ndarray, correct: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Calibration:
-    """What the device needs to judge its own answer: the confidence table, and the decline threshold (None:
-    the model never answers unknown, and its header and code are those of a model without the option)."""
+    """What the device needs to judge its own answer: the scores' view, the margin's shift and the confidence table,
+    and the decline threshold (None: the model never answers unknown, and its header and code are those of a
+    model without the option)."""
 
     table: np.ndarray  # uint8 (CONFIDENCE_BINS,)
     lowest_wins: bool
-    unknown_above: int | None = None  # novelty > this: UNKNOWN_LABEL
+    unknown_above: int | None = None  # novelty (in the view) > this: UNKNOWN_LABEL
     unknown_rate: float | None = None  # the share of known rows the threshold was fitted to decline
+    score_byte: int = 0  # the view: score >> (8 * score_byte) (judge_score_byte)
+    margin_shift: int = 0  # the margin's bin: margin >> margin_shift, capped (choose_margin_shift)
 
     def carray(self) -> CArray:
         return CArray("confidence", "uint8_t", np.asarray(self.table, dtype=np.uint8),
                       f"confidence byte per margin bin ({CONFIDENCE_BINS} bins, fitted on cross-validated rows)")
 
-    def defines(self, score_bound: int | None = None) -> dict[str, int]:
-        """The header's lines of the confidence stage; score_bound: the largest |score| the model can give (the
-        family's proof), None when it gives none."""
+    def defines(self) -> dict[str, int]:
+        """The header's lines of the confidence stage."""
         out = {"TP_CONFIDENCE_BINS": CONFIDENCE_BINS, "TP_SCORE_LOWEST_WINS": int(self.lowest_wins),
-               "TP_JUDGE_SCORE_BITS": judge_score_bits(score_bound)}
+               "TP_JUDGE_SCORE_BYTE": int(self.score_byte), "TP_JUDGE_MARGIN_SHIFT": int(self.margin_shift)}
         if self.unknown_above is not None:
-            # the device compares the winning score itself: the novelty is minus it when the highest wins
-            limit = self.unknown_above if self.lowest_wins else -self.unknown_above
-            if out["TP_JUDGE_SCORE_BITS"] == 16:
-                # beyond every score the limit answers alike for any value out there: the nearest one in 16 bits
-                limit = min(max(limit, -(score_bound + 1)), score_bound + 1)
+            # the device compares the winning score's view itself: the novelty is minus it when the highest wins
             out["TP_UNKNOWN_LABEL"] = UNKNOWN_LABEL
-            out["TP_UNKNOWN_LIMIT"] = int(limit)
+            out["TP_UNKNOWN_LIMIT"] = int(self.unknown_above if self.lowest_wins else -self.unknown_above)
         return out
+
+    def signals(self, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(margin, novelty) per row, in the view tp_judge computes them in."""
+        winner, runner = winner_and_runner_up(scores, np.asarray(labels, dtype=np.int64), self.lowest_wins)
+        winner, runner = score_view(winner, self.score_byte), score_view(runner, self.score_byte)
+        return margins(winner, runner, self.lowest_wins), novelty(winner, self.lowest_wins)
 
     def judge(self, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(confidence byte, decided label) per row: the host reference of tp_judge()."""
         labels = np.asarray(labels, dtype=np.int64)
-        winner, runner = winner_and_runner_up(scores, labels, self.lowest_wins)
-        confidence = np.asarray(self.table, dtype=np.int64)[margin_bins(winner, runner)]
+        margin, novel = self.signals(scores, labels)
+        confidence = np.asarray(self.table, dtype=np.int64)[margin_bins(margin, self.margin_shift)]
         decided = labels.copy()
         if self.unknown_above is not None:
-            decided[novelty(winner, self.lowest_wins) > self.unknown_above] = UNKNOWN_LABEL
+            decided[novel > self.unknown_above] = UNKNOWN_LABEL
         return confidence, decided
 
     def to_json(self) -> dict:
         return {"table": [int(v) for v in self.table], "lowest_wins": bool(self.lowest_wins),
                 "unknown_above": None if self.unknown_above is None else int(self.unknown_above),
-                "unknown_rate": self.unknown_rate}
+                "unknown_rate": self.unknown_rate, "score_byte": int(self.score_byte),
+                "margin_shift": int(self.margin_shift)}
 
     @staticmethod
     def from_json(raw: dict) -> Calibration:
@@ -158,19 +177,46 @@ class Calibration:
         if table.shape != (CONFIDENCE_BINS,) or table.min() < 0 or table.max() > 255:
             raise TinyprotoError(f"the confidence table must be {CONFIDENCE_BINS} bytes")
         above = raw.get("unknown_above")
-        if above is not None and (isinstance(above, bool) or not isinstance(above, int)
-                                  or not -(2**31) < above < 2**31):
-            raise TinyprotoError("the unknown threshold must be a 32-bit integer")
+        if above is not None and not _is_int_in(above, -VIEW_MAX - 1, VIEW_MAX + 1):
+            raise TinyprotoError("the unknown threshold must be a 16-bit integer")
+        if not _is_int_in(raw.get("score_byte"), 0, MAX_SCORE_BYTE):
+            raise TinyprotoError(f"the confidence's score_byte must be 0 to {MAX_SCORE_BYTE}")
+        if not _is_int_in(raw.get("margin_shift"), 0, MAX_MARGIN_SHIFT):
+            raise TinyprotoError(f"the confidence's margin_shift must be 0 to {MAX_MARGIN_SHIFT}")
         rate = raw.get("unknown_rate")
         if not isinstance(raw.get("lowest_wins"), bool):
             raise TinyprotoError("the confidence's lowest_wins must be true or false")
         return Calibration(table.astype(np.uint8), raw["lowest_wins"], above,
-                           None if rate is None else float(rate))
+                           None if rate is None else float(rate), raw["score_byte"], raw["margin_shift"])
 
 
-def judge_score_bits(score_bound: int | None) -> int:
-    """The width tp_judge computes the margin in: 16 when every score is proven within +-NARROW_SCORE_MAX."""
-    return 16 if score_bound is not None and 0 <= int(score_bound) <= NARROW_SCORE_MAX else 32
+def _is_int_in(value, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def view_threshold(threshold: int, score_byte: int, lowest_wins: bool) -> int:
+    """A novelty threshold in score units as one in the view, kept where the device's limit (TP_UNKNOWN_LIMIT,
+    minus it when the highest score wins) stays strictly inside int16: beyond every view it answers alike."""
+    shift = 8 * int(score_byte)
+    # decline: novelty > threshold; the view rounds the winner down, so the novelty rounds down when the lowest
+    # score wins (winner >> shift) and up when the highest does (-(winner >> shift))
+    view = (int(threshold) >> shift) if lowest_wins else -((-int(threshold)) >> shift)
+    return min(max(view, -VIEW_MAX - 1), VIEW_MAX + 1)
+
+
+def choose_margin_shift(margin: np.ndarray, correct: np.ndarray) -> int:
+    """The margin shift whose bins, given their isotonic table, predict these rows' hits best (the lowest Brier
+    score; the smallest shift among equals): the host's replacement for a division on the device."""
+    margin = np.asarray(margin, dtype=np.int64)
+    correct = np.asarray(correct, dtype=np.float64)
+    best, best_shift = np.inf, 0
+    for shift in range(MAX_MARGIN_SHIFT + 1):
+        bins = margin_bins(margin, shift)
+        predicted = isotonic_table(bins, correct).astype(np.float64)[bins] / 255.0
+        brier = float(np.mean((predicted - correct) ** 2)) if len(correct) else 0.0
+        if brier < best - 1e-12:
+            best, best_shift = brier, shift
+    return best_shift
 
 
 def decline_threshold(novelty_values: np.ndarray, rate: float) -> int:
@@ -291,5 +337,6 @@ def judged_figures(confidence: np.ndarray, decided: np.ndarray, labels: np.ndarr
 
 
 __all__ = ["CONFIDENCE_BINS", "Calibration", "UNKNOWN_LABEL", "auroc", "decline_threshold",
-           "expected_calibration_error", "isotonic_table", "judge_score_bits", "judged_figures", "margin_bins", "novelty",
-           "parse_classes", "parse_rate", "reliability_bins", "risk_coverage", "winner_and_runner_up"]
+           "choose_margin_shift", "expected_calibration_error", "isotonic_table", "judge_score_byte", "judged_figures",
+           "margin_bins", "margins", "novelty", "parse_classes", "parse_rate", "reliability_bins", "risk_coverage",
+           "score_view", "view_threshold", "winner_and_runner_up"]

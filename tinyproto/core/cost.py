@@ -18,29 +18,36 @@ COST_MODEL_TOLERANCE = 0.03
 
 
 # The confidence stage (firmware/tp_judge.c), shared by every family and run after the scores of every model with
-# a confidence table: the runner-up search over the classes, the four-step division of the margin, the table read
-# and, with --unknown-rate, one compare of the winning score. Per width the margin is computed in
-# (TP_JUDGE_SCORE_BITS: 16 when the family proves its scores within +-32767, else 32): "class" is the search loop's
-# instruction count per class (avr-gcc -Os: the score's loads, the label test, the compare, the loop step; its
-# branches averaged); "fixed" (the call, the division, the table read) and "limit" are fitted on the simulated Uno
-# by tools/bench_confidence.py (the mean cycles of one model built with its table, minus the same model without;
-# with the threshold, minus with the table alone), digits 2 kB, every family. The division's branches move a few
-# cycles with the data: the mean is what is predicted.
-JUDGE_CYCLES = {
-    16: {"fixed": 99, "class": 18, "limit": 5},
-    32: {"fixed": 178, "class": 20, "limit": 8},
-}
+# a confidence table: one pass over the classes' 16-bit score views (the winner's and the runner-up's), the margin
+# shifted right by the model's TP_JUDGE_MARGIN_SHIFT, the table read and, with --unknown-rate, one compare of the
+# winning view. "class" is the pass's cycles per class (avr-gcc -Os: two loads, the pointer step, the label test,
+# the compare, the loop step: 18 on the path that keeps the runner-up); a shift of one or two bits is unrolled (2
+# cycles a bit), a longer one is a loop (5 a bit, 1 to set it up; an overestimate from 8 bits, which move a byte
+# first). "fixed" (the table read, the cap, the winner's subtraction) and "limit" are fitted on the simulated Uno by
+# tools/bench_confidence.py (the mean cycles of one model built with its table, minus the same model without; with
+# the threshold, minus with the table alone), digits 2 kB, every family: 21 to 31 and 4 to 12 cycles.
+JUDGE_CYCLES = {"fixed": 27, "class": 18, "limit": 6}
+MAX_JUDGE_SHIFT = 15  # the costliest shift (core/confidence.MAX_MARGIN_SHIFT), for a model not fitted yet
+
+
+def judge_shift_cycles(margin_shift: int) -> int:
+    """Cycles of the margin's right shift by margin_shift bits (16-bit, avr-gcc -Os)."""
+    shift = int(margin_shift)
+    return 2 * shift if shift <= 2 else 5 * shift + 1
+
+
 # What that difference leaves out: the device app's call of tp_judge itself, which a model without a table also
 # makes (into the stub). tools/bench_costmodel.py measures it by building the app without the call: 30 cycles
 # buffered, 27 streamed on the simulated Uno; the buffered figure is predicted for both.
 JUDGE_CALL_CYCLES = 30
 
 
-def judge_cycles(n_classes: int, declines: bool, score_bits: int = 32) -> int:
+def judge_cycles(n_classes: int, declines: bool, margin_shift: int = MAX_JUDGE_SHIFT) -> int:
     """Predicted cycles of tp_judge for a model of n_classes classes (declines: compiled with --unknown-rate;
-    score_bits: the width of its margin, TP_JUDGE_SCORE_BITS)."""
-    terms = JUDGE_CYCLES[score_bits]
-    return JUDGE_CALL_CYCLES + terms["fixed"] + terms["class"] * int(n_classes) + (terms["limit"] if declines else 0)
+    margin_shift: its TP_JUDGE_MARGIN_SHIFT)."""
+    terms = JUDGE_CYCLES
+    return (JUDGE_CALL_CYCLES + terms["fixed"] + terms["class"] * int(n_classes) + judge_shift_cycles(margin_shift)
+            + (terms["limit"] if declines else 0))
 
 
 def latency_cycle_limit(max_latency_ms: float | None, f_cpu_hz: int, headroom: bool = True,
@@ -55,8 +62,8 @@ def latency_cycle_limit(max_latency_ms: float | None, f_cpu_hz: int, headroom: b
     cycles = max_latency_ms * 1e-3 * f_cpu_hz
     if not headroom:
         return cycles
-    # the model is not fitted yet: the 32-bit margin, the costlier width, with the threshold
-    return cycles / (1.0 + COST_MODEL_TOLERANCE) - (judge_cycles(n_classes, True, 32) if n_classes is not None else 0)
+    # the model is not fitted yet: the costliest margin shift, with the threshold
+    return cycles / (1.0 + COST_MODEL_TOLERANCE) - (judge_cycles(n_classes, True) if n_classes is not None else 0)
 
 
 def headroom_text() -> str:

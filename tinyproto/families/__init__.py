@@ -457,13 +457,11 @@ def inconsistency(model: IntModel) -> str | None:
 def predict_cycles(model: IntModel) -> dict:
     """Predicted AVR cycles per inference of an integer model, by its family's cost model, plus the confidence
     stage's (tp_judge, the same for every family: core/cost.judge_cycles) when the model carries its table."""
-    from tinyproto.core.confidence import judge_score_bits
     from tinyproto.core.cost import judge_cycles
-    from tinyproto.families.judging import score_bound
 
     out = dict(family_of(model).predict_cycles(model))
     if calibrated(model):
         out["judge"] = judge_cycles(model.n_classes, model.calibration.unknown_above is not None,
-                                    judge_score_bits(score_bound(model)))
+                                    model.calibration.margin_shift)
         out["total"] += out["judge"]
     return out

@@ -19,8 +19,9 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyproto.core.carray import CArray
-from tinyproto.core.confidence import (CONFIDENCE_BINS, Calibration, decline_threshold, isotonic_table, margin_bins,
-                                       novelty, winner_and_runner_up)
+from tinyproto.core.confidence import (CONFIDENCE_BINS, Calibration, choose_margin_shift, decline_threshold,
+                                       isotonic_table, judge_score_byte, margin_bins, novelty, view_threshold,
+                                       winner_and_runner_up)
 from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.families.solving import FoldModels, SolveOptions, calibration_splits
 
@@ -34,12 +35,12 @@ def _judged_carrays(self) -> list[CArray]:
 
 def _judged_defines(self) -> dict[str, int]:
     own = super(type(self), self).defines()
-    return own if self.calibration is None else {**own, **self.calibration.defines(score_bound(self))}
+    return own if self.calibration is None else {**own, **self.calibration.defines()}
 
 
 def score_bound(model: Any) -> int | None:
     """The largest |score| any input can give the model, when its family proves one (a `score_bound` method of
-    its integer model); None otherwise. It decides the width tp_judge works in (core/confidence.judge_score_bits)."""
+    its integer model); None otherwise. It decides the view tp_judge reads (core/confidence.judge_score_byte)."""
     bound = getattr(model, "score_bound", None)
     return None if bound is None else int(bound())
 
@@ -118,11 +119,11 @@ def table_bytes() -> int:
 
 
 def _signals(model: Any, X: np.ndarray, lowest_wins: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(class index, margin bin, novelty) of the integer model on raw rows."""
+    """(class index, margin, novelty) of the integer model on raw rows, in score units (int64)."""
     scores = model.scores(model.input_stage.quantize(X))
     labels = np.asarray(model.labels(scores), dtype=np.int64)
     winner, runner = winner_and_runner_up(scores, labels, lowest_wins)
-    return labels, margin_bins(winner, runner), novelty(winner, lowest_wins)
+    return labels, np.abs(winner - runner), novelty(winner, lowest_wins)
 
 
 def score_scale(model: Any, X: np.ndarray, lowest_wins: bool) -> float:
@@ -167,38 +168,45 @@ def fold_model(fit: Callable, fit_shape: Callable, chosen: dict, X: np.ndarray, 
 def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: np.ndarray, y: np.ndarray,
               options: SolveOptions, lowest_wins: bool, unknown_rate: float | None) -> tuple[Any, dict]:
     """The final model judged: the shape it has (`chosen`, its solver's info["chosen"]) is trained again on each
-    validation fold's training rows (fold_model); the table comes from the fold models' margins and hits on their
-    validation rows, the decline threshold (with unknown_rate) from their novelty on those rows."""
+    validation fold's training rows (fold_model); their margins on their validation rows, carried to the final
+    model's scale (score_scale) and view, choose the margin's shift and give each bin's hits (the table); with
+    unknown_rate, their novelty on those rows gives the decline threshold."""
     from tinyproto.core.folds import Folds
 
     folds = options.folds if options.folds is not None else Folds.standard(X, y, options.seed)
     splits = calibration_splits(folds)
-    bins, hits, thresholds, scales, trained = [], [], [], [], []
+    score_byte = judge_score_byte(score_bound(model))
+    final_scale = score_scale(model, X, lowest_wins)
+    carried_margins, hits, thresholds, scales, trained = [], [], [], [], []
     for k, (index, fit_rows, val_rows) in enumerate(splits, start=1):
         options.say(f"confidence: fold {k}/{len(splits)}")
         fold, how = fold_model(fit, fit_shape, chosen, X[fit_rows], y[fit_rows], options, index)
         trained.append(how)
-        labels, fold_bins, fold_novelty = _signals(fold, X[val_rows], lowest_wins)
+        labels, fold_margin, fold_novelty = _signals(fold, X[val_rows], lowest_wins)
         classes = np.asarray(fold.classes, dtype=object)
-        bins.append(fold_bins)
+        scale = score_scale(fold, X[fit_rows], lowest_wins)
+        ratio = final_scale / scale if scale > 0 and final_scale > 0 else 1.0
+        carried_margins.append(np.floor(fold_margin * ratio / 2.0 ** (8 * score_byte)).astype(np.int64))
         hits.append(np.asarray([classes[i] == t for i, t in zip(labels, y[val_rows])], dtype=bool))
+        scales.append(scale)
         if unknown_rate is not None:
             thresholds.append(decline_threshold(fold_novelty, unknown_rate))
-            scales.append(score_scale(fold, X[fit_rows], lowest_wins))
-    all_bins, all_hits = np.concatenate(bins), np.concatenate(hits)
-    table = isotonic_table(all_bins, all_hits)
-    info: dict = {"rows": int(len(all_bins)), "folds": len(splits), "fold_models": trained,
-                  "cv_accuracy": float(all_hits.mean()), "table": [int(v) for v in table]}
+    all_margins, all_hits = np.concatenate(carried_margins), np.concatenate(hits)
+    shift = choose_margin_shift(all_margins, all_hits)
+    table = isotonic_table(margin_bins(all_margins, shift), all_hits)
+    info: dict = {"rows": int(len(all_margins)), "folds": len(splits), "fold_models": trained,
+                  "cv_accuracy": float(all_hits.mean()), "score_byte": score_byte, "margin_shift": shift,
+                  "fold_scales": scales, "final_scale": final_scale, "table": [int(v) for v in table]}
     threshold = None
     if unknown_rate is not None:
-        # each fold model's threshold, carried to the final model's scale (score_scale), then their median; the
+        # each fold model's threshold, carried to the final model's scale, then their median, in the view; the
         # final model's own training rows would look too familiar to fit it on
-        final_scale = score_scale(model, X, lowest_wins)
         carried = [carry(t, s, final_scale) for t, s in zip(thresholds, scales)]
-        threshold = int(np.median(carried))
-        info.update(unknown_rate=unknown_rate, fold_thresholds=thresholds, fold_scales=scales,
-                    final_scale=final_scale, carried_thresholds=carried, unknown_above=threshold)
-    return make_judged(model, Calibration(table, lowest_wins, threshold, unknown_rate)), info
+        threshold = view_threshold(int(np.median(carried)), score_byte, lowest_wins)
+        info.update(unknown_rate=unknown_rate, fold_thresholds=thresholds, carried_thresholds=carried,
+                    unknown_above=threshold)
+    calibration = Calibration(table, lowest_wins, threshold, unknown_rate, score_byte, shift)
+    return make_judged(model, calibration), info
 
 
 def fit_judged(fit: Callable, fit_shape: Callable, X: np.ndarray, y: np.ndarray, options: SolveOptions,

@@ -167,6 +167,14 @@ class IntBloom(IntModelCommon):
     def model_bytes(self) -> int:
         return sum(a.nbytes for a in self.carrays())
 
+    def score_bound(self) -> int:
+        """A weight row's score is its bias plus its weights times features of 0..255: it lies between the bias
+        with its negative weights at 255 and the bias with its positive weights at 255 (two classes: also 0)."""
+        W = self.weights.astype(np.int64)
+        high = self.bias + 255 * np.clip(W, 0, None).sum(axis=1)
+        low = self.bias + 255 * np.clip(W, None, 0).sum(axis=1)
+        return int(max(np.abs(high).max(), np.abs(low).max()))
+
     def multiply_accumulates(self) -> int:
         """One int8 x uint8 product per weight (the lower bound's unit)."""
         return int(self.weights.size)

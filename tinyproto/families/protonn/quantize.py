@@ -180,6 +180,13 @@ class IntProtoNN(IntModelCommon):
             items.append(SramItem("pn_read", 4 + (enc == "col_nibbles"), "the stream's read position in W (static)"))
         return StaticState(predict=tuple(items)) if self.streamable else StaticState(stream_only=tuple(items))
 
+    def score_bound(self) -> int:
+        """No score leaves the range its prototype labels allow: every kernel value is a table entry (0..255), so a
+        class's score lies between its negative labels' sum and its positive labels' sum, times the largest entry."""
+        Z = self.Z_q.astype(np.int64)
+        largest = int(np.max(self.table))
+        return largest * int(max(np.clip(Z, 0, None).sum(axis=0).max(), (-np.clip(Z, None, 0)).sum(axis=0).max()))
+
     def multiply_accumulates(self) -> int:
         """MACs per inference: projection nonzeros + prototype distances + score accumulation."""
         return int(np.count_nonzero(self.W_q)) + self.B_q.size + self.Z_q.size
