@@ -104,7 +104,13 @@ extern tp_buf_t tp_buf;
 extern tp_parser_t tp_rx;
 extern uint16_t tp_frames_bad;
 void tp_port_init(void);
-int16_t tp_port_getc(void);
+#ifdef TP_RX_WINDOWED
+/* Feed the parser the received bytes, waiting asleep for each, until one completes something (what
+ * tp_parser_feed says); the AVR app's loop with a receive ring. */
+tp_rx_t tp_port_receive(tp_parser_t *p);
+#else
+int16_t tp_port_getc(void); /* the next byte, or -1 at the end of the input (host) */
+#endif
 void tp_port_putc(uint8_t c); /* TP_PORT_CUSTOM: defined by the including harness */
 void tp_port_flush(void);
 void tp_transport_init(void);
@@ -164,6 +170,8 @@ void tp_on_learning_request(uint8_t type, uint8_t seq);
 
 /* ---- tp_main.c ---------------------------------------------------------------------------------------------- */
 void tp_app_init(void);
-void tp_app_byte(uint8_t c);
+#ifndef TP_RX_WINDOWED
+void tp_app_byte(uint8_t c); /* one received byte (with a receive ring, tp_port_receive feeds whole frames) */
+#endif
 
 #endif /* TP_APP_H */

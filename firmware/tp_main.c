@@ -314,6 +314,16 @@ static void __attribute__((noinline)) tp_app_frame_end(tp_rx_t status)
     tp_reply_error(seq, code);
 }
 
+#ifdef TP_RX_WINDOWED
+int main(void)
+{
+    tp_port_init();
+    tp_app_init();
+    for (;;) {
+        tp_app_frame_end(tp_port_receive(&tp_rx));
+    }
+}
+#else
 void tp_app_byte(uint8_t c)
 {
     tp_rx_t status = tp_parser_feed(&tp_rx, c);
@@ -336,4 +346,5 @@ int main(void)
     }
     return 0;
 }
+#endif
 #endif

@@ -38,10 +38,14 @@ uint16_t tp_frames_bad;
 #define TP_RXC RXC0
 #define TP_UDRE UDRE0
 #define TP_RXCIE RXCIE0
+#define TP_UDRIE UDRIE0
+#define TP_UCSRB_ADDR 0xC1 /* data-space address of UCSR0B, for the assembly of the UDRE interrupt */
 #if defined(USART_RX_vect)
 #define TP_RX_VECT USART_RX_vect
+#define TP_UDRE_VECT USART_UDRE_vect
 #else
 #define TP_RX_VECT USART0_RX_vect
+#define TP_UDRE_VECT USART0_UDRE_vect
 #endif
 #elif defined(UDR1)
 #define TP_UBRRH UBRR1H
@@ -58,7 +62,10 @@ uint16_t tp_frames_bad;
 #define TP_RXC RXC1
 #define TP_UDRE UDRE1
 #define TP_RXCIE RXCIE1
+#define TP_UDRIE UDRIE1
+#define TP_UCSRB_ADDR 0xC9
 #define TP_RX_VECT USART1_RX_vect
+#define TP_UDRE_VECT USART1_UDRE_vect
 #else
 #error "this MCU has neither USART0 nor USART1"
 #endif
@@ -106,7 +113,11 @@ void tp_port_init(void)
     TP_UBRRL = (uint8_t)TP_UBRR;
     TP_UCSRC = _BV(TP_UCSZ1) | _BV(TP_UCSZ0); /* 8N1 */
 #ifdef TP_RX_WINDOWED
-    set_sleep_mode(SLEEP_MODE_IDLE); /* how tp_port_getc waits: the USART and the timers keep running */
+    /* How tp_port_receive and tp_port_putc wait: idle sleep, the USART and the timers keep running. Sleep stays
+     * enabled: the app's only sleep instructions are those two waits, and each wait then costs two fewer
+     * instructions per byte (on a simulated chip every instruction is host CPU). */
+    set_sleep_mode(SLEEP_MODE_IDLE);
+    sleep_enable();
     TP_UCSRB = _BV(TP_RXCIE) | _BV(TP_RXEN) | _BV(TP_TXEN);
 #else
     TP_UCSRB = _BV(TP_RXEN) | _BV(TP_TXEN);
@@ -114,26 +125,34 @@ void tp_port_init(void)
 }
 
 #ifdef TP_RX_WINDOWED
-int16_t tp_port_getc(void)
+tp_rx_t tp_port_receive(tp_parser_t *p)
 {
-    /* Sleep (idle mode, chosen in tp_port_init: the USART and timers run) until the receive interrupt brings a
-     * byte; testing the ring with interrupts off and sleeping right after sei (which delays them one instruction)
-     * loses no wake-up. A byte already waiting (the host keeps a window in flight) is taken at once. */
+    /* One loop per frame instead of two calls per byte (tp_port_getc, tp_app_byte): every byte of a vector comes
+     * through here, and on a simulated chip each instruction is host CPU. The bytes taken are given back to the
+     * interrupt (tp_ring_tail) before sleeping and before returning, so before the frame is answered: the ring
+     * never looks fuller to the interrupt than the frames the host has not seen answered. Waiting: sleep (idle
+     * mode, chosen in tp_port_init) until the receive interrupt brings a byte; testing the ring with interrupts
+     * off and sleeping right after sei (which delays them one instruction) loses no wake-up. */
     uint8_t tail = tp_ring_tail;
-    if (tp_ring_head == tail) {
-        cli();
-        while (tp_ring_head == tail) {
-            sleep_enable();
-            sei();
-            sleep_cpu();
-            sleep_disable();
+    for (;;) {
+        if (tp_ring_head == tail) {
+            tp_ring_tail = tail;
             cli();
+            while (tp_ring_head == tail) {
+                sei();
+                sleep_cpu();
+                cli();
+            }
+            sei();
         }
-        sei();
+        uint8_t c = tp_ring[tail];
+        tail = tp_ring_next(tail);
+        tp_rx_t status = tp_parser_feed(p, c);
+        if (status != TP_RX_NONE) {
+            tp_ring_tail = tail;
+            return status;
+        }
     }
-    uint8_t c = tp_ring[tail];
-    tp_ring_tail = tp_ring_next(tail);
-    return c;
 }
 #else
 /* No ring (the learning firmware, whose SRAM goes to the counts, or a model that leaves too little free): the
@@ -146,12 +165,51 @@ int16_t tp_port_getc(void)
 }
 #endif
 
+#ifdef TP_RX_WINDOWED
+/* The transmitter's "ready for the next byte" wakes tp_port_putc, then turns itself off again. In assembly: the
+ * compiler's prologue would also save r0, r1 and Z for this one clear of a bit (andi changes SREG: saved). */
+ISR(TP_UDRE_VECT, ISR_NAKED)
+{
+    __asm__ volatile("push r24\n\t"
+                     "in r24, __SREG__\n\t"
+                     "push r24\n\t"
+                     "lds r24, %[ucsrb]\n\t"
+                     "andi r24, %[keep]\n\t"
+                     "sts %[ucsrb], r24\n\t"
+                     "pop r24\n\t"
+                     "out __SREG__, r24\n\t"
+                     "pop r24\n\t"
+                     "reti\n\t"
+                     :
+                     : [ucsrb] "n"(TP_UCSRB_ADDR), [keep] "n"(0xFF & ~_BV(TP_UDRIE)));
+}
+
+void tp_port_putc(uint8_t c)
+{
+    /* Sleep (idle mode) until the transmitter takes the next byte, like tp_port_getc waits for one: a byte of
+     * an answer lasts ten bit times (160 cycles at 1 Mbaud), which a polling loop spends reading UCSRA over and
+     * over, and a simulated chip simulates every one of those reads. A received byte's interrupt may wake the
+     * sleep first: the loop then sleeps again. */
+    if (!(TP_UCSRA & _BV(TP_UDRE))) {
+        cli();
+        TP_UCSRB |= _BV(TP_UDRIE); /* cleared by the interrupt once it ran; another wake-up leaves it set */
+        while (!(TP_UCSRA & _BV(TP_UDRE))) {
+            sei();
+            sleep_cpu();
+            cli();
+        }
+        sei();
+    }
+    TP_UDR = c;
+}
+#else
 void tp_port_putc(uint8_t c)
 {
     while (!(TP_UCSRA & _BV(TP_UDRE))) {
     }
     TP_UDR = c;
 }
+#endif
 
 void tp_port_flush(void)
 {

@@ -21,19 +21,22 @@ COST_MODEL_TOLERANCE = 0.03
 # a confidence table: one pass over the classes' 16-bit score views (the winner's and the runner-up's), the margin
 # shifted right by the model's TP_JUDGE_MARGIN_SHIFT, the table read and, with --unknown-rate, one compare of the
 # winning view. "class" is the pass's cycles per class (avr-gcc -Os: two loads, the pointer step, the label test,
-# the compare, the loop step: 18 on the path that keeps the runner-up); a shift of one or two bits is unrolled (2
-# cycles a bit), a longer one is a loop (5 a bit, 1 to set it up; an overestimate from 8 bits, which move a byte
-# first). "fixed" (the table read, the cap, the winner's subtraction) and "limit" are fitted on the simulated Uno by
+# the compare, the loop step: 18 on the path that keeps the runner-up); judge_shift_cycles the margin's shift.
+# "fixed" (the table read, the cap, the winner's subtraction) and "limit" are fitted on the simulated Uno by
 # tools/bench_confidence.py (the mean cycles of one model built with its table, minus the same model without; with
 # the threshold, minus with the table alone), digits 2 kB, every family: 21 to 31 and 4 to 12 cycles.
 JUDGE_CYCLES = {"fixed": 27, "class": 18, "limit": 6}
-MAX_JUDGE_SHIFT = 15  # the costliest shift (core/confidence.MAX_MARGIN_SHIFT), for a model not fitted yet
+MAX_JUDGE_SHIFT = 15  # the margin's shifts are 0 .. this (core/confidence.MAX_MARGIN_SHIFT)
 
 
 def judge_shift_cycles(margin_shift: int) -> int:
-    """Cycles of the margin's right shift by margin_shift bits (16-bit, avr-gcc -Os)."""
+    """Cycles of the margin's right shift by margin_shift bits, as avr-gcc -Os compiles a 16-bit shift by a
+    constant (read off its code): one or two bits unrolled (2 cycles a bit), three to six a loop (5 a bit), seven
+    and more a byte move and at most a few single-bit steps (at most 6 cycles)."""
     shift = int(margin_shift)
-    return 2 * shift if shift <= 2 else 5 * shift + 1
+    if shift <= 2:
+        return 2 * shift
+    return 5 * shift if shift <= 6 else 6
 
 
 # What that difference leaves out: the device app's call of tp_judge itself, which a model without a table also
@@ -42,11 +45,13 @@ def judge_shift_cycles(margin_shift: int) -> int:
 JUDGE_CALL_CYCLES = 30
 
 
-def judge_cycles(n_classes: int, declines: bool, margin_shift: int = MAX_JUDGE_SHIFT) -> int:
+def judge_cycles(n_classes: int, declines: bool, margin_shift: int | None = None) -> int:
     """Predicted cycles of tp_judge for a model of n_classes classes (declines: compiled with --unknown-rate;
-    margin_shift: its TP_JUDGE_MARGIN_SHIFT)."""
+    margin_shift: its TP_JUDGE_MARGIN_SHIFT, None for a model not fitted yet: the costliest)."""
     terms = JUDGE_CYCLES
-    return (JUDGE_CALL_CYCLES + terms["fixed"] + terms["class"] * int(n_classes) + judge_shift_cycles(margin_shift)
+    shift = (max(judge_shift_cycles(t) for t in range(MAX_JUDGE_SHIFT + 1)) if margin_shift is None
+             else judge_shift_cycles(margin_shift))
+    return (JUDGE_CALL_CYCLES + terms["fixed"] + terms["class"] * int(n_classes) + shift
             + (terms["limit"] if declines else 0))
 
 

@@ -695,8 +695,47 @@ static int parent_gone(io_state_t *io)
     return 0;
 }
 
+#ifdef SIMUNO_PROFILE
+/* tools/profile_firmware.py builds simuno with -DSIMUNO_PROFILE: the instructions and cycles of every program
+ * counter (word address), written as "<pc hex> <instructions> <cycles>" lines to $SIMUNO_PROFILE when simuno
+ * stops; the steps asleep go on one line of their own (pc 0x1FFFE). The normal build has none of this. */
+#define PROFILE_SLOTS 0x10000u
+static uint64_t g_profile_count[PROFILE_SLOTS], g_profile_cycles[PROFILE_SLOTS];
+
+static void profile_step(avr_t *avr)
+{
+    uint32_t slot = avr->state == cpu_Sleeping ? PROFILE_SLOTS - 1u : (avr->pc >> 1) % (PROFILE_SLOTS - 1u);
+    uint64_t before = avr->cycle;
+    avr_run(avr);
+    g_profile_count[slot]++;
+    g_profile_cycles[slot] += avr->cycle - before;
+}
+
+static void profile_write(void)
+{
+    const char *path = getenv("SIMUNO_PROFILE");
+    FILE *file = path != NULL ? fopen(path, "w") : NULL;
+    if (file == NULL) {
+        return;
+    }
+    for (uint32_t slot = 0; slot < PROFILE_SLOTS; ++slot) {
+        if (g_profile_count[slot] != 0) {
+            fprintf(file, "%x %" PRIu64 " %" PRIu64 "\n", slot * 2u, g_profile_count[slot], g_profile_cycles[slot]);
+        }
+    }
+    fclose(file);
+}
+#define RUN_ONE(avr) (profile_step(avr), (avr)->state)
+#else
+#define RUN_ONE(avr) avr_run(avr)
+static void profile_write(void)
+{
+}
+#endif
+
 static int finish(avr_t *avr, io_state_t *io, int status)
 {
+    profile_write();
     flush_output(io);
     if (io->markers != NULL) {
         fclose(io->markers);
@@ -718,7 +757,7 @@ static int run_batch(avr_t *avr, const io_state_t *io, uint64_t timeout_cycles)
     uint64_t asleep_since = 0;
     int asleep = 0;
     for (uint32_t i = 0; i < BATCH_INSTRUCTIONS; ++i) {
-        state = avr_run(avr);
+        state = RUN_ONE(avr);
         if (state == cpu_Done || state == cpu_Crashed || state == cpu_Stopped) {
             break;
         }
