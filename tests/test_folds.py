@@ -65,18 +65,18 @@ def test_small_data_is_repeated_and_large_data_held_out():
     assert Plan.for_rows(5000) == Plan(Plan.for_rows(5000).n_folds, 1, 1)
 
 
-def _federate_and_compile(tmp_path: Path, data: str, parties: int, split: str) -> dict:
-    from tinyproto.pipeline.compile import compile_model
+def _federate_and_compile(tmp_path: Path, compiled, data: str, parties: int, split: str) -> dict:
     from tinyproto.pipeline.federate import FederateOptions, federate_model
 
     from tinyproto import families
 
     federated_family = families.learnable_names()[0]  # the family federated training trains
-    compile_model(data, federated_family, "2kB", 0, out=tmp_path / "central", jobs=1)
+    # what `compile DATA --model <that family> --budget 2kB --seed 0` writes: the run's shared compile of it
+    central = compiled(data, "2kB", federated_family)
     options = FederateOptions(parties=parties, backend="local", split_spec=split)
     federated = federate_model(data, options, out=tmp_path / "federated")
     report = federated.report
-    central_json = json.loads((tmp_path / "central/model.json").read_text())
+    central_json = json.loads((central / "model.json").read_text())
     federated_json = json.loads((tmp_path / "federated/model.json").read_text())
     central_model = {k: v for k, v in central_json["int_model"].items() if k != "confidence"}
     return {"report": report, "same_int_model": central_model == federated_json["int_model"]}
@@ -84,8 +84,8 @@ def _federate_and_compile(tmp_path: Path, data: str, parties: int, split: str) -
 
 @pytest.mark.parametrize("data,parties,split", [("digits", 1, "iid"), ("digits", 5, "by-class"),
                                                 ("segment", 8, "dirichlet:0.3")])
-def test_federated_without_dp_is_the_model_compile_deploys(tmp_path, data, parties, split):
-    out = _federate_and_compile(tmp_path, data, parties, split)
+def test_federated_without_dp_is_the_model_compile_deploys(tmp_path, compiled, data, parties, split):
+    out = _federate_and_compile(tmp_path, compiled, data, parties, split)
     # compile's model less its confidence table (which a federated model does not carry); the report's
     # identical_to_compile compares both rendered headers
     assert out["same_int_model"] and out["report"]["identical_to_compile"] is True
@@ -93,8 +93,8 @@ def test_federated_without_dp_is_the_model_compile_deploys(tmp_path, data, parti
 
 @pytest.mark.slow
 @pytest.mark.parametrize("data,split", [("digits", "iid"), ("segment", "dirichlet:0.3")])
-def test_a_thousand_parties_still_deploy_compiles_model(tmp_path, data, split):
-    out = _federate_and_compile(tmp_path, data, 1000, split)
+def test_a_thousand_parties_still_deploy_compiles_model(tmp_path, compiled, data, split):
+    out = _federate_and_compile(tmp_path, compiled, data, 1000, split)
     assert out["same_int_model"] and out["report"]["identical_to_compile"] is True
 
 
