@@ -751,9 +751,10 @@ static int finish(avr_t *avr, io_state_t *io, int status)
  * firmware has slept IDLE_CYCLES_BEFORE_WAIT cycles in a row with no host byte on the way: it waits for the
  * host. Asleep, each step jumps to the next timer event, so a whole batch of them is simulated idle time, host
  * CPU spent on every wait for the host (once per answer the host waits for) and nothing gained. */
-static int run_batch(avr_t *avr, const io_state_t *io, uint64_t timeout_cycles)
+static int run_batch(avr_t *avr, const io_state_t *io, uint64_t timeout_cycles, int *waits_for_host)
 {
     int state = avr->state;
+    *waits_for_host = 0;
     uint64_t asleep_since = 0;
     int asleep = 0;
     for (uint32_t i = 0; i < BATCH_INSTRUCTIONS; ++i) {
@@ -770,6 +771,7 @@ static int run_batch(avr_t *avr, const io_state_t *io, uint64_t timeout_cycles)
             asleep = 1;
             asleep_since = avr->cycle;
         } else if (avr->cycle - asleep_since >= IDLE_CYCLES_BEFORE_WAIT && io->in_len == 0) {
+            *waits_for_host = 1;
             break;
         }
     }
@@ -787,7 +789,8 @@ static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
         io->bytes_moved = 0;
         g_slept_in_batch = 0;
 
-        int state = run_batch(avr, io, timeout_cycles);
+        int asleep_for_host = 0;
+        int state = run_batch(avr, io, timeout_cycles, &asleep_for_host);
         uart_keep_rate(avr);
         if (++io->out_age >= OUTPUT_MAX_AGE_BATCHES || g_slept_in_batch || io->rx_polls > 0) {
             flush_output(io); /* the firmware waits (sleeps or polls the receiver), or the output is old */
@@ -815,10 +818,15 @@ static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
         read_input(io);
         uart_feed(avr, io);
 
-        /* Idle = no byte moved and the firmware either slept or kept polling an empty receiver (a dense
-         * stream of XON pulses; a computation that peeks at the UART now and then is not idle). */
+        /* Idle = no byte moved, none waiting for the UART, and the firmware either sleeps now (run_batch ended
+         * on IDLE_CYCLES_BEFORE_WAIT asleep, or the batch ends asleep after sleeping in it: a firmware woken by
+         * a periodic timer) or kept polling an empty receiver (a dense stream of XON pulses; a computation that
+         * peeks at the UART now and then is not idle). A batch that slept between the bytes of a request and
+         * then computed its answer is not idle: waiting for the host there (who waits for that answer) cost a
+         * whole IDLE_WAIT_MS per request, most of a streaming family's int8 pass. */
         int polling = io->rx_polls >= BATCH_INSTRUCTIONS / 32u && io->in_len == 0;
-        int idle = io->bytes_moved == 0 && (polling || g_slept_in_batch);
+        int asleep_now = asleep_for_host || (g_slept_in_batch && state == cpu_Sleeping);
+        int idle = io->bytes_moved == 0 && io->in_len == 0 && (polling || asleep_now);
         idle_cycles = idle ? idle_cycles + (avr->cycle - batch_start) : 0;
         if (idle_cycles >= IDLE_CYCLES_BEFORE_WAIT) {
             wait_for_host(io, IDLE_WAIT_MS);
