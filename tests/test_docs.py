@@ -35,9 +35,16 @@ def _pages(patterns: list[str]) -> list[str]:
 
 # ---- fast checks ------------------------------------------------------------------------------------------------
 
-def test_normalise_masks_wall_seconds_only():
+def test_normalise_masks_wall_seconds():
     assert normalise("search time │ 81.52 s (12 candidates)") == normalise("search time │ 5.48 s (12 candidates)")
     assert normalise("latency 1.366 ms at 16 MHz") != normalise("latency 1.367 ms at 16 MHz")
+
+
+def test_normalise_masks_the_run_dependent_stack_peak_but_not_static_sram():
+    measured = "│ SRAM │ static 458 B + stack peak {} B, margin {} B │"
+    assert normalise(measured.format(136, 1454)) == normalise(measured.format(126, 1464))
+    assert normalise("static 458 B + stack peak 136 B") != normalise("static 459 B + stack peak 136 B")
+    assert normalise("model data 2032 B") != normalise("model data 2033 B")
     assert missing_lines(["│ total │ 2048 │"], "a\n│  total  │  2048  │\n") == []
     assert missing_lines(["│ total │ 2047 │"], "│ total │ 2048 │\n") == ["│ total │ 2047 │"]
     assert missing_lines(["b", "a"], "a\nb\n") == ["a"]  # order matters
