@@ -10,8 +10,8 @@ in one clear line where no host could succeed (no reset: nothing can start the b
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import select
 import shutil
 import signal
