@@ -61,6 +61,9 @@
 #include <simavr/avr_eeprom.h>
 #include <simavr/avr_uart.h>
 #include <simavr/sim_avr.h>
+#include <simavr/sim_core.h>
+#include <simavr/sim_cycle_timers.h>
+#include <simavr/sim_interrupts.h>
 #include <simavr/sim_elf.h>
 #include <simavr/sim_irq.h>
 
@@ -695,6 +698,50 @@ static int parent_gone(io_state_t *io)
     return 0;
 }
 
+/* One simulated step, as libsimavr 1.6's avr_run() does it (avr->run is avr_callback_run_raw: run one instruction
+ * if running, process the due cycle timers, sleep if sleeping, service the interrupts if any is pending), with
+ * the same effects in the same order. Without its two calls per instruction and the call into the timer list
+ * when no timer is due: that bookkeeping was about a third of simuno's CPU (perf), more than half of it the
+ * call into avr_cycle_timer_process, which almost always finds the first timer still in the future. When one is
+ * due (or there is none) the library's own function runs; the fast path stores the same run_cycle_count. */
+#define LIB_NO_TIMER_SLEEP 1000u /* avr_cycle_timer_process's answer with no timer registered */
+static inline int simuno_step(avr_t *avr)
+{
+    avr_flashaddr_t new_pc = avr->pc;
+    if (avr->state == cpu_Running) {
+        new_pc = avr_run_one(avr);
+    }
+    avr_cycle_count_t sleep;
+    avr_cycle_timer_slot_p next = avr->cycle_timers.timer;
+    if (next != NULL && next->when > avr->cycle) {
+        sleep = next->when - avr->cycle;
+        avr->run_cycle_count = sleep < avr->run_cycle_limit ? sleep : avr->run_cycle_limit;
+        if (avr->run_cycle_count == 0) {
+            avr->run_cycle_count = 1;
+        }
+    } else {
+        sleep = avr_cycle_timer_process(avr);
+    }
+    avr->pc = new_pc;
+    if (avr->state == cpu_Sleeping) {
+        if (!avr->sreg[S_I]) {
+            /* sleeping with interrupts off: the firmware's "done" (the library ends the core here) */
+            if (avr->log) {
+                AVR_LOG(avr, LOG_TRACE, "simavr: sleeping with interrupts off, quitting gracefully\n");
+            }
+            avr_terminate(avr);
+            avr->state = cpu_Done;
+            return avr->state;
+        }
+        avr->sleep(avr, sleep);
+        avr->cycle += 1 + sleep;
+    }
+    if ((avr->state == cpu_Running || avr->state == cpu_Sleeping) && avr->interrupt_state) {
+        avr_service_interrupts(avr);
+    }
+    return avr->state;
+}
+
 #ifdef SIMUNO_PROFILE
 /* tools/profile_firmware.py builds simuno with -DSIMUNO_PROFILE: the instructions and cycles of every program
  * counter (word address), written as "<pc hex> <instructions> <cycles>" lines to $SIMUNO_PROFILE when simuno
@@ -706,7 +753,7 @@ static void profile_step(avr_t *avr)
 {
     uint32_t slot = avr->state == cpu_Sleeping ? PROFILE_SLOTS - 1u : (avr->pc >> 1) % (PROFILE_SLOTS - 1u);
     uint64_t before = avr->cycle;
-    avr_run(avr);
+    simuno_step(avr);
     g_profile_count[slot]++;
     g_profile_cycles[slot] += avr->cycle - before;
 }
@@ -727,7 +774,7 @@ static void profile_write(void)
 }
 #define RUN_ONE(avr) (profile_step(avr), (avr)->state)
 #else
-#define RUN_ONE(avr) avr_run(avr)
+#define RUN_ONE(avr) simuno_step(avr)
 static void profile_write(void)
 {
 }
@@ -1155,7 +1202,7 @@ static int run_board(board_t *b, io_state_t *io)
                     board_slide_to_boot(b);
                     break; /* a slide is up to ms of simulated time: pace and look at the port first */
                 }
-                int state = avr_run(avr);
+                int state = simuno_step(avr);
                 if (state == cpu_Done) {
                     b->halted = 1;
                     break;
