@@ -707,6 +707,11 @@ static int parent_gone(io_state_t *io)
 #define LIB_NO_TIMER_SLEEP 1000u /* avr_cycle_timer_process's answer with no timer registered */
 static inline int simuno_step(avr_t *avr)
 {
+    if (avr->run != avr_callback_run_raw) {
+        /* libsimavr swaps in a one-time callback of its own, e.g. the watchdog's reset (a board's bootloader
+         * starts the application through it): let the library run that step. */
+        return avr_run(avr);
+    }
     avr_flashaddr_t new_pc = avr->pc;
     if (avr->state == cpu_Running) {
         new_pc = avr_run_one(avr);
@@ -725,11 +730,11 @@ static inline int simuno_step(avr_t *avr)
     avr->pc = new_pc;
     if (avr->state == cpu_Sleeping) {
         if (!avr->sreg[S_I]) {
-            /* sleeping with interrupts off: the firmware's "done" (the library ends the core here) */
+            /* sleeping with interrupts off: the firmware's "done" (1.6 only logs it and stops; later libsimavr
+             * versions also free the core, which simuno still reads afterwards) */
             if (avr->log) {
                 AVR_LOG(avr, LOG_TRACE, "simavr: sleeping with interrupts off, quitting gracefully\n");
             }
-            avr_terminate(avr);
             avr->state = cpu_Done;
             return avr->state;
         }
@@ -889,7 +894,8 @@ static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
 /* ------------------------------------------------------------------------------------------------ */
 /* Board mode (--bootloader): a board with a serial bootloader, at its port                          */
 
-#define BOARD_BATCH_INSTRUCTIONS 1024u /* ~0.1 ms simulated at 16 MHz between two looks at the port */
+#define BOARD_BATCH_INSTRUCTIONS 1024u /* ~0.1 ms simulated at 16 MHz between two looks at the port ... */
+#define BOARD_BATCH_PER_SECOND 10000u  /* ... and never more than 0.1 ms: asleep, one step is up to 1000 cycles */
 #define BOARD_MAX_LAG_NS 20000000LL    /* 20 ms behind the wall clock: stop owing time (no catch-up burst) */
 #define BOARD_MIN_SLEEP_NS 250000LL    /* sleep only when at least 0.25 ms ahead (timer slack, syscalls) */
 #define BOARD_MAX_SLEEP_NS 1000000LL   /* ... and at most 1 ms at a time before looking at the port again */
@@ -1196,7 +1202,12 @@ static int run_board(board_t *b, io_state_t *io)
             wall_anchor = now_ns();
             cycle_anchor = avr->cycle;
         } else {
-            for (uint32_t i = 0; i < BOARD_BATCH_INSTRUCTIONS; ++i) {
+            /* A sleeping chip with no timer running advances 1000 cycles a step: 1024 of them were 64 ms simulated,
+             * which the pacing below then waited out before looking at the port again, so a request that came
+             * while the firmware slept waited for tens of ms. Bounded in simulated time, the port is looked at
+             * every 0.1 ms whether the chip computes or sleeps. */
+            uint64_t batch_end = avr->cycle + avr->frequency / BOARD_BATCH_PER_SECOND;
+            for (uint32_t i = 0; i < BOARD_BATCH_INSTRUCTIONS && avr->cycle < batch_end; ++i) {
                 if (avr->pc < b->boot_start && avr->flash[avr->pc] == 0xFFu && avr->flash[avr->pc + 1u] == 0xFFu) {
                     /* Erased flash: simavr would decode 0xFFFF into stray I/O writes; silicon just moves on. */
                     board_slide_to_boot(b);
