@@ -78,6 +78,11 @@ def test_cost_terms_follow_the_firmware_paths():
     assert other == 0 and bloom.n_used <= last_draws <= bloom.n_features  # k = 1: every draw is a feature's last
     terms = bloom_cost_terms(bloom)
     assert terms["chunk"] == 5 and terms["draw_mul"] == 300 and terms["draw_wide"] == 0
+    # the compaction reloads its end pointer only beside a multi-class argmax; two classes have one row and no argmax
+    assert terms["slot_reload"] == 128 == terms["slot"] and terms["row_argmax"] == bloom.weights.shape[0] > 1
+    binary = _model("bloom", "n30-k8-m256")
+    assert binary.weights.shape[0] == 1
+    assert bloom_cost_terms(binary)["slot_reload"] == 0 == bloom_cost_terms(binary)["row_argmax"]
 
 
 def test_the_benchmark_finds_the_judge_call_it_removes():

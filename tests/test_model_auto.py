@@ -7,23 +7,44 @@ import json
 import pytest
 
 from tinyproto import families
+from tinyproto.families import choosing
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.pipeline.compile import compile_model
 
 
-def test_auto_keeps_the_family_with_the_best_validated_accuracy(tmp_path):
+def test_auto_keeps_the_cheapest_family_within_one_standard_error_of_the_best(tmp_path):
     result = compile_model("iris", families.AUTO, "1kB", 0, out=tmp_path / "auto")
     auto = result.report["auto"]
     assert [row["family"] for row in auto["families"]] == list(families.names())
     fitted = [row for row in auto["families"] if "refused" not in row]
     best = max(row["val_int8_accuracy"] for row in fitted)
+    n_rows = auto["validated_rows"]
+    assert 0 < n_rows <= result.report["n_train"]
+    tied = [row for row in fitted
+            if best - row["val_int8_accuracy"] <= choosing.difference_noise(best, row["val_int8_accuracy"], n_rows)]
+    assert auto["tied_with_best"] == [row["family"] for row in tied]
     chosen = next(row for row in fitted if row["family"] == auto["chosen"])
-    assert chosen["val_int8_accuracy"] == best
-    tied = [row for row in fitted if row["val_int8_accuracy"] == best]
+    assert chosen in tied
     assert chosen["predicted_cycles"] == min(row["predicted_cycles"] for row in tied)
     meta = json.loads((tmp_path / "auto" / "model.json").read_text())
     assert meta["family"] == auto["chosen"] == result.report["model"]
     assert all(row["model_bytes"] <= 1024 for row in fitted)
+
+
+def test_the_one_standard_error_rule():
+    rows = [{"family": "a", "val_int8_accuracy": 0.95, "predicted_cycles": 9000, "model_bytes": 900},
+            {"family": "b", "val_int8_accuracy": 0.94, "predicted_cycles": 3000, "model_bytes": 900},
+            {"family": "c", "val_int8_accuracy": 0.90, "predicted_cycles": 1000, "model_bytes": 100}]
+    # 1,000 rows: one standard error of 0.95 - 0.94 is 1.0 point, of 0.95 - 0.90 1.2 points
+    assert [r["family"] for r in choosing.tied_with_best(rows, 1000)] == ["a", "b"]
+    assert choosing.choose(rows, 1000)["family"] == "b"
+    # 100,000 rows: 0.1 point; the best is ahead of the others by more than their noise
+    assert choosing.choose(rows, 100_000)["family"] == "a"
+    # equal cycles: the fewer bytes, then the first in order
+    rows[1]["predicted_cycles"] = 9000
+    assert choosing.choose(rows, 1000)["family"] == "a"
+    rows[1]["model_bytes"] = 800
+    assert choosing.choose(rows, 1000)["family"] == "b"
 
 
 def test_auto_refuses_in_one_message_when_no_family_fits(tmp_path):

@@ -41,6 +41,13 @@ def test_an_unreadable_reserve_is_refused_in_one_line_before_training(work):
     refused(["compile", "iris", "--budget", "1kB", "--reserve-flash", "20 parsecs"], "--reserve-flash", work)
 
 
+@pytest.mark.parametrize("option,whole", [("--reserve-flash", "32256"), ("--reserve-flash", "40kB"),
+                                          ("--reserve-sram", "2048"), ("--reserve-sram", "3kB")])
+def test_a_reserve_of_the_whole_board_is_refused_before_training(work, option, whole):
+    message = refused(["compile", "iris", "--budget", "1kB", option, whole], "leaves nothing for the model", work)
+    assert "Arduino Uno" in message
+
+
 def digits_model(compiled):
     model_dir = compiled("digits", "2kB")
     return model_dir, families.load_int_model(load_model_dir(model_dir))

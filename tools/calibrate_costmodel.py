@@ -60,7 +60,7 @@ SHAPES = [
 N_VECTORS = 6
 # Terms held at their hand count (the cycles of the asm instructions, see firmware/tp_protonn.c): left free, nnls
 # trades them against the terms they always occur with, and mispredicts shapes unlike the calibration set.
-HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "wide_index_bit": 2, "dist_term": 13, "dist_term_reg": 11,
+HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "wide_index_bit": 2, "wide_index_high_bit": 1, "dist_term": 13, "dist_term_reg": 11,
                "score_term": 8, "score_load": 2, "score_step": 4, "nonzero": 13, "clear_bit": 3, "rshift_asm": 2,
                "mask_step": 6}
 

@@ -153,6 +153,10 @@ class Folds:
         sizes = self.part_sizes()
         return int(sum(int(s) for s in sizes if 0 < s < self.n_rows))
 
+    def n_validated_rows(self) -> int:
+        """Distinct rows validated in at least one draw (a row scored in several draws counts once)."""
+        return int(np.count_nonzero(self.scored().any(axis=0))) if self.n_repeats else 0
+
     def part_sizes(self) -> np.ndarray:
         """Rows in each validation part, in the order of parts()."""
         return np.array([int(np.count_nonzero(self.ids[r] == f)) for r, f in self.parts()], dtype=np.int64)

@@ -290,14 +290,16 @@ def validation_accuracy(info: dict) -> float:
 
 def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions,
                     fits_board: Callable[[IntModel], None] | None = None):
-    """`--model auto`: fit every family under the budget (and latency limit) and keep the one with the best
-    validated int8 accuracy; ties go to the fewer predicted cycles, then the fewer bytes, then registry order.
-    Every family is validated on the same folds of the same rows (options.folds, drawn once here when not given:
-    tinyproto.core.folds), so the accuracies compare like with like.
+    """`--model auto`: fit every family under the budget (and latency limit) and keep the best validated int8
+    accuracy, where the families within one standard error of it are tied and the fewest predicted cycles, then
+    the fewest bytes, then registry order wins among them (families/choosing.py). Every family is validated on
+    the same folds of the same rows (options.folds, drawn once here when not given: tinyproto.core.folds), so the
+    accuracies compare like with like.
     fits_board(model) raises TinyprotoError for a model the board cannot run (its SRAM): that family is refused.
     info["auto"] lists every family's outcome (its validated accuracy, its spread over the validation parts, bytes
     and cycles, or why it was refused)."""
     from tinyproto.core.folds import Folds
+    from tinyproto.families import choosing
 
     if options.folds is None:
         options = options.with_(folds=Folds.standard(X_train, y_train, options.seed))
@@ -320,12 +322,12 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOpti
         fitted.append((row, clf, model, info))
     if not fitted:
         raise TinyprotoError("no model family fits: " + "; ".join(f"{o['family']}: {o['refused']}" for o in outcomes))
-    row, clf, model, info = max(fitted, key=lambda f: (f[0]["val_int8_accuracy"], -f[0]["predicted_cycles"],
-                                                      -f[0]["model_bytes"]))
+    n_rows = options.folds.n_validated_rows()
+    best = choosing.choose([f[0] for f in fitted], n_rows)
+    row, clf, model, info = next(f for f in fitted if f[0] is best)
+    tied = [r["family"] for r in choosing.tied_with_best([f[0] for f in fitted], n_rows)]
     info["auto"] = {"chosen": row["family"], "families": outcomes, "folds": options.folds.to_json(),
-                    "selection": "the best validated int8 accuracy, every family on the same folds of the same rows; "
-                                 "ties: fewer predicted cycles, then fewer bytes; spread: the standard deviation of "
-                                 "the chosen candidate's accuracy over the validation parts"}
+                    "tied_with_best": tied, "validated_rows": n_rows, "selection": choosing.RULE}
     return clf, model, info
 
 

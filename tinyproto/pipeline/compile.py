@@ -176,6 +176,7 @@ def compile_model(
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
     board = load_board(board_name).with_baud(baud)
+    reserve.check_room_on(board)
     if family != families.AUTO:
         families.family(family)  # an unknown name is refused before the data is read
     if learnable and (family == families.AUTO or not families.family(family).learnable):
@@ -229,6 +230,15 @@ class Reserve:
     def given(self) -> bool:
         return bool(self.sram_bytes or self.flash_bytes)
 
+    def check_room_on(self, board: Board) -> None:
+        """A reserve that takes the whole board leaves no room for any model: refused before training."""
+        for option, reserved, whole, memory in (
+                ("--reserve-flash", self.flash_bytes, board.flash_bytes_for_sketch, "flash for a sketch"),
+                ("--reserve-sram", self.sram_bytes, board.sram_bytes, "SRAM")):
+            if reserved >= whole:
+                raise TinyprotoError(f"{option} {reserved} B leaves nothing for the model: the {board.title} has "
+                                     f"{whole} B of {memory}")
+
 
 def beside_sketch(model, board: Board, reserve: Reserve, progress: Callable[[str], None] | None = None) -> dict:
     """The model's code and data measured by building them (device/library_cost.py), checked against what the
@@ -243,12 +253,12 @@ def beside_sketch(model, board: Board, reserve: Reserve, progress: Callable[[str
     problems = []
     if cost.flash_bytes > flash_left:
         problems.append(f"flash: the model's runtime and data need {cost.flash_bytes} B, {cost.flash_bytes - flash_left} B "
-                        f"more than the {max(flash_left, 0)} B that --reserve-flash {reserve.flash_bytes} leaves of "
+                        f"more than the {flash_left} B that --reserve-flash {reserve.flash_bytes} leaves of "
                         f"{board.flash_bytes_for_sketch} B")
     if cost.sram_bytes > sram_left:
         problems.append(f"SRAM: the model needs {cost.sram_bytes} B (static {cost.static_sram_bytes} B + stack at "
                         f"most {cost.stack_bound_bytes} B + your raw, x and scores buffers {cost.caller_bytes} B), "
-                        f"{cost.sram_bytes - sram_left} B more than the {max(sram_left, 0)} B that --reserve-sram "
+                        f"{cost.sram_bytes - sram_left} B more than the {sram_left} B that --reserve-sram "
                         f"{reserve.sram_bytes} leaves of {board.sram_bytes} B")
     if problems:
         raise TinyprotoError(f"the model does not fit beside your sketch on the {board.title}: " + "; ".join(problems)

@@ -43,7 +43,9 @@ PN_CYCLES = {
     "dense_load": 2,  # per input and group of a dense W: ld x_i
     "dense_mac": 9,  # per entry of a dense W: lpm, muls, biased 24-bit add
     "proto": 32,  # per prototype: table index and lookup, store, kernel sum (D > 16: z read from SRAM)
-    "wide_index_bit": 2,  # per prototype and bit of the index shift when the table reaches past 0xFFFF
+    "wide_index_bit": 2,  # per prototype and bit of the index shift when the table reaches past 0xFFFF, shifts of
+    # 9 .. 15 (lsr, ror of the distance's middle bytes)
+    "wide_index_high_bit": 1,  # the same for shifts of 16 .. 23: one lsr of the distance's high byte
     "dist_step": 5,  # per 4 distance terms (only when D > 64)
     "dist_term": 13,  # per |z_r - b_jr|^2 term
     "fixed_reg": 114,  # once, D <= 16: saving and restoring r2-r17 for the register-z loop
@@ -152,7 +154,10 @@ def protonn_cost_terms(model) -> dict[str, int]:
     else:
         terms.update(proto=m, dist_term=m * D)
         if (model.table.size - 1) << model.table_shift > 0xFFFF and model.table_shift < 24:
-            terms["wide_index_bit"] = m * ((model.table_shift - 8) % 8)
+            if model.table_shift >= 16:
+                terms["wide_index_high_bit"] = m * (model.table_shift - 16)
+            else:
+                terms["wide_index_bit"] = m * (model.table_shift - 8)
     if D > 64:
         terms["dist_step"] = m * (D // 4)
     terms.update({name: 0 for name in PN_STREAM_CYCLES})
@@ -217,8 +222,8 @@ def predict_cycles(model) -> dict:
                                                 "dense_mac", "dense_step", "dense_load", "dense_group",
                                                 "fixed_dense", "dense_row_c",
                                                 *PN_STREAM_CYCLES, *PN_C_ROWS_CYCLES))
-    distances = sum(cycles.get(k, 0) for k in ("proto", "wide_index_bit", "dist_term", "dist_step", "fixed_reg",
-                                               "proto_reg", "dist_term_reg"))
+    distances = sum(cycles.get(k, 0) for k in ("proto", "wide_index_bit", "wide_index_high_bit", "dist_term",
+                                               "dist_step", "fixed_reg", "proto_reg", "dist_term_reg"))
     scores = sum(cycles.get(k, 0) for k in ("class", "score_term", "score_step", "score_group", "score_load"))
     return {
         "projection": projection,
