@@ -61,6 +61,15 @@
 #include <simavr/avr_eeprom.h>
 #include <simavr/avr_uart.h>
 #include <simavr/sim_avr.h>
+#include <simavr/sim_core.h>
+#if __has_include(<simavr/sim_core_config.h>)
+#include <simavr/sim_core_config.h> /* CONFIG_SIMAVR_VERSION */
+#endif
+#ifndef CONFIG_SIMAVR_VERSION
+#define CONFIG_SIMAVR_VERSION "unknown"
+#endif
+#include <simavr/sim_cycle_timers.h>
+#include <simavr/sim_interrupts.h>
 #include <simavr/sim_elf.h>
 #include <simavr/sim_irq.h>
 
@@ -695,6 +704,56 @@ static int parent_gone(io_state_t *io)
     return 0;
 }
 
+/* One simulated step, as libsimavr 1.6's avr_run() does it (avr->run is avr_callback_run_raw: run one instruction
+ * if running, process the due cycle timers, sleep if sleeping, service the interrupts if any is pending), with
+ * the same effects in the same order. Without its two calls per instruction and the call into the timer list
+ * when no timer is due: that bookkeeping was about a third of simuno's CPU (perf), more than half of it the
+ * call into avr_cycle_timer_process, which almost always finds the first timer still in the future. When one is
+ * due (or there is none) the library's own function runs; the fast path stores the same run_cycle_count. */
+static int g_inline_step = 0; /* set in main: libsimavr 1.6 (whose avr_run this replicates), SIMUNO_LIBRARY_STEP unset */
+
+static inline int simuno_step(avr_t *avr)
+{
+    if (!g_inline_step || avr->run != avr_callback_run_raw) {
+        /* libsimavr swaps in a one-time callback of its own, e.g. the watchdog's reset (a board's bootloader
+         * starts the application through it): let the library run that step. */
+        return avr_run(avr);
+    }
+    avr_flashaddr_t new_pc = avr->pc;
+    if (avr->state == cpu_Running) {
+        new_pc = avr_run_one(avr);
+    }
+    avr_cycle_count_t sleep;
+    avr_cycle_timer_slot_p next = avr->cycle_timers.timer;
+    if (next != NULL && next->when > avr->cycle) {
+        sleep = next->when - avr->cycle;
+        avr->run_cycle_count = sleep < avr->run_cycle_limit ? sleep : avr->run_cycle_limit;
+        if (avr->run_cycle_count == 0) {
+            avr->run_cycle_count = 1;
+        }
+    } else {
+        sleep = avr_cycle_timer_process(avr);
+    }
+    avr->pc = new_pc;
+    if (avr->state == cpu_Sleeping) {
+        if (!avr->sreg[S_I]) {
+            /* sleeping with interrupts off: the firmware's "done" (1.6 only logs it and stops; later libsimavr
+             * versions also free the core, which simuno still reads afterwards) */
+            if (avr->log) {
+                AVR_LOG(avr, LOG_TRACE, "simavr: sleeping with interrupts off, quitting gracefully\n");
+            }
+            avr->state = cpu_Done;
+            return avr->state;
+        }
+        avr->sleep(avr, sleep);
+        avr->cycle += 1 + sleep;
+    }
+    if ((avr->state == cpu_Running || avr->state == cpu_Sleeping) && avr->interrupt_state) {
+        avr_service_interrupts(avr);
+    }
+    return avr->state;
+}
+
 #ifdef SIMUNO_PROFILE
 /* tools/profile_firmware.py builds simuno with -DSIMUNO_PROFILE: the instructions and cycles of every program
  * counter (word address), written as "<pc hex> <instructions> <cycles>" lines to $SIMUNO_PROFILE when simuno
@@ -706,7 +765,7 @@ static void profile_step(avr_t *avr)
 {
     uint32_t slot = avr->state == cpu_Sleeping ? PROFILE_SLOTS - 1u : (avr->pc >> 1) % (PROFILE_SLOTS - 1u);
     uint64_t before = avr->cycle;
-    avr_run(avr);
+    simuno_step(avr);
     g_profile_count[slot]++;
     g_profile_cycles[slot] += avr->cycle - before;
 }
@@ -727,7 +786,7 @@ static void profile_write(void)
 }
 #define RUN_ONE(avr) (profile_step(avr), (avr)->state)
 #else
-#define RUN_ONE(avr) avr_run(avr)
+#define RUN_ONE(avr) simuno_step(avr)
 static void profile_write(void)
 {
 }
@@ -842,7 +901,8 @@ static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
 /* ------------------------------------------------------------------------------------------------ */
 /* Board mode (--bootloader): a board with a serial bootloader, at its port                          */
 
-#define BOARD_BATCH_INSTRUCTIONS 1024u /* ~0.1 ms simulated at 16 MHz between two looks at the port */
+#define BOARD_BATCH_INSTRUCTIONS 1024u /* ~0.1 ms simulated at 16 MHz between two looks at the port ... */
+#define BOARD_BATCH_PER_SECOND 10000u  /* ... and never more than 0.1 ms: asleep, one step is up to 1000 cycles */
 #define BOARD_MAX_LAG_NS 20000000LL    /* 20 ms behind the wall clock: stop owing time (no catch-up burst) */
 #define BOARD_MIN_SLEEP_NS 250000LL    /* sleep only when at least 0.25 ms ahead (timer slack, syscalls) */
 #define BOARD_MAX_SLEEP_NS 1000000LL   /* ... and at most 1 ms at a time before looking at the port again */
@@ -1149,13 +1209,18 @@ static int run_board(board_t *b, io_state_t *io)
             wall_anchor = now_ns();
             cycle_anchor = avr->cycle;
         } else {
-            for (uint32_t i = 0; i < BOARD_BATCH_INSTRUCTIONS; ++i) {
+            /* A sleeping chip with no timer running advances 1000 cycles a step: 1024 of them were 64 ms simulated,
+             * which the pacing below then waited out before looking at the port again, so a request that came
+             * while the firmware slept waited for tens of ms. Bounded in simulated time, the port is looked at
+             * every 0.1 ms whether the chip computes or sleeps. */
+            uint64_t batch_end = avr->cycle + avr->frequency / BOARD_BATCH_PER_SECOND;
+            for (uint32_t i = 0; i < BOARD_BATCH_INSTRUCTIONS && avr->cycle < batch_end; ++i) {
                 if (avr->pc < b->boot_start && avr->flash[avr->pc] == 0xFFu && avr->flash[avr->pc + 1u] == 0xFFu) {
                     /* Erased flash: simavr would decode 0xFFFF into stray I/O writes; silicon just moves on. */
                     board_slide_to_boot(b);
                     break; /* a slide is up to ms of simulated time: pace and look at the port first */
                 }
-                int state = avr_run(avr);
+                int state = simuno_step(avr);
                 if (state == cpu_Done) {
                     b->halted = 1;
                     break;
@@ -1284,6 +1349,13 @@ int main(int argc, char **argv)
 
     options_t opt = parse_options(argc, argv);
     g_verbose = opt.verbose;
+    /* Another libsimavr version steps differently (later ones track sei's one-instruction delay themselves):
+     * it gets its own avr_run. SIMUNO_LIBRARY_STEP=1 asks for the library's step anyway, so a test can check
+     * that both simulate the same cycles (tests/test_simulator.py). */
+    g_inline_step = strcmp(CONFIG_SIMAVR_VERSION, "1.6") == 0 && getenv("SIMUNO_LIBRARY_STEP") == NULL;
+    if (g_verbose) {
+        fprintf(stderr, "simuno: libsimavr %s, %s step\n", CONFIG_SIMAVR_VERSION, g_inline_step ? "inline" : "library");
+    }
     avr_global_logger_set(sim_logger);
     install_signal_handlers();
     if (opt.bootloader_path != NULL) {

@@ -68,6 +68,12 @@ from tinyproto.families.protonn.optim import (  # noqa: F401  (re-exported: test
 )
 
 
+# The SGD epochs run in float32 (the initialisation and everything after training in float64): the kernels' exp
+# and the small matrix products cost about half, and the model is quantized to int8 afterwards, so float64's extra
+# digits do not reach the device (int8 test accuracy at 2 kB the same on digits, breast_cancer and wine).
+TRAIN_DTYPE = np.float32
+
+
 class ProtoNNClassifier(ClassifierMixin, BaseEstimator):
     """ProtoNN: sparse low-dimensional projection + a few labelled prototypes with an RBF kernel.
 
@@ -138,8 +144,11 @@ class ProtoNNClassifier(ClassifierMixin, BaseEstimator):
             params = self._initialise(Xs, y_index, rng)
             self.gamma_ = self._initial_gamma(Xs @ params.W.T, params.B)
             fit_score_scale(params, Xs, Y, gamma_schedule(self.gamma_, 1, int(self.n_epochs)) ** 2)
-            self.n_iter_, self.loss_curve_ = self._train(params, Xs, Y, rng)
-        self.W_, self.B_, self.Z_ = params.W, params.B, params.Z
+            params = Params(W=params.W.astype(TRAIN_DTYPE), B=params.B.astype(TRAIN_DTYPE),
+                            Z=params.Z.astype(TRAIN_DTYPE))
+            self.n_iter_, self.loss_curve_ = self._train(params, Xs.astype(TRAIN_DTYPE), Y.astype(TRAIN_DTYPE), rng)
+        self.W_, self.B_, self.Z_ = (params.W.astype(np.float64), params.B.astype(np.float64),
+                                     params.Z.astype(np.float64))
         return self
 
     def _check_params(self) -> None:
