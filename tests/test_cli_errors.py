@@ -492,3 +492,41 @@ def test_bad_option(tmp_path, golden, monkeypatch, case):
         return argv
 
     run_case(tmp_path, golden, args, keyword, monkeypatch)
+
+
+@pytest.mark.parametrize("link", ["cause", "context", "deep"])
+def test_an_error_a_library_raised_because_of_ctrl_c_is_an_interrupt_not_a_bug(tmp_path, monkeypatch, link):
+    """A Ctrl-C inside an extension's import comes back as its own error ("ImportError: initialization failed",
+    the KeyboardInterrupt as its cause): the user interrupted, so exit 130, not an internal error (70)."""
+    def interrupted_import(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            if link == "cause":
+                raise ImportError("initialization failed") from interrupt
+            if link == "context":
+                raise ImportError("initialization failed")  # noqa: B904 - what a library does
+            try:
+                raise RuntimeError("cleanup failed") from interrupt
+            except RuntimeError:
+                raise SystemError("error return without exception set")  # noqa: B904
+
+    monkeypatch.setattr("tinyproto.pipeline.compile.load_dataset", interrupted_import)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["compile", "iris", "--out", "m"])
+    assert result.exit_code == 130, result.output
+    assert result.stderr.strip().splitlines() == ["interrupted; nothing half-written was left behind"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_error_with_no_interrupt_behind_it_is_still_an_internal_error(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        try:
+            raise ValueError("first")
+        except ValueError:
+            raise ImportError("initialization failed")
+
+    monkeypatch.setattr("tinyproto.pipeline.compile.load_dataset", broken)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["compile", "iris", "--out", "m"])
+    assert result.exit_code == 70 and "internal error (ImportError" in result.stderr

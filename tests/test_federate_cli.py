@@ -214,12 +214,37 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _forked_workers(pid: int) -> int:
+    """How many processes the fork server under `pid` has forked (dask's worker processes, starting or started)."""
+    servers = [p for p in _descendants(pid) if b"forkserver" in _cmdline(p) and _parent(p) == pid]
+    return sum(len(_descendants(server)) for server in servers)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+WORKERS_STARTING = "(the fork server's first worker exists)"
+
+
 @pytest.mark.parametrize("backend_args,wait_for", [
     (["--backend", "dask", "--processes", "--workers", "2"], "selection: preprocessing"),
     (["--backend", "local"], "selection: preprocessing"),
     (["--backend", "dask", "--processes", "--workers", "2"], "parties (iid)"),  # while the cluster starts
+    (["--backend", "dask", "--processes", "--workers", "2"], WORKERS_STARTING),  # workers importing dask
 ])
 def test_ctrl_c_exits_130_cleanly(tmp_path, backend_args, wait_for):
+    """Ctrl-C as a terminal sends it: to the whole process group, worker processes included."""
     if backend_args[1] == "dask":
         pytest.importorskip("distributed")
     out = tmp_path / "never"
@@ -228,20 +253,24 @@ def test_ctrl_c_exits_130_cleanly(tmp_path, backend_args, wait_for):
     env = dict(os.environ, TMPDIR=str(scratch), PYTHONPATH=str(ROOT), COLUMNS="200", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "tinyproto", "federate", "digits", "--parties", "64",
                              *backend_args, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, cwd=tmp_path, text=True, preexec_fn=_default_sigint)
+                            env=env, cwd=tmp_path, text=True, preexec_fn=_default_sigint, start_new_session=True)
     seen = set()
     try:
         deadline = time.monotonic() + 60
-        for line in proc.stdout:  # progress lines; bounded by the deadline and the process ending
-            if wait_for in line or time.monotonic() > deadline:
-                break
+        if wait_for == WORKERS_STARTING:
+            while _forked_workers(proc.pid) == 0 and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+        else:
+            for line in proc.stdout:  # progress lines; bounded by the deadline and the process ending
+                if wait_for in line or time.monotonic() > deadline:
+                    break
         seen = _descendants(proc.pid)
-        assert proc.poll() is None, "the run ended before it could be interrupted"
-        proc.send_signal(signal.SIGINT)
+        assert proc.poll() is None, ("the run ended before it could be interrupted", proc.stderr.read())
+        os.killpg(proc.pid, signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 130, stderr
     lines = stderr.strip().splitlines()

@@ -220,3 +220,49 @@ def _cpu_ticks(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as handle:
         fields = handle.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+
+def test_the_inline_step_is_libsimavrs_step(simuno, firmware, built_models, tmp_path, monkeypatch):
+    """simuno steps the chip with its own loop (libsimavr 1.6's avr_run without its calls per instruction);
+    SIMUNO_LIBRARY_STEP=1 makes it call avr_run. A real firmware given the same bytes (from a file, so when they
+    arrive does not depend on the host) answers with the same bytes and writes every GPIOR0 marker at the same
+    cycle both ways: its receive and transmit interrupts, the UART's and Timer1's cycle timers, its sleeps and
+    the receive interrupts inside its timed calls (the requests come faster than it answers) all run alike."""
+    import struct
+
+    import numpy as np
+
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.device.codec import (
+        MSG_HELLO, MSG_PREDICT, MSG_PREDICT_RAW, MSG_RESPONSE, decode_frame, encode_frame,
+    )  # fmt: skip
+    from tinyproto.device.sim import EXIT_TIMEOUT
+    from tinyproto.pipeline.validate import load_build_info
+
+    model_dir = load_model_dir(built_models("iris", "1kB"))
+    build, vectors = load_build_info(model_dir), model_dir.vectors()
+    first = struct.pack("<H", 0)
+    requests = [b"\x00", encode_frame(MSG_HELLO, 0)]
+    for i in range(16):
+        requests.append(encode_frame(MSG_PREDICT, 2 * i + 1, first + vectors.xq[i].astype(np.int8).tobytes()))
+        requests.append(encode_frame(MSG_PREDICT_RAW, 2 * i + 2, first + vectors.X_raw[i].astype("<f4").tobytes()))
+    feed = tmp_path / "requests.bin"
+    feed.write_bytes(b"".join(requests))
+    runs = {}
+    for step in ("inline", "library"):
+        if step == "library":
+            monkeypatch.setenv("SIMUNO_LIBRARY_STEP", "1")
+        said = subprocess.run([str(simuno), "-v", "--stdio", "--timeout-cycles", "1000", str(firmware("SPIN"))],
+                              capture_output=True, timeout=20, check=False)  # fmt: skip
+        assert f"{step} step".encode() in said.stderr  # the switch took effect
+        markers = tmp_path / f"markers-{step}.txt"
+        with feed.open("rb") as stdin:
+            run = subprocess.run([str(simuno), "--stdio", "--markers", str(markers), "--timeout-cycles", "4000000",
+                                  str(build.elf)], stdin=stdin, capture_output=True, timeout=60, check=False)  # fmt: skip
+        assert run.returncode == EXIT_TIMEOUT, run.stderr
+        runs[step] = (run.stdout, markers.read_text())
+    answers = [decode_frame(frame).type for frame in runs["inline"][0].split(b"\x00") if frame]
+    assert answers.count(MSG_PREDICT | MSG_RESPONSE) >= 8 and answers.count(MSG_PREDICT_RAW | MSG_RESPONSE) >= 8
+    assert runs["inline"] == runs["library"]
+

@@ -54,10 +54,24 @@ class _Group(click.Group):
             where = f": {exc.filename}" if exc.filename else ""
             _fail(f"error: {exc.strerror or exc}{where}", 1)
         except Exception as exc:
+            if _interrupt_behind(exc):  # e.g. Ctrl-C during an extension's import: "ImportError: initialization failed"
+                _fail("interrupted; nothing half-written was left behind", 130)
             if os.environ.get("TINYPROTO_DEBUG"):
                 raise
             _fail(f"internal error ({type(exc).__name__}: {_one_line(exc)[:200]}); please report it, "
                   "TINYPROTO_DEBUG=1 shows the traceback", INTERNAL_ERROR)
+
+
+def _interrupt_behind(exc: BaseException) -> bool:
+    """True when a KeyboardInterrupt is this exception's cause or context, at any depth: a library that turned the
+    user's Ctrl-C into an error of its own was interrupted, it has no bug."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _fail(message: str, code: int) -> None:

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tinyproto.core.errors import TinyprotoError
@@ -78,14 +82,16 @@ class DaskCluster:
         scratch = str(self._scratch_context.__enter__())
         # dask spawns worker processes with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc hand every freed numpy
         # buffer back to the OS (hashing ran 2x slower); None keeps glibc's adaptive default.
+        start_method = start_forkserver_deaf_to_ctrl_c() if processes else "spawn"
         with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                              "distributed.worker.multiprocessing-method": start_method,
                               "distributed.comm.timeouts.connect": f"{self.timeout:g}s",
-                              "temporary-directory": scratch}):
+                              "temporary-directory": scratch}), ctrl_c_held_while_starting():
             self._cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=processes,
                                          dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL,
                                          host="127.0.0.1" if processes else None, local_directory=scratch)
-        self.client = Client(self._cluster, timeout=self.timeout)
-        self.client.wait_for_workers(n_workers, timeout=self.timeout)
+            self.client = Client(self._cluster, timeout=self.timeout)
+            self.client.wait_for_workers(n_workers, timeout=self.timeout)
 
     def workers(self) -> list[str]:
         """The workers' addresses, sorted."""
@@ -124,6 +130,75 @@ class DaskCluster:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@contextmanager
+def ctrl_c_held_while_starting() -> Iterator[None]:
+    """A Ctrl-C while dask starts a cluster takes effect once it has started (then it is closed as usual): a
+    KeyboardInterrupt inside LocalCluster's constructor leaves a half-built cluster that dask's exit hook fails to
+    close, with a traceback. The signal is raised again on leaving, to whatever handler was in place."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        signal.raise_signal(signal.SIGINT)
+
+
+def start_forkserver_deaf_to_ctrl_c() -> str:
+    """Start multiprocessing's fork server (once per process) with SIGINT ignored, and name the start method worker
+    processes use: "forkserver", or "spawn" where the server cannot start.
+
+    Ctrl-C in a terminal signals the whole process group, workers included, and a worker that gets it while it
+    starts prints a KeyboardInterrupt traceback. An ignored signal stays ignored through exec, so the fork server
+    and every worker forked from it never see Ctrl-C; this process shuts them down. The server's output goes to
+    /dev/null (core/quiet_workers.py): a worker still starting when the cluster closes prints nothing. The fork
+    server also imports dask once instead of once per worker. The signal is ignored only while the server is
+    spawned (milliseconds): a Ctrl-C then is not seen."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["distributed", "numpy",
+                                                                         "tinyproto.core.quiet_workers"])
+    in_main = threading.current_thread() is threading.main_thread()
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+    try:
+        with short_temp_dir():
+            forkserver.ensure_running()
+    except OSError:
+        return "spawn"
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, handler)
+    return "forkserver"
+
+
+UNIX_SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the final NUL
+_SOCKET_NAME_BYTES = 40  # multiprocessing's "/pymp-XXXXXXXX/listener-XXXXXXXX" below the temporary directory
+
+
+@contextmanager
+def short_temp_dir() -> Iterator[None]:
+    """The fork server listens on a Unix socket in a directory of tempfile's: under a long $TMPDIR its path would
+    not fit a socket address, so /tmp (or /dev/shm) serves for that while it starts; multiprocessing removes the
+    directory when this process exits."""
+    import tempfile
+
+    if len(os.fsencode(tempfile.gettempdir())) + _SOCKET_NAME_BYTES <= UNIX_SOCKET_PATH_MAX:
+        yield
+        return
+    previous = tempfile.tempdir
+    tempfile.tempdir = next((d for d in ("/tmp", "/dev/shm") if os.access(d, os.W_OK | os.X_OK)), previous)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
 
 
 def cpu_count() -> int:

@@ -28,7 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.pipeline.interrupts import interrupts_kept, sigint_blocked_for_children
+from tinyproto.pipeline.interrupts import interrupts_kept
 
 BACKENDS = ("dask", "local", "sim", "port")
 DEVICE_BACKENDS = ("sim", "port")  # parties that learn on a (simulated) Uno: federated/device_parties.py
@@ -142,16 +142,9 @@ def open_backend(options: FederateOptions, shards: list, *, board=None, dataset:
                                  "(or use --backend local)")
         from tinyproto.federated.dask_parties import CONNECT_TIMEOUT, DaskBackend
 
-        backend = None
-        try:
-            with sigint_blocked_for_children():
-                backend = DaskBackend(shards, scheduler=options.scheduler, n_workers=options.workers,
-                                      processes=options.processes,
-                                      timeout=CONNECT_TIMEOUT if timeout is None else timeout)
-        except BaseException:  # Ctrl-C pending during the start is raised when SIGINT is unblocked
-            if backend is not None:
-                backend.close()
-            raise
+        # (its cluster's workers start deaf to Ctrl-C, and it closes what it opened when its start fails)
+        backend = DaskBackend(shards, scheduler=options.scheduler, n_workers=options.workers,
+                              processes=options.processes, timeout=CONNECT_TIMEOUT if timeout is None else timeout)
     try:
         yield backend
     finally:

@@ -1,5 +1,6 @@
-"""Ctrl-C during a long run that starts threads and worker processes (dask): the workers never see it, and a
-KeyboardInterrupt that lands in a finalizer is not lost, so an interrupted run writes nothing.
+"""Ctrl-C during a long run that starts threads and worker processes (dask): a KeyboardInterrupt that lands in a
+finalizer is not lost, so an interrupted run writes nothing (the workers themselves start deaf to Ctrl-C:
+core/dask_cluster.py).
 
 Layer: pipeline.
 """
@@ -9,24 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Iterator
-
-
-@contextmanager
-def sigint_blocked_for_children() -> Iterator[None]:
-    """SIGINT blocked while the cluster starts: the threads and worker processes dask creates inherit the
-    blocked mask, so Ctrl-C in the terminal reaches only this process, which shuts the cluster down itself (no
-    worker tracebacks, no orphans). A Ctrl-C during the start stays pending and is raised on leaving."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 @contextmanager

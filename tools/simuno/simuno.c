@@ -62,6 +62,12 @@
 #include <simavr/avr_uart.h>
 #include <simavr/sim_avr.h>
 #include <simavr/sim_core.h>
+#if __has_include(<simavr/sim_core_config.h>)
+#include <simavr/sim_core_config.h> /* CONFIG_SIMAVR_VERSION */
+#endif
+#ifndef CONFIG_SIMAVR_VERSION
+#define CONFIG_SIMAVR_VERSION "unknown"
+#endif
 #include <simavr/sim_cycle_timers.h>
 #include <simavr/sim_interrupts.h>
 #include <simavr/sim_elf.h>
@@ -704,10 +710,11 @@ static int parent_gone(io_state_t *io)
  * when no timer is due: that bookkeeping was about a third of simuno's CPU (perf), more than half of it the
  * call into avr_cycle_timer_process, which almost always finds the first timer still in the future. When one is
  * due (or there is none) the library's own function runs; the fast path stores the same run_cycle_count. */
-#define LIB_NO_TIMER_SLEEP 1000u /* avr_cycle_timer_process's answer with no timer registered */
+static int g_inline_step = 0; /* set in main: libsimavr 1.6 (whose avr_run this replicates), SIMUNO_LIBRARY_STEP unset */
+
 static inline int simuno_step(avr_t *avr)
 {
-    if (avr->run != avr_callback_run_raw) {
+    if (!g_inline_step || avr->run != avr_callback_run_raw) {
         /* libsimavr swaps in a one-time callback of its own, e.g. the watchdog's reset (a board's bootloader
          * starts the application through it): let the library run that step. */
         return avr_run(avr);
@@ -1342,6 +1349,13 @@ int main(int argc, char **argv)
 
     options_t opt = parse_options(argc, argv);
     g_verbose = opt.verbose;
+    /* Another libsimavr version steps differently (later ones track sei's one-instruction delay themselves):
+     * it gets its own avr_run. SIMUNO_LIBRARY_STEP=1 asks for the library's step anyway, so a test can check
+     * that both simulate the same cycles (tests/test_simulator.py). */
+    g_inline_step = strcmp(CONFIG_SIMAVR_VERSION, "1.6") == 0 && getenv("SIMUNO_LIBRARY_STEP") == NULL;
+    if (g_verbose) {
+        fprintf(stderr, "simuno: libsimavr %s, %s step\n", CONFIG_SIMAVR_VERSION, g_inline_step ? "inline" : "library");
+    }
     avr_global_logger_set(sim_logger);
     install_signal_handlers();
     if (opt.bootloader_path != NULL) {
