@@ -25,6 +25,7 @@ the implementation sends sparse counts when a party's are sparse.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -240,6 +241,16 @@ class HeldOutWeights:
         self._expanded = {}
 
 
+@functools.lru_cache(maxsize=256)
+def _weighting_class_offsets(n_w: int, L: int, m: int) -> np.ndarray:
+    """(k·L + c)·m for every weighting k and class c, shaped to broadcast over (repeat, row, k, c, winner): with the
+    fold's offset f·(n_w·L·m) and the winner j, the flat index of W[f, k, c, j]. The same for every party of a
+    round (a thousand parties asked for it once per shape each); read-only, as it is shared."""
+    kc = ((np.arange(n_w)[:, None] * L + np.arange(L)[None, :]) * m)[None, None, :, :, None]
+    kc.flags.writeable = False
+    return kc
+
+
 def party_correct(state: PartyState, weights, plan: list) -> np.ndarray:
     """How many of the party's rows each candidate classifies correctly, every row scored (once per repeat) by
     the model of the folds it is not in: the solver's _cv_accuracies restricted to this party's rows. plan lists
@@ -251,8 +262,7 @@ def party_correct(state: PartyState, weights, plan: list) -> np.ndarray:
         n_w, L = W.shape[1], W.shape[2]
         flat = W.reshape(-1)
         correct = np.zeros(n_w, dtype=np.int64)
-        # flat index of W[f, k, c, j] = f·(n_w·L·m) + (k·L + c)·m + j
-        kc = ((np.arange(n_w)[:, None] * L + np.arange(L)[None, :]) * m)[None, None, :, :, None]
+        kc = _weighting_class_offsets(n_w, L, m)
         for start in range(0, n, ROW_BLOCK):
             rows = slice(start, start + ROW_BLOCK)
             index = (state.folds[:, rows] * (n_w * L * m))[:, :, None, None, None] + kc \

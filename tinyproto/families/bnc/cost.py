@@ -12,7 +12,7 @@ the built firmware); the rest were fitted by `python tools/calibrate_costmodel.p
 (non-negative least squares on relative errors, those hand counts held) on 48 synthetic shapes of every layout
 (dense, bitmap, seeded W), narrow and wide, r 8 .. 128, both input stages, and 60 shapes drawn at random by
 tools/bench_costmodel.py's drawer (seed 1000), measured through the device app on the simulated Uno: every shape
-within 2.0 %, and within 4.9 % when the shape is left out of the fit (the table in that tool's output). The input stage is
+within 1.8 %, and within 4.5 % when the shape is left out of the fit (the table in that tool's output). The input stage is
 not in the timed call, so its kind does not change the cycles. The work depends only on the model (its bitmap, its seeded positions), except for two
 small data-dependent branches (the packing of a sign bit in tp_stream_end, a new nearest prototype): a few
 cycles per bit and per prototype, at most 0.3 % between vectors on the sweep. Layer: families (bnc).
@@ -27,52 +27,56 @@ from tinyproto.core.wire import CHUNK_BYTES
 
 BNC_CYCLES = {
     # ---- one chunk (d <= 64): tp_bnc_project
-    "fixed": 260.6,  # sparse W: calls, frames
-    "fixed_dense": 205.4,  # dense W: calls, frames
-    "fixed_seeded": 232.4,  # seeded W: calls, frames
+    "fixed": 267.5,  # sparse W: calls, frames
+    "fixed_dense": 224.3,  # dense W: calls, frames
+    "fixed_seeded": 249.4,  # seeded W: calls, frames
     "row": 0,  # per row of a sparse W: loop, sign test, code bit (nnls puts it all in code_byte: r = 8 x bytes)
-    "row_dense": 72,  # per row of a dense W: call, register saves, sign test, code bit
-    "code_byte": 103.6,  # per code byte: its loop and store, and its 8 rows' work that no layout adds to
+    "row_dense": 71.2,  # per row of a dense W: call, register saves, sign test, code bit
+    "code_byte": 104.3,  # per code byte: its loop and store, and its 8 rows' work that no layout adds to
     "dense_mac": 21,  # hand count, per dense W entry: the C loop (ld, lpm, muls, 32-bit add, loop)
-    "row_multibyte": 8.9,  # per row of a sparse W whose bitmap row spans several bytes (d > 8): the byte loop's set-up
-    "mask_byte": 16.5,  # per sparse bitmap byte: lpm, zero test, loop
-    "nonzero_byte": 3,  # per bitmap byte with a set bit: entering and leaving the asm kernel
+    "row_multibyte": 9.3,  # per row of a sparse W whose bitmap row spans several bytes (d > 8): the byte loop's set-up
+    "mask_byte": 16.6,  # per sparse bitmap byte: lpm, zero test, loop
+    "nonzero_byte": 2.7,  # per bitmap byte with a set bit: entering and leaving the asm kernel
     "set_bit": 16,  # hand count, per W nonzero: lpm, ldd, muls, sign extension, 32-bit add
     "clear_bit": 3,  # hand count, per clear bit of a bitmap byte that has a set bit (sbrs, rjmp)
-    "seeded_weight": 84.8,  # xorshift16 step, scaled offset (two 8x8 muls), segment step, ld x, lpm, muls, add
-    "seeded_row": 12.5,  # per row of a seeded W: the cursor reset (the rest is in code_byte)
+    "seeded_weight": 84.7,  # xorshift16 step, scaled offset (two 8x8 muls), segment step, ld x, lpm, muls, add
+    "seeded_row": 12.3,  # per row of a seeded W: the cursor reset (the rest is in code_byte)
     "seeded_uneven": 6.5,  # per weight when K does not divide d: avr-gcc cannot drop the segment-length step
     "seeded_long": 7,  # hand count, per weight in a segment of d // K + 1 features (d % K of a row's K)
     # ---- the Hamming stage (every path)
     "proto": 13,  # hand count, per prototype: loop, compare with the class's nearest
     "proto_byte": 32,  # hand count, per prototype byte: ld, lpm, xor, popcount, 16-bit add, loop
-    "proto_1byte": 34.3,  # per prototype of a one-byte code (r <= 8): avr-gcc drops the byte loop
+    "proto_1byte": 36,  # hand count, per prototype of a one-byte code (r <= 8): avr-gcc drops the byte loop (lpm,
+    # ld, eor, an inline 17-instruction popcount, the compare with the class's nearest, the index step, loop)
     "class": 76,  # hand count, per class: end of its prototypes, score, argmax step
+    "class_1byte": 60,  # hand count, the same for a one-byte code: the class's end count, its nearest distance
+    # negated to the int32 score and stored, the argmax compare (fitted, this and proto_1byte put every r = 8
+    # bitmap shape 28 to 105 cycles high: 34.3 per prototype under the class's 76)
     # ---- several chunks (d > 64): tp_stream_begin / feed per chunk / end
-    "chunked_fixed": 171.3,  # per vector: begin, end, calls
-    "chunk": 269.8,  # sparse W, per chunk: tp_feed_step, tp_stream_feed's checks, tp_bnc_feed_aligned's frame
-    "code_bit": 32.6,  # per code bit slot (8 per code byte): tp_stream_end's sign packing
-    "part_row": 128.2,  # sparse W, per row and chunk: the row's sum and offset in and out, tp_bnc_part's call
+    "chunked_fixed": 161.3,  # per vector: begin, end, calls
+    "chunk": 274.7,  # sparse W, per chunk: tp_feed_step, tp_stream_feed's checks, tp_bnc_feed_aligned's frame
+    "code_bit": 32.2,  # per code bit slot (8 per code byte): tp_stream_end's sign packing
+    "part_row": 128.1,  # sparse W, per row and chunk: the row's sum and offset in and out, tp_bnc_part's call
     "part_mask_byte": 17,  # hand count, sparse W, per bitmap byte in tp_bnc_part: lpm, zero test, loop
     "part_nonzero_byte": 7,  # hand count, sparse W, per bitmap byte with a set bit: into and out of the kernel
-    "rest_row": 42.4,  # sparse W, per row: the first chunk's tp_bnc_rest_of_row call
+    "rest_row": 43,  # sparse W, per row: the first chunk's tp_bnc_rest_of_row call
     "rest_byte": 31,  # hand count, sparse W, per bitmap byte after the first chunk: lpm, popcount, 16-bit add
-    "stream_dense_chunk": 102.2,  # dense W, per chunk: tp_feed_step, tp_stream_feed's checks and frame
+    "stream_dense_chunk": 110.7,  # dense W, per chunk: tp_feed_step, tp_stream_feed's checks and frame
     "stream_dense_begin_row": 13,  # hand count, dense W, per row: tp_stream_begin clears its sum
     "stream_dense_row": 29,  # hand count, dense W, per row and chunk: the sum in and out, loop
     "stream_dense_mac": 23,  # hand count, dense W, per weight: ld, lpm, muls, sign extension, 32-bit add, loop
-    "stream_seeded_chunk": 244.3,  # seeded W, per chunk: tp_feed_step, tp_stream_feed's checks and frame
-    "stream_seeded_row": 20,  # seeded W, per row: its cursor set up by the first chunk
+    "stream_seeded_chunk": 246.7,  # seeded W, per chunk: tp_feed_step, tp_stream_feed's checks and frame
+    "stream_seeded_row": 20.6,  # seeded W, per row: its cursor set up by the first chunk
     "stream_seeded_weight": 189.1,  # seeded W, per weight: the first chunk's PRNG steps, a peek, the multiply-add
-    "stream_seeded_row_chunk": 49.7,  # seeded W, per row and chunk: the cursor's sum in and out, loop
+    "stream_seeded_row_chunk": 49.6,  # seeded W, per row and chunk: the cursor's sum in and out, loop
     "stream_seeded_peek_fail": 81,  # hand count, seeded W, per row and chunk that ends before the row's last weight
     "stream_seeded_long": 7,  # hand count, seeded W, per peek into a segment of d // K + 1 features (d % K of K)
 }
 # Held at their hand count when fitting (tools/calibrate_costmodel.py --bnc): left free, nnls trades them against
 # the per-row terms they always occur with.
 HAND_COUNTS = {name: BNC_CYCLES[name] for name in (
-    "dense_mac", "seeded_long", "proto", "proto_byte", "class", "set_bit", "clear_bit", "part_mask_byte",
-    "part_nonzero_byte", "rest_byte", "stream_dense_begin_row", "stream_dense_row", "stream_dense_mac",
+    "dense_mac", "seeded_long", "proto", "proto_byte", "proto_1byte", "class", "class_1byte", "set_bit", "clear_bit",
+    "part_mask_byte", "part_nonzero_byte", "rest_byte", "stream_dense_begin_row", "stream_dense_row", "stream_dense_mac",
     "stream_seeded_peek_fail", "stream_seeded_long")}
 STAGES = {
     "projection": ("fixed", "fixed_dense", "fixed_seeded", "seeded_weight", "seeded_row", "seeded_uneven",
@@ -81,7 +85,7 @@ STAGES = {
                    "part_nonzero_byte", "rest_row", "rest_byte", "stream_dense_begin_row", "stream_dense_row",
                    "stream_dense_mac", "stream_dense_chunk", "stream_seeded_chunk", "stream_seeded_row",
                    "stream_seeded_weight", "stream_seeded_row_chunk", "stream_seeded_peek_fail", "stream_seeded_long"),
-    "hamming": ("proto", "proto_byte", "proto_1byte", "class"),
+    "hamming": ("proto", "proto_byte", "proto_1byte", "class", "class_1byte"),
 }
 
 
@@ -106,7 +110,7 @@ def bnc_cost_terms(n_features: int, n_bits: int, nonzeros: int, n_prototypes: in
     row_bytes = (d + 7) // 8
     mask_bytes = r * row_bytes
     terms = {name: 0.0 for name in BNC_CYCLES}
-    terms["class"] = n_classes
+    terms["class_1byte" if R == 1 else "class"] = n_classes
     if R == 1:
         terms["proto_1byte"] = n_prototypes
     else:

@@ -105,14 +105,16 @@ def class_scores(codes: np.ndarray, B: np.ndarray, proto_class: np.ndarray, n_cl
     r = B.shape[1]
     # float32 is exact here (a sum of r terms of +-1 is an integer, r < 2^24) and halves the product's cost: the
     # solver scores every epoch of every candidate with this
-    dist = (r - codes.astype(np.float32) @ B.T.astype(np.float32)) / 2.0  # (n, m)
+    dots = codes.astype(np.float32) @ B.T.astype(np.float32)  # (n, m)
     out = np.full((codes.shape[0], n_classes), -np.inf)
     if proto_class.size and np.all(proto_class[1:] >= proto_class[:-1]):
-        # prototypes sorted by class (as trained): each class's minimum over its run of columns in one call; a
-        # minimum is exact, so these are the loop's values
+        # prototypes sorted by class (as trained): each class's largest dot product over its run of columns in one
+        # call, then the distance of that one; the distance falls as the product grows and both are exact, so these
+        # are the loop's values
         present, starts = np.unique(proto_class, return_index=True)
-        out[:, present] = -np.minimum.reduceat(dist, starts, axis=1)
+        out[:, present] = -((r - np.maximum.reduceat(dots, starts, axis=1)) / 2.0)
         return out
+    dist = (r - dots) / 2.0
     for c in range(n_classes):
         mine = proto_class == c
         if mine.any():

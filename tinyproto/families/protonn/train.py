@@ -199,16 +199,19 @@ class ProtoNNClassifier(ClassifierMixin, BaseEstimator):
         fractions = {"W": self.sparsity_W, "B": self.sparsity_B, "Z": self.sparsity_Z}
         eta: dict[str, float] = {}
         curve: list[float] = []
-        # The full set's projections P = Xs W^T and kernels K of the current parameters, kept across the blocks:
-        # a Z epoch changes neither, a B epoch only K, and a rejected epoch restores the parameters they belong
-        # to. Each is what loss_and_grad would compute again from the same arrays, so the fit is the same.
+        # The full set's projections P = Xs W^T, their squared distances D2 to the prototypes and kernels K of the
+        # current parameters, kept across the blocks: a Z epoch changes none of them, a B epoch D2 and K, and a
+        # rejected epoch restores the parameters they belong to. A new gamma only needs K again from D2, and with
+        # an unchanged gamma the epoch starts from the loss the last one ended with (of the same K and Z). Each is
+        # what loss_and_grad would compute again from the same arrays, so the fit is the same.
         P = Xs @ params.W.T
-        K, K_gamma2 = None, None
+        D2 = squared_distances(P, params.B)
+        K, K_gamma2, loss = None, None, None
         for epoch in range(1, n_epochs + 1):
             gamma2 = gamma_schedule(self.gamma_, epoch, n_epochs) ** 2
-            if gamma2 != K_gamma2:  # gamma may have changed: re-measure
-                K, K_gamma2 = kernel(P, params.B, gamma2), gamma2
-            loss = mean_squared_loss(K, params.Z, Y)
+            if gamma2 != K_gamma2:  # gamma has changed: re-measure
+                K, K_gamma2 = _kernel_of(D2, gamma2), gamma2
+                loss = mean_squared_loss(K, params.Z, Y)
             for block in BLOCKS:
                 if not eta.get(block):  # first epoch, or the gradient vanished last time
                     eta[block] = (1.0 - MOMENTUM) * armijo_step(params, block, fractions[block], Xs, Y, gamma2)
@@ -217,10 +220,11 @@ class ProtoNNClassifier(ClassifierMixin, BaseEstimator):
                 sgd_epoch(block, params, Xs, Y, gamma2, eta[block], fractions[block], rng.permutation(n), batch_size,
                           P_all=P, K_all=K)
                 new_P = Xs @ params.W.T if block == "W" else P
-                new_K = K if block == "Z" else kernel(new_P, params.B, gamma2)
+                new_D2 = D2 if block == "Z" else squared_distances(new_P, params.B)
+                new_K = K if block == "Z" else _kernel_of(new_D2, gamma2)
                 new_loss = mean_squared_loss(new_K, params.Z, Y)
                 if new_loss <= loss:  # also rejects NaN
-                    loss, P, K = new_loss, new_P, new_K
+                    loss, P, D2, K = new_loss, new_P, new_D2, new_K
                     eta[block] *= STEP_GROWTH
                 else:
                     theta[...] = saved
@@ -271,6 +275,12 @@ class ProtoNNClassifier(ClassifierMixin, BaseEstimator):
         """Class scores clipped at 0 and normalised per sample; uniform when all scores are equal."""
         mass, total = _class_mass(self.class_scores(X))
         return mass / total[:, None]
+
+
+def _kernel_of(D2: np.ndarray, gamma2: float) -> np.ndarray:
+    """optim.kernel's exp(-gamma^2 d2) of squared distances already measured (a new array; D2 is kept)."""
+    K = D2 * -gamma2
+    return np.exp(K, out=K)
 
 
 def _class_mass(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
