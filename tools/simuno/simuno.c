@@ -92,6 +92,13 @@ static char g_uart_name = '0';
 static uint16_t g_uart_base = 0xC0;
 
 #define BATCH_INSTRUCTIONS 4096u  /* instructions run between two host I/O services (~50 us of host time) */
+#define BATCH_CYCLES 8192u         /* ... and at most this many cycles (~0.5 ms simulated at 16 MHz) */
+/* libsimavr 1.6's avr_run_one executes instructions in a loop of its own while the CPU runs, no interrupt is
+ * pending or due to be enabled, and fewer cycles have passed than avr->run_cycle_count: the cycles to the next
+ * cycle timer, at most avr->run_cycle_limit. The library sets the limit to 1 (one instruction a call) and keeps
+ * the count up to date whenever a timer is registered or cancelled. A larger limit runs the instructions
+ * between two timer events in one call, with the same cycles. */
+#define SIM_RUN_CYCLE_LIMIT 1024u
 #define IDLE_CYCLES_BEFORE_WAIT 80000u /* 5 ms simulated of "waiting for RX" before we block on the host fd */
 #define IDLE_WAIT_MS 5
 #define IO_BUF_SIZE 4096u
@@ -816,7 +823,8 @@ static int run_batch(avr_t *avr, const io_state_t *io, uint64_t timeout_cycles, 
     *waits_for_host = 0;
     uint64_t asleep_since = 0;
     int asleep = 0;
-    for (uint32_t i = 0; i < BATCH_INSTRUCTIONS; ++i) {
+    uint64_t batch_end = avr->cycle + BATCH_CYCLES;
+    for (uint32_t i = 0; i < BATCH_INSTRUCTIONS && avr->cycle < batch_end; ++i) {
         state = RUN_ONE(avr);
         if (state == cpu_Done || state == cpu_Crashed || state == cpu_Stopped) {
             break;
@@ -840,6 +848,11 @@ static int run_batch(avr_t *avr, const io_state_t *io, uint64_t timeout_cycles, 
 static int simulate(avr_t *avr, io_state_t *io, uint64_t timeout_cycles)
 {
     g_flush_on_frame_end = 1;
+#ifndef SIMUNO_PROFILE /* the profile counts every instruction's program counter: one a step */
+    if (g_inline_step) {
+        avr->run_cycle_limit = SIM_RUN_CYCLE_LIMIT;
+    }
+#endif
     uint64_t idle_cycles = 0;
     uint32_t batches = 0;
     for (;;) {
