@@ -80,13 +80,15 @@ def bitmap_stream(W: np.ndarray) -> np.ndarray:
     row (no second pointer to swap in per byte). Same bytes as encode(W, "bitmap")'s mask + values."""
     W = np.asarray(W, dtype=np.int8)
     mask = np.packbits(W != 0, axis=1, bitorder="little")
-    out = []
-    for r in range(W.shape[0]):
-        for g in range(mask.shape[1]):
-            out.append(mask[r, g])
-            block = W[r, 8 * g: 8 * g + 8]
-            out.extend(block[block != 0].view(np.uint8).tolist())
-    return np.asarray(out, dtype=np.uint8)
+    rows, groups = mask.shape
+    # each group as 9 cells (its bitmap byte, then its 8 inputs, the last group padded with zeros), of which the
+    # bitmap byte and the nonzeros are kept, in row-major order: the stream, without a Python loop per group
+    inputs = np.zeros((rows, groups * 8), dtype=np.int8)
+    inputs[:, :W.shape[1]] = W
+    inputs = inputs.reshape(rows, groups, 8)
+    cells = np.concatenate([mask[:, :, None], inputs.view(np.uint8)], axis=2)
+    kept = np.concatenate([np.ones((rows, groups, 1), dtype=bool), inputs != 0], axis=2)
+    return cells[kept]
 
 
 def column_codes(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
