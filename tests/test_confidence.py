@@ -262,6 +262,49 @@ def test_protonn_leaves_exactly_the_models_fit_shape_trains_on_the_folds():
         assert left.to_json() == trained.to_json()
 
 
+@pytest.mark.parametrize("bits", [1, 2])
+def test_flynn_leaves_each_training_row_out_exactly(bits):
+    """IntFlyNN.left_out_scores: row i's scores are those of the same filters counted without row i (the model
+    recounted from the other rows), for every row; a model whose counts these rows do not give answers None."""
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.train import FlyNNClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 5))
+    y = np.arange(40) % 3
+    clf = FlyNNClassifier(n_hashes=48, n_winners=6, decay=0.5, random_state=0).fit(X, y)
+    model = IntFlyNN.from_classifier(clf, X, y, bits=bits)
+    left_out = model.left_out_scores(X, y)
+    for i in range(len(y)):
+        rest = np.arange(len(y)) != i
+        without = IntFlyNN.from_classifier(clf, X[rest], y[rest], bits=bits, input_stage=model.input_stage)
+        assert np.array_equal(left_out[i], without.scores(model.input_stage.quantize(X[i:i + 1]))[0])
+    assert model.left_out_scores(X[:-1], y[:-1]) is None  # not the rows the counts were made of
+
+
+def test_the_threshold_comes_from_left_out_rows_when_the_family_gives_them():
+    """With a family's exact left-out scores the decline threshold is the rate's quantile of those rows'
+    novelty (no fold model, no carry); without them, the fold models' median."""
+    from tinyproto.families.judging import left_out_novelty
+
+    class Counting:
+        classes = ["a", "b"]
+
+        def left_out_scores(self, X, y_index):
+            return np.c_[X[:, 0], X[:, 0] + 1 - 2 * y_index]  # lowest wins: the row's own class by one
+
+        @staticmethod
+        def labels(scores):
+            return np.argmin(scores, axis=1)
+
+    X = np.arange(20, dtype=np.float64)[:, None]
+    y = np.array(["a", "b"] * 10)
+    novel = left_out_novelty(Counting(), X, y, lowest_wins=True)
+    assert novel.tolist() == [v - (i % 2) for i, v in enumerate(range(20))]
+    assert C.decline_threshold(novel, 0.1) == 16  # the two rows of novelty 18 declined: 10 %
+    assert left_out_novelty(object(), X, y, lowest_wins=True) is None
+
+
 def test_holdout_and_rate_errors_are_one_line(tmp_path):
     from tinyproto.pipeline.compile import compile_model
 
