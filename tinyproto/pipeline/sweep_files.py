@@ -155,7 +155,7 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
             good_end += len(line) + (0 if last else 1)
             continue
         try:
-            entry = check_result_line(json.loads(line))
+            entry = check_result_line(json.loads(line.decode("utf-8")))
             if entry["id"] in seen:  # the driver writes one line per point: a second is not its own
                 raise ValueError(f"a second line for {entry['id']}")
         except (ValueError, RecursionError) as exc:
