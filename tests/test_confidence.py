@@ -477,3 +477,21 @@ def test_predicted_cycles_with_the_stage_match_the_simulated_uno(built_models):
     report = json.loads((model_dir / "report.json").read_text())
     assert report["predicted_cycles"]["judge"] > 0 and validation["passed"]
     assert abs(validation["predicted_error"]) < COST_MODEL_TOLERANCE
+
+
+def test_the_goals_table_marks_every_missed_goal():
+    """tools/bench_confidence.py --goals: each goal is checked against the figures and a miss is marked `!` and
+    counted: the AUROC per family, and for the families with the stricter goals also the declined share and
+    the accuracy on the accepted rows above the accuracy on all; the calibration error for every family."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    from bench_confidence import goal_row
+
+    good = {"held_out": {"auroc": 0.93, "declined": 0.5}, "accepted_accuracy": 0.99, "accuracy": 0.98, "ece": 0.01}
+    assert goal_row("protonn", good)[1] == 0
+    bad = {"held_out": {"auroc": 0.86, "declined": 0.3}, "accepted_accuracy": 0.97, "accuracy": 0.98, "ece": 0.06}
+    cells, missed = goal_row("protonn", bad)
+    assert missed == 4 and all(cell.endswith(" !") for cell in cells)
+    cells, missed = goal_row("bnc", bad)  # AUROC 0.85 is its goal; no declined or accepted-accuracy goal
+    assert missed == 1 and cells[3].endswith(" !") and not cells[0].endswith("!")
