@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def tinyproto(*args: str, cwd: Path | None = None) -> subprocess.Popen:
+    # a session of its own: kill_when can end what the killed process leaves running (its solver's workers)
     return subprocess.Popen([sys.executable, "-m", "tinyproto", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -44,7 +45,12 @@ def kill_when(proc: subprocess.Popen, ready, timeout: float = 120.0) -> None:
         assert time.monotonic() < deadline, "kill point never reached"
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
-    proc.communicate()
+    proc.wait()
+    try:  # the solver's worker processes inherited the output pipes: they may outlive the killed process
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its session: those workers, nothing of this test run
+        proc.communicate()
 
 
 def journal_lines(model: Path) -> int:
@@ -247,7 +253,12 @@ def test_federate_killed_leaves_no_partial_output(tmp_path, delay):
         time.sleep(0.02)
     if proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
-    proc.communicate()
+    proc.wait()
+    try:  # the solver's worker processes inherited the output pipes: they may outlive the killed process
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its session: those workers, nothing of this test run
+        proc.communicate()
     assert not out.exists() or assert_complete_model(out)
     again = run("federate", "wine", "--parties", "3", "--backend", "local", "--out", str(out))
     assert again.returncode == 0, again.stderr
