@@ -343,7 +343,7 @@ def calibrate_protonn_functions(n: int, cache: Path | None) -> None:
         if cost.protonn_uses_asm(model) and fits(model, load_board("uno")):
             shapes.append((f"pn{len(shapes):02d}-{model_hash_hex(model)}", spec, model, int(rng.integers(0, 2**31))))
     done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
-    table = {**cost.PN_CYCLES, **cost.PN_STREAM_CYCLES}
+    table = {**cost.PN_CYCLES, **cost.PN_STREAM_CYCLES, **cost.PN_C_ROWS_CYCLES}
     groups = {"kernels": PN_KERNEL_TERMS, "scores": PN_SCORE_TERMS,
               "rest": tuple(t for t in table if t not in PN_KERNEL_TERMS + PN_SCORE_TERMS)}
     data = {g: ([], []) for g in groups}
