@@ -262,6 +262,87 @@ def test_protonn_leaves_exactly_the_models_fit_shape_trains_on_the_folds():
         assert left.to_json() == trained.to_json()
 
 
+@pytest.mark.parametrize("bits", [1, 2])
+def test_flynn_leaves_each_training_row_out_exactly(bits):
+    """IntFlyNN.left_out_scores: row i's scores are those of the same filters counted without row i (the model
+    recounted from the other rows), for every row; a model whose counts these rows do not give answers None."""
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.train import FlyNNClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 5))
+    y = np.arange(40) % 3
+    clf = FlyNNClassifier(n_hashes=48, n_winners=6, decay=0.5, random_state=0).fit(X, y)
+    model = IntFlyNN.from_classifier(clf, X, y, bits=bits)
+    left_out = model.left_out_scores(X, y)
+    for i in range(len(y)):
+        rest = np.arange(len(y)) != i
+        without = IntFlyNN.from_classifier(clf, X[rest], y[rest], bits=bits, input_stage=model.input_stage)
+        assert np.array_equal(left_out[i], without.scores(model.input_stage.quantize(X[i:i + 1]))[0])
+    assert model.left_out_scores(X[:-1], y[:-1]) is None  # not the rows the counts were made of
+
+
+def test_the_threshold_comes_from_left_out_rows_when_the_family_gives_them():
+    """With a family's exact left-out scores the decline threshold is the rate's quantile of those rows'
+    novelty (no fold model, no carry); without them, the fold models' median."""
+    from tinyproto.families.judging import left_out_novelty
+
+    class Counting:
+        classes = ["a", "b"]
+
+        def left_out_scores(self, X, y_index):
+            return np.c_[X[:, 0], X[:, 0] + 1 - 2 * y_index]  # lowest wins: the row's own class by one
+
+        @staticmethod
+        def labels(scores):
+            return np.argmin(scores, axis=1)
+
+    X = np.arange(20, dtype=np.float64)[:, None]
+    y = np.array(["a", "b"] * 10)
+    novel = left_out_novelty(Counting(), X, y, lowest_wins=True)
+    assert novel.tolist() == [v - (i % 2) for i, v in enumerate(range(20))]
+    assert C.decline_threshold(novel, 0.1) == 16  # the two rows of novelty 18 declined: 10 %
+    assert left_out_novelty(object(), X, y, lowest_wins=True) is None
+
+
+def test_bnc_threshold_declines_about_the_rate_of_the_rows_it_was_fitted_on():
+    """BNC's scores are Hamming distances in bits, one unit for every model of a shape: the fold models' thresholds
+    are kept as they are (not rescaled by the models' median distances), and their median declines about the asked
+    share of the rows it was fitted on (each fold model's validation rows, which it did not train on) and of rows the
+    final model did not train on."""
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.core.folds import Folds
+    from tinyproto.families.bnc.quantize import IntBNC
+    from tinyproto.families.bnc.train import BNCClassifier
+    from tinyproto.families.judging import calibrate
+    from tinyproto.families.solving import SolveOptions, calibration_splits
+
+    sp = split(load_dataset("digits"))
+    X, y, rate = sp.X_train, sp.y_train, 0.05
+    trained = []
+
+    def fit_shape(X_fit, y_fit, chosen, options):  # a small BNC, few epochs: the threshold's arithmetic is the subject
+        clf = BNCClassifier(n_bits=64, n_prototypes=10, epochs_joint=3, epochs_w=3, random_state=0).fit(X_fit, y_fit)
+        trained.append(IntBNC.from_classifier(clf))
+        return clf, trained[-1]
+
+    folds = Folds.standard(X, y, 0)
+    final = fit_shape(X, y, {}, None)[1]
+    judged, info = calibrate(None, fit_shape, {}, final, X, y, SolveOptions(2048, 0, folds=folds), False, rate)
+    assert info["carried_thresholds"] == info["fold_thresholds"]
+    assert info["fold_scales"] != [info["final_scale"]] * 3  # scales that differ: a rescaling would have moved them
+    above = judged.calibration.unknown_above
+    assert above == int(np.median(info["fold_thresholds"]))
+
+    def declined(model, rows):
+        return (-model.scores(model.input_stage.quantize(rows)).max(axis=1) > above).astype(float)
+
+    fitted_on = np.concatenate([declined(model, X[val_rows])
+                                for model, (_, _, val_rows) in zip(trained[1:], calibration_splits(folds))])
+    assert rate / 2 <= fitted_on.mean() <= rate * 1.5
+    assert rate / 3 <= declined(final, sp.X_test).mean() <= rate * 2
+
+
 def test_holdout_and_rate_errors_are_one_line(tmp_path):
     from tinyproto.pipeline.compile import compile_model
 
@@ -434,3 +515,21 @@ def test_predicted_cycles_with_the_stage_match_the_simulated_uno(built_models):
     report = json.loads((model_dir / "report.json").read_text())
     assert report["predicted_cycles"]["judge"] > 0 and validation["passed"]
     assert abs(validation["predicted_error"]) < COST_MODEL_TOLERANCE
+
+
+def test_the_goals_table_marks_every_missed_goal():
+    """tools/bench_confidence.py --goals: each goal is checked against the figures and a miss is marked `!` and
+    counted: the AUROC per family, and for the families with the stricter goals also the declined share and
+    the accuracy on the accepted rows above the accuracy on all; the calibration error for every family."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    from bench_confidence import goal_row
+
+    good = {"held_out": {"auroc": 0.93, "declined": 0.5}, "accepted_accuracy": 0.99, "accuracy": 0.98, "ece": 0.01}
+    assert goal_row("protonn", good)[1] == 0
+    bad = {"held_out": {"auroc": 0.86, "declined": 0.3}, "accepted_accuracy": 0.97, "accuracy": 0.98, "ece": 0.06}
+    cells, missed = goal_row("protonn", bad)
+    assert missed == 4 and all(cell.endswith(" !") for cell in cells)
+    cells, missed = goal_row("bnc", bad)  # AUROC 0.85 is its goal; no declined or accepted-accuracy goal
+    assert missed == 1 and cells[3].endswith(" !") and not cells[0].endswith("!")

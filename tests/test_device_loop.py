@@ -80,9 +80,8 @@ def test_pio_test_runs_on_the_simulated_uno(compiled):
     assert passed, log[-2000:]
 
 
-def test_validate_resume_keeps_what_was_measured(compiled):
-    model_dir = compiled("breast_cancer", "1kB")
-    assert cli("build", str(model_dir)).returncode == 0
+def test_validate_resume_keeps_what_was_measured(built_for_board):
+    model_dir = built_for_board("breast_cancer", "1kB", "uno")  # built once per run (conftest); this test's copy
     first = cli("validate", str(model_dir), "--json", "--no-raw")
     assert first.returncode == 0, first.stderr
     journal = (model_dir / "validation.jsonl").read_text().splitlines()
@@ -96,9 +95,8 @@ def test_validate_resume_keeps_what_was_measured(compiled):
     (["validate", "{dir}", "--port", "/dev/does-not-exist"], "does not exist"),
     (["flash", "{dir}", "--port", "/dev/does-not-exist"], "does not exist"),
 ])
-def test_bad_port_is_one_clear_error(compiled, args, message):
-    model_dir = compiled("breast_cancer", "1kB")
-    assert cli("build", str(model_dir)).returncode == 0
+def test_bad_port_is_one_clear_error(built_for_board, args, message):
+    model_dir = built_for_board("breast_cancer", "1kB", "uno")
     result = cli(*[a.replace("{dir}", str(model_dir)) for a in args])
     assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr
 
@@ -110,14 +108,13 @@ def test_validate_without_firmware_says_build_first(compiled):
         assert result.returncode == 1 and "tinyproto build" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_busy_port_is_one_clear_error(compiled):
+def test_busy_port_is_one_clear_error(built_for_board):
     """A port another program holds open exclusively (here: a simulated Uno we are talking to)."""
     from tinyproto.device.protocol import open_device
     from tinyproto.device.sim import SimulatedUno
     from tinyproto.core.errors import TinyprotoError
 
-    model_dir = compiled("breast_cancer", "1kB")
-    assert cli("build", str(model_dir)).returncode == 0
+    model_dir = built_for_board("breast_cancer", "1kB", "uno")
     elf = model_dir / json.loads((model_dir / "build.json").read_text())["elf"]
     with SimulatedUno(elf) as uno, open_device(uno.port):
         with pytest.raises(TinyprotoError, match="busy|in use|locked"):

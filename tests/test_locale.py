@@ -159,11 +159,15 @@ def test_compile_and_boards_run(locale, kind, tmp_path):
 @pytest.mark.slow
 @pytest.mark.device
 @pytest.mark.parametrize("kind", ["pty", "pipe"])
-def test_every_verb_runs_under_the_c_locale(kind, tmp_path):
-    """The loop a user runs, each verb once, under LC_ALL=C with Python's UTF-8 mode off."""
+def test_every_verb_runs_under_the_c_locale(kind, tmp_path, compiled):
+    """The loop a user runs, each verb once, under LC_ALL=C with Python's UTF-8 mode off. Its first step,
+    `compile iris --budget 1kB`, is test_compile_and_boards_run[C-...] (the same command under C, this kind of
+    stdout); the loop continues from the run's shared copy of that model (conftest's `compiled`)."""
+    import shutil
+
     model = str(tmp_path / "m")
+    shutil.copytree(compiled("iris", "1kB"), model, symlinks=True)
     steps = [
-        ["compile", "iris", "--budget", "1kB", "--out", model],
         ["build", model],
         ["validate", model, "--sim"],
         ["export", model, "--arduino", "--out", str(tmp_path / "lib")],

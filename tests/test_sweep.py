@@ -181,6 +181,22 @@ def test_a_results_line_that_tinyproto_did_not_write_is_refused(tmp_path, line):
         read_results(path)
 
 
+@pytest.mark.parametrize("where", ["top", "device"])
+@pytest.mark.parametrize("figures", ['"x"', '{"ece": "x"}', '{"ece": []}', '{"coverage": -1}',
+                                     '{"mean_confidence": 1e308}', '{"accepted_accuracy": true}'])
+def test_a_results_line_with_damaged_confidence_figures_is_refused(tmp_path, where, figures):
+    """The confidence figures are printed and drawn by report: a text ECE was an internal error, a negative
+    coverage a figure drawn as measured."""
+    entry = json.loads(_line("a"))
+    entry["status"], entry["stage"], entry["error"] = "failed", "validate", "a check failed"
+    target = entry if where == "top" else entry.setdefault("device", {})
+    target["confidence"] = json.loads(figures)
+    path = tmp_path / "results.jsonl"
+    path.write_text(f"{json.dumps(entry)}\n{_line('b')}\n")
+    with pytest.raises(TinyprotoError, match=r"results.jsonl:1 is not a result line \((device\.)?confidence"):
+        read_results(path)
+
+
 def test_a_fifo_in_place_of_the_results_is_refused_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "results.jsonl")
     with pytest.raises(TinyprotoError, match="is not a regular file"):

@@ -16,6 +16,17 @@ bit-exact or the run says so. A second table gives what the device answered with
 from the device's own answers): accuracy and calibration error (10 bins) of the known-class rows, the share of them
 answered and right among those, and, with --holdout-classes (those classes' rows go to the test split only, as
 `compile --holdout-classes`), the novelty score's AUROC and the share of held-out rows declined.
+
+With --goals, the goals of the confidence stage instead, on every data set and held-out set named:
+
+    python tools/bench_confidence.py --goals digits:8,9 digits:3,5 digits:0 digits:1,7 segment:sky ... [--device]
+
+one model per family and DATA:CLASSES (those classes held out of training, --rate asked), compile's figures of
+the known and held-out test rows (the host reference; with --device each model is also built and validated on the
+simulated Uno, and the figures are the device's own, every vector compared), each checked against its goal:
+novelty AUROC (ProtoNN and FlyNN 0.90, BNC and Bloom features 0.85), for ProtoNN and FlyNN at least 45 % of the
+held-out rows declined and the accuracy on the accepted known rows above the model's accuracy on all of them, and
+for every family a calibration error (10 bins) of at most 5 points. A missed goal is marked with `!`.
 """
 
 from __future__ import annotations
@@ -27,6 +38,12 @@ import sys
 from pathlib import Path
 
 VARIANTS = ("none", "confidence", "unknown")
+# the goals of the confidence stage: the novelty AUROC per family, and which families must also decline at least
+# DECLINED of the held-out rows and be more accurate on the rows they answer
+AUROC_GOAL = {"protonn": 0.90, "flynn": 0.90, "bnc": 0.85, "bloom": 0.85}
+DECLINE_GOAL_FAMILIES = ("protonn", "flynn")
+DECLINED_GOAL = 0.45
+ECE_GOAL = 0.05
 
 
 def fit(data: str, family: str, budget: str, rate: str, seed: int, holdout: str | None = None):
@@ -104,7 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--holdout-classes", default=None)
     parser.add_argument("--out", type=Path, default=Path("build/bench-confidence"))
+    parser.add_argument("--goals", nargs="+", metavar="DATA:CLASSES", default=None,
+                        help="check the goals on these data sets, each with these classes held out")
+    parser.add_argument("--device", action="store_true", help="with --goals: build and validate every model")
     args = parser.parse_args(argv)
+    if args.goals:
+        return goals(args)
     from tinyproto.pipeline.compile import Fitted
 
     judged = []
@@ -127,6 +149,54 @@ def main(argv: list[str] | None = None) -> int:
         judged += [(family, name, rows[name]["confidence"]) for name in VARIANTS[1:]]
     print_judged(judged)
     return 0
+
+
+def goal_row(family: str, figures: dict) -> tuple[list[str], int]:
+    """The goal columns of one model's figures (a missed goal marked `!`) and how many it missed."""
+    held = figures.get("held_out") or {}
+    auroc, declined = held.get("auroc"), held.get("declined")
+    strict = family in DECLINE_GOAL_FAMILIES
+    checks = [
+        (f"{auroc:.3f}", auroc is not None and auroc >= AUROC_GOAL[family]),
+        (f"{100 * declined:.1f} %", not strict or declined >= DECLINED_GOAL),
+        (f"{100 * figures['accepted_accuracy']:.2f} % / {100 * figures['accuracy']:.2f} %",
+         not strict or figures["accepted_accuracy"] > figures["accuracy"]),
+        (f"{100 * figures['ece']:.2f}", figures["ece"] <= ECE_GOAL),
+    ]
+    return [text + ("" if met else " !") for text, met in checks], sum(not met for _, met in checks)
+
+
+def goals(args) -> int:
+    """The goals table (Markdown): one row per data set, held-out classes and family."""
+    from rich.console import Console
+
+    from tinyproto.pipeline.compile import write_model_directory
+    from tinyproto.pipeline.firmware import build_model_dir
+    from tinyproto.pipeline.validate import validate
+
+    print("| data | held out | family | coverage | novelty AUROC | held-out declined | accepted / all accuracy "
+          "| ECE (points) | device |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    missed = failed = 0
+    for spec in args.goals:
+        data, _, held = spec.partition(":")
+        for family in args.models.split(","):
+            fitted, on = fit(data, family, args.budget, args.rate, args.seed, held)
+            out = args.out / f"{data}-{held.replace(',', '_')}-{family}"
+            figures = write_model_directory(fitted, on, out).report["confidence"]
+            device = "-"
+            if args.device:
+                build_model_dir(out, None, Console(file=io.StringIO(), quiet=True))
+                v = validate(out, raw_check=False)
+                figures = v["confidence"]
+                device = "bit-exact" if v["passed"] else "FAILED"
+                failed += not v["passed"]
+            cells, n_missed = goal_row(family, figures)
+            missed += n_missed
+            print(f"| {data} | {held} | {family} | {100 * figures['coverage']:.1f} % | " + " | ".join(cells)
+                  + f" | {device} |", flush=True)
+    print(f"\n{missed} goal(s) missed" + (f"; {failed} model(s) NOT bit-exact on the device" if failed else ""))
+    return 1 if failed else 0
 
 
 def print_judged(judged: list) -> None:

@@ -135,6 +135,32 @@ def score_scale(model: Any, X: np.ndarray, lowest_wins: bool) -> float:
     return float(np.median(winner))
 
 
+def left_out_novelty(model: Any, X: np.ndarray, y: np.ndarray, lowest_wins: bool) -> np.ndarray | None:
+    """The novelty of each training row under the final model as if it had not learned that row, when the family
+    computes that exactly (a `left_out_scores(X, y_index)` method of its integer model: FlyNN's counts less the
+    row's own), else None. Fold models, trained on two thirds of the rows, find known rows more novel than the
+    final model does, and a threshold fitted on them declines fewer known rows than asked."""
+    left_out_scores = getattr(model, "left_out_scores", None)
+    if left_out_scores is None:
+        return None
+    classes = list(model.classes)
+    index = {c: i for i, c in enumerate(classes)}
+    if any(v not in index for v in y.tolist()):
+        return None
+    scores = left_out_scores(X, np.asarray([index[v] for v in y.tolist()], dtype=np.int64))
+    if scores is None:
+        return None
+    labels = np.asarray(model.labels(scores), dtype=np.int64)
+    return novelty(winner_and_runner_up(scores, labels, lowest_wins)[0], lowest_wins)
+
+
+def fixed_units(model: Any) -> bool:
+    """The family's scores have one unit for every model of a shape (a true `scores_in_fixed_units` of its integer
+    model: BNC's Hamming distances in bits), so a threshold of a fold model of the final model's shape holds for the
+    final model unchanged, without carrying it by the ratio of their score scales."""
+    return bool(getattr(model, "scores_in_fixed_units", False))
+
+
 def carry(threshold: int, fold_scale: float, final_scale: float) -> int:
     """A fold model's threshold on the final model's scale (unchanged when either scale is 0)."""
     if fold_scale <= 0 or final_scale <= 0:
@@ -199,12 +225,21 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
                   "fold_scales": scales, "final_scale": final_scale, "table": [int(v) for v in table]}
     threshold = None
     if unknown_rate is not None:
-        # each fold model's threshold, carried to the final model's scale, then their median, in the view; the
-        # final model's own training rows would look too familiar to fit it on
-        carried = [carry(t, s, final_scale) for t, s in zip(thresholds, scales)]
-        threshold = view_threshold(int(np.median(carried)), score_byte, lowest_wins)
+        # each fold model's threshold, carried to the final model's scale (as it is when the family's scores have a
+        # fixed unit and the fold model the final model's shape: fixed_units), then their median, in the view; the
+        # final model's own training rows would look too familiar to fit it on, unless its family can leave each
+        # row out exactly (left_out_novelty): then those rows, as the model would see them unlearned, decide
+        same_unit = fixed_units(model)
+        carried = [t if same_unit and how == "chosen shape" else carry(t, s, final_scale)
+                   for t, s, how in zip(thresholds, scales, trained)]
+        left_out = left_out_novelty(model, X, y, lowest_wins)
+        if left_out is None:
+            chosen, fitted_on = int(np.median(carried)), "fold models"
+        else:
+            chosen, fitted_on = decline_threshold(left_out, unknown_rate), "left-out training rows"
+        threshold = view_threshold(chosen, score_byte, lowest_wins)
         info.update(unknown_rate=unknown_rate, fold_thresholds=thresholds, carried_thresholds=carried,
-                    unknown_above=threshold)
+                    unknown_above=threshold, threshold_fitted_on=fitted_on)
     calibration = Calibration(table, lowest_wins, threshold, unknown_rate, score_byte, shift)
     return make_judged(model, calibration), info
 

@@ -58,7 +58,7 @@ class Journal:
                     good_end += 1
                 continue
             try:
-                entry = json.loads(line)
+                entry = json.loads(line.decode("utf-8"))  # bytes would be guessed UTF-16 or -32
                 if number == 1:
                     if not isinstance(entry, dict) or entry.get("binding") != self.binding:
                         raise TinyprotoError(f"{self.path} belongs to another model, firmware, test vectors or "

@@ -32,6 +32,7 @@ _AMOUNTS = ("model_bytes", "predicted_cycles", "predicted_latency_ms", "predicte
 _DEVICE_FRACTIONS = ("accuracy", "host_accuracy", "label_agreement", "score_agreement")
 _DEVICE_AMOUNTS = ("cycles_mean", "latency_ms", "energy_mj_mcu", "energy_mj_board", "flash_bytes",
                    "sram_static_bytes", "stack_peak_bytes")
+_CONFIDENCE_FRACTIONS = ("coverage", "accepted_accuracy", "ece", "mean_confidence")  # sweep_points._judged
 
 
 def _is_number(value: object) -> bool:
@@ -49,6 +50,17 @@ def _check_fraction(entry: dict, key: str, where: str = "") -> None:
     value = entry.get(key)
     if value is not None and not (_is_number(value) and 0 <= value <= 1):
         raise ValueError(f"{where}{key} is {_shown(value)}, not a fraction in 0..1")
+
+
+def _check_confidence(entry: dict, where: str) -> None:
+    """The confidence figures a report prints and draws: absent, or an object of fractions."""
+    figures = entry.get("confidence")
+    if figures is None:
+        return
+    if not isinstance(figures, dict):
+        raise ValueError(f"{where}confidence is {_shown(figures)}, not an object")
+    for key in _CONFIDENCE_FRACTIONS:
+        _check_fraction(figures, key, f"{where}confidence.")
 
 
 def _shown(value: object) -> str:
@@ -77,6 +89,7 @@ def check_result_line(entry: object) -> dict:
         _check_fraction(entry, key)
     for key in _AMOUNTS:
         _check_amount(entry, key)
+    _check_confidence(entry, "")
     device = entry.get("device")
     if device is not None:
         if not isinstance(device, dict):
@@ -85,6 +98,7 @@ def check_result_line(entry: object) -> dict:
             _check_fraction(device, key, "device.")
         for key in _DEVICE_AMOUNTS:
             _check_amount(device, key, "device.")
+        _check_confidence(device, "device.")
     if is_drawn(entry):
         missing = [k for k in FIGURES if entry.get(k) is None]
         if device is not None:
@@ -141,7 +155,7 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
             good_end += len(line) + (0 if last else 1)
             continue
         try:
-            entry = check_result_line(json.loads(line))
+            entry = check_result_line(json.loads(line.decode("utf-8")))
             if entry["id"] in seen:  # the driver writes one line per point: a second is not its own
                 raise ValueError(f"a second line for {entry['id']}")
         except (ValueError, RecursionError) as exc:

@@ -152,6 +152,23 @@ class IntFlyNN(IntModelCommon):
         and none is negative, whatever the input or the counts learned on the device."""
         return int(self.n_winners) * (1 if self.bits == 1 else int(np.max(self.lut)))
 
+    def left_out_scores(self, X: np.ndarray, y_index: np.ndarray) -> np.ndarray | None:
+        """The scores of each training row (X raw, y_index its class index) as this model would give it had that row
+        not been learned: its own class's counts less its own winners (exact: the filters are counts of the
+        training rows' winners). None when these rows' counts are not this model's (e.g. counts learned on the
+        device): the judging stage then fits on fold models instead (families/judging.py)."""
+        winners = self.winners(self.input_stage.quantize(X))
+        y_index = np.asarray(y_index, dtype=np.int64)
+        raw = count_winners(winners, y_index, self.n_classes, self.n_hashes)
+        cap = (1 << self.bits) - 1
+        if not np.array_equal(np.minimum(raw, cap), self.counts):
+            return None
+        scores = scores_from_winners(winners, self.counts, self.bits, self.lut)
+        own = np.minimum(raw[y_index[:, None], winners] - 1, cap)  # >= 0: the row itself set each of its winners
+        weights = (own == 0).astype(np.int64) if self.bits == 1 else self.lut[own]
+        scores[np.arange(len(y_index)), y_index] = weights.sum(axis=1)
+        return scores
+
     # -- construction
 
     @classmethod
