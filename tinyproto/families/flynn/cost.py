@@ -25,12 +25,14 @@ from tinyproto.families.flynn.seeded_index import (
 # work per GROUP_ROWS rows, the loops avr-gcc unrolls (the input loop for s <= 2, the class loop for two classes),
 # the filter walk per winner (lookup_walk: bit offsets and byte refills; row * (L b) a multiply, a shift or nothing),
 # and the top-rho heap replayed on random inputs over the model's own rows (simulated_heap: a seeded M's rows are
-# rotations of one pattern, not rows in random order, and repeated rows tie). The cycles per unit: the asm hand
-# counts (FLY_HAND_COUNTS) held, the rest fitted stage by stage (GPIOR0 markers) by
-# `tools/calibrate_costmodel.py --flynn-shapes 80` on 80 shapes drawn at random (the benchmark's drawer, seed 1000:
-# 4..784 features, seeded and stored M, split or not, s 1..16, rho 8..64, 1..4 count bits, 2..10 classes), then
-# "fixed" and the bench build's marker writes per sift from the normal build's totals: 66 of the 80 within 3 %,
-# all within 7.2 %. Several fitted terms come out 0 (collinear with others): the split between terms is not
+# rotations of one pattern, not rows in random order, and repeated rows tie), each kind of sift step counted.
+# The cycles per unit: the hand counts (FLY_HAND_COUNTS: the seeded scan's asm, tp_flynn_sift's and
+# tp_flynn_heapify's steps, exact on the profiling simulator) held; the prepare and lookup terms fitted stage by
+# stage (GPIOR0 markers) by `tools/calibrate_costmodel.py --flynn-shapes 80` on 80 shapes drawn at random (the
+# benchmark's drawer, seed 1000: 4..784 features, seeded and stored M, split or not, s 1..16, rho 8..64, 1..4
+# count bits, 2..10 classes); the projection's terms (the "hashing" stage, the heap's callers included) fitted on
+# tp_flynn_project's own cycles by `--flynn-functions 200` (200 such shapes, seed 4000), then "fixed" on those
+# shapes' totals. Several fitted terms come out 0 (collinear with others): the split between fitted terms is not
 # physical, the totals are what is checked (tools/bench_costmodel.py, docs/guides/latency-and-cost-model.md).
 FLY_CYCLES = {
     "fixed": 11,  # calls, set-up, argmin (refitted on the totals with the heap counted exactly)
@@ -92,12 +94,12 @@ FLY_CYCLES = {
 FLY_HAND_COUNTS = ("byte", "prng_step", "pattern_proposal", "compare", "accept", "take", "take_loop", "heapify", "heapify_fixed", "sift",
                    "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair", "sift_stop_left",
                    "sift_stop_leaf", "sift_wide_compare")
-# The wide stored-M terms (wide_stored_*) were fitted with every other constant held, on 36 wide stored-M shapes drawn
-# by the benchmark's drawer with seed 2000 (tools/calibrate_costmodel.py --flynn-wide-stored 36): the previous
-# estimate of 20 cycles per index, with the seeded path's mirror cost, was 6.5 .. 10 % low on every s = 2 shape.
+# The wide stored-M terms (wide_stored_*) are --flynn-functions' (tools/calibrate_costmodel.py --flynn-wide-stored 36
+# fits them alone, on 36 wide stored-M shapes of seed 2000), but the unrolled pair's (4 cycles an index at s = 2 with
+# the sign split: 77.8 cycles a row measured with it, 53.3 without), which the random shapes hold too few of.
 # Held when fitting as well: a wrapped index's one subtract (left free, it trades against the takes: a row's wraps
 # are about half its takes) and the shift map of a power-of-two input count (too few shapes have one).
-FLY_HELD = FLY_HAND_COUNTS + ("wide_shift_map", "wide_wrap")
+FLY_HELD = FLY_HAND_COUNTS + ("wide_shift_map", "wide_wrap", "wide_stored_pair")
 # Which FLY_CYCLES terms make up each stage tools/bench_latency.py measures (the rest is "fixed").
 FLY_STAGES = {
     "prepare": ("input_seeded", "input_stored", "prepare_seeded", "prepare_stored"),

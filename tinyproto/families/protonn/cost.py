@@ -17,8 +17,10 @@ from tinyproto.families.protonn.encoding import DENSE_GROUP
 # terms are held at their instruction counts (13 per nonzero, 3 per clear bit, 4 per 8 dense inputs and group, 13 / 11
 # per distance term with z in SRAM / in registers, 9 per dense W entry + 2 per input load and group, 8 per score
 # product + 2 per kernel load and group, 2 per bit of
-# the asm rescale shift); the overheads are fitted by tools/calibrate_costmodel.py (non-negative least squares on
-# relative errors) on synthetic shapes measured in the simulator (cycle-exact). The fit moves cycles between
+# the asm rescale shift); the overheads are fitted function by function by `tools/calibrate_costmodel.py
+# --protonn-functions 160` (non-negative least squares on relative errors; 160 shapes drawn with seed 5000, each
+# function's own cycles from the profiling simulator: tp_protonn_kernels for the distance terms, tp_protonn_scores
+# for the score terms, the rest of the timed call for the projection and fixed terms). The fit moves cycles between
 # terms that always occur together, so read the sum, not one term.
 PN_CYCLES = {
     "fixed": 140,  # calls, register saves, argmax set-up (the fit puts most of it in per-row / per-class terms)
@@ -37,7 +39,7 @@ PN_CYCLES = {
     "dense_group": 0,  # per group of up to 4 rows of a dense W: sums set up and stored
     "fixed_dense": 0,  # once, dense W
     # per row of a dense W rescaled in C: the group kernel stores its 24-bit sum to acc[], the rescale reads it back;
-    # fitted alone (`calibrate_costmodel.py --protonn-dense-rows 40`: 8.3) on 40 dense shapes drawn with seed 3000
+    # fitted with the rest of the call's terms (`calibrate_costmodel.py --protonn-functions 160`, seed 5000)
     "dense_row_c": 13,
     "dense_step": 4,  # per 8 inputs and group of a dense W (the loop step)
     "dense_load": 2,  # per input and group of a dense W: ld x_i
@@ -69,7 +71,8 @@ PN_CYCLES_C = {
 
 # The C projection of a row-major W beyond the row kernels' 24-bit bound (d > 511: TP_PN_ASM_ROWS 0) while the
 # distances and scores still run the assembly kernels (D <= 255, m <= 256: TP_PN_ASM 1); the rescale is counted by
-# PN_CYCLES' 32-bit terms. Fitted by tools/calibrate_costmodel.py --protonn-c with PN_CYCLES held.
+# PN_CYCLES' 32-bit terms. Fitted with the rest of the call's terms by --protonn-functions (--protonn-c fits them
+# alone, PN_CYCLES held).
 PN_C_ROWS_CYCLES = {
     "c_row": 153,  # per row: tp_pn_row_dot's call and loop
     "c_mask_byte": 13,  # per bitmap byte: fetch, zero test, pointer step
@@ -79,10 +82,9 @@ PN_C_ROWS_CYCLES = {
 }
 
 # The streamed projection (firmware/tp_protonn.c, tp_stream_*: column-major W codes, and tp_predict of a
-# column-major W) and the projection offset of a shared input stage: fitted by tools/calibrate_costmodel.py
-# --wide on 19 synthetic models measured on the simulated Uno (through the chunked device app: a streamed
-# vector's cycles are the sum of its chunks'), with PN_CYCLES held fixed: 18 within 2 % (the 19th, d = 700 >
-# 511, runs the C projection and its C cost model: +3.5 %).
+# column-major W) and the projection offset of a shared input stage: fitted with the rest of the call's terms by
+# tools/calibrate_costmodel.py --protonn-functions 160 (through the chunked device app: a streamed vector's cycles
+# are the sum of its chunks'; --wide fits them alone on 19 synthetic models, PN_CYCLES held).
 PN_STREAM_CYCLES = {
     "stream_fixed": 0,  # begin + end (the fit puts them in the per-chunk term, which every model has)
     "stream_chunk": 33,  # per chunk the device app feeds (CHUNK_BYTES features): its call, timing and state
