@@ -305,11 +305,18 @@ def test_the_threshold_comes_from_left_out_rows_when_the_family_gives_them():
     assert left_out_novelty(object(), X, y, lowest_wins=True) is None
 
 
+def test_the_nearest_threshold_declines_the_share_nearest_the_rate():
+    novel = np.repeat([1, 2, 3, 4], [40, 30, 24, 6])  # declined above 3: 6 %, above 2: 30 %
+    assert C.nearest_threshold(novel, 0.05) == 3 and C.decline_threshold(novel, 0.05) == 4
+    assert C.nearest_threshold(novel, 0.18) == 3  # 6 % and 30 % both 12 points away: the larger threshold
+    assert C.nearest_threshold(novel, 0.2) == 2 and C.nearest_threshold(np.array([7]), 0.05) == 7
+
+
 def test_bnc_threshold_declines_about_the_rate_of_the_rows_it_was_fitted_on():
     """BNC's scores are Hamming distances in bits, one unit for every model of a shape: the fold models' thresholds
-    are kept as they are (not rescaled by the models' median distances), and their median declines about the asked
-    share of the rows it was fitted on (each fold model's validation rows, which it did not train on) and of rows the
-    final model did not train on."""
+    (each the nearest the rate on its rows) are kept as they are (not rescaled by the models' median distances), and
+    their median declines about the asked share of the rows it was fitted on (each fold model's validation rows,
+    which it did not train on) and of rows the final model did not train on."""
     from tinyproto.core.datasets import load_dataset, split
     from tinyproto.core.folds import Folds
     from tinyproto.families.bnc.quantize import IntBNC

@@ -20,8 +20,8 @@ import numpy as np
 
 from tinyproto.core.carray import CArray
 from tinyproto.core.confidence import (CONFIDENCE_BINS, Calibration, choose_margin_shift, decline_threshold,
-                                       isotonic_table, judge_score_byte, margin_bins, novelty, view_threshold,
-                                       winner_and_runner_up)
+                                       isotonic_table, judge_score_byte, margin_bins, nearest_threshold, novelty,
+                                       view_threshold, winner_and_runner_up)
 from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.families.solving import FoldModels, SolveOptions, calibration_splits
 
@@ -157,7 +157,11 @@ def left_out_novelty(model: Any, X: np.ndarray, y: np.ndarray, lowest_wins: bool
 def fixed_units(model: Any) -> bool:
     """The family's scores have one unit for every model of a shape (a true `scores_in_fixed_units` of its integer
     model: BNC's Hamming distances in bits), so a threshold of a fold model of the final model's shape holds for the
-    final model unchanged, without carrying it by the ratio of their score scales."""
+    final model unchanged, without carrying it by the ratio of their score scales. Such a novelty takes few values,
+    one step holding several percent of the rows: each fold's threshold is the one whose declined share of its
+    rows is nearest the rate (nearest_threshold), not the largest share at most the rate, which always rounds
+    down (and fold models, trained on two thirds of the rows, already find known rows more novel than the final
+    model does)."""
     return bool(getattr(model, "scores_in_fixed_units", False))
 
 
@@ -216,7 +220,8 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
         hits.append(np.asarray([classes[i] == t for i, t in zip(labels, y[val_rows])], dtype=bool))
         scales.append(scale)
         if unknown_rate is not None:
-            thresholds.append(decline_threshold(fold_novelty, unknown_rate))
+            fit_threshold = nearest_threshold if fixed_units(model) else decline_threshold
+            thresholds.append(fit_threshold(fold_novelty, unknown_rate))
     all_margins, all_hits = np.concatenate(carried_margins), np.concatenate(hits)
     shift = choose_margin_shift(all_margins, all_hits)
     table = isotonic_table(margin_bins(all_margins, shift), all_hits)
