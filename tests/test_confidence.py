@@ -305,6 +305,51 @@ def test_the_threshold_comes_from_left_out_rows_when_the_family_gives_them():
     assert left_out_novelty(object(), X, y, lowest_wins=True) is None
 
 
+def test_the_nearest_threshold_declines_the_share_nearest_the_rate():
+    novel = np.repeat([1, 2, 3, 4], [40, 30, 24, 6])  # declined above 3: 6 %, above 2: 30 %
+    assert C.nearest_threshold(novel, 0.05) == 3 and C.decline_threshold(novel, 0.05) == 4
+    assert C.nearest_threshold(novel, 0.18) == 3  # 6 % and 30 % both 12 points away: the larger threshold
+    assert C.nearest_threshold(novel, 0.2) == 2 and C.nearest_threshold(np.array([7]), 0.05) == 7
+
+
+def test_bnc_threshold_declines_about_the_rate_of_the_rows_it_was_fitted_on():
+    """BNC's scores are Hamming distances in bits, one unit for every model of a shape: the fold models' thresholds
+    (each the nearest the rate on its rows) are kept as they are (not rescaled by the models' median distances), and
+    their median declines about the asked share of the rows it was fitted on (each fold model's validation rows,
+    which it did not train on) and of rows the final model did not train on."""
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.core.folds import Folds
+    from tinyproto.families.bnc.quantize import IntBNC
+    from tinyproto.families.bnc.train import BNCClassifier
+    from tinyproto.families.judging import calibrate
+    from tinyproto.families.solving import SolveOptions, calibration_splits
+
+    sp = split(load_dataset("digits"))
+    X, y, rate = sp.X_train, sp.y_train, 0.05
+    trained = []
+
+    def fit_shape(X_fit, y_fit, chosen, options):  # a small BNC, few epochs: the threshold's arithmetic is the subject
+        clf = BNCClassifier(n_bits=64, n_prototypes=10, epochs_joint=3, epochs_w=3, random_state=0).fit(X_fit, y_fit)
+        trained.append(IntBNC.from_classifier(clf))
+        return clf, trained[-1]
+
+    folds = Folds.standard(X, y, 0)
+    final = fit_shape(X, y, {}, None)[1]
+    judged, info = calibrate(None, fit_shape, {}, final, X, y, SolveOptions(2048, 0, folds=folds), False, rate)
+    assert info["carried_thresholds"] == info["fold_thresholds"]
+    assert info["fold_scales"] != [info["final_scale"]] * 3  # scales that differ: a rescaling would have moved them
+    above = judged.calibration.unknown_above
+    assert above == int(np.median(info["fold_thresholds"]))
+
+    def declined(model, rows):
+        return (-model.scores(model.input_stage.quantize(rows)).max(axis=1) > above).astype(float)
+
+    fitted_on = np.concatenate([declined(model, X[val_rows])
+                                for model, (_, _, val_rows) in zip(trained[1:], calibration_splits(folds))])
+    assert rate / 2 <= fitted_on.mean() <= rate * 1.5
+    assert rate / 3 <= declined(final, sp.X_test).mean() <= rate * 2
+
+
 def test_holdout_and_rate_errors_are_one_line(tmp_path):
     from tinyproto.pipeline.compile import compile_model
 

@@ -137,3 +137,51 @@ def test_path_specific_cost_terms():
     for narrow_or_seeded in (flynn(100, 2, True, True), flynn(200, 2, True, False)):
         terms = flynn_cost_terms(narrow_or_seeded)
         assert terms["wide_stored_index"] == terms["wide_stored_pair"] == terms["wide_stored_mirror"] == 0
+
+
+def test_the_heap_replay_counts_each_kind_of_sift_step():
+    """tp_flynn_sift's steps cost differently (FLY_CYCLES' sift_* terms, read off its code): a level moved at a node
+    with two children or with only the left one, the right child taken, and where the key stops. The replay counts
+    each (SIFT_STATS order: calls, level_pair, level_left, right, stop_pair, stop_left, stop_leaf)."""
+    from tinyproto.families.flynn.cost import SIFT_STATS, _sift
+
+    def steps(heap, key):
+        stats = np.zeros(len(SIFT_STATS))
+        _sift(heap, key, stats)
+        return stats.tolist()
+
+    # down the left children of a 7-key heap to a leaf
+    assert steps([1, 2, 3, 4, 5, 6, 7], 10) == [1, 2, 0, 0, 0, 0, 1]
+    # right child first, then the last node with a left child only, then a leaf
+    heap = [1, 3, 2, 4, 5, 6]
+    assert steps(heap, 10) == [1, 1, 1, 1, 0, 0, 0 + 1] and heap == [2, 3, 6, 4, 5, 10]
+    # the key stays where both children are larger; and at the node with one child
+    assert steps([1, 5, 6], 2) == [1, 0, 0, 0, 1, 0, 0]
+    assert steps([1, 5], 2) == [1, 0, 0, 0, 0, 1, 0]
+
+
+@pytest.mark.device
+def test_the_sift_hand_counts_equal_the_device_cycles(tmp_path):
+    """tp_flynn_sift's and tp_flynn_heapify's cycles on the profiling simulator equal the hand-counted terms times
+    the steps the replay counts on the very vectors run: the counts are exact, only the vectors' mean is
+    predicted (one shape of each heap bound: under 256 bytes, and rho = 64)."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.flynn.cost import FLY_CYCLES, flynn_cost_terms
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.seeded_index import seeded_indices
+
+    rng = np.random.default_rng(3)
+    simulator = build_profiling_simulator(tmp_path)
+    for d, m, s, rho, store in ((20, 200, 4, 16, True), (30, 300, 2, 64, False)):
+        model = IntFlyNN([0, 1, 2], InputStage.shared(127.5, 1.0, d), False, 11, seeded_indices(11, m, s, d), rho, 2,
+                         rng.integers(0, 4, size=(3, m)), 0.5, store)
+        xq = rng.integers(-127, 128, size=(4, d)).astype(np.int8)
+        measured = calibrate.profile_shape(model, xq, "uno", tmp_path / f"rho{rho}", simulator)["functions"]
+        terms = flynn_cost_terms(model, x=xq)
+        sift = sum(terms[k] * FLY_CYCLES[k] for k in FLY_CYCLES if k.startswith("sift"))
+        heapify = terms["heapify"] * FLY_CYCLES["heapify"] + terms["heapify_fixed"] * FLY_CYCLES["heapify_fixed"]
+        assert sift == pytest.approx(measured["tp_flynn_sift"]), rho
+        assert heapify == pytest.approx(measured["tp_flynn_heapify"]), rho

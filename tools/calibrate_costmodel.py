@@ -12,6 +12,8 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
                                                    # FLY_CYCLES from FlyNN shapes drawn at random (seed 1000)
     python tools/calibrate_costmodel.py --flynn-wide-stored 36 --cache build/flynn-wide-stored.json
                                                    # FLY_CYCLES' wide stored-M terms, the rest held
+    python tools/calibrate_costmodel.py --flynn-heap 60 --cache build/flynn-heap.json
+                                                   # FLY_CYCLES' terms around the heap, the rest held
     python tools/calibrate_costmodel.py --protonn-dense-rows 40 --cache build/protonn-dense-rows.json
                                                    # PN_CYCLES' dense_row_c, the rest held
     python tools/calibrate_costmodel.py --wide     # PN_STREAM_CYCLES: column-coded W, projection offsets
@@ -187,6 +189,210 @@ def calibrate_flynn_wide_stored(n: int, cache: Path | None) -> None:
 
 
 DENSE_ROWS_SEED = 3000
+HEAP_SEED = 4000
+# The FlyNN terms around the top-rho heap that are not hand counts: the caller's side of a sift (the row's key, the
+# call, the floor it returns), the first rho rows appended, and the fixed rest of an inference.
+HEAP_CALLER_TERMS = ("fixed", "heap_fill", "heap_call_seeded", "heap_call_stored")
+
+
+# Which firmware functions each FlyNN term's work runs in (avr-gcc inlines tp_flynn_block / tp_flynn_pattern into
+# tp_flynn_project, tp_flynn_fill into tp_predict); the rest of tp_predict is the lookup and the fixed work.
+FLY_FUNCTIONS = {"project": "tp_flynn_project", "sift": "tp_flynn_sift", "heapify": "tp_flynn_heapify"}
+FLY_FUNCTION_HELD = ("sift", "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair", "sift_stop_left",
+                     "sift_stop_leaf", "sift_wide_compare", "heapify", "heapify_fixed")
+
+
+def profile_shape(model, xq: np.ndarray, board: str, workdir: Path, simulator: Path, per_vector: int = 1) -> dict:
+    """Per vector of xq: the cycles of every firmware function (the profiling simuno, tools/profile_firmware.py)
+    and the timed call's GPIOR0 span, less the empty call's (bench_costmodel.marker_cycles, per_vector timed calls
+    a vector: its chunks for a streamed model); every score checked."""
+    import bisect
+    import collections
+    import os
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import build, marker_cycles
+    from profile_firmware import ASLEEP, functions_of
+
+    from tinyproto.device import sim
+
+    elf = build(model, workdir, board)
+    profile = workdir / "profile.txt"
+    os.environ["SIMUNO_PROFILE"] = str(profile)
+    sim.ensure_simulator = lambda: simulator
+    try:
+        with SimulatedUno(elf) as uno, open_device(uno.port) as client:
+            client.hello()
+            answers = [client.predict(x) for x in xq]
+            markers = uno.markers()
+    finally:
+        del os.environ["SIMUNO_PROFILE"]
+    if not np.array_equal(np.array([a.scores for a in answers]), model.scores(xq)):
+        raise AssertionError("device scores differ from the numpy reference")
+    addresses, names = functions_of(elf)
+    # code is word-aligned: a symbol at an odd address (avr-libc's weak __stack = RAMEND) is not a function
+    addresses, names = map(list, zip(*[(a, n) for a, n in zip(addresses, names) if a % 2 == 0]))
+    cycles = collections.Counter()
+    for line in profile.read_text().splitlines():
+        pc, _, spent = (int(field, 16) if k == 0 else int(field) for k, field in enumerate(line.split()))
+        if pc != ASLEEP:
+            cycles[names[bisect.bisect_right(addresses, pc) - 1]] += spent
+    return {"functions": {k: v / len(xq) for k, v in cycles.items()},
+            "cycles": float(np.mean(marker_cycles(markers, per_vector)))}
+
+
+def calibrate_flynn_functions(n: int, cache: Path | None) -> None:
+    """--flynn-functions N: FLY_CYCLES function by function on N FlyNN shapes drawn with seed 4000 (the benchmark's
+    drawer): each shape's 32 random vectors run on the profiling simulator, which gives the cycles of
+    tp_flynn_project (the hashing and the caller's side of the heap), tp_flynn_sift and tp_flynn_heapify (hand
+    counts, checked here) and the rest of the timed call (less the judge stage: tp_predict's input copy, the
+    lookup, the fixed work). The heap's steps are counted on the very vectors measured. Each group's terms are
+    fitted by non-negative least squares on relative errors, the hand counts (FLY_HELD) held."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import DRAW, draw_width, fits
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.families.flynn import cost
+
+    rng = np.random.default_rng(HEAP_SEED)
+    shapes = []
+    while len(shapes) < n:
+        spec, model = DRAW["flynn"](rng, draw_width(rng))
+        if fits(model, load_board("uno")):
+            shapes.append((f"fl{len(shapes):02d}-{model_hash_hex(model)}", spec, model, int(rng.integers(0, 2**31))))
+    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    judge = 30  # the device app's judge stage, buffered (tools/bench_costmodel.py measures it)
+    groups = {"project": [], "sift": [], "heapify": [], "rest": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        simulator = None
+        for name, spec, model, xseed in shapes:
+            xq = np.random.default_rng(xseed).integers(-127, 128, size=(32, model.n_features)).astype(np.int8)
+            if name not in done:
+                simulator = simulator or build_profiling_simulator(Path(tmp))
+                done[name] = profile_shape(model, xq, "uno", Path(tmp) / name, simulator)
+                if cache is not None:
+                    cache.write_text(json.dumps(done, indent=0))
+                print(name, round(done[name]["cycles"]), flush=True)
+            functions = done[name]["functions"]
+            measured = {k: functions.get(f, 0.0) for k, f in FLY_FUNCTIONS.items()}
+            # libgcc's 16x16 -> 32-bit multiply (22 cycles with its ret) serves the lookup's row offset when L b is not
+            # a power of two, and a wide seeded M's proposal map: the rest of its cycles are the projection's
+            lookup_mul = 22 * model.n_winners * bool((model.n_classes * model.bits) & (model.n_classes * model.bits - 1))
+            measured["project"] += functions.get("__umulhisi3", 0.0) - lookup_mul
+            measured["rest"] = done[name]["cycles"] - judge - sum(measured.values())
+            terms = cost.flynn_cost_terms(model, x=xq)
+            for group, cycles in measured.items():
+                groups[group].append((name, spec, model, cycles, terms))
+    stage_of = {t: g for g, names in cost.FLY_STAGES.items() for t in names}
+    group_terms = {
+        "project": [t for t in cost.FLY_CYCLES if stage_of.get(t) == "hashing"],
+        "sift": [t for t in FLY_FUNCTION_HELD if t.startswith("sift")],
+        "heapify": ["heapify", "heapify_fixed"],
+    }
+    group_terms["rest"] = [t for t in cost.FLY_CYCLES if not any(t in v for v in group_terms.values())]
+    for group, names in group_terms.items():
+        rows = groups[group]
+        b = np.array([r[3] for r in rows])
+        A = np.array([[r[4].get(t, 0.0) for t in names] for r in rows])
+        held = [i for i, t in enumerate(names) if t in FLY_FUNCTION_HELD or t in cost.FLY_HELD]
+        free = [i for i in range(len(names)) if i not in held]
+        values = np.array([float(cost.FLY_CYCLES[t]) for t in names])
+        if free:
+            used = [i for i in free if A[:, i].any()]
+            rest = b - A[:, held] @ values[held]
+            values[used], _ = nnls(A[:, used] / b[:, None], rest / b)
+        now = A @ np.array([float(cost.FLY_CYCLES[t]) for t in names])
+        fitted = A @ np.round(values, 1)
+        err_now, err_fit = (100 * (now - b) / b), (100 * (fitted - b) / b)
+        print(f"\n{group}: {len(b)} shapes, current max |err| {np.abs(err_now).max():.2f} %, "
+              f"fitted {np.abs(err_fit).max():.2f} %")
+        for i, t in enumerate(names):
+            if A[:, i].any():
+                print(f'    "{t}": {values[i]:.1f},{"  (held)" if i in held else ""}')
+        worst = np.argsort(-np.abs(err_fit))[:5]
+        for k in worst:
+            r = rows[k]
+            print(f"    {r[0]:<16}{' '.join(f'{a}={v}' for a, v in r[1].items()):<52}{b[k]:>9.0f}"
+                  f"{err_now[k]:>+8.2f}{err_fit[k]:>+8.2f}")
+
+
+KERNELS_SEED = 5000
+PN_KERNEL_TERMS = ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit", "dist_term", "dist_step",
+                   "fixed_reg", "proto_reg", "dist_term_reg")
+PN_SCORE_TERMS = ("class", "score_group", "score_load", "score_step", "score_term")
+
+
+def calibrate_protonn_functions(n: int, cache: Path | None) -> None:
+    """--protonn-functions N: PN_CYCLES and PN_STREAM_CYCLES function by function on N ProtoNN shapes drawn with
+    seed 5000 (the benchmark's drawer; those that run the assembly distances and scores, D <= 255 and m <= 256):
+    each shape's 32 random vectors on the profiling simulator, which gives tp_protonn_kernels' cycles (the
+    distance terms), tp_protonn_scores' (the score terms) and the rest of the timed call less the judge stage (the
+    projection and the fixed work, every chunk's for a streamed W). Each group's terms are fitted by non-negative
+    least squares on relative errors, the hand counts (HAND_COUNTS) held."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import DRAW, draw_width, fits, streams_of
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.wire import n_chunks
+    from tinyproto.families.protonn import cost
+
+    rng = np.random.default_rng(KERNELS_SEED)
+    shapes = []
+    while len(shapes) < n:
+        spec, model = DRAW["protonn"](rng, draw_width(rng))
+        if cost.protonn_uses_asm(model) and fits(model, load_board("uno")):
+            shapes.append((f"pn{len(shapes):02d}-{model_hash_hex(model)}", spec, model, int(rng.integers(0, 2**31))))
+    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    table = {**cost.PN_CYCLES, **cost.PN_STREAM_CYCLES, **cost.PN_C_ROWS_CYCLES}
+    groups = {"kernels": PN_KERNEL_TERMS, "scores": PN_SCORE_TERMS,
+              "rest": tuple(t for t in table if t not in PN_KERNEL_TERMS + PN_SCORE_TERMS)}
+    data = {g: ([], []) for g in groups}
+    with tempfile.TemporaryDirectory() as tmp:
+        simulator = None
+        for name, spec, model, xseed in shapes:
+            if name not in done:
+                xq = np.random.default_rng(xseed).integers(-127, 128, size=(32, model.n_features)).astype(np.int8)
+                simulator = simulator or build_profiling_simulator(Path(tmp))
+                streams = streams_of(model)
+                done[name] = profile_shape(model, xq, "uno", Path(tmp) / name, simulator,
+                                           n_chunks(model.n_features) if streams else 1)
+                if cache is not None:
+                    cache.write_text(json.dumps(done, indent=0))
+            functions = done[name]["functions"]
+            judge = 27 if streams_of(model) else 30  # the device app's judge stage (tools/bench_costmodel.py)
+            measured = {"kernels": functions.get("tp_protonn_kernels", 0.0),
+                        "scores": functions.get("tp_protonn_scores", 0.0)}
+            measured["rest"] = done[name]["cycles"] - judge - measured["kernels"] - measured["scores"]
+            terms = cost.protonn_cost_terms(model)
+            for g, names in groups.items():
+                data[g][0].append([terms.get(t, 0) for t in names])
+                data[g][1].append(measured[g])
+    for g, names in groups.items():
+        A, b = np.array(data[g][0], dtype=float), np.array(data[g][1])
+        values = np.array([float(table[t]) for t in names])
+        free = [i for i, t in enumerate(names) if t not in HAND_COUNTS and A[:, i].any()]
+        held = [i for i in range(len(values)) if i not in free]
+        values[free], _ = nnls(A[:, free] / b[:, None], (b - A[:, held] @ values[held]) / b)
+        now = A @ np.array([float(table[t]) for t in names])
+        fitted = A @ np.round(values)
+        print(f"\n{g}:")
+        print("\n".join(f'    "{t}": {v:.1f},{"" if i in free else "  (held)"}' for i, (t, v) in
+                        enumerate(zip(names, values)) if A[:, i].any()))
+        for label, pred in (("current", now), ("fitted", fitted)):
+            err = 100 * (pred - b) / b
+            print(f"{label}: max |err| {np.abs(err).max():.2f} %, within 3 %: {int(np.sum(np.abs(err) <= 3))} of {len(b)}")
+            for k in np.argsort(-np.abs(err))[:4]:
+                name, spec, *_ = shapes[k]
+                print(f"    {name:<16}{' '.join(f'{a}={v}' for a, v in spec.items()):<50}{b[k]:>8.0f}{err[k]:>+8.2f}")
+
+
+def calibrate_flynn_heap(n: int, cache: Path | None) -> None:
+    """--flynn-heap N: FLY_CYCLES' terms around the heap (HEAP_CALLER_TERMS), every other one held (the sift's
+    steps are hand counts), on N FlyNN shapes drawn with seed 4000."""
+    from tinyproto.families.flynn import cost
+
+    fit_on_drawn("flynn", n, HEAP_SEED, lambda m: True, cost.FLY_CYCLES, HEAP_CALLER_TERMS, cost.flynn_cost_terms,
+                 cache)
 
 
 def calibrate_protonn_dense_rows(n: int, cache: Path | None) -> None:
@@ -260,11 +466,11 @@ def calibrate_flynn(models: list[tuple[str, object, np.ndarray]], cache: Path | 
     # The normal build's total less the predicted stages: the calls outside the stages, and minus the bench
     # build's marker writes (two per sift, which the stage fits charged to the heap terms): fixed + k x sifts.
     predicted_stages = A @ np.array([fitted.get(n, 0.0) if n != "fixed" else 0.0 for n in names])
-    sifts = A[:, names.index("heap_replace")] + A[:, names.index("heapify")] / 2
+    sifts = A[:, names.index("sift")]
     (fitted["fixed"], per_sift), *_ = np.linalg.lstsq(np.column_stack([np.ones(len(sifts)), sifts]) / np.array(
         measured)[:, None], (np.array(measured) - predicted_stages) / np.array(measured), rcond=None)
-    for name, share in (("heap_call_seeded", 1.0), ("heap_call_stored", 1.0), ("heapify", 0.5)):
-        fitted[name] += share * per_sift
+    for name in ("heap_call_seeded", "heap_call_stored"):  # the sift's steps are hand counts: the caller's side
+        fitted[name] += per_sift
     consts = np.array([round(fitted[n]) for n in names], dtype=float)
     print("\nFLY_CYCLES = {")
     for name, value in zip(names, consts):
@@ -639,6 +845,18 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--flynn-wide-stored":  # N [--cache FILE.json]
         cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
         calibrate_flynn_wide_stored(int(sys.argv[2]), cache)
+        return
+    if len(sys.argv) > 2 and sys.argv[1] == "--flynn-functions":  # N [--cache FILE.json]
+        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
+        calibrate_flynn_functions(int(sys.argv[2]), cache)
+        return
+    if len(sys.argv) > 2 and sys.argv[1] == "--protonn-functions":  # N [--cache FILE.json]
+        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
+        calibrate_protonn_functions(int(sys.argv[2]), cache)
+        return
+    if len(sys.argv) > 2 and sys.argv[1] == "--flynn-heap":  # N [--cache FILE.json]
+        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
+        calibrate_flynn_heap(int(sys.argv[2]), cache)
         return
     if len(sys.argv) > 2 and sys.argv[1] == "--protonn-dense-rows":  # N [--cache FILE.json]
         cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None

@@ -229,6 +229,19 @@ def decline_threshold(novelty_values: np.ndarray, rate: float) -> int:
     return int(values[min(keep, n) - 1])
 
 
+def nearest_threshold(novelty_values: np.ndarray, rate: float) -> int:
+    """The integer threshold whose declined share (novelty > threshold) of these rows is nearest `rate`, the larger
+    threshold among equals: for a novelty of few distinct values (a Hamming distance in bits), where one step holds
+    several percent of the rows and decline_threshold's "at most" would always round the share down."""
+    values = np.sort(np.asarray(novelty_values, dtype=np.int64))
+    if len(values) == 0:
+        raise ValueError("no rows to fit a threshold on")
+    candidates = np.unique(values)  # a threshold between two values declines what the lower one does
+    declined = 1.0 - np.searchsorted(values, candidates, side="right") / len(values)
+    miss = np.abs(declined - rate)
+    return int(candidates[np.flatnonzero(miss <= miss.min() + 1e-12)[-1]])
+
+
 def parse_rate(text: str) -> float:
     """'5%' or '0.05' -> 0.05; one clear error otherwise."""
     raw = str(text).strip()
@@ -338,5 +351,5 @@ def judged_figures(confidence: np.ndarray, decided: np.ndarray, labels: np.ndarr
 
 __all__ = ["CONFIDENCE_BINS", "Calibration", "UNKNOWN_LABEL", "auroc", "decline_threshold",
            "choose_margin_shift", "expected_calibration_error", "isotonic_table", "judge_score_byte", "judged_figures",
-           "margin_bins", "margins", "novelty", "parse_classes", "parse_rate", "reliability_bins", "risk_coverage",
+           "margin_bins", "margins", "nearest_threshold", "novelty", "parse_classes", "parse_rate", "reliability_bins", "risk_coverage",
            "score_view", "view_threshold", "winner_and_runner_up"]

@@ -20,8 +20,8 @@ import numpy as np
 
 from tinyproto.core.carray import CArray
 from tinyproto.core.confidence import (CONFIDENCE_BINS, Calibration, choose_margin_shift, decline_threshold,
-                                       isotonic_table, judge_score_byte, margin_bins, novelty, view_threshold,
-                                       winner_and_runner_up)
+                                       isotonic_table, judge_score_byte, margin_bins, nearest_threshold, novelty,
+                                       view_threshold, winner_and_runner_up)
 from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.families.solving import FoldModels, SolveOptions, calibration_splits
 
@@ -154,6 +154,17 @@ def left_out_novelty(model: Any, X: np.ndarray, y: np.ndarray, lowest_wins: bool
     return novelty(winner_and_runner_up(scores, labels, lowest_wins)[0], lowest_wins)
 
 
+def fixed_units(model: Any) -> bool:
+    """The family's scores have one unit for every model of a shape (a true `scores_in_fixed_units` of its integer
+    model: BNC's Hamming distances in bits), so a threshold of a fold model of the final model's shape holds for the
+    final model unchanged, without carrying it by the ratio of their score scales. Such a novelty takes few values,
+    one step holding several percent of the rows: each fold's threshold is the one whose declined share of its
+    rows is nearest the rate (nearest_threshold), not the largest share at most the rate, which always rounds
+    down (and fold models, trained on two thirds of the rows, already find known rows more novel than the final
+    model does)."""
+    return bool(getattr(model, "scores_in_fixed_units", False))
+
+
 def carry(threshold: int, fold_scale: float, final_scale: float) -> int:
     """A fold model's threshold on the final model's scale (unchanged when either scale is 0)."""
     if fold_scale <= 0 or final_scale <= 0:
@@ -209,7 +220,8 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
         hits.append(np.asarray([classes[i] == t for i, t in zip(labels, y[val_rows])], dtype=bool))
         scales.append(scale)
         if unknown_rate is not None:
-            thresholds.append(decline_threshold(fold_novelty, unknown_rate))
+            fit_threshold = nearest_threshold if fixed_units(model) else decline_threshold
+            thresholds.append(fit_threshold(fold_novelty, unknown_rate))
     all_margins, all_hits = np.concatenate(carried_margins), np.concatenate(hits)
     shift = choose_margin_shift(all_margins, all_hits)
     table = isotonic_table(margin_bins(all_margins, shift), all_hits)
@@ -218,10 +230,13 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
                   "fold_scales": scales, "final_scale": final_scale, "table": [int(v) for v in table]}
     threshold = None
     if unknown_rate is not None:
-        # each fold model's threshold, carried to the final model's scale, then their median, in the view; the
+        # each fold model's threshold, carried to the final model's scale (as it is when the family's scores have a
+        # fixed unit and the fold model the final model's shape: fixed_units), then their median, in the view; the
         # final model's own training rows would look too familiar to fit it on, unless its family can leave each
         # row out exactly (left_out_novelty): then those rows, as the model would see them unlearned, decide
-        carried = [carry(t, s, final_scale) for t, s in zip(thresholds, scales)]
+        same_unit = fixed_units(model)
+        carried = [t if same_unit and how == "chosen shape" else carry(t, s, final_scale)
+                   for t, s, how in zip(thresholds, scales, trained)]
         left_out = left_out_novelty(model, X, y, lowest_wins)
         if left_out is None:
             chosen, fitted_on = int(np.median(carried)), "fold models"

@@ -25,47 +25,58 @@ from tinyproto.families.flynn.seeded_index import (
 # work per GROUP_ROWS rows, the loops avr-gcc unrolls (the input loop for s <= 2, the class loop for two classes),
 # the filter walk per winner (lookup_walk: bit offsets and byte refills; row * (L b) a multiply, a shift or nothing),
 # and the top-rho heap replayed on random inputs over the model's own rows (simulated_heap: a seeded M's rows are
-# rotations of one pattern, not rows in random order, and repeated rows tie). The cycles per unit: the asm hand
-# counts (FLY_HAND_COUNTS) held, the rest fitted stage by stage (GPIOR0 markers) by
-# `tools/calibrate_costmodel.py --flynn-shapes 80` on 80 shapes drawn at random (the benchmark's drawer, seed 1000:
-# 4..784 features, seeded and stored M, split or not, s 1..16, rho 8..64, 1..4 count bits, 2..10 classes), then
-# "fixed" and the bench build's marker writes per sift from the normal build's totals: 66 of the 80 within 3 %,
-# all within 7.2 %. Several fitted terms come out 0 (collinear with others): the split between terms is not
+# rotations of one pattern, not rows in random order, and repeated rows tie), each kind of sift step counted.
+# The cycles per unit: the hand counts (FLY_HAND_COUNTS: the seeded scan's asm, tp_flynn_sift's and
+# tp_flynn_heapify's steps, exact on the profiling simulator) held; the prepare and lookup terms fitted stage by
+# stage (GPIOR0 markers) by `tools/calibrate_costmodel.py --flynn-shapes 80` on 80 shapes drawn at random (the
+# benchmark's drawer, seed 1000: 4..784 features, seeded and stored M, split or not, s 1..16, rho 8..64, 1..4
+# count bits, 2..10 classes); the projection's terms (the "hashing" stage, the heap's callers included) fitted on
+# tp_flynn_project's own cycles by `--flynn-functions 200` (200 such shapes, seed 4000), then "fixed" on those
+# shapes' totals. Several fitted terms come out 0 (collinear with others): the split between fitted terms is not
 # physical, the totals are what is checked (tools/bench_costmodel.py, docs/guides/latency-and-cost-model.md).
 FLY_CYCLES = {
-    "fixed": 91,  # calls, set-up, argmin, less the marker writes the stage-by-stage fit charged to the stages
+    "fixed": 11,  # calls, set-up, argmin (refitted on the totals with the heap counted exactly)
     "input_seeded": 27,  # per hash input: the two biased copies
     "input_stored": 12,  # per hash input: one biased copy
     "prepare_seeded": 297,  # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
     "prepare_stored": 14,  # narrow stored M, once: tp_fly_fill's call and loops
-    "block": 475,  # seeded: per block of BLOCK_ROWS rows (call, generator state in and out, its rotation, set-up)
+    "block": 183,  # seeded: per block of BLOCK_ROWS rows (call, generator state in and out, its rotation, set-up)
     "byte": 9,  # seeded: per proposal byte drawn (pattern or rotation): fetch and map (asm hand count)
     "prng_step": 11,  # seeded: one xorshift16 step on top of its byte (asm hand count)
     "pattern_proposal": 8,  # seeded: a pattern proposal's sentinel store, scan set-up and verdict (asm)
     "compare": 5,  # seeded: one repeat-scan compare (asm)
     "accept": 5,  # seeded: a pattern proposal taken (asm)
-    "group": 47,  # seeded: per GROUP_ROWS rows summed at once (set-up, four floor tests, loop)
+    "group": 83,  # seeded: per GROUP_ROWS rows summed at once (set-up, four floor tests, loop)
     "take": 21,  # seeded: per pattern offset of a group (one offset, four adjacent inputs: asm hand count)
     "take_loop": 3,  # seeded, s > 32: the counted loop's decrement and branch per offset (asm hand count)
-    "row_loop": 7,  # per row when s > 2, wide seeded or stored M: the input loop's set-up (avr-gcc unrolls s <= 2)
-    "row_stored": 16,
+    "row_loop": 9,  # per row when s > 2, wide seeded or stored M: the input loop's set-up (avr-gcc unrolls s <= 2)
+    "row_stored": 15,
     "stored_index": 16,  # stored M: one flash index and its add
     "wide_proposal": 0,  # wide inputs, seeded: one 16-bit proposal (xorshift16 step, 32-bit map)
     "wide_shift_map": 30,  # wide inputs, seeded, a power-of-two input count: gcc maps a proposal by a shift loop
-    "wide_compare": 8,  # wide inputs, seeded: one repeat-scan compare (C)
-    "wide_take": 29,  # wide inputs: one input of a row read from x in place
+    "wide_compare": 14,  # wide inputs, seeded: one repeat-scan compare (C)
+    "wide_take": 26,  # wide inputs: one input of a row read from x in place
     "wide_stored_index": 21,  # wide inputs, stored M: a 16-bit flash index and its input
-    "wide_stored_pair": 4,  # wide inputs, stored M, s = 2: per index, the unrolled pair's extra register moves
-    "wide_stored_mirror": 11,  # wide inputs, stored M, sign split: a mirrored input
-    "wide_row": 39,  # wide inputs, seeded: per row besides its rotation's proposal
+    "wide_stored_pair": 4,  # wide inputs, stored M, s = 2, sign split: per index, the unrolled pair's extra moves
+    "wide_stored_mirror": 12,  # wide inputs, stored M, sign split: a mirrored input
+    "wide_row": 57,  # wide inputs, seeded: per row besides its rotation's proposal
     "wide_wrap": 1,  # wide inputs, seeded: an index p + r wrapped past the end
     "wide_mirror": 13,  # wide inputs with the sign split: a mirrored input
-    "heap_fill": 87,  # per row of the first rho: it leaves the scan and is appended (charged to hashing)
-    "heapify": 63,  # per heap entry: building the heap once (top-rho stage)
-    "heap_call_seeded": 91,  # per expected heap replacement: key, call and return (charged to hashing)
-    "heap_call_stored": 66,
-    "heap_replace": 10,  # per expected heap replacement: the top-rho stage itself
-    "heap_level": 75,  # per expected replacement and heap level
+    "heap_fill": 44,  # per row of the first rho: it leaves the scan and is appended (charged to hashing)
+    "heap_call_seeded": 53,  # per heap replacement: its key, the call and the new floor (charged to hashing)
+    "heap_call_stored": 19,
+    # tp_flynn_sift and tp_flynn_heapify as avr-gcc compiles them (avr-objdump; SIFT_STATS counts each step):
+    "heapify": 22,  # per sift call of tp_flynn_heapify's loop: the key loaded, the call, the loop step
+    "heapify_fixed": 34,  # tp_flynn_heapify: six register saves and restores, set-up, the loop's last exit, ret
+    "sift": 59,  # per call: ten register saves and restores, the final store, the new floor read, ret
+    "sift_level_pair": 64,  # a level moved at a node with two children: child offset, both keys, compares, store
+    "sift_level_left": 47,  # a level moved at the last node with one child
+    "sift_right": 2,  # the right child smaller: its key and offset taken
+    "sift_stop_pair": 54,  # the key stays at a node with two children (child_key >= key)
+    "sift_stop_left": 37,  # the key stays at the last node with one child
+    "sift_stop_leaf": 12,  # the key reaches a leaf: the loop's first test leaves
+    "sift_wide_compare": 1,  # per child-offset test when the heap has 256 bytes or more (rho >= 64): one more
+    # instruction (the 16-bit bound takes a register or a second branch)
     "winner": 0,  # lookup: per winner
     "winner_mul": 32,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
     "winner_shift": 83,  # lookup: per winner when L * b is 2 or 4 (a 32-bit shift, then the offset's shift)
@@ -80,13 +91,15 @@ FLY_CYCLES = {
     "lookup_refill": 32,  # lookup: per filter byte fetched after a winner's first (lookup_walk)
     "lookup_refill_bit": 17,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
 }
-FLY_HAND_COUNTS = ("byte", "prng_step", "pattern_proposal", "compare", "accept", "take", "take_loop")
-# The wide stored-M terms (wide_stored_*) were fitted with every other constant held, on 36 wide stored-M shapes drawn
-# by the benchmark's drawer with seed 2000 (tools/calibrate_costmodel.py --flynn-wide-stored 36): the previous
-# estimate of 20 cycles per index, with the seeded path's mirror cost, was 6.5 .. 10 % low on every s = 2 shape.
+FLY_HAND_COUNTS = ("byte", "prng_step", "pattern_proposal", "compare", "accept", "take", "take_loop", "heapify", "heapify_fixed", "sift",
+                   "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair", "sift_stop_left",
+                   "sift_stop_leaf", "sift_wide_compare")
+# The wide stored-M terms (wide_stored_*) are --flynn-functions' (tools/calibrate_costmodel.py --flynn-wide-stored 36
+# fits them alone, on 36 wide stored-M shapes of seed 2000), but the unrolled pair's (4 cycles an index at s = 2 with
+# the sign split: 77.8 cycles a row measured with it, 53.3 without), which the random shapes hold too few of.
 # Held when fitting as well: a wrapped index's one subtract (left free, it trades against the takes: a row's wraps
 # are about half its takes) and the shift map of a power-of-two input count (too few shapes have one).
-FLY_HELD = FLY_HAND_COUNTS + ("wide_shift_map", "wide_wrap")
+FLY_HELD = FLY_HAND_COUNTS + ("wide_shift_map", "wide_wrap", "wide_stored_pair")
 # Which FLY_CYCLES terms make up each stage tools/bench_latency.py measures (the rest is "fixed").
 FLY_STAGES = {
     "prepare": ("input_seeded", "input_stored", "prepare_seeded", "prepare_stored"),
@@ -94,7 +107,8 @@ FLY_STAGES = {
                 "take_loop", "row_stored", "stored_index", "wide_proposal", "wide_shift_map", "wide_compare",
                 "wide_take", "wide_row", "wide_stored_index", "wide_stored_pair", "wide_stored_mirror", "wide_wrap", "wide_mirror", "heap_fill",
                 "heap_call_seeded", "heap_call_stored"),
-    "top_rho": ("heapify", "heap_replace", "heap_level"),
+    "top_rho": ("heapify", "heapify_fixed", "sift", "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair",
+                "sift_stop_left", "sift_stop_leaf", "sift_wide_compare"),
     "lookup": ("winner", "winner_mul", "winner_shift", "winner_stored", "class_loop", "class_once", "winner_unaligned", "lookup_class", "lookup_class_lut", "lookup_class_bit", "lookup_align",
                "lookup_refill", "lookup_refill_bit"),
 }
@@ -114,7 +128,7 @@ class WalkCounts:
     wraps: np.ndarray
     mirrors: np.ndarray  # inputs of the mirrored half (index >= d) in the first m rows
     indices: np.ndarray  # (m_max, s) the rows themselves: tie-prone shapes replay their heap entries
-    _entries: dict = field(default_factory=dict, compare=False, repr=False)  # rho -> simulated_heap
+    _sifts: dict = field(default_factory=dict, compare=False, repr=False)  # rho -> simulated_heap
 
     @classmethod
     def replay(cls, seed: int, s: int, n_inputs: int, n_features: int, m_max: int) -> "WalkCounts":
@@ -127,37 +141,36 @@ class WalkCounts:
     def m_max(self) -> int:
         return int(self.pattern_proposals.size - 1)
 
-    def heap_work(self, m: int, rho: int) -> tuple[float, float]:
-        """(replacements, sift levels) of the top-rho heap over the first m rows, replayed on random inputs over
-        these very rows (simulated_heap): rows of a seeded block are rotations of one pattern, so they are not in
-        random order, and repeated rows tie (a tie never enters)."""
-        if min(m, self.m_max) <= rho:
-            return 0.0, 0.0
-        if rho not in self._entries:
-            self._entries[rho] = simulated_heap(self.indices, self.n_features, self.n_inputs, rho)
-        entries, levels = self._entries[rho]
-        return float(entries[m]), float(levels[m])
+    def heap_work(self, m: int, rho: int) -> tuple[np.ndarray, np.ndarray]:
+        """(replacements, heapify): the sift steps (SIFT_STATS) of the top-rho heap over the first m rows, replayed
+        on random inputs over these very rows (simulated_heap): rows of a seeded block are rotations of one
+        pattern, so they are not in random order, and repeated rows tie (a tie never enters)."""
+        m = min(m, self.m_max)
+        if m < rho:
+            return np.zeros(len(SIFT_STATS)), np.zeros(len(SIFT_STATS))
+        if rho not in self._sifts:
+            self._sifts[rho] = simulated_heap(self.indices, self.n_features, self.n_inputs, rho)
+        replaced, heapified = self._sifts[rho]
+        return replaced[m], heapified
 
     def replacements(self, m: int, rho: int) -> float:
-        return self.heap_work(m, rho)[0]
+        return float(self.heap_work(m, rho)[0][0])
 
 
 @lru_cache(maxsize=None)
-def expected_sift_levels(rho: int) -> float:
-    """Mean levels a replacement moves down tp_flynn.c's min-heap of ρ keys when rows come in random order:
-    replayed on a fixed pseudo-random stream (the expectation has no closed form; it is below log2 ρ because a
-    newcomer often ranks low among the winners)."""
+def expected_sift_stats(rho: int) -> tuple[np.ndarray, np.ndarray]:
+    """(per replacement, heapify): the sift steps (SIFT_STATS) of one replacement in tp_flynn.c's min-heap of ρ
+    keys when rows come in random order, and of building the heap of ρ random keys, replayed on a fixed
+    pseudo-random stream (the expectation has no closed form; a newcomer often ranks low among the winners)."""
     rng = np.random.default_rng(rho)
-    moves = replaced = 0
+    replaced, heapified = [0] * len(SIFT_STATS), [0] * len(SIFT_STATS)
     for _ in range(8):
         stream = rng.permutation(40 * rho + 64)
-        heap = sorted(stream[:rho].tolist())  # a sorted array is a valid min-heap
+        heap = _heapify(stream[:rho].tolist(), heapified)
         for key in stream[rho:].tolist():
-            if key <= heap[0]:
-                continue
-            replaced += 1
-            moves += _sift(heap, key)
-    return moves / max(replaced, 1)
+            if key > heap[0]:
+                _sift(heap, key, replaced)
+    return np.array(replaced, dtype=float) / max(replaced[0], 1), np.array(heapified, dtype=float) / 8
 
 
 def expected_heap_replacements(m: int, rho: int) -> float:
@@ -166,56 +179,85 @@ def expected_heap_replacements(m: int, rho: int) -> float:
     return rho * (_harmonic(m) - _harmonic(rho)) if m > rho else 0.0
 
 
-HEAP_TRIALS = 16  # random input vectors the heap is replayed on (their mean is the prediction)
+HEAP_TRIALS = 16  # random input vectors the heap is replayed on at least (their mean is the prediction)
+
+
+def heap_trials(rho: int) -> int:
+    """Vectors to replay a heap of rho winners on: a small heap's replacements are the noisiest share of their mean
+    over a few vectors, and the cheapest to replay (about rho ln(m / rho) sifts a vector), so it gets more: 64 for
+    rho = 8, 32 for 16, HEAP_TRIALS from 32 up. It depends on rho alone, so that the replay of a prefix of M's rows
+    (the solver's ExactCycles) gives the very figure the chosen model's own replay gives."""
+    return max(HEAP_TRIALS, 512 // max(int(rho), 1))
+
+
+# What one tp_flynn_sift call does, counted by the replay (SIFT_STATS): the branches of its loop cost differently
+# (read off avr-objdump of the firmware: FLY_CYCLES' sift_* terms), so the replay counts each kind of step.
+SIFT_STATS = ("calls", "level_pair", "level_left", "right", "stop_pair", "stop_left", "stop_leaf")
 
 
 def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int,
-                   trials: int = HEAP_TRIALS) -> tuple[np.ndarray, np.ndarray]:
-    """(entries[m], levels[m]): rows after the first rho among the first m that enter tp_flynn.c's min-heap, and the
-    levels their sifts move, mean over `trials` fixed pseudo-random int8 vectors (hash inputs x, and ~x with the
-    sign split). Keys as on the device: projection, then the lower row; a row enters only strictly above the
-    floor; the first rho rows are heapified bottom-up (their levels are not counted: heapify's term)."""
+                   trials: int | None = None, x: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(replaced[m], heapified): the sift steps (SIFT_STATS) of the rows after the first rho among the first m that
+    enter tp_flynn.c's min-heap, cumulative over m, shape (m_max + 1, len(SIFT_STATS)); and those of building the
+    heap of the first rho rows once (tp_flynn_heapify). Mean over `trials` fixed pseudo-random int8 vectors (hash
+    inputs x, and ~x with the sign split). Keys as on the device: projection, then the lower row; a row enters only
+    strictly above the floor. trials: default heap_trials(rho). x: replay these int8 vectors instead (tools/calibrate_costmodel.py, to count the
+    very inferences it measured)."""
     m_max = len(indices)
-    if m_max <= rho:
-        return np.zeros(m_max + 1), np.zeros(m_max + 1)
-    x = np.random.default_rng(rho).integers(-127, 128, size=(trials, n_features))
+    k = len(SIFT_STATS)
+    if m_max < rho:
+        return np.zeros((m_max + 1, k)), np.zeros(k)
+    if x is None:
+        trials = heap_trials(rho) if trials is None else trials
+        x = np.random.default_rng(rho).integers(-127, 128, size=(trials, n_features))
+    x = np.asarray(x, dtype=np.int64)
+    trials = len(x)
     u = np.hstack([x, -x - 1]) if n_inputs > n_features else x
     P = u[:, indices].sum(axis=2)  # (trials, m_max)
     keys = P * 65536 + (65535 - np.arange(m_max))[None, :]
-    entered = np.zeros(m_max + 1)
-    moved = np.zeros(m_max + 1)
+    replaced = [[0] * k for _ in range(m_max + 1)]
+    heapified = [0] * k
     for t in range(trials):
-        heap = _heapified(keys[t, :rho].tolist())
+        heap = keys[t, :rho].tolist()
+        _heapify(heap, heapified)
         row, floor = rho, heap[0] >> 16
         while row < m_max:  # the floor only rises: a row not above it at a chunk's start never enters in the chunk
             stop = min(m_max, row + 256)
             for j in (row + np.nonzero(P[t, row:stop] > floor)[0]).tolist():
                 if P[t, j] > floor:
-                    moved[j + 1] += _sift(heap, int(keys[t, j]))
-                    entered[j + 1] += 1
+                    _sift(heap, int(keys[t, j]), replaced[j + 1])
                     floor = heap[0] >> 16
             row = stop
-    return np.cumsum(entered) / trials, np.cumsum(moved) / trials
+    return np.cumsum(np.array(replaced, dtype=float), axis=0) / trials, np.array(heapified, dtype=float) / trials
 
 
-def _sift(heap: list, key: int, hole: int = 0) -> int:
-    """tp_fly_sift: put key at hole and move it down the min-heap; returns the levels it moved."""
+def _sift(heap: list, key: int, stats, hole: int = 0) -> int:
+    """tp_flynn_sift: put key at hole and move it down the min-heap, adding its steps to stats (SIFT_STATS order);
+    returns the levels it moved."""
     n, moves = len(heap), 0
-    while 2 * hole + 1 < n:
+    stats[0] += 1
+    while True:
         child = 2 * hole + 1
-        if child + 1 < n and heap[child + 1] < heap[child]:
-            child += 1
-        if heap[child] >= key:
+        if child >= n:
+            stats[6] += 1  # no child: the loop's first test leaves
             break
+        pair = child + 1 < n
+        if pair and heap[child + 1] < heap[child]:
+            child += 1
+            stats[3] += 1
+        if heap[child] >= key:
+            stats[4 if pair else 5] += 1
+            break
+        stats[1 if pair else 2] += 1
         heap[hole], hole, moves = heap[child], child, moves + 1
     heap[hole] = key
     return moves
 
 
-def _heapified(keys: list) -> list:
-    """tp_fly_heapify: bottom-up, as the device builds the heap of the first rho rows."""
+def _heapify(keys: list, stats) -> list:
+    """tp_flynn_heapify: bottom-up, as the device builds the heap of the first rho rows."""
     for hole in range(len(keys) // 2 - 1, -1, -1):
-        _sift(keys, keys[hole], hole)
+        _sift(keys, keys[hole], stats, hole)
     return keys
 
 
@@ -235,6 +277,7 @@ class FlyShape:
     bits: int  # count bits
     n_classes: int
     store_M: bool
+    split: bool = False  # the sign split (hash inputs x and ~x)
 
 
 @dataclass(frozen=True)
@@ -245,17 +288,18 @@ class GeneratorTotals:
     compares: float
     wraps: float
     mirrors: float
-    replacements: float | None = None  # heap replacements; None: their expectation for uniform projections
-    levels: float | None = None  # the heap's sift levels; None: their expectation for rows in random order
+    sifts: np.ndarray | None = None  # the replacements' sift steps (SIFT_STATS); None: expected, random order
+    heapify: np.ndarray | None = None  # building the heap's sift steps; None: expected for random keys
 
 
 def cost_terms(counts: WalkCounts, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> dict[str, float]:
     """How many times each costed unit of work runs in one FlyNN inference of the first m rows of `counts`' M
     (heap replacements: expected). The one source of both predict_cycles and the solver's ExactCycles."""
-    replacements, levels = counts.heap_work(m, rho)
-    return shape_terms(FlyShape(m, counts.s, counts.n_inputs, rho, bits, n_classes, store_M),
+    sifts, heapify = counts.heap_work(m, rho)
+    return shape_terms(FlyShape(m, counts.s, counts.n_inputs, rho, bits, n_classes, store_M,
+                                counts.n_inputs > counts.n_features),
                        GeneratorTotals(counts.pattern_proposals[m], counts.compares[m], counts.wraps[m],
-                                       counts.mirrors[m], replacements, levels))
+                                       counts.mirrors[m], sifts, heapify))
 
 
 def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
@@ -263,15 +307,21 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
     replacements and sift levels replayed, or their expectation for rows in random order)."""
     m, s, n_in, rho, bits, L, store_M = (shape.m, shape.s, shape.n_inputs, shape.rho, shape.bits, shape.n_classes,
                                          shape.store_M)
-    pattern_proposals, compares, wraps, mirrors, replacements, levels = (
-        walk.pattern_proposals, walk.compares, walk.wraps, walk.mirrors, walk.replacements, walk.levels)
+    pattern_proposals, compares, wraps, mirrors, sifts, heapify = (
+        walk.pattern_proposals, walk.compares, walk.wraps, walk.mirrors, walk.sifts, walk.heapify)
     wide = n_in > WIDE_INPUTS
-    if replacements is None:
-        replacements = expected_heap_replacements(m, rho)
-    if levels is None:
-        levels = replacements * expected_sift_levels(int(rho))
+    if sifts is None or heapify is None:
+        per_replacement, expected_heapify = expected_sift_stats(int(rho))
+        sifts = per_replacement * expected_heap_replacements(m, rho) if sifts is None else sifts
+        heapify = expected_heapify if heapify is None else heapify
+    replacements = float(sifts[0])
+    steps = np.asarray(sifts) + np.asarray(heapify)
     terms = {name: 0.0 for name in FLY_CYCLES}
-    terms.update(fixed=1, heap_fill=rho, heapify=rho, heap_replace=replacements, heap_level=levels, winner=rho)
+    terms.update(fixed=1, heap_fill=rho, heapify=float(heapify[0]), heapify_fixed=1 if rho >= 2 else 0, winner=rho)
+    terms.update({f"sift_{name}" if name != "calls" else "sift": float(v) for name, v in zip(SIFT_STATS, steps)})
+    if 4 * rho > 255:  # two child-offset tests per step that reaches a node with a child, one at a leaf
+        terms["sift_wide_compare"] = 2 * (terms["sift_level_pair"] + terms["sift_level_left"] + terms["sift_stop_pair"]
+                                          + terms["sift_stop_left"]) + terms["sift_stop_leaf"]
     terms["lookup_class" if bits == 1 else "lookup_class_lut"] = rho * L
     align, refills, refill_bits = lookup_walk(L, bits)
     terms.update(lookup_class_bit=rho * L * bits, lookup_align=rho * align, lookup_refill=rho * refills,
@@ -291,7 +341,7 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
     if store_M:
         terms.update(row_stored=m, heap_call_stored=replacements)
         if wide:
-            terms.update(wide_stored_index=m * s, wide_stored_pair=m * s if s == 2 else 0)
+            terms.update(wide_stored_index=m * s, wide_stored_pair=m * s if s == 2 and shape.split else 0)
         else:
             terms.update(input_stored=n_in, stored_index=m * s, prepare_stored=1)
         return terms
@@ -353,14 +403,19 @@ def total_cycles(terms: dict[str, float]) -> int:
     return int(round(sum(count * FLY_CYCLES[name] for name, count in terms.items())))
 
 
-def flynn_cost_terms(model) -> dict[str, float]:
-    """How many times each costed unit of work runs in one FlyNN inference of `model`."""
+def flynn_cost_terms(model, x: np.ndarray | None = None) -> dict[str, float]:
+    """How many times each costed unit of work runs in one FlyNN inference of `model` (x: the heap's work as these
+    int8 vectors give it, their mean; default: its expectation over random vectors)."""
     m, s = model.indices.shape
     counts = WalkCounts.replay(model.seed, s, model.n_hash_inputs, model.n_features, m)
     if model.store_M:  # a stored M is whatever the model holds; only its mirrored inputs matter here
         mirrored = np.count_nonzero(model.indices >= model.n_features, axis=1) if model.sign_split else np.zeros(m)
         counts = WalkCounts(s, model.n_hash_inputs, model.n_features, counts.pattern_proposals, counts.compares,
                             counts.wraps, np.concatenate([[0], np.cumsum(mirrored)]).astype(np.int64), model.indices)
+    if x is not None:
+        replaced, heapified = simulated_heap(model.indices, model.n_features, model.n_hash_inputs, model.n_winners,
+                                             x=x)
+        counts._sifts[model.n_winners] = (replaced, heapified)
     return cost_terms(counts, m, model.n_winners, model.bits, model.n_classes, model.store_M)
 
 

@@ -17,19 +17,21 @@ from tinyproto.families.protonn.encoding import DENSE_GROUP
 # terms are held at their instruction counts (13 per nonzero, 3 per clear bit, 4 per 8 dense inputs and group, 13 / 11
 # per distance term with z in SRAM / in registers, 9 per dense W entry + 2 per input load and group, 8 per score
 # product + 2 per kernel load and group, 2 per bit of
-# the asm rescale shift); the overheads are fitted by tools/calibrate_costmodel.py (non-negative least squares on
-# relative errors) on synthetic shapes measured in the simulator (cycle-exact). The fit moves cycles between
+# the asm rescale shift); the overheads are fitted function by function by `tools/calibrate_costmodel.py
+# --protonn-functions 160` (non-negative least squares on relative errors; 160 shapes drawn with seed 5000, each
+# function's own cycles from the profiling simulator: tp_protonn_kernels for the distance terms, tp_protonn_scores
+# for the score terms, the rest of the timed call for the projection and fixed terms). The fit moves cycles between
 # terms that always occur together, so read the sum, not one term.
 PN_CYCLES = {
-    "fixed": 0,  # calls, register saves, argmax set-up (the fit puts most of it in per-row / per-class terms)
+    "fixed": 140,  # calls, register saves, argmax set-up (the fit puts most of it in per-row / per-class terms)
     "row": 0,  # per projected dimension, C rescale: row set-up, bias removal, clamp, store (the fit: in row32)
     "rshift16": 0,  # per row and bit of the 16-bit rescale shift (right shift >= 8 within the 24-bit bound)
-    "row32": 55,  # per row rescaled in 32 bits (right shift below 8 or beyond the 24-bit bound, left, or none)
-    "rshift32": 8,  # per row and bit of a 32-bit rescale shift (right shifts below 8, or beyond the bound)
-    "lshift32": 23,  # per row and bit of the 32-bit left shift (negative projection shift)
-    "row_asm": 32,  # per projected dimension, asm rescale (TP_PROTONN_ROW_Z_ASM): set-up, bias, clamp, store
+    "row32": 61,  # per row rescaled in 32 bits (right shift below 8 or beyond the 24-bit bound, left, or none)
+    "rshift32": 6,  # per row and bit of a 32-bit rescale shift (right shifts below 8, or beyond the bound)
+    "lshift32": 13,  # per row and bit of the 32-bit left shift (negative projection shift)
+    "row_asm": 31,  # per projected dimension, asm rescale (TP_PROTONN_ROW_Z_ASM): set-up, bias, clamp, store
     "rshift_asm": 2,  # per row and bit of the asm rescale shift (RSHIFT - 8)
-    "mask_byte": 8,  # per nonzero bitmap byte: lpm, test, branch
+    "mask_byte": 7,  # per nonzero bitmap byte: lpm, test, branch
     "zero_mask_byte": 7,  # per all-zero bitmap byte (its 8 inputs are skipped at once)
     "mask_step": 6,  # per bitmap byte of rows longer than 64 inputs (a loop: pointer step, counter)
     "clear_bit": 3,  # per zero bit of a nonzero bitmap byte
@@ -37,22 +39,23 @@ PN_CYCLES = {
     "dense_group": 0,  # per group of up to 4 rows of a dense W: sums set up and stored
     "fixed_dense": 0,  # once, dense W
     # per row of a dense W rescaled in C: the group kernel stores its 24-bit sum to acc[], the rescale reads it back;
-    # fitted alone (`calibrate_costmodel.py --protonn-dense-rows 40`: 8.3) on 40 dense shapes drawn with seed 3000
-    "dense_row_c": 8,
+    # fitted with the rest of the call's terms (`calibrate_costmodel.py --protonn-functions 160`, seed 5000)
+    "dense_row_c": 13,
     "dense_step": 4,  # per 8 inputs and group of a dense W (the loop step)
     "dense_load": 2,  # per input and group of a dense W: ld x_i
     "dense_mac": 9,  # per entry of a dense W: lpm, muls, biased 24-bit add
-    "proto": 32,  # per prototype: table index and lookup, store, kernel sum (D > 16: z read from SRAM)
+    "proto": 30,  # per prototype: table index and lookup, store, kernel sum (D > 16: z read from SRAM)
+    "kernels_fixed": 65,  # once, the general distance loop (not the register-z loop): its call, register saves, set-up
     "wide_index_bit": 2,  # per prototype and bit of the index shift when the table reaches past 0xFFFF, shifts of
     # 9 .. 15 (lsr, ror of the distance's middle bytes)
     "wide_index_high_bit": 1,  # the same for shifts of 16 .. 23: one lsr of the distance's high byte
     "dist_step": 5,  # per 4 distance terms (only when D > 64)
     "dist_term": 13,  # per |z_r - b_jr|^2 term
-    "fixed_reg": 114,  # once, D <= 16: saving and restoring r2-r17 for the register-z loop
-    "proto_reg": 23,  # per prototype, D <= 16 (z held in registers, one asm loop)
+    "fixed_reg": 98,  # once, D <= 16: saving and restoring r2-r17 for the register-z loop
+    "proto_reg": 22,  # per prototype, D <= 16 (z held in registers, one asm loop)
     "dist_term_reg": 11,  # per |z_r - b_jr|^2 term, D <= 16
-    "class": 23,  # per class: bias removal, store, compare
-    "score_group": 216,  # per group of up to 5 classes: clear the sums, set-up (the fit adds the r2-r17 saves)
+    "class": 30,  # per class: bias removal, store, compare
+    "score_group": 128,  # per group of up to 5 classes: clear the sums, set-up (the fit adds the r2-r17 saves)
     "score_load": 2,  # per prototype and group: ld k_j
     "score_step": 4,  # per 8 prototypes and group: the loop step
     "score_term": 8,  # per Z entry times a kernel: lpm, mul, 24-bit add
@@ -68,31 +71,31 @@ PN_CYCLES_C = {
 
 # The C projection of a row-major W beyond the row kernels' 24-bit bound (d > 511: TP_PN_ASM_ROWS 0) while the
 # distances and scores still run the assembly kernels (D <= 255, m <= 256: TP_PN_ASM 1); the rescale is counted by
-# PN_CYCLES' 32-bit terms. Fitted by tools/calibrate_costmodel.py --protonn-c with PN_CYCLES held.
+# PN_CYCLES' 32-bit terms. Fitted with the rest of the call's terms by --protonn-functions (--protonn-c fits them
+# alone, PN_CYCLES held).
 PN_C_ROWS_CYCLES = {
-    "c_row": 72,  # per row: tp_pn_row_dot's call and loop
+    "c_row": 153,  # per row: tp_pn_row_dot's call and loop
     "c_mask_byte": 13,  # per bitmap byte: fetch, zero test, pointer step
     "c_scanned_bit": 10,  # per bit scanned up to a byte's highest set bit: test, shift, input pointer step
-    "c_nonzero": 17,  # per W nonzero: fetch, 8x8 multiply, 32-bit add
+    "c_nonzero": 18,  # per W nonzero: fetch, 8x8 multiply, 32-bit add
     "c_dense_mac": 23,  # per dense W entry: the C dot product
 }
 
 # The streamed projection (firmware/tp_protonn.c, tp_stream_*: column-major W codes, and tp_predict of a
-# column-major W) and the projection offset of a shared input stage: fitted by tools/calibrate_costmodel.py
-# --wide on 19 synthetic models measured on the simulated Uno (through the chunked device app: a streamed
-# vector's cycles are the sum of its chunks'), with PN_CYCLES held fixed: 18 within 2 % (the 19th, d = 700 >
-# 511, runs the C projection and its C cost model: +3.5 %).
+# column-major W) and the projection offset of a shared input stage: fitted with the rest of the call's terms by
+# tools/calibrate_costmodel.py --protonn-functions 160 (through the chunked device app: a streamed vector's cycles
+# are the sum of its chunks'; --wide fits them alone on 19 synthetic models, PN_CYCLES held).
 PN_STREAM_CYCLES = {
     "stream_fixed": 0,  # begin + end (the fit puts them in the per-chunk term, which every model has)
-    "stream_chunk": 516,  # per chunk the device app feeds (CHUNK_BYTES features): its call, timing and state
-    "stream_feature": 1,  # per kept feature: load x, loop
-    "stream_nnz": 45,  # per nonzero, one-byte codes: lpm code, lpm value, muls, 24-bit add into SRAM
-    "stream_nnz_nibble": 49,  # per nonzero, four-bit codes
+    "stream_chunk": 33,  # per chunk the device app feeds (CHUNK_BYTES features): its call, timing and state
+    "stream_feature": 10,  # per kept feature: load x, loop
+    "stream_nnz": 44,  # per nonzero, one-byte codes: lpm code, lpm value, muls, 24-bit add into SRAM
+    "stream_nnz_nibble": 48,  # per nonzero, four-bit codes
     "stream_row": 48,  # per projected dimension: clear, rescale, store
-    "stream_rshift": 6,  # per row and bit of a 32-bit right shift
-    "stream_rshift16": 5,  # per row and bit of the 16-bit rescale path (shift - 8)
-    "offset_row": 36,  # per row, the offset rescale of a row-major W (instead of the plain rescale)
-    "stream_offset_row": 50,  # per row, the offset rescale at the end of a streamed projection
+    "stream_rshift": 7,  # per row and bit of a 32-bit right shift
+    "stream_rshift16": 4,  # per row and bit of the 16-bit rescale path (shift - 8)
+    "offset_row": 35,  # per row, the offset rescale of a row-major W (instead of the plain rescale)
+    "stream_offset_row": 38,  # per row, the offset rescale at the end of a streamed projection
 }
 
 
@@ -152,7 +155,7 @@ def protonn_cost_terms(model) -> dict[str, int]:
     if D <= 16 and (model.table.size - 1) << model.table_shift <= 0xFFFF:  # tp_protonn_kernels' register-z loop
         terms.update(fixed_reg=1, proto_reg=m, dist_term_reg=m * D)
     else:
-        terms.update(proto=m, dist_term=m * D)
+        terms.update(kernels_fixed=1, proto=m, dist_term=m * D)
         if (model.table.size - 1) << model.table_shift > 0xFFFF and model.table_shift < 24:
             if model.table_shift >= 16:
                 terms["wide_index_high_bit"] = m * (model.table_shift - 16)
@@ -222,7 +225,7 @@ def predict_cycles(model) -> dict:
                                                 "dense_mac", "dense_step", "dense_load", "dense_group",
                                                 "fixed_dense", "dense_row_c",
                                                 *PN_STREAM_CYCLES, *PN_C_ROWS_CYCLES))
-    distances = sum(cycles.get(k, 0) for k in ("proto", "wide_index_bit", "wide_index_high_bit", "dist_term",
+    distances = sum(cycles.get(k, 0) for k in ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit", "dist_term",
                                                "dist_step", "fixed_reg", "proto_reg", "dist_term_reg"))
     scores = sum(cycles.get(k, 0) for k in ("class", "score_term", "score_step", "score_group", "score_load"))
     return {
