@@ -54,3 +54,51 @@ def test_inside_a_dask_worker_the_default_is_one():
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         assert client.submit(default_jobs).result() == 1
+
+
+def _loky_workers_of(pid: int) -> list[int]:
+    """The loky worker processes whose parent is `pid` (from /proc: no extra dependency)."""
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or b"LokyProcess" not in (entry / "cmdline").read_bytes():
+                continue
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended while it was read
+    return found
+
+
+@pytest.mark.slow
+def test_a_killed_compile_takes_its_solver_workers_with_it(tmp_path):
+    """A compile killed by SIGKILL left its workers computing their queued fits, holding its output pipes open."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    command = [sys.executable, "-m", "tinyproto", "compile", "digits", "--budget", "2kB", "--jobs", "2",
+               "--out", str(tmp_path / "m")]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (workers := _loky_workers_of(process.pid)) and time.monotonic() < deadline:
+            assert process.poll() is None, "the compile ended before it started a worker"
+            time.sleep(0.2)
+        assert workers, "no solver worker started within 120 s"
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 15
+        while (alive := [w for w in workers if os.path.exists(f"/proc/{w}")]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive, f"solver workers {alive} outlived the killed compile"
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()

@@ -10,6 +10,7 @@ Layer: families.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -150,7 +151,6 @@ def default_jobs() -> int:
     """Worker processes a solver may use when the user sets none: the cores this process may run on, or 1 inside
     a dask worker (sweep and federate already spread their work over the cluster; a pool inside each of its
     workers would only fight it for the same cores)."""
-    import os
     import sys
 
     if "distributed" in sys.modules:  # a dask worker has imported it; importing it here only costs ~0.5 s
@@ -185,7 +185,7 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
 
     from joblib.externals.loky import get_reusable_executor
 
-    executor = get_reusable_executor(max_workers=jobs - 1)
+    executor = get_reusable_executor(max_workers=jobs - 1, initializer=_end_with_the_parent)
     pending = deque(range(len(argument_tuples)))
     results: list = [None] * len(argument_tuples)
     failures: dict[int, BaseException] = {}
@@ -226,6 +226,21 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
     if failures:
         raise failures[min(failures)]
     return results
+
+
+def _end_with_the_parent() -> None:
+    """A worker ends when the process that started it dies (Linux's parent-death signal). Without it a compile
+    killed by SIGKILL left its workers computing their queued fits for minutes, holding its output pipes open."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG; elsewhere than Linux there is no prctl
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the signal was asked for
+        os._exit(1)
 
 
 def _with_one_blas_thread(function: Callable, args: tuple) -> Any:
