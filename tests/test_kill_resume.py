@@ -45,6 +45,11 @@ def kill_when(proc: subprocess.Popen, ready, timeout: float = 120.0) -> None:
         assert time.monotonic() < deadline, "kill point never reached"
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
+    reap_killed(proc)
+
+
+def reap_killed(proc: subprocess.Popen) -> None:
+    """Wait for a killed `proc` and read its output to the end."""
     proc.wait()
     try:  # the solver's worker processes inherited the output pipes: they may outlive the killed process
         proc.communicate(timeout=30)
@@ -253,12 +258,7 @@ def test_federate_killed_leaves_no_partial_output(tmp_path, delay):
         time.sleep(0.02)
     if proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    try:  # the solver's worker processes inherited the output pipes: they may outlive the killed process
-        proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # its session: those workers, nothing of this test run
-        proc.communicate()
+    reap_killed(proc)
     assert not out.exists() or assert_complete_model(out)
     again = run("federate", "wine", "--parties", "3", "--backend", "local", "--out", str(out))
     assert again.returncode == 0, again.stderr
