@@ -838,29 +838,17 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--flynn":
         calibrate_flynn(flynn_model_dirs([Path(p) for p in sys.argv[2:]]))
         return
-    if len(sys.argv) > 2 and sys.argv[1] == "--flynn-shapes":  # N [--cache FILE.json]
+    counted = {  # FLAG N [--cache FILE.json]: fits on N drawn shapes, measurements cached in FILE
+        "--flynn-shapes": lambda n, cache: calibrate_flynn(flynn_random_shapes(n), cache),
+        "--flynn-wide-stored": calibrate_flynn_wide_stored,
+        "--flynn-functions": calibrate_flynn_functions,
+        "--protonn-functions": calibrate_protonn_functions,
+        "--flynn-heap": calibrate_flynn_heap,
+        "--protonn-dense-rows": calibrate_protonn_dense_rows,
+    }
+    if len(sys.argv) > 2 and sys.argv[1] in counted:
         cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
-        calibrate_flynn(flynn_random_shapes(int(sys.argv[2])), cache)
-        return
-    if len(sys.argv) > 2 and sys.argv[1] == "--flynn-wide-stored":  # N [--cache FILE.json]
-        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
-        calibrate_flynn_wide_stored(int(sys.argv[2]), cache)
-        return
-    if len(sys.argv) > 2 and sys.argv[1] == "--flynn-functions":  # N [--cache FILE.json]
-        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
-        calibrate_flynn_functions(int(sys.argv[2]), cache)
-        return
-    if len(sys.argv) > 2 and sys.argv[1] == "--protonn-functions":  # N [--cache FILE.json]
-        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
-        calibrate_protonn_functions(int(sys.argv[2]), cache)
-        return
-    if len(sys.argv) > 2 and sys.argv[1] == "--flynn-heap":  # N [--cache FILE.json]
-        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
-        calibrate_flynn_heap(int(sys.argv[2]), cache)
-        return
-    if len(sys.argv) > 2 and sys.argv[1] == "--protonn-dense-rows":  # N [--cache FILE.json]
-        cache = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--cache" else None
-        calibrate_protonn_dense_rows(int(sys.argv[2]), cache)
+        counted[sys.argv[1]](int(sys.argv[2]), cache)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--protonn-c":  # [--cache FILE.json]
         calibrate_protonn_c(Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--cache" else None)
