@@ -32,7 +32,8 @@ _AMOUNTS = ("model_bytes", "predicted_cycles", "predicted_latency_ms", "predicte
 _DEVICE_FRACTIONS = ("accuracy", "host_accuracy", "label_agreement", "score_agreement")
 _DEVICE_AMOUNTS = ("cycles_mean", "latency_ms", "energy_mj_mcu", "energy_mj_board", "flash_bytes",
                    "sram_static_bytes", "stack_peak_bytes")
-_CONFIDENCE_FRACTIONS = ("coverage", "accepted_accuracy", "ece", "mean_confidence")  # sweep_points._judged
+# a point's confidence figures as sweep_points writes them (these keys of report.json's confidence block)
+CONFIDENCE_FIGURES = ("coverage", "accepted_accuracy", "ece", "mean_confidence")
 
 
 def _is_number(value: object) -> bool:
@@ -59,7 +60,7 @@ def _check_confidence(entry: dict, where: str) -> None:
         return
     if not isinstance(figures, dict):
         raise ValueError(f"{where}confidence is {_shown(figures)}, not an object")
-    for key in _CONFIDENCE_FRACTIONS:
+    for key in CONFIDENCE_FIGURES:
         _check_fraction(figures, key, f"{where}confidence.")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.pipeline.sweep_files import POINTS
+from tinyproto.pipeline.sweep_files import CONFIDENCE_FIGURES, POINTS
 
 FAMILIES = families.names()
 MAX_SEED = 2**32 - 1  # numpy's seed range (the CLI's --seed accepts the same)
@@ -194,7 +194,7 @@ def _judged(figures: dict | None) -> dict | None:
     """A point's confidence figures (coverage, accuracy on the accepted rows, calibration error)."""
     if not figures:
         return None
-    return {key: figures.get(key) for key in ("coverage", "accepted_accuracy", "ece", "mean_confidence")}
+    return {key: figures.get(key) for key in CONFIDENCE_FIGURES}
 
 
 def _device_figures(summary: dict) -> dict:
