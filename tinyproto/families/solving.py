@@ -185,7 +185,8 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
 
     from joblib.externals.loky import get_reusable_executor
 
-    executor = get_reusable_executor(max_workers=jobs - 1, initializer=_end_with_the_parent)
+    executor = get_reusable_executor(max_workers=jobs - 1, initializer=_end_with_the_parent,
+                                     initargs=(os.getpid(),))
     pending = deque(range(len(argument_tuples)))
     results: list = [None] * len(argument_tuples)
     failures: dict[int, BaseException] = {}
@@ -228,7 +229,7 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
     return results
 
 
-def _end_with_the_parent() -> None:
+def _end_with_the_parent(parent: int) -> None:
     """A worker ends when the process that started it dies (Linux's parent-death signal). Without it a compile
     killed by SIGKILL left its workers computing their queued fits for minutes, holding its output pipes open."""
     import ctypes
@@ -239,7 +240,7 @@ def _end_with_the_parent() -> None:
         libc.prctl(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG; elsewhere than Linux there is no prctl
     except (OSError, AttributeError):
         return
-    if os.getppid() == 1:  # the parent died before the signal was asked for
+    if os.getppid() != parent:  # it died before the signal was asked for (the worker adopted by init or a reaper)
         os._exit(1)
 
 
