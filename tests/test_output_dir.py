@@ -86,13 +86,18 @@ def test_a_directory_holding_only_a_dead_runs_lock_is_reusable(work):
         assert (out / ".tinyproto").is_file()
 
 
-def test_a_directory_holding_only_a_live_lock_is_in_use_and_a_users_file_is_foreign(work):
+def test_a_directory_whose_lock_is_held_is_in_use_and_a_users_file_is_foreign(work):
+    """A run that holds the lock may be writing its first file under a temporary name: the second run is told
+    'in use', not 'not written by tinyproto' (CI once saw that race between two sweeps started at once)."""
     from tinyproto.core.outdir import locked
 
     out = work / "starting"
     out.mkdir()
     with locked(out, "sweep"):
         refused(["sweep", *SWEEP, "--out", str(out)], "in use", work)
+        (out / "..tinyproto.half-written.tmp").write_text("{")
+        refused(["sweep", *SWEEP, "--out", str(out)], "in use", work)
+        refused(["compile", *IRIS, "--out", str(out)], "in use", work)
     mine = work / "mine"
     mine.mkdir()
     (mine / LOCK).write_text("my notes, not a lock\n")

@@ -73,11 +73,14 @@ def holds_only_a_dead_lock(directory: Path) -> bool:
     return True
 
 
-def _check_lock_only_in_use(directory: Path) -> None:
-    """A directory holding nothing but a held lock is being started by another run: say so, not 'foreign'."""
-    lock_path = _sole_lock(directory)
+def _check_lock_held(directory: Path) -> None:
+    """A directory whose tinyproto lock a live command holds is being written by another run (it may be creating
+    its first files right now, under temporary names): say so, not 'foreign'. Probed without rewriting the lock,
+    and only a file holding what tinyproto writes there counts, so a user's own file of that name is left alone."""
+    lock_path = directory / LOCK
     try:
-        if lock_path is None:
+        if lock_path.is_symlink() or not lock_path.is_file() or lock_path.stat().st_size > 64 \
+                or not LOCK_LINE.match(lock_path.read_bytes()):
             return
         fd = _try_lock_quietly(lock_path)
     except OSError:
@@ -233,12 +236,13 @@ def _probe_writable(folder: Path, out: Path) -> None:
                 pass  # another run's cleanup took it (an empty scratch directory): the probe still showed writable
 
 
-def _check_replaceable(out: Path) -> None:
+def _check_replaceable(out: Path, we_hold_the_lock: bool = False) -> None:
     tidy(out)
     try:
         if not any(out.iterdir()) or holds_only_a_dead_lock(out):
             return
-        _check_lock_only_in_use(out)
+        if not we_hold_the_lock:
+            _check_lock_held(out)
         foreign = foreign_entries(out)
     except PermissionError:
         raise TinyprotoError(f"--out {out} cannot be read (permission denied); choose another --out") from None
@@ -378,7 +382,7 @@ def _swap_in(scratch: Path, out: Path, verb: str) -> None:
         _fill_empty(scratch, out)
         return
     with locked(out, verb):
-        _check_replaceable(out)  # again: the user may have added a file while we trained
+        _check_replaceable(out, we_hold_the_lock=True)  # again: the user may have added a file while we trained
         if _exchange(scratch, out):
             old = scratch  # the old directory now sits at the scratch name
         else:
