@@ -51,12 +51,6 @@ PN_CYCLES = {
     "dense_load": 2,  # per input and group of a dense W: ld x_i
     "dense_mac": 9,  # per entry of a dense W: lpm, muls, biased 24-bit add
     "proto": 30,  # per prototype: table index and lookup, store, kernel sum (D > 16: z read from SRAM)
-    # the general loop's table index when the table's reach is within 0xFFFF (firmware/tp_protonn_avr.h, C), relative
-    # to a distance below 2^16 past the reach (8 cycles: the two compares, the last entry's index): one beyond 2^16
-    # 4 fewer (the first compare leaves), one within the reach 1 more and its shift: SHIFT - 8 bits right, a loop of
-    # avr-gcc's (5 cycles a bit and 1 for the set-up), or 8 - SHIFT bits left, unrolled (2 a bit). avr-objdump
-    # counts; how many distances take each path is replayed (mean_index_path_cycles)
-    "index_path": 1,
     "kernels_fixed": 65,  # once, the general distance loop (not the register-z loop): its call, register saves, set-up
     "wide_index_bit": 2,  # per prototype and bit of the index shift when the table reaches past 0xFFFF, shifts of
     # 9 .. 15 (lsr, ror of the distance's middle bytes)
@@ -65,10 +59,6 @@ PN_CYCLES = {
     # fitted on seeds 7 and 11 of tools/bench_costmodel.py's draw (4.2)
     "dist_step": 5,  # per 4 distance terms (only when D > 64)
     "dist_term": 13,  # per |z_r - b_jr|^2 term
-    # the register-z loop's table index (asm), relative to a distance past the reach (proto_reg holds that path): one
-    # within the reach 1 more and its shift (SHIFT - 8 lsr of the high byte, or 8 - SHIFT lsl / rol pairs), a reach
-    # whose low byte is not 0 one more compare for every prototype (replayed: mean_index_path_cycles)
-    "index_path_reg": 1,
     "fixed_reg": 98,  # once, D <= 16: saving and restoring r2-r17 for the register-z loop
     "proto_reg": 22,  # per prototype, D <= 16 (z held in registers, one asm loop)
     "dist_term_reg": 11,  # per |z_r - b_jr|^2 term, D <= 16
@@ -188,34 +178,6 @@ def mean_offset_rescale_cycles(model) -> float:
     return float(offset_rescale_cycles(p, model.proj_shift, model.offset).sum(axis=1).mean())
 
 
-INDEX_TRIALS = 32  # random int8 vectors the table index's paths are replayed on
-
-
-def index_path_cycles(dist: np.ndarray, table_size: int, table_shift: int, registers: bool = False) -> np.ndarray:
-    """The table index's cycles per squared distance, relative to a distance past the table's reach: the general
-    loop's (PN_CYCLES "index_path", relative to one below 2^16) or the register-z loop's ("index_path_reg")."""
-    reach = (table_size - 1) << table_shift
-    if registers:
-        near = 1 + (table_shift - 8 if table_shift >= 8 else 2 * (8 - table_shift))
-        return np.where(dist >= reach, 0, near) + (1 if reach & 0xFF else 0)
-    if table_shift > 8:
-        near = 2 + 5 * (table_shift - 8)
-    else:
-        near = 1 + 2 * (8 - table_shift)
-    return np.where(dist >= 1 << 16, -4, np.where(dist >= reach, 0, near))
-
-
-def mean_index_path_cycles(model) -> float:
-    """index_path_cycles summed over the prototypes, the mean over INDEX_TRIALS fixed random int8 vectors (how many
-    prototypes lie within the table's reach depends on the input)."""
-    x = np.random.default_rng(0).integers(-127, 128, size=(INDEX_TRIALS, model.n_features))
-    z = model.projections(x)
-    B = np.asarray(model.B_q, dtype=np.int64)
-    dist = (z * z).sum(axis=1)[:, None] - 2 * z @ B.T + (B * B).sum(axis=1)[None, :]
-    registers = model.n_components <= 16 and (model.table.size - 1) << model.table_shift <= 0xFFFF
-    return float(index_path_cycles(dist, model.table.size, model.table_shift, registers).sum(axis=1).mean())
-
-
 def protonn_uses_asm(model) -> bool:
     """Whether the AVR build runs the assembly kernels (the same test as TP_PROTONN_ASM in tp_protonn.c)."""
     return model.n_components <= 255 and model.n_prototypes <= 256
@@ -270,11 +232,9 @@ def protonn_cost_terms(model) -> dict[str, int]:
         terms["rshift32"] = D * right
         terms["lshift32"] = D * left
     if D <= 16 and (model.table.size - 1) << model.table_shift <= 0xFFFF:  # tp_protonn_kernels' register-z loop
-        terms.update(fixed_reg=1, proto_reg=m, dist_term_reg=m * D, index_path_reg=mean_index_path_cycles(model))
+        terms.update(fixed_reg=1, proto_reg=m, dist_term_reg=m * D)
     else:
         terms.update(kernels_fixed=1, proto=m, dist_term=m * D)
-        if (model.table.size - 1) << model.table_shift <= 0xFFFF:
-            terms["index_path"] = mean_index_path_cycles(model)
         if (model.table.size - 1) << model.table_shift > 0xFFFF and model.table_shift < 24:
             if model.table_shift >= 16:
                 terms["wide_index_high_bit"] = m * (model.table_shift - 16)
@@ -346,9 +306,8 @@ def predict_cycles(model) -> dict:
                                                 "dense_mac", "dense_step", "dense_load", "dense_group", "dense_group_c",
                                                 "fixed_dense", "dense_row_c",
                                                 *PN_STREAM_CYCLES, *PN_C_ROWS_CYCLES))
-    distances = sum(cycles.get(k, 0) for k in ("kernels_fixed", "proto", "index_path", "wide_index_bit", "wide_index_high_bit", "wide_index_16", "dist_term",
-                                               "dist_step", "fixed_reg", "proto_reg", "dist_term_reg",
-                                               "index_path_reg"))
+    distances = sum(cycles.get(k, 0) for k in ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit", "wide_index_16", "dist_term",
+                                               "dist_step", "fixed_reg", "proto_reg", "dist_term_reg"))
     scores = sum(cycles.get(k, 0) for k in ("class", "score_term", "score_step", "score_group", "score_load"))
     own = cycles["fixed"] + projection + distances + scores
     # a streamed W is timed chunk by chunk (the device app's calls), a row-major one in one call
