@@ -349,7 +349,7 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
         terms["winner_unaligned"] = rho
     terms["class_once"] = L
     terms["class_loop"] = rho if L > 2 else 0
-    if L == 2:
+    if L == 2 and f"winner_pair{bits}" in FLY_CYCLES:  # fitted for the 1 .. 4 bits the solver draws
         terms[f"winner_pair{bits}"] = rho
     terms["winner_stored"] = rho if store_M else 0
     terms["wide_stored_mirror" if store_M else "wide_mirror"] = float(mirrors) if wide else 0.0
