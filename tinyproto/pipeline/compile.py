@@ -198,12 +198,10 @@ def compile_model(
                            n_jobs=default_jobs() if jobs is None else jobs, progress=progress,
                            folds=Folds.standard(sp.X_train, sp.y_train, seed), learn_on=board if learnable else None)
     if family == families.AUTO:
-        # (a budget below the table still asks every family, which each refuse naming what they need)
-        inner = options.with_(budget_bytes=max(1, budget_bytes - families.confidence_table_bytes()))
-        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, inner,
+        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, options,
                                                     fits_board=lambda m: check_fits_board(m, board))
         model, info["confidence"] = families.calibrate_chosen(model.family, model, info["chosen"], sp.X_train,
-                                                              sp.y_train, inner, rate)
+                                                              sp.y_train, options, rate)
     else:
         clf, model, info = families.fit_judged(family, sp.X_train, sp.y_train, options, rate)
     info["max_latency_ms"] = max_latency_ms

@@ -101,7 +101,7 @@ def write_learned_dir(model_dir: ModelDir, learned, summary: dict) -> Path:
     parent = model_dir.vectors()
     scores = learned.scores(parent.xq)
     labels = learned.labels(scores).astype(np.int64)
-    # the learned counts keep the compiled model's confidence table and threshold: its answers are recomputed
+    # the learned counts keep the compiled model's calibration and threshold: its answers are recomputed
     confidence, decided = families.judge(learned, scores, labels)
     vectors = TestVectors(parent.X_raw, parent.xq, parent.y, scores.astype(np.int64), labels,
                           confidence.astype(np.int64), decided.astype(np.int64))
