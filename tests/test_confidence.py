@@ -405,6 +405,35 @@ int main(void)
 """
 
 
+def _judge_rows(n_classes: int, score_byte: int, lowest_wins: bool, rows: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """Random and extreme int32 scores within the bound the view was chosen for (small ones, the bound at both
+    ends, every class tied, only the extremes), and each row's label by the score rule."""
+    rng = np.random.default_rng(3)
+    top = 2**31 - 1 if score_byte == 2 else C.VIEW_MAX * 256**score_byte
+    assert C.judge_score_byte(top) == score_byte
+    scores = rng.integers(-top - (score_byte == 2), top + 1, size=(rows, n_classes), dtype=np.int64)
+    scores[:rows // 4] = rng.integers(-50 * 256**score_byte, 50 * 256**score_byte, size=(rows // 4, n_classes))
+    extremes = [top, -top - (score_byte == 2), 0, 1, -1] * n_classes
+    scores[rows // 4:rows // 4 + 10] = [extremes[:n_classes]] * 10
+    scores[rows // 4 + 10:rows // 4 + 20] = 7  # every class tied
+    scores[rows // 4 + 20:rows // 4 + 30] = rng.choice([-top, top], size=(10, n_classes))
+    labels = (scores.argmin(axis=1) if lowest_wins else scores.argmax(axis=1)).astype(np.int64)
+    return scores, labels
+
+
+def _write_judge_header(directory: Path, n_classes: int, calibration) -> str:
+    """The generated model header of a model of n_classes classes with this calibration and no arrays."""
+    from tinyproto.core.render import jinja_env
+
+    defines = [("TP_N_CLASSES", str(n_classes)), *((k, f"({v})" if v < 0 else str(v))
+                                                   for k, v in calibration.defines().items())]
+    header = jinja_env().get_template("tinyproto_model.h.j2").render(
+        version="test", family="test", dataset="test", seed=0, model_bytes=0, budget_bytes=16, abi=1,
+        defines=defines, arrays=[])
+    (directory / "tinyproto_model.h").write_text(header)
+    return header
+
+
 @pytest.mark.parametrize("lowest_wins", [False, True])
 @pytest.mark.parametrize("score_byte,halving,doubt,above", [
     (0, 1, 200, 10), (0, 7, 255, 10), (1, 3, 128, 10), (2, 300, 90, 10), (0, 65535, 77, 10), (1, 1, 0, 10),
@@ -416,28 +445,13 @@ def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, scor
     the view was chosen for."""
     import subprocess
 
-    from tinyproto.core.render import jinja_env
     from tinyproto.core.resources import resource_dir
 
     if shutil.which("gcc") is None:
         pytest.skip("gcc not installed")
-    rng = np.random.default_rng(3)
-    n_classes = 5
-    top = 2**31 - 1 if score_byte == 2 else C.VIEW_MAX * 256**score_byte
-    assert C.judge_score_byte(top) == score_byte
-    scores = rng.integers(-top - (score_byte == 2), top + 1, size=(400, n_classes), dtype=np.int64)
-    scores[:100] = rng.integers(-50 * 256**score_byte, 50 * 256**score_byte, size=(100, n_classes))
-    scores[100:110] = [[top, -top - (score_byte == 2), 0, 1, -1]] * 10
-    scores[110:120] = 7  # every class tied
-    scores[120:130] = rng.choice([-top, top], size=(10, n_classes))
-    labels = (scores.argmin(axis=1) if lowest_wins else scores.argmax(axis=1)).astype(np.int64)
+    scores, labels = _judge_rows(5, score_byte, lowest_wins)
     calibration = C.Calibration(doubt, halving, lowest_wins, unknown_above=above, score_byte=score_byte)
-    defines = [("TP_N_CLASSES", str(n_classes)), *((k, f"({v})" if v < 0 else str(v))
-                                                   for k, v in calibration.defines().items())]
-    header = jinja_env().get_template("tinyproto_model.h.j2").render(
-        version="test", family="test", dataset="test", seed=0, model_bytes=0, budget_bytes=16, abi=1,
-        defines=defines, arrays=[])
-    (tmp_path / "tinyproto_model.h").write_text(header)
+    header = _write_judge_header(tmp_path, 5, calibration)
     (tmp_path / "driver.c").write_text("#define TP_MODEL_DATA\n" + _JUDGE_DRIVER)
     firmware = resource_dir("firmware")
     subprocess.run(["gcc", "-std=gnu99", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}", f"-I{firmware}",
@@ -456,6 +470,85 @@ def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, scor
     else:
         assert len(set(confidence.tolist())) > 3
     assert f"TP_JUDGE_SCORE_BYTE {score_byte}" in header and f"TP_JUDGE_HALVING {halving}" in header
+
+
+_AVR_JUDGE_DRIVER = r"""
+#include <string.h>
+#include <avr/io.h>
+#include <avr/pgmspace.h>
+#include "tinyproto_model.h"
+#include "judge_rows.h"
+uint8_t tp_predict(const int8_t *x, int32_t *scores) { (void)x; (void)scores; return 0; }
+static void put(uint8_t byte)
+{
+    while (!(UCSR0A & (1 << UDRE0))) {
+    }
+    UDR0 = byte;
+}
+int main(void)
+{
+    UBRR0H = 0;
+    UBRR0L = 1; /* 1 Mbaud at 16 MHz with U2X0 */
+    UCSR0A = 1 << U2X0;
+    UCSR0B = (1 << TXEN0) | (1 << RXEN0);
+    while (!(UCSR0A & (1 << RXC0))) { /* the host's go: it listens from here on */
+    }
+    (void)UDR0;
+    for (uint16_t r = 0; r < JUDGE_ROWS; ++r) {
+        int32_t scores[TP_N_CLASSES];
+        memcpy_P(scores, judge_scores[r], sizeof scores);
+        uint8_t confidence = 0;
+        uint8_t decided = tp_judge(scores, pgm_read_byte(&judge_labels[r]), &confidence);
+        put(confidence);
+        put(decided);
+    }
+    for (;;) {
+    }
+}
+"""
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("n_classes,score_byte,lowest_wins,halving,doubt,above", [
+    (10, 0, True, 3, 200, 10), (10, 1, False, 1, 255, 10), (16, 2, True, 300, 90, -C.VIEW_MAX - 1),
+    (16, 2, False, 7, 128, 10), (17, 0, False, 2, 160, C.VIEW_MAX + 1), (20, 1, True, 65535, 77, 10),
+    (2, 0, False, 1, 0, -C.VIEW_MAX - 1), (2, 1, True, 5, 31, C.VIEW_MAX + 1)])
+def test_the_avr_assembly_of_tp_judge_equals_the_reference(tmp_path, n_classes, score_byte, lowest_wins, halving,
+                                                           doubt, above):
+    """tp_judge's AVR assembly, run on the simulated Uno on random and extreme scores: the same confidence byte
+    and answer as Calibration.judge for every row. Both score rules, every view, both loops (backward up to 16
+    classes, forward beyond), 2 classes, the smallest and largest halving and doubt, and decline thresholds inside
+    and at both clamps."""
+    import serial
+
+    from tinyproto.core.resources import resource_dir
+    from tinyproto.device.sim import SimulatedUno
+
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed")
+    scores, labels = _judge_rows(n_classes, score_byte, lowest_wins, rows=160)
+    calibration = C.Calibration(doubt, halving, lowest_wins, unknown_above=above, score_byte=score_byte)
+    _write_judge_header(tmp_path, n_classes, calibration)
+    rows = ",\n".join("{" + ", ".join(f"{int(v)}L" for v in row) + "}" for row in scores)
+    (tmp_path / "judge_rows.h").write_text(
+        f"#define JUDGE_ROWS {len(scores)}\n"
+        f"static const int32_t judge_scores[JUDGE_ROWS][TP_N_CLASSES] PROGMEM = {{\n{rows}}};\n"
+        f"static const uint8_t judge_labels[JUDGE_ROWS] PROGMEM = {{{', '.join(str(int(v)) for v in labels)}}};\n")
+    (tmp_path / "driver.c").write_text(_AVR_JUDGE_DRIVER)
+    firmware = resource_dir("firmware")
+    elf = tmp_path / "judge.elf"
+    subprocess_run = __import__("subprocess").run
+    subprocess_run(["avr-gcc", "-std=gnu99", "-Os", "-mmcu=atmega328p", "-DF_CPU=16000000UL", "-Wall", "-Wextra",
+                    "-Werror", f"-I{tmp_path}", f"-I{firmware}", str(tmp_path / "driver.c"),
+                    str(firmware / "tp_judge.c"), "-o", str(elf)], check=True, capture_output=True)
+    with SimulatedUno(elf, markers=False) as uno, serial.Serial(uno.port, 1_000_000, timeout=10) as port:
+        port.write(b"g")
+        answer = port.read(2 * len(scores))
+    assert len(answer) == 2 * len(scores), f"the simulated Uno answered {len(answer)} of {2 * len(scores)} bytes"
+    device = np.frombuffer(answer, dtype=np.uint8).reshape(-1, 2).astype(np.int64)
+    confidence, decided = calibration.judge(scores, labels)
+    np.testing.assert_array_equal(device[:, 0], confidence)
+    np.testing.assert_array_equal(device[:, 1], decided)
 
 
 def test_a_sweep_point_carries_the_rate_and_the_confidence_figures(tmp_path):
