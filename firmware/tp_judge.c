@@ -69,12 +69,15 @@
 #define TP_JUDGE_LIMIT ""
 #endif
 
-__attribute__((naked, used)) uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
-{
-    (void)scores;
-    (void)label;
-    (void)confidence;
-    __asm__ volatile(
+/* A function of file-scope assembly (a naked C function would defeat -fstack-usage, which the exported library's
+ * cost uses): in a section of its own, so the linker drops it when nothing calls it, like -ffunction-sections.
+ * The name is tp_judge's after the model's prefix (tinyproto_model.h: e.g. digits_judge). It uses no stack. */
+#define TP_JUDGE_NAME TP_JUDGE_STR(tp_judge)
+__asm__(
+        ".pushsection .text." TP_JUDGE_NAME ",\"ax\",@progbits\n\t"
+        ".global " TP_JUDGE_NAME "\n\t"
+        ".type " TP_JUDGE_NAME ", @function\n"
+        TP_JUDGE_NAME ":\n\t"
         "movw r30, r24\n\t"
         "ldi r23, " TP_JUDGE_FIRST "\n\t"
         "ldi r18, lo8(" TP_JUDGE_WORST ")\n\t"
@@ -107,8 +110,9 @@ __attribute__((naked, used)) uint8_t tp_judge(const int32_t *scores, uint8_t lab
         "4:\n\t"
         "movw r24, r26\n\t"
         TP_JUDGE_LIMIT
-        "rjmp 3b\n");
-}
+        "rjmp 3b\n\t"
+        ".size " TP_JUDGE_NAME ", .-" TP_JUDGE_NAME "\n\t"
+        ".popsection\n");
 
 #else /* the portable reference */
 

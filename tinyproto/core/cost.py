@@ -26,8 +26,13 @@ COST_MODEL_TOLERANCE = 0.03
 # calibration runs (which stores 0 and returns: its 8 cycles are the call's, below): "class" per class (two loads,
 # the pointer step, the label test, the compare and keep, the loop step), "fixed" (the set-up, the margin, the
 # halving loop's exit, the byte's store), "halving" per halving and "limit" the compare in the winner's branch.
-# The halvings depend on the input's margin: the prediction takes the most, DOUBT_HALVINGS, so it is never low.
-JUDGE_CYCLES = {"fixed": 11, "class": 17, "halving": 6, "limit": 4}
+# Beyond JUDGE_BACKWARD_CLASSES classes the pass runs forwards, its count one compare longer: one cycle more per
+# class and in the fixed part. The halvings depend on the input's margin: the prediction takes the most,
+# DOUBT_HALVINGS, so it is never low (on digits, 2 kB, the mean was about 4).
+JUDGE_CYCLES = {"fixed": 10, "class": 16, "halving": 6, "limit": 4}
+# tp_judge.c runs the pass backwards while the last class's view is within ldd's 63-byte reach of the scores:
+# 4 * (classes - 1) + score byte + 1 <= 63 holds for every view up to 16 classes
+JUDGE_BACKWARD_CLASSES = 16
 
 
 # What that difference leaves out: the device app's call of tp_judge itself, which a model without a table also
@@ -40,7 +45,8 @@ def judge_cycles(n_classes: int, declines: bool) -> int:
     """Predicted cycles of tp_judge for a model of n_classes classes (declines: compiled with --unknown-rate), with
     the most halvings an input can take."""
     terms = JUDGE_CYCLES
-    return (JUDGE_CALL_CYCLES + terms["fixed"] + terms["class"] * int(n_classes)
+    forward = int(n_classes) > JUDGE_BACKWARD_CLASSES
+    return (JUDGE_CALL_CYCLES + terms["fixed"] + forward + (terms["class"] + forward) * int(n_classes)
             + terms["halving"] * DOUBT_HALVINGS + (terms["limit"] if declines else 0))
 
 
