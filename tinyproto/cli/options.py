@@ -61,8 +61,8 @@ max_latency_option = click.option(
 
 jobs_option = click.option(
     "--jobs", "jobs", type=click.IntRange(1), default=None, metavar="N",
-    help="Worker processes that validate the solver's candidates (default: every usable core; 1 inside a dask "
-         "worker). The model is the same for any N.")
+    help="Worker processes that validate the solver's candidates (default: 1 inside a dask worker, else "
+         "$TINYPROTO_JOBS when set, else every usable core). The model is the same for any N.")
 
 prefix_option = click.option(
     "--prefix", default=None, callback=not_blank, metavar="NAME",

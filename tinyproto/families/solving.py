@@ -147,10 +147,16 @@ def _shape_or_none(fit_shape: Callable, X: np.ndarray, y: np.ndarray, chosen: di
         return None
 
 
+# Sets the default of --jobs for every command a process starts (a CI job or test runner that already keeps every
+# core busy with processes of its own sets 1: a solver's pool there only fights them for the same cores and pays
+# each worker's start, about 1.5 s of CPU).
+JOBS_VARIABLE = "TINYPROTO_JOBS"
+
+
 def default_jobs() -> int:
-    """Worker processes a solver may use when the user sets none: the cores this process may run on, or 1 inside
-    a dask worker (sweep and federate already spread their work over the cluster; a pool inside each of its
-    workers would only fight it for the same cores)."""
+    """Worker processes a solver may use when the user sets none: 1 inside a dask worker (sweep and federate
+    already spread their work over the cluster; a pool inside each of its workers would only fight it for the same
+    cores), else $TINYPROTO_JOBS when set, else the cores this process may run on."""
     import sys
 
     if "distributed" in sys.modules:  # a dask worker has imported it; importing it here only costs ~0.5 s
@@ -161,6 +167,16 @@ def default_jobs() -> int:
             return 1
         except ValueError:
             pass
+    configured = os.environ.get(JOBS_VARIABLE, "").strip()
+    if configured:
+        try:
+            jobs = int(configured)
+        except ValueError:
+            jobs = 0
+        if jobs < 1:
+            raise TinyprotoError(f"{JOBS_VARIABLE} must be a whole number of processes, at least 1; got "
+                                 f"{configured!r}")
+        return jobs
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # no sched_getaffinity (macOS)
@@ -274,8 +290,8 @@ class FitShape(Protocol):
                  options: SolveOptions) -> tuple[Any, Any]: ...  # (estimator, IntModel)
 
 
-__all__ = ["DEFAULT_F_CPU_HZ", "FitShape", "FitUnderBudget", "FoldModels", "SolveOptions", "calibration_splits",
-           "default_jobs", "fit_final_and_folds", "map_in_processes"]
+__all__ = ["DEFAULT_F_CPU_HZ", "FitShape", "FitUnderBudget", "FoldModels", "JOBS_VARIABLE", "SolveOptions",
+           "calibration_splits", "default_jobs", "fit_final_and_folds", "map_in_processes"]
 
 
 def training_classes(X: np.ndarray, y: np.ndarray, family_title: str, min_rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -52,7 +52,10 @@ def hard_threshold(A: np.ndarray, fraction: float) -> np.ndarray:
     if keep >= A.size:
         return A
     drop = np.argpartition(np.abs(A).ravel(), A.size - keep)[: A.size - keep]
-    A.flat[drop] = 0.0  # .flat writes through for any memory layout (reshape could silently copy)
+    if A.flags.c_contiguous:  # reshape is then a view; indexing it is several times faster than .flat
+        A.reshape(-1)[drop] = 0.0
+    else:
+        A.flat[drop] = 0.0  # .flat writes through for any memory layout (reshape could silently copy)
     return A
 
 
