@@ -204,7 +204,10 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
         labels, fold_margin, fold_novelty = _signals(fold, X[val_rows], lowest_wins)
         classes = np.asarray(fold.classes, dtype=object)
         scale = score_scale(fold, X[fit_rows], lowest_wins)
-        ratio = final_scale / scale if scale > 0 and final_scale > 0 else 1.0
+        # a fold model of the final shape whose scores have a fixed unit (BNC's bits) needs no carrying, as its
+        # threshold does not (fixed_units)
+        same_unit = fixed_units(model) and how == "chosen shape"
+        ratio = final_scale / scale if scale > 0 and final_scale > 0 and not same_unit else 1.0
         carried_margins.append(np.floor(fold_margin * ratio / 2.0 ** (8 * score_byte)).astype(np.int64))
         hits.append(np.asarray([classes[i] == t for i, t in zip(labels, y[val_rows])], dtype=bool))
         scales.append(scale)
