@@ -135,13 +135,13 @@ def test_holdout_classes_must_name_classes_and_leave_two():
 @pytest.fixture(scope="module")
 def iris_dirs(tmp_path_factory):
     """One small ProtoNN, compiled without and with --unknown-rate (classes 2 held out of the second)."""
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     root = tmp_path_factory.mktemp("confidence")
-    plain = compile_model("iris", "protonn", "1kB", out=root / "plain", jobs=1)
-    unknown = compile_model("iris", "protonn", "1kB", out=root / "unknown", jobs=1, unknown_rate="5%")
-    held = compile_model("iris", "protonn", "1kB", out=root / "held", jobs=1, unknown_rate="5%",
-                         holdout_classes="2")
+    plain = compile_model("iris", CompileOptions("protonn", "1kB", out=root / "plain", jobs=1))
+    unknown = compile_model("iris", CompileOptions("protonn", "1kB", out=root / "unknown", jobs=1, unknown_rate="5%"))
+    held = compile_model("iris", CompileOptions("protonn", "1kB", out=root / "held", jobs=1, unknown_rate="5%",
+                                                holdout_classes="2"))
     return plain, unknown, held
 
 
@@ -352,12 +352,12 @@ def test_bnc_threshold_declines_about_the_rate_of_the_rows_it_was_fitted_on():
 
 
 def test_holdout_and_rate_errors_are_one_line(tmp_path):
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     with pytest.raises(TinyprotoError, match="--holdout-classes: no class"):
-        compile_model("iris", "protonn", "1kB", out=tmp_path / "x", holdout_classes="7")
+        compile_model("iris", CompileOptions("protonn", "1kB", out=tmp_path / "x", holdout_classes="7"))
     with pytest.raises(TinyprotoError, match="--unknown-rate"):
-        compile_model("iris", "protonn", "1kB", out=tmp_path / "x", unknown_rate="lots")
+        compile_model("iris", CompileOptions("protonn", "1kB", out=tmp_path / "x", unknown_rate="lots"))
     assert not (tmp_path / "x").exists()
 
 

@@ -65,10 +65,10 @@ def test_counts_and_frame_sizes():
 
 
 def test_learnable_compile_fits_sram_and_eeprom(compiled, tmp_path):
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     big = json.loads((compiled("digits", "2kB", "flynn") / "model.json").read_text())["hyperparameters"]
-    result = compile_model("digits", "flynn", "2kB", 0, "uno", tmp_path / "dl", learnable=True)
+    result = compile_model("digits", CompileOptions("flynn", "2kB", 0, "uno", tmp_path / "dl", learnable=True))
     model = json.loads((tmp_path / "dl" / "model.json").read_text())
     from tinyproto.families import int_model_from_json
 
