@@ -220,3 +220,19 @@ def test_the_offset_rescale_and_timer_interrupt_counts_equal_the_device_cycles(t
         own = profile["cycles"] - handler - 3 * handler / (TIMER1_OVERFLOW_CYCLES - 3)  # less the handler and its jmp
         assert handler == pytest.approx(timer_overflow_cycles(own) * (TIMER1_OVERFLOW_CYCLES - 3) / TIMER1_OVERFLOW_CYCLES)
     assert handler > 0  # the last shape's inference is long enough to overflow Timer1
+
+
+@pytest.mark.device
+def test_the_profiler_maps_addresses_to_code_symbols_only(built_models):
+    """tools/profile_firmware.py attributes each sampled address to the function below it: an absolute symbol
+    such as __stack (an SRAM address that avr-nm lists among the code's) once cut a function in two."""
+    from profile_firmware import functions_of
+
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.pipeline.validate import load_build_info
+
+    build = load_build_info(load_model_dir(built_models("iris", "1kB")))
+    addresses, names = functions_of(build.elf)
+    assert "tp_predict_raw" in names or any(name.endswith("_predict") for name in names)
+    assert "__stack" not in names and "__heap_end" not in names
+    assert addresses == sorted(addresses) and addresses[-1] <= build.flash_bytes  # _etext ends the code
