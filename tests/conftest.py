@@ -48,14 +48,14 @@ def compiled(tmp_path_factory):
     directory that no test ever sees; every call hands out a fresh copy of it. So a test may build, validate,
     learn in or damage what it got without changing what any other test gets: results do not depend on the order
     the tests run in or on the worker they run on."""
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     root = run_wide_dir(tmp_path_factory) / "compiled"
     root.mkdir(exist_ok=True)
 
     def make(data: str, budget: str, family: str = "protonn", seed: int = 0, board: str = "uno") -> Path:
         def train(into: Path) -> None:
-            compile_model(data, family, budget, seed, board, into / "model")
+            compile_model(data, CompileOptions(family, budget, seed, board, into / "model"))
 
         on_board = "" if board == "uno" else f"-{board}"
         master = made_once(root, f"{family}-{data}-{budget}-{seed}{on_board}", train) / "model"

@@ -278,7 +278,7 @@ def test_compile_refusal_is_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "tinyproto", "compile", "digits", "--model", "bloom", "--budget",
                              "50B", "--out", str(tmp_path / "m")], capture_output=True, text=True, timeout=300)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.strip().count("\n") == 0 and "needs 70 B with its 16 B confidence table" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "needs 54 B" in result.stderr
 
 
 # ---------------------------------------------------------------- end to end on the simulated Uno

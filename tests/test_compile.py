@@ -74,11 +74,11 @@ def test_avr_gcc_compiles_model_into_flash_not_data(compiled, tmp_path):
 
 @pytest.mark.parametrize("family", ["protonn", "flynn"])
 def test_two_compiles_are_byte_identical(tmp_path, family):
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     outs = []
     for name in ("a", "b"):
-        compile_model("wine", family, "1kB", 3, "uno", tmp_path / name)
+        compile_model("wine", CompileOptions(family, "1kB", 3, "uno", tmp_path / name))
         outs.append(tmp_path / name)
     files_a = sorted(p.relative_to(outs[0]) for p in outs[0].rglob("*") if p.is_file())
     files_b = sorted(p.relative_to(outs[1]) for p in outs[1].rglob("*") if p.is_file())

@@ -15,9 +15,11 @@ from tinyproto.core import confidence as C
 from tinyproto.core.errors import TinyprotoError
 
 
-def test_margin_bins_shift_the_margin_of_the_view_and_cap_it():
-    assert C.margin_bins(np.array([0, 3, 4, 63, 64, 65535]), 2).tolist() == [0, 0, 1, 15, 15, 15]
-    assert C.margin_bins(np.array([7, 16]), 0).tolist() == [7, 15]
+def test_the_doubt_halves_for_every_whole_halving_of_margin():
+    assert C.halvings(np.array([0, 3, 4, 7, 8, 65535]), 4).tolist() == [0, 0, 1, 1, 2, C.DOUBT_HALVINGS]
+    assert C.confidence_bytes(np.array([0, 9, 10, 25, 30, 79, 80, 65535]), 200, 10).tolist() == [
+        55, 55, 155, 205, 230, 254, 255, 255]  # 255 - (200 >> k): 200, 100, 50, 25, ..., 1, 0
+    assert C.confidence_bytes(np.array([0, 65535]), 0, 65535).tolist() == [255, 255]
     # the view rounds down (two bytes of the int32); the margin is the uint16 difference the way the scores win
     assert C.score_view(np.array([-1, 255, 256, -257, 2**31 - 1]), 1).tolist() == [-1, 0, 1, -2, 2**23 - 1]
     assert C.margins(np.array([5, -3]), np.array([-32768, -3]), lowest_wins=False).tolist() == [32773, 0]
@@ -37,7 +39,7 @@ def test_a_threshold_in_the_view_declines_what_it_declines_in_score_units_up_to_
     assert C.view_threshold(-12, 0, lowest_wins=False) == -12 and C.view_threshold(6, 0, lowest_wins=True) == 6
     scores = np.arange(-5000, 5000, 7)
     for lowest_wins in (False, True):
-        calibration = C.Calibration(np.zeros(16, np.uint8), lowest_wins, score_byte=1)
+        calibration = C.Calibration(0, 1, lowest_wins, score_byte=1)
         novel = C.novelty(scores, lowest_wins)
         above = C.view_threshold(1234, 1, lowest_wins)
         in_view = C.novelty(C.score_view(scores, 1), lowest_wins) > above
@@ -48,18 +50,26 @@ def test_a_threshold_in_the_view_declines_what_it_declines_in_score_units_up_to_
     assert C.view_threshold(-(10**9), 1, lowest_wins=False) == -C.VIEW_MAX - 1
 
 
-def test_the_margin_shift_resolves_where_the_hits_change():
-    """Rows right up to margin 40 and wrong below 8: a shift that separates them (>= 8 in one bin, < 8 in
-    another) predicts them exactly; shift 0 does too, and is the smallest."""
+def test_fit_doubt_finds_the_doubt_and_halving_the_hits_were_drawn_with():
+    """Rows whose hits are drawn with the very curve the device computes (doubt 160 at a tie, halved every 25 of
+    margin): the fit recovers both closely, and its Brier score is no worse than the true pair's. Rows all right
+    need no doubt; a step (wrong below margin 8, right from 8) is fitted by a tie's full doubt and a halving that
+    ranks every wrong row below every right one."""
+    rng = np.random.default_rng(0)
+    margin = rng.integers(0, 200, size=20000)
+    right = rng.random(20000) < C.confidence_bytes(margin, 160, 25) / 255.0
+    doubt, halving = C.fit_doubt(margin, right)
+    assert abs(doubt - 160) <= 12 and 21 <= halving <= 29
+
+    def brier(d, h):
+        return float(np.mean((C.confidence_bytes(margin, d, h) / 255.0 - right) ** 2))
+
+    assert brier(doubt, halving) <= brier(160, 25)
+    assert C.fit_doubt(np.array([0, 5, 90]), np.ones(3, bool)) == (0, 1)
     margin = np.array([0, 2, 4, 6] * 5 + [8, 20, 40, 300] * 20)
-    correct = margin >= 8
-    assert C.choose_margin_shift(margin, correct) == 0
-    # wrong only at margins 0-99: shift 0 caps everything above 15 together with 16-99; 6 (64) or 7 (128)
-    # keeps 0-99 apart from 128 and above
-    margin = np.array(list(range(0, 100, 5)) * 4 + list(range(128, 2048, 64)) * 4)
-    shift = C.choose_margin_shift(margin, margin >= 100)
-    bins = C.margin_bins(margin, shift)
-    assert bins[margin < 100].max() < bins[margin >= 100].min()
+    doubt, halving = C.fit_doubt(margin, margin >= 8)
+    conf = C.confidence_bytes(margin, doubt, halving)
+    assert doubt == 255 and conf[margin < 8].max() < conf[margin >= 8].min()
 
 
 def test_runner_up_follows_the_score_rule():
@@ -70,15 +80,6 @@ def test_runner_up_follows_the_score_rule():
     w, r = C.winner_and_runner_up(scores, labels, lowest_wins=True)
     assert r.tolist() == [5, 2]
     assert C.novelty(np.array([4]), True).tolist() == [4] and C.novelty(np.array([4]), False).tolist() == [-4]
-
-
-def test_isotonic_table_is_monotone_and_matches_the_bins_accuracy():
-    bins = np.array([0] * 10 + [3] * 10 + [8] * 10 + [15] * 10)
-    correct = np.array([1] * 5 + [0] * 5 + [1] * 2 + [0] * 8 + [1] * 9 + [0] + [1] * 10, dtype=bool)
-    table = C.isotonic_table(bins, correct)
-    assert np.all(np.diff(table.astype(int)) >= 0)
-    assert table[0] == table[3] == round(255 * 7 / 20)  # 0.5 then 0.2 pooled to 0.35
-    assert table[8] == round(255 * 0.9) and table[15] == 255
 
 
 def test_decline_threshold_declines_at_most_the_rate():
@@ -134,13 +135,13 @@ def test_holdout_classes_must_name_classes_and_leave_two():
 @pytest.fixture(scope="module")
 def iris_dirs(tmp_path_factory):
     """One small ProtoNN, compiled without and with --unknown-rate (classes 2 held out of the second)."""
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     root = tmp_path_factory.mktemp("confidence")
-    plain = compile_model("iris", "protonn", "1kB", out=root / "plain", jobs=1)
-    unknown = compile_model("iris", "protonn", "1kB", out=root / "unknown", jobs=1, unknown_rate="5%")
-    held = compile_model("iris", "protonn", "1kB", out=root / "held", jobs=1, unknown_rate="5%",
-                         holdout_classes="2")
+    plain = compile_model("iris", CompileOptions("protonn", "1kB", out=root / "plain", jobs=1))
+    unknown = compile_model("iris", CompileOptions("protonn", "1kB", out=root / "unknown", jobs=1, unknown_rate="5%"))
+    held = compile_model("iris", CompileOptions("protonn", "1kB", out=root / "held", jobs=1, unknown_rate="5%",
+                                                holdout_classes="2"))
     return plain, unknown, held
 
 
@@ -167,10 +168,10 @@ def test_report_gives_coverage_calibration_and_held_out_figures(iris_dirs):
     plain, unknown, held = iris_dirs
     conf = plain.report["confidence"]
     assert conf["coverage"] == 1.0 and "held_out" not in conf
-    assert 0 <= conf["ece"] <= 1 and len(conf["calibration"]["table"]) == C.CONFIDENCE_BINS
+    assert 0 <= conf["ece"] <= 1 and 0 <= conf["calibration"]["doubt"] <= 255 and conf["calibration"]["halving"] >= 1
     # the fold models are the final model's shape trained on each fold (Family.fit_shape), not a search each
     assert conf["calibration"]["fold_models"] == ["chosen shape"] * conf["calibration"]["folds"] == ["chosen shape"] * 3
-    assert "confidence" in plain.ledger.by_array()
+    assert "confidence" not in plain.ledger.by_array()  # two constants in the code, no array in flash
     figures = held.report["confidence"]["held_out"]
     assert figures["rows"] == 50 and 0 <= figures["auroc"] <= 1 and 0 <= figures["declined"] <= 1
     # every row of class 2 is a test row: the 100 rows of classes 0 and 1 split as before, plus all 50 of class 2
@@ -351,12 +352,12 @@ def test_bnc_threshold_declines_about_the_rate_of_the_rows_it_was_fitted_on():
 
 
 def test_holdout_and_rate_errors_are_one_line(tmp_path):
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     with pytest.raises(TinyprotoError, match="--holdout-classes: no class"):
-        compile_model("iris", "protonn", "1kB", out=tmp_path / "x", holdout_classes="7")
+        compile_model("iris", CompileOptions("protonn", "1kB", out=tmp_path / "x", holdout_classes="7"))
     with pytest.raises(TinyprotoError, match="--unknown-rate"):
-        compile_model("iris", "protonn", "1kB", out=tmp_path / "x", unknown_rate="lots")
+        compile_model("iris", CompileOptions("protonn", "1kB", out=tmp_path / "x", unknown_rate="lots"))
     assert not (tmp_path / "x").exists()
 
 
@@ -404,40 +405,53 @@ int main(void)
 """
 
 
+def _judge_rows(n_classes: int, score_byte: int, lowest_wins: bool, rows: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """Random and extreme int32 scores within the bound the view was chosen for (small ones, the bound at both
+    ends, every class tied, only the extremes), and each row's label by the score rule."""
+    rng = np.random.default_rng(3)
+    top = 2**31 - 1 if score_byte == 2 else C.VIEW_MAX * 256**score_byte
+    assert C.judge_score_byte(top) == score_byte
+    scores = rng.integers(-top - (score_byte == 2), top + 1, size=(rows, n_classes), dtype=np.int64)
+    scores[:rows // 4] = rng.integers(-50 * 256**score_byte, 50 * 256**score_byte, size=(rows // 4, n_classes))
+    extremes = [top, -top - (score_byte == 2), 0, 1, -1] * n_classes
+    scores[rows // 4:rows // 4 + 10] = [extremes[:n_classes]] * 10
+    scores[rows // 4 + 10:rows // 4 + 20] = 7  # every class tied
+    scores[rows // 4 + 20:rows // 4 + 30] = rng.choice([-top, top], size=(10, n_classes))
+    labels = (scores.argmin(axis=1) if lowest_wins else scores.argmax(axis=1)).astype(np.int64)
+    return scores, labels
+
+
+def _write_judge_header(directory: Path, n_classes: int, calibration) -> str:
+    """The generated model header of a model of n_classes classes with this calibration and no arrays."""
+    from tinyproto.core.render import jinja_env
+
+    defines = [("TP_N_CLASSES", str(n_classes)), *((k, f"({v})" if v < 0 else str(v))
+                                                   for k, v in calibration.defines().items())]
+    header = jinja_env().get_template("tinyproto_model.h.j2").render(
+        version="test", family="test", dataset="test", seed=0, model_bytes=0, budget_bytes=16, abi=1,
+        defines=defines, arrays=[])
+    (directory / "tinyproto_model.h").write_text(header)
+    return header
+
+
 @pytest.mark.parametrize("lowest_wins", [False, True])
-@pytest.mark.parametrize("score_byte,shift,above", [(0, 0, 10), (0, 3, 10), (1, 2, 10), (2, 9, 10), (0, 15, 10),
-                                                    (1, 0, C.VIEW_MAX + 1), (0, 4, -C.VIEW_MAX - 1)])
-def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, score_byte, shift, above):
+@pytest.mark.parametrize("score_byte,halving,doubt,above", [
+    (0, 1, 200, 10), (0, 7, 255, 10), (1, 3, 128, 10), (2, 300, 90, 10), (0, 65535, 77, 10), (1, 1, 0, 10),
+    (1, 2, 255, C.VIEW_MAX + 1), (0, 5, 31, -C.VIEW_MAX - 1)])
+def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, score_byte, halving, doubt, above):
     """tp_judge.c, compiled for the host, against Calibration.judge on random and extreme scores (both score
-    rules, every view, small and large shifts, a decline threshold inside and beyond both ends of a bounded view):
-    the same confidence byte and answer for every row. The scores are drawn within the bound the view was chosen
-    for."""
+    rules, every view, the smallest and largest halving and doubt, a decline threshold inside and beyond both ends
+    of a bounded view): the same confidence byte and answer for every row. The scores are drawn within the bound
+    the view was chosen for."""
     import subprocess
 
-    from tinyproto.core.render import jinja_env
     from tinyproto.core.resources import resource_dir
 
     if shutil.which("gcc") is None:
         pytest.skip("gcc not installed")
-    rng = np.random.default_rng(3)
-    n_classes = 5
-    top = 2**31 - 1 if score_byte == 2 else C.VIEW_MAX * 256**score_byte
-    assert C.judge_score_byte(top) == score_byte
-    scores = rng.integers(-top - (score_byte == 2), top + 1, size=(400, n_classes), dtype=np.int64)
-    scores[:100] = rng.integers(-50 * 256**score_byte, 50 * 256**score_byte, size=(100, n_classes))
-    scores[100:110] = [[top, -top - (score_byte == 2), 0, 1, -1]] * 10
-    scores[110:120] = 7  # every class tied
-    scores[120:130] = rng.choice([-top, top], size=(10, n_classes))
-    labels = (scores.argmin(axis=1) if lowest_wins else scores.argmax(axis=1)).astype(np.int64)
-    table = np.arange(16, dtype=np.uint8) * 16 + 3
-    calibration = C.Calibration(table, lowest_wins, unknown_above=above, score_byte=score_byte, margin_shift=shift)
-    defines = [("TP_N_CLASSES", str(n_classes)), *((k, f"({v})" if v < 0 else str(v))
-                                                   for k, v in calibration.defines().items())]
-    header = jinja_env().get_template("tinyproto_model.h.j2").render(
-        version="test", family="test", dataset="test", seed=0, model_bytes=16, budget_bytes=16, abi=1,
-        defines=defines, arrays=[{"name": "confidence", "ctype": "uint8_t", "count": 16, "nbytes": 16, "what": "t",
-                                  "rows": [", ".join(str(int(v)) for v in table) + ","]}])
-    (tmp_path / "tinyproto_model.h").write_text(header)
+    scores, labels = _judge_rows(5, score_byte, lowest_wins)
+    calibration = C.Calibration(doubt, halving, lowest_wins, unknown_above=above, score_byte=score_byte)
+    header = _write_judge_header(tmp_path, 5, calibration)
     (tmp_path / "driver.c").write_text("#define TP_MODEL_DATA\n" + _JUDGE_DRIVER)
     firmware = resource_dir("firmware")
     subprocess.run(["gcc", "-std=gnu99", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}", f"-I{firmware}",
@@ -451,8 +465,90 @@ def test_host_compiled_tp_judge_equals_the_reference(tmp_path, lowest_wins, scor
     np.testing.assert_array_equal(device[:, 1], decided)
     declined = (decided == C.UNKNOWN_LABEL).mean()
     assert 0 < declined < 1 if above == 10 else declined in (0.0, 1.0)
-    assert len(set(confidence.tolist())) > (1 if shift == 15 else 3)  # a uint16 margin >> 15 is 0 or 1
-    assert f"TP_JUDGE_SCORE_BYTE {score_byte}" in header and f"TP_JUDGE_MARGIN_SHIFT {shift}" in header
+    if doubt == 0 or halving == 65535:  # no doubt to halve, or no uint16 margin reaches one halving
+        assert set(confidence.tolist()) == {255 - doubt}
+    else:
+        assert len(set(confidence.tolist())) > 3
+    assert f"TP_JUDGE_SCORE_BYTE {score_byte}" in header and f"TP_JUDGE_HALVING {halving}" in header
+
+
+_AVR_JUDGE_DRIVER = r"""
+#include <string.h>
+#include <avr/io.h>
+#include <avr/pgmspace.h>
+#include "tinyproto_model.h"
+#include "judge_rows.h"
+uint8_t tp_predict(const int8_t *x, int32_t *scores) { (void)x; (void)scores; return 0; }
+static void put(uint8_t byte)
+{
+    while (!(UCSR0A & (1 << UDRE0))) {
+    }
+    UDR0 = byte;
+}
+int main(void)
+{
+    UBRR0H = 0;
+    UBRR0L = 1; /* 1 Mbaud at 16 MHz with U2X0 */
+    UCSR0A = 1 << U2X0;
+    UCSR0B = (1 << TXEN0) | (1 << RXEN0);
+    while (!(UCSR0A & (1 << RXC0))) { /* the host's go: it listens from here on */
+    }
+    (void)UDR0;
+    for (uint16_t r = 0; r < JUDGE_ROWS; ++r) {
+        int32_t scores[TP_N_CLASSES];
+        memcpy_P(scores, judge_scores[r], sizeof scores);
+        uint8_t confidence = 0;
+        uint8_t decided = tp_judge(scores, pgm_read_byte(&judge_labels[r]), &confidence);
+        put(confidence);
+        put(decided);
+    }
+    for (;;) {
+    }
+}
+"""
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("n_classes,score_byte,lowest_wins,halving,doubt,above", [
+    (10, 0, True, 3, 200, 10), (10, 1, False, 1, 255, 10), (16, 2, True, 300, 90, -C.VIEW_MAX - 1),
+    (16, 2, False, 7, 128, 10), (17, 0, False, 2, 160, C.VIEW_MAX + 1), (20, 1, True, 65535, 77, 10),
+    (2, 0, False, 1, 0, -C.VIEW_MAX - 1), (2, 1, True, 5, 31, C.VIEW_MAX + 1)])
+def test_the_avr_assembly_of_tp_judge_equals_the_reference(tmp_path, n_classes, score_byte, lowest_wins, halving,
+                                                           doubt, above):
+    """tp_judge's AVR assembly, run on the simulated Uno on random and extreme scores: the same confidence byte
+    and answer as Calibration.judge for every row. Both score rules, every view, both loops (backward up to 16
+    classes, forward beyond), 2 classes, the smallest and largest halving and doubt, and decline thresholds inside
+    and at both clamps."""
+    import serial
+
+    from tinyproto.core.resources import resource_dir
+    from tinyproto.device.sim import SimulatedUno
+
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed")
+    scores, labels = _judge_rows(n_classes, score_byte, lowest_wins, rows=160)
+    calibration = C.Calibration(doubt, halving, lowest_wins, unknown_above=above, score_byte=score_byte)
+    _write_judge_header(tmp_path, n_classes, calibration)
+    rows = ",\n".join("{" + ", ".join(f"{int(v)}L" for v in row) + "}" for row in scores)
+    (tmp_path / "judge_rows.h").write_text(
+        f"#define JUDGE_ROWS {len(scores)}\n"
+        f"static const int32_t judge_scores[JUDGE_ROWS][TP_N_CLASSES] PROGMEM = {{\n{rows}}};\n"
+        f"static const uint8_t judge_labels[JUDGE_ROWS] PROGMEM = {{{', '.join(str(int(v)) for v in labels)}}};\n")
+    (tmp_path / "driver.c").write_text(_AVR_JUDGE_DRIVER)
+    firmware = resource_dir("firmware")
+    elf = tmp_path / "judge.elf"
+    subprocess_run = __import__("subprocess").run
+    subprocess_run(["avr-gcc", "-std=gnu99", "-Os", "-mmcu=atmega328p", "-DF_CPU=16000000UL", "-Wall", "-Wextra",
+                    "-Werror", f"-I{tmp_path}", f"-I{firmware}", str(tmp_path / "driver.c"),
+                    str(firmware / "tp_judge.c"), "-o", str(elf)], check=True, capture_output=True)
+    with SimulatedUno(elf, markers=False) as uno, serial.Serial(uno.port, 1_000_000, timeout=10) as port:
+        port.write(b"g")
+        answer = port.read(2 * len(scores))
+    assert len(answer) == 2 * len(scores), f"the simulated Uno answered {len(answer)} of {2 * len(scores)} bytes"
+    device = np.frombuffer(answer, dtype=np.uint8).reshape(-1, 2).astype(np.int64)
+    confidence, decided = calibration.judge(scores, labels)
+    np.testing.assert_array_equal(device[:, 0], confidence)
+    np.testing.assert_array_equal(device[:, 1], decided)
 
 
 def test_a_sweep_point_carries_the_rate_and_the_confidence_figures(tmp_path):
@@ -465,7 +561,7 @@ def test_a_sweep_point_carries_the_rate_and_the_confidence_figures(tmp_path):
     assert (tmp_path / "p" / "model.json").read_text().count('"unknown_above": null') == 0
 
 
-def test_a_model_without_a_table_reports_no_confidence(tmp_path):
+def test_a_model_without_calibration_reports_no_confidence(tmp_path):
     """A producer that writes a plain integer model (federated training): the firmware answers confidence 0 and
     its label, the test vectors say the same, and report.json claims no calibration."""
     from tinyproto import families
@@ -483,12 +579,12 @@ def test_a_model_without_a_table_reports_no_confidence(tmp_path):
     assert result.report["confidence"] is None
     vectors = load_model_dir(tmp_path / "plain").vectors()
     assert not vectors.confidence.any() and np.array_equal(vectors.decided, vectors.labels)
-    assert "TP_CONFIDENCE_BINS" not in (tmp_path / "plain" / "include" / "tinyproto_model.h").read_text()
+    assert "TP_JUDGE_DOUBT" not in (tmp_path / "plain" / "include" / "tinyproto_model.h").read_text()
 
 
 def test_the_cost_model_counts_the_confidence_stage(iris_dirs):
-    """predict_cycles adds tp_judge's cycles (core/cost.judge_cycles, with the model's margin shift) to the
-    family's own for a model with a table, and the threshold's compare with --unknown-rate."""
+    """predict_cycles adds tp_judge's cycles (core/cost.judge_cycles) to the family's own for a calibrated model,
+    and the threshold's compare with --unknown-rate."""
     from tinyproto import families
     from tinyproto.core.cost import judge_cycles
     from tinyproto.core.modeldir import load_model_dir
@@ -496,17 +592,15 @@ def test_the_cost_model_counts_the_confidence_stage(iris_dirs):
 
     plain_dir, unknown_dir, _ = iris_dirs
     judged = load_int_model(load_model_dir(unknown_dir.out_dir))
-    shift = judged.calibration.margin_shift
-    assert judged.defines()["TP_JUDGE_MARGIN_SHIFT"] == shift
+    assert judged.defines()["TP_JUDGE_HALVING"] == judged.calibration.halving
     own = families.family_of(judged).predict_cycles(judged)["total"]
-    assert predict_cycles(judged)["total"] == own + judge_cycles(judged.n_classes, True, shift)
+    assert predict_cycles(judged)["total"] == own + judge_cycles(judged.n_classes, True)
     without_limit = load_int_model(load_model_dir(plain_dir.out_dir))
-    assert predict_cycles(without_limit)["judge"] == judge_cycles(judged.n_classes, False,
-                                                                  without_limit.calibration.margin_shift)
+    assert predict_cycles(without_limit)["judge"] == judge_cycles(judged.n_classes, False)
     bare = type(judged).__mro__[1](**{f.name: getattr(judged, f.name)
                                       for f in dataclasses.fields(type(judged).__mro__[1])})
     assert "judge" not in predict_cycles(bare) and predict_cycles(bare)["total"] == own
-    assert judge_cycles(10, True) >= judge_cycles(10, True, shift)  # the solvers leave room for the costliest
+    assert judge_cycles(10, True) > judge_cycles(10, False)
 
 
 @pytest.mark.device

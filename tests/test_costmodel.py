@@ -185,3 +185,19 @@ def test_the_sift_hand_counts_equal_the_device_cycles(tmp_path):
         heapify = terms["heapify"] * FLY_CYCLES["heapify"] + terms["heapify_fixed"] * FLY_CYCLES["heapify_fixed"]
         assert sift == pytest.approx(measured["tp_flynn_sift"]), rho
         assert heapify == pytest.approx(measured["tp_flynn_heapify"]), rho
+
+
+@pytest.mark.device
+def test_the_profiler_maps_addresses_to_code_symbols_only(built_models):
+    """tools/profile_firmware.py attributes each sampled address to the function below it: an absolute symbol
+    such as __stack (an SRAM address that avr-nm lists among the code's) once cut a function in two."""
+    from profile_firmware import functions_of
+
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.pipeline.validate import load_build_info
+
+    build = load_build_info(load_model_dir(built_models("iris", "1kB")))
+    addresses, names = functions_of(build.elf)
+    assert "tp_predict_raw" in names or any(name.endswith("_predict") for name in names)
+    assert "__stack" not in names and "__heap_end" not in names
+    assert addresses == sorted(addresses) and addresses[-1] <= build.flash_bytes  # _etext ends the code

@@ -59,13 +59,11 @@ def test_device_equals_host_reference(compiled, data, budget, family):
 
 
 def test_smallest_budget_that_fits_digits(tmp_path):
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
-    from tinyproto.families.judging import table_bytes
-
-    smallest = minimum_budget(64, 10) + table_bytes()  # the solver's smallest model beside the confidence table
+    smallest = minimum_budget(64, 10)  # the calibration puts no array in flash: the solver's smallest model
     out = tmp_path / "smallest"
-    result = compile_model("digits", "protonn", f"{smallest}B", 0, "uno", out)
+    result = compile_model("digits", CompileOptions("protonn", f"{smallest}B", 0, "uno", out))
     assert result.report["model_bytes"] <= smallest
     v = build_and_validate(out)
     assert v["score_agreement"] == 1.0 and v["label_agreement"] == 1.0

@@ -16,7 +16,7 @@ from tinyproto.pipeline.arduino import (
     export_arduino,
     library_header,
 )
-from tinyproto.pipeline.compile import compile_model
+from tinyproto.pipeline.compile import CompileOptions, compile_model
 
 BOARDS = available_boards()  # what `tinyproto boards` lists
 
@@ -80,7 +80,7 @@ def test_the_export_states_the_clock_of_the_board_the_model_was_compiled_for(tmp
     """End to end: a model compiled for the 8 MHz Pro Mini exports a library whose times are at 8 MHz."""
     board = load_board("pro_mini_3v3")
     assert board.f_cpu_hz == 8_000_000
-    model_dir = compile_model("iris", "bloom", "1kB", 0, board.name, tmp_path / "model").out_dir
+    model_dir = compile_model("iris", CompileOptions("bloom", "1kB", 0, board.name, tmp_path / "model")).out_dir
     result = export_arduino(model_dir, tmp_path / "export")
     header = (result.library_dir / "src" / f"{result.name}.h").read_text()
     model = families.load_int_model(load_model_dir(model_dir))

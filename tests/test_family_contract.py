@@ -47,7 +47,7 @@ def test_the_integer_model_survives_model_json(name):
 
 @pytest.mark.parametrize("name", families.names())
 def test_fit_shape_on_the_solvers_rows_is_the_solvers_model_bit_for_bit(name):
-    """Family.fit_shape (the chosen shape trained again, no search: what the confidence table's fold models are)
+    """Family.fit_shape (the chosen shape trained again, no search: what the calibration's fold models are)
     given the solver's own rows and its info["chosen"] returns the solver's model: the same arrays, defines and
     hash. So the shape is recoverable from the solver's report and every random choice comes from the seed."""
     from tinyproto.core.datasets import load_dataset, split

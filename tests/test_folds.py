@@ -86,7 +86,7 @@ def _federate_and_compile(tmp_path: Path, compiled, data: str, parties: int, spl
                                                 ("segment", 8, "dirichlet:0.3")])
 def test_federated_without_dp_is_the_model_compile_deploys(tmp_path, compiled, data, parties, split):
     out = _federate_and_compile(tmp_path, compiled, data, parties, split)
-    # compile's model less its confidence table (which a federated model does not carry); the report's
+    # compile's model less its calibration (which a federated model does not carry); the report's
     # identical_to_compile compares both rendered headers
     assert out["same_int_model"] and out["report"]["identical_to_compile"] is True
 

@@ -94,8 +94,8 @@ KILL_IN_SWAP = textwrap.dedent("""
             original_exchange(a, b)
             die()
         md._exchange = exchange_then_die
-    from tinyproto.pipeline.compile import compile_model
-    compile_model("iris", "protonn", "1kB", int(sys.argv[3]), "uno", sys.argv[2])
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
+    compile_model("iris", CompileOptions("protonn", "1kB", int(sys.argv[3]), "uno", sys.argv[2]))
 """)
 
 

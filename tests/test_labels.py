@@ -13,7 +13,7 @@ import pytest
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.labels import class_list, code_labels, encode
 from tinyproto.core.modeldir import TestVectors as Vectors
-from tinyproto.pipeline.compile import accuracy_collapse, compile_model
+from tinyproto.pipeline.compile import CompileOptions, accuracy_collapse, compile_model
 
 # each coding: the label text of geometric cluster 0, 1, 2 and the classes tinyproto must read them as
 CODINGS = {
@@ -92,7 +92,7 @@ def test_every_coding_gives_a_right_model(coding, family, tmp_path):
     results = {}
     for source in ("d.csv", "d.npz"):
         out = tmp_path / f"m_{source}"
-        result = compile_model(str(tmp_path / source), family, "1kB", 0, "uno", out)
+        result = compile_model(str(tmp_path / source), CompileOptions(family, "1kB", 0, "uno", out))
         report = result.report
         assert report["float_accuracy"] == 1.0 and report["int8_accuracy"] == 1.0, (coding, source, report)
         assert not any("validated" in w for w in report["warnings"])

@@ -30,10 +30,10 @@ def _predicted_ms(model_dir) -> float:
 
 @pytest.fixture(scope="module")
 def digits_1ms(tmp_path_factory):
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     out = tmp_path_factory.mktemp("lat") / "digits-1ms"
-    compile_model("digits", "protonn", "2kB", 0, "uno", out, max_latency_ms=1.0)
+    compile_model("digits", CompileOptions("protonn", "2kB", 0, "uno", out, max_latency_ms=1.0))
     return out
 
 
@@ -55,10 +55,10 @@ def test_protonn_digits_2kB_within_1ms(digits_1ms):
 
 
 def test_same_seed_same_bytes_with_a_limit(tmp_path):
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     for name in ("a", "b"):
-        compile_model("wine", "protonn", "1kB", 3, "uno", tmp_path / name, max_latency_ms=0.4)
+        compile_model("wine", CompileOptions("protonn", "1kB", 3, "uno", tmp_path / name, max_latency_ms=0.4))
     for file in ("model.json", "model.h", "test_vectors.npz"):
         if (tmp_path / "a" / file).exists():
             assert (tmp_path / "a" / file).read_bytes() == (tmp_path / "b" / file).read_bytes(), file
@@ -158,11 +158,11 @@ def test_no_limit_is_recorded_as_none(compiled):
 @pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"), reason="libsimavr-dev not installed")
 def test_simulator_measures_the_limit(tmp_path):
     """The limit is a prediction; on the simulated Uno the measured cycles agree within the cost model's error."""
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     limit = 0.45
     out = tmp_path / "bc"
-    compile_model("breast_cancer", "protonn", "1kB", 0, "uno", out, max_latency_ms=limit)
+    compile_model("breast_cancer", CompileOptions("protonn", "1kB", 0, "uno", out, max_latency_ms=limit))
     assert _predicted_ms(out) <= limit
     assert cli("build", str(out)).returncode == 0
     result = cli("validate", str(out), "--sim", "--json")

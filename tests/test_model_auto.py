@@ -9,11 +9,11 @@ import pytest
 from tinyproto import families
 from tinyproto.families import choosing
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.pipeline.compile import compile_model
+from tinyproto.pipeline.compile import CompileOptions, compile_model
 
 
 def test_auto_keeps_the_cheapest_family_within_one_standard_error_of_the_best(tmp_path):
-    result = compile_model("iris", families.AUTO, "1kB", 0, out=tmp_path / "auto")
+    result = compile_model("iris", CompileOptions(families.AUTO, "1kB", 0, out=tmp_path / "auto"))
     auto = result.report["auto"]
     assert [row["family"] for row in auto["families"]] == list(families.names())
     fitted = [row for row in auto["families"] if "refused" not in row]
@@ -49,10 +49,10 @@ def test_the_one_standard_error_rule():
 
 def test_auto_refuses_in_one_message_when_no_family_fits(tmp_path):
     with pytest.raises(TinyprotoError, match="no model family fits: protonn: .*needs"):
-        compile_model("iris", families.AUTO, "8B", 0, out=tmp_path / "none")
+        compile_model("iris", CompileOptions(families.AUTO, "8B", 0, out=tmp_path / "none"))
     assert not (tmp_path / "none").exists()
 
 
 def test_auto_is_not_learnable(tmp_path):
     with pytest.raises(TinyprotoError, match="--learnable is for --model flynn"):
-        compile_model("iris", families.AUTO, "1kB", 0, out=tmp_path / "x", learnable=True)
+        compile_model("iris", CompileOptions(families.AUTO, "1kB", 0, out=tmp_path / "x", learnable=True))

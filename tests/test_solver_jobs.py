@@ -12,11 +12,11 @@ from tinyproto.families.solving import JOBS_VARIABLE, default_jobs
 
 @pytest.mark.parametrize("name", families.names())
 def test_the_header_is_the_same_with_one_and_two_workers(tmp_path, name):
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     headers = []
     for jobs in (1, 2):
-        compile_model("wine", name, "1kB", 0, out=tmp_path / f"j{jobs}", jobs=jobs)
+        compile_model("wine", CompileOptions(name, "1kB", 0, out=tmp_path / f"j{jobs}", jobs=jobs))
         headers.append((tmp_path / f"j{jobs}/include/tinyproto_model.h").read_bytes())
     assert headers[0] == headers[1]
 
@@ -28,12 +28,12 @@ def test_protonn_fits_in_two_workers_give_the_same_header(tmp_path, monkeypatch)
     import json
 
     from tinyproto.families.protonn import solver
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     monkeypatch.setattr(solver, "PARALLEL_MIN_VALUES", 0)
     outs = []
     for jobs in (1, 2):
-        compile_model("wine", "protonn", "1kB", 0, out=tmp_path / f"j{jobs}", jobs=jobs)
+        compile_model("wine", CompileOptions("protonn", "1kB", 0, out=tmp_path / f"j{jobs}", jobs=jobs))
         report = json.loads((tmp_path / f"j{jobs}/report.json").read_text())
         outs.append(((tmp_path / f"j{jobs}/include/tinyproto_model.h").read_bytes(),
                      (tmp_path / f"j{jobs}/model.json").read_bytes(), report["solver"]["candidates"],

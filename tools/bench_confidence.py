@@ -2,15 +2,19 @@
 """What the confidence stage costs on the simulated Uno: one integer model per family, written three ways and
 each built and validated on the simulator:
 
-- ``none``: the model without its confidence table (the firmware's tp_judge is the stub that answers 0);
-- ``confidence``: with its 16-byte table (every model compile writes);
-- ``unknown``: with the table and the --unknown-rate threshold.
+- ``none``: the model without its calibration: the confidence stage compiled out (the firmware's tp_judge is
+  the stub that answers confidence 0 and the label, so the serial protocol keeps its shape);
+- ``confidence``: with its calibration (every model compile writes);
+- ``unknown``: with the calibration and the --unknown-rate threshold.
 
     python tools/bench_confidence.py [DATA] [--models protonn,flynn,bnc,bloom] [--budget 2kB] [--rate 5%]
                                      [--seed 0] [--holdout-classes 8,9] [--out DIR]
 
 The three directories hold the same integer model (same weights, same scores), so the differences are the
-stage's own cost. Flash is the firmware's (avr-size), `tp_judge` the function's own bytes (avr-nm), cycles the
+stage's own cost, and the generated model hash's: the hash's four bytes are constants of the HELLO answer, which
+avr-gcc loads with one instruction each unless one equals a constant already in a register, so two firmware of
+different hashes can differ by a few bytes beside the stage. Flash is the firmware's (avr-size), `tp_judge` the
+function's own bytes (avr-nm), cycles the
 mean the simulator measured over every test vector, and `predicted` the cost model's figure; every row is
 bit-exact or the run says so. A second table gives what the device answered with the stage (validation.json,
 from the device's own answers): accuracy and calibration error (10 bins) of the known-class rows, the share of them
@@ -71,7 +75,7 @@ def fit(data: str, family: str, budget: str, rate: str, seed: int, holdout: str 
 
 
 def variant(model, name: str):
-    """The same integer model without its table (none), without its threshold (confidence), or as fitted."""
+    """The same integer model without its calibration (none), without its threshold (confidence), or as fitted."""
     import dataclasses
 
     from tinyproto.families.judging import is_judged, make_judged

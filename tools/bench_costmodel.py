@@ -237,7 +237,7 @@ JUDGE_CALLS = {
 
 def judge_stage_cycles(model, board_name: str, workdir: Path) -> int:
     """Cycles the device app's judge stage adds to every timed inference of this model (its runtime: the stub of a
-    model without a confidence table, the benchmark's kind), measured: the same firmware built with and without the
+    model without calibration, the benchmark's kind), measured: the same firmware built with and without the
     tp_judge call, the same vector on both. The same code for every model of one app path (buffered or streamed)."""
     from tinyproto.device.build import _c_sources, _compile_with_avr_gcc
 

@@ -20,14 +20,14 @@ from rich.console import Console
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's tinyproto, not another one installed in the environment
 
-from tinyproto.pipeline.compile import compile_model  # noqa: E402
+from tinyproto.pipeline.compile import CompileOptions, compile_model  # noqa: E402
 from tinyproto.pipeline.firmware import build_model_dir  # noqa: E402
 from tinyproto.pipeline.validate import validate  # noqa: E402
 
 
 def run(model: str, data: str, budget: str, workdir: Path) -> dict:
     out = workdir / f"{model}-{data}-{budget}"
-    compile_model(data, model, budget, 0, "uno", out)
+    compile_model(data, CompileOptions(model, budget, 0, "uno", out))
     build_model_dir(out, "uno_sim", Console(quiet=True))
     return validate(out, raw_check=False)
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 
 from tinyproto.core.boards import load_board  # noqa: E402
 from tinyproto.core.budget import parse_budget
-from tinyproto.pipeline.compile import Fitted, TrainedOn, compile_model, write_model_directory
+from tinyproto.pipeline.compile import CompileOptions, Fitted, TrainedOn, compile_model, write_model_directory
 from tinyproto.core.datasets import load_dataset, split
 from tinyproto.pipeline.validate import validate
 from tinyproto.families.flynn.quantize import IntFlyNN
@@ -118,7 +118,7 @@ def protonn_vs_flynn(names: list[str], budget: str, workdir: Path) -> None:
     for name in names:
         for family in ("protonn", "flynn"):
             out = workdir / f"{family}-{name}"
-            compile_model(name, family, budget, 0, "uno", out)
+            compile_model(name, CompileOptions(family, budget, 0, "uno", out))
             print_device(family, name, device_row(out))
 
 
@@ -133,7 +133,7 @@ def latency_table(names: list[str], budget: str, caps: list[float], workdir: Pat
     for name in names:
         for cap in caps:
             out = workdir / f"lat-{name}-{cap}"
-            result = compile_model(name, "flynn", budget, 0, "uno", out, max_latency_ms=cap)
+            result = compile_model(name, CompileOptions("flynn", budget, 0, "uno", out, max_latency_ms=cap))
             r = bench_model_dir(out, workdir / "work", None)
             c = result.report.get("hyperparameters", {})
             shape = " ".join(f"{k}={c[k]}" for k in ("n_hashes", "n_inputs_per_hash", "n_winners", "count_bits",
@@ -153,7 +153,7 @@ def wide_table(workdir: Path, budget: str = "2kB", cap_ms: float = 40.0) -> None
 
     print(f"\n5. wide inputs: digits28, FlyNN @{budget}, --max-latency {cap_ms:g} (simulated Uno, all test vectors)")
     out = workdir / "wide-digits28"
-    result = compile_model("digits28", "flynn", budget, 0, "uno", out, max_latency_ms=cap_ms)
+    result = compile_model("digits28", CompileOptions("flynn", budget, 0, "uno", out, max_latency_ms=cap_ms))
     r = bench_model_dir(out, workdir / "work", None)
     c = result.report.get("hyperparameters", {})
     exact = "yes" if r["exact"] and r["exact_marked"] else "NO"

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's tinyproto
 
 from tinyproto import families  # noqa: E402
-from tinyproto.pipeline.compile import compile_model  # noqa: E402
+from tinyproto.pipeline.compile import CompileOptions, compile_model  # noqa: E402
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
         for data in args.data:
             for family in args.models:
                 out = Path(tmp) / f"{Path(data).stem}-{family}"
-                report = compile_model(data, family, args.budget, args.seed, "uno", out).report
+                report = compile_model(data, CompileOptions(family, args.budget, args.seed, "uno", out)).report
                 f, q = 100 * report["float_accuracy"], 100 * report["int8_accuracy"]
                 shape = families.family(family).shape_text(report["hyperparameters"])
                 print(f"{Path(data).stem:<14}{family:<9}{report['model_bytes']:>7}{f:>9.2f}{q:>8.2f}{q - f:>+11.2f}"

@@ -183,7 +183,7 @@ def main() -> None:
     parser.add_argument("--vectors", type=int, default=None, help="first N test vectors only (default all)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -191,7 +191,7 @@ def main() -> None:
         for spec in args.models if not args.model_dir else []:
             family, data, budget = spec.split(":")
             out = Path(tmp) / spec.replace(":", "-")
-            compile_model(data, family, budget, 0, "uno", out)
+            compile_model(data, CompileOptions(family, budget, 0, "uno", out))
             dirs.append((spec, out))
         for name, path in dirs:
             work = Path(tmp) / "work"

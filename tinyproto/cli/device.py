@@ -178,7 +178,7 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
     arrays X and y.
     """
     from tinyproto.core.boards import load_board
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
     from tinyproto.device.flash import flash_port
     from tinyproto.cli.tables import print_compile_report
 
@@ -188,9 +188,9 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
     upload_port = upload_target(target, port, upload_port)
     console = _console()
     with console.status("training under the budget...", spinner="dots"):
-        result = compile_model(data, family, budget, seed, board, out, label,
-                               progress=lambda m: console.print(f"[dim]· {m}[/dim]"), max_latency_ms=max_latency,
-                               baud=baud, jobs=jobs, unknown_rate=unknown_rate, holdout_classes=holdout_classes)
+        options = CompileOptions(family, budget, seed, board, out, label, max_latency_ms=max_latency, baud=baud,
+                                 jobs=jobs, unknown_rate=unknown_rate, holdout_classes=holdout_classes)
+        result = compile_model(data, options, progress=lambda m: console.print(f"[dim]· {m}[/dim]"))
     print_compile_report(console, result.report, result.out_dir)
     info = build_model_dir(result.out_dir, None, console)
     print_build(console, info, result.out_dir)

@@ -140,17 +140,18 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
 
     from rich.console import Console
 
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
     from tinyproto.cli.tables import print_compile_report
 
     console = Console(stderr=as_json)
     where = os.path.abspath(out) if out is not None and _is_cwd(out) else None
     here = _inode(Path(where)) if where else None
     with console.status("training under the budget...", spinner="dots"):
-        result = compile_model(data, family, budget, seed, board, out, label, progress=_progress_printer(console),
-                               learnable=learnable, max_latency_ms=max_latency, baud=baud, jobs=jobs,
-                               unknown_rate=unknown_rate, holdout_classes=holdout_classes,
-                               prefix=prefix, reserve_sram=reserve_sram, reserve_flash=reserve_flash)
+        options = CompileOptions(family, budget, seed, board, out, label, learnable=learnable,
+                                 max_latency_ms=max_latency, baud=baud, jobs=jobs, unknown_rate=unknown_rate,
+                                 holdout_classes=holdout_classes, prefix=prefix, reserve_sram=reserve_sram,
+                                 reserve_flash=reserve_flash)
+        result = compile_model(data, options, progress=_progress_printer(console))
     if as_json:
         click.echo(json.dumps(result.report, indent=2))
         for warning in result.report["warnings"]:  # also where a person reads, not only inside the JSON

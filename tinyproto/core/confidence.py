@@ -7,10 +7,10 @@ score shifted right by 8 * score_byte bits (tp_judge reads two of its bytes), sc
 family's proven score bound fits in 16 bits (0 for FlyNN and BNC, whose scores are small; 2, exact for any int32,
 when a family proves none):
 
-- the margin bin: (winner - runner-up) in that view, shifted right by margin_shift and capped at CONFIDENCE_BINS-1.
-  The host chooses the shift for the model (choose_margin_shift); the device only shifts. The confidence byte is a
-  flash table indexed by the bin: the share of cross-validated rows of that bin the model classified correctly
-  (isotonic, so a larger margin is never less sure), times 255.
+- the confidence byte, from the margin (winner - runner-up) in that view: 255 less a doubt that starts at `doubt`
+  (a tie) and halves for every whole `halving` of margin, 255 - (doubt >> (margin // halving)). The host fits the
+  two integers on cross-validated rows (fit_doubt: the lowest Brier score); the device subtracts and shifts, at
+  most DOUBT_HALVINGS times. No table: the stage costs the device code only (docs/guides/confidence.md).
 - the novelty: how bad the winning score is (minus it when the highest score wins, the score itself when the
   lowest wins), in the same view. With a decline threshold the device answers UNKNOWN_LABEL when the novelty
   exceeds it.
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinyproto.core.carray import CArray
 from tinyproto.core.errors import TinyprotoError
 
-CONFIDENCE_BINS = 16  # the margin's bins: 16 bytes of flash
+DOUBT_HALVINGS = 8  # a byte's doubt is 0 after 8 halvings: the device's loop runs at most this often
+MAX_HALVING = 2**16 - 1  # the margin's step is a uint16 the device subtracts
 UNKNOWN_LABEL = 255  # the label the device answers for a declined input (never a class: at most 255 classes)
 ECE_BINS = 10  # expected calibration error: ten equal-width bins of confidence
 MAX_UNKNOWN_RATE = 0.5
@@ -38,7 +38,6 @@ MAX_SCORE_BYTE = 2  # bytes 2-3 of an int32 are its exact 16-bit view whatever i
 # A view within +-VIEW_MAX: the decline limit, clamped to +-(VIEW_MAX + 1), then stays strictly inside int16, so
 # the compiler never sees a compare with a constant answer (-Wtype-limits is an error in the build).
 VIEW_MAX = 2**15 - 3
-MAX_MARGIN_SHIFT = VIEW_BITS - 1
 
 
 def winner_and_runner_up(scores: np.ndarray, labels: np.ndarray, lowest_wins: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -78,9 +77,15 @@ def margins(winner_view: np.ndarray, runner_view: np.ndarray, lowest_wins: bool)
     return ahead & 0xFFFF
 
 
-def margin_bins(margin: np.ndarray, margin_shift: int) -> np.ndarray:
-    """The margin's bin (0 .. CONFIDENCE_BINS-1) per row, exactly as tp_judge.c: margin >> shift, capped."""
-    return np.minimum(np.asarray(margin, dtype=np.int64) >> int(margin_shift), CONFIDENCE_BINS - 1)
+def halvings(margin: np.ndarray, halving: int) -> np.ndarray:
+    """How often the doubt halves per row, exactly as tp_judge.c: the whole halvings in the margin, at most
+    DOUBT_HALVINGS (a byte is 0 by then)."""
+    return np.minimum(np.asarray(margin, dtype=np.int64) // int(halving), DOUBT_HALVINGS)
+
+
+def confidence_bytes(margin: np.ndarray, doubt: int, halving: int) -> np.ndarray:
+    """The confidence byte per row, exactly as tp_judge.c: 255 - (doubt >> halvings)."""
+    return 255 - (np.int64(doubt) >> halvings(margin, halving))
 
 
 def novelty(winner: np.ndarray, lowest_wins: bool) -> np.ndarray:
@@ -89,60 +94,23 @@ def novelty(winner: np.ndarray, lowest_wins: bool) -> np.ndarray:
     return winner if lowest_wins else -winner
 
 
-def isotonic_table(bins: np.ndarray, correct: np.ndarray) -> np.ndarray:
-    """Per margin bin, the share of rows classified correctly, made non-decreasing (pool adjacent violators,
-    weighted by rows), as a byte 0..255. A bin no row fell in takes its neighbours' pooled value."""
-    counts = np.bincount(bins, minlength=CONFIDENCE_BINS).astype(np.float64)
-    hits = np.bincount(bins, weights=np.asarray(correct, dtype=np.float64), minlength=CONFIDENCE_BINS)
-    blocks: list[list[float]] = []  # [hits, rows, first bin, last bin]
-    for k in range(CONFIDENCE_BINS):
-        if counts[k] == 0:
-            continue
-        blocks.append([hits[k], counts[k], k, k])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            h, n, _, last = blocks.pop()
-            blocks[-1][0] += h
-            blocks[-1][1] += n
-            blocks[-1][3] = last
-    share = np.zeros(CONFIDENCE_BINS)
-    if not blocks:
-        return np.zeros(CONFIDENCE_BINS, dtype=np.uint8)
-    for h, n, first, last in blocks:
-        share[int(first):int(last) + 1] = h / n
-    # empty bins: below the first block its value, between blocks the lower block's (kept monotone), above the last
-    filled = np.zeros(CONFIDENCE_BINS, dtype=bool)
-    for _, _, first, last in blocks:
-        filled[int(first):int(last) + 1] = True
-    value = blocks[0][0] / blocks[0][1]
-    for k in range(CONFIDENCE_BINS):
-        if filled[k]:
-            value = share[k]
-        else:
-            share[k] = value
-    return np.clip(np.rint(255.0 * share), 0, 255).astype(np.uint8)
-
-
 @dataclass(frozen=True)
 class Calibration:
-    """What the device needs to judge its own answer: the scores' view, the margin's shift and the confidence table,
-    and the decline threshold (None: the model never answers unknown, and its header and code are those of a
-    model without the option)."""
+    """What the device needs to judge its own answer: the scores' view, the doubt at a tie and the margin that
+    halves it, and the decline threshold (None: the model never answers unknown, and its header and code are those
+    of a model without the option)."""
 
-    table: np.ndarray  # uint8 (CONFIDENCE_BINS,)
+    doubt: int  # 0..255: 255 less the confidence byte of a tie (margin 0)
+    halving: int  # 1..MAX_HALVING: each whole one of these in the margin (in the view) halves the doubt
     lowest_wins: bool
     unknown_above: int | None = None  # novelty (in the view) > this: UNKNOWN_LABEL
     unknown_rate: float | None = None  # the share of known rows the threshold was fitted to decline
     score_byte: int = 0  # the view: score >> (8 * score_byte) (judge_score_byte)
-    margin_shift: int = 0  # the margin's bin: margin >> margin_shift, capped (choose_margin_shift)
-
-    def carray(self) -> CArray:
-        return CArray("confidence", "uint8_t", np.asarray(self.table, dtype=np.uint8),
-                      f"confidence byte per margin bin ({CONFIDENCE_BINS} bins, fitted on cross-validated rows)")
 
     def defines(self) -> dict[str, int]:
-        """The header's lines of the confidence stage."""
-        out = {"TP_CONFIDENCE_BINS": CONFIDENCE_BINS, "TP_SCORE_LOWEST_WINS": int(self.lowest_wins),
-               "TP_JUDGE_SCORE_BYTE": int(self.score_byte), "TP_JUDGE_MARGIN_SHIFT": int(self.margin_shift)}
+        """The header's lines of the confidence stage (two constants in the code: no array in flash)."""
+        out = {"TP_JUDGE_DOUBT": int(self.doubt), "TP_JUDGE_HALVING": int(self.halving),
+               "TP_SCORE_LOWEST_WINS": int(self.lowest_wins), "TP_JUDGE_SCORE_BYTE": int(self.score_byte)}
         if self.unknown_above is not None:
             # the device compares the winning score's view itself: the novelty is minus it when the highest wins
             out["TP_UNKNOWN_LABEL"] = UNKNOWN_LABEL
@@ -159,35 +127,31 @@ class Calibration:
         """(confidence byte, decided label) per row: the host reference of tp_judge()."""
         labels = np.asarray(labels, dtype=np.int64)
         margin, novel = self.signals(scores, labels)
-        confidence = np.asarray(self.table, dtype=np.int64)[margin_bins(margin, self.margin_shift)]
+        confidence = confidence_bytes(margin, self.doubt, self.halving)
         decided = labels.copy()
         if self.unknown_above is not None:
             decided[novel > self.unknown_above] = UNKNOWN_LABEL
         return confidence, decided
 
     def to_json(self) -> dict:
-        return {"table": [int(v) for v in self.table], "lowest_wins": bool(self.lowest_wins),
+        return {"doubt": int(self.doubt), "halving": int(self.halving), "lowest_wins": bool(self.lowest_wins),
                 "unknown_above": None if self.unknown_above is None else int(self.unknown_above),
-                "unknown_rate": self.unknown_rate, "score_byte": int(self.score_byte),
-                "margin_shift": int(self.margin_shift)}
+                "unknown_rate": self.unknown_rate, "score_byte": int(self.score_byte)}
 
     @staticmethod
     def from_json(raw: dict) -> Calibration:
-        table = np.asarray(raw["table"], dtype=np.int64)
-        if table.shape != (CONFIDENCE_BINS,) or table.min() < 0 or table.max() > 255:
-            raise TinyprotoError(f"the confidence table must be {CONFIDENCE_BINS} bytes")
+        if not _is_int_in(raw.get("doubt"), 0, 255) or not _is_int_in(raw.get("halving"), 1, MAX_HALVING):
+            raise TinyprotoError(f"the confidence's doubt must be 0 to 255 and its halving 1 to {MAX_HALVING}")
         above = raw.get("unknown_above")
         if above is not None and not _is_int_in(above, -VIEW_MAX - 1, VIEW_MAX + 1):
             raise TinyprotoError("the unknown threshold must be a 16-bit integer")
         if not _is_int_in(raw.get("score_byte"), 0, MAX_SCORE_BYTE):
             raise TinyprotoError(f"the confidence's score_byte must be 0 to {MAX_SCORE_BYTE}")
-        if not _is_int_in(raw.get("margin_shift"), 0, MAX_MARGIN_SHIFT):
-            raise TinyprotoError(f"the confidence's margin_shift must be 0 to {MAX_MARGIN_SHIFT}")
         rate = raw.get("unknown_rate")
         if not isinstance(raw.get("lowest_wins"), bool):
             raise TinyprotoError("the confidence's lowest_wins must be true or false")
-        return Calibration(table.astype(np.uint8), raw["lowest_wins"], above,
-                           None if rate is None else float(rate), raw["score_byte"], raw["margin_shift"])
+        return Calibration(raw["doubt"], raw["halving"], raw["lowest_wins"], above,
+                           None if rate is None else float(rate), raw["score_byte"])
 
 
 def _is_int_in(value, low: int, high: int) -> bool:
@@ -204,19 +168,31 @@ def view_threshold(threshold: int, score_byte: int, lowest_wins: bool) -> int:
     return min(max(view, -VIEW_MAX - 1), VIEW_MAX + 1)
 
 
-def choose_margin_shift(margin: np.ndarray, correct: np.ndarray) -> int:
-    """The margin shift whose bins, given their isotonic table, predict these rows' hits best (the lowest Brier
-    score; the smallest shift among equals): the host's replacement for a division on the device."""
+# the margins a halving is tried at: every step up to 32, then 16 per doubling (a few percent apart) up to the largest
+HALVING_CANDIDATES = np.unique(np.concatenate([np.arange(1, 33), np.rint(2.0 ** (np.arange(5 * 16, 16 * 16 + 1) / 16.0))])
+                               .clip(1, MAX_HALVING).astype(np.int64))
+
+
+def fit_doubt(margin: np.ndarray, correct: np.ndarray) -> tuple[int, int]:
+    """(doubt, halving) whose confidence bytes predict these rows' hits best: the lowest Brier score (the smallest
+    halving, then the smallest doubt, among equals). The host's replacement for a table and a division on the
+    device: every halving candidate, and for each every doubt 0..255 at once (rows grouped by their halvings)."""
     margin = np.asarray(margin, dtype=np.int64)
     correct = np.asarray(correct, dtype=np.float64)
-    best, best_shift = np.inf, 0
-    for shift in range(MAX_MARGIN_SHIFT + 1):
-        bins = margin_bins(margin, shift)
-        predicted = isotonic_table(bins, correct).astype(np.float64)[bins] / 255.0
-        brier = float(np.mean((predicted - correct) ** 2)) if len(correct) else 0.0
-        if brier < best - 1e-12:
-            best, best_shift = brier, shift
-    return best_shift
+    if len(margin) == 0:
+        return 0, 1
+    doubts = np.arange(256, dtype=np.int64)
+    best, best_fit = np.inf, (0, 1)
+    for halving in HALVING_CANDIDATES:
+        k = halvings(margin, int(halving))
+        rows = np.bincount(k, minlength=DOUBT_HALVINGS + 1).astype(np.float64)
+        hits = np.bincount(k, weights=correct, minlength=DOUBT_HALVINGS + 1)
+        p = (255 - (doubts[:, None] >> np.arange(DOUBT_HALVINGS + 1)[None, :])) / 255.0  # (doubt, halvings)
+        brier = (p * p * rows - 2.0 * p * hits).sum(axis=1)  # + sum(hits), the same for every candidate
+        d = int(np.argmin(brier))
+        if brier[d] < best - 1e-9:
+            best, best_fit = float(brier[d]), (d, int(halving))
+    return best_fit
 
 
 def decline_threshold(novelty_values: np.ndarray, rate: float) -> int:
@@ -349,7 +325,6 @@ def judged_figures(confidence: np.ndarray, decided: np.ndarray, labels: np.ndarr
     }
 
 
-__all__ = ["CONFIDENCE_BINS", "Calibration", "UNKNOWN_LABEL", "auroc", "decline_threshold",
-           "choose_margin_shift", "expected_calibration_error", "isotonic_table", "judge_score_byte", "judged_figures",
-           "margin_bins", "margins", "nearest_threshold", "novelty", "parse_classes", "parse_rate", "reliability_bins", "risk_coverage",
+__all__ = ["Calibration", "DOUBT_HALVINGS", "UNKNOWN_LABEL", "auroc", "confidence_bytes", "decline_threshold",
+           "expected_calibration_error", "fit_doubt", "halvings", "judge_score_byte", "judged_figures", "margins", "nearest_threshold", "novelty", "parse_classes", "parse_rate", "reliability_bins", "risk_coverage",
            "score_view", "view_threshold", "winner_and_runner_up"]

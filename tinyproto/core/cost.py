@@ -7,6 +7,8 @@ Layer: core.
 
 from __future__ import annotations
 
+from tinyproto.core.confidence import DOUBT_HALVINGS
+
 # Lower bound per int8 multiply-accumulate with one operand in flash on AVR:
 # lpm (3) + ld (2) + muls (2) + add/adc into a 16-bit accumulator (2) = 9 cycles.
 MIN_CYCLES_PER_MAC = 9
@@ -17,26 +19,20 @@ MIN_CYCLES_PER_MAC = 9
 COST_MODEL_TOLERANCE = 0.03
 
 
-# The confidence stage (firmware/tp_judge.c), shared by every family and run after the scores of every model with
-# a confidence table: one pass over the classes' 16-bit score views (the winner's and the runner-up's), the margin
-# shifted right by the model's TP_JUDGE_MARGIN_SHIFT, the table read and, with --unknown-rate, one compare of the
-# winning view. "class" is the pass's cycles per class (avr-gcc -Os: two loads, the pointer step, the label test,
-# the compare, the loop step: 18 on the path that keeps the runner-up); judge_shift_cycles the margin's shift.
-# "fixed" (the table read, the cap, the winner's subtraction) and "limit" are fitted on the simulated Uno by
-# tools/bench_confidence.py (the mean cycles of one model built with its table, minus the same model without; with
-# the threshold, minus with the table alone), digits 2 kB, every family: 21 to 31 and 4 to 12 cycles.
-JUDGE_CYCLES = {"fixed": 27, "class": 18, "limit": 6}
-MAX_JUDGE_SHIFT = 15  # the margin's shifts are 0 .. this (core/confidence.MAX_MARGIN_SHIFT)
-
-
-def judge_shift_cycles(margin_shift: int) -> int:
-    """Cycles of the margin's right shift by margin_shift bits, as avr-gcc -Os compiles a 16-bit shift by a
-    constant (read off its code): one or two bits unrolled (2 cycles a bit), three to six a loop (5 a bit), seven
-    and more a byte move and at most a few single-bit steps (at most 6 cycles)."""
-    shift = int(margin_shift)
-    if shift <= 2:
-        return 2 * shift
-    return 5 * shift if shift <= 6 else 6
+# The confidence stage (firmware/tp_judge.c, its AVR assembly), shared by every family and run after the scores of
+# every calibrated model: one pass over the classes' 16-bit score views (the winner's and the runner-up's), the
+# margin, the doubt halved once per whole TP_JUDGE_HALVING of it (at most DOUBT_HALVINGS times) and, with
+# --unknown-rate, one compare of the winning view. Counted off the assembly, beyond the stub a model without
+# calibration runs (which stores 0 and returns: its 8 cycles are the call's, below): "class" per class (two loads,
+# the pointer step, the label test, the compare and keep, the loop step), "fixed" (the set-up, the margin, the
+# halving loop's exit, the byte's store), "halving" per halving and "limit" the compare in the winner's branch.
+# Beyond JUDGE_BACKWARD_CLASSES classes the pass runs forwards, its count one compare longer: one cycle more per
+# class and in the fixed part. The halvings depend on the input's margin: the prediction takes the most,
+# DOUBT_HALVINGS, so it is never low (on digits, 2 kB, the mean was about 4).
+JUDGE_CYCLES = {"fixed": 10, "class": 16, "halving": 6, "limit": 4}
+# tp_judge.c runs the pass backwards while the last class's view is within ldd's 63-byte reach of the scores:
+# 4 * (classes - 1) + score byte + 1 <= 63 holds for every view up to 16 classes
+JUDGE_BACKWARD_CLASSES = 16
 
 
 # What that difference leaves out: the device app's call of tp_judge itself, which a model without a table also
@@ -45,14 +41,13 @@ def judge_shift_cycles(margin_shift: int) -> int:
 JUDGE_CALL_CYCLES = 30
 
 
-def judge_cycles(n_classes: int, declines: bool, margin_shift: int | None = None) -> int:
-    """Predicted cycles of tp_judge for a model of n_classes classes (declines: compiled with --unknown-rate;
-    margin_shift: its TP_JUDGE_MARGIN_SHIFT, None for a model not fitted yet: the costliest)."""
+def judge_cycles(n_classes: int, declines: bool) -> int:
+    """Predicted cycles of tp_judge for a model of n_classes classes (declines: compiled with --unknown-rate), with
+    the most halvings an input can take."""
     terms = JUDGE_CYCLES
-    shift = (max(judge_shift_cycles(t) for t in range(MAX_JUDGE_SHIFT + 1)) if margin_shift is None
-             else judge_shift_cycles(margin_shift))
-    return (JUDGE_CALL_CYCLES + terms["fixed"] + terms["class"] * int(n_classes) + shift
-            + (terms["limit"] if declines else 0))
+    forward = int(n_classes) > JUDGE_BACKWARD_CLASSES
+    return (JUDGE_CALL_CYCLES + terms["fixed"] + forward + (terms["class"] + forward) * int(n_classes)
+            + terms["halving"] * DOUBT_HALVINGS + (terms["limit"] if declines else 0))
 
 
 def latency_cycle_limit(max_latency_ms: float | None, f_cpu_hz: int, headroom: bool = True,
@@ -67,7 +62,7 @@ def latency_cycle_limit(max_latency_ms: float | None, f_cpu_hz: int, headroom: b
     cycles = max_latency_ms * 1e-3 * f_cpu_hz
     if not headroom:
         return cycles
-    # the model is not fitted yet: the costliest margin shift, with the threshold
+    # the model is not fitted yet: with the threshold
     return cycles / (1.0 + COST_MODEL_TOLERANCE) - (judge_cycles(n_classes, True) if n_classes is not None else 0)
 
 

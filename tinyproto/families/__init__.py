@@ -79,7 +79,7 @@ class IntModelCommon:
 # fit_under_budget(X_train, y_train, options: SolveOptions) -> (float estimator, IntModel, info): the one solver
 # contract of every family, in tinyproto/families/solving.py (and checked by tests/test_solver_contract.py).
 # fit_shape(X_train, y_train, info["chosen"], options) -> (float estimator, IntModel): the shape that solver chose,
-# trained again on other rows with no search (the confidence table's fold models; solving.FitShape).
+# trained again on other rows with no search (the calibration's fold models; solving.FitShape).
 
 
 SHAPE_KEYS_SHOWN = 6
@@ -238,8 +238,8 @@ def lowest_wins(name: str) -> bool:
 
 def fit_judged(name: str, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions,
                unknown_rate: float | None = None):
-    """fit_under_budget, with the model's confidence table (counted in the budget) and, with unknown_rate, its
-    decline threshold, both fitted on cross-validated rows (families/judging.py): the model compile ships."""
+    """fit_under_budget, with the model's calibration (the confidence byte's two constants) and, with
+    unknown_rate, its decline threshold, both fitted on cross-validated rows (families/judging.py): the model compile ships."""
     from tinyproto.families.judging import fit_judged as judged
 
     fam = family(name)
@@ -255,17 +255,10 @@ def judge(model: IntModel, scores: np.ndarray, labels: np.ndarray) -> tuple[np.n
 
 
 def calibrated(model: IntModel) -> bool:
-    """The model carries a confidence table (every model compile writes; a federated one does not)."""
+    """The model carries a calibration (every model compile writes; a federated one does not)."""
     from tinyproto.families.judging import is_judged
 
     return is_judged(model) and getattr(model, "calibration", None) is not None
-
-
-def confidence_table_bytes() -> int:
-    """The flash bytes of a model's confidence table (the solver is given the budget less these)."""
-    from tinyproto.families.judging import table_bytes
-
-    return table_bytes()
 
 
 def calibrate_chosen(name: str, model: IntModel, chosen: dict, X_train: np.ndarray, y_train: np.ndarray,
@@ -463,7 +456,6 @@ def predict_cycles(model: IntModel) -> dict:
 
     out = dict(family_of(model).predict_cycles(model))
     if calibrated(model):
-        out["judge"] = judge_cycles(model.n_classes, model.calibration.unknown_above is not None,
-                                    model.calibration.margin_shift)
+        out["judge"] = judge_cycles(model.n_classes, model.calibration.unknown_above is not None)
         out["total"] += out["judge"]
     return out

@@ -6,8 +6,8 @@ The calibration is fitted the same way for every family: the shape the family's 
 and the fold model's signals on the rows it did not train on say how often each margin bin is right and how novel
 known rows look. The family declares only
 which way its scores win (its ScoreRule): the winning score is its novelty signal, and the margin between the
-winner and the runner-up its confidence signal. The confidence table is an array of the model like any other,
-counted in the byte budget (the solver is given the budget less its bytes).
+winner and the runner-up its confidence signal. The calibration is two constants in the device's code (the doubt
+at a tie, the margin that halves it), no array: the model's byte budget is all the family's.
 Layer: families.
 """
 
@@ -18,19 +18,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tinyproto.core.carray import CArray
-from tinyproto.core.confidence import (CONFIDENCE_BINS, Calibration, choose_margin_shift, decline_threshold,
-                                       isotonic_table, judge_score_byte, margin_bins, nearest_threshold, novelty,
-                                       view_threshold, winner_and_runner_up)
-from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
+from tinyproto.core.confidence import (Calibration, decline_threshold, fit_doubt, judge_score_byte, nearest_threshold,
+                                       novelty, view_threshold, winner_and_runner_up)
+from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.solving import FoldModels, SolveOptions, calibration_splits
 
 CONFIDENCE_JSON_KEY = "confidence"  # model.json's int_model carries the calibration under this key
-
-
-def _judged_carrays(self) -> list[CArray]:
-    arrays = super(type(self), self).carrays()
-    return arrays if self.calibration is None else [*arrays, self.calibration.carray()]
 
 
 def _judged_defines(self) -> dict[str, int]:
@@ -61,14 +54,14 @@ _JUDGED_CLASSES: dict[type, type] = {}
 
 def judged_class(plain: type) -> type:
     """The family's integer-model dataclass with one more field, its calibration: the same scores and labels, plus
-    the confidence table among its arrays and defines. A subclass (not a wrapper), so every family's own code keeps
+    the calibration's constants among its defines. A subclass (not a wrapper), so every family's own code keeps
     working on it, dataclasses.replace included (the calibration is carried over)."""
     if plain not in _JUDGED_CLASSES:
         params = plain.__dataclass_params__  # type: ignore[attr-defined]
         _JUDGED_CLASSES[plain] = dataclasses.make_dataclass(
             f"Judged{plain.__name__}", [("calibration", Any, dataclasses.field(default=None))], bases=(plain,),
             frozen=params.frozen, eq=params.eq,
-            namespace={"carrays": _judged_carrays, "defines": _judged_defines, "to_json": _judged_to_json,
+            namespace={"defines": _judged_defines, "to_json": _judged_to_json,
                        "__reduce__": _judged_reduce, "__module__": __name__})
     return _JUDGED_CLASSES[plain]
 
@@ -86,7 +79,7 @@ def is_judged(model: Any) -> bool:
 
 def judge(model: Any, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(confidence byte, decided label) per row of any model: a model without calibration answers confidence 0
-    and its label (what the firmware does without a confidence table)."""
+    and its label (what the firmware does without a calibration)."""
     calibration = getattr(model, "calibration", None) if is_judged(model) else None
     if calibration is not None:
         return calibration.judge(scores, labels)
@@ -112,10 +105,6 @@ def wrap_from_json(model: Any, calibration_json: dict | None, lowest_wins: bool)
     if calibration.lowest_wins != lowest_wins:
         raise TinyprotoError("the model's confidence calibration reads its scores the wrong way round")
     return make_judged(model, calibration)
-
-
-def table_bytes() -> int:
-    return CONFIDENCE_BINS  # uint8 per bin
 
 
 def _signals(model: Any, X: np.ndarray, lowest_wins: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -176,7 +165,7 @@ def carry(threshold: int, fold_scale: float, final_scale: float) -> int:
 def fold_model(fit: Callable, fit_shape: Callable, chosen: dict, X: np.ndarray, y: np.ndarray,
                options: SolveOptions, fold: int | None = None) -> tuple[Any, str]:
     """(the integer model, how it was trained) of one validation fold: the final model's shape trained on the
-    fold's training rows (the family's fit_shape, no search), so the table describes the shape that ships; only a
+    fold's training rows (the family's fit_shape, no search), so the calibration describes the shape that ships; only a
     shape that cannot keep the limits on these rows (TinyprotoError) has the family's whole search run instead.
     A model the solver already trained for this shape on this fold (options.fold_models; `fold`: its index in
     options.folds.splits()) is that same model, taken instead of training it again."""
@@ -199,8 +188,8 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
               options: SolveOptions, lowest_wins: bool, unknown_rate: float | None) -> tuple[Any, dict]:
     """The final model judged: the shape it has (`chosen`, its solver's info["chosen"]) is trained again on each
     validation fold's training rows (fold_model); their margins on their validation rows, carried to the final
-    model's scale (score_scale) and view, choose the margin's shift and give each bin's hits (the table); with
-    unknown_rate, their novelty on those rows gives the decline threshold."""
+    model's scale (score_scale) and view, and whether each row was classified right, fit the doubt and its
+    halving (fit_doubt); with unknown_rate, their novelty on those rows gives the decline threshold."""
     from tinyproto.core.folds import Folds
 
     folds = options.folds if options.folds is not None else Folds.standard(X, y, options.seed)
@@ -215,7 +204,10 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
         labels, fold_margin, fold_novelty = _signals(fold, X[val_rows], lowest_wins)
         classes = np.asarray(fold.classes, dtype=object)
         scale = score_scale(fold, X[fit_rows], lowest_wins)
-        ratio = final_scale / scale if scale > 0 and final_scale > 0 else 1.0
+        # a fold model of the final shape whose scores have a fixed unit (BNC's bits) needs no carrying, as its
+        # threshold does not (fixed_units)
+        same_unit = fixed_units(model) and how == "chosen shape"
+        ratio = final_scale / scale if scale > 0 and final_scale > 0 and not same_unit else 1.0
         carried_margins.append(np.floor(fold_margin * ratio / 2.0 ** (8 * score_byte)).astype(np.int64))
         hits.append(np.asarray([classes[i] == t for i, t in zip(labels, y[val_rows])], dtype=bool))
         scales.append(scale)
@@ -223,11 +215,10 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
             fit_threshold = nearest_threshold if fixed_units(model) else decline_threshold
             thresholds.append(fit_threshold(fold_novelty, unknown_rate))
     all_margins, all_hits = np.concatenate(carried_margins), np.concatenate(hits)
-    shift = choose_margin_shift(all_margins, all_hits)
-    table = isotonic_table(margin_bins(all_margins, shift), all_hits)
+    doubt, halving = fit_doubt(all_margins, all_hits)
     info: dict = {"rows": int(len(all_margins)), "folds": len(splits), "fold_models": trained,
-                  "cv_accuracy": float(all_hits.mean()), "score_byte": score_byte, "margin_shift": shift,
-                  "fold_scales": scales, "final_scale": final_scale, "table": [int(v) for v in table]}
+                  "cv_accuracy": float(all_hits.mean()), "score_byte": score_byte, "doubt": doubt,
+                  "halving": halving, "fold_scales": scales, "final_scale": final_scale}
     threshold = None
     if unknown_rate is not None:
         # each fold model's threshold, carried to the final model's scale (as it is when the family's scores have a
@@ -245,26 +236,20 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
         threshold = view_threshold(chosen, score_byte, lowest_wins)
         info.update(unknown_rate=unknown_rate, fold_thresholds=thresholds, carried_thresholds=carried,
                     unknown_above=threshold, threshold_fitted_on=fitted_on)
-    calibration = Calibration(table, lowest_wins, threshold, unknown_rate, score_byte, shift)
+    calibration = Calibration(doubt, halving, lowest_wins, threshold, unknown_rate, score_byte)
     return make_judged(model, calibration), info
 
 
 def fit_judged(fit: Callable, fit_shape: Callable, X: np.ndarray, y: np.ndarray, options: SolveOptions,
                lowest_wins: bool, unknown_rate: float | None) -> tuple[Any, Any, dict]:
-    """A family's solver under the budget less the confidence table, then its calibration (info["confidence"])."""
-    room = options.budget_bytes - table_bytes()
-    if room < 1:
-        raise TinyprotoError(f"the budget of {options.budget_bytes} B leaves no room beside the "
-                             f"{table_bytes()} B confidence table")
-    inner = options.with_(budget_bytes=room, fold_models=FoldModels())  # the solver's fold models, reused
-    try:
-        clf, model, info = fit(X, y, inner)
-    except BudgetTooSmall as small:  # the user's budget and the bytes needed, both with the table
-        raise small.plus(table_bytes(), "confidence table") from None
+    """A family's solver under the whole budget (the calibration puts no array in flash), then its calibration
+    (info["confidence"])."""
+    inner = options.with_(fold_models=FoldModels())  # the solver's fold models, reused
+    clf, model, info = fit(X, y, inner)
     judged, info["confidence"] = calibrate(fit, fit_shape, info["chosen"], model, X, y, inner, lowest_wins,
                                            unknown_rate)
     return clf, judged, info
 
 
-__all__ = ["calibrate", "fit_judged", "is_judged", "judge", "judged_class", "make_judged", "split_json", "table_bytes",
+__all__ = ["calibrate", "fit_judged", "is_judged", "judge", "judged_class", "make_judged", "split_json",
            "wrap_from_json"]

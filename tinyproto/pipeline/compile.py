@@ -132,30 +132,17 @@ def refuse_too_wide(family_name: str, n_features: int, n_classes: int, board: Bo
                              f"fit (fewer columns), or choose a family that streams its input ({streaming})")
 
 
-def compile_model(
-    data: str,
-    family: str = families.DEFAULT,
-    budget: str = "2kB",
-    seed: int = 0,
-    board_name: str = "uno",
-    out: Path | None = None,
-    label: str | None = None,
-    progress: Callable[[str], None] | None = None,
-    learnable: bool = False,
-    max_latency_ms: float | None = None,
-    baud: int | None = None,
-    jobs: int | None = None,
-    unknown_rate: str | float | None = None,
-    holdout_classes: str | None = None,
-    prefix: str | None = None,
-    reserve_sram: str | int | None = None,
-    reserve_flash: str | int | None = None,
-) -> CompileResult:
-    """family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
-    max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
+@dataclass(frozen=True)
+class CompileOptions:
+    """What `tinyproto compile` takes beside DATA, each with the command's default.
+
+    family: a registered family (tinyproto.families) or "auto" (the best validated one within the budget).
+    budget: the model's flash budget (`2kB`, `1.5kB`, `2048B` or a number of bytes).
+    board: a board name (boards/); baud: the serial line's speed built into the project (default the board's).
+    out: the model directory (default build/<data set name>); label: the CSV's label column (default the last).
     learnable (a family that learns on the device): also fit what the device holds while learning (`tinyproto
     learn`) beside the learning firmware's buffers, stack and reserve, and in the EEPROM record.
-    baud: the serial line's speed built into the project (default the board's serial_baud).
+    max_latency_ms: only models whose predicted latency (the family's cost model at the board's clock) fits.
     jobs: worker processes for the solver (None: every usable core, 1 inside a dask worker); the model does not
     depend on it.
     unknown_rate ("5%", 0.05): the device declines (answers 255) inputs whose novelty exceeds a threshold fitted so
@@ -165,17 +152,42 @@ def compile_model(
     prefix: the model's C prefix (every external symbol: <prefix>_predict, ...; default from the data set's name).
     reserve_sram, reserve_flash: what the user's own sketch uses of the board (bytes or `1.2kB`): the model's code
     and data, measured by building them, must fit what is left (beside_sketch), or compile refuses it."""
+
+    family: str = families.DEFAULT
+    budget: str | int = "2kB"
+    seed: int = 0
+    board: str = "uno"
+    out: Path | str | None = None
+    label: str | None = None
+    learnable: bool = False
+    max_latency_ms: float | None = None
+    baud: int | None = None
+    jobs: int | None = None
+    unknown_rate: str | float | None = None
+    holdout_classes: str | None = None
+    prefix: str | None = None
+    reserve_sram: str | int | None = None
+    reserve_flash: str | int | None = None
+
+
+def compile_model(data: str, options: CompileOptions | None = None,
+                  progress: Callable[[str], None] | None = None) -> CompileResult:
+    """Train DATA's model within the budget, quantize it and write its model directory, as `tinyproto compile`
+    does (see CompileOptions for every option). progress: called with one line per step."""
+    o = options or CompileOptions()
+    family, seed, learnable, max_latency_ms, jobs = o.family, o.seed, o.learnable, o.max_latency_ms, o.jobs
+    prefix, holdout_classes = o.prefix, o.holdout_classes
     from tinyproto.core.confidence import parse_rate
 
-    budget_bytes = parse_budget(budget)
-    rate = None if unknown_rate is None else (float(unknown_rate) if isinstance(unknown_rate, float)
-                                              else parse_rate(unknown_rate))
+    budget_bytes = parse_budget(o.budget)
+    rate = None if o.unknown_rate is None else (float(o.unknown_rate) if isinstance(o.unknown_rate, float)
+                                                else parse_rate(o.unknown_rate))
     if prefix is not None:
         check_prefix(prefix)
-    reserve = Reserve.parse(reserve_sram, reserve_flash)
+    reserve = Reserve.parse(o.reserve_sram, o.reserve_flash)
     if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
-    board = load_board(board_name).with_baud(baud)
+    board = load_board(o.board).with_baud(o.baud)
     reserve.check_room_on(board)
     if family != families.AUTO:
         families.family(family)  # an unknown name is refused before the data is read
@@ -183,8 +195,8 @@ def compile_model(
         raise TinyprotoError(f"--learnable is for --model {' or '.join(families.learnable_names())}: only "
                              f"{', '.join(families.family(n).title for n in families.learnable_names())} learns on "
                              "the device")
-    dataset = load_dataset(data, label=label)
-    out_dir = Path(out) if out is not None else Path("build") / dataset.name
+    dataset = load_dataset(data, label=o.label)
+    out_dir = Path(o.out) if o.out is not None else Path("build") / dataset.name
     check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
     sp = split(dataset)
     if holdout_classes is not None:
@@ -194,18 +206,16 @@ def compile_model(
     if family != families.AUTO:
         refuse_too_wide(family, sp.X_train.shape[1], n_classes, board)
     started = time.perf_counter()
-    options = SolveOptions(budget_bytes, seed, max_latency_ms, board.f_cpu_hz,
+    solve = SolveOptions(budget_bytes, seed, max_latency_ms, board.f_cpu_hz,
                            n_jobs=default_jobs() if jobs is None else jobs, progress=progress,
                            folds=Folds.standard(sp.X_train, sp.y_train, seed), learn_on=board if learnable else None)
     if family == families.AUTO:
-        # (a budget below the table still asks every family, which each refuse naming what they need)
-        inner = options.with_(budget_bytes=max(1, budget_bytes - families.confidence_table_bytes()))
-        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, inner,
+        clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, solve,
                                                     fits_board=lambda m: check_fits_board(m, board))
         model, info["confidence"] = families.calibrate_chosen(model.family, model, info["chosen"], sp.X_train,
-                                                              sp.y_train, inner, rate)
+                                                              sp.y_train, solve, rate)
     else:
-        clf, model, info = families.fit_judged(family, sp.X_train, sp.y_train, options, rate)
+        clf, model, info = families.fit_judged(family, sp.X_train, sp.y_train, solve, rate)
     info["max_latency_ms"] = max_latency_ms
     beside = beside_sketch(model, board, reserve, progress) if reserve.given else None
     train_seconds = time.perf_counter() - started

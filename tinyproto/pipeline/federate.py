@@ -162,8 +162,6 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
     from tinyproto.core.budget import parse_budget
     from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
     from tinyproto.core.datasets import load_dataset, split
-    from tinyproto import families
-    from tinyproto.core.errors import BudgetTooSmall
     from tinyproto.core.outdir import check_output_dir
     from tinyproto.federated.dp import DPParams
     from tinyproto.federated.party import party_accuracy
@@ -180,13 +178,10 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         check_arguments(o)
         split_kind = parse_split(split_spec)
         budget_bytes = parse_budget(o.budget)
-        # compile keeps the confidence table's bytes out of the solver's budget; a federated model has no table
-        # (its calibration would need every party's rows again) but keeps the same room, so without DP its counts
-        # are the very ones compile deploys
-        model_budget = budget_bytes - families.confidence_table_bytes()
-        if model_budget < 1:
-            raise TinyprotoError(f"the budget of {budget_bytes} B leaves no room beside the "
-                                 f"{families.confidence_table_bytes()} B that compile keeps for its confidence table")
+        # compile's calibration puts no array in flash, so the federated model has the whole budget too: without DP
+        # its counts are the very ones compile deploys (a federated model has no calibration: it would need every
+        # party's rows again)
+        model_budget = budget_bytes
         board = load_board(o.board_name)
         dataset = load_dataset(data, label=o.label)
         sp = split(dataset)
@@ -211,11 +206,8 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
                 from tinyproto.federated.config import device_count_limit
 
                 limit = device_count_limit(board, sp.X_train.shape[1], len(classes))
-            try:
-                config, info = choose_config(parties_backend, model_budget, seed, classes, sp.X_train.shape[1],
-                                             dp=dp_epsilon is not None, count_limit=limit, progress=say)
-            except BudgetTooSmall as small:  # the user's budget and what it needs, the table's room included
-                raise small.plus(families.confidence_table_bytes(), "room for compile's confidence table") from None
+            config, info = choose_config(parties_backend, model_budget, seed, classes, sp.X_train.shape[1],
+                                         dp=dp_epsilon is not None, count_limit=limit, progress=say)
             say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
                 f"bits={config.count_bits} ({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
             dp = None
@@ -308,7 +300,7 @@ def _federation_report(fit, central, reference, sp, rows, party_classes, train_a
         "hyperparameters_equal_compile": chosen == compile_chosen,
         "compile_reference": "tinyproto compile --model flynn with the same budget and seed on the pooled training "
                              "rows" + (" (--learnable)" if on_device else "") + ", scored on the same test split; "
-                             "compared without compile's confidence table, which a federated model does not carry",
+                             "compared without compile's calibration, which a federated model does not carry",
         "pooled_same_config_accuracy": float(np.mean(central_pred == sp.y_test)),
         "counts_equal_pooled": same_counts,
         "counts_differing_from_pooled": differing,

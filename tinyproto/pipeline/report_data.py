@@ -38,7 +38,7 @@ class ReportInput:
     failed: list[dict] = field(default_factory=list)
     config: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)  # the single model's report / validation / build / vectors
-    # per model with a confidence table: its known test rows' confidence bytes and whether each was classified
+    # per calibrated model: its known test rows' confidence bytes and whether each was classified
     # right (the device's answers when every vector was validated, else the host reference's), and its figures
     judged: list[dict] = field(default_factory=list)
 

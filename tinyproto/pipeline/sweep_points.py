@@ -97,7 +97,7 @@ def run_point(point: dict, data: str, label: str | None, device: str, point_dir:
 
     Runs on a dask worker. Never raises for a point that cannot be made: the error becomes part of the line.
     """
-    from tinyproto.pipeline.compile import compile_model
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     p = Point(**point)
     _announce(token, p.id)
@@ -108,8 +108,9 @@ def run_point(point: dict, data: str, label: str | None, device: str, point_dir:
     started = time.perf_counter()
     try:
         t = time.perf_counter()
-        result = compile_model(data, p.model, str(p.budget_bytes), p.seed, p.board, Path(point_dir), label,
-                               max_latency_ms=max_latency_ms, unknown_rate=unknown_rate)
+        options = CompileOptions(p.model, p.budget_bytes, p.seed, p.board, Path(point_dir), label,
+                                 max_latency_ms=max_latency_ms, unknown_rate=unknown_rate)
+        result = compile_model(data, options)
         seconds["compile"] = time.perf_counter() - t
         record.update(_compile_figures(result.report))
         if device == "sim":
