@@ -185,3 +185,54 @@ def test_the_sift_hand_counts_equal_the_device_cycles(tmp_path):
         heapify = terms["heapify"] * FLY_CYCLES["heapify"] + terms["heapify_fixed"] * FLY_CYCLES["heapify_fixed"]
         assert sift == pytest.approx(measured["tp_flynn_sift"]), rho
         assert heapify == pytest.approx(measured["tp_flynn_heapify"]), rho
+
+
+@pytest.mark.device
+def test_the_offset_rescale_and_timer_interrupt_counts_equal_the_device_cycles(tmp_path):
+    """ProtoNN's out-of-line offset rescale (tp_protonn_rescale_offset) in its three forms, a right shift, a left
+    shift and none: its cycles on the profiling simulator equal the avr-objdump counts of the paths its clamps take
+    on the very vectors run. And the Timer1 overflow interrupt of a long inference: its handler runs the 37 cycles
+    counted (besides the vector's jmp), once per overflow that timer_overflow_cycles predicts from the call's own
+    cycles."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.cost import TIMER1_OVERFLOW_CYCLES, timer_overflow_cycles
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.protonn.cost import offset_rescale_cycles
+    from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
+
+    rng = np.random.default_rng(5)
+    simulator = build_profiling_simulator(tmp_path)
+    for d, D, m, shift in ((12, 10, 8, 10), (20, 9, 6, -2), (8, 7, 5, 0), (100, 40, 150, 1)):
+        W = rng.integers(-127, 128, size=(D, d)).astype(np.int8)
+        table, table_shift = kernel_table(gamma=0.01, b_scale=1.0, size=32)
+        model = IntProtoNN([0, 1, 2], InputStage.shared(127.5, 1.0, d), W,
+                           rng.integers(-60, 61, size=(m, D)).astype(np.int8),
+                           rng.integers(-127, 128, size=(m, 3)).astype(np.int8), proj_shift=shift, table=table,
+                           table_shift=table_shift, scales={}, offset=rng.integers(-300, 300, size=D).astype(np.int16))
+        xq = rng.integers(-127, 128, size=(4, d)).astype(np.int8)
+        profile = calibrate.profile_shape(model, xq, "uno", tmp_path / f"s{shift}", simulator)
+        p = xq.astype(np.int64) @ W.T.astype(np.int64)
+        counted = offset_rescale_cycles(p, shift, model.offset).sum(axis=1).mean()
+        assert counted == pytest.approx(profile["functions"]["tp_protonn_rescale_offset"]), shift
+        handler = profile["functions"].get("__vector_13", 0.0)
+        own = profile["cycles"] - handler - 3 * handler / (TIMER1_OVERFLOW_CYCLES - 3)  # less the handler and its jmp
+        assert handler == pytest.approx(timer_overflow_cycles(own) * (TIMER1_OVERFLOW_CYCLES - 3) / TIMER1_OVERFLOW_CYCLES)
+    assert handler > 0  # the last shape's inference is long enough to overflow Timer1
+
+
+@pytest.mark.device
+def test_the_profiler_maps_addresses_to_code_symbols_only(built_models):
+    """tools/profile_firmware.py attributes each sampled address to the function below it: an absolute symbol
+    such as __stack (an SRAM address that avr-nm lists among the code's) once cut a function in two."""
+    from profile_firmware import functions_of
+
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.pipeline.validate import load_build_info
+
+    build = load_build_info(load_model_dir(built_models("iris", "1kB")))
+    addresses, names = functions_of(build.elf)
+    assert "tp_predict_raw" in names or any(name.endswith("_predict") for name in names)
+    assert "__stack" not in names and "__heap_end" not in names
+    assert addresses == sorted(addresses) and addresses[-1] <= build.flash_bytes  # _etext ends the code

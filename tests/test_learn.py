@@ -279,7 +279,7 @@ def test_counts_straddling_bytes_saturate_on_the_avr(tmp_path, learned_bc):
     from tinyproto.core.modeldir import load_model_dir
 
     model_dir = flynn_dir(tmp_path / "b3", bits=3, m=203)
-    summary = L.learn_on_device(model_dir, "breast_cancer", build_learned=False)
+    summary = L.learn_on_device(model_dir, L.LearnOptions("breast_cancer", build_learned=False))
     assert summary["counts_identical"] and summary["test"]["score_agreement"] == 1.0
     counts = families.load_int_model(load_model_dir(model_dir / L.LEARNED_DIR)).counts
     assert (counts == 7).sum() > 10 and ((counts > 0) & (counts < 7)).sum() > 10

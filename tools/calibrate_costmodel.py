@@ -64,7 +64,7 @@ N_VECTORS = 6
 # trades them against the terms they always occur with, and mispredicts shapes unlike the calibration set.
 HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "wide_index_bit": 2, "wide_index_high_bit": 1, "dist_term": 13, "dist_term_reg": 11,
                "score_term": 8, "score_load": 2, "score_step": 4, "nonzero": 13, "clear_bit": 3, "rshift_asm": 2,
-               "mask_step": 6}
+               "mask_step": 6, "offset_rescale": 1}
 
 
 def synthetic_model(d: int, D: int, m: int, L: int, density: float, table_size: int, proj_shift: int, *rest) -> IntProtoNN:
@@ -317,8 +317,8 @@ def calibrate_flynn_functions(n: int, cache: Path | None) -> None:
 
 
 KERNELS_SEED = 5000
-PN_KERNEL_TERMS = ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit", "dist_term", "dist_step",
-                   "fixed_reg", "proto_reg", "dist_term_reg")
+PN_KERNEL_TERMS = ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit", "wide_index_16", "dist_term",
+                   "dist_step", "fixed_reg", "proto_reg", "dist_term_reg")
 PN_SCORE_TERMS = ("class", "score_group", "score_load", "score_step", "score_term")
 
 

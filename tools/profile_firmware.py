@@ -70,9 +70,11 @@ def run_vectors(model_dir: Path, n: int, binary: Path, profile: Path) -> None:
 
 
 def functions_of(elf: Path) -> tuple[list[int], list[str]]:
-    out = subprocess.run(["avr-nm", "-n", str(elf)], capture_output=True, text=True, check=True).stdout
-    symbols = [(int(p[0], 16), p[2]) for p in (line.split() for line in out.splitlines())
-               if len(p) == 3 and p[1] in "tTwW"]
+    """The code symbols of `elf` by address. Only symbols of the .text section count: avr-nm also lists absolute
+    ones such as __stack (an SRAM address), which would cut a function in two."""
+    out = subprocess.run(["avr-objdump", "-t", str(elf)], capture_output=True, text=True, check=True).stdout
+    symbols = sorted((int(fields[0], 16), fields[-1]) for fields in (line.split() for line in out.splitlines())
+                     if len(fields) >= 4 and ".text" in fields[:-2] and fields[0].isalnum())
     return [address for address, _ in symbols], [name for _, name in symbols]
 
 

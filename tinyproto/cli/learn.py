@@ -71,7 +71,7 @@ def learn_command(model_dir: Path, data: str | None, label: str | None, sim: boo
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from tinyproto.pipeline.learn import learn_on_device
+    from tinyproto.pipeline.learn import LearnOptions, learn_on_device
 
     if (port or upload_port) and sim:
         raise TinyprotoError("give either --port (a real board) or --sim, not both")
@@ -85,9 +85,9 @@ def learn_command(model_dir: Path, data: str | None, label: str | None, sim: boo
             task = progress.add_task(what, total=total)
             return lambda n: progress.advance(task, n)
 
-        summary = learn_on_device(model_dir, data, port, save_eeprom, label, flash=not no_flash,
-                                  upload_port=upload_port, baud=baud,
-                                  progress_factory=factory, say=lambda m: progress.console.print(f"[dim]· {m}[/dim]"))
+        options = LearnOptions(data, port, upload_port, baud, label, save_eeprom, flash=not no_flash)
+        summary = learn_on_device(model_dir, options, progress_factory=factory,
+                                  say=lambda m: progress.console.print(f"[dim]· {m}[/dim]"))
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:

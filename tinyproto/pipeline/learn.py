@@ -33,7 +33,7 @@ import json
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -130,27 +130,36 @@ def build_learned_dir(path: Path) -> dict:
 # ---------------------------------------------------------------------------------------------------- the flow
 
 
-def learn_on_device(
-    path: Path,
-    data: str | None = None,
-    port: str | None = None,
-    save_eeprom: bool = False,
-    label: str | None = None,
-    flash: bool = True,
-    build_learned: bool = True,
-    progress_factory: ProgressFactory | None = None,
-    say: Callable[[str], None] | None = None,
-    upload_port: str | None = None,
-    baud: int | None = None,
-) -> dict:
-    """Learn DATA's training split on the device (simulated when port is None); returns learn.json's content.
-    upload_port: where avrdude writes when it is not port (the Leonardo's own USB port); baud: the line's speed
-    (default the board's serial_baud), built into the learning firmware."""
+@dataclass(frozen=True)
+class LearnOptions:
+    """What `tinyproto learn` takes beside the model directory, each with the command's default.
+
+    data: the rows to learn (default the model's own data set); label: the CSV's label column. port: a real
+    board (None: the simulated one); upload_port: where avrdude writes when it is not port (the Leonardo's own
+    USB port); baud: the line's speed (default the board's serial_baud), built into the learning firmware.
+    save_eeprom: keep the learned counts in EEPROM; flash: upload the learning firmware first (a real board
+    that already runs it: False); build_learned: build the learned model's firmware afterwards."""
+
+    data: str | None = None
+    port: str | None = None
+    upload_port: str | None = None
+    baud: int | None = None
+    label: str | None = None
+    save_eeprom: bool = False
+    flash: bool = True
+    build_learned: bool = True
+
+
+def learn_on_device(path: Path, options: LearnOptions | None = None,
+                    progress_factory: ProgressFactory | None = None, say: Callable[[str], None] | None = None) -> dict:
+    """Learn DATA's training split on the device (simulated when options.port is None); returns learn.json's
+    content."""
+    o = options or LearnOptions()
     model_dir = load_model_dir(path)
     with locked(model_dir.path, "learn"):
         record_outputs(model_dir.path, LEARNING_DIR, LEARNED_DIR, "learn.json")
-        return _learn_locked(model_dir, data, port, save_eeprom, label, flash, build_learned, progress_factory, say,
-                             upload_port, baud)
+        return _learn_locked(model_dir, o.data, o.port, o.save_eeprom, o.label, o.flash, o.build_learned,
+                             progress_factory, say, o.upload_port, o.baud)
 
 
 def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_eeprom: bool, label: str | None,

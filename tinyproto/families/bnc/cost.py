@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinyproto.core.cost import lower_bound_cycles
+from tinyproto.core.cost import lower_bound_cycles, timer_overflow_cycles
 from tinyproto.core.wire import CHUNK_BYTES
 
 BNC_CYCLES = {
@@ -157,7 +157,8 @@ def shape_cycles(n_features: int, n_bits: int, nonzeros: int, n_prototypes: int,
     """Predicted cycles of a shape before any model exists (the solver's plan): the bitmap's nonzero bytes and a
     seeded W's failed peeks at their upper bounds, so the trained model's prediction is never above it."""
     terms = bnc_cost_terms(n_features, n_bits, nonzeros, n_prototypes, n_classes, dense, None, per_row)
-    return int(round(sum(count * BNC_CYCLES[name] for name, count in terms.items())))
+    own = sum(count * BNC_CYCLES[name] for name, count in terms.items())
+    return int(round(own)) + timer_overflow_cycles(own, n_chunks(n_features))
 
 
 def nonzero_mask_bytes(model) -> int:
@@ -186,6 +187,8 @@ def cost_terms(model) -> dict[str, float]:
 def predict_cycles(model) -> dict:
     cycles = {name: count * BNC_CYCLES[name] for name, count in cost_terms(model).items()}
     out = {stage: int(round(sum(cycles[k] for k in names))) for stage, names in STAGES.items()}
-    out["total"] = int(round(sum(cycles.values())))
+    own = sum(cycles.values())
+    out["timer_overflows"] = timer_overflow_cycles(own, n_chunks(model.n_features))  # one timed call a chunk
+    out["total"] = int(round(own)) + out["timer_overflows"]
     out["lower_bound"] = lower_bound_cycles(model)
     return out

@@ -12,7 +12,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import digamma
 
-from tinyproto.core.cost import lower_bound_cycles
+from tinyproto.core.cost import lower_bound_cycles, timer_overflow_cycles
 from tinyproto.families.flynn.seeded_index import (
     GROUP_ROWS,
     WIDE_INPUTS,
@@ -35,11 +35,11 @@ from tinyproto.families.flynn.seeded_index import (
 # shapes' totals. Several fitted terms come out 0 (collinear with others): the split between fitted terms is not
 # physical, the totals are what is checked (tools/bench_costmodel.py, docs/guides/latency-and-cost-model.md).
 FLY_CYCLES = {
-    "fixed": 11,  # calls, set-up, argmin (refitted on the totals with the heap counted exactly)
-    "input_seeded": 27,  # per hash input: the two biased copies
+    "fixed": 0,  # calls, set-up, argmin (refitted on the totals with the heap counted exactly)
+    "input_seeded": 28,  # per hash input: the two biased copies
     "input_stored": 12,  # per hash input: one biased copy
-    "prepare_seeded": 297,  # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
-    "prepare_stored": 14,  # narrow stored M, once: tp_fly_fill's call and loops
+    "prepare_seeded": 303,  # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
+    "prepare_stored": 47,  # narrow stored M, once: tp_fly_fill's call and loops
     "block": 183,  # seeded: per block of BLOCK_ROWS rows (call, generator state in and out, its rotation, set-up)
     "byte": 9,  # seeded: per proposal byte drawn (pattern or rotation): fetch and map (asm hand count)
     "prng_step": 11,  # seeded: one xorshift16 step on top of its byte (asm hand count)
@@ -78,20 +78,32 @@ FLY_CYCLES = {
     "sift_wide_compare": 1,  # per child-offset test when the heap has 256 bytes or more (rho >= 64): one more
     # instruction (the 16-bit bound takes a register or a second branch)
     "winner": 0,  # lookup: per winner
-    "winner_mul": 32,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
-    "winner_shift": 83,  # lookup: per winner when L * b is 2 or 4 (a 32-bit shift, then the offset's shift)
-    "winner_stored": 3,  # lookup: per winner, stored M (avr-gcc allocates tp_predict's registers differently)
-    "class_loop": 43,  # lookup: per winner when L > 2 (avr-gcc unrolls the class loop of two classes)
-    "class_once": 45,  # lookup: per class once: its sum cleared, widened to the int32 score, the argmin step
-    "winner_unaligned": 25,  # lookup: per winner when L * b is not a multiple of 8 (the bit offset is not always 0)
-    "lookup_class": 23,  # lookup: per winner and class, 1-bit filters
-    "lookup_class_lut": 24,  # lookup: per winner and class, b-bit counts through the LUT
-    "lookup_class_bit": 3,  # lookup: per winner, class and count bit (the bit buffer's shift by b)
-    "lookup_align": 0,  # lookup: per bit of a winner's first filter byte shifted to its first count (lookup_walk)
-    "lookup_refill": 32,  # lookup: per filter byte fetched after a winner's first (lookup_walk)
-    "lookup_refill_bit": 17,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
+    "winner_mul": 33,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
+    "winner_shift": 44,  # lookup: per winner when L * b is 2 or 4 (a 32-bit shift, then the offset's shift)
+    "winner_stored": 0,  # lookup: per winner, stored M (avr-gcc allocates tp_predict's registers differently)
+    "class_loop": 30,  # lookup: per winner when L > 2 (avr-gcc unrolls the class loop of two classes)
+    # lookup: per winner when L = 2, by count bits: avr-gcc unrolls the pair of classes into code of its own for each
+    # b, which costs this much more (or less) than the class loop's terms say; fitted per b (signed least squares) on
+    # the two-class shapes of the --flynn-functions draw (seed 4000), tp_predict's own cycles
+    "winner_pair1": -7,
+    "winner_pair2": 2,
+    "winner_pair3": 22,
+    "winner_pair4": -28,
+    "class_once": 68,  # lookup: per class once: its sum cleared, widened to the int32 score, the argmin step
+    "winner_unaligned": 35,  # lookup: per winner when L * b is not a multiple of 8 (the bit offset is not always 0)
+    "lookup_class": 21,  # lookup: per winner and class, 1-bit filters
+    "lookup_class_lut": 27,  # lookup: per winner and class, b-bit counts through the LUT
+    "lookup_class_aligned": 5,  # lookup: per winner and class when L b is a multiple of 8 (every winner's counts start
+    # a byte): avr-gcc lays the class loop out otherwise (the refill test at its bottom, the sums through Z)
+    "lookup_class_bit": 2,  # lookup: per winner, class and count bit: the bit buffer's shift by b (TP_FLYNN_SHIFT_OUT's
+    # lsr / ror pair, asm)
+    "lookup_align": 5,  # lookup: per bit of a winner's first filter byte shifted to its first count (lookup_walk)
+    "lookup_refill": 10,  # lookup: per filter byte fetched after a winner's first (lookup_walk), 1, 2 or 4 count bits:
+    # avr-gcc sees that the bits left are then always 0 (a multiple of b), so the byte joins the buffer unshifted
+    "lookup_refill_shift": 12,  # the same, 3 count bits: the byte shifted up by the bits left (a loop)
+    "lookup_refill_bit": 9,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
 }
-FLY_HAND_COUNTS = ("byte", "prng_step", "pattern_proposal", "compare", "accept", "take", "take_loop", "heapify", "heapify_fixed", "sift",
+FLY_HAND_COUNTS = ("lookup_class_bit", "byte", "prng_step", "pattern_proposal", "compare", "accept", "take", "take_loop", "heapify", "heapify_fixed", "sift",
                    "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair", "sift_stop_left",
                    "sift_stop_leaf", "sift_wide_compare")
 # The wide stored-M terms (wide_stored_*) are --flynn-functions' (tools/calibrate_costmodel.py --flynn-wide-stored 36
@@ -99,7 +111,8 @@ FLY_HAND_COUNTS = ("byte", "prng_step", "pattern_proposal", "compare", "accept",
 # the sign split: 77.8 cycles a row measured with it, 53.3 without), which the random shapes hold too few of.
 # Held when fitting as well: a wrapped index's one subtract (left free, it trades against the takes: a row's wraps
 # are about half its takes) and the shift map of a power-of-two input count (too few shapes have one).
-FLY_HELD = FLY_HAND_COUNTS + ("wide_shift_map", "wide_wrap", "wide_stored_pair")
+FLY_HELD = FLY_HAND_COUNTS + ("wide_shift_map", "wide_wrap", "wide_stored_pair", "winner_pair1", "winner_pair2",
+                              "winner_pair3", "winner_pair4")
 # Which FLY_CYCLES terms make up each stage tools/bench_latency.py measures (the rest is "fixed").
 FLY_STAGES = {
     "prepare": ("input_seeded", "input_stored", "prepare_seeded", "prepare_stored"),
@@ -109,8 +122,9 @@ FLY_STAGES = {
                 "heap_call_seeded", "heap_call_stored"),
     "top_rho": ("heapify", "heapify_fixed", "sift", "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair",
                 "sift_stop_left", "sift_stop_leaf", "sift_wide_compare"),
-    "lookup": ("winner", "winner_mul", "winner_shift", "winner_stored", "class_loop", "class_once", "winner_unaligned", "lookup_class", "lookup_class_lut", "lookup_class_bit", "lookup_align",
-               "lookup_refill", "lookup_refill_bit"),
+    "lookup": ("winner", "winner_mul", "winner_shift", "winner_stored", "class_loop", "winner_pair1", "winner_pair2",
+               "winner_pair3", "winner_pair4", "class_once", "winner_unaligned", "lookup_class", "lookup_class_lut", "lookup_class_aligned", "lookup_class_bit",
+               "lookup_align", "lookup_refill", "lookup_refill_shift", "lookup_refill_bit"),
 }
 TAKE_UNROLLED = 32  # tp_flynn.c unrolls the four-row sum up to this s, and loops beyond
 
@@ -323,9 +337,10 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
         terms["sift_wide_compare"] = 2 * (terms["sift_level_pair"] + terms["sift_level_left"] + terms["sift_stop_pair"]
                                           + terms["sift_stop_left"]) + terms["sift_stop_leaf"]
     terms["lookup_class" if bits == 1 else "lookup_class_lut"] = rho * L
+    terms["lookup_class_aligned"] = rho * L if (L * bits) % 8 == 0 else 0
     align, refills, refill_bits = lookup_walk(L, bits)
-    terms.update(lookup_class_bit=rho * L * bits, lookup_align=rho * align, lookup_refill=rho * refills,
-                 lookup_refill_bit=rho * refill_bits)
+    terms.update(lookup_class_bit=rho * L * bits, lookup_align=rho * align, lookup_refill_bit=rho * refill_bits)
+    terms["lookup_refill" if 8 % bits == 0 else "lookup_refill_shift"] = rho * refills
     if (L * bits) & (L * bits - 1):
         terms["winner_mul"] = rho
     elif (L * bits) % 8:  # row * (L b) is a 32-bit shift, and the bit offset is one of two or four
@@ -334,6 +349,8 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
         terms["winner_unaligned"] = rho
     terms["class_once"] = L
     terms["class_loop"] = rho if L > 2 else 0
+    if L == 2 and f"winner_pair{bits}" in FLY_CYCLES:  # fitted for the 1 .. 4 bits the solver draws
+        terms[f"winner_pair{bits}"] = rho
     terms["winner_stored"] = rho if store_M else 0
     terms["wide_stored_mirror" if store_M else "wide_mirror"] = float(mirrors) if wide else 0.0
     if s > 2 and (store_M or wide):
@@ -400,7 +417,9 @@ def estimate_cycles(m: int, s: int, rho: int, bits: int, n_classes: int, n_input
 
 
 def total_cycles(terms: dict[str, float]) -> int:
-    return int(round(sum(count * FLY_CYCLES[name] for name, count in terms.items())))
+    """The terms' cycles and the Timer1 overflow interrupts that run among them (one timed call)."""
+    own = sum(count * FLY_CYCLES[name] for name, count in terms.items())
+    return int(round(own)) + timer_overflow_cycles(own)
 
 
 def flynn_cost_terms(model, x: np.ndarray | None = None) -> dict[str, float]:

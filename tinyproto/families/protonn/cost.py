@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinyproto.core.cost import lower_bound_cycles
+from tinyproto.core.cost import lower_bound_cycles, timer_overflow_cycles
 from tinyproto.core.wire import CHUNK_BYTES
 from tinyproto.families.protonn.encoding import DENSE_GROUP
 
@@ -43,6 +43,10 @@ PN_CYCLES = {
     # The function-by-function refit (--protonn-functions) gave 13, which put a 200-row dense shape 3.6 % over
     # (tests/test_protonn_kernels_avr.py, dist-24bit): its random draws hold few dense shapes.
     "dense_row_c": 8,
+    # per group of a dense W with a projection offset: the group's sums stored to acc[] and its loop of offset
+    # rescales set up (avr-objdump of a 6-input group: 93 cycles besides its MACs, 52 a row besides the rescale's
+    # own); fitted with offset_row on seeds 7 and 11 of tools/bench_costmodel.py's draw (68, 48)
+    "dense_group_c": 68,
     "dense_step": 4,  # per 8 inputs and group of a dense W (the loop step)
     "dense_load": 2,  # per input and group of a dense W: ld x_i
     "dense_mac": 9,  # per entry of a dense W: lpm, muls, biased 24-bit add
@@ -51,6 +55,8 @@ PN_CYCLES = {
     "wide_index_bit": 2,  # per prototype and bit of the index shift when the table reaches past 0xFFFF, shifts of
     # 9 .. 15 (lsr, ror of the distance's middle bytes)
     "wide_index_high_bit": 1,  # the same for shifts of 16 .. 23: one lsr of the distance's high byte
+    "wide_index_16": 4,  # per prototype, shifts of 9 .. 15: the index is clamped in 16 bits (beyond 15, in 8);
+    # fitted on seeds 7 and 11 of tools/bench_costmodel.py's draw (4.2)
     "dist_step": 5,  # per 4 distance terms (only when D > 64)
     "dist_term": 13,  # per |z_r - b_jr|^2 term
     "fixed_reg": 98,  # once, D <= 16: saving and restoring r2-r17 for the register-z loop
@@ -96,9 +102,80 @@ PN_STREAM_CYCLES = {
     "stream_row": 48,  # per projected dimension: clear, rescale, store
     "stream_rshift": 7,  # per row and bit of a 32-bit right shift
     "stream_rshift16": 4,  # per row and bit of the 16-bit rescale path (shift - 8)
-    "offset_row": 35,  # per row, the offset rescale of a row-major W (instead of the plain rescale)
-    "stream_offset_row": 38,  # per row, the offset rescale at the end of a streamed projection
+    "offset_row": 48,  # per row of a row-major W with an offset: the rescale's call and z's store (the call's body
+    # is offset_rescale, counted)
+    "stream_offset_row": 0,  # the same at the end of a streamed projection (the fit: no more than the plain
+    # rescale's own set-up, which stream_row holds)
+    "offset_rescale": 1,  # tp_protonn_rescale_offset's own cycles (mean_offset_rescale_cycles: an avr-objdump count)
 }
+
+
+# tp_protonn_rescale_offset (firmware/tp_protonn.c), the rescale of every row of a model with a projection offset
+# (row-major and streamed W alike, out of line): its cycles from avr-objdump of the three forms avr-gcc gives it, a
+# right shift (TP_PROTONN_PROJ_RSHIFT > 0), a left shift and none; per path of its clamps, from its first
+# instruction to its ret. The caller's side (the call, the store of z) is offset_row / stream_offset_row.
+OFFSET_FETCH = 12  # o_r's flash address (r doubled, added) and its two lpm
+OFFSET_ENTRY = {"right": 2, "left": 3, "none": 0}  # moving p to the registers the form shifts in
+OFFSET_LEFT_CLAMP = {"low": 18, "in": 15, "high": 18}  # left shift: p clamped to +-32767 first (two compares)
+OFFSET_CLAMP = {  # then the clamp of the shifted sum to +-1024, per form: above 1024, within, below -1024
+    "right": (11, 16, 16),
+    "left": (9, 14, 17),
+    "none": (24, 27, 30),  # no shift: the +-32767 and +-1024 compares merged into one chain
+}
+OFFSET_NONE_FAR = (11, 16)  # no shift, p above 32767 or below -32767: the chain's first or second compare clamps it
+OFFSET_TAIL = (11, 14, 15)  # q = clamped + o_r (add, adc), its clamp to +-127 and ret: above 127, within, below
+
+
+def shift32_cycles(count: int) -> int:
+    """avr-gcc -Os's shift of an int32 by a constant count (arithmetic right or left): one bit inline (4 cycles),
+    8 or 16 bits by byte moves (6 and 5), any other count a loop of 7 cycles a bit with its counter's ldi."""
+    if count <= 0:
+        return 0
+    return {1: 4, 8: 6, 16: 5}.get(count, 7 * count)
+
+
+def rounding_add_cycles(shift: int) -> int:
+    """The rounding half 1 << (shift - 1) added to an int32: from its lowest nonzero byte up (adiw + adc + adc for
+    a half below 64 costs the same 4 cycles as four subi / sbci)."""
+    return 4 - min((shift - 1) // 8, 3)
+
+
+def offset_rescale_cycles(p: np.ndarray, proj_shift: int, offset: np.ndarray) -> np.ndarray:
+    """Cycles of tp_protonn_rescale_offset for each projection sum p (..., D) of rows with offsets o (D,)."""
+    p = np.asarray(p, dtype=np.int64)
+    right, left = max(proj_shift, 0), max(-proj_shift, 0)
+    form = "right" if right else ("left" if left else "none")
+    cycles = np.full(p.shape, OFFSET_FETCH + OFFSET_ENTRY[form], dtype=np.int64)
+    if form == "right":
+        s = (p + (1 << (right - 1))) >> right
+        cycles += rounding_add_cycles(right) + shift32_cycles(right)
+    elif form == "left":
+        low, high = p < -32767, p > 32767
+        cycles += np.where(low, OFFSET_LEFT_CLAMP["low"], np.where(high, OFFSET_LEFT_CLAMP["high"],
+                                                                   OFFSET_LEFT_CLAMP["in"]))
+        s = np.clip(p, -32767, 32767) << left
+        cycles += shift32_cycles(left)
+    else:
+        s = p
+    above, below = s > 1024, s < -1024
+    high, within, low = OFFSET_CLAMP[form]
+    clamp = np.where(above, high, np.where(below, low, within))
+    if form == "none":
+        clamp = np.where(p > 32767, OFFSET_NONE_FAR[0], np.where(p < -32767, OFFSET_NONE_FAR[1], clamp))
+    q = np.clip(s, -1024, 1024) + np.asarray(offset, dtype=np.int64)
+    tail_high, tail_in, tail_low = OFFSET_TAIL
+    return cycles + clamp + np.where(q > 127, tail_high, np.where(q < -127, tail_low, tail_in))
+
+
+OFFSET_TRIALS = 64  # random int8 vectors the offset rescale's clamps are replayed on (their mean is the count)
+
+
+def mean_offset_rescale_cycles(model) -> float:
+    """tp_protonn_rescale_offset's cycles of one inference (every row), the mean over OFFSET_TRIALS fixed random
+    int8 vectors: its clamps are taken or not with the projection sums."""
+    x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, model.n_features))
+    p = x @ np.asarray(model.W_q, dtype=np.int64).T
+    return float(offset_rescale_cycles(p, model.proj_shift, model.offset).sum(axis=1).mean())
 
 
 def protonn_uses_asm(model) -> bool:
@@ -119,12 +196,12 @@ def _stream_terms(model) -> dict[str, int]:
     # the device app feeds chunks of CHUNK_BYTES features, each timed (validate sums them)
     terms.update(stream_fixed=1, stream_chunk=-(-d // CHUNK_BYTES), stream_feature=d, stream_row=D)
     terms["stream_nnz" if model.w_encoding == "col_bytes" else "stream_nnz_nibble"] = nnz
-    if model.offset is None and _rescale16(model):
+    if model.offset is not None:  # the offset rescale does the shift (counted in offset_rescale)
+        terms.update(stream_offset_row=D, offset_rescale=mean_offset_rescale_cycles(model))
+    elif _rescale16(model):
         terms["stream_rshift16"] = D * (right - 8)
     else:
         terms["stream_rshift"] = D * right
-    if model.offset is not None:
-        terms["stream_offset_row"] = D
     return terms
 
 
@@ -163,11 +240,12 @@ def protonn_cost_terms(model) -> dict[str, int]:
                 terms["wide_index_high_bit"] = m * (model.table_shift - 16)
             else:
                 terms["wide_index_bit"] = m * (model.table_shift - 8)
+                terms["wide_index_16"] = m
     if D > 64:
         terms["dist_step"] = m * (D // 4)
     terms.update({name: 0 for name in PN_STREAM_CYCLES})
-    if model.offset is not None:
-        terms["offset_row"] = D
+    if model.offset is not None:  # tp_protonn_rescale_offset instead of the plain rescale: counted on its own
+        terms.update(row32=0, rshift32=0, lshift32=0, offset_row=D, offset_rescale=mean_offset_rescale_cycles(model))
     if streamed:  # the row terms give way to the streamed projection's
         for name in ("row", "row32", "rshift16", "rshift32", "lshift32", "offset_row", "row_asm", "rshift_asm"):
             terms[name] = 0
@@ -188,6 +266,7 @@ def protonn_cost_terms(model) -> dict[str, int]:
         terms["dense_group"] = groups
         terms["fixed_dense"] = 1
         terms["dense_row_c"] = 0 if terms["row_asm"] else D  # the asm rescale stores z from the registers
+        terms["dense_group_c"] = groups if model.offset is not None else 0
     else:
         mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
         nonzero_bytes = mask[mask != 0]
@@ -224,16 +303,21 @@ def predict_cycles(model) -> dict:
     projection = sum(cycles.get(k, 0) for k in ("row", "row32", "rshift16", "rshift32", "lshift32", "row_asm",
                                                 "rshift_asm", "mask_byte", "mask_step",
                                                 "zero_mask_byte", "clear_bit", "scanned_bit", "nonzero",
-                                                "dense_mac", "dense_step", "dense_load", "dense_group",
+                                                "dense_mac", "dense_step", "dense_load", "dense_group", "dense_group_c",
                                                 "fixed_dense", "dense_row_c",
                                                 *PN_STREAM_CYCLES, *PN_C_ROWS_CYCLES))
-    distances = sum(cycles.get(k, 0) for k in ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit", "dist_term",
+    distances = sum(cycles.get(k, 0) for k in ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit", "wide_index_16", "dist_term",
                                                "dist_step", "fixed_reg", "proto_reg", "dist_term_reg"))
     scores = sum(cycles.get(k, 0) for k in ("class", "score_term", "score_step", "score_group", "score_load"))
+    own = cycles["fixed"] + projection + distances + scores
+    # a streamed W is timed chunk by chunk (the device app's calls), a row-major one in one call
+    calls = -(-model.n_features // CHUNK_BYTES) if model.w_encoding in ("col_bytes", "col_nibbles") else 1
+    overflows = timer_overflow_cycles(own, calls)
     return {
         "projection": projection,
         "distances": distances,
         "scores": scores,
-        "total": cycles["fixed"] + projection + distances + scores,
+        "timer_overflows": overflows,
+        "total": own + overflows,
         "lower_bound": lower_bound_cycles(model),
     }
