@@ -31,6 +31,12 @@ from helpers import (HAVE_SIMULATOR, PipePort, fresh_copy, header_array_bytes, m
 
 TESTS = Path(__file__).resolve().parent
 
+# pytest-xdist already runs a worker per core: a solver's own pool of processes (compile's default --jobs, every
+# usable core) would only fight the other worker for the same cores and pay each pool worker's start (~1.5 s of CPU
+# per compile of digits or breast_cancer). Every command the tests start inherits it; the tests of --jobs pass
+# their own (tests/test_solver_jobs.py).
+os.environ.setdefault("TINYPROTO_JOBS", "1")
+
 # ------------------------------------------------------------------------------------------------ fixtures
 
 

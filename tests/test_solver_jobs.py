@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tinyproto import families
-from tinyproto.families.solving import default_jobs
+from tinyproto.core.errors import TinyprotoError
+from tinyproto.families.solving import JOBS_VARIABLE, default_jobs
 
 
 @pytest.mark.parametrize("name", families.names())
@@ -40,17 +41,37 @@ def test_protonn_fits_in_two_workers_give_the_same_header(tmp_path, monkeypatch)
     assert outs[0] == outs[1]
 
 
-def test_the_default_is_every_usable_core():
+def test_the_default_is_every_usable_core(monkeypatch):
     import os
 
+    monkeypatch.delenv(JOBS_VARIABLE, raising=False)  # the suite sets it (conftest): a user who sets none
     assert default_jobs() == len(os.sched_getaffinity(0))
 
 
-def test_inside_a_dask_worker_the_default_is_one():
+def test_the_environment_sets_the_default_and_a_bad_value_is_one_error(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+
+    monkeypatch.setenv(JOBS_VARIABLE, "3")
+    assert default_jobs() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(JOBS_VARIABLE, bad)
+        with pytest.raises(TinyprotoError, match=f"{JOBS_VARIABLE} must be a whole number"):
+            default_jobs()
+    result = subprocess.run([sys.executable, "-m", "tinyproto", "compile", "iris", "--out", str(tmp_path / "m")],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        f"error: {JOBS_VARIABLE} must be a whole number of processes, at least 1; got '-1'"]
+    assert not (tmp_path / "m").exists()
+
+
+def test_inside_a_dask_worker_the_default_is_one(monkeypatch):
     """sweep and federate spread their work over a dask cluster: a solver inside one of its workers takes one
-    process, not a pool of its own (default_jobs imports distributed only when the process already has)."""
+    process, not a pool of its own (default_jobs imports distributed only when the process already has), whatever
+    $TINYPROTO_JOBS says."""
     from distributed import Client, LocalCluster
 
+    monkeypatch.setenv(JOBS_VARIABLE, "2")
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         assert client.submit(default_jobs).result() == 1
