@@ -25,7 +25,7 @@ VALUES_PER_ROW = 16
 # the input stage; each family adds family_runtime(). Every project also gets the serial transport (lib/tinyproto/),
 # and the device application (src/): its main file becomes src/main.c, its other parts (transport, measurement,
 # learning, their shared header) keep their names.
-MODEL_RUNTIME = ("tinyproto.h", "tp_avr.h", "tp_input.c", "tp_judge.c")
+MODEL_RUNTIME = ("tinyproto.h", "tp_avr.h", "tp_input.c", "tp_judge.c", "tp_judge_avr.h")
 COMMON_RUNTIME = (*MODEL_RUNTIME, "tp_serial.h", "tp_serial.c")
 DEVICE_APP = "tp_main.c"
 DEVICE_APP_PARTS = ("tp_app.h", "tp_transport.c", "tp_measure.c", "tp_learn.c")

@@ -5,8 +5,8 @@
         library.properties
         src/<Name>.h          the one header a sketch includes: the C API, per-model SRAM and cost figures
         src/tinyproto_model.h the model (PROGMEM arrays + #defines), the same header `compile` generated
-        src/tinyproto.h, tp_avr.h, tp_input.c, tp_judge.c, tp_<family>.c, tp_<family>_avr.h   the runtime (not the
-                              device app tp_main.c: the sketch is the app)
+        src/tinyproto.h, tp_avr.h, tp_input.c, tp_judge.c, tp_judge_avr.h, tp_<family>.c, tp_<family>_avr.h
+                              the runtime (not the device app tp_main.c: the sketch is the app)
         src/tp_labels.c       the class names in flash
         src/tp_text.c/.h      tp_parse_float: decimal text -> float32, correctly rounded (avr-libc's strtod is not)
         examples/<Name>/<Name>.ino   reads one vector per Serial line, prints the class, its score and confidence
