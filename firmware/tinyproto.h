@@ -50,6 +50,8 @@
 static inline int16_t tp_mul_s8(int8_t a, int8_t b) { return (int16_t)(a * b); }
 static inline uint16_t tp_mul_u8(uint8_t a, uint8_t b) { return (uint16_t)((uint16_t)a * (uint16_t)b); }
 static inline int16_t tp_mul_s8u8(int8_t a, uint8_t b) { return (int16_t)(a * b); }
+/* a 16-bit unsigned variable shifted right in place by a constant number of bits */
+#define TP_SHR16_BY(value, bits) ((value) >>= (bits))
 static inline int8_t tp_next_i8(const int8_t **p)
 {
     int8_t value = tp_read_i8(*p);

@@ -42,4 +42,16 @@ static inline uint8_t tp_next_u8(const uint8_t **p)
     return value;
 }
 
+/* A 16-bit unsigned variable shifted right in place by a constant number of bits: always `bits` unrolled
+ * lsr / ror pairs (2 cycles a bit). avr-gcc -Os picks an unrolled shift or a counted loop (5 cycles a bit) by how
+ * the surrounding loop's registers fall, which the model's shape alone does not decide, so a cost model could
+ * not count it. */
+#define TP_SHR16_BY(value, bits)                                                                                  \
+    __asm__(".rept %[n]\n\t"                                                                                      \
+            "lsr %B[v]\n\t"                                                                                        \
+            "ror %A[v]\n\t"                                                                                        \
+            ".endr"                                                                                                \
+            : [v] "+r"(value)                                                                                      \
+            : [n] "n"(bits))
+
 #endif /* TP_AVR_H */

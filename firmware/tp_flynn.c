@@ -68,21 +68,9 @@ void tp_flynn_learn(const int8_t *x, uint8_t label);
 #define TP_FLYNN_FILTER_BYTE(p) tp_read_u8(p)
 #endif
 
-/* The lookup's bit buffer shifted right by one count (TP_FLYNN_BITS bits). On AVR always TP_FLYNN_BITS unrolled
- * lsr / ror pairs (2 cycles a bit): avr-gcc -Os picks an unrolled shift or a counted loop (5 cycles a bit) by
- * how the surrounding loop's registers fall, which the shape alone does not decide, so the cost model could not
- * count it (tinyproto/families/flynn/cost.py). */
-#if defined(__AVR__)
-#define TP_FLYNN_SHIFT_OUT(buffer)                                                                                   \
-    __asm__(".rept %[bits]\n\t"                                                                                    \
-            "lsr %B[buf]\n\t"                                                                                      \
-            "ror %A[buf]\n\t"                                                                                      \
-            ".endr"                                                                                                  \
-            : [buf] "+r"(buffer)                                                                                     \
-            : [bits] "n"(TP_FLYNN_BITS))
-#else
-#define TP_FLYNN_SHIFT_OUT(buffer) ((buffer) >>= TP_FLYNN_BITS)
-#endif
+/* The lookup's bit buffer shifted right by one count (TP_FLYNN_BITS bits): TP_SHR16_BY, whose AVR twin always
+ * costs 2 cycles a bit, so that the cost model can count it (tinyproto/families/flynn/cost.py). */
+#define TP_FLYNN_SHIFT_OUT(buffer) TP_SHR16_BY(buffer, TP_FLYNN_BITS)
 
 #define TP_FLYNN_KEY(sum, j) (((uint32_t)(sum) << 16) | (uint16_t)~(uint16_t)(j))
 #define TP_FLYNN_ROW(key) ((uint16_t)~(uint16_t)(key))

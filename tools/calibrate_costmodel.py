@@ -208,25 +208,17 @@ def profile_shape(model, xq: np.ndarray, board: str, workdir: Path, simulator: P
     a vector: its chunks for a streamed model); every score checked."""
     import bisect
     import collections
-    import os
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_costmodel import build, marker_cycles
-    from profile_firmware import ASLEEP, functions_of
-
-    from tinyproto.device import sim
+    from profile_firmware import ASLEEP, functions_of, profiling
 
     elf = build(model, workdir, board)
     profile = workdir / "profile.txt"
-    os.environ["SIMUNO_PROFILE"] = str(profile)
-    sim.ensure_simulator = lambda: simulator
-    try:
-        with SimulatedUno(elf) as uno, open_device(uno.port) as client:
-            client.hello()
-            answers = [client.predict(x) for x in xq]
-            markers = uno.markers()
-    finally:
-        del os.environ["SIMUNO_PROFILE"]
+    with profiling(simulator, profile), SimulatedUno(elf) as uno, open_device(uno.port) as client:
+        client.hello()
+        answers = [client.predict(x) for x in xq]
+        markers = uno.markers()
     if not np.array_equal(np.array([a.scores for a in answers]), model.scores(xq)):
         raise AssertionError("device scores differ from the numpy reference")
     addresses, names = functions_of(elf)

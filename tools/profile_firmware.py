@@ -22,7 +22,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -47,6 +49,24 @@ def build_profiling_simulator(where: Path) -> Path:
     sys.exit("could not compile the profiling simuno (gcc, libsimavr-dev)")
 
 
+@contextmanager
+def profiling(binary: Path, profile: Path) -> Iterator[None]:
+    """SimulatedUno starts the profiling simulator `binary`, which writes its profile to `profile`, inside the
+    block only: the module's ensure_simulator and the environment are given back afterwards (the tests call these
+    tools, and a simulator left patched in would change what later tests in the process run)."""
+    original, before = sim.ensure_simulator, os.environ.get("SIMUNO_PROFILE")
+    sim.ensure_simulator = lambda: binary
+    os.environ["SIMUNO_PROFILE"] = str(profile)
+    try:
+        yield
+    finally:
+        sim.ensure_simulator = original
+        if before is None:
+            os.environ.pop("SIMUNO_PROFILE", None)
+        else:
+            os.environ["SIMUNO_PROFILE"] = before
+
+
 def run_vectors(model_dir: Path, n: int, binary: Path, profile: Path) -> None:
     """Both passes of the first n test vectors on the profiling simulator; exits if an answer differs."""
     model_dir_obj = load_model_dir(model_dir)
@@ -54,9 +74,7 @@ def run_vectors(model_dir: Path, n: int, binary: Path, profile: Path) -> None:
     vectors = checked_vectors(model_dir_obj, model)
     build = load_build_info(model_dir_obj)
     n = min(n, len(vectors.labels))
-    sim.ensure_simulator = lambda: binary  # SimulatedUno starts this binary
-    os.environ["SIMUNO_PROFILE"] = str(profile)
-    with sim.SimulatedUno(model_dir / build.elf) as uno:
+    with profiling(binary, profile), sim.SimulatedUno(model_dir / build.elf) as uno:
         client = open_device(uno.port, baud=build.serial_baud, boot_quiet_s=0.0, rx_ring=build.rx_ring)
         client.hello()
         for i in range(n):
