@@ -54,40 +54,37 @@ def _holder(lock_path: Path) -> str:
 LOCK_LINE = re.compile(rb"\A(\d{1,10} [\w-]{1,40}\n)?\Z")  # what _try_lock writes: "<pid> <verb>\n" (or nothing yet)
 
 
+def _lock_held(lock_path: Path) -> bool | None:
+    """Whether a live command holds the lock file tinyproto wrote at lock_path, probed with flock without creating
+    or rewriting it; None when lock_path is not such a file (missing, a link, not a regular file, or content that
+    is not what _try_lock writes: the user's file, left alone)."""
+    try:
+        if lock_path.is_symlink() or not lock_path.is_file() or lock_path.stat().st_size > 64 \
+                or not LOCK_LINE.match(lock_path.read_bytes()):
+            return None
+        fd = _try_lock_quietly(lock_path)
+    except OSError:
+        return None
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
 def holds_only_a_dead_lock(directory: Path) -> bool:
     """True when `directory`'s one entry is a lock file tinyproto wrote whose holder is gone (a run killed between
     creating the directory and writing into it): such a directory is as good as empty. The lock is probed with
     flock, not by pid, so a live holder (even one that reused the pid) keeps it in use."""
     lock_path = _sole_lock(Path(directory))
-    try:
-        if lock_path is None:
-            return False
-        if lock_path.stat().st_size > 64 or not LOCK_LINE.match(lock_path.read_bytes()):
-            return False  # not what tinyproto writes: the user's file, left alone
-        fd = _try_lock_quietly(lock_path)
-    except OSError:
-        return False
-    if fd is None:
-        return False
-    os.close(fd)
-    return True
+    return lock_path is not None and _lock_held(lock_path) is False
 
 
 def _check_lock_held(directory: Path) -> None:
     """A directory whose tinyproto lock a live command holds is being written by another run (it may be creating
-    its first files right now, under temporary names): say so, not 'foreign'. Probed without rewriting the lock,
-    and only a file holding what tinyproto writes there counts, so a user's own file of that name is left alone."""
+    its first files right now, under temporary names): say so, not 'foreign'."""
     lock_path = directory / LOCK
-    try:
-        if lock_path.is_symlink() or not lock_path.is_file() or lock_path.stat().st_size > 64 \
-                or not LOCK_LINE.match(lock_path.read_bytes()):
-            return
-        fd = _try_lock_quietly(lock_path)
-    except OSError:
-        return
-    if fd is None:
+    if _lock_held(lock_path):
         raise TinyprotoError(f"{directory} is in use by {_holder(lock_path)}; wait for it to finish")
-    os.close(fd)
 
 
 def _sole_lock(directory: Path) -> Path | None:
