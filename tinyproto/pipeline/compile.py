@@ -174,11 +174,11 @@ def compile_model(data: str, options: CompileOptions | None = None,
                   progress: Callable[[str], None] | None = None) -> CompileResult:
     """Train DATA's model within the budget, quantize it and write its model directory, as `tinyproto compile`
     does (see CompileOptions for every option). progress: called with one line per step."""
+    from tinyproto.core.confidence import parse_rate
+
     o = options or CompileOptions()
     family, seed, learnable, max_latency_ms, jobs = o.family, o.seed, o.learnable, o.max_latency_ms, o.jobs
     prefix, holdout_classes = o.prefix, o.holdout_classes
-    from tinyproto.core.confidence import parse_rate
-
     budget_bytes = parse_budget(o.budget)
     rate = None if o.unknown_rate is None else (float(o.unknown_rate) if isinstance(o.unknown_rate, float)
                                                 else parse_rate(o.unknown_rate))
