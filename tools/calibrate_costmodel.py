@@ -222,8 +222,6 @@ def profile_shape(model, xq: np.ndarray, board: str, workdir: Path, simulator: P
     if not np.array_equal(np.array([a.scores for a in answers]), model.scores(xq)):
         raise AssertionError("device scores differ from the numpy reference")
     addresses, names = functions_of(elf)
-    # code is word-aligned: a symbol at an odd address (avr-libc's weak __stack = RAMEND) is not a function
-    addresses, names = map(list, zip(*[(a, n) for a, n in zip(addresses, names) if a % 2 == 0]))
     cycles = collections.Counter()
     for line in profile.read_text().splitlines():
         pc, _, spent = (int(field, 16) if k == 0 else int(field) for k, field in enumerate(line.split()))
