@@ -184,8 +184,8 @@ def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:
     table.add_row("latency", f"{v['latency_ms_mean']:.3f} ms at {mhz}" if v["latency_ms_mean"] is not None
                   else f"not measured (the cycle counts are not plausible) at {mhz}")
     err = v["predicted_error"]
-    table.add_row("cost model",
-                  f"predicted {v['predicted_cycles']} cycles ({100 * err:+.1f} %)" if err is not None else "-")
+    table.add_row("cost model", f"predicted {v['predicted_cycles']:.0f} cycles ({100 * err:+.1f} %)"
+                  if err is not None else "-")
     if v["measured_over_bound"] is not None:
         table.add_row("vs MAC lower bound", f"{v['measured_over_bound']:.2f}x of {v['lower_bound_cycles']} cycles")
     if v["energy_mj_mcu"] is not None:

@@ -171,6 +171,10 @@ class WalkCounts:
         replaced, heapified = self._sifts[rho]
         return replaced[m], heapified
 
+    def use_heap_work(self, rho: int, sifts: tuple[np.ndarray, np.ndarray]) -> None:
+        """Price the top-rho heap by these sift steps (simulated_heap on given inputs) instead of random ones."""
+        self._sifts[rho] = sifts
+
     def replacements(self, m: int, rho: int) -> float:
         return float(self.heap_work(m, rho)[0][0])
 
@@ -437,9 +441,8 @@ def flynn_cost_terms(model, x: np.ndarray | None = None) -> dict[str, float]:
         counts = WalkCounts(s, model.n_hash_inputs, model.n_features, counts.pattern_proposals, counts.compares,
                             counts.wraps, np.concatenate([[0], np.cumsum(mirrored)]).astype(np.int64), model.indices)
     if x is not None:
-        replaced, heapified = simulated_heap(model.indices, model.n_features, model.n_hash_inputs, model.n_winners,
-                                             x=x)
-        counts._sifts[model.n_winners] = (replaced, heapified)
+        counts.use_heap_work(model.n_winners, simulated_heap(model.indices, model.n_features, model.n_hash_inputs,
+                                                             model.n_winners, x=x))
     return cost_terms(counts, m, model.n_winners, model.bits, model.n_classes, model.store_M)
 
 
