@@ -573,7 +573,8 @@ def test_csv_with_unicode_line_separators_is_named(work, separator):
     """Every row ran into one line and the message blamed duplicate column names."""
     data = work / "d.csv"
     data.write_text(("a,b,label\n" + GOOD_ROWS).replace("\n", separator), encoding="utf-8")
-    refused(["compile", str(data), "--budget", "1kB", "--out", "o"], f"U+{ord(separator):04X}", work, own_files_at_root=True)
+    refused(["compile", str(data), "--budget", "1kB", "--out", "o"], f"U+{ord(separator):04X}", work,
+            own_files_at_root=True)
 
 
 def test_csv_lines_are_read_as_stringio_would_without_its_copy():

@@ -261,7 +261,8 @@ def beside_sketch(model, board: Board, reserve: Reserve, progress: Callable[[str
     sram_left = board.sram_bytes - reserve.sram_bytes
     problems = []
     if cost.flash_bytes > flash_left:
-        problems.append(f"flash: the model's runtime and data need {cost.flash_bytes} B, {cost.flash_bytes - flash_left} B "
+        problems.append(f"flash: the model's runtime and data need {cost.flash_bytes} B, "
+                        f"{cost.flash_bytes - flash_left} B "
                         f"more than the {flash_left} B that --reserve-flash {reserve.flash_bytes} leaves of "
                         f"{board.flash_bytes_for_sketch} B")
     if cost.sram_bytes > sram_left:

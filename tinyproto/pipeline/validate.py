@@ -322,7 +322,8 @@ def summarise(subject: ValidationSubject, measured: Measured) -> dict:
         "sram_bytes": board.sram_bytes,
         "energy_mj_mcu": board.energy_mj(seconds, board.mcu_active_current_ma) if seconds is not None else None,
         "energy_mj_board": board.energy_mj(seconds, board.board_active_current_ma) if seconds is not None else None,
-        "energy_note": "model: V x I_active x latency with datasheet / board figures (boards/%s.json), not a meter" % board.name,
+        "energy_note": ("model: V x I_active x latency with datasheet / board figures (boards/%s.json), "
+                        "not a meter" % board.name),
         "predicted_cycles": predicted["total"],
         "predicted_error": ratio(predicted["total"] - trusted_mean, trusted_mean) if trusted_mean else None,
         "lower_bound_cycles": bound,

@@ -306,8 +306,9 @@ def predict_cycles(model) -> dict:
                                                 "dense_mac", "dense_step", "dense_load", "dense_group", "dense_group_c",
                                                 "fixed_dense", "dense_row_c",
                                                 *PN_STREAM_CYCLES, *PN_C_ROWS_CYCLES))
-    distances = sum(cycles.get(k, 0) for k in ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit", "wide_index_16", "dist_term",
-                                               "dist_step", "fixed_reg", "proto_reg", "dist_term_reg"))
+    distances = sum(cycles.get(k, 0) for k in ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit",
+                                               "wide_index_16", "dist_term", "dist_step", "fixed_reg", "proto_reg",
+                                               "dist_term_reg"))
     scores = sum(cycles.get(k, 0) for k in ("class", "score_term", "score_step", "score_group", "score_load"))
     own = cycles["fixed"] + projection + distances + scores
     # a streamed W is timed chunk by chunk (the device app's calls), a row-major one in one call
