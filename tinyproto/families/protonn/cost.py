@@ -319,6 +319,6 @@ def predict_cycles(model) -> dict:
         "distances": distances,
         "scores": scores,
         "timer_overflows": overflows,
-        "total": own + overflows,
+        "total": int(round(own)) + overflows,  # whole cycles, like every family
         "lower_bound": lower_bound_cycles(model),
     }
