@@ -279,7 +279,8 @@ def pytest_collection_modifyitems(config, items):
     workers = getattr(config, "workerinput", {}).get("workercount")
     if workers:  # on a pytest-xdist worker: every worker computes the same order (the same seed, the same file)
         expected = measured_durations()
-        modules = [(key, list(group)) for key, group in itertools.groupby(items, key=lambda item: item.nodeid.partition("::")[0])]
+        modules = [(key, list(group))
+                   for key, group in itertools.groupby(items, key=lambda item: item.nodeid.partition("::")[0])]
         order = longest_first([[expected.get(item.nodeid, UNLISTED_SECONDS) for item in group]
                                for _, group in modules], workers)
         items[:] = [modules[m][1][t] for m, t in order]

@@ -247,7 +247,7 @@ class PipePort:
         self.proc.stdout.close()
 
 
-# ------------------------------------------------------------------------------------------------ synthetic integer models
+# ----------------------------------------------------------------------------------------- synthetic integer models
 
 
 def random_model(seed: int, d: int, r: int, m: int, L: int, density: float, per_row: int = 0):
@@ -283,8 +283,8 @@ def one_per_column(D, d, extra, rng):
 
 
 def synthetic(D, d, m, L, rng, *, stage="feature", density=None, n_raw=None, proj_shift=9):
-    """(model, X): a ProtoNN integer model with W of a chosen structure (density None: one nonzero per column plus a few),
-    an informative kernel table, and the requested input stage (kept columns when n_raw > d)."""
+    """(model, X): a ProtoNN integer model with W of a chosen structure (density None: one nonzero per column plus a
+    few), an informative kernel table, and the requested input stage (kept columns when n_raw > d)."""
     from dataclasses import replace
 
     from tinyproto.core.inputstage import InputStage
@@ -405,7 +405,8 @@ def arduino_build(libraries: Path | list[Path], sketch: Path, build: Path, tools
         "-prefs=tools.ctags.path=/usr/bin", "-prefs=tools.ctags.cmd.path=/usr/bin/arduino-ctags",
         '-prefs=tools.ctags.pattern="{cmd.path}" -u --language-force=c++ -f - --c++-kinds=svpf --fields=KSTtzns '
         '--line-directives "{source_file}"',
-        "-prefs=runtime.ide.version=10819", f"-prefs=compiler.cpp.extra_flags=-DDECIMAL_DIG=__DECIMAL_DIG__ {defines}".rstrip(),
+        "-prefs=runtime.ide.version=10819",
+        f"-prefs=compiler.cpp.extra_flags=-DDECIMAL_DIG=__DECIMAL_DIG__ {defines}".rstrip(),
         str(sketch),
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -524,5 +525,6 @@ class FakeDevice:
                 self.master = self.slave = None
                 return
             if instead is None:
-                instead = codec.encode_frame(frame.type | codec.MSG_RESPONSE, frame.seq, self._encode(frame.type, answer))
+                instead = codec.encode_frame(frame.type | codec.MSG_RESPONSE, frame.seq,
+                                             self._encode(frame.type, answer))
             os.write(self.master, instead)

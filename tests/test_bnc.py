@@ -415,7 +415,8 @@ def test_784_features_fit_2kB_with_the_shared_stage_bit_exact_on_host_c(tmp_path
     assert np.mean(model.predict(X) == y) > 0.5  # 2 + 2 epochs on 300 rows: a hash, not noise
     xq = np.vstack([model.input_stage.quantize(X[:60]), extreme_vectors(d)])
     ref = assert_host_c_equals_reference(model, xq, tmp_path)
-    np.testing.assert_array_equal(model.labels(ref[:60]), model.labels(model.scores(model.input_stage.quantize(X[:60]))))
+    np.testing.assert_array_equal(model.labels(ref[:60]),
+                                  model.labels(model.scores(model.input_stage.quantize(X[:60]))))
     again = families.int_model_from_json(json.loads(json.dumps(model.to_json())))
     np.testing.assert_array_equal(again.predict(X), model.predict(X))
 

@@ -55,7 +55,8 @@ def test_board_files_hold_the_real_boards_facts():
     pro = load_board("pro_mini_3v3")
     assert (pro.f_cpu_hz, pro.voltage_v, pro.serial_baud, pro.upload_speed) == (8_000_000, 3.3, 500_000, 57600)
     mega = load_board("mega2560")
-    assert (mega.sram_bytes, mega.eeprom_bytes, mega.upload_protocol, mega.upload_speed) == (8192, 4096, "wiring", 115200)
+    assert ((mega.sram_bytes, mega.eeprom_bytes, mega.upload_protocol, mega.upload_speed)
+            == (8192, 4096, "wiring", 115200))
     leo = load_board("leonardo")
     assert (leo.mcu, leo.sram_bytes, leo.upload_protocol) == ("atmega32u4", 2560, "avr109")
     assert "Serial1" in leo.serial_port
@@ -135,7 +136,8 @@ def test_the_same_model_validates_bit_exactly_on_every_board(validated, name):
     board = load_board(name)
     assert v["passed"] and v["board"] == name
     assert v["score_agreement"] == 1.0 and v["label_agreement"] == 1.0 and v["n_vectors"] == report["n_test"]
-    assert v["simulator_marker_cycles"]["marker_minus_timer1_min"] == v["simulator_marker_cycles"]["marker_minus_timer1_max"]
+    assert (v["simulator_marker_cycles"]["marker_minus_timer1_min"]
+            == v["simulator_marker_cycles"]["marker_minus_timer1_max"])
     seconds = v["cycles_mean"] / board.f_cpu_hz
     assert v["latency_ms_mean"] == pytest.approx(1000 * seconds)
     assert v["energy_mj_board"] == pytest.approx(board.voltage_v * board.board_active_current_ma * seconds)
@@ -165,7 +167,8 @@ def test_the_uno_env_of_an_existing_project_still_builds(validated):
     from tinyproto.device.build import build_project
 
     model_dir = validated["uno"][0]
-    assert build_project(model_dir, "uno_sim").elf == model_dir.resolve() / ".pio" / "build" / "uno_sim" / "firmware.elf"
+    assert (build_project(model_dir, "uno_sim").elf
+            == model_dir.resolve() / ".pio" / "build" / "uno_sim" / "firmware.elf")
     with pytest.raises(TinyprotoError, match="unknown PlatformIO environment 'nano_sim'"):
         build_project(model_dir, "nano_sim")
 

@@ -55,7 +55,8 @@ def test_out_on_a_place_nobody_may_write_is_refused_before_training(work):
 
 FLAG_CASES = {
     "learn-no-flash-on-the-simulator": (["learn", "{model}", "--no-flash"], "--no-flash", 1),
-    "sweep-raw-check-without-device": (["sweep", "iris", "--raw-check", "--device", "none", "--out", "s"], "--raw-check", 1),
+    "sweep-raw-check-without-device": (["sweep", "iris", "--raw-check", "--device", "none", "--out", "s"],
+                                       "--raw-check", 1),
     "build-env-empty": (["build", "{model}", "--env", ""], "empty", 2),
     "board-sim-100000-boards": (["board-sim", "--count", "100000"], "--count", 2),
     "board-sim-no-boards": (["board-sim", "--count", "0"], "--count", 2),

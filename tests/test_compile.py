@@ -59,7 +59,8 @@ def test_report_has_the_documented_keys(compiled):
 def test_avr_gcc_compiles_model_into_flash_not_data(compiled, tmp_path):
     project = compiled("digits", "2kB")
     lib = project / "lib" / "tinyproto"
-    flags = ["-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror", f"-I{project / 'include'}", f"-I{lib}"]
+    flags = ["-mmcu=atmega328p", "-Os", "-std=gnu99", "-Wall", "-Wextra", "-Werror", f"-I{project / 'include'}",
+             f"-I{lib}"]
     for source in ["tp_protonn.c", "tp_input.c"]:
         obj = tmp_path / (source + ".o")
         subprocess.run(["avr-gcc", *flags, "-c", str(lib / source), "-o", str(obj)], check=True)
@@ -132,7 +133,8 @@ def test_too_few_rows_for_the_split(tmp_path):
 
 
 def test_too_small_budget_says_the_minimum(tmp_path):
-    result = run_cli("compile", "digits", "--budget", "100B", "--out", str(tmp_path / "o"))  # a shared input stage fits 300 B
+    # a shared input stage fits 300 B
+    result = run_cli("compile", "digits", "--budget", "100B", "--out", str(tmp_path / "o"))
     assert result.returncode == 1
     assert re.search(r"needs \d+ B", result.stderr)
 

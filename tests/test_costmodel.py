@@ -218,7 +218,8 @@ def test_the_offset_rescale_and_timer_interrupt_counts_equal_the_device_cycles(t
         assert counted == pytest.approx(profile["functions"]["tp_protonn_rescale_offset"]), shift
         handler = profile["functions"].get("__vector_13", 0.0)
         own = profile["cycles"] - handler - 3 * handler / (TIMER1_OVERFLOW_CYCLES - 3)  # less the handler and its jmp
-        assert handler == pytest.approx(timer_overflow_cycles(own) * (TIMER1_OVERFLOW_CYCLES - 3) / TIMER1_OVERFLOW_CYCLES)
+        assert handler == pytest.approx(timer_overflow_cycles(own) * (TIMER1_OVERFLOW_CYCLES - 3)
+                                        / TIMER1_OVERFLOW_CYCLES)
     assert handler > 0  # the last shape's inference is long enough to overflow Timer1
 
 

@@ -61,7 +61,8 @@ def _avr_firmware(tmp_path: Path, name: str, edit=None) -> Path:
         assert edited != text
         measure.write_text(edited)
     elf = tmp_path / f"{name}.elf"
-    sources = [source / n for n in ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c", "tp_serial.c", "tp_judge.c")]
+    sources = [source / n
+               for n in ("tp_main.c", "tp_transport.c", "tp_measure.c", "tp_learn.c", "tp_serial.c", "tp_judge.c")]
     subprocess.run(["avr-gcc", *AVR_FLAGS, f"-I{source}", f"-I{FIXTURE}", sizes_include(tmp_path / f"sizes_{name}"),
                     "-DTP_FAKE_DELAY", *map(str, sources), str(FIXTURE / "fake_model.c"), "-o", str(elf)], check=True)
     return elf
@@ -172,7 +173,8 @@ def test_implausible_cycles_are_a_failed_check_not_a_traceback(compiled, monkeyp
     out = compiled("iris", "1kB", "flynn")  # a copy of the run's iris FlyNN
     measure = out / "src" / "tp_measure.c"
     text = measure.read_text()
-    edited = re.sub(r"return cycles > tp_overhead \? cycles - tp_overhead : 0;", f"(void)cycles; return {reported};", text)
+    edited = re.sub(r"return cycles > tp_overhead \? cycles - tp_overhead : 0;", f"(void)cycles; return {reported};",
+                    text)
     assert edited != text
     measure.write_text(edited)
     import tinyproto.core.modeldir as modeldir
@@ -186,7 +188,8 @@ def test_implausible_cycles_are_a_failed_check_not_a_traceback(compiled, monkeyp
     summary = json.loads((out / "validation.json").read_text())
     assert summary["checks"]["scores"]["ok"] and summary["checks"]["labels"]["ok"]  # the answers were right
     assert summary["checks"]["cycles"]["ok"] is False
-    assert f"{summary['n_vectors']} of {summary['n_vectors']} inferences reported" in summary["checks"]["cycles"]["detail"]
+    assert (f"{summary['n_vectors']} of {summary['n_vectors']} inferences reported"
+            in summary["checks"]["cycles"]["detail"])
     assert summary["latency_ms_mean"] is None and summary["energy_mj_board"] is None
     assert summary["predicted_error"] is None and summary["measured_over_bound"] is None
     report = _cli("report", out)

@@ -59,8 +59,9 @@ def test_library_layout(exported):
     family = load_model_dir(model_dir).meta["family"]
     assert name == library_name(load_model_dir(model_dir).meta["dataset"])
     src = sorted(p.name for p in (lib / "src").iterdir())
-    assert src == sorted([f"{name}.h", "tinyproto.h", "tinyproto_model.h", "tp_avr.h", "tp_input.c", "tp_judge.c", "tp_judge_avr.h",
-                          "tp_labels.c", "tp_text.c", "tp_text.h", f"tp_{family}.c", f"tp_{family}_avr.h"])
+    assert src == sorted([f"{name}.h", "tinyproto.h", "tinyproto_model.h", "tp_avr.h", "tp_input.c", "tp_judge.c",
+                          "tp_judge_avr.h", "tp_labels.c", "tp_text.c", "tp_text.h", f"tp_{family}.c",
+                          f"tp_{family}_avr.h"])
     # never the device app (tp_main.c) nor its serial framing (tp_serial.*): the user's sketch is the app
     assert (lib / "examples" / name / f"{name}.ino").is_file()
     props = dict(line.split("=", 1) for line in (lib / "library.properties").read_text().splitlines() if line)

@@ -50,7 +50,8 @@ def check_statements(header: str, model_dir, model, board) -> None:
     assert ("Streaming input (TP_STREAMABLE 1)" in text) == bool(model.defines().get("TP_STREAMABLE", 0))
     # every time at this board's clock
     cycles = int(load_model_dir(model_dir).report["predicted_cycles"]["total"])
-    found = re.search(r"Cost: about (\d+) cycles = ([\d.]+) ms at ([\d.]+) MHz on the (.+?) \(tinyproto's cost model", text)
+    found = re.search(r"Cost: about (\d+) cycles = ([\d.]+) ms at ([\d.]+) MHz on the (.+?) "
+                      r"\(tinyproto's cost model", text)
     assert found, text
     assert int(found[1]) == cycles
     assert float(found[2]) == round(cycles * 1000.0 / board.f_cpu_hz, 2)

@@ -45,7 +45,8 @@ from tinyproto.families.solving import SolveOptions
 FIRMWARE = resource_dir("firmware")
 HAVE_GCC = shutil.which("gcc") is not None
 HAVE_AVR = shutil.which("avr-gcc") is not None
-HAVE_SIMAVR = HAVE_AVR and shutil.which("simavr") is not None and Path("/usr/include/simavr/avr/avr_mcu_section.h").exists()
+HAVE_SIMAVR = (HAVE_AVR and shutil.which("simavr") is not None
+               and Path("/usr/include/simavr/avr/avr_mcu_section.h").exists())
 needs_gcc = pytest.mark.skipif(not HAVE_GCC, reason="host gcc not installed")
 
 
@@ -186,7 +187,8 @@ def test_seeded_rows_have_s_distinct_inputs_in_range(seed, m, n_inputs, s_frac):
 
 
 def reference_walk(seed: int, m: int, s: int, n: int) -> np.ndarray:
-    """The seeded M spelled out one proposal at a time, independently of seeded_index.seeded_walk's vectorised blocks."""
+    """The seeded M spelled out one proposal at a time, independently of seeded_index.seeded_walk's vectorised
+    blocks."""
     state, low = seed, None
 
     def proposal() -> int:
@@ -268,7 +270,8 @@ def brute_force_winners(P: np.ndarray, rho: int) -> np.ndarray:
 )
 def test_top_winners_breaks_ties_by_lower_index(data, n, m, levels):
     rho = data.draw(st.integers(1, m))
-    P = np.array(data.draw(st.lists(st.lists(st.integers(0, levels - 1), min_size=m, max_size=m), min_size=n, max_size=n)))
+    P = np.array(data.draw(st.lists(st.lists(st.integers(0, levels - 1), min_size=m, max_size=m),
+                                    min_size=n, max_size=n)))
     got = np.sort(top_winners(P, rho), axis=1)
     np.testing.assert_array_equal(got, np.sort(brute_force_winners(P, rho), axis=1))
     np.testing.assert_array_equal(np.sort(top_winners(P.astype(np.float64) / 3, rho), axis=1), got)
@@ -299,7 +302,8 @@ def dense_paper_flynn(X_train, y_train, X_test, M, rho, decay, mean, scale, sign
     return counts, hashes, f, classes[np.argmin(f, axis=1)]
 
 
-@pytest.mark.parametrize("sign_split, decay, scaling", [(False, 1.0, "feature"), (True, 0.3, "global"), (True, 1.0, "feature")])
+@pytest.mark.parametrize("sign_split, decay, scaling",
+                         [(False, 1.0, "feature"), (True, 0.3, "global"), (True, 1.0, "feature")])
 def test_float_flynn_equals_dense_paper_formulas(sign_split, decay, scaling):
     rng = np.random.default_rng(3)
     X = rng.normal(size=(90, 12)) * rng.uniform(0.5, 4, size=12) + rng.normal(size=12)
@@ -430,7 +434,8 @@ def test_seeded_and_stored_M_match_c_on_random_models(tmp_path_factory, data):
     n_classes = data.draw(st.integers(1, 12))
     model = random_int_model(data, n_features, n_classes)
     rng = np.random.default_rng(0)
-    xq = np.vstack([rng.integers(-128, 128, size=(12, n_features)), rng.integers(-3, 4, size=(6, n_features)), extreme_vectors(n_features)])
+    xq = np.vstack([rng.integers(-128, 128, size=(12, n_features)), rng.integers(-3, 4, size=(6, n_features)),
+                    extreme_vectors(n_features)])
     assert_host_matches_reference(model, xq, tmp_path_factory.mktemp("flynn"))
 
 

@@ -137,11 +137,13 @@ def no_eeprom_flags(model: Path) -> list[str]:
 
 @needs("gcc")
 def test_learning_firmware_without_eeprom_builds_and_refuses_eeprom_messages(tmp_path):
-    """The learning firmware's EEPROM accessors (tp_learn.c) used to be defined even when no record fits, and -Werror (the device build's
-    flags) rejected the unused functions: the learning firmware of a model whose counts fit the SRAM but not the
-    EEPROM did not build. Now it builds warning-free, learns, and answers the EEPROM messages "unknown type"."""
+    """The learning firmware's EEPROM accessors (tp_learn.c) used to be defined even when no record fits, and
+    -Werror (the device build's flags) rejected the unused functions: the learning firmware of a model whose counts
+    fit the SRAM but not the EEPROM did not build. Now it builds warning-free, learns, and answers the EEPROM
+    messages "unknown type"."""
     exe = tmp_path / "app"
-    sources = [*APP, FIRMWARE / "tp_serial.c", FIRMWARE / "tp_flynn.c", FIRMWARE / "tp_input.c", FIRMWARE / "tp_judge.c"]
+    sources = [*APP, FIRMWARE / "tp_serial.c", FIRMWARE / "tp_flynn.c", FIRMWARE / "tp_input.c",
+               FIRMWARE / "tp_judge.c"]
     cmd = ["gcc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-DTP_HOST", *no_eeprom_flags(DIGITS),
            f"-I{FIRMWARE}", f"-I{DIGITS}", sizes_include(DIGITS, tmp_path / "sizes"), *map(str, sources), "-lm",
            "-o", str(exe)]  # fmt: skip

@@ -58,7 +58,8 @@ def test_wheel_carries_the_data_folders(installed, tmp_path):
 def test_installed_wheel_runs_the_loop_outside_the_checkout(installed, tmp_path):
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
-    env = {"PATH": f"{installed / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "TINYPROTO_CACHE": str(tmp_path / "cache")}
+    env = {"PATH": f"{installed / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "TINYPROTO_CACHE": str(tmp_path / "cache")}
     python = str(installed / "bin" / "python")
     _run([python, "-m", "tinyproto", "run", "iris", "--budget", "1kB", "--out", "m"], cwd=cwd, env=env)
     summary = json.loads((cwd / "m" / "validation.json").read_text())

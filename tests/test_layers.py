@@ -39,7 +39,8 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
             if base.split(".")[0] != "tinyproto":
                 continue
             for alias in node.names:  # `from tinyproto.x import y` may import the module tinyproto.x.y

@@ -35,7 +35,7 @@ def test_the_rule_set_is_stated_in_pyproject():
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
     assert config["line-length"] == 120
-    assert {"E9", "F"} <= set(config["lint"]["select"])
+    assert {"E9", "F", "E501"} <= set(config["lint"]["select"])  # E501: the line length above is enforced
 
 
 def test_no_test_file_imports_another():

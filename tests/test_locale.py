@@ -173,7 +173,8 @@ def test_every_verb_runs_under_the_c_locale(kind, tmp_path, compiled):
         ["export", model, "--arduino", "--out", str(tmp_path / "lib")],
         ["report", model],
         ["federate", "iris", "--parties", "2", "--backend", "local", "--out", str(tmp_path / "fed")],
-        ["sweep", "iris", "--models", "flynn", "--budgets", "1kB", "--out", str(tmp_path / "sw"), "--device", "none", "--workers", "1"],
+        ["sweep", "iris", "--models", "flynn", "--budgets", "1kB", "--out", str(tmp_path / "sw"), "--device", "none",
+         "--workers", "1"],
         ["boards"],
     ]
     for args in steps:

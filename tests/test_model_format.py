@@ -25,7 +25,8 @@ def test_an_older_format_is_refused_with_what_to_do(tmp_path, version):
     confidence width): their hash cannot be checked, so they are refused (never loaded as if unchanged, never
     called edited), and the message says to compile again."""
     old = write_meta(tmp_path / "old", format_version=version)
-    with pytest.raises(TinyprotoError, match=rf"format version {version}, written by an older tinyproto .* compile` again"):
+    with pytest.raises(TinyprotoError,
+                       match=rf"format version {version}, written by an older tinyproto .* compile` again"):
         load_model_dir(old)
     result = subprocess.run([sys.executable, "-m", "tinyproto", "build", str(old)], capture_output=True, text=True,
                             timeout=120)

@@ -93,7 +93,8 @@ def hello_payload(model_hash: int = MODEL_HASH, flags: int = 1) -> bytes:
 
 def prediction_payload(x: np.ndarray) -> bytes:
     scores = fake_scores(x)
-    return struct.pack("<BIBB", int(np.argmax(scores)), 1234, 0, int(np.argmax(scores))) + scores.astype("<i4").tobytes()
+    return (struct.pack("<BIBB", int(np.argmax(scores)), 1234, 0, int(np.argmax(scores)))
+            + scores.astype("<i4").tobytes())
 
 
 def good_answer(frame: P.Frame, _n: int = 0) -> bytes:

@@ -65,6 +65,7 @@ def test_validate_of_a_firmware_that_halts_at_once(compiled, monkeypatch):
     result = subprocess.run([sys.executable, "-m", "tinyproto", "validate", str(out)], capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 1
-    assert "stopped: the firmware finished: it halted" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert ("stopped: the firmware finished: it halted" in result.stderr
+            and "Traceback" not in result.stderr), result.stderr
     assert "is the Uno plugged in" not in result.stderr.split("(while")[0]
     assert not (out / "validation.json").exists() or json.loads((out / "validation.json").read_text())

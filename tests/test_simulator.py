@@ -259,7 +259,8 @@ def test_the_inline_step_is_libsimavrs_step(simuno, firmware, built_models, tmp_
         markers = tmp_path / f"markers-{step}.txt"
         with feed.open("rb") as stdin:
             run = subprocess.run([str(simuno), "--stdio", "--markers", str(markers), "--timeout-cycles", "4000000",
-                                  str(build.elf)], stdin=stdin, capture_output=True, timeout=60, check=False)  # fmt: skip
+                                  str(build.elf)],
+                                 stdin=stdin, capture_output=True, timeout=60, check=False)  # fmt: skip
         assert run.returncode == EXIT_TIMEOUT, run.stderr
         runs[step] = (run.stdout, markers.read_text())
     answers = [decode_frame(frame).type for frame in runs["inline"][0].split(b"\x00") if frame]

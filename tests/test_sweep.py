@@ -92,7 +92,8 @@ def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):
     reference = sweep("iris", tmp_path / "ref", SweepOptions(workers=2, **KILL_GRID))
     assert reference.complete and {r["id"] for r in reference.records} == KILL_GRID_IDS
     lines = read_results(tmp_path / "ref" / "results.jsonl")
-    assert [r["id"] for r in lines] == [p.id for p in parse_grid(KILL_GRID["models"], KILL_GRID["budgets"], KILL_GRID["seeds"], "uno")]
+    assert [r["id"] for r in lines] == [p.id for p in parse_grid(KILL_GRID["models"], KILL_GRID["budgets"],
+                                                                 KILL_GRID["seeds"], "uno")]
     refused = [r for r in lines if r["budget_bytes"] == 8]
     assert all(r["status"] == "failed" and r["stage"] == "compile" and r["error"] for r in refused)
     assert all(r["status"] == "ok" and r["model_bytes"] <= 512 and (tmp_path / "ref" / r["dir"] / "model.json").exists()

@@ -8,8 +8,8 @@
     python tools/bench_bloom.py --calibrate     # fit tinyproto/families/bloom/cost.py on synthetic shapes
 
 1. For each m: Bloom features (the float BloomClassifier; input stage, k and C by 3-fold CV on the training split;
-   and its int8 model) against a linear SVM on random Fourier features (sklearn's RBFSampler, m components; gamma and C by the
-   same CV), both with the same standardised inputs.
+   and its int8 model) against a linear SVM on random Fourier features (sklearn's RBFSampler, m components; gamma
+   and C by the same CV), both with the same standardised inputs.
 2. `tinyproto compile --model bloom` at each budget, then build and validate on the simulated Uno.
 3. digits upsampled to 28x28 (scipy zoom, order 1, 0..255, rounded: the stand-in for MNIST-sized input) with the
    int8 model's bytes counted without the input stage (784 x 4 B per-feature stage today; a shared stage, the
@@ -65,7 +65,8 @@ def host_table(names: list[str], ms: list[int]) -> None:
     from sklearn.svm import LinearSVC
 
     print("1. host, unbudgeted: Bloom features vs random Fourier features (linear SVM), same m")
-    print(f"{'data':<15}{'m':>6}{'k':>4}{'used':>6}{'Bloom float':>13}{'Bloom int8':>12}{'RFF':>8}{'gap pt':>8}{'s':>7}")
+    print(f"{'data':<15}{'m':>6}{'k':>4}{'used':>6}{'Bloom float':>13}{'Bloom int8':>12}{'RFF':>8}{'gap pt':>8}"
+          f"{'s':>7}")
     for name in names:
         Xtr, Xte, ytr, yte = split(name)
         for m in ms:

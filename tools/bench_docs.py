@@ -84,7 +84,8 @@ BENCHMARKS = (
 
 
 def _run(command: str, cwd: Path) -> str:
-    words = [str(BIN / w) if w in ("tinyproto", "python") else w for w in shlex.split(command.format(tools=ROOT / "tools"))]
+    words = [str(BIN / w) if w in ("tinyproto", "python") else w
+             for w in shlex.split(command.format(tools=ROOT / "tools"))]
     env = {**os.environ, "COLUMNS": "100", "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     result = subprocess.run(words, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -99,7 +100,8 @@ def _output(command: str, *args: str) -> str:
         return "unknown"
 
 
-CODE = ("tinyproto", "firmware", "templates", "boards", "tools", "pyproject.toml", "setup.py")  # what a figure depends on
+# what a figure depends on
+CODE = ("tinyproto", "firmware", "templates", "boards", "tools", "pyproject.toml", "setup.py")
 
 
 def commit() -> str:

@@ -64,7 +64,8 @@ def knn_accuracies(sp) -> tuple[float, int, float, int]:
 
 def host_table(names: list[str]) -> None:
     print("1. host: FlyNN without budget vs tuned kNN")
-    print(f"{'data':<14}{'kNN (CV k)':>12}{'k':>4}{'kNN best':>10}{'k':>4}{'FlyNN float':>13}{'FlyNN int':>11}{'gap pt':>8}{'s':>6}")
+    print(f"{'data':<14}{'kNN (CV k)':>12}{'k':>4}{'kNN best':>10}{'k':>4}{'FlyNN float':>13}{'FlyNN int':>11}"
+          f"{'gap pt':>8}{'s':>6}")
     for name in names:
         sp = split(load_dataset(name))
         cv_acc, k_cv, best, k_best = knn_accuracies(sp)

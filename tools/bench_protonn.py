@@ -25,14 +25,16 @@ def main() -> None:
     parser.add_argument("--budgets", nargs="+", default=["1kB", "2kB", "4kB", "16kB"])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    header = f"{'data':<14}{'budget':>8}{'bytes':>7}{'d_hat':>6}{'m':>5}{'s_W':>7}{'float %':>9}{'int8 %':>8}{'loss pt':>8}{'train s':>8}"
+    header = (f"{'data':<14}{'budget':>8}{'bytes':>7}{'d_hat':>6}{'m':>5}{'s_W':>7}{'float %':>9}{'int8 %':>8}"
+              f"{'loss pt':>8}{'train s':>8}")
     print(header)
     print("-" * len(header))
     for name in args.data:
         sp = split(load_dataset(name))
         for budget in args.budgets:
             started = time.perf_counter()
-            clf, model, info = fit_protonn_under_budget(sp.X_train, sp.y_train, SolveOptions(parse_budget(budget), args.seed))
+            clf, model, info = fit_protonn_under_budget(sp.X_train, sp.y_train,
+                                                        SolveOptions(parse_budget(budget), args.seed))
             seconds = time.perf_counter() - started
             float_acc = 100 * np.mean(clf.predict(sp.X_test) == sp.y_test)
             int8_acc = 100 * np.mean(model.predict(sp.X_test) == sp.y_test)

@@ -51,7 +51,8 @@ SHAPES = [
     (16, 4, 8, 2, 0.3, 32, 7), (16, 12, 8, 2, 0.3, 32, 9), (64, 4, 8, 2, 0.3, 32, 10), (64, 4, 8, 2, 0.9, 32, 0),
     (64, 4, 40, 2, 0.3, 32, 3), (64, 4, 8, 10, 0.3, 32, 12), (64, 12, 60, 10, 0.4, 64, 10), (30, 10, 20, 2, 0.2, 32, 9),
     (32, 8, 16, 4, 1.0, 16, -2), (8, 3, 6, 3, 1.0, 16, 8), (64, 20, 100, 10, 0.5, 64, 7), (128, 6, 12, 3, 0.1, 32, 11),
-    (64, 40, 40, 3, 0.3, 32, 9), (100, 8, 200, 5, 0.05, 64, 5), (16, 4, 33, 2, 1.0, 16, 14), (20, 36, 10, 2, 1.0, 32, 8),
+    (64, 40, 40, 3, 0.3, 32, 9), (100, 8, 200, 5, 0.05, 64, 5), (16, 4, 33, 2, 1.0, 16, 14),
+    (20, 36, 10, 2, 1.0, 32, 8),
     (180, 10, 30, 4, 0.1, 32, 10), (13, 5, 7, 2, 0.6, 16, 1), (16, 70, 12, 2, 0.5, 32, 9), (24, 16, 90, 3, 0.3, 32, 6),
     (40, 17, 50, 4, 0.5, 16, 10), (48, 2, 64, 6, 1.0, 64, 16), (64, 12, 60, 10, 0.4, 256, 10),
     (200, 6, 12, 3, 1.0, 32, 12), (96, 10, 20, 4, 0.04, 32, 9), (16, 3, 256, 4, 0.5, 32, 20),
@@ -62,12 +63,14 @@ SHAPES = [
 N_VECTORS = 6
 # Terms held at their hand count (the cycles of the asm instructions, see firmware/tp_protonn.c): left free, nnls
 # trades them against the terms they always occur with, and mispredicts shapes unlike the calibration set.
-HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "wide_index_bit": 2, "wide_index_high_bit": 1, "dist_term": 13, "dist_term_reg": 11,
+HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "wide_index_bit": 2, "wide_index_high_bit": 1,
+               "dist_term": 13, "dist_term_reg": 11,
                "score_term": 8, "score_load": 2, "score_step": 4, "nonzero": 13, "clear_bit": 3, "rshift_asm": 2,
                "mask_step": 6, "offset_rescale": 1}
 
 
-def synthetic_model(d: int, D: int, m: int, L: int, density: float, table_size: int, proj_shift: int, *rest) -> IntProtoNN:
+def synthetic_model(d: int, D: int, m: int, L: int, density: float, table_size: int, proj_shift: int,
+                    *rest) -> IntProtoNN:
     *options, rng = rest
     gamma = options[0] if options else 0.05  # small gamma: a table reaching past 0xFFFF
     W = rng.integers(-127, 128, size=(D, d)) * (rng.random((D, d)) < density)
@@ -267,7 +270,8 @@ def calibrate_flynn_functions(n: int, cache: Path | None) -> None:
             measured = {k: functions.get(f, 0.0) for k, f in FLY_FUNCTIONS.items()}
             # libgcc's 16x16 -> 32-bit multiply (22 cycles with its ret) serves the lookup's row offset when L b is not
             # a power of two, and a wide seeded M's proposal map: the rest of its cycles are the projection's
-            lookup_mul = 22 * model.n_winners * bool((model.n_classes * model.bits) & (model.n_classes * model.bits - 1))
+            lookup_mul = 22 * model.n_winners * bool((model.n_classes * model.bits)
+                                                      & (model.n_classes * model.bits - 1))
             measured["project"] += functions.get("__umulhisi3", 0.0) - lookup_mul
             measured["rest"] = done[name]["cycles"] - judge - sum(measured.values())
             terms = cost.flynn_cost_terms(model, x=xq)
@@ -370,7 +374,8 @@ def calibrate_protonn_functions(n: int, cache: Path | None) -> None:
                         enumerate(zip(names, values)) if A[:, i].any()))
         for label, pred in (("current", now), ("fitted", fitted)):
             err = 100 * (pred - b) / b
-            print(f"{label}: max |err| {np.abs(err).max():.2f} %, within 3 %: {int(np.sum(np.abs(err) <= 3))} of {len(b)}")
+            print(f"{label}: max |err| {np.abs(err).max():.2f} %, "
+                  f"within 3 %: {int(np.sum(np.abs(err) <= 3))} of {len(b)}")
             for k in np.argsort(-np.abs(err))[:4]:
                 name, spec, *_ = shapes[k]
                 print(f"    {name:<16}{' '.join(f'{a}={v}' for a, v in spec.items()):<50}{b[k]:>8.0f}{err[k]:>+8.2f}")
@@ -412,7 +417,8 @@ def measure_flynn_stages(model, xq: np.ndarray) -> dict:
                 raise AssertionError("device scores differ from the numpy reference")
             if marked:
                 per = stage_spans(markers)
-                out["stages"] = {k: float(np.mean([p.get(k, 0) for p in per])) for k in sorted({k for p in per for k in p})}
+                out["stages"] = {k: float(np.mean([p.get(k, 0) for p in per]))
+                                 for k in sorted({k for p in per for k in p})}
             else:
                 out["cycles_mean"] = float(np.mean([p.cycles for p in predictions]))
     return out

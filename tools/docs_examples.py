@@ -148,7 +148,8 @@ def stale_lines(run: Callable[[str], str], pages: list[str] = EXECUTED_PAGES) ->
             for command, expected in steps if marked else []:
                 missing = missing_lines(expected, run(command))
                 if missing:
-                    stale.append(f"{page}: $ {command}\n  not in the output: " + "\n  not in the output: ".join(missing))
+                    stale.append(f"{page}: $ {command}\n  not in the output: "
+                                 + "\n  not in the output: ".join(missing))
     return stale
 
 

@@ -10,9 +10,9 @@ import click
 from tinyproto.pipeline.firmware import build_model_dir
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import (not_blank, MODEL_DIR, baud_option, board_option, budget_option, data_argument, label_option,
-                                    jobs_option, max_latency_option, model_option, out_option, seed_option,
-                                    upload_port_option, unknown_rate_option, holdout_classes_option)
+from tinyproto.cli.options import (not_blank, MODEL_DIR, baud_option, board_option, budget_option, data_argument,
+                                    label_option, jobs_option, max_latency_option, model_option, out_option,
+                                    seed_option, upload_port_option, unknown_rate_option, holdout_classes_option)
 
 
 def _console(stderr: bool = False):
@@ -26,7 +26,8 @@ def print_build(console, info: dict, path: Path) -> None:
 
     table = Table(title=f"firmware for {path} (built with {info['tool']}, env {info['env']})", show_header=False)
     table.add_row("flash", f"{info['flash_bytes']} of {info['flash_available_bytes']} B "
-                  f"({100 * info['flash_bytes'] / info['flash_available_bytes']:.1f} %), model data {info['model_bytes']} B")
+                  f"({100 * info['flash_bytes'] / info['flash_available_bytes']:.1f} %), "
+                  f"model data {info['model_bytes']} B")
     table.add_row("SRAM static (.data + .bss)", f"{info['sram_static_bytes']} of {info['sram_bytes']} B "
                   f"(.data {info['data_bytes']}, .bss {info['bss_bytes']}); stack peak is measured by validate")
     table.add_row("ELF", info["elf"])
@@ -39,7 +40,8 @@ def print_build(console, info: dict, path: Path) -> None:
               help="PlatformIO environment (named after the board): <board>_sim, the default, works offline (system "
                    "avr-gcc); <board> uses the official atmelavr platform. E.g. uno_sim, nano_sim, mega2560.")
 def build_command(model_dir: Path, env: str | None) -> None:
-    """Build the firmware of MODEL_DIR (PlatformIO; avr-gcc directly if PlatformIO is missing) and report flash / SRAM."""
+    """Build the firmware of MODEL_DIR (PlatformIO; avr-gcc directly if PlatformIO is missing) and report flash /
+    SRAM."""
     console = _console()
     print_build(console, build_model_dir(model_dir, env, console), model_dir)
 
@@ -83,7 +85,8 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
         with console.status(f"flashing {upload_port} with avrdude -c {board.upload_protocol}...", spinner="dots"):
             result = flash_port(board, upload_port, build.hex)
         with console.status(f"waiting for the firmware on {port} after the reset...", spinner="dots"), \
-                open_device(port, baud=build.serial_baud or board.serial_baud, boot_quiet_s=board.boot_quiet_s) as client:
+                open_device(port, baud=build.serial_baud or board.serial_baud,
+                            boot_quiet_s=board.boot_quiet_s) as client:
             check_model(client.info, md.model_hash, model.n_features, model.n_classes, model.family_id,
                         board.f_cpu_hz)
         written = f"{result.bytes_written} B" if result.bytes_written is not None else build.hex.name
@@ -116,8 +119,8 @@ def run_validation(model_dir: Path, port: str | None, resume: bool, raw: bool, a
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=_console(stderr=True), transient=as_json) as progress:
-        return validate(model_dir, port=port, resume=resume, raw_check=raw, progress_factory=_progress_factory(progress),
-                        baud=baud)
+        return validate(model_dir, port=port, resume=resume, raw_check=raw,
+                        progress_factory=_progress_factory(progress), baud=baud)
 
 
 def finish_validation(summary: dict, model_dir: Path, as_json: bool) -> None:
@@ -134,7 +137,8 @@ def finish_validation(summary: dict, model_dir: Path, as_json: bool) -> None:
 
 @click.command("validate")
 @click.argument("model_dir", type=MODEL_DIR)
-@click.option("--port", default=None, callback=not_blank, help="Serial port of a real, flashed Uno (e.g. /dev/ttyACM0).")
+@click.option("--port", default=None, callback=not_blank,
+              help="Serial port of a real, flashed Uno (e.g. /dev/ttyACM0).")
 @click.option("--sim", is_flag=True, help="Use the simulated Uno (the default when no --port is given).")
 @click.option("--json", "as_json", is_flag=True, help="Print validation.json instead of the table.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from validation.jsonl.")
@@ -163,7 +167,8 @@ def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool
 @board_option
 @out_option("Model directory (default build/<data>).")
 @label_option
-@click.option("--port", default=None, callback=not_blank, help="A real board: flash it and validate there instead of the simulator.")
+@click.option("--port", default=None, callback=not_blank,
+              help="A real board: flash it and validate there instead of the simulator.")
 @upload_port_option
 @max_latency_option
 @baud_option

@@ -143,9 +143,10 @@ def print_federation_report(console, report: dict) -> None:
                   f"{pct(sel['cv_accuracy'])}, {sel['allreduce_rounds']} all-reduce rounds, "
                   f"{sel['bytes_sent_per_party'] / 1e6:.1f} MB sent per party")
     dp = report["dp"]
+    capped = ("" if dp is None or dp.get("T_requested") in (None, dp["T"])
+              else " (--dp-T " + str(dp["T_requested"]) + " capped to L x m)")
     table.add_row("differential privacy", "off" if dp is None else
-                  f"epsilon {dp['epsilon']:g}, T {dp['T']}"
-                  f"{'' if dp.get('T_requested') in (None, dp['T']) else ' (--dp-T ' + str(dp['T_requested']) + ' capped to L x m)'}"
+                  f"epsilon {dp['epsilon']:g}, T {dp['T']}{capped}"
                   f", epsilon_0 {dp['epsilon_0']:.3g}, "
                   f"Laplace scale {dp['laplace_scale']:.3g}")
     table.add_row("int8 accuracy, federated", f"{pct(report['accuracy'])}, {report['model_bytes']} B")

@@ -53,7 +53,8 @@ def print_learn_report(console, s: dict, model_dir: Path) -> None:
                    "streamed. Default: the built-in data set the model was compiled on.")
 @click.option("--label", default=None, help="CSV label column (default: the last column).")
 @click.option("--sim", is_flag=True, help="Use the simulated Uno (the default when no --port is given).")
-@click.option("--port", default=None, callback=not_blank, help="Serial port of a real Uno (flashed with the learning firmware first).")
+@click.option("--port", default=None, callback=not_blank,
+              help="Serial port of a real Uno (flashed with the learning firmware first).")
 @upload_port_option
 @click.option("--no-flash", is_flag=True, help="With --port: the board already runs the learning firmware.")
 @click.option("--save-eeprom", is_flag=True,

@@ -103,7 +103,8 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
     # A refused budget is an answer; a device that disagrees with the host, or a sweep with no answer, is not.
     disagreeing = [r["id"] for r in failed if r.get("stage") == "validate"]
     if disagreeing:
-        raise TinyprotoError(f"{len(disagreeing)} points failed validation on the device ({', '.join(disagreeing[:3])}); "
+        raise TinyprotoError(f"{len(disagreeing)} points failed validation on the device "
+                             f"({', '.join(disagreeing[:3])}); "
                              f"see {result.out_dir / RESULTS}")
     if result.records and len(failed) == len(result.records):
         raise TinyprotoError(f"every point of the sweep failed; see {result.out_dir / RESULTS}")

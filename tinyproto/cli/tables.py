@@ -60,7 +60,8 @@ def print_compile_report(console: Console, report: dict, out_dir: Path) -> None:
                         f"{beside['reserve_sram_bytes']} (measured by building the model's library)")
     cycles = report["predicted_cycles"]
     summary.add_row("predicted cycles / inference",
-                    f"{cycles['total']} ({report['predicted_latency_ms']:.2f} ms at {_board_mhz(report.get('board', 'uno')):g} MHz; lower bound {cycles['lower_bound']})")
+                    f"{cycles['total']} ({report['predicted_latency_ms']:.2f} ms at "
+                    f"{_board_mhz(report.get('board', 'uno')):g} MHz; lower bound {cycles['lower_bound']})")
     energy = _predicted_energy(report)
     if energy:
         summary.add_row("predicted energy / inference", energy)
@@ -183,29 +184,36 @@ def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:
     table.add_row("latency", f"{v['latency_ms_mean']:.3f} ms at {mhz}" if v["latency_ms_mean"] is not None
                   else f"not measured (the cycle counts are not plausible) at {mhz}")
     err = v["predicted_error"]
-    table.add_row("cost model", f"predicted {v['predicted_cycles']} cycles ({100 * err:+.1f} %)" if err is not None else "-")
+    table.add_row("cost model", f"predicted {v['predicted_cycles']:.0f} cycles ({100 * err:+.1f} %)"
+                  if err is not None else "-")
     if v["measured_over_bound"] is not None:
         table.add_row("vs MAC lower bound", f"{v['measured_over_bound']:.2f}x of {v['lower_bound_cycles']} cycles")
     if v["energy_mj_mcu"] is not None:
         table.add_row("energy / inference (model)",
                       f"MCU {v['energy_mj_mcu']:.4f} mJ, board {v['energy_mj_board']:.4f} mJ")
-    table.add_row("flash", f"{v['flash_bytes']} of {v['flash_available_bytes']} B (model {v['model_bytes']} B, budget {v['budget_bytes']} B)")
+    table.add_row("flash", f"{v['flash_bytes']} of {v['flash_available_bytes']} B "
+                  f"(model {v['model_bytes']} B, budget {v['budget_bytes']} B)")
     stack = v["stack_peak_bytes"]
-    table.add_row("SRAM", f"static {v['sram_static_bytes']} B + stack peak {stack} B, margin {v['sram_margin_bytes']} B of {v.get('sram_bytes', 2048)}")
+    table.add_row("SRAM", f"static {v['sram_static_bytes']} B + stack peak {stack} B, "
+                  f"margin {v['sram_margin_bytes']} B of {v.get('sram_bytes', 2048)}")
     markers = v.get("simulator_marker_cycles")
     if markers and markers["n_compared"]:
-        table.add_row("simulator markers", f"GPIOR0 spans - Timer1 cycles: {markers['marker_minus_timer1_min']}..{markers['marker_minus_timer1_max']}")
+        table.add_row("simulator markers", f"GPIOR0 spans - Timer1 cycles: "
+                      f"{markers['marker_minus_timer1_min']}..{markers['marker_minus_timer1_max']}")
     raw = v.get("raw_input")
     if raw:
         table.add_row("on-device input stage", f"{raw['inputs_differing']} of {raw['n_inputs']} int8 inputs differ "
-                      f"({raw['inputs_differing_by_more_than_1_lsb']} by > 1 LSB); {raw['labels_changed']} labels change")
+                      f"({raw['inputs_differing_by_more_than_1_lsb']} by > 1 LSB); "
+                      f"{raw['labels_changed']} labels change")
     line = v.get("line")
     if line:
         # seconds as "23.9s": a cell wrapped between a figure and its unit would leave the figure unreadable
-        table.add_row("serial line", f"{line['baud']} baud: {line['bytes_to_device']} B to / {line['bytes_from_device']} "
-                      f"B from the device; {line['line_seconds']:.1f}s on the line alone, measured "
+        table.add_row("serial line", f"{line['baud']} baud: {line['bytes_to_device']} B to / "
+                      f"{line['bytes_from_device']} B from the device; "
+                      f"{line['line_seconds']:.1f}s on the line alone, measured "
                       f"{line['measured_seconds']:.1f}s")  # the ratio, which moves from run to run: validation.json
     console.print(table)
     console.print(f"[dim]{v['energy_note']}[/dim]")
     for m in v["mismatches"]:
-        console.print(f"[red]vector {m['vector']}[/red]: device {m['device_label']} {m['device_scores']} / host {m['host_label']} {m['host_scores']}")
+        console.print(f"[red]vector {m['vector']}[/red]: device {m['device_label']} {m['device_scores']} "
+                      f"/ host {m['host_label']} {m['host_scores']}")

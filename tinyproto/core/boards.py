@@ -135,7 +135,8 @@ def boards_table_rows() -> list[tuple[str, ...]]:
     """One row per board for `tinyproto boards`."""
     rows = []
     for b in all_boards():
-        rows.append((b.name, b.mcu, f"{b.mhz:g} MHz", f"{b.voltage_v:g} V", f"{b.sram_bytes}", f"{b.flash_bytes_for_sketch}",
-                     f"{b.eeprom_bytes}", f"{b.serial_baud}", f"{b.upload_protocol}@{b.upload_speed}",
+        rows.append((b.name, b.mcu, f"{b.mhz:g} MHz", f"{b.voltage_v:g} V", f"{b.sram_bytes}",
+                     f"{b.flash_bytes_for_sketch}", f"{b.eeprom_bytes}", f"{b.serial_baud}",
+                     f"{b.upload_protocol}@{b.upload_speed}",
                      f"{b.mcu_active_current_ma:g}/{b.board_active_current_ma:g} mA"))
     return rows

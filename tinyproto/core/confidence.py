@@ -73,7 +73,8 @@ def score_view(scores: np.ndarray, score_byte: int) -> np.ndarray:
 def margins(winner_view: np.ndarray, runner_view: np.ndarray, lowest_wins: bool) -> np.ndarray:
     """How far the winner is ahead of the runner-up, in the view (never negative: the view keeps the order), as the
     device's uint16 difference."""
-    ahead = np.asarray(runner_view, np.int64) - winner_view if lowest_wins else np.asarray(winner_view, np.int64) - runner_view
+    ahead = (np.asarray(runner_view, np.int64) - winner_view if lowest_wins
+             else np.asarray(winner_view, np.int64) - runner_view)
     return ahead & 0xFFFF
 
 
@@ -169,7 +170,8 @@ def view_threshold(threshold: int, score_byte: int, lowest_wins: bool) -> int:
 
 
 # the margins a halving is tried at: every step up to 32, then 16 per doubling (a few percent apart) up to the largest
-HALVING_CANDIDATES = np.unique(np.concatenate([np.arange(1, 33), np.rint(2.0 ** (np.arange(5 * 16, 16 * 16 + 1) / 16.0))])
+HALVING_CANDIDATES = np.unique(np.concatenate([np.arange(1, 33),
+                                               np.rint(2.0 ** (np.arange(5 * 16, 16 * 16 + 1) / 16.0))])
                                .clip(1, MAX_HALVING).astype(np.int64))
 
 
@@ -326,5 +328,6 @@ def judged_figures(confidence: np.ndarray, decided: np.ndarray, labels: np.ndarr
 
 
 __all__ = ["Calibration", "DOUBT_HALVINGS", "UNKNOWN_LABEL", "auroc", "confidence_bytes", "decline_threshold",
-           "expected_calibration_error", "fit_doubt", "halvings", "judge_score_byte", "judged_figures", "margins", "nearest_threshold", "novelty", "parse_classes", "parse_rate", "reliability_bins", "risk_coverage",
+           "expected_calibration_error", "fit_doubt", "halvings", "judge_score_byte", "judged_figures", "margins",
+           "nearest_threshold", "novelty", "parse_classes", "parse_rate", "reliability_bins", "risk_coverage",
            "score_view", "view_threshold", "winner_and_runner_up"]

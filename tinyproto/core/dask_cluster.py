@@ -180,7 +180,8 @@ def start_forkserver_deaf_to_ctrl_c() -> str:
 
 
 UNIX_SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the final NUL
-_SOCKET_NAME_BYTES = 40  # multiprocessing's "/pymp-XXXXXXXX/listener-XXXXXXXX" (32 bytes) below the temp dir, and a margin
+# multiprocessing's "/pymp-XXXXXXXX/listener-XXXXXXXX" (32 bytes) below the temp dir, and a margin
+_SOCKET_NAME_BYTES = 40
 
 
 @contextmanager

@@ -224,7 +224,8 @@ class InputStage:
     def carrays(self) -> list[CArray]:
         if self.kind in ("shared", "centred"):
             arrays = [
-                CArray("input_mean", "uint16_t", self.mean_bits, "shared input offset, half float x 2^TP_INPUT_MEAN_EXP"),
+                CArray("input_mean", "uint16_t", self.mean_bits,
+                       "shared input offset, half float x 2^TP_INPUT_MEAN_EXP"),
                 CArray("input_gain", "uint16_t", self.gain_bits, "shared input gain, half float x 2^TP_INPUT_GAIN_EXP"),
             ]
             if self.kind == "centred":
@@ -236,7 +237,8 @@ class InputStage:
             return arrays
         return [
             CArray("input_mean", "uint16_t", self.mean_bits, "per-feature mean, half float x 2^TP_INPUT_MEAN_EXP"),
-            CArray("input_gain", "uint16_t", self.gain_bits, "per-feature 1/(std*step), half float x 2^TP_INPUT_GAIN_EXP"),
+            CArray("input_gain", "uint16_t", self.gain_bits,
+                   "per-feature 1/(std*step), half float x 2^TP_INPUT_GAIN_EXP"),
         ]
 
     def defines(self) -> dict[str, int]:

@@ -57,7 +57,8 @@ class Ledger:
     def to_dict(self) -> dict:
         out: dict = {
             "model_bytes": self.model_bytes,
-            "arrays": {a.name: {"ctype": a.ctype, "count": a.count, "bytes": a.nbytes, "what": a.what} for a in self.arrays},
+            "arrays": {a.name: {"ctype": a.ctype, "count": a.count, "bytes": a.nbytes, "what": a.what}
+                       for a in self.arrays},
             "working_sram_bytes": self.working_sram_bytes,
             "working_sram": {s.name: {"bytes": s.nbytes, "what": s.what} for s in self.working_sram},
         }

@@ -90,7 +90,8 @@ def stack_problem(stack_peak: object, static_reported: object, static_built: int
     some, so a peak of 0 (or more than the board's SRAM) is not a measurement; the static SRAM (.data + .bss) the
     firmware reports is at most what its build recorded (which also counts .noinit) and never 0."""
     if not isinstance(stack_peak, numbers.Integral) or isinstance(stack_peak, bool) or not 0 < stack_peak <= sram_bytes:
-        return f"the device reported a stack peak of {stack_peak!r} B, outside 1..{sram_bytes} (its SRAM): not a measurement"
+        return (f"the device reported a stack peak of {stack_peak!r} B, outside 1..{sram_bytes} (its SRAM): "
+                "not a measurement")
     if (not isinstance(static_reported, numbers.Integral) or isinstance(static_reported, bool)
             or not 0 < static_reported <= static_built):
         return (f"the device reported {static_reported!r} B of static SRAM, the firmware built holds {static_built} B: "

@@ -146,13 +146,15 @@ def load_model_dir(path: Path) -> ModelDir:
         raise TinyprotoError(f"{path} is not a directory; give a model directory written by `tinyproto compile`")
     meta_path = path / "model.json"
     if not meta_path.exists():
-        raise TinyprotoError(f"{path} is not a tinyproto model directory (no model.json); run `tinyproto compile` first")
+        raise TinyprotoError(f"{path} is not a tinyproto model directory (no model.json); "
+                             "run `tinyproto compile` first")
     meta = read_json(meta_path, "the model", strict=True)
     if meta.get("format") != MODEL_FORMAT or not _is_int(meta.get("format_version"), MODEL_FORMAT_VERSION,
                                                          MODEL_FORMAT_VERSION):
         if meta.get("format") == MODEL_FORMAT and _is_int(meta.get("format_version"), 1, MODEL_FORMAT_VERSION - 1):
-            raise TinyprotoError(f"{meta_path}: a model of format version {meta['format_version']}, written by an older "
-                                 f"tinyproto whose generated header differs; run `tinyproto compile` again")
+            raise TinyprotoError(f"{meta_path}: a model of format version {meta['format_version']}, "
+                                 f"written by an older tinyproto whose generated header differs; "
+                                 f"run `tinyproto compile` again")
         raise TinyprotoError(f"{meta_path}: not a tinyproto model of format version {MODEL_FORMAT_VERSION}")
     _check_meta_fields(meta, meta_path)
     digest = meta.get("model_hash")

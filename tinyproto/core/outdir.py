@@ -194,7 +194,8 @@ def check_output_dir(out: Path) -> Path:
     """Refuse an --out that could not be written, before any training: returns the absolute path."""
     out = Path(os.path.abspath(out))
     if len(os.fsencode(out.name)) > NAME_MAX:
-        raise TinyprotoError(f"--out name is {len(os.fsencode(out.name))} bytes long; file names are limited to {NAME_MAX}")
+        raise TinyprotoError(f"--out name is {len(os.fsencode(out.name))} bytes long; "
+                             f"file names are limited to {NAME_MAX}")
     if out.is_symlink():
         raise TinyprotoError(f"--out {out} is a symbolic link; give the directory itself")
     if out.exists():

@@ -42,8 +42,8 @@ PREFIX_MAX = 24
 SHARED_PREFIX = "tp"  # the names every model shares (the Arduino library's tp_parse_float): no model may take it
 # A file-scope line that declares or defines an external symbol of the runtime: not static, not a type, a macro or
 # an extern (the declaration of someone else's), starting in column 0 (code inside a body is indented).
-_EXTERNAL_LINE = re.compile(r"^(?![^\n(\[=;]*\b(?:static|typedef|extern|return)\b)[A-Za-z_][\w \t*]*?\b(tp_\w+)\s*[(\[=;]",
-                            re.M)
+_EXTERNAL_LINE = re.compile(r"^(?![^\n(\[=;]*\b(?:static|typedef|extern|return)\b)"
+                            r"[A-Za-z_][\w \t*]*?\b(tp_\w+)\s*[(\[=;]", re.M)
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 

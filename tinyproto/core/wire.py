@@ -1,7 +1,7 @@
 """Every size the host and the device app share, decided here once and emitted into each project's
-include/tinyproto_sizes.h (core/render.render_sizes_header, templates/tinyproto_sizes.h.j2): frame layout, chunk payload, the frame buffer, the
-EEPROM record header. The C side (firmware/tp_*.c) only reads these macros; tests/test_protocol.py fails when
-one side changes alone.
+include/tinyproto_sizes.h (core/render.render_sizes_header, templates/tinyproto_sizes.h.j2): frame layout, chunk
+payload, the frame buffer, the EEPROM record header. The C side (firmware/tp_*.c) only reads these macros;
+tests/test_protocol.py fails when one side changes alone.
 
 Layer: core (pure data; tinyproto/device/frames.py and the pipeline import it, the renderer writes it).
 """

@@ -98,8 +98,10 @@ def _build_optiboot() -> Path:
     if not source.is_file():
         raise _missing_package(f"Optiboot's source ({source} is missing)")
     if shutil.which("avr-gcc") is None or shutil.which("avr-objcopy") is None:
-        raise TinyprotoError("building Optiboot needs avr-gcc; install it with: sudo apt-get install gcc-avr binutils-avr avr-libc")
-    inputs = b"".join((OPTIBOOT_SOURCE / name).read_bytes() for name in ("optiboot.c", "boot.h", "pin_defs.h", "stk500.h")
+        raise TinyprotoError("building Optiboot needs avr-gcc; "
+                             "install it with: sudo apt-get install gcc-avr binutils-avr avr-libc")
+    inputs = b"".join((OPTIBOOT_SOURCE / name).read_bytes()
+                      for name in ("optiboot.c", "boot.h", "pin_defs.h", "stk500.h")
                       if (OPTIBOOT_SOURCE / name).is_file())
     digest = hashlib.sha256(inputs + " ".join(_OPTIBOOT_FLAGS).encode()).hexdigest()[:16]
     out = _cache_dir() / f"optiboot_atmega328-{digest}.hex"

@@ -133,7 +133,8 @@ def _build_with_platformio(project_dir: Path, env: str, progress: Progress | Non
 
 def _offline_hint(log: str) -> str:
     if "HTTPClientError" in log or "InternetConnectionError" in log:
-        return "\n(PlatformIO could not download a package: without internet use the <board>_sim or <board>_offline env)"
+        return ("\n(PlatformIO could not download a package: "
+                "without internet use the <board>_sim or <board>_offline env)")
     return ""
 
 

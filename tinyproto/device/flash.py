@@ -120,7 +120,8 @@ def flash_port(board: Board, port: str, hex_path: Path,
     if shutil.which("avrdude") is None:
         raise TinyprotoError(f"avrdude is not installed; install it with: sudo apt-get install {APT_AVRDUDE}")
     if not Path(port).exists() and "://" not in port:
-        raise TinyprotoError(f"serial port {port} does not exist; is the board plugged in? (try ls /dev/ttyACM* /dev/ttyUSB*)")
+        raise TinyprotoError(f"serial port {port} does not exist; is the board plugged in? "
+                             "(try ls /dev/ttyACM* /dev/ttyUSB*)")
     if not hex_path.is_file():
         raise TinyprotoError(f"firmware {hex_path} does not exist; run `tinyproto build` first")
     check_port_free(port)

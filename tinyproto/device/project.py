@@ -55,7 +55,8 @@ def sim_test_command(board=None) -> list[str]:
 
 
 def render_platformio_ini(board) -> str:
-    """platformio.ini text for `board` (a tinyproto.core.boards.Board): environments <name>, <name>_offline, <name>_sim."""
+    """platformio.ini text for `board` (a tinyproto.core.boards.Board): environments <name>, <name>_offline,
+    <name>_sim."""
     return jinja_env().get_template("platformio.ini.j2").render(
         board=board,
         platform_name=PLATFORM_NAME,

@@ -87,8 +87,8 @@ SHAPE_KEYS_SHOWN = 6
 
 def generic_shape_text(entry: dict) -> str:
     """A candidate's hyper-parameters in one short line, for a family that declares no shape_text of its own."""
-    keys = [k for k, v in entry.items() if isinstance(v, (int, float, bool, str)) and not k.startswith(("val_", "model_",
-                                                                                                       "predicted_"))]
+    keys = [k for k, v in entry.items()
+            if isinstance(v, (int, float, bool, str)) and not k.startswith(("val_", "model_", "predicted_"))]
     return " ".join(f"{k}={entry[k]:g}" if isinstance(entry[k], float) else f"{k}={entry[k]}"
                     for k in keys[:SHAPE_KEYS_SHOWN])
 
@@ -239,7 +239,8 @@ def lowest_wins(name: str) -> bool:
 def fit_judged(name: str, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions,
                unknown_rate: float | None = None):
     """fit_under_budget, with the model's calibration (the confidence byte's two constants) and, with
-    unknown_rate, its decline threshold, both fitted on cross-validated rows (families/judging.py): the model compile ships."""
+    unknown_rate, its decline threshold, both fitted on cross-validated rows (families/judging.py): the model
+    compile ships."""
     from tinyproto.families.judging import fit_judged as judged
 
     fam = family(name)

@@ -274,7 +274,8 @@ class FitUnderBudget(Protocol):
     candidate's validation on the training rows only ("val_int8_accuracy", and per fold of options.folds
     "fold_accuracies"), which `--model auto` compares across families."""
 
-    def __call__(self, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions) -> tuple[Any, Any, dict]: ...  # (estimator, IntModel, info)
+    def __call__(self, X_train: np.ndarray, y_train: np.ndarray,
+                 options: SolveOptions) -> tuple[Any, Any, dict]: ...  # (estimator, IntModel, info)
 
 
 class FitShape(Protocol):

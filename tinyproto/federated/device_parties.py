@@ -125,7 +125,8 @@ class DeviceBackend(LocalBackend):
             releases.append(CountRelease(np.asarray(released, dtype=np.int64), None))  # no float counts on a device
         return tree_sum(releases)
 
-    def _learn_party(self, i: int, blank, expected_hash: int, elf: Path, spec: FederatedSpec) -> tuple[np.ndarray, dict]:
+    def _learn_party(self, i: int, blank, expected_hash: int, elf: Path,
+                     spec: FederatedSpec) -> tuple[np.ndarray, dict]:
         """Party i: its device learns its shard; returns (the device's counts, what the party reports)."""
         X, y = self.handles[i]
         xq = spec.input_stage().quantize(X)  # the agreed int8 input stage

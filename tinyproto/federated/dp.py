@@ -66,8 +66,8 @@ class DPParams:
                          "count + Laplace(laplace_scale), rounded to the nearest integer and clipped at 0; "
                          "other entries 0",
             "covers": "the released per-class counts only; class set, standardisation sums, quantile-search "
-                      "counts are released without noise (the model shape is a data-independent default under DP); no secure "
-                      "aggregation",
+                      "counts are released without noise (the model shape is a data-independent default under DP); "
+                      "no secure aggregation",
         }
 
 

@@ -177,21 +177,19 @@ def compile_model(data: str, options: CompileOptions | None = None,
     from tinyproto.core.confidence import parse_rate
 
     o = options or CompileOptions()
-    family, seed, learnable, max_latency_ms, jobs = o.family, o.seed, o.learnable, o.max_latency_ms, o.jobs
-    prefix, holdout_classes = o.prefix, o.holdout_classes
     budget_bytes = parse_budget(o.budget)
     rate = None if o.unknown_rate is None else (float(o.unknown_rate) if isinstance(o.unknown_rate, float)
                                                 else parse_rate(o.unknown_rate))
-    if prefix is not None:
-        check_prefix(prefix)
+    if o.prefix is not None:
+        check_prefix(o.prefix)
     reserve = Reserve.parse(o.reserve_sram, o.reserve_flash)
-    if max_latency_ms is not None and not (0 < max_latency_ms < math.inf):
-        raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {max_latency_ms}")
+    if o.max_latency_ms is not None and not (0 < o.max_latency_ms < math.inf):
+        raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {o.max_latency_ms}")
     board = load_board(o.board).with_baud(o.baud)
     reserve.check_room_on(board)
-    if family != families.AUTO:
-        families.family(family)  # an unknown name is refused before the data is read
-    if learnable and (family == families.AUTO or not families.family(family).learnable):
+    if o.family != families.AUTO:
+        families.family(o.family)  # an unknown name is refused before the data is read
+    if o.learnable and (o.family == families.AUTO or not families.family(o.family).learnable):
         raise TinyprotoError(f"--learnable is for --model {' or '.join(families.learnable_names())}: only "
                              f"{', '.join(families.family(n).title for n in families.learnable_names())} learns on "
                              "the device")
@@ -199,28 +197,29 @@ def compile_model(data: str, options: CompileOptions | None = None,
     out_dir = Path(o.out) if o.out is not None else Path("build") / dataset.name
     check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
     sp = split(dataset)
-    if holdout_classes is not None:
-        sp = hold_out(sp, holdout_classes)
+    if o.holdout_classes is not None:
+        sp = hold_out(sp, o.holdout_classes)
 
     n_classes = len(np.unique(sp.y_train))
-    if family != families.AUTO:
-        refuse_too_wide(family, sp.X_train.shape[1], n_classes, board)
+    if o.family != families.AUTO:
+        refuse_too_wide(o.family, sp.X_train.shape[1], n_classes, board)
     started = time.perf_counter()
-    solve = SolveOptions(budget_bytes, seed, max_latency_ms, board.f_cpu_hz,
-                           n_jobs=default_jobs() if jobs is None else jobs, progress=progress,
-                           folds=Folds.standard(sp.X_train, sp.y_train, seed), learn_on=board if learnable else None)
-    if family == families.AUTO:
+    solve = SolveOptions(budget_bytes, o.seed, o.max_latency_ms, board.f_cpu_hz,
+                         n_jobs=default_jobs() if o.jobs is None else o.jobs, progress=progress,
+                         folds=Folds.standard(sp.X_train, sp.y_train, o.seed),
+                         learn_on=board if o.learnable else None)
+    if o.family == families.AUTO:
         clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, solve,
                                                     fits_board=lambda m: check_fits_board(m, board))
         model, info["confidence"] = families.calibrate_chosen(model.family, model, info["chosen"], sp.X_train,
                                                               sp.y_train, solve, rate)
     else:
-        clf, model, info = families.fit_judged(family, sp.X_train, sp.y_train, solve, rate)
-    info["max_latency_ms"] = max_latency_ms
+        clf, model, info = families.fit_judged(o.family, sp.X_train, sp.y_train, solve, rate)
+    info["max_latency_ms"] = o.max_latency_ms
     beside = beside_sketch(model, board, reserve, progress) if reserve.given else None
     train_seconds = time.perf_counter() - started
     return write_model_directory(Fitted(clf, model, info, train_seconds),
-                                 TrainedOn(dataset, sp, seed, budget_bytes, board, prefix), out_dir, progress,
+                                 TrainedOn(dataset, sp, o.seed, budget_bytes, board, o.prefix), out_dir, progress,
                                  extra_report={"beside_sketch": beside} if beside else None)
 
 
@@ -262,7 +261,8 @@ def beside_sketch(model, board: Board, reserve: Reserve, progress: Callable[[str
     sram_left = board.sram_bytes - reserve.sram_bytes
     problems = []
     if cost.flash_bytes > flash_left:
-        problems.append(f"flash: the model's runtime and data need {cost.flash_bytes} B, {cost.flash_bytes - flash_left} B "
+        problems.append(f"flash: the model's runtime and data need {cost.flash_bytes} B, "
+                        f"{cost.flash_bytes - flash_left} B "
                         f"more than the {flash_left} B that --reserve-flash {reserve.flash_bytes} leaves of "
                         f"{board.flash_bytes_for_sketch} B")
     if cost.sram_bytes > sram_left:

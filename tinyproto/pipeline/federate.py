@@ -209,13 +209,15 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
             config, info = choose_config(parties_backend, model_budget, seed, classes, sp.X_train.shape[1],
                                          dp=dp_epsilon is not None, count_limit=limit, progress=say)
             say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
-                f"bits={config.count_bits} ({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
+                f"bits={config.count_bits} "
+                f"({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
             dp = None
             if dp_epsilon is not None:
                 n_counts = len(classes) * config.n_hashes
                 T = dp_T if dp_T is not None else default_dp_T(len(classes), config.n_hashes)
                 if T > n_counts:
-                    say(f"--dp-T {T} is more than the {n_counts} counts (L x m): every count is released, T = {n_counts}")
+                    say(f"--dp-T {T} is more than the {n_counts} counts (L x m): "
+                        f"every count is released, T = {n_counts}")
                 dp = DPParams(float(dp_epsilon), min(int(T), n_counts), parties,
                                   T_requested=None if dp_T is None else int(dp_T))
             fit = federated_fit(parties_backend, config, classes, dp=dp, seed=seed, progress=say)

@@ -72,7 +72,8 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
         "rx_ring_bytes": project_rx_ring(model_dir.path),  # its receive ring: how far ahead the host may send
     }
     if sizes.flash_bytes > board.flash_bytes_for_sketch:
-        raise TinyprotoError(f"firmware needs {sizes.flash_bytes} B of flash; {board.title} has {board.flash_bytes_for_sketch} B")
+        raise TinyprotoError(f"firmware needs {sizes.flash_bytes} B of flash; "
+                             f"{board.title} has {board.flash_bytes_for_sketch} B")
     if sizes.sram_static_bytes >= board.sram_bytes - board.sram_reserved_bytes:
         raise TinyprotoError(
             f"firmware's static SRAM ({sizes.sram_static_bytes} B) leaves less than {board.sram_reserved_bytes} B "

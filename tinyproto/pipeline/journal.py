@@ -113,7 +113,8 @@ def _open_own(path: Path, flags: int):
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise TinyprotoError(f"cannot open {path}: {exc.strerror}; tinyproto writes only regular files it made") from None
+        raise TinyprotoError(f"cannot open {path}: {exc.strerror}; "
+                             "tinyproto writes only regular files it made") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise TinyprotoError(f"{path} is not a regular file; move it away")

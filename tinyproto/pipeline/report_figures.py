@@ -41,7 +41,8 @@ def _colors(rows: list[dict]) -> dict[str, str]:
 def _by_model(configs: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for c in sorted(configs, key=lambda c: c["budget_bytes"]):
-        out.setdefault(c["model"] + (f" ({c['board']})" if len({x['board'] for x in configs}) > 1 else ""), []).append(c)
+        out.setdefault(c["model"] + (f" ({c['board']})" if len({x['board'] for x in configs}) > 1 else ""),
+                       []).append(c)
     return out
 
 

@@ -36,7 +36,8 @@ from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.pipeline.sweep_files import (CONFIG, POINTS, RESULTS, SWEEP_FORMAT, SWEEP_FORMAT_VERSION, ResultsFile,
                                             _rewrite_in_order, read_config, read_results)
-from tinyproto.pipeline.sweep_points import TOPIC, Point, _one_line, check_arguments, parse_grid, record_order, run_point
+from tinyproto.pipeline.sweep_points import (TOPIC, Point, _one_line, check_arguments, parse_grid, record_order,
+                                             run_point)
 
 DEFAULT_BUDGETS = "0.5kB,1kB,2kB,4kB,8kB"
 DEFAULT_TIMEOUT_S = 1800.0  # longest wait for the next point to finish (a point is compile + build + validate)
@@ -314,7 +315,8 @@ def _run_points(client, cluster_info: dict, todo: list[Point], data: str, option
                 finished.add(p.id)
                 state.done += 1
                 state.failed += record["status"] != "ok"
-                state.last = f"{p.id}: {record['status']}" + (f" ({record['stage']})" if record["status"] != "ok" else "")
+                state.last = (f"{p.id}: {record['status']}"
+                              + (f" ({record['stage']})" if record["status"] != "ok" else ""))
                 last_finish = time.monotonic()
             if subscribed:
                 with started_lock:

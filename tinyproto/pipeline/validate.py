@@ -194,8 +194,8 @@ def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict 
                     "detail": f"{n_decided_ok} of {n} answers (class or unknown) identical"},
     }
     checks["cycles"] = {"ok": n > 0 and cycles_problem is None,
-                        "detail": cycles_problem or (f"every one of {n} inferences reported a cycle count in {cycles_range}"
-                                                     if n else "nothing measured")}
+                        "detail": cycles_problem or (f"every one of {n} inferences reported a cycle count in "
+                                                     f"{cycles_range}" if n else "nothing measured")}
     if raw_skipped:
         checks["raw_input"] = {"ok": None, "detail": "on request (--no-raw)"}
     elif raw is None:
@@ -333,7 +333,8 @@ def summarise(subject: ValidationSubject, measured: Measured) -> dict:
         "sram_bytes": board.sram_bytes,
         "energy_mj_mcu": board.energy_mj(seconds, board.mcu_active_current_ma) if seconds is not None else None,
         "energy_mj_board": board.energy_mj(seconds, board.board_active_current_ma) if seconds is not None else None,
-        "energy_note": "model: V x I_active x latency with datasheet / board figures (boards/%s.json), not a meter" % board.name,
+        "energy_note": ("model: V x I_active x latency with datasheet / board figures (boards/%s.json), "
+                        "not a meter" % board.name),
         "predicted_cycles": predicted["total"],
         "predicted_error": ratio(predicted["total"] - trusted_mean, trusted_mean) if trusted_mean else None,
         "lower_bound_cycles": bound,

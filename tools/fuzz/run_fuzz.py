@@ -175,7 +175,8 @@ def compile_harness(clang: str, target: Target, firmware: Path, out: Path, extra
     cmd = [
         clang, "-g", "-O1", "-std=c99", "-Wall", "-Wextra", "-Werror", "-DTP_HOST",
         *model_cflags(target.model, target.learning), *eeprom_flags(target, include), *target.cflags, *extra,
-        f"-I{firmware}", f"-I{include}", f"-I{sizes_include(include, out.parent)}", str(target.harness), str(firmware / "tp_serial.c"), *map(str, sources),
+        f"-I{firmware}", f"-I{include}", f"-I{sizes_include(include, out.parent)}",
+        str(target.harness), str(firmware / "tp_serial.c"), *map(str, sources),
         "-o", str(out),
     ]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True)

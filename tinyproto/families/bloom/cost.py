@@ -118,8 +118,9 @@ def bloom_cost_terms(model) -> dict[str, float]:
     looped = k >= 4 if byte_draws else k >= 2  # avr-gcc keeps a loop over the draws (else it unrolls them)
     if looped and (k % 2 == 0 or not byte_draws):  # the last draw is inside the loop: a store costs 1 there too
         last, other = 0.0, last + other
-    return {"fixed": 1, "chunk": -(-d // CHUNK_BYTES), "slot": m, "slot_reload": m if rows > 1 else 0, "slot_rem": m % 4,
-            "slot_wide": 0 if byte_draws else m, "wide_fixed": 0 if byte_draws else 1, "row_argmax": rows if rows > 1 else 0,
+    return {"fixed": 1, "chunk": -(-d // CHUNK_BYTES), "slot": m, "slot_reload": m if rows > 1 else 0,
+            "slot_rem": m % 4, "slot_wide": 0 if byte_draws else m, "wide_fixed": 0 if byte_draws else 1,
+            "row_argmax": rows if rows > 1 else 0,
             "row_c": 0 if asm else rows,
             "used": used, "feature": d, "step": d * steps, "draw": d * k, "store": other, "store_last": last,
             "pair_loop": d * (k // 2 if byte_draws else k) if looped else 0, "loop_feature": d if looped else 0,

@@ -239,7 +239,8 @@ def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     if model.model_bytes() > budget_bytes:  # the byte count is the shape's, known before training: a bug
         raise TinyprotoError(f"internal error: Bloom model is {model.model_bytes()} B, over {budget_bytes} B")
     keys = ("n_slots", "n_hashes", "n_used", "offset", "scaling", "C", "seed")
-    if options.fold_models is not None:  # the search trained the chosen candidate on every fold as the calibration would
+    # the search trained the chosen candidate on every fold as the calibration would
+    if options.fold_models is not None:
         for index, _, _ in calibration_splits(folds):
             options.fold_models.offer({k: chosen[k] for k in keys}, index, split_models[order[0]][index])
     info = {

@@ -12,10 +12,11 @@ the built firmware); the rest were fitted by `python tools/calibrate_costmodel.p
 (non-negative least squares on relative errors, those hand counts held) on 48 synthetic shapes of every layout
 (dense, bitmap, seeded W), narrow and wide, r 8 .. 128, both input stages, and 60 shapes drawn at random by
 tools/bench_costmodel.py's drawer (seed 1000), measured through the device app on the simulated Uno: every shape
-within 1.8 %, and within 4.5 % when the shape is left out of the fit (the table in that tool's output). The input stage is
-not in the timed call, so its kind does not change the cycles. The work depends only on the model (its bitmap, its seeded positions), except for two
-small data-dependent branches (the packing of a sign bit in tp_stream_end, a new nearest prototype): a few
-cycles per bit and per prototype, at most 0.3 % between vectors on the sweep. Layer: families (bnc).
+within 1.8 %, and within 4.5 % when the shape is left out of the fit (the table in that tool's output). The input
+stage is not in the timed call, so its kind does not change the cycles. The work depends only on the model (its
+bitmap, its seeded positions), except for two small data-dependent branches (the packing of a sign bit in
+tp_stream_end, a new nearest prototype): a few cycles per bit and per prototype, at most 0.3 % between vectors on
+the sweep. Layer: families (bnc).
 """
 
 from __future__ import annotations
@@ -76,11 +77,13 @@ BNC_CYCLES = {
 # the per-row terms they always occur with.
 HAND_COUNTS = {name: BNC_CYCLES[name] for name in (
     "dense_mac", "seeded_long", "proto", "proto_byte", "proto_1byte", "class", "class_1byte", "set_bit", "clear_bit",
-    "part_mask_byte", "part_nonzero_byte", "rest_byte", "stream_dense_begin_row", "stream_dense_row", "stream_dense_mac",
+    "part_mask_byte", "part_nonzero_byte", "rest_byte", "stream_dense_begin_row", "stream_dense_row",
+    "stream_dense_mac",
     "stream_seeded_peek_fail", "stream_seeded_long")}
 STAGES = {
     "projection": ("fixed", "fixed_dense", "fixed_seeded", "seeded_weight", "seeded_row", "seeded_uneven",
-                   "seeded_long", "code_byte", "row", "row_multibyte", "row_dense", "dense_mac", "mask_byte", "nonzero_byte",
+                   "seeded_long", "code_byte", "row", "row_multibyte", "row_dense", "dense_mac", "mask_byte",
+                   "nonzero_byte",
                    "set_bit", "clear_bit", "chunked_fixed", "chunk", "code_bit", "part_row", "part_mask_byte",
                    "part_nonzero_byte", "rest_row", "rest_byte", "stream_dense_begin_row", "stream_dense_row",
                    "stream_dense_mac", "stream_dense_chunk", "stream_seeded_chunk", "stream_seeded_row",

@@ -278,7 +278,8 @@ def fit_bnc_under_budget(X_train: np.ndarray, y_train: np.ndarray,
     cycles = predict_cycles(model)["total"]
     if max_cycles is not None and cycles > max_cycles:
         raise AssertionError(f"chosen BNC is predicted at {cycles} cycles > the cap of {max_cycles:.0f}")
-    rows = [{"shape": _shape_text(c), "input_stage": c.stage, "n_bits": c.n_bits, "density": c.density, "seeded_per_row": c.per_row, "n_prototypes": c.n_prototypes,
+    rows = [{"shape": _shape_text(c), "input_stage": c.stage, "n_bits": c.n_bits, "density": c.density,
+             "seeded_per_row": c.per_row, "n_prototypes": c.n_prototypes,
              "nonzeros": c.nonzeros, "val_int8_accuracy": c.val_accuracy, "model_bytes": c.model_bytes,
              "predicted_cycles": c.predicted_cycles,
              "predicted_latency_ms": round(c.predicted_cycles / f_cpu_hz * 1e3, 4)} for c in ranked[:6]]

@@ -38,7 +38,8 @@ FLY_CYCLES = {
     "fixed": 0,  # calls, set-up, argmin (refitted on the totals with the heap counted exactly)
     "input_seeded": 28,  # per hash input: the two biased copies
     "input_stored": 12,  # per hash input: one biased copy
-    "prepare_seeded": 303,  # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
+    # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
+    "prepare_seeded": 303,
     "prepare_stored": 47,  # narrow stored M, once: tp_fly_fill's call and loops
     "block": 183,  # seeded: per block of BLOCK_ROWS rows (call, generator state in and out, its rotation, set-up)
     "byte": 9,  # seeded: per proposal byte drawn (pattern or rotation): fetch and map (asm hand count)
@@ -103,7 +104,8 @@ FLY_CYCLES = {
     "lookup_refill_shift": 12,  # the same, 3 count bits: the byte shifted up by the bits left (a loop)
     "lookup_refill_bit": 9,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
 }
-FLY_HAND_COUNTS = ("lookup_class_bit", "byte", "prng_step", "pattern_proposal", "compare", "accept", "take", "take_loop", "heapify", "heapify_fixed", "sift",
+FLY_HAND_COUNTS = ("lookup_class_bit", "byte", "prng_step", "pattern_proposal", "compare", "accept", "take",
+                   "take_loop", "heapify", "heapify_fixed", "sift",
                    "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair", "sift_stop_left",
                    "sift_stop_leaf", "sift_wide_compare")
 # The wide stored-M terms (wide_stored_*) are --flynn-functions' (tools/calibrate_costmodel.py --flynn-wide-stored 36
@@ -118,12 +120,14 @@ FLY_STAGES = {
     "prepare": ("input_seeded", "input_stored", "prepare_seeded", "prepare_stored"),
     "hashing": ("row_loop", "block", "byte", "prng_step", "pattern_proposal", "compare", "accept", "group", "take",
                 "take_loop", "row_stored", "stored_index", "wide_proposal", "wide_shift_map", "wide_compare",
-                "wide_take", "wide_row", "wide_stored_index", "wide_stored_pair", "wide_stored_mirror", "wide_wrap", "wide_mirror", "heap_fill",
+                "wide_take", "wide_row", "wide_stored_index", "wide_stored_pair", "wide_stored_mirror", "wide_wrap",
+                "wide_mirror", "heap_fill",
                 "heap_call_seeded", "heap_call_stored"),
-    "top_rho": ("heapify", "heapify_fixed", "sift", "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair",
-                "sift_stop_left", "sift_stop_leaf", "sift_wide_compare"),
+    "top_rho": ("heapify", "heapify_fixed", "sift", "sift_level_pair", "sift_level_left", "sift_right",
+                "sift_stop_pair", "sift_stop_left", "sift_stop_leaf", "sift_wide_compare"),
     "lookup": ("winner", "winner_mul", "winner_shift", "winner_stored", "class_loop", "winner_pair1", "winner_pair2",
-               "winner_pair3", "winner_pair4", "class_once", "winner_unaligned", "lookup_class", "lookup_class_lut", "lookup_class_aligned", "lookup_class_bit",
+               "winner_pair3", "winner_pair4", "class_once", "winner_unaligned", "lookup_class", "lookup_class_lut",
+               "lookup_class_aligned", "lookup_class_bit",
                "lookup_align", "lookup_refill", "lookup_refill_shift", "lookup_refill_bit"),
 }
 TAKE_UNROLLED = 32  # tp_flynn.c unrolls the four-row sum up to this s, and loops beyond
@@ -166,6 +170,10 @@ class WalkCounts:
             self._sifts[rho] = simulated_heap(self.indices, self.n_features, self.n_inputs, rho)
         replaced, heapified = self._sifts[rho]
         return replaced[m], heapified
+
+    def use_heap_work(self, rho: int, sifts: tuple[np.ndarray, np.ndarray]) -> None:
+        """Price the top-rho heap by these sift steps (simulated_heap on given inputs) instead of random ones."""
+        self._sifts[rho] = sifts
 
     def replacements(self, m: int, rho: int) -> float:
         return float(self.heap_work(m, rho)[0][0])
@@ -215,8 +223,8 @@ def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int
     enter tp_flynn.c's min-heap, cumulative over m, shape (m_max + 1, len(SIFT_STATS)); and those of building the
     heap of the first rho rows once (tp_flynn_heapify). Mean over `trials` fixed pseudo-random int8 vectors (hash
     inputs x, and ~x with the sign split). Keys as on the device: projection, then the lower row; a row enters only
-    strictly above the floor. trials: default heap_trials(rho). x: replay these int8 vectors instead (tools/calibrate_costmodel.py, to count the
-    very inferences it measured)."""
+    strictly above the floor. trials: default heap_trials(rho). x: replay these int8 vectors instead
+    (tools/calibrate_costmodel.py, to count the very inferences it measured)."""
     m_max = len(indices)
     k = len(SIFT_STATS)
     if m_max < rho:
@@ -371,7 +379,8 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
     else:
         groups = _groups(m)
         drawn = pattern_proposals + blocks  # each block's pattern, then its one rotation
-        terms.update(input_seeded=n_in, prepare_seeded=1, byte=drawn, prng_step=(drawn + 1) // 2, pattern_proposal=pattern_proposals,
+        terms.update(input_seeded=n_in, prepare_seeded=1, byte=drawn, prng_step=(drawn + 1) // 2,
+                     pattern_proposal=pattern_proposals,
                      compare=compares, accept=blocks * s, group=groups, take=groups * s,
                      take_loop=groups * s if s > TAKE_UNROLLED else 0)
     return terms
@@ -432,9 +441,8 @@ def flynn_cost_terms(model, x: np.ndarray | None = None) -> dict[str, float]:
         counts = WalkCounts(s, model.n_hash_inputs, model.n_features, counts.pattern_proposals, counts.compares,
                             counts.wraps, np.concatenate([[0], np.cumsum(mirrored)]).astype(np.int64), model.indices)
     if x is not None:
-        replaced, heapified = simulated_heap(model.indices, model.n_features, model.n_hash_inputs, model.n_winners,
-                                             x=x)
-        counts._sifts[model.n_winners] = (replaced, heapified)
+        counts.use_heap_work(model.n_winners, simulated_heap(model.indices, model.n_features, model.n_hash_inputs,
+                                                             model.n_winners, x=x))
     return cost_terms(counts, m, model.n_winners, model.bits, model.n_classes, model.store_M)
 
 

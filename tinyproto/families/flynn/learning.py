@@ -184,4 +184,5 @@ def unpack_counts(packed: bytes, model) -> np.ndarray:
 
 
 __all__ = ["APP_STATIC_BYTES", "EEPROM_HEADER_BYTES", "LearnSizes", "check_learnable", "count_bytes", "count_limit",
-           "fly_working_bytes", "host_counts", "host_reference", "layout_key", "learn_frame_bytes", "learn_sizes", "unpack_counts"]
+           "fly_working_bytes", "host_counts", "host_reference", "layout_key", "learn_frame_bytes", "learn_sizes",
+           "unpack_counts"]

@@ -61,7 +61,8 @@ def largest_m(budget: int, s: int, bits: int, n_classes: int, n_features: int, n
     return m
 
 
-def fastest_m(max_cycles: float | None, s: int, rho: int, bits: int, n_classes: int, n_inputs: int, store_M: bool) -> int:
+def fastest_m(max_cycles: float | None, s: int, rho: int, bits: int, n_classes: int, n_inputs: int,
+              store_M: bool) -> int:
     """The largest m whose expected inference time is within max_cycles (bisection; cost grows with m)."""
     if max_cycles is None:
         return MAX_HASHES

@@ -249,14 +249,16 @@ def search_flynn(
     exact_latency: bool = False,
 ) -> tuple[FlyNNClassifier, IntFlyNN, dict]:
     """The search behind fit_flynn_under_budget, with FlyNN's own knobs (benchmarks use max_inference_ms=None:
-    no time cap at all). Fit the FlyNN with the best cross-validated integer accuracy whose model bytes are <= budget_bytes.
+    no time cap at all). Fit the FlyNN with the best cross-validated integer accuracy whose model bytes are <=
+    budget_bytes.
 
     progress, if given, receives one-line status messages. max_inference_ms caps the estimated AVR inference time
-    at f_cpu (None: no cap; DEFAULT_CAP: default_max_ms(n_features)). count_limit, if given, caps m for each (ρ, b, inputs, M mode) so the counts fit
-    where the learning firmware keeps them (SRAM, EEPROM). The cap is always applied to the calibrated cost model
-    (cost.predict_cycles of the integer model, exactly). exact_latency (--max-latency): a cap nothing meets is
-    refused naming the fastest model within the budget. Returns the float classifier refitted on all of X_train, its integer model, and an
-    info dict (chosen hyper-parameters, every candidate tried with its bytes, cycles and CV accuracy).
+    at f_cpu (None: no cap; DEFAULT_CAP: default_max_ms(n_features)). count_limit, if given, caps m for each
+    (ρ, b, inputs, M mode) so the counts fit where the learning firmware keeps them (SRAM, EEPROM). The cap is
+    always applied to the calibrated cost model (cost.predict_cycles of the integer model, exactly). exact_latency
+    (--max-latency): a cap nothing meets is refused naming the fastest model within the budget. Returns the float
+    classifier refitted on all of X_train, its integer model, and an info dict (chosen hyper-parameters, every
+    candidate tried with its bytes, cycles and CV accuracy).
     """
     started = time.perf_counter()
     say = progress or (lambda message: None)

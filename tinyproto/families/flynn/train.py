@@ -7,9 +7,9 @@ A point's novelty for class l is f_l(x) = w_l · h(x) / ρ and the prediction is
 
 Conventions shared by the float estimator, the integer reference (quantize.py) and firmware/tp_flynn.c:
 
-* M is always generated from a 16-bit seed by `seeded_index.seeded_indices` (xorshift16; blocks of rows that are rotations
-  of one seeded pattern: consecutive ones for narrow inputs, drawn per row for wide ones), so the same matrix can
-  be stored in flash as indices or regenerated on the device.
+* M is always generated from a 16-bit seed by `seeded_index.seeded_indices` (xorshift16; blocks of rows that are
+  rotations of one seeded pattern: consecutive ones for narrow inputs, drawn per row for wide ones), so the same
+  matrix can be stored in flash as indices or regenerated on the device.
 * Winner-take-all ties at the cut go to the lower row index (`top_winners`).
 * Class ties go to the lowest class index.
 

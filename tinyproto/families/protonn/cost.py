@@ -306,8 +306,9 @@ def predict_cycles(model) -> dict:
                                                 "dense_mac", "dense_step", "dense_load", "dense_group", "dense_group_c",
                                                 "fixed_dense", "dense_row_c",
                                                 *PN_STREAM_CYCLES, *PN_C_ROWS_CYCLES))
-    distances = sum(cycles.get(k, 0) for k in ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit", "wide_index_16", "dist_term",
-                                               "dist_step", "fixed_reg", "proto_reg", "dist_term_reg"))
+    distances = sum(cycles.get(k, 0) for k in ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit",
+                                               "wide_index_16", "dist_term", "dist_step", "fixed_reg", "proto_reg",
+                                               "dist_term_reg"))
     scores = sum(cycles.get(k, 0) for k in ("class", "score_term", "score_step", "score_group", "score_load"))
     own = cycles["fixed"] + projection + distances + scores
     # a streamed W is timed chunk by chunk (the device app's calls), a row-major one in one call
@@ -318,6 +319,6 @@ def predict_cycles(model) -> dict:
         "distances": distances,
         "scores": scores,
         "timer_overflows": overflows,
-        "total": own + overflows,
+        "total": int(round(own)) + overflows,  # whole cycles, like every family
         "lower_bound": lower_bound_cycles(model),
     }

@@ -38,8 +38,8 @@ from tinyproto.families.protonn.train import ProtoNNClassifier
 SEARCH_ROWS = 2000
 
 
-__all__ = ["fit_chosen_protonn", "fit_protonn_under_budget", "fit_shape", "minimum_budget", "model_bytes", "model_cycles",
-           "rank_candidates"]
+__all__ = ["fit_chosen_protonn", "fit_protonn_under_budget", "fit_shape", "minimum_budget", "model_bytes",
+           "model_cycles", "rank_candidates"]
 
 
 def fit_shape(shape: Shape, X: np.ndarray, y: np.ndarray, seed: int) -> tuple[ProtoNNClassifier, IntProtoNN]:

@@ -85,7 +85,8 @@ def _before_avrdude(target, source, env):  # pylint: disable=unused-argument
             env.Replace(UPLOAD_PORT=env.WaitForNewSerialPort(env.subst("$UPLOAD_PORT")))
     if env.subst("$UPLOAD_SPEED"):
         env.Append(UPLOADERFLAGS=["-b", "$UPLOAD_SPEED"])
-    env.Append(UPLOADERFLAGS=["-D"])  # the bootloaders (Optiboot, ATmegaBOOT, stk500v2, Caterina) erase pages themselves
+    # the bootloaders (Optiboot, ATmegaBOOT, stk500v2, Caterina) erase pages themselves
+    env.Append(UPLOADERFLAGS=["-D"])
     env.AutodetectUploadPort()
     env.Append(UPLOADERFLAGS=["-P", '"$UPLOAD_PORT"'])
     if not upload.get("use_1200bps_touch", False):
