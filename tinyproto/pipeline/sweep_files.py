@@ -126,6 +126,11 @@ def check_config(config: dict, path: Path) -> dict:
     """sweep.json's fields that `sweep --resume` and `report` use, typed (one clear error otherwise)."""
     if config.get("format") != SWEEP_FORMAT:
         raise TinyprotoError(f"{path} is not a tinyproto sweep's configuration (no format {SWEEP_FORMAT!r})")
+    version = config.get("format_version")
+    if type(version) is not int or version != SWEEP_FORMAT_VERSION:
+        # another version's fields may mean other things: its figures would be drawn (or resumed) wrongly
+        raise TinyprotoError(f"{path} is not a tinyproto sweep of format version {SWEEP_FORMAT_VERSION} (it says "
+                             f"{str(version)[:20]!r}); run that tinyproto's report, or sweep again in a new --out")
     runs = config.get("runs", [])
     runs_ok = isinstance(runs, list) and all(isinstance(r, dict) and isinstance(r.get("cluster") or {}, dict)
                                              for r in runs)  # the report's table of runs reads run.cluster.*
