@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.safe_io import read_bytes_file
+from tinyproto.core.safe_io import read_bytes_file, write_bytes_atomic
 
 CONFIG = "sweep.json"
 RESULTS = "results.jsonl"
@@ -199,12 +199,5 @@ class ResultsFile:
 
 
 def _rewrite_in_order(path: Path, records: list[dict]) -> None:
-    """Replace results.jsonl by the same lines in grid order (one atomic rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    """Replace results.jsonl by the same lines in grid order (one atomic rename, through .results.jsonl.tmp)."""
+    write_bytes_atomic(path, "".join(json.dumps(record, sort_keys=True) + "\n" for record in records).encode("utf-8"))
