@@ -87,7 +87,8 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
         with console.status(f"waiting for the firmware on {port} after the reset...", spinner="dots"), \
                 open_device(port, baud=build.serial_baud or board.serial_baud,
                             boot_quiet_s=board.boot_quiet_s) as client:
-            check_model(client.info, md.model_hash, model.n_features, model.n_classes)
+            check_model(client.info, md.model_hash, model.n_features, model.n_classes, model.family_id,
+                        board.f_cpu_hz)
         written = f"{result.bytes_written} B" if result.bytes_written is not None else build.hex.name
         where = f" on {port}" if port != result.upload_port else ""  # the Leonardo: Serial1, not its USB port
         console.print(f"flashed {written} to {result.upload_port} with avrdude -c {board.upload_protocol} -b "
@@ -96,7 +97,8 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
         return
     with SimulatedUno(build.elf, board=board) as uno, \
             open_device(uno.port, baud=build.serial_baud or board.serial_baud) as client:
-        check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)
+        check_model(client.hello(), md.model_hash, model.n_features, model.n_classes, model.family_id,
+                        board.f_cpu_hz)
     console.print(f"simulated Uno started with {build.elf}: handshake OK, model {md.meta['model_hash']} "
                   "(the simulator stops again; validate --sim starts its own)")
 

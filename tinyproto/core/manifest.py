@@ -157,12 +157,14 @@ def _owned_entry(entry: Path, rel: str, tree: bool, foreign: list[str], limit: i
         mode = os.lstat(entry).st_mode
     except OSError:
         return  # vanished meanwhile
+    kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else
+            "a file" if stat.S_ISREG(mode) else "not a regular file")
     if not tree:
         if not stat.S_ISREG(mode):
-            foreign.append(f"{rel} (not the file tinyproto writes there)")
+            foreign.append(f"{rel} ({kind}, where tinyproto writes a file)")
         return
     if not stat.S_ISDIR(mode):
-        foreign.append(f"{rel} (not the directory tinyproto writes there)")
+        foreign.append(f"{rel} ({kind}, where tinyproto writes a directory)")
         return
     if (entry / MANIFEST).is_file() and not (entry / MANIFEST).is_symlink():
         foreign.extend(f"{rel}/{name}" for name in foreign_entries(entry, limit - len(foreign)))
