@@ -477,6 +477,11 @@ OPTION_CASES = {
     "flash-port-regular-file": (["flash", "m", "--port", "notes.txt.bak"], "not a serial port"),
     "validate-port-devnull": (["validate", "m", "--port", "/dev/null"], "/dev/null"),
     "validate-port-directory": (["validate", "m", "--port", "adir.csv"], "adir.csv"),
+    "flash-port-directory": (["flash", "m", "--port", "adir.csv"], "not a serial port"),  # was: avrdude's "plugged in?"
+    # refused before the compile (was: after training and building, leaving the model directory behind)
+    "run-port-missing": (["run", "iris", "--budget", "1kB", "--out", "r", "--port", "/dev/does-not-exist"],
+                         "does not exist"),
+    "run-port-devnull": (["run", "iris", "--budget", "1kB", "--out", "r", "--port", "/dev/null"], "not a serial port"),
     "unknown-verb": (["frobnicate"], "frobnicate"),
     "unknown-option": (["compile", "--frob"], "--frob"),
 }
