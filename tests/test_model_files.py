@@ -149,6 +149,23 @@ def test_model_json_board_is_a_name_not_a_path(work, compiled, board):
     (model / "model.json").write_text(json.dumps(meta))
     refused(["build", str(model)], "unknown board", model.parent)
 
+# ------------------------------------------------------------------------------------------------ test_vectors.npz
+
+
+@pytest.mark.parametrize("verb", ["build", "export", "report"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_a_damaged_test_vectors_file_is_named_once(work, compiled, verb, damage):
+    """A damaged test_vectors.npz was reported as "model.json is damaged: the directory is inconsistent,
+    .../test_vectors.npz is damaged (BadZipFile); run `tinyproto compile` again; run `tinyproto compile` again"."""
+    model = compiled("iris", "1kB")
+    path = model / "test_vectors.npz"
+    raw = path.read_bytes()
+    path.write_bytes({"truncated": raw[: len(raw) // 2], "garbage": b"\x00\xff not a zip" * 40, "empty": b""}[damage])
+    args = [verb, str(model)] + (["--arduino", "--out", str(model.parent / "lib")] if verb == "export" else [])
+    line = refused(args, "test_vectors.npz is damaged", model.parent)
+    assert "model.json" not in line and line.count("tinyproto compile") == 1, line
+
+
 # ---------------------------------------------------------------------------------------------- header and sources
 
 

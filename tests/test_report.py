@@ -164,7 +164,7 @@ def _sweep_dir(work: Path, results: str) -> Path:
     """A sweep directory as `report` reads it: the configuration and the results lines (no training)."""
     folder = work / "sw"
     folder.mkdir()
-    (folder / "sweep.json").write_text(json.dumps({"format": "tinyproto-sweep", "data": "iris"}))
+    (folder / "sweep.json").write_text(json.dumps({"format": "tinyproto-sweep", "format_version": 1, "data": "iris"}))
     (folder / "results.jsonl").write_text(results)
     return folder
 

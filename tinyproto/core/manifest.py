@@ -32,6 +32,10 @@ NAME_MAX = 255
 OWNED_NAMES = frozenset({".pio", "build.json", "validation.json", "validation.jsonl", ".validation.jsonl.new",
                          "learning", "learned", "learn.json", "report.html", ".report.html.tmp", "figures",
                          "sweep.json", "results.jsonl", ".results.jsonl.tmp", "points"})
+# The owned names that are directories (the rest are files): a tree tinyproto fills. What sits at an owned name must
+# be of its kind, and an owned tree holds only what tinyproto writes there (see foreign_entries): a directory the
+# user put where build.json goes, or a note in figures/, is the user's, and replacing the directory would delete it.
+OWNED_TREES = frozenset({".pio", "learning", "learned", "figures", "points"})
 
 
 def read_manifest(directory: Path) -> dict | None:
@@ -87,6 +91,10 @@ def check_output_entry(path: Path) -> None:
     link or a special file: someone else put it there, and writing would go through it to another file."""
     if not os.path.lexists(path):
         return
+    if path.name not in OWNED_TREES and path.is_dir() and not path.is_symlink():
+        # (os.replace of the new file onto it would fail naming the temporary file, and leave it behind)
+        raise TinyprotoError(f"{path} is a directory, where tinyproto writes a file; tinyproto did not make it and "
+                             "will not replace it: move it away, nothing was written")
     entries = [path]
     if path.is_dir() and not path.is_symlink():
         for count, (folder, dirs, files) in enumerate(os.walk(path)):  # os.walk does not follow links
@@ -114,17 +122,16 @@ def foreign_entries(directory: Path, limit: int = 3) -> list[str]:
     files, owned = data["files"], set(data.get("owned", [])) & OWNED_NAMES
     foreign: list[str] = []
 
-    def covered(rel: str) -> bool:
-        return any(rel == o or rel.startswith(o + "/") for o in owned)
-
     def walk(folder: Path) -> None:
         for entry in sorted(folder.iterdir()):
             if len(foreign) >= limit:
                 return
             rel = entry.relative_to(directory).as_posix()
-            if rel in (MANIFEST, LOCK) or covered(rel):
+            if rel in (MANIFEST, LOCK):
                 continue
-            if entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
+            if rel in owned:
+                _owned_entry(entry, rel, rel in OWNED_TREES, foreign, limit)
+            elif entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
                 foreign.append(rel)
             elif entry.is_dir():
                 if not any(f.startswith(rel + "/") for f in files):
@@ -138,3 +145,48 @@ def foreign_entries(directory: Path, limit: int = 3) -> list[str]:
 
     walk(directory)
     return foreign
+
+
+def _owned_entry(entry: Path, rel: str, tree: bool, foreign: list[str], limit: int) -> None:
+    """An entry at a name tinyproto rewrites in place: a regular file where it writes a file; where it writes a
+    tree, a directory of regular files and directories (one holding a manifest, such as a sweep's point or the
+    learned model, is checked by that manifest; figures/ holds PNG files only, and a killed report's temporary
+    ones). Anything else there (a link, a directory in a file's place, the user's file in figures/) is foreign:
+    tinyproto did not put it there."""
+    try:
+        mode = os.lstat(entry).st_mode
+    except OSError:
+        return  # vanished meanwhile
+    kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else
+            "a file" if stat.S_ISREG(mode) else "not a regular file")
+    if not tree:
+        if not stat.S_ISREG(mode):
+            foreign.append(f"{rel} ({kind}, where tinyproto writes a file)")
+        return
+    if not stat.S_ISDIR(mode):
+        foreign.append(f"{rel} ({kind}, where tinyproto writes a directory)")
+        return
+    if (entry / MANIFEST).is_file() and not (entry / MANIFEST).is_symlink():
+        foreign.extend(f"{rel}/{name}" for name in foreign_entries(entry, limit - len(foreign)))
+        return
+    if rel == "learned":  # learn writes a model directory there, manifest included
+        foreign.append(f"{rel}/ (not the model directory tinyproto writes there)")
+        return
+    pngs_only = rel == "figures"
+    for folder, dirs, names in os.walk(entry):  # does not follow links
+        for name in sorted(dirs + names):
+            if len(foreign) >= limit:
+                return
+            path = Path(folder) / name
+            inner = path.relative_to(entry.parent).as_posix()
+            mode = os.lstat(path).st_mode
+            if stat.S_ISDIR(mode):
+                if pngs_only:
+                    foreign.append(inner + "/")
+                elif (path / MANIFEST).is_file() and not (path / MANIFEST).is_symlink():
+                    foreign.extend(f"{inner}/{name}" for name in foreign_entries(path, limit - len(foreign)))
+                    dirs.remove(name)  # its manifest spoke for it
+            elif not stat.S_ISREG(mode) or (pngs_only and not name.endswith((".png", ".png.tmp"))):
+                foreign.append(inner)
+        if pngs_only:
+            dirs.clear()

@@ -72,6 +72,24 @@ def write_json(path: Path, data: dict) -> None:
         raise
 
 
+def write_bytes_atomic(path: Path, content: bytes) -> None:
+    """Write `content` to `path` through the temporary file .<name>.tmp beside it and a rename (a reader sees the
+    old or the new file); the temporary file never outlives a failure (a full disk, a directory at `path`). The
+    caller holds the directory's lock, so the fixed temporary name is its own; O_NOFOLLOW refuses a link there."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _open_regular(path: Path, what: str):
     """A binary reader on a regular file. Opened non-blocking and checked on the descriptor, so a FIFO or a
     device put in a file's place (or swapped in after a check) is refused instead of blocking or never ending."""
