@@ -254,6 +254,19 @@ def test_the_pio_home_holds_a_copy_of_the_platform_kept_in_step():
     assert (core / "packages" / "toolchain-atmelavr" / ".piopm").is_file()
 
 
+@pytest.mark.parametrize("words", ["No space left on device", "Disk quota exceeded"])
+def test_a_build_on_a_full_disk_says_so_in_one_line(tmp_path, words):
+    """A full disk during `pio run` was reported as pages of "can't write 60 bytes to section" and SCons' own
+    traceback text (seen with a 2 MB tmpfs holding the model directory)."""
+    from tinyproto.device.project import build_failure
+
+    log = (f"/tmp/cc1.s: Fatal error: can't write 60 bytes to section .text of .pio/build/uno_sim/x.o because: "
+           f"'{words}'\n*** [.pio/build/uno_sim/x.o] Error 1\nOSError: [Errno 28] {words}:\n  File \"Main.py\"")
+    line = build_failure("pio run -e uno_sim", log, tmp_path / ".pio")
+    assert "\n" not in line and "no space left" in line and str(tmp_path) in line and "Main.py" not in line
+    assert build_failure("avr-gcc", "src/main.c:5:9: error: x", tmp_path).startswith("firmware build failed (avr-gcc):")
+
+
 def test_the_first_errors_are_the_compilers_not_platformios_banner():
     """A fresh PlatformIO home prints a banner framed by rows of stars before the build: the excerpt a failed
     build shows starts at the compiler's error, not at the banner."""

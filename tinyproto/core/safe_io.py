@@ -67,8 +67,9 @@ def write_json(path: Path, data: dict) -> None:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        _name_the_file(exc, path)
         raise
 
 
@@ -85,9 +86,16 @@ def write_bytes_atomic(path: Path, content: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        _name_the_file(exc, path)
         raise
+
+
+def _name_the_file(exc: BaseException, path: Path) -> None:
+    """A failed write() (a full disk) raises OSError without a file name: give it the file being written."""
+    if isinstance(exc, OSError) and not exc.filename:
+        exc.filename = str(path)
 
 
 def _open_regular(path: Path, what: str):

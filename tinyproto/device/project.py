@@ -162,6 +162,15 @@ def _end_group(process: subprocess.Popen) -> None:
             pass
 
 
+def build_failure(tool: str, log: str, where: Path) -> str:
+    """The one line a failed build says: the disk being full (the compiler's and SCons' own words for it are pages
+    of "can't write ... to section" and a traceback), else the compiler's first errors."""
+    if "No space left on device" in log or "Disk quota exceeded" in log:
+        return (f"firmware build failed ({tool}): no space left on the device that holds {where}; free some space "
+                "and build again")
+    return f"firmware build failed ({tool}):\n{_first_errors(log)}"
+
+
 def _first_errors(log: str, limit: int = 12) -> str:
     """The compiler's first error lines (what the user needs), else the end of the log."""
     lines = log.splitlines()
@@ -229,5 +238,5 @@ def _compile_with_avr_gcc(
     result = _run(command, cwd=project_dir)
     log = " ".join(command) + "\n" + result.stdout + result.stderr
     if result.returncode != 0:
-        raise TinyprotoError(f"firmware build failed (avr-gcc):\n{_first_errors(log)}")
+        raise TinyprotoError(build_failure("avr-gcc", log, out_dir))
     return elf, log
