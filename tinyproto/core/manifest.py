@@ -91,9 +91,12 @@ def check_output_entry(path: Path) -> None:
     link or a special file: someone else put it there, and writing would go through it to another file."""
     if not os.path.lexists(path):
         return
-    if path.name not in OWNED_TREES and path.is_dir() and not path.is_symlink():
-        # (os.replace of the new file onto it would fail naming the temporary file, and leave it behind)
-        raise TinyprotoError(f"{path} is a directory, where tinyproto writes a file; tinyproto did not make it and "
+    tree = path.name in OWNED_TREES
+    if not path.is_symlink() and (path.is_dir() != tree) and (path.is_dir() or path.is_file()):
+        # (os.replace of a new file onto a directory failed naming the temporary file, and left it behind; a
+        # directory's mkdir onto a file said only "File exists")
+        found, wanted = ("a directory", "a file") if path.is_dir() else ("a file", "a directory")
+        raise TinyprotoError(f"{path} is {found}, where tinyproto writes {wanted}; tinyproto did not make it and "
                              "will not replace it: move it away, nothing was written")
     entries = [path]
     if path.is_dir() and not path.is_symlink():
