@@ -222,3 +222,22 @@ def test_an_atomic_write_that_fails_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html"]
     write_bytes_atomic(tmp_path / "other.html", b"<html>")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.html", "page.html"]
+
+
+def test_the_library_measurement_of_a_killed_export_is_removed_by_the_next(compiled, tmp_path, monkeypatch):
+    """export (and compile --reserve-*) measure the model's library by building it in a scratch directory of the
+    temporary directory; one a SIGKILL left is removed by the next measurement (it stayed there for ever)."""
+    from tinyproto import families
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.device.library_cost import measure_library
+
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    killed = private / "tinyproto-library-killed1"
+    (killed / "lib").mkdir(parents=True)
+    (killed / LOCK).write_text("")  # its lock, held by nobody now
+    model = families.load_int_model(load_model_dir(compiled("iris", "1kB")))
+    assert measure_library(model, load_board("uno")).flash_bytes > 0
+    assert list(private.iterdir()) == []
