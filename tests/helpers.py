@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import select
@@ -409,3 +410,121 @@ def arduino_build(libraries: Path | list[Path], sketch: Path, build: Path, tools
         str(sketch),
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+# ------------------------------------------------------------------------------------------------ a fake device
+
+
+class FakeDevice:
+    """A tinyproto device on a pseudo-terminal, served by a thread, answering HELLO, PREDICT, PREDICT_RAW and STATS
+    from a built model directory's own reference (model.json, build.json, test_vectors.npz) as the firmware does
+    (no receive ring; vectors of one chunk), unless `tamper` changes an answer: tamper(type, k, answer) with the
+    request's type, its count k among requests of that type, and the true answer's fields as a dict (edit it and
+    return None), or bytes to write instead (b"" for silence), or FakeDevice.CLOSE to pull the cable."""
+
+    CLOSE = object()
+
+    def __init__(self, model_dir: Path, tamper=None) -> None:
+        import threading
+
+        from tinyproto import families
+        from tinyproto.core.modeldir import load_model_dir
+
+        md = load_model_dir(model_dir)
+        self.model = families.load_int_model(md)
+        self.vectors = np.load(Path(model_dir) / "test_vectors.npz")
+        self.static = int(json.loads((Path(model_dir) / "build.json").read_text())["sram_static_bytes"])
+        self.model_hash = md.model_hash
+        self.tamper = tamper or (lambda type, k, answer: None)
+        self.counts: dict[int, int] = {}
+        self.master, self.slave = os.openpty()
+        import tty
+
+        tty.setraw(self.slave)
+        self.port = os.ttyname(self.slave)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> "FakeDevice":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for fd in (self.master, self.slave):
+            if fd is not None:
+                os.close(fd)
+
+    def _answer(self, type: int, payload: bytes) -> dict | None:
+        from tinyproto.device import codec
+
+        v = self.vectors
+        if type == codec.MSG_HELLO:
+            return {"magic": codec.MAGIC, "proto": codec.PROTO_VERSION, "abi": codec.RUNTIME_ABI,
+                    "family": self.model.family_id, "hash": self.model_hash, "n_features": self.model.n_features,
+                    "n_classes": self.model.n_classes, "input_bytes": 1, "score_bytes": 4, "f_cpu": 16_000_000,
+                    "flags": codec.FLAG_RAW}
+        if type == codec.MSG_STATS:
+            return {"stack_peak": 113, "static_sram": self.static, "frames_bad": 0}
+        if type == codec.MSG_PREDICT:
+            x = np.frombuffer(payload[2:], dtype=np.int8)
+            i = int(np.flatnonzero((v["xq"] == x).all(axis=1))[0])
+        elif type == codec.MSG_PREDICT_RAW:
+            raw = np.frombuffer(payload[2:], dtype="<f4")
+            i = int(np.flatnonzero((v["X_raw"].view(np.uint32) == raw.view(np.uint32)).all(axis=1))[0])
+        else:
+            return None
+        return {"label": int(v["labels"][i]), "cycles": 4480, "confidence": int(v["confidence"][i]),
+                "decided": int(v["decided"][i]), "x": [int(q) for q in v["xq"][i]],
+                "scores": [int(s) for s in v["scores"][i]], "raw": type == codec.MSG_PREDICT_RAW}
+
+    @staticmethod
+    def _encode(type: int, answer: dict) -> bytes:
+        from tinyproto.device import codec
+
+        if type == codec.MSG_HELLO:
+            return codec._HELLO.pack(*answer.values())
+        if type == codec.MSG_STATS:
+            return struct.pack("<HHH", *(value & 0xFFFF for value in answer.values()))
+        head = struct.pack("<BIBB", answer["label"] & 255, answer["cycles"] & 0xFFFFFFFF, answer["confidence"] & 255,
+                           answer["decided"] & 255)
+        x = np.array(answer["x"], dtype=np.int8).tobytes() if answer["raw"] else b""
+        return head + x + np.array(answer["scores"], dtype="<i4").tobytes()
+
+    def _serve(self) -> None:
+        from tinyproto.device import codec
+
+        class Master:
+            timeout = 0.02
+
+            def __init__(self, fd):
+                self.fd = fd
+
+            def read(self, size=1):
+                ready, _, _ = select.select([self.fd], [], [], 0.02)
+                return os.read(self.fd, 4096) if ready else b""
+
+        reader = codec.FrameReader(Master(self.master))
+        while not self._stop.is_set():
+            try:
+                frame = reader.read_frame(0.05)
+            except OSError:
+                return
+            if frame is None:
+                continue
+            k = self.counts.get(frame.type, 0)
+            self.counts[frame.type] = k + 1
+            answer = self._answer(frame.type, frame.payload)
+            if answer is None:
+                os.write(self.master, codec.encode_frame(codec.MSG_ERROR, frame.seq, bytes((codec.ERR_UNKNOWN_TYPE,))))
+                continue
+            instead = self.tamper(frame.type, k, answer)
+            if instead is FakeDevice.CLOSE:
+                os.close(self.master)
+                os.close(self.slave)
+                self.master = self.slave = None
+                return
+            if instead is None:
+                instead = codec.encode_frame(frame.type | codec.MSG_RESPONSE, frame.seq,
+                                             self._encode(frame.type, answer))
+            os.write(self.master, instead)

@@ -111,6 +111,26 @@ def test_bad_csv_is_one_clear_error(tmp_path, case):
     assert "bad" in message  # the file (or, for the split, the data set) it is about
 
 
+def _outlier_rows(n_outliers: int, value: float, rows_per_class: int = 30) -> str:
+    """Three well separated classes of 4 features, then n_outliers rows of `value` in every feature (any class)."""
+    rng = np.random.default_rng(1)
+    y = np.repeat([1, 2, 3], rows_per_class)
+    X = rng.normal(size=(len(y), 4)) * 0.5 + y[:, None] * np.array([1.0, -2.0, 0.5, 3.0])
+    X[len(y) - n_outliers:] = value
+    return "f1,f2,f3,f4,y\n" + "".join(",".join(f"{v:.6g}" for v in row) + f",{c}\n" for row, c in zip(X, y))
+
+
+@pytest.mark.parametrize("n_outliers,value", [(1, 1e30), (2, 1e30), (2, -1e25), (3, 3e20), (4, 1e30)])
+def test_outliers_that_flatten_the_int8_grid_are_refused(tmp_path, n_outliers, value):
+    """A few rows of huge values among 90 set every feature's spread: every ordinary row then rounds to one int8
+    vector and the model answers one class (34.8 % test accuracy, reported as a success before this check)."""
+    _refused(_write(tmp_path, "d.csv", _outlier_rows(n_outliers, value)), "int8 grid.*outliers")
+
+
+def test_the_same_rows_without_outliers_pass_the_int8_check(tmp_path):
+    split(_accepted(_write(tmp_path, "d.csv", _outlier_rows(0, 0.0))))
+
+
 @pytest.mark.parametrize(
     "raw,pattern",
     [

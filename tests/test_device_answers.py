@@ -212,3 +212,112 @@ def test_the_end_marker_before_cli_was_the_race(tmp_path):
     assert not markers_agree(markers)
     assert markers["marker_minus_timer1_max"] == markers["expected_difference"]
     assert markers["marker_minus_timer1_min"] < markers["expected_difference"] - 20
+
+
+# ---- a device on a serial port that answers wrongly, in every way ------------------------------------------------
+
+HELLO, PREDICT, RAW, STATS = 0x01, 0x02, 0x03, 0x04
+
+
+def _set(type_wanted, at, **fields):
+    """A tamper that sets `fields` of the answer to request number `at` (None: every one) of `type_wanted`."""
+    def tamper(type, k, answer):
+        if type == type_wanted and at in (None, k):
+            answer.update(fields)
+    return tamper
+
+
+def _edit(type_wanted, at, edit):
+    def tamper(type, k, answer):
+        if type == type_wanted and k == at:
+            edit(answer)
+    return tamper
+
+
+def _bad_crc_once(type, k, answer):
+    if type == PREDICT and k == 6:
+        return b"\x05\x82\x07\x01\x02\x03\x00"  # a frame whose CRC does not match: dropped, the request retried
+
+
+def _extra_frames(type, k, answer):
+    from tinyproto.device.codec import encode_frame
+
+    if type == PREDICT and k == 2:  # a stale answer and an unasked STATS answer before nothing at all: a retry
+        return encode_frame(0x82, 0x77, b"\x00" * 20) + encode_frame(0x84, 0x01, b"\x00" * 6)
+
+
+def _pull_cable(type, k, answer):
+    from helpers import FakeDevice
+
+    return FakeDevice.CLOSE if type == PREDICT and k == 10 else None
+
+
+# fault -> the checks it must fail (validation.json written, exit 1), or the words of its one error line
+DEVICE_FAULTS = {
+    "score off by one in one vector": (_edit(PREDICT, 5, lambda a: a["scores"].__setitem__(1, a["scores"][1] + 1)),
+                                       ["scores"]),
+    "a wrong label": (_edit(PREDICT, 7, lambda a: a.update(label=(a["label"] + 1) % 3)), ["labels"]),
+    "a wrong confidence byte": (_edit(PREDICT, 3, lambda a: a.update(confidence=(a["confidence"] + 1) % 256)),
+                                ["confidence"]),
+    "a wrong unknown decision": (_edit(PREDICT, 3, lambda a: a.update(decided=255)), ["unknown"]),
+    "0 cycles in one vector": (_set(PREDICT, 4, cycles=0), ["cycles"]),
+    "1 cycle (below the MAC lower bound)": (_set(PREDICT, None, cycles=1), ["cycles"]),
+    "a wrapped count (-5)": (_set(PREDICT, None, cycles=-5), ["cycles"]),
+    "2^32-2 cycles": (_set(PREDICT, None, cycles=2**32 - 2), ["cycles"]),
+    "cycles varying wildly": (_edit(PREDICT, 9, lambda a: a.update(cycles=10**6)), ["cycles"]),
+    "stack peak 0": (_set(STATS, None, stack_peak=0), ["sram"]),
+    "stack peak beyond the SRAM": (_set(STATS, None, stack_peak=40000), ["sram"]),
+    "static SRAM 0": (_set(STATS, None, static_sram=0), ["sram"]),
+    "static SRAM absurd": (_set(STATS, None, static_sram=65535), ["sram"]),
+    "one wrong int8 input of the on-device input stage": (
+        _edit(RAW, 2, lambda a: a["x"].__setitem__(0, a["x"][0] + (1 if a["x"][0] < 127 else -1))), ["raw_input"]),
+    "another runtime ABI": (_set(HELLO, None, abi=7), "runtime ABI 7"),
+    "2 bytes per score in HELLO": (_set(HELLO, None, score_bytes=2), "per score"),
+    "2 bytes per input in HELLO": (_set(HELLO, None, input_bytes=2), "per input"),
+    "another family": (_set(HELLO, None, family=4), "family id 4"),
+    "another clock": (_set(HELLO, None, f_cpu=8_000_000), "8000000 Hz"),
+    "no magic": (_set(HELLO, None, magic=b"XPRO"), "not a tinyproto device"),
+    "the cable pulled mid-run": (_pull_cable, "serial port"),
+}
+
+
+@pytest.mark.parametrize("fault", list(DEVICE_FAULTS))
+def test_a_device_answering_wrongly_is_a_failed_check_or_one_error_line(built_models, tmp_path, fault):
+    """A fake device on a pty answers every request from the model's own reference except for one fault: each
+    fault decides the exit code through the check it breaks (with a detail naming what was measured), or is one
+    error line; never a traceback, never a pass."""
+    from click.testing import CliRunner
+    from helpers import FakeDevice
+
+    from tinyproto.cli import main
+
+    model = built_models("iris", "1kB")
+    (model / "validation.json").unlink()
+    tamper, expected = DEVICE_FAULTS[fault]
+    with FakeDevice(model, tamper) as device:
+        result = CliRunner().invoke(main, ["validate", str(model), "--port", device.port])
+    assert result.exit_code == 1, (result.exit_code, result.output)
+    assert "Traceback" not in result.output and "internal error" not in result.output, result.output
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:"), result.stderr
+    if isinstance(expected, str):
+        assert expected in last, last
+        return
+    checks = json.loads((model / "validation.json").read_text())["checks"]
+    assert [name for name, check in checks.items() if check["ok"] is False] == expected, checks
+    assert all(checks[name]["detail"] in last for name in expected), last
+
+
+@pytest.mark.parametrize("tamper", [None, _bad_crc_once, _extra_frames], ids=["true", "a bad CRC once", "extra frames"])
+def test_a_device_answering_rightly_through_noise_passes(built_models, tamper):
+    from click.testing import CliRunner
+    from helpers import FakeDevice
+
+    from tinyproto.cli import main
+
+    model = built_models("iris", "1kB")
+    with FakeDevice(model, tamper) as device:
+        result = CliRunner().invoke(main, ["validate", str(model), "--port", device.port])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((model / "validation.json").read_text())
+    assert summary["passed"] and summary["target"] == device.port

@@ -825,3 +825,9 @@ def test_tied_scores_give_the_lowest_class_on_both_sides(compiled, tmp_path, fam
     np.testing.assert_array_equal(labels, tied.labels(reference))
     assert np.all(scores[:, 0] == scores[:, 1]) and not np.any(labels == 1)  # the tie exists; class 0 wins it
     assert np.any(labels == 0)
+
+
+def test_the_host_knows_the_firmware_runtime_abi():
+    """HELLO's abi is refused unless it is TP_RUNTIME_ABI of the runtime this tinyproto builds (codec.RUNTIME_ABI)."""
+    header = (Path(__file__).resolve().parents[1] / "firmware" / "tinyproto.h").read_text()
+    assert int(re.search(r"#define TP_RUNTIME_ABI (\d+)", header).group(1)) == P.RUNTIME_ABI

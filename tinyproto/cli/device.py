@@ -21,6 +21,15 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr)
 
 
+def check_ports(port: str | None, upload_port: str | None) -> None:
+    """Refuse a --port / --upload-port that cannot be a board's (missing, not a serial device, held by another
+    program) in one line, before any long work and before avrdude blames the board."""
+    from tinyproto.device.port_checks import check_port_usable
+
+    for usable in dict.fromkeys(p for p in (port, upload_port) if p is not None):
+        check_port_usable(usable)
+
+
 def print_build(console, info: dict, path: Path) -> None:
     from rich.table import Table
 
@@ -74,6 +83,7 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
     from tinyproto.device.flash import upload_target
 
     upload_port = upload_target(board, port, upload_port)
+    check_ports(port, upload_port)
     model = families.load_int_model(md)
     build = load_build_info(md)
     check_firmware(md, build)  # flash exactly what `build` made from this model.json
@@ -87,7 +97,8 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
         with console.status(f"waiting for the firmware on {port} after the reset...", spinner="dots"), \
                 open_device(port, baud=build.serial_baud or board.serial_baud,
                             boot_quiet_s=board.boot_quiet_s) as client:
-            check_model(client.info, md.model_hash, model.n_features, model.n_classes)
+            check_model(client.info, md.model_hash, model.n_features, model.n_classes, model.family_id,
+                        board.f_cpu_hz)
         written = f"{result.bytes_written} B" if result.bytes_written is not None else build.hex.name
         where = f" on {port}" if port != result.upload_port else ""  # the Leonardo: Serial1, not its USB port
         console.print(f"flashed {written} to {result.upload_port} with avrdude -c {board.upload_protocol} -b "
@@ -96,7 +107,8 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
         return
     with SimulatedUno(build.elf, board=board) as uno, \
             open_device(uno.port, baud=build.serial_baud or board.serial_baud) as client:
-        check_model(client.hello(), md.model_hash, model.n_features, model.n_classes)
+        check_model(client.hello(), md.model_hash, model.n_features, model.n_classes, model.family_id,
+                        board.f_cpu_hz)
     console.print(f"simulated Uno started with {build.elf}: handshake OK, model {md.meta['model_hash']} "
                   "(the simulator stops again; validate --sim starts its own)")
 
@@ -191,6 +203,7 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
     from tinyproto.device.flash import upload_target
 
     upload_port = upload_target(target, port, upload_port)
+    check_ports(port, upload_port)  # a missing, busy or wrong port is refused before the compile, not after it
     console = _console()
     with console.status("training under the budget...", spinner="dots"):
         options = CompileOptions(family, budget, seed, board, out, label, max_latency_ms=max_latency, baud=baud,

@@ -106,13 +106,18 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def check_int8_inputs_vary(X: np.ndarray, source: str) -> None:
-    """Refuse data whose int8 inputs would all be constant: every feature standardised (the one rule) and put
-    on the int8 grid (`choose_input_scale`, as every family does) takes a single value. This happens when a few
-    enormous outliers set each feature's std, so every ordinary value rounds to the same int8 step."""
+def check_int8_inputs_vary(X: np.ndarray, source: str, y: np.ndarray | None = None) -> None:
+    """Refuse data whose int8 inputs cannot tell its rows apart: every feature standardised (the one rule) and put
+    on the int8 grid (`choose_input_scale`, as every family does). This happens when a few enormous outliers set
+    each feature's std, so every ordinary value rounds to the same int8 step. Two views of it:
+    - every feature takes a single int8 value in all but a handful of rows;
+    - with the labels `y`: the rows' int8 vectors separate the classes by less than half of what the raw rows do
+      (grouping equal vectors, the best any model of them can score on these rows, over the majority class).
+      Two outliers among 68 rows pass the first view (they are the rows that differ) and not this one."""
     from tinyproto.core.inputstage import INPUT_MAX, choose_input_scale, standardisation
 
-    X = X[:: max(1, len(X) // 4000)]  # a deterministic sample is plenty for this
+    every = max(1, len(X) // 4000)
+    X = X[::every]  # a deterministic sample is plenty for this
     mean, scale = standardisation(X)
     Z = (X - mean) / scale
     step = choose_input_scale(Z)
@@ -126,3 +131,28 @@ def check_int8_inputs_vary(X: np.ndarray, source: str) -> None:
             "would be useless (a few huge outliers setting every feature's spread?); remove the outliers or "
             "transform the features (e.g. log)"
         )
+    if y is None:
+        return
+    classes = np.unique(np.asarray(y)[::every], return_inverse=True)[1]
+    majority = int(np.bincount(classes).max())
+    raw_best = _best_by_groups(X, classes)[1] - majority
+    vectors, int8_best = _best_by_groups(q.astype(np.uint8), classes)
+    int8_best -= majority
+    if raw_best > 0 and int8_best < 0.5 * raw_best:
+        raise TinyprotoError(
+            f"{source}: on the int8 grid the device sees, the rows fall into {vectors} distinct "
+            f"input vectors, which separate the classes on {int8_best} rows beyond always answering the largest "
+            f"class, where the raw values separate them on {raw_best}; a model would be useless (a few huge outliers "
+            "setting every feature's spread?); remove the outliers or transform the features (e.g. log)"
+        )
+
+
+def _best_by_groups(A: np.ndarray, classes: np.ndarray) -> tuple[int, int]:
+    """(groups, best): the number of distinct rows of A, and the most rows any model of A's rows can label right
+    (rows with equal values in A share one answer: the most common class among them)."""
+    keys: dict[bytes, int] = {}
+    group = np.fromiter((keys.setdefault(row.tobytes(), len(keys)) for row in np.ascontiguousarray(A)),
+                        dtype=np.int64, count=len(A))
+    table = np.zeros((len(keys), int(classes.max()) + 1), dtype=np.int64)
+    np.add.at(table, (group, classes), 1)
+    return len(keys), int(table.max(axis=1).sum())

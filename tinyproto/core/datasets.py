@@ -36,7 +36,10 @@ Then for every source (`validate_xy`): 2..255 classes with at least 2 samples ea
 see: not every feature constant, no feature that varies by less than the device resolves (0.1 % of its
 magnitude: the half-float mean; subtract an offset), and no feature's spread a million times smaller than the
 data's overall spread (the input stage's half-float gains share one exponent; see
-inputstage.standardise_moments). Truly constant features (std at floating-point noise) are fine.
+inputstage.standardise_moments). Truly constant features (std at floating-point noise) are fine. After the
+split, the training rows on the int8 grid must still tell the classes apart: refused when every feature is one
+int8 value in all but a handful of rows, or when the rows' int8 vectors separate the classes (beyond the largest
+class) on less than half the rows the raw values do (a few huge outliers setting every feature's spread).
 Layer: core.
 """
 
@@ -126,7 +129,7 @@ def split(dataset: Dataset, seed: int = 0) -> Split:
     names = dataset.columns
     check_features_usable(X_tr, f"{dataset.name} (training split)",
                           (lambda j: names[j]) if names is not None else (lambda j: f"column {j}"))
-    check_int8_inputs_vary(X_tr, f"{dataset.name} (training split)")
+    check_int8_inputs_vary(X_tr, f"{dataset.name} (training split)", y_tr)
     return Split(X_tr, y_tr, X_te, y_te)
 
 __all__ = ["BUILTIN", "CSV_SUFFIXES", "MAX_CLASSES", "MAX_FILE_BYTES", "MAX_VALUES", "TEST_FRACTION", "Dataset",

@@ -17,7 +17,7 @@ from tinyproto.core import wire
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.device.codec import (
     CANNOT_LEARN, CHUNKED_MESSAGES, DEFAULT_TIMEOUT, DeviceError, EEPROM_SAVE_TIMEOUT, ERR_ARGUMENT, ERR_CRC,
-    ERR_LENGTH, ERR_TOO_LONG, ERR_UNKNOWN_TYPE, EepromLoad, EepromSave, Frame, FrameReader, Hello,
+    ERR_LENGTH, ERR_TOO_LONG, ERR_UNKNOWN_TYPE, EepromLoad, EepromSave, Frame, FrameReader, Hello, PORT_ERRORS,
     LEARNING_MESSAGES, LearnAck, MSG_CLEAR, MSG_EEPROM_LOAD, MSG_EEPROM_SAVE, MSG_ERROR, MSG_HELLO, MSG_LEARN,
     MSG_PREDICT, MSG_PREDICT_RAW, MSG_READ_COUNTS, MSG_RESPONSE, MSG_STATS, Prediction, READ_SLICE,
     RawPrediction, SerialPort, Stats, _CHUNK_FIRST, _EEPROM_LOAD, _EEPROM_SAVE, _LEARN_ACK, _READ_COUNTS,
@@ -324,7 +324,7 @@ class DeviceClient:
             expected, encoded = frames[0]
             try:
                 frame = self._await_any(self.timeout, {seq for seq, _ in frames})
-            except OSError as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
+            except PORT_ERRORS as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
                 raise DeviceError(f"lost the serial port {self.name}: {exc}") from exc
             if frame is None or frame.seq != expected or frame.type == MSG_ERROR or frame.type != type | MSG_RESPONSE:
                 if frame is not None and frame.type == MSG_ERROR:
@@ -371,7 +371,7 @@ class DeviceClient:
             expected = seqs[len(answers)]
             try:
                 frame = self._await_any(self.timeout, set(seqs[len(answers) : sent]))
-            except OSError as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
+            except PORT_ERRORS as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
                 raise DeviceError(f"lost the serial port {self.name}: {exc}") from exc
             if frame is None or frame.seq != expected:
                 return None  # no answer in time, or a later frame's answer: this one's request or answer was lost
@@ -406,7 +406,7 @@ class DeviceClient:
         while True:
             try:
                 frame = self._reader.read_frame(quiet_s)
-            except OSError as exc:
+            except PORT_ERRORS as exc:
                 raise DeviceError(f"lost the serial port {self.name}: {exc}") from exc
             if frame is None:
                 break
@@ -466,7 +466,7 @@ class DeviceClient:
             flush = getattr(self.port, "flush", None)
             if drain and flush is not None:
                 flush()
-        except (OSError, TinyprotoError) as exc:
+        except (*PORT_ERRORS, TinyprotoError) as exc:
             raise DeviceError(f"cannot write to {self.name}: {exc}") from exc
 
     def _request(self, type: int, payload: bytes = b"", restart: bool = True) -> bytes:
@@ -508,7 +508,7 @@ class DeviceClient:
                 return None
             try:
                 frame = self._reader.read_frame(left)
-            except OSError as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
+            except PORT_ERRORS as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
                 raise DeviceError(f"lost the serial port {self.name}: {exc}") from exc
             if frame is None:
                 return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import binascii
 import struct
+import termios
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -30,6 +31,8 @@ from tinyproto.core.errors import TinyprotoError
 
 PROTO_VERSION = wire.PROTO_VERSION
 MAGIC = b"TPRO"
+RUNTIME_ABI = 1  # TP_RUNTIME_ABI of firmware/tinyproto.h (tests/test_protocol.py checks they agree)
+INPUT_BYTES = 1  # HELLO's bytes per input feature (int8) and per score (int32): every firmware of this protocol
 
 MSG_HELLO = 0x01
 MSG_PREDICT = 0x02
@@ -81,6 +84,11 @@ _PREDICTION_HEAD = struct.Struct("<BIBB")  # label, cycles, confidence, decided 
 # The codec's structs are the sizes wire.py emits for the firmware: one of them changed alone is a bug.
 assert (_HELLO.size, _STATS.size, _LEARN_ACK.size, _CHUNK_FIRST.size, _PREDICTION_HEAD.size) == (
     wire.HELLO_PAYLOAD, wire.STATS_PAYLOAD, wire.LEARN_ACK, wire.CHUNK_FIRST, wire.PREDICTION_HEAD)
+
+
+# What a port's calls raise when the line goes away (an unplugged board, a closed pty): pyserial's SerialException
+# is an OSError, but its flush (tcdrain) and reset_input_buffer (tcflush) raise termios.error, which is not.
+PORT_ERRORS = (OSError, termios.error)
 
 
 class DeviceError(TinyprotoError):
@@ -342,7 +350,15 @@ def parse_hello(payload: bytes) -> Hello:
     magic, proto, *fields = _HELLO.unpack(payload)
     if proto != PROTO_VERSION:
         raise DeviceError(f"device speaks protocol version {proto}, this tinyproto speaks {PROTO_VERSION}")
-    return Hello(proto, *fields)
+    hello = Hello(proto, *fields)
+    if hello.abi != RUNTIME_ABI:
+        raise DeviceError(f"device runs tinyproto runtime ABI {hello.abi}, this tinyproto builds ABI {RUNTIME_ABI} "
+                          "— build and flash the firmware again")
+    if (hello.input_bytes, hello.score_bytes) != (INPUT_BYTES, wire.SCORE_BYTES):
+        raise DeviceError(f"device announces {hello.input_bytes} byte(s) per input and {hello.score_bytes} per score; "
+                          f"protocol {PROTO_VERSION} sends {INPUT_BYTES} and {wire.SCORE_BYTES} — not a tinyproto "
+                          "firmware of this version")
+    return hello
 
 
 def _prediction_head(payload: bytes, what: str) -> tuple[int, int, int, int]:
@@ -375,8 +391,10 @@ def parse_stats(payload: bytes) -> Stats:
     return Stats(*_STATS.unpack(payload))
 
 
-def check_model(hello: Hello, model_hash: int, n_features: int, n_classes: int) -> None:
-    """Refuse to validate a model directory against a device that runs another model."""
+def check_model(hello: Hello, model_hash: int, n_features: int, n_classes: int, family_id: int | None = None,
+                f_cpu_hz: int | None = None) -> None:
+    """Refuse to validate a model directory against a device that runs another model (its hash, sizes and family),
+    or a firmware built for another clock than the board's (every latency would be off by their ratio)."""
     if hello.model_hash != model_hash:
         raise TinyprotoError(
             f"device runs model 0x{hello.model_hash:08x}, directory holds 0x{model_hash:08x} — flash first"
@@ -386,3 +404,9 @@ def check_model(hello: Hello, model_hash: int, n_features: int, n_classes: int) 
             f"device model has {hello.n_features} features / {hello.n_classes} classes, directory holds "
             f"{n_features} / {n_classes} — flash first"
         )
+    if family_id is not None and hello.family != family_id:
+        raise TinyprotoError(f"device reports model family id {hello.family}, the directory's model has "
+                             f"{family_id} — flash first")
+    if f_cpu_hz is not None and hello.f_cpu != f_cpu_hz:
+        raise TinyprotoError(f"device firmware runs at {hello.f_cpu} Hz, the board at {f_cpu_hz} Hz — it was built for "
+                             "another board or clock: build and flash it again")

@@ -32,7 +32,7 @@ from tinyproto.core.confidence import UNKNOWN_LABEL, auroc, judged_figures, nove
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.measured import cycle_problem, ratio
+from tinyproto.core.measured import PLAUSIBLE_FACTOR, cycle_problem, plausible_cycles, ratio, stack_problem
 from tinyproto.core.manifest import record_outputs
 from tinyproto.core.modeldir import ModelDir, load_model_dir
 from tinyproto.core.safe_io import file_sha256, read_json, read_text_file, write_json
@@ -116,9 +116,7 @@ def check_firmware(model_dir: ModelDir, build: BuildInfo) -> None:
 def checked_vectors(model_dir: ModelDir, model):
     """test_vectors.npz, refused unless it is what compile wrote and agrees with the host reference."""
     path = model_dir.path / "test_vectors.npz"
-    vectors = model_dir.vectors()
-    if file_sha256(path) != model_dir.meta.get("vectors_sha256"):
-        raise TinyprotoError(f"{path} is not the file compile wrote (sha256 differs); run `tinyproto compile` again")
+    vectors = model_dir.vectors()  # (refused unless it is the file compile wrote)
     vectors.check_shapes(model.n_features, model.n_classes, path)
     if not np.array_equal(model.input_stage.quantize(vectors.X_raw), vectors.xq):
         raise TinyprotoError(f"{path}: its int8 inputs are not the input stage of model.json applied to its raw inputs")
@@ -180,7 +178,8 @@ def _raw_input_check(client, vectors, progress: Callable[[int], None] | None) ->
 
 def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict | None, raw_skipped: bool,
             markers: dict | None, sram_margin: int | None, finished: bool, latency: dict | None = None,
-            cycles_problem: str | None = None, n_confidence_ok: int = 0, n_decided_ok: int = 0) -> dict:
+            cycles_problem: str | None = None, n_confidence_ok: int = 0, n_decided_ok: int = 0,
+            stats_problem: str | None = None, cycles_range: str = "1..2^32-2") -> dict:
     """Every check validation makes, each {ok, detail}; `ok` None means skipped on the user's request."""
     checks = {
         "complete": {"ok": finished and n == n_total, "detail": f"{n} of {n_total} vectors measured"
@@ -193,8 +192,8 @@ def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict 
                     "detail": f"{n_decided_ok} of {n} answers (class or unknown) identical"},
     }
     checks["cycles"] = {"ok": n > 0 and cycles_problem is None,
-                        "detail": cycles_problem or (f"every one of {n} inferences reported a cycle count in 1..2^32-2"
-                                                     if n else "nothing measured")}
+                        "detail": cycles_problem or (f"every one of {n} inferences reported a cycle count in "
+                                                     f"{cycles_range}" if n else "nothing measured")}
     if raw_skipped:
         checks["raw_input"] = {"ok": None, "detail": "on request (--no-raw)"}
     elif raw is None:
@@ -209,15 +208,19 @@ def _checks(n: int, n_total: int, n_scores_ok: int, n_labels_ok: int, raw: dict 
                                          "through the on-device input stage"}
     if markers is not None:
         checks["cycle_markers"] = {"ok": markers_agree(markers), "detail": markers_detail(markers)}
-    checks["sram"] = {"ok": sram_margin is not None and sram_margin >= 0,
-                      "detail": "stack peak not measured" if sram_margin is None
-                      else f"margin {sram_margin} B (static + measured stack peak within the board's SRAM)"}
+    if stats_problem is not None:
+        checks["sram"] = {"ok": False, "detail": stats_problem}
+    else:
+        checks["sram"] = {"ok": sram_margin is not None and sram_margin >= 0,
+                          "detail": "stack peak not measured" if sram_margin is None
+                          else f"margin {sram_margin} B (static + measured stack peak "
+                               f"{'within' if sram_margin >= 0 else 'over'} the board's SRAM)"}
     if latency is not None:
         checks["latency_limit"] = latency
     return checks
 
 
-def latency_limit_check(report: dict, cycles, f_cpu_hz: int) -> dict | None:
+def latency_limit_check(report: dict, cycles, f_cpu_hz: int, cycles_problem: str | None = None) -> dict | None:
     """The model was compiled with --max-latency: the measured mean latency must keep it (the solver promised it
     from the cost model's prediction, with headroom; this is where the device answers). None without a limit."""
     limit = report.get("max_latency_ms")
@@ -227,7 +230,7 @@ def latency_limit_check(report: dict, cycles, f_cpu_hz: int) -> dict | None:
         return {"ok": False, "detail": f"report.json's max_latency_ms is not a positive number: {limit!r}"}
     if len(cycles) == 0:
         return {"ok": False, "detail": f"--max-latency {limit:g} ms: nothing measured"}
-    problem = cycle_problem(cycles)
+    problem = cycles_problem or cycle_problem(cycles)
     if problem:
         return {"ok": False, "detail": f"--max-latency {limit:g} ms: not measured ({problem})"}
     mean_ms, max_ms = 1000.0 * ratio(float(np.mean(cycles)), f_cpu_hz), 1000.0 * ratio(float(np.max(cycles)), f_cpu_hz)
@@ -255,6 +258,7 @@ class Measured:
 
     rows: dict[int, dict]
     stack_peak: int | None = None
+    stats_problem: str | None = None  # what is wrong with the device's STATS figures (then stack_peak is None)
     markers: dict | None = None  # the simulator's GPIOR0 cross-check
     raw: dict | None = None  # the raw-input check
     line: dict | None = None  # the serial line's figures (LineMeter.summary)
@@ -287,17 +291,22 @@ def summarise(subject: ValidationSubject, measured: Measured) -> dict:
     device_labels = np.array([r["label"] for r in ordered], dtype=np.int64)
     truth = vectors.y[[r["i"] for r in ordered]]
     host_labels = vectors.labels[[r["i"] for r in ordered]]
-    cycles_problem = cycle_problem(cycles.tolist())
+    predicted = predict_cycles(model)
+    bound = lower_bound_cycles(model)
+    plausible = plausible_cycles(bound, predicted["total"])
+    basis = (f" (within {PLAUSIBLE_FACTOR}x of the cost model's {predicted['total']} cycles, above the MAC lower "
+             f"bound {bound})")
+    cycles_range = "1..2^32-2" if plausible is None else f"{plausible[0]}..{plausible[1]}{basis}"
+    cycles_problem = cycle_problem(cycles.tolist(), plausible, basis)
     cycles_mean = float(cycles.mean()) if n else 0.0
     trusted_mean = cycles_mean if n and cycles_problem is None else None  # figures derived from cycles need it
     seconds = ratio(trusted_mean, board.f_cpu_hz)
-    predicted = predict_cycles(model)
-    bound = lower_bound_cycles(model)
     sram_margin = board.sram_bytes - (build.sram_static_bytes + stack_peak) if stack_peak is not None else None
     n_labels_ok, n_scores_ok = sum(ok[0] for ok in oks), sum(ok[1] for ok in oks)
     checks = _checks(n, n_total, n_scores_ok, n_labels_ok, raw, measured.raw_skipped, markers, sram_margin,
-                     measured.finished, latency_limit_check(model_dir.report, cycles, board.f_cpu_hz), cycles_problem,
-                     sum(ok[2] for ok in oks), sum(ok[3] for ok in oks))
+                     measured.finished, latency_limit_check(model_dir.report, cycles, board.f_cpu_hz, cycles_problem),
+                     cycles_problem, sum(ok[2] for ok in oks), sum(ok[3] for ok in oks), measured.stats_problem,
+                     cycles_range)
     known = truth != UNKNOWN_LABEL
     summary = {
         "board": board.name,
@@ -553,7 +562,7 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
                 raise no_answer_hint(exc, board, baud, target) from None
             hello = client.hello()
             meter = LineMeter(client, baud)
-            check_model(hello, model_dir.model_hash, model.n_features, model.n_classes)
+            check_model(hello, model_dir.model_hash, model.n_features, model.n_classes, model.family_id, board.f_cpu_hz)
             spans_per_vector = n_chunks(model.n_features) if hello.streams else 1
             todo = [i for i in range(n_total) if i not in rows]
             spans_before = len(_marker_cycles(sim.markers())) if sim is not None else 0  # a --resume's earlier ones
@@ -585,7 +594,10 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
             if sim is not None:  # the CPU of the two processes (the simulator's, and this one's for the passes)
                 state.line |= {"simulator_cpu_seconds": _round_or_none(sim.cpu_seconds()),
                                "host_cpu_seconds": round(meter.host_cpu, 3)}
-            state.stack_peak = client.stats().stack_peak
+            stats = client.stats()
+            state.stats_problem = stack_problem(stats.stack_peak, stats.static_sram, build.sram_static_bytes,
+                                                board.sram_bytes)
+            state.stack_peak = stats.stack_peak if state.stats_problem is None else None
         state.finished = True
     finally:
         if rows or state.finished:  # an interrupted run records what it measured, marked incomplete
