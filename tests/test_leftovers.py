@@ -186,6 +186,18 @@ def test_a_directory_where_a_file_is_rewritten_is_refused_before_writing(fresh, 
     assert (fresh / name / "mine.txt").read_text() == "precious\n"
 
 
+@pytest.mark.parametrize("name", [".pio", "learning", "learned", "figures", "points"])
+def test_a_file_where_a_directory_is_written_is_refused_before_writing(fresh, name):
+    """learn over a file at learning/ said only "error: File exists: m/learning"."""
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.core.manifest import record_outputs
+
+    (fresh / name).write_text("precious\n")
+    with pytest.raises(TinyprotoError, match=f"{name} is a file, where tinyproto writes a directory"):
+        record_outputs(fresh, name)
+    assert (fresh / name).read_text() == "precious\n"
+
+
 def test_report_refuses_a_directory_at_report_html_and_leaves_nothing(fresh):
     from click.testing import CliRunner
 

@@ -168,6 +168,11 @@ USERS_AT_OWNED_NAMES = {
     "a link in .pio": lambda m: (m / ".pio" / "mine").symlink_to(m.parent / "outside.txt"),
     "learned without its manifest": lambda m: ((m / "learned").mkdir(),
                                                (m / "learned" / "notes.txt").write_text("precious\n")),
+    "a directory at learning/build.json": lambda m: ((m / "learning" / "build.json").mkdir(parents=True),
+                                                    (m / "learning" / "build.json" / "mine.txt").write_text("x")),
+    "a note at the top of learning": lambda m: ((m / "learning" / "src").mkdir(parents=True),
+                                                (m / "learning" / "notes.txt").write_text("precious\n")),
+    "a file among the sweep's points": lambda m: ((m / "points").mkdir(), (m / "points" / "notes.txt").write_text("x")),
     "a note in a learned model": lambda m: ((m / "learned").mkdir(), (m / "learned" / MANIFEST).write_text(
         json.dumps({"written_by": "tinyproto", "version": 1, "files": {}})),
         (m / "learned" / "notes.txt").write_text("precious\n")),
@@ -181,7 +186,8 @@ def test_what_the_user_put_at_a_name_tinyproto_owns_is_foreign(work, compiled, c
     model = compiled("iris", "1kB")
     (model.parent / "outside.txt").write_text("the user's\n")
     (model / ".pio").mkdir(exist_ok=True)
-    record_outputs(model, ".pio", "build.json", "validation.json", "learn.json", "figures", "learned")
+    record_outputs(model, ".pio", "build.json", "validation.json", "learn.json", "figures", "learned", "learning",
+                   "points")
     (model / "build.json").write_text("{}")
     USERS_AT_OWNED_NAMES[case](model)
     refused(["compile", *IRIS, "--out", str(model)], "tinyproto did not write", model.parent)
@@ -194,7 +200,11 @@ def test_what_tinyproto_writes_at_its_names_stays_replaceable(work, compiled):
     (model / "figures").mkdir()
     (model / "figures" / "frontier.png").write_bytes(b"png")
     (model / "build.json").write_text("{}")
-    record_outputs(model, ".pio", "build.json", "figures", "learned")
+    for name in ("src", ".pio/build"):
+        (model / "learning" / name).mkdir(parents=True)
+    (model / "learning" / "eeprom.bin").write_bytes(bytes(1024))
+    (model / "learning" / "src" / "main.c").write_text("int main(void) { return 0; }\n")
+    record_outputs(model, ".pio", "build.json", "figures", "learned", "learning")
     from tinyproto.core.manifest import foreign_entries
 
     assert foreign_entries(model) == []
