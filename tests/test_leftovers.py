@@ -252,11 +252,19 @@ if sys.argv[1] == "kill":
 """
 
 
-def test_the_fork_server_directory_of_a_killed_run_is_removed_by_the_next(tmp_path):
+@pytest.fixture
+def short_tmp():
+    """A private temporary directory with a short path: under a long one the fork server's socket goes to /tmp
+    (core/dask_cluster.short_temp_dir)."""
+    path = Path(tempfile.mkdtemp(prefix="tp-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_fork_server_directory_of_a_killed_run_is_removed_by_the_next(short_tmp):
     """sweep and federate --processes start multiprocessing's fork server, whose socket lived in a pymp-* directory
     of $TMPDIR that only a normal exit removed: after a SIGKILL it stayed there for ever. The next run removes it."""
-    private = tmp_path / "tmp"
-    private.mkdir()
+    private = short_tmp
     env = dict(os.environ, TMPDIR=str(private))
     killed = subprocess.run([sys.executable, "-c", FORK_SERVER, "kill"], env=env, capture_output=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL
