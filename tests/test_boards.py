@@ -82,6 +82,56 @@ def test_an_unknown_board_is_one_line_naming_the_known_ones():
     assert result.returncode != 0 and result.stderr.strip().count("\n") == 0 and "known boards" in result.stderr
 
 
+BOARD_FILE_DAMAGE = {
+    # each was taken as it stood: a NaN supply voltage made NaN energies, a serial_baud of 0 a firmware that never
+    # answers, a board file naming another board, an MCU of "z80; rm -rf /" in platformio.ini, negative currents
+    "voltage NaN": ('"voltage_v": 5.0', '"voltage_v": NaN', "NaN"),
+    "serial_baud 0": ('"serial_baud": 1000000', '"serial_baud": 0', "serial_baud"),
+    "another name": ('"name": "uno"', '"name": "other"', "name"),
+    "mcu with a command": ('"mcu": "atmega328p"', '"mcu": "z80; rm -rf /"', "mcu"),
+    "SRAM 10^30": ('"sram_bytes": 2048', '"sram_bytes": 1000000000000000000000000000000', "sram_bytes"),
+    "SRAM as text": ('"sram_bytes": 2048', '"sram_bytes": "lots"', "sram_bytes"),
+    "negative current": ('"mcu_active_current_ma": 9.0', '"mcu_active_current_ma": -9', "mcu_active_current_ma"),
+    "clock 0": ('"f_cpu_hz": 16000000', '"f_cpu_hz": 0', "f_cpu_hz"),
+    "pio board a path": ('"pio_board": "uno"', '"pio_board": "../../etc"', "pio_board"),
+    "reserve beyond the SRAM": ('"sram_reserved_bytes": 256', '"sram_reserved_bytes": 4096', "sram_reserved_bytes"),
+    "upload speed as text": ('"speed": 115200', '"speed": "fast"', "upload.speed"),
+    "title with a newline": ('"title": "Arduino Uno', '"title": "x\\n[env:evil]\\nArduino Uno', "title"),
+    "truncated": ('"mcu_active_current_source"', '', "JSON"),
+    "a list": (None, "[]", "object"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BOARD_FILE_DAMAGE))
+def test_every_field_of_a_board_file_is_checked(tmp_path, monkeypatch, case):
+    import tinyproto.core.boards as boards
+
+    old, new, keyword = BOARD_FILE_DAMAGE[case]
+    text = (boards.resource_dir("boards") / "uno.json").read_text()
+    if old is None:
+        text = new
+    elif case == "truncated":
+        text = text[:text.index(old)]
+    else:
+        assert old in text
+        text = text.replace(old, new, 1)
+    (tmp_path / "uno.json").write_text(text)
+    (tmp_path / "not_a_file.json").mkdir()  # a directory is no board file: not listed, not loaded
+    monkeypatch.setattr(boards, "resource_dir", lambda name: tmp_path)
+    assert boards.available_boards() == ["uno"]
+    with pytest.raises(TinyprotoError, match=f"uno.json is damaged.*{keyword}") as info:
+        boards.load_board("uno")
+    assert "\n" not in str(info.value)
+
+
+def test_the_shipped_board_files_pass_the_checks():
+    from tinyproto.core.boards import board_file_problem
+    from tinyproto.core.resources import resource_dir
+
+    for name in BOARDS:
+        assert board_file_problem(json.loads((resource_dir("boards") / f"{name}.json").read_text()), name) is None
+
+
 def test_platformio_ini_names_envs_per_board_and_runs_the_boards_chip(tmp_path):
     from tinyproto.device.build import render_platformio_ini
 

@@ -254,6 +254,19 @@ def test_the_pio_home_holds_a_copy_of_the_platform_kept_in_step():
     assert (core / "packages" / "toolchain-atmelavr" / ".piopm").is_file()
 
 
+@pytest.mark.parametrize("words", ["No space left on device", "Disk quota exceeded"])
+def test_a_build_on_a_full_disk_says_so_in_one_line(tmp_path, words):
+    """A full disk during `pio run` was reported as pages of "can't write 60 bytes to section" and SCons' own
+    traceback text (seen with a 2 MB tmpfs holding the model directory)."""
+    from tinyproto.device.project import build_failure
+
+    log = (f"/tmp/cc1.s: Fatal error: can't write 60 bytes to section .text of .pio/build/uno_sim/x.o because: "
+           f"'{words}'\n*** [.pio/build/uno_sim/x.o] Error 1\nOSError: [Errno 28] {words}:\n  File \"Main.py\"")
+    line = build_failure("pio run -e uno_sim", log, tmp_path / ".pio")
+    assert "\n" not in line and "no space left" in line and str(tmp_path) in line and "Main.py" not in line
+    assert build_failure("avr-gcc", "src/main.c:5:9: error: x", tmp_path).startswith("firmware build failed (avr-gcc):")
+
+
 def test_the_first_errors_are_the_compilers_not_platformios_banner():
     """A fresh PlatformIO home prints a banner framed by rows of stars before the build: the excerpt a failed
     build shows starts at the compiler's error, not at the banner."""
@@ -266,3 +279,49 @@ def test_the_first_errors_are_the_compilers_not_platformios_banner():
     excerpt = _first_errors(log)
     assert excerpt.startswith("src/main.c: In function 'main':\nsrc/main.c:5:9: error: unused variable 'x'")
     assert "PlatformIO" not in excerpt
+
+
+@pytest.mark.parametrize("end", ["timeout", "interrupt"])
+def test_a_build_tool_ended_early_takes_everything_it_started_with_it(tmp_path, end):
+    """project._run (pio run, avr-gcc, avr-size) ended by a timeout or by Ctrl-C / SIGTERM in tinyproto ends the
+    tool's whole process group: `pio run` starts scons and scons the compilers, which kept building into .pio/
+    after tinyproto had exited 130 (subprocess.run ended only pio)."""
+    import os
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    from tinyproto.device.project import _run
+
+    pid_file = tmp_path / "grandchild.pid"
+    command = ["sh", "-c", f'sleep 300 & echo $! > "{pid_file}"; wait']
+    if end == "timeout":
+        with pytest.raises(subprocess.TimeoutExpired):
+            _run(command, timeout=1.0)
+    else:
+        def interrupt_when_started() -> None:
+            while not pid_file.exists() or not pid_file.read_text().strip():
+                time.sleep(0.02)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as under the CLI, even under nohup
+        try:
+            threading.Thread(target=interrupt_when_started, daemon=True).start()
+            with pytest.raises(KeyboardInterrupt):
+                _run(command, timeout=60)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            return
+        with open(f"/proc/{grandchild}/stat") as stat:
+            if stat.read().split(")")[-1].split()[0] == "Z":  # ended, waiting for init to reap it
+                return
+        time.sleep(0.05)
+    os.kill(grandchild, signal.SIGKILL)
+    pytest.fail("the tool's child outlived the interrupted run")

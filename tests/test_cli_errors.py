@@ -477,6 +477,11 @@ OPTION_CASES = {
     "flash-port-regular-file": (["flash", "m", "--port", "notes.txt.bak"], "not a serial port"),
     "validate-port-devnull": (["validate", "m", "--port", "/dev/null"], "/dev/null"),
     "validate-port-directory": (["validate", "m", "--port", "adir.csv"], "adir.csv"),
+    "flash-port-directory": (["flash", "m", "--port", "adir.csv"], "not a serial port"),  # was: avrdude's "plugged in?"
+    # refused before the compile (was: after training and building, leaving the model directory behind)
+    "run-port-missing": (["run", "iris", "--budget", "1kB", "--out", "r", "--port", "/dev/does-not-exist"],
+                         "does not exist"),
+    "run-port-devnull": (["run", "iris", "--budget", "1kB", "--out", "r", "--port", "/dev/null"], "not a serial port"),
     "unknown-verb": (["frobnicate"], "frobnicate"),
     "unknown-option": (["compile", "--frob"], "--frob"),
 }
@@ -530,3 +535,19 @@ def test_an_error_with_no_interrupt_behind_it_is_still_an_internal_error(tmp_pat
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["compile", "iris", "--out", "m"])
     assert result.exit_code == 70 and "internal error (ImportError" in result.stderr
+
+
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EDQUOT"])
+def test_a_full_disk_names_the_file_written_and_what_to_do(tmp_path, monkeypatch, errno_name):
+    """A copy on a full disk was reported as 'error: No space left on device: /.../firmware/tp_avr.h', naming the
+    runtime source that was only read (the system names a copy's source first)."""
+    import errno
+
+    from tinyproto.cli.main import os_error_line
+
+    code = getattr(errno, errno_name)
+    full = OSError(code, os.strerror(code), "/checkout/firmware/tp_avr.h", None, "/full/m/lib/tp_avr.h")
+    line = os_error_line(full)
+    assert line.endswith("/checkout/firmware/tp_avr.h -> /full/m/lib/tp_avr.h; free some space and run the command "
+                         "again"), line
+    assert os_error_line(OSError(errno.EACCES, "Permission denied", "/x")) == "Permission denied: /x"

@@ -280,3 +280,31 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path):
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
     assert not out.exists()
     no_scratch_left(tmp_path)
+
+
+SIGNAL_DURING_START_UP = textwrap.dedent("""
+    import os, signal, sys
+    import tinyproto.core.terminal as terminal
+    import tinyproto.__main__ as entry
+    first, signo = terminal.ascii_safe_stdio, getattr(signal, sys.argv[1])
+    def signalled_then_first():  # the signal lands while the CLI is still being imported
+        os.kill(os.getpid(), signo)
+        first()
+    terminal.ascii_safe_stdio = signalled_then_first
+    sys.argv = ["tinyproto", "boards"]
+    entry.run()
+""")
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_signal_during_start_up_is_an_interrupt(name):
+    """SIGTERM or SIGHUP before the CLI installed its handlers (numpy, scikit-learn and click being imported)
+    killed tinyproto silently (the shell saw 143 / 129, no line); now it is Ctrl-C: one line, exit 130."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # the child inherits it even under nohup
+    try:
+        result = subprocess.run([sys.executable, "-c", SIGNAL_DURING_START_UP, name], capture_output=True,
+                                text=True, timeout=120)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert result.returncode == 130, (result.returncode, result.stderr)
+    assert result.stderr.strip() == "interrupted" and result.stdout == ""

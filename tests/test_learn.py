@@ -333,3 +333,17 @@ def test_learn_checks_the_port_before_building(compiled, work, port):
     (work / "data.csv").write_text("a,b\n1,2\n")
     refused(["learn", str(model), "--port", port], port.lstrip("./") or "port", work)
     assert not (model / "learning").exists(), "the learning firmware was built before the port was checked"
+
+
+@pytest.mark.parametrize("manifest", [False, True])
+def test_a_learned_directory_holding_the_users_files_is_refused_before_learning(compiled, manifest):
+    """learn refused it only after the device had learned, when it wrote the learned model, and in words about an
+    --out that learn does not have ("--out m/learned is not empty ...")."""
+    model = compiled("iris", "1kB", "flynn")
+    learned = model / "learned"
+    learned.mkdir()
+    if manifest:
+        (learned / ".tinyproto").write_text('{"written_by": "tinyproto", "version": 1, "files": {}}')
+    (learned / "notes.txt").write_text("precious\n")
+    line = refused(["learn", str(model), "--sim"], "where learn writes the learned model", model.parent)
+    assert "--out" not in line and "notes.txt" in line

@@ -160,3 +160,84 @@ def test_kill_right_after_compile_starts_leaves_nothing_the_next_run_keeps(tmp_p
     result = cli("compile", "iris", "--model", "flynn", "--budget", "1kB", "--out", tmp_path / "m")
     assert result.returncode == 0, result.stderr
     assert _scratch(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------- failed writes
+
+
+FILES_REWRITTEN_IN_PLACE = ["build.json", "validation.json", "validation.jsonl", "learn.json", "report.html",
+                            "sweep.json", "results.jsonl"]
+
+
+@pytest.mark.parametrize("name", FILES_REWRITTEN_IN_PLACE)
+def test_a_directory_where_a_file_is_rewritten_is_refused_before_writing(fresh, name):
+    """report wrote its page to .report.html.tmp, then failed to rename it onto the user's directory: 'Is a
+    directory: .../.report.html.tmp' (a message naming the wrong file) and the temporary file left behind."""
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.core.manifest import record_outputs
+
+    (fresh / name).unlink(missing_ok=True)
+    (fresh / name).mkdir()
+    (fresh / name / "mine.txt").write_text("precious\n")
+    before = sorted(p.name for p in fresh.iterdir())
+    with pytest.raises(TinyprotoError, match=f"{name} is a directory, where tinyproto writes a file"):
+        record_outputs(fresh, name)
+    assert sorted(p.name for p in fresh.iterdir()) == before
+    assert (fresh / name / "mine.txt").read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("name", [".pio", "learning", "learned", "figures", "points"])
+def test_a_file_where_a_directory_is_written_is_refused_before_writing(fresh, name):
+    """learn over a file at learning/ said only "error: File exists: m/learning"."""
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.core.manifest import record_outputs
+
+    (fresh / name).write_text("precious\n")
+    with pytest.raises(TinyprotoError, match=f"{name} is a file, where tinyproto writes a directory"):
+        record_outputs(fresh, name)
+    assert (fresh / name).read_text() == "precious\n"
+
+
+def test_report_refuses_a_directory_at_report_html_and_leaves_nothing(fresh):
+    from click.testing import CliRunner
+
+    from tinyproto.cli import main
+
+    (fresh / "report.html").mkdir()
+    (fresh / "report.html" / "mine.txt").write_text("precious\n")
+    result = CliRunner().invoke(main, ["report", str(fresh)])
+    assert result.exit_code == 1 and "report.html is a directory" in result.stderr, result.output
+    assert not list(fresh.glob(".*.tmp")) and not (fresh / "figures").exists()
+    assert (fresh / "report.html" / "mine.txt").read_text() == "precious\n"
+
+
+def test_an_atomic_write_that_fails_leaves_no_temporary(tmp_path):
+    """write_bytes_atomic (report's page and figures, the sweep's results) removes its temporary file when the
+    write or the rename fails (a full disk, a directory in the way); before, report left .report.html.tmp."""
+    from tinyproto.core.safe_io import write_bytes_atomic
+
+    (tmp_path / "page.html").mkdir()
+    with pytest.raises(OSError):
+        write_bytes_atomic(tmp_path / "page.html", b"<html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html"]
+    write_bytes_atomic(tmp_path / "other.html", b"<html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.html", "page.html"]
+
+
+def test_the_library_measurement_of_a_killed_export_is_removed_by_the_next(compiled, tmp_path, monkeypatch):
+    """export (and compile --reserve-*) measure the model's library by building it in a scratch directory of the
+    temporary directory; one a SIGKILL left is removed by the next measurement (it stayed there for ever)."""
+    from tinyproto import families
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.device.library_cost import measure_library
+
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    killed = private / "tinyproto-library-killed1"
+    (killed / "lib").mkdir(parents=True)
+    (killed / LOCK).write_text("")  # its lock, held by nobody now
+    model = families.load_int_model(load_model_dir(compiled("iris", "1kB")))
+    assert measure_library(model, load_board("uno")).flash_bytes > 0
+    assert list(private.iterdir()) == []

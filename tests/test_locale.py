@@ -180,3 +180,48 @@ def test_every_verb_runs_under_the_c_locale(kind, tmp_path, compiled):
     for args in steps:
         code, out, err = _run(args, "C", kind, tmp_path)
         _check(code, out, err, "C")
+
+
+def test_a_stream_whose_reader_went_away_swallows_the_rest():
+    """ReaderSafeStream (and AsciiStream) on a pipe whose reader closed: no BrokenPipeError, now or at the
+    flush of what was buffered, and the descriptor writes to /dev/null from then on."""
+    from tinyproto.core.terminal import ReaderSafeStream
+
+    for wrap in (ReaderSafeStream, AsciiStream):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        inner = os.fdopen(write_end, "w", encoding="utf-8")
+        stream = wrap(inner)
+        assert stream.write("line — one\n") == len("line — one\n")
+        stream.flush()
+        stream.write("more\n" * 10000)
+        stream.flush()
+        assert os.path.realpath(f"/proc/self/fd/{write_end}") == os.devnull
+        stream.close()
+
+
+def _reader_gone(args: list[str], locale: str) -> subprocess.CompletedProcess:
+    """`tinyproto ARGS | head -0`: stdout and stderr a pipe whose reader closed before the first line."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-m", "tinyproto", *args], stdout=write_end, stderr=write_end,
+                              env=_env(locale), timeout=600)
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
+def test_a_reader_that_went_away_does_not_change_the_exit(locale):
+    """`tinyproto boards | head -0` exits 0 (it exited 1, as for a user's error, having printed nothing)."""
+    assert _reader_gone(["boards"], locale).returncode == 0
+
+
+def test_a_reader_that_went_away_leaves_validate_its_verdict(built_models):
+    """`tinyproto validate DIR | head -1` of a device that passes exits 0 and writes its verdict (it exited 1, a
+    failed validation's status, after a passed one); a failed check still exits 1."""
+    model = built_models("iris", "1kB")
+    (model / "validation.json").unlink()
+    assert _reader_gone(["validate", str(model), "--no-raw"], "C.UTF-8").returncode == 0
+    assert json.loads((model / "validation.json").read_text())["passed"] is True
+    assert _reader_gone(["validate", str(model / "nothing-here")], "C.UTF-8").returncode == 1

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 
 from helpers import accepted, refused
@@ -148,6 +149,49 @@ def test_model_json_board_is_a_name_not_a_path(work, compiled, board):
     meta["board"] = board
     (model / "model.json").write_text(json.dumps(meta))
     refused(["build", str(model)], "unknown board", model.parent)
+
+# ------------------------------------------------------------------------------------------------ test_vectors.npz
+
+
+@pytest.mark.parametrize("verb", ["build", "export", "report"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_a_damaged_test_vectors_file_is_named_once(work, compiled, verb, damage):
+    """A damaged test_vectors.npz was reported as "model.json is damaged: the directory is inconsistent,
+    .../test_vectors.npz is damaged (BadZipFile); run `tinyproto compile` again; run `tinyproto compile` again"."""
+    model = compiled("iris", "1kB")
+    path = model / "test_vectors.npz"
+    raw = path.read_bytes()
+    path.write_bytes({"truncated": raw[: len(raw) // 2], "garbage": b"\x00\xff not a zip" * 40, "empty": b""}[damage])
+    args = [verb, str(model)] + (["--arduino", "--out", str(model.parent / "lib")] if verb == "export" else [])
+    line = refused(args, "test_vectors.npz is damaged", model.parent)
+    assert "model.json" not in line and line.count("tinyproto compile") == 1, line
+
+
+VECTOR_EDITS = {
+    "a label out of range": lambda a: a.__setitem__("y", a["y"] + 50),
+    "a negative label": lambda a: a.__setitem__("y", a["y"] - 50),
+    "NaN inputs": lambda a: a.__setitem__("X_raw", a["X_raw"] * np.nan),
+    "a reference label changed": lambda a: a["labels"].__setitem__(0, (a["labels"][0] + 1) % 3),
+    "a confidence of 300": lambda a: a.__setitem__("confidence", a["confidence"] + 300),
+    "one row left": lambda a: [a.__setitem__(k, v[:1]) for k, v in list(a.items())],
+    "an extra array": lambda a: a.__setitem__("extra", np.ones(3)),
+}
+
+
+@pytest.mark.parametrize("verb", ["report", "export"])
+@pytest.mark.parametrize("edit", sorted(VECTOR_EDITS))
+def test_edited_test_vectors_are_refused_by_every_verb(work, compiled, verb, edit):
+    """Only validate compared test_vectors.npz with model.json's vectors_sha256: report drew edited rows (NaN
+    inputs, a label changed) and failed on a label out of range (IndexError, exit 70)."""
+    model = compiled("iris", "1kB")
+    path = model / "test_vectors.npz"
+    with np.load(path) as data:
+        arrays = {key: data[key] for key in data.files}
+    VECTOR_EDITS[edit](arrays)
+    np.savez(path, **arrays)
+    args = [verb, str(model)] + (["--arduino", "--out", str(model.parent / "lib")] if verb == "export" else [])
+    refused(args, "test_vectors.npz is damaged or edited", model.parent)
+
 
 # ---------------------------------------------------------------------------------------------- header and sources
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -150,6 +151,63 @@ def test_edited_owned_list_does_not_hand_over_user_files(work, compiled, owned):
     (model / "notes" / "n.txt").write_text("precious\n")
     _edit_manifest(model, lambda d: d.__setitem__("owned", d.get("owned", []) + owned))
     refused(["compile", *IRIS, "--out", str(model)], "notes", model.parent)
+
+
+USERS_AT_OWNED_NAMES = {
+    # what a user (not tinyproto) put at a name tinyproto rewrites in place; replacing the directory deleted it
+    "a directory at build.json": lambda m: ((m / "build.json").unlink(), (m / "build.json").mkdir(),
+                                           (m / "build.json" / "mine.txt").write_text("precious\n")),
+    "a directory at validation.json": lambda m: ((m / "validation.json").mkdir(),
+                                                (m / "validation.json" / "mine.txt").write_text("precious\n")),
+    "a link at learn.json": lambda m: (m / "learn.json").symlink_to(m.parent / "outside.txt"),
+    "a file at .pio": lambda m: (shutil.rmtree(m / ".pio"), (m / ".pio").write_text("precious\n")),
+    "a note in figures": lambda m: ((m / "figures").mkdir(), (m / "figures" / "plot.png").write_bytes(b"png"),
+                                    (m / "figures" / "notes.txt").write_text("precious\n")),
+    "a folder in figures": lambda m: ((m / "figures" / "mine").mkdir(parents=True),
+                                      (m / "figures" / "mine" / "a.png").write_bytes(b"png")),
+    "a link in .pio": lambda m: (m / ".pio" / "mine").symlink_to(m.parent / "outside.txt"),
+    "learned without its manifest": lambda m: ((m / "learned").mkdir(),
+                                               (m / "learned" / "notes.txt").write_text("precious\n")),
+    "a directory at learning/build.json": lambda m: ((m / "learning" / "build.json").mkdir(parents=True),
+                                                    (m / "learning" / "build.json" / "mine.txt").write_text("x")),
+    "a note at the top of learning": lambda m: ((m / "learning" / "src").mkdir(parents=True),
+                                                (m / "learning" / "notes.txt").write_text("precious\n")),
+    "a file among the sweep's points": lambda m: ((m / "points").mkdir(), (m / "points" / "notes.txt").write_text("x")),
+    "a note in a learned model": lambda m: ((m / "learned").mkdir(), (m / "learned" / MANIFEST).write_text(
+        json.dumps({"written_by": "tinyproto", "version": 1, "files": {}})),
+        (m / "learned" / "notes.txt").write_text("precious\n")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(USERS_AT_OWNED_NAMES))
+def test_what_the_user_put_at_a_name_tinyproto_owns_is_foreign(work, compiled, case):
+    """build, validate, learn and report rewrite these names in place (the manifest's `owned` list), and replacing
+    the directory counted everything at or under them as tinyproto's: compile --out deleted the user's files."""
+    model = compiled("iris", "1kB")
+    (model.parent / "outside.txt").write_text("the user's\n")
+    (model / ".pio").mkdir(exist_ok=True)
+    record_outputs(model, ".pio", "build.json", "validation.json", "learn.json", "figures", "learned", "learning",
+                   "points")
+    (model / "build.json").write_text("{}")
+    USERS_AT_OWNED_NAMES[case](model)
+    refused(["compile", *IRIS, "--out", str(model)], "tinyproto did not write", model.parent)
+
+
+def test_what_tinyproto_writes_at_its_names_stays_replaceable(work, compiled):
+    model = compiled("iris", "1kB")
+    (model / ".pio" / "build").mkdir(parents=True)
+    (model / ".pio" / "build" / "firmware.elf").write_bytes(b"elf")
+    (model / "figures").mkdir()
+    (model / "figures" / "frontier.png").write_bytes(b"png")
+    (model / "build.json").write_text("{}")
+    for name in ("src", ".pio/build"):
+        (model / "learning" / name).mkdir(parents=True)
+    (model / "learning" / "eeprom.bin").write_bytes(bytes(1024))
+    (model / "learning" / "src" / "main.c").write_text("int main(void) { return 0; }\n")
+    record_outputs(model, ".pio", "build.json", "figures", "learned", "learning")
+    from tinyproto.core.manifest import foreign_entries
+
+    assert foreign_entries(model) == []
 
 
 @pytest.mark.parametrize("damage", ["owned-number", "owned-dict", "owned-ints", "files-list", "list", "deep"])

@@ -164,7 +164,7 @@ def _sweep_dir(work: Path, results: str) -> Path:
     """A sweep directory as `report` reads it: the configuration and the results lines (no training)."""
     folder = work / "sw"
     folder.mkdir()
-    (folder / "sweep.json").write_text(json.dumps({"format": "tinyproto-sweep", "data": "iris"}))
+    (folder / "sweep.json").write_text(json.dumps({"format": "tinyproto-sweep", "format_version": 1, "data": "iris"}))
     (folder / "results.jsonl").write_text(results)
     return folder
 
@@ -219,3 +219,12 @@ def test_confidence_figures_are_drawn_from_the_models_test_rows(compiled):
     assert fig_risk_coverage([other]) != first
     assert fig_reliability([other]) != (model_dir / "figures" / "reliability.png").read_bytes()
     assert fig_risk_coverage([]) is None and fig_reliability([]) is None
+
+
+@pytest.mark.parametrize("checks", ["x", [1], {"scores": "ok"}, {"scores": {"ok": "yes", "detail": ""}},
+                                    {"scores": {"ok": True, "detail": 5}}])
+def test_a_validation_json_whose_checks_are_not_checks_is_one_error(work, compiled, checks):
+    """The page's table of checks read check.ok as a key: an edited `checks` was an internal error (exit 70)."""
+    model = compiled("iris", "1kB")
+    (model / "validation.json").write_text(json.dumps({"n_vectors": 0, "checks": checks}))
+    refused(["report", str(model)], "validation.json is damaged", model.parent)

@@ -70,7 +70,9 @@ def test_a_results_line_of_the_wrong_type_is_one_error_for_report_and_resume(swe
 
 
 @pytest.mark.parametrize("key, value", [("binding", [1]), ("binding", "x"), ("runs", 5), ("runs", [[1]]),
-                                        ("runs", [{"cluster": "x"}]), ("format", None), (None, [])])
+                                        ("runs", [{"cluster": "x"}]), ("format", None), (None, []),
+                                        ("format_version", 99), ("format_version", "1"), ("format_version", True),
+                                        ("format_version", None)])
 def test_a_sweep_json_of_the_wrong_shape_is_one_error(swept, key, value):
     config = json.loads((swept / "sweep.json").read_text())
     config = value if key is None else {**config, key: value}

@@ -1,13 +1,22 @@
 """`python -m tinyproto` and the `tinyproto` console script.
 
 The CLI is imported inside `run()` so that Ctrl-C during the (seconds-long) import of numpy, sklearn and click
-ends in one line and exit 130, like Ctrl-C anywhere else, instead of a traceback.
+ends in one line and exit 130, like Ctrl-C anywhere else, instead of a traceback; so do SIGTERM and SIGHUP, which
+otherwise killed the process silently until the CLI installed its own handlers.
 """
 
 import sys
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def run() -> None:
+    import signal
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # from the start: a SIGTERM during the imports is Ctrl-C too
+        signal.signal(signum, _interrupt)
     try:
         from tinyproto.core.terminal import ascii_safe_stdio
 

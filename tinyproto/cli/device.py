@@ -21,6 +21,15 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr)
 
 
+def check_ports(port: str | None, upload_port: str | None) -> None:
+    """Refuse a --port / --upload-port that cannot be a board's (missing, not a serial device, held by another
+    program) in one line, before any long work and before avrdude blames the board."""
+    from tinyproto.device.port_checks import check_port_usable
+
+    for usable in dict.fromkeys(p for p in (port, upload_port) if p is not None):
+        check_port_usable(usable)
+
+
 def print_build(console, info: dict, path: Path) -> None:
     from rich.table import Table
 
@@ -74,6 +83,7 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
     from tinyproto.device.flash import upload_target
 
     upload_port = upload_target(board, port, upload_port)
+    check_ports(port, upload_port)
     model = families.load_int_model(md)
     build = load_build_info(md)
     check_firmware(md, build)  # flash exactly what `build` made from this model.json
@@ -193,6 +203,7 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
     from tinyproto.device.flash import upload_target
 
     upload_port = upload_target(target, port, upload_port)
+    check_ports(port, upload_port)  # a missing, busy or wrong port is refused before the compile, not after it
     console = _console()
     with console.status("training under the budget...", spinner="dots"):
         options = CompileOptions(family, budget, seed, board, out, label, max_latency_ms=max_latency, baud=baud,

@@ -51,8 +51,7 @@ class _Group(click.Group):
             sys.stderr.close()  # the reader went away (| head): nothing more to say
             sys.exit(1)
         except OSError as exc:
-            where = f": {exc.filename}" if exc.filename else ""
-            _fail(f"error: {exc.strerror or exc}{where}", 1)
+            _fail(f"error: {os_error_line(exc)}", 1)
         except Exception as exc:
             if _interrupt_behind(exc):  # e.g. Ctrl-C during an extension's import: "ImportError: initialization failed"
                 _fail("interrupted; nothing half-written was left behind", 130)
@@ -60,6 +59,19 @@ class _Group(click.Group):
                 raise
             _fail(f"internal error ({type(exc).__name__}: {_one_line(exc)[:200]}); please report it, "
                   "TINYPROTO_DEBUG=1 shows the traceback", INTERNAL_ERROR)
+
+
+def os_error_line(exc: OSError) -> str:
+    """A system error as one line: what failed and on which file. A copy names both files (the system names the
+    source first: 'No space left on device: firmware/tp_avr.h' blamed a file that was only read); a full disk
+    says what to do."""
+    import errno
+
+    where = f": {exc.filename}" if exc.filename else ""
+    if exc.filename and exc.filename2:
+        where = f": {exc.filename} -> {exc.filename2}"
+    hint = "; free some space and run the command again" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return f"{exc.strerror or exc}{where}{hint}"
 
 
 def _interrupt_behind(exc: BaseException) -> bool:

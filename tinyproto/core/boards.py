@@ -80,7 +80,7 @@ def baud_error(f_cpu_hz: int, baud: int) -> float:
 
 
 def available_boards() -> list[str]:
-    return sorted(p.stem for p in resource_dir("boards").glob("*.json"))
+    return sorted(p.stem for p in resource_dir("boards").glob("*.json") if p.is_file())
 
 
 _BOARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -93,10 +93,72 @@ def load_board(name: str) -> Board:
     path = resource_dir("boards") / f"{name}.json"
     if not path.is_file():
         raise TinyprotoError(f"unknown board {name!r}; known boards: {', '.join(available_boards())}")
-    try:
-        return _board_from_json(json.loads(path.read_text()))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise TinyprotoError(f"{path} is damaged ({type(exc).__name__}: {exc}); reinstall tinyproto") from None
+    from tinyproto.core.safe_io import read_json
+
+    raw = read_json(path, "a board file", strict=True)
+    problem = board_file_problem(raw, name)
+    if problem:
+        raise TinyprotoError(f"{path} is damaged: {problem}; fix the board file (or reinstall tinyproto)")
+    return _board_from_json(raw)
+
+
+_TEXT = re.compile(r"[^\x00-\x1f\x7f]{1,2000}")  # one line of text: it goes into platformio.ini and C comments
+_MCU = re.compile(r"[a-z][a-z0-9]{1,31}")  # avr-gcc's -mmcu names
+_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+=,-]{0,127}")  # MCU, PlatformIO board id, fqbn (and its options)
+# Every field of a board file: its kind and range (the five shipped boards lie well inside). Each value reaches a
+# division (clock, baud), an SRAM or flash budget, an energy figure, a compiler flag or platformio.ini.
+_BOARD_FIELDS = {
+    "name": ("ident", None), "title": ("text", None), "mcu": ("mcu", None),
+    "f_cpu_hz": ("int", (32_768, 100_000_000)), "voltage_v": ("number", (0.5, 12.0)),
+    "sram_bytes": ("int", (256, 1 << 24)), "flash_bytes_for_sketch": ("int", (1024, 1 << 26)),
+    "eeprom_bytes": ("int", (0, 1 << 24)), "sram_reserved_bytes": ("int", (0, 1 << 24)),
+    "serial_baud": ("int", (300, 10_000_000)), "serial_baud_fallback": ("int", (300, 10_000_000)),
+    "mcu_active_current_ma": ("number", (0.001, 10_000.0)), "board_active_current_ma": ("number", (0.001, 10_000.0)),
+    "mcu_active_current_source": ("text", None), "board_active_current_source": ("text", None),
+    "pio_board": ("ident", None), "fqbn": ("ident", None), "serial_port": ("text", None),
+    "serial_baud_source": ("text", None),
+}
+_OPTIONAL_BOARD_FIELDS = {"pio_board", "fqbn", "serial_port", "serial_baud_fallback", "serial_baud_source"}
+_UPLOAD_FIELDS = {"protocol": ("ident", None), "speed": ("int", (300, 10_000_000)), "bootloader": ("ident", None),
+                  "boot_quiet_s": ("number", (0.0, 60.0))}
+
+
+def _value_problem(value: object, kind: str, limits: tuple | None) -> str | None:
+    if kind in ("text", "ident", "mcu"):
+        if not isinstance(value, str) or not {"text": _TEXT, "ident": _IDENT, "mcu": _MCU}[kind].fullmatch(value):
+            return {"text": "one line of text", "ident": "a name of letters, digits and _ . : + = , -",
+                    "mcu": "an MCU name of lower-case letters and digits"}[kind]
+        return None
+    if isinstance(value, bool) or not isinstance(value, int if kind == "int" else (int, float)):
+        return "a whole number" if kind == "int" else "a number"
+    low, high = limits
+    if not low <= value <= high:  # (NaN fails this too)
+        return f"{'a whole number' if kind == 'int' else 'a number'} from {low:g} to {high:g}"
+    return None
+
+
+def board_file_problem(raw: object, name: str) -> str | None:
+    """What is wrong with a board file's content (the file boards/<name>.json), or None."""
+    if not isinstance(raw, dict):
+        return "not a JSON object"
+    fields = [(raw, key, kind, limits, key in _OPTIONAL_BOARD_FIELDS) for key, (kind, limits) in _BOARD_FIELDS.items()]
+    upload = raw.get("upload")
+    if not isinstance(upload, dict):
+        return "upload is not an object with the upload's protocol and speed"
+    fields += [(upload, key, kind, limits, key in ("bootloader", "boot_quiet_s"))
+               for key, (kind, limits) in _UPLOAD_FIELDS.items()]
+    for doc, key, kind, limits, optional in fields:
+        if key not in doc and optional:
+            continue
+        what = _value_problem(doc.get(key), kind, limits)
+        if what:
+            where = key if doc is raw else f"upload.{key}"
+            return f"{where} is {json.dumps(doc.get(key))[:40]}, not {what}"
+    if raw["name"] != name:
+        return f"its name {raw['name']!r} is not its file's name {name!r}"
+    if raw["sram_reserved_bytes"] >= raw["sram_bytes"]:
+        return f"sram_reserved_bytes {raw['sram_reserved_bytes']} leaves nothing of sram_bytes {raw['sram_bytes']}"
+    return None
 
 
 def _board_from_json(raw: dict) -> Board:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -32,6 +33,10 @@ NAME_MAX = 255
 OWNED_NAMES = frozenset({".pio", "build.json", "validation.json", "validation.jsonl", ".validation.jsonl.new",
                          "learning", "learned", "learn.json", "report.html", ".report.html.tmp", "figures",
                          "sweep.json", "results.jsonl", ".results.jsonl.tmp", "points"})
+# The owned names that are directories (the rest are files): a tree tinyproto fills. What sits at an owned name must
+# be of its kind, and an owned tree holds only what tinyproto writes there (see foreign_entries): a directory the
+# user put where build.json goes, or a note in figures/, is the user's, and replacing the directory would delete it.
+OWNED_TREES = frozenset({".pio", "learning", "learned", "figures", "points"})
 
 
 def read_manifest(directory: Path) -> dict | None:
@@ -87,6 +92,13 @@ def check_output_entry(path: Path) -> None:
     link or a special file: someone else put it there, and writing would go through it to another file."""
     if not os.path.lexists(path):
         return
+    tree = path.name in OWNED_TREES
+    if not path.is_symlink() and (path.is_dir() != tree) and (path.is_dir() or path.is_file()):
+        # (os.replace of a new file onto a directory failed naming the temporary file, and left it behind; a
+        # directory's mkdir onto a file said only "File exists")
+        found, wanted = ("a directory", "a file") if path.is_dir() else ("a file", "a directory")
+        raise TinyprotoError(f"{path} is {found}, where tinyproto writes {wanted}; tinyproto did not make it and "
+                             "will not replace it: move it away, nothing was written")
     entries = [path]
     if path.is_dir() and not path.is_symlink():
         for count, (folder, dirs, files) in enumerate(os.walk(path)):  # os.walk does not follow links
@@ -114,17 +126,16 @@ def foreign_entries(directory: Path, limit: int = 3) -> list[str]:
     files, owned = data["files"], set(data.get("owned", [])) & OWNED_NAMES
     foreign: list[str] = []
 
-    def covered(rel: str) -> bool:
-        return any(rel == o or rel.startswith(o + "/") for o in owned)
-
     def walk(folder: Path) -> None:
         for entry in sorted(folder.iterdir()):
             if len(foreign) >= limit:
                 return
             rel = entry.relative_to(directory).as_posix()
-            if rel in (MANIFEST, LOCK) or covered(rel):
+            if rel in (MANIFEST, LOCK):
                 continue
-            if entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
+            if rel in owned:
+                _owned_entry(entry, rel, rel in OWNED_TREES, foreign, limit)
+            elif entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
                 foreign.append(rel)
             elif entry.is_dir():
                 if not any(f.startswith(rel + "/") for f in files):
@@ -138,3 +149,64 @@ def foreign_entries(directory: Path, limit: int = 3) -> list[str]:
 
     walk(directory)
     return foreign
+
+
+# The top of learn's learning/ (the learning firmware's project, rewritten by every learn): name -> a directory?
+_LEARNING_TOP = {"include": True, "lib": True, "src": True, ".pio": True, "platformio.ini": False,
+                 "build.json": False, "eeprom.bin": False}
+_LEARNING_TEMP = re.compile(r"\A\.build\.json\.[A-Za-z0-9_]{8}\.tmp\Z")  # a killed learn's write_json
+
+
+def _owned_entry(entry: Path, rel: str, tree: bool, foreign: list[str], limit: int) -> None:
+    """An entry at a name tinyproto rewrites in place: a regular file where it writes a file; where it writes a
+    tree, a directory of regular files and directories laid out as tinyproto writes them: a directory holding a
+    manifest (a sweep's point, the learned model) is checked by that manifest, learned/ must be one, points/
+    holds directories only, figures/ PNG files only (and a killed report's temporary ones), learning/ the
+    learning project's entries (each of its kind). Anything else there (a link, a directory in a file's place, the
+    user's file in figures/) is foreign: tinyproto did not put it there."""
+    try:
+        mode = os.lstat(entry).st_mode
+    except OSError:
+        return  # vanished meanwhile
+    kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else
+            "a file" if stat.S_ISREG(mode) else "not a regular file")
+    if not tree:
+        if not stat.S_ISREG(mode):
+            foreign.append(f"{rel} ({kind}, where tinyproto writes a file)")
+        return
+    if not stat.S_ISDIR(mode):
+        foreign.append(f"{rel} ({kind}, where tinyproto writes a directory)")
+        return
+    if (entry / MANIFEST).is_file() and not (entry / MANIFEST).is_symlink():
+        foreign.extend(f"{rel}/{name}" for name in foreign_entries(entry, limit - len(foreign)))
+        return
+    if rel == "learned":  # learn writes a model directory there, manifest included
+        foreign.append(f"{rel}/ (not the model directory tinyproto writes there)")
+        return
+    for folder, dirs, names in os.walk(entry):  # does not follow links
+        top = Path(folder) == entry
+        for name in sorted(dirs + names):
+            if len(foreign) >= limit:
+                return
+            path = Path(folder) / name
+            inner = path.relative_to(entry.parent).as_posix()
+            mode = os.lstat(path).st_mode
+            is_dir, is_file = stat.S_ISDIR(mode), stat.S_ISREG(mode)
+            if not (is_dir or is_file) or not _laid_out(rel, top, name, is_dir):
+                foreign.append(inner + ("/" if is_dir else ""))
+                if is_dir:
+                    dirs.remove(name)
+            elif is_dir and (path / MANIFEST).is_file() and not (path / MANIFEST).is_symlink():
+                foreign.extend(f"{inner}/{name}" for name in foreign_entries(path, limit - len(foreign)))
+                dirs.remove(name)  # its manifest spoke for it
+
+
+def _laid_out(tree: str, top: bool, name: str, is_dir: bool) -> bool:
+    """Whether tinyproto writes an entry of this name and kind there (inside owned tree `tree`; top: at its top)."""
+    if tree == "figures":
+        return top and not is_dir and name.endswith((".png", ".png.tmp"))
+    if tree == "points" and top:
+        return is_dir
+    if tree == "learning" and top:
+        return _LEARNING_TOP.get(name) == is_dir or (not is_dir and bool(_LEARNING_TEMP.match(name)))
+    return True

@@ -25,7 +25,7 @@ import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.manifest import NAME_MAX
-from tinyproto.core.safe_io import check_regular_file, read_json
+from tinyproto.core.safe_io import check_regular_file, file_sha256, read_json
 
 MODEL_FORMAT = "tinyproto-model"
 MODEL_FORMAT_VERSION = 6
@@ -137,7 +137,15 @@ class ModelDir:
         return str(self.meta.get("prefix") or default_prefix(self.header_args()[0]))
 
     def vectors(self) -> TestVectors:
-        return TestVectors.load(self.path / "test_vectors.npz")
+        """test_vectors.npz, refused unless it is the file compile wrote (model.json's vectors_sha256): every verb
+        that reads it (validate, report's figures, learn) gets the rows the model was tested on, never edited ones
+        (an out-of-range label was an internal error in report's figures, NaN inputs were drawn)."""
+        path = self.path / "test_vectors.npz"
+        vectors = TestVectors.load(path)  # first: a damaged file says so, with what is wrong with it
+        if file_sha256(path, "the test vectors") != self.meta.get("vectors_sha256"):
+            raise TinyprotoError(f"{path} is damaged or edited: not the file compile wrote (its sha256 differs from "
+                                 "model.json's); run `tinyproto compile` again")
+        return vectors
 
 
 def load_model_dir(path: Path) -> ModelDir:

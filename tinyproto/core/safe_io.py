@@ -67,9 +67,35 @@ def write_json(path: Path, data: dict) -> None:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        _name_the_file(exc, path)
         raise
+
+
+def write_bytes_atomic(path: Path, content: bytes) -> None:
+    """Write `content` to `path` through the temporary file .<name>.tmp beside it and a rename (a reader sees the
+    old or the new file); the temporary file never outlives a failure (a full disk, a directory at `path`). The
+    caller holds the directory's lock, so the fixed temporary name is its own; O_NOFOLLOW refuses a link there."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        _name_the_file(exc, path)
+        raise
+
+
+def _name_the_file(exc: BaseException, path: Path) -> None:
+    """A failed write() (a full disk) raises OSError without a file name: give it the file being written."""
+    if isinstance(exc, OSError) and not exc.filename:
+        exc.filename = str(path)
 
 
 def _open_regular(path: Path, what: str):

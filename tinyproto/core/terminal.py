@@ -7,7 +7,8 @@ stream whose encoding is not a UTF in `AsciiStream`: the symbols tinyproto print
 — -> '-', ± -> '+/-', box drawing -> + - |), and any other character (a class or file name in another script)
 is written as a backslash escape (\\u00e9), so nothing is lost and nothing raises. The wrapper reports its
 encoding as 'ascii', so rich draws ASCII tables, and it has no `buffer`, so click writes through it instead of
-re-encoding to UTF-8 behind its back. Under a UTF-8 locale nothing is wrapped: the output is unchanged.
+re-encoding to UTF-8 behind its back. Under a UTF-8 locale the text is unchanged. Either way a stream whose reader
+went away (a broken pipe) writes to /dev/null from then on (ReaderSafeStream): the run is not cut short by it.
 Layer: core.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import os
 import sys
 
 # the symbols tinyproto's own messages and tables use, spelled in ASCII
@@ -66,22 +68,52 @@ def is_utf(encoding: str | None) -> bool:
         return False
 
 
-class AsciiStream(io.TextIOBase):
-    """A text stream that writes `to_ascii(text)` to another text stream (see the module doc)."""
+class ReaderSafeStream(io.TextIOBase):
+    """A text stream that writes to another one and outlives its reader: when the reader goes away (`tinyproto ...
+    | head -1`: a broken pipe) the stream's descriptor is pointed at /dev/null, so the run finishes its work and
+    exits with its own status (validate's verdict) instead of stopping at the next line it prints; what follows
+    is dropped, as the reader asked. Its text is unchanged (see AsciiStream)."""
 
     def __init__(self, inner):
         super().__init__()
         self._inner = inner
 
-    encoding = "ascii"
-    errors = "strict"
+    @property
+    def encoding(self) -> str:
+        return getattr(self._inner, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str:
+        return getattr(self._inner, "errors", None) or "strict"
+
+    def _text(self, text: str) -> str:
+        return text
 
     def write(self, text: str) -> int:
-        self._inner.write(to_ascii(text))
+        try:
+            self._inner.write(self._text(text))
+        except BrokenPipeError:
+            self._reader_gone()
         return len(text)
 
     def flush(self) -> None:
-        self._inner.flush()
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        """From now on the descriptor writes to /dev/null (for this stream, a child process that inherited it and
+        the buffered text a flush at exit would write again)."""
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._inner.fileno())
+            finally:
+                os.close(devnull)
+            self._inner.flush()
+        except (OSError, ValueError):
+            pass
 
     def fileno(self) -> int:
         return self._inner.fileno()
@@ -101,12 +133,26 @@ class AsciiStream(io.TextIOBase):
         return getattr(self._inner, "line_buffering", False)
 
 
+class AsciiStream(ReaderSafeStream):
+    """A text stream that writes `to_ascii(text)` to another text stream (see the module doc)."""
+
+    encoding = "ascii"
+    errors = "strict"
+
+    def _text(self, text: str) -> str:
+        return to_ascii(text)
+
+
 def ascii_safe_stdio() -> None:
-    """Wrap sys.stdout and sys.stderr in AsciiStream when their encoding is not a UTF (idempotent). The inner
-    streams also get errors='backslashreplace', so a write that bypasses the wrapper cannot raise either."""
+    """Wrap sys.stdout and sys.stderr in AsciiStream when their encoding is not a UTF, else in ReaderSafeStream
+    (idempotent): either outlives a reader that went away. The inner streams of AsciiStream also get
+    errors='backslashreplace', so a write that bypasses the wrapper cannot raise either."""
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
-        if stream is None or isinstance(stream, AsciiStream) or is_utf(getattr(stream, "encoding", None)):
+        if stream is None or isinstance(stream, ReaderSafeStream):
+            continue
+        if is_utf(getattr(stream, "encoding", None)):
+            setattr(sys, name, ReaderSafeStream(stream))
             continue
         try:
             stream.reconfigure(errors="backslashreplace")

@@ -58,6 +58,7 @@ from tinyproto.device.project import (  # noqa: F401
     _check_env,
     _compile_with_avr_gcc,
     _first_errors,
+    build_failure,
     _read_ini,
     _run,
     _say,
@@ -127,7 +128,7 @@ def _build_with_platformio(project_dir: Path, env: str, progress: Progress | Non
         raise TinyprotoError(f"pio run -e {env} did not finish within {PIO_RUN_TIMEOUT_S} s") from exc
     log = result.stdout + result.stderr
     if result.returncode != 0:
-        raise TinyprotoError(f"firmware build failed (pio run -e {env}):\n{_first_errors(log)}{_offline_hint(log)}")
+        raise TinyprotoError(f"{build_failure(f'pio run -e {env}', log, project_dir / '.pio')}{_offline_hint(log)}")
     return project_dir / ".pio" / "build" / env / "firmware.elf", log
 
 

@@ -13,16 +13,15 @@ Layer: device.
 from __future__ import annotations
 
 import re
-import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.outdir import private_scratch
 from tinyproto.core.render import model_sources, write_sources
 from tinyproto.device.build import firmware_sizes
 from tinyproto.device.piohome import require_tool
-from tinyproto.device.project import C_FLAGS, LINK_FLAGS, LINK_LIBS
+from tinyproto.device.project import C_FLAGS, LINK_FLAGS, LINK_LIBS, _run
 
 RETURN_ADDRESS_BYTES = 2  # per call level on a 16-bit program counter (ATmega328P)
 # avr-libc's soft-float routines (the input stage's float arithmetic, ldexp) save at most the 18 call-saved
@@ -91,7 +90,7 @@ def _frames(folder: Path) -> tuple[int, int]:
 def measure_library(model, board) -> LibraryCost:
     """Build the probe for `board` and measure the model's cost (needs avr-gcc and avr-size)."""
     gcc = require_tool("avr-gcc")
-    with tempfile.TemporaryDirectory(prefix="tinyproto-library-") as tmp:
+    with private_scratch("tinyproto-library-") as tmp:  # a killed run's is removed by the next one
         project = Path(tmp)
         write_sources(model, project, "probe", 0, 1 << 20, prefix="probe")
         lib = project / "lib" / "tinyproto"
@@ -102,16 +101,18 @@ def measure_library(model, board) -> LibraryCost:
         sizes = {}
         for name, extra in (("with", ["-DPROBE_MODEL"]), ("without", [])):
             elf = project / f"{name}.elf"
-            result = subprocess.run([gcc, *flags, *extra, str(project / "probe.c"), *map(str, runtime), *LINK_FLAGS,
-                                     "-o", str(elf), *LINK_LIBS], capture_output=True, text=True, cwd=project)
+            result = _run([gcc, *flags, *extra, str(project / "probe.c"), *map(str, runtime), *LINK_FLAGS,
+                           "-o", str(elf), *LINK_LIBS], cwd=project)
             if result.returncode != 0:
                 raise TinyprotoError(f"measuring the model's library failed (avr-gcc): {result.stderr.strip()[:300]}")
             sizes[name] = firmware_sizes(elf)
         objects = project / "su"
         objects.mkdir()
         for source in runtime:
-            subprocess.run([gcc, *flags, "-fstack-usage", "-c", str(source), "-o", str(objects / f"{source.stem}.o")],
-                           check=True, capture_output=True, cwd=project)
+            result = _run([gcc, *flags, "-fstack-usage", "-c", str(source), "-o", str(objects / f"{source.stem}.o")],
+                          cwd=project)
+            if result.returncode != 0:
+                raise TinyprotoError(f"measuring the model's library failed (avr-gcc): {result.stderr.strip()[:300]}")
         frames, functions = _frames(objects)
     with_model, without = sizes["with"], sizes["without"]
     return LibraryCost(

@@ -11,7 +11,9 @@ Layer: device.
 from __future__ import annotations
 
 import configparser
+import os
 import re
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -133,8 +135,40 @@ def _uses_system_toolchain(parser: configparser.ConfigParser, env: str) -> bool:
 # avr-gcc without PlatformIO
 
 
-def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, check=False, capture_output=True, text=True, **kwargs)
+def _run(command: list[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess[str]:
+    """A build tool's run, its output captured. The tool leads a process group of its own, and whatever ends this
+    call early (Ctrl-C, SIGTERM, a timeout) ends that whole group: `pio run` starts scons, scons the compilers,
+    which kept building into .pio/ after tinyproto had said it was interrupted (subprocess.run kills only pio)."""
+    with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, process_group=0, **kwargs) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except BaseException:
+            _end_group(process)
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _end_group(process: subprocess.Popen) -> None:
+    """SIGTERM to the tool's process group, SIGKILL to whatever of it is left after a moment; then reap the tool."""
+    for signo, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, None)):
+        try:
+            os.killpg(process.pid, signo)
+        except ProcessLookupError:
+            pass  # the group is gone
+        try:
+            process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def build_failure(tool: str, log: str, where: Path) -> str:
+    """The one line a failed build says: the disk being full (the compiler's and SCons' own words for it are pages
+    of "can't write ... to section" and a traceback), else the compiler's first errors."""
+    if "No space left on device" in log or "Disk quota exceeded" in log:
+        return (f"firmware build failed ({tool}): no space left on the device that holds {where}; free some space "
+                "and build again")
+    return f"firmware build failed ({tool}):\n{_first_errors(log)}"
 
 
 def _first_errors(log: str, limit: int = 12) -> str:
@@ -204,5 +238,5 @@ def _compile_with_avr_gcc(
     result = _run(command, cwd=project_dir)
     log = " ".join(command) + "\n" + result.stdout + result.stderr
     if result.returncode != 0:
-        raise TinyprotoError(f"firmware build failed (avr-gcc):\n{_first_errors(log)}")
+        raise TinyprotoError(build_failure("avr-gcc", log, out_dir))
     return elf, log

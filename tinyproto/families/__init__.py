@@ -387,8 +387,9 @@ def model_dir_disagreement(model_dir: ModelDir, model: IntModel) -> str | None:
         return f"the int_model is {model_bytes} B, over model.json's budget of {budget} B"
     vectors_path = model_dir.path / "test_vectors.npz"
     if vectors_path.is_file():
+        vectors = model_dir.vectors()  # a damaged file is refused under its own name, not as model.json's
         try:
-            model_dir.vectors().check_shapes(model.n_features, model.n_classes, vectors_path)
+            vectors.check_shapes(model.n_features, model.n_classes, vectors_path)
         except TinyprotoError as exc:
             return str(exc)
     return None

@@ -110,14 +110,9 @@ def write_report(path: Path, max_bytes: int | None = None, max_ms: float | None 
 
 
 def _write_atomic(path: Path, content: bytes) -> None:
-    import os
+    from tinyproto.core.safe_io import write_bytes_atomic
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    # O_NOFOLLOW: a link planted at the temporary name after record_outputs' check is refused, not written through
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(content)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, content)  # (.<name>.tmp: the temporary name record_outputs owns)
 
 
 def render_html(data: ReportInput, figures: list[tuple[str, str, bytes]], configs: list[dict], line: str) -> str:

@@ -158,8 +158,24 @@ def learn_on_device(path: Path, options: LearnOptions | None = None,
     model_dir = load_model_dir(path)
     with locked(model_dir.path, "learn"):
         record_outputs(model_dir.path, LEARNING_DIR, LEARNED_DIR, "learn.json")
+        _check_learned_replaceable(model_dir.path / LEARNED_DIR)
         return _learn_locked(model_dir, o.data, o.port, o.save_eeprom, o.label, o.flash, o.build_learned,
                              progress_factory, say, o.upload_port, o.baud)
+
+
+def _check_learned_replaceable(learned: Path) -> None:
+    """Refuse now, before the device learns (not after it, when the learned model is written), a learned/ that holds
+    what tinyproto did not write; in learn's own words (atomic_directory's would speak of an --out learn has not)."""
+    from tinyproto.core.manifest import foreign_entries, read_manifest
+
+    if not learned.is_dir() or learned.is_symlink() or not any(learned.iterdir()):
+        return  # missing (made by this run); a link or a file was refused by record_outputs
+    foreign = foreign_entries(learned)
+    if foreign:
+        what = ("was not written by tinyproto" if read_manifest(learned) is None else
+                "holds files tinyproto did not write")
+        raise TinyprotoError(f"{learned}, where learn writes the learned model, {what} ({', '.join(foreign)}); "
+                             "move it away, nothing was changed")
 
 
 def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_eeprom: bool, label: str | None,

@@ -163,6 +163,13 @@ def check_fields(doc: dict, fields: dict[str, str], file: Path, optional: set[st
                                  "it again")
 
 
+def _checks_ok(checks: object) -> bool:
+    """validation.json's checks as the page's table reads them: {name: {"ok": true/false/null, "detail": text}}."""
+    return isinstance(checks, dict) and all(
+        isinstance(c, dict) and (c.get("ok") is None or isinstance(c.get("ok"), bool))
+        and isinstance(c.get("detail", ""), str) for c in checks.values())
+
+
 def _ledger_ok(report: dict) -> bool:
     arrays = report["ledger"]["arrays"]
     return all(isinstance(a, dict) and _kind_ok(a.get("bytes"), "count") and isinstance(a.get("ctype"), str)
@@ -189,6 +196,9 @@ def load_single(path: Path) -> ReportInput:
         check_fields(validation, _VALIDATION_FIELDS, path / "validation.json", _OPTIONAL)
     elif validation is not None:
         check_fields(validation, {k: _VALIDATION_FIELDS[k] for k in _OPTIONAL}, path / "validation.json", _OPTIONAL)
+    if validation is not None and not _checks_ok(validation.get("checks", {})):
+        raise TinyprotoError(f"{path / 'validation.json'} is damaged: its checks are not names with an ok of true, "
+                             "false or null and a detail text; run `tinyproto validate` again")
     if validation is not None and validation.get("stack_peak_bytes") is not None:  # the SRAM figure adds the two
         check_fields(validation, {"sram_static_bytes": "amount"}, path / "validation.json")
     build = read_json(path / "build.json", "the build record") if os.path.lexists(path / "build.json") else None

@@ -80,9 +80,7 @@ def _open_sweep_dir(out: Path, binding: dict, resume: bool) -> dict:
     if (out / "model.json").exists():
         raise TinyprotoError(f"--out {out} is a model directory; give a new directory for the sweep")
     if config_path.exists():
-        config = read_config(config_path)
-        if config.get("format_version") != SWEEP_FORMAT_VERSION:
-            raise TinyprotoError(f"{config_path} is not a tinyproto sweep of format version {SWEEP_FORMAT_VERSION}")
+        config = read_config(config_path)  # (its format version checked there, for report too)
         if not resume and read_results(out / RESULTS):  # a sweep that never finished a point is simply started
             raise TinyprotoError(f"--out {out} already holds a sweep; add --resume to continue it, or choose "
                                  "another --out")

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.safe_io import read_bytes_file
+from tinyproto.core.safe_io import read_bytes_file, write_bytes_atomic
 
 CONFIG = "sweep.json"
 RESULTS = "results.jsonl"
@@ -126,6 +126,11 @@ def check_config(config: dict, path: Path) -> dict:
     """sweep.json's fields that `sweep --resume` and `report` use, typed (one clear error otherwise)."""
     if config.get("format") != SWEEP_FORMAT:
         raise TinyprotoError(f"{path} is not a tinyproto sweep's configuration (no format {SWEEP_FORMAT!r})")
+    version = config.get("format_version")
+    if type(version) is not int or version != SWEEP_FORMAT_VERSION:
+        # another version's fields may mean other things: its figures would be drawn (or resumed) wrongly
+        raise TinyprotoError(f"{path} is not a tinyproto sweep of format version {SWEEP_FORMAT_VERSION} (it says "
+                             f"{str(version)[:20]!r}); run that tinyproto's report, or sweep again in a new --out")
     runs = config.get("runs", [])
     runs_ok = isinstance(runs, list) and all(isinstance(r, dict) and isinstance(r.get("cluster") or {}, dict)
                                              for r in runs)  # the report's table of runs reads run.cluster.*
@@ -194,12 +199,5 @@ class ResultsFile:
 
 
 def _rewrite_in_order(path: Path, records: list[dict]) -> None:
-    """Replace results.jsonl by the same lines in grid order (one atomic rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    """Replace results.jsonl by the same lines in grid order (one atomic rename, through .results.jsonl.tmp)."""
+    write_bytes_atomic(path, "".join(json.dumps(record, sort_keys=True) + "\n" for record in records).encode("utf-8"))
