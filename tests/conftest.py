@@ -31,11 +31,23 @@ from helpers import (HAVE_SIMULATOR, PipePort, fresh_copy, header_array_bytes, m
 
 TESTS = Path(__file__).resolve().parent
 
-# pytest-xdist already runs a worker per core: a solver's own pool of processes (compile's default --jobs, every
-# usable core) would only fight the other worker for the same cores and pay each pool worker's start (~1.5 s of CPU
-# per compile of digits or breast_cancer). Every command the tests start inherits it; the tests of --jobs pass
+# pytest-xdist's workers already keep every core busy: a solver's own pool of processes (compile's default --jobs,
+# every usable core) would only fight the other workers for the same cores and pay each pool worker's start (~1.5 s
+# of CPU per compile of digits or breast_cancer). Every command the tests start inherits it; the tests of --jobs pass
 # their own (tests/test_solver_jobs.py).
 os.environ.setdefault("TINYPROTO_JOBS", "1")
+
+# -n auto (pyproject's addopts): two workers per core. A worker spends much of a device test waiting, not computing:
+# on a simulated board paced to the wall clock (bootloader windows, avrdude's timeouts, a quarter-speed board), on
+# a dask cluster's start and stop, on a sweep's deadline, on another worker training a shared model. A second
+# worker per core computes meanwhile. PYTEST_XDIST_AUTO_NUM_WORKERS=N still sets N (pytest-xdist's own rule).
+WORKERS_PER_CORE = 2
+
+
+def pytest_xdist_auto_num_workers(config):
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist's own hook reads it
+    return WORKERS_PER_CORE * len(os.sched_getaffinity(0))
 
 # ------------------------------------------------------------------------------------------------ fixtures
 
@@ -287,7 +299,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ------------------------------------------------------------------------------------------------ the order
-# Two workers end together only if no long test starts late. pytest-xdist's worksteal scheduler first sends worker
+# The workers end together only if no long test starts late. pytest-xdist's worksteal scheduler first sends worker
 # k the k-th of `workers` runs of the collected order (runs_of: equal counts); each worker runs its run from the
 # front, and an idle worker steals the back half of a busy one's queue. So the order is made of `workers` runs of
 # those sizes, balanced by the tests' durations measured in a whole run (tests/durations.json, written by

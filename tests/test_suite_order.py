@@ -1,6 +1,8 @@
 """The order of a pytest-xdist run (tests/conftest.py): the workers' first runs are balanced by measured time,
 longest first and by test file, and tests/durations.json names tests that exist."""
 
+import os
+
 from conftest import DURATIONS, longest_first, measured_durations, runs_of, nonexistent_tests
 
 
@@ -46,3 +48,13 @@ def test_every_timed_test_exists():
     assert timed, f"{DURATIONS.name} is missing or empty (tools/test_durations.py writes it)"
     missing = nonexistent_tests(timed)
     assert not missing, f"{DURATIONS.name} times tests that do not exist: {missing}"
+
+
+def test_auto_starts_two_workers_per_core_unless_told(monkeypatch):
+    from conftest import WORKERS_PER_CORE, pytest_xdist_auto_num_workers
+
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    assert WORKERS_PER_CORE == 2
+    assert pytest_xdist_auto_num_workers(None) == 2 * len(os.sched_getaffinity(0))
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")
+    assert pytest_xdist_auto_num_workers(None) is None  # pytest-xdist's own hook then returns 3
