@@ -347,3 +347,29 @@ def test_a_learned_directory_holding_the_users_files_is_refused_before_learning(
     (learned / "notes.txt").write_text("precious\n")
     line = refused(["learn", str(model), "--sim"], "where learn writes the learned model", model.parent)
     assert "--out" not in line and "notes.txt" in line
+
+
+@pytest.mark.device
+def test_device_figures_that_are_no_measurement_fail_learn(learned_bc, monkeypatch, tmp_path):
+    """A device that learns every count right but reports a stack peak of 0 and 0 cycles per learning step: learn
+    exits 1 naming both, and learn.json leaves the figures derived from them out (null) instead of printing
+    '0 cycles = 0.00 ms' and an SRAM margin from a stack of nothing."""
+    from click.testing import CliRunner
+
+    from tinyproto.cli import main
+    from tinyproto.device import client
+    from tinyproto.device.codec import LearnAck, Stats
+
+    out = tmp_path / "bc"
+    shutil.copytree(learned_bc[0], out, symlinks=True)
+    stats, learn = client.DeviceClient.stats, client.DeviceClient.learn
+    monkeypatch.setattr(client.DeviceClient, "stats", lambda self: Stats(0, stats(self).static_sram, 0))
+    monkeypatch.setattr(client.DeviceClient, "learn",
+                        lambda self, xq, label: LearnAck(learn(self, xq, label).n_samples, 0))
+    result = CliRunner().invoke(main, ["learn", str(out), "--data", "breast_cancer", "--sim"])
+    assert result.exit_code == 1, result.output
+    assert "stack peak of 0 B" in result.stderr and "0 cycles" in result.stderr, result.stderr
+    summary = json.loads((out / "learn.json").read_text())
+    assert summary["counts_identical"] and len(summary["device_figure_problems"]) == 2
+    assert summary["learn_cycles_mean"] is None and summary["learn_ms_mean"] is None
+    assert summary["sram"]["stack_peak_bytes"] is None and summary["sram"]["margin_bytes"] is None

@@ -24,7 +24,8 @@ def print_learn_report(console, s: dict, model_dir: Path) -> None:
     table.add_row("counts identical to the host", _yes(s["counts_identical"])
                   + ("" if s["counts_identical"] else f" ({s['count_entries_differing']} entries differ)"))
     table.add_row("bytes of counts", f"{s['count_bytes']} ({sram['counts']})")
-    table.add_row("learning step", f"{s['learn_cycles_mean']:.0f} cycles = {s['learn_ms_mean']:.2f} ms per sample")
+    table.add_row("learning step", "not measured" if s["learn_cycles_mean"] is None
+                  else f"{s['learn_cycles_mean']:.0f} cycles = {s['learn_ms_mean']:.2f} ms per sample")
     table.add_row("SRAM used", f"{sram['used_bytes']} of {sram['board_sram_bytes']} B (static {sram['static_bytes']} "
                   f"+ stack peak {sram['stack_peak_bytes']}; estimate before build {sram['sram_estimate_bytes']} B "
                   f"with {sram['reserved_bytes']} B reserve)")
@@ -98,3 +99,7 @@ def learn_command(model_dir: Path, data: str | None, label: str | None, sim: boo
         raise TinyprotoError(f"the device did not learn what the host computes (details in {model_dir / 'learn.json'})")
     if summary["eeprom"].get("reloaded_identical") is False:
         raise TinyprotoError("the counts reloaded from EEPROM differ from the saved ones")
+    if summary.get("device_figure_problems"):
+        problems = "; ".join(summary["device_figure_problems"])
+        raise TinyprotoError(f"the device's figures are not measurements: {problems} (details in "
+                             f"{model_dir / 'learn.json'})")

@@ -42,6 +42,7 @@ from tinyproto import families
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.manifest import record_outputs
+from tinyproto.core.measured import cycle_problem, stack_problem
 from tinyproto.core.modeldir import ModelDir, TestVectors, int_model_digest, load_model_dir
 from tinyproto.core.safe_io import write_json
 from tinyproto.core.outdir import atomic_directory, locked
@@ -226,7 +227,14 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
         eeprom.update(bytes_written=saved.written, record_bytes=saved.record,
                       reloaded_identical=_reload_matches(target, firmware.elf, board, packed))
     identical = bool(np.array_equal(learned_counts, expected))
-    used = firmware.sram_static_bytes + stats.stack_peak
+    # what the device reports is checked before it is scaled or added (core/measured.py): a figure that is not a
+    # measurement is left out (null) and named in device_figure_problems, which makes learn exit non-zero
+    problems = [p for p in (cycle_problem(cycles), stack_problem(stats.stack_peak, stats.static_sram,
+                                                                 firmware.sram_static_bytes, board.sram_bytes)) if p]
+    cycles_ok = bool(cycles) and cycle_problem(cycles) is None
+    stack = stats.stack_peak if stack_problem(stats.stack_peak, stats.static_sram, firmware.sram_static_bytes,
+                                              board.sram_bytes) is None else None
+    used = firmware.sram_static_bytes + stack if stack is not None else None
     summary = {
         "target": target.name,
         "data": data_name,
@@ -236,11 +244,12 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
         "counts_equal_compiled_model": bool(np.array_equal(learned_counts, model.counts)),
         "host_reference": learning.host_reference(model),
         "count_bytes": sizes.counts,
-        "learn_cycles_mean": float(np.mean(cycles)) if cycles else 0.0,
-        "learn_ms_mean": 1000.0 * float(np.mean(cycles)) / board.f_cpu_hz if cycles else 0.0,
+        "learn_cycles_mean": float(np.mean(cycles)) if cycles_ok else None,
+        "learn_ms_mean": 1000.0 * float(np.mean(cycles)) / board.f_cpu_hz if cycles_ok else None,
+        "device_figure_problems": problems,
         "test": dict(test, compiled_model_accuracy=model_dir.report.get("int8_accuracy")),
-        "sram": dict(sizes.to_dict(), static_bytes=firmware.sram_static_bytes, stack_peak_bytes=stats.stack_peak,
-                     used_bytes=used, margin_bytes=board.sram_bytes - used),
+        "sram": dict(sizes.to_dict(), static_bytes=firmware.sram_static_bytes, stack_peak_bytes=stack,
+                     used_bytes=used, margin_bytes=board.sram_bytes - used if used is not None else None),
         "eeprom": eeprom,
         "firmware": {"project": LEARNING_DIR, "elf": str(firmware.elf.relative_to(model_dir.path.resolve())),
                      "flash_bytes": firmware.flash_bytes, "tool": firmware.tool, "flags": list(LEARN_FLAGS)},
