@@ -241,3 +241,39 @@ def test_the_library_measurement_of_a_killed_export_is_removed_by_the_next(compi
     model = families.load_int_model(load_model_dir(compiled("iris", "1kB")))
     assert measure_library(model, load_board("uno")).flash_bytes > 0
     assert list(private.iterdir()) == []
+
+
+FORK_SERVER = """
+import os, signal, sys
+from tinyproto.core.dask_cluster import start_forkserver_deaf_to_ctrl_c
+assert start_forkserver_deaf_to_ctrl_c() == "forkserver"
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.fixture
+def short_tmp():
+    """A private temporary directory with a short path: under a long one the fork server's socket goes to /tmp
+    (core/dask_cluster.short_temp_dir)."""
+    path = Path(tempfile.mkdtemp(prefix="tp-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_fork_server_directory_of_a_killed_run_is_removed_by_the_next(short_tmp):
+    """sweep and federate --processes start multiprocessing's fork server, whose socket lived in a pymp-* directory
+    of $TMPDIR that only a normal exit removed: after a SIGKILL it stayed there for ever. The next run removes it."""
+    private = short_tmp
+    env = dict(os.environ, TMPDIR=str(private))
+    killed = subprocess.run([sys.executable, "-c", FORK_SERVER, "kill"], env=env, capture_output=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    assert len(os.listdir(private)) == 1  # what the killed run left
+    deadline = time.monotonic() + 30
+    while True:  # its fork server ends when it sees its parent gone (and releases the directory's lock)
+        after = subprocess.run([sys.executable, "-c", FORK_SERVER, "exit"], env=env, capture_output=True, timeout=120)
+        assert after.returncode == 0, after.stderr
+        if os.listdir(private) == [] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert os.listdir(private) == []

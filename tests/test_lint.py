@@ -52,3 +52,30 @@ def test_no_test_file_imports_another():
                 offenders += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names
                               if a.name.startswith("test_")]
     assert offenders == []
+
+
+def test_tinyproto_reads_and_writes_text_as_utf8():
+    """Every text file tinyproto reads or writes names its encoding: without one Python takes the locale's, so under
+    LC_ALL=C a data set named café wrote no header (UnicodeEncodeError, exit 70) and the generated C would depend
+    on the locale. Flags write_text / read_text / open / os.fdopen in text mode without encoding=."""
+    import ast
+
+    def unnamed(call: ast.Call) -> bool:
+        if any(k.arg == "encoding" for k in call.keywords):
+            return False
+        f = call.func
+        if isinstance(f, ast.Attribute) and f.attr in ("write_text", "read_text"):
+            return True
+        builtin_open = isinstance(f, ast.Name) and f.id == "open"
+        os_fdopen = isinstance(f, ast.Attribute) and f.attr == "fdopen" and getattr(f.value, "id", None) == "os"
+        if not (builtin_open or os_fdopen):
+            return False
+        modes = [*call.args[1:2], *(k.value for k in call.keywords if k.arg == "mode")]
+        if modes and not isinstance(modes[0], ast.Constant):
+            return False  # a mode chosen at run time (binary either way in tinyproto)
+        return "b" not in (modes[0].value if modes else "r")
+
+    found = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in sorted((ROOT / "tinyproto").rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Call) and unnamed(node)]
+    assert found == [], found

@@ -225,3 +225,29 @@ def test_a_reader_that_went_away_leaves_validate_its_verdict(built_models):
     assert _reader_gone(["validate", str(model), "--no-raw"], "C.UTF-8").returncode == 0
     assert json.loads((model / "validation.json").read_text())["passed"] is True
     assert _reader_gone(["validate", str(model / "nothing-here")], "C.UTF-8").returncode == 1
+
+
+def test_a_data_file_named_in_any_script_compiles_under_any_locale(tmp_path):
+    """`compile café.csv` (no --out) under LC_ALL=C with Python's UTF-8 mode off: the default directory build/café
+    (its name in UTF-8 on disk) and a generated header byte-identical to the one under a UTF-8 locale; then its build
+    and its report. Each was an internal error (exit 70) or a failed build: the path, the header, PlatformIO's
+    reading of the path and avr-size's output, and the report's HTML went through the locale's ASCII."""
+    from sklearn.datasets import load_iris
+
+    iris = load_iris()
+    rows = "\n".join(",".join(f"{v:g}" for v in row) + f",{int(t)}" for row, t in zip(iris.data, iris.target))
+    headers = {}
+    for locale in ("C", "C.UTF-8"):
+        work = tmp_path / locale
+        work.mkdir()
+        (work / "café.csv").write_text("a,b,c,d,y\n" + rows + "\n", encoding="utf-8")
+        result = subprocess.run([sys.executable, "-m", "tinyproto", "compile", "café.csv", "--budget", "1kB"],
+                                cwd=work, env=_env(locale), capture_output=True, timeout=600)
+        assert result.returncode == 0, result.stderr.decode(errors="replace")
+        assert os.listdir(work / "build") == ["café"]
+        headers[locale] = (work / "build" / "café" / "include" / "tinyproto_model.h").read_bytes()
+    assert headers["C"] == headers["C.UTF-8"]
+    for verb in ("build", "report"):  # PlatformIO and avr-size on that path, the report naming it, under C
+        result = subprocess.run([sys.executable, "-m", "tinyproto", verb, "build/café"], cwd=tmp_path / "C",
+                                env=_env("C"), capture_output=True, timeout=600)
+        assert result.returncode == 0, (verb, result.stderr.decode(errors="replace"))

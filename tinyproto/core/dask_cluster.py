@@ -170,6 +170,7 @@ def start_forkserver_deaf_to_ctrl_c() -> str:
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
     try:
         with short_temp_dir():
+            _multiprocessing_dir_in_scratch()
             forkserver.ensure_running()
     except OSError:
         return "spawn"
@@ -179,8 +180,25 @@ def start_forkserver_deaf_to_ctrl_c() -> str:
     return "forkserver"
 
 
+def _multiprocessing_dir_in_scratch() -> None:
+    """multiprocessing keeps the fork server's socket in a `pymp-*` directory of $TMPDIR that it removes at exit,
+    which a SIGKILL skips: that directory stayed for ever. Give it a locked private scratch of this process's
+    lifetime instead (core/outdir.py), which the next run removes once its lock has no holder (once per process)."""
+    import atexit
+    import multiprocessing
+
+    config = multiprocessing.current_process()._config  # what multiprocessing.util.get_temp_dir() reads first
+    if config.get("tempdir") is not None:
+        return
+    from tinyproto.core.outdir import private_scratch
+
+    scratch = private_scratch("tinyproto-mp-")
+    config["tempdir"] = str(scratch.__enter__())
+    atexit.register(scratch.__exit__, None, None, None)
+
+
 UNIX_SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the final NUL
-# multiprocessing's "/pymp-XXXXXXXX/listener-XXXXXXXX" (32 bytes) below the temp dir, and a margin
+# multiprocessing's "/tinyproto-mp-XXXXXXXX/listener-XXXXXXXX" (40 bytes) below the temp dir
 _SOCKET_NAME_BYTES = 40
 
 

@@ -45,6 +45,7 @@ Layer: core.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,13 @@ def _display_name(name: str) -> str:
     """The data set's name as it goes into model.json, headers and reports: a file name that is not valid
     UTF-8 (os.fsdecode's surrogate escapes) is shown with U+FFFD instead of making every writer fail."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def default_out_dir(name: str) -> Path:
+    """build/NAME, the default model directory of a data set: its name as UTF-8 bytes on disk whatever the locale.
+    Under a locale that is not UTF-8 (LC_ALL=C) the file system encoding is ASCII, so a non-ASCII name ("café",
+    or the U+FFFD of a name that was not UTF-8) could not be encoded and every verb failed on the path."""
+    return Path("build") / os.fsdecode(name.encode("utf-8", "surrogateescape"))
 
 
 def split(dataset: Dataset, seed: int = 0) -> Split:

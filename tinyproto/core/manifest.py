@@ -46,7 +46,7 @@ def read_manifest(directory: Path) -> dict | None:
     try:
         if path.stat().st_size > MAX_JSON_BYTES:
             return None
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("written_by") != "tinyproto" or not isinstance(data.get("files"), dict):

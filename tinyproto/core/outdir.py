@@ -45,7 +45,7 @@ def _try_lock(lock_path: Path, verb: str) -> int | None:
 
 def _holder(lock_path: Path) -> str:
     try:
-        pid, _, verb = lock_path.read_text(errors="replace").strip().partition(" ")
+        pid, _, verb = lock_path.read_text(errors="replace", encoding="utf-8").strip().partition(" ")
         return f"`tinyproto {verb[:40]}`, pid {pid[:12]}"
     except OSError:
         return "another tinyproto command"

@@ -217,8 +217,8 @@ def write_sources(model, project_dir: Path, dataset: str, seed: int, budget_byte
     names (default: from the data set's name)."""
     (project_dir / "include").mkdir(parents=True, exist_ok=True)
     (project_dir / "include" / "tinyproto_model.h").write_text(
-        render_header(model, dataset, seed, budget_bytes, prefix))
-    (project_dir / "include" / SIZES_HEADER).write_text(render_sizes_header(model.n_classes, rx_ring))
+        render_header(model, dataset, seed, budget_bytes, prefix), encoding="utf-8")
+    (project_dir / "include" / SIZES_HEADER).write_text(render_sizes_header(model.n_classes, rx_ring), encoding="utf-8")
     lib = project_dir / "lib" / "tinyproto"
     lib.mkdir(parents=True, exist_ok=True)
     for source in runtime_files(model.family):

@@ -17,7 +17,7 @@ IMPORT_ROOT = PACKAGE_DIR.parent
 
 def _is_checkout(root: Path) -> bool:
     pyproject = root / "pyproject.toml"
-    return pyproject.is_file() and 'name = "tinyproto"' in pyproject.read_text(errors="replace")
+    return pyproject.is_file() and 'name = "tinyproto"' in pyproject.read_text(errors="replace", encoding="utf-8")
 
 
 def resource_dir(name: str) -> Path:

@@ -61,7 +61,7 @@ def write_json(path: Path, data: dict) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
             handle.flush()
             os.fsync(handle.fileno())

@@ -117,12 +117,13 @@ def _build_optiboot() -> Path:
             ["avr-objcopy", "-j", ".text", "-j", ".data", "-j", ".version", "-O", "ihex", str(elf), str(hex_tmp)],
         ]
         for command in steps:
-            result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+            result = subprocess.run(command, capture_output=True, encoding="utf-8", errors="replace", check=False,
+                                    timeout=120)
             if result.returncode != 0:
                 detail = " ".join(result.stderr.strip().splitlines()[-2:])
                 raise TinyprotoError(f"could not build Optiboot from {source}: {detail}")
         # The code must end before the version word at 0x7FFE: the defect of Debian's prebuilt hex.
-        code = _hex_addresses(hex_tmp.read_text()) - {0x7FFE, 0x7FFF}
+        code = _hex_addresses(hex_tmp.read_text(encoding="utf-8")) - {0x7FFE, 0x7FFF}
         if not code or min(code) != _OPTIBOOT_328P.boot_start or max(code) >= 0x7FFE:
             raise TinyprotoError(f"Optiboot built from {source} does not fit the 512-byte boot section below its "
                                  "version word (0x7E00..0x7FFD)")

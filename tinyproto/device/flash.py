@@ -142,7 +142,7 @@ def run_watched(command: list[str], port: str, limit_s: float = AVRDUDE_TIMEOUT_
     went away (a board unplugged, a simulator stopped), so it is stopped as soon as the port is gone for
     PORT_GONE_S, and after `limit_s` whatever happens. Returns (exit status, stdout + stderr)."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, errors="replace")
+                            encoding="utf-8", errors="replace")
     deadline = time.monotonic() + limit_s
     gone_since: float | None = None
     try:

@@ -25,7 +25,7 @@ def build_host_runner(project_dir: Path, out: Path, family: str, cc: str = "gcc"
     sources = [resource_dir("tools") / "host_runner.c", lib / "tp_input.c", lib / "tp_judge.c",
                lib / family_runtime(family)]
     cmd = [cc, *HOST_CFLAGS, f"-I{project_dir / 'include'}", f"-I{lib}", *map(str, sources), "-lm", "-o", str(out)]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(cmd, capture_output=True, encoding="utf-8", errors="replace")
     if result.returncode != 0:
         raise TinyprotoError(f"host build of the generated C failed:\n{result.stderr.strip()}")
     return out

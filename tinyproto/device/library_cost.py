@@ -76,7 +76,7 @@ def _frames(folder: Path) -> tuple[int, int]:
     """(sum of every function's frame, number of functions) from avr-gcc's .su files in `folder`."""
     total = functions = 0
     for su in folder.glob("*.su"):
-        for line in su.read_text().splitlines():
+        for line in su.read_text(encoding="utf-8").splitlines():
             match = re.match(r"^\S+\t(\d+)\t(\w+(?:,\w+)*)$", line)
             if not match:
                 continue
@@ -94,7 +94,7 @@ def measure_library(model, board) -> LibraryCost:
         project = Path(tmp)
         write_sources(model, project, "probe", 0, 1 << 20, prefix="probe")
         lib = project / "lib" / "tinyproto"
-        (project / "probe.c").write_text(PROBE)
+        (project / "probe.c").write_text(PROBE, encoding="utf-8")
         flags = [f"-mmcu={board.mcu}", f"-DF_CPU={board.f_cpu_hz}UL", *C_FLAGS, f"-I{project / 'include'}",
                  f"-I{lib}"]
         runtime = [lib / name for name in model_sources(model.family)]

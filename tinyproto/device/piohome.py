@@ -83,7 +83,7 @@ def platformio_available() -> bool:
 def _locked(path: Path) -> Iterator[None]:
     """An exclusive lock file: parallel builds (test workers) prepare the shared home one at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
+    with open(path, "a", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -125,7 +125,7 @@ def _install_tool_scons(core: Path) -> None:
     template = resource_dir("tools") / "pio" / "tool-scons"
     package = core / "packages" / "tool-scons"
     package.mkdir(parents=True, exist_ok=True)
-    manifest = json.loads((template / "package.json").read_text())
+    manifest = json.loads((template / "package.json").read_text(encoding="utf-8"))
     _write_if_changed(package / "package.json", (template / "package.json").read_bytes())
     _write_if_changed(package / "scons.py", (template / "scons.py").read_bytes())
     _write_if_changed(package / ".piopm", _piopm("tool", "tool-scons", manifest["version"], "platformio"))
@@ -138,7 +138,7 @@ def _install_toolchain(package: Path) -> None:
     template = resource_dir("tools") / "pio" / "toolchain-atmelavr"
     bin_dir = package / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    manifest = json.loads((template / "package.json").read_text())
+    manifest = json.loads((template / "package.json").read_text(encoding="utf-8"))
     _write_if_changed(package / "package.json", (template / "package.json").read_bytes())
     _write_if_changed(package / ".piopm", _piopm("tool", "toolchain-atmelavr", manifest["version"], "platformio"))
     for tool in _TOOLCHAIN_TOOLS:
@@ -160,7 +160,7 @@ def _install_platform(core: Path) -> None:
     for rel in sorted(wanted):
         (target / rel).parent.mkdir(parents=True, exist_ok=True)
         _write_if_changed(target / rel, (source / rel).read_bytes())
-    version = json.loads((source / "platform.json").read_text())["version"]
+    version = json.loads((source / "platform.json").read_text(encoding="utf-8"))["version"]
     _write_if_changed(target / ".piopm", _piopm("platform", PLATFORM_NAME, version, None))
     for path in sorted(target.rglob("*"), reverse=True):
         rel = path.relative_to(target)
@@ -206,6 +206,9 @@ def pio_environment(core: Path) -> dict[str, str]:
         PLATFORMIO_DISABLE_PROGRESSBAR="true",
         PLATFORMIO_NO_ANSI="true",
         PYTHONPATH=os.pathsep.join(p for p in (str(IMPORT_ROOT), env.get("PYTHONPATH", "")) if p),
+        # PlatformIO and SCons are Python: under a locale that is not UTF-8 (LC_ALL=C) they read a project path
+        # with a non-ASCII name as ASCII and fail ("An unexpected error occurred"); the names are UTF-8 on disk
+        PYTHONUTF8="1",
     )
     return env
 

@@ -59,7 +59,7 @@ def render_pio_test(project_dir: Path, xq: np.ndarray, scores: np.ndarray, label
     )
     test_dir = Path(project_dir) / "test"
     (test_dir / "test_model").mkdir(parents=True, exist_ok=True)
-    (test_dir / "test_model" / "test_main.c").write_text(source)
+    (test_dir / "test_model" / "test_main.c").write_text(source, encoding="utf-8")
     shutil.copyfile(resource_dir("templates") / "pio_test_custom_runner.py", test_dir / "test_custom_runner.py")
     return test_dir / "test_model"
 

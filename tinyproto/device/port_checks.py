@@ -64,7 +64,7 @@ def _is_master_of(pid: str, fd: str, index: int) -> bool:
     try:
         if not os.readlink(f"/proc/{pid}/fd/{fd}").endswith("ptmx"):
             return False
-        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+        with open(f"/proc/{pid}/fdinfo/{fd}", encoding="utf-8") as info:
             return f"tty-index:\t{index}\n" in info.read()
     except OSError:
         return False
@@ -72,7 +72,7 @@ def _is_master_of(pid: str, fd: str, index: int) -> bool:
 
 def _program(pid: str) -> str:
     try:
-        with open(f"/proc/{pid}/comm") as comm:
+        with open(f"/proc/{pid}/comm", encoding="utf-8") as comm:
             return comm.read().strip()
     except OSError:
         return "?"

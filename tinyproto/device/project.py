@@ -140,7 +140,7 @@ def _run(command: list[str], timeout: float | None = None, **kwargs) -> subproce
     call early (Ctrl-C, SIGTERM, a timeout) ends that whole group: `pio run` starts scons, scons the compilers,
     which kept building into .pio/ after tinyproto had said it was interrupted (subprocess.run kills only pio)."""
     with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, process_group=0, **kwargs) as process:
+                          encoding="utf-8", errors="replace", process_group=0, **kwargs) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except BaseException:

@@ -123,7 +123,7 @@ def ensure_simulator() -> Path:
     try:
         for link in _LINK_CHOICES:
             result = subprocess.run(_compile_command(source, Path(tmp_name), link), check=False, capture_output=True,
-                                    text=True)
+                                    encoding="utf-8", errors="replace")
             if result.returncode == 0:
                 break
         if result.returncode != 0:
@@ -352,11 +352,11 @@ class SimulatedUno:
         if self._proc is None:
             return None
         try:
-            return int(Path(f"/proc/{self._proc.pid}/schedstat").read_text().split()[0]) / 1e9
+            return int(Path(f"/proc/{self._proc.pid}/schedstat").read_text(encoding="utf-8").split()[0]) / 1e9
         except (OSError, IndexError, ValueError):
             pass
         try:
-            fields = Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{self._proc.pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             return None
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -56,7 +56,7 @@ def write_learning_project(project: Path, model, board: Board, dataset: str, see
         shutil.rmtree(project / sub, ignore_errors=True)  # no stale runtime file survives
     project.mkdir(parents=True, exist_ok=True)
     write_sources(model, project, dataset, seed, budget_bytes, rx_ring=0)  # answers one request at a time
-    (project / "platformio.ini").write_text(learning_ini(board, layout_key(model)))
+    (project / "platformio.ini").write_text(learning_ini(board, layout_key(model)), encoding="utf-8")
     return project
 
 

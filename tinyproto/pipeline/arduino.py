@@ -191,18 +191,18 @@ def write_library(model_dir, model, name: str, library: Path, board, prefix: str
     example = library / "examples" / name
     src.mkdir(parents=True)
     example.mkdir(parents=True)
-    (library / "library.properties").write_text(_template("library.properties.j2").render(**context))
-    (src / f"{name}.h").write_text(library_header(model_dir, model, name, board, prefix))
-    (src / "tp_labels.c").write_text(_template("tp_labels.c.j2").render(**context))
+    (library / "library.properties").write_text(_template("library.properties.j2").render(**context), encoding="utf-8")
+    (src / f"{name}.h").write_text(library_header(model_dir, model, name, board, prefix), encoding="utf-8")
+    (src / "tp_labels.c").write_text(_template("tp_labels.c.j2").render(**context), encoding="utf-8")
     (src / "tinyproto_model.h").write_text(
-        render_header(model, *model_dir.header_args(), prefix))
+        render_header(model, *model_dir.header_args(), prefix), encoding="utf-8")
     wanted = {*MODEL_RUNTIME, family_runtime(model.family), family_twins(model.family)}  # never the device app's
     for source in runtime_files(model.family):
         if source.name in wanted:
             shutil.copyfile(source, src / source.name)
     for extra in LIBRARY_EXTRAS:
         shutil.copyfile(resource_dir("templates") / "arduino" / extra, src / extra)
-    (example / f"{name}.ino").write_text(_template("example.ino.j2").render(**context))
+    (example / f"{name}.ino").write_text(_template("example.ino.j2").render(**context), encoding="utf-8")
 
 
 def write_zip(library: Path, zip_path: Path) -> None:
@@ -268,7 +268,7 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
     with atomic_directory(out, "export") as scratch:
         write_library(model_dir, model, name, scratch / name, board, prefix)
         write_zip(scratch / name, scratch / f"{name}.zip")
-        (scratch / "platformio.ini").write_text(render_arduino_platformio_ini(board, name))
+        (scratch / "platformio.ini").write_text(render_arduino_platformio_ini(board, name), encoding="utf-8")
         write_json(scratch / EXPORT_RECORD, {"format": EXPORT_FORMAT, "tinyproto_version": __version__,
                                              "name": name, "model_hash": model_dir.meta["model_hash"],
                                              "prefix": prefix or model_dir.prefix,
@@ -347,9 +347,9 @@ def export_arduino_models(model_paths: list[Path], out: Path | None = None) -> S
             sketch=SKETCH_NAME, version=__version__, models=sketch_models,
             max_features=max(m["n_features"] for m in sketch_models),
             max_classes=max(m["n_classes"] for m in sketch_models),
-            name_buffer=max(len(m["prefix"]) for m in sketch_models) + 2))
+            name_buffer=max(len(m["prefix"]) for m in sketch_models) + 2), encoding="utf-8")
         (scratch / "platformio.ini").write_text(
-            render_arduino_platformio_ini(board, [lib.name for lib in libraries], SKETCH_NAME))
+            render_arduino_platformio_ini(board, [lib.name for lib in libraries], SKETCH_NAME), encoding="utf-8")
         write_json(scratch / EXPORT_RECORD, {"format": EXPORT_FORMAT, "tinyproto_version": __version__,
                                              "sketch": SKETCH_NAME, "models": records})
     return SketchExport(out, tuple(libraries), out / SKETCH_NAME / f"{SKETCH_NAME}.ino")

@@ -17,7 +17,7 @@ from tinyproto.core import wire
 from tinyproto import families
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.budget import parse_budget
-from tinyproto.core.datasets import Dataset, Split, load_dataset, split
+from tinyproto.core.datasets import Dataset, Split, default_out_dir, load_dataset, split
 from tinyproto.core.confidence import UNKNOWN_LABEL
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.labels import encode
@@ -194,7 +194,7 @@ def compile_model(data: str, options: CompileOptions | None = None,
                              f"{', '.join(families.family(n).title for n in families.learnable_names())} learns on "
                              "the device")
     dataset = load_dataset(data, label=o.label)
-    out_dir = Path(o.out) if o.out is not None else Path("build") / dataset.name
+    out_dir = Path(o.out) if o.out is not None else default_out_dir(dataset.name)
     check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
     sp = split(dataset)
     if o.holdout_classes is not None:
@@ -386,7 +386,7 @@ def _write_project(model, project_dir: Path, board: Board, vectors: TestVectors)
     """platformio.ini and the `pio test` suite (a handful of vectors with their reference scores)."""
     from tinyproto.device.build import render_pio_test, render_platformio_ini
 
-    (project_dir / "platformio.ini").write_text(render_platformio_ini(board))
+    (project_dir / "platformio.ini").write_text(render_platformio_ini(board), encoding="utf-8")
     n = min(8, len(vectors.labels))
     if n:
         render_pio_test(project_dir, vectors.xq[:n], vectors.scores[:n], vectors.labels[:n])

@@ -161,7 +161,7 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
     from tinyproto.core.boards import load_board
     from tinyproto.core.budget import parse_budget
     from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
-    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.core.datasets import default_out_dir, load_dataset, split
     from tinyproto.core.outdir import check_output_dir
     from tinyproto.federated.dp import DPParams
     from tinyproto.federated.party import party_accuracy
@@ -188,7 +188,7 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         n_train = len(sp.y_train)
         if parties > n_train:
             raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
-        out_dir = Path(out) if out is not None else Path("build") / f"{dataset.name}-federated"
+        out_dir = Path(out) if out is not None else default_out_dir(f"{dataset.name}-federated")
         check_output_dir(out_dir)  # an unusable --out is refused now, not after the parties have trained
 
         rows = split_parties(sp.y_train, parties, split_kind, seed)

@@ -103,7 +103,7 @@ def write_report(path: Path, max_bytes: int | None = None, max_ms: float | None 
         configs = configurations(data.rows)
         line = recommend(configs, max_bytes, max_ms)
         html = render_html(data, figures, configs, line)
-        _write_atomic(data.path / REPORT, html.encode("utf-8"))
+        _write_atomic(data.path / REPORT, html.encode("utf-8", "surrogateescape"))
     if console is not None:
         print_summary(console, data, max_bytes, max_ms)
     return Report(data.path / REPORT, written, line)

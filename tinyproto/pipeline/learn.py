@@ -247,7 +247,7 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
     }
     learned_dir = write_learned_dir(model_dir, learned, summary)
     summary["learned_model_dir"] = LEARNED_DIR
-    summary["learned_model_hash"] = json.loads((learned_dir / "model.json").read_text())["model_hash"]
+    summary["learned_model_hash"] = json.loads((learned_dir / "model.json").read_text(encoding="utf-8"))["model_hash"]
     if build_learned:
         say(f"building the learned model's firmware in {learned_dir}")
         build_learned_dir(learned_dir)
