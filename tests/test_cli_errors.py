@@ -499,6 +499,16 @@ def test_bad_option(tmp_path, golden, monkeypatch, case):
     run_case(tmp_path, golden, args, keyword, monkeypatch)
 
 
+def test_run_without_the_avr_toolchain_is_refused_before_training(tmp_path, monkeypatch):
+    """`run` builds in its default environment with the system avr-gcc: without it, one line naming the apt
+    packages before any training (it trained first, then failed in the build)."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["run", "iris", "--budget", "1kB", "--out", "r"])
+    assert result.exit_code == 1 and "avr-gcc not found" in result.stderr and "gcc-avr" in result.stderr
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("link", ["cause", "context", "deep"])
 def test_an_error_a_library_raised_because_of_ctrl_c_is_an_interrupt_not_a_bug(tmp_path, monkeypatch, link):
     """A Ctrl-C inside an extension's import comes back as its own error ("ImportError: initialization failed",

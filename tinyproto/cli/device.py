@@ -204,6 +204,9 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
 
     upload_port = upload_target(target, port, upload_port)
     check_ports(port, upload_port)  # a missing, busy or wrong port is refused before the compile, not after it
+    from tinyproto.device.piohome import require_tool
+
+    require_tool("avr-gcc")  # the build's default environment uses the system toolchain: say so before training
     console = _console()
     with console.status("training under the budget...", spinner="dots"):
         options = CompileOptions(family, budget, seed, board, out, label, max_latency_ms=max_latency, baud=baud,
