@@ -40,14 +40,18 @@ os.environ.setdefault("TINYPROTO_JOBS", "1")
 # -n auto (pyproject's addopts): two workers per core. A worker spends much of a device test waiting, not computing:
 # on a simulated board paced to the wall clock (bootloader windows, avrdude's timeouts, a quarter-speed board), on
 # a dask cluster's start and stop, on a sweep's deadline, on another worker training a shared model. A second
-# worker per core computes meanwhile. PYTEST_XDIST_AUTO_NUM_WORKERS=N still sets N (pytest-xdist's own rule).
+# worker per core computes meanwhile. A run without the device tier (`-m "not device ..."`) computes: one worker per
+# core, each worker's collection (~8 s of CPU) paid once per core. PYTEST_XDIST_AUTO_NUM_WORKERS=N still sets N.
 WORKERS_PER_CORE = 2
 
 
 def pytest_xdist_auto_num_workers(config):
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # pytest-xdist's own hook reads it
-    return WORKERS_PER_CORE * len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0))
+    if re.search(r"\bnot\s+device\b", getattr(config.option, "markexpr", "") or ""):
+        return cores
+    return WORKERS_PER_CORE * cores
 
 # ------------------------------------------------------------------------------------------------ fixtures
 

@@ -2,6 +2,7 @@
 longest first and by test file, and tests/durations.json names tests that exist."""
 
 import os
+from types import SimpleNamespace
 
 from conftest import DURATIONS, longest_first, measured_durations, runs_of, nonexistent_tests
 
@@ -53,8 +54,13 @@ def test_every_timed_test_exists():
 def test_auto_starts_two_workers_per_core_unless_told(monkeypatch):
     from conftest import WORKERS_PER_CORE, pytest_xdist_auto_num_workers
 
+    def run(markexpr: str):
+        return pytest_xdist_auto_num_workers(SimpleNamespace(option=SimpleNamespace(markexpr=markexpr)))
+
+    cores = len(os.sched_getaffinity(0))
     monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
     assert WORKERS_PER_CORE == 2
-    assert pytest_xdist_auto_num_workers(None) == 2 * len(os.sched_getaffinity(0))
+    assert run("") == run("device") == run("slow") == 2 * cores  # device tests wait
+    assert run("not device and not slow") == run("slow and not  device") == cores  # the others compute
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")
-    assert pytest_xdist_auto_num_workers(None) is None  # pytest-xdist's own hook then returns 3
+    assert run("") is None  # pytest-xdist's own hook then returns 3
