@@ -20,7 +20,8 @@ project (include/tinyproto_model.h, runtime .c files in lib/tinyproto/; src/main
 --firmware-dir (default firmware/) is the application under test: tp_main.c and its parts (tp_transport.c,
 tp_measure.c, tp_learn.c), tp_serial.c and the runtime. include/tinyproto_sizes.h is generated for the model.
 
-Runs are deterministic for a given --seed (libFuzzer's -seed; one process, no parallel jobs).
+--seed is libFuzzer's -seed (one process, no parallel jobs); addresses still feed its value profile, so two
+runs of one seed can differ.
 Output: one line per firmware, "NAME: N executions in T s (R exec/s), C crashes", then the table with the
 coverage libFuzzer reports (cov: instrumented edges reached) and, unless --no-lines, the line coverage of the
 firmware sources reached by the final corpus (llvm-cov). Exit status 0 clean, 1 crash (the crashing input is
