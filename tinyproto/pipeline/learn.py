@@ -229,11 +229,11 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
     identical = bool(np.array_equal(learned_counts, expected))
     # what the device reports is checked before it is scaled or added (core/measured.py): a figure that is not a
     # measurement is left out (null) and named in device_figure_problems, which makes learn exit non-zero
-    problems = [p for p in (cycle_problem(cycles), stack_problem(stats.stack_peak, stats.static_sram,
-                                                                 firmware.sram_static_bytes, board.sram_bytes)) if p]
-    cycles_ok = bool(cycles) and cycle_problem(cycles) is None
-    stack = stats.stack_peak if stack_problem(stats.stack_peak, stats.static_sram, firmware.sram_static_bytes,
-                                              board.sram_bytes) is None else None
+    cycles_bad = cycle_problem(cycles)
+    stack_bad = stack_problem(stats.stack_peak, stats.static_sram, firmware.sram_static_bytes, board.sram_bytes)
+    problems = [p for p in (cycles_bad, stack_bad) if p]
+    cycles_ok = bool(cycles) and cycles_bad is None
+    stack = stats.stack_peak if stack_bad is None else None
     used = firmware.sram_static_bytes + stack if stack is not None else None
     summary = {
         "target": target.name,
