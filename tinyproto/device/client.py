@@ -466,7 +466,9 @@ class DeviceClient:
             flush = getattr(self.port, "flush", None)
             if drain and flush is not None:
                 flush()
-        except (*PORT_ERRORS, TinyprotoError) as exc:
+        except PORT_ERRORS as exc:  # EIO/ENXIO: the cable was pulled or the pty closed, as on a read
+            raise DeviceError(f"lost the serial port {self.name} while writing to it: {exc}") from exc
+        except TinyprotoError as exc:
             raise DeviceError(f"cannot write to {self.name}: {exc}") from exc
 
     def _request(self, type: int, payload: bytes = b"", restart: bool = True) -> bytes:
