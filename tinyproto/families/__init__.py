@@ -365,8 +365,8 @@ def model_dir_disagreement(model_dir: ModelDir, model: IntModel) -> str | None:
     """The first field of a model directory that disagrees with the integer model (which its hashes vouch for),
     or None. Each file is written from the one model, so any disagreement means an edit or a mix of directories:
     model.json's family and budget, report.json's family, sizes, hash, bytes, budget and board (test_vectors.npz
-    whose arrays do not fit the model is refused here, naming that file). A directory that disagrees with itself would be validated, reported or exported under the
-    wrong name or figures."""
+    whose arrays do not fit the model is refused here, naming that file). A directory that disagrees with itself
+    would be validated, reported or exported under the wrong name or figures."""
     meta, report = model_dir.meta, model_dir.report
     model_bytes = sum(a.nbytes for a in model.carrays())
     checks = [

@@ -7,8 +7,9 @@ points as independent tasks on dask.distributed, and collect one result line per
 
 Each task writes its own model directory and returns a small dict; only the driver writes results.jsonl, so an
 interrupted sweep loses nothing that finished, and `--resume` runs only the points without a line (a torn last
-line, a kill mid-write, is dropped) and the compiled points whose model directory is gone. A point that fails (a budget too small for the data, a build error, a
-failed device check) gets a line with its stage and error and does not stop the sweep. When every point has
+line, a kill mid-write, is dropped) and the compiled points whose model directory is gone. A point that fails (a
+budget too small for the data, a build error, a failed device check) gets a line with its stage and error and does
+not stop the sweep. When every point has
 its line, results.jsonl is rewritten once (atomically) in grid order, so the same inputs give the same file
 whatever the completion order; all wall times are in each line's "seconds" and in sweep.json, nowhere else.
 
