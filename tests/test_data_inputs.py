@@ -75,7 +75,10 @@ CSV_BAD = {
     "hex": ("f1,f2,y\n1,0x10,a\n3,4,b\n", "not a number.*decimal"),
     "boolean": ("f1,f2,y\n1,true,a\n3,4,b\n", "booleans"),
     "space separator": ("f1,f2,y\n1,1 000,a\n3,4,b\n", "separators"),
-    "text": ("f1,f2,y\n1,red,a\n3,4,b\n", "'red', which is not a number"),
+    "text": ("f1,f2,y\n1,red,a\n3,4,b\n", "'red', which is not a number; if this column holds the labels, "
+                                       "pass --label f2"),
+    "labels first": ("activity,f1,f2\nwalk,1,2\nrun,3,4\n", r"column 1 \('activity'\).*--label activity"),
+    "labels first, a spaced name": ("my label,f1,f2\nwalk,1,2\n", "pass --label 'my label'"),
     "unicode digits": ("f1,f2,y\n1,\uff11\uff12,a\n3,4,b\n", "not a number"),
     "empty label": ("f1,f2,y\n1,2,\n3,4,b\n", r"line 2: the label \(column 3 \('y'\)\) is empty"),
     "nan label": ("f1,f2,y\n1,2,nan\n3,4,b\n", "'nan', not a class"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import itertools
 import re
+import shlex
 import warnings
 
 import numpy as np
@@ -46,9 +47,10 @@ def _choose_delimiter(first_line: str) -> str:
 class _Columns:
     """Header names and the label column, with names for messages."""
 
-    def __init__(self, names: list[str], label_col: int):
+    def __init__(self, names: list[str], label_col: int, label_given: bool = True):
         self.names = names
         self.label_col = label_col
+        self.label_given = label_given  # False: the default (the last column); a text column hints --label
         self.features = [j for j in range(len(names)) if j != label_col]
 
     def describe(self, j: int) -> str:
@@ -149,7 +151,7 @@ def _header(header: list[str], line: int, name: str, label: str | None) -> _Colu
             f"{name}, line {line}: only one column ({names[0]!r}); needs feature columns and a label column "
             "(separated by ',', ';' or tabs)"
         )
-    return _Columns(names, label_col)
+    return _Columns(names, label_col, label_given=label is not None)
 
 
 def _fast_csv_body(text: str, header_line: int, columns: _Columns, delimiter: str):
@@ -265,7 +267,7 @@ def _number(cell: str, name: str, line: int, columns: _Columns, j: int) -> float
     elif _NONFINITE.fullmatch(text):
         problem = f"holds {text!r}: NaN or infinite values are not accepted; clean or impute them first"
     else:
-        problem = f"holds {_short(text)}, which is not a number{_number_hint(text)}"
+        problem = f"holds {_short(text)}, which is not a number{_number_hint(text) or _label_hint(columns, j)}"
     raise TinyprotoError(f"{name}, line {line}, {columns.describe(j)}: {problem}")
 
 
@@ -280,6 +282,16 @@ def _number_hint(text: str) -> str:
     if "_" in text or " " in text or "'" in text:
         return " (no digit separators)"
     return ""
+
+
+def _label_hint(columns: _Columns, j: int) -> str:
+    """A text cell in a feature column while the label column is the default: the labels may be this column."""
+    if columns.label_given:
+        return ""
+    name = columns.names[j]
+    if not name or not name.isprintable():
+        return "; if this column holds the labels, give it a header name and pass it as --label"
+    return f"; if this column holds the labels, pass --label {shlex.quote(name)} (the default is the last column)"
 
 
 def _typed_labels(raw_labels: list[str], lines: list[int], name: str, columns: _Columns) -> np.ndarray:
