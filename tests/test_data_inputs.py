@@ -68,8 +68,6 @@ CSV_BAD = {
                                r"line 2, column 2 \('f2'\): is empty \(a missing value\); 3 rows have an empty "
                                r"cell \(lines 2, 4, 6\): fill them, or delete those rows"),
     "the only empty cell": ("f1,f2,y\n1,2,a\n3,,b\n5,6,a\n", r"line 3.*is empty.*the only one"),
-    "text label not last": ("f1,species,f2\n1,setosa,2\n3,virginica,4\n",
-                            r"line 2, column 2 \('species'\): holds 'setosa'.*name it: --label species\)"),
     "row index of a data frame": (",f1,y\n" + "".join(f"{i},{i * i % 7},{'ab'[i % 2]}\n" for i in range(12)),
                                   r"column 1 \(unnamed\) holds the row numbers 0, 1, 2, .*delete that column"),
     "row index from 1": ("index,f1,y\n" + "".join(f"{i + 1},{i * i % 7},{'ab'[i % 2]}\n" for i in range(12)),
@@ -85,7 +83,10 @@ CSV_BAD = {
     "hex": ("f1,f2,y\n1,0x10,a\n3,4,b\n", "not a number.*decimal"),
     "boolean": ("f1,f2,y\n1,true,a\n3,4,b\n", "booleans"),
     "space separator": ("f1,f2,y\n1,1 000,a\n3,4,b\n", "separators"),
-    "text": ("f1,f2,y\n1,red,a\n3,4,b\n", "'red', which is not a number"),
+    "text": ("f1,f2,y\n1,red,a\n3,4,b\n", "'red', which is not a number; if this column holds the labels, "
+                                       "pass --label f2"),
+    "labels first": ("activity,f1,f2\nwalk,1,2\nrun,3,4\n", r"column 1 \('activity'\).*--label activity"),
+    "labels first, a spaced name": ("my label,f1,f2\nwalk,1,2\n", "pass --label 'my label'"),
     "unicode digits": ("f1,f2,y\n1,\uff11\uff12,a\n3,4,b\n", "not a number"),
     "empty label": ("f1,f2,y\n1,2,\n3,4,b\n", r"line 2: the label \(column 3 \('y'\)\) is empty"),
     "nan label": ("f1,f2,y\n1,2,nan\n3,4,b\n", "'nan', not a class"),

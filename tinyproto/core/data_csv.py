@@ -48,10 +48,10 @@ def _choose_delimiter(first_line: str) -> str:
 class _Columns:
     """Header names and the label column, with names for messages."""
 
-    def __init__(self, names: list[str], label_col: int, label_given: bool = False):
+    def __init__(self, names: list[str], label_col: int, label_given: bool = True):
         self.names = names
         self.label_col = label_col
-        self.label_given = label_given  # --label named it (else: the last column)
+        self.label_given = label_given  # False: the default (the last column); a text column hints --label
         self.features = [j for j in range(len(names)) if j != label_col]
 
     def describe(self, j: int) -> str:
@@ -322,13 +322,6 @@ def _empty_rows(first_line: int, rest, columns: _Columns) -> str:
     return f"; {len(lines)} rows have an empty cell (lines {shown}): fill them, or delete those rows"
 
 
-def _label_hint(columns: _Columns, j: int) -> str:
-    """Text in a feature column while the label was taken to be the last column: perhaps it is the label."""
-    if columns.label_given or not columns.names[j]:
-        return ""
-    return f" (if this column holds the classes, name it: --label {shlex.quote(columns.names[j])})"
-
-
 def _number_hint(text: str) -> str:
     low = text.lower()
     if "," in text:
@@ -340,6 +333,16 @@ def _number_hint(text: str) -> str:
     if "_" in text or " " in text or "'" in text:
         return " (no digit separators)"
     return ""
+
+
+def _label_hint(columns: _Columns, j: int) -> str:
+    """A text cell in a feature column while the label column is the default: the labels may be this column."""
+    if columns.label_given:
+        return ""
+    name = columns.names[j]
+    if not name or not name.isprintable():
+        return "; if this column holds the labels, give it a header name and pass it as --label"
+    return f"; if this column holds the labels, pass --label {shlex.quote(name)} (the default is the last column)"
 
 
 def _typed_labels(raw_labels: list[str], lines: list[int], name: str, columns: _Columns) -> np.ndarray:
