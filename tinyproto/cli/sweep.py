@@ -37,7 +37,8 @@ from tinyproto.pipeline.sweep_files import RESULTS
 @click.option("--out", type=TextPath(path_type=Path), required=True,
               help="Sweep directory: results.jsonl, sweep.json and the points' model directories (points/).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out: run only the points "
-                                             "without a line in results.jsonl (also points added to the grid).")
+                                             "without a line in results.jsonl (also points added to the grid, and "
+                                             "compiled points whose directory in points/ is gone).")
 @click.option("--label", default=None, help="CSV label column (default: the last column).")
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds to wait for the next point to finish before giving up (the finished ones are kept).")
