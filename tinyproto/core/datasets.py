@@ -23,7 +23,11 @@ CSV (.csv, .txt, .tsv), documented handling:
   of fields;
 * feature cells are ASCII decimal numbers (1, -2.5, .5, 3e-4). Refused with the line and column: empty cells,
   NaN/inf, values beyond float32 (|x| > 3.4e38, the device's arithmetic), thousands/decimal commas, hex,
-  booleans and any other text;
+  booleans and any other text (when --label was not given, the message suggests --label for that column). An
+  empty cell's message lists every line that has one;
+* a feature column named '', 'index', 'Unnamed: 0', 'row', 'row.names' or 'rownames' whose values count the
+  rows in order from 0 or 1 is a data frame's row index (pandas' to_csv by default) and is refused: the device
+  never sees it;
 * labels: whitespace-trimmed text. If every label is a whole number (7, 007, 7.0) they become integer class
   ids, so the ids match the user's; non-whole numbers (1.5: a regression target?), a mix of numbers and text,
   empty or NaN labels are refused.
