@@ -31,6 +31,16 @@ class TextPath(click.Path):
         return super().convert(value, param, ctx)
 
 
+def shown(path: Path) -> str:
+    """A path as a message shows it: relative to the current directory when it is inside it (build/wine-arduino,
+    as the user typed it and as the docs show it), else absolute."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
 def not_blank(ctx, param, value):
     """An option given as '' (an unset shell variable: --port "$PORT") is refused, never read as 'not given'."""
     if value is not None and not str(value).strip():
