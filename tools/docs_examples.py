@@ -9,8 +9,9 @@ A page marks an executed example with a `<!-- run -->` comment right before a ``
 and `.venv/bin/...` mean this virtualenv's), every other line is output that must appear in that command's real
 output, in the same order (whitespace collapsed). A command whose comment says `(excerpt)` shows chosen lines;
 any other shows its whole output (progress bars left out). A command must succeed, unless its comment says
-`(exits N)`: then it must exit with status N (a refusal the page shows, its one-line message compared). Lines of `...` and lines drawn only of table borders
-are skipped; wall-clock seconds (`12.3 s`) are the one figure not compared, because they depend on the machine.
+`(exits N)`: then it must exit with status N (a refusal the page shows, its one-line message compared). Lines
+of `...` and lines drawn only of table borders are skipped; wall-clock seconds (`12.3 s`) are the one figure not
+compared, because they depend on the machine.
 
 All pages' commands run once, in page order, in one scratch directory (the own-CSV tutorial's wine.csv feeds
 the later tutorials); a command shown on two pages runs once. tests/test_docs.py runs the check, one test per
