@@ -601,6 +601,11 @@ def test_data_file_name_not_utf8(work):
     np.savez(work / name, X=X, y=y)
     accepted(["compile", name, "--budget", "1kB", "--out", "o"])
     assert json.loads((work / "o" / "model.json").read_text())["dataset"] == "caf\ufffd"
+    # without --out: no build/caf\ufffd (a name that is not the file's) nor build/caf\xe9 (a name no verb accepts)
+    for verb in (["compile", name, "--budget", "1kB"], ["federate", name, "--parties", "2", "--backend", "local"]):
+        line = refused(verb, "give --out", work)
+        assert "caf\\xe9" in line and "not UTF-8" in line, line
+        assert not (work / "build").exists()
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".csv"])
