@@ -83,6 +83,10 @@ CSV_BAD = {
     "hex": ("f1,f2,y\n1,0x10,a\n3,4,b\n", "not a number.*decimal"),
     "boolean": ("f1,f2,y\n1,true,a\n3,4,b\n", "booleans"),
     "space separator": ("f1,f2,y\n1,1 000,a\n3,4,b\n", "separators"),
+    "underscore separator": ("f1,f2,y\n1,1_000,a\n3,4,b\n", "separators"),
+    "a class name with an underscore": ("cls,f1,f2\nclass_0,1,2\nclass_1,3,4\n",
+                                        r"'class_0', which is not a number; if this column holds the labels, "
+                                        r"pass --label cls"),
     "text": ("f1,f2,y\n1,red,a\n3,4,b\n", "'red', which is not a number; if this column holds the labels, "
                                        "pass --label f2"),
     "labels first": ("activity,f1,f2\nwalk,1,2\nrun,3,4\n", r"column 1 \('activity'\).*--label activity"),
@@ -597,6 +601,11 @@ def test_data_file_name_not_utf8(work):
     np.savez(work / name, X=X, y=y)
     accepted(["compile", name, "--budget", "1kB", "--out", "o"])
     assert json.loads((work / "o" / "model.json").read_text())["dataset"] == "caf\ufffd"
+    # without --out: no build/caf\ufffd (a name that is not the file's) nor build/caf\xe9 (a name no verb accepts)
+    for verb in (["compile", name, "--budget", "1kB"], ["federate", name, "--parties", "2", "--backend", "local"]):
+        line = refused(verb, "give --out", work)
+        assert "caf\\xe9" in line and "not UTF-8" in line, line
+        assert not (work / "build").exists()
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".csv"])

@@ -330,8 +330,8 @@ def _number_hint(text: str) -> str:
         return " (only decimal numbers are accepted)"
     if low in ("true", "false", "yes", "no", "t", "f"):
         return " (write booleans as 1 and 0)"
-    if "_" in text or " " in text or "'" in text:
-        return " (no digit separators)"
+    if re.search(r"[_ ']", text) and _NUMBER.fullmatch(re.sub(r"[_ ']", "", text)):
+        return " (no digit separators)"  # 1_000, 1 000, 1'000; not a name such as class_0
     return ""
 
 

@@ -192,7 +192,7 @@ def compile_model(data: str, options: CompileOptions | None = None,
                              f"{', '.join(families.family(n).title for n in families.learnable_names())} learns on "
                              "the device")
     dataset = load_dataset(data, label=o.label)
-    out_dir = Path(o.out) if o.out is not None else default_out_dir(dataset.name)
+    out_dir = Path(o.out) if o.out is not None else default_out_dir(dataset)
     check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
     sp = split(dataset)
     if o.holdout_classes is not None:

@@ -189,7 +189,7 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         n_train = len(sp.y_train)
         if parties > n_train:
             raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
-        out_dir = Path(out) if out is not None else default_out_dir(f"{dataset.name}-federated")
+        out_dir = Path(out) if out is not None else default_out_dir(dataset, "-federated")
         check_output_dir(out_dir)  # an unusable --out is refused now, not after the parties have trained
 
         rows = split_parties(sp.y_train, parties, split_kind, seed)
