@@ -368,7 +368,8 @@ def test_decimal_commas_parse_the_same_on_both_paths(tmp_path, monkeypatch, seed
 def test_a_decimal_comma_spreadsheet_reads_as_its_decimal_point_twin(tmp_path):
     """German / French Excel: ';' between cells, ',' for the decimal point (and text labels with commas)."""
     rows = [(f"{i * 0.37:.2f}", f"{(i * 7) % 5 - 2.5:.1f}", ["walking, slow", "running"][i % 2]) for i in range(12)]
-    point = _write(tmp_path, "point.csv", "Temp (°C);accel x;activity\n" + "".join(f"{a};{b};{c}\n" for a, b, c in rows))
+    point = _write(tmp_path, "point.csv",
+                   "Temp (°C);accel x;activity\n" + "".join(f"{a};{b};{c}\n" for a, b, c in rows))
     comma = _write(tmp_path, "comma.csv", "Temp (°C);accel x;activity\n"
                    + "".join(f"{a.replace('.', ',')};{b.replace('.', ',')};{c}\n" for a, b, c in rows))
     a, b = _accepted(point), _accepted(comma)
