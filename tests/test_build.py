@@ -325,3 +325,26 @@ def test_a_build_tool_ended_early_takes_everything_it_started_with_it(tmp_path, 
         time.sleep(0.05)
     os.kill(grandchild, signal.SIGKILL)
     pytest.fail("the tool's child outlived the interrupted run")
+
+
+@needs_avr
+def test_a_build_removes_the_scons_database_temporary_file_a_stopped_build_left(tmp_path):
+    """SCons writes its signature database through .sconsign<version>.tmp: a build stopped by a full disk (seen on
+    a 4 MB tmpfs) or a kill left it in .pio/, and no later build removed it. Any later build does, failed or not;
+    the database itself and every other file stay."""
+    from tinyproto.device import build
+
+    if not build.platformio_available():
+        pytest.skip("platformio not installed")
+    project = make_project(tmp_path)
+    build.build_project(project, "uno_sim")  # PlatformIO empties a build directory it has not built in before
+    leftovers = [project / ".pio" / "build" / "uno_sim" / ".sconsign311.tmp", project / ".pio" / ".sconsign39.tmp"]
+    kept = project / ".pio" / "build" / "uno_sim" / "notes.tmp"
+    for path in [*leftovers, kept]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half a database")
+    main = project / "src" / "main.c"
+    main.write_text(main.read_text().replace("uart_init();\n    for", "uart_init();\n    int unused_var;\n    for"))
+    with pytest.raises(TinyprotoError, match="unused_var"):
+        build.build_project(project, "uno_sim")
+    assert not any(path.exists() for path in leftovers) and kept.read_bytes() == b"half a database"

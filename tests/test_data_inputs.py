@@ -64,6 +64,14 @@ CSV_BAD = {
     "ragged short row": ("f1,f2,y\n1,2,a\n3,b\n", "line 3: has 2 fields, the header has 3"),
     "ragged long row": ("f1,f2,y\n1,2,a\n3,4,5,b\n", "line 3: has 4 fields"),
     "empty cell": ("f1,f2,y\n1,,a\n3,4,b\n", r"line 2, column 2 \('f2'\): is empty"),
+    "empty cells, one round": ("f1,f2,y\n1,,a\n3,4,b\n,6,a\n7,8,b\n9,,a\n",
+                               r"line 2, column 2 \('f2'\): is empty \(a missing value\); 3 rows have an empty "
+                               r"cell \(lines 2, 4, 6\): fill them, or delete those rows"),
+    "the only empty cell": ("f1,f2,y\n1,2,a\n3,,b\n5,6,a\n", r"line 3.*is empty.*the only one"),
+    "row index of a data frame": (",f1,y\n" + "".join(f"{i},{i * i % 7},{'ab'[i % 2]}\n" for i in range(12)),
+                                  r"column 1 \(unnamed\) holds the row numbers 0, 1, 2, .*delete that column"),
+    "row index from 1": ("index,f1,y\n" + "".join(f"{i + 1},{i * i % 7},{'ab'[i % 2]}\n" for i in range(12)),
+                         r"column 1 \('index'\) holds the row numbers 1, 2, 3"),
     "blank cell": ("f1,f2,y\n1,  ,a\n3,4,b\n", "is empty"),
     "nan cell": ("f1,f2,y\n1,nan,a\n3,4,b\n", "NaN or infinite"),
     "NaN cell": ("f1,f2,y\n1,NaN,a\n3,4,b\n", "NaN or infinite"),
@@ -75,7 +83,14 @@ CSV_BAD = {
     "hex": ("f1,f2,y\n1,0x10,a\n3,4,b\n", "not a number.*decimal"),
     "boolean": ("f1,f2,y\n1,true,a\n3,4,b\n", "booleans"),
     "space separator": ("f1,f2,y\n1,1 000,a\n3,4,b\n", "separators"),
-    "text": ("f1,f2,y\n1,red,a\n3,4,b\n", "'red', which is not a number"),
+    "underscore separator": ("f1,f2,y\n1,1_000,a\n3,4,b\n", "separators"),
+    "a class name with an underscore": ("cls,f1,f2\nclass_0,1,2\nclass_1,3,4\n",
+                                        r"'class_0', which is not a number; if this column holds the labels, "
+                                        r"pass --label cls"),
+    "text": ("f1,f2,y\n1,red,a\n3,4,b\n", "'red', which is not a number; if this column holds the labels, "
+                                       "pass --label f2"),
+    "labels first": ("activity,f1,f2\nwalk,1,2\nrun,3,4\n", r"column 1 \('activity'\).*--label activity"),
+    "labels first, a spaced name": ("my label,f1,f2\nwalk,1,2\n", "pass --label 'my label'"),
     "unicode digits": ("f1,f2,y\n1,\uff11\uff12,a\n3,4,b\n", "not a number"),
     "empty label": ("f1,f2,y\n1,2,\n3,4,b\n", r"line 2: the label \(column 3 \('y'\)\) is empty"),
     "nan label": ("f1,f2,y\n1,2,nan\n3,4,b\n", "'nan', not a class"),
@@ -151,10 +166,16 @@ def test_undecodable_csv_is_refused(tmp_path, raw, pattern):
 
 @pytest.mark.parametrize(
     "label,pattern",
-    [("nope", "no column named 'nope'"), ("", "--label is empty"), ("  ", "--label is empty")],
+    [("nope", "no column named 'nope' for --label; the columns"), ("", "--label is empty"),
+     ("  ", "--label is empty"), ("Y", r"no column named 'Y' for --label \(did you mean 'y'\?\)")],
 )
 def test_bad_label_option(tmp_path, label, pattern):
     _refused(_write(tmp_path, "d.csv", "f1,f2,y\n" + GOOD_BODY), pattern, label=label)
+
+
+def test_a_mistyped_label_is_named(tmp_path):
+    _refused(_write(tmp_path, "d.csv", "f1,f2,species\n" + GOOD_BODY), r"'specis'.*\(did you mean 'species'\?\)",
+             label="specis")
 
 
 def test_label_naming_a_duplicated_column(tmp_path):
@@ -255,9 +276,23 @@ def test_header_trailing_delimiter_or_unnamed_label_column(tmp_path):
 
 
 def test_constant_and_empty_name_columns_are_fine(tmp_path):
-    path = _write(tmp_path, "d.csv", ",const,y\n" + "".join(f"{i},0.3,{i % 2}\n" for i in range(12)))
+    path = _write(tmp_path, "d.csv", ",const,y\n" + "".join(f"{i * 5 % 12},0.3,{i % 2}\n" for i in range(12)))
     dataset = _accepted(path)
     assert dataset.X.shape == (12, 2)
+
+
+def test_a_named_counter_or_a_shuffled_index_is_a_feature(tmp_path):
+    """Only an unnamed (or 'index') column counting the rows in order is taken for a data frame's row index."""
+    rows = "".join(f"{i},{i * i % 7},{'ab'[i % 2]}\n" for i in range(12))
+    assert _accepted(_write(tmp_path, "a.csv", "step,f1,y\n" + rows)).X.shape == (12, 2)
+    shuffled = "".join(f"{(i * 5) % 12},{i * i % 7},{'ab'[i % 2]}\n" for i in range(12))
+    assert _accepted(_write(tmp_path, "b.csv", ",f1,y\n" + shuffled)).X.shape == (12, 2)
+
+
+def test_text_in_a_feature_column_gives_no_label_hint_when_label_is_named(tmp_path):
+    message = _refused(_write(tmp_path, "d.csv", "f1,colour,y\n1,red,a\n3,4,b\n"), "'red', which is not a number",
+                       label="y")
+    assert "--label" not in message
 
 
 def test_wide_csv(tmp_path):
@@ -566,6 +601,11 @@ def test_data_file_name_not_utf8(work):
     np.savez(work / name, X=X, y=y)
     accepted(["compile", name, "--budget", "1kB", "--out", "o"])
     assert json.loads((work / "o" / "model.json").read_text())["dataset"] == "caf\ufffd"
+    # without --out: no build/caf\ufffd (a name that is not the file's) nor build/caf\xe9 (a name no verb accepts)
+    for verb in (["compile", name, "--budget", "1kB"], ["federate", name, "--parties", "2", "--backend", "local"]):
+        line = refused(verb, "give --out", work)
+        assert "caf\\xe9" in line and "not UTF-8" in line, line
+        assert not (work / "build").exists()
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".csv"])

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "tools"))
 from docs_examples import (  # noqa: E402 (tools/ goes on the path first)
-    EXECUTED_PAGES, PAGE_GROUPS, WINE_PAGE, comparable, console_blocks, example_runner, missing_lines, normalise,
-    page_commands, prerequisites, stale_lines)
+    EXECUTED_PAGES, PAGE_GROUPS, WINE_PAGE, comparable, console_blocks, example_runner, exit_of, missing_lines,
+    normalise, page_commands, prerequisites, stale_lines)
 
 # every page where a console block showing output must be executed
 MUST_RUN = ["README.md", "docs/getting-started.md", "docs/tutorials/*.md"]
@@ -50,6 +50,18 @@ def test_normalise_masks_the_run_dependent_stack_peak_but_not_static_sram():
     assert missing_lines(["b", "a"], "a\nb\n") == ["a"]  # order matters
 
 
+def test_a_refusal_on_a_page_states_its_exit_status(tmp_path):
+    assert exit_of("$ tinyproto run bad.csv     # (exits 1)") == 1
+    assert exit_of("$ tinyproto run wine.csv     # (excerpt)") == 0
+    assert exit_of("$ echo '(exits 1)'") == 0  # only in the comment
+    run = example_runner(tmp_path)
+    assert run("echo refused; exit 1", 1) == "refused\n"
+    with pytest.raises(RuntimeError, match="exited 0, the page says 1"):
+        run("echo fine", 1)
+    with pytest.raises(RuntimeError, match="exited 2, the page says 0"):
+        run("exit 2")
+
+
 def test_readme_is_short_and_starts_with_the_two_commands():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 200
@@ -79,7 +91,7 @@ def test_no_session_history_in_the_docs():
 @pytest.mark.parametrize("page", _pages(MUST_RUN))
 def test_every_example_with_output_is_executed(page):
     for marked, steps in console_blocks(page):
-        shows_output = any(any(comparable(line) for line in out) for _, out in steps)
+        shows_output = any(any(comparable(line) for line in out) for _, out, _ in steps)
         assert marked or not shows_output, f"{page}: a console block shows output but has no <!-- run --> marker"
         if marked:
             assert page in EXECUTED_PAGES, f"{page} has executed examples: add it to EXECUTED_PAGES"

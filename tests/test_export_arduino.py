@@ -98,6 +98,11 @@ def test_export_is_reproducible_and_replaces_only_its_own_output(exported, tmp_p
     again = export_arduino(model_dir, tmp_path / "again")
     assert again.zip_path.read_bytes() == result.zip_path.read_bytes()
     export_arduino(model_dir, tmp_path / "again")  # an unchanged earlier export is replaced
+    build = tmp_path / "again" / ".pio" / "build" / "uno_offline"  # what `pio run` in the export writes
+    build.mkdir(parents=True)
+    (build / "firmware.hex").write_text(":00000001FF\n")
+    export_arduino(model_dir, tmp_path / "again")  # the example's build is the export's own: replaced too
+    assert not (tmp_path / "again" / ".pio").exists()
     (again.library_dir / "src" / "mine.c").write_text("/* the user's */")
     with pytest.raises(TinyprotoError, match="did not write"):
         export_arduino(model_dir, tmp_path / "again")
@@ -166,6 +171,17 @@ def test_cli_export(compiled, tmp_path):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "lib" / "Tumour" / "src" / "Tumour.h").is_file()
     assert (tmp_path / "lib" / "Tumour.zip").is_file()
+
+
+def test_cli_export_names_its_files_as_the_user_typed_them(compiled, tmp_path, monkeypatch):
+    """Paths under the current directory are shown relative (build/wine-arduino/..., as the docs show them), not
+    resolved to absolute ones."""
+    model_dir = compiled("breast_cancer", "2kB")
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("export", str(model_dir), "--arduino", "--out", "lib", "--name", "Tumour")
+    assert result.exit_code == 0, result.output
+    assert "wrote Arduino library Tumour: lib/Tumour\n" in result.output
+    assert "Add .ZIP Library): lib/Tumour.zip\n" in result.output and str(tmp_path) not in result.output
 
 
 # ------------------------------------------------------------------------------------------------ Arduino IDE

@@ -504,3 +504,26 @@ def test_federate_device_parties_build_in_a_private_scratch_removed_after_a_kill
     assert len(scratch) == 1 and (scratch[0] / LOCK).is_file()
     backend.close()
     assert not any(p.name.startswith("tinyproto-federate-") for p in tmp.iterdir())
+
+
+def test_federate_sim_fails_on_device_figures_that_are_no_measurement(tmp_path, monkeypatch):
+    """Devices that learn every count right but report 0 cycles per learning step: learn_cycles_mean was reported
+    as 0.0 and the command succeeded. Now the figure is null and named in report.json, and federate exits 1 saying
+    so (as learn does for one device)."""
+    needs_simulated_uno()
+    from tinyproto.device import client
+    from tinyproto.device.codec import LearnAck
+
+    learn = client.DeviceClient.learn
+    monkeypatch.setattr(client.DeviceClient, "learn",
+                        lambda self, xq, label: LearnAck(learn(self, xq, label).n_samples, 0))
+    out = tmp_path / "fed"
+    result = CliRunner().invoke(federate_command, ["iris", "--parties", "2", "--backend", "sim", "--json", "--out",
+                                                   str(out)])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines()[-1].startswith("error: the devices' figures are not measurements: "
+                                                             "party 0: "), result.stderr
+    assert "0 cycles" in result.stderr
+    parties = load_model_dir(out).report["cluster"]["device_parties"]
+    assert all(p["counts_identical_to_host"] and p["learn_cycles_mean"] is None for p in parties)
+    assert all(len(p["device_figure_problems"]) == 1 for p in parties)

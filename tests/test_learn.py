@@ -373,3 +373,24 @@ def test_device_figures_that_are_no_measurement_fail_learn(learned_bc, monkeypat
     assert summary["counts_identical"] and len(summary["device_figure_problems"]) == 2
     assert summary["learn_cycles_mean"] is None and summary["learn_ms_mean"] is None
     assert summary["sram"]["stack_peak_bytes"] is None and summary["sram"]["margin_bytes"] is None
+
+
+@pytest.mark.parametrize("kind", ["directory", "link", "fifo"])
+def test_an_eeprom_image_that_is_not_a_file_is_refused_before_building(compiled, tmp_path, kind):
+    """learning/eeprom.bin, the simulated board's EEPROM across runs: a directory there was kept and learn went on
+    without EEPROM state; a link would have the simulator write into the file it points at. One line, before the
+    learning firmware's build, and nothing changed."""
+    model = compiled("iris", "1kB", "flynn")
+    image = model / "learning" / "eeprom.bin"
+    image.parent.mkdir()
+    outside = tmp_path / "mine.bin"
+    outside.write_bytes(b"precious")
+    if kind == "directory":
+        image.mkdir()
+    elif kind == "link":
+        image.symlink_to(outside)
+    else:
+        os.mkfifo(image)
+    line = refused(["learn", str(model), "--sim"], f"{image} ", image.parent)
+    assert "move it away" in line
+    assert outside.read_bytes() == b"precious" and not (model / "learning" / "platformio.ini").exists()

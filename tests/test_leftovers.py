@@ -211,17 +211,28 @@ def test_report_refuses_a_directory_at_report_html_and_leaves_nothing(fresh):
     assert (fresh / "report.html" / "mine.txt").read_text() == "precious\n"
 
 
-def test_an_atomic_write_that_fails_leaves_no_temporary(tmp_path):
-    """write_bytes_atomic (report's page and figures, the sweep's results) removes its temporary file when the
-    write or the rename fails (a full disk, a directory in the way); before, report left .report.html.tmp."""
-    from tinyproto.core.safe_io import write_bytes_atomic
+@pytest.mark.parametrize("writer", ["write_bytes_atomic", "write_json"])
+def test_an_atomic_write_that_fails_leaves_no_temporary(tmp_path, writer):
+    """Both of safe_io's writers (write_bytes_atomic: report's page and figures, the sweep's results; write_json:
+    every JSON file) remove their temporary file when the write or the rename fails (a full disk, a directory in
+    the way; before, report left .report.html.tmp), name the file they were writing, and write an ordinary file
+    (0644, not mkstemp's private mode)."""
+    from tinyproto.core import safe_io
+
+    def write(path):
+        if writer == "write_json":
+            safe_io.write_json(path, {"a": 1})
+        else:
+            safe_io.write_bytes_atomic(path, b"<html>")
 
     (tmp_path / "page.html").mkdir()
-    with pytest.raises(OSError):
-        write_bytes_atomic(tmp_path / "page.html", b"<html>")
+    with pytest.raises(OSError) as info:
+        write(tmp_path / "page.html")
+    assert info.value.filename == str(tmp_path / "page.html")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html"]
-    write_bytes_atomic(tmp_path / "other.html", b"<html>")
+    write(tmp_path / "other.html")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.html", "page.html"]
+    assert (tmp_path / "other.html").stat().st_mode & 0o777 == 0o644
 
 
 def test_the_library_measurement_of_a_killed_export_is_removed_by_the_next(compiled, tmp_path, monkeypatch):

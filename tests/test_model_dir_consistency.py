@@ -77,3 +77,32 @@ def test_every_disagreement_is_refused(flynn_iris, tmp_path, edit):
                                                                                    result.exception)
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert "inconsistent" in result.stderr or "damaged" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("change", ["wider", "another class count", "fewer labels"])
+def test_vectors_that_do_not_fit_the_model_are_refused_under_their_own_name(flynn_iris, tmp_path, change):
+    """test_vectors.npz recorded in model.json (its sha256 updated too) yet shaped for another model: the file that
+    is wrong is named, not model.json (which the hashes vouch for)."""
+    import hashlib
+
+    m = tmp_path / "m"
+    shutil.copytree(flynn_iris, m)
+    with np.load(m / "test_vectors.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    if change == "wider":
+        arrays["X_raw"] = np.hstack([arrays["X_raw"], arrays["X_raw"][:, :1]])
+        arrays["xq"] = np.hstack([arrays["xq"], arrays["xq"][:, :1]])
+    elif change == "another class count":
+        arrays["scores"] = np.hstack([arrays["scores"], arrays["scores"][:, :1]])
+    else:
+        arrays["labels"] = arrays["labels"][:-1]
+    np.savez(m / "test_vectors.npz", **arrays)
+    digest = hashlib.sha256((m / "test_vectors.npz").read_bytes()).hexdigest()
+    _edit_json(m / "model.json", lambda d: d.update(vectors_sha256=digest))
+    for verb in (["validate", m, "--sim"], ["report", m], ["build", m]):
+        result = CliRunner().invoke(main, [str(word) for word in verb])
+        assert isinstance(result.exception, SystemExit) and result.exit_code == 1, (verb, result.output)
+        line = result.stderr.strip()
+        assert len(line.splitlines()) == 1 and "test_vectors.npz is damaged" in line, line
+        assert "model.json" in line.split("test_vectors.npz is damaged", 1)[1]  # what it does not fit
+        assert "model.json is damaged" not in line, line

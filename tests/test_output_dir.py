@@ -228,3 +228,29 @@ def test_record_outputs_names_are_declared(tmp_path):
     with pytest.raises(ValueError):
         record_outputs(tmp_path, "something-new")
     assert {"build.json", "validation.jsonl", ".pio", "learned", "results.jsonl"} <= OWNED_NAMES
+
+
+@pytest.mark.parametrize("failure", ["write", "copy", "named"])
+def test_a_failed_write_into_the_output_names_the_output_not_the_scratch(tmp_path, failure):
+    """A full disk while compile writes its directory: a failed write() or close() (numpy's savez, a C header) names
+    no file ("No space left on device" alone), and one that names a file names it in the scratch directory that is
+    gone by the time the line is printed. The error names the output, where the file was going."""
+    import errno
+
+    from tinyproto.cli.main import os_error_line
+    from tinyproto.core.outdir import atomic_directory
+
+    out = tmp_path / "model"
+    with pytest.raises(OSError) as info:
+        with atomic_directory(out) as scratch:
+            if failure == "write":
+                raise OSError(errno.ENOSPC, "No space left on device")
+            if failure == "copy":
+                raise OSError(errno.ENOSPC, "No space left on device", "/src/tp_main.c", None, str(scratch / "src/a.c"))
+            raise OSError(errno.ENOSPC, "No space left on device", str(scratch / "model.json"))
+    line = os_error_line(info.value)
+    expected = {"write": f"No space left on device: {out};",
+                "copy": f"No space left on device: /src/tp_main.c -> {out}/src/a.c;",
+                "named": f"No space left on device: {out}/model.json;"}[failure]
+    assert line.startswith(expected) and "free some space" in line, line
+    assert SCRATCH_PREFIX not in line and not out.exists() and list(tmp_path.iterdir()) == []

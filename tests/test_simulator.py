@@ -267,3 +267,21 @@ def test_the_inline_step_is_libsimavrs_step(simuno, firmware, built_models, tmp_
     assert answers.count(MSG_PREDICT | MSG_RESPONSE) >= 8 and answers.count(MSG_PREDICT_RAW | MSG_RESPONSE) >= 8
     assert runs["inline"] == runs["library"]
 
+
+
+@pytest.mark.parametrize("variable, value", [("TINYPROTO_CACHE", "/dev/null"), ("TINYPROTO_CACHE", "file"),
+                                             ("TINYPROTO_CACHE", "file/cache"), ("XDG_CACHE_HOME", "file")])
+def test_a_cache_that_is_not_a_directory_is_one_line_naming_the_variable(built_models, monkeypatch, tmp_path,
+                                                                          variable, value):
+    """TINYPROTO_CACHE=/dev/null (or a file, or a path below one) said only "File exists: /dev/null"."""
+    from helpers import refused
+
+    model = built_models("iris", "1kB")
+    (tmp_path / "file").write_text("mine\n")
+    value = value if value.startswith("/") else str(tmp_path / value)
+    monkeypatch.delenv("TINYPROTO_CACHE", raising=False)
+    monkeypatch.setenv(variable, value)
+    for verb in (["build", str(model)], ["validate", str(model), "--sim"]):
+        line = refused(verb, f"{variable}={value}", tmp_path, own_files_at_root=True)
+        assert "is not a directory" in line and "point TINYPROTO_CACHE at a directory" in line, line
+    assert (tmp_path / "file").read_text() == "mine\n"

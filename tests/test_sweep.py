@@ -302,3 +302,46 @@ def test_a_killed_runs_scratch_is_removed_by_the_next_run_and_a_live_one_is_kept
         with private_scratch("tinyproto-dask-") as other:  # a concurrent run keeps the first one's directory
             assert live.exists() and other != live
     assert not live.exists() and not other.exists() and (foreign / "notes.txt").read_text() == "a user's file\n"
+
+
+def test_resume_runs_again_a_point_whose_directory_is_gone_and_report_names_lost_results(tmp_path, monkeypatch):
+    """A compiled point whose points/<id> was deleted is run again by --resume (its line was a figure of a model
+    that no longer exists); a sweep whose results.jsonl is gone while points/ holds models is refused by report in
+    one line, not reported as "no point compiled". Run from a directory holding a directory named like the
+    built-in data set: the workers must still load the built-in set, not that directory."""
+    work = tmp_path / "cwd"
+    (work / "iris").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    out = tmp_path / "s"
+    grid = ["--models", "flynn", "--budgets", "8B,0.5kB", "--device", "none", "--workers", "1", "--out", str(out)]
+    assert _cli("sweep", "iris", *grid).exit_code == 0
+    first = read_results(out / "results.jsonl")
+    assert [r["status"] for r in first] == ["failed", "ok"]
+    lost = first[1]["id"]
+    import shutil
+
+    shutil.rmtree(out / "points" / lost)
+    result = _cli("sweep", "iris", *grid, "--resume")
+    assert result.exit_code == 0, result.output
+    assert (out / "points" / lost / "model.json").is_file()
+    again = read_results(out / "results.jsonl")
+    assert _without_timings(again) == _without_timings(first)  # each point once, the same figures
+
+    (out / "results.jsonl").unlink()
+    result = CliRunner().invoke(main, ["report", str(out)])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "results.jsonl is missing" in result.stderr and "1 compiled point" in result.stderr
+    assert "--resume" in result.stderr and not (out / "report.html").exists()
+
+
+@pytest.mark.parametrize("field, value, wording", [("seed", "1.5", "seed is 1.5, not an integer"),
+                                                    ("budget_bytes", '"1kB"', 'budget_bytes is "1kB", not an integer'),
+                                                    ("model", "7", "model is 7, not text")])
+def test_a_results_line_of_the_wrong_type_is_named_in_plain_words(tmp_path, field, value, wording):
+    entry = json.loads(_line("a"))
+    entry[field] = json.loads(value)
+    path = tmp_path / "results.jsonl"
+    path.write_text(f"{json.dumps(entry)}\n{_line('b')}\n")
+    with pytest.raises(TinyprotoError, match=f"results.jsonl:1 is not a result line \\({wording}\\)"):
+        read_results(path)

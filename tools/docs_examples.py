@@ -8,8 +8,10 @@ A page marks an executed example with a `<!-- run -->` comment right before a ``
 `$ command` lines are commands (a trailing `# comment` after two spaces is dropped; `tinyproto`, `pio`, `python`
 and `.venv/bin/...` mean this virtualenv's), every other line is output that must appear in that command's real
 output, in the same order (whitespace collapsed). A command whose comment says `(excerpt)` shows chosen lines;
-any other shows its whole output (progress bars left out). Lines of `...` and lines drawn only of table borders
-are skipped; wall-clock seconds (`12.3 s`) are the one figure not compared, because they depend on the machine.
+any other shows its whole output (progress bars left out). A command must succeed, unless its comment says
+`(exits N)`: then it must exit with status N (a refusal the page shows, its one-line message compared). Lines
+of `...` and lines drawn only of table borders are skipped; wall-clock seconds (`12.3 s`) are the one figure not
+compared, because they depend on the machine.
 
 All pages' commands run once, in page order, in one scratch directory (the own-CSV tutorial's wine.csv feeds
 the later tutorials); a command shown on two pages runs once. tests/test_docs.py runs the check, one test per
@@ -61,14 +63,21 @@ def command_of(line: str) -> str:
     return re.split(r"\s{2,}#", line[2:])[0].strip()
 
 
-def console_blocks(page: str) -> list[tuple[bool, list[tuple[str, list[str]]]]]:
-    """(marked to run, [(command, expected output lines)]) for every ```console block of a page."""
+def exit_of(line: str) -> int:
+    """The exit status a `$ command  # ... (exits N)` line must give: N, else 0."""
+    parts = re.split(r"\s{2,}#", line[2:], maxsplit=1)
+    found = re.search(r"\(exits (\d+)\)", parts[1]) if len(parts) > 1 else None
+    return int(found.group(1)) if found else 0
+
+
+def console_blocks(page: str) -> list[tuple[bool, list[tuple[str, list[str], int]]]]:
+    """(marked to run, [(command, expected output lines, exit status)]) for every ```console block of a page."""
     blocks = []
     for match in _BLOCK.finditer((ROOT / page).read_text()):
-        steps: list[tuple[str, list[str]]] = []
+        steps: list[tuple[str, list[str], int]] = []
         for line in match.group(2).splitlines():
             if line.startswith("$ "):
-                steps.append((command_of(line), []))
+                steps.append((command_of(line), [], exit_of(line)))
             elif steps:
                 steps[-1][1].append(line)
         blocks.append((match.group(1) is not None, steps))
@@ -106,20 +115,22 @@ def _shell_command(command: str) -> str:
     return " ".join(words)
 
 
-def example_runner(work: Path) -> Callable[[str], str]:
-    """run(command) -> its output, each distinct command run once, in `work`, with this virtualenv."""
+def example_runner(work: Path) -> Callable[..., str]:
+    """run(command, exit_status=0) -> its output, each distinct command run once, in `work`, with this virtualenv;
+    a command that exits with another status than the page says raises."""
     env = {**os.environ, "COLUMNS": "80", "TERM": "dumb", "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
     env.pop("FORCE_COLOR", None)
     outputs: dict[str, str] = {}
 
-    def run(command: str) -> str:
+    def run(command: str, exit_status: int = 0) -> str:
         shell = _shell_command(command)  # `tinyproto ...` and `.venv/bin/tinyproto ...` are one command
         if shell not in outputs:
             result = subprocess.run(["bash", "-c", shell], cwd=work, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, timeout=1800, stdin=subprocess.DEVNULL,
                                     check=False)  # one stream: the order a terminal shows
-            if result.returncode != 0:
-                raise RuntimeError(f"`{command}` exited {result.returncode}:\n{result.stdout[-3000:]}")
+            if result.returncode != exit_status:
+                raise RuntimeError(f"`{command}` exited {result.returncode}, the page says {exit_status}:\n"
+                                   f"{result.stdout[-3000:]}")
             # paths inside the scratch directory are shown relative, as a reader's own run prints them
             outputs[shell] = result.stdout.replace(f"{work}/", "")
         return outputs[shell]
@@ -129,7 +140,7 @@ def example_runner(work: Path) -> Callable[[str], str]:
 
 def page_commands(page: str) -> list[str]:
     """The commands of a page's executed examples, in page order."""
-    return [command for marked, steps in console_blocks(page) if marked for command, _ in steps]
+    return [command for marked, steps in console_blocks(page) if marked for command, _, _ in steps]
 
 
 def prerequisites(group: list[str]) -> list[str]:
@@ -141,12 +152,12 @@ def prerequisites(group: list[str]) -> list[str]:
     return page_commands(WINE_PAGE)[:1]
 
 
-def stale_lines(run: Callable[[str], str], pages: list[str] = EXECUTED_PAGES) -> list[str]:
+def stale_lines(run: Callable[..., str], pages: list[str] = EXECUTED_PAGES) -> list[str]:
     stale = []
     for page in pages:
         for marked, steps in console_blocks(page):
-            for command, expected in steps if marked else []:
-                missing = missing_lines(expected, run(command))
+            for command, expected, exit_status in steps if marked else []:
+                missing = missing_lines(expected, run(command, exit_status))
                 if missing:
                     stale.append(f"{page}: $ {command}\n  not in the output: "
                                  + "\n  not in the output: ".join(missing))
@@ -186,7 +197,7 @@ def _whole_output(actual: str) -> list[str]:
     return lines
 
 
-def update_page(page: str, run: Callable[[str], str], unmatched: list[str]) -> bool:
+def update_page(page: str, run: Callable[..., str], unmatched: list[str]) -> bool:
     path = ROOT / page
     text = path.read_text()
 
@@ -200,7 +211,7 @@ def update_page(page: str, run: Callable[[str], str], unmatched: list[str]) -> b
         def flush():
             if command_line is None:
                 return
-            actual = run(command_of(command_line))
+            actual = run(command_of(command_line), exit_of(command_line))
             excerpt = "(excerpt)" in command_line
             out.extend(_updated_excerpt(step_lines, actual, unmatched) if excerpt else _whole_output(actual))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tinyproto.cli.options import MODEL_DIR, TextPath, prefix_option
+from tinyproto.cli.options import MODEL_DIR, TextPath, prefix_option, shown
 from tinyproto.pipeline.arduino import export_arduino, export_arduino_models
 
 
@@ -42,11 +42,11 @@ def export_command(model_dirs: tuple[Path, ...], arduino: bool, out: Path | None
                                    "were compiled with (tinyproto compile --prefix)")
         result = export_arduino_models(list(model_dirs), out)
         for library in result.libraries:
-            click.echo(f"wrote Arduino library {library.name}: {library.library_dir}")
-        click.echo(f"  example sketch with every model: {result.sketch}")
-        click.echo(f"  PlatformIO project of the sketch: {result.out_dir / 'platformio.ini'}")
+            click.echo(f"wrote Arduino library {library.name}: {shown(library.library_dir)}")
+        click.echo(f"  example sketch with every model: {shown(result.sketch)}")
+        click.echo(f"  PlatformIO project of the sketch: {shown(result.out_dir / 'platformio.ini')}")
         return
     result = export_arduino(model_dirs[0], out, name, prefix)
-    click.echo(f"wrote Arduino library {result.name}: {result.library_dir}")
-    click.echo(f"  zip for the Arduino IDE (Add .ZIP Library): {result.zip_path}")
-    click.echo(f"  example sketch: {result.library_dir / 'examples' / result.name / (result.name + '.ino')}")
+    click.echo(f"wrote Arduino library {result.name}: {shown(result.library_dir)}")
+    click.echo(f"  zip for the Arduino IDE (Add .ZIP Library): {shown(result.zip_path)}")
+    click.echo(f"  example sketch: {shown(result.library_dir / 'examples' / result.name / (result.name + '.ino'))}")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from tinyproto.cli.options import not_blank, BUDGET_HELP, TextPath
+from tinyproto.cli.options import label_option, not_blank, BUDGET_HELP, TextPath
 from tinyproto.core.errors import TinyprotoError
 
 
@@ -48,7 +48,7 @@ from tinyproto.core.errors import TinyprotoError
 @click.option("--board", default="uno", show_default=True, help="Target board (boards/<name>.json).")
 @click.option("--out", type=TextPath(path_type=Path), default=None,
               help="Model directory to write (default: build/<data name>-federated). Replaced only on success.")
-@click.option("--label", default=None, help="CSV label column (default: the last column).")
+@label_option
 @click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the summary tables.")
 def federate_command(data: str, parties: int, split_spec: str, dp_epsilon: float | None, dp_T: int | None,
                      backend: str, ports: str | None, scheduler: str | None, workers: int | None, processes: bool,
@@ -111,10 +111,26 @@ def _run(data, parties, split_spec, dp_epsilon, dp_T, backend, ports, scheduler,
         result = federate_model(data, options, out, say)
     if as_json:
         click.echo(json.dumps(result.report, indent=2))
-        return
-    out_console = Console()
-    print_compile_report(out_console, result.report, result.out_dir)
-    print_federation_report(out_console, result.report)
+    else:
+        out_console = Console()
+        print_compile_report(out_console, result.report, result.out_dir)
+        print_federation_report(out_console, result.report)
+    check_device_parties(result.report, result.out_dir / "report.json")
+
+
+def check_device_parties(report: dict, where) -> None:
+    """What the parties' devices did, checked like `learn` checks one device: counts other than the host
+    reference's, or a figure that is no measurement (0 cycles per learning step), make the command fail after the
+    model directory and its report are written (the figure is null there, and named)."""
+    parties = (report.get("cluster") or {}).get("device_parties") or []
+    differing = [str(p["party"]) for p in parties if not p.get("counts_identical_to_host", True)]
+    if differing:
+        raise TinyprotoError(f"the devices of parties {', '.join(differing)} did not learn the counts the host "
+                             f"computes (details in {where})")
+    problems = [f"party {p['party']}: {problem}" for p in parties for problem in p.get("device_figure_problems", [])]
+    if problems:
+        raise TinyprotoError(f"the devices' figures are not measurements: {'; '.join(problems[:3])} (details in "
+                             f"{where})")
 
 
 def print_federation_report(console, report: dict) -> None:

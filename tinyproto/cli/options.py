@@ -31,6 +31,16 @@ class TextPath(click.Path):
         return super().convert(value, param, ctx)
 
 
+def shown(path: Path) -> str:
+    """A path as a message shows it: relative to the current directory when it is inside it (build/wine-arduino,
+    as the user typed it and as the docs show it), else absolute."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
 def not_blank(ctx, param, value):
     """An option given as '' (an unset shell variable: --port "$PORT") is refused, never read as 'not given'."""
     if value is not None and not str(value).strip():
@@ -55,7 +65,10 @@ baud_option = click.option(
     "--baud", default=None, type=click.IntRange(min=1),
     help="Serial line speed of the firmware (default: the board's fastest exact rate, `tinyproto boards`); give "
          "the board's fallback (e.g. 115200) when its USB bridge or cable does not carry the fast one.")
-label_option = click.option("--label", default=None, help="CSV label column (default: the last column).")
+label_option = click.option(
+    "--label", default=None, metavar="NAME",
+    help="The CSV column that holds the classes, by its header name (default: the last column); quote a name "
+         "with spaces: --label 'heart rate'.")
 max_latency_option = click.option(
     "--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",
     help="Only models whose predicted time per inference on --board (the cost model) is within MS ms.")

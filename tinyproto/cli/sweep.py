@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import not_blank, TextPath, unknown_rate_option
+from tinyproto.cli.options import label_option, not_blank, shown, TextPath, unknown_rate_option
 from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepOptions, SweepProgress, sweep
 from tinyproto.pipeline.sweep_points import DEVICES, check_arguments
 from tinyproto.pipeline.htmlreport import FIGURES, write_report
@@ -36,8 +37,9 @@ from tinyproto.pipeline.sweep_files import RESULTS
 @click.option("--out", type=TextPath(path_type=Path), required=True,
               help="Sweep directory: results.jsonl, sweep.json and the points' model directories (points/).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out: run only the points "
-                                             "without a line in results.jsonl (also points added to the grid).")
-@click.option("--label", default=None, help="CSV label column (default: the last column).")
+                                             "without a line in results.jsonl (also points added to the grid, and "
+                                             "compiled points whose directory in points/ is gone).")
+@label_option
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds to wait for the next point to finish before giving up (the finished ones are kept).")
 @click.option("--max-latency", "max_latency", type=float, default=None, metavar="MS",
@@ -99,7 +101,8 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
     for record in failed[:5]:
         console.print(f"[red]failed[/red] {record['id']} ({record.get('stage')}): {record.get('error')}")
     print_summary(Console(), load_sweep(result.out_dir), max_bytes_n, max_ms)
-    click.echo(f"wrote {result.out_dir / RESULTS}; `tinyproto report {result.out_dir}` draws the figures")
+    click.echo(f"wrote {shown(result.out_dir / RESULTS)}; `tinyproto report {shlex.quote(shown(result.out_dir))}` "
+               "draws the figures")
     # A refused budget is an answer; a device that disagrees with the host, or a sweep with no answer, is not.
     disagreeing = [r["id"] for r in failed if r.get("stage") == "validate"]
     if disagreeing:

@@ -5,8 +5,10 @@ the line and column of any problem (rules: tinyproto.core.datasets' docstring). 
 from __future__ import annotations
 
 import csv
+import difflib
 import itertools
 import re
+import shlex
 import warnings
 
 import numpy as np
@@ -46,9 +48,10 @@ def _choose_delimiter(first_line: str) -> str:
 class _Columns:
     """Header names and the label column, with names for messages."""
 
-    def __init__(self, names: list[str], label_col: int):
+    def __init__(self, names: list[str], label_col: int, label_given: bool = True):
         self.names = names
         self.label_col = label_col
+        self.label_given = label_given  # False: the default (the last column); a text column hints --label
         self.features = [j for j in range(len(names)) if j != label_col]
 
     def describe(self, j: int) -> str:
@@ -90,6 +93,7 @@ def load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.n
             X, labels, label_lines = _csv_body(records, reader, columns, name)
     except csv.Error as exc:
         raise TinyprotoError(f"{name}, line {reader.line_num}: cannot be parsed as CSV ({_reason(exc)})") from None
+    _refuse_row_index(X, name, columns)
     y = _typed_labels(labels, label_lines, name, columns)
     label_name = columns.names[columns.label_col]
     if all(_NUMBER.fullmatch(columns.names[j]) for j in columns.features) and label_name in {_clean(v) for v in labels}:
@@ -98,6 +102,27 @@ def load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.n
             "not a header; add a header line naming the columns (e.g. f1,f2,...,label)"
         )
     return X, y, columns.feature_names()
+
+
+# the header pandas' to_csv (index=True, its default), R's write.csv and spreadsheets give a column of row numbers
+_INDEX_NAMES = {"", "index", "unnamed: 0", "row", "row.names", "rownames"}
+
+
+def _refuse_row_index(X: np.ndarray, name: str, columns: _Columns) -> None:
+    """An unnamed (or "index") feature column that counts the rows 0, 1, 2, ... or 1, 2, 3, ... is the row index
+    a data frame library wrote, not a measurement: the device will never see it, and on a file sorted by class it
+    predicts the class, so the model would be scored on it and then be useless on the board."""
+    n = X.shape[0]
+    if n < 3:
+        return
+    for k, j in enumerate(columns.features):
+        if columns.names[j].casefold() in _INDEX_NAMES and X[0, k] in (0.0, 1.0) and \
+                np.array_equal(X[:, k], X[0, k] + np.arange(n, dtype=np.float64)):
+            raise TinyprotoError(
+                f"{name}: {columns.describe(j)} holds the row numbers {int(X[0, k])}, {int(X[0, k]) + 1}, "
+                f"{int(X[0, k]) + 2}, ... (the row index a data frame writes, e.g. pandas' to_csv without "
+                "index=False), not a measurement the device will see; delete that column"
+            )
 
 
 _LINE = re.compile(r"[^\r\n]*")
@@ -135,7 +160,8 @@ def _header(header: list[str], line: int, name: str, label: str | None) -> _Colu
             raise TinyprotoError("--label is empty: name the label column")
         if wanted not in seen:
             shown = ", ".join(repr(h) for h in names[:12]) + (", ..." if len(names) > 12 else "")
-            raise TinyprotoError(f"{name}: no column named {label!r} for --label; the columns are {shown}")
+            raise TinyprotoError(f"{name}: no column named {label!r} for --label{_did_you_mean(wanted, names)}; "
+                                 f"the columns are {shown}")
         label_col = seen[wanted]
     else:
         label_col = len(names) - 1
@@ -149,7 +175,14 @@ def _header(header: list[str], line: int, name: str, label: str | None) -> _Colu
             f"{name}, line {line}: only one column ({names[0]!r}); needs feature columns and a label column "
             "(separated by ',', ';' or tabs)"
         )
-    return _Columns(names, label_col)
+    return _Columns(names, label_col, label_given=label is not None)
+
+
+def _did_you_mean(wanted: str, names: list[str]) -> str:
+    """' (did you mean 'Activity'?)' for a --label that differs from a column name in case or by a typo."""
+    same_case = [h for h in names if h and h.casefold() == wanted.casefold()]
+    close = same_case or difflib.get_close_matches(wanted, [h for h in names if h], n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _fast_csv_body(text: str, header_line: int, columns: _Columns, delimiter: str):
@@ -232,7 +265,8 @@ def _csv_body(records: list, reader, columns: _Columns, name: str):
     n_rows = 0
     labels: list[str] = []
     label_lines: list[int] = []
-    for record, line in itertools.chain(records, ((r, reader.line_num) for r in reader)):
+    rows_in = itertools.chain(records, ((r, reader.line_num) for r in reader))
+    for record, line in rows_in:
         if _blank(record):
             continue
         if len(record) != n and not (len(record) == n + 1 and not record[-1].strip(" \t")):
@@ -241,7 +275,10 @@ def _csv_body(records: list, reader, columns: _Columns, name: str):
         n_rows += 1
         if n_rows * len(features) > MAX_VALUES:
             raise TinyprotoError(f"{name}: more than {MAX_VALUES:,} feature values; tinyproto's limit")
-        rows.append([_number(record[j], name, line, columns, j) for j in features])
+        try:
+            rows.append([_number(record[j], name, line, columns, j) for j in features])
+        except _EmptyCell as exc:
+            raise TinyprotoError(f"{exc}{_empty_rows(line, rows_in, columns)}") from None
         if len(rows) == 4096:
             blocks.append(np.array(rows, dtype=np.float64))
             rows = []
@@ -261,12 +298,28 @@ def _number(cell: str, name: str, line: int, columns: _Columns, j: int) -> float
             return value
         problem = f"{_short(text)} is beyond float32's range (|x| > 3.4e38), which the device computes in"
     elif not text:
-        problem = "is empty (a missing value); fill or drop the row"
+        raise _EmptyCell(f"{name}, line {line}, {columns.describe(j)}: is empty (a missing value)")
     elif _NONFINITE.fullmatch(text):
         problem = f"holds {text!r}: NaN or infinite values are not accepted; clean or impute them first"
     else:
-        problem = f"holds {_short(text)}, which is not a number{_number_hint(text)}"
+        problem = f"holds {_short(text)}, which is not a number{_number_hint(text) or _label_hint(columns, j)}"
     raise TinyprotoError(f"{name}, line {line}, {columns.describe(j)}: {problem}")
+
+
+class _EmptyCell(TinyprotoError):
+    """The first empty feature cell; `_csv_body` adds every other row that has one before the user sees it."""
+
+
+def _empty_rows(first_line: int, rest, columns: _Columns) -> str:
+    """The end of the empty-cell message: every line with an empty feature cell (the first at `first_line`, then
+    the rest of the file), so that one round of cleaning fixes them all, and what to do."""
+    n = len(columns.names)
+    lines = [first_line] + [line for record, line in rest if len(record) >= n and not _blank(record)
+                            and any(not _clean(record[j]) for j in columns.features)]
+    if len(lines) == 1:
+        return "; it is the only one: fill it, or delete the row"
+    shown = ", ".join(str(line) for line in lines[:10]) + (", ..." if len(lines) > 10 else "")
+    return f"; {len(lines)} rows have an empty cell (lines {shown}): fill them, or delete those rows"
 
 
 def _number_hint(text: str) -> str:
@@ -277,9 +330,19 @@ def _number_hint(text: str) -> str:
         return " (only decimal numbers are accepted)"
     if low in ("true", "false", "yes", "no", "t", "f"):
         return " (write booleans as 1 and 0)"
-    if "_" in text or " " in text or "'" in text:
-        return " (no digit separators)"
+    if re.search(r"[_ ']", text) and _NUMBER.fullmatch(re.sub(r"[_ ']", "", text)):
+        return " (no digit separators)"  # 1_000, 1 000, 1'000; not a name such as class_0
     return ""
+
+
+def _label_hint(columns: _Columns, j: int) -> str:
+    """A text cell in a feature column while the label column is the default: the labels may be this column."""
+    if columns.label_given:
+        return ""
+    name = columns.names[j]
+    if not name or not name.isprintable():
+        return "; if this column holds the labels, give it a header name and pass it as --label"
+    return f"; if this column holds the labels, pass --label {shlex.quote(name)} (the default is the last column)"
 
 
 def _typed_labels(raw_labels: list[str], lines: list[int], name: str, columns: _Columns) -> np.ndarray:

@@ -23,7 +23,11 @@ CSV (.csv, .txt, .tsv), documented handling:
   of fields;
 * feature cells are ASCII decimal numbers (1, -2.5, .5, 3e-4). Refused with the line and column: empty cells,
   NaN/inf, values beyond float32 (|x| > 3.4e38, the device's arithmetic), thousands/decimal commas, hex,
-  booleans and any other text;
+  booleans and any other text (when --label was not given, the message suggests --label for that column). An
+  empty cell's message lists every line that has one;
+* a feature column named '', 'index', 'Unnamed: 0', 'row', 'row.names' or 'rownames' whose values count the
+  rows in order from 0 or 1 is a data frame's row index (pandas' to_csv by default) and is refused: the device
+  never sees it;
 * labels: whitespace-trimmed text. If every label is a whole number (7, 007, 7.0) they become integer class
   ids, so the ids match the user's; non-whole numbers (1.5: a regression target?), a mix of numbers and text,
   empty or NaN labels are refused.
@@ -69,6 +73,9 @@ class Dataset:
     X: np.ndarray  # float64 (n, d), finite, within float32
     y: np.ndarray  # original labels (n,): int64 or str
     columns: tuple[str, ...] | None = None  # feature names for messages ("column 2 ('width')"), CSV only
+    # the file's own name without its suffix, as the system gave it (a name that is not UTF-8 keeps its bytes as
+    # surrogate escapes, where `name` shows U+FFFD): the default output directory is named after it
+    file_stem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,8 @@ def load_dataset(spec: str, label: str | None = None) -> Dataset:
     else:
         X, y, columns = load_csv(read_regular_file(path), spec, label)  # the bytes' only reference: freed once decoded
     X, y = validate_xy(X, y, source=spec, columns=columns)
-    return Dataset(_display_name(path.stem or path.name), X, y, tuple(columns) if columns is not None else None)
+    return Dataset(_display_name(path.stem or path.name), X, y, tuple(columns) if columns is not None else None,
+                   path.stem or path.name)
 
 
 def _display_name(name: str) -> str:
@@ -113,11 +121,19 @@ def _display_name(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def default_out_dir(name: str) -> Path:
-    """build/NAME, the default model directory of a data set: its name as UTF-8 bytes on disk whatever the locale.
-    Under a locale that is not UTF-8 (LC_ALL=C) the file system encoding is ASCII, so a non-ASCII name ("café",
-    or the U+FFFD of a name that was not UTF-8) could not be encoded and every verb failed on the path."""
-    return Path("build") / os.fsdecode(name.encode("utf-8", "surrogateescape"))
+def default_out_dir(dataset: Dataset, suffix: str = "") -> Path:
+    """build/NAME (NAME the data file's name without its suffix, or the built-in set's, then `suffix`), the default
+    model directory: its name as UTF-8 bytes on disk whatever the locale. Under a locale that is not UTF-8 (LC_ALL=C)
+    the file system encoding is ASCII, so a non-ASCII name ("café") could not be encoded and every verb failed on the
+    path. A file name that is not UTF-8 is refused: its bytes would make a directory no verb accepts, and U+FFFD in
+    their place a name that is not the file's."""
+    raw = (dataset.file_stem or dataset.name).encode("utf-8", "surrogateescape")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TinyprotoError(f"the data file's name '{raw.decode('utf-8', 'backslashreplace')}' is not UTF-8, so no "
+                             "directory build/<name> is made from it; give --out DIR") from None
+    return Path("build") / os.fsdecode(raw + suffix.encode("utf-8"))
 
 
 def split(dataset: Dataset, seed: int = 0) -> Split:

@@ -89,7 +89,9 @@ class TestVectors:
         for key in self.KEYS:
             array = getattr(self, key)
             if array.shape != expected[key] or array.dtype.kind not in "iuf" or n < 1:
-                raise TinyprotoError(f"{path} does not fit the model: array {key} has shape {array.shape}")
+                raise TinyprotoError(f"{path} is damaged: it does not fit the model of model.json ({n_features} "
+                                     f"features, {n_classes} classes): its array {key} has shape {array.shape} "
+                                     f"{array.dtype}; run `tinyproto compile` again")
 
 
 @dataclass(frozen=True)

@@ -338,13 +338,27 @@ def atomic_directory(out: Path, verb: str = "compile") -> Iterator[Path]:
         yield scratch
         write_manifest(scratch)
         _swap_in(scratch, out, verb)
-    except BaseException:
+    except BaseException as exc:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+            if isinstance(exc, OSError):
+                _name_in_output(exc, scratch, out)
         raise
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _name_in_output(exc: OSError, scratch: Path, out: Path) -> None:
+    """A write into the scratch directory that failed (a full disk) names the file of the output it was for: the
+    scratch is gone once the error is printed, and a failed write() or close() names no file at all."""
+    if not exc.filename:
+        exc.filename = str(out)
+        return
+    for attribute in ("filename", "filename2"):
+        name = getattr(exc, attribute)
+        if isinstance(name, str) and (name == str(scratch) or name.startswith(f"{scratch}{os.sep}")):
+            setattr(exc, attribute, str(out) + name[len(str(scratch)):])
 
 
 def _new_scratch(parent: Path, verb: str, prefix: str = SCRATCH_PREFIX) -> tuple[Path, int]:

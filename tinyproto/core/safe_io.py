@@ -57,45 +57,45 @@ def read_json(path: Path, what: str, strict: bool = False) -> dict:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write JSON via a temporary file and a rename: a reader never sees half a file."""
+    """Write JSON via a temporary file (.<name>.XXXXXXXX.tmp, a name of its own) and a rename: a reader never sees
+    half a file."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        _name_the_file(exc, path)
-        raise
+    _write_and_replace(fd, Path(tmp), path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8"))
 
 
 def write_bytes_atomic(path: Path, content: bytes) -> None:
     """Write `content` to `path` through the temporary file .<name>.tmp beside it and a rename (a reader sees the
-    old or the new file); the temporary file never outlives a failure (a full disk, a directory at `path`). The
-    caller holds the directory's lock, so the fixed temporary name is its own; O_NOFOLLOW refuses a link there."""
+    old or the new file). The caller holds the directory's lock, so the fixed temporary name is its own (a name
+    record_outputs can own); O_NOFOLLOW refuses a link there."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    _write_and_replace(fd, tmp, path, content)
+
+
+def _write_and_replace(fd: int, tmp: Path, path: Path, content: bytes) -> None:
+    """The one way tinyproto replaces a file: write `content` to the open temporary file `tmp`, fsync, make it an
+    ordinary file (mkstemp's are private) and rename it over `path`. The temporary file never outlives a failure (a
+    full disk, a directory at `path`, Ctrl-C), and a failed write names `path`."""
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(content)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
-        _name_the_file(exc, path)
+        _name_the_file(exc, path, tmp)
         raise
 
 
-def _name_the_file(exc: BaseException, path: Path) -> None:
-    """A failed write() (a full disk) raises OSError without a file name: give it the file being written."""
-    if isinstance(exc, OSError) and not exc.filename:
-        exc.filename = str(path)
+def _name_the_file(exc: BaseException, path: Path, tmp: Path) -> None:
+    """A failed write() (a full disk) raises OSError without a file name, a failed rename names the temporary file
+    that is gone once the error is printed: give it the file being written."""
+    if isinstance(exc, OSError) and (not exc.filename or exc.filename == str(tmp)):
+        exc.filename, exc.filename2 = str(path), None
 
 
 def _open_regular(path: Path, what: str):

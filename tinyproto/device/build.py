@@ -126,10 +126,24 @@ def _build_with_platformio(project_dir: Path, env: str, progress: Progress | Non
         result = _run(command, env=pio_environment(core), timeout=PIO_RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise TinyprotoError(f"pio run -e {env} did not finish within {PIO_RUN_TIMEOUT_S} s") from exc
+    finally:
+        remove_scons_leftovers(project_dir / ".pio")
     log = result.stdout + result.stderr
     if result.returncode != 0:
         raise TinyprotoError(f"{build_failure(f'pio run -e {env}', log, project_dir / '.pio')}{_offline_hint(log)}")
     return project_dir / ".pio" / "build" / env / "firmware.elf", log
+
+
+def remove_scons_leftovers(pio_dir: Path) -> None:
+    """Remove the temporary file SCons writes its signature database through (.sconsign<version>.tmp, renamed to
+    .sconsign<version>.dblite): a build that a full disk, a timeout or a kill stopped mid-write leaves it in .pio/,
+    which only tinyproto's builds write. Regular files of that name only."""
+    for leftover in [*pio_dir.glob(".sconsign*.tmp"), *pio_dir.glob("build/*/.sconsign*.tmp")]:
+        try:
+            if leftover.is_file() and not leftover.is_symlink():
+                leftover.unlink()
+        except OSError:
+            pass
 
 
 def _offline_hint(log: str) -> str:

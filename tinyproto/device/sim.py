@@ -61,14 +61,39 @@ _EXIT_REASONS = {
 }
 
 
+def check_eeprom_image(path: Path) -> None:
+    """The simulated board's EEPROM image is read at start and written at exit: missing (a blank EEPROM), or a
+    regular file. A directory there was kept and the EEPROM silently not used; a link would have the simulator
+    write through it into a file tinyproto did not write."""
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        kind = "a symbolic link" if path.is_symlink() else "a directory" if path.is_dir() else "not a regular file"
+        raise TinyprotoError(f"{path} (the simulated board's EEPROM image) is {kind}; move it away (a missing image "
+                             "is a blank EEPROM)")
+
+
 def tinyproto_cache_dir() -> Path:
-    """Root of tinyproto's per-user cache (simulator binaries, the offline PlatformIO home)."""
+    """Root of tinyproto's per-user cache (simulator binaries, the offline PlatformIO home): a directory, or a path
+    where one can be made (one clear line otherwise, naming the variable that chose it)."""
     explicit = os.environ.get("TINYPROTO_CACHE")
     if explicit:
-        return Path(explicit).expanduser()
+        return _usable_cache(Path(explicit).expanduser(), f"TINYPROTO_CACHE={explicit}")
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "tinyproto"
+    return _usable_cache(base / "tinyproto", f"XDG_CACHE_HOME={xdg}" if xdg else "the cache directory")
+
+
+def _usable_cache(path: Path, chosen_by: str) -> Path:
+    """`path` unless it, or the nearest of its parents that exists, is not a directory (a file, /dev/null): then
+    every later mkdir would fail with 'File exists' or 'Not a directory' naming only a path."""
+    for where in (path, *path.parents):
+        if os.path.lexists(where) or where.is_symlink():
+            if not where.is_dir():
+                what = "" if where == path else f" ({where} is not a directory)"
+                raise TinyprotoError(f"{chosen_by}: {path} is not a directory{what}; tinyproto keeps its simulator "
+                                     "and PlatformIO home there: point TINYPROTO_CACHE at a directory")
+            break
+    return path
 
 
 def simulator_source() -> Path:
@@ -254,6 +279,8 @@ class SimulatedUno:
     def __enter__(self) -> SimulatedUno:
         if not self.elf_path.is_file():
             raise TinyprotoError(f"firmware {self.elf_path} does not exist; build it first (tinyproto build)")
+        if self.eeprom is not None:
+            check_eeprom_image(self.eeprom)
         binary = ensure_simulator()
         self._stderr_file = tempfile.TemporaryFile(prefix="tinyproto-sim-")
         # --parent-pipe: simuno exits when our end of its stdin closes, even if this process is SIGKILLed.

@@ -21,7 +21,9 @@ from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
 from tinyproto.core.modeldir import ModelDir
 from tinyproto.core.render import model_hash
-from tinyproto.families.solving import FitShape, FitUnderBudget, SolveOptions, default_jobs  # noqa: F401  (re-exported)
+from tinyproto.families.solving import (  # noqa: F401  (re-exported)
+    FitShape, FitUnderBudget, SolveOptions, buffer_room, default_jobs,
+)
 
 # The registry: family name -> the package that declares it. The order is the order users see (--help, tables).
 _PACKAGES = {
@@ -364,9 +366,9 @@ def load_int_model(model_dir: ModelDir) -> IntModel:
 def model_dir_disagreement(model_dir: ModelDir, model: IntModel) -> str | None:
     """The first field of a model directory that disagrees with the integer model (which its hashes vouch for),
     or None. Each file is written from the one model, so any disagreement means an edit or a mix of directories:
-    model.json's family and budget, report.json's family, sizes, hash, bytes, budget and board, and the shapes of
-    test_vectors.npz. A directory that disagrees with itself would be validated, reported or exported under the
-    wrong name or figures."""
+    model.json's family and budget, report.json's family, sizes, hash, bytes, budget and board (test_vectors.npz
+    whose arrays do not fit the model is refused here, naming that file). A directory that disagrees with itself
+    would be validated, reported or exported under the wrong name or figures."""
     meta, report = model_dir.meta, model_dir.report
     model_bytes = sum(a.nbytes for a in model.carrays())
     checks = [
@@ -387,11 +389,8 @@ def model_dir_disagreement(model_dir: ModelDir, model: IntModel) -> str | None:
         return f"the int_model is {model_bytes} B, over model.json's budget of {budget} B"
     vectors_path = model_dir.path / "test_vectors.npz"
     if vectors_path.is_file():
-        vectors = model_dir.vectors()  # a damaged file is refused under its own name, not as model.json's
-        try:
-            vectors.check_shapes(model.n_features, model.n_classes, vectors_path)
-        except TinyprotoError as exc:
-            return str(exc)
+        # a damaged file, or one whose arrays do not fit the model, is refused under its own name, not model.json's
+        model_dir.vectors().check_shapes(model.n_features, model.n_classes, vectors_path)
     return None
 
 

@@ -359,7 +359,7 @@ class Communication:
 
 def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_features: int, stages: dict,
                   *, count_limit: CountLimit | None = None, max_inference_ms: float | str | None = DEFAULT_CAP,
-                  progress: Callable[[str], None] | None = None,
+                  sram_room: int | None = None, progress: Callable[[str], None] | None = None,
                   communication: Communication | None = None):
     """The solver's candidate set ranked by federated K-fold accuracy; returns (the winning Candidate, info).
 
@@ -393,7 +393,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
         n_in = 2 * d if sign_split else d
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):
             plan = _solver.exact_plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in,
-                                      count_limit, seed_M, exact_cache, stage_bytes(stages[scaling].kind, d))
+                                      count_limit, seed_M, exact_cache, stage_bytes(stages[scaling].kind, d),
+                                      sram_room)
             if not plan:
                 continue
             by_shape: dict[tuple[int, int], list[Candidate]] = {}

@@ -274,7 +274,17 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
                                              "prefix": prefix or model_dir.prefix,
                                              # relative, so the export and its model move together
                                              "model_dir": os.path.relpath(source, out.resolve())})
+    _own_the_build_dir(out)
     return ArduinoExport(out, out / name, out / f"{name}.zip", name)
+
+
+def _own_the_build_dir(out: Path) -> None:
+    """`pio run` in the export (as its platformio.ini and the tutorial say) writes .pio/, the build of tinyproto's
+    own project: recorded as the export's, so exporting again after building the example replaces it rather than
+    refusing. Anything else the user adds to the directory still stops the replacement."""
+    from tinyproto.core.manifest import record_outputs
+
+    record_outputs(out, ".pio")
 
 
 SKETCH_NAME = "Models"  # the example sketch of an export of several models: OUT/Models/Models.ino
@@ -352,6 +362,7 @@ def export_arduino_models(model_paths: list[Path], out: Path | None = None) -> S
             render_arduino_platformio_ini(board, [lib.name for lib in libraries], SKETCH_NAME), encoding="utf-8")
         write_json(scratch / EXPORT_RECORD, {"format": EXPORT_FORMAT, "tinyproto_version": __version__,
                                              "sketch": SKETCH_NAME, "models": records})
+    _own_the_build_dir(out)
     return SketchExport(out, tuple(libraries), out / SKETCH_NAME / f"{SKETCH_NAME}.ino")
 
 

@@ -21,7 +21,7 @@ from tinyproto.core.datasets import Dataset, Split, default_out_dir, load_datase
 from tinyproto.core.confidence import UNKNOWN_LABEL
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.labels import encode
-from tinyproto.families import SolveOptions, default_jobs
+from tinyproto.families import SolveOptions, buffer_room, default_jobs
 from tinyproto.core.folds import Folds
 from tinyproto.core.ledger import Ledger
 from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, int_model_digest
@@ -117,15 +117,13 @@ def check_fits_board(model, board: Board) -> None:
 def refuse_too_wide(family_name: str, n_features: int, n_classes: int, board: Board) -> None:
     """A family that does not stream keeps the whole int8 input in SRAM: on more features than the board holds
     (beside the serial frame, the app and the reserve), no model of it fits, so it is refused before training."""
-    from tinyproto.core.wire import app_sram
-
     fam = families.family(family_name)
     if fam.streamable:
         return
-    app = app_sram(n_features, n_classes, streamable=False, rx_ring=0)  # the ring only takes what is left free
-    need = app.total + board.sram_reserved_bytes
-    if need > board.sram_bytes:
-        fit = max(0, n_features - (need - board.sram_bytes))
+    room = buffer_room(board, n_features, n_classes, streamable=False)  # the ring only takes what is left free
+    need = board.sram_bytes - room
+    if room < 0:
+        fit = max(0, n_features + room)
         streaming = ", ".join(name for name in families.names() if families.family(name).streamable)
         raise TinyprotoError(f"{fam.title} keeps the whole int8 input in SRAM: {n_features} features need at least "
                              f"{need} B, more than the {board.sram_bytes} B of {board.title}; at most {fit} features "
@@ -194,7 +192,7 @@ def compile_model(data: str, options: CompileOptions | None = None,
                              f"{', '.join(families.family(n).title for n in families.learnable_names())} learns on "
                              "the device")
     dataset = load_dataset(data, label=o.label)
-    out_dir = Path(o.out) if o.out is not None else default_out_dir(dataset.name)
+    out_dir = Path(o.out) if o.out is not None else default_out_dir(dataset)
     check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
     sp = split(dataset)
     if o.holdout_classes is not None:
@@ -207,7 +205,7 @@ def compile_model(data: str, options: CompileOptions | None = None,
     solve = SolveOptions(budget_bytes, o.seed, o.max_latency_ms, board.f_cpu_hz,
                          n_jobs=default_jobs() if o.jobs is None else o.jobs, progress=progress,
                          folds=Folds.standard(sp.X_train, sp.y_train, o.seed),
-                         learn_on=board if o.learnable else None)
+                         learn_on=board if o.learnable else None, board=board)
     if o.family == families.AUTO:
         clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, solve,
                                                     fits_board=lambda m: check_fits_board(m, board))

@@ -78,6 +78,8 @@ def load_sweep(path: Path) -> ReportInput:
     config = read_config(path / CONFIG)
     if os.path.lexists(path / RESULTS):
         check_regular_file(path / RESULTS, "the sweep's results")  # a FIFO would block, /dev/zero never end
+    else:
+        _check_no_lost_results(path)
     records = read_results(path / RESULTS)
     rows, failed = [], []
     for record in records:  # each one typed by read_results: a drawn line has every figure, as a number
@@ -91,6 +93,22 @@ def load_sweep(path: Path) -> ReportInput:
                 rows.append(_row(record))
     judged = [j for j in (_sweep_point_judged(path, r) for r in records if r["status"] == "ok") if j is not None]
     return ReportInput("sweep", path, rows, failed, config, judged=judged)
+
+
+def _check_no_lost_results(path: Path) -> None:
+    """A sweep without results.jsonl is one that never finished a point, unless points/ holds compiled models:
+    then the figures were lost (the file deleted or moved), and "no point compiled" would be false."""
+    from tinyproto.pipeline.sweep_files import POINTS, RESULTS
+
+    try:
+        compiled = [p.name for p in (path / POINTS).iterdir() if (p / "model.json").is_file()]
+    except OSError:  # no points/ (or unreadable): nothing compiled that we can see
+        return
+    if compiled:
+        raise TinyprotoError(f"{path / RESULTS} is missing, but {path / POINTS} holds {len(compiled)} compiled "
+                             f"point{'s' if len(compiled) > 1 else ''} ({', '.join(sorted(compiled)[:2])}"
+                             f"{', ...' if len(compiled) > 2 else ''}); their figures were in it: run the same "
+                             "`tinyproto sweep ... --resume` to make them again")
 
 
 def _sweep_point_judged(path: Path, record: dict) -> dict | None:

@@ -7,8 +7,9 @@ points as independent tasks on dask.distributed, and collect one result line per
 
 Each task writes its own model directory and returns a small dict; only the driver writes results.jsonl, so an
 interrupted sweep loses nothing that finished, and `--resume` runs only the points without a line (a torn last
-line, a kill mid-write, is dropped). A point that fails (a budget too small for the data, a build error, a
-failed device check) gets a line with its stage and error and does not stop the sweep. When every point has
+line, a kill mid-write, is dropped) and the compiled points whose model directory is gone. A point that fails (a
+budget too small for the data, a build error, a failed device check) gets a line with its stage and error and does
+not stop the sweep. When every point has
 its line, results.jsonl is rewritten once (atomically) in grid order, so the same inputs give the same file
 whatever the completion order; all wall times are in each line's "seconds" and in sweep.json, nowhere else.
 
@@ -35,7 +36,7 @@ from typing import Any, Callable, Iterator
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.pipeline.sweep_files import (CONFIG, POINTS, RESULTS, SWEEP_FORMAT, SWEEP_FORMAT_VERSION, ResultsFile,
-                                            _rewrite_in_order, read_config, read_results)
+                                            _rewrite_in_order, is_drawn, read_config, read_results)
 from tinyproto.pipeline.sweep_points import (TOPIC, Point, _one_line, check_arguments, parse_grid, record_order,
                                              run_point)
 
@@ -170,14 +171,16 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
     """Run every point of the grid not yet in DIR/results.jsonl; see the module doc. A point that cannot meet
     options.max_latency_ms is a failed point."""
     from tinyproto.core.confidence import parse_rate
-    from tinyproto.core.datasets import load_dataset
+    from tinyproto.core.datasets import BUILTIN, load_dataset
     from tinyproto.core.outdir import check_output_dir, locked
 
     o = options or SweepOptions()
     check_arguments(o.device, o.workers, o.scheduler, o.timeout, o.max_latency_ms)
     points = parse_grid(o.models, o.budgets, o.seeds, o.boards)
     dataset = load_dataset(data, label=o.label)  # a bad DATA is refused here, not once per point on the workers
-    data_ref = os.path.abspath(data) if Path(data).exists() else data  # workers may run in another directory
+    # workers may run in another directory: a file is passed by its absolute path, a built-in set by its name
+    # (load_dataset reads a built-in name first, even where a file or directory of that name sits in the cwd)
+    data_ref = data if data in BUILTIN else os.path.abspath(data)
     rate = None if o.unknown_rate is None else parse_rate(o.unknown_rate)  # refused now, not once per point
     binding = _binding(dataset, o.device, o.raw_check, o.max_latency_ms, rate)
     out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write
@@ -241,7 +244,7 @@ def _sweep_locked(out: Path, points: list[Point], data_ref: str, options: SweepO
     config = _open_sweep_dir(out, binding, options.resume)
     record_outputs(out, CONFIG, RESULTS, f".{RESULTS}.tmp", POINTS)  # also refuses a link planted at one of them
     (out / POINTS).mkdir(exist_ok=True)
-    previous = read_results(out / RESULTS, repair=True)
+    previous = _forget_lost_points(out, read_results(out / RESULTS, repair=True), {p.id for p in points})
     done_ids = {r["id"] for r in previous}
     todo = [p for p in points if p.id not in done_ids]
     state = SweepProgress(total=len(points), skipped=len(points) - len(todo))
@@ -267,6 +270,18 @@ def _sweep_locked(out: Path, points: list[Point], data_ref: str, options: SweepO
     if not missing:
         _rewrite_in_order(out / RESULTS, records)
     return SweepResult(out, records, len(new_records), state.skipped, seconds, cluster_info, not missing, missing)
+
+
+def _forget_lost_points(out: Path, previous: list[dict], grid: set[str]) -> list[dict]:
+    """The result lines a resumed sweep keeps: a compiled point of the grid whose model directory is gone (deleted
+    by hand, or moved) runs again, so its line is dropped, and results.jsonl rewritten without it at once (a kill
+    before the point's new line would otherwise leave two lines for it)."""
+    lost = [r for r in previous if r["id"] in grid and is_drawn(r) and not (out / r["dir"] / "model.json").is_file()]
+    if not lost:
+        return previous
+    kept = [r for r in previous if r not in lost]
+    _rewrite_in_order(out / RESULTS, kept)
+    return kept
 
 
 def _run_points(client, cluster_info: dict, todo: list[Point], data: str, options: SweepOptions, out: Path,

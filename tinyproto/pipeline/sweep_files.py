@@ -26,6 +26,7 @@ MAX_COUNT = 2**53  # bytes, cycles: anything larger is not a figure a tinyproto 
 # here, once, so a hand-edited or damaged line is one clear error naming file:line, never a TypeError in a figure
 # or a NaN drawn as a result.
 _POINT_FIELDS = {"model": str, "board": str, "budget_bytes": int, "seed": int}
+_KIND_NAMES = {str: "text", int: "an integer"}
 _FRACTIONS = ("float_accuracy", "int8_accuracy", "int8_float_agreement")
 _AMOUNTS = ("model_bytes", "predicted_cycles", "predicted_latency_ms", "predicted_energy_mj_board",
             "sram_estimate_bytes", "n_test")
@@ -75,7 +76,7 @@ def check_result_line(entry: object) -> dict:
     for key, kind in _POINT_FIELDS.items():
         value = entry.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise ValueError(f"{key} is {_shown(value)}, not a {kind.__name__}")
+            raise ValueError(f"{key} is {_shown(value)}, not {_KIND_NAMES[kind]}")
     if not 0 < entry["budget_bytes"] <= MAX_COUNT or not 0 <= entry["seed"] <= MAX_SEED:
         raise ValueError("budget_bytes or seed out of range")
     point_id = f"{entry['model']}-{entry['budget_bytes']}B-seed{entry['seed']}-{entry['board']}"
