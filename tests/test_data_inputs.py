@@ -341,6 +341,45 @@ def test_fast_parse_agrees_with_the_reference_parse(tmp_path, monkeypatch, seed)
         assert outcomes[0] == outcomes[1], rows
 
 
+DECIMAL_COMMA_TOKENS = ["1", "-2,5", " 3 ", ",5", "5,", "+6", "1,5e3", "2E-2", '"7,25"', "1,000,5", "", "x", "1,5,",
+                        "1e400", "nan", "12,5"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_decimal_commas_parse_the_same_on_both_paths(tmp_path, monkeypatch, seed):
+    """A ';'-separated file whose numbers use the decimal comma: the fast path and the reference parse agree."""
+    rng = np.random.default_rng(seed)
+    for trial in range(40):
+        pool = DECIMAL_COMMA_TOKENS if trial % 4 == 0 else DECIMAL_COMMA_TOKENS[:9]
+        rows = [";".join(rng.choice(pool, 3)) + f";{'ab'[i % 2]}" for i in range(8)]
+        path = _write(tmp_path, f"t{trial}.csv", "f1;f2;f3;y\n1,5;2;3;a\n" + "\n".join(rows) + "\n")
+        outcomes = []
+        for fast in (True, False):
+            if not fast:
+                monkeypatch.setattr(data_csv, "_fast_csv_body", lambda *args: None)
+            try:
+                outcomes.append(load_dataset(path).X.tolist())
+            except TinyprotoError as exc:
+                outcomes.append(str(exc))
+        monkeypatch.undo()
+        assert outcomes[0] == outcomes[1], rows
+
+
+def test_a_decimal_comma_spreadsheet_reads_as_its_decimal_point_twin(tmp_path):
+    """German / French Excel: ';' between cells, ',' for the decimal point (and text labels with commas)."""
+    rows = [(f"{i * 0.37:.2f}", f"{(i * 7) % 5 - 2.5:.1f}", ["walking, slow", "running"][i % 2]) for i in range(12)]
+    point = _write(tmp_path, "point.csv",
+                   "Temp (°C);accel x;activity\n" + "".join(f"{a};{b};{c}\n" for a, b, c in rows))
+    comma = _write(tmp_path, "comma.csv", "Temp (°C);accel x;activity\n"
+                   + "".join(f"{a.replace('.', ',')};{b.replace('.', ',')};{c}\n" for a, b, c in rows))
+    a, b = _accepted(point), _accepted(comma)
+    assert np.array_equal(a.X, b.X) and list(a.y) == list(b.y) and "walking, slow" in set(b.y)
+    # a point anywhere in the numbers: not a decimal-comma file, and the comma is refused as before
+    _refused(_write(tmp_path, "mixed.csv", "f1;f2;y\n1,5;2.5;a\n3;4;b\n"), "line 2, column 1.*'1,5'.*decimal commas")
+    # without a header the first row is still recognised as data
+    _refused(_write(tmp_path, "headless.csv", "1;2;0\n3,5;4;1\n5;6,5;0\n7;8;1\n"), "all numbers.*header")
+
+
 # ---------------------------------------------------------------------------------------------- .npz
 
 

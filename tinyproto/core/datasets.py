@@ -22,7 +22,9 @@ CSV (.csv, .txt, .tsv), documented handling:
   spaces are fine; one trailing delimiter per line is ignored; every other line must have the header's number
   of fields;
 * feature cells are ASCII decimal numbers (1, -2.5, .5, 3e-4). Refused with the line and column: empty cells,
-  NaN/inf, values beyond float32 (|x| > 3.4e38, the device's arithmetic), thousands/decimal commas, hex,
+  NaN/inf, values beyond float32 (|x| > 3.4e38, the device's arithmetic), thousands/decimal commas (except a
+  ';'-separated file with no '.' between two digits anywhere and some ',' between two digits: a spreadsheet in
+  a decimal-comma locale, whose feature cells are read with ',' as the decimal point), hex,
   booleans and any other text (when --label was not given, the message suggests --label for that column). An
   empty cell's message lists every line that has one;
 * a feature column named '', 'index', 'Unnamed: 0', 'row', 'row.names' or 'rownames' whose values count the
