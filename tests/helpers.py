@@ -250,6 +250,20 @@ class PipePort:
 # ----------------------------------------------------------------------------------------- synthetic integer models
 
 
+def sensor_windows(rows_per_class: int, samples: int = 500, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    """Accelerometer-like windows: 3 axes of `samples` readings each (gravity on z), five activities that differ
+    in frequency and amplitude, each row with a random phase and noise (a wide, real-shaped input)."""
+    rng = np.random.default_rng(seed)
+    rows, y = [], []
+    for c, (freq, amp) in enumerate([(0.3, 0.05), (1.8, 1.0), (3.0, 2.2), (1.4, 1.3), (1.1, 0.7)]):
+        for _ in range(rows_per_class):
+            t = np.arange(samples) / 50.0
+            wave = amp * rng.uniform(0.7, 1.3) * np.sin(2 * np.pi * freq * t + rng.uniform(0, 6.3))
+            rows.append(np.concatenate([wave + 9.81 * (axis == 2) + rng.normal(0, 0.3, samples) for axis in range(3)]))
+            y.append(c)
+    return np.array(rows), np.array(y)
+
+
 def random_model(seed: int, d: int, r: int, m: int, L: int, density: float, per_row: int = 0):
     """A valid IntBNC with random contents (every layout the C code has: dense/sparse/seeded, r % 8 != 0,
     m > 255). per_row > 0: a seeded W with that many weights per row (density is ignored)."""

@@ -115,19 +115,14 @@ def test_more_slots_than_rows_converges_without_a_warning():
 
     from sklearn.exceptions import ConvergenceWarning
 
-    rng = np.random.default_rng(7)
-    rows, y = [], []
-    for c, (freq, amp) in enumerate([(0.3, 0.05), (1.8, 1.0), (3.0, 2.2), (1.4, 1.3), (1.1, 0.7)]):
-        for _ in range(20):
-            t = np.arange(500) / 50.0
-            rows.append(np.concatenate([amp * rng.uniform(0.7, 1.3) * np.sin(2 * np.pi * freq * t + rng.uniform(0, 6.3))
-                                        + 9.81 * (axis == 2) + rng.normal(0, 0.3, 500) for axis in range(3)]))
-            y.append(c)
+    from helpers import sensor_windows
+
+    X, y = sensor_windows(20)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        clf = BloomClassifier(n_slots=256, n_hashes=3, C=1.0, random_state=0).fit(np.array(rows), y)
+        clf = BloomClassifier(n_slots=256, n_hashes=3, C=1.0, random_state=0).fit(X, y)
     assert clf.used_.size > len(y)
-    assert clf.score(np.array(rows), y) > 0.9
+    assert clf.score(X, y) > 0.9
 
 
 def test_model_json_round_trip_and_family():

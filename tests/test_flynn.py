@@ -253,6 +253,26 @@ def test_working_sram_never_holds_a_wide_input_twice(n, store_M):
     assert sum(items.values()) <= 4 * 32 + 2 * 10 + 2 * 256 + BLOCK_ROWS + 18
 
 
+def test_solver_keeps_its_buffers_in_the_sram_the_board_leaves():
+    """1,500-sample sensor windows: the int8 input buffer leaves about 170 B of the Uno's SRAM for tp_predict's
+    buffers. The solver used to pick a top-64 heap (276 B) and compile then refused the trained model; given the
+    board, it only tries heaps that fit, and the model it returns passes compile's own SRAM check."""
+    from helpers import sensor_windows
+
+    from tinyproto.core.boards import load_board
+    from tinyproto.pipeline.compile import check_fits_board
+
+    X, y = sensor_windows(24)
+    options = SolveOptions(2048, seed=0, board=load_board("uno"))
+    room = options.buffer_room(X.shape[1], 5, streamable=False)
+    assert 0 < room < 4 * 64  # the case: a top-64 heap alone would not fit
+    _, model, info = solver.fit_flynn_under_budget(X, y, options)
+    assert sum(item.nbytes for item in model.working_sram()) <= room
+    assert all(sum(i.nbytes for i in fly_working_sram(c["rho"], 2 * X.shape[1] if c["sign_split"] else X.shape[1],
+                                                      5, c["store_M"], c["s"])) <= room for c in info["candidates"])
+    check_fits_board(model, load_board("uno"))
+
+
 # ---------------------------------------------------------------- winner-take-all
 
 

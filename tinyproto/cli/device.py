@@ -191,7 +191,7 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
     """The whole loop: compile DATA under --budget, build, flash (or simulate), validate, print the reports.
 
     DATA is a built-in data set (digits [default], digits16, digits28, breast_cancer, wine, iris, segment), a CSV
-    file with a header row (numeric features, label in the last column or --label COL) or an .npz file with
+    file with a header row (numeric features, label in the last column or --label NAME) or an .npz file with
     arrays X and y.
     """
     from tinyproto.core.boards import load_board

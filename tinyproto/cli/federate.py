@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from tinyproto.cli.options import not_blank, BUDGET_HELP, TextPath
+from tinyproto.cli.options import label_option, not_blank, BUDGET_HELP, TextPath
 from tinyproto.core.errors import TinyprotoError
 
 
@@ -48,7 +48,7 @@ from tinyproto.core.errors import TinyprotoError
 @click.option("--board", default="uno", show_default=True, help="Target board (boards/<name>.json).")
 @click.option("--out", type=TextPath(path_type=Path), default=None,
               help="Model directory to write (default: build/<data name>-federated). Replaced only on success.")
-@click.option("--label", default=None, help="CSV label column (default: the last column).")
+@label_option
 @click.option("--json", "as_json", is_flag=True, help="Print report.json instead of the summary tables.")
 def federate_command(data: str, parties: int, split_spec: str, dp_epsilon: float | None, dp_T: int | None,
                      backend: str, ports: str | None, scheduler: str | None, workers: int | None, processes: bool,

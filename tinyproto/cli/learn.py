@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import not_blank, MODEL_DIR, baud_option, upload_port_option
+from tinyproto.cli.options import label_option, not_blank, MODEL_DIR, baud_option, upload_port_option
 
 
 def _yes(flag: bool) -> str:
@@ -52,7 +52,7 @@ def print_learn_report(console, s: dict, model_dir: Path) -> None:
 @click.option("--data", default=None,
               help="Data to learn (built-in name, CSV or .npz with the model's features); its training split is "
                    "streamed. Default: the built-in data set the model was compiled on.")
-@click.option("--label", default=None, help="CSV label column (default: the last column).")
+@label_option
 @click.option("--sim", is_flag=True, help="Use the simulated Uno (the default when no --port is given).")
 @click.option("--port", default=None, callback=not_blank,
               help="Serial port of a real Uno (flashed with the learning firmware first).")

@@ -144,7 +144,7 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
     """Train a model on DATA within --budget and write its C code, PlatformIO project and report.
 
     DATA is a built-in data set (digits [default], digits16, digits28, breast_cancer, wine, iris, segment), a CSV
-    file with a header row (numeric features, label in the last column or --label COL) or an .npz file with
+    file with a header row (numeric features, label in the last column or --label NAME) or an .npz file with
     arrays X and y.
     The test split is a fixed stratified 25 % (seed 0); --seed drives training only.
     """

@@ -65,7 +65,10 @@ baud_option = click.option(
     "--baud", default=None, type=click.IntRange(min=1),
     help="Serial line speed of the firmware (default: the board's fastest exact rate, `tinyproto boards`); give "
          "the board's fallback (e.g. 115200) when its USB bridge or cable does not carry the fast one.")
-label_option = click.option("--label", default=None, help="CSV label column (default: the last column).")
+label_option = click.option(
+    "--label", default=None, metavar="NAME",
+    help="The CSV column that holds the classes, by its header name (default: the last column); quote a name "
+         "with spaces: --label 'heart rate'.")
 max_latency_option = click.option(
     "--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",
     help="Only models whose predicted time per inference on --board (the cost model) is within MS ms.")

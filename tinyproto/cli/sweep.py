@@ -9,7 +9,7 @@ import click
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import not_blank, shown, TextPath, unknown_rate_option
+from tinyproto.cli.options import label_option, not_blank, shown, TextPath, unknown_rate_option
 from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepOptions, SweepProgress, sweep
 from tinyproto.pipeline.sweep_points import DEVICES, check_arguments
 from tinyproto.pipeline.htmlreport import FIGURES, write_report
@@ -39,7 +39,7 @@ from tinyproto.pipeline.sweep_files import RESULTS
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out: run only the points "
                                              "without a line in results.jsonl (also points added to the grid, and "
                                              "compiled points whose directory in points/ is gone).")
-@click.option("--label", default=None, help="CSV label column (default: the last column).")
+@label_option
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds to wait for the next point to finish before giving up (the finished ones are kept).")
 @click.option("--max-latency", "max_latency", type=float, default=None, metavar="MS",

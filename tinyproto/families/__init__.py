@@ -21,7 +21,9 @@ from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
 from tinyproto.core.modeldir import ModelDir
 from tinyproto.core.render import model_hash
-from tinyproto.families.solving import FitShape, FitUnderBudget, SolveOptions, default_jobs  # noqa: F401  (re-exported)
+from tinyproto.families.solving import (  # noqa: F401  (re-exported)
+    FitShape, FitUnderBudget, SolveOptions, buffer_room, default_jobs,
+)
 
 # The registry: family name -> the package that declares it. The order is the order users see (--help, tables).
 _PACKAGES = {

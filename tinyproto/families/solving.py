@@ -40,6 +40,9 @@ class SolveOptions:
         None: the solver draws the standard one for the rows it is given (Folds.standard(X, y, seed)).
     learn_on: a board the model must also learn on (`compile --learnable`): a learnable family fits its counts
         into what that board holds while learning; a family that cannot learn refuses it.
+    board: the board the model deploys to; a family whose buffers grow with a knob of its own (FlyNN's top-ρ
+        heap) keeps them within what that board's SRAM leaves beside the device app (buffer_room). None: no limit
+        (compile checks every model against its board afterwards in any case).
     fold_models: where a solver may leave the integer models of the shape it chose that it already trained on
         folds' training rows (FoldModels); the confidence calibration then reuses them instead of training the
         shape again. None: nobody asks.
@@ -54,6 +57,7 @@ class SolveOptions:
     folds: Folds | None = None
     learn_on: Board | None = None
     fold_models: FoldModels | None = None
+    board: Board | None = None
 
     def __post_init__(self) -> None:
         if int(self.budget_bytes) < 1:
@@ -69,9 +73,25 @@ class SolveOptions:
         if self.progress is not None:
             self.progress(message)
 
+    def buffer_room(self, n_features: int, n_classes: int, streamable: bool) -> int | None:
+        """SRAM bytes left on options.board for a family's own buffers (None: no board given): the board's SRAM
+        less the device app's (its frame buffer, its own state, and the int8 input buffer of a family that does
+        not stream) and the board's reserve for call frames. The receive ring only takes what is left free."""
+        if self.board is None:
+            return None
+        return buffer_room(self.board, n_features, n_classes, streamable)
+
     def with_(self, **changes: Any) -> SolveOptions:
         """A copy with some fields changed (the options are frozen)."""
         return replace(self, **changes)
+
+
+def buffer_room(board: Board, n_features: int, n_classes: int, streamable: bool) -> int:
+    """SolveOptions.buffer_room for this board (negative: not even the device app fits)."""
+    from tinyproto.core.wire import app_sram
+
+    app = app_sram(n_features, n_classes, streamable, rx_ring=0)
+    return board.sram_bytes - app.total - board.sram_reserved_bytes
 
 
 class FoldModels:

@@ -145,14 +145,15 @@ DP_SHAPE_NOTE = ("data-independent default shape (differential privacy: ranking 
 
 
 def choose_config(backend: Backend, budget_bytes: int, seed: int, classes: np.ndarray, n_features: int, *,
-                  dp: bool = False, count_limit: CountLimit | None = None,
+                  dp: bool = False, count_limit: CountLimit | None = None, sram_room: int | None = None,
                   progress: Callable[[str], None] | None = None) -> tuple[FlyNNConfig, dict]:
     """The hyper-parameters every party will use.
 
     Without DP: the budget solver's candidates ranked by K-fold accuracy over every party's rows
     (selection.py; no row leaves its party). With DP: a data-independent default shape sized to
     the budget (DP_SHAPE_NOTE). count_limit (parties that learn on a device: families.flynn.learning.count_limit)
-    keeps the counts learnable."""
+    keeps the counts learnable; sram_room (SolveOptions.buffer_room) keeps tp_predict's buffers within the
+    board's SRAM, as compile's solver does."""
     comm = Communication()
     if dp:
         info: dict = {"candidates": [], "cv_accuracy": None, "validation": "none: the shape is not chosen from data"}
@@ -162,7 +163,8 @@ def choose_config(backend: Backend, budget_bytes: int, seed: int, classes: np.nd
     else:
         stages = agree_input_stages(backend, comm)
         best, info = select_config(backend, budget_bytes, seed, classes, n_features, stages,
-                                   count_limit=count_limit, progress=progress, communication=comm)
+                                   count_limit=count_limit, sram_room=sram_room, progress=progress,
+                                   communication=comm)
         state = solver_random_state(seed)
         config = FlyNNConfig(best.m, best.s, best.rho, best.decay, best.bits, best.store_M, best.scaling,
                              best.sign_split, draw_seed(state), state)

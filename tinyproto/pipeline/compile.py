@@ -21,7 +21,7 @@ from tinyproto.core.datasets import Dataset, Split, default_out_dir, load_datase
 from tinyproto.core.confidence import UNKNOWN_LABEL
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.labels import encode
-from tinyproto.families import SolveOptions, default_jobs
+from tinyproto.families import SolveOptions, buffer_room, default_jobs
 from tinyproto.core.folds import Folds
 from tinyproto.core.ledger import Ledger
 from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, int_model_digest
@@ -117,15 +117,13 @@ def check_fits_board(model, board: Board) -> None:
 def refuse_too_wide(family_name: str, n_features: int, n_classes: int, board: Board) -> None:
     """A family that does not stream keeps the whole int8 input in SRAM: on more features than the board holds
     (beside the serial frame, the app and the reserve), no model of it fits, so it is refused before training."""
-    from tinyproto.core.wire import app_sram
-
     fam = families.family(family_name)
     if fam.streamable:
         return
-    app = app_sram(n_features, n_classes, streamable=False, rx_ring=0)  # the ring only takes what is left free
-    need = app.total + board.sram_reserved_bytes
-    if need > board.sram_bytes:
-        fit = max(0, n_features - (need - board.sram_bytes))
+    room = buffer_room(board, n_features, n_classes, streamable=False)  # the ring only takes what is left free
+    need = board.sram_bytes - room
+    if room < 0:
+        fit = max(0, n_features + room)
         streaming = ", ".join(name for name in families.names() if families.family(name).streamable)
         raise TinyprotoError(f"{fam.title} keeps the whole int8 input in SRAM: {n_features} features need at least "
                              f"{need} B, more than the {board.sram_bytes} B of {board.title}; at most {fit} features "
@@ -207,7 +205,7 @@ def compile_model(data: str, options: CompileOptions | None = None,
     solve = SolveOptions(budget_bytes, o.seed, o.max_latency_ms, board.f_cpu_hz,
                          n_jobs=default_jobs() if o.jobs is None else o.jobs, progress=progress,
                          folds=Folds.standard(sp.X_train, sp.y_train, o.seed),
-                         learn_on=board if o.learnable else None)
+                         learn_on=board if o.learnable else None, board=board)
     if o.family == families.AUTO:
         clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, solve,
                                                     fits_board=lambda m: check_fits_board(m, board))
@@ -438,6 +436,19 @@ def accuracy_collapse(info: dict, test_accuracy: float, y_test: np.ndarray) -> s
             "or --budget, and check the labels)")
 
 
+def int8_loss_warning(float_pred, int8_pred, y_test) -> str | None:
+    """The warning when quantization costs more than INT8_LOSS_WARNING_POINTS of test accuracy, with the count of
+    rows behind it: on a small test split one row is more than a point."""
+    y_test = np.asarray(y_test)
+    right_float = int(np.sum(np.asarray(float_pred) == y_test))
+    right_int8 = int(np.sum(np.asarray(int8_pred) == y_test))
+    points = 100 * (right_float - right_int8) / len(y_test)
+    if points <= INT8_LOSS_WARNING_POINTS:
+        return None
+    return (f"int8 accuracy is {points:.1f} points below float: {right_float - right_int8} more of the "
+            f"{len(y_test)} test rows wrong after quantization (a larger --budget or another --model may keep them)")
+
+
 def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
             float_pred, int8_pred, y_test) -> dict:
     from tinyproto.families import predict_cycles
@@ -445,8 +456,9 @@ def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sra
     float_acc = float(np.mean(float_pred == y_test))
     int8_acc = float(np.mean(int8_pred == y_test))
     warnings = []
-    if (float_acc - int8_acc) * 100 > INT8_LOSS_WARNING_POINTS:
-        warnings.append(f"int8 accuracy is {100 * (float_acc - int8_acc):.1f} points below float")
+    loss = int8_loss_warning(float_pred, int8_pred, y_test)
+    if loss:
+        warnings.append(loss)
     collapse = accuracy_collapse(info, int8_acc, y_test)
     if collapse:
         warnings.append(collapse)

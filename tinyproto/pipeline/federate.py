@@ -160,6 +160,7 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
                                                             o.seed)
     from tinyproto.core.boards import load_board
     from tinyproto.core.budget import parse_budget
+    from tinyproto.families import buffer_room
     from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
     from tinyproto.core.datasets import default_out_dir, load_dataset, split
     from tinyproto.core.outdir import check_output_dir
@@ -206,8 +207,9 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
                 from tinyproto.federated.config import device_count_limit
 
                 limit = device_count_limit(board, sp.X_train.shape[1], len(classes))
+            room = buffer_room(board, sp.X_train.shape[1], len(classes), streamable=False)  # as compile's solver
             config, info = choose_config(parties_backend, model_budget, seed, classes, sp.X_train.shape[1],
-                                         dp=dp_epsilon is not None, count_limit=limit, progress=say)
+                                         dp=dp_epsilon is not None, count_limit=limit, sram_room=room, progress=say)
             say(f"hyper-parameters: m={config.n_hashes} s={config.n_inputs_per_hash} rho={config.n_winners} "
                 f"bits={config.count_bits} "
                 f"({'data-independent default (DP)' if dp_epsilon is not None else 'federated selection'})")
@@ -245,7 +247,8 @@ def _compile_reference(sp, budget_bytes: int, seed: int, board, learnable: bool)
     from tinyproto.families import SolveOptions
     from tinyproto.federated.config import FAMILY
 
-    options = SolveOptions(budget_bytes, seed, f_cpu_hz=board.f_cpu_hz, learn_on=board if learnable else None)
+    options = SolveOptions(budget_bytes, seed, f_cpu_hz=board.f_cpu_hz, learn_on=board if learnable else None,
+                           board=board)
     _, model, info = families.fit_under_budget(FAMILY, sp.X_train, sp.y_train, options)
     return {"accuracy": float(np.mean(model.predict(sp.X_test) == sp.y_test)), "model_bytes": model.model_bytes(),
             "hyperparameters": info["chosen"], "cv_accuracy": info["cv_accuracy"],

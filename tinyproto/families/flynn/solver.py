@@ -33,7 +33,7 @@ from tinyproto.families.solving import SolveOptions, training_classes
 from tinyproto.families.flynn.cost import estimate_cycles
 from tinyproto.families.flynn.pricing import (DEFAULT_CAP, WIDE_FEATURES, ExactCycles, default_max_ms, fastest_m,
                                               largest_m, model_bytes, rows_bytes)
-from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, hash_inputs
+from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, fly_working_sram, hash_inputs
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.flynn.train import FlyNNClassifier, project, projection_matrix
 from tinyproto.core.inputstage import InputStage, centred_stage, choose_input_scale, shared_stage, stage_bytes
@@ -203,8 +203,11 @@ def fit_flynn_under_budget(X_train: np.ndarray, y_train: np.ndarray,
         limit = count_limit(options.learn_on, np.asarray(X_train).shape[1], len(np.unique(y_train)))
     latency = ({"max_inference_ms": DEFAULT_CAP} if options.max_latency_ms is None else
                {"max_inference_ms": options.max_latency_ms, "exact_latency": True})
+    X = np.asarray(X_train)
+    room = options.buffer_room(X.shape[1], len(np.unique(y_train)), streamable=False)
     clf, model, info = search_flynn(X_train, y_train, options.budget_bytes, options.seed, options.progress,
-                                    f_cpu=options.f_cpu_hz, count_limit=limit, folds=options.folds, **latency)
+                                    f_cpu=options.f_cpu_hz, count_limit=limit, folds=options.folds,
+                                    sram_room=room, **latency)
     if options.learn_on is not None:
         from tinyproto.families.flynn.learning import learn_sizes
 
@@ -247,6 +250,7 @@ def search_flynn(
     folds: Folds | None = None,
     count_limit: CountLimit | None = None,
     exact_latency: bool = False,
+    sram_room: int | None = None,
 ) -> tuple[FlyNNClassifier, IntFlyNN, dict]:
     """The search behind fit_flynn_under_budget, with FlyNN's own knobs (benchmarks use max_inference_ms=None:
     no time cap at all). Fit the FlyNN with the best cross-validated integer accuracy whose model bytes are <=
@@ -258,7 +262,8 @@ def search_flynn(
     always applied to the calibrated cost model (cost.predict_cycles of the integer model, exactly). exact_latency
     (--max-latency): a cap nothing meets is refused naming the fastest model within the budget. Returns the float
     classifier refitted on all of X_train, its integer model, and an info dict (chosen hyper-parameters, every
-    candidate tried with its bytes, cycles and CV accuracy).
+    candidate tried with its bytes, cycles and CV accuracy). sram_room, if given, is the SRAM the device leaves
+    for tp_predict's buffers (SolveOptions.buffer_room): a ρ whose heap would not fit there is not tried.
     """
     started = time.perf_counter()
     say = progress or (lambda message: None)
@@ -284,7 +289,7 @@ def search_flynn(
         n_in = prep.U.shape[1]
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):  # s <= half the inputs keeps rows diverse
             plan = exact_plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit, seed,
-                              exact_cache, _stage_bytes(prep))
+                              exact_cache, _stage_bytes(prep), sram_room)
             if not plan:
                 continue
             m_values = sorted({c.m for c in plan})
@@ -309,6 +314,14 @@ def search_flynn(
         say(f"flynn: preprocessing {prep.scaling}/{'split' if prep.sign_split else 'plain'} tried")
     if not tried and exact_latency:
         raise TinyprotoError(_fastest_refusal(prepared, budget, max_inference_ms, L, d, y_index, folds, seed, f_cpu))
+    if not tried and sram_room is not None and not any(
+            _buffers_fit(sram_room, rho, p.U.shape[1], L, store, s)
+            for p in prepared for rho in RHO_GRID for store in (False, True) for s in S_GRID):
+        smallest = min(_buffer_bytes(rho, p.U.shape[1], L, store, s)
+                       for p in prepared for rho in RHO_GRID for store in (False, True) for s in S_GRID)
+        raise TinyprotoError(
+            f"no FlyNN's buffers fit the {sram_room} B of SRAM the device app leaves beside {d} int8 inputs (the "
+            f"smallest need {smallest} B); use fewer features or a family that streams its input")
     if not tried:
         learnable = " with counts that fit the device's SRAM and EEPROM (--learnable)" if count_limit else ""
         raise TinyprotoError(
@@ -400,15 +413,27 @@ def candidate_rank(c: Candidate) -> tuple:
     return (round(c.cv_accuracy, 9), -c.est_cycles, -c.model_bytes)
 
 
+def _buffer_bytes(rho: int, n_in: int, L: int, store_M: bool, s: int) -> int:
+    """tp_predict's buffers for this shape (IntFlyNN.working_sram: they do not depend on m or the count bits)."""
+    return sum(item.nbytes for item in fly_working_sram(rho, n_in, L, store_M, s))
+
+
+def _buffers_fit(sram_room: int | None, rho: int, n_in: int, L: int, store_M: bool, s: int) -> bool:
+    return sram_room is None or _buffer_bytes(rho, n_in, L, store_M, s) <= sram_room
+
+
 def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit=None,
-          stage: int | None = None) -> list[Candidate]:
+          stage: int | None = None, sram_room: int | None = None) -> list[Candidate]:
     """Every (ρ, b, c, M mode) for this s, each with the largest m that fits bytes and time (and the device's
-    count storage when learning); stage: the input stage's bytes (default a mean and a gain per feature)."""
+    count storage when learning, and its buffers in sram_room); stage: the input stage's bytes (default a mean
+    and a gain per feature)."""
     plan = []
     for store in store_grid:
         for bits in bits_grid:
             m_bytes = largest_m(budget, s, bits, L, d, n_in, store, stage)
             for rho in rho_grid:
+                if not _buffers_fit(sram_room, rho, n_in, L, store, s):
+                    continue
                 m = min(m_bytes, fastest_m(max_cycles, s, rho, bits, L, n_in, store))
                 if count_limit is not None:
                     m = min(m, count_limit(rho, bits, n_in, store))
@@ -423,11 +448,12 @@ def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, co
 
 def exact_plan(budget: int, max_cycles: float | None, s: int, rho_grid, bits_grid, store_grid, L: int, d: int,
                n_in: int, count_limit: CountLimit | None, seed: int,
-               cache: dict[tuple[int, int], ExactCycles] | None = None, stage: int | None = None) -> list[Candidate]:
+               cache: dict[tuple[int, int], ExactCycles] | None = None, stage: int | None = None,
+               sram_room: int | None = None) -> list[Candidate]:
     """Every (ρ, b, c, M mode) for this s with the largest m that fits the bytes, the device's count storage and
     the time cap, the cap applied to the cost model of the seeded M that ships (exact; shared by the federated
     selection, so both price the same candidates the same way). `cache` keeps one stream replay per (s, inputs)."""
-    plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit, stage)
+    plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit, stage, sram_room)
     m_max = max((c.m for c in plan), default=1)
     cache = {} if cache is None else cache
     if (s, n_in) not in cache or cache[(s, n_in)].m_max < m_max:
