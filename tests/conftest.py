@@ -58,7 +58,8 @@ def pytest_xdist_auto_num_workers(config):
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """compiled(data, budget, family='protonn', seed=0, board='uno') -> a model directory of the caller's own.
+    """compiled(data, budget, family='protonn', seed=0, board='uno', learnable=False) -> a model directory of the
+    caller's own (learnable: what `compile --learnable` writes).
 
     Each model is trained once per run (whichever worker asks first; the others wait for it) into a master
     directory that no test ever sees; every call hands out a fresh copy of it. So a test may build, validate,
@@ -69,11 +70,12 @@ def compiled(tmp_path_factory):
     root = run_wide_dir(tmp_path_factory) / "compiled"
     root.mkdir(exist_ok=True)
 
-    def make(data: str, budget: str, family: str = "protonn", seed: int = 0, board: str = "uno") -> Path:
+    def make(data: str, budget: str, family: str = "protonn", seed: int = 0, board: str = "uno",
+             learnable: bool = False) -> Path:
         def train(into: Path) -> None:
-            compile_model(data, CompileOptions(family, budget, seed, board, into / "model"))
+            compile_model(data, CompileOptions(family, budget, seed, board, into / "model", learnable=learnable))
 
-        on_board = "" if board == "uno" else f"-{board}"
+        on_board = ("" if board == "uno" else f"-{board}") + ("-learnable" if learnable else "")
         master = made_once(root, f"{family}-{data}-{budget}-{seed}{on_board}", train) / "model"
         return fresh_copy(master, tmp_path_factory, f"{family}-{data}-{budget}{on_board}")
 

@@ -184,16 +184,15 @@ def test_pio_upload_and_test_through_the_port(uno, models):
     assert "test_model  PASSED" in out
 
 
-def test_learning_on_the_board_survives_a_reset_and_a_power_cycle(tmp_path):
+def test_learning_on_the_board_survives_a_reset_and_a_power_cycle(tmp_path, compiled):
     """tinyproto learn --port: the learning firmware goes through the bootloader, the counts are learned over the
     port, saved to EEPROM and reloaded after a reset (reopening the port); after the board is stopped and started
     again (eeprom.bin), the counts are still there."""
     from tinyproto.device.board_sim import SimulatedBoard
     from tinyproto.device.protocol import open_device
 
-    model = tmp_path / "iris"
-    compiled = cli("compile", "iris", "--model", "flynn", "--budget", "1kB", "--learnable", "--out", str(model))
-    assert compiled.returncode == 0, compiled.stderr
+    model = tmp_path / "iris"  # what `compile iris --model flynn --budget 1kB --learnable` writes: the run's copy
+    shutil.copytree(compiled("iris", "1kB", "flynn", learnable=True), model, symlinks=True)
     state = tmp_path / "state"
     with SimulatedBoard("atmega328p", state, fresh=True) as board:
         learned = cli("learn", str(model), "--port", board.port, "--save-eeprom", "--json")
@@ -410,3 +409,25 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("image", ["flash.bin", "eeprom.bin"])
+@pytest.mark.parametrize("kind", ["directory", "link"])
+def test_board_sim_refuses_a_state_image_that_is_not_a_file(tmp_path, image, kind):
+    """A directory at eeprom.bin was called "another board's image"; a link at flash.bin had the simulator read (and
+    on exit write) the file it points at, and --fresh removed the link. One line, and nothing changed."""
+    from helpers import refused
+
+    state = tmp_path / "state"
+    state.mkdir()
+    mine = tmp_path / "mine.bin"
+    mine.write_bytes(bytes(32768))
+    if kind == "directory":
+        (state / image).mkdir()
+    else:
+        (state / image).symlink_to(mine)
+    for fresh in ([], ["--fresh"]):
+        line = refused(["board-sim", "--state", str(state), *fresh], f"{state / image} (the simulated board's",
+                       tmp_path)
+        assert ("a directory" if kind == "directory" else "a symbolic link") in line and "move it away" in line
+    assert mine.read_bytes() == bytes(32768)

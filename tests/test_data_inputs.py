@@ -68,6 +68,10 @@ CSV_BAD = {
                                r"line 2, column 2 \('f2'\): is empty \(a missing value\); 3 rows have an empty "
                                r"cell \(lines 2, 4, 6\): fill them, or delete those rows"),
     "the only empty cell": ("f1,f2,y\n1,2,a\n3,,b\n5,6,a\n", r"line 3.*is empty.*the only one"),
+    "a label column that is not last (Kaggle's MNIST)": (
+        "label,pixel0,pixel1\n" + "".join(f"{i % 3},{i % 5},{i % 2}\n" for i in range(12)),
+        r"line 1: column 1 is named 'label', but without --label the label is the last column \('pixel1'\); "
+        r"pass --label label \(or --label pixel1 to keep the last column\)"),
     "row index of a data frame": (",f1,y\n" + "".join(f"{i},{i * i % 7},{'ab'[i % 2]}\n" for i in range(12)),
                                   r"column 1 \(unnamed\) holds the row numbers 0, 1, 2, .*delete that column"),
     "row index from 1": ("index,f1,y\n" + "".join(f"{i + 1},{i * i % 7},{'ab'[i % 2]}\n" for i in range(12)),
@@ -281,6 +285,13 @@ def test_constant_and_empty_name_columns_are_fine(tmp_path):
     assert dataset.X.shape == (12, 2)
 
 
+def test_a_column_named_label_is_used_when_named_and_an_axis_named_y_is_a_feature(tmp_path):
+    rows = "".join(f"{i % 3},{i % 5},{'ab'[i % 2]}\n" for i in range(12))
+    assert list(_accepted(_write(tmp_path, "a.csv", "Class,f1,y2\n" + rows), label="y2").y[:2]) == ["a", "b"]
+    assert _accepted(_write(tmp_path, "b.csv", "x,y,activity\n" + rows)).X.shape == (12, 2)
+    assert _accepted(_write(tmp_path, "c.csv", "label,f1,target\n" + rows)).X.shape == (12, 2)  # last is a label name
+
+
 def test_a_named_counter_or_a_shuffled_index_is_a_feature(tmp_path):
     """Only an unnamed (or 'index') column counting the rows in order is taken for a data frame's row index."""
     rows = "".join(f"{i},{i * i % 7},{'ab'[i % 2]}\n" for i in range(12))
@@ -339,6 +350,45 @@ def test_fast_parse_agrees_with_the_reference_parse(tmp_path, monkeypatch, seed)
                 outcomes.append(str(exc))
         monkeypatch.undo()
         assert outcomes[0] == outcomes[1], rows
+
+
+DECIMAL_COMMA_TOKENS = ["1", "-2,5", " 3 ", ",5", "5,", "+6", "1,5e3", "2E-2", '"7,25"', "1,000,5", "", "x", "1,5,",
+                        "1e400", "nan", "12,5"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_decimal_commas_parse_the_same_on_both_paths(tmp_path, monkeypatch, seed):
+    """A ';'-separated file whose numbers use the decimal comma: the fast path and the reference parse agree."""
+    rng = np.random.default_rng(seed)
+    for trial in range(40):
+        pool = DECIMAL_COMMA_TOKENS if trial % 4 == 0 else DECIMAL_COMMA_TOKENS[:9]
+        rows = [";".join(rng.choice(pool, 3)) + f";{'ab'[i % 2]}" for i in range(8)]
+        path = _write(tmp_path, f"t{trial}.csv", "f1;f2;f3;y\n1,5;2;3;a\n" + "\n".join(rows) + "\n")
+        outcomes = []
+        for fast in (True, False):
+            if not fast:
+                monkeypatch.setattr(data_csv, "_fast_csv_body", lambda *args: None)
+            try:
+                outcomes.append(load_dataset(path).X.tolist())
+            except TinyprotoError as exc:
+                outcomes.append(str(exc))
+        monkeypatch.undo()
+        assert outcomes[0] == outcomes[1], rows
+
+
+def test_a_decimal_comma_spreadsheet_reads_as_its_decimal_point_twin(tmp_path):
+    """German / French Excel: ';' between cells, ',' for the decimal point (and text labels with commas)."""
+    rows = [(f"{i * 0.37:.2f}", f"{(i * 7) % 5 - 2.5:.1f}", ["walking, slow", "running"][i % 2]) for i in range(12)]
+    point = _write(tmp_path, "point.csv",
+                   "Temp (°C);accel x;activity\n" + "".join(f"{a};{b};{c}\n" for a, b, c in rows))
+    comma = _write(tmp_path, "comma.csv", "Temp (°C);accel x;activity\n"
+                   + "".join(f"{a.replace('.', ',')};{b.replace('.', ',')};{c}\n" for a, b, c in rows))
+    a, b = _accepted(point), _accepted(comma)
+    assert np.array_equal(a.X, b.X) and list(a.y) == list(b.y) and "walking, slow" in set(b.y)
+    # a point anywhere in the numbers: not a decimal-comma file, and the comma is refused as before
+    _refused(_write(tmp_path, "mixed.csv", "f1;f2;y\n1,5;2.5;a\n3;4;b\n"), "line 2, column 1.*'1,5'.*decimal commas")
+    # without a header the first row is still recognised as data
+    _refused(_write(tmp_path, "headless.csv", "1;2;0\n3,5;4;1\n5;6,5;0\n7;8;1\n"), "all numbers.*header")
 
 
 # ---------------------------------------------------------------------------------------------- .npz

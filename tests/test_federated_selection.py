@@ -120,6 +120,33 @@ def test_selection_is_identical_on_dask_and_deterministic():
     assert strip(local[1]) == strip(again[1]) == strip(remote[1])
 
 
+@pytest.mark.parametrize("n,split_spec", [(12, "dirichlet:0.3")])
+def test_one_gather_for_every_shape_tallies_as_the_loop_over_shapes(monkeypatch, n, split_spec):
+    """A party of a few rows scores every shape in one gather (selection.GatherTables), a larger one shape by
+    shape: forced either way on the same parties (rows from 1 to dozens), every party's tallies are the same."""
+    sp = data("wine")
+    parts = shards(sp, n, split_spec)
+    assert min(len(y) for _, y in parts) <= 2 < max(len(y) for _, y in parts)
+    tallies = {}
+    per_party = sel.party_correct
+    for way, at_once in (("one gather", 1 << 62), ("per shape", -1)):
+        monkeypatch.setattr(sel, "GATHER_AT_ONCE", at_once)
+        seen = []
+
+        def recorded(state, weights, plan):
+            seen.append(per_party(state, weights, plan))
+            return seen[-1]
+
+        monkeypatch.setattr(sel, "party_correct", recorded)
+        with LocalBackend(parts) as backend:
+            tallies[way] = (choose_config(backend, 1024, 0, agree_classes(backend), sp.X_train.shape[1]), seen)
+    (config, info), seen = tallies["one gather"]
+    (config_loop, info_loop), seen_loop = tallies["per shape"]
+    assert len(seen) == len(seen_loop) > n
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(seen, seen_loop))
+    assert config == config_loop and info["candidates"] == info_loop["candidates"]
+
+
 def test_sparse_counts_add_exactly():
     rng = np.random.default_rng(0)
     sizes = {(4, 2): 40}

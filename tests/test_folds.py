@@ -4,6 +4,7 @@ deploys exactly the model compile deploys from the pooled rows."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -65,6 +66,30 @@ def test_small_data_is_repeated_and_large_data_held_out():
     assert Plan.for_rows(5000) == Plan(Plan.for_rows(5000).n_folds, 1, 1)
 
 
+@pytest.fixture
+def pooled_reference_once(shared_once, monkeypatch):
+    """federate's second reference (what compile's solver deploys from the pooled rows: seconds of solver on digits
+    or segment) computed once per run for each exact input (the rows, budget, seed, board), whichever worker asks
+    first, by the real function: the partitions of one data set into parties all compare with the same one."""
+    from tinyproto.pipeline import federate
+
+    real = federate._compile_reference
+
+    def once(sp, budget_bytes, seed, board, learnable):
+        digest = hashlib.sha256()
+        for a in (sp.X_train, sp.y_train, sp.X_test, sp.y_test):
+            a = np.ascontiguousarray(a)
+            digest.update(f"{a.dtype.str}{a.shape}".encode() + a.tobytes())
+        key = f"federate-reference-{digest.hexdigest()}-{budget_bytes}-{seed}-{board.name}-{learnable}"
+
+        def make(into: Path) -> None:
+            (into / "reference.json").write_text(json.dumps(real(sp, budget_bytes, seed, board, learnable)))
+
+        return json.loads((shared_once(key, make) / "reference.json").read_text())
+
+    monkeypatch.setattr(federate, "_compile_reference", once)
+
+
 def _federate_and_compile(tmp_path: Path, compiled, data: str, parties: int, split: str) -> dict:
     from tinyproto.pipeline.federate import FederateOptions, federate_model
 
@@ -84,6 +109,7 @@ def _federate_and_compile(tmp_path: Path, compiled, data: str, parties: int, spl
 
 @pytest.mark.parametrize("data,parties,split", [("digits", 1, "iid"), ("digits", 5, "by-class"),
                                                 ("segment", 8, "dirichlet:0.3")])
+@pytest.mark.usefixtures("pooled_reference_once")
 def test_federated_without_dp_is_the_model_compile_deploys(tmp_path, compiled, data, parties, split):
     out = _federate_and_compile(tmp_path, compiled, data, parties, split)
     # compile's model less its calibration (which a federated model does not carry); the report's
@@ -93,6 +119,7 @@ def test_federated_without_dp_is_the_model_compile_deploys(tmp_path, compiled, d
 
 @pytest.mark.slow
 @pytest.mark.parametrize("data,split", [("digits", "iid"), ("segment", "dirichlet:0.3")])
+@pytest.mark.usefixtures("pooled_reference_once")
 def test_a_thousand_parties_still_deploy_compiles_model(tmp_path, compiled, data, split):
     out = _federate_and_compile(tmp_path, compiled, data, 1000, split)
     assert out["same_int_model"] and out["report"]["identical_to_compile"] is True

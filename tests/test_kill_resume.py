@@ -237,10 +237,9 @@ def test_a_second_writer_is_refused_while_the_first_runs(built_digits):
 # ------------------------------------------------------------------------------------------------ learn, federate
 
 
-def test_learn_killed_then_run_again(tmp_path, private_cache):
-    model = tmp_path / "fly"
-    assert run("compile", "iris", "--model", "flynn", "--budget", "1kB", "--learnable",
-               "--out", str(model)).returncode == 0
+def test_learn_killed_then_run_again(tmp_path, private_cache, compiled):
+    model = tmp_path / "fly"  # what `compile iris --model flynn --budget 1kB --learnable` writes: the run's copy
+    shutil.copytree(compiled("iris", "1kB", "flynn", learnable=True), model, symlinks=True)
     proc = tinyproto("learn", str(model), "--sim")
     kill_when(proc, lambda: (model / "learning" / "build.json").exists(), timeout=300)
     time.sleep(0.5)

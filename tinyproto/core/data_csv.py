@@ -52,6 +52,7 @@ class _Columns:
         self.names = names
         self.label_col = label_col
         self.label_given = label_given  # False: the default (the last column); a text column hints --label
+        self.decimal_comma = False  # a ';' file whose numbers use the decimal comma (12,5): read as 12.5
         self.features = [j for j in range(len(names)) if j != label_col]
 
     def describe(self, j: int) -> str:
@@ -70,6 +71,7 @@ def load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.n
     if header_text is None:
         raise TinyprotoError(f"{name}: has no header and no data (only blank lines)")
     delimiter = _choose_delimiter(header_text)
+    decimal_comma = delimiter == ";" and _writes_decimal_commas(text)
     reader = csv.reader(_lines(text), delimiter=delimiter)
     try:
         header, header_line = None, 0
@@ -84,7 +86,7 @@ def load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.n
         first_line = reader.line_num
         trailing_delimiter = (len(header) > 1 and not header[-1].strip(" \t") and
                               (first is None or len(first) < len(header) or not first[-1].strip(" \t")))
-        columns = _header(header[:-1] if trailing_delimiter else header, header_line, name, label)
+        columns = _header(header[:-1] if trailing_delimiter else header, header_line, name, label, decimal_comma)
         fast = None if trailing_delimiter else _fast_csv_body(text, header_line, columns, delimiter)
         if fast is not None:
             X, labels, label_lines = fast
@@ -96,7 +98,8 @@ def load_csv(raw: bytes, name: str, label: str | None) -> tuple[np.ndarray, np.n
     _refuse_row_index(X, name, columns)
     y = _typed_labels(labels, label_lines, name, columns)
     label_name = columns.names[columns.label_col]
-    if all(_NUMBER.fullmatch(columns.names[j]) for j in columns.features) and label_name in {_clean(v) for v in labels}:
+    if all(_numeric(columns.names[j], decimal_comma) for j in columns.features) and \
+            label_name in {_clean(v) for v in labels}:
         raise TinyprotoError(
             f"{name}, line {header_line}: the first line looks like data (numbers, then the class {label_name!r}), "
             "not a header; add a header line naming the columns (e.g. f1,f2,...,label)"
@@ -144,7 +147,7 @@ def _first_nonblank_line(text: str) -> str | None:
     return None
 
 
-def _header(header: list[str], line: int, name: str, label: str | None) -> _Columns:
+def _header(header: list[str], line: int, name: str, label: str | None, decimal_comma: bool = False) -> _Columns:
     names = [_clean(h) for h in header]
     seen: dict[str, int] = {}
     for j, h in enumerate(names):
@@ -165,7 +168,8 @@ def _header(header: list[str], line: int, name: str, label: str | None) -> _Colu
         label_col = seen[wanted]
     else:
         label_col = len(names) - 1
-    if all(_NUMBER.fullmatch(h) for h in names) and (label is None or not _NUMBER.fullmatch(label.strip())):
+        _refuse_a_label_column_left_out(names, line, name)
+    if all(_numeric(h, decimal_comma) for h in names) and (label is None or not _NUMBER.fullmatch(label.strip())):
         raise TinyprotoError(
             f"{name}, line {line}: the first line is all numbers ({', '.join(names[:4])}"
             f"{', ...' if len(names) > 4 else ''}); it must be a header naming the columns (e.g. f1,f2,...,label)"
@@ -175,7 +179,48 @@ def _header(header: list[str], line: int, name: str, label: str | None) -> _Colu
             f"{name}, line {line}: only one column ({names[0]!r}); needs feature columns and a label column "
             "(separated by ',', ';' or tabs)"
         )
-    return _Columns(names, label_col, label_given=label is not None)
+    columns = _Columns(names, label_col, label_given=label is not None)
+    columns.decimal_comma = decimal_comma
+    return columns
+
+
+# Headers that name the label column (Kaggle's MNIST CSV has `label` first): not 'y', an accelerometer's axis
+_LABEL_NAMES = {"label", "labels", "class", "classes", "target"}
+
+
+def _refuse_a_label_column_left_out(names: list[str], line: int, name: str) -> None:
+    """Without --label the label is the last column; a header naming another column 'label' (or 'class',
+    'target') means the user's classes are there, and the last column would be trained on as the label: pixel783
+    of an MNIST CSV gave 'too few samples', an integer feature such as a weekday could give a model of it."""
+    if names[-1].casefold() in _LABEL_NAMES:
+        return
+    named = [j for j, h in enumerate(names[:-1]) if h.casefold() in _LABEL_NAMES]
+    if len(named) == 1:
+        j = named[0]
+        raise TinyprotoError(
+            f"{name}, line {line}: column {j + 1} is named {names[j]!r}, but without --label the label is the last "
+            f"column ({names[-1]!r}); pass --label {shlex.quote(names[j])} (or --label {shlex.quote(names[-1])} to "
+            "keep the last column)"
+        )
+
+
+# A ';'-separated file whose numbers are written 12,5 and never 12.5: a spreadsheet in a locale with the decimal
+# comma (German, French, ... Excel). Its feature cells are read with the comma as the decimal point.
+_DIGIT_COMMA_DIGIT = re.compile(r"\d,\d")
+_DIGIT_POINT_DIGIT = re.compile(r"\d\.\d")
+
+
+def _writes_decimal_commas(text: str) -> bool:
+    return bool(_DIGIT_COMMA_DIGIT.search(text)) and not _DIGIT_POINT_DIGIT.search(text)
+
+
+def _as_point(text: str, decimal_comma: bool) -> str:
+    """A cell's number text with its one decimal comma made a point, in a decimal-comma file (else unchanged)."""
+    return text.replace(",", ".") if decimal_comma and text.count(",") == 1 else text
+
+
+def _numeric(text: str, decimal_comma: bool) -> bool:
+    return bool(_NUMBER.fullmatch(_as_point(text, decimal_comma)))
 
 
 def _did_you_mean(wanted: str, names: list[str]) -> str:
@@ -219,7 +264,7 @@ def _fast_csv_body(text: str, header_line: int, columns: _Columns, delimiter: st
         else:
             labels = [line.split(delimiter, label_col + 1)[label_col] for line in lines]
         label_lines = [header_line + 1 + i for i in keep]
-        numbers = lines
+        numbers = [line.replace(",", ".") for line in lines] if columns.decimal_comma else lines
         usecols = features
     else:
         reader = csv.reader(_lines(body), delimiter=delimiter)
@@ -236,6 +281,8 @@ def _fast_csv_body(text: str, header_line: int, columns: _Columns, delimiter: st
             return None
         labels = [r[label_col] for r in records]
         numbers = [delimiter.join(r[j] for j in features) for r in records]
+        if columns.decimal_comma:
+            numbers = [line.replace(",", ".") for line in numbers]
         if any(line.count(delimiter) != len(features) - 1 or '"' in line or "\n" in line for line in numbers):
             return None
         usecols = None
@@ -292,8 +339,8 @@ def _csv_body(records: list, reader, columns: _Columns, name: str):
 
 def _number(cell: str, name: str, line: int, columns: _Columns, j: int) -> float:
     text = _clean(cell)
-    if _NUMBER.fullmatch(text):
-        value = float(text)
+    if _numeric(text, columns.decimal_comma):
+        value = float(_as_point(text, columns.decimal_comma))
         if abs(value) <= FLOAT32_MAX:
             return value
         problem = f"{_short(text)} is beyond float32's range (|x| > 3.4e38), which the device computes in"
@@ -325,7 +372,8 @@ def _empty_rows(first_line: int, rest, columns: _Columns) -> str:
 def _number_hint(text: str) -> str:
     low = text.lower()
     if "," in text:
-        return " (decimal or thousands commas are not accepted: use '.' for decimals and no separators)"
+        return (" (decimal or thousands commas are not accepted: use '.' for decimals and no separators; a "
+                "';'-separated file is read with decimal commas when none of its numbers has a '.')")
     if low.lstrip("+-").startswith(("0x", "0b", "0o")):
         return " (only decimal numbers are accepted)"
     if low in ("true", "false", "yes", "no", "t", "f"):

@@ -17,12 +17,15 @@ CSV (.csv, .txt, .tsv), documented handling:
   Other NUL or control characters mean binary data and are refused;
 * the first non-blank line is the header and must name the columns (a line of numbers only is refused: the
   file has no header). The delimiter is ',' unless the header has no ',' but ';' or a tab (European Excel,
-  TSV). Non-empty column names must be unique; --label must name exactly one column (default: the last);
+  TSV). Non-empty column names must be unique; --label must name exactly one column (default: the last, and a
+  file whose header names exactly one other column label/labels/class/classes/target is refused without it);
 * blank lines (and lines of only delimiters) are skipped; CRLF / CR line ends, cells quoted or padded with
   spaces are fine; one trailing delimiter per line is ignored; every other line must have the header's number
   of fields;
 * feature cells are ASCII decimal numbers (1, -2.5, .5, 3e-4). Refused with the line and column: empty cells,
-  NaN/inf, values beyond float32 (|x| > 3.4e38, the device's arithmetic), thousands/decimal commas, hex,
+  NaN/inf, values beyond float32 (|x| > 3.4e38, the device's arithmetic), thousands/decimal commas (except a
+  ';'-separated file with no '.' between two digits anywhere and some ',' between two digits: a spreadsheet in
+  a decimal-comma locale, whose feature cells are read with ',' as the decimal point), hex,
   booleans and any other text (when --label was not given, the message suggests --label for that column). An
   empty cell's message lists every line that has one;
 * a feature column named '', 'index', 'Unnamed: 0', 'row', 'row.names' or 'rownames' whose values count the

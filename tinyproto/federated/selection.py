@@ -216,6 +216,7 @@ class HeldOutWeights:
         self.weightings = weightings  # shape -> [(bits, decay, count scale), ...]
         self.n_folds = n_folds
         self._expanded: dict = {}
+        self._tables: dict = {}
 
     def __getitem__(self, shape) -> np.ndarray:
         if shape not in self._expanded:
@@ -226,12 +227,20 @@ class HeldOutWeights:
     def nbytes(self) -> int:
         return sum(c.nbytes for c in self.per_fold.values())
 
+    def gather_tables(self, plan: list) -> "GatherTables":
+        """Every shape of `plan` in one table (see GatherTables), made once per plan in this process."""
+        key = tuple(plan)
+        if key not in self._tables:
+            self._tables[key] = GatherTables.of(self, plan)
+        return self._tables[key]
+
     def __getstate__(self) -> dict:  # only the counts travel
         return {"per_fold": self.per_fold, "weightings": self.weightings, "n_folds": self.n_folds}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._expanded = {}
+        self._tables = {}
 
 
 @functools.lru_cache(maxsize=256)
@@ -244,12 +253,70 @@ def _weighting_class_offsets(n_w: int, L: int, m: int) -> np.ndarray:
     return kc
 
 
+@dataclass
+class GatherTables:
+    """Every (shape, weighting) of a plan as one gather, for parties of a few rows (where one gather per shape
+    costs more in numpy calls than in arithmetic). Candidate g (shapes in plan order, each shape's weightings in
+    order) scores class c of a row in fold f with winners w_0..w_{ρ-1} of its m as
+    sum_j flat[f·stride[g] + offset[g, c] + w_j] over j < ρ_g: flat holds every shape's held_out_weights
+    (RK, weightings, L, m) one after another; winners past ρ_g (up to the largest ρ) are read and masked out."""
+
+    flat: np.ndarray  # every shape's weights, flattened, concatenated
+    stride: np.ndarray  # (G,): one fold's entries of the candidate's shape
+    offset: np.ndarray  # (G, L): where candidate g's weights of class c start in fold 0
+    m_index: np.ndarray  # (G,): which of m_values the candidate's m is
+    m_values: list  # the distinct m of the plan, ascending
+    mask: np.ndarray  # (G, k) uint8: 1 for j < ρ_g
+    k: int  # the largest ρ
+
+    @staticmethod
+    def of(weights, plan: list) -> "GatherTables":
+        m_values = sorted({m for m, _ in plan})
+        k = max(rho for _, rho in plan)
+        parts, strides, offsets, m_index, rhos = [], [], [], [], []
+        start = 0
+        for m, rho in plan:
+            W = weights[(m, rho)]
+            n_w, L = W.shape[1], W.shape[2]
+            parts.append(W.reshape(-1))
+            for w in range(n_w):
+                strides.append(n_w * L * m)
+                offsets.append(start + (w * L + np.arange(L)) * m)
+                m_index.append(m_values.index(m))
+                rhos.append(rho)
+            start += W.size
+        mask = (np.arange(k)[None, :] < np.asarray(rhos)[:, None]).astype(np.uint8)
+        return GatherTables(np.concatenate(parts), np.asarray(strides, dtype=np.int64),
+                            np.stack(offsets).astype(np.int64), np.asarray(m_index), m_values, mask, k)
+
+    def correct(self, state: "PartyState") -> np.ndarray:
+        """party_correct of the plan's every candidate in one gather (the party's rows all at once)."""
+        n = len(state.y_index)
+        winners = np.zeros((n, len(self.m_values), self.k), dtype=np.int64)  # past a short m's ρ: masked
+        for i, m in enumerate(self.m_values):
+            ranked = state.ranked[m][:, :self.k]
+            winners[:, i, :ranked.shape[1]] = ranked
+        index = (state.folds[:, :, None] * self.stride)[:, :, :, None, None] + self.offset[None, None, :, :, None] \
+            + winners[:, self.m_index][None, :, :, None, :]  # (R, n, G, L, k)
+        taken = self.flat.take(index) * self.mask[:, None, :]
+        scores = taken.sum(axis=4, dtype=np.int64)  # (R, n, G, L)
+        hits = (np.argmin(scores, axis=3) == state.y_index[None, :, None]) & state.scored[:, :, None]
+        return hits.sum(axis=(0, 1), dtype=np.int64)
+
+
+GATHER_AT_ONCE = 1 << 18  # index entries (R x rows x candidates x L x ρ) a party scores in one gather, at most
+
+
 def party_correct(state: PartyState, weights, plan: list) -> np.ndarray:
     """How many of the party's rows each candidate classifies correctly, every row scored (once per repeat) by
     the model of the folds it is not in: the solver's _cv_accuracies restricted to this party's rows. plan lists
-    the shapes; weights[shape] is held_out_weights (RK, weightings, L, m); the lowest score wins."""
-    out = []
+    the shapes; weights[shape] is held_out_weights (RK, weightings, L, m); the lowest score wins. A party of a few
+    rows scores every shape in one gather (HeldOutWeights.gather_tables), the same sums in one numpy call each."""
     n = len(state.y_index)
+    tables = weights.gather_tables(plan) if plan and hasattr(weights, "gather_tables") else None
+    if tables is not None and state.folds.shape[0] * n * tables.offset.size * tables.k <= GATHER_AT_ONCE:
+        return tables.correct(state)
+    out = []
     for m, rho in plan:
         W = weights[(m, rho)]
         n_w, L = W.shape[1], W.shape[2]
