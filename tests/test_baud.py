@@ -57,3 +57,13 @@ def test_a_board_silent_at_the_fast_rate_is_told_the_fallback_in_one_line():
     with pytest.raises(TinyprotoError) as info:
         line_baud(uno, build, 1_000_000)
     assert "\n" not in str(info.value) and "--baud 1000000" in str(info.value)
+
+
+@pytest.mark.parametrize("baud, words", [(3, "too slow"), (10**23, "% off"), (300000, "% off")])
+def test_validate_refuses_a_rate_the_board_cannot_make_rather_than_suggesting_a_build_at_it(baud, words):
+    """`validate --baud 3` said "build it for 3 first (compile --baud 3 ...)", which compile then refuses."""
+    from tinyproto.pipeline.validate import BuildInfo, line_baud
+
+    with pytest.raises(TinyprotoError, match=words) as info:
+        line_baud(load_board("uno"), BuildInfo(*[None] * 7, serial_baud=1_000_000), baud)
+    assert "build it for" not in str(info.value)

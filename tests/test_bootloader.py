@@ -409,3 +409,25 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("image", ["flash.bin", "eeprom.bin"])
+@pytest.mark.parametrize("kind", ["directory", "link"])
+def test_board_sim_refuses_a_state_image_that_is_not_a_file(tmp_path, image, kind):
+    """A directory at eeprom.bin was called "another board's image"; a link at flash.bin had the simulator read (and
+    on exit write) the file it points at, and --fresh removed the link. One line, and nothing changed."""
+    from helpers import refused
+
+    state = tmp_path / "state"
+    state.mkdir()
+    mine = tmp_path / "mine.bin"
+    mine.write_bytes(bytes(32768))
+    if kind == "directory":
+        (state / image).mkdir()
+    else:
+        (state / image).symlink_to(mine)
+    for fresh in ([], ["--fresh"]):
+        line = refused(["board-sim", "--state", str(state), *fresh], f"{state / image} (the simulated board's",
+                       tmp_path)
+        assert ("a directory" if kind == "directory" else "a symbolic link") in line and "move it away" in line
+    assert mine.read_bytes() == bytes(32768)

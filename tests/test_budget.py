@@ -18,3 +18,11 @@ def test_budget_forms(text, expected):
 def test_bad_budgets_are_user_errors(text):
     with pytest.raises(TinyprotoError):
         parse_budget(text)
+
+
+@pytest.mark.parametrize("text, words", [("0", "is zero"), ("0kB", "is zero"), ("0.5", "is less than one byte"),
+                                         ("0.0004kB", "is less than one byte")])
+def test_a_budget_below_one_byte_says_what_it_is(text, words):
+    """'0.5' (bytes) rounds down to nothing: it was called zero, which is not what was written."""
+    with pytest.raises(TinyprotoError, match=f"'{text}' {words}; give a positive size"):
+        parse_budget(text)

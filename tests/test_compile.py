@@ -156,3 +156,18 @@ def test_wrong_feature_count_at_predict(compiled):
     model = families.load_int_model(load_model_dir(compiled("digits", "2kB")))
     with pytest.raises(TinyprotoError, match="takes 64 features"):
         model.predict(np.zeros((3, 63)))
+
+
+def test_the_int8_loss_warning_counts_the_rows_behind_its_points():
+    from tinyproto.pipeline.compile import int8_loss_warning
+
+    y = np.array([0, 1] * 37)  # 74 test rows, as the warning a 300-row CSV gave
+    float_pred = y.copy()
+    int8_pred = y.copy()
+    assert int8_loss_warning(float_pred, int8_pred, y) is None
+    int8_pred[5] = 1 - y[5]
+    assert int8_loss_warning(float_pred, int8_pred, y) == (
+        "int8 accuracy is 1.4 points below float: 1 more of the 74 test rows wrong after quantization (a larger "
+        "--budget or another --model may keep them)")
+    float_pred[7] = 1 - y[7]  # the float model wrong on another row: no net loss, no warning
+    assert int8_loss_warning(float_pred, int8_pred, y) is None

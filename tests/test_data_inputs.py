@@ -68,6 +68,10 @@ CSV_BAD = {
                                r"line 2, column 2 \('f2'\): is empty \(a missing value\); 3 rows have an empty "
                                r"cell \(lines 2, 4, 6\): fill them, or delete those rows"),
     "the only empty cell": ("f1,f2,y\n1,2,a\n3,,b\n5,6,a\n", r"line 3.*is empty.*the only one"),
+    "a label column that is not last (Kaggle's MNIST)": (
+        "label,pixel0,pixel1\n" + "".join(f"{i % 3},{i % 5},{i % 2}\n" for i in range(12)),
+        r"line 1: column 1 is named 'label', but without --label the label is the last column \('pixel1'\); "
+        r"pass --label label \(or --label pixel1 to keep the last column\)"),
     "row index of a data frame": (",f1,y\n" + "".join(f"{i},{i * i % 7},{'ab'[i % 2]}\n" for i in range(12)),
                                   r"column 1 \(unnamed\) holds the row numbers 0, 1, 2, .*delete that column"),
     "row index from 1": ("index,f1,y\n" + "".join(f"{i + 1},{i * i % 7},{'ab'[i % 2]}\n" for i in range(12)),
@@ -279,6 +283,13 @@ def test_constant_and_empty_name_columns_are_fine(tmp_path):
     path = _write(tmp_path, "d.csv", ",const,y\n" + "".join(f"{i * 5 % 12},0.3,{i % 2}\n" for i in range(12)))
     dataset = _accepted(path)
     assert dataset.X.shape == (12, 2)
+
+
+def test_a_column_named_label_is_used_when_named_and_an_axis_named_y_is_a_feature(tmp_path):
+    rows = "".join(f"{i % 3},{i % 5},{'ab'[i % 2]}\n" for i in range(12))
+    assert list(_accepted(_write(tmp_path, "a.csv", "Class,f1,y2\n" + rows), label="y2").y[:2]) == ["a", "b"]
+    assert _accepted(_write(tmp_path, "b.csv", "x,y,activity\n" + rows)).X.shape == (12, 2)
+    assert _accepted(_write(tmp_path, "c.csv", "label,f1,target\n" + rows)).X.shape == (12, 2)  # last is a label name
 
 
 def test_a_named_counter_or_a_shuffled_index_is_a_feature(tmp_path):

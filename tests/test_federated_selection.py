@@ -69,7 +69,7 @@ def test_federated_tallies_are_the_pooled_cross_validation_on_compiles_folds():
         U = hash_inputs(stages[c.scaling].quantize(X), c.sign_split).astype(float)
         ranked = solver._ranked_winners(U, seeded_indices(seed_M, c.m, c.s, U.shape[1]), [c.m], c.rho)
         assert c.cv_accuracy == solver._cv_accuracies(ranked[c.m], y_index, folds, len(classes), c.m,
-                                                      [(c.bits, c.decay)])[0]
+                                                      [(c.bits, c.decay, c.count_scale)])[0]
     best = max(candidates, key=solver.candidate_rank)
     assert (config.n_hashes, config.n_inputs_per_hash, config.n_winners, config.count_bits) == \
         (best.m, best.s, best.rho, best.bits)

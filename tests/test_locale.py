@@ -113,6 +113,8 @@ def test_to_ascii_spells_symbols_and_escapes_the_rest():
     assert to_ascii("· candidate — 5 ± 1 ≥ 2") == ". candidate - 5 +/- 1 >= 2"
     assert to_ascii("┏━┓┃└┘") == "+-+|++"
     assert to_ascii("class é 日") == "class \\xe9 \\u65e5"
+    # a byte that did not decode (os.fsdecode's surrogate escape, a UTF-8 file name under LC_ALL=C) is that byte
+    assert to_ascii("caf\udcc3\udca9.csv") == "caf\\xc3\\xa9.csv"
     assert to_ascii("plain") == "plain"
 
 

@@ -228,3 +228,20 @@ def test_a_validation_json_whose_checks_are_not_checks_is_one_error(work, compil
     model = compiled("iris", "1kB")
     (model / "validation.json").write_text(json.dumps({"n_vectors": 0, "checks": checks}))
     refused(["report", str(model)], "validation.json is damaged", model.parent)
+
+
+def test_names_the_figures_font_cannot_draw_are_escaped_without_a_warning():
+    """Class names 日本 (and a data set's name in a title): matplotlib's font has no glyph for them, so the
+    confusion matrix drew empty boxes and `report` printed a UserWarning with a line of tinyproto's source on
+    stderr. They are drawn as escapes, and nothing is printed."""
+    import warnings
+
+    import numpy as np
+
+    from tinyproto.pipeline.report_figures import _drawn, fig_confusion
+
+    assert _drawn("café 日本") == "café \\u65e5\\u672c"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        png = fig_confusion(["café", "日本", "x"], np.array([0, 1, 2]), np.array([0, 1, 1]), "confusion: 日本")
+    assert png.startswith(b"\x89PNG")

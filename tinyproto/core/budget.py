@@ -31,7 +31,8 @@ def parse_budget(text: str | int, what: str = "budget") -> int:
         raise TinyprotoError(f"{what} {str(text)[:40]!r} is larger than any board's flash; give a size such as 2kB")
     n_bytes = math.floor(scaled)
     if n_bytes <= 0:
-        raise TinyprotoError(f"{what} {text!r} is zero; give a positive size such as 2kB")
+        amount = "less than one byte" if scaled > 0 else "zero"  # 0.5 (bytes) rounds down to 0: not zero as written
+        raise TinyprotoError(f"{what} {text!r} is {amount}; give a positive size such as 2kB")
     return n_bytes
 
 

@@ -168,6 +168,7 @@ def _header(header: list[str], line: int, name: str, label: str | None, decimal_
         label_col = seen[wanted]
     else:
         label_col = len(names) - 1
+        _refuse_a_label_column_left_out(names, line, name)
     if all(_numeric(h, decimal_comma) for h in names) and (label is None or not _NUMBER.fullmatch(label.strip())):
         raise TinyprotoError(
             f"{name}, line {line}: the first line is all numbers ({', '.join(names[:4])}"
@@ -181,6 +182,26 @@ def _header(header: list[str], line: int, name: str, label: str | None, decimal_
     columns = _Columns(names, label_col, label_given=label is not None)
     columns.decimal_comma = decimal_comma
     return columns
+
+
+# Headers that name the label column (Kaggle's MNIST CSV has `label` first): not 'y', an accelerometer's axis
+_LABEL_NAMES = {"label", "labels", "class", "classes", "target"}
+
+
+def _refuse_a_label_column_left_out(names: list[str], line: int, name: str) -> None:
+    """Without --label the label is the last column; a header naming another column 'label' (or 'class',
+    'target') means the user's classes are there, and the last column would be trained on as the label: pixel783
+    of an MNIST CSV gave 'too few samples', an integer feature such as a weekday could give a model of it."""
+    if names[-1].casefold() in _LABEL_NAMES:
+        return
+    named = [j for j, h in enumerate(names[:-1]) if h.casefold() in _LABEL_NAMES]
+    if len(named) == 1:
+        j = named[0]
+        raise TinyprotoError(
+            f"{name}, line {line}: column {j + 1} is named {names[j]!r}, but without --label the label is the last "
+            f"column ({names[-1]!r}); pass --label {shlex.quote(names[j])} (or --label {shlex.quote(names[-1])} to "
+            "keep the last column)"
+        )
 
 
 # A ';'-separated file whose numbers are written 12,5 and never 12.5: a spreadsheet in a locale with the decimal

@@ -17,7 +17,8 @@ CSV (.csv, .txt, .tsv), documented handling:
   Other NUL or control characters mean binary data and are refused;
 * the first non-blank line is the header and must name the columns (a line of numbers only is refused: the
   file has no header). The delimiter is ',' unless the header has no ',' but ';' or a tab (European Excel,
-  TSV). Non-empty column names must be unique; --label must name exactly one column (default: the last);
+  TSV). Non-empty column names must be unique; --label must name exactly one column (default: the last, and a
+  file whose header names exactly one other column label/labels/class/classes/target is refused without it);
 * blank lines (and lines of only delimiters) are skipped; CRLF / CR line ends, cells quoted or padded with
   spaces are fine; one trailing delimiter per line is ignored; every other line must have the header's number
   of fields;

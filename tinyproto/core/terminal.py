@@ -51,7 +51,10 @@ def _unicode_name(code: int) -> str:
     return unicodedata.name(chr(code), "")
 
 
-_TABLE = {**_box_drawing(), **{ord(k): v for k, v in _SPELLING.items()}}
+# A byte of a name that did not decode (a UTF-8 file name under LC_ALL=C: os.fsdecode's surrogate escapes
+# U+DC80..U+DCFF) is written as that byte, \xc3\xa9, not as the surrogate's \udcc3\udca9.
+_RAW_BYTES = {0xDC00 + byte: f"\\x{byte:02x}" for byte in range(0x80, 0x100)}
+_TABLE = {**_box_drawing(), **{ord(k): v for k, v in _SPELLING.items()}, **_RAW_BYTES}
 
 
 def to_ascii(text: str) -> str:

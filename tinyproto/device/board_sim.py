@@ -127,7 +127,12 @@ class SimulatedBoard:
 
         binary = ensure_simulator()
         hex_path = ensure_bootloader(self.bootloader)
+        from tinyproto.device.sim import check_image_file
+
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        for image, what in ((self.flash_image, "the simulated board's flash image"),
+                            (self.eeprom_image, "the simulated board's EEPROM image")):
+            check_image_file(image, what)  # before --fresh too: it removes only images this class wrote
         if self.fresh:  # a new chip: only the images this class writes are removed, and never under a running board
             with _state_lock(self.state_dir):
                 for image in (self.flash_image, self.eeprom_image):

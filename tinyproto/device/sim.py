@@ -61,15 +61,14 @@ _EXIT_REASONS = {
 }
 
 
-def check_eeprom_image(path: Path) -> None:
-    """The simulated board's EEPROM image is read at start and written at exit: missing (a blank EEPROM), or a
-    regular file. A directory there was kept and the EEPROM silently not used; a link would have the simulator
-    write through it into a file tinyproto did not write."""
+def check_image_file(path: Path, what: str = "the simulated board's EEPROM image") -> None:
+    """A simulated chip's memory image (EEPROM, flash) is read at start and written at exit: missing (blank), or a
+    regular file. A directory there was kept and the memory silently not used (or called "another board's"); a
+    link would have the simulator write through it into a file tinyproto did not write."""
     path = Path(path)
     if path.is_symlink() or (path.exists() and not path.is_file()):
         kind = "a symbolic link" if path.is_symlink() else "a directory" if path.is_dir() else "not a regular file"
-        raise TinyprotoError(f"{path} (the simulated board's EEPROM image) is {kind}; move it away (a missing image "
-                             "is a blank EEPROM)")
+        raise TinyprotoError(f"{path} ({what}) is {kind}; move it away (a missing image is a blank memory)")
 
 
 def tinyproto_cache_dir() -> Path:
@@ -280,7 +279,7 @@ class SimulatedUno:
         if not self.elf_path.is_file():
             raise TinyprotoError(f"firmware {self.elf_path} does not exist; build it first (tinyproto build)")
         if self.eeprom is not None:
-            check_eeprom_image(self.eeprom)
+            check_image_file(self.eeprom)
         binary = ensure_simulator()
         self._stderr_file = tempfile.TemporaryFile(prefix="tinyproto-sim-")
         # --parent-pipe: simuno exits when our end of its stdin closes, even if this process is SIGKILLed.

@@ -13,7 +13,7 @@ import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, stage_bytes
-from tinyproto.families.flynn.quantize import IntFlyNN
+from tinyproto.families.flynn.quantize import IntFlyNN, scaled_counts
 from tinyproto.families.flynn.solver import (
     DEFAULT_CAP, F_CPU, MIN_HASHES, CountLimit, fastest_m, largest_m, model_bytes, solver_random_state, default_max_ms,
 )
@@ -49,11 +49,15 @@ class FlyNNConfig:
     sign_split: bool
     seed: int
     random_state: int
+    count_scale: int = 1  # deployed counts = summed counts // count_scale (families.flynn.quantize.count_scales)
 
     def chosen(self) -> dict:
-        """The hyper-parameters as `compile` reports them (model.json / report.json `hyperparameters`)."""
+        """The hyper-parameters as `compile` reports them (model.json / report.json `hyperparameters`; the count
+        scale only when it is not 1, as compile's solver writes it)."""
         out = asdict(self)
         out.pop("random_state")
+        if out["count_scale"] == 1:
+            out.pop("count_scale")
         return out
 
 
@@ -90,7 +94,8 @@ def config_from_solver(chosen: dict, seed: int) -> FlyNNConfig:
         raise AssertionError("fit_flynn_under_budget no longer draws M's seed from its first random draw")
     return FlyNNConfig(int(chosen["n_hashes"]), int(chosen["n_inputs_per_hash"]), int(chosen["n_winners"]),
                        float(chosen["decay"]), int(chosen["count_bits"]), bool(chosen["store_M"]),
-                       str(chosen["scaling"]), bool(chosen["sign_split"]), int(chosen["seed"]), state)
+                       str(chosen["scaling"]), bool(chosen["sign_split"]), int(chosen["seed"]), state,
+                       int(chosen.get("count_scale", 1)))
 
 
 def default_config(seed: int, n_features: int | None = None, budget_bytes: int | None = None) -> FlyNNConfig:
@@ -132,7 +137,7 @@ def fit_to_classes(config: FlyNNConfig, n_classes: int, n_features: int, budget_
         raise TinyprotoError(f"the chosen FlyNN (rho={config.n_winners}) does not fit {budget_bytes} B{where} for "
                              f"{n_classes} classes; it needs about {need} B")
     return FlyNNConfig(m, s, config.n_winners, config.decay, config.count_bits, config.store_M, config.scaling,
-                       config.sign_split, config.seed, config.random_state)
+                       config.sign_split, config.seed, config.random_state, config.count_scale)
 
 
 def float_scaling(scaling: str) -> str:
@@ -179,9 +184,10 @@ def assemble(spec: FederatedSpec, int_counts: np.ndarray, float_counts: np.ndarr
         indices=clf.M_indices_,
         n_winners=int(clf.n_winners_),
         bits=int(c.count_bits),
-        counts=np.minimum(int_counts, (1 << c.count_bits) - 1),
+        counts=scaled_counts(int_counts, c.count_scale, c.count_bits),
         decay=1.0 if c.count_bits == 1 else float(c.decay),
         store_M=bool(c.store_M),
+        count_scale=int(c.count_scale),
     )
     return clf, model
 

@@ -167,7 +167,7 @@ def choose_config(backend: Backend, budget_bytes: int, seed: int, classes: np.nd
                                    communication=comm)
         state = solver_random_state(seed)
         config = FlyNNConfig(best.m, best.s, best.rho, best.decay, best.bits, best.store_M, best.scaling,
-                             best.sign_split, draw_seed(state), state)
+                             best.sign_split, draw_seed(state), state, best.count_scale)
         source = ("federated model selection: the budget solver's candidates ranked by K-fold accuracy of the "
                   "integer model over every party's rows (all-reduced counts and correct-prediction tallies)")
     n_in = 2 * n_features if config.sign_split else n_features

@@ -35,7 +35,7 @@ import numpy as np
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.folds import Folds, Plan, assign, bin_folds, class_bins, row_keys
 from tinyproto.families.flynn import solver as _solver
-from tinyproto.families.flynn.quantize import decay_lut, hash_inputs
+from tinyproto.families.flynn.quantize import count_scales, decay_lut, hash_inputs, scaled_counts
 from tinyproto.families.flynn.solver import (
     BITS_GRID, DEFAULT_CAP, F_CPU, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING, Candidate,
     CountLimit, cycle_limit_within, estimate_cycles,
@@ -188,29 +188,22 @@ def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds:
     return SparseCounts(sizes, keys, values)
 
 
-COUNT_CLIP = (1 << max(BITS_GRID)) - 1  # the widest counts saturate here: larger counts weigh the same for all
 ROW_BLOCK = 512  # rows scored at a time (bounds memory: repeats x rows x weightings x L x ρ)
 
 
-def weight_table(weightings: list[tuple[int, float]]) -> np.ndarray:
-    """(n weightings, COUNT_CLIP + 1): the weight of a count t under each (bits, decay), t clipped at 15 first.
-    Binary filters weigh [t == 0] (score = zeros among the winners), others decay_lut[min(t, 2^b - 1)]; the
-    lowest score wins, as in the solver."""
-    t = np.arange(COUNT_CLIP + 1)
-    rows = []
-    for bits, decay in weightings:
-        saturated = np.minimum(t, (1 << bits) - 1)
-        rows.append((saturated == 0).astype(np.int64) if bits == 1 else decay_lut(decay, bits)[saturated])
-    return np.stack(rows)
-
-
-def held_out_weights(per_fold: np.ndarray, n_folds: int, table: np.ndarray) -> np.ndarray:
+def held_out_weights(per_fold: np.ndarray, n_folds: int, weightings: list[tuple[int, float, int]]) -> np.ndarray:
     """What every party needs to score its rows, from the all-reduced per-fold counts (RK, L, m): for each fold
-    f of each repeat and each weighting, the weight of every filter bit in the model trained without fold f,
-    (RK, weightings, L, m) uint8 (weights are 0/1 or a decay table <= 255)."""
+    f of each repeat and each (bits, decay, count scale), the weight of every filter bit in the model trained
+    without fold f, (RK, weightings, L, m) uint8. Binary filters weigh [t == 0] (score = zeros among the winners),
+    others decay_lut[t], t the scaled and saturated count (quantize.scaled_counts); the lowest score wins, as in
+    the solver."""
     total = per_fold[:n_folds].sum(axis=0)  # one repeat's folds hold every row once
-    held_out = np.minimum(total[None] - per_fold, COUNT_CLIP)
-    return np.ascontiguousarray(table[:, held_out].transpose(1, 0, 2, 3)).astype(np.uint8)
+    held_out = total[None] - per_fold
+    out = np.empty((per_fold.shape[0], len(weightings), *per_fold.shape[1:]), dtype=np.uint8)
+    for k, (bits, decay, count_scale) in enumerate(weightings):
+        t = scaled_counts(held_out, count_scale, bits)
+        out[:, k] = (t == 0) if bits == 1 else decay_lut(decay, bits)[t]
+    return out
 
 
 class HeldOutWeights:
@@ -220,7 +213,7 @@ class HeldOutWeights:
 
     def __init__(self, per_fold: dict, weightings: dict, n_folds: int) -> None:
         self.per_fold = per_fold  # shape -> (RK, L, m) counts
-        self.weightings = weightings  # shape -> [(bits, decay), ...]
+        self.weightings = weightings  # shape -> [(bits, decay, count scale), ...]
         self.n_folds = n_folds
         self._expanded: dict = {}
         self._tables: dict = {}
@@ -228,7 +221,7 @@ class HeldOutWeights:
     def __getitem__(self, shape) -> np.ndarray:
         if shape not in self._expanded:
             self._expanded[shape] = held_out_weights(self.per_fold[shape].astype(np.int64), self.n_folds,
-                                                     weight_table(self.weightings[shape]))
+                                                     self.weightings[shape])
         return self._expanded[shape]
 
     def nbytes(self) -> int:
@@ -399,9 +392,10 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                 continue
             by_shape: dict[tuple[int, int], list[Candidate]] = {}
             for c in plan:
-                c = replace(c, scaling=scaling, sign_split=sign_split)
-                if c not in tried:
-                    by_shape.setdefault((c.m, c.rho), []).append(c)
+                for q in (count_scales(n_rows, L, c.m, c.rho, c.bits) if count_limit is None else (1,)):
+                    c_q = replace(c, scaling=scaling, sign_split=sign_split, count_scale=q)  # as the solver
+                    if c_q not in tried:
+                        by_shape.setdefault((c.m, c.rho), []).append(c_q)
             if not by_shape:
                 continue
             m_values = sorted({m for m, _ in by_shape})
@@ -411,7 +405,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
             shapes = sorted(by_shape)
             summed = backend.allreduce(party_fold_counts, states, shapes, RK, L)
             comm.allreduce(sum(RK * L * m for m, _ in shapes), 4, broadcast=False)
-            work = [(shape, sorted({(c.bits, c.decay) for c in by_shape[shape]})) for shape in shapes]
+            work = [(shape, sorted({(c.bits, c.decay, c.count_scale) for c in by_shape[shape]})) for shape in shapes]
             weights = HeldOutWeights({shape: narrowest(summed.dense(shape, RK, L)) for shape in shapes},
                                      dict(work), K)
             comm.received += weights.nbytes()  # the summed per-fold counts come back to every party
@@ -426,7 +420,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                     i += 1
             for shape, group in by_shape.items():
                 for c in group:
-                    tried[c] = replace(c, cv_accuracy=accuracy[(shape, (c.bits, c.decay))])
+                    tried[c] = replace(c, cv_accuracy=accuracy[(shape, (c.bits, c.decay, c.count_scale))])
 
     for scaling, sign_split in preprocessings:
         evaluate(scaling, sign_split, *STAGE1)

@@ -195,9 +195,9 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
     for usable in dict.fromkeys(x for x in (port, upload_port if flash else None) if x is not None):
         check_port_usable(usable)  # now, not after the learning firmware's build
     if port is None:
-        from tinyproto.device.sim import check_eeprom_image
+        from tinyproto.device.sim import check_image_file
 
-        check_eeprom_image(model_dir.path / LEARNING_DIR / EEPROM_IMAGE)  # likewise
+        check_image_file(model_dir.path / LEARNING_DIR / EEPROM_IMAGE)  # likewise
     data = data or _default_data(model_dir)
     data_name, xq, y_index = training_samples(model, data, label)
     learning = families.family_of(model).learning

@@ -26,9 +26,38 @@ def _figure(width: float = 6.4, height: float = 4.2):
 
 
 def _png(fig) -> bytes:
+    import warnings
+
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    with warnings.catch_warnings():  # a glyph the font lacks is drawn as a box (user text goes through _drawn)
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     return buffer.getvalue()
+
+
+def _drawn(text: str) -> str:
+    """User text (a class or data set name) as a figure draws it: a character the figure's font has no glyph for
+    (日本 in DejaVu Sans) is written as its escape (\\u65e5), not drawn as an empty box with a warning on stderr."""
+    return "".join(c if _has_glyph(c) else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
+def _has_glyph(char: str) -> bool:
+    return ord(char) < 128 or ord(char) in _font_characters()
+
+
+def _font_characters() -> frozenset:
+    global _FONT_CHARACTERS
+    if _FONT_CHARACTERS is None:
+        from matplotlib.font_manager import FontProperties, findfont, get_font
+
+        try:
+            _FONT_CHARACTERS = frozenset(get_font(findfont(FontProperties())).get_charmap())
+        except Exception:  # no usable font file: draw ASCII only
+            _FONT_CHARACTERS = frozenset()
+    return _FONT_CHARACTERS
+
+
+_FONT_CHARACTERS: frozenset | None = None
 
 
 def _colors(rows: list[dict]) -> dict[str, str]:
@@ -73,7 +102,7 @@ def fig_accuracy_vs_bytes(rows: list[dict], title: str) -> bytes:
     ax.xaxis.set_major_formatter(_bytes_formatter())
     ax.set_xlabel("model bytes in flash (log scale)")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(title)
+    ax.set_title(_drawn(title))
     ax.grid(True, alpha=0.3)
     ax.margins(x=0.08, y=0.1)
     ax.legend(fontsize=7, loc="best")
@@ -106,7 +135,7 @@ def fig_accuracy_vs(rows: list[dict], key: str, label: str, title: str) -> bytes
     ax.margins(x=0.12, y=0.1)
     ax.set_xlabel(label)
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(title)
+    ax.set_title(_drawn(title))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     return _png(fig)
@@ -214,11 +243,12 @@ def fig_confusion(classes: list[str], y: np.ndarray, predicted: np.ndarray, titl
                     ax.text(j, i, str(matrix[i, j]), ha="center", va="center", fontsize=7,
                             color="white" if matrix[i, j] > matrix.max() / 2 else "black")
     ticks = np.arange(n)
-    ax.set_xticks(ticks, classes, fontsize=7, rotation=90 if n > 10 else 0)
-    ax.set_yticks(ticks, classes, fontsize=7)
+    names = [_drawn(c) for c in classes]
+    ax.set_xticks(ticks, names, fontsize=7, rotation=90 if n > 10 else 0)
+    ax.set_yticks(ticks, names, fontsize=7)
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
-    ax.set_title(title)
+    ax.set_title(_drawn(title))
     return _png(fig)
 
 
@@ -243,7 +273,7 @@ def fig_sram(single: dict) -> bytes:
     ax.set_xlim(0, board.sram_bytes * 1.08)
     ax.set_yticks([])
     ax.set_xlabel("bytes")
-    ax.set_title(title)
+    ax.set_title(_drawn(title))
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2)
     return _png(fig)
 

@@ -468,6 +468,7 @@ def line_baud(board: Board, build: BuildInfo, baud: int | None) -> int:
     """The rate validation talks at: the firmware's own (build.json), which a different --baud cannot change."""
     built = build.serial_baud or board.serial_baud
     if baud is not None and baud != built:
+        board.with_baud(baud)  # a rate the board cannot talk at is refused as such, not suggested as a build
         raise TinyprotoError(f"the firmware was built for {built} baud, not {baud}: build it for {baud} first "
                              f"(tinyproto run ... --baud {baud}, or compile --baud {baud} and build)")
     return built

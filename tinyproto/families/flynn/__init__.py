@@ -13,7 +13,11 @@ from tinyproto.families import (
 
 def _shape_text(entry: dict) -> str:
     return (f"m={entry['n_hashes']} s={entry['n_inputs_per_hash']} rho={entry['n_winners']} b={entry['count_bits']} "
-            f"c={entry['decay']:g} {'stored' if entry['store_M'] else 'seeded'} M")
+            f"c={entry['decay']:g}{_scale_text(entry)} {'stored' if entry['store_M'] else 'seeded'} M")
+
+
+def _scale_text(entry: dict) -> str:
+    return f" q={entry['count_scale']}" if entry.get("count_scale", 1) != 1 else ""
 
 
 FAMILY = Family(name="flynn", title="FlyNN", color="#d62728",

@@ -9,9 +9,11 @@ The device computes, for an int8 input x (TP_N_FEATURES values):
     score_l  = Σ_{j in W} lut[t_lj]                           (int32; TP_FLYNN_BITS == 1: Σ_{j in W} [t_lj == 0])
     label    = argmin_l score_l, ties to the lowest index
 
-t_lj is the training count of class l on hash bit j, saturated to TP_FLYNN_BITS bits; lut[t] = round(255 (1-c)^t)
-is the FBFC* weight (1 - c)^t scaled to uint8. With one bit the filter is binary (FBF): a bit scores 1 when
-the class never set it. score_l is the novelty f_l times ρ (times 255 for lut models), so argmin is unchanged.
+t_lj is the training count of class l on hash bit j, divided by the count scale q (a power of two, 1 unless the
+training rows are so many that the counts would saturate: count_scales) and saturated to TP_FLYNN_BITS bits;
+lut[t] = round(255 (1-c)^t) is the FBFC* weight (1 - c)^t scaled to uint8. With one bit the filter is binary
+(FBF): a bit scores 1 when the class never set it (set it fewer than q times). score_l is the novelty f_l times ρ
+(times 255 for lut models), so argmin is unchanged.
 
 Flash arrays (render order): the input stage, `flynn_filters` (t_lj packed LSB-first, entry (j, l) at bit
 (j·L + l)·b), `flynn_lut` (b > 1 only) and `flynn_M` (only when M is stored: row-major m x s indices, uint8 when
@@ -56,16 +58,35 @@ def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
     return np.packbits(planes.reshape(-1).astype(np.uint8), bitorder="little")
 
 
+def count_scales(n_rows: int, n_classes: int, m: int, rho: int, bits: int) -> tuple[int, ...]:
+    """The count scales q the solver tries for a shape: 1, and where the training rows are so many that a class's
+    mean count per hash bit (n_rows * rho / (L * m)) exceeds 16 times the largest count b bits hold (every bit
+    the class ever sets would saturate, and its filter stops telling classes apart), the three powers of two
+    around mean / (2^b - 1). Depends on sizes only, so the federated selection tries the same scales."""
+    cap = (1 << bits) - 1
+    mean = n_rows * rho / (n_classes * m)
+    if mean < 16 * cap:
+        return (1,)
+    q0 = 1 << int(np.floor(np.log2(mean / cap)))
+    return (1, q0, 2 * q0, 4 * q0)
+
+
+def scaled_counts(raw: np.ndarray, count_scale: int, bits: int) -> np.ndarray:
+    """The deployed counts: raw training counts divided by the count scale (floor), saturated to `bits` bits."""
+    return np.minimum(np.asarray(raw, dtype=np.int64) // int(count_scale), (1 << bits) - 1)
+
+
 def row_arrays(n_classes: int, bits: int, n_inputs: int, store_M: bool, decay: float, packed: np.ndarray,
-               lut: np.ndarray | None, indices: np.ndarray) -> list[CArray]:
+               lut: np.ndarray | None, indices: np.ndarray, count_scale: int = 1) -> list[CArray]:
     """The arrays that grow with m (filters, the count LUT, a stored M), exactly as rendered. IntFlyNN.carrays()
     fills them with the model's values; the solver prices a shape by the same arrays filled with zeros
     (pricing.model_bytes), so the budget arithmetic and the ledger are one."""
     m, s = indices.shape
     L, b = n_classes, bits
-    what = "binary filters: bit (j*L+l) = class l set hash bit j" if b == 1 else (
-        f"counts t_lj saturated to {b} bits, entry (j*L+l), LSB first"
-    )
+    scaled = f" divided by {count_scale}" if count_scale != 1 else ""
+    what = (f"binary filters: bit (j*L+l) = class l set hash bit j at least {count_scale} times" if b == 1 and scaled
+            else "binary filters: bit (j*L+l) = class l set hash bit j" if b == 1
+            else f"counts t_lj{scaled} saturated to {b} bits, entry (j*L+l), LSB first")
     arrays = [CArray("flynn_filters", "uint8_t", packed, f"{what} ({m}x{L}x{b} bits)")]
     if b > 1:
         arrays.append(CArray("flynn_lut", "uint8_t", lut, f"round(255*(1-c)^t), c={decay:g}"))
@@ -108,6 +129,7 @@ class IntFlyNN(IntModelCommon):
     counts: np.ndarray  # (L, m) saturated counts, 0..2^b - 1
     decay: float  # c, reported and used for the lut
     store_M: bool
+    count_scale: int = 1  # q: counts are the training counts // q (count_scales); 1 for a model that learns
     family: str = "flynn"  # the registry name (tinyproto.families)
     family_id = 2  # TP_FAMILY_ID
 
@@ -121,6 +143,8 @@ class IntFlyNN(IntModelCommon):
             raise ValueError("need 1 <= rho <= min(m, 255)")
         if not 1 <= s <= min(self.n_hash_inputs, 255) or m > 65535 or self.n_classes > 255:
             raise ValueError("unsupported sizes: need s <= min(inputs, 255), m <= 65535, L <= 255")
+        if not (isinstance(self.count_scale, int) and 1 <= self.count_scale <= 1 << 30):
+            raise ValueError("count_scale must be a whole number from 1 to 2^30")
         if self.counts.shape != (self.n_classes, m) or self.counts.min() < 0 or self.counts.max() >= 1 << self.bits:
             raise ValueError("counts must be (L, m) and fit in `bits` bits")
         if not self.store_M and not np.array_equal(self.indices, seeded_indices(self.seed, m, s, self.n_hash_inputs)):
@@ -160,11 +184,11 @@ class IntFlyNN(IntModelCommon):
         winners = self.winners(self.input_stage.quantize(X))
         y_index = np.asarray(y_index, dtype=np.int64)
         raw = count_winners(winners, y_index, self.n_classes, self.n_hashes)
-        cap = (1 << self.bits) - 1
-        if not np.array_equal(np.minimum(raw, cap), self.counts):
+        if not np.array_equal(scaled_counts(raw, self.count_scale, self.bits), self.counts):
             return None
         scores = scores_from_winners(winners, self.counts, self.bits, self.lut)
-        own = np.minimum(raw[y_index[:, None], winners] - 1, cap)  # >= 0: the row itself set each of its winners
+        # >= 0: the row itself set each of its winners
+        own = scaled_counts(raw[y_index[:, None], winners] - 1, self.count_scale, self.bits)
         weights = (own == 0).astype(np.int64) if self.bits == 1 else self.lut[own]
         scores[np.arange(len(y_index)), y_index] = weights.sum(axis=1)
         return scores
@@ -182,6 +206,7 @@ class IntFlyNN(IntModelCommon):
         store_M: bool = False,
         input_scale: float | None = None,
         input_stage: InputStage | None = None,
+        count_scale: int = 1,
     ) -> "IntFlyNN":
         """Quantize a fitted FlyNNClassifier.
 
@@ -209,9 +234,10 @@ class IntFlyNN(IntModelCommon):
             indices=clf.M_indices_,
             n_winners=int(clf.n_winners_),
             bits=int(bits),
-            counts=np.minimum(counts, (1 << bits) - 1),
+            counts=scaled_counts(counts, count_scale, bits),
             decay=1.0 if bits == 1 else float(clf.decay),
             store_M=bool(store_M),
+            count_scale=int(count_scale),
         )
 
     # -- the integer contract
@@ -236,7 +262,7 @@ class IntFlyNN(IntModelCommon):
         return list(self.input_stage.carrays()) + row_arrays(
             self.n_classes, self.bits, self.n_hash_inputs, self.store_M, self.decay,
             pack_bits(self.counts.T.reshape(-1), self.bits),  # (j, l) order: one hash's classes are adjacent
-            self.lut, self.indices)
+            self.lut, self.indices, self.count_scale)
 
     def defines(self) -> dict[str, int]:
         m, s = self.indices.shape
@@ -281,6 +307,8 @@ class IntFlyNN(IntModelCommon):
             "counts": self.counts.tolist(),
             "decay": self.decay,
             "store_M": self.store_M,
+            # only when not 1: the models of before it (and every model with unsaturated counts) keep their bytes
+            **({"count_scale": self.count_scale} if self.count_scale != 1 else {}),
         }
 
     @classmethod
@@ -295,7 +323,15 @@ class IntFlyNN(IntModelCommon):
             counts=np.asarray(raw["counts"], dtype=np.int64),
             decay=float(raw["decay"]),
             store_M=bool(raw["store_M"]),
+            count_scale=_count_scale_of(raw),
         )
+
+
+def _count_scale_of(raw: dict) -> int:
+    value = raw.get("count_scale", 1)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"count_scale must be a whole number, got {value!r}")
+    return value
 
 
 # ---------------------------------------------------------------- the reference arithmetic, reusable by the solver

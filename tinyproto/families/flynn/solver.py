@@ -33,7 +33,14 @@ from tinyproto.families.solving import SolveOptions, training_classes
 from tinyproto.families.flynn.cost import estimate_cycles
 from tinyproto.families.flynn.pricing import (DEFAULT_CAP, WIDE_FEATURES, ExactCycles, default_max_ms, fastest_m,
                                               largest_m, model_bytes, rows_bytes)
-from tinyproto.families.flynn.quantize import IntFlyNN, decay_lut, fly_working_sram, hash_inputs
+from tinyproto.families.flynn.quantize import (
+    IntFlyNN,
+    count_scales,
+    decay_lut,
+    fly_working_sram,
+    hash_inputs,
+    scaled_counts,
+)
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.flynn.train import FlyNNClassifier, project, projection_matrix
 from tinyproto.core.inputstage import InputStage, centred_stage, choose_input_scale, shared_stage, stage_bytes
@@ -70,6 +77,7 @@ class Candidate:
     model_bytes: int
     est_cycles: int
     cv_accuracy: float = float("nan")
+    count_scale: int = 1  # q: deployed counts are the training counts // q (quantize.count_scales)
 
 
 @dataclass
@@ -133,15 +141,15 @@ def ranked_winners_of_projection(P: np.ndarray, m_values: list[int], k: int) -> 
 
 
 def _cv_accuracies(winners: np.ndarray, y_index: np.ndarray, folds: Folds, n_classes: int, m: int,
-                   weightings: list[tuple[int, float]]) -> list[float]:
-    """Validated accuracy of the integer model for each (bits, decay) given every sample's winners: the correct
-    predictions over every validation part of the yardstick, divided by the rows scored."""
+                   weightings: list[tuple[int, float, int]]) -> list[float]:
+    """Validated accuracy of the integer model for each (bits, decay, count scale) given every sample's winners:
+    the correct predictions over every validation part of the yardstick, divided by the rows scored."""
     correct = _cv_correct(winners, y_index, folds, n_classes, m, weightings)
     return [int(row.sum()) / folds.n_scored() for row in correct]
 
 
 def _cv_correct(winners: np.ndarray, y_index: np.ndarray, folds: Folds, n_classes: int, m: int,
-                weightings: list[tuple[int, float]]) -> np.ndarray:
+                weightings: list[tuple[int, float, int]]) -> np.ndarray:
     """(weightings, validation parts) correct predictions: each part's rows scored by the filters counted without
     that part (FlyNN counts are additive: counts(all) - counts(part))."""
     n, rho = winners.shape
@@ -156,8 +164,8 @@ def _cv_correct(winners: np.ndarray, y_index: np.ndarray, folds: Folds, n_classe
         rows = np.flatnonzero(ids < folds.validated)
         # t of every winner of every scored sample for every class, from the filters that did not see it: (n, L, ρ)
         gathered = held_out[ids[rows, None, None], np.arange(n_classes)[None, :, None], winners[rows, None, :]]
-        for k, (bits, decay) in enumerate(weightings):
-            saturated = np.minimum(gathered, (1 << bits) - 1)
+        for k, (bits, decay, count_scale) in enumerate(weightings):
+            saturated = scaled_counts(gathered, count_scale, bits)
             if bits == 1:
                 scores = (saturated == 0).sum(axis=2)
             else:
@@ -234,7 +242,7 @@ def fit_chosen_flynn(X_train: np.ndarray, y_train: np.ndarray, chosen: dict,
         random_state=solver_random_state(options.seed),
     ).fit(X, y)
     model = IntFlyNN.from_classifier(clf, X, y, bits=int(chosen["count_bits"]), store_M=bool(chosen["store_M"]),
-                                     input_stage=prep.stage)
+                                     input_stage=prep.stage, count_scale=int(chosen.get("count_scale", 1)))
     return clf, model
 
 
@@ -299,14 +307,15 @@ def search_flynn(
             for c in plan:
                 by_shape.setdefault((c.m, c.rho), []).append(c)
             for (m, rho), group in by_shape.items():
-                group = [replace(c, scaling=prep.scaling, sign_split=prep.sign_split) for c in group]
-                weightings = sorted({(c.bits, c.decay) for c in group if c not in tried})
+                group = [replace(c, scaling=prep.scaling, sign_split=prep.sign_split, count_scale=q) for c in group
+                         for q in (count_scales(n, L, m, rho, c.bits) if count_limit is None else (1,))]
+                weightings = sorted({(c.bits, c.decay, c.count_scale) for c in group if c not in tried})
                 if not weightings:
                     continue
                 accs = dict(zip(weightings, _cv_accuracies(ranked[m][:, :rho], y_index, folds, L, m, weightings)))
                 for c in group:
                     if c not in tried:
-                        tried[c] = replace(c, cv_accuracy=accs[(c.bits, c.decay)])
+                        tried[c] = replace(c, cv_accuracy=accs[(c.bits, c.decay, c.count_scale)])
 
     # Stage 1: the preprocessing, on a small reference grid. Stage 2: everything else for the best one.
     for prep in prepared:
@@ -347,7 +356,7 @@ def search_flynn(
         random_state=clf_state,  # draws `seed`: the M that was evaluated
     ).fit(X, y)
     model = IntFlyNN.from_classifier(clf, X, y, bits=best.bits, store_M=best.store_M,
-                                     input_stage=chosen_prep.stage)
+                                     input_stage=chosen_prep.stage, count_scale=best.count_scale)
     nbytes = model.model_bytes()
     if nbytes > budget:  # cannot happen: model_bytes() mirrors carrays(); keep the promise explicit
         raise AssertionError(f"chosen FlyNN has {nbytes} B > budget {budget} B")
@@ -367,9 +376,11 @@ def search_flynn(
         for_table[c] = exact.cycles(c.m, c.rho, c.bits, L, c.store_M)
     n_in_best = chosen_prep.U.shape[1]
     ranked_best = _ranked_winners(chosen_prep.U, seeded_indices(seed, best.m, best.s, n_in_best), [best.m], best.rho)
-    best_parts = _cv_correct(ranked_best[best.m], y_index, folds, L, best.m, [(best.bits, best.decay)])[0]
+    best_parts = _cv_correct(ranked_best[best.m], y_index, folds, L, best.m,
+                             [(best.bits, best.decay, best.count_scale)])[0]
     rows = [{"n_hashes": c.m, "n_inputs_per_hash": c.s, "n_winners": c.rho, "count_bits": c.bits,
              "decay": c.decay, "store_M": c.store_M, "scaling": c.scaling, "sign_split": c.sign_split,
+             **({"count_scale": c.count_scale} if c.count_scale != 1 else {}),
              "val_int8_accuracy": c.cv_accuracy, "model_bytes": c.model_bytes, "predicted_cycles": for_table[c],
              "predicted_latency_ms": round(for_table[c] / f_cpu * 1e3, 4)} for c in shown]
     rows[0]["fold_accuracies"] = folds.part_accuracies(best_parts)
@@ -387,6 +398,7 @@ def search_flynn(
             "scaling": best.scaling,
             "sign_split": best.sign_split,
             "seed": seed,
+            **({"count_scale": best.count_scale} if best.count_scale != 1 else {}),
         },
         "cv_accuracy": best.cv_accuracy,
         "validation": folds.describe() + ", of the integer model on the training data",
