@@ -254,3 +254,17 @@ def test_a_failed_write_into_the_output_names_the_output_not_the_scratch(tmp_pat
                 "named": f"No space left on device: {out}/model.json;"}[failure]
     assert line.startswith(expected) and "free some space" in line, line
     assert SCRATCH_PREFIX not in line and not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("verb, name", [("report", "report.html"), ("build", "build.json"),
+                                        ("validate", "validation.jsonl")])
+def test_without_a_manifest_no_file_at_an_output_name_is_replaced(work, compiled, verb, name):
+    """A model directory whose manifest is gone is no longer tinyproto's (compile --out refuses it): report, build and
+    validate went on and replaced a report.html, build.json or validation.jsonl there, which may be the user's."""
+    model = compiled("iris", "1kB")
+    (model / MANIFEST).unlink()
+    (model / name).write_text("the user's own\n")
+    args = {"report": ["report", str(model)], "build": ["build", str(model)],
+            "validate": ["validate", str(model), "--sim"]}[verb]
+    line = refused(args, "no readable tinyproto manifest", model.parent)
+    assert name in line and (model / name).read_text() == "the user's own\n"

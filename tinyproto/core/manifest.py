@@ -78,7 +78,13 @@ def record_outputs(directory: Path, *names: str) -> None:
         check_output_entry(directory / name)
     data = read_manifest(directory)
     if data is None:
-        return  # a directory from before manifests: nothing to extend, and replacing it stays refused
+        # no manifest (deleted, or damaged): nothing says tinyproto wrote what is at these names, so none is replaced
+        # (report.html, build.json, validation.jsonl may be the user's); what is missing may still be written
+        present = [name for name in names if os.path.lexists(directory / name)]
+        if present:
+            raise TinyprotoError(f"{directory} has no readable tinyproto manifest ({MANIFEST}), so its {present[0]} "
+                                 "may not be tinyproto's: it is not replaced; move it away, nothing was written")
+        return
     owned = set(data.get("owned", [])) | set(names)
     if owned != set(data.get("owned", [])):
         write_json(directory / MANIFEST, {**data, "owned": sorted(owned)})
