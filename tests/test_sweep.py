@@ -327,12 +327,16 @@ def test_resume_runs_again_a_point_whose_directory_is_gone_and_report_names_lost
     again = read_results(out / "results.jsonl")
     assert _without_timings(again) == _without_timings(first)  # each point once, the same figures
 
-    (out / "results.jsonl").unlink()
-    result = CliRunner().invoke(main, ["report", str(out)])
-    assert result.exit_code == 1, result.output
-    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
-    assert "results.jsonl is missing" in result.stderr and "1 compiled point" in result.stderr
-    assert "--resume" in result.stderr and not (out / "report.html").exists()
+    for damage, words in [("garbage", "holds no result line"), ("empty", "holds no result line"),
+                          ("missing", "is missing")]:
+        (out / "results.jsonl").unlink()
+        if damage != "missing":
+            (out / "results.jsonl").write_bytes(b"\x00\xff not a line" if damage == "garbage" else b"")
+        result = CliRunner().invoke(main, ["report", str(out)])
+        assert result.exit_code == 1, result.output
+        assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+        assert f"results.jsonl {words}" in result.stderr and "1 compiled point" in result.stderr
+        assert "--resume" in result.stderr and not (out / "report.html").exists()
 
 
 @pytest.mark.parametrize("field, value, wording", [("seed", "1.5", "seed is 1.5, not an integer"),

@@ -78,9 +78,9 @@ def load_sweep(path: Path) -> ReportInput:
     config = read_config(path / CONFIG)
     if os.path.lexists(path / RESULTS):
         check_regular_file(path / RESULTS, "the sweep's results")  # a FIFO would block, /dev/zero never end
-    else:
-        _check_no_lost_results(path)
     records = read_results(path / RESULTS)
+    if not records:
+        _check_no_lost_results(path)
     rows, failed = [], []
     for record in records:  # each one typed by read_results: a drawn line has every figure, as a number
         if record["status"] == "ok":
@@ -96,8 +96,9 @@ def load_sweep(path: Path) -> ReportInput:
 
 
 def _check_no_lost_results(path: Path) -> None:
-    """A sweep without results.jsonl is one that never finished a point, unless points/ holds compiled models:
-    then the figures were lost (the file deleted or moved), and "no point compiled" would be false."""
+    """A sweep without a result line (results.jsonl missing, empty, or one torn line) is one that never finished
+    a point, unless points/ holds compiled models: then the figures were lost (the file deleted, emptied or
+    overwritten), and "no point compiled" would be false."""
     from tinyproto.pipeline.sweep_files import POINTS, RESULTS
 
     try:
@@ -105,7 +106,8 @@ def _check_no_lost_results(path: Path) -> None:
     except OSError:  # no points/ (or unreadable): nothing compiled that we can see
         return
     if compiled:
-        raise TinyprotoError(f"{path / RESULTS} is missing, but {path / POINTS} holds {len(compiled)} compiled "
+        state = "holds no result line" if os.path.lexists(path / RESULTS) else "is missing"
+        raise TinyprotoError(f"{path / RESULTS} {state}, but {path / POINTS} holds {len(compiled)} compiled "
                              f"point{'s' if len(compiled) > 1 else ''} ({', '.join(sorted(compiled)[:2])}"
                              f"{', ...' if len(compiled) > 2 else ''}); their figures were in it: run the same "
                              "`tinyproto sweep ... --resume` to make them again")
