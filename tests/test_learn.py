@@ -111,6 +111,20 @@ def test_too_big_model_is_refused_before_any_build(compiled, save_eeprom):
     assert not (model_dir / L.LEARNING_DIR).exists()  # refused before building anything
 
 
+def test_a_model_with_a_count_scale_is_refused_before_any_build():
+    """A FlyNN fitted on many rows keeps counts divided by q (count_scale); the device adds one per row, so
+    learning would give counts of another meaning (a 10,000-row table: 32.6 % after learning, 67.2 % compiled)."""
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.train import FlyNNClassifier
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((300, 6)), np.arange(300) % 3
+    clf = FlyNNClassifier(n_hashes=64, n_winners=8, decay=0.5, random_state=0).fit(X, y)
+    with pytest.raises(TinyprotoError, match="divided by 4.*--learnable"):
+        FL.check_learnable(IntFlyNN.from_classifier(clf, X, y, bits=2, count_scale=4), BOARD, False)
+    FL.check_learnable(IntFlyNN.from_classifier(clf, X, y, bits=2), BOARD, False)
+
+
 # ---- the learning app compiled for the host: saturation, chunks, errors, EEPROM emulation ------------------
 
 

@@ -133,6 +133,11 @@ def learn_sizes(model, board: Board) -> LearnSizes:
 
 def check_learnable(model, board: Board, save_eeprom: bool) -> LearnSizes:
     """Refuse, before any build, a FlyNN whose counts the device cannot hold; the error says what would fit."""
+    if model.count_scale != 1:  # the device adds one per row: it cannot learn counts kept divided by q
+        raise TinyprotoError(
+            f"this FlyNN keeps its counts divided by {model.count_scale} (a count scale the solver chose for many "
+            "training rows), and the device counts one by one; recompile with `tinyproto compile DATA --model "
+            "flynn --budget ... --learnable` for a model that learns on the device")
     sizes = learn_sizes(model, board)
     over = []
     if not sizes.fits_sram:
