@@ -500,7 +500,7 @@ def _fastest_refusal(prepared, budget, max_ms, L, d, y_index, folds, seed, f_cpu
     store = min(modes, key=lambda store: (exact.cycles(m, rho, bits, L, store), store))
     cycles = exact.cycles(m, rho, bits, L, store)
     ranked = _ranked_winners(prep.U, seeded_indices(seed, m, s, n_in), [m], rho)
-    acc = _cv_accuracies(ranked[m], y_index, folds, L, m, [(bits, 1.0)])[0]
+    acc = _cv_accuracies(ranked[m], y_index, folds, L, m, [(bits, 1.0, 1)])[0]
     return (f"no FlyNN within {budget} B is predicted to run in {max_ms:g} ms ({headroom_text()}); the fastest one "
             f"within the budget (m={m} s={s} rho={rho} b={bits}, {'stored' if store else 'seeded'} M) is predicted at "
             f"{cycles / f_cpu * 1e3:.3f} ms with "
