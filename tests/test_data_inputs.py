@@ -340,16 +340,23 @@ def test_fast_parse_agrees_with_the_reference_parse(tmp_path, monkeypatch, seed)
         rows = [",".join(f'"{c}"' if "," in c else c for c in rng.choice(pool, 3)) + f",{'ab'[i % 2]}"
                 for i in range(8)]
         path = _write(tmp_path, f"t{trial}.csv", "f1,f2,f3,y\n" + "\n".join(rows) + "\n")
-        outcomes = []
-        for fast in (True, False):
-            if not fast:
-                monkeypatch.setattr(data_csv, "_fast_csv_body", lambda *args: None)
-            try:
-                outcomes.append(load_dataset(path).X.tolist())
-            except TinyprotoError as exc:
-                outcomes.append(str(exc))
-        monkeypatch.undo()
-        assert outcomes[0] == outcomes[1], rows
+        fast, reference = _both_paths(path, monkeypatch)
+        assert fast == reference, rows
+
+
+def _both_paths(path, monkeypatch) -> tuple:
+    """What the fast CSV path and the reference parser (the fast one switched off) make of one file: the feature
+    rows, or the error's words."""
+    outcomes = []
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(data_csv, "_fast_csv_body", lambda *args: None)
+        try:
+            outcomes.append(load_dataset(path).X.tolist())
+        except TinyprotoError as exc:
+            outcomes.append(str(exc))
+    monkeypatch.undo()
+    return outcomes[0], outcomes[1]
 
 
 DECIMAL_COMMA_TOKENS = ["1", "-2,5", " 3 ", ",5", "5,", "+6", "1,5e3", "2E-2", '"7,25"', "1,000,5", "", "x", "1,5,",
@@ -364,16 +371,8 @@ def test_decimal_commas_parse_the_same_on_both_paths(tmp_path, monkeypatch, seed
         pool = DECIMAL_COMMA_TOKENS if trial % 4 == 0 else DECIMAL_COMMA_TOKENS[:9]
         rows = [";".join(rng.choice(pool, 3)) + f";{'ab'[i % 2]}" for i in range(8)]
         path = _write(tmp_path, f"t{trial}.csv", "f1;f2;f3;y\n1,5;2;3;a\n" + "\n".join(rows) + "\n")
-        outcomes = []
-        for fast in (True, False):
-            if not fast:
-                monkeypatch.setattr(data_csv, "_fast_csv_body", lambda *args: None)
-            try:
-                outcomes.append(load_dataset(path).X.tolist())
-            except TinyprotoError as exc:
-                outcomes.append(str(exc))
-        monkeypatch.undo()
-        assert outcomes[0] == outcomes[1], rows
+        fast, reference = _both_paths(path, monkeypatch)
+        assert fast == reference, rows
 
 
 def test_a_decimal_comma_spreadsheet_reads_as_its_decimal_point_twin(tmp_path):
