@@ -392,7 +392,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                 continue
             by_shape: dict[tuple[int, int], list[Candidate]] = {}
             for c in plan:
-                for q in (count_scales(n_rows, L, c.m, c.rho, c.bits) if count_limit is None else (1,)):
+                for q in count_scales(n_rows, L, c.m, c.rho, c.bits, learnable=count_limit is not None):
                     c_q = replace(c, scaling=scaling, sign_split=sign_split, count_scale=q)  # as the solver
                     if c_q not in tried:
                         by_shape.setdefault((c.m, c.rho), []).append(c_q)

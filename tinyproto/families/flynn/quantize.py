@@ -58,14 +58,15 @@ def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
     return np.packbits(planes.reshape(-1).astype(np.uint8), bitorder="little")
 
 
-def count_scales(n_rows: int, n_classes: int, m: int, rho: int, bits: int) -> tuple[int, ...]:
+def count_scales(n_rows: int, n_classes: int, m: int, rho: int, bits: int, learnable: bool = False) -> tuple[int, ...]:
     """The count scales q the solver tries for a shape: 1, and where the training rows are so many that a class's
     mean count per hash bit (n_rows * rho / (L * m)) exceeds 16 times the largest count b bits hold (every bit
     the class ever sets would saturate, and its filter stops telling classes apart), the three powers of two
-    around mean / (2^b - 1). Depends on sizes only, so the federated selection tries the same scales."""
+    around mean / (2^b - 1). A learnable model keeps 1: the device adds one per row. Depends on sizes only, so
+    the federated selection tries the same scales."""
     cap = (1 << bits) - 1
     mean = n_rows * rho / (n_classes * m)
-    if mean < 16 * cap:
+    if learnable or mean < 16 * cap:
         return (1,)
     q0 = 1 << int(np.floor(np.log2(mean / cap)))
     return (1, q0, 2 * q0, 4 * q0)
@@ -83,10 +84,12 @@ def row_arrays(n_classes: int, bits: int, n_inputs: int, store_M: bool, decay: f
     (pricing.model_bytes), so the budget arithmetic and the ledger are one."""
     m, s = indices.shape
     L, b = n_classes, bits
-    scaled = f" divided by {count_scale}" if count_scale != 1 else ""
-    what = (f"binary filters: bit (j*L+l) = class l set hash bit j at least {count_scale} times" if b == 1 and scaled
-            else "binary filters: bit (j*L+l) = class l set hash bit j" if b == 1
-            else f"counts t_lj{scaled} saturated to {b} bits, entry (j*L+l), LSB first")
+    if b > 1:
+        scaled = f" divided by {count_scale}" if count_scale != 1 else ""
+        what = f"counts t_lj{scaled} saturated to {b} bits, entry (j*L+l), LSB first"
+    else:
+        times = f" at least {count_scale} times" if count_scale != 1 else ""
+        what = f"binary filters: bit (j*L+l) = class l set hash bit j{times}"
     arrays = [CArray("flynn_filters", "uint8_t", packed, f"{what} ({m}x{L}x{b} bits)")]
     if b > 1:
         arrays.append(CArray("flynn_lut", "uint8_t", lut, f"round(255*(1-c)^t), c={decay:g}"))
@@ -143,8 +146,9 @@ class IntFlyNN(IntModelCommon):
             raise ValueError("need 1 <= rho <= min(m, 255)")
         if not 1 <= s <= min(self.n_hash_inputs, 255) or m > 65535 or self.n_classes > 255:
             raise ValueError("unsupported sizes: need s <= min(inputs, 255), m <= 65535, L <= 255")
-        if not (isinstance(self.count_scale, int) and 1 <= self.count_scale <= 1 << 30):
-            raise ValueError("count_scale must be a whole number from 1 to 2^30")
+        if isinstance(self.count_scale, bool) or not isinstance(self.count_scale, int) or \
+                not 1 <= self.count_scale <= 1 << 30:
+            raise ValueError(f"count_scale must be a whole number from 1 to 2^30, got {self.count_scale!r}")
         if self.counts.shape != (self.n_classes, m) or self.counts.min() < 0 or self.counts.max() >= 1 << self.bits:
             raise ValueError("counts must be (L, m) and fit in `bits` bits")
         if not self.store_M and not np.array_equal(self.indices, seeded_indices(self.seed, m, s, self.n_hash_inputs)):
@@ -323,15 +327,8 @@ class IntFlyNN(IntModelCommon):
             counts=np.asarray(raw["counts"], dtype=np.int64),
             decay=float(raw["decay"]),
             store_M=bool(raw["store_M"]),
-            count_scale=_count_scale_of(raw),
+            count_scale=raw.get("count_scale", 1),
         )
-
-
-def _count_scale_of(raw: dict) -> int:
-    value = raw.get("count_scale", 1)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"count_scale must be a whole number, got {value!r}")
-    return value
 
 
 # ---------------------------------------------------------------- the reference arithmetic, reusable by the solver

@@ -308,7 +308,7 @@ def search_flynn(
                 by_shape.setdefault((c.m, c.rho), []).append(c)
             for (m, rho), group in by_shape.items():
                 group = [replace(c, scaling=prep.scaling, sign_split=prep.sign_split, count_scale=q) for c in group
-                         for q in (count_scales(n, L, m, rho, c.bits) if count_limit is None else (1,))]
+                         for q in count_scales(n, L, m, rho, c.bits, learnable=count_limit is not None)]
                 weightings = sorted({(c.bits, c.decay, c.count_scale) for c in group if c not in tried})
                 if not weightings:
                     continue
@@ -323,14 +323,13 @@ def search_flynn(
         say(f"flynn: preprocessing {prep.scaling}/{'split' if prep.sign_split else 'plain'} tried")
     if not tried and exact_latency:
         raise TinyprotoError(_fastest_refusal(prepared, budget, max_inference_ms, L, d, y_index, folds, seed, f_cpu))
-    if not tried and sram_room is not None and not any(
-            _buffers_fit(sram_room, rho, p.U.shape[1], L, store, s)
-            for p in prepared for rho in RHO_GRID for store in (False, True) for s in S_GRID):
+    if not tried and sram_room is not None:
         smallest = min(_buffer_bytes(rho, p.U.shape[1], L, store, s)
                        for p in prepared for rho in RHO_GRID for store in (False, True) for s in S_GRID)
-        raise TinyprotoError(
-            f"no FlyNN's buffers fit the {sram_room} B of SRAM the device app leaves beside {d} int8 inputs (the "
-            f"smallest need {smallest} B); use fewer features or a family that streams its input")
+        if smallest > sram_room:
+            raise TinyprotoError(
+                f"no FlyNN's buffers fit the {sram_room} B of SRAM the device app leaves beside {d} int8 inputs "
+                f"(the smallest need {smallest} B); use fewer features or a family that streams its input")
     if not tried:
         learnable = " with counts that fit the device's SRAM and EEPROM (--learnable)" if count_limit else ""
         raise TinyprotoError(
