@@ -529,10 +529,33 @@ def test_a_tall_table_keeps_its_int8_accuracy_through_the_count_scale():
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=0, stratify=y)
     clf, model, info = solver.fit_flynn_under_budget(Xtr, ytr, SolveOptions(1024, seed=0))
     assert model.count_scale > 1 and info["chosen"]["count_scale"] == model.count_scale
+    assert clf.count_scale == model.count_scale  # the float row is the model the int8 one was quantized from
     int8, flt = np.mean(model.predict(Xte) == yte), np.mean(clf.predict(Xte) == yte)
     assert int8 >= flt - 0.03 and int8 > 0.6, (int8, flt)
     left = model.left_out_scores(Xtr, ytr)  # the confidence stage reads the scaled counts too
     assert left is not None and left.shape == (len(ytr), 4)
+
+
+def test_the_float_filters_read_the_counts_divided_by_the_count_scale():
+    """With a count scale q the int8 model stores t // q: the float estimator the report compares it with reads
+    t / q too (a binary filter: 1 where the class set the bit fewer than q times). Before, the float row was the
+    unscaled estimator, whose binary filters a tall table fills (every weight 0, every row the first class)."""
+    from tinyproto.families.flynn.quantize import scaled_counts
+
+    X, y = load_breast_cancer(return_X_y=True)
+    for decay in (1.0, 0.5):
+        clf = FlyNNClassifier(n_hashes=256, n_inputs_per_hash=4, n_winners=16, decay=decay, count_scale=8,
+                              random_state=0).fit(X, y)
+        plain = FlyNNClassifier(n_hashes=256, n_inputs_per_hash=4, n_winners=16, decay=decay,
+                                random_state=0).fit(X, y)
+        np.testing.assert_array_equal(clf.counts_, plain.counts_)  # training does not depend on q
+        t = clf.counts_
+        assert t.max() >= 8 * 4  # the counts reach past what 1-2 bit filters hold unscaled
+        if decay == 1.0:
+            np.testing.assert_array_equal(clf.filter_weights(), scaled_counts(t, 8, 1) == 0)
+            assert not np.array_equal(clf.filter_weights(), plain.filter_weights())
+        else:
+            np.testing.assert_allclose(clf.filter_weights(), 0.5 ** (t / 8.0))
 
 
 def test_json_round_trip_keeps_scores():
