@@ -145,8 +145,8 @@ def left_out_novelty(model: Any, X: np.ndarray, y: np.ndarray, lowest_wins: bool
 
 def centred(model: Any) -> Any:
     """The model whose winning score serves as the novelty with --unknown-rate: its family's `centred()` (ProtoNN:
-    each prototype's labels centred across the classes, which moves every class's score alike and leaves labels
-    and margins as they are), or the model itself for a family without one."""
+    each prototype's labels centred across the classes, which moves every class's score alike and leaves labels,
+    margins and confidence bytes as they are), or the model itself for a family without one."""
     centre = getattr(model, "centred", None)
     return model if centre is None else centre()
 
@@ -202,7 +202,7 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
 
     # with unknown_rate the winning score is the novelty: the family's centred scores (centred: the same labels and
     # margins); the scales that carry margins and thresholds from fold to final model are the plain scores', so the
-    # doubt and halving are those the model has without the option
+    # confidence byte is the one the model has without the option
     plain = model
     if unknown_rate is not None:
         model = centred(model)

@@ -190,9 +190,9 @@ class IntProtoNN(IntModelCommon):
     def centred(self) -> "IntProtoNN":
         """The same model with each prototype's labels centred across the classes (compile --unknown-rate).
 
-        Row j of Z less an integer c_j adds -c_j K_j to every class's score alike: the labels and the margins are
-        exactly those of this model (each c_j is kept where Z stays int8), while the winning score becomes about
-        the winner's lead over the mean of all classes' scores. A prototype that
+        Row j of Z less an integer c_j adds -c_j K_j to every class's score alike: the labels, the margins and so
+        the confidence bytes are exactly those of this model (each c_j is kept where Z stays int8), while the
+        winning score becomes about the winner's lead over the mean of all classes' scores. A prototype that
         supports every class alike is then no evidence for the winner: an input close to the prototypes of all the
         classes at once (a near-flat sensor window among waves of random phase, whose prototypes sit near the
         projection's origin) no longer scores as familiar. Same arrays, sizes and cycles."""
