@@ -49,7 +49,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--spikes", type=float, default=0.0, help="fraction of readings hit by a shock (default 0)")
     parser.add_argument("--spike-size", type=float, default=40.0, help="largest shock, m/s^2 (default 40)")
-    parser.add_argument("--out", type=Path, required=True, help="the file to write: NAME.npz (arrays X, y), or NAME.csv (the label last)")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="the file to write: NAME.npz (arrays X, y), or NAME.csv (the label last)")
     args = parser.parse_args()
     if args.rows < 20 or args.samples < 1:
         parser.error("--rows must be at least 20 and --samples at least 1")
