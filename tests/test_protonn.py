@@ -276,3 +276,55 @@ def test_score_layout_gives_the_reference_scores(m, L):
             assert biased.max() < 2**24  # the asm's 24-bit unsigned sums
             scores.extend((biased - 128 * int(k.sum())).tolist())
         np.testing.assert_array_equal(scores, k.astype(np.int64) @ Z.astype(np.int64))
+
+
+# ---- unknown: the centred prototype labels ---------------------------------------------------------------------
+
+def test_centred_labels_keep_labels_and_margins_and_drop_an_input_near_every_class(digits):
+    """IntProtoNN.centred (compile --unknown-rate) takes an integer off each prototype's labels, the same for every
+    class: every score of a row moves alike, so labels and margins are exactly the model's, Z stays int8 (also
+    for labels spanning -128..127) and the arrays keep their sizes; a row equally near every prototype, which
+    scored high for the classes with the largest labels, now scores about 0 for them on average (its novelty
+    rises)."""
+    import dataclasses
+
+    from tinyproto.families.protonn.quantize import quantize_protonn
+
+    X_train, X_test, y_train, _ = digits
+    clf = ProtoNNClassifier(n_components=10, n_prototypes=20, random_state=0).fit(X_train, y_train)
+    model = quantize_protonn(clf, X_train)
+    rng = np.random.default_rng(1)
+    wide = dataclasses.replace(model, Z_q=rng.integers(-128, 128, size=model.Z_q.shape).astype(np.int8))
+    wide.Z_q[0] = [-128, 127] * (model.n_classes // 2)  # a row already using the whole int8 range
+    for m in (model, wide):
+        c = m.centred()
+        assert c.Z_q.dtype == np.int8 and [a.nbytes for a in c.carrays()] == [a.nbytes for a in m.carrays()]
+        xq = m.input_stage.quantize(X_test)
+        before, after = m.scores(xq), c.scores(xq)
+        np.testing.assert_array_equal(m.labels(before), c.labels(after))
+        shift = before - after  # the same for every class of a row
+        assert (shift == shift[:, :1]).all() and np.abs(shift).max() > 0
+    K = np.full(model.n_prototypes, 200, dtype=np.int64)  # equally near every prototype
+    plain, centred = K @ model.Z_q.astype(np.int64), K @ model.centred().Z_q.astype(np.int64)
+    rounding = 200 * model.n_prototypes * model.n_classes // 2  # each prototype's labels sum to within L/2 of 0
+    assert plain.sum() > 4 * rounding and abs(centred.sum()) <= rounding and centred.max() < plain.max() / 2
+
+
+def test_unknown_rate_centres_the_labels_and_without_it_nothing_changes(digits):
+    """fit_judged with a decline rate ships the centred labels (the same labels for every row), fitting its
+    threshold on the centred scores; without a rate the model's arrays are the solver's own."""
+    from tinyproto import families
+    from tinyproto.core.folds import Folds
+    from tinyproto.families import SolveOptions
+
+    X_train, X_test, y_train, _ = digits
+    options = SolveOptions(1024, 0, None, 16_000_000, n_jobs=1, folds=Folds.standard(X_train, y_train, 0))
+    _, plain, _ = families.fit_under_budget("protonn", X_train, y_train, options)
+    _, without, _ = families.fit_judged("protonn", X_train, y_train, options, None)
+    _, declining, info = families.fit_judged("protonn", X_train, y_train, options, 0.05)
+    np.testing.assert_array_equal(without.Z_q, plain.Z_q)
+    np.testing.assert_array_equal(declining.Z_q, plain.centred().Z_q)
+    assert not np.array_equal(declining.Z_q, plain.Z_q)
+    xq = plain.input_stage.quantize(X_test)
+    np.testing.assert_array_equal(plain.labels(plain.scores(xq)), declining.labels(declining.scores(xq)))
+    assert declining.calibration.unknown_above == info["confidence"]["unknown_above"]
