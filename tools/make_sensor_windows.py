@@ -49,7 +49,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--spikes", type=float, default=0.0, help="fraction of readings hit by a shock (default 0)")
     parser.add_argument("--spike-size", type=float, default=40.0, help="largest shock, m/s^2 (default 40)")
-    parser.add_argument("--out", type=Path, required=True, help="the .npz file to write (arrays X, y)")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="the file to write: NAME.npz (arrays X, y), or NAME.csv (the label last)")
     args = parser.parse_args()
     if args.rows < 20 or args.samples < 1:
         parser.error("--rows must be at least 20 and --samples at least 1")
@@ -57,7 +58,12 @@ def main() -> None:
         parser.error("--spikes must be in [0, 1)")
     X, y = sensor_windows(args.rows, args.samples, args.seed, args.spikes, args.spike_size)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out, X=X, y=y)
+    if args.out.suffix.lower() == ".csv":
+        header = ",".join([f"{axis}{i}" for axis in "xyz" for i in range(X.shape[1] // 3)] + ["activity"])
+        np.savetxt(args.out, np.column_stack([X, y]), delimiter=",", header=header, comments="", fmt="%.6g")
+    else:
+        args.out = args.out.with_suffix(".npz")  # np.savez adds it anyway: say the name it writes
+        np.savez(args.out, X=X, y=y)
     print(f"wrote {args.out}: {X.shape[0]} rows x {X.shape[1]} samples, {len(np.unique(y))} activities")
 
 
