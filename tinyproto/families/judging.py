@@ -143,14 +143,6 @@ def left_out_novelty(model: Any, X: np.ndarray, y: np.ndarray, lowest_wins: bool
     return novelty(winner_and_runner_up(scores, labels, lowest_wins)[0], lowest_wins)
 
 
-def centred(model: Any) -> Any:
-    """The model whose winning score serves as the novelty with --unknown-rate: its family's `centred()` (ProtoNN:
-    each prototype's labels centred across the classes, which moves every class's score alike and leaves labels
-    and margins as they are), or the model itself for a family without one."""
-    centre = getattr(model, "centred", None)
-    return model if centre is None else centre()
-
-
 def fixed_units(model: Any) -> bool:
     """The family's scores have one unit for every model of a shape (a true `scores_in_fixed_units` of its integer
     model: BNC's Hamming distances in bits), so a threshold of a fold model of the final model's shape holds for the
@@ -200,25 +192,16 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
     halving (fit_doubt); with unknown_rate, their novelty on those rows gives the decline threshold."""
     from tinyproto.core.folds import Folds
 
-    # with unknown_rate the winning score is the novelty: the family's centred scores (centred: the same labels and
-    # margins); the scales that carry margins and thresholds from fold to final model are the plain scores', so the
-    # doubt and halving are those the model has without the option
-    plain = model
-    if unknown_rate is not None:
-        model = centred(model)
     folds = options.folds if options.folds is not None else Folds.standard(X, y, options.seed)
     splits = calibration_splits(folds)
     score_byte = judge_score_byte(score_bound(model))
-    final_scale = score_scale(plain, X, lowest_wins)
+    final_scale = score_scale(model, X, lowest_wins)
     carried_margins, hits, thresholds, scales, trained = [], [], [], [], []
     for k, (index, fit_rows, val_rows) in enumerate(splits, start=1):
         options.say(f"confidence: fold {k}/{len(splits)}")
         fold, how = fold_model(fit, fit_shape, chosen, X[fit_rows], y[fit_rows], options, index)
         trained.append(how)
         labels, fold_margin, fold_novelty = _signals(fold, X[val_rows], lowest_wins)
-        novel_fold = centred(fold) if unknown_rate is not None else fold
-        if novel_fold is not fold:
-            fold_novelty = _signals(novel_fold, X[val_rows], lowest_wins)[2]
         classes = np.asarray(fold.classes, dtype=object)
         scale = score_scale(fold, X[fit_rows], lowest_wins)
         # a fold model of the final shape whose scores have a fixed unit (BNC's bits) needs no carrying, as its
@@ -268,5 +251,5 @@ def fit_judged(fit: Callable, fit_shape: Callable, X: np.ndarray, y: np.ndarray,
     return clf, judged, info
 
 
-__all__ = ["calibrate", "centred", "fit_judged", "is_judged", "judge", "judged_class", "make_judged", "split_json",
+__all__ = ["calibrate", "fit_judged", "is_judged", "judge", "judged_class", "make_judged", "split_json",
            "wrap_from_json"]

@@ -187,20 +187,6 @@ class IntProtoNN(IntModelCommon):
         largest = int(np.max(self.table))
         return largest * int(max(np.clip(Z, 0, None).sum(axis=0).max(), (-np.clip(Z, None, 0)).sum(axis=0).max()))
 
-    def centred(self) -> "IntProtoNN":
-        """The same model with each prototype's labels centred across the classes (compile --unknown-rate).
-
-        Row j of Z less an integer c_j adds -c_j K_j to every class's score alike: the labels and the margins are
-        exactly those of this model (each c_j is kept where Z stays int8), while the winning score becomes about
-        the winner's lead over the mean of all classes' scores. A prototype that
-        supports every class alike is then no evidence for the winner: an input close to the prototypes of all the
-        classes at once (a near-flat sensor window among waves of random phase, whose prototypes sit near the
-        projection's origin) no longer scores as familiar. Same arrays, sizes and cycles."""
-        Z = self.Z_q.astype(np.int64)
-        low, high = Z.max(axis=1) - 127, Z.min(axis=1) + 128  # Z - c stays within -128..127
-        c = np.clip(np.floor(Z.mean(axis=1) + 0.5).astype(np.int64), low, high)
-        return replace(self, Z_q=(Z - c[:, None]).astype(np.int8))
-
     def multiply_accumulates(self) -> int:
         """MACs per inference: projection nonzeros + prototype distances + score accumulation."""
         return int(np.count_nonzero(self.W_q)) + self.B_q.size + self.Z_q.size
