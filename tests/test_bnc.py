@@ -280,7 +280,8 @@ def test_solver_names_the_minimum_budget():
 
 def test_solver_keeps_the_latency_limit():
     Xtr, _, ytr, _ = digits_split()
-    _, model, _ = solver.fit_bnc_under_budget(Xtr[:400], ytr[:400], SolveOptions(2048, 0, max_latency_ms=1.0))
+    # the limit is on cycles per inference, which the rows' number does not change
+    _, model, _ = solver.fit_bnc_under_budget(Xtr[:200], ytr[:200], SolveOptions(2048, 0, max_latency_ms=1.0))
     assert predict_cycles(model)["total"] <= 16_000
 
 
@@ -377,8 +378,8 @@ def test_seeded_estimator_trains_only_its_pattern():
 
 def test_solver_on_a_wide_input_considers_a_seeded_w_and_keeps_the_budget():
     rng = np.random.default_rng(0)
-    y = np.repeat(np.arange(3), 60)
-    X = rng.normal(size=(180, 300)) + 2.0 * np.eye(3)[y] @ rng.normal(size=(3, 300))
+    y = np.repeat(np.arange(3), 30)  # wide is the features' number: 90 rows do
+    X = rng.normal(size=(90, 300)) + 2.0 * np.eye(3)[y] @ rng.normal(size=(3, 300))
     budget = 1200 + 4 * 300  # the input stage is 4 B per feature
     clf, model, info = solver.fit_bnc_under_budget(X, y, SolveOptions(budget, 0))
     assert model.model_bytes() <= budget
@@ -422,7 +423,8 @@ def test_784_features_fit_2kB_with_the_shared_stage_bit_exact_on_host_c(tmp_path
 
 
 def test_solver_on_784_pixels_at_2kB_chooses_the_shared_stage():
-    X, y = digits28_rows()
+    """The stage is chosen by bytes (784 features x 4 B is over 2 kB), not by the rows: 150 of them do."""
+    X, y = digits28_rows(150)
     with pytest.raises(TinyprotoError, match=f"needs {solver.minimum_budget(784, 10)} B"):
         solver.fit_bnc_under_budget(X, y, SolveOptions(solver.minimum_budget(784, 10) - 1, 0))
     clf, model, info = solver.fit_bnc_under_budget(X, y, SolveOptions(2048, 0))

@@ -164,7 +164,8 @@ def test_compile_and_boards_run(locale, kind, tmp_path):
 def test_every_verb_runs_under_the_c_locale(kind, tmp_path, compiled):
     """The loop a user runs, each verb once, under LC_ALL=C with Python's UTF-8 mode off. Its first step,
     `compile iris --budget 1kB`, is test_compile_and_boards_run[C-...] (the same command under C, this kind of
-    stdout); the loop continues from the run's shared copy of that model (conftest's `compiled`)."""
+    stdout); the loop continues from the run's shared copy of that model (conftest's `compiled`). The verbs run one
+    after another in one interpreter, as `python -m tinyproto VERB ...` runs each (MANY_RUNS: one start-up)."""
     import shutil
 
     model = str(tmp_path / "m")
@@ -179,9 +180,9 @@ def test_every_verb_runs_under_the_c_locale(kind, tmp_path, compiled):
          "--workers", "1"],
         ["boards"],
     ]
-    for args in steps:
-        code, out, err = _run(args, "C", kind, tmp_path)
-        _check(code, out, err, "C")
+    for args, (code, out) in zip(steps, _run_many(steps, "C", kind, tmp_path)):  # its stderr: checked there
+        assert code == 0, (args, out[-2000:])
+        _check(code, out, b"", "C")
 
 
 def test_a_stream_whose_reader_went_away_swallows_the_rest():

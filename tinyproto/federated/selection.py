@@ -139,6 +139,23 @@ class SparseCounts:
                 keys[shape], values[shape] = _compact(keys[shape], values[shape], size)
         return SparseCounts(self.sizes, keys, values)
 
+    @staticmethod
+    def sum_all(parts: list["SparseCounts"]) -> "SparseCounts":
+        """The sum of many (what pairwise __add__ gives, in its smaller form): per shape, every part's pairs counted
+        at once and the dense parts added (exact: integer counts, bincount's float64 weights exact below 2^53)."""
+        first = parts[0]
+        keys, values = {}, {}
+        for shape, size in first.sizes.items():
+            pair_keys = [p.keys[shape] for p in parts if p.keys[shape] is not None]
+            pair_values = [p.values[shape] for p in parts if p.keys[shape] is not None]
+            summed = _dense(np.concatenate(pair_keys), np.concatenate(pair_values), size) if pair_keys \
+                else np.zeros(size, dtype=np.int64)
+            for p in parts:
+                if p.keys[shape] is None:
+                    summed += p.values[shape]
+            keys[shape], values[shape] = _smaller_form(summed)
+        return SparseCounts(first.sizes, keys, values)
+
     def dense(self, shape, n_folds: int, n_classes: int) -> np.ndarray:
         return _dense(self.keys[shape], self.values[shape], self.sizes[shape]).reshape(n_folds, n_classes, shape[0])
 
@@ -182,7 +199,7 @@ def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds:
         size = n_folds * n_classes * m
         flat = (base * m + state.ranked[m][None, :, :rho]).reshape(-1)
         if 4 * flat.size > size:  # a large party sends the smaller form
-            keys[(m, rho)], values[(m, rho)] = _compact(flat, np.ones(flat.size), size)
+            keys[(m, rho)], values[(m, rho)] = _smaller_form(np.bincount(flat, minlength=size))
         else:
             keys[(m, rho)], values[(m, rho)] = flat, np.ones(flat.size, dtype=np.int64)
         sizes[(m, rho)] = size

@@ -32,8 +32,17 @@ QUANTILE_CUTS = 1023  # cut points per search round and target: the interval shr
 
 
 def tree_sum(values: list) -> Any:
-    """Pairwise sum (the order is irrelevant: every all-reduced quantity is an exact integer sum)."""
+    """Pairwise sum (the order is irrelevant: every all-reduced quantity is an exact integer sum). A type with a
+    `sum_all` static method adds the whole list in one call (selection.SparseCounts: one count per shape instead of
+    a thousand parties' pairwise additions)."""
     values = list(values)
+    sum_all = getattr(type(values[0]), "sum_all", None) if len(values) > 1 else None
+    if sum_all is not None and all(type(v) is type(values[0]) for v in values):
+        return sum_all(values)
+    if len(values) > 2 and isinstance(values[0], np.ndarray) and values[0].dtype.kind in "iu" \
+            and all(isinstance(v, np.ndarray) and v.dtype == values[0].dtype and v.shape == values[0].shape
+                    for v in values):  # integer arrays of one type: one reduction (the same wrap-around as pairs)
+        return np.add.reduce(np.stack(values), axis=0, dtype=values[0].dtype)
     while len(values) > 1:
         values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
     return values[0]
