@@ -343,7 +343,7 @@ def test_learn_on_a_leonardo_needs_its_usb_upload_port(tmp_path):
 @pytest.mark.parametrize("port", ["/nonexistent-port", "/dev/null", ".", "data.csv"])
 def test_learn_checks_the_port_before_building(compiled, work, port):
     """Was: refused only after the learning firmware's build (about 30 s)."""
-    model = compiled("iris", "1kB", "flynn")
+    model = compiled("iris", "1kB", "flynn", learnable=True)
     (work / "data.csv").write_text("a,b\n1,2\n")
     refused(["learn", str(model), "--port", port], port.lstrip("./") or "port", work)
     assert not (model / "learning").exists(), "the learning firmware was built before the port was checked"
@@ -353,7 +353,7 @@ def test_learn_checks_the_port_before_building(compiled, work, port):
 def test_a_learned_directory_holding_the_users_files_is_refused_before_learning(compiled, manifest):
     """learn refused it only after the device had learned, when it wrote the learned model, and in words about an
     --out that learn does not have ("--out m/learned is not empty ...")."""
-    model = compiled("iris", "1kB", "flynn")
+    model = compiled("iris", "1kB", "flynn", learnable=True)
     learned = model / "learned"
     learned.mkdir()
     if manifest:
@@ -394,7 +394,7 @@ def test_an_eeprom_image_that_is_not_a_file_is_refused_before_building(compiled,
     """learning/eeprom.bin, the simulated board's EEPROM across runs: a directory there was kept and learn went on
     without EEPROM state; a link would have the simulator write into the file it points at. One line, before the
     learning firmware's build, and nothing changed."""
-    model = compiled("iris", "1kB", "flynn")
+    model = compiled("iris", "1kB", "flynn", learnable=True)
     image = model / "learning" / "eeprom.bin"
     image.parent.mkdir()
     outside = tmp_path / "mine.bin"

@@ -58,18 +58,28 @@ def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
     return np.packbits(planes.reshape(-1).astype(np.uint8), bitorder="little")
 
 
+SMALL_COUNT_SCALES = (2, 4)
+
+
 def count_scales(n_rows: int, n_classes: int, m: int, rho: int, bits: int, learnable: bool = False) -> tuple[int, ...]:
-    """The count scales q the solver tries for a shape: 1, and where the training rows are so many that a class's
-    mean count per hash bit (n_rows * rho / (L * m)) exceeds 16 times the largest count b bits hold (every bit
-    the class ever sets would saturate, and its filter stops telling classes apart), the three powers of two
-    around mean / (2^b - 1). A learnable model keeps 1: the device adds one per row. Depends on sizes only, so
-    the federated selection tries the same scales."""
+    """The count scales q the solver tries for a shape, beside q = 1 (the counts as they are):
+    * where a class's mean count per hash bit (n_rows * rho / (L * m)) exceeds 16 times the largest count b bits
+      hold, every bit the class ever sets would saturate: the three powers of two around mean / (2^b - 1);
+    * else, with counts of 2 bits or more, the small scales 2 and 4 where q * (2^b - 1) a class's rows
+      (n_rows / L) can reach: the bits a class sets are not set evenly, and those its rows share (on sensor
+      windows, most of a class's rows) saturate long before the mean does. A binary filter (b = 1) keeps "the
+      class ever set this bit".
+    A learnable model keeps 1: the device adds one per row. Depends on sizes only, so the federated selection
+    tries the same scales; the search keeps q = 1 unless a scale validates better."""
+    if learnable:
+        return (1,)
     cap = (1 << bits) - 1
     mean = n_rows * rho / (n_classes * m)
-    if learnable or mean < 16 * cap:
-        return (1,)
-    q0 = 1 << int(np.floor(np.log2(mean / cap)))
-    return (1, q0, 2 * q0, 4 * q0)
+    if mean >= 16 * cap:
+        q0 = 1 << int(np.floor(np.log2(mean / cap)))
+        return (1, q0, 2 * q0, 4 * q0)
+    per_class = n_rows / n_classes
+    return (1,) + tuple(q for q in SMALL_COUNT_SCALES if cap > 1 and q * cap <= per_class)
 
 
 def scaled_counts(raw: np.ndarray, count_scale: int, bits: int) -> np.ndarray:

@@ -422,8 +422,9 @@ def search_flynn(
 
 def candidate_rank(c: Candidate) -> tuple:
     """The sort key of the solver's choice (the largest wins): the best accuracy; among equals the faster, then
-    the smaller model. Public: the federated selection ranks the same candidates by it."""
-    return (round(c.cv_accuracy, 9), -c.est_cycles, -c.model_bytes)
+    the smaller model, then the counts as they are (the smaller count scale). Public: the federated selection
+    ranks the same candidates by it."""
+    return (round(c.cv_accuracy, 9), -c.est_cycles, -c.model_bytes, -c.count_scale)
 
 
 def _buffer_bytes(rho: int, n_in: int, L: int, store_M: bool, s: int) -> int:
