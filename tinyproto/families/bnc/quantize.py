@@ -76,7 +76,7 @@ def _keep_row_bias(scaled: np.ndarray, Wq: np.ndarray, mean: np.ndarray, var: np
     support = Wq != 0
     for _ in range(MAX_BIAS_MOVES):
         e = Wq - scaled
-        bias = e @ mean  # (r,)
+        bias = (e * mean[None, :]).sum(axis=1)  # (r,); numpy's own sum, not BLAS: one order on every machine
         best_gain = np.zeros(Wq.shape[0])
         best_at = np.zeros(Wq.shape[0], dtype=np.int64)
         best_step = np.zeros(Wq.shape[0], dtype=np.int64)
