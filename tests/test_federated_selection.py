@@ -180,6 +180,7 @@ def test_sparse_counts_turn_dense_when_smaller_and_still_add_exactly():
     mixed = total + small
     np.testing.assert_array_equal(mixed.dense((20, 4), 3, 10).reshape(-1),
                                   dense + small.dense((20, 4), 3, 10).reshape(-1))
+    np.testing.assert_array_equal((small + total).dense((20, 4), 3, 10), mixed.dense((20, 4), 3, 10))  # pairs first
     big = sel.SparseCounts(sizes, {(20, 4): np.zeros(300, dtype=np.int64)}, {(20, 4): np.ones(300, dtype=np.int64)})
     wide = total + big
     assert wide.values[(20, 4)].dtype == np.uint16 and wide.dense((20, 4), 3, 10)[0, 0, 0] == dense[0] + 300
