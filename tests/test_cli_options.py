@@ -48,6 +48,12 @@ def test_option_out_of_range(work, case):
     refused(args, keyword, work, code=1)
 
 
+@pytest.mark.parametrize("spelling", ["ProtoNN", "FLYNN", "Auto"])
+def test_a_family_name_in_any_case_is_the_family(work, spelling):
+    """--model is case-blind: the refusal that follows is about the budget, not an unknown model."""
+    refused(["compile", "iris", "--model", spelling, "--budget", "0kB"], "budget", work, code=1)
+
+
 def test_out_on_a_place_nobody_may_write_is_refused_before_training(work):
     """access() says yes to root on /sys; the refusal came after training, from the rename."""
     refused(["compile", "iris", "--budget", "1kB", "--out", "/sys/kernel/tinyproto-out"], "cannot write", work)

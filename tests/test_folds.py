@@ -35,7 +35,7 @@ def test_parties_summing_their_histograms_place_every_row_as_the_pooled_rows_do(
     pooled = Folds.standard(X, y, 3)
     parties = np.array_split(np.random.default_rng(1).permutation(len(y)), 7)
     plan = Plan.for_rows(len(y))
-    keys = [row_keys(X[p], y[p], 3, plan.n_repeats) for p in parties]
+    keys = [row_keys(X[p], y_index[p], 3, plan.n_repeats) for p in parties]
     histogram = sum(class_bins(k, y_index[p], len(classes)) for k, p in zip(keys, parties))
     folds_of_bins = bin_folds(histogram, plan.n_folds)
     for k, p in zip(keys, parties):

@@ -44,6 +44,7 @@ def test_grid_is_parsed_checked_and_ordered():
     assert [p.id for p in points] == ["protonn-512B-seed0-uno", "protonn-512B-seed1-uno", "protonn-1024B-seed0-uno",
                                       "protonn-1024B-seed1-uno", "flynn-512B-seed0-uno", "flynn-512B-seed1-uno",
                                       "flynn-1024B-seed0-uno", "flynn-1024B-seed1-uno"]
+    assert parse_grid("FlyNN,flynn", "1kB", "0", "uno") == parse_grid("flynn", "1kB", "0", "uno")  # case-blind
     for models, budgets, seeds, boards, message in [
         ("protonn,svm", "1kB", "0", "uno", "unknown model 'svm'"),
         ("protonn", "1kB,,2kB", "0", "uno", "without empty items"),

@@ -27,7 +27,8 @@ from tinyproto.core.errors import TinyprotoError
                    "Without it the federated model equals the central one exactly.")
 @click.option("--dp-T", "--dp-t", "dp_T", type=int, default=None,
               help="Counts each party releases under DP (>= 1); default: L*m/64 of the L*m counts.")
-@click.option("--backend", type=click.Choice(["dask", "local", "sim", "port"]), default="dask", show_default=True,
+@click.option("--backend", type=click.Choice(["dask", "local", "sim", "port"], case_sensitive=False), default="dask",
+              show_default=True,
               help="dask: each party on a dask.distributed worker; local: all parties in this process; sim: each "
                    "party's counts are learned on-device by its own simulated Uno (learning firmware, LEARN / "
                    "READ_COUNTS over serial); port: the same on real Unos (--ports).")

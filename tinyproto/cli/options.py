@@ -53,8 +53,8 @@ MODEL_DIR = TextPath(path_type=Path, file_okay=False)
 
 data_argument = click.argument("data", default="digits", required=False)
 model_option = click.option(
-    "--model", "family", type=click.Choice([*families.names(), families.AUTO]), default=families.DEFAULT,
-    show_default=True,
+    "--model", "family", type=click.Choice([*families.names(), families.AUTO], case_sensitive=False),
+    default=families.DEFAULT, show_default=True,
     help="Model family; auto fits every family and keeps the best validated int8 accuracy within the budget.")
 budget_option = click.option("--budget", default="2kB", show_default=True, help=BUDGET_HELP)
 seed_option = click.option("--seed", default=0, show_default=True, type=SEED,

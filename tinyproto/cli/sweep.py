@@ -24,7 +24,7 @@ from tinyproto.pipeline.sweep_files import RESULTS
               help="Budgets, comma-separated, each like 2kB, 1.5kB, 2048B (1 kB = 1024 bytes).")
 @click.option("--seeds", default="0", show_default=True, help="Training seeds, comma-separated.")
 @click.option("--boards", default="uno", show_default=True, help="Target boards (boards/<name>.json), comma-separated.")
-@click.option("--device", type=click.Choice(DEVICES), default="sim", show_default=True,
+@click.option("--device", type=click.Choice(DEVICES, case_sensitive=False), default="sim", show_default=True,
               help="sim: build every point and validate it on the simulated board; none: compile only "
                    "(latency and energy are then the cost model's predictions).")
 @click.option("--raw-check", is_flag=True,

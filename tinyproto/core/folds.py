@@ -1,6 +1,6 @@
 """The validation yardstick: which fold every training row is in, decided by the row itself.
 
-A row's fold follows from a seeded hash of its bytes and its label, never from its position or from who holds
+A row's fold follows from a seeded hash of its bytes and its class, never from its position or from who holds
 it: compile on the pooled rows and every party of a federation (each hashing only its own rows) put the same row
 in the same fold, so both validate every candidate on the same folds and choose the same model. Every family's
 solver scores its candidates on these folds, so `--model auto` compares like with like.
@@ -9,7 +9,9 @@ Balance (stratification): within each class, the hash keys are cut at the class'
 histogram of KEY_BINS bins per class. The histogram is a sum over rows, so parties add theirs (one all-reduce)
 and then place their own rows exactly as the pooled computation would. Every class is then spread over the folds
 to within one bin's rows. Identical rows (same bytes, same label) share a key and so a fold: a duplicate never
-validates a model that trained on its twin.
+validates a model that trained on its twin. The class enters the hash as its index among the sorted classes, not
+as its label's text, so recoding the labels in the same order (1, 2, 3 or 10, 20, 30 or 'a', 'b', 'c') draws the
+same folds and trains the same model.
 
 Small data sets are validated on several independent draws of the folds (repeats, each with its own hash);
 large ones on the first fold only (a hold-out of a third of the rows), which keeps the search affordable.
@@ -49,23 +51,18 @@ class Plan:
         return Plan(N_FOLDS, repeats, 1 if n_rows > HOLD_OUT_ROWS else N_FOLDS)
 
 
-def row_keys(X: np.ndarray, y: np.ndarray, seed: int, n_repeats: int) -> np.ndarray:
-    """(n_repeats, n) uint64: a seeded hash of each row's float64 bytes and its label, one per repeat."""
+def row_keys(X: np.ndarray, y_index: np.ndarray, seed: int, n_repeats: int) -> np.ndarray:
+    """(n_repeats, n) uint64: a seeded hash of each row's float64 bytes and its class index, one per repeat."""
     X = np.ascontiguousarray(np.asarray(X, dtype=np.float64))
     keys = np.empty((n_repeats, len(X)), dtype=np.uint64)
     for r in range(n_repeats):
         salt = f"tinyproto-folds:{int(seed)}:{r}".encode()
-        for i, (row, label) in enumerate(zip(X, y)):
-            h = hashlib.blake2b(row.tobytes(), digest_size=8, key=salt[:64],
-                                person=_label_bytes(label))
+        for i, (row, index) in enumerate(zip(X, np.asarray(y_index))):
+            # the class index's decimal text: for labels 0..K-1 it is the label's own text, which keeps the folds
+            # (and so the models) drawn before the hash took the index
+            h = hashlib.blake2b(row.tobytes(), digest_size=8, key=salt[:64], person=str(int(index)).encode())
             keys[r, i] = int.from_bytes(h.digest(), "little")
     return keys
-
-
-def _label_bytes(label) -> bytes:
-    """At most 16 bytes naming the label (blake2b's personalisation); a longer label is digested first."""
-    text = str(label.item() if hasattr(label, "item") else label).encode()
-    return text if len(text) <= 16 else hashlib.blake2b(text, digest_size=16).digest()
 
 
 def class_bins(keys: np.ndarray, y_index: np.ndarray, n_classes: int) -> np.ndarray:
@@ -108,7 +105,7 @@ class Folds:
         """The yardstick for these rows (Plan.for_rows), drawn from the rows themselves."""
         plan = Plan.for_rows(len(y))
         classes, y_index = np.unique(np.asarray(y), return_inverse=True)
-        keys = row_keys(X, y, seed, plan.n_repeats)
+        keys = row_keys(X, y_index, seed, plan.n_repeats)
         ids = assign(keys, y_index, bin_folds(class_bins(keys, y_index, len(classes)), plan.n_folds))
         return Folds(ids, plan.n_folds, plan.validated, labels=y_index)
 

@@ -162,7 +162,7 @@ def build_estimator(spec: FederatedSpec) -> FlyNNClassifier:
     c = spec.config
     clf = FlyNNClassifier(n_hashes=c.n_hashes, n_inputs_per_hash=c.n_inputs_per_hash, n_winners=c.n_winners,
                           decay=c.decay, scaling=float_scaling(c.scaling), sign_split=c.sign_split,
-                          random_state=c.random_state)
+                          random_state=c.random_state, count_scale=c.count_scale)
     clf.partial_fit(spec.mean[None, :], spec.classes[:1], classes=spec.classes)
     clf.scale_ = np.array(spec.scale, dtype=np.float64)
     clf.counts_ = np.zeros_like(clf.counts_)

@@ -55,7 +55,8 @@ def party_key_bins(shard, classes: np.ndarray, n_repeats: int, seed: int) -> np.
     """The party's share of the yardstick's per-class histogram of row keys (tinyproto.core.folds); all-reduced
     it is the pooled rows' histogram, exactly."""
     X, y = shard
-    return class_bins(row_keys(X, y, seed, n_repeats), np.searchsorted(classes, y), len(classes))
+    y_index = np.searchsorted(classes, y)
+    return class_bins(row_keys(X, y_index, seed, n_repeats), y_index, len(classes))
 
 
 @dataclass
@@ -76,7 +77,7 @@ def party_setup(shard, stages: dict, classes: np.ndarray, seed: int, folds_of_bi
     X, y = shard
     xq = {scaling: stage.quantize(X) for scaling, stage in stages.items()}
     y_index = np.searchsorted(classes, y)
-    ids = assign(row_keys(X, y, seed, folds_of_bins.shape[0]), y_index, folds_of_bins)
+    ids = assign(row_keys(X, y_index, seed, folds_of_bins.shape[0]), y_index, folds_of_bins)
     scored = ids < validated
     ids = ids + (np.arange(ids.shape[0]) * n_folds)[:, None]
     return PartyData(xq, y_index, ids, scored)

@@ -127,7 +127,8 @@ def refuse_too_wide(family_name: str, n_features: int, n_classes: int, board: Bo
         streaming = ", ".join(name for name in families.names() if families.family(name).streamable)
         raise TinyprotoError(f"{fam.title} keeps the whole int8 input in SRAM: {n_features} features need at least "
                              f"{need} B, more than the {board.sram_bytes} B of {board.title}; at most {fit} features "
-                             f"fit (fewer columns), or choose a family that streams its input ({streaming})")
+                             f"fit, fewer once the model's own buffers are counted (fewer columns), or choose a "
+                             f"family that streams its input ({streaming})")
 
 
 @dataclass(frozen=True)

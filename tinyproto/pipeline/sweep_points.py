@@ -53,7 +53,7 @@ def parse_grid(models: str, budgets: str, seeds: str, boards: str) -> list[Point
     from tinyproto.core.boards import load_board
     from tinyproto.core.budget import parse_budget
 
-    families = _unique(_items(models, "--models"))
+    families = _unique([item.lower() for item in _items(models, "--models")])  # --model is case-blind too
     for family in families:
         if family not in FAMILIES:
             raise TinyprotoError(f"--models: unknown model {family!r}; choose from {', '.join(FAMILIES)}")

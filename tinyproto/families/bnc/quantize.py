@@ -42,12 +42,60 @@ def pack_codes(bits: np.ndarray) -> np.ndarray:
     return np.packbits(np.asarray(bits, dtype=np.uint8), axis=1, bitorder="little")
 
 
-def row_int8(W: np.ndarray) -> np.ndarray:
-    """Each row of W to int8 with its own scale (largest magnitude -> 127): sign(W z) does not see row scales."""
+def row_int8(W: np.ndarray, input_mean: np.ndarray | None = None,
+             input_var: np.ndarray | None = None) -> np.ndarray:
+    """Each row of W to int8 with its own scale (largest magnitude -> 127): sign(W z) does not see row scales.
+
+    With the training input's per-feature mean and variance (the estimator's `input_mean_` / `input_var_`), each
+    row is then corrected by `_keep_row_bias`: plain rounding leaves an error e = Wq - a W whose projection e . z
+    has the mean e . mean(z), a constant that moves the row's threshold for every input. Where the input is not
+    centred feature by feature (a shared stage: gravity on one axis of a sensor window, dark borders of an
+    image) that constant is the largest part of the error, and it flips the code bits of inputs near the
+    threshold (see docs/models/bnc.md, "int8 against float")."""
     W = np.asarray(W, dtype=np.float64)
     largest = np.abs(W).max(axis=1, keepdims=True)
     largest = np.where(largest > 0, largest, 1.0)
-    return np.clip(np.rint(W / largest * 127.0), -127, 127).astype(np.int64)
+    scaled = W / largest * 127.0
+    Wq = np.clip(np.rint(scaled), -127, 127).astype(np.int64)
+    if input_mean is None or input_var is None:
+        return Wq
+    return _keep_row_bias(scaled, Wq, np.asarray(input_mean, dtype=np.float64),
+                          np.asarray(input_var, dtype=np.float64))
+
+
+MAX_BIAS_MOVES = 256  # +-1 steps per row at most (each lowers the row's expected squared error; never binding)
+
+
+def _keep_row_bias(scaled: np.ndarray, Wq: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """Rounded rows moved by +-1 steps, one entry at a time, while a step lowers the row's expected squared
+    projection error over the training inputs, E[(e . z)^2] ~ (e . mean)^2 + sum_j e_j^2 var_j (e = Wq - scaled;
+    feature covariances left out). A step may not make or remove a nonzero (W's layout and bytes are those of plain
+    rounding) nor leave an entry more than one step from its float value. A centred input (mean ~ 0, every
+    per-feature stage) gives no step: plain rounding already minimises each e_j^2."""
+    Wq = Wq.copy()
+    support = Wq != 0
+    for _ in range(MAX_BIAS_MOVES):
+        e = Wq - scaled
+        bias = e @ mean  # (r,)
+        best_gain = np.zeros(Wq.shape[0])
+        best_at = np.zeros(Wq.shape[0], dtype=np.int64)
+        best_step = np.zeros(Wq.shape[0], dtype=np.int64)
+        for step in (1, -1):
+            new = Wq + step
+            ok = support & (new != 0) & (np.abs(new) <= 127) & (np.abs(e + step) <= 1.0)
+            change = 2 * step * bias[:, None] * mean[None, :] + mean[None, :] ** 2 + var[None, :] * (2 * step * e + 1)
+            change = np.where(ok, change, np.inf)
+            at = np.argmin(change, axis=1)
+            value = change[np.arange(len(at)), at]
+            better = value < best_gain
+            best_gain = np.where(better, value, best_gain)
+            best_at = np.where(better, at, best_at)
+            best_step = np.where(better, step, best_step)
+        rows = np.flatnonzero(best_gain < -1e-9)
+        if rows.size == 0:
+            break
+        Wq[rows, best_at[rows]] += best_step[rows]
+    return Wq
 
 
 @dataclass
@@ -159,7 +207,7 @@ class IntBNC(IntModelCommon):
         return cls(
             classes=[c.item() if hasattr(c, "item") else c for c in clf.classes_],
             input_stage=stage,
-            W_q=row_int8(clf.W_),
+            W_q=row_int8(clf.W_, getattr(clf, "input_mean_", None), getattr(clf, "input_var_", None)),
             B_bits=(np.asarray(clf.B_) > 0).astype(np.int64),
             proto_counts=np.bincount(clf.proto_class_, minlength=clf.classes_.size),
             pattern_seed=int(getattr(clf, "pattern_seed_", 0)),

@@ -235,6 +235,8 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
             W, Bt = self._sgd(Z, y_index, W, Bt, mask, rng, int(self.epochs_w), train_b=False)
         self.W_ = W * mask
         self.B_ = binary_codes(Bt)
+        # what the quantizer needs to keep each row's threshold where training put it (quantize.row_int8)
+        self.input_mean_, self.input_var_ = Z.mean(axis=0), Z.var(axis=0)
         self.n_bits_, self.n_prototypes_ = r, int(counts.sum())
         return self
 

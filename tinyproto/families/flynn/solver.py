@@ -240,6 +240,7 @@ def fit_chosen_flynn(X_train: np.ndarray, y_train: np.ndarray, chosen: dict,
         scaling="global" if prep.scaling in DEVICE_STAGES else prep.scaling,
         sign_split=prep.sign_split,
         random_state=solver_random_state(options.seed),
+        count_scale=int(chosen.get("count_scale", 1)),  # the float model reads the counts the int8 one rounds
     ).fit(X, y)
     model = IntFlyNN.from_classifier(clf, X, y, bits=int(chosen["count_bits"]), store_M=bool(chosen["store_M"]),
                                      input_stage=prep.stage, count_scale=int(chosen.get("count_scale", 1)))
@@ -353,6 +354,7 @@ def search_flynn(
         scaling="global" if best.scaling in DEVICE_STAGES else best.scaling,
         sign_split=best.sign_split,
         random_state=clf_state,  # draws `seed`: the M that was evaluated
+        count_scale=best.count_scale,  # the float model reads the counts the int8 one rounds (t / q)
     ).fit(X, y)
     model = IntFlyNN.from_classifier(clf, X, y, bits=best.bits, store_M=best.store_M,
                                      input_stage=chosen_prep.stage, count_scale=best.count_scale)

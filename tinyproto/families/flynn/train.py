@@ -117,6 +117,10 @@ class FlyNNClassifier(ClassifierMixin, BaseEstimator):
     temperature : predict_proba = softmax(-f / temperature), f the novelty in [0, 1]; None means 1 / ρ, i.e.
         softmax of minus the raw novelty sums (a binary filter: minus the number of never-seen winners).
     random_state : draws the 16-bit seed of M.
+    count_scale : q >= 1; the filters read the counts divided by q, t / q (a binary filter: a bit scores 1 when
+        the class set it fewer than q times). The solver sets the q of the integer model it quantizes from this
+        estimator (quantize.count_scales: tall tables whose counts would saturate), so the float model is the
+        one the int8 model rounds; training (the counts themselves) does not depend on it.
     """
 
     _parameter_constraints: dict = {
@@ -128,6 +132,7 @@ class FlyNNClassifier(ClassifierMixin, BaseEstimator):
         "sign_split": ["boolean"],
         "temperature": [Interval(Real, 0, None, closed="neither"), None],
         "random_state": ["random_state"],
+        "count_scale": [Interval(Integral, 1, 1 << 30, closed="both")],
     }
 
     def __init__(
@@ -140,6 +145,7 @@ class FlyNNClassifier(ClassifierMixin, BaseEstimator):
         sign_split: bool = True,
         temperature: float | None = None,
         random_state=None,
+        count_scale: int = 1,
     ) -> None:
         self.n_hashes = n_hashes
         self.n_inputs_per_hash = n_inputs_per_hash
@@ -149,6 +155,7 @@ class FlyNNClassifier(ClassifierMixin, BaseEstimator):
         self.sign_split = sign_split
         self.temperature = temperature
         self.random_state = random_state
+        self.count_scale = count_scale
 
     # -- training
 
@@ -219,11 +226,12 @@ class FlyNNClassifier(ClassifierMixin, BaseEstimator):
         return np.concatenate(parts) if parts else np.empty((0, self.n_winners_), dtype=np.int64)
 
     def filter_weights(self) -> np.ndarray:
-        """w_lj = (1 - c)^t_lj, (L, m); c = 1 gives the binary filter (1 where never seen)."""
+        """w_lj = (1 - c)^(t_lj / q), (L, m); c = 1 gives the binary filter (1 where seen fewer than q times)."""
         check_is_fitted(self)
+        q = int(self.count_scale)
         if self.decay == 1.0:
-            return (self.counts_ == 0).astype(np.float64)
-        return np.power(1.0 - float(self.decay), self.counts_.astype(np.float64))
+            return (self.counts_ < q).astype(np.float64)
+        return np.power(1.0 - float(self.decay), self.counts_.astype(np.float64) / q)
 
     def novelty(self, X) -> np.ndarray:
         """f_l(x) = w_l · h(x) / ρ, (n, L), in [0, 1]; lower means more familiar."""
