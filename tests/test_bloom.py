@@ -343,7 +343,7 @@ def test_a_wide_input_fits_with_the_shared_stage_and_matches_the_c_code():
 # ---------------------------------------------------------------- unknown: the range check
 
 
-def _windows_without_idle(rows_per_class: int = 24, samples: int = 200):
+def _windows_without_idle(rows_per_class: int = 24, samples: int = 400):
     """Sensor windows (helpers.sensor_windows) split in half, the low-amplitude class (0, idle) held out of
     training: its rows are all in the test half."""
     from helpers import sensor_windows
