@@ -45,6 +45,28 @@ typedef uint8_t tp_bloom_count_t;
 #else
 typedef uint16_t tp_bloom_count_t;
 #endif
+#ifdef TP_UNKNOWN_RANGE_LOW
+/* The range signal tp_judge checks (compile --unknown-rate): the sum of phi over the slots, each value shifted
+ * right by TP_BLOOM_RANGE_SHIFT so the sum fits 16 bits (IntBloom.range_signal). Only such a model defines it. */
+uint16_t tp_range_signal;
+#if TP_BLOOM_USED <= 257
+#define TP_BLOOM_RANGE_SHIFT 0
+#elif TP_BLOOM_USED <= 516
+#define TP_BLOOM_RANGE_SHIFT 1
+#elif TP_BLOOM_USED <= 1040
+#define TP_BLOOM_RANGE_SHIFT 2
+#elif TP_BLOOM_USED <= 2114
+#define TP_BLOOM_RANGE_SHIFT 3
+#elif TP_BLOOM_USED <= 4369
+#define TP_BLOOM_RANGE_SHIFT 4
+#elif TP_BLOOM_USED <= 9362
+#define TP_BLOOM_RANGE_SHIFT 5
+#elif TP_BLOOM_USED <= 21845
+#define TP_BLOOM_RANGE_SHIFT 6
+#else
+#define TP_BLOOM_RANGE_SHIFT 7
+#endif
+#endif
 static uint16_t tp_bloom_state; /* generator state after the last fed feature's steps */
 static uint16_t tp_bloom_next;  /* the feature index the state belongs to */
 
@@ -173,12 +195,21 @@ uint8_t tp_stream_end(int32_t *scores)
     const uint8_t *src = tp_bloom_phi;
     uint8_t *dst = tp_bloom_phi;
     tp_bloom_count_t i = (tp_bloom_count_t)TP_BLOOM_M;
+#ifdef TP_UNKNOWN_RANGE_LOW
+    uint16_t range_signal = 0; /* an unused slot is 0 and adds nothing */
+#endif
     do {
         uint8_t v = *src++;
+#ifdef TP_UNKNOWN_RANGE_LOW
+        range_signal = (uint16_t)(range_signal + (uint8_t)(v >> TP_BLOOM_RANGE_SHIFT));
+#endif
         if (v != 0) {
             *dst++ = v;
         }
     } while (--i != 0);
+#ifdef TP_UNKNOWN_RANGE_LOW
+    tp_range_signal = range_signal;
+#endif
     const int8_t *w = tp_bloom_W;
     uint8_t label = 0;
     int32_t best = 0;

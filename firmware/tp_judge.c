@@ -22,6 +22,16 @@
 #error "TP_JUDGE_SCORE_BYTE must be 0 to 2, TP_JUDGE_DOUBT 0 to 255 and TP_JUDGE_HALVING 1 to 65535"
 #endif
 
+#ifdef TP_UNKNOWN_RANGE_LOW
+/* The family's range signal of the last input (its runtime writes it beside the scores: Bloom features' phi sum):
+ * outside TP_UNKNOWN_RANGE_LOW .. LOW + TP_UNKNOWN_RANGE_SPAN, the answer is TP_UNKNOWN_LABEL whatever the scores. */
+extern uint16_t tp_range_signal;
+#if TP_UNKNOWN_RANGE_LOW < 0 || TP_UNKNOWN_RANGE_SPAN < 0 || TP_UNKNOWN_RANGE_LOW + TP_UNKNOWN_RANGE_SPAN > 65535 \
+    || !defined(TP_UNKNOWN_LIMIT)
+#error "TP_UNKNOWN_RANGE_LOW and _SPAN must keep the range within 0..65535, beside TP_UNKNOWN_LIMIT"
+#endif
+#endif
+
 #if TP_KERNELS_AVR
 #include "tp_judge_avr.h"
 
@@ -65,6 +75,11 @@ uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
     uint8_t decided = label;
 #ifdef TP_UNKNOWN_LIMIT
     if (TP_JUDGE_BETTER(TP_UNKNOWN_LIMIT, winner)) {
+        decided = TP_UNKNOWN_LABEL;
+    }
+#endif
+#ifdef TP_UNKNOWN_RANGE_LOW
+    if ((uint16_t)(tp_range_signal - (uint16_t)TP_UNKNOWN_RANGE_LOW) > (uint16_t)TP_UNKNOWN_RANGE_SPAN) {
         decided = TP_UNKNOWN_LABEL;
     }
 #endif

@@ -48,6 +48,24 @@
 #ifndef TP_JUDGE_LIMIT
 #define TP_JUDGE_LIMIT ""
 #endif
+#ifdef TP_UNKNOWN_RANGE_LOW /* declined when (signal - low) > span, unsigned: accepted when it is below span + 1 */
+#define TP_JUDGE_SIGNAL TP_JUDGE_STR(tp_range_signal)
+#if TP_UNKNOWN_RANGE_SPAN < 65535
+#define TP_JUDGE_RANGE "lds r26, " TP_JUDGE_SIGNAL "\n\t" \
+                       "lds r27, " TP_JUDGE_SIGNAL "+1\n\t" \
+                       "subi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_RANGE_LOW) ")\n\t" \
+                       "sbci r27, hi8(" TP_JUDGE_STR(TP_UNKNOWN_RANGE_LOW) ")\n\t" \
+                       "cpi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_RANGE_SPAN) " + 1)\n\t" \
+                       "ldi r23, hi8(" TP_JUDGE_STR(TP_UNKNOWN_RANGE_SPAN) " + 1)\n\t" \
+                       "cpc r27, r23\n\t" \
+                       "brlo 7f\n\t" \
+                       "ldi r22, 255\n" \
+                       "7:\n\t"
+#endif
+#endif
+#ifndef TP_JUDGE_RANGE
+#define TP_JUDGE_RANGE ""
+#endif
 
 /* A function of file-scope assembly (a naked C function would defeat -fstack-usage, which the exported library's
  * cost uses): in a section of its own, so the linker drops it when nothing calls it, like -ffunction-sections.
@@ -85,6 +103,7 @@ __asm__(
         "com r23\n\t"
         "movw r30, r20\n\t"
         "st Z, r23\n\t"
+        TP_JUDGE_RANGE
         "mov r24, r22\n\t"
         "ret\n"
         "4:\n\t"

@@ -338,3 +338,85 @@ def test_a_wide_input_fits_with_the_shared_stage_and_matches_the_c_code():
     assert info["chosen"]["offset"] == "shared" and model.input_stage.kind == "shared"
     assert model.model_bytes() <= 2048 and model.n_features == 784
     assert IntBloom.from_json(model.to_json()).to_json() == model.to_json()
+
+
+# ---------------------------------------------------------------- unknown: the range check
+
+
+def _windows_without_idle(rows_per_class: int = 24, samples: int = 400):
+    """Sensor windows (helpers.sensor_windows) split in half, the low-amplitude class (0, idle) held out of
+    training: its rows are all in the test half."""
+    from helpers import sensor_windows
+
+    X, y = sensor_windows(rows_per_class, samples=samples, seed=11)
+    rng = np.random.default_rng(0)
+    test = rng.random(len(y)) < 0.5
+    train = ~test & (y != 0)
+    return X[train], y[train], X[test], y[test]
+
+
+def test_the_range_check_declines_a_held_out_class_the_winning_score_finds_familiar():
+    """A class weaker than every trained one (idle: a near-flat signal) moves each linear score the way the
+    weakest trained class's rows do, so the winning score finds it familiar (AUROC near chance or below); its φ sum
+    lies below the training rows' range, and the range check --unknown-rate adds for Bloom features declines it.
+    The held-out AUROC of the novelty score (a row outside the range above every row inside) then reaches 1."""
+    from tinyproto import families
+    from tinyproto.core.confidence import auroc, novelty, winner_and_runner_up
+    from tinyproto.core.folds import Folds
+
+    X, y, X_test, y_test = _windows_without_idle()
+    options = SolveOptions(2048, 0, None, 16_000_000, n_jobs=1, folds=Folds.standard(X, y, 0))
+    _, model, info = families.fit_judged("bloom", X, y, options, 0.05)
+    calibration = model.calibration
+    assert calibration.has_range and info["confidence"]["range"] == [calibration.range_low, calibration.range_high]
+    xq = model.input_stage.quantize(X_test)
+    scores = model.scores(xq)
+    labels = model.labels(scores)
+    held = y_test == 0
+    winner = novelty(winner_and_runner_up(scores, labels, False)[0], False)
+    before = auroc(winner[held], winner[~held])
+    after = auroc(*(lambda n: (n[held], n[~held]))(families.novelty_score(model, scores, labels, xq)))
+    assert before < 0.8 and after == 1.0
+    _, decided = families.judge(model, scores, labels, xq)
+    assert (decided[held] == 255).all()
+    # the range is the training rows' own
+    signal = model.range_signal(model.input_stage.quantize(X))
+    assert (calibration.range_low, calibration.range_high) == (signal.min(), signal.max())
+    # without --unknown-rate there is no range: the model's header and model.json are those of before
+    _, plain, _ = families.fit_judged("bloom", X, y, options, None)
+    assert not plain.calibration.has_range and "TP_UNKNOWN_RANGE_LOW" not in plain.defines()
+    assert "range" not in plain.to_json()["confidence"] and "range_signal" not in str(plain.working_sram())
+
+
+@needs("avr-gcc")
+@pytest.mark.device
+@pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"), reason="libsimavr-dev not installed")
+def test_the_simulated_uno_checks_the_range_like_the_host(tmp_path):
+    """compile --unknown-rate with a class held out, build, validate --sim: the device sums φ while it compacts
+    it and tp_judge's assembly checks the range, every vector's scores, label, confidence and answer identical to
+    the host reference's, the held-out class declined, and the cost model's prediction still within 5 %."""
+    X, y, X_test, y_test = _windows_without_idle(rows_per_class=16, samples=120)
+    names = np.array(["idle", "walk", "run", "stairs", "cycle"])
+    rows = np.vstack([X, X_test])
+    labels = names[np.concatenate([y, y_test])]
+    csv = tmp_path / "windows.csv"
+    header = ",".join(f"s{i}" for i in range(rows.shape[1])) + ",activity"
+    csv.write_text(header + "\n" + "\n".join(",".join(f"{v:.4f}" for v in row) + f",{lab}"
+                                             for row, lab in zip(rows, labels)) + "\n")
+    out = tmp_path / "m"
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=900)
+
+    compiled = cli("compile", str(csv), "--model", "bloom", "--budget", "1kB", "--holdout-classes", "idle",
+                   "--unknown-rate", "5%", "--out", str(out))
+    assert compiled.returncode == 0, compiled.stderr
+    assert "TP_UNKNOWN_RANGE_LOW" in (out / "include" / "tinyproto_model.h").read_text()
+    built = cli("build", str(out))
+    assert built.returncode == 0, built.stderr
+    result = cli("validate", str(out), "--sim", "--json")
+    assert result.returncode == 0, result.stderr
+    v = json.loads(result.stdout)
+    assert v["passed"] and v["complete"] and v["score_agreement"] == 1.0 and v["label_agreement"] == 1.0
+    assert v["confidence"]["held_out"]["declined"] > 0.9
+    assert abs(v["predicted_error"]) < 0.05

@@ -42,6 +42,8 @@ BLOOM_CYCLES = {
     "slot_rem": 2,  # hand count, per slot of m % 4: tp_stream_begin's remainder, unrolled (one sts)
     "slot_wide": 0,  # per slot, m > 256 only: 16-bit loop counters
     "wide_fixed": 0,  # m > 256 only: the 16-bit draws' code around the loops
+    "range_slot": 1,  # hand count, per slot and per cycle of its work, with --unknown-rate's range check only:
+    # the compaction adds each slot's value to the range signal (add, adc: 2), shifted first when the sum needs it
     "used": 3,  # hand count, per used slot: kept by the compaction (breq not taken, st, adiw)
     "feature": 9.4,  # per input feature: load, bias, clamp, loop
     "step": 7.2,  # per xorshift16 step (ceil(k/2) per feature with byte draws, k with 16-bit draws)
@@ -122,6 +124,7 @@ def bloom_cost_terms(model) -> dict[str, float]:
             "slot_rem": m % 4, "slot_wide": 0 if byte_draws else m, "wide_fixed": 0 if byte_draws else 1,
             "row_argmax": rows if rows > 1 else 0,
             "row_c": 0 if asm else rows,
+            "range_slot": m * (2 + 2 * model.range_shift) if _checks_range(model) else 0,
             "used": used, "feature": d, "step": d * steps, "draw": d * k, "store": other, "store_last": last,
             "pair_loop": d * (k // 2 if byte_draws else k) if looped else 0, "loop_feature": d if looped else 0,
             "draw_mul": d * k if m < BYTE_SLOTS else 0, "draw_wide": 0 if byte_draws or pow2 else d * k,
@@ -129,6 +132,12 @@ def bloom_cost_terms(model) -> dict[str, float]:
             "row": rows,
             "row_bias32": rows if bias == 32 else 0, "mac": rows * used if asm else 0,
             "mac_group": rows * (used // 4) if asm else 0, "mac_c": 0 if asm else rows * used}
+
+
+def _checks_range(model) -> bool:
+    """A judged model whose calibration checks the range signal (the compaction then sums it)."""
+    calibration = getattr(model, "calibration", None)
+    return calibration is not None and bool(getattr(calibration, "has_range", False))
 
 
 cost_terms = bloom_cost_terms  # the name tools/calibrate_costmodel.py reads in every family's cost module
@@ -142,7 +151,7 @@ def predict_cycles(model) -> dict:
     out = {
         "hashing": int(round(sum(cycles[n] for n in hashing))),
         "compaction": int(round(sum(cycles[n] for n in ("slot", "slot_reload", "slot_rem", "slot_wide", "wide_fixed",
-                                                               "used")))),
+                                                               "range_slot", "used")))),
         "scores": int(round(sum(cycles[n] for n in ("row", "row_bias32", "row_argmax", "mac", "mac_group", "mac_c",
                                                      "row_c")))),
     }
