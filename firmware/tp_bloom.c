@@ -46,9 +46,12 @@ typedef uint8_t tp_bloom_count_t;
 typedef uint16_t tp_bloom_count_t;
 #endif
 #ifdef TP_UNKNOWN_RANGE_LOW
-/* The range signal tp_judge checks (compile --unknown-rate): the sum of phi over the slots, each value shifted
- * right by TP_BLOOM_RANGE_SHIFT so the sum fits 16 bits (IntBloom.range_signal). Only such a model defines it. */
-uint16_t tp_range_signal;
+/* The range check's signal (compile --unknown-rate; IntBloom.range_signal, core/confidence.py): S, the sum of phi
+ * over the slots, each value shifted right by TP_BLOOM_RANGE_SHIFT so S fits 16 bits. tp_stream_end sums it while
+ * it compacts phi, from -TP_UNKNOWN_RANGE_LOW, and keeps one byte, the bin (S - LOW) >> 8 (modulo 2^16); tp_judge
+ * declines the input when the bin is TP_UNKNOWN_RANGE_BINS or more: S outside LOW .. LOW + 256 BINS - 1. Only
+ * such a model defines it, and only it sums (nothing changes without the option). */
+uint8_t tp_range_signal;
 #if TP_BLOOM_USED <= 257
 #define TP_BLOOM_RANGE_SHIFT 0
 #elif TP_BLOOM_USED <= 516
@@ -192,23 +195,27 @@ TP_NOINLINE static int32_t tp_bloom_row(const int8_t *w, const uint8_t *phi)
 uint8_t tp_stream_end(int32_t *scores)
 {
     /* Compact phi to the used slots in place (p <= i): a slot reads 0 exactly when nothing hashes to it. */
+#ifdef TP_BLOOM_AVR_COMPACT
+    tp_range_signal = (uint8_t)(tp_bloom_compact((uint16_t)(0u - (uint16_t)TP_UNKNOWN_RANGE_LOW)) >> 8);
+#else
     const uint8_t *src = tp_bloom_phi;
     uint8_t *dst = tp_bloom_phi;
     tp_bloom_count_t i = (tp_bloom_count_t)TP_BLOOM_M;
 #ifdef TP_UNKNOWN_RANGE_LOW
-    uint16_t range_signal = 0; /* an unused slot is 0 and adds nothing */
+    uint16_t range_sum = (uint16_t)(0u - (uint16_t)TP_UNKNOWN_RANGE_LOW); /* an unused slot is 0: adds nothing */
 #endif
     do {
         uint8_t v = *src++;
 #ifdef TP_UNKNOWN_RANGE_LOW
-        range_signal = (uint16_t)(range_signal + (uint8_t)(v >> TP_BLOOM_RANGE_SHIFT));
+        range_sum = (uint16_t)(range_sum + (uint8_t)(v >> TP_BLOOM_RANGE_SHIFT));
 #endif
         if (v != 0) {
             *dst++ = v;
         }
     } while (--i != 0);
 #ifdef TP_UNKNOWN_RANGE_LOW
-    tp_range_signal = range_signal;
+    tp_range_signal = (uint8_t)(range_sum >> 8);
+#endif
 #endif
     const int8_t *w = tp_bloom_W;
     uint8_t label = 0;

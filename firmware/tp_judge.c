@@ -7,7 +7,8 @@
  *   starts at TP_JUDGE_DOUBT (a tie) and halves for every whole TP_JUDGE_HALVING of margin,
  *   255 - (TP_JUDGE_DOUBT >> (margin / TP_JUDGE_HALVING)), both fitted on cross-validated rows by the host;
  * - with TP_UNKNOWN_LIMIT (compile --unknown-rate), the winner's view itself: worse than the limit answers
- *   TP_UNKNOWN_LABEL instead of the class.
+ *   TP_UNKNOWN_LABEL instead of the class; with TP_UNKNOWN_RANGE_LOW also a family's range signal outside its
+ *   range (below).
  * No table, no division, nothing wider than 16 bits: the division is a subtraction per halving, at most 8 of them
  * before the doubt is 0. tinyproto/core/confidence.py (Calibration.judge) is the host reference, bit for bit.
  * The portable C below is the reference; on an AVR tp_judge_avr.h holds the same steps in assembly (a third of
@@ -23,12 +24,13 @@
 #endif
 
 #ifdef TP_UNKNOWN_RANGE_LOW
-/* The family's range signal of the last input (its runtime writes it beside the scores: Bloom features' phi sum):
- * outside TP_UNKNOWN_RANGE_LOW .. LOW + TP_UNKNOWN_RANGE_SPAN, the answer is TP_UNKNOWN_LABEL whatever the scores. */
-extern uint16_t tp_range_signal;
-#if TP_UNKNOWN_RANGE_LOW < 0 || TP_UNKNOWN_RANGE_SPAN < 0 || TP_UNKNOWN_RANGE_LOW + TP_UNKNOWN_RANGE_SPAN > 65535 \
-    || !defined(TP_UNKNOWN_LIMIT)
-#error "TP_UNKNOWN_RANGE_LOW and _SPAN must keep the range within 0..65535, beside TP_UNKNOWN_LIMIT"
+/* A family's range check (compile --unknown-rate; Bloom features' feature-map sum S): its runtime keeps the last
+ * input's bin, (S - TP_UNKNOWN_RANGE_LOW) >> 8 modulo 2^16, and a bin of TP_UNKNOWN_RANGE_BINS or more (S outside
+ * LOW .. LOW + 256 BINS - 1) answers TP_UNKNOWN_LABEL whatever the scores (core/confidence.py, Calibration). */
+extern uint8_t tp_range_signal;
+#if TP_UNKNOWN_RANGE_LOW < 0 || TP_UNKNOWN_RANGE_BINS < 1 || TP_UNKNOWN_RANGE_BINS > 255 \
+    || TP_UNKNOWN_RANGE_LOW + 256L * TP_UNKNOWN_RANGE_BINS > 65536L || !defined(TP_UNKNOWN_LIMIT)
+#error "TP_UNKNOWN_RANGE_LOW and _BINS must keep the range within 0..65535, beside TP_UNKNOWN_LIMIT"
 #endif
 #endif
 
@@ -79,7 +81,7 @@ uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
     }
 #endif
 #ifdef TP_UNKNOWN_RANGE_LOW
-    if ((uint16_t)(tp_range_signal - (uint16_t)TP_UNKNOWN_RANGE_LOW) > (uint16_t)TP_UNKNOWN_RANGE_SPAN) {
+    if (tp_range_signal >= TP_UNKNOWN_RANGE_BINS) {
         decided = TP_UNKNOWN_LABEL;
     }
 #endif

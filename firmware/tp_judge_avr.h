@@ -31,8 +31,10 @@
 #define TP_JUDGE_M_LO "r18"
 #define TP_JUDGE_M_HI "r19"
 #ifdef TP_UNKNOWN_LIMIT /* declined when the winner > limit: accepted when winner - (limit + 1) < 0 */
-#define TP_JUDGE_LIMIT "cpi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) " + 1)\n\t" \
-                       "sbci r27, hi8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) " + 1)\n\tbrlt 3b\n\tldi r22, 255\n\t"
+#define TP_JUDGE_CMP "cpi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) " + 1)\n\t" \
+                     "sbci r27, hi8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) " + 1)\n\t"
+#define TP_JUDGE_ACCEPT "brlt "
+#define TP_JUDGE_DECLINE "brge "
 #endif
 #else
 #define TP_JUDGE_WORST "0x8000"
@@ -41,30 +43,25 @@
 #define TP_JUDGE_M_LO "r24"
 #define TP_JUDGE_M_HI "r25"
 #ifdef TP_UNKNOWN_LIMIT /* declined when the winner < limit: accepted when winner - limit >= 0 */
-#define TP_JUDGE_LIMIT "cpi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) ")\n\t" \
-                       "sbci r27, hi8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) ")\n\tbrge 3b\n\tldi r22, 255\n\t"
+#define TP_JUDGE_CMP "cpi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) ")\n\t" \
+                     "sbci r27, hi8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) ")\n\t"
+#define TP_JUDGE_ACCEPT "brge "
+#define TP_JUDGE_DECLINE "brlt "
 #endif
 #endif
-#ifndef TP_JUDGE_LIMIT
+#if defined(TP_UNKNOWN_RANGE_LOW)
+/* and a family's range check: a limit passed, the range bin (tp_judge.c) below TP_UNKNOWN_RANGE_BINS accepts; a
+ * limit failed, or a bin outside, reaches the same decline (label 255) */
+#define TP_JUDGE_LIMIT TP_JUDGE_CMP TP_JUDGE_DECLINE "7f\n\t"                                                        \
+                       "lds r26, " TP_JUDGE_STR(tp_range_signal) "\n\t"                                            \
+                       "cpi r26, " TP_JUDGE_STR(TP_UNKNOWN_RANGE_BINS) "\n\t"                                      \
+                       "brlo 3b\n"                                                                                  \
+                       "7:\n\t"                                                                                    \
+                       "ldi r22, 255\n\t"
+#elif defined(TP_UNKNOWN_LIMIT)
+#define TP_JUDGE_LIMIT TP_JUDGE_CMP TP_JUDGE_ACCEPT "3b\n\tldi r22, 255\n\t"
+#else
 #define TP_JUDGE_LIMIT ""
-#endif
-#ifdef TP_UNKNOWN_RANGE_LOW /* declined when (signal - low) > span, unsigned: accepted when it is below span + 1 */
-#define TP_JUDGE_SIGNAL TP_JUDGE_STR(tp_range_signal)
-#if TP_UNKNOWN_RANGE_SPAN < 65535
-#define TP_JUDGE_RANGE "lds r26, " TP_JUDGE_SIGNAL "\n\t" \
-                       "lds r27, " TP_JUDGE_SIGNAL "+1\n\t" \
-                       "subi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_RANGE_LOW) ")\n\t" \
-                       "sbci r27, hi8(" TP_JUDGE_STR(TP_UNKNOWN_RANGE_LOW) ")\n\t" \
-                       "cpi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_RANGE_SPAN) " + 1)\n\t" \
-                       "ldi r23, hi8(" TP_JUDGE_STR(TP_UNKNOWN_RANGE_SPAN) " + 1)\n\t" \
-                       "cpc r27, r23\n\t" \
-                       "brlo 7f\n\t" \
-                       "ldi r22, 255\n" \
-                       "7:\n\t"
-#endif
-#endif
-#ifndef TP_JUDGE_RANGE
-#define TP_JUDGE_RANGE ""
 #endif
 
 /* A function of file-scope assembly (a naked C function would defeat -fstack-usage, which the exported library's
@@ -103,7 +100,6 @@ __asm__(
         "com r23\n\t"
         "movw r30, r20\n\t"
         "st Z, r23\n\t"
-        TP_JUDGE_RANGE
         "mov r24, r22\n\t"
         "ret\n"
         "4:\n\t"

@@ -641,7 +641,7 @@ def test_the_goals_table_marks_every_missed_goal():
 _RANGE_DRIVER = r"""
 #include <stdio.h>
 #include "tinyproto_model.h"
-uint16_t tp_range_signal;
+uint8_t tp_range_signal;
 uint8_t tp_predict(const int8_t *x, int32_t *scores) { (void)x; (void)scores; return 0; }
 int main(void)
 {
@@ -653,7 +653,7 @@ int main(void)
             if (scanf("%ld", &value) != 1) return 1;
             scores[c] = (int32_t)value;
         }
-        tp_range_signal = (uint16_t)signal;
+        tp_range_signal = (uint8_t)((uint16_t)(signal - TP_UNKNOWN_RANGE_LOW) >> 8); /* the runtime's bin */
         uint8_t confidence = 0;
         uint8_t decided = tp_judge(scores, (uint8_t)label, &confidence);
         printf("%u %u\n", (unsigned)confidence, (unsigned)decided);
@@ -663,8 +663,9 @@ int main(void)
 """
 
 _AVR_RANGE_DRIVER = _AVR_JUDGE_DRIVER.replace(
-    "uint8_t tp_predict(", "uint16_t tp_range_signal;\nuint8_t tp_predict(").replace(
-    "        uint8_t confidence = 0;\n", "        tp_range_signal = pgm_read_word(&judge_signals[r]);\n"
+    "uint8_t tp_predict(", "uint8_t tp_range_signal;\nuint8_t tp_predict(").replace(
+    "        uint8_t confidence = 0;\n",
+    "        tp_range_signal = (uint8_t)((uint16_t)(pgm_read_word(&judge_signals[r]) - TP_UNKNOWN_RANGE_LOW) >> 8);\n"
     "        uint8_t confidence = 0;\n")
 
 
@@ -677,11 +678,12 @@ def _range_rows(low: int, high: int, rows: int) -> np.ndarray:
     return np.clip(signal, 0, 65535)
 
 
-@pytest.mark.parametrize("low,high", [(100, 200), (0, 65534), (1, 65535), (3000, 3000)])
+@pytest.mark.parametrize("low,high", [(100, 611), (0, 65279), (256, 65535), (3000, 3255)])
 def test_host_compiled_tp_judge_declines_outside_the_range_like_the_reference(tmp_path, low, high):
-    """With a range (a family's range signal, Bloom features' φ sum), tp_judge.c compiled for the host answers
-    unknown for a signal outside [low, high] whatever the scores, as Calibration.judge does: both ends and the
-    values beside them, a range starting at 0 and one ending at 65535, and a single value."""
+    """With a range (a family's range signal, Bloom features' φ sum, whose bin (signal - low) >> 8 the runtime
+    keeps), tp_judge.c compiled for the host answers unknown for a signal outside [low, high] whatever the scores,
+    as Calibration.judge does: both ends and the values beside them, a range starting at 0 and one ending at
+    65535 (the most bins, 255), and a single bin."""
     import subprocess
 
     from tinyproto.core.resources import resource_dir
@@ -711,8 +713,8 @@ def test_host_compiled_tp_judge_declines_outside_the_range_like_the_reference(tm
 
 @pytest.mark.device
 @pytest.mark.parametrize("n_classes,lowest_wins,above,low,high", [
-    (10, False, 10, 100, 200), (17, True, 10, 0, 65534), (2, False, -C.VIEW_MAX - 1, 1, 65535),
-    (4, True, C.VIEW_MAX + 1, 3000, 3000)])
+    (10, False, 10, 100, 611), (17, True, 10, 0, 65279), (2, False, -C.VIEW_MAX - 1, 256, 65535),
+    (4, True, C.VIEW_MAX + 1, 3000, 3255)])
 def test_the_avr_assembly_of_tp_judge_checks_the_range_like_the_reference(tmp_path, n_classes, lowest_wins, above,
                                                                           low, high):
     """tp_judge's AVR assembly with a range, on the simulated Uno: the same confidence byte and answer as
@@ -759,15 +761,30 @@ def test_a_range_round_trips_and_a_model_without_one_keeps_its_json():
     above every row inside it."""
     plain = C.Calibration(100, 5, False, unknown_above=-40, unknown_rate=0.05, score_byte=1)
     assert "range" not in plain.to_json() and "TP_UNKNOWN_RANGE_LOW" not in plain.defines()
-    ranged = dataclasses.replace(plain, range_low=10, range_high=90)
+    ranged = dataclasses.replace(plain, range_low=10, range_high=10 + 2 * 256 - 1)
     assert C.Calibration.from_json(ranged.to_json()) == ranged
-    assert ranged.defines()["TP_UNKNOWN_RANGE_LOW"] == 10 and ranged.defines()["TP_UNKNOWN_RANGE_SPAN"] == 80
-    for bad in ([90, 10], [-1, 5], [1, 70000], [1], "1,2"):
+    assert ranged.defines()["TP_UNKNOWN_RANGE_LOW"] == 10 and ranged.defines()["TP_UNKNOWN_RANGE_BINS"] == 2
+    for bad in ([521, 10], [-1, 510], [1, 70000], [1], "1,2", [10, 90], [0, 65535]):  # [10, 90]: not whole bins
         with pytest.raises(TinyprotoError, match="range"):
             C.Calibration.from_json({**ranged.to_json(), "range": bad})
     with pytest.raises(TinyprotoError, match="range"):
         C.Calibration.from_json({**ranged.to_json(), "unknown_above": None})
-    novel = ranged.novelty_score(np.array([5, 500, -3, 0]), np.array([50, 50, 9, 95]))
+    novel = ranged.novelty_score(np.array([5, 500, -3, 0]), np.array([50, 50, 9, 526]))
     assert novel[3] > novel[2] > novel[1] > novel[0]  # 5 above the range, 1 below it, then by the view
     with pytest.raises(ValueError):
         ranged.judge(np.zeros((2, 3)), np.zeros(2, dtype=int))
+
+
+def test_a_range_is_widened_to_whole_bins_the_device_compares_in_one_byte():
+    """whole_bins: the range of the training rows' signals, widened to whole bins of 256 (half the extra below,
+    half above), kept within 0..65535, and none when it would take more than 255 bins."""
+    assert C.whole_bins(1000, 1000) == (873, 1128)  # 255 more: 127 below, 128 above
+    assert C.whole_bins(1000, 1255) == (1000, 1255)
+    assert C.whole_bins(1000, 1256) == (873, 1384)
+    assert C.whole_bins(3, 300) == (0, 511)  # the extra below would go under 0: all of it above
+    assert C.whole_bins(65400, 65535) == (65280, 65535)
+    assert C.whole_bins(0, 255 * 256 - 1) == (0, 255 * 256 - 1)
+    assert C.whole_bins(0, 255 * 256) is None
+    for low, high in [(5, 9), (17083, 28515), (0, 0), (65535, 65535)]:
+        wide = C.whole_bins(low, high)
+        assert wide[0] <= low and high <= wide[1] <= C.RANGE_MAX and (wide[1] - wide[0] + 1) % C.RANGE_BIN == 0

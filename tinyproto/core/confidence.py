@@ -15,8 +15,9 @@ when a family proves none):
   lowest wins), in the same view. With a decline threshold the device answers UNKNOWN_LABEL when the novelty
   exceeds it.
 - with a range (a family whose integer model has a `range_signal`: Bloom features' feature-map sum), a second
-  signal the family's runtime computes beside its scores, as a uint16: outside the range the training rows gave it,
-  the device answers UNKNOWN_LABEL whatever the scores say (an input beyond anything seen in training can make a
+  signal the family's runtime computes beside its scores, as a uint16: outside the range the training rows gave it
+  (widened to whole bins of RANGE_BIN: the device compares one byte, the bin), the device answers UNKNOWN_LABEL
+  whatever the scores say (an input beyond anything seen in training can make a
   linear score grow, and so look surer: docs/guides/confidence.md).
 
 The calibration is fitted on rows the model did not train on (cross-validation: see families/judging.py), so the
@@ -43,6 +44,8 @@ MAX_SCORE_BYTE = 2  # bytes 2-3 of an int32 are its exact 16-bit view whatever i
 # the compiler never sees a compare with a constant answer (-Wtype-limits is an error in the build).
 VIEW_MAX = 2**15 - 3
 RANGE_MAX = 2**16 - 1  # a family's range signal is a uint16 on the device
+RANGE_BIN = 256  # the range is whole bins of this width from its low end: the device keeps (signal - low) >> 8
+RANGE_MAX_BINS = 255  # the bin count is a byte the device compares with one cpi
 RANGE_NOVELTY = 2**20  # novelty_score: a row outside the range ranks above every view's novelty (|view| < 2**15)
 
 
@@ -128,9 +131,9 @@ class Calibration:
             # the device compares the winning score's view itself: the novelty is minus it when the highest wins
             out["TP_UNKNOWN_LABEL"] = UNKNOWN_LABEL
             out["TP_UNKNOWN_LIMIT"] = int(self.unknown_above if self.lowest_wins else -self.unknown_above)
-        if self.has_range:  # the device declines when (signal - low) > (high - low), one unsigned compare
+        if self.has_range:  # the device declines when ((signal - low) mod 2^16) >> 8 >= bins: one byte compared
             out["TP_UNKNOWN_RANGE_LOW"] = int(self.range_low)
-            out["TP_UNKNOWN_RANGE_SPAN"] = int(self.range_high) - int(self.range_low)
+            out["TP_UNKNOWN_RANGE_BINS"] = (int(self.range_high) - int(self.range_low) + 1) // RANGE_BIN
         return out
 
     def signals(self, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -198,12 +201,25 @@ class Calibration:
         if "range" in raw:
             pair = raw["range"]
             if (not isinstance(pair, list) or len(pair) != 2 or not all(_is_int_in(v, 0, RANGE_MAX) for v in pair)
-                    or pair[0] > pair[1] or above is None):
-                raise TinyprotoError("the unknown range must be two integers 0 to 65535, low <= high, "
-                                     "beside a threshold")
+                    or pair[0] > pair[1] or (pair[1] - pair[0] + 1) % RANGE_BIN
+                    or (pair[1] - pair[0] + 1) // RANGE_BIN > RANGE_MAX_BINS or above is None):
+                raise TinyprotoError("the unknown range must be two integers 0 to 65535, low <= high, spanning "
+                                     f"1 to {RANGE_MAX_BINS} whole bins of {RANGE_BIN}, beside a threshold")
             low, high = pair
         return Calibration(raw["doubt"], raw["halving"], raw["lowest_wins"], above,
                            None if rate is None else float(rate), raw["score_byte"], low, high)
+
+
+def whole_bins(low: int, high: int) -> tuple[int, int] | None:
+    """The range the device checks for a signal range low .. high: widened to whole bins of RANGE_BIN (half the
+    extra below, half above, kept within 0 .. RANGE_MAX); None when it would take more than RANGE_MAX_BINS bins
+    (nearly every uint16: nothing worth checking)."""
+    bins = -(-(int(high) - int(low) + 1) // RANGE_BIN)
+    if bins > RANGE_MAX_BINS:
+        return None
+    low = int(low) - (bins * RANGE_BIN - (int(high) - int(low) + 1)) // 2
+    low = min(max(low, 0), RANGE_MAX + 1 - bins * RANGE_BIN)
+    return low, low + bins * RANGE_BIN - 1
 
 
 def _is_int_in(value, low: int, high: int) -> bool:
@@ -381,4 +397,4 @@ def judged_figures(confidence: np.ndarray, decided: np.ndarray, labels: np.ndarr
 __all__ = ["Calibration", "DOUBT_HALVINGS", "UNKNOWN_LABEL", "auroc", "confidence_bytes", "decline_threshold",
            "expected_calibration_error", "fit_doubt", "halvings", "judge_score_byte", "judged_figures", "margins",
            "nearest_threshold", "novelty", "parse_classes", "parse_rate", "reliability_bins", "risk_coverage",
-           "score_view", "view_threshold", "winner_and_runner_up"]
+           "score_view", "view_threshold", "whole_bins", "winner_and_runner_up"]

@@ -29,8 +29,8 @@ COST_MODEL_TOLERANCE = 0.03
 # Beyond JUDGE_BACKWARD_CLASSES classes the pass runs forwards, its count one compare longer: one cycle more per
 # class and in the fixed part. The halvings depend on the input's margin: the prediction takes the most,
 # DOUBT_HALVINGS, so it is never low (on digits, 2 kB, the mean was about 4).
-JUDGE_CYCLES = {"fixed": 10, "class": 16, "halving": 6, "limit": 4, "range": 13}  # range: lds x2, subi, sbci,
-# cpi, ldi, cpc, brlo (2 when taken), ldi: the range check's 13 at most (tp_judge_avr.h)
+JUDGE_CYCLES = {"fixed": 10, "class": 16, "halving": 6, "limit": 4, "range": 4}  # range: after the limit's
+# compare, its branch not taken (1, not 2), lds (2), cpi, brlo (tp_judge_avr.h): 4 more at most
 # tp_judge.c runs the pass backwards while the last class's view is within ldd's 63-byte reach of the scores:
 # 4 * (classes - 1) + score byte + 1 <= 63 holds for every view up to 16 classes
 JUDGE_BACKWARD_CLASSES = 16

@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tinyproto.core.confidence import (RANGE_MAX, Calibration, decline_threshold, fit_doubt, judge_score_byte,
-                                       nearest_threshold, novelty, score_view, view_threshold, winner_and_runner_up)
+from tinyproto.core.confidence import (Calibration, decline_threshold, fit_doubt, judge_score_byte, nearest_threshold,
+                                       novelty, score_view, view_threshold, whole_bins, winner_and_runner_up)
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.solving import FoldModels, SolveOptions, calibration_splits
 
@@ -271,23 +271,19 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
     return make_judged(model, calibration), info
 
 
-RANGE_PAD = 0  # the range check: the training rows' own range, widened by 1/RANGE_PAD of it a side (0: not)
-
-
 def training_range(model: Any, X: np.ndarray) -> tuple[int | None, int | None]:
     """(low, high) of the family's range signal (a `range_signal` method of its integer model) that the device
-    accepts: the range the final model's training rows give it (widened by 1/RANGE_PAD of its width on each side
-    when RANGE_PAD is set: 1/8 lost the sensor windows' held-out classes, which lie just outside the range);
-    (None, None) for a family without one. The signal does not depend on what the model learned (Bloom features'
-    feature-map sum: the input stage and the hash), so its own training rows are as new to it as any: the range
-    of n rows leaves about 2 / (n + 1) of new known rows outside."""
+    accepts: the range the final model's training rows give it, widened to whole bins of 256 (the device compares
+    one byte: core/confidence.whole_bins; a wider margin, 1/8 of the range a side, lost the sensor windows' held-out
+    classes, which lie just outside it); (None, None) for a family without one. The signal does not depend on what
+    the model learned (Bloom features' feature-map sum: the input stage and the hash), so its own training rows
+    are as new to it as any: the range of n rows leaves about 2 / (n + 1) of new known rows outside."""
     signal_of = getattr(model, "range_signal", None)
     if signal_of is None:
         return None, None
     signal = np.asarray(signal_of(model.input_stage.quantize(X)), dtype=np.int64)
-    low, high = int(signal.min()), int(signal.max())
-    pad = (high - low) // RANGE_PAD if RANGE_PAD else 0
-    return max(low - pad, 0), min(high + pad, RANGE_MAX)
+    checked = whole_bins(int(signal.min()), int(signal.max()))
+    return (None, None) if checked is None else checked
 
 
 def fit_judged(fit: Callable, fit_shape: Callable, X: np.ndarray, y: np.ndarray, options: SolveOptions,

@@ -42,8 +42,10 @@ BLOOM_CYCLES = {
     "slot_rem": 2,  # hand count, per slot of m % 4: tp_stream_begin's remainder, unrolled (one sts)
     "slot_wide": 0,  # per slot, m > 256 only: 16-bit loop counters
     "wide_fixed": 0,  # m > 256 only: the 16-bit draws' code around the loops
-    "range_slot": 1,  # hand count, per slot and per cycle of its work, with --unknown-rate's range check only:
-    # the compaction adds each slot's value to the range signal (add, adc: 2), shifted first when the sum needs it
+    "range": 1,  # hand count, per cycle, with --unknown-rate's range check only: its compaction (tp_bloom_avr.h,
+    # tp_bloom_compact) takes 9 cycles a slot like avr-gcc's loop (ld, add, adc, cpse skipping, cpi, brne) but 1,
+    # not 3, per used slot and no reload; more: per slot, a shifted sum's mov and lsr (1 + shift), m > 256's
+    # ldi and cpc (2); once, the sum's and pointers' set-up and the bin's store (4)
     "used": 3,  # hand count, per used slot: kept by the compaction (breq not taken, st, adiw)
     "feature": 9.4,  # per input feature: load, bias, clamp, loop
     "step": 7.2,  # per xorshift16 step (ceil(k/2) per feature with byte draws, k with 16-bit draws)
@@ -67,7 +69,7 @@ BLOOM_CYCLES = {
 }
 HAND_COUNTS = {name: BLOOM_CYCLES[name] for name in ("store", "store_last", "mac", "mac_group", "draw_pow2",
                                                      "draw_shift", "slot", "slot_reload", "slot_rem",
-                                                     "used")}
+                                                     "used", "range")}
 # m > 256 (16-bit draws; not searched by the solver): fitted after the rest, on the shapes that take that path
 FIT_LATER = ("slot_wide", "wide_fixed", "draw_wide", "mac_c", "row_c")
 
@@ -120,12 +122,14 @@ def bloom_cost_terms(model) -> dict[str, float]:
     looped = k >= 4 if byte_draws else k >= 2  # avr-gcc keeps a loop over the draws (else it unrolls them)
     if looped and (k % 2 == 0 or not byte_draws):  # the last draw is inside the loop: a store costs 1 there too
         last, other = 0.0, last + other
-    return {"fixed": 1, "chunk": -(-d // CHUNK_BYTES), "slot": m, "slot_reload": m if rows > 1 else 0,
+    ranged = _checks_range(model)
+    shift = model.range_shift if ranged else 0
+    return {"fixed": 1, "chunk": -(-d // CHUNK_BYTES), "slot": m, "slot_reload": m if rows > 1 and not ranged else 0,
             "slot_rem": m % 4, "slot_wide": 0 if byte_draws else m, "wide_fixed": 0 if byte_draws else 1,
             "row_argmax": rows if rows > 1 else 0,
             "row_c": 0 if asm else rows,
-            "range_slot": m * (2 + 2 * model.range_shift) if _checks_range(model) else 0,
-            "used": used, "feature": d, "step": d * steps, "draw": d * k, "store": other, "store_last": last,
+            "range": used + m * ((1 + shift if shift else 0) + (2 if m > 256 else 0)) + 4 if ranged else 0,
+            "used": 0 if ranged else used, "feature": d, "step": d * steps, "draw": d * k, "store": other, "store_last": last,
             "pair_loop": d * (k // 2 if byte_draws else k) if looped else 0, "loop_feature": d if looped else 0,
             "draw_mul": d * k if m < BYTE_SLOTS else 0, "draw_wide": 0 if byte_draws or pow2 else d * k,
             "draw_pow2": d * k if pow2 else 0, "draw_shift": d * k * (16 - m.bit_length() + 1) if pow2 else 0,
@@ -151,7 +155,7 @@ def predict_cycles(model) -> dict:
     out = {
         "hashing": int(round(sum(cycles[n] for n in hashing))),
         "compaction": int(round(sum(cycles[n] for n in ("slot", "slot_reload", "slot_rem", "slot_wide", "wide_fixed",
-                                                               "range_slot", "used")))),
+                                                               "range", "used")))),
         "scores": int(round(sum(cycles[n] for n in ("row", "row_bias32", "row_argmax", "mac", "mac_group", "mac_c",
                                                      "row_c")))),
     }

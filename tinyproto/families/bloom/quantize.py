@@ -181,7 +181,7 @@ class IntBloom(IntModelCommon):
         )
         calibration = getattr(self, "calibration", None)  # a judged model's (families/judging.py)
         if calibration is not None and calibration.has_range:
-            items += (SramItem("range_signal", 2, "φ's sum, which tp_judge checks against its range (static)"),)
+            items += (SramItem("range_signal", 1, "the bin of φ's sum, which tp_judge checks (static)"),)
         return StaticState(predict=items)
 
     def model_bytes(self) -> int:
