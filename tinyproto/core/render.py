@@ -44,7 +44,7 @@ SHARED_PREFIX = "tp"  # the names every model shares (the Arduino library's tp_p
 # an extern (the declaration of someone else's), starting in column 0 (code inside a body is indented).
 _EXTERNAL_LINE = re.compile(r"^(?![^\n(\[=;]*\b(?:static|typedef|extern|return)\b)"
                             r"[A-Za-z_][\w \t*]*?\b(tp_\w+)\s*[(\[=;]", re.M)
-RANGE_SIGNAL = "tp_range_signal"  # a family runtime's uint16 that tp_judge checks (core/confidence: the range)
+RANGE_SIGNAL = "tp_range_signal"  # a family runtime's byte that tp_judge checks (core/confidence: the range)
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
