@@ -129,6 +129,32 @@ def test_fit_is_seeded_and_phases_beat_the_initialisation():
     assert a.score(Xte, yte) > init.score(Xte, yte) + 0.05 and a.score(Xte, yte) > 0.93
 
 
+def test_the_sgds_shortcuts_give_the_bits_of_the_plain_numpy_they_replace():
+    """_prototype_gradient is np.add.at over rows (jp's, then jn's), and nearest_classes is argmax over
+    class_scores, bit for bit: repeated prototypes (summation order), inactive rows and zeros of both signs
+    (left out), ties between prototypes and classes (the lowest wins), unsorted prototypes (the general path)."""
+    from tinyproto.families.bnc.train import _prototype_gradient, binary_codes, class_scores, nearest_classes
+
+    rng = np.random.default_rng(7)
+    for b, m, r in ((128, 3, 16), (40, 60, 8), (1, 1, 1), (77, 9, 33)):
+        T = np.tanh(rng.normal(size=(b, r)) * np.exp(rng.uniform(-30, 3, size=(b, 1))))  # magnitudes 1e-13 .. 1
+        T[rng.random((b, r)) < 0.1] = 0.0
+        T[rng.random((b, r)) < 0.1] = -0.0
+        active = rng.random(b) < 0.7
+        TA = T * (active[:, None] / b)
+        jp, jn = rng.integers(0, m, size=b), rng.integers(0, m, size=b)
+        expected = np.zeros((m, r))
+        np.add.at(expected, jp, -TA)
+        np.add.at(expected, jn, TA)
+        assert _prototype_gradient((m, r), jp, jn, TA, active).tobytes() == expected.tobytes()
+    for L, m, r in ((3, 7, 5), (10, 40, 16), (2, 2, 1)):
+        A, Bt = rng.normal(size=(200, r)), rng.normal(size=(m, r))
+        A[:, 0], Bt[0] = 0.0, -0.0  # sign(0) is +1 on both sides
+        for proto_class in (np.sort(rng.integers(0, L, size=m)), rng.integers(0, L, size=m)):
+            scores = class_scores(binary_codes(A), binary_codes(Bt), proto_class, L)
+            np.testing.assert_array_equal(nearest_classes(A, Bt, proto_class, L), np.argmax(scores, axis=1))
+
+
 def test_sparse_w_keeps_exactly_the_planned_weights():
     Xtr, _, ytr, _ = digits_split()
     clf = BNCClassifier(n_bits=24, n_prototypes=30, density=0.25, epochs_joint=3, epochs_w=3, random_state=0)

@@ -164,18 +164,20 @@ def test_the_heap_replay_counts_each_kind_of_sift_step():
 def test_the_sift_hand_counts_equal_the_device_cycles(tmp_path):
     """tp_flynn_sift's and tp_flynn_heapify's cycles on the profiling simulator equal the hand-counted terms times
     the steps the replay counts on the very vectors run: the counts are exact, only the vectors' mean is
-    predicted (one shape of each heap bound: under 256 bytes, and rho = 64)."""
+    predicted (one shape of each heap bound: under 256 bytes, and rho = 64). And a narrow stored M's projection
+    (tp_flynn_project: its rows, indices, heap fills and replacements, the input loop unrolled for s <= 2 or not)
+    equals its hand-counted terms (FLY_CYCLES' narrow_stored_*)."""
     import calibrate_costmodel as calibrate
     from profile_firmware import build_profiling_simulator
 
     from tinyproto.core.inputstage import InputStage
-    from tinyproto.families.flynn.cost import FLY_CYCLES, flynn_cost_terms
+    from tinyproto.families.flynn.cost import FLY_CYCLES, NARROW_STORED, flynn_cost_terms
     from tinyproto.families.flynn.quantize import IntFlyNN
     from tinyproto.families.flynn.seeded_index import seeded_indices
 
     rng = np.random.default_rng(3)
     simulator = build_profiling_simulator(tmp_path)
-    for d, m, s, rho, store in ((20, 200, 4, 16, True), (30, 300, 2, 64, False)):
+    for d, m, s, rho, store in ((20, 200, 4, 16, True), (30, 300, 2, 64, False), (18, 175, 1, 8, True)):
         model = IntFlyNN([0, 1, 2], InputStage.shared(127.5, 1.0, d), False, 11, seeded_indices(11, m, s, d), rho, 2,
                          rng.integers(0, 4, size=(3, m)), 0.5, store)
         xq = rng.integers(-127, 128, size=(4, d)).astype(np.int8)
@@ -185,6 +187,9 @@ def test_the_sift_hand_counts_equal_the_device_cycles(tmp_path):
         heapify = terms["heapify"] * FLY_CYCLES["heapify"] + terms["heapify_fixed"] * FLY_CYCLES["heapify_fixed"]
         assert sift == pytest.approx(measured["tp_flynn_sift"]), rho
         assert heapify == pytest.approx(measured["tp_flynn_heapify"]), rho
+        if store:
+            project = sum(terms[k] * FLY_CYCLES[k] for k in NARROW_STORED)
+            assert project == pytest.approx(measured["tp_flynn_project"]), s
 
 
 @pytest.mark.device

@@ -14,6 +14,7 @@ share of shapes within 3 % (COST_MODEL_TOLERANCE, the headroom --max-latency kee
     nice -n 10 python tools/bench_costmodel.py --shapes 200 --cache build/costmodel-bench.json
     python tools/bench_costmodel.py --shapes 12             # a quick run
     python tools/bench_costmodel.py --families flynn --shapes 40 --seed 3
+    python tools/bench_costmodel.py --shapes 40 --widths 784 9000   # images, sensor windows of 3 x 3,000 samples
 
 Measurements are cached (--cache, keyed by each shape, its board and the runtime sources' digest), so a refit of
 the constants re-prints the table without rebuilding; a change to firmware/ re-measures. Builds call avr-gcc
@@ -53,9 +54,13 @@ MARK_START, MARK_CALIBRATE = 1, 17
 # ---------------------------------------------------------------- drawing shapes
 
 
-def draw_width(rng) -> int:
-    """Log-uniform over 4..784 features, with the narrow / wide boundaries (64, 128, 256) well covered."""
-    return int(round(math.exp(rng.uniform(math.log(4), math.log(784)))))
+WIDTHS = (4, 784)  # the default range of input widths
+
+
+def draw_width(rng, widths: tuple[int, int] = WIDTHS) -> int:
+    """Log-uniform over widths (default 4..784 features, with the narrow / wide boundaries (64, 128, 256) well
+    covered; --widths 784 9000 draws images and long sensor windows)."""
+    return int(round(math.exp(rng.uniform(math.log(widths[0]), math.log(widths[1])))))
 
 
 def _stage(rng, d: int) -> InputStage:
@@ -130,14 +135,14 @@ def draw_bnc(rng, d: int) -> tuple[dict, object]:
     from tinyproto.families.bnc.solver import (
         BITS_GRID,
         DENSITY_GRID,
-        SEEDED_GRID,
         WIDE_FEATURES,
+        seeded_rows,
     )
 
     L = int(rng.integers(2, 11))
     r = int(rng.choice(BITS_GRID))
-    seeded = d > WIDE_FEATURES and rng.random() < 0.5
-    K = int(min(rng.choice(SEEDED_GRID), d)) if seeded else 0
+    seeded = d > WIDE_FEATURES and rng.random() < 0.5 and bool(seeded_rows(d))
+    K = int(rng.choice(seeded_rows(d))) if seeded else 0  # the solver's: a segment d / K fits a byte
     density = 0.0 if seeded else float(rng.choice(DENSITY_GRID + (1.0 / d,)))
     m = int(rng.integers(L, max(L + 1, min(300, 8 * L * int(rng.integers(1, 5))))))
     stage = str(rng.choice(["feature", "shared"]))
@@ -174,18 +179,26 @@ def fits(model, board) -> bool:
     return flash <= 20_000  # the runtime and the app need the rest of the 32 kB
 
 
-def draw_shapes(n: int, seed: int, family_names, boards) -> list[dict]:
-    """n shapes, round-robin over the families (each draw redrawn until it fits its board)."""
+def draw_shapes(n: int, seed: int, family_names, boards, widths: tuple[int, int] = WIDTHS) -> list[dict]:
+    """n shapes, round-robin over the families (each draw redrawn until the runtime can hold it and it fits its
+    board; a family that fits no draw in 100 at these widths is left out of that slot, with a line saying so)."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
         family = family_names[i % len(family_names)]
         board = str(boards[int(rng.integers(0, len(boards)))])
         for _ in range(100):
-            d = draw_width(rng)
-            spec, model = DRAW[family](rng, d)
+            d = draw_width(rng, widths)
+            try:
+                spec, model = DRAW[family](rng, d)
+            except ValueError:  # a shape the runtime cannot hold (e.g. BNC beyond 65,535 stored weights): redraw
+                continue
             if fits(model, load_board(board)):
                 break
+        else:
+            print(f"{family}-{i:03d}: no {family} shape of {widths[0]}..{widths[1]} features fits {board} in 100 "
+                  "draws; left out", file=sys.stderr)
+            continue
         out.append(dict(spec, name=f"{family}-{i:03d}", family=family, d=model.n_features, board=board, model=model,
                         xseed=int(rng.integers(0, 2**31))))
     return out
@@ -329,19 +342,24 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the draw's seed (default 0)")
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     parser.add_argument("--boards", nargs="+", default=list(BOARDS), choices=BOARDS)
+    parser.add_argument("--widths", type=int, nargs=2, default=list(WIDTHS), metavar=("MIN", "MAX"),
+                        help="input widths to draw from, log-uniform (default 4 784)")
     parser.add_argument("--cache", type=Path, default=None, help="JSON file of measurements to reuse and extend")
     parser.add_argument("--json", type=Path, default=None, help="write every row as JSON")
     args = parser.parse_args()
     if args.shapes < 1:
         parser.error("--shapes must be at least 1")
+    if not 1 <= args.widths[0] <= args.widths[1] <= 65535:
+        parser.error("--widths needs 1 <= MIN <= MAX <= 65535")
     digest = runtime_digest()
     cache = json.loads(args.cache.read_text()) if args.cache is not None and args.cache.exists() else {}
-    shapes = draw_shapes(args.shapes, args.seed, args.families, args.boards)
+    shapes = draw_shapes(args.shapes, args.seed, args.families, args.boards, tuple(args.widths))
     judge = judge_stages(shapes, digest, cache, args.cache)
-    print(f"{len(shapes)} shapes (seed {args.seed}), {N_VECTORS} random vectors each, runtime {digest}")
+    print(f"{len(shapes)} shapes (seed {args.seed}, {args.widths[0]}..{args.widths[1]} features), {N_VECTORS} random "
+          f"vectors each, runtime {digest}")
     print("measured: the timed call less the device app's judge stage (tp_judge, not the family's code): "
           + ", ".join(f"{'streamed' if s else 'buffered'} {c} cycles" for s, c in sorted(judge.items())))
-    head = (f"{'shape':<12}{'board':<13}{'d':>4}  {'layout':<18}{'size':<26}{'measured':>10}{'predicted':>10}"
+    head = (f"{'shape':<12}{'board':<13}{'d':>5}  {'layout':<18}{'size':<26}{'measured':>10}{'predicted':>10}"
             f"{'err %':>8}")
     print(head)
     print("-" * len(head))
@@ -364,7 +382,7 @@ def main() -> None:
                          "layout": shape["layout"], "size": size, "measured": measured, "predicted": predicted,
                          "error_pct": error})
             flag = "" if abs(error) <= 100 * COST_MODEL_TOLERANCE else "  <-- outside"
-            print(f"{shape['name']:<12}{shape['board']:<13}{shape['d']:>4}  {shape['layout']:<18}{size:<26}"
+            print(f"{shape['name']:<12}{shape['board']:<13}{shape['d']:>5}  {shape['layout']:<18}{size:<26}"
                   f"{measured:>10.0f}{predicted:>10.0f}{error:>+8.2f}{flag}", flush=True)
     print_summary(rows)
     if args.json is not None:

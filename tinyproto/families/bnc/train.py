@@ -122,6 +122,34 @@ def class_scores(codes: np.ndarray, B: np.ndarray, proto_class: np.ndarray, n_cl
     return out
 
 
+def nearest_classes(A: np.ndarray, Bt: np.ndarray, proto_class: np.ndarray, n_classes: int) -> np.ndarray:
+    """argmax(class_scores(binary_codes(A), binary_codes(Bt), ...), axis=1): the class of the prototype nearest
+    to each projection's code. With the prototypes sorted by class (as trained) that is the class of the first
+    column of the largest code . b (the lowest class among the nearest, as argmax over the class scores breaks
+    ties): one argmax over the products instead of a reduction per class."""
+    if not (proto_class.size and np.all(proto_class[1:] >= proto_class[:-1])):
+        return np.argmax(class_scores(binary_codes(A), binary_codes(Bt), proto_class, n_classes), axis=1)
+    one, minus = np.float32(1.0), np.float32(-1.0)  # float32 products are exact, as in class_scores
+    dots = np.where(A >= 0, one, minus) @ np.where(Bt >= 0, one, minus).T
+    return proto_class[np.argmax(dots, axis=1)]
+
+
+def _prototype_gradient(shape: tuple[int, int], jp: np.ndarray, jn: np.ndarray, TA: np.ndarray,
+                        active: np.ndarray) -> np.ndarray:
+    """The prototypes' gradient of a mini-batch, bit for bit what
+        gB = np.zeros(shape); np.add.at(gB, jp, -TA); np.add.at(gB, jn, TA)
+    gives (each entry summed in that order: jp's rows, then jn's, each in row order), in one unbuffered add over
+    the flat array, which numpy runs ~10x faster than add.at over rows. An inactive row's TA is all zeros (+0 or
+    -0), and adding a zero to an entry that starts at +0 changes none of its bits: those rows are left out."""
+    r = shape[1]
+    gB = np.zeros(shape)
+    rows = np.concatenate([jp[active], jn[active]])
+    TA = TA[active]
+    values = np.concatenate([-TA, TA])
+    np.add.at(gB.reshape(-1), (rows[:, None] * r + np.arange(r)).reshape(-1), values.reshape(-1))
+    return gB
+
+
 class BNCClassifier(ClassifierMixin, BaseEstimator):
     """Binary Neighbor Compression: a learned r-bit linear hash and m learned binary prototypes, 1-NN in Hamming
     distance.
@@ -316,18 +344,14 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
                 gW += np.minimum(4.0 * lam * (norms - 1.0), 1.0 / lr) * W
                 W = W - lr * gW * mask
                 if train_b:
-                    gB = np.zeros_like(Bt)
-                    np.add.at(gB, jp, -T * a)
-                    np.add.at(gB, jn, T * a)
-                    Bt = np.clip(Bt - lr * gB, -1.0, 1.0)
+                    Bt = np.clip(Bt - lr * _prototype_gradient(Bt.shape, jp, jn, T * a, active), -1.0, 1.0)
             errors = self._train_errors(Z, y_index, W, Bt)
             if errors < best[0]:
                 best = (errors, W.copy(), Bt.copy())
         return best[1], best[2]
 
     def _train_errors(self, Z, y_index, W, Bt) -> int:
-        scores = class_scores(binary_codes(Z @ W.T), binary_codes(Bt), self.proto_class_, self.classes_.size)
-        return int(np.sum(np.argmax(scores, axis=1) != y_index))
+        return int(np.sum(nearest_classes(Z @ W.T, Bt, self.proto_class_, self.classes_.size) != y_index))
 
     # -- inference
 

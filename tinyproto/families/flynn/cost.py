@@ -51,8 +51,23 @@ FLY_CYCLES = {
     "take": 21,  # seeded: per pattern offset of a group (one offset, four adjacent inputs: asm hand count)
     "take_loop": 3,  # seeded, s > 32: the counted loop's decrement and branch per offset (asm hand count)
     "row_loop": 9,  # per row when s > 2, wide seeded or stored M: the input loop's set-up (avr-gcc unrolls s <= 2)
-    "row_stored": 15,
-    "stored_index": 16,  # stored M: one flash index and its add
+    "row_stored": 15,  # wide stored M: per row
+    "stored_index": 16,  # stored M: one flash index and its add (wide inputs: see wide_stored_index)
+    # narrow stored M (tp_flynn_project, asm hand counts, exact on the profiling simulator): a row's sum set up, its
+    # floor test, the 32-bit row count's step and test; avr-gcc unrolls the input loop for s <= 2 ("_loop": the
+    # counted loop of s > 2, its end pointer set up per row); a row that fills the heap (its 32-bit key stored at
+    # heap[filled]) or replaces its root (the key and the call of tp_flynn_sift); the function's call frame (eleven
+    # register saves and restores, set-up, ret) and the tp_flynn_heapify call
+    "narrow_stored_row": 19,
+    "narrow_stored_row_loop": 24,
+    "narrow_stored_index": 13,
+    "narrow_stored_index_loop": 16,
+    "narrow_stored_fill": 35,
+    "narrow_stored_fill_loop": 34,
+    "narrow_stored_replace": 24,
+    "narrow_stored_replace_loop": 23,
+    "narrow_stored_once": 66,
+    "narrow_stored_once_loop": 65,
     "wide_proposal": 0,  # wide inputs, seeded: one 16-bit proposal (xorshift16 step, 32-bit map)
     "wide_shift_map": 30,  # wide inputs, seeded, a power-of-two input count: gcc maps a proposal by a shift loop
     "wide_compare": 14,  # wide inputs, seeded: one repeat-scan compare (C)
@@ -104,8 +119,9 @@ FLY_CYCLES = {
     "lookup_refill_shift": 12,  # the same, 3 count bits: the byte shifted up by the bits left (a loop)
     "lookup_refill_bit": 9,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
 }
-FLY_HAND_COUNTS = ("lookup_class_bit", "byte", "prng_step", "pattern_proposal", "compare", "accept", "take",
-                   "take_loop", "heapify", "heapify_fixed", "sift",
+NARROW_STORED = tuple(name for name in FLY_CYCLES if name.startswith("narrow_stored_"))
+FLY_HAND_COUNTS = NARROW_STORED + ("lookup_class_bit", "byte", "prng_step", "pattern_proposal", "compare", "accept",
+                                   "take", "take_loop", "heapify", "heapify_fixed", "sift",
                    "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair", "sift_stop_left",
                    "sift_stop_leaf", "sift_wide_compare")
 # The wide stored-M terms (wide_stored_*) are --flynn-functions' (tools/calibrate_costmodel.py --flynn-wide-stored 36
@@ -122,7 +138,7 @@ FLY_STAGES = {
                 "take_loop", "row_stored", "stored_index", "wide_proposal", "wide_shift_map", "wide_compare",
                 "wide_take", "wide_row", "wide_stored_index", "wide_stored_pair", "wide_stored_mirror", "wide_wrap",
                 "wide_mirror", "heap_fill",
-                "heap_call_seeded", "heap_call_stored"),
+                "heap_call_seeded", "heap_call_stored") + NARROW_STORED,
     "top_rho": ("heapify", "heapify_fixed", "sift", "sift_level_pair", "sift_level_left", "sift_right",
                 "sift_stop_pair", "sift_stop_left", "sift_stop_leaf", "sift_wide_compare"),
     "lookup": ("winner", "winner_mul", "winner_shift", "winner_stored", "class_loop", "winner_pair1", "winner_pair2",
@@ -339,7 +355,7 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
     replacements = float(sifts[0])
     steps = np.asarray(sifts) + np.asarray(heapify)
     terms = {name: 0.0 for name in FLY_CYCLES}
-    terms.update(fixed=1, heap_fill=rho, heapify=float(heapify[0]), heapify_fixed=1 if rho >= 2 else 0, winner=rho)
+    terms.update(fixed=1, heapify=float(heapify[0]), heapify_fixed=1 if rho >= 2 else 0, winner=rho)
     terms.update({f"sift_{name}" if name != "calls" else "sift": float(v) for name, v in zip(SIFT_STATS, steps)})
     if 4 * rho > 255:  # two child-offset tests per step that reaches a node with a child, one at a leaf
         terms["sift_wide_compare"] = 2 * (terms["sift_level_pair"] + terms["sift_level_left"] + terms["sift_stop_pair"]
@@ -361,14 +377,18 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
         terms[f"winner_pair{bits}"] = rho
     terms["winner_stored"] = rho if store_M else 0
     terms["wide_stored_mirror" if store_M else "wide_mirror"] = float(mirrors) if wide else 0.0
-    if s > 2 and (store_M or wide):
-        terms["row_loop"] = m
+    if store_M and not wide:  # counted off tp_flynn_project's code: the input loop unrolled for s <= 2
+        loop = "_loop" if s > 2 else ""
+        terms.update({f"narrow_stored_row{loop}": m, f"narrow_stored_index{loop}": m * s,
+                      f"narrow_stored_fill{loop}": rho, f"narrow_stored_replace{loop}": replacements,
+                      f"narrow_stored_once{loop}": 1}, input_stored=n_in, prepare_stored=1)
+        return terms
+    terms["heap_fill"] = rho
+    if s > 2:
+        terms["row_loop"] = m if store_M or wide else 0
     if store_M:
-        terms.update(row_stored=m, heap_call_stored=replacements)
-        if wide:
-            terms.update(wide_stored_index=m * s, wide_stored_pair=m * s if s == 2 and shape.split else 0)
-        else:
-            terms.update(input_stored=n_in, stored_index=m * s, prepare_stored=1)
+        terms.update(row_stored=m, heap_call_stored=replacements, wide_stored_index=m * s,
+                     wide_stored_pair=m * s if s == 2 and shape.split else 0)
         return terms
     blocks = -(-m // block_rows(n_in))
     terms.update(block=blocks, heap_call_seeded=replacements)
