@@ -51,7 +51,12 @@ typedef uint16_t tp_bloom_count_t;
  * it compacts phi, from -TP_UNKNOWN_RANGE_LOW, and keeps one byte, the bin (S - LOW) >> 8 (modulo 2^16); tp_judge
  * declines the input when the bin is TP_UNKNOWN_RANGE_BINS or more: S outside LOW .. LOW + 256 BINS - 1. Only
  * such a model defines it, and only it sums (nothing changes without the option). */
-uint8_t tp_range_signal;
+#if TP_KERNELS_AVR /* tp_judge's assembly reads it by name: kept, and global, under -flto (the Arduino IDE's) */
+#define TP_BLOOM_ASM_READ __attribute__((used, externally_visible))
+#else
+#define TP_BLOOM_ASM_READ
+#endif
+TP_BLOOM_ASM_READ uint8_t tp_range_signal;
 #if TP_BLOOM_USED <= 257
 #define TP_BLOOM_RANGE_SHIFT 0
 #elif TP_BLOOM_USED <= 516

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ from tinyproto.families.bloom.train import (
     xorshift16_step,
 )
 
-from helpers import needs
+from helpers import ARDUINO_HARDWARE, arduino_build, needs
 
 needs_gcc = needs("gcc")
 
@@ -423,6 +424,27 @@ def test_the_simulated_uno_checks_the_range_like_the_host(tmp_path):
     assert v["passed"] and v["complete"] and v["score_agreement"] == 1.0 and v["label_agreement"] == 1.0
     assert v["confidence"]["held_out"]["declined"] > 0.5  # most idle rows: their sums lie just below the range
     assert abs(v["predicted_error"]) < 0.05
+
+
+@pytest.mark.skipif(shutil.which("arduino-builder") is None or shutil.which("arduino-ctags") is None
+                    or not (ARDUINO_HARDWARE / "arduino" / "avr").is_dir(), reason="arduino-builder not installed")
+def test_the_arduino_ide_build_keeps_the_byte_tp_judge_reads(tmp_path):
+    """The Arduino IDE builds an exported library with -flto, which sees no C reader of tp_range_signal (only
+    tp_judge's assembly reads it) and, unless the byte is kept global, renames or drops it: the link then fails.
+    A Bloom-features model with --unknown-rate, exported, and its example sketch built as the IDE does."""
+    out = tmp_path / "m"
+    for args in (("compile", "digits", "--model", "bloom", "--budget", "1kB", "--unknown-rate", "5%", "--out",
+                  str(out)), ("export", str(out), "--arduino", "--out", str(tmp_path / "export"))):
+        done = subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr
+    assert "TP_UNKNOWN_RANGE_LOW" in (out / "include" / "tinyproto_model.h").read_text()
+    library = next(p for p in (tmp_path / "export").iterdir() if p.is_dir())
+    sketch = tmp_path / "sketch" / library.name / f"{library.name}.ino"
+    sketch.parent.mkdir(parents=True)
+    shutil.copyfile(library / "examples" / library.name / f"{library.name}.ino", sketch)
+    built = arduino_build(tmp_path / "export", sketch, tmp_path / "build", tmp_path / "tools")
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    assert "Sketch uses" in built.stdout
 
 
 RANGE_MAIN = r"""
