@@ -77,7 +77,11 @@ def test_cost_terms_follow_the_firmware_paths():
     last_draws, other = expected_stores(bloom)
     assert other == 0 and bloom.n_used <= last_draws <= bloom.n_features  # k = 1: every draw is a feature's last
     terms = bloom_cost_terms(bloom)
-    assert terms["chunk"] == 5 and terms["draw_mul"] == 300 and terms["draw_wide"] == 0
+    # byte draws (m <= 256, k <= 8): the feed loop counted whole (FEED_CYCLES), its per-step terms not used
+    assert terms["chunk"] == 5 and terms["feed_feature"] == 300 * 35 and terms["feed_chunk"] == 5 * 77
+    assert terms["draw_mul"] == terms["feature"] == terms["draw_wide"] == 0
+    wide_slots = _model("bloom", "x200-k3-m600")  # 16-bit draws: the feed by its parts
+    assert bloom_cost_terms(wide_slots)["feed_feature"] == 0 and bloom_cost_terms(wide_slots)["draw_wide"] == 200 * 3
     # the compaction reloads its end pointer only beside a multi-class argmax; two classes have one row and no argmax
     assert terms["slot_reload"] == 128 == terms["slot"] and terms["row_argmax"] == bloom.weights.shape[0] > 1
     binary = _model("bloom", "n30-k8-m256")
@@ -190,6 +194,24 @@ def test_the_sift_hand_counts_equal_the_device_cycles(tmp_path):
         if store:
             project = sum(terms[k] * FLY_CYCLES[k] for k in NARROW_STORED)
             assert project == pytest.approx(measured["tp_flynn_project"]), s
+
+
+@pytest.mark.device
+def test_the_bloom_feed_counts_equal_the_device_cycles(tmp_path):
+    """Bloom's feed loop (tp_stream_feed) on the profiling simulator: its cycles, less the MAX stores replayed on the
+    very vectors, are FEED_CYCLES' per feature and per chunk exactly, for an unrolled and a looped k, with and
+    without the byte map's multiply, over several chunks (tools/calibrate_costmodel.py --bloom-feed reads the whole
+    table)."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.families.bloom.cost import FEED_CYCLES
+
+    simulator = build_profiling_simulator(tmp_path)
+    for k, m, d in ((3, 200, 700), (6, 256, 1280)):
+        run = calibrate.bloom_feed_cycles(k, m, d, tmp_path / f"k{k}", simulator, n_vectors=2)
+        per_feature, per_chunk = FEED_CYCLES[k][m == 256]
+        assert run["feed"] == per_feature * d + per_chunk * run["chunks"], (k, m)
 
 
 @pytest.mark.device

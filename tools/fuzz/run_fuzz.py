@@ -20,8 +20,10 @@ project (include/tinyproto_model.h, runtime .c files in lib/tinyproto/; src/main
 --firmware-dir (default firmware/) is the application under test: tp_main.c and its parts (tp_transport.c,
 tp_measure.c, tp_learn.c), tp_serial.c and the runtime. include/tinyproto_sizes.h is generated for the model.
 
---seed is libFuzzer's -seed (one process, no parallel jobs); addresses still feed its value profile, so two
-runs of one seed can differ.
+--seed is libFuzzer's -seed (one process, no parallel jobs). A run is reproducible: the same seed, firmware, model
+and clang on one machine give the same executions and crashes wherever the checkout, the firmware directory and
+--workdir are (addresses feed libFuzzer's value profile, so the harness is built from fixed relative paths and
+run with address randomisation off, a fixed environment and no corpus reload; see run()).
 Output: one line per firmware, "NAME: N executions in T s (R exec/s), C crashes", then the table with the
 coverage libFuzzer reports (cov: instrumented edges reached) and, unless --no-lines, the line coverage of the
 firmware sources reached by the final corpus (llvm-cov). Exit status 0 clean, 1 crash (the crashing input is
@@ -171,16 +173,37 @@ def sizes_include(include: Path, out_dir: Path) -> Path:
     return sizes
 
 
-def compile_harness(clang: str, target: Target, firmware: Path, out: Path, extra: list[str]) -> None:
+def compile_harness(clang: str, target: Target, firmware: Path, out: Path, extra: list[str],
+                    fixed_paths: bool = False) -> None:
+    """Build one harness into `out`. fixed_paths: the same binary wherever the checkout, the firmware and the work
+    directory are (the fuzz build: the sanitizers keep source file names in the loaded data, whose addresses the
+    value profile compares): every directory is read through a link of a fixed name in out's directory, so the
+    compiler only ever sees the same relative paths."""
     include, sources = model_files(target.model, firmware)
+    sizes = sizes_include(include, out.parent)
+    folders = [firmware, include, sizes, target.harness.parent, *(p.parent for p in sources)]
+    place = {folder: str(folder) for folder in folders}
+    cwd, fixed = None, []
+    if fixed_paths:  # also the directory the debug information names (symbolised reports allocate its strings)
+        fixed = ["-fdebug-compilation-dir=."]
+        cwd = out.parent / "src"
+        shutil.rmtree(cwd, ignore_errors=True)
+        cwd.mkdir(parents=True)
+        for folder in dict.fromkeys(folders):
+            place[folder] = f"d{len(list(cwd.iterdir()))}"
+            (cwd / place[folder]).symlink_to(folder.resolve(), target_is_directory=True)
+
+    def at(path: Path) -> str:
+        return f"{place[path.parent]}/{path.name}"
+
     cmd = [
         clang, "-g", "-O1", "-std=c99", "-Wall", "-Wextra", "-Werror", "-DTP_HOST",
-        *model_cflags(target.model, target.learning), *eeprom_flags(target, include), *target.cflags, *extra,
-        f"-I{firmware}", f"-I{include}", f"-I{sizes_include(include, out.parent)}",
-        str(target.harness), str(firmware / "tp_serial.c"), *map(str, sources),
-        "-o", str(out),
+        *model_cflags(target.model, target.learning), *eeprom_flags(target, include), *target.cflags, *extra, *fixed,
+        f"-I{place[firmware]}", f"-I{place[include]}", f"-I{place[sizes]}",
+        at(target.harness), at(firmware / "tp_serial.c"), *map(at, sources),
+        "-o", str(out.resolve()),
     ]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if result.returncode != 0:
         if re.search(r"libclang_rt\.fuzzer|fuzzer.*(not found|No such file)|cannot find.*fuzzer", result.stderr):
             raise FuzzSetupError(
@@ -191,7 +214,7 @@ def compile_harness(clang: str, target: Target, firmware: Path, out: Path, extra
 
 def build(clang: str, target: Target, firmware: Path, work: Path) -> Path:
     exe = work / f"fuzz_{target.name}"
-    compile_harness(clang, target, firmware, exe, [SANITIZE, "-fno-sanitize-recover=all"])
+    compile_harness(clang, target, firmware, exe, [SANITIZE, "-fno-sanitize-recover=all"], fixed_paths=True)
     return exe
 
 
@@ -299,19 +322,51 @@ def write_seeds(seeds: Path, target: Target, include: Path) -> None:
 # ---- running -----------------------------------------------------------------------------------------------
 
 
+ADDR_NO_RANDOMIZE = 0x0040000  # personality(2): this process's addresses, and those of what it executes, are fixed
+
+
+def _fixed_addresses() -> None:
+    """In the fuzzer's process before exec: no address-space randomisation, where the kernel allows it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).personality(ADDR_NO_RANDOMIZE)
+    except (OSError, AttributeError):
+        pass
+
+
+def fuzzer_env() -> dict[str, str]:
+    """The fuzzer's whole environment: the sanitizers' and LLVM's own settings only. The strings of the environment
+    sit on the stack above main's frame, so any other variable (a test runner's, a longer TMPDIR) moves every stack
+    address, which the value profile compares."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("ASAN_", "UBSAN_", "LSAN_", "LLVM_"))}
+    symbolizer = shutil.which("llvm-symbolizer") or shutil.which("llvm-symbolizer-14")
+    if symbolizer and "ASAN_SYMBOLIZER_PATH" not in env:
+        env["ASAN_SYMBOLIZER_PATH"] = symbolizer  # readable crash reports without a PATH
+    return env
+
+
 def run(exe: Path, work: Path, runs: int, seconds: int, seed: int) -> tuple[int, float, list[Path], int | None]:
-    """(executions, wall seconds, crash artifacts, edges covered) of one bounded libFuzzer run."""
+    """(executions, wall seconds, crash artifacts, edges covered) of one bounded libFuzzer run.
+
+    A run is reproducible: the same seed, harness binary and machine give the same executions and the same
+    crash. libFuzzer's value profile feeds on compared values, addresses among them, so the fuzzer runs with
+    address randomisation off, a fixed environment (fuzzer_env) and arguments that do not depend on where the
+    work directory is (relative to it), and without re-reading the corpus directory on a timer (-reload=0: that
+    serves parallel jobs, which run_fuzz does not start)."""
     corpus = work / "corpus"
     corpus.mkdir(exist_ok=True)
     cmd = [
-        str(exe), f"-seed={seed}", f"-runs={runs}", f"-max_total_time={seconds}", f"-max_len={MAX_LEN}",
+        f"./{exe.relative_to(work)}", f"-seed={seed}", f"-runs={runs}", f"-max_total_time={seconds}",
+        f"-max_len={MAX_LEN}",
         # value profiling rewards inputs that get closer on a comparison: that is how an off-by-one length or
         # offset check gets crossed without a seed sitting on the boundary (a planted READ_COUNTS off-by-one
         # survived 300k runs without it and fell in ~30k with it; tests/test_fuzz.py plants it)
-        "-use_value_profile=1", "-print_final_stats=1", f"-artifact_prefix={work}/", str(corpus), str(work / "seeds"),
+        "-use_value_profile=1", "-reload=0", "-print_final_stats=1", "-artifact_prefix=./", "corpus", "seeds",
     ]  # fmt: skip
     start = time.monotonic()
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120, cwd=work, env=fuzzer_env(),
+                            preexec_fn=_fixed_addresses)
     elapsed = time.monotonic() - start
     match = re.search(r"stat::number_of_executed_units:\s*(\d+)", result.stderr)
     executions = int(match.group(1)) if match else 0
