@@ -45,6 +45,36 @@ typedef uint8_t tp_bloom_count_t;
 #else
 typedef uint16_t tp_bloom_count_t;
 #endif
+#ifdef TP_UNKNOWN_RANGE_LOW
+/* The range check's signal (compile --unknown-rate; IntBloom.range_signal, core/confidence.py): S, the sum of phi
+ * over the slots, each value shifted right by TP_BLOOM_RANGE_SHIFT so S fits 16 bits. tp_stream_end sums it while
+ * it compacts phi, from -TP_UNKNOWN_RANGE_LOW, and keeps one byte, the bin (S - LOW) >> 8 (modulo 2^16); tp_judge
+ * declines the input when the bin is TP_UNKNOWN_RANGE_BINS or more: S outside LOW .. LOW + 256 BINS - 1. Only
+ * such a model defines it, and only it sums (nothing changes without the option). */
+#if TP_KERNELS_AVR /* tp_judge's assembly reads it by name: kept, and global, under -flto (the Arduino IDE's) */
+#define TP_BLOOM_ASM_READ __attribute__((used, externally_visible))
+#else
+#define TP_BLOOM_ASM_READ
+#endif
+TP_BLOOM_ASM_READ uint8_t tp_range_signal;
+#if TP_BLOOM_USED <= 257
+#define TP_BLOOM_RANGE_SHIFT 0
+#elif TP_BLOOM_USED <= 516
+#define TP_BLOOM_RANGE_SHIFT 1
+#elif TP_BLOOM_USED <= 1040
+#define TP_BLOOM_RANGE_SHIFT 2
+#elif TP_BLOOM_USED <= 2114
+#define TP_BLOOM_RANGE_SHIFT 3
+#elif TP_BLOOM_USED <= 4369
+#define TP_BLOOM_RANGE_SHIFT 4
+#elif TP_BLOOM_USED <= 9362
+#define TP_BLOOM_RANGE_SHIFT 5
+#elif TP_BLOOM_USED <= 21845
+#define TP_BLOOM_RANGE_SHIFT 6
+#else
+#define TP_BLOOM_RANGE_SHIFT 7
+#endif
+#endif
 static uint16_t tp_bloom_state; /* generator state after the last fed feature's steps */
 static uint16_t tp_bloom_next;  /* the feature index the state belongs to */
 
@@ -170,15 +200,28 @@ TP_NOINLINE static int32_t tp_bloom_row(const int8_t *w, const uint8_t *phi)
 uint8_t tp_stream_end(int32_t *scores)
 {
     /* Compact phi to the used slots in place (p <= i): a slot reads 0 exactly when nothing hashes to it. */
+#ifdef TP_BLOOM_AVR_COMPACT
+    tp_range_signal = (uint8_t)(tp_bloom_compact((uint16_t)(0u - (uint16_t)TP_UNKNOWN_RANGE_LOW)) >> 8);
+#else
     const uint8_t *src = tp_bloom_phi;
     uint8_t *dst = tp_bloom_phi;
     tp_bloom_count_t i = (tp_bloom_count_t)TP_BLOOM_M;
+#ifdef TP_UNKNOWN_RANGE_LOW
+    uint16_t range_sum = (uint16_t)(0u - (uint16_t)TP_UNKNOWN_RANGE_LOW); /* an unused slot is 0: adds nothing */
+#endif
     do {
         uint8_t v = *src++;
+#ifdef TP_UNKNOWN_RANGE_LOW
+        range_sum = (uint16_t)(range_sum + (uint8_t)(v >> TP_BLOOM_RANGE_SHIFT));
+#endif
         if (v != 0) {
             *dst++ = v;
         }
     } while (--i != 0);
+#ifdef TP_UNKNOWN_RANGE_LOW
+    tp_range_signal = (uint8_t)(range_sum >> 8);
+#endif
+#endif
     const int8_t *w = tp_bloom_W;
     uint8_t label = 0;
     int32_t best = 0;

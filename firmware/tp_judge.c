@@ -7,7 +7,8 @@
  *   starts at TP_JUDGE_DOUBT (a tie) and halves for every whole TP_JUDGE_HALVING of margin,
  *   255 - (TP_JUDGE_DOUBT >> (margin / TP_JUDGE_HALVING)), both fitted on cross-validated rows by the host;
  * - with TP_UNKNOWN_LIMIT (compile --unknown-rate), the winner's view itself: worse than the limit answers
- *   TP_UNKNOWN_LABEL instead of the class.
+ *   TP_UNKNOWN_LABEL instead of the class; with TP_UNKNOWN_RANGE_LOW also a family's range signal outside its
+ *   range (below).
  * No table, no division, nothing wider than 16 bits: the division is a subtraction per halving, at most 8 of them
  * before the doubt is 0. tinyproto/core/confidence.py (Calibration.judge) is the host reference, bit for bit.
  * The portable C below is the reference; on an AVR tp_judge_avr.h holds the same steps in assembly (a third of
@@ -20,6 +21,17 @@
 #if TP_JUDGE_SCORE_BYTE < 0 || TP_JUDGE_SCORE_BYTE > 2 || TP_JUDGE_DOUBT < 0 || TP_JUDGE_DOUBT > 255 \
     || TP_JUDGE_HALVING < 1 || TP_JUDGE_HALVING > 65535
 #error "TP_JUDGE_SCORE_BYTE must be 0 to 2, TP_JUDGE_DOUBT 0 to 255 and TP_JUDGE_HALVING 1 to 65535"
+#endif
+
+#ifdef TP_UNKNOWN_RANGE_LOW
+/* A family's range check (compile --unknown-rate; Bloom features' feature-map sum S): its runtime keeps the last
+ * input's bin, (S - TP_UNKNOWN_RANGE_LOW) >> 8 modulo 2^16, and a bin of TP_UNKNOWN_RANGE_BINS or more (S outside
+ * LOW .. LOW + 256 BINS - 1) answers TP_UNKNOWN_LABEL whatever the scores (core/confidence.py, Calibration). */
+extern uint8_t tp_range_signal;
+#if TP_UNKNOWN_RANGE_LOW < 0 || TP_UNKNOWN_RANGE_BINS < 1 || TP_UNKNOWN_RANGE_BINS > 255 \
+    || TP_UNKNOWN_RANGE_LOW + 256L * TP_UNKNOWN_RANGE_BINS > 65536L || !defined(TP_UNKNOWN_LIMIT)
+#error "TP_UNKNOWN_RANGE_LOW and _BINS must keep the range within 0..65535, beside TP_UNKNOWN_LIMIT"
+#endif
 #endif
 
 #if TP_KERNELS_AVR
@@ -65,6 +77,11 @@ uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
     uint8_t decided = label;
 #ifdef TP_UNKNOWN_LIMIT
     if (TP_JUDGE_BETTER(TP_UNKNOWN_LIMIT, winner)) {
+        decided = TP_UNKNOWN_LABEL;
+    }
+#endif
+#ifdef TP_UNKNOWN_RANGE_LOW
+    if (tp_range_signal >= TP_UNKNOWN_RANGE_BINS) {
         decided = TP_UNKNOWN_LABEL;
     }
 #endif

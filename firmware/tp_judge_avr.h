@@ -31,8 +31,10 @@
 #define TP_JUDGE_M_LO "r18"
 #define TP_JUDGE_M_HI "r19"
 #ifdef TP_UNKNOWN_LIMIT /* declined when the winner > limit: accepted when winner - (limit + 1) < 0 */
-#define TP_JUDGE_LIMIT "cpi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) " + 1)\n\t" \
-                       "sbci r27, hi8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) " + 1)\n\tbrlt 3b\n\tldi r22, 255\n\t"
+#define TP_JUDGE_CMP "cpi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) " + 1)\n\t" \
+                     "sbci r27, hi8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) " + 1)\n\t"
+#define TP_JUDGE_ACCEPT "brlt "
+#define TP_JUDGE_DECLINE "brge "
 #endif
 #else
 #define TP_JUDGE_WORST "0x8000"
@@ -41,11 +43,24 @@
 #define TP_JUDGE_M_LO "r24"
 #define TP_JUDGE_M_HI "r25"
 #ifdef TP_UNKNOWN_LIMIT /* declined when the winner < limit: accepted when winner - limit >= 0 */
-#define TP_JUDGE_LIMIT "cpi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) ")\n\t" \
-                       "sbci r27, hi8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) ")\n\tbrge 3b\n\tldi r22, 255\n\t"
+#define TP_JUDGE_CMP "cpi r26, lo8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) ")\n\t" \
+                     "sbci r27, hi8(" TP_JUDGE_STR(TP_UNKNOWN_LIMIT) ")\n\t"
+#define TP_JUDGE_ACCEPT "brge "
+#define TP_JUDGE_DECLINE "brlt "
 #endif
 #endif
-#ifndef TP_JUDGE_LIMIT
+#if defined(TP_UNKNOWN_RANGE_LOW)
+/* and a family's range check: a limit passed, the range bin (tp_judge.c) below TP_UNKNOWN_RANGE_BINS accepts; a
+ * limit failed, or a bin outside, reaches the same decline (label 255) */
+#define TP_JUDGE_LIMIT TP_JUDGE_CMP TP_JUDGE_DECLINE "7f\n\t"                                                        \
+                       "lds r26, " TP_JUDGE_STR(tp_range_signal) "\n\t"                                            \
+                       "cpi r26, " TP_JUDGE_STR(TP_UNKNOWN_RANGE_BINS) "\n\t"                                      \
+                       "brlo 3b\n"                                                                                  \
+                       "7:\n\t"                                                                                    \
+                       "ldi r22, 255\n\t"
+#elif defined(TP_UNKNOWN_LIMIT)
+#define TP_JUDGE_LIMIT TP_JUDGE_CMP TP_JUDGE_ACCEPT "3b\n\tldi r22, 255\n\t"
+#else
 #define TP_JUDGE_LIMIT ""
 #endif
 

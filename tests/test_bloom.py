@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ from tinyproto.families.bloom.train import (
     xorshift16_step,
 )
 
-from helpers import needs
+from helpers import ARDUINO_HARDWARE, arduino_build, needs
 
 needs_gcc = needs("gcc")
 
@@ -338,3 +339,227 @@ def test_a_wide_input_fits_with_the_shared_stage_and_matches_the_c_code():
     assert info["chosen"]["offset"] == "shared" and model.input_stage.kind == "shared"
     assert model.model_bytes() <= 2048 and model.n_features == 784
     assert IntBloom.from_json(model.to_json()).to_json() == model.to_json()
+
+
+# ---------------------------------------------------------------- unknown: the range check
+
+
+def _windows_without_idle(rows_per_class: int = 24, samples: int = 400):
+    """Sensor windows (helpers.sensor_windows) split in half, the low-amplitude class (0, idle) held out of
+    training: its rows are all in the test half."""
+    from helpers import sensor_windows
+
+    X, y = sensor_windows(rows_per_class, samples=samples, seed=11)
+    rng = np.random.default_rng(0)
+    test = rng.random(len(y)) < 0.5
+    train = ~test & (y != 0)
+    return X[train], y[train], X[test], y[test]
+
+
+def test_the_range_check_declines_a_held_out_class_the_winning_score_finds_familiar():
+    """A class weaker than every trained one (idle: a near-flat signal) moves each linear score the way the
+    weakest trained class's rows do, so the winning score finds it familiar (AUROC near chance or below); its φ sum
+    lies below the training rows' range, and the range check --unknown-rate adds for Bloom features declines it.
+    The held-out AUROC of the novelty score (a row outside the range above every row inside) then reaches 1."""
+    from tinyproto import families
+    from tinyproto.core.confidence import auroc, novelty, winner_and_runner_up
+    from tinyproto.core.folds import Folds
+
+    X, y, X_test, y_test = _windows_without_idle()
+    options = SolveOptions(2048, 0, None, 16_000_000, n_jobs=1, folds=Folds.standard(X, y, 0))
+    _, model, info = families.fit_judged("bloom", X, y, options, 0.05)
+    calibration = model.calibration
+    assert calibration.has_range and info["confidence"]["range"] == [calibration.range_low, calibration.range_high]
+    xq = model.input_stage.quantize(X_test)
+    scores = model.scores(xq)
+    labels = model.labels(scores)
+    held = y_test == 0
+    winner = novelty(winner_and_runner_up(scores, labels, False)[0], False)
+    before = auroc(winner[held], winner[~held])
+    after = auroc(*(lambda n: (n[held], n[~held]))(families.novelty_score(model, scores, labels, xq)))
+    assert before < 0.8 and after == 1.0
+    _, decided = families.judge(model, scores, labels, xq)
+    assert (decided[held] == 255).all()
+    # the range is the training rows' own, widened to whole bins of 256 (the device compares one byte)
+    signal = model.range_signal(model.input_stage.quantize(X))
+    low, high = calibration.range_low, calibration.range_high
+    assert low <= signal.min() and signal.max() <= high and (high - low + 1) % 256 == 0
+    assert high - low + 1 - 256 < signal.max() - signal.min() + 1
+    # without --unknown-rate there is no range: the model's header and model.json are those of before
+    _, plain, _ = families.fit_judged("bloom", X, y, options, None)
+    assert not plain.calibration.has_range and "TP_UNKNOWN_RANGE_LOW" not in plain.defines()
+    assert "range" not in plain.to_json()["confidence"] and "range_signal" not in str(plain.working_sram())
+
+
+@needs("avr-gcc")
+@pytest.mark.device
+@pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"), reason="libsimavr-dev not installed")
+def test_the_simulated_uno_checks_the_range_like_the_host(tmp_path):
+    """compile --unknown-rate with a class held out, build, validate --sim: the device sums φ while it compacts
+    it (tp_bloom_avr.h's fused loop) and tp_judge's assembly checks the sum's bin, every vector's scores, label,
+    confidence and answer identical to the host reference's, most of the held-out class declined, and the cost
+    model's prediction still within 5 %."""
+    X, y, X_test, y_test = _windows_without_idle(rows_per_class=16, samples=120)
+    names = np.array(["idle", "walk", "run", "stairs", "cycle"])
+    rows = np.vstack([X, X_test])
+    labels = names[np.concatenate([y, y_test])]
+    csv = tmp_path / "windows.csv"
+    header = ",".join(f"s{i}" for i in range(rows.shape[1])) + ",activity"
+    csv.write_text(header + "\n" + "\n".join(",".join(f"{v:.4f}" for v in row) + f",{lab}"
+                                             for row, lab in zip(rows, labels)) + "\n")
+    out = tmp_path / "m"
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=900)
+
+    compiled = cli("compile", str(csv), "--model", "bloom", "--budget", "1kB", "--holdout-classes", "idle",
+                   "--unknown-rate", "5%", "--out", str(out))
+    assert compiled.returncode == 0, compiled.stderr
+    assert "TP_UNKNOWN_RANGE_LOW" in (out / "include" / "tinyproto_model.h").read_text()
+    built = cli("build", str(out))
+    assert built.returncode == 0, built.stderr
+    result = cli("validate", str(out), "--sim", "--json")
+    assert result.returncode == 0, result.stderr
+    v = json.loads(result.stdout)
+    assert v["passed"] and v["complete"] and v["score_agreement"] == 1.0 and v["label_agreement"] == 1.0
+    assert v["confidence"]["held_out"]["declined"] > 0.5  # most idle rows: their sums lie just below the range
+    assert abs(v["predicted_error"]) < 0.05
+
+
+@pytest.mark.skipif(shutil.which("arduino-builder") is None or shutil.which("arduino-ctags") is None
+                    or not (ARDUINO_HARDWARE / "arduino" / "avr").is_dir(), reason="arduino-builder not installed")
+def test_the_arduino_ide_build_keeps_the_byte_tp_judge_reads(tmp_path):
+    """The Arduino IDE builds an exported library with -flto, which sees no C reader of tp_range_signal (only
+    tp_judge's assembly reads it) and, unless the byte is kept global, renames or drops it: the link then fails.
+    A Bloom-features model with --unknown-rate, exported, and its example sketch built as the IDE does."""
+    out = tmp_path / "m"
+    for args in (("compile", "digits", "--model", "bloom", "--budget", "1kB", "--unknown-rate", "5%", "--out",
+                  str(out)), ("export", str(out), "--arduino", "--out", str(tmp_path / "export"))):
+        done = subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr
+    assert "TP_UNKNOWN_RANGE_LOW" in (out / "include" / "tinyproto_model.h").read_text()
+    library = next(p for p in (tmp_path / "export").iterdir() if p.is_dir())
+    sketch = tmp_path / "sketch" / library.name / f"{library.name}.ino"
+    sketch.parent.mkdir(parents=True)
+    shutil.copyfile(library / "examples" / library.name / f"{library.name}.ino", sketch)
+    built = arduino_build(tmp_path / "export", sketch, tmp_path / "build", tmp_path / "tools")
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    assert "Sketch uses" in built.stdout
+
+
+RANGE_MAIN = r"""
+#include <stdio.h>
+#include "tinyproto.h"
+#include "tinyproto_model.h"
+extern uint8_t tp_range_signal;
+int main(void)
+{
+    int8_t x[TP_N_FEATURES];
+    int32_t scores[TP_N_CLASSES];
+    while (fread(x, 1, TP_N_FEATURES, stdin) == TP_N_FEATURES) {
+        tp_predict(x, scores);
+        printf("%u\n", (unsigned)tp_range_signal);
+    }
+    return 0;
+}
+"""
+
+RANGE_AVR_MAIN = r"""
+#include <avr/io.h>
+#include <avr/pgmspace.h>
+#include "tinyproto.h"
+#include "tinyproto_model.h"
+#include "range_rows.h"
+extern uint8_t tp_range_signal;
+int main(void)
+{
+    UBRR0H = 0;
+    UBRR0L = 1; /* 1 Mbaud at 16 MHz with U2X0 */
+    UCSR0A = 1 << U2X0;
+    UCSR0B = (1 << TXEN0) | (1 << RXEN0);
+    while (!(UCSR0A & (1 << RXC0))) { /* the host's go */
+    }
+    (void)UDR0;
+    static int8_t x[TP_N_FEATURES];
+    int32_t scores[TP_N_CLASSES];
+    for (uint16_t r = 0; r < RANGE_ROWS; ++r) {
+        memcpy_P(x, range_rows[r], TP_N_FEATURES);
+        tp_predict(x, scores);
+        const uint8_t *bytes = (const uint8_t *)scores;
+        for (uint8_t i = 0; i <= sizeof scores; ++i) { /* the bin, then the scores' bytes */
+            while (!(UCSR0A & (1 << UDRE0))) {
+            }
+            UDR0 = i == 0 ? tp_range_signal : bytes[i - 1];
+        }
+    }
+    for (;;) {
+    }
+}
+"""
+
+
+def _ranged(model: IntBloom, xq: np.ndarray):
+    """The model judged with a range around the middle of these rows' signals (some bins inside, some outside)."""
+    from tinyproto.core.confidence import Calibration, whole_bins
+    from tinyproto.families.judging import make_judged
+
+    signal = model.range_signal(xq)
+    low, high = whole_bins(int(np.percentile(signal, 30)), int(np.percentile(signal, 60)))
+    return make_judged(model, Calibration(100, 5, False, -10, 0.05, 0, low, high)), signal
+
+
+@needs_gcc
+@pytest.mark.parametrize("d,k,m", [(64, 3, 200), (30, 2, 256), (30, 2, 300), (200, 4, 400)])
+def test_the_range_sum_of_the_portable_c_equals_the_reference(tmp_path, d, k, m):
+    """tp_stream_end's portable C sums φ while it compacts it, from -low, and keeps the bin (signal - low) >> 8
+    that tp_judge checks: the reference's for every row. Shapes: byte and 16-bit slot counts, and more than 257
+    used slots, whose values are shifted (1 bit) so the sum fits 16 bits."""
+    plain = synthetic(d, k, m, 3)
+    xq = np.random.RandomState(m).randint(-128, 128, size=(120, d)).astype(np.int8)
+    xq[0], xq[1] = -128, 127
+    model, signal = _ranged(plain, xq)
+    out = subprocess.run([str(host_program(model, tmp_path, RANGE_MAIN))], input=xq.tobytes(), capture_output=True,
+                         check=True).stdout
+    bins = ((signal - model.calibration.range_low) % 65536) >> 8
+    assert np.array_equal(np.array(out.split(), dtype=np.int64), bins)
+    assert (m < 400) == (model.range_shift == 0) and len(set(bins.tolist())) > 3
+
+
+@needs("avr-gcc")
+@pytest.mark.device
+@pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"), reason="libsimavr-dev not installed")
+@pytest.mark.parametrize("d,k,m", [(64, 3, 200), (30, 2, 256), (30, 2, 300), (200, 4, 400)])
+def test_the_fused_range_sum_on_the_simulated_uno_equals_the_reference(tmp_path, d, k, m):
+    """tp_bloom_avr.h's compaction with the range sum (ld, add, adc, cpse, st; the end on Z's low byte, or both
+    bytes beyond 256 slots; a shifted copy beyond 257 used slots), built with avr-gcc and run on the simulated
+    Uno: every row's bin is the reference's, and the scores it computes after it too (the compaction is right)."""
+    import serial
+
+    from tinyproto.device.sim import SimulatedUno
+
+    plain = synthetic(d, k, m, 3)
+    rows = 48
+    xq = np.random.RandomState(m).randint(-128, 128, size=(rows, d)).astype(np.int8)
+    xq[0], xq[1] = -128, 127
+    model, signal = _ranged(plain, xq)
+    write_sources(model, tmp_path, "test", 0, model.model_bytes())
+    lib = tmp_path / "lib" / "tinyproto"
+    table = ",\n".join("{" + ", ".join(str(int(v)) for v in row) + "}" for row in xq)
+    (tmp_path / "range_rows.h").write_text(
+        f"#define RANGE_ROWS {rows}\nstatic const int8_t range_rows[RANGE_ROWS][TP_N_FEATURES] PROGMEM = {{\n"
+        f"{table}}};\n")
+    (tmp_path / "main.c").write_text(RANGE_AVR_MAIN.replace("#include \"range_rows.h\"",
+                                                            "#include <string.h>\n#include \"range_rows.h\""))
+    elf = tmp_path / "range.elf"
+    subprocess.run(["avr-gcc", "-std=gnu99", "-Os", "-mmcu=atmega328p", "-DF_CPU=16000000UL", "-Wall", "-Wextra",
+                    "-Werror", f"-I{tmp_path}", f"-I{tmp_path / 'include'}", f"-I{lib}", str(tmp_path / "main.c"),
+                    str(lib / "tp_bloom.c"), "-o", str(elf)], check=True, capture_output=True)
+    with SimulatedUno(elf, markers=False) as uno, serial.Serial(uno.port, 1_000_000, timeout=30) as port:
+        port.write(b"g")
+        answer = port.read(rows * 13)
+    assert len(answer) == rows * 13, f"the simulated Uno answered {len(answer)} of {rows * 13} bytes"
+    answer = np.frombuffer(answer, dtype=np.uint8).reshape(rows, 13)
+    bins = ((signal - model.calibration.range_low) % 65536) >> 8
+    assert np.array_equal(answer[:, 0].astype(np.int64), bins) and len(set(bins.tolist())) > 3
+    scores = answer[:, 1:].copy().view("<i4").astype(np.int64)
+    assert np.array_equal(scores, model.scores(xq))

@@ -636,3 +636,155 @@ def test_the_goals_table_marks_every_missed_goal():
     assert missed == 4 and all(cell.endswith(" !") for cell in cells)
     cells, missed = goal_row("bnc", bad)  # AUROC 0.85 is its goal; no declined or accepted-accuracy goal
     assert missed == 1 and cells[3].endswith(" !") and not cells[0].endswith("!")
+
+
+_RANGE_DRIVER = r"""
+#include <stdio.h>
+#include "tinyproto_model.h"
+uint8_t tp_range_signal;
+uint8_t tp_predict(const int8_t *x, int32_t *scores) { (void)x; (void)scores; return 0; }
+int main(void)
+{
+    unsigned label, signal;
+    while (scanf("%u %u", &label, &signal) == 2) {
+        int32_t scores[TP_N_CLASSES];
+        for (int c = 0; c < TP_N_CLASSES; ++c) {
+            long value;
+            if (scanf("%ld", &value) != 1) return 1;
+            scores[c] = (int32_t)value;
+        }
+        tp_range_signal = (uint8_t)((uint16_t)(signal - TP_UNKNOWN_RANGE_LOW) >> 8); /* the runtime's bin */
+        uint8_t confidence = 0;
+        uint8_t decided = tp_judge(scores, (uint8_t)label, &confidence);
+        printf("%u %u\n", (unsigned)confidence, (unsigned)decided);
+    }
+    return 0;
+}
+"""
+
+_AVR_RANGE_DRIVER = _AVR_JUDGE_DRIVER.replace(
+    "uint8_t tp_predict(", "uint8_t tp_range_signal;\nuint8_t tp_predict(").replace(
+    "        uint8_t confidence = 0;\n",
+    "        tp_range_signal = (uint8_t)((uint16_t)(pgm_read_word(&judge_signals[r]) - TP_UNKNOWN_RANGE_LOW) >> 8);\n"
+    "        uint8_t confidence = 0;\n")
+
+
+def _range_rows(low: int, high: int, rows: int) -> np.ndarray:
+    """Range signals at and beside both ends of [low, high], inside it, and anywhere in 0..65535."""
+    rng = np.random.default_rng(5)
+    edges = [low - 1, low, low + 1, high - 1, high, high + 1, 0, 65535]
+    signal = np.concatenate([rng.integers(low, high + 1, rows // 2), rng.integers(0, 65536, rows)])[:rows]
+    signal[:len(edges)] = edges
+    return np.clip(signal, 0, 65535)
+
+
+@pytest.mark.parametrize("low,high", [(100, 611), (0, 65279), (256, 65535), (3000, 3255)])
+def test_host_compiled_tp_judge_declines_outside_the_range_like_the_reference(tmp_path, low, high):
+    """With a range (a family's range signal, Bloom features' φ sum, whose bin (signal - low) >> 8 the runtime
+    keeps), tp_judge.c compiled for the host answers unknown for a signal outside [low, high] whatever the scores,
+    as Calibration.judge does: both ends and the values beside them, a range starting at 0 and one ending at
+    65535 (the most bins, 255), and a single bin."""
+    import subprocess
+
+    from tinyproto.core.resources import resource_dir
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    scores, labels = _judge_rows(5, 1, False, rows=200)
+    signal = _range_rows(low, high, 200)
+    calibration = C.Calibration(120, 9, False, unknown_above=C.VIEW_MAX + 1, score_byte=1, range_low=low,
+                                range_high=high)
+    _write_judge_header(tmp_path, 5, calibration)
+    (tmp_path / "driver.c").write_text("#define TP_MODEL_DATA\n" + _RANGE_DRIVER)
+    firmware = resource_dir("firmware")
+    subprocess.run(["gcc", "-std=gnu99", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}", f"-I{firmware}",
+                    str(tmp_path / "driver.c"), str(firmware / "tp_judge.c"), "-o", str(tmp_path / "judge")],
+                   check=True, capture_output=True)
+    text = "\n".join(f"{l} {s} " + " ".join(str(int(v)) for v in row) for l, s, row in zip(labels, signal, scores))
+    out = subprocess.run([str(tmp_path / "judge")], input=text.encode(), capture_output=True, check=True).stdout
+    device = np.array([line.split() for line in out.decode().splitlines()], dtype=np.int64)
+    confidence, decided = calibration.judge(scores, labels, signal)
+    np.testing.assert_array_equal(device[:, 0], confidence)
+    np.testing.assert_array_equal(device[:, 1], decided)
+    outside = (signal < low) | (signal > high)
+    assert outside.any() and (~outside).any()  # the limit alone declines nothing: the range does it all
+    assert ((decided == C.UNKNOWN_LABEL) == outside).all()
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("n_classes,lowest_wins,above,low,high", [
+    (10, False, 10, 100, 611), (17, True, 10, 0, 65279), (2, False, -C.VIEW_MAX - 1, 256, 65535),
+    (4, True, C.VIEW_MAX + 1, 3000, 3255)])
+def test_the_avr_assembly_of_tp_judge_checks_the_range_like_the_reference(tmp_path, n_classes, lowest_wins, above,
+                                                                          low, high):
+    """tp_judge's AVR assembly with a range, on the simulated Uno: the same confidence byte and answer as
+    Calibration.judge for every row (both score rules, both loops, a threshold that declines some rows or none,
+    ranges at both ends of 0..65535 and of one value)."""
+    import serial
+
+    from tinyproto.core.resources import resource_dir
+    from tinyproto.device.sim import SimulatedUno
+
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed")
+    scores, labels = _judge_rows(n_classes, 0, lowest_wins, rows=160)
+    signal = _range_rows(low, high, 160)
+    calibration = C.Calibration(200, 3, lowest_wins, unknown_above=above, score_byte=0, range_low=low,
+                                range_high=high)
+    _write_judge_header(tmp_path, n_classes, calibration)
+    rows = ",\n".join("{" + ", ".join(f"{int(v)}L" for v in row) + "}" for row in scores)
+    (tmp_path / "judge_rows.h").write_text(
+        f"#define JUDGE_ROWS {len(scores)}\n"
+        f"static const int32_t judge_scores[JUDGE_ROWS][TP_N_CLASSES] PROGMEM = {{\n{rows}}};\n"
+        f"static const uint8_t judge_labels[JUDGE_ROWS] PROGMEM = {{{', '.join(str(int(v)) for v in labels)}}};\n"
+        f"static const uint16_t judge_signals[JUDGE_ROWS] PROGMEM = {{{', '.join(str(int(v)) for v in signal)}}};\n")
+    (tmp_path / "driver.c").write_text(_AVR_RANGE_DRIVER)
+    firmware = resource_dir("firmware")
+    elf = tmp_path / "judge.elf"
+    __import__("subprocess").run(["avr-gcc", "-std=gnu99", "-Os", "-mmcu=atmega328p", "-DF_CPU=16000000UL", "-Wall",
+                                  "-Wextra", "-Werror", f"-I{tmp_path}", f"-I{firmware}", str(tmp_path / "driver.c"),
+                                  str(firmware / "tp_judge.c"), "-o", str(elf)], check=True, capture_output=True)
+    with SimulatedUno(elf, markers=False) as uno, serial.Serial(uno.port, 1_000_000, timeout=10) as port:
+        port.write(b"g")
+        answer = port.read(2 * len(scores))
+    assert len(answer) == 2 * len(scores), f"the simulated Uno answered {len(answer)} of {2 * len(scores)} bytes"
+    device = np.frombuffer(answer, dtype=np.uint8).reshape(-1, 2).astype(np.int64)
+    confidence, decided = calibration.judge(scores, labels, signal)
+    np.testing.assert_array_equal(device[:, 0], confidence)
+    np.testing.assert_array_equal(device[:, 1], decided)
+    assert (decided[(signal < low) | (signal > high)] == C.UNKNOWN_LABEL).all()
+
+
+def test_a_range_round_trips_and_a_model_without_one_keeps_its_json():
+    """The range is written into model.json only when there is one (a model without it keeps its bytes and hash),
+    read back as it was, and a damaged one is one clear error; the novelty score ranks a row outside the range
+    above every row inside it."""
+    plain = C.Calibration(100, 5, False, unknown_above=-40, unknown_rate=0.05, score_byte=1)
+    assert "range" not in plain.to_json() and "TP_UNKNOWN_RANGE_LOW" not in plain.defines()
+    ranged = dataclasses.replace(plain, range_low=10, range_high=10 + 2 * 256 - 1)
+    assert C.Calibration.from_json(ranged.to_json()) == ranged
+    assert ranged.defines()["TP_UNKNOWN_RANGE_LOW"] == 10 and ranged.defines()["TP_UNKNOWN_RANGE_BINS"] == 2
+    for bad in ([521, 10], [-1, 510], [1, 70000], [1], "1,2", [10, 90], [0, 65535]):  # [10, 90]: not whole bins
+        with pytest.raises(TinyprotoError, match="range"):
+            C.Calibration.from_json({**ranged.to_json(), "range": bad})
+    with pytest.raises(TinyprotoError, match="range"):
+        C.Calibration.from_json({**ranged.to_json(), "unknown_above": None})
+    novel = ranged.novelty_score(np.array([5, 500, -3, 0]), np.array([50, 50, 9, 526]))
+    assert novel[3] > novel[2] > novel[1] > novel[0]  # 5 above the range, 1 below it, then by the view
+    with pytest.raises(ValueError):
+        ranged.judge(np.zeros((2, 3)), np.zeros(2, dtype=int))
+
+
+def test_a_range_is_widened_to_whole_bins_the_device_compares_in_one_byte():
+    """whole_bins: the range of the training rows' signals, widened to whole bins of 256 (half the extra below,
+    half above), kept within 0..65535, and none when it would take more than 255 bins."""
+    assert C.whole_bins(1000, 1000) == (873, 1128)  # 255 more: 127 below, 128 above
+    assert C.whole_bins(1000, 1255) == (1000, 1255)
+    assert C.whole_bins(1000, 1256) == (873, 1384)
+    assert C.whole_bins(3, 300) == (0, 511)  # the extra below would go under 0: all of it above
+    assert C.whole_bins(65400, 65535) == (65280, 65535)
+    assert C.whole_bins(0, 255 * 256 - 1) == (0, 255 * 256 - 1)
+    assert C.whole_bins(0, 255 * 256) is None
+    for low, high in [(5, 9), (17083, 28515), (0, 0), (65535, 65535)]:
+        wide = C.whole_bins(low, high)
+        assert wide[0] <= low and high <= wide[1] <= C.RANGE_MAX and (wide[1] - wide[0] + 1) % C.RANGE_BIN == 0

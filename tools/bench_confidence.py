@@ -83,7 +83,8 @@ def variant(model, name: str):
     if name == "unknown":
         return model
     if name == "confidence":
-        return make_judged(model, dataclasses.replace(model.calibration, unknown_above=None, unknown_rate=None))
+        return make_judged(model, dataclasses.replace(model.calibration, unknown_above=None, unknown_rate=None,
+                                                      range_low=None, range_high=None))
     plain = type(model).__mro__[1] if is_judged(model) else type(model)
     return plain(**{f.name: getattr(model, f.name) for f in dataclasses.fields(plain)})
 

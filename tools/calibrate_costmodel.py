@@ -12,6 +12,8 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
                                                    # FLY_CYCLES from FlyNN shapes drawn at random (seed 1000)
     python tools/calibrate_costmodel.py --flynn-wide-stored 36 --cache build/flynn-wide-stored.json
                                                    # FLY_CYCLES' wide stored-M terms, the rest held
+    python tools/calibrate_costmodel.py --flynn-wide-seeded 16 --cache build/flynn-wide-seeded.json
+                                                   # FlyNN's WIDE_SEEDED_CYCLES, per layout, function by function
     python tools/calibrate_costmodel.py --flynn-heap 60 --cache build/flynn-heap.json
                                                    # FLY_CYCLES' terms around the heap, the rest held
     python tools/calibrate_costmodel.py --protonn-dense-rows 40 --cache build/protonn-dense-rows.json
@@ -191,6 +193,71 @@ def calibrate_flynn_wide_stored(n: int, cache: Path | None) -> None:
 
     fit_on_drawn("flynn", n, WIDE_STORED_SEED, lambda m: m.store_M and m.n_hash_inputs > cost.WIDE_INPUTS,
                  cost.FLY_CYCLES, WIDE_STORED_TERMS, cost.flynn_cost_terms, cache)
+
+
+WIDE_SEEDED_SEED = 6000
+
+
+def calibrate_flynn_wide_seeded(n: int, cache: Path | None) -> None:
+    """--flynn-wide-seeded N: WIDE_SEEDED_CYCLES, the projection of a seeded M over more than 256 hash inputs
+    (tp_flynn_project with its __umulhisi3 calls, less the lookup's), for each layout avr-gcc compiles it in (with or
+    without the sign split, s = 1, 2 or more; a power-of-two input count keeps FLY_CYCLES' terms). N shapes of each
+    layout drawn by the benchmark's drawer (seed 6000, 200 .. 784 features), 8 random vectors each on the profiling
+    simulator, the heap's steps counted on those very vectors; non-negative least squares on relative errors. Then
+    N more shapes of each (seed 6001) are predicted with the fitted table: the held-out error."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import DRAW, draw_width, fits
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.families.flynn import cost
+
+    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+
+    def measured_rows(layout, seed):
+        rng = np.random.default_rng(seed)
+        shapes = []
+        while len(shapes) < n:
+            spec, model = DRAW["flynn"](rng, draw_width(rng, (200, 784)))
+            if (not model.store_M and model.n_hash_inputs > cost.WIDE_INPUTS
+                    and model.n_hash_inputs & (model.n_hash_inputs - 1)
+                    and cost.wide_seeded_layout(model.sign_split, model.indices.shape[1]) == layout
+                    and fits(model, load_board("uno"))):
+                shapes.append((f"ws{seed}-{model_hash_hex(model)}", spec, model, int(rng.integers(0, 2**31))))
+        rows = []
+        with tempfile.TemporaryDirectory() as tmp:
+            simulator = None
+            for name, spec, model, xseed in shapes:
+                xq = np.random.default_rng(xseed).integers(-127, 128, size=(8, model.n_features)).astype(np.int8)
+                if name not in done:
+                    simulator = simulator or build_profiling_simulator(Path(tmp))
+                    done[name] = profile_shape(model, xq, "uno", Path(tmp) / name, simulator)["functions"]
+                    if cache is not None:
+                        cache.write_text(json.dumps(done, indent=0))
+                f = done[name]
+                lb = model.n_classes * model.bits
+                lookup_mul = 22 * model.n_winners * bool(lb & (lb - 1))  # the lookup's row offset (tp_predict)
+                cycles = f.get("tp_flynn_project", 0.0) + f.get("__umulhisi3", 0.0) - lookup_mul
+                terms = cost.flynn_cost_terms(model, x=xq)
+                rows.append((name, spec, [terms[cost.wide_seeded_term(layout, t)] for t in cost.WIDE_SEEDED_UNITS],
+                             cycles))
+        return rows
+
+    print("WIDE_SEEDED_CYCLES = {  # (sign split, s class): " + ", ".join(cost.WIDE_SEEDED_UNITS))
+    report = []
+    for layout in cost.WIDE_SEEDED_CYCLES:
+        fit_rows = measured_rows(layout, WIDE_SEEDED_SEED)
+        A = np.array([r[2] for r in fit_rows])
+        b = np.array([r[3] for r in fit_rows])
+        values, _ = nnls(A / b[:, None], np.ones_like(b))
+        values = np.round(values, 1)
+        print(f"    {layout}: ({', '.join(f'{v:g}' for v in values)}),", flush=True)
+        for seed, rows in (("fit", fit_rows), ("held out", measured_rows(layout, WIDE_SEEDED_SEED + 1))):
+            A = np.array([r[2] for r in rows])
+            b = np.array([r[3] for r in rows])
+            err = 100 * (A @ values - b) / b
+            report.append(f"{layout} {seed}: {len(b)} shapes, max |err| {np.abs(err).max():.2f} %")
+    print("}")
+    print("\n".join(report))
 
 
 DENSE_ROWS_SEED = 3000
@@ -963,6 +1030,7 @@ def main() -> None:
     counted = {  # FLAG N [--cache FILE.json]: fits on N drawn shapes, measurements cached in FILE
         "--flynn-shapes": lambda n, cache: calibrate_flynn(flynn_random_shapes(n), cache),
         "--flynn-wide-stored": calibrate_flynn_wide_stored,
+        "--flynn-wide-seeded": calibrate_flynn_wide_seeded,
         "--flynn-functions": calibrate_flynn_functions,
         "--protonn-functions": calibrate_protonn_functions,
         "--flynn-heap": calibrate_flynn_heap,

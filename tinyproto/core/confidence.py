@@ -14,6 +14,11 @@ when a family proves none):
 - the novelty: how bad the winning score is (minus it when the highest score wins, the score itself when the
   lowest wins), in the same view. With a decline threshold the device answers UNKNOWN_LABEL when the novelty
   exceeds it.
+- with a range (a family whose integer model has a `range_signal`: Bloom features' feature-map sum), a second
+  signal the family's runtime computes beside its scores, as a uint16: outside the range the training rows gave it
+  (widened to whole bins of RANGE_BIN: the device compares one byte, the bin), the device answers UNKNOWN_LABEL
+  whatever the scores say (an input beyond anything seen in training can make a
+  linear score grow, and so look surer: docs/guides/confidence.md).
 
 The calibration is fitted on rows the model did not train on (cross-validation: see families/judging.py), so the
 byte means what it says: among rows given confidence c, about c/255 are classified correctly.
@@ -38,6 +43,10 @@ MAX_SCORE_BYTE = 2  # bytes 2-3 of an int32 are its exact 16-bit view whatever i
 # A view within +-VIEW_MAX: the decline limit, clamped to +-(VIEW_MAX + 1), then stays strictly inside int16, so
 # the compiler never sees a compare with a constant answer (-Wtype-limits is an error in the build).
 VIEW_MAX = 2**15 - 3
+RANGE_MAX = 2**16 - 1  # a family's range signal is a uint16 on the device
+RANGE_BIN = 256  # the range is whole bins of this width from its low end: the device keeps (signal - low) >> 8
+RANGE_MAX_BINS = 255  # the bin count is a byte the device compares with one cpi
+RANGE_NOVELTY = 2**20  # novelty_score: a row outside the range ranks above every view's novelty (|view| < 2**15)
 
 
 def winner_and_runner_up(scores: np.ndarray, labels: np.ndarray, lowest_wins: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -107,6 +116,12 @@ class Calibration:
     unknown_above: int | None = None  # novelty (in the view) > this: UNKNOWN_LABEL
     unknown_rate: float | None = None  # the share of known rows the threshold was fitted to decline
     score_byte: int = 0  # the view: score >> (8 * score_byte) (judge_score_byte)
+    range_low: int | None = None  # the family's range signal below this: UNKNOWN_LABEL (None: no range check)
+    range_high: int | None = None  # ... or above this
+
+    @property
+    def has_range(self) -> bool:
+        return self.range_low is not None
 
     def defines(self) -> dict[str, int]:
         """The header's lines of the confidence stage (two constants in the code: no array in flash)."""
@@ -116,6 +131,9 @@ class Calibration:
             # the device compares the winning score's view itself: the novelty is minus it when the highest wins
             out["TP_UNKNOWN_LABEL"] = UNKNOWN_LABEL
             out["TP_UNKNOWN_LIMIT"] = int(self.unknown_above if self.lowest_wins else -self.unknown_above)
+        if self.has_range:  # the device declines when ((signal - low) mod 2^16) >> 8 >= bins: one byte compared
+            out["TP_UNKNOWN_RANGE_LOW"] = int(self.range_low)
+            out["TP_UNKNOWN_RANGE_BINS"] = (int(self.range_high) - int(self.range_low) + 1) // RANGE_BIN
         return out
 
     def signals(self, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -124,20 +142,48 @@ class Calibration:
         winner, runner = score_view(winner, self.score_byte), score_view(runner, self.score_byte)
         return margins(winner, runner, self.lowest_wins), novelty(winner, self.lowest_wins)
 
-    def judge(self, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(confidence byte, decided label) per row: the host reference of tp_judge()."""
+    def outside(self, signal: np.ndarray | None) -> np.ndarray | None:
+        """Per row, whether the family's range signal is outside the range (None without a range check)."""
+        if not self.has_range:
+            return None
+        if signal is None:
+            raise ValueError("this calibration checks a range: the model's range signal is needed")
+        signal = np.asarray(signal, dtype=np.int64)
+        return (signal < self.range_low) | (signal > self.range_high)
+
+    def judge(self, scores: np.ndarray, labels: np.ndarray,
+              signal: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(confidence byte, decided label) per row: the host reference of tp_judge(); `signal` is the family's
+        range signal per row (needed when the calibration checks a range)."""
         labels = np.asarray(labels, dtype=np.int64)
         margin, novel = self.signals(scores, labels)
         confidence = confidence_bytes(margin, self.doubt, self.halving)
         decided = labels.copy()
         if self.unknown_above is not None:
             decided[novel > self.unknown_above] = UNKNOWN_LABEL
+        outside = self.outside(signal)
+        if outside is not None:
+            decided[outside] = UNKNOWN_LABEL
         return confidence, decided
 
+    def novelty_score(self, novel: np.ndarray, signal: np.ndarray | None) -> np.ndarray:
+        """The novelty score the AUROC ranks: the winning score's novelty, except that a row outside the range is
+        more novel than every row inside it (by how far outside), as the device declines it first."""
+        novel = np.asarray(novel, dtype=np.int64)
+        outside = self.outside(signal)
+        if outside is None:
+            return novel
+        signal = np.asarray(signal, dtype=np.int64)
+        beyond = np.maximum(self.range_low - signal, signal - self.range_high)
+        return np.where(outside, RANGE_NOVELTY + beyond, novel)
+
     def to_json(self) -> dict:
-        return {"doubt": int(self.doubt), "halving": int(self.halving), "lowest_wins": bool(self.lowest_wins),
-                "unknown_above": None if self.unknown_above is None else int(self.unknown_above),
-                "unknown_rate": self.unknown_rate, "score_byte": int(self.score_byte)}
+        out = {"doubt": int(self.doubt), "halving": int(self.halving), "lowest_wins": bool(self.lowest_wins),
+               "unknown_above": None if self.unknown_above is None else int(self.unknown_above),
+               "unknown_rate": self.unknown_rate, "score_byte": int(self.score_byte)}
+        if self.has_range:  # only then: a model without one keeps its model.json (and hash) as before
+            out["range"] = [int(self.range_low), int(self.range_high)]
+        return out
 
     @staticmethod
     def from_json(raw: dict) -> Calibration:
@@ -151,8 +197,29 @@ class Calibration:
         rate = raw.get("unknown_rate")
         if not isinstance(raw.get("lowest_wins"), bool):
             raise TinyprotoError("the confidence's lowest_wins must be true or false")
+        low = high = None
+        if "range" in raw:
+            pair = raw["range"]
+            if (not isinstance(pair, list) or len(pair) != 2 or not all(_is_int_in(v, 0, RANGE_MAX) for v in pair)
+                    or pair[0] > pair[1] or (pair[1] - pair[0] + 1) % RANGE_BIN
+                    or (pair[1] - pair[0] + 1) // RANGE_BIN > RANGE_MAX_BINS or above is None):
+                raise TinyprotoError("the unknown range must be two integers 0 to 65535, low <= high, spanning "
+                                     f"1 to {RANGE_MAX_BINS} whole bins of {RANGE_BIN}, beside a threshold")
+            low, high = pair
         return Calibration(raw["doubt"], raw["halving"], raw["lowest_wins"], above,
-                           None if rate is None else float(rate), raw["score_byte"])
+                           None if rate is None else float(rate), raw["score_byte"], low, high)
+
+
+def whole_bins(low: int, high: int) -> tuple[int, int] | None:
+    """The range the device checks for a signal range low .. high: widened to whole bins of RANGE_BIN (half the
+    extra below, half above, kept within 0 .. RANGE_MAX); None when it would take more than RANGE_MAX_BINS bins
+    (nearly every uint16: nothing worth checking)."""
+    bins = -(-(int(high) - int(low) + 1) // RANGE_BIN)
+    if bins > RANGE_MAX_BINS:
+        return None
+    low = int(low) - (bins * RANGE_BIN - (int(high) - int(low) + 1)) // 2
+    low = min(max(low, 0), RANGE_MAX + 1 - bins * RANGE_BIN)
+    return low, low + bins * RANGE_BIN - 1
 
 
 def _is_int_in(value, low: int, high: int) -> bool:
@@ -330,4 +397,4 @@ def judged_figures(confidence: np.ndarray, decided: np.ndarray, labels: np.ndarr
 __all__ = ["Calibration", "DOUBT_HALVINGS", "UNKNOWN_LABEL", "auroc", "confidence_bytes", "decline_threshold",
            "expected_calibration_error", "fit_doubt", "halvings", "judge_score_byte", "judged_figures", "margins",
            "nearest_threshold", "novelty", "parse_classes", "parse_rate", "reliability_bins", "risk_coverage",
-           "score_view", "view_threshold", "winner_and_runner_up"]
+           "score_view", "view_threshold", "whole_bins", "winner_and_runner_up"]

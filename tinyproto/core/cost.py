@@ -29,7 +29,8 @@ COST_MODEL_TOLERANCE = 0.03
 # Beyond JUDGE_BACKWARD_CLASSES classes the pass runs forwards, its count one compare longer: one cycle more per
 # class and in the fixed part. The halvings depend on the input's margin: the prediction takes the most,
 # DOUBT_HALVINGS, so it is never low (on digits, 2 kB, the mean was about 4).
-JUDGE_CYCLES = {"fixed": 10, "class": 16, "halving": 6, "limit": 4}
+JUDGE_CYCLES = {"fixed": 10, "class": 16, "halving": 6, "limit": 4, "range": 4}  # range: after the limit's
+# compare, its branch not taken (1, not 2), lds (2), cpi, brlo (tp_judge_avr.h): 4 more at most
 # tp_judge.c runs the pass backwards while the last class's view is within ldd's 63-byte reach of the scores:
 # 4 * (classes - 1) + score byte + 1 <= 63 holds for every view up to 16 classes
 JUDGE_BACKWARD_CLASSES = 16
@@ -41,13 +42,14 @@ JUDGE_BACKWARD_CLASSES = 16
 JUDGE_CALL_CYCLES = 30
 
 
-def judge_cycles(n_classes: int, declines: bool) -> int:
-    """Predicted cycles of tp_judge for a model of n_classes classes (declines: compiled with --unknown-rate), with
-    the most halvings an input can take."""
+def judge_cycles(n_classes: int, declines: bool, checks_range: bool = False) -> int:
+    """Predicted cycles of tp_judge for a model of n_classes classes (declines: compiled with --unknown-rate;
+    checks_range: its calibration also checks a family's range signal), with the most halvings an input can take."""
     terms = JUDGE_CYCLES
     forward = int(n_classes) > JUDGE_BACKWARD_CLASSES
     return (JUDGE_CALL_CYCLES + terms["fixed"] + forward + (terms["class"] + forward) * int(n_classes)
-            + terms["halving"] * DOUBT_HALVINGS + (terms["limit"] if declines else 0))
+            + terms["halving"] * DOUBT_HALVINGS + (terms["limit"] if declines else 0)
+            + (terms["range"] if checks_range else 0))
 
 
 def latency_cycle_limit(max_latency_ms: float | None, f_cpu_hz: int, headroom: bool = True,

@@ -44,6 +44,7 @@ SHARED_PREFIX = "tp"  # the names every model shares (the Arduino library's tp_p
 # an extern (the declaration of someone else's), starting in column 0 (code inside a body is indented).
 _EXTERNAL_LINE = re.compile(r"^(?![^\n(\[=;]*\b(?:static|typedef|extern|return)\b)"
                             r"[A-Za-z_][\w \t*]*?\b(tp_\w+)\s*[(\[=;]", re.M)
+RANGE_SIGNAL = "tp_range_signal"  # a family runtime's byte that tp_judge checks (core/confidence: the range)
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
@@ -82,6 +83,8 @@ def external_symbols(model) -> list[str]:
     for source in ("tinyproto.h", *model_sources(model.family)):
         if (firmware / source).exists():
             names.update(match.group(1) for match in _EXTERNAL_LINE.finditer(_code_of(firmware / source)))
+    if "TP_UNKNOWN_RANGE_LOW" not in model.defines():  # a family's range signal exists only beside a range check
+        names.discard(RANGE_SIGNAL)
     return sorted(names)
 
 

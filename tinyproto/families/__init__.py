@@ -250,11 +250,21 @@ def fit_judged(name: str, X_train: np.ndarray, y_train: np.ndarray, options: Sol
                   unknown_rate)
 
 
-def judge(model: IntModel, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(confidence byte, decided label: the class or 255) per row: the host reference of tp_judge()."""
+def judge(model: IntModel, scores: np.ndarray, labels: np.ndarray,
+          xq: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(confidence byte, decided label: the class or 255) per row: the host reference of tp_judge(); `xq`, the
+    rows' int8 inputs, is needed by a model that also checks a range (families/judging.range_signal)."""
     from tinyproto.families.judging import judge as judged
 
-    return judged(model, scores, labels)
+    return judged(model, scores, labels, xq)
+
+
+def novelty_score(model: IntModel, scores: np.ndarray, labels: np.ndarray, xq: np.ndarray) -> np.ndarray:
+    """The novelty score the held-out AUROC ranks (larger: less like the training rows): from the winning score,
+    and a row outside a range check's range above every other (families/judging.novelty_score)."""
+    from tinyproto.families.judging import novelty_score as score
+
+    return score(model, scores, labels, lowest_wins(model.family), xq)
 
 
 def calibrated(model: IntModel) -> bool:
@@ -457,6 +467,7 @@ def predict_cycles(model: IntModel) -> dict:
 
     out = dict(family_of(model).predict_cycles(model))
     if calibrated(model):
-        out["judge"] = judge_cycles(model.n_classes, model.calibration.unknown_above is not None)
+        out["judge"] = judge_cycles(model.n_classes, model.calibration.unknown_above is not None,
+                                    model.calibration.has_range)
         out["total"] += out["judge"]
     return out

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyproto.core.confidence import (Calibration, decline_threshold, fit_doubt, judge_score_byte, nearest_threshold,
-                                       novelty, view_threshold, winner_and_runner_up)
+                                       novelty, score_view, view_threshold, whole_bins, winner_and_runner_up)
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.solving import FoldModels, SolveOptions, calibration_splits
 
@@ -77,12 +77,40 @@ def is_judged(model: Any) -> bool:
     return type(model) in _JUDGED_CLASSES.values()
 
 
-def judge(model: Any, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def range_signal(model: Any, xq: np.ndarray | None) -> np.ndarray | None:
+    """The family's range signal of these int8 inputs (a `range_signal(xq)` method of its integer model: a uint16
+    its runtime computes beside the scores, e.g. Bloom features' feature-map sum), when its calibration checks a
+    range; None otherwise."""
+    calibration = getattr(model, "calibration", None) if is_judged(model) else None
+    if calibration is None or not calibration.has_range:
+        return None
+    if xq is None:
+        raise ValueError("this model declines inputs outside a range: its int8 inputs are needed to judge them")
+    return np.asarray(model.range_signal(np.asarray(xq)), dtype=np.int64)
+
+
+def novelty_score(model: Any, scores: np.ndarray, labels: np.ndarray, lowest_wins: bool,
+                  xq: np.ndarray | None = None) -> np.ndarray:
+    """The novelty score of every row (larger: less like the training rows) that the held-out AUROC ranks: the
+    winning score's novelty, and with a range check a row outside the range above every row inside it."""
+    winner = winner_and_runner_up(scores, np.asarray(labels, dtype=np.int64), lowest_wins)[0]
+    novel = novelty(winner, lowest_wins)
+    calibration = getattr(model, "calibration", None) if is_judged(model) else None
+    if calibration is None or not calibration.has_range:
+        return novel
+    # the view's novelty (what the device compares), so a row outside the range ranks above all of them
+    view = novelty(score_view(winner, calibration.score_byte), lowest_wins)
+    return calibration.novelty_score(view, range_signal(model, xq))
+
+
+def judge(model: Any, scores: np.ndarray, labels: np.ndarray,
+          xq: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(confidence byte, decided label) per row of any model: a model without calibration answers confidence 0
-    and its label (what the firmware does without a calibration)."""
+    and its label (what the firmware does without a calibration). `xq`: the rows' int8 inputs, needed by a
+    calibration that checks a range (range_signal)."""
     calibration = getattr(model, "calibration", None) if is_judged(model) else None
     if calibration is not None:
-        return calibration.judge(scores, labels)
+        return calibration.judge(scores, labels, range_signal(model, xq))
     labels = np.asarray(labels, dtype=np.int64)
     return np.zeros(len(labels), dtype=np.int64), labels.copy()
 
@@ -219,7 +247,7 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
     info: dict = {"rows": int(len(all_margins)), "folds": len(splits), "fold_models": trained,
                   "cv_accuracy": float(all_hits.mean()), "score_byte": score_byte, "doubt": doubt,
                   "halving": halving, "fold_scales": scales, "final_scale": final_scale}
-    threshold = None
+    threshold, low_high = None, (None, None)
     if unknown_rate is not None:
         # each fold model's threshold, carried to the final model's scale (as it is when the family's scores have a
         # fixed unit and the fold model the final model's shape: fixed_units), then their median, in the view; the
@@ -236,8 +264,26 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
         threshold = view_threshold(chosen, score_byte, lowest_wins)
         info.update(unknown_rate=unknown_rate, fold_thresholds=thresholds, carried_thresholds=carried,
                     unknown_above=threshold, threshold_fitted_on=fitted_on)
-    calibration = Calibration(doubt, halving, lowest_wins, threshold, unknown_rate, score_byte)
+        low_high = training_range(model, X)
+        if low_high[0] is not None:
+            info["range"] = list(low_high)
+    calibration = Calibration(doubt, halving, lowest_wins, threshold, unknown_rate, score_byte, *low_high)
     return make_judged(model, calibration), info
+
+
+def training_range(model: Any, X: np.ndarray) -> tuple[int | None, int | None]:
+    """(low, high) of the family's range signal (a `range_signal` method of its integer model) that the device
+    accepts: the range the final model's training rows give it, widened to whole bins of 256 (the device compares
+    one byte: core/confidence.whole_bins; a wider margin, 1/8 of the range a side, lost the sensor windows' held-out
+    classes, which lie just outside it); (None, None) for a family without one. The signal does not depend on what
+    the model learned (Bloom features' feature-map sum: the input stage and the hash), so its own training rows
+    are as new to it as any: the range of n rows leaves about 2 / (n + 1) of new known rows outside."""
+    signal_of = getattr(model, "range_signal", None)
+    if signal_of is None:
+        return None, None
+    signal = np.asarray(signal_of(model.input_stage.quantize(X)), dtype=np.int64)
+    checked = whole_bins(int(signal.min()), int(signal.max()))
+    return (None, None) if checked is None else checked
 
 
 def fit_judged(fit: Callable, fit_shape: Callable, X: np.ndarray, y: np.ndarray, options: SolveOptions,
@@ -251,5 +297,5 @@ def fit_judged(fit: Callable, fit_shape: Callable, X: np.ndarray, y: np.ndarray,
     return clf, judged, info
 
 
-__all__ = ["calibrate", "fit_judged", "is_judged", "judge", "judged_class", "make_judged", "split_json",
-           "wrap_from_json"]
+__all__ = ["calibrate", "fit_judged", "is_judged", "judge", "judged_class", "make_judged", "novelty_score",
+           "range_signal", "split_json", "training_range", "wrap_from_json"]

@@ -312,7 +312,7 @@ def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress
     report = _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
                      float_pred, int8_pred, sp.y_test[known])
     report["n_train"], report["n_test"] = int(len(sp.y_train)), int(len(sp.y_test))  # held-out rows included
-    report["confidence"] = (confidence_report(vectors, families.lowest_wins(family), info.get("confidence"))
+    report["confidence"] = (confidence_report(vectors, model, info.get("confidence"))
                             if families.calibrated(model) else None)  # a model without a table says nothing
     report.update(extra_report or {})
 
@@ -347,13 +347,13 @@ def _test_vectors(model, X_test: np.ndarray, y_test: np.ndarray) -> TestVectors:
     y_index = np.full(len(y_test), UNKNOWN_LABEL, dtype=np.int64)  # a held-out class: the right answer is unknown
     y_index[~unseen] = encode(np.asarray(y_test)[~unseen], classes, "the test split")
     labels = model.labels(scores).astype(np.int64)
-    confidence, decided = families.judge(model, scores, labels)
+    confidence, decided = families.judge(model, scores, labels, xq)
     # the kept columns only: a feature no weight reads is never sent (see InputStage)
     return TestVectors(model.input_stage.select(X_test).astype(np.float32), xq, y_index, scores.astype(np.int64),
                        labels, confidence.astype(np.int64), decided.astype(np.int64))
 
 
-def confidence_report(vectors: TestVectors, lowest_wins: bool, calibration_info: dict | None) -> dict:
+def confidence_report(vectors: TestVectors, model, calibration_info: dict | None) -> dict:
     """report.json's "confidence": coverage, accuracy on the accepted rows and calibration error on the known
     test rows; with held-out classes the novelty score's AUROC (held-out against known) and the share declined."""
     from tinyproto.core.confidence import auroc, judged_figures
@@ -362,19 +362,11 @@ def confidence_report(vectors: TestVectors, lowest_wins: bool, calibration_info:
     out = judged_figures(vectors.confidence, vectors.decided, vectors.labels, vectors.y, known)
     out["calibration"] = calibration_info
     if not known.all():
-        novelty = novelty_of(vectors, lowest_wins)
+        novelty = families.novelty_score(model, vectors.scores, vectors.labels, vectors.xq)
         out["held_out"] = {"rows": int((~known).sum()),
                            "auroc": auroc(novelty[~known], novelty[known]),
                            "declined": float(np.mean(vectors.decided[~known] == UNKNOWN_LABEL))}
     return out
-
-
-def novelty_of(vectors: TestVectors, lowest_wins: bool) -> np.ndarray:
-    """The novelty score of every test vector (larger: less like the training rows), from its reference scores."""
-    from tinyproto.core.confidence import novelty, winner_and_runner_up
-
-    winner, _ = winner_and_runner_up(vectors.scores, vectors.labels, lowest_wins)
-    return novelty(winner, lowest_wins)
 
 
 def _plain(value):

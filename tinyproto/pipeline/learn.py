@@ -103,7 +103,7 @@ def write_learned_dir(model_dir: ModelDir, learned, summary: dict) -> Path:
     scores = learned.scores(parent.xq)
     labels = learned.labels(scores).astype(np.int64)
     # the learned counts keep the compiled model's calibration and threshold: its answers are recomputed
-    confidence, decided = families.judge(learned, scores, labels)
+    confidence, decided = families.judge(learned, scores, labels, parent.xq)
     vectors = TestVectors(parent.X_raw, parent.xq, parent.y, scores.astype(np.int64), labels,
                           confidence.astype(np.int64), decided.astype(np.int64))
     board = load_board(model_dir.meta.get("board", "uno"))

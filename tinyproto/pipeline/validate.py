@@ -28,7 +28,7 @@ import numpy as np
 
 from tinyproto.core import wire
 from tinyproto.core.boards import Board, load_board
-from tinyproto.core.confidence import UNKNOWN_LABEL, auroc, judged_figures, novelty, winner_and_runner_up
+from tinyproto.core.confidence import UNKNOWN_LABEL, auroc, judged_figures
 from tinyproto.core.cost import lower_bound_cycles
 from tinyproto.families import predict_cycles
 from tinyproto.core.errors import TinyprotoError
@@ -126,7 +126,7 @@ def checked_vectors(model_dir: ModelDir, model):
     held_out = vectors.y == UNKNOWN_LABEL  # a class held out of training (compile --holdout-classes)
     if held_out.all() or vectors.y[~held_out].min() < 0 or vectors.y[~held_out].max() >= model.n_classes:
         raise TinyprotoError(f"{path}: true labels outside the model's {model.n_classes} classes")
-    confidence, decided = families.judge(model, scores, vectors.labels)
+    confidence, decided = families.judge(model, scores, vectors.labels, vectors.xq)
     if not (np.array_equal(confidence, vectors.confidence) and np.array_equal(decided, vectors.decided)):
         raise TinyprotoError(f"{path}: its reference confidence and decisions are not what model.json computes; "
                              "run compile again")
@@ -266,13 +266,13 @@ class Measured:
     finished: bool = False
 
 
-def held_out_figures(ordered: list[dict], known: np.ndarray, lowest_wins: bool) -> dict:
+def held_out_figures(ordered: list[dict], known: np.ndarray, model, xq: np.ndarray) -> dict:
     """The device's answers on the rows of classes held out of training: the novelty score's AUROC (held-out
-    against known rows, from the device's own scores) and the share it answered unknown."""
+    against known rows, from the device's own scores; a range check's signal, which the device does not send, from
+    the rows' int8 inputs) and the share it answered unknown."""
     scores = np.array([r["scores"] for r in ordered], dtype=np.int64)
     labels = np.array([r["label"] for r in ordered], dtype=np.int64)
-    winner, _ = winner_and_runner_up(scores, labels, lowest_wins)
-    score = novelty(winner, lowest_wins)
+    score = families.novelty_score(model, scores, labels, np.asarray(xq)[[r["i"] for r in ordered]])
     decided = np.array([r.get("decided", -1) for r in ordered])
     return {"rows": int((~known).sum()), "auroc": auroc(score[~known], score[known]),
             "declined": float(np.mean(decided[~known] == UNKNOWN_LABEL))}
@@ -354,7 +354,7 @@ def summarise(subject: ValidationSubject, measured: Measured) -> dict:
         ][:MAX_MISMATCHES_REPORTED],
     }
     if summary["confidence"] is not None and not known.all():
-        summary["confidence"]["held_out"] = held_out_figures(ordered, known, families.lowest_wins(model.family))
+        summary["confidence"]["held_out"] = held_out_figures(ordered, known, model, vectors.xq)
     if markers is not None:
         summary["simulator_marker_cycles"] = markers
     if raw is not None:

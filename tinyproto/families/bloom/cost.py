@@ -48,6 +48,10 @@ BLOOM_CYCLES = {
     "slot_rem": 2,  # hand count, per slot of m % 4: tp_stream_begin's remainder, unrolled (one sts)
     "slot_wide": 0,  # per slot, m > 256 only: 16-bit loop counters
     "wide_fixed": 60.9,  # m > 256 only: the 16-bit draws' code around the loops
+    "range": 1,  # hand count, per cycle, with --unknown-rate's range check only: its compaction (tp_bloom_avr.h,
+    # tp_bloom_compact) takes 9 cycles a slot like avr-gcc's loop (ld, add, adc, cpse skipping, cpi, brne) but 1,
+    # not 3, per used slot and no reload; more: per slot, a shifted sum's mov and lsr (1 + shift), m > 256's
+    # ldi and cpc (2); once, the sum's and pointers' set-up and the bin's store (4)
     "used": 3,  # hand count, per used slot: kept by the compaction (breq not taken, st, adiw)
     # m > 256 (16-bit draws) or k > 8: the feed loop by its parts (FIT_LATER: with 16-bit draws a step and a draw
     # always come together, so the fit puts both on the step)
@@ -77,7 +81,7 @@ BLOOM_CYCLES = {
 }
 HAND_COUNTS = {name: BLOOM_CYCLES[name] for name in ("store", "store_last", "mac", "mac_group", "draw_pow2",
                                                      "draw_shift", "slot", "slot_reload", "slot_rem",
-                                                     "used", "feed_feature", "feed_chunk", "draw_mul")}
+                                                     "used", "feed_feature", "feed_chunk", "draw_mul", "range")}
 # The feed loop with byte draws (m <= 256), per k: (cycles per feature, per chunk) in tp_stream_feed, for an 8x8
 # multiply's map (m < 256) and for the byte taken as it is (m = 256). A feature's: the loop's test, the load and
 # bias, ceil(k/2) xorshift16 steps, k draws mapped and compared, with no MAX store (stores are the "store" terms);
@@ -144,12 +148,15 @@ def bloom_cost_terms(model) -> dict[str, float]:
     looped = k >= 4 if byte_draws else k >= 2  # avr-gcc keeps a loop over the draws (else it unrolls them)
     if looped and (k % 2 == 0 or not byte_draws):  # the last draw is inside the loop: a store costs 1 there too
         last, other = 0.0, last + other
+    ranged = _checks_range(model)
+    shift = model.range_shift if ranged else 0
     chunks = -(-d // CHUNK_BYTES)
-    terms = {"fixed": 1, "chunk": chunks, "slot": m, "slot_reload": m if rows > 1 else 0,
+    terms = {"fixed": 1, "chunk": chunks, "slot": m, "slot_reload": m if rows > 1 and not ranged else 0,
              "slot_rem": m % 4, "slot_wide": 0 if byte_draws else m, "wide_fixed": 0 if byte_draws else 1,
              "row_argmax": rows if rows > 1 else 0, "argmax_fixed": 1 if rows > 1 else 0,
              "row_c": 0 if asm else rows,
-             "used": used, "store": other, "store_last": last, "row": rows,
+             "range": used + m * ((1 + shift if shift else 0) + (2 if m > 256 else 0)) + 4 if ranged else 0,
+             "used": 0 if ranged else used, "store": other, "store_last": last, "row": rows,
              "row_bias32": rows if bias == 32 else 0, "mac": rows * used if asm else 0,
              "mac_group": rows * (used // 4) if asm else 0, "mac_c": 0 if asm else rows * used}
     terms.update({name: 0 for name in ("feature", "step", "draw", "pair_loop", "loop_feature", "draw_mul",
@@ -166,6 +173,12 @@ def bloom_cost_terms(model) -> dict[str, float]:
     return terms
 
 
+def _checks_range(model) -> bool:
+    """A judged model whose calibration checks the range signal (the compaction then sums it)."""
+    calibration = getattr(model, "calibration", None)
+    return calibration is not None and bool(getattr(calibration, "has_range", False))
+
+
 cost_terms = bloom_cost_terms  # the name tools/calibrate_costmodel.py reads in every family's cost module
 
 
@@ -177,7 +190,7 @@ def predict_cycles(model) -> dict:
     out = {
         "hashing": int(round(sum(cycles[n] for n in hashing))),
         "compaction": int(round(sum(cycles[n] for n in ("slot", "slot_reload", "slot_rem", "slot_wide", "wide_fixed",
-                                                               "used")))),
+                                                               "range", "used")))),
         "scores": int(round(sum(cycles[n] for n in ("row", "row_bias32", "argmax_fixed", "row_argmax", "mac",
                                                      "mac_group", "mac_c", "row_c")))),
     }

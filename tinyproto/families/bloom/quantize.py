@@ -115,6 +115,22 @@ class IntBloom(IntModelCommon):
         """φ' (n, p): the used slots' MAX of u, int64."""
         return bloom_max(integer_inputs(xq), self.slots, self.used)
 
+    @property
+    def range_shift(self) -> int:
+        """TP_BLOOM_RANGE_SHIFT: each φ value's right shift in range_signal, the least that keeps the sum of
+        the used slots' values within 16 bits (0 up to 257 used slots)."""
+        shift = 0
+        while self.n_used * (255 >> shift) > 0xFFFF:
+            shift += 1
+        return shift
+
+    def range_signal(self, xq: np.ndarray) -> np.ndarray:
+        """The range signal tp_judge checks with --unknown-rate (families/judging.training_range): Σ (φ' >> shift)
+        over the used slots, a uint16, as tp_stream_end sums it while it compacts φ. How much the input fills the
+        feature map: an input beyond the training rows' range (a weaker or stronger signal than any class) moves
+        it where a linear score may only grow surer. (n,) int64."""
+        return (self.features(xq) >> self.range_shift).sum(axis=1)
+
     def scores(self, xq: np.ndarray) -> np.ndarray:
         """The int32 score vectors tp_predict writes, (n, L) int64."""
         s = self.features(xq) @ self.weights.T + self.bias
@@ -159,10 +175,14 @@ class IntBloom(IntModelCommon):
 
     def static_state(self) -> StaticState:
         """firmware/tp_bloom.c's static variables, which tp_predict uses too (it runs the stream): not reentrant."""
-        return StaticState(predict=(
+        items = (
             SramItem("bloom_phi", self.n_slots, f"φ: one uint8 MAX per slot ({self.n_slots} slots, static)"),
             SramItem("bloom_stream", 4, "hash generator state and the next expected feature index (static)"),
-        ))
+        )
+        calibration = getattr(self, "calibration", None)  # a judged model's (families/judging.py)
+        if calibration is not None and calibration.has_range:
+            items += (SramItem("range_signal", 1, "the bin of φ's sum, which tp_judge checks (static)"),)
+        return StaticState(predict=items)
 
     def model_bytes(self) -> int:
         return sum(a.nbytes for a in self.carrays())

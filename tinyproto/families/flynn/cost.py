@@ -131,6 +131,43 @@ FLY_HAND_COUNTS = NARROW_STORED + ("lookup_class_bit", "byte", "prng_step", "pat
 # are about half its takes) and the shift map of a power-of-two input count (too few shapes have one).
 FLY_HELD = FLY_HAND_COUNTS + ("wide_shift_map", "wide_wrap", "wide_stored_pair", "winner_pair1", "winner_pair2",
                               "winner_pair3", "winner_pair4")
+# A seeded M over more than 256 hash inputs (tp_flynn_project reads x in place): avr-gcc compiles the row loop in a
+# layout of its own with and without the sign split and for s = 1, 2 and more (unrolled, or a loop), and no one set
+# of terms fits them all (one fit had s = 2 with the split 3 to 6 % low and s = 1 1 to 5 % high). So each layout
+# has its cycles per unit (per block, proposal, compare, input taken, row, wrapped index, mirrored input, heap fill
+# and replacement, and once), fitted on the function's own cycles (its __umulhisi3 calls included) on the
+# profiling simulator: tools/calibrate_costmodel.py --flynn-wide-seeded 32 (32 shapes of each layout, seed 6000,
+# within 0.7 %; 32 more, seed 6001, held out: within 2.4 %). The units of one layout are collinear (s fixed: an
+# input taken per row), so a value alone is not a cost; their sums are. A power-of-two input count (a shift map)
+# keeps FLY_CYCLES' terms.
+WIDE_SEEDED_CYCLES: dict[tuple[bool, int], tuple[float, ...]] = {
+    (False, 1): (0, 90.4, 31.5, 0, 0, 0.7, 0, 42, 28.7, 69),
+    (False, 2): (176.5, 0, 0, 58.7, 0, 1.2, 0, 54.2, 23, 12.7),
+    (False, 3): (0, 60.6, 13, 23.2, 17.4, 1.3, 0, 40.2, 31.1, 103.2),
+    (True, 1): (0, 75.2, 0, 0, 20.2, 1.2, 5.8, 39.6, 31.8, 87.6),
+    (True, 2): (162.5, 0, 0, 66.4, 0, 1.2, 3.6, 37.8, 31.9, 113.5),
+    (True, 3): (50.4, 67, 13.2, 26.5, 8.5, 1.6, 3.9, 37.9, 33, 51),
+}
+WIDE_SEEDED_UNITS = ("block", "wide_proposal", "wide_compare", "wide_take", "wide_row", "wide_wrap", "wide_mirror",
+                     "heap_fill", "heap_call_seeded", "once")
+
+
+def wide_seeded_layout(split: bool, s: int) -> tuple[bool, int]:
+    """The WIDE_SEEDED_CYCLES layout of a wide seeded M: (sign split, 1, 2 or 3 for s >= 3)."""
+    return (bool(split), min(int(s), 3))
+
+
+def wide_seeded_term(layout: tuple[bool, int], unit: str) -> str:
+    """The FLY_CYCLES name of one unit of one wide seeded layout, e.g. ws_split2_wide_row."""
+    return f"ws_{'split' if layout[0] else 'plain'}{layout[1]}_{unit}"
+
+
+WIDE_SEEDED_TERMS = tuple(wide_seeded_term(layout, unit) for layout in WIDE_SEEDED_CYCLES for unit in WIDE_SEEDED_UNITS)
+FLY_CYCLES.update({wide_seeded_term(layout, unit): cycles for layout, values in WIDE_SEEDED_CYCLES.items()
+                   for unit, cycles in zip(WIDE_SEEDED_UNITS, values)})
+FLY_HELD += WIDE_SEEDED_TERMS  # fitted by --flynn-wide-seeded alone
+
+
 # Which FLY_CYCLES terms make up each stage tools/bench_latency.py measures (the rest is "fixed").
 FLY_STAGES = {
     "prepare": ("input_seeded", "input_stored", "prepare_seeded", "prepare_stored"),
@@ -138,7 +175,7 @@ FLY_STAGES = {
                 "take_loop", "row_stored", "stored_index", "wide_proposal", "wide_shift_map", "wide_compare",
                 "wide_take", "wide_row", "wide_stored_index", "wide_stored_pair", "wide_stored_mirror", "wide_wrap",
                 "wide_mirror", "heap_fill",
-                "heap_call_seeded", "heap_call_stored") + NARROW_STORED,
+                "heap_call_seeded", "heap_call_stored") + NARROW_STORED + WIDE_SEEDED_TERMS,
     "top_rho": ("heapify", "heapify_fixed", "sift", "sift_level_pair", "sift_level_left", "sift_right",
                 "sift_stop_pair", "sift_stop_left", "sift_stop_leaf", "sift_wide_compare"),
     "lookup": ("winner", "winner_mul", "winner_shift", "winner_stored", "class_loop", "winner_pair1", "winner_pair2",
@@ -392,7 +429,14 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
         return terms
     blocks = -(-m // block_rows(n_in))
     terms.update(block=blocks, heap_call_seeded=replacements)
-    if wide:  # each block's pattern, then a rotation per row
+    if wide and n_in & (n_in - 1):  # each block's pattern, then a rotation per row; the layout's own cycles
+        units = dict(block=blocks, wide_proposal=pattern_proposals + m, wide_compare=compares, wide_take=m * s,
+                     wide_row=m, wide_wrap=wraps, wide_mirror=float(mirrors), heap_fill=rho,
+                     heap_call_seeded=replacements, once=1)
+        layout = wide_seeded_layout(shape.split, s)
+        terms.update(block=0, heap_call_seeded=0, heap_fill=0, wide_mirror=0.0, row_loop=0)
+        terms.update({wide_seeded_term(layout, unit): units[unit] for unit in WIDE_SEEDED_UNITS})
+    elif wide:  # a power-of-two input count: the proposal mapped by a shift loop
         proposals = pattern_proposals + m
         terms.update(wide_proposal=proposals, wide_compare=compares, wide_take=m * s, wide_wrap=wraps, wide_row=m,
                      wide_shift_map=proposals if n_in & (n_in - 1) == 0 else 0)
