@@ -402,6 +402,38 @@ def _watched_popen_init(self, args, *rest, **kwargs):
 
 def pytest_configure(config):
     subprocess.Popen.__init__ = _watched_popen_init
+    if not hasattr(config, "workerinput"):  # once, before pytest-xdist starts the workers
+        compile_bytecode_once(config)
+
+
+# ------------------------------------------------------------------------------------------------ bytecode, once
+# Where PYTHONDONTWRITEBYTECODE is set (it is in this project's CI containers), no Python process writes a .pyc:
+# every pytest-xdist worker rewrote and compiled every test module at its collection (~4 s of CPU each), and every
+# `tinyproto` command the tests start compiled the tinyproto modules it imports (~0.2 s of CPU for compile's). A
+# process still reads what is there, so the run's first process writes it once: tinyproto's modules and tests/
+# helpers.py as Python itself writes them (__pycache__, ignored by git; py_compile does not read the variable), and
+# the test modules as pytest's assertion rewriting caches them (its own pyc files, which its workers read back).
+
+
+def compile_bytecode_once(config) -> None:
+    import compileall
+    import py_compile
+
+    compileall.compile_dir(str(TESTS.parent / "tinyproto"), quiet=1)
+    py_compile.compile(str(TESTS / "helpers.py"), doraise=False)
+    try:  # pytest's own functions (not public API: when they change, the workers just rewrite as before)
+        from _pytest.assertion import assertstate_key
+        from _pytest.assertion.rewrite import (PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, get_cache_dir,
+                                               try_makedirs)
+
+        state = config.stash[assertstate_key]
+        for source in sorted([*TESTS.glob("test_*.py"), TESTS / "conftest.py"]):
+            pyc = get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)
+            if _read_pyc(source, pyc, state.trace) is None and try_makedirs(pyc.parent):
+                source_hash, code = _rewrite_test(source, config)
+                _write_pyc(state, code, source_hash, pyc)
+    except Exception:  # noqa: BLE001 - an optimisation only
+        pass
 
 
 def pytest_unconfigure(config):

@@ -64,3 +64,18 @@ def test_auto_starts_two_workers_per_core_unless_told(monkeypatch):
     assert run("not device and not slow") == run("slow and not  device") == cores  # the others compute
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")
     assert run("") is None  # pytest-xdist's own hook then returns 3
+
+
+def test_the_runs_first_process_wrote_the_bytecode_the_workers_read():
+    """conftest.compile_bytecode_once: tinyproto's modules and the test modules as pytest rewrites them, compiled
+    before the workers start (so no worker rewrites them where PYTHONDONTWRITEBYTECODE is set)."""
+    import importlib.util
+    from pathlib import Path
+
+    from _pytest.assertion.rewrite import PYC_TAIL
+
+    root = Path(__file__).resolve().parents[1]
+    for module in ("__init__.py", "core/folds.py", "families/bnc/train.py"):
+        assert Path(importlib.util.cache_from_source(str(root / "tinyproto" / module))).is_file(), module
+    here = Path(__file__)
+    assert (here.parent / "__pycache__" / (here.name[:-3] + PYC_TAIL)).is_file()

@@ -195,15 +195,31 @@ def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds:
     (fold·L + class)·m + j, n_folds counting every repeat's folds."""
     keys, values, sizes = {}, {}, {}
     base = (state.folds * n_classes + state.y_index)[:, :, None]  # (repeats, n, 1)
+    every_winner = {}  # m -> the keys of all k winners (a shape's are its first ρ): one product per m, not per shape
     for m, rho in shapes:
         size = n_folds * n_classes * m
-        flat = (base * m + state.ranked[m][None, :, :rho]).reshape(-1)
+        if m not in every_winner:
+            every_winner[m] = base * m + state.ranked[m][None, :, :]
+        flat = every_winner[m][:, :, :rho].reshape(-1)
         if 4 * flat.size > size:  # a large party sends the smaller form
             keys[(m, rho)], values[(m, rho)] = _smaller_form(np.bincount(flat, minlength=size))
         else:
-            keys[(m, rho)], values[(m, rho)] = flat, np.ones(flat.size, dtype=np.int64)
+            keys[(m, rho)], values[(m, rho)] = flat, _ones(flat.size)
         sizes[(m, rho)] = size
     return SparseCounts(sizes, keys, values)
+
+
+_ONES = np.ones(0, dtype=np.int64)
+
+
+def _ones(n: int) -> np.ndarray:
+    """n ones (int64), a read-only view of one shared array: a party's pairs each count 1 (a thousand small parties
+    allocated one array per shape each). Nothing writes into a pair's counts: sums make new arrays."""
+    global _ONES
+    if _ONES.size < n:
+        _ONES = np.ones(max(n, 2 * _ONES.size), dtype=np.int64)
+        _ONES.flags.writeable = False
+    return _ONES[:n]
 
 
 ROW_BLOCK = 512  # rows scored at a time (bounds memory: repeats x rows x weightings x L x ρ)
