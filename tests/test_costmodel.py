@@ -123,8 +123,10 @@ def test_path_specific_cost_terms():
     dense_c, dense_asm, bitmap_c = protonn(1.0, 3), protonn(1.0, 10), protonn(0.2, 3)
     assert dense_c.w_dense and dense_asm.w_dense and not bitmap_c.w_dense
     assert protonn_cost_terms(dense_c)["dense_row_c"] == 20
-    assert protonn_cost_terms(dense_asm)["dense_row_c"] == 0 and protonn_cost_terms(dense_asm)["row_asm"] == 20
-    assert protonn_cost_terms(bitmap_c)["dense_row_c"] == 0
+    assert protonn_cost_terms(dense_asm)["dense_row_c"] == 0 and protonn_cost_terms(dense_asm)["row_asm"] == 0
+    assert protonn_cost_terms(dense_asm)["dense_z_row"] == 20  # the dense asm rescale, counted whole
+    assert protonn_cost_terms(bitmap_c)["dense_row_c"] == 0 and protonn_cost_terms(bitmap_c)["dense_z_row"] == 0
+    assert protonn_cost_terms(dense_c)["rescale_call"] == 0  # a right shift: inlined
 
     def flynn(d: int, s: int, split: bool, store: bool):
         from tinyproto.families.flynn.seeded_index import seeded_indices
@@ -277,6 +279,35 @@ def test_the_offset_rescale_and_timer_interrupt_counts_equal_the_device_cycles(t
         assert handler == pytest.approx(timer_overflow_cycles(own) * (TIMER1_OVERFLOW_CYCLES - 3)
                                         / TIMER1_OVERFLOW_CYCLES)
     assert handler > 0  # the last shape's inference is long enough to overflow Timer1
+
+
+@pytest.mark.device
+def test_the_dense_asm_rescale_projection_counts_equal_the_device_cycles(tmp_path):
+    """ProtoNN's dense W with the asm rescale (the group kernel stores z): tp_protonn_project's cycles on the
+    profiling simulator equal the counted terms (the kernel's rows, groups, inputs and clamps on the very vectors
+    run, the function's frame and group loop) for one group, full groups alone and with a remainder; the rest of
+    the timed call is PN_CYCLES' fixed."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.families.protonn.cost import PN_CYCLES, protonn_cost_terms
+
+    rng = np.random.default_rng(6)
+    simulator = build_profiling_simulator(tmp_path)
+    names = ("dense_z_row", "dense_z_in", "dense_z_group", "dense_z_frame", "dense_mac", "dense_load", "dense_step",
+             "rshift_asm")
+    for d, D, shift in ((5, 3, 9), (12, 5, 10), (33, 12, 12), (16, 9, 9), (70, 22, 13)):
+        model = calibrate.synthetic_model(d, D, 10, 3, 1.0, 32, shift, rng)
+        xq = rng.integers(-127, 128, size=(4, d)).astype(np.int8)
+        profile = calibrate.profile_shape(model, xq, "uno", tmp_path / f"d{D}", simulator)
+        terms = protonn_cost_terms(model)
+        z = (xq.astype(np.int64) @ model.W_q.T.astype(np.int64) + (1 << (shift - 1))) >> shift
+        terms["dense_z_in"] = (z < 128).sum(axis=1).mean()  # the clamps of these vectors, not the model's replay
+        counted = sum(terms[name] * PN_CYCLES[name] for name in names)
+        functions = profile["functions"]
+        assert counted == pytest.approx(functions["tp_protonn_project"]), (d, D)
+        own = sum(cycles for name, cycles in functions.items() if name.startswith("tp_protonn"))
+        assert profile["cycles"] - 30 - own == pytest.approx(PN_CYCLES["fixed"]), (d, D)  # less tp_judge's stub
 
 
 @pytest.mark.device

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tinyproto.pipeline.federate import federate_model
+from tinyproto.pipeline.federate import FederateOptions, federate_model
 
 
 def main() -> None:
@@ -28,8 +28,8 @@ def main() -> None:
             for split in args.splits.split(","):
                 started = time.perf_counter()
                 with tempfile.TemporaryDirectory() as scratch:
-                    r = federate_model(data, parties, backend="local", split_spec=split,
-                                       out=Path(scratch) / "fed").report
+                    options = FederateOptions(parties=parties, split_spec=split, backend="local")
+                    r = federate_model(data, options, out=Path(scratch) / "fed").report
                 print(f"| {data} | {parties} | {split} | {'yes' if r['identical_to_compile'] else 'NO'} | "
                       f"{100 * r['accuracy']:.2f} % | {100 * r['compile_accuracy']:.2f} % | "
                       f"{time.perf_counter() - started:.0f} |", flush=True)

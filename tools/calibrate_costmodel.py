@@ -70,7 +70,9 @@ N_VECTORS = 6
 HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "wide_index_bit": 2, "wide_index_high_bit": 1,
                "dist_term": 13, "dist_term_reg": 11,
                "score_term": 8, "score_load": 2, "score_step": 4, "nonzero": 13, "clear_bit": 3, "rshift_asm": 2,
-               "mask_step": 6, "offset_rescale": 1}
+               "mask_step": 6, "offset_rescale": 1, "dense_z_row": 13, "dense_z_in": 3, "dense_z_group": 4,
+               "dense_z_frame": 1, "fixed": 61, "proto_reg": 21, "proto_reg_reach_low": 1, "reach_index_reg": 1,
+               "dist_step": 3}
 
 
 def synthetic_model(d: int, D: int, m: int, L: int, density: float, table_size: int, proj_shift: int,
@@ -381,7 +383,7 @@ def calibrate_flynn_functions(n: int, cache: Path | None) -> None:
 
 KERNELS_SEED = 5000
 PN_KERNEL_TERMS = ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit", "wide_index_16", "dist_term",
-                   "dist_step", "fixed_reg", "proto_reg", "dist_term_reg")
+                   "dist_step", "fixed_reg", "proto_reg", "proto_reg_reach_low", "reach_index_reg", "dist_term_reg")
 PN_SCORE_TERMS = ("class", "score_group", "score_load", "score_step", "score_term")
 
 

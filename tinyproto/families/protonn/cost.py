@@ -23,30 +23,44 @@ from tinyproto.families.protonn.encoding import DENSE_GROUP
 # for the score terms, the rest of the timed call for the projection and fixed terms). The fit moves cycles between
 # terms that always occur together, so read the sum, not one term.
 PN_CYCLES = {
-    "fixed": 140,  # calls, register saves, argmax set-up (the fit puts most of it in per-row / per-class terms)
-    "row": 0,  # per projected dimension, C rescale: row set-up, bias removal, clamp, store (the fit: in row32)
+    # tp_predict's own code around its three calls and the device app's timed call (less the empty call): 61
+    # cycles on every row-major shape of --protonn-functions (the timed span less tp_protonn_*'s cycles), held
+    "fixed": 61,
+    "fixed_bitmap": 59,  # once, a bitmap W: tp_protonn_project's frame and row loop set-up
+    "rescale_call": 32,  # per row of a dense W whose rescale avr-gcc leaves out of line (rescale_out_of_line)
+    "row": 51,  # per projected dimension, C rescale: row set-up, bias removal, clamp, store (the fit: in row32)
     "rshift16": 0,  # per row and bit of the 16-bit rescale shift (right shift >= 8 within the 24-bit bound)
-    "row32": 61,  # per row rescaled in 32 bits (right shift below 8 or beyond the 24-bit bound, left, or none)
-    "rshift32": 6,  # per row and bit of a 32-bit rescale shift (right shifts below 8, or beyond the bound)
+    "row32": 9,  # per row rescaled in 32 bits (right shift below 8 or beyond the 24-bit bound, left, or none)
+    "rshift32": 7,  # per row and bit of a 32-bit rescale shift (right shifts below 8, or beyond the bound)
     "lshift32": 13,  # per row and bit of the 32-bit left shift (negative projection shift)
-    "row_asm": 31,  # per projected dimension, asm rescale (TP_PROTONN_ROW_Z_ASM): set-up, bias, clamp, store
+    "row_asm": 40,  # per projected dimension, asm rescale (TP_PROTONN_ROW_Z_ASM): set-up, bias, clamp, store
     "rshift_asm": 2,  # per row and bit of the asm rescale shift (RSHIFT - 8)
-    "mask_byte": 7,  # per nonzero bitmap byte: lpm, test, branch
+    "mask_byte": 6,  # per nonzero bitmap byte: lpm, test, branch
     "zero_mask_byte": 7,  # per all-zero bitmap byte (its 8 inputs are skipped at once)
     "mask_step": 6,  # per bitmap byte of rows longer than 64 inputs (a loop: pointer step, counter)
     "clear_bit": 3,  # per zero bit of a nonzero bitmap byte
     "nonzero": 13,  # per W nonzero: ldd, lpm, muls, biased 24-bit add
     "dense_group": 0,  # per group of up to 4 rows of a dense W: sums set up and stored
-    "fixed_dense": 0,  # once, dense W
+    "fixed_dense": 20,  # once, dense W
     # per row of a dense W rescaled in C: the group kernel stores its 24-bit sum to acc[], the rescale reads it back;
     # fitted alone (`calibrate_costmodel.py --protonn-dense-rows 40`: 8.3) on 40 dense shapes drawn with seed 3000.
     # The function-by-function refit (--protonn-functions) gave 13, which put a 200-row dense shape 3.6 % over
     # (tests/test_protonn_kernels_avr.py, dist-24bit): its random draws hold few dense shapes.
-    "dense_row_c": 8,
+    "dense_row_c": 11,
     # per group of a dense W with a projection offset: the group's sums stored to acc[] and its loop of offset
     # rescales set up (avr-objdump of a 6-input group: 93 cycles besides its MACs, 52 a row besides the rescale's
     # own); fitted with offset_row on seeds 7 and 11 of tools/bench_costmodel.py's draw (68, 48)
-    "dense_group_c": 68,
+    "dense_group_c": 55,
+    # a dense W with the asm rescale (TP_PROTONN_ROW_Z_ASM: the group kernel stores z itself), counted from its
+    # code (tp_protonn_avr.h, TP_PROTONN_DENSE_GROUP_ASM): per row its sum's three movs, z's two bytes moved, the
+    # clamp to +127 taken (cpi, cpc, brlt, ldi, rjmp: 6) and st (2); 3 more for a row below +128 (the second
+    # compare: 9 instead of 6, counted on random vectors like the offset rescale's clamps); per group the ldi of
+    # the zero and 0x80 registers, the output pointer's movw and clr r1; tp_protonn_project's frame and group loop
+    # (avr-gcc's C around the kernel) in dense_z_frame_cycles. Exact on the profiling simulator.
+    "dense_z_row": 13,
+    "dense_z_in": 3,
+    "dense_z_group": 4,
+    "dense_z_frame": 1,  # its count is dense_z_frame_cycles(D)
     "dense_step": 4,  # per 8 inputs and group of a dense W (the loop step)
     "dense_load": 2,  # per input and group of a dense W: ld x_i
     "dense_mac": 9,  # per entry of a dense W: lpm, muls, biased 24-bit add
@@ -57,10 +71,16 @@ PN_CYCLES = {
     "wide_index_high_bit": 1,  # the same for shifts of 16 .. 23: one lsr of the distance's high byte
     "wide_index_16": 4,  # per prototype, shifts of 9 .. 15: the index is clamped in 16 bits (beyond 15, in 8);
     # fitted on seeds 7 and 11 of tools/bench_costmodel.py's draw (4.2)
-    "dist_step": 5,  # per 4 distance terms (only when D > 64)
+    "dist_step": 3,  # per 4 distance terms (only when D > 64): dec, brne (hand count; the last brne's cycle
+    # saved is the step counter's ldi)
     "dist_term": 13,  # per |z_r - b_jr|^2 term
     "fixed_reg": 98,  # once, D <= 16: saving and restoring r2-r17 for the register-z loop
-    "proto_reg": 22,  # per prototype, D <= 16 (z held in registers, one asm loop)
+    # per prototype, D <= 16 (z held in registers, one asm loop), a distance beyond the table's reach: the table
+    # index's compare (cpc, brsh, ldi), lookup, store, kernel sum and loop, less the first term's cycle that
+    # dist_term_reg counts (avr-objdump: 21, and 22 when the reach's low byte is not 0, one more cpi/cpc)
+    "proto_reg": 21,
+    "proto_reg_reach_low": 1,
+    "reach_index_reg": 1,  # a distance within reach: its index shift instead (its count: mean_reach_index_cycles)
     "dist_term_reg": 11,  # per |z_r - b_jr|^2 term, D <= 16
     "class": 30,  # per class: bias removal, store, compare
     "score_group": 128,  # per group of up to 5 classes: clear the sums, set-up (the fit adds the r2-r17 saves)
@@ -94,15 +114,15 @@ PN_C_ROWS_CYCLES = {
 # tools/calibrate_costmodel.py --protonn-functions 160 (through the chunked device app: a streamed vector's cycles
 # are the sum of its chunks'; --wide fits them alone on 19 synthetic models, PN_CYCLES held).
 PN_STREAM_CYCLES = {
-    "stream_fixed": 0,  # begin + end (the fit puts them in the per-chunk term, which every model has)
-    "stream_chunk": 33,  # per chunk the device app feeds (CHUNK_BYTES features): its call, timing and state
-    "stream_feature": 10,  # per kept feature: load x, loop
-    "stream_nnz": 44,  # per nonzero, one-byte codes: lpm code, lpm value, muls, 24-bit add into SRAM
-    "stream_nnz_nibble": 48,  # per nonzero, four-bit codes
-    "stream_row": 48,  # per projected dimension: clear, rescale, store
+    "stream_fixed": 17,  # begin + end (the fit puts them in the per-chunk term, which every model has)
+    "stream_chunk": 80,  # per chunk the device app feeds (CHUNK_BYTES features): its call, timing and state
+    "stream_feature": 9,  # per kept feature: load x, loop
+    "stream_nnz": 45,  # per nonzero, one-byte codes: lpm code, lpm value, muls, 24-bit add into SRAM
+    "stream_nnz_nibble": 50,  # per nonzero, four-bit codes
+    "stream_row": 47,  # per projected dimension: clear, rescale, store
     "stream_rshift": 7,  # per row and bit of a 32-bit right shift
-    "stream_rshift16": 4,  # per row and bit of the 16-bit rescale path (shift - 8)
-    "offset_row": 48,  # per row of a row-major W with an offset: the rescale's call and z's store (the call's body
+    "stream_rshift16": 5,  # per row and bit of the 16-bit rescale path (shift - 8)
+    "offset_row": 0,  # per row of a row-major W with an offset: the rescale's call and z's store (the call's body
     # is offset_rescale, counted)
     "stream_offset_row": 0,  # the same at the end of a streamed projection (the fit: no more than the plain
     # rescale's own set-up, which stream_row holds)
@@ -178,6 +198,53 @@ def mean_offset_rescale_cycles(model) -> float:
     return float(offset_rescale_cycles(p, model.proj_shift, model.offset).sum(axis=1).mean())
 
 
+def dense_z_frame_cycles(n_components: int) -> int:
+    """tp_protonn_project's own C code for a dense W with the asm rescale: its frame and the loop over groups of
+    4 rows (and the last group of D % 4), as avr-gcc -Os lays them out: read off the profiling simulator
+    (tp_protonn_project's cycles less the group kernels' counted ones) for D = 2 to 60. One group (D <= 4) is
+    straight code; from two full groups on the loop keeps its counter in the frame, and a remainder group beside
+    them costs the loop more registers to reload."""
+    full, rest = divmod(n_components, 4)
+    if full <= 1:
+        return 72 + (12 if full and rest else 0)
+    return 124 + 24 * full if rest else 97 + 15 * full
+
+
+def dense_z_rows_in(model) -> float:
+    """Rows of a dense W with the asm rescale whose z is below +128 before its clamp (the clamp's longer path),
+    per inference: the mean over OFFSET_TRIALS fixed random int8 vectors (mean_offset_rescale_cycles' vectors)."""
+    right = model.proj_shift
+    x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, model.n_features))
+    q = (x @ np.asarray(model.W_q, dtype=np.int64).T + (1 << (right - 1))) >> right
+    return float((q < 128).sum(axis=1).mean())
+
+
+def reach_index_cycles(table_shift: int) -> int:
+    """The register-z loop's table index of a distance within the table's reach (TP_PROTONN_INDEX_SHIFT, beyond
+    the 3 cycles the clamp to the last entry takes instead): the high byte moved and shifted right by SHIFT - 8,
+    or the low two bytes shifted left by 8 - SHIFT (lsl, rol) and the high byte moved."""
+    return 1 + (table_shift - 8 if table_shift >= 8 else 2 * (8 - table_shift))
+
+
+def mean_reach_index_cycles(model) -> float:
+    """The register-z loop's index shifts of one inference: its prototypes within the table's reach (data-
+    dependent) times reach_index_cycles, the mean over OFFSET_TRIALS fixed random int8 vectors (the offset
+    rescale's)."""
+    x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, model.n_features)).astype(np.int8)
+    z = model.projections(x).astype(np.int64)
+    dist = ((z[:, None, :] - np.asarray(model.B_q, dtype=np.int64)[None]) ** 2).sum(axis=2)
+    within = (dist < (model.table.size - 1) << model.table_shift).sum(axis=1).mean()
+    return float(within) * reach_index_cycles(model.table_shift)
+
+
+def rescale_out_of_line(model) -> bool:
+    """Whether avr-gcc -Os keeps tp_protonn_rescale out of line, called per row: a dense W rescaled in C (no asm
+    rescale, no offset) with a left shift or none, whose rows fall in full groups and a remainder (D > 4, D % 4:
+    two call sites); a right shift (smaller) or one call site is inlined (the profiling simulator's symbols)."""
+    D = model.n_components
+    return model.w_dense and model.offset is None and model.proj_shift <= 0 and D > 4 and D % 4 != 0
+
+
 def protonn_uses_asm(model) -> bool:
     """Whether the AVR build runs the assembly kernels (the same test as TP_PROTONN_ASM in tp_protonn.c)."""
     return model.n_components <= 255 and model.n_prototypes <= 256
@@ -232,7 +299,9 @@ def protonn_cost_terms(model) -> dict[str, int]:
         terms["rshift32"] = D * right
         terms["lshift32"] = D * left
     if D <= 16 and (model.table.size - 1) << model.table_shift <= 0xFFFF:  # tp_protonn_kernels' register-z loop
-        terms.update(fixed_reg=1, proto_reg=m, dist_term_reg=m * D)
+        terms.update(fixed_reg=1, proto_reg=m, dist_term_reg=m * D, reach_index_reg=mean_reach_index_cycles(model))
+        if ((model.table.size - 1) << model.table_shift) & 0xFF:
+            terms["proto_reg_reach_low"] = m
     else:
         terms.update(kernels_fixed=1, proto=m, dist_term=m * D)
         if (model.table.size - 1) << model.table_shift > 0xFFFF and model.table_shift < 24:
@@ -267,9 +336,14 @@ def protonn_cost_terms(model) -> dict[str, int]:
         terms["fixed_dense"] = 1
         terms["dense_row_c"] = 0 if terms["row_asm"] else D  # the asm rescale stores z from the registers
         terms["dense_group_c"] = groups if model.offset is not None else 0
+        terms["rescale_call"] = D if rescale_out_of_line(model) else 0
+        if terms["row_asm"]:  # the group kernel's asm rescale: counted whole
+            terms.update(row_asm=0, dense_group=0, fixed_dense=0, dense_z_row=D, dense_z_in=dense_z_rows_in(model),
+                         dense_z_group=groups, dense_z_frame=dense_z_frame_cycles(D))
     else:
         mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
         nonzero_bytes = mask[mask != 0]
+        terms["fixed_bitmap"] = 1
         terms["mask_byte"] = int(nonzero_bytes.size)
         terms["zero_mask_byte"] = int(mask.size - nonzero_bytes.size)
         terms["nonzero"] = int(np.count_nonzero(model.W_q))
@@ -304,10 +378,13 @@ def predict_cycles(model) -> dict:
                                                 "rshift_asm", "mask_byte", "mask_step",
                                                 "zero_mask_byte", "clear_bit", "scanned_bit", "nonzero",
                                                 "dense_mac", "dense_step", "dense_load", "dense_group", "dense_group_c",
-                                                "fixed_dense", "dense_row_c",
+                                                "fixed_dense", "fixed_bitmap", "rescale_call", "dense_row_c",
+                                                "dense_z_row", "dense_z_in",
+                                                "dense_z_group", "dense_z_frame",
                                                 *PN_STREAM_CYCLES, *PN_C_ROWS_CYCLES))
     distances = sum(cycles.get(k, 0) for k in ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit",
                                                "wide_index_16", "dist_term", "dist_step", "fixed_reg", "proto_reg",
+                                               "proto_reg_reach_low", "reach_index_reg",
                                                "dist_term_reg"))
     scores = sum(cycles.get(k, 0) for k in ("class", "score_term", "score_step", "score_group", "score_load"))
     own = cycles["fixed"] + projection + distances + scores
