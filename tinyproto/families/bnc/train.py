@@ -43,6 +43,7 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from sklearn import config_context
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
@@ -296,7 +297,10 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
             if k >= len(distinct):  # as many prototypes as distinct points: the points are the centres
                 out.append(distinct[np.arange(k) % len(distinct)])
                 continue
-            with warnings.catch_warnings():  # duplicate points can leave fewer distinct clusters: not an error
+            # duplicate points can leave fewer distinct clusters: not an error. Zc is finite (standardised and
+            # clipped) and the parameters valid by construction: scikit-learn's checks of both are skipped (they
+            # cost more than the fit on a class of a few dozen rows; the result is the same)
+            with warnings.catch_warnings(), config_context(assume_finite=True, skip_parameter_validation=True):
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 km = KMeans(n_clusters=int(k), n_init=1, random_state=int(rng.randint(2**31 - 1))).fit(Zc)
             out.append(km.cluster_centers_)
