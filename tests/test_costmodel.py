@@ -311,6 +311,24 @@ def test_the_dense_asm_rescale_projection_counts_equal_the_device_cycles(tmp_pat
 
 
 @pytest.mark.device
+def test_a_one_chunk_sparse_bnc_is_counted_exactly(tmp_path):
+    """BNC with a sparse W over one chunk (d <= 64): the timed call (less tp_judge's streamed stub) equals the
+    predicted cycles on the profiling simulator, for one code byte and several, rows of one bitmap byte and of
+    several (tp_bnc_project's rows and mask bytes, tp_bnc_classify's hand counts, the frames and stream calls)."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.families.bnc.cost import predict_cycles
+
+    simulator = build_profiling_simulator(tmp_path)
+    for d, r, m, L in ((8, 8, 9, 3), (20, 8, 30, 10), (5, 24, 12, 4), (40, 32, 9, 2)):
+        model = calibrate.bnc_shape_model(d, r, m, L, 0.3, 0, "shared", 0, d * 1000 + r)
+        xq = np.random.default_rng(d).integers(-127, 128, size=(4, d)).astype(np.int8)
+        profile = calibrate.profile_shape(model, xq, "uno", tmp_path / f"b{d}-{r}", simulator)
+        assert profile["cycles"] - 27 == predict_cycles(model)["total"], (d, r)  # 27: the streamed judge stub
+
+
+@pytest.mark.device
 def test_the_profiler_maps_addresses_to_code_symbols_only(built_models):
     """tools/profile_firmware.py attributes each sampled address to the function below it: an absolute symbol
     such as __stack (an SRAM address that avr-nm lists among the code's) once cut a function in two."""

@@ -28,16 +28,24 @@ from tinyproto.core.wire import CHUNK_BYTES
 
 BNC_CYCLES = {
     # ---- one chunk (d <= 64): tp_bnc_project
-    "fixed": 267.5,  # sparse W: calls, frames
+    "fixed": 267.5,  # sparse W: calls, frames (not used: sparse_frame counts them)
     "fixed_dense": 224.3,  # dense W: calls, frames
     "fixed_seeded": 249.4,  # seeded W: calls, frames
-    "row": 0,  # per row of a sparse W: loop, sign test, code bit (nnls puts it all in code_byte: r = 8 x bytes)
+    # ---- one chunk, a sparse W: tp_bnc_project counted from its code on the profiling simulator (each row's mask
+    # bytes, 17 cycles a byte and 2 more for one with a set bit, beside the bits' hand counts; per row the sign
+    # test, the code bit and the loop, by how avr-gcc lays the row loop out: one code byte or several, rows of one
+    # bitmap byte (d <= 8) or a byte loop); sparse_frame: the function's frame, tp_bnc_classify's and the device
+    # app's stream calls around them (sparse_frame_cycles). Exact for r a multiple of 8 (the solver's r).
+    "row": 2,  # per row, one code byte (r <= 8), rows of one bitmap byte (d <= 8)
     "row_dense": 71.2,  # per row of a dense W: call, register saves, sign test, code bit
     "code_byte": 104.3,  # per code byte: its loop and store, and its 8 rows' work that no layout adds to
     "dense_mac": 21,  # hand count, per dense W entry: the C loop (ld, lpm, muls, 32-bit add, loop)
-    "row_multibyte": 9.3,  # per row of a sparse W whose bitmap row spans several bytes (d > 8): the byte loop's set-up
-    "mask_byte": 16.6,  # per sparse bitmap byte: lpm, zero test, loop
-    "nonzero_byte": 2.7,  # per bitmap byte with a set bit: entering and leaving the asm kernel
+    "row_multibyte": 11.625,  # per row, one code byte, rows of several bitmap bytes (d > 8): the byte loop's set-up
+    "row_bytes": 10.875,  # per row, several code bytes, rows of one bitmap byte
+    "row_bytes_multibyte": 19.875,  # per row, several code bytes, rows of several bitmap bytes
+    "mask_byte": 17,  # per sparse bitmap byte: lpm, zero test, loop
+    "nonzero_byte": 2,  # per bitmap byte with a set bit: into and out of its bit tests
+    "sparse_frame": 1,  # its count is sparse_frame_cycles(...)
     "set_bit": 16,  # hand count, per W nonzero: lpm, ldd, muls, sign extension, 32-bit add
     "clear_bit": 3,  # hand count, per clear bit of a bitmap byte that has a set bit (sbrs, rjmp)
     "seeded_weight": 84.7,  # xorshift16 step, scaled offset (two 8x8 muls), segment step, ld x, lpm, muls, add
@@ -77,12 +85,14 @@ BNC_CYCLES = {
 # the per-row terms they always occur with.
 HAND_COUNTS = {name: BNC_CYCLES[name] for name in (
     "dense_mac", "seeded_long", "proto", "proto_byte", "proto_1byte", "class", "class_1byte", "set_bit", "clear_bit",
+    "row", "row_multibyte", "row_bytes", "row_bytes_multibyte", "mask_byte", "nonzero_byte", "sparse_frame",
     "part_mask_byte", "part_nonzero_byte", "rest_byte", "stream_dense_begin_row", "stream_dense_row",
     "stream_dense_mac",
     "stream_seeded_peek_fail", "stream_seeded_long")}
 STAGES = {
     "projection": ("fixed", "fixed_dense", "fixed_seeded", "seeded_weight", "seeded_row", "seeded_uneven",
-                   "seeded_long", "code_byte", "row", "row_multibyte", "row_dense", "dense_mac", "mask_byte",
+                   "seeded_long", "code_byte", "row", "row_multibyte", "row_bytes", "row_bytes_multibyte",
+                   "sparse_frame", "row_dense", "dense_mac", "mask_byte",
                    "nonzero_byte",
                    "set_bit", "clear_bit", "chunked_fixed", "chunk", "code_bit", "part_row", "part_mask_byte",
                    "part_nonzero_byte", "rest_row", "rest_byte", "stream_dense_begin_row", "stream_dense_row",
@@ -90,6 +100,21 @@ STAGES = {
                    "stream_seeded_weight", "stream_seeded_row_chunk", "stream_seeded_peek_fail", "stream_seeded_long"),
     "hamming": ("proto", "proto_byte", "proto_1byte", "class", "class_1byte"),
 }
+
+
+# The device app's stream calls around a one-chunk sparse BNC's tp_bnc_project and tp_bnc_classify (the timed
+# calls less the two functions), by code bytes R: measured on the profiling simulator for every R of the solver's
+# bit grid (r = 8 .. 128); 207 from R = 4 on except R = 5 (211: not on the grid).
+SPARSE_STREAM_CYCLES = {1: 171, 2: 176, 3: 204, 5: 211, 6: 209}
+
+
+def sparse_frame_cycles(n_features: int, n_bits: int) -> int:
+    """A one-chunk sparse BNC's frames: tp_bnc_project's (68 with one code byte and rows of one bitmap byte, 83
+    with several code bytes, 85 with rows of several bitmap bytes), tp_bnc_classify's (69 with one code byte,
+    112 with several: its register saves) and the stream calls' (SPARSE_STREAM_CYCLES)."""
+    R = (n_bits + 7) // 8
+    project = 85 if n_features > 8 else (68 if R == 1 else 83)
+    return project + (69 if R == 1 else 112) + SPARSE_STREAM_CYCLES.get(R, 207)
 
 
 def n_chunks(n_features: int, chunk: int = CHUNK_BYTES) -> int:
@@ -131,8 +156,10 @@ def bnc_cost_terms(n_features: int, n_bits: int, nonzeros: int, n_prototypes: in
         elif dense:
             terms.update(fixed_dense=1, row_dense=r, dense_mac=d * r)
         else:
-            # with one bitmap byte per row (d <= 8) avr-gcc drops the byte loop: those rows cost less
-            terms.update(fixed=1, row=r, row_multibyte=r if row_bytes > 1 else 0, mask_byte=mask_bytes,
+            # with one bitmap byte per row (d <= 8) avr-gcc drops the byte loop, with one code byte the code loop
+            row = ("row" if row_bytes == 1 else "row_multibyte") if R == 1 else (
+                "row_bytes" if row_bytes == 1 else "row_bytes_multibyte")
+            terms.update({row: r}, code_byte=0, sparse_frame=sparse_frame_cycles(d, r), mask_byte=mask_bytes,
                          nonzero_byte=nonzero_bytes, set_bit=nonzeros, clear_bit=8 * nonzero_bytes - nonzeros)
         return terms
     terms.update(chunked_fixed=1, code_bit=8 * R)
