@@ -510,6 +510,33 @@ int main(void)
 """
 
 
+def _judge_on_the_simulated_uno(directory: Path, scores, labels, driver: str, extra: str = "") -> np.ndarray:
+    """Build `driver` with firmware/tp_judge.c and the rows (and the header _write_judge_header wrote in directory)
+    for the simulated Uno, run it, and return its (confidence, decision) bytes, one row per score row."""
+    import serial
+
+    from tinyproto.core.resources import resource_dir
+    from tinyproto.device.sim import SimulatedUno
+
+    rows = ",\n".join("{" + ", ".join(f"{int(v)}L" for v in row) + "}" for row in scores)
+    (directory / "judge_rows.h").write_text(
+        f"#define JUDGE_ROWS {len(scores)}\n"
+        f"static const int32_t judge_scores[JUDGE_ROWS][TP_N_CLASSES] PROGMEM = {{\n{rows}}};\n"
+        f"static const uint8_t judge_labels[JUDGE_ROWS] PROGMEM = {{{', '.join(str(int(v)) for v in labels)}}};\n"
+        + extra)
+    (directory / "driver.c").write_text(driver)
+    firmware = resource_dir("firmware")
+    elf = directory / "judge.elf"
+    __import__("subprocess").run(["avr-gcc", "-std=gnu99", "-Os", "-mmcu=atmega328p", "-DF_CPU=16000000UL", "-Wall",
+                                  "-Wextra", "-Werror", f"-I{directory}", f"-I{firmware}", str(directory / "driver.c"),
+                                  str(firmware / "tp_judge.c"), "-o", str(elf)], check=True, capture_output=True)
+    with SimulatedUno(elf, markers=False) as uno, serial.Serial(uno.port, 1_000_000, timeout=10) as port:
+        port.write(b"g")
+        answer = port.read(2 * len(scores))
+    assert len(answer) == 2 * len(scores), f"the simulated Uno answered {len(answer)} of {2 * len(scores)} bytes"
+    return np.frombuffer(answer, dtype=np.uint8).reshape(-1, 2).astype(np.int64)
+
+
 @pytest.mark.device
 @pytest.mark.parametrize("n_classes,score_byte,lowest_wins,halving,doubt,above", [
     (10, 0, True, 3, 200, 10), (10, 1, False, 1, 255, 10), (16, 2, True, 300, 90, -C.VIEW_MAX - 1),
@@ -521,33 +548,12 @@ def test_the_avr_assembly_of_tp_judge_equals_the_reference(tmp_path, n_classes, 
     and answer as Calibration.judge for every row. Both score rules, every view, both loops (backward up to 16
     classes, forward beyond), 2 classes, the smallest and largest halving and doubt, and decline thresholds inside
     and at both clamps."""
-    import serial
-
-    from tinyproto.core.resources import resource_dir
-    from tinyproto.device.sim import SimulatedUno
-
     if shutil.which("avr-gcc") is None:
         pytest.skip("avr-gcc not installed")
     scores, labels = _judge_rows(n_classes, score_byte, lowest_wins, rows=160)
     calibration = C.Calibration(doubt, halving, lowest_wins, unknown_above=above, score_byte=score_byte)
     _write_judge_header(tmp_path, n_classes, calibration)
-    rows = ",\n".join("{" + ", ".join(f"{int(v)}L" for v in row) + "}" for row in scores)
-    (tmp_path / "judge_rows.h").write_text(
-        f"#define JUDGE_ROWS {len(scores)}\n"
-        f"static const int32_t judge_scores[JUDGE_ROWS][TP_N_CLASSES] PROGMEM = {{\n{rows}}};\n"
-        f"static const uint8_t judge_labels[JUDGE_ROWS] PROGMEM = {{{', '.join(str(int(v)) for v in labels)}}};\n")
-    (tmp_path / "driver.c").write_text(_AVR_JUDGE_DRIVER)
-    firmware = resource_dir("firmware")
-    elf = tmp_path / "judge.elf"
-    subprocess_run = __import__("subprocess").run
-    subprocess_run(["avr-gcc", "-std=gnu99", "-Os", "-mmcu=atmega328p", "-DF_CPU=16000000UL", "-Wall", "-Wextra",
-                    "-Werror", f"-I{tmp_path}", f"-I{firmware}", str(tmp_path / "driver.c"),
-                    str(firmware / "tp_judge.c"), "-o", str(elf)], check=True, capture_output=True)
-    with SimulatedUno(elf, markers=False) as uno, serial.Serial(uno.port, 1_000_000, timeout=10) as port:
-        port.write(b"g")
-        answer = port.read(2 * len(scores))
-    assert len(answer) == 2 * len(scores), f"the simulated Uno answered {len(answer)} of {2 * len(scores)} bytes"
-    device = np.frombuffer(answer, dtype=np.uint8).reshape(-1, 2).astype(np.int64)
+    device = _judge_on_the_simulated_uno(tmp_path, scores, labels, _AVR_JUDGE_DRIVER)
     confidence, decided = calibration.judge(scores, labels)
     np.testing.assert_array_equal(device[:, 0], confidence)
     np.testing.assert_array_equal(device[:, 1], decided)
@@ -720,11 +726,6 @@ def test_the_avr_assembly_of_tp_judge_checks_the_range_like_the_reference(tmp_pa
     """tp_judge's AVR assembly with a range, on the simulated Uno: the same confidence byte and answer as
     Calibration.judge for every row (both score rules, both loops, a threshold that declines some rows or none,
     ranges at both ends of 0..65535 and of one value)."""
-    import serial
-
-    from tinyproto.core.resources import resource_dir
-    from tinyproto.device.sim import SimulatedUno
-
     if shutil.which("avr-gcc") is None:
         pytest.skip("avr-gcc not installed")
     scores, labels = _judge_rows(n_classes, 0, lowest_wins, rows=160)
@@ -732,23 +733,9 @@ def test_the_avr_assembly_of_tp_judge_checks_the_range_like_the_reference(tmp_pa
     calibration = C.Calibration(200, 3, lowest_wins, unknown_above=above, score_byte=0, range_low=low,
                                 range_high=high)
     _write_judge_header(tmp_path, n_classes, calibration)
-    rows = ",\n".join("{" + ", ".join(f"{int(v)}L" for v in row) + "}" for row in scores)
-    (tmp_path / "judge_rows.h").write_text(
-        f"#define JUDGE_ROWS {len(scores)}\n"
-        f"static const int32_t judge_scores[JUDGE_ROWS][TP_N_CLASSES] PROGMEM = {{\n{rows}}};\n"
-        f"static const uint8_t judge_labels[JUDGE_ROWS] PROGMEM = {{{', '.join(str(int(v)) for v in labels)}}};\n"
-        f"static const uint16_t judge_signals[JUDGE_ROWS] PROGMEM = {{{', '.join(str(int(v)) for v in signal)}}};\n")
-    (tmp_path / "driver.c").write_text(_AVR_RANGE_DRIVER)
-    firmware = resource_dir("firmware")
-    elf = tmp_path / "judge.elf"
-    __import__("subprocess").run(["avr-gcc", "-std=gnu99", "-Os", "-mmcu=atmega328p", "-DF_CPU=16000000UL", "-Wall",
-                                  "-Wextra", "-Werror", f"-I{tmp_path}", f"-I{firmware}", str(tmp_path / "driver.c"),
-                                  str(firmware / "tp_judge.c"), "-o", str(elf)], check=True, capture_output=True)
-    with SimulatedUno(elf, markers=False) as uno, serial.Serial(uno.port, 1_000_000, timeout=10) as port:
-        port.write(b"g")
-        answer = port.read(2 * len(scores))
-    assert len(answer) == 2 * len(scores), f"the simulated Uno answered {len(answer)} of {2 * len(scores)} bytes"
-    device = np.frombuffer(answer, dtype=np.uint8).reshape(-1, 2).astype(np.int64)
+    values = ", ".join(str(int(v)) for v in signal)
+    signals = f"static const uint16_t judge_signals[JUDGE_ROWS] PROGMEM = {{{values}}};\n"
+    device = _judge_on_the_simulated_uno(tmp_path, scores, labels, _AVR_RANGE_DRIVER, extra=signals)
     confidence, decided = calibration.judge(scores, labels, signal)
     np.testing.assert_array_equal(device[:, 0], confidence)
     np.testing.assert_array_equal(device[:, 1], decided)
