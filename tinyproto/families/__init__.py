@@ -269,9 +269,9 @@ def novelty_score(model: IntModel, scores: np.ndarray, labels: np.ndarray, xq: n
 
 def calibrated(model: IntModel) -> bool:
     """The model carries a calibration (every model compile writes; a federated one does not)."""
-    from tinyproto.families.judging import is_judged
+    from tinyproto.families.judging import calibration_of
 
-    return is_judged(model) and getattr(model, "calibration", None) is not None
+    return calibration_of(model) is not None
 
 
 def calibrate_chosen(name: str, model: IntModel, chosen: dict, X_train: np.ndarray, y_train: np.ndarray,

@@ -77,11 +77,16 @@ def is_judged(model: Any) -> bool:
     return type(model) in _JUDGED_CLASSES.values()
 
 
+def calibration_of(model: Any) -> Calibration | None:
+    """A judged model's calibration (None for any other model)."""
+    return getattr(model, "calibration", None) if is_judged(model) else None
+
+
 def range_signal(model: Any, xq: np.ndarray | None) -> np.ndarray | None:
     """The family's range signal of these int8 inputs (a `range_signal(xq)` method of its integer model: a uint16
     its runtime computes beside the scores, e.g. Bloom features' feature-map sum), when its calibration checks a
     range; None otherwise."""
-    calibration = getattr(model, "calibration", None) if is_judged(model) else None
+    calibration = calibration_of(model)
     if calibration is None or not calibration.has_range:
         return None
     if xq is None:
@@ -94,10 +99,9 @@ def novelty_score(model: Any, scores: np.ndarray, labels: np.ndarray, lowest_win
     """The novelty score of every row (larger: less like the training rows) that the held-out AUROC ranks: the
     winning score's novelty, and with a range check a row outside the range above every row inside it."""
     winner = winner_and_runner_up(scores, np.asarray(labels, dtype=np.int64), lowest_wins)[0]
-    novel = novelty(winner, lowest_wins)
-    calibration = getattr(model, "calibration", None) if is_judged(model) else None
+    calibration = calibration_of(model)
     if calibration is None or not calibration.has_range:
-        return novel
+        return novelty(winner, lowest_wins)
     # the view's novelty (what the device compares), so a row outside the range ranks above all of them
     view = novelty(score_view(winner, calibration.score_byte), lowest_wins)
     return calibration.novelty_score(view, range_signal(model, xq))
@@ -108,7 +112,7 @@ def judge(model: Any, scores: np.ndarray, labels: np.ndarray,
     """(confidence byte, decided label) per row of any model: a model without calibration answers confidence 0
     and its label (what the firmware does without a calibration). `xq`: the rows' int8 inputs, needed by a
     calibration that checks a range (range_signal)."""
-    calibration = getattr(model, "calibration", None) if is_judged(model) else None
+    calibration = calibration_of(model)
     if calibration is not None:
         return calibration.judge(scores, labels, range_signal(model, xq))
     labels = np.asarray(labels, dtype=np.int64)
@@ -297,5 +301,5 @@ def fit_judged(fit: Callable, fit_shape: Callable, X: np.ndarray, y: np.ndarray,
     return clf, judged, info
 
 
-__all__ = ["calibrate", "fit_judged", "is_judged", "judge", "judged_class", "make_judged", "novelty_score",
-           "range_signal", "split_json", "training_range", "wrap_from_json"]
+__all__ = ["calibrate", "calibration_of", "fit_judged", "is_judged", "judge", "judged_class", "make_judged",
+           "novelty_score", "range_signal", "split_json", "training_range", "wrap_from_json"]
