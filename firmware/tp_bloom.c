@@ -47,32 +47,18 @@ typedef uint16_t tp_bloom_count_t;
 #endif
 #ifdef TP_UNKNOWN_RANGE_LOW
 /* The range check's signal (compile --unknown-rate; IntBloom.range_signal, core/confidence.py): S, the sum of phi
- * over the slots, each value shifted right by TP_BLOOM_RANGE_SHIFT so S fits 16 bits. tp_stream_end sums it while
- * it compacts phi, from -TP_UNKNOWN_RANGE_LOW, and keeps one byte, the bin (S - LOW) >> 8 (modulo 2^16); tp_judge
- * declines the input when the bin is TP_UNKNOWN_RANGE_BINS or more: S outside LOW .. LOW + 256 BINS - 1. Only
- * such a model defines it, and only it sums (nothing changes without the option). */
+ * over the slots, each value shifted right by the header's TP_BLOOM_RANGE_SHIFT so S fits 16 bits.
+ * tp_stream_end sums it while it compacts phi, from -TP_UNKNOWN_RANGE_LOW, and keeps one byte, the bin
+ * (S - LOW) >> 8 (modulo 2^16); tp_judge declines the input when the bin is TP_UNKNOWN_RANGE_BINS or more: S outside
+ * LOW .. LOW + 256 BINS - 1. Only such a model defines it, and only it sums (nothing changes without the option). */
 #if TP_KERNELS_AVR /* tp_judge's assembly reads it by name: kept, and global, under -flto (the Arduino IDE's) */
 #define TP_BLOOM_ASM_READ __attribute__((used, externally_visible))
 #else
 #define TP_BLOOM_ASM_READ
 #endif
 TP_BLOOM_ASM_READ uint8_t tp_range_signal;
-#if TP_BLOOM_USED <= 257
-#define TP_BLOOM_RANGE_SHIFT 0
-#elif TP_BLOOM_USED <= 516
-#define TP_BLOOM_RANGE_SHIFT 1
-#elif TP_BLOOM_USED <= 1040
-#define TP_BLOOM_RANGE_SHIFT 2
-#elif TP_BLOOM_USED <= 2114
-#define TP_BLOOM_RANGE_SHIFT 3
-#elif TP_BLOOM_USED <= 4369
-#define TP_BLOOM_RANGE_SHIFT 4
-#elif TP_BLOOM_USED <= 9362
-#define TP_BLOOM_RANGE_SHIFT 5
-#elif TP_BLOOM_USED <= 21845
-#define TP_BLOOM_RANGE_SHIFT 6
-#else
-#define TP_BLOOM_RANGE_SHIFT 7
+#ifndef TP_BLOOM_RANGE_SHIFT
+#error "a range check needs TP_BLOOM_RANGE_SHIFT from the model header (IntBloom.range_shift)"
 #endif
 #endif
 static uint16_t tp_bloom_state; /* generator state after the last fed feature's steps */

@@ -166,6 +166,9 @@ class IntBloom(IntModelCommon):
             "TP_BLOOM_BIAS_BITS": self.bias_bits,
             "TP_STREAMABLE": 1,
         }
+        calibration = getattr(self, "calibration", None)  # a judged model's (families/judging.py)
+        if calibration is not None and calibration.has_range:  # decided here once: firmware/tp_bloom.c reads it
+            out["TP_BLOOM_RANGE_SHIFT"] = self.range_shift
         out.update(self.input_stage.defines())
         return out
 
