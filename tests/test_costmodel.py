@@ -99,6 +99,31 @@ def test_the_benchmark_finds_the_judge_call_it_removes():
         assert app.count(old) == 1, old
 
 
+@pytest.mark.device
+def test_the_benchmark_builds_and_talks_to_the_firmware_compile_ships(tmp_path):
+    """A FlyNN over 1,578 features leaves the Uno no room for a receive ring: compile renders it without one
+    (stop-and-wait). The benchmark's build renders the same ring and its host sends no further ahead, so the
+    device answers every vector (with the 256-byte ring compile would not give it, the ring ran into the stack
+    and the device lost the chunks of PREDICT: bench_costmodel --widths 784 9000 --seed 2)."""
+    from bench_costmodel import build, fits, measure_elf
+    from bench_latency import firmware_ring
+
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.seeded_index import seeded_indices
+
+    d, m = 1578, 101
+    rng = np.random.default_rng(1)
+    model = IntFlyNN([0, 1, 2], InputStage.shared(127.5, 1.0, d), True, 7, seeded_indices(7, m, 6, 2 * d), 8, 2,
+                     rng.integers(0, 4, size=(3, m)), 0.5, False)
+    assert fits(model, load_board("uno")) and firmware_ring(model, load_board("uno")) == 0
+    elf = build(model, tmp_path / "p", "uno")
+    assert "#define TP_RX_RING 0u" in (tmp_path / "p" / "include" / "tinyproto_sizes.h").read_text()
+    cycles, timer1 = measure_elf(elf, model, rng.integers(-127, 128, size=(2, d)).astype(np.int8), "ring0", "uno")
+    assert len(cycles) == 2 and cycles == timer1  # every score checked against the numpy reference
+
+
 def test_path_specific_cost_terms():
     """The terms of one firmware path are counted on that path only: ProtoNN's dense_row_c on a dense W rescaled
     in C (not with the assembly rescale, not on a bitmap W); FlyNN's wide stored-M terms on a stored M over more

@@ -285,11 +285,13 @@ def profile_shape(model, xq: np.ndarray, board: str, workdir: Path, simulator: P
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_costmodel import build, marker_cycles
+    from bench_latency import firmware_ring
     from profile_firmware import ASLEEP, functions_of, profiling
 
     elf = build(model, workdir, board)
     profile = workdir / "profile.txt"
-    with profiling(simulator, profile), SimulatedUno(elf) as uno, open_device(uno.port) as client:
+    ring = firmware_ring(model, load_board(board))
+    with profiling(simulator, profile), SimulatedUno(elf) as uno, open_device(uno.port, rx_ring=ring) as client:
         client.hello()
         answers = [client.predict(x) for x in xq]
         markers = uno.markers()
@@ -476,13 +478,13 @@ def measure_flynn_stages(model, xq: np.ndarray) -> dict:
     simulated Uno, every score checked against the numpy reference; avr-gcc builds (tools/bench_costmodel.py)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_costmodel import build
-    from bench_latency import run_firmware, stage_spans
+    from bench_latency import firmware_ring, run_firmware, stage_spans
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for marked in (False, True):
             elf = build(model, Path(tmp) / ("marked" if marked else "normal"), "uno", stage_markers=marked)
-            predictions, markers, _ = run_firmware(elf, xq, None)
+            predictions, markers, _ = run_firmware(elf, xq, None, firmware_ring(model, load_board("uno")))
             scores = np.array([p.scores for p in predictions], dtype=np.int64)
             if not np.array_equal(scores, model.scores(xq)):
                 raise AssertionError("device scores differ from the numpy reference")
@@ -784,8 +786,11 @@ def measure_vectors(model, xq: np.ndarray, workdir: Path, board: str = "uno") ->
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_costmodel import build  # one avr-gcc call with the project's flags: the firmware PlatformIO builds
 
+    from bench_latency import firmware_ring
+
     elf = build(model, workdir, board)
-    with SimulatedUno(elf, markers=False) as uno, open_device(uno.port) as client:
+    ring = firmware_ring(model, load_board(board))
+    with SimulatedUno(elf, markers=False) as uno, open_device(uno.port, rx_ring=ring) as client:
         predictions = [client.predict(x) for x in xq]
     scores = np.array([p.scores for p in predictions], dtype=np.int64)
     if not np.array_equal(scores, model.scores(xq)):
@@ -967,6 +972,7 @@ def bloom_feed_cycles(k: int, m: int, d: int, workdir: Path, simulator: Path, n_
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_costmodel import build
+    from bench_latency import firmware_ring
     from profile_firmware import functions_of, profiling
 
     from tinyproto.core.wire import n_chunks
@@ -975,7 +981,8 @@ def bloom_feed_cycles(k: int, m: int, d: int, workdir: Path, simulator: Path, n_
     xq = np.random.default_rng(d).integers(-127, 128, size=(n_vectors, d)).astype(np.int8)
     elf = build(model, workdir, "uno")
     profile = workdir / "profile.txt"
-    with profiling(simulator, profile), SimulatedUno(elf) as uno, open_device(uno.port) as client:
+    ring = firmware_ring(model, load_board("uno"))
+    with profiling(simulator, profile), SimulatedUno(elf) as uno, open_device(uno.port, rx_ring=ring) as client:
         client.hello()
         answers = [client.predict(x) for x in xq]
     if not np.array_equal(np.array([a.scores for a in answers]), model.scores(xq)):
