@@ -405,7 +405,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     plan = Plan.for_rows(n_rows)  # the yardstick compile's solver draws on the pooled rows
     K, n_repeats = plan.n_folds, plan.n_repeats
     tried: dict[Candidate, Candidate] = {}
-    exact_cache: dict = {}  # the solver's stream replays, one per (s, inputs)
+    limits = _solver.PlanLimits(budget, max_cycles, L, d, count_limit, sram_room)
+    replays = _solver.CycleReplays(seed_M)  # the solver's stream replays, one per (s, inputs)
     preprocessings = PREPROCESSING + SHARED_PREPROCESSING  # the solver's, in its order (ties keep the first)
     scalings = {scaling for scaling, _ in preprocessings}
     histogram = backend.allreduce(party_key_bins, backend.handles, np.asarray(classes), n_repeats, seed)
@@ -419,9 +420,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     def evaluate(scaling: str, sign_split: bool, s_grid, rho_grid, bits_grid, store_grid) -> None:
         n_in = 2 * d if sign_split else d
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):
-            plan = _solver.exact_plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in,
-                                      count_limit, seed_M, exact_cache, stage_bytes(stages[scaling].kind, d),
-                                      sram_room)
+            plan = _solver.exact_plan(limits, s, _solver.ShapeGrid(rho_grid, bits_grid, store_grid), n_in,
+                                      stage_bytes(stages[scaling].kind, d), replays)
             if not plan:
                 continue
             by_shape: dict[tuple[int, int], list[Candidate]] = {}
