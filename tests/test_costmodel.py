@@ -336,6 +336,49 @@ def test_the_dense_asm_rescale_projection_counts_equal_the_device_cycles(tmp_pat
 
 
 @pytest.mark.device
+def test_the_streamed_projection_counts_equal_the_device_cycles(tmp_path):
+    """ProtoNN's streamed projection (a column-coded W): the timed calls less the judge stub, the distance and
+    score kernels and the offset rescale equal stream_projection_cycles on the profiling simulator, its rescale's
+    clamps counted on the very vectors run: one-byte and nibble codes, 24- and 32-bit sums, a left shift (bench
+    seed 9's 68-feature shape was -3.4 % with the fitted terms), none, right shifts in 32 bits, by byte moves with
+    a 16-bit clamp (9) and without clamps (17), and an offset."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.core.wire import n_chunks
+    from tinyproto.families.protonn.cost import stream_projection_cycles
+    from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
+
+    rng = np.random.default_rng(9)
+    simulator = build_profiling_simulator(tmp_path)
+    table, table_shift = kernel_table(gamma=0.01, b_scale=1.0, size=32)
+    for d, D, shift, wide_row, offset, encoding in ((68, 40, -1, False, False, "col_bytes"),
+                                                    (40, 12, 3, False, False, "col_bytes"),
+                                                    (50, 25, 9, False, True, "col_bytes"),
+                                                    (40, 12, 17, False, False, "col_bytes"),
+                                                    (140, 8, 0, False, False, "col_nibbles"),
+                                                    (600, 60, 5, True, False, "col_bytes")):
+        W = np.zeros((D, d), dtype=np.int64)
+        W[rng.integers(0, D, size=d), np.arange(d)] = rng.integers(1, 128, size=d)
+        W[np.arange(D), rng.integers(0, d, size=D)] = rng.integers(1, 128, size=D)
+        if wide_row:  # a row of more than 511 nonzeros: 32-bit sums
+            W[0, :520] = rng.integers(1, 128, size=520)
+        model = IntProtoNN([0, 1, 2], InputStage.shared(127.5, 1.0, d), W.astype(np.int8),
+                           rng.integers(-60, 61, size=(10, D)).astype(np.int8),
+                           rng.integers(-127, 128, size=(10, 3)).astype(np.int8), proj_shift=shift, table=table,
+                           table_shift=table_shift, scales={},
+                           offset=rng.integers(-300, 300, size=D).astype(np.int16) if offset else None)
+        assert model.w_encoding == encoding, (d, D)
+        xq = rng.integers(-127, 128, size=(4, d)).astype(np.int8)
+        profile = calibrate.profile_shape(model, xq, "uno", tmp_path / f"s{d}-{shift}", simulator, n_chunks(d))
+        functions = profile["functions"]
+        measured = profile["cycles"] - 27 - sum(functions.get(name, 0.0) for name in (
+            "tp_protonn_kernels", "tp_protonn_scores", "tp_protonn_rescale_offset"))  # 27: the streamed judge stub
+        assert stream_projection_cycles(model, x=xq) == pytest.approx(measured), (d, D, shift)
+
+
+@pytest.mark.device
 def test_a_one_chunk_sparse_bnc_is_counted_exactly(tmp_path):
     """BNC with a sparse W over one chunk (d <= 64): the timed call (less tp_judge's streamed stub) equals the
     predicted cycles on the profiling simulator, for one code byte and several, rows of one bitmap byte and of

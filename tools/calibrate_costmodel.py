@@ -18,7 +18,7 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
                                                    # FLY_CYCLES' terms around the heap, the rest held
     python tools/calibrate_costmodel.py --protonn-dense-rows 40 --cache build/protonn-dense-rows.json
                                                    # PN_CYCLES' dense_row_c, the rest held
-    python tools/calibrate_costmodel.py --wide     # PN_STREAM_CYCLES: column-coded W, projection offsets
+    python tools/calibrate_costmodel.py --wide     # PN_STREAM_CYCLES' fitted term: a row-major W's offset rows
     python tools/calibrate_costmodel.py --protonn-c --cache build/protonn-c.json
                                                    # PN_C_ROWS_CYCLES: row-major W over d > 511 features
     python tools/calibrate_costmodel.py --bloom-feed   # Bloom's FEED_CYCLES: tp_stream_feed per feature and chunk
@@ -72,7 +72,7 @@ HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "wide_index_bit
                "score_term": 8, "score_load": 2, "score_step": 4, "nonzero": 13, "clear_bit": 3, "rshift_asm": 2,
                "mask_step": 6, "offset_rescale": 1, "dense_z_row": 13, "dense_z_in": 3, "dense_z_group": 4,
                "dense_z_frame": 1, "fixed": 61, "proto_reg": 21, "proto_reg_reach_low": 1, "reach_index_reg": 1,
-               "dist_step": 3}
+               "dist_step": 3, "stream_projection": 1}
 
 
 def synthetic_model(d: int, D: int, m: int, L: int, density: float, table_size: int, proj_shift: int,
@@ -625,18 +625,20 @@ def calibrate_protonn_c(cache: Path | None, n: int = 14, seed: int = 1000) -> No
 
 
 def calibrate_wide() -> None:
-    """PN_STREAM_CYCLES with PN_CYCLES held: the streamed projection and the offset rescale."""
+    """PN_STREAM_CYCLES' fitted term (offset_row) with every other held: the streamed projection and the offset
+    rescale are counted (stream_projection_cycles, offset_rescale_cycles)."""
     from tinyproto.families.protonn.cost import PN_STREAM_CYCLES, predict_cycles
 
     rng = np.random.default_rng(1)
-    names = list(PN_STREAM_CYCLES)
+    names = [name for name in PN_STREAM_CYCLES if name not in HAND_COUNTS]  # the counted units held
     rows, rest, measured, models = [], [], [], []
     for shape in WIDE_SHAPES:
         model = wide_model(*shape, rng)
         with tempfile.TemporaryDirectory() as tmp:
             cycles = measure(model, Path(tmp), rng)
         terms = protonn_cost_terms(model)
-        held = sum(count * PN_CYCLES.get(name, 0) for name, count in terms.items() if name not in PN_STREAM_CYCLES)
+        held = sum(count * {**PN_CYCLES, **PN_STREAM_CYCLES}.get(name, 0) for name, count in terms.items()
+                   if name not in names)
         rows.append([terms.get(n, 0) for n in names])
         rest.append(held)
         measured.append(cycles)
