@@ -99,6 +99,31 @@ def test_the_benchmark_finds_the_judge_call_it_removes():
         assert app.count(old) == 1, old
 
 
+@pytest.mark.device
+def test_the_benchmark_builds_and_talks_to_the_firmware_compile_ships(tmp_path):
+    """A FlyNN over 1,578 features leaves the Uno no room for a receive ring: compile renders it without one
+    (stop-and-wait). The benchmark's build renders the same ring and its host sends no further ahead, so the
+    device answers every vector (with the 256-byte ring compile would not give it, the ring ran into the stack
+    and the device lost the chunks of PREDICT: bench_costmodel --widths 784 9000 --seed 2)."""
+    from bench_costmodel import build, fits, measure_elf
+    from bench_latency import firmware_ring
+
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.seeded_index import seeded_indices
+
+    d, m = 1578, 101
+    rng = np.random.default_rng(1)
+    model = IntFlyNN([0, 1, 2], InputStage.shared(127.5, 1.0, d), True, 7, seeded_indices(7, m, 6, 2 * d), 8, 2,
+                     rng.integers(0, 4, size=(3, m)), 0.5, False)
+    assert fits(model, load_board("uno")) and firmware_ring(model, load_board("uno")) == 0
+    elf = build(model, tmp_path / "p", "uno")
+    assert "#define TP_RX_RING 0u" in (tmp_path / "p" / "include" / "tinyproto_sizes.h").read_text()
+    cycles, timer1 = measure_elf(elf, model, rng.integers(-127, 128, size=(2, d)).astype(np.int8), "ring0", "uno")
+    assert len(cycles) == 2 and cycles == timer1  # every score checked against the numpy reference
+
+
 def test_path_specific_cost_terms():
     """The terms of one firmware path are counted on that path only: ProtoNN's dense_row_c on a dense W rescaled
     in C (not with the assembly rescale, not on a bitmap W); FlyNN's wide stored-M terms on a stored M over more
@@ -308,6 +333,49 @@ def test_the_dense_asm_rescale_projection_counts_equal_the_device_cycles(tmp_pat
         assert counted == pytest.approx(functions["tp_protonn_project"]), (d, D)
         own = sum(cycles for name, cycles in functions.items() if name.startswith("tp_protonn"))
         assert profile["cycles"] - 30 - own == pytest.approx(PN_CYCLES["fixed"]), (d, D)  # less tp_judge's stub
+
+
+@pytest.mark.device
+def test_the_streamed_projection_counts_equal_the_device_cycles(tmp_path):
+    """ProtoNN's streamed projection (a column-coded W): the timed calls less the judge stub, the distance and
+    score kernels and the offset rescale equal stream_projection_cycles on the profiling simulator, its rescale's
+    clamps counted on the very vectors run: one-byte and nibble codes, 24- and 32-bit sums, a left shift (bench
+    seed 9's 68-feature shape was -3.4 % with the fitted terms), none, right shifts in 32 bits, by byte moves with
+    a 16-bit clamp (9) and without clamps (17), and an offset."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.core.wire import n_chunks
+    from tinyproto.families.protonn.cost import stream_projection_cycles
+    from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
+
+    rng = np.random.default_rng(9)
+    simulator = build_profiling_simulator(tmp_path)
+    table, table_shift = kernel_table(gamma=0.01, b_scale=1.0, size=32)
+    for d, D, shift, wide_row, offset, encoding in ((68, 40, -1, False, False, "col_bytes"),
+                                                    (40, 12, 3, False, False, "col_bytes"),
+                                                    (50, 25, 9, False, True, "col_bytes"),
+                                                    (40, 12, 17, False, False, "col_bytes"),
+                                                    (140, 8, 0, False, False, "col_nibbles"),
+                                                    (600, 60, 5, True, False, "col_bytes")):
+        W = np.zeros((D, d), dtype=np.int64)
+        W[rng.integers(0, D, size=d), np.arange(d)] = rng.integers(1, 128, size=d)
+        W[np.arange(D), rng.integers(0, d, size=D)] = rng.integers(1, 128, size=D)
+        if wide_row:  # a row of more than 511 nonzeros: 32-bit sums
+            W[0, :520] = rng.integers(1, 128, size=520)
+        model = IntProtoNN([0, 1, 2], InputStage.shared(127.5, 1.0, d), W.astype(np.int8),
+                           rng.integers(-60, 61, size=(10, D)).astype(np.int8),
+                           rng.integers(-127, 128, size=(10, 3)).astype(np.int8), proj_shift=shift, table=table,
+                           table_shift=table_shift, scales={},
+                           offset=rng.integers(-300, 300, size=D).astype(np.int16) if offset else None)
+        assert model.w_encoding == encoding, (d, D)
+        xq = rng.integers(-127, 128, size=(4, d)).astype(np.int8)
+        profile = calibrate.profile_shape(model, xq, "uno", tmp_path / f"s{d}-{shift}", simulator, n_chunks(d))
+        functions = profile["functions"]
+        measured = profile["cycles"] - 27 - sum(functions.get(name, 0.0) for name in (
+            "tp_protonn_kernels", "tp_protonn_scores", "tp_protonn_rescale_offset"))  # 27: the streamed judge stub
+        assert stream_projection_cycles(model, x=xq) == pytest.approx(measured), (d, D, shift)
 
 
 @pytest.mark.device

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "tools"))
 from docs_examples import (  # noqa: E402 (tools/ goes on the path first)
-    EXECUTED_PAGES, PAGE_GROUPS, WINE_PAGE, comparable, console_blocks, example_runner, exit_of, missing_lines,
-    normalise, page_commands, prerequisites, stale_lines)
+    EXECUTED_PAGES, PAGE_GROUPS, WINE_PAGE, comparable, console_blocks, example_runner, exit_of, is_excerpt,
+    missing_lines, normalise, page_commands, prerequisites, stale_lines, unshown_lines)
 
 # every page where a console block showing output must be executed
 MUST_RUN = ["README.md", "docs/getting-started.md", "docs/tutorials/*.md"]
@@ -48,6 +48,15 @@ def test_normalise_masks_the_run_dependent_stack_peak_but_not_static_sram():
     assert missing_lines(["│ total │ 2048 │"], "a\n│  total  │  2048  │\n") == []
     assert missing_lines(["│ total │ 2047 │"], "│ total │ 2048 │\n") == ["│ total │ 2047 │"]
     assert missing_lines(["b", "a"], "a\nb\n") == ["a"]  # order matters
+
+
+def test_a_page_showing_a_whole_output_leaves_no_line_of_it_out():
+    listing = "lib\ntp_judge.c\ntp_judge_avr.h\n"
+    assert unshown_lines(["lib", "tp_judge.c"], listing) == ["tp_judge_avr.h"]
+    assert unshown_lines(["lib", "tp_judge.c", "tp_judge_avr.h"], listing + "\n  ━━━━ 30/30\n") == []
+    assert is_excerpt("$ tinyproto run --budget 2kB   # (excerpt)")
+    assert not is_excerpt("$ ls build/wine-arduino")
+    assert not is_excerpt("$ grep '(excerpt)' notes.txt")
 
 
 def test_a_refusal_on_a_page_states_its_exit_status(tmp_path):
@@ -91,7 +100,7 @@ def test_no_session_history_in_the_docs():
 @pytest.mark.parametrize("page", _pages(MUST_RUN))
 def test_every_example_with_output_is_executed(page):
     for marked, steps in console_blocks(page):
-        shows_output = any(any(comparable(line) for line in out) for _, out, _ in steps)
+        shows_output = any(any(comparable(line) for line in step.expected) for step in steps)
         assert marked or not shows_output, f"{page}: a console block shows output but has no <!-- run --> marker"
         if marked:
             assert page in EXECUTED_PAGES, f"{page} has executed examples: add it to EXECUTED_PAGES"

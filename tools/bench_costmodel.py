@@ -270,7 +270,7 @@ def judge_stage_cycles(model, board_name: str, workdir: Path) -> int:
         env = f"{board_name}_sim"
         elf, _ = _compile_with_avr_gcc(project, env, _c_sources(project / "src", project / "lib"),
                                        project / ".pio" / "build" / env, None)
-        figures.append(measure_elf(elf, model, x)[0][0])
+        figures.append(measure_elf(elf, model, x, board_name=board_name)[0][0])
     return int(figures[0] - figures[1])
 
 
@@ -287,16 +287,21 @@ def measure(shape: dict, workdir: Path) -> dict:
     model = shape["model"]
     xq = np.random.default_rng(shape["xseed"]).integers(-127, 128, size=(N_VECTORS, model.n_features)).astype(np.int8)
     elf = build(model, workdir, shape["board"])
-    cycles, timer1 = measure_elf(elf, model, xq, shape["name"])
+    cycles, timer1 = measure_elf(elf, model, xq, shape["name"], shape["board"])
     return {"cycles": cycles, "timer1": timer1}
 
 
-def measure_elf(elf: Path, model, xq: np.ndarray, name: str = "") -> tuple[list[int], list[int]]:
-    """(marker cycles, Timer1 cycles) per vector of xq on the simulated board, every score checked."""
+def measure_elf(elf: Path, model, xq: np.ndarray, name: str = "",
+                board_name: str = "uno") -> tuple[list[int], list[int]]:
+    """(marker cycles, Timer1 cycles) per vector of xq on the simulated board, every score checked (the host's
+    window as far ahead as the firmware's receive ring, which build() renders as compile does)."""
+    from bench_latency import firmware_ring
+
     from tinyproto.device.protocol import open_device
     from tinyproto.device.sim import SimulatedUno
 
-    with SimulatedUno(elf) as sim, open_device(sim.port) as client:
+    ring = firmware_ring(model, load_board(board_name))
+    with SimulatedUno(elf) as sim, open_device(sim.port, rx_ring=ring) as client:
         hello = client.hello()
         predictions = [client.predict(x) for x in xq]
         markers = sim.markers()

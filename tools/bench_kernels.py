@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tools"))
 
-from bench_latency import run_firmware, write_project  # noqa: E402
+from bench_latency import firmware_ring, run_firmware, write_project  # noqa: E402
 
 from tinyproto import families  # noqa: E402
 from tinyproto.core.boards import load_board  # noqa: E402
@@ -36,7 +36,7 @@ def measure(model, xq: np.ndarray, reference: np.ndarray, project: Path, flag: s
         ini = project / "platformio.ini"
         ini.write_text(ini.read_text().replace("-DTP_SIMULATED=1", f"-DTP_SIMULATED=1 {flag}"))
     build = build_project(project, "uno_sim")
-    predictions, _, _ = run_firmware(build.elf, xq, None)
+    predictions, _, _ = run_firmware(build.elf, xq, None, firmware_ring(model, board))
     scores = np.array([p.scores for p in predictions], dtype=np.int64)
     cycles = np.array([p.cycles for p in predictions], dtype=np.float64)
     return {"exact": bool(np.array_equal(scores, reference)), "cycles": float(cycles.mean()),

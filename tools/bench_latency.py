@@ -42,11 +42,20 @@ STAGE_NAMES = {
 CALL = "call"  # from GPIOR0 = 1 to the first stage marker, and from the last stage to GPIOR0 = 2
 
 
+def firmware_ring(model, board) -> int:
+    """The serial receive ring compile renders this model's firmware with on `board` (0: none, stop-and-wait when
+    the model leaves too little SRAM), which the host's window must not outrun: open_device(..., rx_ring=this)."""
+    from tinyproto.pipeline.compile import rx_ring_of
+
+    return rx_ring_of(model, board)
+
+
 def write_project(model, project: Path, stage_markers: bool, board) -> None:
-    """The model's firmware project from the current runtime sources, optionally with stage markers."""
+    """The model's firmware project from the current runtime sources, optionally with stage markers, with the
+    receive ring compile gives this model on this board (firmware_ring), so the bench builds what compile ships."""
     from tinyproto.core.render import write_sources
 
-    write_sources(model, project, "bench", 0, 1 << 20)
+    write_sources(model, project, "bench", 0, 1 << 20, rx_ring=firmware_ring(model, board))
     ini = render_platformio_ini(board)
     if stage_markers:
         ini = ini.replace("-DTP_SIMULATED=1", "-DTP_SIMULATED=1 -DTP_STAGE_MARKERS=1")
@@ -85,11 +94,12 @@ def input_spans(markers: list[tuple[int, int]]) -> list[int]:
     return spans
 
 
-def run_firmware(elf: Path, xq: np.ndarray, raw: np.ndarray | None) -> tuple[list, list, list]:
+def run_firmware(elf: Path, xq: np.ndarray, raw: np.ndarray | None, rx_ring: int | None = None
+                 ) -> tuple[list, list, list]:
     from tinyproto.device.protocol import open_device
     from tinyproto.device.sim import SimulatedUno
 
-    with SimulatedUno(elf) as uno, open_device(uno.port) as client:
+    with SimulatedUno(elf) as uno, open_device(uno.port, rx_ring=rx_ring) as client:
         predictions = [client.predict(x) for x in xq]
         marks_predict = len(uno.markers())
         if raw is not None:
@@ -113,7 +123,8 @@ def bench_model(model, xq: np.ndarray, reference_scores: np.ndarray, raw: np.nda
             build = build_project(project, "uno_sim")
         except Exception:  # PlatformIO's shared home can be mid-update by a parallel build: one retry
             build = build_project(project, "uno_sim")
-        predictions, markers, raw_markers = run_firmware(build.elf, xq, raw if marked else None)
+        predictions, markers, raw_markers = run_firmware(build.elf, xq, raw if marked else None,
+                                                         firmware_ring(model, board))
         scores = np.array([p.scores for p in predictions], dtype=np.int64)
         exact = bool(np.array_equal(scores, np.asarray(reference_scores, dtype=np.int64)))
         if not marked:

@@ -18,7 +18,7 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
                                                    # FLY_CYCLES' terms around the heap, the rest held
     python tools/calibrate_costmodel.py --protonn-dense-rows 40 --cache build/protonn-dense-rows.json
                                                    # PN_CYCLES' dense_row_c, the rest held
-    python tools/calibrate_costmodel.py --wide     # PN_STREAM_CYCLES: column-coded W, projection offsets
+    python tools/calibrate_costmodel.py --wide     # PN_STREAM_CYCLES' fitted term: a row-major W's offset rows
     python tools/calibrate_costmodel.py --protonn-c --cache build/protonn-c.json
                                                    # PN_C_ROWS_CYCLES: row-major W over d > 511 features
     python tools/calibrate_costmodel.py --bloom-feed   # Bloom's FEED_CYCLES: tp_stream_feed per feature and chunk
@@ -72,7 +72,7 @@ HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "wide_index_bit
                "score_term": 8, "score_load": 2, "score_step": 4, "nonzero": 13, "clear_bit": 3, "rshift_asm": 2,
                "mask_step": 6, "offset_rescale": 1, "dense_z_row": 13, "dense_z_in": 3, "dense_z_group": 4,
                "dense_z_frame": 1, "fixed": 61, "proto_reg": 21, "proto_reg_reach_low": 1, "reach_index_reg": 1,
-               "dist_step": 3}
+               "dist_step": 3, "stream_projection": 1}
 
 
 def synthetic_model(d: int, D: int, m: int, L: int, density: float, table_size: int, proj_shift: int,
@@ -285,11 +285,13 @@ def profile_shape(model, xq: np.ndarray, board: str, workdir: Path, simulator: P
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_costmodel import build, marker_cycles
+    from bench_latency import firmware_ring
     from profile_firmware import ASLEEP, functions_of, profiling
 
     elf = build(model, workdir, board)
     profile = workdir / "profile.txt"
-    with profiling(simulator, profile), SimulatedUno(elf) as uno, open_device(uno.port) as client:
+    ring = firmware_ring(model, load_board(board))
+    with profiling(simulator, profile), SimulatedUno(elf) as uno, open_device(uno.port, rx_ring=ring) as client:
         client.hello()
         answers = [client.predict(x) for x in xq]
         markers = uno.markers()
@@ -476,13 +478,13 @@ def measure_flynn_stages(model, xq: np.ndarray) -> dict:
     simulated Uno, every score checked against the numpy reference; avr-gcc builds (tools/bench_costmodel.py)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_costmodel import build
-    from bench_latency import run_firmware, stage_spans
+    from bench_latency import firmware_ring, run_firmware, stage_spans
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for marked in (False, True):
             elf = build(model, Path(tmp) / ("marked" if marked else "normal"), "uno", stage_markers=marked)
-            predictions, markers, _ = run_firmware(elf, xq, None)
+            predictions, markers, _ = run_firmware(elf, xq, None, firmware_ring(model, load_board("uno")))
             scores = np.array([p.scores for p in predictions], dtype=np.int64)
             if not np.array_equal(scores, model.scores(xq)):
                 raise AssertionError("device scores differ from the numpy reference")
@@ -623,18 +625,20 @@ def calibrate_protonn_c(cache: Path | None, n: int = 14, seed: int = 1000) -> No
 
 
 def calibrate_wide() -> None:
-    """PN_STREAM_CYCLES with PN_CYCLES held: the streamed projection and the offset rescale."""
+    """PN_STREAM_CYCLES' fitted term (offset_row) with every other held: the streamed projection and the offset
+    rescale are counted (stream_projection_cycles, offset_rescale_cycles)."""
     from tinyproto.families.protonn.cost import PN_STREAM_CYCLES, predict_cycles
 
     rng = np.random.default_rng(1)
-    names = list(PN_STREAM_CYCLES)
+    names = [name for name in PN_STREAM_CYCLES if name not in HAND_COUNTS]  # the counted units held
     rows, rest, measured, models = [], [], [], []
     for shape in WIDE_SHAPES:
         model = wide_model(*shape, rng)
         with tempfile.TemporaryDirectory() as tmp:
             cycles = measure(model, Path(tmp), rng)
         terms = protonn_cost_terms(model)
-        held = sum(count * PN_CYCLES.get(name, 0) for name, count in terms.items() if name not in PN_STREAM_CYCLES)
+        held = sum(count * {**PN_CYCLES, **PN_STREAM_CYCLES}.get(name, 0) for name, count in terms.items()
+                   if name not in names)
         rows.append([terms.get(n, 0) for n in names])
         rest.append(held)
         measured.append(cycles)
@@ -784,8 +788,11 @@ def measure_vectors(model, xq: np.ndarray, workdir: Path, board: str = "uno") ->
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_costmodel import build  # one avr-gcc call with the project's flags: the firmware PlatformIO builds
 
+    from bench_latency import firmware_ring
+
     elf = build(model, workdir, board)
-    with SimulatedUno(elf, markers=False) as uno, open_device(uno.port) as client:
+    ring = firmware_ring(model, load_board(board))
+    with SimulatedUno(elf, markers=False) as uno, open_device(uno.port, rx_ring=ring) as client:
         predictions = [client.predict(x) for x in xq]
     scores = np.array([p.scores for p in predictions], dtype=np.int64)
     if not np.array_equal(scores, model.scores(xq)):
@@ -967,6 +974,7 @@ def bloom_feed_cycles(k: int, m: int, d: int, workdir: Path, simulator: Path, n_
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_costmodel import build
+    from bench_latency import firmware_ring
     from profile_firmware import functions_of, profiling
 
     from tinyproto.core.wire import n_chunks
@@ -975,7 +983,8 @@ def bloom_feed_cycles(k: int, m: int, d: int, workdir: Path, simulator: Path, n_
     xq = np.random.default_rng(d).integers(-127, 128, size=(n_vectors, d)).astype(np.int8)
     elf = build(model, workdir, "uno")
     profile = workdir / "profile.txt"
-    with profiling(simulator, profile), SimulatedUno(elf) as uno, open_device(uno.port) as client:
+    ring = firmware_ring(model, load_board("uno"))
+    with profiling(simulator, profile), SimulatedUno(elf) as uno, open_device(uno.port, rx_ring=ring) as client:
         client.hello()
         answers = [client.predict(x) for x in xq]
     if not np.array_equal(np.array([a.scores for a in answers]), model.scores(xq)):

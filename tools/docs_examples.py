@@ -8,7 +8,8 @@ A page marks an executed example with a `<!-- run -->` comment right before a ``
 `$ command` lines are commands (a trailing `# comment` after two spaces is dropped; `tinyproto`, `pio`, `python`
 and `.venv/bin/...` mean this virtualenv's), every other line is output that must appear in that command's real
 output, in the same order (whitespace collapsed). A command whose comment says `(excerpt)` shows chosen lines;
-any other shows its whole output (progress bars left out). A command must succeed, unless its comment says
+any other shows its whole output (progress bars left out), so a line of the real output the page leaves out is
+stale too. A command must succeed, unless its comment says
 `(exits N)`: then it must exit with status N (a refusal the page shows, its one-line message compared). Lines
 of `...` and lines drawn only of table borders are skipped; wall-clock seconds (`12.3 s`) are the one figure not
 compared, because they depend on the machine.
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -63,6 +64,12 @@ def command_of(line: str) -> str:
     return re.split(r"\s{2,}#", line[2:])[0].strip()
 
 
+def is_excerpt(line: str) -> bool:
+    """A `$ command  # ... (excerpt)` line shows chosen lines of the output; any other command, all of them."""
+    parts = re.split(r"\s{2,}#", line[2:], maxsplit=1)
+    return len(parts) > 1 and "(excerpt)" in parts[1]
+
+
 def exit_of(line: str) -> int:
     """The exit status a `$ command  # ... (exits N)` line must give: N, else 0."""
     parts = re.split(r"\s{2,}#", line[2:], maxsplit=1)
@@ -70,14 +77,24 @@ def exit_of(line: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def console_blocks(page: str) -> list[tuple[bool, list[tuple[str, list[str], int]]]]:
-    """(marked to run, [(command, expected output lines, exit status)]) for every ```console block of a page."""
+class Step(NamedTuple):
+    """One `$ command` of a console block: the lines shown under it, the exit status it must give, and whether
+    the lines are an excerpt of its output or all of it."""
+
+    command: str
+    expected: list[str]
+    exit_status: int
+    excerpt: bool
+
+
+def console_blocks(page: str) -> list[tuple[bool, list[Step]]]:
+    """(marked to run, its steps) for every ```console block of a page."""
     blocks = []
     for match in _BLOCK.finditer((ROOT / page).read_text()):
-        steps: list[tuple[str, list[str], int]] = []
+        steps: list[Step] = []
         for line in match.group(2).splitlines():
             if line.startswith("$ "):
-                steps.append((command_of(line), [], exit_of(line)))
+                steps.append(Step(command_of(line), [], exit_of(line), is_excerpt(line)))
             elif steps:
                 steps[-1][1].append(line)
         blocks.append((match.group(1) is not None, steps))
@@ -102,6 +119,11 @@ def missing_lines(expected: list[str], actual: str) -> list[str]:
         except ValueError:
             missing.append(line)
     return missing
+
+
+def unshown_lines(expected: list[str], actual: str) -> list[str]:
+    """Lines of a command's whole output (progress bars left out) that a page showing all of it leaves out."""
+    return missing_lines(_whole_output(actual), "\n".join(expected))
 
 
 def _shell_command(command: str) -> str:
@@ -140,7 +162,7 @@ def example_runner(work: Path) -> Callable[..., str]:
 
 def page_commands(page: str) -> list[str]:
     """The commands of a page's executed examples, in page order."""
-    return [command for marked, steps in console_blocks(page) if marked for command, _, _ in steps]
+    return [step.command for marked, steps in console_blocks(page) if marked for step in steps]
 
 
 def prerequisites(group: list[str]) -> list[str]:
@@ -156,11 +178,13 @@ def stale_lines(run: Callable[..., str], pages: list[str] = EXECUTED_PAGES) -> l
     stale = []
     for page in pages:
         for marked, steps in console_blocks(page):
-            for command, expected, exit_status in steps if marked else []:
-                missing = missing_lines(expected, run(command, exit_status))
-                if missing:
-                    stale.append(f"{page}: $ {command}\n  not in the output: "
-                                 + "\n  not in the output: ".join(missing))
+            for step in steps if marked else []:
+                actual = run(step.command, step.exit_status)
+                found = [("not in the output", line) for line in missing_lines(step.expected, actual)]
+                if not step.excerpt:
+                    found += [("in the output, not on the page", line) for line in unshown_lines(step.expected, actual)]
+                if found:
+                    stale.append(f"{page}: $ {step.command}" + "".join(f"\n  {what}: {line}" for what, line in found))
     return stale
 
 

@@ -15,8 +15,9 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, stage_bytes
 from tinyproto.families.flynn.quantize import IntFlyNN, scaled_counts
 from tinyproto.families.flynn.solver import (
-    DEFAULT_CAP, F_CPU, MIN_HASHES, CountLimit, fastest_m, largest_m, model_bytes, solver_random_state, default_max_ms,
+    DEFAULT_CAP, F_CPU, MIN_HASHES, CountLimit, largest_m, model_bytes, solver_random_state, default_max_ms,
 )
+from tinyproto.families.flynn.pricing import fastest_m
 from tinyproto.families.flynn.seeded_index import draw_seed
 from tinyproto.families.flynn.train import FlyNNClassifier
 

@@ -209,17 +209,10 @@ def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds:
     return SparseCounts(sizes, keys, values)
 
 
-_ONES = np.ones(0, dtype=np.int64)
-
-
 def _ones(n: int) -> np.ndarray:
-    """n ones (int64), a read-only view of one shared array: a party's pairs each count 1 (a thousand small parties
+    """n ones (int64) as a read-only view of a single one: a party's pairs each count 1 (a thousand small parties
     allocated one array per shape each). Nothing writes into a pair's counts: sums make new arrays."""
-    global _ONES
-    if _ONES.size < n:
-        _ONES = np.ones(max(n, 2 * _ONES.size), dtype=np.int64)
-        _ONES.flags.writeable = False
-    return _ONES[:n]
+    return np.broadcast_to(np.int64(1), (n,))
 
 
 ROW_BLOCK = 512  # rows scored at a time (bounds memory: repeats x rows x weightings x L x ρ)
@@ -405,7 +398,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     plan = Plan.for_rows(n_rows)  # the yardstick compile's solver draws on the pooled rows
     K, n_repeats = plan.n_folds, plan.n_repeats
     tried: dict[Candidate, Candidate] = {}
-    exact_cache: dict = {}  # the solver's stream replays, one per (s, inputs)
+    limits = _solver.PlanLimits(budget, max_cycles, L, d, count_limit, sram_room)
+    replays = _solver.CycleReplays(seed_M)  # the solver's stream replays, one per (s, inputs)
     preprocessings = PREPROCESSING + SHARED_PREPROCESSING  # the solver's, in its order (ties keep the first)
     scalings = {scaling for scaling, _ in preprocessings}
     histogram = backend.allreduce(party_key_bins, backend.handles, np.asarray(classes), n_repeats, seed)
@@ -419,9 +413,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     def evaluate(scaling: str, sign_split: bool, s_grid, rho_grid, bits_grid, store_grid) -> None:
         n_in = 2 * d if sign_split else d
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):
-            plan = _solver.exact_plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in,
-                                      count_limit, seed_M, exact_cache, stage_bytes(stages[scaling].kind, d),
-                                      sram_room)
+            plan = _solver.exact_plan(limits, s, _solver.ShapeGrid(rho_grid, bits_grid, store_grid), n_in,
+                                      stage_bytes(stages[scaling].kind, d), replays)
             if not plan:
                 continue
             by_shape: dict[tuple[int, int], list[Candidate]] = {}

@@ -31,7 +31,7 @@ from tinyproto.core.moments import MomentSums, moment_sums
 from tinyproto.core.moments import standardisation as exact_standardisation
 from tinyproto.families.solving import SolveOptions, training_classes
 from tinyproto.families.flynn.cost import estimate_cycles
-from tinyproto.families.flynn.pricing import (DEFAULT_CAP, WIDE_FEATURES, ExactCycles, default_max_ms, fastest_m,
+from tinyproto.families.flynn.pricing import (DEFAULT_CAP, WIDE_FEATURES, ExactCycles, default_max_ms,
                                               largest_m, model_bytes, rows_bytes)
 from tinyproto.families.flynn.quantize import (
     IntFlyNN,
@@ -291,14 +291,15 @@ def search_flynn(
     sums = moment_sums(X)
     centred = CENTRED_PREPROCESSING if d > WIDE_FEATURES else ()
     prepared = [_prepare(X, scaling, split, sums) for scaling, split in PREPROCESSING + SHARED_PREPROCESSING + centred]
-    exact_cache: dict[tuple[int, int], ExactCycles] = {}  # one stream replay per (s, inputs)
+    limits = PlanLimits(budget, max_cycles, L, d, count_limit, sram_room)
+    replays = CycleReplays(seed)
     tried: dict[Candidate, Candidate] = {}  # without its accuracy -> with it (stage 2 repeats stage 1's grid)
 
     def evaluate(prep: _Prepared, s_grid, rho_grid, bits_grid, store_grid) -> None:
         n_in = prep.U.shape[1]
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):  # s <= half the inputs keeps rows diverse
-            plan = exact_plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit, seed,
-                              exact_cache, _stage_bytes(prep), sram_room)
+            plan = exact_plan(limits, s, ShapeGrid(rho_grid, bits_grid, store_grid), n_in, _stage_bytes(prep),
+                              replays)
             if not plan:
                 continue
             m_values = sorted({c.m for c in plan})
@@ -436,21 +437,59 @@ def _buffers_fit(sram_room: int | None, rho: int, n_in: int, L: int, store_M: bo
     return sram_room is None or _buffer_bytes(rho, n_in, L, store_M, s) <= sram_room
 
 
-def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit=None,
-          stage: int | None = None, sram_room: int | None = None) -> list[Candidate]:
-    """Every (ρ, b, c, M mode) for this s, each with the largest m that fits bytes and time (and the device's
-    count storage when learning, and its buffers in sram_room); stage: the input stage's bytes (default a mean
-    and a gain per feature)."""
+@dataclass(frozen=True)
+class PlanLimits:
+    """What every candidate of one solve must fit, whatever its s, input stage and grid: the budget in bytes,
+    the predicted cycles per inference (None: no cap), the device's count storage when learning (count_limit)
+    and the SRAM left for tp_predict's buffers (sram_room; None: not checked)."""
+
+    budget: int
+    max_cycles: float | None
+    n_classes: int
+    n_features: int
+    count_limit: CountLimit | None = None
+    sram_room: int | None = None
+
+
+@dataclass(frozen=True)
+class ShapeGrid:
+    """The ρ, count bits and M modes a stage of the search tries."""
+
+    rho: tuple[int, ...]
+    bits: tuple[int, ...]
+    store_M: tuple[bool, ...]
+
+
+class CycleReplays:
+    """The cost model's cycles of the seeded M that ships (ExactCycles), one stream replay per (s, inputs), grown
+    when a larger m is asked; shared by every plan of one solve."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self._replays: dict[tuple[int, int], ExactCycles] = {}
+
+    def of(self, s: int, n_in: int, m_max: int, n_features: int) -> ExactCycles:
+        replay = self._replays.get((s, n_in))
+        if replay is None or replay.m_max < m_max:
+            replay = self._replays[(s, n_in)] = ExactCycles(self.seed, s, n_in, m_max, n_features)
+        return replay
+
+
+def _plan(limits: PlanLimits, s: int, grid: ShapeGrid, n_in: int, stage: int | None) -> list[Candidate]:
+    """Every (ρ, b, c, M mode) for this s, each with the largest m that fits the bytes (and the device's count
+    storage when learning, and its buffers in sram_room), not yet the time; stage: the input stage's bytes
+    (None: a mean and a gain per feature)."""
+    L, d = limits.n_classes, limits.n_features
     plan = []
-    for store in store_grid:
-        for bits in bits_grid:
-            m_bytes = largest_m(budget, s, bits, L, d, n_in, store, stage)
-            for rho in rho_grid:
-                if not _buffers_fit(sram_room, rho, n_in, L, store, s):
+    for store in grid.store_M:
+        for bits in grid.bits:
+            m_bytes = largest_m(limits.budget, s, bits, L, d, n_in, store, stage)
+            for rho in grid.rho:
+                if not _buffers_fit(limits.sram_room, rho, n_in, L, store, s):
                     continue
-                m = min(m_bytes, fastest_m(max_cycles, s, rho, bits, L, n_in, store))
-                if count_limit is not None:
-                    m = min(m, count_limit(rho, bits, n_in, store))
+                m = m_bytes
+                if limits.count_limit is not None:
+                    m = min(m, limits.count_limit(rho, bits, n_in, store))
                 if m < max(MIN_HASHES, 2 * rho):
                     continue
                 nbytes = model_bytes(m, s, bits, L, d, n_in, store, stage)
@@ -460,19 +499,14 @@ def _plan(budget, max_cycles, s, rho_grid, bits_grid, store_grid, L, d, n_in, co
     return plan
 
 
-def exact_plan(budget: int, max_cycles: float | None, s: int, rho_grid, bits_grid, store_grid, L: int, d: int,
-               n_in: int, count_limit: CountLimit | None, seed: int,
-               cache: dict[tuple[int, int], ExactCycles] | None = None, stage: int | None = None,
-               sram_room: int | None = None) -> list[Candidate]:
+def exact_plan(limits: PlanLimits, s: int, grid: ShapeGrid, n_in: int, stage: int | None,
+               replays: CycleReplays) -> list[Candidate]:
     """Every (ρ, b, c, M mode) for this s with the largest m that fits the bytes, the device's count storage and
     the time cap, the cap applied to the cost model of the seeded M that ships (exact; shared by the federated
-    selection, so both price the same candidates the same way). `cache` keeps one stream replay per (s, inputs)."""
-    plan = _plan(budget, None, s, rho_grid, bits_grid, store_grid, L, d, n_in, count_limit, stage, sram_room)
-    m_max = max((c.m for c in plan), default=1)
-    cache = {} if cache is None else cache
-    if (s, n_in) not in cache or cache[(s, n_in)].m_max < m_max:
-        cache[(s, n_in)] = ExactCycles(seed, s, n_in, m_max, d)
-    return _exact_plan(plan, cache[(s, n_in)], max_cycles, L)
+    selection, so both price the same candidates the same way)."""
+    plan = _plan(limits, s, grid, n_in, stage)
+    exact = replays.of(s, n_in, max((c.m for c in plan), default=1), limits.n_features)
+    return _exact_plan(plan, exact, limits.max_cycles, limits.n_classes)
 
 
 def _exact_plan(plan: list[Candidate], exact: ExactCycles, max_cycles: float | None, L: int) -> list[Candidate]:

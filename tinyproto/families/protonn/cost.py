@@ -12,6 +12,7 @@ import numpy as np
 from tinyproto.core.cost import lower_bound_cycles, timer_overflow_cycles
 from tinyproto.core.wire import CHUNK_BYTES
 from tinyproto.families.protonn.encoding import DENSE_GROUP
+from tinyproto.families.protonn.quantize import ACC24_MAX_ROW_NNZ
 
 # ProtoNN, AVR assembly kernels (firmware/tp_protonn.c, TP_PROTONN_ASM): cycles per unit of each term. The inner-loop
 # terms are held at their instruction counts (13 per nonzero, 3 per clear bit, 4 per 8 dense inputs and group, 13 / 11
@@ -110,24 +111,124 @@ PN_C_ROWS_CYCLES = {
 }
 
 # The streamed projection (firmware/tp_protonn.c, tp_stream_*: column-major W codes, and tp_predict of a
-# column-major W) and the projection offset of a shared input stage: fitted with the rest of the call's terms by
-# tools/calibrate_costmodel.py --protonn-functions 160 (through the chunked device app: a streamed vector's cycles
-# are the sum of its chunks'; --wide fits them alone on 19 synthetic models, PN_CYCLES held).
+# column-major W), counted whole from its compiled code (stream_projection_cycles; exact on the profiling simulator,
+# tests/test_costmodel.py), and the projection offset of a shared input stage (tp_protonn_rescale_offset, counted
+# by offset_rescale_cycles): each unit's count is its cycles.
 PN_STREAM_CYCLES = {
-    "stream_fixed": 17,  # begin + end (the fit puts them in the per-chunk term, which every model has)
-    "stream_chunk": 80,  # per chunk the device app feeds (CHUNK_BYTES features): its call, timing and state
-    "stream_feature": 9,  # per kept feature: load x, loop
-    "stream_nnz": 45,  # per nonzero, one-byte codes: lpm code, lpm value, muls, 24-bit add into SRAM
-    "stream_nnz_nibble": 50,  # per nonzero, four-bit codes
-    "stream_row": 47,  # per projected dimension: clear, rescale, store
-    "stream_rshift": 7,  # per row and bit of a 32-bit right shift
-    "stream_rshift16": 5,  # per row and bit of the 16-bit rescale path (shift - 8)
+    "stream_projection": 1,  # its count is stream_projection_cycles(model)
     "offset_row": 0,  # per row of a row-major W with an offset: the rescale's call and z's store (the call's body
     # is offset_rescale, counted)
-    "stream_offset_row": 0,  # the same at the end of a streamed projection (the fit: no more than the plain
-    # rescale's own set-up, which stream_row holds)
     "offset_rescale": 1,  # tp_protonn_rescale_offset's own cycles (mean_offset_rescale_cycles: an avr-objdump count)
 }
+
+# The streamed projection's code as avr-gcc -Os compiles it (avr-objdump; on the profiling simulator each function's
+# cycles equal these counts exactly for col_bytes and col_nibbles W, 24- and 32-bit sums, D = 4 to 100, 20 to 784
+# features, every projection shift of -7 to 28 with 24-bit sums and of -2 to 17 with 32-bit ones; a left shift of
+# 8 or more is within 1 %, beyond those not measured). Keyed by the sums' width (TP_PROTONN_ACC24: True) and, for
+# tp_stream_feed, the encoding:
+STREAM_APP = (1, 40)  # the device app's own cycles in the timed calls beyond the empty one: once, and per chunk
+STREAM_BEGIN = {True: (17, 11), False: (17, 13)}  # tp_stream_begin: its code pointers set, and each row's sum
+# cleared (three or four st, the loop); a nibble-coded W also clears its nibble flag (STREAM_BEGIN_NIBBLES)
+STREAM_BEGIN_NIBBLES = 2
+# tp_stream_feed: per call (a chunk: its frame, the code and value pointers loaded and stored), per feature (x
+# loaded, the loop) and per nonzero (its code and value read, muls, the add into its row's sum in SRAM), for a
+# nibble-coded W apart for a low nibble (read in place) and a high one (the byte fetched, swapped)
+STREAM_FEED = {
+    ("col_bytes", True): (55, 7, 46, 46), ("col_bytes", False): (59, 7, 50, 50),
+    ("col_nibbles", True): (68, 7, 49, 52), ("col_nibbles", False): (76, 7, 54, 57),
+}
+# tp_stream_end: its frame, the calls of the distance and score kernels and the row loop's last exit, then per
+# row (stream_end_row_cycles) the sum loaded (24 bits sign-extended: 13 cycles; 32: 8), the rescale inlined with
+# the paths its clamps take, z stored and the loop (7). With an offset the row calls tp_protonn_rescale_offset
+# (28 cycles a row besides it, and a frame of 93).
+STREAM_END_FRAME = {True: 74, False: 58}
+STREAM_END_FRAME_RSHIFT8 = 80  # the 16-bit rescale by 8 (byte moves only): two registers more saved
+STREAM_END_OFFSET = (93, 28)
+# The 16-bit rescale by 15 or more: the shifted value has 9 bits or fewer, so avr-gcc drops the clamps (all but
+# -128's at 16) and shifts by byte moves, muls or a short loop, a layout per shift: (frame, cycles a row)
+STREAM_END_HIGH_RSHIFT = {15: (74, 41), 16: (86, 39), 17: (88, 29), 18: (88, 30), 19: (88, 31), 20: (88, 33),
+                          21: (88, 33), 22: (88, 32), 23: (88, 30)}
+STREAM_END_RSHIFT24 = (63, 8)  # 24-bit sums shifted by 24 or more (the 32-bit rescale): z is 0 or -1
+# The final clamp to +-127 of a 32-bit value: at +128 or above (cpi, cpc x3, brge taken, ldi), within, below -127;
+# the 16-bit rescale's (TP_PROTONN_AVR_RESCALE: d <= 511, a right shift of 8 or more, no offset; _rescale16)
+CLAMP32 = (7, 12, 14)
+CLAMP16 = (5, 8, 10)
+# A left shift or none clamps the sum to +-127 first (two compares of 32 bits): within, outside
+CLAMP_FIRST = {True: (14, 17), False: (13, 16)}
+
+
+def _clamp(s: np.ndarray, cycles: tuple[int, int, int]) -> np.ndarray:
+    high, within, low = cycles
+    return np.where(s >= 128, high, np.where(s < -127, low, within))
+
+
+def stream_end_row_cycles(p: np.ndarray, proj_shift: int, acc24: bool, rescale16: bool) -> np.ndarray:
+    """Cycles of tp_stream_end's row loop for each projection sum p (no offset), as avr-gcc -Os compiles the
+    inlined rescale by the sums' width and the shift: tp_protonn_avr.h's 16-bit one (rescale16, _rescale16) or
+    tp_protonn.c's in 32 bits (frame apart: stream_end_frame)."""
+    p = np.asarray(p, dtype=np.int64)
+    if rescale16 and proj_shift >= 15:
+        return np.full(p.shape, STREAM_END_HIGH_RSHIFT[proj_shift][1], dtype=np.int64)
+    if acc24 and proj_shift >= 24:
+        return np.full(p.shape, STREAM_END_RSHIFT24[1], dtype=np.int64)
+    cycles = np.full(p.shape, (13 if acc24 else 8) + 7, dtype=np.int64)
+    if proj_shift > 0:
+        r = proj_shift
+        s = (p + (1 << (r - 1))) >> r
+        cycles += rounding_add_cycles(r)
+        if rescale16:  # (p + half) >> 8 by a byte move (6), the rest on two bytes, a 16-bit clamp
+            rest = r - 8
+            cycles += 6 + (0 if rest == 0 else 2 * rest if rest <= 2 else 5 * rest) + _clamp(s, CLAMP16)
+        else:
+            cycles += shift32_cycles(r) + _clamp(s, CLAMP32)
+    else:
+        inside, outside = CLAMP_FIRST[bool(acc24)]
+        cycles += np.where(np.abs(p) > 127, outside, inside)
+        if proj_shift < 0:  # clamped to +-127, shifted left, clamped again
+            cycles += shift32_cycles(-proj_shift) + _clamp(np.clip(p, -127, 127) << -proj_shift, CLAMP32)
+    return cycles
+
+
+def stream_end_frame(model) -> int:
+    """tp_stream_end's cycles besides its rows (stream_end_row_cycles) and the rescale_offset calls."""
+    acc24 = stream_acc24(model)
+    if model.offset is not None:
+        return STREAM_END_OFFSET[0]
+    if _rescale16(model) and model.proj_shift >= 15:
+        return STREAM_END_HIGH_RSHIFT[model.proj_shift][0]
+    if _rescale16(model) and model.proj_shift == 8:
+        return STREAM_END_FRAME_RSHIFT8
+    if acc24 and model.proj_shift >= 24:
+        return STREAM_END_RSHIFT24[0]
+    return STREAM_END_FRAME[acc24]
+
+
+def stream_acc24(model) -> bool:
+    """Whether the streamed projection sums in 24 bits (TP_PROTONN_ACC24: every row within ACC24_MAX_ROW_NNZ)."""
+    return bool(np.count_nonzero(model.W_q, axis=1).max() <= ACC24_MAX_ROW_NNZ)
+
+
+def stream_projection_cycles(model, x: np.ndarray | None = None) -> float:
+    """The streamed projection's cycles of one inference (its rescale's clamps: the mean over OFFSET_TRIALS fixed
+    random int8 vectors, or over the int8 vectors x; an offset's rescale apart, offset_rescale): the device app's
+    calls, tp_stream_begin, every chunk's tp_stream_feed and tp_stream_end less the distance and score kernels."""
+    D, d = model.n_components, model.n_features
+    acc24 = stream_acc24(model)
+    chunks = -(-d // CHUNK_BYTES)
+    nnz = int(np.count_nonzero(model.W_q))
+    per_chunk, per_feature, low, high = STREAM_FEED[(model.w_encoding, acc24)]
+    nibbles = model.w_encoding == "col_nibbles"
+    cycles = (STREAM_APP[0] + STREAM_APP[1] * chunks
+              + STREAM_BEGIN[acc24][0] + STREAM_BEGIN[acc24][1] * D + (STREAM_BEGIN_NIBBLES if nibbles else 0)
+              + per_chunk * chunks + per_feature * d + low * ((nnz + 1) // 2) + high * (nnz // 2)
+              + stream_end_frame(model))
+    if model.offset is not None:
+        return float(cycles + STREAM_END_OFFSET[1] * D)
+    if x is None:
+        x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, d))
+    p = np.asarray(x, dtype=np.int64) @ np.asarray(model.W_q, dtype=np.int64).T
+    rows = stream_end_row_cycles(p, model.proj_shift, acc24, _rescale16(model))
+    return float(cycles + rows.sum(axis=1).mean())
 
 
 # tp_protonn_rescale_offset (firmware/tp_protonn.c), the rescale of every row of a model with a projection offset
@@ -255,20 +356,12 @@ def protonn_uses_asm_rows(model) -> bool:
     return protonn_uses_asm(model) and model.n_features <= 511 and model.w_encoding in ("dense", "bitmap")
 
 
-def _stream_terms(model) -> dict[str, int]:
-    D, d = model.n_components, model.n_features
-    nnz = int(np.count_nonzero(model.W_q))
-    right = max(model.proj_shift, 0)
+def _stream_terms(model) -> dict[str, float]:
     terms = {name: 0 for name in PN_STREAM_CYCLES}
-    # the device app feeds chunks of CHUNK_BYTES features, each timed (validate sums them)
-    terms.update(stream_fixed=1, stream_chunk=-(-d // CHUNK_BYTES), stream_feature=d, stream_row=D)
-    terms["stream_nnz" if model.w_encoding == "col_bytes" else "stream_nnz_nibble"] = nnz
+    # the device app feeds chunks of CHUNK_BYTES features, each timed (validate sums them): counted whole
+    terms["stream_projection"] = stream_projection_cycles(model)
     if model.offset is not None:  # the offset rescale does the shift (counted in offset_rescale)
-        terms.update(stream_offset_row=D, offset_rescale=mean_offset_rescale_cycles(model))
-    elif _rescale16(model):
-        terms["stream_rshift16"] = D * (right - 8)
-    else:
-        terms["stream_rshift"] = D * right
+        terms["offset_rescale"] = mean_offset_rescale_cycles(model)
     return terms
 
 
@@ -315,8 +408,9 @@ def protonn_cost_terms(model) -> dict[str, int]:
     terms.update({name: 0 for name in PN_STREAM_CYCLES})
     if model.offset is not None:  # tp_protonn_rescale_offset instead of the plain rescale: counted on its own
         terms.update(row32=0, rshift32=0, lshift32=0, offset_row=D, offset_rescale=mean_offset_rescale_cycles(model))
-    if streamed:  # the row terms give way to the streamed projection's
-        for name in ("row", "row32", "rshift16", "rshift32", "lshift32", "offset_row", "row_asm", "rshift_asm"):
+    if streamed:  # the row terms and tp_predict's own code give way to the streamed projection's, counted whole
+        for name in ("fixed", "row", "row32", "rshift16", "rshift32", "lshift32", "offset_row", "row_asm",
+                     "rshift_asm"):
             terms[name] = 0
         terms.update(_stream_terms(model))
     elif not protonn_uses_asm_rows(model):  # d > 511: the C row loop, then the asm distances and scores
