@@ -25,7 +25,8 @@ With --goals, the goals of the confidence stage instead, on every data set and h
 
     python tools/bench_confidence.py --goals digits:8,9 digits:3,5 digits:0 digits:1,7 segment:sky ... [--device]
 
-one model per family and DATA:CLASSES (those classes held out of training, --rate asked), compile's figures of
+one model per family and DATA:CLASSES (those classes held out of training, --rate asked; the table names the clip
+check each model keeps, its side and the count it declines above, or -), compile's figures of
 the known and held-out test rows (the host reference; with --device each model is also built and validated on the
 simulated Uno, and the figures are the device's own, every vector compared), each checked against its goal:
 novelty AUROC (ProtoNN and FlyNN 0.90, BNC and Bloom features 0.85), for ProtoNN and FlyNN at least 45 % of the
@@ -172,6 +173,14 @@ def goal_row(family: str, figures: dict) -> tuple[list[str], int]:
     return [text + ("" if met else " !") for text, met in checks], sum(not met for _, met in checks)
 
 
+def clip_check(model) -> str:
+    """The model's clip check as the goals table gives it: the side and the count it declines above, or -."""
+    calibration = getattr(model, "calibration", None)
+    if calibration is None or not calibration.has_clips:
+        return "-"
+    return f"{calibration.clip_side} > {calibration.clip_above}"
+
+
 def goals(args) -> int:
     """The goals table (Markdown): one row per data set, held-out classes and family."""
     from rich.console import Console
@@ -181,8 +190,8 @@ def goals(args) -> int:
     from tinyproto.pipeline.validate import validate
 
     print("| data | held out | family | coverage | novelty AUROC | held-out declined | accepted / all accuracy "
-          "| ECE (points) | device |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| ECE (points) | clip check | device |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     missed = failed = 0
     for spec in args.goals:
         data, _, held = spec.partition(":")
@@ -200,7 +209,7 @@ def goals(args) -> int:
             cells, n_missed = goal_row(family, figures)
             missed += n_missed
             print(f"| {data} | {held} | {family} | {100 * figures['coverage']:.1f} % | " + " | ".join(cells)
-                  + f" | {device} |", flush=True)
+                  + f" | {clip_check(fitted.model)} | {device} |", flush=True)
     print(f"\n{missed} goal(s) missed" + (f"; {failed} model(s) NOT bit-exact on the device" if failed else ""))
     return 1 if failed else 0
 
