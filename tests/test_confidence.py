@@ -965,3 +965,32 @@ def test_a_clip_check_round_trips_and_a_model_without_one_keeps_its_json():
     assert novel[0] > novel[1] > novel[2] > novel[3]  # 3 and 2 over the clip, then by the view
     with pytest.raises(ValueError):
         clipped.judge(np.zeros((2, 3)), np.zeros(2, dtype=int))
+
+
+def test_the_clip_checks_count_is_in_the_ledger_and_its_cycles_keep_the_latency_limit(iris_dirs):
+    """A model with a clip check lists its count's static byte among its SRAM (the ledger, the Arduino library's
+    statements: tp_predict then keeps static state), and the check is kept only when its cycles leave the model
+    within the user's --max-latency."""
+    from tinyproto import families
+    from tinyproto.core.cost import judge_cycles, latency_cycle_limit
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.families import SolveOptions, load_int_model
+    from tinyproto.families.judging import _within_latency
+    from tinyproto.pipeline.arduino import family_statements
+
+    plain_dir, unknown_dir, _ = iris_dirs
+    judged = load_int_model(load_model_dir(unknown_dir.out_dir))
+    plain = load_int_model(load_model_dir(plain_dir.out_dir))
+    assert [item.name for item in families.judge_static(judged)] == ["clip_count"]
+    assert families.judge_static(plain) == ()
+    assert "clip_count" in {item.name for item in judged.working_sram()}
+    assert "clip_count" not in {item.name for item in plain.working_sram()}
+    statements = family_statements(judged)
+    assert "clip_count" in [name for name, _, _ in statements["static"]] and not statements["reentrant"]
+    clips = (judged.calibration.clip_side, judged.calibration.clip_above)
+    with_check = judge_cycles(judged.n_classes, True, False, judged.n_features)
+    options = SolveOptions(1024, max_latency_ms=1.0, f_cpu_hz=16_000_000)
+    limit = latency_cycle_limit(1.0, 16_000_000)
+    assert _within_latency(clips, judged, options, lambda m: {"total": int(limit) - with_check}) == clips
+    assert _within_latency(clips, judged, options, lambda m: {"total": int(limit) - with_check + 1}) is None
+    assert _within_latency(clips, judged, SolveOptions(1024), lambda m: {"total": 10**9}) == clips
