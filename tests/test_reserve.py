@@ -144,23 +144,34 @@ def sram_used(answer: str) -> int:
     return 2048 - int(ANSWER.match(answer).group(2))
 
 
+def size_own_sketch(tmp: Path, libraries: Path, lines: list[str], sram_reserve: int, flash_reserve: int):
+    """(sram, flash, own size, SRAM used alone): the ballast that makes the sketch alone use what was reserved.
+    Build it without the model, measure, correct (its loops' code depends a little on the sizes).
+
+    Its SRAM is its globals (.data + .bss, exact) and its stack's high-water mark, which is not: the deepest bytes
+    are the frame of the serial transmit interrupt (USART_UDRE_vect: 15 registers, the interrupted address and its
+    call of HardwareSerial::_tx_udr_empty_irq, 19 B), which fires whenever a character has left, so how deep it
+    lands depends on the printed figures, the ballast's own set-up time and the host's timing: 206, 202, 200 and
+    206 B for four ballast sizes in a row, each the same in five runs but for one line of one run. Correcting each
+    build by its own figure once left a sketch 4 B over the reserve. So the stack counts as the deepest measured
+    in any build so far, each run over every line, and a build is kept when that makes it use exactly the reserve
+    (its own run went no deeper)."""
+    sram, flash, deepest = 256, 1024, 0
+    for attempt in range(6):
+        elf, own = build(tmp, f"Own{attempt}", libraries, sram, flash, with_model=False)
+        used_alone = max(sram_used(answer) for answer in run_lines(elf, lines))
+        deepest = max(deepest, used_alone - own.sram_static_bytes)
+        if own.flash_bytes == flash_reserve and own.sram_static_bytes + deepest == sram_reserve:
+            return sram, flash, own, used_alone
+        sram += sram_reserve - own.sram_static_bytes - deepest
+        flash += flash_reserve - own.flash_bytes
+    raise AssertionError(f"the sketch's own size did not settle: {own}, {used_alone} B of SRAM used")
+
+
 @pytest.mark.device
 @pytest.mark.slow
 @needs_arduino
 @needs("avr-gcc")
-def size_own_sketch(tmp: Path, libraries: Path, lines: list[str], sram_reserve: int, flash_reserve: int):
-    """(sram, flash, own size, SRAM used alone): the ballast that makes the sketch alone use what was reserved.
-    Build it without the model, measure, correct, twice (its loops' code depends a little on the sizes)."""
-    sram, flash = 256, 1024
-    for attempt in range(3):
-        elf, own = build(tmp, f"Own{attempt}", libraries, sram, flash, with_model=False)
-        used_alone = max(sram_used(answer) for answer in run_lines(elf, lines[:3]))
-        if own.flash_bytes == flash_reserve and used_alone == sram_reserve:
-            break
-        sram, flash = sram + sram_reserve - used_alone, flash + flash_reserve - own.flash_bytes
-    return sram, flash, own, used_alone
-
-
 def test_a_model_that_fits_runs_beside_a_sketch_using_what_was_reserved(compiled, tmp_path):
     """The goal's case: digits under 2 kB with 1,200 B of SRAM and 20 kB of flash reserved. A sketch of its own
     is sized to use exactly that (its flash; its globals plus its measured stack), then the model is added: every

@@ -209,17 +209,10 @@ def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds:
     return SparseCounts(sizes, keys, values)
 
 
-_ONES = np.ones(0, dtype=np.int64)
-
-
 def _ones(n: int) -> np.ndarray:
-    """n ones (int64), a read-only view of one shared array: a party's pairs each count 1 (a thousand small parties
+    """n ones (int64) as a read-only view of a single one: a party's pairs each count 1 (a thousand small parties
     allocated one array per shape each). Nothing writes into a pair's counts: sums make new arrays."""
-    global _ONES
-    if _ONES.size < n:
-        _ONES = np.ones(max(n, 2 * _ONES.size), dtype=np.int64)
-        _ONES.flags.writeable = False
-    return _ONES[:n]
+    return np.broadcast_to(np.int64(1), (n,))
 
 
 ROW_BLOCK = 512  # rows scored at a time (bounds memory: repeats x rows x weightings x L x ρ)
