@@ -128,6 +128,9 @@ void tp_stream_begin(void)
 
 void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
 {
+#ifdef TP_UNKNOWN_CLIPS
+    tp_judge_inputs(xq, first, n); /* the clip check's count (tp_judge.c) */
+#endif
     if (first != tp_bloom_next) { /* out of order: walk the generator from the seed to feature `first` */
         uint16_t s = TP_BLOOM_SEED;
         for (uint32_t t = (uint32_t)first * TP_BLOOM_STEPS_PER_FEATURE; t != 0; --t) {

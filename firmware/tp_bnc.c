@@ -237,6 +237,9 @@ static TP_NOINLINE void tp_bnc_project(const int8_t *x, uint8_t *code)
 
 uint8_t tp_predict(const int8_t *x, int32_t *scores)
 {
+#ifdef TP_UNKNOWN_CLIPS
+    tp_judge_inputs(x, 0, TP_N_FEATURES); /* the clip check's count (tp_judge.c) */
+#endif
     uint8_t code[TP_BNC_BYTES];
     TP_STAGE(TP_STAGE_BNC_PROJECTION);
     tp_bnc_project(x, code);
@@ -361,6 +364,9 @@ static TP_NOINLINE void tp_bnc_feed_bits(const int8_t *xq, uint16_t first, uint8
 
 void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
 {
+#ifdef TP_UNKNOWN_CLIPS
+    tp_judge_inputs(xq, first, n); /* the clip check's count (tp_judge.c) */
+#endif
     if (first >= TP_N_FEATURES) {
         return;
     }
@@ -424,6 +430,9 @@ void tp_stream_begin(void)
 
 void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
 {
+#ifdef TP_UNKNOWN_CLIPS
+    tp_judge_inputs(xq, first, n); /* the clip check's count (tp_judge.c) */
+#endif
     if (first >= TP_N_FEATURES || first != tp_bnc_fed) {
         return; /* past the end, or out of order (the contract is features in order) */
     }

@@ -437,6 +437,9 @@ static void tp_flynn_hash(const int8_t *x, uint32_t *heap)
 
 uint8_t tp_predict(const int8_t *x, int32_t *scores)
 {
+#ifdef TP_UNKNOWN_CLIPS
+    tp_judge_inputs(x, 0, TP_N_FEATURES); /* the clip check's count (tp_judge.c) */
+#endif
     uint32_t heap[TP_FLYNN_RHO];
     TP_STAGE(TP_STAGE_FLYNN_PREPARE);
     tp_flynn_hash(x, heap); /* fills all TP_FLYNN_RHO entries (TP_FLYNN_RHO <= TP_FLYNN_M) */

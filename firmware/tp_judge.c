@@ -8,7 +8,7 @@
  *   255 - (TP_JUDGE_DOUBT >> (margin / TP_JUDGE_HALVING)), both fitted on cross-validated rows by the host;
  * - with TP_UNKNOWN_LIMIT (compile --unknown-rate), the winner's view itself: worse than the limit answers
  *   TP_UNKNOWN_LABEL instead of the class; with TP_UNKNOWN_RANGE_LOW also a family's range signal outside its
- *   range (below).
+ *   range, and with TP_UNKNOWN_CLIPS more of the input's int8 values at the clip than that (below).
  * No table, no division, nothing wider than 16 bits: the division is a subtraction per halving, at most 8 of them
  * before the doubt is 0. tinyproto/core/confidence.py (Calibration.judge) is the host reference, bit for bit.
  * The portable C below is the reference; on an AVR tp_judge_avr.h holds the same steps in assembly (a third of
@@ -31,6 +31,46 @@ extern uint8_t tp_range_signal;
 #if TP_UNKNOWN_RANGE_LOW < 0 || TP_UNKNOWN_RANGE_BINS < 1 || TP_UNKNOWN_RANGE_BINS > 255 \
     || TP_UNKNOWN_RANGE_LOW + 256L * TP_UNKNOWN_RANGE_BINS > 65536L || !defined(TP_UNKNOWN_LIMIT)
 #error "TP_UNKNOWN_RANGE_LOW and _BINS must keep the range within 0..65535, beside TP_UNKNOWN_LIMIT"
+#endif
+#endif
+
+#ifdef TP_UNKNOWN_CLIPS
+/* The clip check (compile --unknown-rate, when the host finds it pays: core/confidence.fit_clip_check): the family's
+ * runtime hands every int8 input to tp_judge_inputs as it consumes it (tp_predict, or each tp_stream_feed chunk; a
+ * chunk with first == 0 starts a new input), which counts the values at the clip on TP_UNKNOWN_CLIP_SIDE's side
+ * (1: +127, 2: -127 (or -128), 3: either), stopping at 255; tp_judge declines an input with more than
+ * TP_UNKNOWN_CLIPS of them whatever the scores. One byte of static state; nothing of it without the option. */
+#if TP_UNKNOWN_CLIP_SIDE == 1
+#define TP_CLIP_FROM 127 /* clipped: (uint8_t)(x - FROM) < SPAN, x read as a byte */
+#define TP_CLIP_SPAN 1
+#elif TP_UNKNOWN_CLIP_SIDE == 2
+#define TP_CLIP_FROM 128
+#define TP_CLIP_SPAN 2
+#elif TP_UNKNOWN_CLIP_SIDE == 3
+#define TP_CLIP_FROM 127
+#define TP_CLIP_SPAN 3
+#else
+#error "TP_UNKNOWN_CLIP_SIDE must be 1 (+127), 2 (-127) or 3 (either)"
+#endif
+#if TP_UNKNOWN_CLIPS < 0 || TP_UNKNOWN_CLIPS > 254 || !defined(TP_UNKNOWN_LIMIT)
+#error "TP_UNKNOWN_CLIPS must be 0 to 254, beside TP_UNKNOWN_LIMIT"
+#endif
+#if TP_KERNELS_AVR /* tp_judge's assembly reads it by name: kept, and global, under -flto (the Arduino IDE's) */
+__attribute__((used, externally_visible))
+#endif
+uint8_t tp_clip_count;
+
+#if !TP_KERNELS_AVR /* the portable reference; tp_judge_avr.h holds its AVR twin */
+void tp_judge_inputs(const int8_t *x, uint16_t first, uint16_t n)
+{
+    uint8_t count = first == 0 ? 0u : tp_clip_count;
+    for (; n != 0; --n) {
+        if ((uint8_t)((uint8_t)*x++ - (uint8_t)TP_CLIP_FROM) < (uint8_t)TP_CLIP_SPAN && count != 255u) {
+            ++count;
+        }
+    }
+    tp_clip_count = count;
+}
 #endif
 #endif
 
@@ -82,6 +122,11 @@ uint8_t tp_judge(const int32_t *scores, uint8_t label, uint8_t *confidence)
 #endif
 #ifdef TP_UNKNOWN_RANGE_LOW
     if (tp_range_signal >= TP_UNKNOWN_RANGE_BINS) {
+        decided = TP_UNKNOWN_LABEL;
+    }
+#endif
+#ifdef TP_UNKNOWN_CLIPS
+    if (tp_clip_count > TP_UNKNOWN_CLIPS) {
         decided = TP_UNKNOWN_LABEL;
     }
 #endif

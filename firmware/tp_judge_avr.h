@@ -49,15 +49,24 @@
 #define TP_JUDGE_DECLINE "brlt "
 #endif
 #endif
-#if defined(TP_UNKNOWN_RANGE_LOW)
-/* and a family's range check: a limit passed, the range bin (tp_judge.c) below TP_UNKNOWN_RANGE_BINS accepts; a
- * limit failed, or a bin outside, reaches the same decline (label 255) */
-#define TP_JUDGE_LIMIT TP_JUDGE_CMP TP_JUDGE_DECLINE "7f\n\t"                                                        \
-                       "lds r26, " TP_JUDGE_STR(tp_range_signal) "\n\t"                                            \
-                       "cpi r26, " TP_JUDGE_STR(TP_UNKNOWN_RANGE_BINS) "\n\t"                                      \
-                       "brlo 3b\n"                                                                                  \
-                       "7:\n\t"                                                                                    \
-                       "ldi r22, 255\n\t"
+/* A family's range check and the clip check (tp_judge.c): a limit passed, each byte below its bound accepts (the
+ * last one's brlo back into the pass); a limit failed, or a byte at or above its bound, reaches the same decline
+ * (label 255). r26 is free there: the next load overwrites it. */
+#ifdef TP_UNKNOWN_RANGE_LOW
+#define TP_JUDGE_RANGE_LOAD "lds r26, " TP_JUDGE_STR(tp_range_signal) "\n\tcpi r26, " TP_JUDGE_STR(TP_UNKNOWN_RANGE_BINS) "\n\t"
+#endif
+#ifdef TP_UNKNOWN_CLIPS
+#define TP_JUDGE_CLIP_LOAD "lds r26, " TP_JUDGE_STR(tp_clip_count) "\n\tcpi r26, " TP_JUDGE_STR(TP_UNKNOWN_CLIPS) " + 1\n\t"
+#endif
+#if defined(TP_UNKNOWN_RANGE_LOW) && defined(TP_UNKNOWN_CLIPS)
+#define TP_JUDGE_CHECKS TP_JUDGE_RANGE_LOAD "brsh 7f\n\t" TP_JUDGE_CLIP_LOAD "brlo 3b\n"
+#elif defined(TP_UNKNOWN_RANGE_LOW)
+#define TP_JUDGE_CHECKS TP_JUDGE_RANGE_LOAD "brlo 3b\n"
+#elif defined(TP_UNKNOWN_CLIPS)
+#define TP_JUDGE_CHECKS TP_JUDGE_CLIP_LOAD "brlo 3b\n"
+#endif
+#ifdef TP_JUDGE_CHECKS
+#define TP_JUDGE_LIMIT TP_JUDGE_CMP TP_JUDGE_DECLINE "7f\n\t" TP_JUDGE_CHECKS "7:\n\tldi r22, 255\n\t"
 #elif defined(TP_UNKNOWN_LIMIT)
 #define TP_JUDGE_LIMIT TP_JUDGE_CMP TP_JUDGE_ACCEPT "3b\n\tldi r22, 255\n\t"
 #else
@@ -109,3 +118,35 @@ __asm__(
         ".size " TP_JUDGE_NAME ", .-" TP_JUDGE_NAME "\n\t"
         ".popsection\n");
 
+
+#ifdef TP_UNKNOWN_CLIPS
+/* tp_judge_inputs' AVR twin (x r25:r24, first r23:r22, n r21:r20): the count so far, or 0 when first == 0, then
+ * per input ld, subi, cpi (carry: clipped), adc and sbc of the carry, which add 1 and take it back at 255 (the
+ * byte stops there), and the count of n down to the borrow: 10 cycles an input, 36 B. */
+#define TP_JUDGE_INPUTS_NAME TP_JUDGE_STR(tp_judge_inputs)
+__asm__(
+        ".pushsection .text." TP_JUDGE_INPUTS_NAME ",\"ax\",@progbits\n\t"
+        ".global " TP_JUDGE_INPUTS_NAME "\n\t"
+        ".type " TP_JUDGE_INPUTS_NAME ", @function\n"
+        TP_JUDGE_INPUTS_NAME ":\n\t"
+        "movw r30, r24\n\t"
+        "lds r18, " TP_JUDGE_STR(tp_clip_count) "\n\t"
+        "or r22, r23\n\t"
+        "brne 3f\n\t"
+        "clr r18\n\t"
+        "rjmp 3f\n"
+        "1:\n\t"
+        "ld r24, Z+\n\t"
+        "subi r24, " TP_JUDGE_STR(TP_CLIP_FROM) "\n\t"
+        "cpi r24, " TP_JUDGE_STR(TP_CLIP_SPAN) "\n\t"
+        "adc r18, __zero_reg__\n\t"
+        "sbc r18, __zero_reg__\n"
+        "3:\n\t"
+        "subi r20, 1\n\t"
+        "sbci r21, 0\n\t"
+        "brcc 1b\n\t"
+        "sts " TP_JUDGE_STR(tp_clip_count) ", r18\n\t"
+        "ret\n\t"
+        ".size " TP_JUDGE_INPUTS_NAME ", .-" TP_JUDGE_INPUTS_NAME "\n\t"
+        ".popsection\n");
+#endif

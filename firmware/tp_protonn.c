@@ -303,6 +303,9 @@ void tp_stream_begin(void)
 
 void tp_stream_feed(const int8_t *xq, uint16_t first, uint8_t n)
 {
+#ifdef TP_UNKNOWN_CLIPS
+    tp_judge_inputs(xq, first, n); /* the clip check's count (tp_judge.c) */
+#endif
     TP_STAGE(TP_STAGE_PROTONN_PROJECTION);
 #if TP_PROTONN_W_ENC >= 2
     /* Column-major codes: each feature's nonzeros follow the previous feature's; the last one is flagged. */
@@ -381,6 +384,9 @@ uint8_t tp_stream_end(int32_t *scores)
 uint8_t tp_predict(const int8_t *x, int32_t *scores)
 {
 #if TP_PROTONN_ROWMAJOR
+#ifdef TP_UNKNOWN_CLIPS /* (a column-coded W goes through tp_stream_feed, which counts) */
+    tp_judge_inputs(x, 0, TP_N_FEATURES); /* the clip check's count (tp_judge.c) */
+#endif
     int8_t z[TP_PROTONN_DIM];
     uint8_t kernel[TP_PROTONN_PROTOS];
     TP_STAGE(TP_STAGE_PROTONN_PROJECTION);

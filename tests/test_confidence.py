@@ -151,6 +151,8 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def test_without_the_option_the_generated_c_differs_only_by_the_threshold(iris_dirs):
+    from tinyproto.core.render import CLIP_PROTOTYPE
+
     plain, unknown, _ = iris_dirs
     a, b = _files(plain.out_dir), _files(unknown.out_dir)
     assert a.keys() == b.keys()
@@ -159,8 +161,14 @@ def test_without_the_option_the_generated_c_differs_only_by_the_threshold(iris_d
     only_a = set(a[differing[0]].decode().splitlines()) - set(b[differing[0]].decode().splitlines())
     only_b = set(b[differing[0]].decode().splitlines()) - set(a[differing[0]].decode().splitlines())
     assert all("TP_MODEL_HASH" in line for line in only_a)
-    assert sorted(line.split()[1] for line in only_b) == ["TP_MODEL_HASH", "TP_UNKNOWN_LABEL", "TP_UNKNOWN_LIMIT"]
+    # the threshold, and the clip check iris's rows (which rarely reach the int8 clip) are given: its defines, the
+    # renames of its count and function, and the function's prototype
+    assert sorted(line.split()[1] for line in only_b if line.startswith("#define")) == [
+        "TP_MODEL_HASH", "TP_UNKNOWN_CLIPS", "TP_UNKNOWN_CLIP_SIDE", "TP_UNKNOWN_LABEL", "TP_UNKNOWN_LIMIT",
+        "tp_clip_count", "tp_judge_inputs"]
+    assert [line for line in only_b if not line.startswith("#define")] == [CLIP_PROTOTYPE]
     assert "TP_UNKNOWN" not in a["include/tinyproto_model.h"].decode()
+    assert "clip" not in a["include/tinyproto_model.h"].decode()
     assert plain.report["model_bytes"] == unknown.report["model_bytes"] <= 1024
 
 
@@ -194,8 +202,11 @@ def test_judged_model_round_trips_and_survives_replace_and_pickle(iris_dirs):
     changed = dataclasses.replace(model, Z_q=model.Z_q.copy())
     assert changed.calibration == model.calibration
     vectors = load_model_dir(unknown.out_dir).vectors()
-    confidence, decided = families.judge(model, vectors.scores, vectors.labels)
+    confidence, decided = families.judge(model, vectors.scores, vectors.labels, vectors.xq)
     assert np.array_equal(confidence, vectors.confidence) and np.array_equal(decided, vectors.decided)
+    assert model.calibration.has_clips  # iris's inputs rarely reach the clip: the check is fitted, and needs them
+    with pytest.raises(ValueError, match="int8 inputs"):
+        families.judge(model, vectors.scores, vectors.labels)
 
 
 def test_a_fold_whose_shape_breaks_the_limits_is_searched_instead():
@@ -602,7 +613,9 @@ def test_the_cost_model_counts_the_confidence_stage(iris_dirs):
     judged = load_int_model(load_model_dir(unknown_dir.out_dir))
     assert judged.defines()["TP_JUDGE_HALVING"] == judged.calibration.halving
     own = families.family_of(judged).predict_cycles(judged)["total"]
-    assert predict_cycles(judged)["total"] == own + judge_cycles(judged.n_classes, True)
+    assert judged.calibration.has_clips  # iris's rows rarely reach the clip: the check reads every input
+    assert predict_cycles(judged)["total"] == own + judge_cycles(judged.n_classes, True, False, judged.n_features)
+    assert judge_cycles(judged.n_classes, True, False, 4) == judge_cycles(judged.n_classes, True) + 4 + 4 * 10 + 30
     without_limit = load_int_model(load_model_dir(plain_dir.out_dir))
     assert predict_cycles(without_limit)["judge"] == judge_cycles(judged.n_classes, False)
     bare = type(judged).__mro__[1](**{f.name: getattr(judged, f.name)
@@ -775,3 +788,179 @@ def test_a_range_is_widened_to_whole_bins_the_device_compares_in_one_byte():
     for low, high in [(5, 9), (17083, 28515), (0, 0), (65535, 65535)]:
         wide = C.whole_bins(low, high)
         assert wide[0] <= low and high <= wide[1] <= C.RANGE_MAX and (wide[1] - wide[0] + 1) % C.RANGE_BIN == 0
+
+
+# ---- the clip check: more int8 inputs at the clip than the training rows allow answers unknown ----------------
+
+_CLIP_FEATURES = 21
+
+
+def _clip_rows(rows: int) -> np.ndarray:
+    """int8 inputs with values at and beside both clips (-128 too, which an int8 PREDICT may carry), so rows have
+    0, 1, 2 and many clipped values on either side."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(-120, 121, (rows, _CLIP_FEATURES))
+    edge = np.array([127, -127, -128, 126, -126])
+    where = rng.random((rows, _CLIP_FEATURES)) < rng.choice([0.0, 0.03, 0.1, 0.5], size=(rows, 1))
+    x[where] = rng.choice(edge, size=int(where.sum()))
+    x[0], x[1] = 127, -128  # every input at a clip
+    return x.astype(np.int8)
+
+
+_CLIP_DRIVER = r"""
+#include <stdio.h>
+#include "tinyproto_model.h"
+void tp_judge_inputs(const int8_t *x, uint16_t first, uint16_t n);
+uint8_t tp_predict(const int8_t *x, int32_t *scores) { (void)x; (void)scores; return 0; }
+int main(void)
+{
+    unsigned label;
+    while (scanf("%u", &label) == 1) {
+        int8_t x[NX];
+        int32_t scores[TP_N_CLASSES];
+        for (int i = 0; i < NX; ++i) {
+            int v;
+            if (scanf("%d", &v) != 1) return 1;
+            x[i] = (int8_t)v;
+        }
+        for (int c = 0; c < TP_N_CLASSES; ++c) {
+            long value;
+            if (scanf("%ld", &value) != 1) return 1;
+            scores[c] = (int32_t)value;
+        }
+        tp_judge_inputs(x + 3, 0, 7);                 /* a vector begun and dropped: the next first == 0 restarts */
+        for (uint16_t first = 0; first < NX; first = (uint16_t)(first + 5u)) {  /* chunks, as the stream feeds */
+            uint16_t n = (uint16_t)(NX - first < 5 ? NX - first : 5);
+            tp_judge_inputs(x + first, first, n);
+        }
+        tp_judge_inputs(x, 1, 0);                     /* an empty chunk counts nothing */
+        uint8_t confidence = 0;
+        uint8_t decided = tp_judge(scores, (uint8_t)label, &confidence);
+        printf("%u %u\n", (unsigned)confidence, (unsigned)decided);
+    }
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("side,above", [("both", 0), ("high", 1), ("low", 0), ("both", 254), ("low", 2)])
+def test_host_compiled_tp_judge_declines_inputs_at_the_clip_like_the_reference(tmp_path, side, above):
+    """With a clip check, the inputs handed to tp_judge_inputs in chunks (a chunk with first == 0 starting the
+    count again) and tp_judge.c compiled for the host answer unknown exactly where Calibration.judge does: more
+    inputs than `above` at +127 (high), -127 or -128 (low) or either (both)."""
+    import subprocess
+
+    from tinyproto.core.resources import resource_dir
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    scores, labels = _judge_rows(5, 1, False, rows=200)
+    x = _clip_rows(200)
+    calibration = C.Calibration(120, 9, False, unknown_above=C.VIEW_MAX + 1, score_byte=1, clip_side=side,
+                                clip_above=above)
+    _write_judge_header(tmp_path, 5, calibration)
+    (tmp_path / "driver.c").write_text(f"#define TP_MODEL_DATA\n#define NX {_CLIP_FEATURES}\n" + _CLIP_DRIVER)
+    firmware = resource_dir("firmware")
+    subprocess.run(["gcc", "-std=gnu99", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}", f"-I{firmware}",
+                    str(tmp_path / "driver.c"), str(firmware / "tp_judge.c"), "-o", str(tmp_path / "judge")],
+                   check=True, capture_output=True)
+    text = "\n".join(f"{l} " + " ".join(str(int(v)) for v in xs) + " " + " ".join(str(int(v)) for v in row)
+                     for l, xs, row in zip(labels, x, scores))
+    out = subprocess.run([str(tmp_path / "judge")], input=text.encode(), capture_output=True, check=True).stdout
+    device = np.array([line.split() for line in out.decode().splitlines()], dtype=np.int64)
+    confidence, decided = calibration.judge(scores, labels, xq=x)
+    np.testing.assert_array_equal(device[:, 0], confidence)
+    np.testing.assert_array_equal(device[:, 1], decided)
+    clipped = C.clip_counts(x, side) > above
+    assert ((decided == C.UNKNOWN_LABEL) == clipped).all()  # the limit declines nothing: the check does it all
+    assert clipped.any() == (above < 254) and (~clipped).any()
+
+
+_AVR_CLIP_DRIVER = _AVR_JUDGE_DRIVER.replace(
+    "uint8_t tp_predict(", "uint8_t tp_range_signal;\nvoid tp_judge_inputs(const int8_t *x, uint16_t first, "
+    "uint16_t n);\nuint8_t tp_predict(").replace(
+    "        uint8_t confidence = 0;\n",
+    "        int8_t x[NX];\n"
+    "        memcpy_P(x, judge_inputs[r], NX);\n"
+    "        tp_judge_inputs(x + 3, 0, 7);\n"
+    "        for (uint16_t first = 0; first < NX; first = (uint16_t)(first + 5u)) {\n"
+    "            tp_judge_inputs(x + first, first, (uint16_t)(NX - first < 5 ? NX - first : 5));\n"
+    "        }\n"
+    "        tp_judge_inputs(x, 1, 0);\n"
+    "#ifdef TP_UNKNOWN_RANGE_LOW\n"
+    "        tp_range_signal = (uint8_t)((uint16_t)(pgm_read_word(&judge_signals[r]) - TP_UNKNOWN_RANGE_LOW) >> 8);\n"
+    "#endif\n"
+    "        uint8_t confidence = 0;\n")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("n_classes,lowest_wins,above,side,clips,ranged", [
+    (10, False, 10, "both", 0, False), (17, True, 10, "high", 1, True), (2, False, -C.VIEW_MAX - 1, "low", 0, True),
+    (4, True, C.VIEW_MAX + 1, "both", 254, False)])
+def test_the_avr_assembly_of_tp_judge_checks_the_clip_like_the_reference(tmp_path, n_classes, lowest_wins, above,
+                                                                         side, clips, ranged):
+    """tp_judge's AVR assembly with a clip check (and with Bloom features' range check beside it), on the
+    simulated Uno, the inputs counted in chunks by tp_judge_inputs: the same confidence byte and answer as
+    Calibration.judge for every row (both score rules, both loops, a threshold that declines some rows, all or
+    none, every side)."""
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed")
+    scores, labels = _judge_rows(n_classes, 0, lowest_wins, rows=160)
+    x, signal = _clip_rows(160), _range_rows(3000, 3255, 160)
+    calibration = C.Calibration(200, 3, lowest_wins, unknown_above=above, score_byte=0, clip_side=side,
+                                clip_above=clips, **(dict(range_low=3000, range_high=3255) if ranged else {}))
+    _write_judge_header(tmp_path, n_classes, calibration)
+    extra = (f"#define NX {_CLIP_FEATURES}\nstatic const int8_t judge_inputs[JUDGE_ROWS][NX] PROGMEM = {{"
+             + ",\n".join("{" + ", ".join(str(int(v)) for v in row) + "}" for row in x) + "};\n"
+             + f"static const uint16_t judge_signals[JUDGE_ROWS] PROGMEM = {{{', '.join(map(str, signal))}}};\n")
+    device = _judge_on_the_simulated_uno(tmp_path, scores, labels, _AVR_CLIP_DRIVER, extra=extra)
+    confidence, decided = calibration.judge(scores, labels, signal if ranged else None, x)
+    np.testing.assert_array_equal(device[:, 0], confidence)
+    np.testing.assert_array_equal(device[:, 1], decided)
+    assert (decided[C.clip_counts(x, side) > clips] == C.UNKNOWN_LABEL).all()
+
+
+def test_clip_counts_and_the_check_the_host_fits():
+    """clip_counts counts +127, -127 / -128 or either, stopping at 255 like the device's byte; fit_clip_check keeps
+    the first side (both, high, low) on which at most one clipped input is normal for all but half the rate of the
+    rows, and no check when dozens clip in every row; rate_beside shares the rate between the two checks."""
+    x = np.array([[127, -127, -128, 126, 0], [0, 0, 0, 0, 0], [127, 127, 5, -126, -127]], dtype=np.int8)
+    assert C.clip_counts(x, "high").tolist() == [1, 0, 2]
+    assert C.clip_counts(x, "low").tolist() == [2, 0, 1]
+    assert C.clip_counts(x, "both").tolist() == [3, 0, 3]
+    assert C.clip_counts(np.full((1, 300), 127, dtype=np.int8), "both").tolist() == [255]
+    rng = np.random.default_rng(0)
+    calm = rng.integers(-100, 101, (400, 10)).astype(np.int8)
+    edge = calm.copy()
+    edge[:30, 0] = 127  # 7.5 % of the rows reach +127 once, 1 % twice
+    edge[:4, 1] = 127
+    assert C.fit_clip_check([calm[:200], calm[200:, 1:]], 0.05) == ("both", 0)  # parts of different widths
+    assert C.fit_clip_check([edge], 0.05) == ("both", 1)
+    low = edge.copy()
+    low[:, 2:5] = -127  # three inputs at -127 in every row: only the high side keeps a check
+    assert C.fit_clip_check([low], 0.05) == ("high", 1)
+    assert C.fit_clip_check([np.tile(np.array([127, -127, 0, 0, 1], dtype=np.int8), (50, 2))], 0.05) is None
+    assert C.rate_beside(0.05, 0.0) == 0.05 and C.rate_beside(0.05, 0.06) == 0.0
+    share = 0.01
+    assert abs(share + (1 - share) * C.rate_beside(0.05, share) - 0.05) < 1e-12
+
+
+def test_a_clip_check_round_trips_and_a_model_without_one_keeps_its_json():
+    """The check is written into model.json and the header only when there is one, read back as it was, and a
+    damaged one is one clear error; the novelty score ranks a row over the clip above every other."""
+    plain = C.Calibration(100, 5, False, unknown_above=-40, unknown_rate=0.05, score_byte=1)
+    assert "clips" not in plain.to_json() and not any("CLIP" in k for k in plain.defines())
+    clipped = dataclasses.replace(plain, clip_side="low", clip_above=1)
+    assert C.Calibration.from_json(clipped.to_json()) == clipped
+    assert clipped.defines()["TP_UNKNOWN_CLIP_SIDE"] == 2 and clipped.defines()["TP_UNKNOWN_CLIPS"] == 1
+    for bad in ({"side": "up", "above": 1}, {"side": "low", "above": 255}, {"side": "low"}, [1, 2],
+                {"side": "low", "above": True}):
+        with pytest.raises(TinyprotoError, match="clip"):
+            C.Calibration.from_json({**clipped.to_json(), "clips": bad})
+    with pytest.raises(TinyprotoError, match="clip"):
+        C.Calibration.from_json({**clipped.to_json(), "unknown_above": None})
+    x = np.array([[-127, -127, -127], [-127, -128, 0], [-127, 0, 0], [0, 0, 0]], dtype=np.int8)
+    novel = clipped.novelty_score(np.array([5, 500, 900, 0]), None, x)
+    assert novel[0] > novel[1] > novel[2] > novel[3]  # 3 and 2 over the clip, then by the view
+    with pytest.raises(ValueError):
+        clipped.judge(np.zeros((2, 3)), np.zeros(2, dtype=int))

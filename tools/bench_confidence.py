@@ -84,7 +84,8 @@ def variant(model, name: str):
         return model
     if name == "confidence":
         return make_judged(model, dataclasses.replace(model.calibration, unknown_above=None, unknown_rate=None,
-                                                      range_low=None, range_high=None))
+                                                      range_low=None, range_high=None, clip_side=None,
+                                                      clip_above=None))
     plain = type(model).__mro__[1] if is_judged(model) else type(model)
     return plain(**{f.name: getattr(model, f.name) for f in dataclasses.fields(plain)})
 

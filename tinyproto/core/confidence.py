@@ -19,6 +19,11 @@ when a family proves none):
   (widened to whole bins of RANGE_BIN: the device compares one byte, the bin), the device answers UNKNOWN_LABEL
   whatever the scores say (an input beyond anything seen in training can make a
   linear score grow, and so look surer: docs/guides/confidence.md).
+- with a clip check (every family, fitted when it pays: fit_clip_check), the count of the input's int8 values at
+  the clip (+127, -127 or either: the `clip_side`), which the runtime counts as the input arrives: more than
+  `clip_above` of them answers UNKNOWN_LABEL whatever the scores say. An input beyond the training range in some
+  feature reaches the clip there; a family whose scores discard magnitude (FlyNN's hash, BNC's binary code) cannot
+  tell it from a known one (docs/guides/confidence.md).
 
 The calibration is fitted on rows the model did not train on (cross-validation: see families/judging.py), so the
 byte means what it says: among rows given confidence c, about c/255 are classified correctly.
@@ -47,6 +52,11 @@ RANGE_MAX = 2**16 - 1  # a family's range signal is a uint16 on the device
 RANGE_BIN = 256  # the range is whole bins of this width from its low end: the device keeps (signal - low) >> 8
 RANGE_MAX_BINS = 255  # the bin count is a byte the device compares with one cpi
 RANGE_NOVELTY = 2**20  # novelty_score: a row outside the range ranks above every view's novelty (|view| < 2**15)
+CLIP_SIDES = {"high": 1, "low": 2, "both": 3}  # TP_UNKNOWN_CLIP_SIDE: which int8 values count as clipped
+CLIP_ORDER = ("both", "high", "low")  # fit_clip_check tries the sides in this order
+CLIP_MAX_ABOVE = 1  # the check is kept only when at most this many clipped inputs are normal (fit_clip_check)
+CLIP_SHARE = 0.5  # of the --unknown-rate: the most of the known rows the clip check may decline
+CLIP_COUNT_MAX = 255  # the device's count is a byte that stops at 255
 
 
 def winner_and_runner_up(scores: np.ndarray, labels: np.ndarray, lowest_wins: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -118,10 +128,25 @@ class Calibration:
     score_byte: int = 0  # the view: score >> (8 * score_byte) (judge_score_byte)
     range_low: int | None = None  # the family's range signal below this: UNKNOWN_LABEL (None: no range check)
     range_high: int | None = None  # ... or above this
+    clip_side: str | None = None  # "high", "low" or "both": the int8 values the clip check counts (None: no check)
+    clip_above: int | None = None  # more inputs than this at the clip: UNKNOWN_LABEL
 
     @property
     def has_range(self) -> bool:
         return self.range_low is not None
+
+    @property
+    def has_clips(self) -> bool:
+        return self.clip_side is not None
+
+    def clip_counts(self, xq: np.ndarray | None) -> np.ndarray | None:
+        """Per row, how many of its int8 inputs are at the clip on the checked side(s), as the device counts them
+        (a byte that stops at 255); None without a clip check."""
+        if not self.has_clips:
+            return None
+        if xq is None:
+            raise ValueError("this calibration checks the inputs' clip: the rows' int8 inputs are needed")
+        return clip_counts(xq, self.clip_side)
 
     def defines(self) -> dict[str, int]:
         """The header's lines of the confidence stage (two constants in the code: no array in flash)."""
@@ -134,6 +159,9 @@ class Calibration:
         if self.has_range:  # the device declines when ((signal - low) mod 2^16) >> 8 >= bins: one byte compared
             out["TP_UNKNOWN_RANGE_LOW"] = int(self.range_low)
             out["TP_UNKNOWN_RANGE_BINS"] = (int(self.range_high) - int(self.range_low) + 1) // RANGE_BIN
+        if self.has_clips:  # the runtime counts the inputs at the clip; the device declines above the count
+            out["TP_UNKNOWN_CLIP_SIDE"] = CLIP_SIDES[self.clip_side]
+            out["TP_UNKNOWN_CLIPS"] = int(self.clip_above)
         return out
 
     def signals(self, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -151,31 +179,46 @@ class Calibration:
         signal = np.asarray(signal, dtype=np.int64)
         return (signal < self.range_low) | (signal > self.range_high)
 
-    def judge(self, scores: np.ndarray, labels: np.ndarray,
-              signal: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def clipped(self, xq: np.ndarray | None) -> np.ndarray | None:
+        """Per row, whether more of its inputs than clip_above are at the clip (None without a clip check)."""
+        counts = self.clip_counts(xq)
+        return None if counts is None else counts > int(self.clip_above)
+
+    def judge(self, scores: np.ndarray, labels: np.ndarray, signal: np.ndarray | None = None,
+              xq: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(confidence byte, decided label) per row: the host reference of tp_judge(); `signal` is the family's
-        range signal per row (needed when the calibration checks a range)."""
+        range signal per row (needed when the calibration checks a range), `xq` the rows' int8 inputs (needed when
+        it checks their clip)."""
         labels = np.asarray(labels, dtype=np.int64)
         margin, novel = self.signals(scores, labels)
         confidence = confidence_bytes(margin, self.doubt, self.halving)
         decided = labels.copy()
         if self.unknown_above is not None:
             decided[novel > self.unknown_above] = UNKNOWN_LABEL
-        outside = self.outside(signal)
-        if outside is not None:
-            decided[outside] = UNKNOWN_LABEL
+        for declined in (self.outside(signal), self.clipped(xq)):
+            if declined is not None:
+                decided[declined] = UNKNOWN_LABEL
         return confidence, decided
 
-    def novelty_score(self, novel: np.ndarray, signal: np.ndarray | None) -> np.ndarray:
-        """The novelty score the AUROC ranks: the winning score's novelty, except that a row outside the range is
-        more novel than every row inside it (by how far outside), as the device declines it first."""
+    def novelty_score(self, novel: np.ndarray, signal: np.ndarray | None,
+                      xq: np.ndarray | None = None) -> np.ndarray:
+        """The novelty score the AUROC ranks: the winning score's novelty, except that a row outside the range, or
+        with more inputs at the clip than the check allows, is more novel than every other row (by how far outside,
+        or how many inputs clipped), as the device declines it whatever its scores."""
         novel = np.asarray(novel, dtype=np.int64)
+        beyond = np.zeros(len(novel), dtype=np.int64)
+        declined = np.zeros(len(novel), dtype=bool)
         outside = self.outside(signal)
-        if outside is None:
-            return novel
-        signal = np.asarray(signal, dtype=np.int64)
-        beyond = np.maximum(self.range_low - signal, signal - self.range_high)
-        return np.where(outside, RANGE_NOVELTY + beyond, novel)
+        if outside is not None:
+            signal = np.asarray(signal, dtype=np.int64)
+            beyond = np.maximum(beyond, np.where(outside, np.maximum(self.range_low - signal,
+                                                                     signal - self.range_high), 0))
+            declined |= outside
+        clipped = self.clipped(xq)
+        if clipped is not None:
+            beyond = np.maximum(beyond, np.where(clipped, self.clip_counts(xq), 0))
+            declined |= clipped
+        return np.where(declined, RANGE_NOVELTY + beyond, novel)
 
     def to_json(self) -> dict:
         out = {"doubt": int(self.doubt), "halving": int(self.halving), "lowest_wins": bool(self.lowest_wins),
@@ -183,6 +226,8 @@ class Calibration:
                "unknown_rate": self.unknown_rate, "score_byte": int(self.score_byte)}
         if self.has_range:  # only then: a model without one keeps its model.json (and hash) as before
             out["range"] = [int(self.range_low), int(self.range_high)]
+        if self.has_clips:  # likewise
+            out["clips"] = {"side": self.clip_side, "above": int(self.clip_above)}
         return out
 
     @staticmethod
@@ -206,8 +251,54 @@ class Calibration:
                 raise TinyprotoError("the unknown range must be two integers 0 to 65535, low <= high, spanning "
                                      f"1 to {RANGE_MAX_BINS} whole bins of {RANGE_BIN}, beside a threshold")
             low, high = pair
+        side = clip_above = None
+        if "clips" in raw:
+            clips = raw["clips"]
+            if (not isinstance(clips, dict) or set(clips) != {"side", "above"} or clips["side"] not in CLIP_SIDES
+                    or not _is_int_in(clips["above"], 0, CLIP_COUNT_MAX - 1) or above is None):
+                raise TinyprotoError("the unknown clip check must name a side (high, low or both) and a count 0 to "
+                                     f"{CLIP_COUNT_MAX - 1}, beside a threshold")
+            side, clip_above = clips["side"], clips["above"]
         return Calibration(raw["doubt"], raw["halving"], raw["lowest_wins"], above,
-                           None if rate is None else float(rate), raw["score_byte"], low, high)
+                           None if rate is None else float(rate), raw["score_byte"], low, high, side, clip_above)
+
+
+def clip_counts(xq: np.ndarray, side: str) -> np.ndarray:
+    """Per row, how many int8 inputs sit at the clip: +127 ("high"), -127 ("low") or either ("both"), stopping at
+    CLIP_COUNT_MAX as the device's byte does."""
+    xq = np.asarray(xq, dtype=np.int64)
+    if xq.ndim != 2:
+        raise ValueError("clip_counts needs rows of int8 inputs")
+    at = {"high": xq >= 127, "low": xq <= -127, "both": np.abs(xq) >= 127}[side]
+    return np.minimum(at.sum(axis=1), CLIP_COUNT_MAX).astype(np.int64)
+
+
+def fit_clip_check(xq_parts: list[np.ndarray], rate: float) -> tuple[str, int] | None:
+    """(side, clip_above) of the clip check, from known rows the model did not train on (each part: one fold's
+    validation rows, in that fold model's int8 inputs), or None when it does not pay. Per side (CLIP_ORDER), the
+    smallest count that at most CLIP_SHARE of the rate of the rows exceed; the first side whose count is at most
+    CLIP_MAX_ABOVE is kept. Clipping then marks the edge of the training range (most rows never reach it, a few
+    once): an input beyond that edge in a feature or two is declined. A stage that maps the data's own extremes to
+    the clip (pixels: blank is -127), where dozens of inputs clip in every row, keeps no check: its count says what
+    the row looks like, not how far it is out, and would only take rows from the score threshold's share."""
+    if sum(len(x) for x in xq_parts) == 0:
+        return None
+    for side in CLIP_ORDER:  # per part: fold models may keep different input columns
+        counts = np.concatenate([clip_counts(x, side) for x in xq_parts])
+        above = 0
+        while above < CLIP_COUNT_MAX and np.mean(counts > above) > CLIP_SHARE * rate:
+            above += 1
+        if above <= CLIP_MAX_ABOVE:
+            return side, above
+    return None
+
+
+def rate_beside(rate: float, declined_share: float) -> float:
+    """The rate a score threshold fitted on the rows another check leaves answers that makes the two together
+    decline `rate` of all the rows (0 when the other check already declines that many)."""
+    if declined_share >= rate:
+        return 0.0
+    return (rate - declined_share) / (1.0 - declined_share)
 
 
 def whole_bins(low: int, high: int) -> tuple[int, int] | None:
@@ -394,7 +485,8 @@ def judged_figures(confidence: np.ndarray, decided: np.ndarray, labels: np.ndarr
     }
 
 
-__all__ = ["Calibration", "DOUBT_HALVINGS", "UNKNOWN_LABEL", "auroc", "confidence_bytes", "decline_threshold",
-           "expected_calibration_error", "fit_doubt", "halvings", "judge_score_byte", "judged_figures", "margins",
-           "nearest_threshold", "novelty", "parse_classes", "parse_rate", "reliability_bins", "risk_coverage",
-           "score_view", "view_threshold", "whole_bins", "winner_and_runner_up"]
+__all__ = ["CLIP_SIDES", "Calibration", "DOUBT_HALVINGS", "UNKNOWN_LABEL", "auroc", "clip_counts", "confidence_bytes",
+           "decline_threshold", "expected_calibration_error", "fit_clip_check", "fit_doubt", "halvings",
+           "judge_score_byte", "judged_figures", "margins", "nearest_threshold", "novelty", "parse_classes",
+           "parse_rate", "rate_beside", "reliability_bins", "risk_coverage", "score_view", "view_threshold",
+           "whole_bins", "winner_and_runner_up"]

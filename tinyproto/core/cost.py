@@ -8,6 +8,7 @@ Layer: core.
 from __future__ import annotations
 
 from tinyproto.core.confidence import DOUBT_HALVINGS
+from tinyproto.core.wire import CHUNK_BYTES
 
 # Lower bound per int8 multiply-accumulate with one operand in flash on AVR:
 # lpm (3) + ld (2) + muls (2) + add/adc into a 16-bit accumulator (2) = 9 cycles.
@@ -29,8 +30,12 @@ COST_MODEL_TOLERANCE = 0.03
 # Beyond JUDGE_BACKWARD_CLASSES classes the pass runs forwards, its count one compare longer: one cycle more per
 # class and in the fixed part. The halvings depend on the input's margin: the prediction takes the most,
 # DOUBT_HALVINGS, so it is never low (on digits, 2 kB, the mean was about 4).
-JUDGE_CYCLES = {"fixed": 10, "class": 16, "halving": 6, "limit": 4, "range": 4}  # range: after the limit's
-# compare, its branch not taken (1, not 2), lds (2), cpi, brlo (tp_judge_avr.h): 4 more at most
+JUDGE_CYCLES = {"fixed": 10, "class": 16, "halving": 6, "limit": 4, "range": 4, "clip": 4,
+                "clip_input": 10, "clip_call": 30}  # range: after the limit's
+# compare, its branch not taken (1, not 2), lds (2), cpi, brlo (tp_judge_avr.h): 4 more at most; clip: the same
+# for the clip check's count; clip_input: tp_judge_inputs' loop per int8 input (ld, subi, cpi, adc, sbc, the
+# count's subi, sbci and brcc: 10), clip_call: once per call (the caller's arguments and call, the count's lds,
+# first's test, the loop's entry and exit, sts, ret; counted high), which a streamed input pays per chunk
 # tp_judge.c runs the pass backwards while the last class's view is within ldd's 63-byte reach of the scores:
 # 4 * (classes - 1) + score byte + 1 <= 63 holds for every view up to 16 classes
 JUDGE_BACKWARD_CLASSES = 16
@@ -42,14 +47,18 @@ JUDGE_BACKWARD_CLASSES = 16
 JUDGE_CALL_CYCLES = 30
 
 
-def judge_cycles(n_classes: int, declines: bool, checks_range: bool = False) -> int:
+def judge_cycles(n_classes: int, declines: bool, checks_range: bool = False, clip_inputs: int = 0) -> int:
     """Predicted cycles of tp_judge for a model of n_classes classes (declines: compiled with --unknown-rate;
-    checks_range: its calibration also checks a family's range signal), with the most halvings an input can take."""
+    checks_range: its calibration also checks a family's range signal), with the most halvings an input can take;
+    clip_inputs: with a clip check, the int8 inputs tp_judge_inputs counts (one call per chunk of the transport's
+    TP_CHUNK_BYTES, as a streamed input is fed; a gathered one takes one call)."""
     terms = JUDGE_CYCLES
     forward = int(n_classes) > JUDGE_BACKWARD_CLASSES
+    clips = (terms["clip"] + terms["clip_input"] * int(clip_inputs)
+             + terms["clip_call"] * -(-int(clip_inputs) // CHUNK_BYTES)) if clip_inputs else 0
     return (JUDGE_CALL_CYCLES + terms["fixed"] + forward + (terms["class"] + forward) * int(n_classes)
             + terms["halving"] * DOUBT_HALVINGS + (terms["limit"] if declines else 0)
-            + (terms["range"] if checks_range else 0))
+            + (terms["range"] if checks_range else 0) + clips)
 
 
 def latency_cycle_limit(max_latency_ms: float | None, f_cpu_hz: int, headroom: bool = True,

@@ -45,6 +45,10 @@ SHARED_PREFIX = "tp"  # the names every model shares (the Arduino library's tp_p
 _EXTERNAL_LINE = re.compile(r"^(?![^\n(\[=;]*\b(?:static|typedef|extern|return)\b)"
                             r"[A-Za-z_][\w \t*]*?\b(tp_\w+)\s*[(\[=;]", re.M)
 RANGE_SIGNAL = "tp_range_signal"  # a family runtime's byte that tp_judge checks (core/confidence: the range)
+# the clip check's count and the function every family's runtime hands its inputs to (tp_judge.c): they exist only
+# in a model with the check, whose header alone declares the function (after its renames, as the API's prototypes)
+CLIP_SYMBOLS = ("tp_clip_count", "tp_judge_inputs")
+CLIP_PROTOTYPE = "void tp_judge_inputs(const int8_t *x, uint16_t first, uint16_t n);"
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
@@ -85,6 +89,8 @@ def external_symbols(model) -> list[str]:
             names.update(match.group(1) for match in _EXTERNAL_LINE.finditer(_code_of(firmware / source)))
     if "TP_UNKNOWN_RANGE_LOW" not in model.defines():  # a family's range signal exists only beside a range check
         names.discard(RANGE_SIGNAL)
+    if "TP_UNKNOWN_CLIPS" not in model.defines():
+        names.difference_update(CLIP_SYMBOLS)
     return sorted(names)
 
 
@@ -176,7 +182,7 @@ def render_header(model, dataset: str, seed: int, budget_bytes: int, prefix: str
         abi=RUNTIME_ABI,
         prefix=prefix,
         renames=symbol_renames(model, prefix),
-        prototypes=api_prototypes(),
+        prototypes=api_prototypes() + ([CLIP_PROTOTYPE] if "TP_UNKNOWN_CLIPS" in model.defines() else []),
         defines=defines,
         arrays=[
             {"name": a.name, "ctype": a.ctype, "count": a.count, "nbytes": a.nbytes, "what": a.what, "rows": _rows(a)}

@@ -247,7 +247,7 @@ def fit_judged(name: str, X_train: np.ndarray, y_train: np.ndarray, options: Sol
 
     fam = family(name)
     return judged(fam.fit_under_budget, fam.fit_shape, X_train, y_train, options, lowest_wins(name),
-                  unknown_rate)
+                  unknown_rate, fam.predict_cycles)
 
 
 def judge(model: IntModel, scores: np.ndarray, labels: np.ndarray,
@@ -267,6 +267,14 @@ def novelty_score(model: IntModel, scores: np.ndarray, labels: np.ndarray, xq: n
     return score(model, scores, labels, lowest_wins(model.family), xq)
 
 
+def judge_static(model: IntModel) -> tuple:
+    """The confidence stage's static SRAM that tp_predict writes (the clip check's count: families/judging.py), as
+    SramItems; () for a model without the check."""
+    from tinyproto.families.judging import judge_static as static
+
+    return static(model)
+
+
 def calibrated(model: IntModel) -> bool:
     """The model carries a calibration (every model compile writes; a federated one does not)."""
     from tinyproto.families.judging import calibration_of
@@ -282,7 +290,7 @@ def calibrate_chosen(name: str, model: IntModel, chosen: dict, X_train: np.ndarr
 
     fam = family(name)
     return calibrate(fam.fit_under_budget, fam.fit_shape, chosen, model, X_train, y_train, options, lowest_wins(name),
-                     unknown_rate)
+                     unknown_rate, fam.predict_cycles)
 
 
 DEFAULT = "protonn"  # --model when none is given
@@ -468,6 +476,7 @@ def predict_cycles(model: IntModel) -> dict:
     out = dict(family_of(model).predict_cycles(model))
     if calibrated(model):
         out["judge"] = judge_cycles(model.n_classes, model.calibration.unknown_above is not None,
-                                    model.calibration.has_range)
+                                    model.calibration.has_range,
+                                    model.n_features if model.calibration.has_clips else 0)
         out["total"] += out["judge"]
     return out

@@ -18,9 +18,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tinyproto.core.confidence import (Calibration, decline_threshold, fit_doubt, judge_score_byte, nearest_threshold,
-                                       novelty, score_view, view_threshold, whole_bins, winner_and_runner_up)
+from tinyproto.core.confidence import (Calibration, clip_counts, decline_threshold, fit_clip_check, fit_doubt,
+                                       judge_score_byte, nearest_threshold, novelty, rate_beside, score_view,
+                                       view_threshold, whole_bins, winner_and_runner_up)
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.ledger import SramItem
 from tinyproto.families.solving import FoldModels, SolveOptions, calibration_splits
 
 CONFIDENCE_JSON_KEY = "confidence"  # model.json's int_model carries the calibration under this key
@@ -36,6 +38,19 @@ def score_bound(model: Any) -> int | None:
     its integer model); None otherwise. It decides the view tp_judge reads (core/confidence.judge_score_byte)."""
     bound = getattr(model, "score_bound", None)
     return None if bound is None else int(bound())
+
+
+def judge_static(model: Any) -> tuple:
+    """The static SRAM of the confidence stage (firmware/tp_judge.c) that tp_predict writes: the clip check's count
+    (one byte) when the model has the check, else nothing."""
+    calibration = calibration_of(model)
+    if calibration is None or not calibration.has_clips:
+        return ()
+    return (SramItem("clip_count", 1, "inputs at the clip so far, which tp_judge checks (static, tp_judge.c)"),)
+
+
+def _judged_working_sram(self) -> list:
+    return [*super(type(self), self).working_sram(), *judge_static(self)]
 
 
 def _judged_to_json(self) -> dict:
@@ -61,7 +76,7 @@ def judged_class(plain: type) -> type:
         _JUDGED_CLASSES[plain] = dataclasses.make_dataclass(
             f"Judged{plain.__name__}", [("calibration", Any, dataclasses.field(default=None))], bases=(plain,),
             frozen=params.frozen, eq=params.eq,
-            namespace={"defines": _judged_defines, "to_json": _judged_to_json,
+            namespace={"defines": _judged_defines, "to_json": _judged_to_json, "working_sram": _judged_working_sram,
                        "__reduce__": _judged_reduce, "__module__": __name__})
     return _JUDGED_CLASSES[plain]
 
@@ -100,11 +115,20 @@ def novelty_score(model: Any, scores: np.ndarray, labels: np.ndarray, lowest_win
     winning score's novelty, and with a range check a row outside the range above every row inside it."""
     winner = winner_and_runner_up(scores, np.asarray(labels, dtype=np.int64), lowest_wins)[0]
     calibration = calibration_of(model)
-    if calibration is None or not calibration.has_range:
+    if calibration is None or not (calibration.has_range or calibration.has_clips):
         return novelty(winner, lowest_wins)
     # the view's novelty (what the device compares), so a row outside the range ranks above all of them
     view = novelty(score_view(winner, calibration.score_byte), lowest_wins)
-    return calibration.novelty_score(view, range_signal(model, xq))
+    return calibration.novelty_score(view, range_signal(model, xq), _inputs(calibration, xq))
+
+
+def _inputs(calibration: Calibration, xq: np.ndarray | None) -> np.ndarray | None:
+    """The rows' int8 inputs when the calibration checks their clip (None otherwise)."""
+    if not calibration.has_clips:
+        return None
+    if xq is None:
+        raise ValueError("this model declines inputs at the clip: its int8 inputs are needed to judge them")
+    return np.asarray(xq)
 
 
 def judge(model: Any, scores: np.ndarray, labels: np.ndarray,
@@ -114,7 +138,7 @@ def judge(model: Any, scores: np.ndarray, labels: np.ndarray,
     calibration that checks a range (range_signal)."""
     calibration = calibration_of(model)
     if calibration is not None:
-        return calibration.judge(scores, labels, range_signal(model, xq))
+        return calibration.judge(scores, labels, range_signal(model, xq), _inputs(calibration, xq))
     labels = np.asarray(labels, dtype=np.int64)
     return np.zeros(len(labels), dtype=np.int64), labels.copy()
 
@@ -139,9 +163,11 @@ def wrap_from_json(model: Any, calibration_json: dict | None, lowest_wins: bool)
     return make_judged(model, calibration)
 
 
-def _signals(model: Any, X: np.ndarray, lowest_wins: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(class index, margin, novelty) of the integer model on raw rows, in score units (int64)."""
-    scores = model.scores(model.input_stage.quantize(X))
+def _signals(model: Any, X: np.ndarray, lowest_wins: bool,
+             xq: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(class index, margin, novelty) of the integer model on raw rows (or on their int8 inputs `xq`), in score
+    units (int64)."""
+    scores = model.scores(model.input_stage.quantize(X) if xq is None else xq)
     labels = np.asarray(model.labels(scores), dtype=np.int64)
     winner, runner = winner_and_runner_up(scores, labels, lowest_wins)
     return labels, np.abs(winner - runner), novelty(winner, lowest_wins)
@@ -217,7 +243,8 @@ def fold_model(fit: Callable, fit_shape: Callable, chosen: dict, X: np.ndarray, 
 
 
 def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: np.ndarray, y: np.ndarray,
-              options: SolveOptions, lowest_wins: bool, unknown_rate: float | None) -> tuple[Any, dict]:
+              options: SolveOptions, lowest_wins: bool, unknown_rate: float | None,
+              own_cycles: Callable | None = None) -> tuple[Any, dict]:
     """The final model judged: the shape it has (`chosen`, its solver's info["chosen"]) is trained again on each
     validation fold's training rows (fold_model); their margins on their validation rows, carried to the final
     model's scale (score_scale) and view, and whether each row was classified right, fit the doubt and its
@@ -228,12 +255,13 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
     splits = calibration_splits(folds)
     score_byte = judge_score_byte(score_bound(model))
     final_scale = score_scale(model, X, lowest_wins)
-    carried_margins, hits, thresholds, scales, trained = [], [], [], [], []
+    carried_margins, hits, novelties, inputs, scales, trained = [], [], [], [], [], []
     for k, (index, fit_rows, val_rows) in enumerate(splits, start=1):
         options.say(f"confidence: fold {k}/{len(splits)}")
         fold, how = fold_model(fit, fit_shape, chosen, X[fit_rows], y[fit_rows], options, index)
         trained.append(how)
-        labels, fold_margin, fold_novelty = _signals(fold, X[val_rows], lowest_wins)
+        fold_xq = fold.input_stage.quantize(X[val_rows])
+        labels, fold_margin, fold_novelty = _signals(fold, X[val_rows], lowest_wins, fold_xq)
         classes = np.asarray(fold.classes, dtype=object)
         scale = score_scale(fold, X[fit_rows], lowest_wins)
         # a fold model of the final shape whose scores have a fixed unit (BNC's bits) needs no carrying, as its
@@ -243,16 +271,24 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
         carried_margins.append(np.floor(fold_margin * ratio / 2.0 ** (8 * score_byte)).astype(np.int64))
         hits.append(np.asarray([classes[i] == t for i, t in zip(labels, y[val_rows])], dtype=bool))
         scales.append(scale)
-        if unknown_rate is not None:
-            fit_threshold = nearest_threshold if fixed_units(model) else decline_threshold
-            thresholds.append(fit_threshold(fold_novelty, unknown_rate))
+        novelties.append(fold_novelty)
+        inputs.append(fold_xq)
     all_margins, all_hits = np.concatenate(carried_margins), np.concatenate(hits)
     doubt, halving = fit_doubt(all_margins, all_hits)
     info: dict = {"rows": int(len(all_margins)), "folds": len(splits), "fold_models": trained,
                   "cv_accuracy": float(all_hits.mean()), "score_byte": score_byte, "doubt": doubt,
                   "halving": halving, "fold_scales": scales, "final_scale": final_scale}
-    threshold, low_high = None, (None, None)
+    threshold, low_high, clips = None, (None, None), None
     if unknown_rate is not None:
+        # the clip check first (fit_clip_check: on the fold models' validation rows, in each one's int8 inputs),
+        # then each fold's threshold on the rows it leaves answered, at the rate that makes the two together decline
+        # the asked share of that fold's rows (rate_beside): the check shares the rate, it does not add to it
+        clips = _within_latency(fit_clip_check(inputs, unknown_rate), model, options, own_cycles)
+        fit_threshold = nearest_threshold if fixed_units(model) else decline_threshold
+        thresholds = []
+        for fold_novelty, fold_xq in zip(novelties, inputs):
+            kept = _answered(clips, fold_xq)
+            thresholds.append(fit_threshold(fold_novelty[kept], rate_beside(unknown_rate, 1.0 - kept.mean())))
         # each fold model's threshold, carried to the final model's scale (as it is when the family's scores have a
         # fixed unit and the fold model the final model's shape: fixed_units), then their median, in the view; the
         # final model's own training rows would look too familiar to fit it on, unless its family can leave each
@@ -264,15 +300,42 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
         if left_out is None:
             chosen, fitted_on = int(np.median(carried)), "fold models"
         else:
-            chosen, fitted_on = decline_threshold(left_out, unknown_rate), "left-out training rows"
+            kept = _answered(clips, model.input_stage.quantize(X))
+            chosen = decline_threshold(left_out[kept], rate_beside(unknown_rate, 1.0 - kept.mean()))
+            fitted_on = "left-out training rows"
         threshold = view_threshold(chosen, score_byte, lowest_wins)
         info.update(unknown_rate=unknown_rate, fold_thresholds=thresholds, carried_thresholds=carried,
                     unknown_above=threshold, threshold_fitted_on=fitted_on)
+        if clips is not None:
+            declined = 1.0 - np.concatenate([_answered(clips, xq) for xq in inputs]).mean()
+            info["clips"] = {"side": clips[0], "above": clips[1], "fold_declined": float(declined)}
         low_high = training_range(model, X)
         if low_high[0] is not None:
             info["range"] = list(low_high)
-    calibration = Calibration(doubt, halving, lowest_wins, threshold, unknown_rate, score_byte, *low_high)
+    calibration = Calibration(doubt, halving, lowest_wins, threshold, unknown_rate, score_byte, *low_high,
+                              *(clips or (None, None)))
     return make_judged(model, calibration), info
+
+
+def _within_latency(clips: tuple[str, int] | None, model: Any, options: SolveOptions,
+                    own_cycles: Callable | None) -> tuple[str, int] | None:
+    """The clip check, unless its cycles (tp_judge_inputs reads every input: core/cost.judge_cycles) would take the
+    model past the user's --max-latency, which the solver kept with only tp_judge's own cycles beside the family's
+    (`own_cycles`: the family's cost model, model -> {"total": ...})."""
+    if clips is None or options.max_latency_ms is None or own_cycles is None:
+        return clips
+    from tinyproto.core.cost import judge_cycles, latency_cycle_limit
+
+    ranged = getattr(model, "range_signal", None) is not None  # a range check's 4 cycles counted if it may have one
+    total = own_cycles(model)["total"] + judge_cycles(model.n_classes, True, ranged, model.n_features)
+    return clips if total <= latency_cycle_limit(options.max_latency_ms, options.f_cpu_hz) else None
+
+
+def _answered(clips: tuple[str, int] | None, xq: np.ndarray) -> np.ndarray:
+    """Per row, whether the clip check (side, above) leaves it answered (every row without a check)."""
+    if clips is None:
+        return np.ones(len(xq), dtype=bool)
+    return clip_counts(xq, clips[0]) <= clips[1]
 
 
 def training_range(model: Any, X: np.ndarray) -> tuple[int | None, int | None]:
@@ -291,15 +354,16 @@ def training_range(model: Any, X: np.ndarray) -> tuple[int | None, int | None]:
 
 
 def fit_judged(fit: Callable, fit_shape: Callable, X: np.ndarray, y: np.ndarray, options: SolveOptions,
-               lowest_wins: bool, unknown_rate: float | None) -> tuple[Any, Any, dict]:
+               lowest_wins: bool, unknown_rate: float | None,
+               own_cycles: Callable | None = None) -> tuple[Any, Any, dict]:
     """A family's solver under the whole budget (the calibration puts no array in flash), then its calibration
     (info["confidence"])."""
     inner = options.with_(fold_models=FoldModels())  # the solver's fold models, reused
     clf, model, info = fit(X, y, inner)
     judged, info["confidence"] = calibrate(fit, fit_shape, info["chosen"], model, X, y, inner, lowest_wins,
-                                           unknown_rate)
+                                           unknown_rate, own_cycles)
     return clf, judged, info
 
 
-__all__ = ["calibrate", "calibration_of", "fit_judged", "is_judged", "judge", "judged_class", "make_judged",
-           "novelty_score", "range_signal", "split_json", "training_range", "wrap_from_json"]
+__all__ = ["calibrate", "calibration_of", "fit_judged", "is_judged", "judge", "judge_static", "judged_class",
+           "make_judged", "novelty_score", "range_signal", "split_json", "training_range", "wrap_from_json"]

@@ -20,6 +20,8 @@ Layer: pipeline.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import re
 import shutil
@@ -123,6 +125,8 @@ def family_statements(model) -> dict:
     which score wins and what a score is, the static state its runtime keeps, reentrancy, streaming."""
     fam = families.family_of(model)
     state = fam.static_state(model)
+    # the clip check's count (tp_judge.c), which tp_predict writes when the model has the check
+    state = dataclasses.replace(state, predict=state.predict + families.judge_static(model))
     static_names = {item.name for item in state.items}
     # tp_predict's own stack buffers (the input vector and the scores are the caller's, listed apart)
     stack = [(item.name, item.nbytes, item.what) for item in model.working_sram()
