@@ -154,21 +154,24 @@ def test_platformio_ini_names_envs_per_board_and_runs_the_boards_chip(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def validated(shared_once, tmp_path_factory):
-    """The same model (iris, ProtoNN, 1 kB, seed 0) compiled, built and validated with --sim for every board: made
-    once per run for all workers, and copied for the tests of this module on each worker (they flash and validate
-    it again)."""
+def validated(shared_once, compiled, tmp_path_factory):
+    """The same model (iris, ProtoNN, 1 kB, seed 0) compiled for every board (the run's shared copy of what `compile
+    iris --budget 1kB --board B` writes), built and validated with --sim: made once per run for all workers, and
+    copied for the tests of this module on each worker (they flash and validate it again). The build and the
+    validation run as `tinyproto build` and `tinyproto validate --sim --json` run, in this process (click's runner,
+    as conftest's built_models does): ten interpreters' start-up fewer."""
+    from click.testing import CliRunner
+
+    from tinyproto.cli import main
 
     def make(into: Path) -> None:
         for name in BOARDS:
             model_dir = into / name / "model"
-            compiled = cli("compile", "iris", "--budget", "1kB", "--board", name, "--out", str(model_dir), "--json")
-            assert compiled.returncode == 0, compiled.stderr
-            built = cli("build", str(model_dir))
-            assert built.returncode == 0, built.stderr
-            result = cli("validate", str(model_dir), "--sim", "--json")
-            assert result.returncode == 0, result.stderr
-            (into / name / "compile.json").write_text(compiled.stdout)
+            shutil.copytree(compiled("iris", "1kB", board=name), model_dir, symlinks=True)
+            for verb in (["build", str(model_dir)], ["validate", str(model_dir), "--sim", "--json"]):
+                result = CliRunner().invoke(main, verb)
+                assert result.exit_code == 0, result.output
+            (into / name / "compile.json").write_text((model_dir / "report.json").read_text())
             (into / name / "validate.json").write_text(result.stdout)
 
     master = shared_once("iris-1kB-every-board-validated", make)

@@ -78,12 +78,14 @@ def models(compiled):
     return dirs
 
 
-@pytest.fixture(scope="module")
-def uno(tmp_path_factory):
-    """A simulated Uno with Optiboot and erased application flash, shared by the tests of this module."""
+@pytest.fixture
+def uno(tmp_path):
+    """A simulated Uno with Optiboot and erased application flash, for one test. A board paced to the wall clock
+    costs CPU while it waits (0.8 s of CPU in 10 s with an application flashed): one kept for the whole module
+    spent it through every other test of the module as well."""
     from tinyproto.device.board_sim import SimulatedBoard
 
-    with SimulatedBoard("atmega328p", tmp_path_factory.mktemp("uno-state"), fresh=True) as board:
+    with SimulatedBoard("atmega328p", tmp_path / "uno-state", fresh=True) as board:
         yield board
 
 

@@ -30,11 +30,16 @@ def _env(locale: str) -> dict:
 
 # One interpreter running `python -m tinyproto ARGS` for several ARGS in turn, as runpy runs it for `-m` (each run
 # ends in SystemExit, whose code it records): one start-up, numpy and scikit-learn imported once, for the help of
-# every verb. Each run's output follows a line `@@@ ARGS` and its exit code is on a line `@@@ exit CODE`.
+# every verb. The ARGS reach it as its own command line (each list after its length), so the interpreter decodes
+# them as it decodes a `tinyproto` command's (a non-ASCII file name under LC_ALL=C too). Each run's output follows a
+# line `@@@ run K` (K counts the runs from 0) and its exit code is on a line `@@@ exit CODE`.
 MANY_RUNS = """
-import json, runpy, sys
-for args in json.loads(sys.argv[1]):
-    print("@@@", *args, flush=True)
+import runpy, sys
+rest, run = sys.argv[1:], 0
+while rest:
+    args, rest = rest[1:1 + int(rest[0])], rest[1 + int(rest[0]):]
+    print("@@@ run", run, flush=True)
+    run += 1
     sys.argv = ["tinyproto", *args]
     try:
         runpy.run_module("tinyproto", run_name="__main__", alter_sys=True)
@@ -49,13 +54,13 @@ for args in json.loads(sys.argv[1]):
 def _run_many(arg_lists: list[list[str]], locale: str, kind: str, tmp_path: Path) -> list[tuple[int, bytes]]:
     """Run `python -m tinyproto ARGS` for each ARGS in one interpreter (MANY_RUNS), under `locale` with stdout
     `kind`; [(exit, stdout bytes)] per ARGS. The interpreter's own exit and stderr are checked here."""
-    code, out, err = _run(arg_lists, locale, kind, tmp_path, command=[sys.executable, "-c", MANY_RUNS,
-                                                                      json.dumps(arg_lists)])
+    flat = [word for args in arg_lists for word in (str(len(args)), *args)]
+    code, out, err = _run(arg_lists, locale, kind, tmp_path, command=[sys.executable, "-c", MANY_RUNS, *flat])
     _check(code, b"", err, locale)
     parts = out.replace(b"\r\n", b"\n").split(b"@@@ ")[1:]
     runs = []
-    for args, (started, ended) in zip(arg_lists, zip(parts[0::2], parts[1::2])):
-        assert started.split(b"\n", 1)[0].decode() == " ".join(args), started[:200]
+    for k, (started, ended) in enumerate(zip(parts[0::2], parts[1::2])):
+        assert started.split(b"\n", 1)[0] == f"run {k}".encode(), started[:200]
         assert ended.startswith(b"exit "), ended[:200]
         runs.append((int(ended.split()[1]), started.split(b"\n", 1)[1]))
     assert len(runs) == len(arg_lists), out[-2000:]
@@ -149,13 +154,15 @@ def test_every_verb_help(locale, kind, tmp_path):
 @pytest.mark.parametrize("locale", LOCALES)
 @pytest.mark.parametrize("kind", STDOUT_KINDS)
 def test_compile_and_boards_run(locale, kind, tmp_path):
-    code, out, err = _run(["compile", "iris", "--budget", "1kB", "--out", str(tmp_path / "m")], locale, kind, tmp_path)
-    _check(code, out, err, locale)
+    """compile, boards and a compile of a missing non-ASCII file, in one interpreter (MANY_RUNS; their stderr is
+    checked there, together)."""
+    runs = [["compile", "iris", "--budget", "1kB", "--out", str(tmp_path / "m")], ["boards"],
+            ["compile", str(tmp_path / "missing-\u00e9.csv")]]
+    (compiled, out), (boards, listed), (missing, said) = _run_many(runs, locale, kind, tmp_path)
+    _check(compiled, out, b"", locale)
     assert b"int8 accuracy" in out
-    code, out, err = _run(["boards"], locale, kind, tmp_path)
-    _check(code, out, err, locale)
-    code, out, err = _run(["compile", str(tmp_path / "missing-\u00e9.csv")], locale, kind, tmp_path)
-    _check(code, out, err, locale, expected=1)  # a clear error, also when it names a non-ASCII file
+    _check(boards, listed, b"", locale)
+    _check(missing, said, b"", locale, expected=1)  # a clear error, also when it names a non-ASCII file
 
 
 @pytest.mark.slow
