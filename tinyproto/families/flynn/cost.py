@@ -262,7 +262,7 @@ class WalkCounts:
     wraps: np.ndarray
     mirrors: np.ndarray  # inputs of the mirrored half (index >= d) in the first m rows
     indices: np.ndarray  # (m_max, s) the rows themselves: tie-prone shapes replay their heap entries
-    _sifts: dict = field(default_factory=dict, compare=False, repr=False)  # rho -> simulated_heap
+    _sifts: dict = field(default_factory=dict, compare=False, repr=False)  # rho -> simulated_heap (and its offers)
 
     @classmethod
     def replay(cls, seed: int, s: int, n_inputs: int, n_features: int, m_max: int) -> "WalkCounts":
@@ -295,14 +295,19 @@ class WalkCounts:
             return {}, {}
         self.heap_work(m, rho)
         codes = self._sifts[rho][2]
+        if ("offers", rho) not in self._sifts:  # per group, the codes' counts over the vectors, cumulative
+            trials, groups = codes.shape
+            flat = (codes + 4**GROUP_ROWS * np.arange(groups)[None, :]).ravel()
+            per_group = np.bincount(flat, minlength=groups * 4**GROUP_ROWS).reshape(groups, 4**GROUP_ROWS)
+            self._sifts[("offers", rho)] = np.vstack([np.zeros(4**GROUP_ROWS), np.cumsum(per_group, axis=0)]) / trials
         last = -(-m // GROUP_ROWS) - 1
-        before = np.bincount(codes[:, :last].ravel(), minlength=4**GROUP_ROWS).astype(float)
-        tail = np.bincount(codes[:, last] % 4 ** (m - GROUP_ROWS * last), minlength=4**GROUP_ROWS).astype(float)
-        return _patterns_of(before / len(codes)), _patterns_of(tail / len(codes))
+        tail = np.bincount(codes[:, last] % 4 ** (m - GROUP_ROWS * last), minlength=4**GROUP_ROWS) / len(codes)
+        return _patterns_of(self._sifts[("offers", rho)][last]), _patterns_of(tail)
 
     def use_heap_work(self, rho: int, sifts: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
         """Price the top-rho heap by these sift steps (simulated_heap on given inputs) instead of random ones."""
         self._sifts[rho] = sifts
+        self._sifts.pop(("offers", rho), None)
 
     def replacements(self, m: int, rho: int) -> float:
         return float(self.heap_work(m, rho)[0][0])
@@ -414,13 +419,22 @@ def expected_offer_patterns(m: int, rho: int) -> tuple[tuple[tuple[str, float], 
     fill[rho - 1] = OFFER_OUTCOMES.index("H")
     fill = fill.reshape(groups, GROUP_ROWS)
     digit = 4 ** np.arange(GROUP_ROWS)
-    counts = np.zeros((groups, 4**GROUP_ROWS))  # per group: the chance of each code
-    for bits in range(1 << GROUP_ROWS):  # each row S or R where it is not appended
-        taken = np.array([bits >> k & 1 for k in range(GROUP_ROWS)], dtype=bool)
-        chance = np.prod(np.where(taken, p, 1 - p), axis=1)
-        code = np.where(fill > 0, fill, taken[None, :] * 1) @ digit  # an appended row's p is 0: never taken
-        np.add.at(counts, (np.arange(groups), code), chance)
-    return tuple(_patterns_of(counts[:-1].sum(axis=0)).items()), tuple(_patterns_of(counts[-1]).items())
+    taken = (np.arange(1 << GROUP_ROWS)[:, None] >> np.arange(GROUP_ROWS)) & 1  # each row S (0) or R (1)
+
+    def chances(g: np.ndarray) -> np.ndarray:
+        """The chance of each code summed over the groups g (an appended row's p is 0: never taken)."""
+        out = np.zeros(4**GROUP_ROWS)
+        chance = np.where(taken[:, None, :], p[g][None], 1 - p[g][None]).prod(axis=2)  # (patterns, groups)
+        np.add.at(out, np.where(fill[g][None] > 0, fill[g][None], taken[:, None, :]) @ digit, chance)
+        return out
+
+    filling = int(-(-rho // GROUP_ROWS))  # the groups with an appended row come first
+    head = chances(np.arange(min(filling, groups - 1)))
+    middle = np.arange(filling, groups - 1)
+    if middle.size:  # no appended row: the code is the taken rows'
+        q = p[middle][None]
+        head[taken @ digit] += np.where(taken[:, None, :], q, 1 - q).prod(axis=2).sum(axis=1)
+    return tuple(_patterns_of(head).items()), tuple(_patterns_of(chances(np.array([groups - 1]))).items())
 
 
 def _sift(heap: list, key: int, stats, hole: int = 0) -> int:
