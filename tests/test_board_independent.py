@@ -89,13 +89,10 @@ def plain_board(binary: Path, loader: Path, mcu: str, *options: str):
 
 
 @pytest.fixture(scope="module")
-def models(compiled):
-    """digits / ProtoNN / 2 kB (the issue's model) and a small iris ProtoNN, each built with `tinyproto build`."""
-    dirs = {"digits": compiled("digits", "2kB"), "iris": compiled("iris", "1kB")}
-    for model_dir in dirs.values():
-        result = cli("build", str(model_dir))
-        assert result.returncode == 0, result.stderr
-    return dirs
+def models(built_for_board):
+    """digits / ProtoNN / 2 kB (the issue's model) and a small iris ProtoNN, each built with `tinyproto build`: the
+    run's shared builds (conftest's built_for_board), copied."""
+    return {"digits": built_for_board("digits", "2kB", "uno"), "iris": built_for_board("iris", "1kB", "uno")}
 
 
 JUNK = bytes([0x00, 0xF0, 0xFF, 0x80, 0x7E, 0xFE, 0x00, 0x01, 0x3F, 0xC0])  # plainuno's first 10 bytes of junk

@@ -66,13 +66,10 @@ def app_hex(tmp_path: Path, mcu: str, banner: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def models(compiled):
+def models(built_for_board):
     """Two different models, each built with `tinyproto build`: digits / ProtoNN / 2 kB (the goal's model) and
-    a small iris ProtoNN (quick to validate)."""
-    dirs = [compiled("digits", "2kB"), compiled("iris", "1kB")]
-    for model_dir in dirs:
-        result = cli("build", str(model_dir))
-        assert result.returncode == 0, result.stderr
+    a small iris ProtoNN (quick to validate); the run's shared builds (conftest's built_for_board), copied."""
+    dirs = [built_for_board("digits", "2kB", "uno"), built_for_board("iris", "1kB", "uno")]
     hashes = [json.loads((d / "model.json").read_text())["model_hash"] for d in dirs]
     assert hashes[0] != hashes[1]
     return dirs

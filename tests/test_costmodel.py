@@ -223,6 +223,61 @@ def test_the_sift_hand_counts_equal_the_device_cycles(tmp_path):
             assert project == pytest.approx(measured["tp_flynn_project"]), s
 
 
+def test_the_narrow_seeded_offers_are_counted_by_group():
+    """A narrow seeded M's offers are priced by each group's outcome tuple (avr-gcc lays the four inlined offers
+    out by what it knows after each): the replay's tuples hold every row once, its R rows are the heap's
+    replacements, the first rho rows are appended (the last one H); the expected tuples of rows in random order
+    hold as many groups and the expected replacements."""
+    from tinyproto.families.flynn.cost import (
+        GROUP_ROWS,
+        WalkCounts,
+        expected_heap_replacements,
+        expected_offer_patterns,
+    )
+
+    counts = WalkCounts.replay(11, 2, 40, 20, 203)
+    for m, rho in ((203, 16), (64, 16), (18, 16), (101, 8)):
+        before, last = counts.offer_patterns(m, rho)
+        groups = -(-m // GROUP_ROWS)
+        assert sum(before.values()) == pytest.approx(groups - 1) and sum(last.values()) == pytest.approx(1)
+        rows = {o: sum(n * p.count(o) for p, n in (*before.items(), *last.items())) for o in "SRAH"}
+        assert rows["R"] == pytest.approx(counts.replacements(m, rho)), m
+        assert rows["A"] == rho - 1 and rows["H"] == 1
+        assert rows["S"] + rows["R"] == pytest.approx(groups * GROUP_ROWS - rho)
+        before, last = (dict(p) for p in expected_offer_patterns(m, rho))
+        assert sum(before.values()) == pytest.approx(groups - 1) and sum(last.values()) == pytest.approx(1)
+        taken = sum(n * p.count("R") for p, n in (*before.items(), *last.items()))
+        assert taken == pytest.approx(expected_heap_replacements(m, rho)), m
+
+
+@pytest.mark.device
+def test_the_narrow_seeded_projection_counts_equal_the_device_cycles(tmp_path):
+    """A narrow seeded M's tp_flynn_project (the asm scan and generator, avr-gcc's layout by M mod 4, each group's
+    offers by their outcome tuple, the first rho rows appended, 256 inputs without the byte map) equals its counted
+    terms on the profiling simulator, on the very vectors run."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.flynn.cost import FLY_CYCLES, FLY_STAGES, flynn_cost_terms
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.seeded_index import seeded_indices
+
+    rng = np.random.default_rng(8)
+    simulator = build_profiling_simulator(tmp_path)
+    # (features, sign split, m, s, rho): M mod 4 = 0, 1, 2, 3; 256 hash inputs; m = rho (every row appended)
+    for d, split, m, s, rho in ((10, True, 228, 1, 32), (5, False, 33, 1, 8), (20, False, 98, 4, 8),
+                                (30, True, 499, 8, 64), (128, True, 301, 2, 16), (8, True, 16, 2, 16)):
+        n_in = 2 * d if split else d
+        model = IntFlyNN([0, 1, 2], InputStage.shared(127.5, 1.0, d), split, 11, seeded_indices(11, m, s, n_in), rho,
+                         2, rng.integers(0, 4, size=(3, m)), 0.5, False)
+        xq = rng.integers(-127, 128, size=(4, d)).astype(np.int8)
+        measured = calibrate.profile_shape(model, xq, "uno", tmp_path / f"m{m}", simulator)["functions"]
+        terms = flynn_cost_terms(model, x=xq)
+        project = sum(terms[k] * FLY_CYCLES[k] for k in FLY_STAGES["hashing"])
+        assert project == pytest.approx(measured["tp_flynn_project"]), (d, m)
+
+
 @pytest.mark.device
 def test_the_wide_seeded_projection_follows_its_layout(tmp_path):
     """FlyNN's projection over a seeded M of more than 256 hash inputs is priced by its layout's own cycles

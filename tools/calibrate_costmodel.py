@@ -14,6 +14,7 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
                                                    # FLY_CYCLES' wide stored-M terms, the rest held
     python tools/calibrate_costmodel.py --flynn-wide-seeded 16 --cache build/flynn-wide-seeded.json
                                                    # FlyNN's WIDE_SEEDED_CYCLES, per layout, function by function
+    python tools/calibrate_costmodel.py --flynn-seeded-scan   # a narrow seeded M's offer cycles, walked in its code
     python tools/calibrate_costmodel.py --flynn-heap 60 --cache build/flynn-heap.json
                                                    # FLY_CYCLES' terms around the heap, the rest held
     python tools/calibrate_costmodel.py --protonn-dense-rows 40 --cache build/protonn-dense-rows.json
@@ -381,6 +382,137 @@ def calibrate_flynn_functions(n: int, cache: Path | None) -> None:
             r = rows[k]
             print(f"    {r[0]:<16}{' '.join(f'{a}={v}' for a, v in r[1].items()):<52}{b[k]:>9.0f}"
                   f"{err_now[k]:>+8.2f}{err_fit[k]:>+8.2f}")
+
+
+# ---------------------------------------------------------------- FlyNN's narrow seeded scan, walked in its code
+
+AVR_CYCLES = {"ldd": 2, "std": 2, "st": 2, "ld": 2, "mul": 2, "sbiw": 2, "adiw": 2, "rjmp": 2, "call": 4}
+
+
+def avr_listing(elf: Path, function: str) -> dict[int, tuple]:
+    """avr-objdump of one function: address -> (mnemonic, operands, bytes, branch target or None)."""
+    import re
+    import subprocess
+
+    out = subprocess.run(["avr-objdump", "-d", str(elf)], capture_output=True, text=True, check=True).stdout
+    listing, inside = {}, False
+    for line in out.splitlines():
+        head = re.match(r"^([0-9a-f]+) <(.*)>:", line)
+        if head:
+            inside = head.group(2) == function
+            continue
+        row = re.match(r"^\s*([0-9a-f]+):\s+((?:[0-9a-f]{2} )+)\s*(\S+)\s*([^;]*)", line)
+        if inside and row:
+            target = re.search(r"; 0x([0-9a-f]+)", line)
+            listing[int(row.group(1), 16)] = (row.group(3), [o.strip() for o in row.group(4).split(",") if o.strip()],
+                                              len(row.group(2).split()), int(target.group(1), 16) if target else None)
+    return listing
+
+
+def offer_walk_bounds(listing: dict) -> tuple[int, int]:
+    """A narrow seeded tp_flynn_project's group offers: from its rows-left test (cpi 4) to its loop step (the two
+    loads before the test of more than 4 rows left)."""
+    addresses = sorted(listing)
+    start = next(a for a in addresses if listing[a][0] == "cpi" and int(listing[a][1][1], 0) == 4)
+    end = next(k for k, a in enumerate(addresses) if listing[a][0] in ("cpi", "sbiw") and int(listing[a][1][1], 0) == 5)
+    return start, addresses[end - 2]
+
+
+def walk_offers(listing: dict, start: int, stop: int, outcomes: str, rho: int, left: int = 100) -> int:
+    """Cycles of one group's path from start to stop (callees aside) when its rows' outcomes are `outcomes` (S, R,
+    A, H: cost.OFFER_OUTCOMES) and `left` rows are left. Branches are decided by what they test: a compare with
+    r24 (the floor, tp_flynn_sift's return) is the next row's floor test; an immediate 2..5 against an unknown
+    register, the rows left; rho - 1 or rho against an unknown register, the heap's fill count (an equality: it is
+    full now, H; an ordering: it was full, R); registers loaded with constants are followed."""
+    at, cycles, row, known, test, steps = start, 0, -1, {}, None, 0
+    while at != stop:
+        steps += 1
+        if steps > 5000:
+            raise RuntimeError("the walk does not reach the loop step")
+        op, args, size, target = listing[at]
+        after = at + size
+        if op == "ldi":
+            known[args[0]] = int(args[1], 0)
+        elif op == "mov" and args[1] in known:
+            known[args[0]] = known[args[1]]
+        elif op in ("cp", "cpi", "cpse"):
+            x, y = args
+            xv, yv = known.get(x), int(y, 0) if op == "cpi" else known.get(y)
+            if op == "cp" and x == "r24":
+                row += 1
+                test = {"lt": row < len(outcomes) and outcomes[row] != "S"}  # floor < sum
+            elif op == "cpi" and xv is None and yv in (2, 3, 4, 5):
+                test = {"lt": left < yv, "eq": left == yv}
+            elif (xv is None) != (yv is None) and (xv if yv is None else yv) in (rho - 1, rho):
+                k = xv if yv is None else yv
+                if op == "cpse" or listing[after][0] in ("breq", "brne"):
+                    test = {"eq": outcomes[row] == "H"}
+                else:  # filled < K, or K < filled
+                    test = {"lt": outcomes[row] != "R" if xv is None else outcomes[row] == "R"}
+                    if k != (rho if xv is None else rho - 1):
+                        raise RuntimeError(f"an ordering with {k} at {at:x}")
+            elif xv is not None and yv is not None:
+                test = {"lt": xv < yv, "eq": xv == yv}
+            else:
+                raise RuntimeError(f"a compare the walk does not know at {at:x}: {op} {args}")
+            if op == "cpse":
+                skip = test["eq"]
+                cycles += 1 + (listing[after][2] // 2 if skip else 0)
+                at = after + listing[after][2] if skip else after
+                continue
+        elif args and args[0] in known and op not in ("cpc", "st", "std", "push"):
+            del known[args[0]]
+        if op in ("brcs", "brlo", "brcc", "brsh", "breq", "brne"):
+            taken = {"brcs": test.get("lt"), "brlo": test.get("lt"), "breq": test.get("eq")}.get(op)
+            if taken is None:
+                taken = {"brcc": test.get("lt"), "brsh": test.get("lt"), "brne": test.get("eq")}[op]
+                if taken is None:
+                    raise RuntimeError(f"{op} after another kind of test at {at:x}")
+                taken = not taken
+            cycles += 2 if taken else 1
+            at = target if taken else after
+            continue
+        if op in ("ret", "reti", "ijmp", "brlt", "brge", "brmi", "brpl"):
+            raise RuntimeError(f"{op} at {at:x}")
+        cycles += AVR_CYCLES.get(op, 1)
+        at = target if op == "rjmp" else after
+    return cycles
+
+
+def calibrate_flynn_seeded_scan() -> None:
+    """--flynn-seeded-scan: a narrow seeded M's tp_flynn_project compiled for M = 228, 229, 230 and 231 (its
+    layouts by M mod 4) over 20 hash inputs, rho = 32, and each group's offer cycles walked in the code for every
+    outcome tuple, and for the last group's rows left; compared with cost.SEEDED_OFFER_CYCLES and SEEDED_LAST_*."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_costmodel import build
+
+    from tinyproto.families.flynn import cost
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.seeded_index import seeded_indices
+
+    rng, rho, differ = np.random.default_rng(0), 32, 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for m in (228, 229, 230, 231):
+            model = IntFlyNN([0, 1, 2], InputStage.shared(127.5, 1.0, 10), True, 11, seeded_indices(11, m, 1, 20), rho,
+                             2, rng.integers(0, 4, size=(3, m)), 0.5, False)
+            listing = avr_listing(build(model, Path(tmp) / f"m{m}", "uno"), "tp_flynn_project")
+            start, stop = offer_walk_bounds(listing)
+            walked = tuple(walk_offers(listing, start, stop, p, rho) for p in cost.SEEDED_OFFER_PATTERNS)
+            left = m % 4 or 4
+            last = {p: walk_offers(listing, start, stop, p, rho, left) for p in cost.SEEDED_OFFER_PATTERNS}
+            layout = cost.seeded_layout(m)
+            table = dict(zip(cost.SEEDED_OFFER_PATTERNS, cost.SEEDED_OFFER_CYCLES[layout]))
+            if left == 1:
+                held = {p: cost.SEEDED_LAST_ONE[p] for p in cost.SEEDED_LAST_ONE}
+                last = {p: last[p] for p in held}
+            else:
+                held = {p: table[p] + cost.SEEDED_LAST_EXTRA[layout] for p in table}
+            same = walked == cost.SEEDED_OFFER_CYCLES[layout] and last == held
+            differ += not same
+            print(f"M = {m} (layout {layout}): {'as held' if same else 'DIFFERENT'}")
+            print("    offers", walked)
+            print("    last group", last)
+    print("every layout as held" if not differ else f"{differ} layouts differ from cost.py")
 
 
 KERNELS_SEED = 5000
@@ -1034,6 +1166,9 @@ def main() -> None:
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--bloom-feed":
         calibrate_bloom_feed()
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--flynn-seeded-scan":
+        calibrate_flynn_seeded_scan()
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--flynn":
         calibrate_flynn(flynn_model_dirs([Path(p) for p in sys.argv[2:]]))

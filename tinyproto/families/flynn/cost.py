@@ -21,16 +21,17 @@ from tinyproto.families.flynn.seeded_index import (
 )
 
 # FlyNN (firmware/tp_flynn.c): cycles per unit of work. The counts follow the C code: the seeded generator's work
-# exactly (the proposal stream is replayed: patterns, repeat-scan compares, xorshift16 steps), the narrow scan's
-# work per GROUP_ROWS rows, the loops avr-gcc unrolls (the input loop for s <= 2, the class loop for two classes),
+# exactly (the proposal stream is replayed: patterns, repeat-scan compares, xorshift16 steps), the narrow seeded
+# scan counted whole (seeded_scan_cycles: each group's four offers by their outcomes), the loops avr-gcc unrolls
+# (the input loop for s <= 2, the class loop for two classes),
 # the filter walk per winner (lookup_walk: bit offsets and byte refills; row * (L b) a multiply, a shift or nothing),
 # and the top-rho heap replayed on random inputs over the model's own rows (simulated_heap: a seeded M's rows are
 # rotations of one pattern, not rows in random order, and repeated rows tie), each kind of sift step counted.
-# The cycles per unit: the hand counts (FLY_HAND_COUNTS: the seeded scan's asm, tp_flynn_sift's and
-# tp_flynn_heapify's steps, exact on the profiling simulator) held; the prepare and lookup terms fitted stage by
+# The cycles per unit: the hand counts (FLY_HAND_COUNTS: the narrow seeded and stored projections, tp_flynn_sift's
+# and tp_flynn_heapify's steps, exact on the profiling simulator) held; the prepare and lookup terms fitted stage by
 # stage (GPIOR0 markers) by `tools/calibrate_costmodel.py --flynn-shapes 80` on 80 shapes drawn at random (the
 # benchmark's drawer, seed 1000: 4..784 features, seeded and stored M, split or not, s 1..16, rho 8..64, 1..4
-# count bits, 2..10 classes); the projection's terms (the "hashing" stage, the heap's callers included) fitted on
+# count bits, 2..10 classes); the other projections' terms (the "hashing" stage, the heap's callers included) fitted on
 # tp_flynn_project's own cycles by `--flynn-functions 200` (200 such shapes, seed 4000), then "fixed" on those
 # shapes' totals. Several fitted terms come out 0 (collinear with others): the split between fitted terms is not
 # physical, the totals are what is checked (tools/bench_costmodel.py, docs/guides/latency-and-cost-model.md).
@@ -41,13 +42,17 @@ FLY_CYCLES = {
     # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
     "prepare_seeded": 303,
     "prepare_stored": 47,  # narrow stored M, once: tp_fly_fill's call and loops
-    "block": 183,  # seeded: per block of BLOCK_ROWS rows (call, generator state in and out, its rotation, set-up)
-    "byte": 9,  # seeded: per proposal byte drawn (pattern or rotation): fetch and map (asm hand count)
+    "block": 183,  # wide seeded M of a power-of-two input count: per block (the pattern's call, state in and out)
+    "byte": 6,  # seeded: per proposal byte drawn (pattern or rotation): its fetch (asm hand count; byte_map maps it)
     "prng_step": 11,  # seeded: one xorshift16 step on top of its byte (asm hand count)
     "pattern_proposal": 8,  # seeded: a pattern proposal's sentinel store, scan set-up and verdict (asm)
     "compare": 5,  # seeded: one repeat-scan compare (asm)
     "accept": 5,  # seeded: a pattern proposal taken (asm)
-    "group": 83,  # seeded: per GROUP_ROWS rows summed at once (set-up, four floor tests, loop)
+    # narrow seeded M: tp_flynn_project counted whole from its code besides the generator's steps and the asm sum's
+    # offsets (seeded_scan_cycles: the frame, blocks, groups and each group's four offers by avr-gcc's layout)
+    "seeded_scan": 1,  # its count is seeded_scan_cycles(...)
+    "byte_map": 3,  # seeded, narrow: a proposal byte's map b -> (b * inputs) >> 8 (mul, mov; none for 256 inputs)
+    "block_map": 1,  # seeded, narrow: per block, the input count the map multiplies by (ldi, mov; 256: a mov of 0)
     "take": 21,  # seeded: per pattern offset of a group (one offset, four adjacent inputs: asm hand count)
     "take_loop": 3,  # seeded, s > 32: the counted loop's decrement and branch per offset (asm hand count)
     "row_loop": 9,  # per row when s > 2, wide seeded or stored M: the input loop's set-up (avr-gcc unrolls s <= 2)
@@ -120,7 +125,8 @@ FLY_CYCLES = {
     "lookup_refill_bit": 9,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
 }
 NARROW_STORED = tuple(name for name in FLY_CYCLES if name.startswith("narrow_stored_"))
-FLY_HAND_COUNTS = NARROW_STORED + ("lookup_class_bit", "byte", "prng_step", "pattern_proposal", "compare", "accept",
+FLY_HAND_COUNTS = NARROW_STORED + ("lookup_class_bit", "byte", "byte_map", "block_map", "seeded_scan",
+                                   "prng_step", "pattern_proposal", "compare", "accept",
                                    "take", "take_loop", "heapify", "heapify_fixed", "sift",
                    "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair", "sift_stop_left",
                    "sift_stop_leaf", "sift_wide_compare")
@@ -167,11 +173,68 @@ FLY_CYCLES.update({wide_seeded_term(layout, unit): cycles for layout, values in 
                    for unit, cycles in zip(WIDE_SEEDED_UNITS, values)})
 FLY_HELD += WIDE_SEEDED_TERMS  # fitted by --flynn-wide-seeded alone
 
+# A narrow seeded M's projection (tp_flynn_project with the asm scan of tp_flynn_avr.h), counted from its code
+# (avr-objdump; tools/calibrate_costmodel.py --flynn-seeded-scan walks it and checks it on the profiling simulator).
+# avr-gcc lays the function out by M modulo 4 (it knows the rows left, M - j, modulo 4: 0 and 1 share a layout), and
+# duplicates the code after each of a group's four inlined TP_FLYNN_OFFERs by what it then knows (the heap known full
+# after a call, known filling after an append), so a group's offers cost what its four rows' outcomes together make
+# them, not a sum per row. A row is S (not above the floor; a row past M too), R (it replaces the heap's root: its
+# key and the call of tp_flynn_sift), A (appended while the heap fills) or H (appended last: the call of
+# tp_flynn_heapify). SEEDED_OFFER_CYCLES: per layout, the cycles of each outcome tuple (SEEDED_OFFER_PATTERNS' order,
+# the callees' own cycles aside) from the group's rows-left test to its loop step. The last group takes the code of
+# its rows left (SEEDED_LAST_EXTRA more; one row left: SEEDED_LAST_ONE). SEEDED_FRAME: per layout the call frame with
+# the last group's exit, per block (the generator's state in and out, the pattern pointer, the rotation's base and
+# the block's end; the last pattern offset's verdict one cycle short of "accept"), per group (the sum's set-up, the
+# rows left, the loop step).
+SEEDED_OFFER_PATTERNS = ("SSSS", "SSSR", "SSRS", "SSRR", "SRSS", "SRSR", "SRRS", "SRRR", "RSSS", "RSSR", "RSRS", "RSRR",
+                         "RRSS", "RRSR", "RRRS", "RRRR", "HSSS", "HSSR", "HSRS", "HSRR", "HRSS", "HRSR", "HRRS", "HRRR",
+                         "AHSS", "AHSR", "AHRS", "AHRR", "AAHS", "AAHR", "AAAH", "AAAA")
+SEEDED_OFFER_CYCLES = {
+    0: (22, 48, 81, 104, 82, 109, 123, 146, 83, 109, 127, 150, 126, 153, 167, 190,
+        93, 119, 137, 160, 136, 163, 177, 200, 152, 179, 193, 216, 211, 234, 252, 246),
+    2: (23, 51, 52, 75, 82, 105, 108, 131, 66, 94, 93, 116, 109, 132, 135, 158,
+        85, 113, 112, 135, 128, 151, 154, 177, 142, 165, 168, 191, 184, 207, 225, 219),
+    3: (24, 55, 51, 74, 84, 107, 110, 133, 85, 116, 111, 134, 126, 149, 152, 175,
+        106, 137, 132, 155, 147, 170, 173, 196, 164, 187, 190, 213, 205, 228, 247, 241),
+}
+SEEDED_LAST_EXTRA = {0: 0, 2: 3, 3: 1}  # the last group's offers by M mod 4: its tuple's cycles and these
+SEEDED_LAST_ONE = {"SSSS": 9, "RSSS": 88, "HSSS": 98}  # M mod 4 = 1: one row left, the others cleared
+SEEDED_FRAME = {0: (96, 58, 77), 2: (95, 58, 75), 3: (95, 58, 75)}  # (once, per block, per group)
+OFFER_OUTCOMES = "SRAH"  # a row's outcome, its digit in a group's base-4 code (row k: digit k)
+
+
+def seeded_layout(m: int) -> int:
+    """avr-gcc's layout of a narrow seeded tp_flynn_project: M mod 4, with 1 laid out as 0."""
+    return {0: 0, 1: 0, 2: 2, 3: 3}[int(m) % GROUP_ROWS]
+
+
+def offer_code(pattern: str) -> int:
+    """A group's outcome tuple as its base-4 code (row k's outcome, OFFER_OUTCOMES' index, is digit k)."""
+    return sum(OFFER_OUTCOMES.index(o) * 4**k for k, o in enumerate(pattern))
+
+
+OFFER_PATTERN_OF_CODE = {offer_code(p): p for p in SEEDED_OFFER_PATTERNS}
+
+
+def seeded_scan_cycles(m: int, blocks: int, groups: int, offers: dict, last: dict) -> float:
+    """A narrow seeded M's tp_flynn_project besides the generator's steps and the sum's offsets (FLY_CYCLES' byte,
+    prng_step, ..., take): its frame, blocks and groups, and the offers of the groups before the last (`offers`) and
+    of the last (`last`), each {outcome tuple: mean count}."""
+    layout = seeded_layout(m)
+    once, per_block, per_group = SEEDED_FRAME[layout]
+    table = dict(zip(SEEDED_OFFER_PATTERNS, SEEDED_OFFER_CYCLES[layout]))
+    if m % GROUP_ROWS == 1:
+        tail = sum(count * SEEDED_LAST_ONE[p] for p, count in last.items())
+    else:
+        tail = sum(count * (table[p] + SEEDED_LAST_EXTRA[layout]) for p, count in last.items())
+    return once + per_block * blocks + per_group * groups + tail + sum(count * table[p] for p, count in offers.items())
+
 
 # Which FLY_CYCLES terms make up each stage tools/bench_latency.py measures (the rest is "fixed").
 FLY_STAGES = {
     "prepare": ("input_seeded", "input_stored", "prepare_seeded", "prepare_stored"),
-    "hashing": ("row_loop", "block", "byte", "prng_step", "pattern_proposal", "compare", "accept", "group", "take",
+    "hashing": ("row_loop", "block", "byte", "byte_map", "block_map", "prng_step", "pattern_proposal", "compare",
+                "accept", "seeded_scan", "take",
                 "take_loop", "row_stored", "stored_index", "wide_proposal", "wide_shift_map", "wide_compare",
                 "wide_take", "wide_row", "wide_stored_index", "wide_stored_pair", "wide_stored_mirror", "wide_wrap",
                 "wide_mirror", "heap_fill",
@@ -199,7 +262,7 @@ class WalkCounts:
     wraps: np.ndarray
     mirrors: np.ndarray  # inputs of the mirrored half (index >= d) in the first m rows
     indices: np.ndarray  # (m_max, s) the rows themselves: tie-prone shapes replay their heap entries
-    _sifts: dict = field(default_factory=dict, compare=False, repr=False)  # rho -> simulated_heap
+    _sifts: dict = field(default_factory=dict, compare=False, repr=False)  # rho -> simulated_heap (and its offers)
 
     @classmethod
     def replay(cls, seed: int, s: int, n_inputs: int, n_features: int, m_max: int) -> "WalkCounts":
@@ -221,12 +284,30 @@ class WalkCounts:
             return np.zeros(len(SIFT_STATS)), np.zeros(len(SIFT_STATS))
         if rho not in self._sifts:
             self._sifts[rho] = simulated_heap(self.indices, self.n_features, self.n_inputs, rho)
-        replaced, heapified = self._sifts[rho]
+        replaced, heapified, _ = self._sifts[rho]
         return replaced[m], heapified
 
-    def use_heap_work(self, rho: int, sifts: tuple[np.ndarray, np.ndarray]) -> None:
+    def offer_patterns(self, m: int, rho: int) -> tuple[dict[str, float], dict[str, float]]:
+        """The outcome tuples (SEEDED_OFFER_PATTERNS) of the groups of the first m rows before the last, and of the
+        last (its rows past m S: their sums are cleared), as mean counts over the heap replay's vectors."""
+        m = min(m, self.m_max)
+        if m < rho:
+            return {}, {}
+        self.heap_work(m, rho)
+        codes = self._sifts[rho][2]
+        if ("offers", rho) not in self._sifts:  # per group, the codes' counts over the vectors, cumulative
+            trials, groups = codes.shape
+            flat = (codes + 4**GROUP_ROWS * np.arange(groups)[None, :]).ravel()
+            per_group = np.bincount(flat, minlength=groups * 4**GROUP_ROWS).reshape(groups, 4**GROUP_ROWS)
+            self._sifts[("offers", rho)] = np.vstack([np.zeros(4**GROUP_ROWS), np.cumsum(per_group, axis=0)]) / trials
+        last = -(-m // GROUP_ROWS) - 1
+        tail = np.bincount(codes[:, last] % 4 ** (m - GROUP_ROWS * last), minlength=4**GROUP_ROWS) / len(codes)
+        return _patterns_of(self._sifts[("offers", rho)][last]), _patterns_of(tail)
+
+    def use_heap_work(self, rho: int, sifts: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
         """Price the top-rho heap by these sift steps (simulated_heap on given inputs) instead of random ones."""
         self._sifts[rho] = sifts
+        self._sifts.pop(("offers", rho), None)
 
     def replacements(self, m: int, rho: int) -> float:
         return float(self.heap_work(m, rho)[0][0])
@@ -270,18 +351,20 @@ def heap_trials(rho: int) -> int:
 SIFT_STATS = ("calls", "level_pair", "level_left", "right", "stop_pair", "stop_left", "stop_leaf")
 
 
-def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int,
-                   trials: int | None = None, x: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(replaced[m], heapified): the sift steps (SIFT_STATS) of the rows after the first rho among the first m that
-    enter tp_flynn.c's min-heap, cumulative over m, shape (m_max + 1, len(SIFT_STATS)); and those of building the
-    heap of the first rho rows once (tp_flynn_heapify). Mean over `trials` fixed pseudo-random int8 vectors (hash
+def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int, trials: int | None = None,
+                   x: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(replaced[m], heapified, codes): the sift steps (SIFT_STATS) of the rows after the first rho among the first m
+    that enter tp_flynn.c's min-heap, cumulative over m, shape (m_max + 1, len(SIFT_STATS)); those of building the
+    heap of the first rho rows once (tp_flynn_heapify); and per vector and group of GROUP_ROWS rows the rows'
+    outcomes (S, R, A, H: offer_code), shape (trials, ceil(m_max / GROUP_ROWS)), rows past m_max S.
+    Mean over `trials` fixed pseudo-random int8 vectors (hash
     inputs x, and ~x with the sign split). Keys as on the device: projection, then the lower row; a row enters only
     strictly above the floor. trials: default heap_trials(rho). x: replay these int8 vectors instead
     (tools/calibrate_costmodel.py, to count the very inferences it measured)."""
     m_max = len(indices)
     k = len(SIFT_STATS)
     if m_max < rho:
-        return np.zeros((m_max + 1, k)), np.zeros(k)
+        return np.zeros((m_max + 1, k)), np.zeros(k), np.zeros((1, 0), dtype=np.int64)
     if x is None:
         trials = heap_trials(rho) if trials is None else trials
         x = np.random.default_rng(rho).integers(-127, 128, size=(trials, n_features))
@@ -292,6 +375,10 @@ def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int
     keys = P * 65536 + (65535 - np.arange(m_max))[None, :]
     replaced = [[0] * k for _ in range(m_max + 1)]
     heapified = [0] * k
+    groups = -(-m_max // GROUP_ROWS)
+    outcome = np.zeros((trials, groups * GROUP_ROWS), dtype=np.int64)  # S
+    outcome[:, :rho] = OFFER_OUTCOMES.index("A")
+    outcome[:, rho - 1] = OFFER_OUTCOMES.index("H")
     for t in range(trials):
         heap = keys[t, :rho].tolist()
         _heapify(heap, heapified)
@@ -301,9 +388,53 @@ def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int
             for j in (row + np.nonzero(P[t, row:stop] > floor)[0]).tolist():
                 if P[t, j] > floor:
                     _sift(heap, int(keys[t, j]), replaced[j + 1])
+                    outcome[t, j] = OFFER_OUTCOMES.index("R")
                     floor = heap[0] >> 16
             row = stop
-    return np.cumsum(np.array(replaced, dtype=float), axis=0) / trials, np.array(heapified, dtype=float) / trials
+    codes = (outcome.reshape(trials, groups, GROUP_ROWS) * 4 ** np.arange(GROUP_ROWS)).sum(axis=2)
+    return (np.cumsum(np.array(replaced, dtype=float), axis=0) / trials, np.array(heapified, dtype=float) / trials,
+            codes)
+
+
+def _patterns_of(counts: np.ndarray) -> dict[str, float]:
+    """{outcome tuple: count} of a histogram over group codes (a code the code has no path for is an error)."""
+    out = {}
+    for code in np.nonzero(counts)[0].tolist():
+        if code not in OFFER_PATTERN_OF_CODE:
+            raise ValueError(f"no offer path for outcome code {code}")
+        out[OFFER_PATTERN_OF_CODE[code]] = float(counts[code])
+    return out
+
+
+@lru_cache(maxsize=4096)
+def expected_offer_patterns(m: int, rho: int) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]:
+    """offer_patterns for m rows in random order: the first rho appended (the last one H), then row j replaces the
+    root with chance rho / (j + 1), independently (expected_heap_replacements' rows); rows past m S."""
+    if m < rho:
+        return (), ()
+    groups = -(-m // GROUP_ROWS)
+    j = np.arange(groups * GROUP_ROWS)
+    p = np.where((j < m) & (j >= rho), rho / (j + 1.0), 0.0).reshape(groups, GROUP_ROWS)
+    fill = np.where(j < rho, OFFER_OUTCOMES.index("A"), 0)
+    fill[rho - 1] = OFFER_OUTCOMES.index("H")
+    fill = fill.reshape(groups, GROUP_ROWS)
+    digit = 4 ** np.arange(GROUP_ROWS)
+    taken = (np.arange(1 << GROUP_ROWS)[:, None] >> np.arange(GROUP_ROWS)) & 1  # each row S (0) or R (1)
+
+    def chances(g: np.ndarray) -> np.ndarray:
+        """The chance of each code summed over the groups g (an appended row's p is 0: never taken)."""
+        out = np.zeros(4**GROUP_ROWS)
+        chance = np.where(taken[:, None, :], p[g][None], 1 - p[g][None]).prod(axis=2)  # (patterns, groups)
+        np.add.at(out, np.where(fill[g][None] > 0, fill[g][None], taken[:, None, :]) @ digit, chance)
+        return out
+
+    filling = int(-(-rho // GROUP_ROWS))  # the groups with an appended row come first
+    head = chances(np.arange(min(filling, groups - 1)))
+    middle = np.arange(filling, groups - 1)
+    if middle.size:  # no appended row: the code is the taken rows'
+        q = p[middle][None]
+        head[taken @ digit] += np.where(taken[:, None, :], q, 1 - q).prod(axis=2).sum(axis=1)
+    return tuple(_patterns_of(head).items()), tuple(_patterns_of(chances(np.array([groups - 1]))).items())
 
 
 def _sift(heap: list, key: int, stats, hole: int = 0) -> int:
@@ -365,16 +496,18 @@ class GeneratorTotals:
     mirrors: float
     sifts: np.ndarray | None = None  # the replacements' sift steps (SIFT_STATS); None: expected, random order
     heapify: np.ndarray | None = None  # building the heap's sift steps; None: expected for random keys
+    offers: tuple | None = None  # a narrow seeded M's groups by outcome tuple (offer_patterns); None: expected
 
 
 def cost_terms(counts: WalkCounts, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> dict[str, float]:
     """How many times each costed unit of work runs in one FlyNN inference of the first m rows of `counts`' M
     (heap replacements: expected). The one source of both predict_cycles and the solver's ExactCycles."""
     sifts, heapify = counts.heap_work(m, rho)
+    offers = counts.offer_patterns(m, rho) if not store_M and counts.n_inputs <= WIDE_INPUTS else None
     return shape_terms(FlyShape(m, counts.s, counts.n_inputs, rho, bits, n_classes, store_M,
                                 counts.n_inputs > counts.n_features),
                        GeneratorTotals(counts.pattern_proposals[m], counts.compares[m], counts.wraps[m],
-                                       counts.mirrors[m], sifts, heapify))
+                                       counts.mirrors[m], sifts, heapify, offers))
 
 
 def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
@@ -440,13 +573,20 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
         proposals = pattern_proposals + m
         terms.update(wide_proposal=proposals, wide_compare=compares, wide_take=m * s, wide_wrap=wraps, wide_row=m,
                      wide_shift_map=proposals if n_in & (n_in - 1) == 0 else 0)
-    else:
+    else:  # counted whole: the frame, blocks, groups, the generator's steps and each group's four offers
         groups = _groups(m)
         drawn = pattern_proposals + blocks  # each block's pattern, then its one rotation
-        terms.update(input_seeded=n_in, prepare_seeded=1, byte=drawn, prng_step=(drawn + 1) // 2,
-                     pattern_proposal=pattern_proposals,
-                     compare=compares, accept=blocks * s, group=groups, take=groups * s,
-                     take_loop=groups * s if s > TAKE_UNROLLED else 0)
+        if walk.offers is not None:
+            offers, last = walk.offers
+        else:
+            offers, last = (dict(p) for p in expected_offer_patterns(int(m), int(rho)))
+        mapped = n_in != 256
+        terms.update(input_seeded=n_in, prepare_seeded=1, byte=drawn, byte_map=drawn * mapped,
+                     block_map=blocks * mapped,
+                     prng_step=(drawn + 1) // 2, pattern_proposal=pattern_proposals, compare=compares,
+                     accept=blocks * s, take=groups * s, take_loop=groups * s if s > TAKE_UNROLLED else 0,
+                     seeded_scan=seeded_scan_cycles(m, blocks, groups, offers, last), block=0, heap_fill=0,
+                     heap_call_seeded=0)
     return terms
 
 
