@@ -134,14 +134,15 @@ def test_holdout_classes_must_name_classes_and_leave_two():
 
 @pytest.fixture(scope="module")
 def iris_dirs(tmp_path_factory):
-    """One small ProtoNN, compiled without and with --unknown-rate (classes 2 held out of the second)."""
+    """One small ProtoNN, compiled without and with --unknown-rate and --clip-check (class 2 held out of the third)."""
     from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     root = tmp_path_factory.mktemp("confidence")
     plain = compile_model("iris", CompileOptions("protonn", "1kB", out=root / "plain", jobs=1))
-    unknown = compile_model("iris", CompileOptions("protonn", "1kB", out=root / "unknown", jobs=1, unknown_rate="5%"))
+    unknown = compile_model("iris", CompileOptions("protonn", "1kB", out=root / "unknown", jobs=1, unknown_rate="5%",
+                                                   clip_check=True))
     held = compile_model("iris", CompileOptions("protonn", "1kB", out=root / "held", jobs=1, unknown_rate="5%",
-                                                holdout_classes="2"))
+                                                clip_check=True, holdout_classes="2"))
     return plain, unknown, held
 
 
@@ -170,6 +171,25 @@ def test_without_the_option_the_generated_c_differs_only_by_the_threshold(iris_d
     assert "TP_UNKNOWN" not in a["include/tinyproto_model.h"].decode()
     assert "clip" not in a["include/tinyproto_model.h"].decode()
     assert plain.report["model_bytes"] == unknown.report["model_bytes"] <= 1024
+
+
+def test_the_clip_check_is_asked_for_apart_from_the_rate(iris_dirs, tmp_path):
+    """--unknown-rate alone fits the threshold only: the header differs from the plain model's by the threshold's
+    defines, with no clip check (its count, function and flash), although iris's rows would keep one; and
+    --clip-check without a rate is one clear error."""
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
+
+    plain, _, _ = iris_dirs
+    alone = compile_model("iris", CompileOptions("protonn", "1kB", out=tmp_path / "alone", jobs=1, unknown_rate="5%"))
+    a, b = _files(plain.out_dir), _files(alone.out_dir)
+    header_a, header_b = (set(f["include/tinyproto_model.h"].decode().splitlines()) for f in (a, b))
+    assert sorted(line.split()[1] for line in header_b - header_a) == [
+        "TP_MODEL_HASH", "TP_UNKNOWN_LABEL", "TP_UNKNOWN_LIMIT"]
+    assert "clips" not in alone.report["confidence"]["calibration"]
+    with pytest.raises(TinyprotoError, match="--clip-check is part of --unknown-rate"):
+        compile_model("iris", CompileOptions("protonn", "1kB", out=tmp_path / "no", clip_check=True))
+    assert not (tmp_path / "no").exists()
 
 
 def test_report_gives_coverage_calibration_and_held_out_figures(iris_dirs):
@@ -419,7 +439,8 @@ def test_every_family_counts_its_inputs_at_the_clip_on_the_simulated_uno(tmp_pat
     if shutil.which("avr-gcc") is None:
         pytest.skip("avr-gcc not installed")
     out = tmp_path / family
-    compile_model(data, CompileOptions(family, budget, out=out, jobs=1, unknown_rate="5%", holdout_classes=held))
+    compile_model(data, CompileOptions(family, budget, out=out, jobs=1, unknown_rate="5%", clip_check=True,
+                                       holdout_classes=held))
     calibration = families.load_int_model(load_model_dir(out)).calibration
     vectors = load_model_dir(out).vectors()
     assert calibration.has_clips

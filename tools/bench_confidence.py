@@ -7,10 +7,11 @@ each built and validated on the simulator:
 - ``confidence``: with its calibration (every model compile writes);
 - ``threshold``: with the calibration and the --unknown-rate threshold, without the clip check (measured only for
   a model that keeps one: its difference to ``unknown`` is the check's own cost);
-- ``unknown``: with the calibration and the --unknown-rate threshold (and the clip check, when the model keeps one).
+- ``unknown``: with the calibration and the --unknown-rate threshold (and the clip check, with --clip-check, when the
+  model keeps one).
 
     python tools/bench_confidence.py [DATA] [--models protonn,flynn,bnc,bloom] [--budget 2kB] [--rate 5%]
-                                     [--seed 0] [--holdout-classes 8,9] [--out DIR]
+                                     [--seed 0] [--holdout-classes 8,9] [--clip-check] [--out DIR]
 
 The three directories hold the same integer model (same weights, same scores), so the differences are the
 stage's own cost, and the generated model hash's: the hash's four bytes are constants of the HELLO answer, which
@@ -53,7 +54,8 @@ DECLINED_GOAL = 0.45
 ECE_GOAL = 0.05
 
 
-def fit(data: str, family: str, budget: str, rate: str, seed: int, holdout: str | None = None):
+def fit(data: str, family: str, budget: str, rate: str, seed: int, holdout: str | None = None,
+        clip_check: bool = False):
     """(fitted, trained_on) of the model compile would write with --unknown-rate rate (and --holdout-classes)."""
     from tinyproto import families
     from tinyproto.core.boards import load_board
@@ -71,7 +73,7 @@ def fit(data: str, family: str, budget: str, rate: str, seed: int, holdout: str 
         sp = hold_out(sp, holdout)
     budget_bytes = parse_budget(budget)
     options = SolveOptions(budget_bytes, seed, None, board.f_cpu_hz, n_jobs=1,
-                           folds=Folds.standard(sp.X_train, sp.y_train, seed))
+                           folds=Folds.standard(sp.X_train, sp.y_train, seed), clip_check=clip_check)
     clf, model, info = families.fit_judged(family, sp.X_train, sp.y_train, options, parse_rate(rate))
     info["max_latency_ms"] = None
     return Fitted(clf, model, info), TrainedOn(dataset, sp, seed, budget_bytes, board)
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", default="5%")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--holdout-classes", default=None)
+    parser.add_argument("--clip-check", action="store_true", help="as compile --clip-check")
     parser.add_argument("--out", type=Path, default=Path("build/bench-confidence"))
     parser.add_argument("--goals", nargs="+", metavar="DATA:CLASSES", default=None,
                         help="check the goals on these data sets, each with these classes held out")
@@ -145,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'model':8} {'variant':10} {'bit-exact':9} {'flash B':>8} {'tp_judge B':>10} {'cycles':>10} "
           f"{'predicted':>10} {'pred err':>8}")
     for family in args.models.split(","):
-        fitted, on = fit(args.data, family, args.budget, args.rate, args.seed, args.holdout_classes)
+        fitted, on = fit(args.data, family, args.budget, args.rate, args.seed, args.holdout_classes,
+                          args.clip_check)
         rows = {}
         for name in VARIANTS:
             if name == "threshold" and not fitted.model.calibration.has_clips:
@@ -204,7 +208,7 @@ def goals(args) -> int:
     for spec in args.goals:
         data, _, held = spec.partition(":")
         for family in args.models.split(","):
-            fitted, on = fit(data, family, args.budget, args.rate, args.seed, held)
+            fitted, on = fit(data, family, args.budget, args.rate, args.seed, held, args.clip_check)
             out = args.out / f"{data}-{held.replace(',', '_')}-{family}"
             figures = write_model_directory(fitted, on, out).report["confidence"]
             device = "-"

@@ -12,7 +12,8 @@ from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.cli.options import (not_blank, MODEL_DIR, baud_option, board_option, budget_option, data_argument,
                                     label_option, jobs_option, max_latency_option, model_option, out_option,
-                                    seed_option, upload_port_option, unknown_rate_option, holdout_classes_option)
+                                    seed_option, upload_port_option, unknown_rate_option, holdout_classes_option,
+                                    clip_check_option)
 
 
 def _console(stderr: bool = False):
@@ -184,10 +185,11 @@ def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool
 @baud_option
 @jobs_option
 @unknown_rate_option
+@clip_check_option
 @holdout_classes_option
 def run_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None, label: str | None,
                 port: str | None, upload_port: str | None, max_latency: float | None, baud: int | None,
-                jobs: int | None, unknown_rate: str | None, holdout_classes: str | None) -> None:
+                jobs: int | None, unknown_rate: str | None, clip_check: bool, holdout_classes: str | None) -> None:
     """The whole loop: compile DATA under --budget, build, flash (or simulate), validate, print the reports.
 
     DATA is a built-in data set (digits [default], digits16, digits28, breast_cancer, wine, iris, segment), a CSV
@@ -210,7 +212,8 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
     console = _console()
     with console.status("training under the budget...", spinner="dots"):
         options = CompileOptions(family, budget, seed, board, out, label, max_latency_ms=max_latency, baud=baud,
-                                 jobs=jobs, unknown_rate=unknown_rate, holdout_classes=holdout_classes)
+                                 jobs=jobs, unknown_rate=unknown_rate, clip_check=clip_check,
+                                 holdout_classes=holdout_classes)
         result = compile_model(data, options, progress=lambda m: console.print(f"[dim]· {m}[/dim]"))
     print_compile_report(console, result.report, result.out_dir)
     info = build_model_dir(result.out_dir, None, console)

@@ -20,7 +20,7 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.cli.options import (baud_option, board_option, budget_option, data_argument, label_option,
                                     holdout_classes_option, jobs_option, max_latency_option, model_option, out_option,
                                     prefix_option, reserve_flash_option, reserve_sram_option, seed_option,
-                                    unknown_rate_option)
+                                    unknown_rate_option, clip_check_option)
 
 
 
@@ -132,13 +132,14 @@ def _progress_printer(console):
 @baud_option
 @jobs_option
 @unknown_rate_option
+@clip_check_option
 @holdout_classes_option
 @prefix_option
 @reserve_sram_option
 @reserve_flash_option
 def compile_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None,
                     label: str | None, as_json: bool, learnable: bool, max_latency: float | None,
-                    baud: int | None, jobs: int | None, unknown_rate: str | None,
+                    baud: int | None, jobs: int | None, unknown_rate: str | None, clip_check: bool,
                     holdout_classes: str | None, prefix: str | None, reserve_sram: str | None,
                     reserve_flash: str | None) -> None:
     """Train a model on DATA within --budget and write its C code, PlatformIO project and report.
@@ -161,8 +162,8 @@ def compile_command(data: str, family: str, budget: str, seed: int, board: str, 
     with console.status("training under the budget...", spinner="dots"):
         options = CompileOptions(family, budget, seed, board, out, label, learnable=learnable,
                                  max_latency_ms=max_latency, baud=baud, jobs=jobs, unknown_rate=unknown_rate,
-                                 holdout_classes=holdout_classes, prefix=prefix, reserve_sram=reserve_sram,
-                                 reserve_flash=reserve_flash)
+                                 clip_check=clip_check, holdout_classes=holdout_classes, prefix=prefix,
+                                 reserve_sram=reserve_sram, reserve_flash=reserve_flash)
         result = compile_model(data, options, progress=_progress_printer(console))
     if as_json:
         click.echo(json.dumps(result.report, indent=2))

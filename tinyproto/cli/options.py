@@ -98,6 +98,11 @@ unknown_rate_option = click.option(
     "--unknown-rate", default=None, metavar="SHARE",
     help="Let the device answer 255 (unknown) for inputs unlike the training rows: a threshold on the model's "
          "novelty score declines about this share of known-class rows (5% or 0.05). Without it nothing changes.")
+clip_check_option = click.option(
+    "--clip-check", is_flag=True, default=False,
+    help="With --unknown-rate, also answer 255 for inputs with more than a few int8 values at the clip (beyond the "
+         "training range in several features), which the scores of FlyNN, BNC and Bloom features do not see; "
+         "about 60-80 B more flash and 10 cycles an input (docs/guides/confidence.md).")
 holdout_classes_option = click.option(
     "--holdout-classes", default=None, metavar="CLASSES",
     help="Classes (e.g. 8,9) kept out of training: their rows go to the test split only, and the report gives "

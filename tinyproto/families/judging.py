@@ -283,7 +283,8 @@ def calibrate(fit: Callable, fit_shape: Callable, chosen: dict, model: Any, X: n
         # the clip check first (fit_clip_check: on the fold models' validation rows, in each one's int8 inputs),
         # then each fold's threshold on the rows it leaves answered, at the rate that makes the two together decline
         # the asked share of that fold's rows (rate_beside): the check shares the rate, it does not add to it
-        clips = _within_latency(fit_clip_check(inputs, unknown_rate), model, options, own_cycles)
+        asked = fit_clip_check(inputs, unknown_rate) if options.clip_check else None  # compile --clip-check
+        clips = _within_latency(asked, model, options, own_cycles)
         fit_threshold = nearest_threshold if fixed_units(model) else decline_threshold
         thresholds = []
         for fold_novelty, fold_xq in zip(novelties, inputs):

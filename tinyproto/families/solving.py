@@ -43,6 +43,8 @@ class SolveOptions:
     board: the board the model deploys to; a family whose buffers grow with a knob of its own (FlyNN's top-ρ
         heap) keeps them within what that board's SRAM leaves beside the device app (buffer_room). None: no limit
         (compile checks every model against its board afterwards in any case).
+    clip_check: with an unknown rate, also fit the clip check (core/confidence.fit_clip_check: decline inputs with
+        more than a few int8 values at the clip); False: the threshold alone.
     fold_models: where a solver may leave the integer models of the shape it chose that it already trained on
         folds' training rows (FoldModels); the confidence calibration then reuses them instead of training the
         shape again. None: nobody asks.
@@ -58,6 +60,7 @@ class SolveOptions:
     learn_on: Board | None = None
     fold_models: FoldModels | None = None
     board: Board | None = None
+    clip_check: bool = False
 
     def __post_init__(self) -> None:
         if int(self.budget_bytes) < 1:

@@ -146,6 +146,8 @@ class CompileOptions:
     depend on it.
     unknown_rate ("5%", 0.05): the device declines (answers 255) inputs whose novelty exceeds a threshold fitted so
     that about that share of known-class rows would be declined; None: no threshold, nothing else changes.
+    clip_check (with unknown_rate): also decline inputs with more than a few int8 values at the clip, when the
+    training rows show where that count is rare (docs/guides/confidence.md, the clip check).
     holdout_classes ("8,9"): those classes' rows go to the test split only (the model never sees them); the report
     says how well the novelty score tells them apart (docs/guides/confidence.md).
     prefix: the model's C prefix (every external symbol: <prefix>_predict, ...; default from the data set's name).
@@ -163,6 +165,7 @@ class CompileOptions:
     baud: int | None = None
     jobs: int | None = None
     unknown_rate: str | float | None = None
+    clip_check: bool = False
     holdout_classes: str | None = None
     prefix: str | None = None
     reserve_sram: str | int | None = None
@@ -179,6 +182,8 @@ def compile_model(data: str, options: CompileOptions | None = None,
     budget_bytes = parse_budget(o.budget)
     rate = None if o.unknown_rate is None else (float(o.unknown_rate) if isinstance(o.unknown_rate, float)
                                                 else parse_rate(o.unknown_rate))
+    if o.clip_check and rate is None:
+        raise TinyprotoError("--clip-check is part of --unknown-rate: give both (e.g. --unknown-rate 5% --clip-check)")
     if o.prefix is not None:
         check_prefix(o.prefix)
     reserve = Reserve.parse(o.reserve_sram, o.reserve_flash)
@@ -206,7 +211,7 @@ def compile_model(data: str, options: CompileOptions | None = None,
     solve = SolveOptions(budget_bytes, o.seed, o.max_latency_ms, board.f_cpu_hz,
                          n_jobs=default_jobs() if o.jobs is None else o.jobs, progress=progress,
                          folds=Folds.standard(sp.X_train, sp.y_train, o.seed),
-                         learn_on=board if o.learnable else None, board=board)
+                         learn_on=board if o.learnable else None, board=board, clip_check=o.clip_check)
     if o.family == families.AUTO:
         clf, model, info = families.fit_best_family(sp.X_train, sp.y_train, solve,
                                                     fits_board=lambda m: check_fits_board(m, board))

@@ -61,7 +61,7 @@ def data_fingerprint(dataset) -> str:
 
 
 def _binding(dataset, device: str, raw_check: bool, max_latency_ms: float | None,
-             unknown_rate: float | None = None) -> dict:
+             unknown_rate: float | None = None, clip_check: bool = False) -> dict:
     """What must be the same for --resume to continue a sweep (the grid itself may grow)."""
     binding = {"dataset": dataset.name, "data_sha256": data_fingerprint(dataset), "device": device,
                "raw_check": raw_check if device == "sim" else None}
@@ -69,6 +69,8 @@ def _binding(dataset, device: str, raw_check: bool, max_latency_ms: float | None
         binding["max_latency_ms"] = max_latency_ms
     if unknown_rate is not None:  # likewise: sweeps written before --unknown-rate still resume
         binding["unknown_rate"] = unknown_rate
+    if clip_check:  # likewise: sweeps written before --clip-check still resume
+        binding["clip_check"] = True
     return binding
 
 
@@ -164,6 +166,7 @@ class SweepOptions:
     timeout: float = DEFAULT_TIMEOUT_S  # seconds without a finished point before the sweep gives up
     max_latency_ms: float | None = None  # every point compiled with this latency limit (`compile --max-latency`)
     unknown_rate: str | None = None  # every point compiled with this decline rate (`compile --unknown-rate`)
+    clip_check: bool = False  # and with the clip check (`compile --clip-check`)
 
 
 def sweep(data: str, out: Path, options: SweepOptions | None = None,
@@ -182,7 +185,9 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
     # (load_dataset reads a built-in name first, even where a file or directory of that name sits in the cwd)
     data_ref = data if data in BUILTIN else os.path.abspath(data)
     rate = None if o.unknown_rate is None else parse_rate(o.unknown_rate)  # refused now, not once per point
-    binding = _binding(dataset, o.device, o.raw_check, o.max_latency_ms, rate)
+    if o.clip_check and rate is None:
+        raise TinyprotoError("--clip-check is part of --unknown-rate: give both (e.g. --unknown-rate 5% --clip-check)")
+    binding = _binding(dataset, o.device, o.raw_check, o.max_latency_ms, rate, o.clip_check)
     out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write
     created = _create_dirs(out)
     started = time.perf_counter()
@@ -312,6 +317,7 @@ def _run_points(client, cluster_info: dict, todo: list[Point], data: str, option
     for p in sorted(todo, key=lambda p: -p.budget_bytes):  # the longest points first: fewer idle workers at the end
         future = client.submit(run_point, asdict(p), data, options.label, options.device, str(out / POINTS / p.id),
                                options.raw_check, token, options.max_latency_ms, options.unknown_rate,
+                               options.clip_check,
                                key=f"tinyproto-sweep-{p.id}-{token[:8]}", pure=False, priority=p.budget_bytes)
         futures[future] = p
     finished: set[str] = set()

@@ -92,7 +92,8 @@ def check_arguments(device: str, workers: int | None, scheduler: str | None, tim
 
 
 def run_point(point: dict, data: str, label: str | None, device: str, point_dir: str, raw_check: bool,
-              token: str = "", max_latency_ms: float | None = None, unknown_rate: str | None = None) -> dict:
+              token: str = "", max_latency_ms: float | None = None, unknown_rate: str | None = None,
+              clip_check: bool = False) -> dict:
     """Compile one point into `point_dir` (and build + validate it with device 'sim'); return its result line.
 
     Runs on a dask worker. Never raises for a point that cannot be made: the error becomes part of the line.
@@ -109,7 +110,7 @@ def run_point(point: dict, data: str, label: str | None, device: str, point_dir:
     try:
         t = time.perf_counter()
         options = CompileOptions(p.model, p.budget_bytes, p.seed, p.board, Path(point_dir), label,
-                                 max_latency_ms=max_latency_ms, unknown_rate=unknown_rate)
+                                 max_latency_ms=max_latency_ms, unknown_rate=unknown_rate, clip_check=clip_check)
         result = compile_model(data, options)
         seconds["compile"] = time.perf_counter() - t
         record.update(_compile_figures(result.report))
