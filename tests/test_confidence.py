@@ -390,9 +390,45 @@ def test_simulated_uno_answers_confidence_and_unknown_like_the_host(iris_dirs):
     summary = validate(held.out_dir)
     checks = summary["checks"]
     assert summary["passed"] and checks["confidence"]["ok"] and checks["unknown"]["ok"]
+    from tinyproto import families
     from tinyproto.core.modeldir import load_model_dir
 
-    assert np.any(load_model_dir(held.out_dir).vectors().decided == C.UNKNOWN_LABEL)
+    vectors = load_model_dir(held.out_dir).vectors()
+    assert np.any(vectors.decided == C.UNKNOWN_LABEL)
+    calibration = families.load_int_model(load_model_dir(held.out_dir)).calibration
+    clipped = C.clip_counts(vectors.xq, calibration.clip_side) > calibration.clip_above
+    assert clipped.any() and (vectors.decided[clipped] == C.UNKNOWN_LABEL).all()  # the clip check, on the device too
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("family,data,held,budget", [("flynn", "iris", "2", "1kB"), ("bnc", "iris", "2", "1kB"),
+                                                     ("bloom", "segment", "sky", "2kB")])
+def test_every_family_counts_its_inputs_at_the_clip_on_the_simulated_uno(tmp_path, family, data, held, budget):
+    """The clip check through each family's own runtime (FlyNN's tp_predict on the gathered input, BNC's and Bloom
+    features' tp_stream_feed chunk by chunk, beside Bloom features' range check; on iris's test rows Bloom
+    features' stage clips none, on segment's sky many): every vector's answer on the simulated Uno, int8 and raw,
+    equals the host reference's, and some are declined for their clipped inputs."""
+    from rich.console import Console
+
+    from tinyproto import families
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
+    from tinyproto.pipeline.firmware import build_model_dir
+    from tinyproto.pipeline.validate import validate
+
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed")
+    out = tmp_path / family
+    compile_model(data, CompileOptions(family, budget, out=out, jobs=1, unknown_rate="5%", holdout_classes=held))
+    calibration = families.load_int_model(load_model_dir(out)).calibration
+    vectors = load_model_dir(out).vectors()
+    assert calibration.has_clips
+    clipped = C.clip_counts(vectors.xq, calibration.clip_side) > calibration.clip_above
+    assert clipped.any() and (vectors.decided[clipped] == C.UNKNOWN_LABEL).all()
+    build_model_dir(out, None, Console(quiet=True))
+    summary = validate(out)
+    checks = summary["checks"]
+    assert summary["passed"] and checks["unknown"]["ok"] and checks["raw_input"]["ok"]
 
 
 _JUDGE_DRIVER = r"""
@@ -922,8 +958,8 @@ def test_the_avr_assembly_of_tp_judge_checks_the_clip_like_the_reference(tmp_pat
 
 def test_clip_counts_and_the_check_the_host_fits():
     """clip_counts counts +127, -127 / -128 or either, stopping at 255 like the device's byte; fit_clip_check keeps
-    the first side (both, high, low) on which at most one clipped input is normal for all but half the rate of the
-    rows, and no check when dozens clip in every row; rate_beside shares the rate between the two checks."""
+    the first side (both, high, low) on which at most three clipped inputs are normal for all but a tenth of the
+    rate of the rows, and no check when more clip in every row; rate_beside shares the rate between the checks."""
     x = np.array([[127, -127, -128, 126, 0], [0, 0, 0, 0, 0], [127, 127, 5, -126, -127]], dtype=np.int8)
     assert C.clip_counts(x, "high").tolist() == [1, 0, 2]
     assert C.clip_counts(x, "low").tolist() == [2, 0, 1]
@@ -935,11 +971,12 @@ def test_clip_counts_and_the_check_the_host_fits():
     edge[:30, 0] = 127  # 7.5 % of the rows reach +127 once, 1 % twice
     edge[:4, 1] = 127
     assert C.fit_clip_check([calm[:200], calm[200:, 1:]], 0.05) == ("both", 0)  # parts of different widths
-    assert C.fit_clip_check([edge], 0.05) == ("both", 1)
+    assert C.fit_clip_check([edge], 0.05) == ("both", 2)  # 0.5 % of the rows (a tenth of the rate) may exceed it
+    assert C.fit_clip_check([edge], 0.25) == ("both", 1)
     low = edge.copy()
-    low[:, 2:5] = -127  # three inputs at -127 in every row: only the high side keeps a check
-    assert C.fit_clip_check([low], 0.05) == ("high", 1)
-    assert C.fit_clip_check([np.tile(np.array([127, -127, 0, 0, 1], dtype=np.int8), (50, 2))], 0.05) is None
+    low[:, 2:6] = -127  # four inputs at -127 in every row: only the high side keeps a check
+    assert C.fit_clip_check([low], 0.05) == ("high", 2)
+    assert C.fit_clip_check([np.tile(np.array([127, -127], dtype=np.int8), (50, 5))], 0.05) is None
     assert C.rate_beside(0.05, 0.0) == 0.05 and C.rate_beside(0.05, 0.06) == 0.0
     share = 0.01
     assert abs(share + (1 - share) * C.rate_beside(0.05, share) - 0.05) < 1e-12
@@ -964,3 +1001,32 @@ def test_a_clip_check_round_trips_and_a_model_without_one_keeps_its_json():
     assert novel[0] > novel[1] > novel[2] > novel[3]  # 3 and 2 over the clip, then by the view
     with pytest.raises(ValueError):
         clipped.judge(np.zeros((2, 3)), np.zeros(2, dtype=int))
+
+
+def test_the_clip_checks_count_is_in_the_ledger_and_its_cycles_keep_the_latency_limit(iris_dirs):
+    """A model with a clip check lists its count's static byte among its SRAM (the ledger, the Arduino library's
+    statements: tp_predict then keeps static state), and the check is kept only when its cycles leave the model
+    within the user's --max-latency."""
+    from tinyproto import families
+    from tinyproto.core.cost import judge_cycles, latency_cycle_limit
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.families import SolveOptions, load_int_model
+    from tinyproto.families.judging import _within_latency
+    from tinyproto.pipeline.arduino import family_statements
+
+    plain_dir, unknown_dir, _ = iris_dirs
+    judged = load_int_model(load_model_dir(unknown_dir.out_dir))
+    plain = load_int_model(load_model_dir(plain_dir.out_dir))
+    assert [item.name for item in families.judge_static(judged)] == ["clip_count"]
+    assert families.judge_static(plain) == ()
+    assert "clip_count" in {item.name for item in judged.working_sram()}
+    assert "clip_count" not in {item.name for item in plain.working_sram()}
+    statements = family_statements(judged)
+    assert "clip_count" in [name for name, _, _ in statements["static"]] and not statements["reentrant"]
+    clips = (judged.calibration.clip_side, judged.calibration.clip_above)
+    with_check = judge_cycles(judged.n_classes, True, False, judged.n_features)
+    options = SolveOptions(1024, max_latency_ms=1.0, f_cpu_hz=16_000_000)
+    limit = latency_cycle_limit(1.0, 16_000_000)
+    assert _within_latency(clips, judged, options, lambda m: {"total": int(limit) - with_check}) == clips
+    assert _within_latency(clips, judged, options, lambda m: {"total": int(limit) - with_check + 1}) is None
+    assert _within_latency(clips, judged, SolveOptions(1024), lambda m: {"total": 10**9}) == clips

@@ -5,7 +5,9 @@ each built and validated on the simulator:
 - ``none``: the model without its calibration: the confidence stage compiled out (the firmware's tp_judge is
   the stub that answers confidence 0 and the label, so the serial protocol keeps its shape);
 - ``confidence``: with its calibration (every model compile writes);
-- ``unknown``: with the calibration and the --unknown-rate threshold.
+- ``threshold``: with the calibration and the --unknown-rate threshold, without the clip check (measured only for
+  a model that keeps one: its difference to ``unknown`` is the check's own cost);
+- ``unknown``: with the calibration and the --unknown-rate threshold (and the clip check, when the model keeps one).
 
     python tools/bench_confidence.py [DATA] [--models protonn,flynn,bnc,bloom] [--budget 2kB] [--rate 5%]
                                      [--seed 0] [--holdout-classes 8,9] [--out DIR]
@@ -25,7 +27,8 @@ With --goals, the goals of the confidence stage instead, on every data set and h
 
     python tools/bench_confidence.py --goals digits:8,9 digits:3,5 digits:0 digits:1,7 segment:sky ... [--device]
 
-one model per family and DATA:CLASSES (those classes held out of training, --rate asked), compile's figures of
+one model per family and DATA:CLASSES (those classes held out of training, --rate asked; the table names the clip
+check each model keeps, its side and the count it declines above, or -), compile's figures of
 the known and held-out test rows (the host reference; with --device each model is also built and validated on the
 simulated Uno, and the figures are the device's own, every vector compared), each checked against its goal:
 novelty AUROC (ProtoNN and FlyNN 0.90, BNC and Bloom features 0.85), for ProtoNN and FlyNN at least 45 % of the
@@ -41,7 +44,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-VARIANTS = ("none", "confidence", "unknown")
+VARIANTS = ("none", "confidence", "threshold", "unknown")
 # the goals of the confidence stage: the novelty AUROC per family, and which families must also decline at least
 # DECLINED of the held-out rows and be more accurate on the rows they answer
 AUROC_GOAL = {"protonn": 0.90, "flynn": 0.90, "bnc": 0.85, "bloom": 0.85}
@@ -75,13 +78,16 @@ def fit(data: str, family: str, budget: str, rate: str, seed: int, holdout: str 
 
 
 def variant(model, name: str):
-    """The same integer model without its calibration (none), without its threshold (confidence), or as fitted."""
+    """The same integer model without its calibration (none), without its threshold (confidence), without its clip
+    check (threshold), or as fitted."""
     import dataclasses
 
     from tinyproto.families.judging import is_judged, make_judged
 
     if name == "unknown":
         return model
+    if name == "threshold":
+        return make_judged(model, dataclasses.replace(model.calibration, clip_side=None, clip_above=None))
     if name == "confidence":
         return make_judged(model, dataclasses.replace(model.calibration, unknown_above=None, unknown_rate=None,
                                                       range_low=None, range_high=None, clip_side=None,
@@ -142,17 +148,20 @@ def main(argv: list[str] | None = None) -> int:
         fitted, on = fit(args.data, family, args.budget, args.rate, args.seed, args.holdout_classes)
         rows = {}
         for name in VARIANTS:
+            if name == "threshold" and not fitted.model.calibration.has_clips:
+                continue  # the same model as "unknown"
             model = variant(fitted.model, name)
             rows[name] = r = measure(Fitted(fitted.clf, model, fitted.info), on, args.out / f"{family}-{name}")
             print(f"{family:8} {name:10} {str(r['passed']):9} {r['flash']:>8} {r['judge']:>10} {r['cycles']:>10.1f} "
                   f"{r['predicted']:>10.0f} {100 * (r['predicted'] / r['cycles'] - 1):>+7.2f}%", flush=True)
         base = rows["none"]
-        for name in VARIANTS[1:]:
+        measured = [name for name in VARIANTS[1:] if name in rows]
+        for name in measured:
             r = rows[name]
             print(f"{family:8} {'+' + name:10} {'':9} {r['flash'] - base['flash']:>+8} {'':>10} "
                   f"{r['cycles'] - base['cycles']:>+10.1f} {'':>10} "
                   f"({100 * (r['cycles'] / base['cycles'] - 1):+.2f} % cycles)", flush=True)
-        judged += [(family, name, rows[name]["confidence"]) for name in VARIANTS[1:]]
+        judged += [(family, name, rows[name]["confidence"]) for name in measured]
     print_judged(judged)
     return 0
 
@@ -172,6 +181,14 @@ def goal_row(family: str, figures: dict) -> tuple[list[str], int]:
     return [text + ("" if met else " !") for text, met in checks], sum(not met for _, met in checks)
 
 
+def clip_check(model) -> str:
+    """The model's clip check as the goals table gives it: the side and the count it declines above, or -."""
+    calibration = getattr(model, "calibration", None)
+    if calibration is None or not calibration.has_clips:
+        return "-"
+    return f"{calibration.clip_side} > {calibration.clip_above}"
+
+
 def goals(args) -> int:
     """The goals table (Markdown): one row per data set, held-out classes and family."""
     from rich.console import Console
@@ -181,8 +198,8 @@ def goals(args) -> int:
     from tinyproto.pipeline.validate import validate
 
     print("| data | held out | family | coverage | novelty AUROC | held-out declined | accepted / all accuracy "
-          "| ECE (points) | device |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| ECE (points) | clip check | device |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     missed = failed = 0
     for spec in args.goals:
         data, _, held = spec.partition(":")
@@ -200,7 +217,7 @@ def goals(args) -> int:
             cells, n_missed = goal_row(family, figures)
             missed += n_missed
             print(f"| {data} | {held} | {family} | {100 * figures['coverage']:.1f} % | " + " | ".join(cells)
-                  + f" | {device} |", flush=True)
+                  + f" | {clip_check(fitted.model)} | {device} |", flush=True)
     print(f"\n{missed} goal(s) missed" + (f"; {failed} model(s) NOT bit-exact on the device" if failed else ""))
     return 1 if failed else 0
 

@@ -54,8 +54,8 @@ RANGE_MAX_BINS = 255  # the bin count is a byte the device compares with one cpi
 RANGE_NOVELTY = 2**20  # novelty_score: a row outside the range ranks above every view's novelty (|view| < 2**15)
 CLIP_SIDES = {"high": 1, "low": 2, "both": 3}  # TP_UNKNOWN_CLIP_SIDE: which int8 values count as clipped
 CLIP_ORDER = ("both", "high", "low")  # fit_clip_check tries the sides in this order
-CLIP_MAX_ABOVE = 1  # the check is kept only when at most this many clipped inputs are normal (fit_clip_check)
-CLIP_SHARE = 0.5  # of the --unknown-rate: the most of the known rows the clip check may decline
+CLIP_MAX_ABOVE = 3  # the check is kept only when at most this many clipped inputs are normal (fit_clip_check)
+CLIP_SHARE = 0.1  # of the --unknown-rate: the most of the known rows the clip check may decline
 CLIP_COUNT_MAX = 255  # the device's count is a byte that stops at 255
 
 
@@ -278,7 +278,9 @@ def fit_clip_check(xq_parts: list[np.ndarray], rate: float) -> tuple[str, int] |
     validation rows, in that fold model's int8 inputs), or None when it does not pay. Per side (CLIP_ORDER), the
     smallest count that at most CLIP_SHARE of the rate of the rows exceed; the first side whose count is at most
     CLIP_MAX_ABOVE is kept. Clipping then marks the edge of the training range (most rows never reach it, a few
-    once): an input beyond that edge in a feature or two is declined. A stage that maps the data's own extremes to
+    in a feature or two): an input beyond that edge in more features is declined. The share is small because the
+    check takes it from the score threshold's (rate_beside): on data where the clip says nothing new, every row it
+    declines is one the threshold no longer may. A stage that maps the data's own extremes to
     the clip (pixels: blank is -127), where dozens of inputs clip in every row, keeps no check: its count says what
     the row looks like, not how far it is out, and would only take rows from the score threshold's share."""
     if sum(len(x) for x in xq_parts) == 0:

@@ -148,7 +148,7 @@ def bloom_cost_terms(model) -> dict[str, float]:
     looped = k >= 4 if byte_draws else k >= 2  # avr-gcc keeps a loop over the draws (else it unrolls them)
     if looped and (k % 2 == 0 or not byte_draws):  # the last draw is inside the loop: a store costs 1 there too
         last, other = 0.0, last + other
-    ranged = _checks_range(model)
+    ranged = model.checks_range
     shift = model.range_shift if ranged else 0
     chunks = -(-d // CHUNK_BYTES)
     terms = {"fixed": 1, "chunk": chunks, "slot": m, "slot_reload": m if rows > 1 and not ranged else 0,
@@ -171,12 +171,6 @@ def bloom_cost_terms(model) -> dict[str, float]:
                   "draw_pow2": d * k if pow2 else 0,
                   "draw_shift": d * k * (16 - m.bit_length() + 1) if pow2 else 0})
     return terms
-
-
-def _checks_range(model) -> bool:
-    """A judged model whose calibration checks the range signal (the compaction then sums it)."""
-    calibration = getattr(model, "calibration", None)
-    return calibration is not None and bool(getattr(calibration, "has_range", False))
 
 
 cost_terms = bloom_cost_terms  # the name tools/calibrate_costmodel.py reads in every family's cost module

@@ -166,11 +166,17 @@ class IntBloom(IntModelCommon):
             "TP_BLOOM_BIAS_BITS": self.bias_bits,
             "TP_STREAMABLE": 1,
         }
-        calibration = getattr(self, "calibration", None)  # a judged model's (families/judging.py)
-        if calibration is not None and calibration.has_range:  # decided here once: firmware/tp_bloom.c reads it
+        if self.checks_range:  # decided here once: firmware/tp_bloom.c reads it
             out["TP_BLOOM_RANGE_SHIFT"] = self.range_shift
         out.update(self.input_stage.defines())
         return out
+
+    @property
+    def checks_range(self) -> bool:
+        """A judged model (families/judging.py) whose calibration checks the range of φ's sum: its header then
+        names TP_BLOOM_RANGE_SHIFT, its runtime keeps the sum's bin in a static byte, and the compaction sums φ."""
+        calibration = getattr(self, "calibration", None)
+        return calibration is not None and calibration.has_range
 
     def working_sram(self) -> list[SramItem]:
         """φ lives in static SRAM (m bytes) with the stream's generator state; nothing holds the input vector."""
@@ -182,8 +188,7 @@ class IntBloom(IntModelCommon):
             SramItem("bloom_phi", self.n_slots, f"φ: one uint8 MAX per slot ({self.n_slots} slots, static)"),
             SramItem("bloom_stream", 4, "hash generator state and the next expected feature index (static)"),
         )
-        calibration = getattr(self, "calibration", None)  # a judged model's (families/judging.py)
-        if calibration is not None and calibration.has_range:
+        if self.checks_range:
             items += (SramItem("range_signal", 1, "the bin of φ's sum, which tp_judge checks (static)"),)
         return StaticState(predict=items)
 

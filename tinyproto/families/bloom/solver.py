@@ -101,7 +101,9 @@ def _shape_cycles(n_features: int, n_classes: int, m: int, k: int, used: int) ->
 
 
 class _Placeholder:
-    """Just the shape the cost model reads."""
+    """Just the shape the cost model reads (a candidate is priced before any calibration: no range check)."""
+
+    checks_range = False
 
     def __init__(self, n_features, n_classes, n_slots, n_hashes, weights, stage):
         self.n_features, self.n_classes, self.n_slots, self.n_hashes = n_features, n_classes, n_slots, n_hashes
