@@ -214,9 +214,10 @@ class Calibration:
             beyond = np.maximum(beyond, np.where(outside, np.maximum(self.range_low - signal,
                                                                      signal - self.range_high), 0))
             declined |= outside
-        clipped = self.clipped(xq)
-        if clipped is not None:
-            beyond = np.maximum(beyond, np.where(clipped, self.clip_counts(xq), 0))
+        counts = self.clip_counts(xq)
+        if counts is not None:
+            clipped = counts > int(self.clip_above)
+            beyond = np.maximum(beyond, np.where(clipped, counts, 0))
             declined |= clipped
         return np.where(declined, RANGE_NOVELTY + beyond, novel)
 

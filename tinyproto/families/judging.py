@@ -119,16 +119,7 @@ def novelty_score(model: Any, scores: np.ndarray, labels: np.ndarray, lowest_win
         return novelty(winner, lowest_wins)
     # the view's novelty (what the device compares), so a row outside the range ranks above all of them
     view = novelty(score_view(winner, calibration.score_byte), lowest_wins)
-    return calibration.novelty_score(view, range_signal(model, xq), _inputs(calibration, xq))
-
-
-def _inputs(calibration: Calibration, xq: np.ndarray | None) -> np.ndarray | None:
-    """The rows' int8 inputs when the calibration checks their clip (None otherwise)."""
-    if not calibration.has_clips:
-        return None
-    if xq is None:
-        raise ValueError("this model declines inputs at the clip: its int8 inputs are needed to judge them")
-    return np.asarray(xq)
+    return calibration.novelty_score(view, range_signal(model, xq), xq)
 
 
 def judge(model: Any, scores: np.ndarray, labels: np.ndarray,
@@ -138,7 +129,7 @@ def judge(model: Any, scores: np.ndarray, labels: np.ndarray,
     calibration that checks a range (range_signal)."""
     calibration = calibration_of(model)
     if calibration is not None:
-        return calibration.judge(scores, labels, range_signal(model, xq), _inputs(calibration, xq))
+        return calibration.judge(scores, labels, range_signal(model, xq), xq)
     labels = np.asarray(labels, dtype=np.int64)
     return np.zeros(len(labels), dtype=np.int64), labels.copy()
 

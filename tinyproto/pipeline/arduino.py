@@ -20,13 +20,11 @@ Layer: pipeline.
 
 from __future__ import annotations
 
-import dataclasses
-
 import os
 import re
 import shutil
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -126,7 +124,7 @@ def family_statements(model) -> dict:
     fam = families.family_of(model)
     state = fam.static_state(model)
     # the clip check's count (tp_judge.c), which tp_predict writes when the model has the check
-    state = dataclasses.replace(state, predict=state.predict + families.judge_static(model))
+    state = replace(state, predict=state.predict + families.judge_static(model))
     static_names = {item.name for item in state.items}
     # tp_predict's own stack buffers (the input vector and the scores are the caller's, listed apart)
     stack = [(item.name, item.nbytes, item.what) for item in model.working_sram()
