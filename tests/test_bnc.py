@@ -119,14 +119,46 @@ def test_sklearn_estimator_contract(estimator, check):
     check(estimator)
 
 
-def test_fit_is_seeded_and_phases_beat_the_initialisation():
+def test_fit_is_seeded_and_phases_beat_the_initialisation(monkeypatch):
+    from tinyproto.families.bnc import train
+
     Xtr, Xte, ytr, yte = digits_split()
     kw = dict(n_bits=32, n_prototypes=40, random_state=3)
-    a, b = BNCClassifier(**kw).fit(Xtr, ytr), BNCClassifier(**kw).fit(Xtr, ytr)
+    a = BNCClassifier(**kw).fit(Xtr, ytr)
+    monkeypatch.setattr(train, "_KMEANS_MEMO", train._KMeansMemo())  # b runs its own k-means too
+    b = BNCClassifier(**kw).fit(Xtr, ytr)
     np.testing.assert_array_equal(a.W_, b.W_)
     np.testing.assert_array_equal(a.B_, b.B_)
     init = BNCClassifier(**kw, epochs_joint=0, epochs_w=0).fit(Xtr, ytr)  # k-means + sign(WC) only
     assert a.score(Xte, yte) > init.score(Xte, yte) + 0.05 and a.score(Xte, yte) > 0.93
+
+
+def test_the_kmeans_memo_gives_what_a_fresh_kmeans_gives(monkeypatch):
+    """A fit that takes its per-class k-means from the process's memo (the solver's shapes share rows and seeds)
+    is bit for bit the fit that runs them all; the memo keeps to its bytes, the most recently used kept."""
+    from tinyproto.families.bnc import train
+
+    Xtr, _, ytr, _ = digits_split()
+    X, y = Xtr[:150], ytr[:150]
+    kw = dict(n_bits=16, n_prototypes=30, random_state=5, epochs_joint=2, epochs_w=2)
+    fits, real = [], train._kmeans_centres
+    for memo in (train._KMeansMemo(), None, train._KMeansMemo()):
+        if memo is not None:
+            monkeypatch.setattr(train, "_KMEANS_MEMO", memo)
+        asked = []
+        monkeypatch.setattr(train, "_kmeans_centres", lambda *a: asked.append(a) or real(*a))
+        fits.append((BNCClassifier(**kw).fit(X, y), len(asked)))
+    (fresh, ran), (memoised, ran_again), (fresh_again, _) = fits
+    assert ran == 10 and ran_again == 0  # a centre per class, then every one from the memo
+    for clf in (memoised, fresh_again):
+        for name in ("W_", "B_", "mean_", "scale_"):
+            np.testing.assert_array_equal(getattr(clf, name), getattr(fresh, name))
+    memo = train._KMeansMemo()
+    memo.MAX_BYTES = 3 * (memo.ENTRY_BYTES + 800)
+    for i in range(5):
+        memo.put(i, np.zeros(100))
+        assert memo.get(0) is not None  # used last each time: kept
+    assert [k for k in range(5) if memo.get(k) is not None] == [0, 3, 4]
 
 
 def test_the_sgds_shortcuts_give_the_bits_of_the_plain_numpy_they_replace():

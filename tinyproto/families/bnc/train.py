@@ -39,7 +39,10 @@ Layer: families (bnc).
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import warnings
+from collections import OrderedDict
 from numbers import Integral, Real
 
 import numpy as np
@@ -149,6 +152,60 @@ def _prototype_gradient(shape: tuple[int, int], jp: np.ndarray, jn: np.ndarray, 
     values = np.concatenate([-TA, TA])
     np.add.at(gB.reshape(-1), (rows[:, None] * r + np.arange(r)).reshape(-1), values.reshape(-1))
     return gB
+
+
+def _kmeans_centres(Zc: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """k-means centres of one class's rows (one initialisation, seeded; one thread, as BNCClassifier.fit runs it)."""
+    # duplicate points can leave fewer distinct clusters: not an error. Zc is finite (standardised and clipped) and
+    # the parameters valid by construction: scikit-learn's checks of both are skipped (they cost more than the fit
+    # on a class of a few dozen rows; the result is the same)
+    with warnings.catch_warnings(), config_context(assume_finite=True, skip_parameter_validation=True):
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        centres = KMeans(n_clusters=k, n_init=1, random_state=seed).fit(Zc).cluster_centers_
+    centres.flags.writeable = False  # shared by every fit that asks the memo for it
+    return centres
+
+
+def _rows_key(Zc: np.ndarray) -> tuple:
+    """What identifies a class's rows for _KMeansMemo: their shape, type and a digest of their bytes."""
+    Zc = np.ascontiguousarray(Zc)
+    return Zc.shape, Zc.dtype.str, hashlib.blake2b(Zc.tobytes(), digest_size=16).digest()
+
+
+class _KMeansMemo:
+    """The per-class k-means results of this process, by (rows, k, seed), least recently used dropped past
+    MAX_BYTES. A solver fits many shapes on the same rows with the same seed (the densities of one r, the same
+    folds again: on 120 digits rows at 1 kB, 1,180 distinct k-means of 2,530 asked for), and k-means with one
+    initialisation, a fixed seed and one thread is a function of its rows: a result asked for again is the one
+    computed, bit for bit. Also the number of distinct rows of a class (np.unique's cost, per class per fit)."""
+
+    MAX_BYTES = 32 << 20
+    ENTRY_BYTES = 256  # what an entry costs besides its array (the key, the dictionary's slot)
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()  # fits may run in threads (a dask worker's)
+
+    def get(self, key):
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+            return value
+
+    def put(self, key, value):
+        with self._lock:
+            if key not in self._entries:
+                self._entries[key] = value
+                self._bytes += self.ENTRY_BYTES + getattr(value, "nbytes", 0)
+                while self._bytes > self.MAX_BYTES and len(self._entries) > 1:
+                    _, dropped = self._entries.popitem(last=False)
+                    self._bytes -= self.ENTRY_BYTES + getattr(dropped, "nbytes", 0)
+        return value
+
+
+_KMEANS_MEMO = _KMeansMemo()
 
 
 class BNCClassifier(ClassifierMixin, BaseEstimator):
@@ -293,17 +350,19 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
         out = []
         for c, k in enumerate(counts):
             Zc = Z[y_index == c]
-            distinct = np.unique(Zc, axis=0)
-            if k >= len(distinct):  # as many prototypes as distinct points: the points are the centres
+            rows = _rows_key(Zc)
+            n_distinct = _KMEANS_MEMO.get(("distinct", rows))
+            if n_distinct is None:
+                n_distinct = _KMEANS_MEMO.put(("distinct", rows), len(np.unique(Zc, axis=0)))
+            if k >= n_distinct:  # as many prototypes as distinct points: the points are the centres
+                distinct = np.unique(Zc, axis=0)
                 out.append(distinct[np.arange(k) % len(distinct)])
                 continue
-            # duplicate points can leave fewer distinct clusters: not an error. Zc is finite (standardised and
-            # clipped) and the parameters valid by construction: scikit-learn's checks of both are skipped (they
-            # cost more than the fit on a class of a few dozen rows; the result is the same)
-            with warnings.catch_warnings(), config_context(assume_finite=True, skip_parameter_validation=True):
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                km = KMeans(n_clusters=int(k), n_init=1, random_state=int(rng.randint(2**31 - 1))).fit(Zc)
-            out.append(km.cluster_centers_)
+            seed = int(rng.randint(2**31 - 1))
+            centres = _KMEANS_MEMO.get(("kmeans", rows, int(k), seed))
+            if centres is None:
+                centres = _KMEANS_MEMO.put(("kmeans", rows, int(k), seed), _kmeans_centres(Zc, int(k), seed))
+            out.append(centres)
         return np.vstack(out)
 
     def _sparsity_mask(self, W: np.ndarray) -> np.ndarray:
