@@ -405,6 +405,11 @@ class SimulatedUno:
             return None
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    @property
+    def pid(self) -> int | None:
+        """The simulator's process id while it runs (for a debugger, or to pause it with SIGSTOP)."""
+        return self._proc.pid if self.running else None
+
     def markers(self) -> list[tuple[int, int]]:
         """Every GPIOR0 write so far as (value, cycle); cycles count from reset, exact."""
         if self._markers_file is None:
