@@ -288,3 +288,26 @@ def test_the_fork_server_directory_of_a_killed_run_is_removed_by_the_next(short_
             break
         time.sleep(0.5)
     assert os.listdir(private) == []
+
+
+@pytest.mark.parametrize("ended", ["finished", "timed out"])
+def test_a_build_tools_temporary_files_are_not_left_in_tmpdir(tmp_path, monkeypatch, ended):
+    """Ctrl-C during learn's (or build's) link left avr-gcc's cc*.ld / cc*.le / cc*.o / cc*.c in $TMPDIR (the
+    tool's process group is ended, and gcc's own clean-up races the kill). Every build tool now runs with a
+    private TMPDIR that is removed when it ends, however it ends."""
+    from tinyproto.device.project import _run
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    script = 'echo "$TMPDIR"; : > "$TMPDIR/ccA1b2C3.ld"; : > "$TMPDIR/ccD4e5F6.o"'
+    if ended == "finished":
+        result = _run(["sh", "-c", script])
+        used = Path(result.stdout.strip())
+    else:
+        with pytest.raises(subprocess.TimeoutExpired):
+            _run(["sh", "-c", f"{script}; sleep 60"], timeout=1)
+        used = None
+    assert used is None or used.parent == tmp
+    assert list(tmp.iterdir()) == [], sorted(p.name for p in tmp.rglob("*"))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.outdir import private_scratch
 from tinyproto.core.render import jinja_env
 from tinyproto.device.piohome import CORE_DIR_IN_INI, PLATFORM_NAME, require_tool
 
@@ -138,14 +139,19 @@ def _uses_system_toolchain(parser: configparser.ConfigParser, env: str) -> bool:
 def _run(command: list[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess[str]:
     """A build tool's run, its output captured. The tool leads a process group of its own, and whatever ends this
     call early (Ctrl-C, SIGTERM, a timeout) ends that whole group: `pio run` starts scons, scons the compilers,
-    which kept building into .pio/ after tinyproto had said it was interrupted (subprocess.run kills only pio)."""
-    with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          encoding="utf-8", errors="replace", process_group=0, **kwargs) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except BaseException:
-            _end_group(process)
-            raise
+    which kept building into .pio/ after tinyproto had said it was interrupted (subprocess.run kills only pio).
+    Its TMPDIR is a private scratch directory, removed when the tool ends (a killed run's by the next run): the
+    compilers' temporary files (cc*.s, cc*.o, cc*.ld, cc*.le) of a group ended mid-link stayed in $TMPDIR."""
+    env = dict(kwargs.pop("env", None) or os.environ)
+    with private_scratch("tinyproto-tool-") as scratch:
+        env["TMPDIR"] = str(scratch)
+        with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              encoding="utf-8", errors="replace", process_group=0, env=env, **kwargs) as process:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except BaseException:
+                _end_group(process)
+                raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
