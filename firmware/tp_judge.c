@@ -35,22 +35,18 @@ extern uint8_t tp_range_signal;
 #endif
 
 #ifdef TP_UNKNOWN_CLIPS
-/* The clip check (compile --unknown-rate, when the host finds it pays: core/confidence.fit_clip_check): the family's
- * runtime hands every int8 input to tp_judge_inputs as it consumes it (tp_predict, or each tp_stream_feed chunk; a
- * chunk with first == 0 starts a new input), which counts the values at the clip on TP_UNKNOWN_CLIP_SIDE's side
- * (1: +127, 2: -127 (or -128), 3: either), stopping at 255; tp_judge declines an input with more than
- * TP_UNKNOWN_CLIPS of them whatever the scores. One byte of static state; nothing of it without the option. */
-#if TP_UNKNOWN_CLIP_SIDE == 1
-#define TP_CLIP_FROM 127 /* clipped: (uint8_t)(x - FROM) < SPAN, x read as a byte */
-#define TP_CLIP_SPAN 1
-#elif TP_UNKNOWN_CLIP_SIDE == 2
-#define TP_CLIP_FROM 128
-#define TP_CLIP_SPAN 2
-#elif TP_UNKNOWN_CLIP_SIDE == 3
-#define TP_CLIP_FROM 127
-#define TP_CLIP_SPAN 3
-#else
-#error "TP_UNKNOWN_CLIP_SIDE must be 1 (+127), 2 (-127) or 3 (either)"
+/* The clip check (compile --unknown-rate --clip-check, when the host finds it pays: core/confidence.fit_clip_check):
+ * the family's runtime hands every int8 input to tp_judge_inputs as it consumes it (tp_predict, or each
+ * tp_stream_feed chunk; a chunk with first == 0 starts a new input), which counts the values at the clip, those with
+ * (uint8_t)(x - TP_UNKNOWN_CLIP_FROM) < TP_UNKNOWN_CLIP_SPAN, x read as a byte (the header's values for the side the
+ * host chose, core/confidence.CLIP_SIDES: +127, -127 or -128, or either), stopping at 255; tp_judge declines an
+ * input with more than TP_UNKNOWN_CLIPS of them whatever the scores. One byte of static state; nothing of it
+ * without the option. */
+#if !defined(TP_UNKNOWN_CLIP_FROM) || !defined(TP_UNKNOWN_CLIP_SPAN)
+#error "a clip check needs TP_UNKNOWN_CLIP_FROM and _SPAN from the model header (core/confidence.CLIP_SIDES)"
+#endif
+#if TP_UNKNOWN_CLIP_FROM < 0 || TP_UNKNOWN_CLIP_FROM > 255 || TP_UNKNOWN_CLIP_SPAN < 1 || TP_UNKNOWN_CLIP_SPAN > 255
+#error "TP_UNKNOWN_CLIP_FROM must be 0 to 255 and TP_UNKNOWN_CLIP_SPAN 1 to 255"
 #endif
 #if TP_UNKNOWN_CLIPS < 0 || TP_UNKNOWN_CLIPS > 254 || !defined(TP_UNKNOWN_LIMIT)
 #error "TP_UNKNOWN_CLIPS must be 0 to 254, beside TP_UNKNOWN_LIMIT"
@@ -65,7 +61,8 @@ void tp_judge_inputs(const int8_t *x, uint16_t first, uint16_t n)
 {
     uint8_t count = first == 0 ? 0u : tp_clip_count;
     for (; n != 0; --n) {
-        if ((uint8_t)((uint8_t)*x++ - (uint8_t)TP_CLIP_FROM) < (uint8_t)TP_CLIP_SPAN && count != 255u) {
+        if ((uint8_t)((uint8_t)*x++ - (uint8_t)TP_UNKNOWN_CLIP_FROM) < (uint8_t)TP_UNKNOWN_CLIP_SPAN
+            && count != 255u) {
             ++count;
         }
     }

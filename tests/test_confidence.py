@@ -165,7 +165,8 @@ def test_without_the_option_the_generated_c_differs_only_by_the_threshold(iris_d
     # the threshold, and the clip check iris's rows (which rarely reach the int8 clip) are given: its defines, the
     # renames of its count and function, and the function's prototype
     assert sorted(line.split()[1] for line in only_b if line.startswith("#define")) == [
-        "TP_MODEL_HASH", "TP_UNKNOWN_CLIPS", "TP_UNKNOWN_CLIP_SIDE", "TP_UNKNOWN_LABEL", "TP_UNKNOWN_LIMIT",
+        "TP_MODEL_HASH", "TP_UNKNOWN_CLIPS", "TP_UNKNOWN_CLIP_FROM", "TP_UNKNOWN_CLIP_SPAN", "TP_UNKNOWN_LABEL",
+        "TP_UNKNOWN_LIMIT",
         "tp_clip_count", "tp_judge_inputs"]
     assert [line for line in only_b if not line.startswith("#define")] == [CLIP_PROTOTYPE]
     assert "TP_UNKNOWN" not in a["include/tinyproto_model.h"].decode()
@@ -933,6 +934,30 @@ def test_host_compiled_tp_judge_declines_inputs_at_the_clip_like_the_reference(t
     assert clipped.any() == (above < 254) and (~clipped).any()
 
 
+def test_tp_judge_refuses_a_clip_check_without_its_side_from_the_header(tmp_path):
+    """The side's bytes are decided by the host (CLIP_SIDES) and written into the header of a model with a clip
+    check; tp_judge.c has no rule of its own for them: a header with the check but without them stops the build
+    with its #error, and the same header with them builds."""
+    import subprocess
+
+    from tinyproto.core.resources import resource_dir
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    calibration = C.Calibration(120, 9, False, unknown_above=10, score_byte=1, clip_side="high", clip_above=1)
+    header = _write_judge_header(tmp_path, 5, calibration)
+    firmware = resource_dir("firmware")
+    command = ["gcc", "-std=gnu99", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}", f"-I{firmware}", "-c",
+               str(firmware / "tp_judge.c"), "-o", str(tmp_path / "judge.o")]
+    subprocess.run(command, check=True, capture_output=True)
+    for name in ("TP_UNKNOWN_CLIP_FROM", "TP_UNKNOWN_CLIP_SPAN"):
+        lines = [line for line in header.splitlines() if not line.startswith(f"#define {name} ")]
+        assert len(lines) == len(header.splitlines()) - 1
+        (tmp_path / "tinyproto_model.h").write_text("\n".join(lines) + "\n")
+        failed = subprocess.run(command, capture_output=True, text=True)
+        assert failed.returncode != 0 and "a clip check needs TP_UNKNOWN_CLIP_FROM and _SPAN" in failed.stderr
+
+
 _AVR_CLIP_DRIVER = _AVR_JUDGE_DRIVER.replace(
     "uint8_t tp_predict(", "uint8_t tp_range_signal;\nvoid tp_judge_inputs(const int8_t *x, uint16_t first, "
     "uint16_t n);\nuint8_t tp_predict(").replace(
@@ -1010,7 +1035,8 @@ def test_a_clip_check_round_trips_and_a_model_without_one_keeps_its_json():
     assert "clips" not in plain.to_json() and not any("CLIP" in k for k in plain.defines())
     clipped = dataclasses.replace(plain, clip_side="low", clip_above=1)
     assert C.Calibration.from_json(clipped.to_json()) == clipped
-    assert clipped.defines()["TP_UNKNOWN_CLIP_SIDE"] == 2 and clipped.defines()["TP_UNKNOWN_CLIPS"] == 1
+    defines = clipped.defines()  # -128 and -127 read as bytes: (uint8_t)(x - 128) < 2
+    assert [defines[f"TP_UNKNOWN_CLIP{k}"] for k in ("_FROM", "_SPAN", "S")] == [128, 2, 1]
     for bad in ({"side": "up", "above": 1}, {"side": "low", "above": 255}, {"side": "low"}, [1, 2],
                 {"side": "low", "above": True}):
         with pytest.raises(TinyprotoError, match="clip"):

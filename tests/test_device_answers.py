@@ -154,6 +154,65 @@ def test_a_tampered_cycle_counter_fails_with_a_true_detail(tmp_path):
     assert f"ranged {expected - worst}..{expected}" in detail
 
 
+def test_spans_of_requests_sent_again_are_passed_over_only_as_many_as_were_sent_again():
+    """A request the host sent again (its answer came late and was dropped) may run the model's code twice: the
+    check passes over as many spans as requests were sent again (times the timed calls of a vector), no more,
+    and a wrong counter still fails."""
+    from tinyproto.pipeline.validate import _marker_summary, markers_agree, markers_detail
+
+    cycles = [300_000, 120_000, 250_000, 90_000]
+    spans = [c + 14 for c in cycles]
+    twice = spans[:2] + spans[1:2] + spans[2:]  # vector 1 ran twice
+    summary = _marker_summary(twice, cycles, 14, 1, [10, 11, 12, 13], requests_sent_again=1)
+    assert markers_agree(summary) and summary["spans_passed_over"] == 1, markers_detail(summary)
+    assert "1 spans of requests the host sent again (a late answer) passed over" in markers_detail(summary)
+    unsent = _marker_summary(twice, cycles, 14, 1, [10, 11, 12, 13])
+    assert not markers_agree(unsent) and unsent["first_differing"]["vector"] == 12
+    tampered = _marker_summary(twice, [300_000, 120_001, 250_000, 90_000], 14, 1, [10, 11, 12, 13], 3)
+    assert not markers_agree(tampered) and tampered["first_differing"]["vector"] == 11
+    # a streaming family timed in 3 chunks: a vector restarted after its second chunk leaves 2 spans behind
+    chunks = [[5_000, 6_000, 7_000], [5_500, 6_500, 7_500]]
+    timed = [sum(c) - 3 * 14 for c in chunks]
+    restarted = chunks[0] + chunks[1][:2] + chunks[1]
+    summary = _marker_summary(restarted, timed, 14, 3, [0, 1], requests_sent_again=1)
+    assert markers_agree(summary) and summary["spans_passed_over"] == 2, markers_detail(summary)
+    assert not markers_agree(_marker_summary(restarted, timed, 14, 3, [0, 1]))
+
+
+@pytest.mark.device
+def test_a_chip_paused_past_the_timeout_runs_a_request_twice_and_the_check_stays_exact(tmp_path):
+    """On a busy host the simulator can go unscheduled for longer than the client waits for an answer: the
+    client sends the request again, and the chip, which had it already, runs it twice. Paused here with SIGSTOP
+    (what a busy scheduler does, on purpose); validate saw this as a false cycle_markers failure."""
+    import os
+    import signal
+    import threading
+
+    from tinyproto.device.protocol import open_device
+    from tinyproto.device.sim import SimulatedUno
+    from tinyproto.pipeline.validate import (_calibration_span, _marker_cycles, _marker_summary, markers_agree,
+                                             markers_detail)
+
+    extras = [2_000, 150_000, 40_000, 300_000, 9_000]
+    with SimulatedUno(_avr_firmware(tmp_path, "fw")) as sim, open_device(sim.port, timeout=0.3) as client:
+        client.hello()
+        cycles = []
+        for k, extra in enumerate(extras):
+            if k in (1, 3):
+                os.kill(sim.pid, signal.SIGSTOP)
+                threading.Timer(0.45, os.kill, (sim.pid, signal.SIGCONT)).start()
+            cycles.append(client.predict(_vector(extra)).cycles)
+        client.hello()  # the late answers of the last paused request are in before the markers are read
+        events = sim.markers()
+        sent_again = client.requests_sent_again
+    spans = _marker_cycles(events)
+    assert sent_again >= 2 and len(spans) > len(extras), (sent_again, len(spans))
+    summary = _marker_summary(spans, cycles, _calibration_span(events), 1, list(range(len(cycles))), sent_again)
+    assert markers_agree(summary), markers_detail(summary)
+    assert summary["spans_passed_over"] == len(spans) - len(extras) >= 2
+    assert not markers_agree(_marker_summary(spans, cycles, _calibration_span(events), 1, list(range(len(cycles)))))
+
+
 # ---- a whole model directory whose firmware reports implausible cycles -----------------------------------
 
 

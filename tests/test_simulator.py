@@ -269,6 +269,38 @@ def test_the_inline_step_is_libsimavrs_step(simuno, firmware, built_models, tmp_
 
 
 
+@pytest.mark.parametrize("env, expected", [
+    ({"TINYPROTO_CACHE": "relcache"}, "{cwd}/relcache"),
+    ({"TINYPROTO_CACHE": "./a/../relcache"}, "{cwd}/relcache"),
+    ({"XDG_CACHE_HOME": "relcache", "HOME": "{home}"}, "{home}/.cache/tinyproto"),
+    ({"XDG_CACHE_HOME": "", "HOME": "{home}"}, "{home}/.cache/tinyproto"),
+    ({"XDG_CACHE_HOME": "{home}/xdg"}, "{home}/xdg/tinyproto"),
+    ({"HOME": ""}, "{account}/.cache/tinyproto"),
+    ({"HOME": "relhome"}, "{account}/.cache/tinyproto"),
+    ({"HOME": None}, "{account}/.cache/tinyproto"),
+])
+def test_the_cache_is_an_absolute_path_whatever_the_variables(env, expected, monkeypatch, tmp_path):
+    """XDG_CACHE_HOME=relcache put the cache below the working directory, where PlatformIO, run in the model
+    directory, found no home and tried for a minute to download one; HOME="" put it at /.cache. A relative
+    XDG_CACHE_HOME is ignored (the XDG spec), a relative TINYPROTO_CACHE is the working directory's, and HOME
+    unset, empty or relative is the account's home."""
+    import pwd
+
+    from tinyproto.device.sim import tinyproto_cache_dir
+
+    names = {"cwd": str(tmp_path), "home": str(tmp_path / "home"), "account": pwd.getpwuid(os.getuid()).pw_dir}
+    monkeypatch.chdir(tmp_path)
+    for variable in ("TINYPROTO_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    for variable, value in env.items():
+        if value is None:
+            monkeypatch.delenv(variable, raising=False)
+        else:
+            monkeypatch.setenv(variable, value.format(**names))
+    cache = tinyproto_cache_dir()
+    assert cache.is_absolute() and str(cache) == os.path.normpath(expected.format(**names)), cache
+
+
 @pytest.mark.parametrize("variable, value", [("TINYPROTO_CACHE", "/dev/null"), ("TINYPROTO_CACHE", "file"),
                                              ("TINYPROTO_CACHE", "file/cache"), ("XDG_CACHE_HOME", "file")])
 def test_a_cache_that_is_not_a_directory_is_one_line_naming_the_variable(built_models, monkeypatch, tmp_path,

@@ -263,6 +263,27 @@ def test_a_sweep_where_every_point_fails_exits_non_zero(tmp_path):
     assert len(records) == 2 and all(r["status"] == "failed" and r["stage"] == "compile" for r in records)
 
 
+@pytest.mark.parametrize("error, words", [
+    (OSError(28, "No space left on device", "points/p"), "No space left on device: points/p; free some space"),
+    (PermissionError(13, "Permission denied", "points/p"), "Permission denied: points/p"),
+])
+def test_a_point_that_meets_a_system_error_records_its_words_not_an_internal_error(tmp_path, monkeypatch, error,
+                                                                                     words):
+    """A sweep into a full disk recorded each point as "internal error (OSError: [Errno 28] ...)", a bug's words
+    for the system's refusal; a point records a system error as the CLI prints one."""
+    import tinyproto.pipeline.compile as compile_module
+    from tinyproto.pipeline.sweep_points import run_point
+
+    def refuse(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(compile_module, "compile_model", refuse)
+    point = {"model": "protonn", "budget_bytes": 512, "seed": 0, "board": "uno"}
+    record = run_point(point, "iris", None, "none", str(tmp_path / "p"), False)
+    assert record["status"] == "failed" and record["stage"] == "compile", record
+    assert record["error"].startswith(words) and "internal error" not in record["error"], record["error"]
+
+
 def test_max_latency_reaches_every_point_and_binds_the_sweep(tmp_path):
     """--max-latency is compile's limit at every point: ok points are predicted within it, a point that cannot
     meet it is recorded as failed with the solver's message; resuming with another limit is refused."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.errors import TinyprotoError, os_error_line
 from tinyproto.cli.options import (baud_option, board_option, budget_option, data_argument, label_option,
                                     holdout_classes_option, jobs_option, max_latency_option, model_option, out_option,
                                     prefix_option, reserve_flash_option, reserve_sram_option, seed_option,
@@ -59,19 +59,6 @@ class _Group(click.Group):
                 raise
             _fail(f"internal error ({type(exc).__name__}: {_one_line(exc)[:200]}); please report it, "
                   "TINYPROTO_DEBUG=1 shows the traceback", INTERNAL_ERROR)
-
-
-def os_error_line(exc: OSError) -> str:
-    """A system error as one line: what failed and on which file. A copy names both files (the system names the
-    source first: 'No space left on device: firmware/tp_avr.h' blamed a file that was only read); a full disk
-    says what to do."""
-    import errno
-
-    where = f": {exc.filename}" if exc.filename else ""
-    if exc.filename and exc.filename2:
-        where = f": {exc.filename} -> {exc.filename2}"
-    hint = "; free some space and run the command again" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-    return f"{exc.strerror or exc}{where}{hint}"
 
 
 def _interrupt_behind(exc: BaseException) -> bool:

@@ -52,7 +52,12 @@ RANGE_MAX = 2**16 - 1  # a family's range signal is a uint16 on the device
 RANGE_BIN = 256  # the range is whole bins of this width from its low end: the device keeps (signal - low) >> 8
 RANGE_MAX_BINS = 255  # the bin count is a byte the device compares with one cpi
 RANGE_NOVELTY = 2**20  # novelty_score: a row outside the range ranks above every view's novelty (|view| < 2**15)
-CLIP_SIDES = {"high": 1, "low": 2, "both": 3}  # TP_UNKNOWN_CLIP_SIDE: which int8 values count as clipped
+# The clip check's sides: the int8 values that count as at the clip, as the device tests each input read as a byte,
+# (uint8_t)(x - FROM) < SPAN: side -> (FROM, SPAN), TP_UNKNOWN_CLIP_FROM and TP_UNKNOWN_CLIP_SPAN in the header of a
+# model with the check (firmware/tp_judge.c reads them as given), and the host's count (clip_counts) alike
+CLIP_SIDES = {"high": (127, 1),  # +127
+              "low": (128, 2),  # -128, -127
+              "both": (127, 3)}  # +127, -128, -127
 CLIP_ORDER = ("both", "high", "low")  # fit_clip_check tries the sides in this order
 CLIP_MAX_ABOVE = 3  # the check is kept only when at most this many clipped inputs are normal (fit_clip_check)
 CLIP_SHARE = 0.1  # of the --unknown-rate: the most of the known rows the clip check may decline
@@ -139,14 +144,15 @@ class Calibration:
     def has_clips(self) -> bool:
         return self.clip_side is not None
 
+    def _clip_inputs(self, xq: np.ndarray | None) -> np.ndarray:
+        if xq is None:
+            raise ValueError("this calibration checks the inputs' clip: the rows' int8 inputs are needed")
+        return xq
+
     def clip_counts(self, xq: np.ndarray | None) -> np.ndarray | None:
         """Per row, how many of its int8 inputs are at the clip on the checked side(s), as the device counts them
         (a byte that stops at 255); None without a clip check."""
-        if not self.has_clips:
-            return None
-        if xq is None:
-            raise ValueError("this calibration checks the inputs' clip: the rows' int8 inputs are needed")
-        return clip_counts(xq, self.clip_side)
+        return clip_counts(self._clip_inputs(xq), self.clip_side) if self.has_clips else None
 
     def defines(self) -> dict[str, int]:
         """The header's lines of the confidence stage (two constants in the code: no array in flash)."""
@@ -160,7 +166,7 @@ class Calibration:
             out["TP_UNKNOWN_RANGE_LOW"] = int(self.range_low)
             out["TP_UNKNOWN_RANGE_BINS"] = (int(self.range_high) - int(self.range_low) + 1) // RANGE_BIN
         if self.has_clips:  # the runtime counts the inputs at the clip; the device declines above the count
-            out["TP_UNKNOWN_CLIP_SIDE"] = CLIP_SIDES[self.clip_side]
+            out["TP_UNKNOWN_CLIP_FROM"], out["TP_UNKNOWN_CLIP_SPAN"] = CLIP_SIDES[self.clip_side]
             out["TP_UNKNOWN_CLIPS"] = int(self.clip_above)
         return out
 
@@ -180,9 +186,8 @@ class Calibration:
         return (signal < self.range_low) | (signal > self.range_high)
 
     def clipped(self, xq: np.ndarray | None) -> np.ndarray | None:
-        """Per row, whether more of its inputs than clip_above are at the clip (None without a clip check)."""
-        counts = self.clip_counts(xq)
-        return None if counts is None else counts > int(self.clip_above)
+        """Per row, whether the clip check declines it (None without a clip check)."""
+        return clipped_rows(self._clip_inputs(xq), self.clip_side, self.clip_above) if self.has_clips else None
 
     def judge(self, scores: np.ndarray, labels: np.ndarray, signal: np.ndarray | None = None,
               xq: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -214,10 +219,9 @@ class Calibration:
             beyond = np.maximum(beyond, np.where(outside, np.maximum(self.range_low - signal,
                                                                      signal - self.range_high), 0))
             declined |= outside
-        counts = self.clip_counts(xq)
-        if counts is not None:
-            clipped = counts > int(self.clip_above)
-            beyond = np.maximum(beyond, np.where(clipped, counts, 0))
+        clipped = self.clipped(xq)
+        if clipped is not None:
+            beyond = np.maximum(beyond, np.where(clipped, self.clip_counts(xq), 0))
             declined |= clipped
         return np.where(declined, RANGE_NOVELTY + beyond, novel)
 
@@ -265,13 +269,20 @@ class Calibration:
 
 
 def clip_counts(xq: np.ndarray, side: str) -> np.ndarray:
-    """Per row, how many int8 inputs sit at the clip: +127 ("high"), -127 ("low") or either ("both"), stopping at
+    """Per row, how many int8 inputs sit at the clip: +127 ("high"), -127 or -128 ("low") or either ("both"),
+    tested as the device does (CLIP_SIDES: each value read as a byte, (x - FROM) mod 256 < SPAN), stopping at
     CLIP_COUNT_MAX as the device's byte does."""
     xq = np.asarray(xq, dtype=np.int64)
     if xq.ndim != 2:
         raise ValueError("clip_counts needs rows of int8 inputs")
-    at = {"high": xq >= 127, "low": xq <= -127, "both": np.abs(xq) >= 127}[side]
-    return np.minimum(at.sum(axis=1), CLIP_COUNT_MAX).astype(np.int64)
+    start, span = CLIP_SIDES[side]
+    return np.minimum(((xq - start) % 256 < span).sum(axis=1), CLIP_COUNT_MAX).astype(np.int64)
+
+
+def clipped_rows(xq: np.ndarray, side: str, above: int) -> np.ndarray:
+    """Per row, whether the clip check (side, above) declines it: more than `above` of its int8 inputs at the clip
+    (what tp_judge decides from tp_judge_inputs' count)."""
+    return clip_counts(xq, side) > int(above)
 
 
 def fit_clip_check(xq_parts: list[np.ndarray], rate: float) -> tuple[str, int] | None:
@@ -488,8 +499,8 @@ def judged_figures(confidence: np.ndarray, decided: np.ndarray, labels: np.ndarr
     }
 
 
-__all__ = ["CLIP_SIDES", "Calibration", "DOUBT_HALVINGS", "UNKNOWN_LABEL", "auroc", "clip_counts", "confidence_bytes",
-           "decline_threshold", "expected_calibration_error", "fit_clip_check", "fit_doubt", "halvings",
-           "judge_score_byte", "judged_figures", "margins", "nearest_threshold", "novelty", "parse_classes",
-           "parse_rate", "rate_beside", "reliability_bins", "risk_coverage", "score_view", "view_threshold",
-           "whole_bins", "winner_and_runner_up"]
+__all__ = ["CLIP_SIDES", "Calibration", "DOUBT_HALVINGS", "UNKNOWN_LABEL", "auroc", "clip_counts", "clipped_rows",
+           "confidence_bytes", "decline_threshold", "expected_calibration_error", "fit_clip_check", "fit_doubt",
+           "halvings", "judge_score_byte", "judged_figures", "margins", "nearest_threshold", "novelty",
+           "parse_classes", "parse_rate", "rate_beside", "reliability_bins", "risk_coverage", "score_view",
+           "view_threshold", "whole_bins", "winner_and_runner_up"]

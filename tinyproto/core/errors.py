@@ -1,4 +1,5 @@
-"""One exception type for user errors: the CLI prints its message on one line and exits 1. Layer: core."""
+"""One exception type for user errors: the CLI prints its message on one line and exits 1; and a system error
+(OSError: a full disk, a permission) as one line, for the CLI and for what a sweep point records. Layer: core."""
 
 
 class TinyprotoError(Exception):
@@ -17,3 +18,16 @@ class BudgetTooSmall(TinyprotoError):
         """The same refusal for a caller that kept `nbytes` of the budget for `what` before asking the solver."""
         return BudgetTooSmall(self.budget + nbytes, self.needed + nbytes, self.model, self.smallest,
                               f"{self.beside} with its {nbytes} B {what}")
+
+
+def os_error_line(exc: OSError) -> str:
+    """A system error as one line: what failed and on which file. A copy names both files (the system names the
+    source first: 'No space left on device: firmware/tp_avr.h' blamed a file that was only read); a full disk
+    says what to do."""
+    import errno
+
+    where = f": {exc.filename}" if exc.filename else ""
+    if exc.filename and exc.filename2:
+        where = f": {exc.filename} -> {exc.filename2}"
+    hint = "; free some space and run the command again" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return f"{exc.strerror or exc}{where}{hint}"

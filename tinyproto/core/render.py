@@ -47,8 +47,9 @@ _EXTERNAL_LINE = re.compile(r"^(?![^\n(\[=;]*\b(?:static|typedef|extern|return)\
 RANGE_SIGNAL = "tp_range_signal"  # a family runtime's byte that tp_judge checks (core/confidence: the range)
 # the clip check's count and the function every family's runtime hands its inputs to (tp_judge.c): they exist only
 # in a model with the check, whose header alone declares the function (after its renames, as the API's prototypes)
-CLIP_SYMBOLS = ("tp_clip_count", "tp_judge_inputs")
-CLIP_PROTOTYPE = "void tp_judge_inputs(const int8_t *x, uint16_t first, uint16_t n);"
+CLIP_FUNCTION = "tp_judge_inputs"
+CLIP_SYMBOLS = ("tp_clip_count", CLIP_FUNCTION)
+CLIP_PROTOTYPE = f"void {CLIP_FUNCTION}(const int8_t *x, uint16_t first, uint16_t n);"
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
@@ -87,9 +88,10 @@ def external_symbols(model) -> list[str]:
     for source in ("tinyproto.h", *model_sources(model.family)):
         if (firmware / source).exists():
             names.update(match.group(1) for match in _EXTERNAL_LINE.finditer(_code_of(firmware / source)))
-    if "TP_UNKNOWN_RANGE_LOW" not in model.defines():  # a family's range signal exists only beside a range check
+    defines = model.defines()
+    if "TP_UNKNOWN_RANGE_LOW" not in defines:  # a family's range signal exists only beside a range check
         names.discard(RANGE_SIGNAL)
-    if "TP_UNKNOWN_CLIPS" not in model.defines():
+    if "TP_UNKNOWN_CLIPS" not in defines:  # the one place that asks whether the model has a clip check
         names.difference_update(CLIP_SYMBOLS)
     return sorted(names)
 
@@ -108,9 +110,16 @@ def api_prototypes() -> list[str]:
                                                              r"[\w \t*]*?\btp_\w+\s*\([^;{]*\)\s*;", code, re.M)]
 
 
-def symbol_renames(model, prefix: str) -> list[tuple[str, str]]:
-    """(tp_name, prefixed name) for every external symbol of the model: tp_predict -> <prefix>_predict."""
-    return [(name, f"{prefix}_{name[3:]}") for name in external_symbols(model)]
+def model_prototypes(symbols: list[str]) -> list[str]:
+    """The prototypes the generated header re-declares after its renames: the C API's, and the clip check's function
+    where it is among the model's external symbols (only such a model has it)."""
+    return api_prototypes() + ([CLIP_PROTOTYPE] if CLIP_FUNCTION in symbols else [])
+
+
+def symbol_renames(symbols: list[str], prefix: str) -> list[tuple[str, str]]:
+    """(tp_name, prefixed name) for each external symbol of a model (external_symbols): tp_predict ->
+    <prefix>_predict."""
+    return [(name, f"{prefix}_{name[3:]}") for name in symbols]
 
 
 def jinja_env() -> jinja2.Environment:
@@ -170,6 +179,7 @@ def render_header(model, dataset: str, seed: int, budget_bytes: int, prefix: str
     from the data set's name)."""
     prefix = check_prefix(prefix) if prefix is not None else default_prefix(dataset)
     arrays = model.carrays()
+    symbols = external_symbols(model)
     defines = [(name, _c_literal(int(value))) for name, value in header_defines(model).items()]
     defines.append(("TP_MODEL_HASH", f"0x{model_hash(model):08X}UL"))
     return jinja_env().get_template("tinyproto_model.h.j2").render(
@@ -181,8 +191,8 @@ def render_header(model, dataset: str, seed: int, budget_bytes: int, prefix: str
         budget_bytes=int(budget_bytes),
         abi=RUNTIME_ABI,
         prefix=prefix,
-        renames=symbol_renames(model, prefix),
-        prototypes=api_prototypes() + ([CLIP_PROTOTYPE] if "TP_UNKNOWN_CLIPS" in model.defines() else []),
+        renames=symbol_renames(symbols, prefix),
+        prototypes=model_prototypes(symbols),
         defines=defines,
         arrays=[
             {"name": a.name, "ctype": a.ctype, "count": a.count, "nbytes": a.nbytes, "what": a.what, "rows": _rows(a)}

@@ -67,6 +67,9 @@ class DeviceClient:
         self._reader = FrameReader(port)
         self._seq = 0
         self.window_restarts = 0  # windows of chunks sent again after a lost or refused frame
+        # requests and vectors sent again (a retry, a restarted vector or window): the device may run a request
+        # it already ran, when its answer was late rather than lost
+        self.requests_sent_again = 0
         self.bytes_sent = 0  # every byte written to the port (the line's load, host to device)
         if getattr(port, "timeout", None) is None or port.timeout > READ_SLICE:
             port.timeout = READ_SLICE  # short reads; overall deadlines are ours
@@ -257,6 +260,7 @@ class DeviceClient:
         for attempt in range(1 + self.n_retries):
             if attempt:
                 self.window_restarts += 1
+                self.requests_sent_again += 1
                 self._wait_quiet()
             answers = self._window(type, payloads)
             if answers is not None:
@@ -284,6 +288,7 @@ class DeviceClient:
                                   f"{_REQUEST_NAMES[type]} ({1 + self.n_retries} tries) — check the cable and that "
                                   f"the baud rate is {self._baud()}")
             self.window_restarts += 1
+            self.requests_sent_again += 1
             self._wait_quiet()
 
     def _pipeline_try(self, type: int, again: list[bytes], fresh: Iterator[bytes], in_flight: deque,
@@ -432,6 +437,7 @@ class DeviceClient:
                         return acks, answer
                     acks.append(answer)
             except _ChunkOrder:
+                self.requests_sent_again += 1
                 continue
         raise DeviceError(f"the device on {self.name} kept refusing the chunks of {_REQUEST_NAMES[type]} as out "
                           "of order")
@@ -479,6 +485,7 @@ class DeviceClient:
         refused: list[int] = []  # ERROR codes a retry may fix (CRC, too long)
         for attempt in range(tries):
             if attempt:
+                self.requests_sent_again += 1
                 self._reader.reset()
             self._send(type, seq, payload)
             try:

@@ -75,11 +75,29 @@ def tinyproto_cache_dir() -> Path:
     """Root of tinyproto's per-user cache (simulator binaries, the offline PlatformIO home): a directory, or a path
     where one can be made (one clear line otherwise, naming the variable that chose it)."""
     explicit = os.environ.get("TINYPROTO_CACHE")
-    if explicit:
-        return _usable_cache(Path(explicit).expanduser(), f"TINYPROTO_CACHE={explicit}")
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return _usable_cache(base / "tinyproto", f"XDG_CACHE_HOME={xdg}" if xdg else "the cache directory")
+    if explicit:  # a relative path is the working directory's: PlatformIO, run in the model directory, gets it whole
+        return _usable_cache(Path(os.path.abspath(Path(explicit).expanduser())), f"TINYPROTO_CACHE={explicit}")
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(os.path.expanduser(xdg)):
+        return _usable_cache(Path(xdg).expanduser() / "tinyproto", f"XDG_CACHE_HOME={xdg}")
+    # The XDG spec: a relative XDG_CACHE_HOME is invalid and ignored (it was taken from the working directory, where
+    # PlatformIO, run in the model directory, found no home and tried to download one)
+    return _usable_cache(_home() / ".cache" / "tinyproto", "the cache directory")
+
+
+def _home() -> Path:
+    """The user's home: $HOME when it is an absolute path, else the account's (HOME unset, empty or relative made
+    the cache '/.cache' or one below the working directory)."""
+    home = os.environ.get("HOME", "")
+    if os.path.isabs(home):
+        return Path(home)
+    import pwd
+
+    try:
+        return Path(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        raise TinyprotoError(f"HOME={home!r} is not an absolute path and this user has no home in the password "
+                             "database: set HOME, or point TINYPROTO_CACHE at a directory") from None
 
 
 def _usable_cache(path: Path, chosen_by: str) -> Path:
@@ -386,6 +404,11 @@ class SimulatedUno:
         except (OSError, IndexError):
             return None
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    @property
+    def pid(self) -> int | None:
+        """The simulator's process id while it runs (for a debugger, or to pause it with SIGSTOP)."""
+        return self._proc.pid if self.running else None
 
     def markers(self) -> list[tuple[int, int]]:
         """Every GPIOR0 write so far as (value, cycle); cycles count from reset, exact."""

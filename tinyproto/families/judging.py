@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tinyproto.core.confidence import (Calibration, clip_counts, decline_threshold, fit_clip_check, fit_doubt,
+from tinyproto.core.confidence import (Calibration, clipped_rows, decline_threshold, fit_clip_check, fit_doubt,
                                        judge_score_byte, nearest_threshold, novelty, rate_beside, score_view,
                                        view_threshold, whole_bins, winner_and_runner_up)
 from tinyproto.core.errors import TinyprotoError
@@ -327,7 +327,7 @@ def _answered(clips: tuple[str, int] | None, xq: np.ndarray) -> np.ndarray:
     """Per row, whether the clip check (side, above) leaves it answered (every row without a check)."""
     if clips is None:
         return np.ones(len(xq), dtype=bool)
-    return clip_counts(xq, clips[0]) <= clips[1]
+    return ~clipped_rows(xq, *clips)
 
 
 def training_range(model: Any, X: np.ndarray) -> tuple[int | None, int | None]:

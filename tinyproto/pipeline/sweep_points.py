@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tinyproto import families
-from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.errors import TinyprotoError, os_error_line
 from tinyproto.pipeline.sweep_files import CONFIDENCE_FIGURES, POINTS
 
 FAMILIES = families.names()
@@ -131,6 +131,8 @@ def run_point(point: dict, data: str, label: str | None, device: str, point_dir:
                                   f"{n} ({summary['checks'][n]['detail']})" for n in failed))
     except TinyprotoError as exc:
         record.update(status="failed", stage=stage, error=_one_line(str(exc)))
+    except OSError as exc:  # a full disk, a permission: the system's words and the file, as the CLI says them
+        record.update(status="failed", stage=stage, error=_one_line(os_error_line(exc)))
     except Exception as exc:  # a bug in one point must not take the sweep down: it is recorded, with its type
         record.update(status="failed", stage=stage, error=_one_line(f"internal error ({type(exc).__name__}: {exc})"))
     seconds["total"] = time.perf_counter() - started

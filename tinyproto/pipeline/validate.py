@@ -376,12 +376,6 @@ def _marker_cycles(markers: list[tuple[int, int]]) -> list[int]:
     return spans
 
 
-def _per_vector(spans: list[int], per_vector: int) -> list[int]:
-    """A streaming family is timed chunk by chunk: its device cycles are the sum of `per_vector` marker spans
-    (each minus the same call overhead, so the difference stays one constant per vector)."""
-    return [sum(spans[k : k + per_vector]) for k in range(0, len(spans) - per_vector + 1, per_vector)]
-
-
 def _calibration_span(markers: list[tuple[int, int]]) -> int | None:
     """Cycles between the start-up calibration's GPIOR0 = 17 and 18 (the empty call whose Timer1 count the
     firmware subtracts from every figure), or None when the run's markers do not include it."""
@@ -397,30 +391,70 @@ def _calibration_span(markers: list[tuple[int, int]]) -> int | None:
 CALIBRATE_MARK = 17  # TP_MARK_CALIBRATE in firmware/tp_app.h
 
 
+def _matched_spans(spans: list[int], device_cycles: list[int], per_vector: int, expected: int | None,
+                   may_pass_over: int) -> tuple[list[int | None], list[int], int]:
+    """Each vector's marker spans, in order: the `per_vector` consecutive spans (a streaming family's chunks) from
+    where the last vector's ended whose sum minus the vector's Timer1 figure is `expected`. Up to `may_pass_over`
+    spans may be passed over on the way: timed calls the chip ran for a request the host sent again, because
+    the first answer came too late (a busy host) and was dropped; without such requests none may be. Returns
+    each vector's span sum - Timer1 (None past the last span; the spans where a match was due when none was
+    found), the matched vectors' indices and the spans passed over."""
+    diffs: list[int | None] = []
+    matched: list[int] = []
+    j = passed_over = 0
+    for k, cycles in enumerate(device_cycles):
+        group = None
+        if expected is not None:
+            for skip in range(may_pass_over - passed_over + 1):
+                if j + skip + per_vector > len(spans):
+                    break
+                if sum(spans[j + skip : j + skip + per_vector]) - cycles == expected:
+                    group = skip
+                    break
+        if group is not None:
+            passed_over += group
+            j += group
+            matched.append(k)
+        elif j + per_vector > len(spans):
+            diffs.append(None)
+            continue
+        diffs.append(sum(spans[j : j + per_vector]) - cycles)
+        j += per_vector
+    return diffs, matched, passed_over
+
+
 def _marker_summary(spans: list[int], device_cycles: list[int], calibration_span: int | None,
-                    timed_calls: int, first_vector: list[int]) -> dict:
+                    timed_calls: int, first_vector: list[int], requests_sent_again: int = 0) -> dict:
     """Cross-check the device's Timer1 cycles with the simulator's GPIOR0 marker spans, vector by vector.
 
     Exact, whatever the inference's length: Timer1 runs from before the start marker to after the end marker
     (overflows counted, interrupts off from before the end marker to the read), and the firmware subtracts the
     Timer1 count of an empty call through the same code, so for each timed call span - Timer1 is exactly the
     empty call's marker span (its calibration span). A vector timed in `timed_calls` calls (a streaming family's
-    chunks) sums that many spans, so its difference is timed_calls x the calibration span."""
-    n = min(len(spans), len(device_cycles))
-    diffs = [spans[k] - device_cycles[k] for k in range(n)]
+    chunks) sums that many spans, so its difference is timed_calls x the calibration span. Each request the
+    host sent again (`requests_sent_again`) may have run the model's code again: up to timed_calls spans each
+    are passed over (see _matched_spans)."""
     expected = None if calibration_span is None else timed_calls * calibration_span
-    differing = [k for k in range(n) if diffs[k] != expected]
+    diffs, matched, passed_over = _matched_spans(spans, device_cycles, timed_calls, expected,
+                                                 requests_sent_again * timed_calls)
+    compared = [k for k, diff in enumerate(diffs) if diff is not None]
+    exact = set(matched)
+    differing = [k for k in compared if k not in exact]
     first = differing[0] if differing else None
+    first_span = None if first is None else diffs[first] + device_cycles[first]
+    values = [diffs[k] for k in compared]
     return {
-        "n_compared": n,
+        "n_compared": len(compared),
         "n_expected": len(device_cycles),
         "expected_difference": expected,
-        "n_exact": n - len(differing),
-        "marker_cycles_mean": float(np.mean(spans[:n])) if n else None,
-        "marker_minus_timer1_min": int(min(diffs)) if diffs else None,
-        "marker_minus_timer1_max": int(max(diffs)) if diffs else None,
+        "n_exact": len(matched),
+        "requests_sent_again": requests_sent_again,
+        "spans_passed_over": passed_over,
+        "marker_cycles_mean": float(np.mean([diffs[k] + device_cycles[k] for k in compared])) if compared else None,
+        "marker_minus_timer1_min": int(min(values)) if values else None,
+        "marker_minus_timer1_max": int(max(values)) if values else None,
         "first_differing": None if first is None else {"vector": first_vector[first], "timer1": device_cycles[first],
-                                                       "marker_span": spans[first]},
+                                                       "marker_span": first_span},
     }
 
 
@@ -438,6 +472,9 @@ def markers_detail(markers: dict) -> str:
             f"{expected} cycles (the calibration call's span)")
     if n < total:
         text += f"; only {n} spans recorded for {total} vectors"
+    if markers.get("spans_passed_over"):
+        text += (f"; {markers['spans_passed_over']} spans of requests the host sent again (a late answer) passed "
+                 "over")
     first = markers.get("first_differing")
     if first is not None:
         text += (f"; span - Timer1 ranged {markers['marker_minus_timer1_min']}..{markers['marker_minus_timer1_max']}"
@@ -566,6 +603,7 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
             check_model(hello, model_dir.model_hash, model.n_features, model.n_classes, model.family_id, board.f_cpu_hz)
             spans_per_vector = n_chunks(model.n_features) if hello.streams else 1
             todo = [i for i in range(n_total) if i not in rows]
+            sent_again_before = client.requests_sent_again
             spans_before = len(_marker_cycles(sim.markers())) if sim is not None else 0  # a --resume's earlier ones
             tick = progress_factory("vectors", len(todo)) if progress_factory else None
 
@@ -585,9 +623,9 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
             meter.timed("int8", int8_pass)
             if sim is not None and todo:
                 events = sim.markers()
-                spans = _per_vector(_marker_cycles(events)[spans_before:], spans_per_vector)
-                state.markers = _marker_summary(spans, [rows[i]["cycles"] for i in todo],
-                                                _calibration_span(events), spans_per_vector, todo)
+                spans = _marker_cycles(events)[spans_before:]
+                state.markers = _marker_summary(spans, [rows[i]["cycles"] for i in todo], _calibration_span(events),
+                                                spans_per_vector, todo, client.requests_sent_again - sent_again_before)
             if raw_check:
                 raw_tick = progress_factory("raw inputs", n_total) if progress_factory else None
                 state.raw = meter.timed("raw", lambda: _raw_input_check(client, vectors, raw_tick))
