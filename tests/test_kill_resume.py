@@ -307,3 +307,40 @@ def test_a_signal_during_start_up_is_an_interrupt(name):
         signal.signal(signal.SIGINT, previous)
     assert result.returncode == 130, (result.returncode, result.stderr)
     assert result.stderr.strip() == "interrupted" and result.stdout == ""
+
+
+SIGNAL_WHILE_DASK_STARTS = textwrap.dedent("""
+    import os, signal, sys
+    import multiprocessing.context as context
+    import tinyproto.__main__ as entry
+    original, signo = context.ForkServerProcess._Popen, getattr(signal, sys.argv[1])
+    def start_then_signal(process_obj):  # `kill -TERM -PGID` just after dask started its worker process:
+        started = original(process_obj)
+        os.killpg(0, signo)             # this process, the fork server and the worker get it
+        return started
+    context.ForkServerProcess._Popen = staticmethod(start_then_signal)
+    sys.argv = ["tinyproto", "sweep", "iris", "--models", "protonn", "--budgets", "1kB", "--device", "none",
+                "--workers", "1", "--out", sys.argv[2]]
+    entry.run()
+""")
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_group_while_dask_starts_is_one_interrupt(tmp_path, name):
+    """SIGTERM to the process group while sweep's LocalCluster started printed dask's traceback (its exit hook
+    closing a half-built cluster) after the one line; SIGINT was already held until the cluster stood, SIGTERM
+    was not. Now either is the interruption: one line, exit 130, nothing left."""
+    pytest.importorskip("distributed")
+    out = tmp_path / "s"
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # the child inherits it even under nohup
+    try:
+        result = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_DASK_STARTS, name, str(out)], capture_output=True,
+                                text=True, timeout=300, start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert result.returncode == 130, (result.returncode, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip() and "points" not in line]
+    assert lines == ["interrupted; nothing half-written was left behind"], result.stderr
+    assert not out.exists() or not [p for p in out.iterdir() if p.name not in (".tinyproto.lock",)], \
+        sorted(p.name for p in out.iterdir())
+    no_scratch_left(tmp_path)

@@ -134,21 +134,34 @@ class DaskCluster:
 
 @contextmanager
 def ctrl_c_held_while_starting() -> Iterator[None]:
-    """A Ctrl-C while dask starts a cluster takes effect once it has started (then it is closed as usual): a
-    KeyboardInterrupt inside LocalCluster's constructor leaves a half-built cluster that dask's exit hook fails to
-    close, with a traceback. The signal is raised again on leaving, to whatever handler was in place."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
+    """A Ctrl-C or a SIGTERM (the CLI's interrupt too) while dask starts a cluster takes effect once it has started
+    (then it is closed as usual): a KeyboardInterrupt inside LocalCluster's constructor leaves a half-built cluster
+    that dask's exit hook fails to close, with a traceback. The signal is raised again on leaving, to whatever
+    handler was in place. A start that fails after one was received failed because of it (`kill -TERM` to the
+    process group also stops the workers being started: "Nanny failed to start"): that is the interruption, not an
+    error of its own. An ignored signal stays ignored. (Not SIGHUP: it also ends multiprocessing's resource
+    tracker, which ignores the other two, and a start that went on would relaunch it with a warning.)"""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    received = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    held = [signum for signum in (signal.SIGINT, signal.SIGTERM)
+            if signal.getsignal(signum) not in (signal.SIG_IGN, None)]
+    received: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum)) for signum in held}
+    failed = None
     try:
         yield
+    except Exception as exc:
+        if not received:
+            raise
+        failed = exc
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if received:
-        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(received[0])
+    if failed is not None:  # a handler in place that only took note: the start still failed because of the signal
+        raise KeyboardInterrupt from None
 
 
 def start_forkserver_deaf_to_ctrl_c() -> str:
