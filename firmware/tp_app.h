@@ -159,6 +159,9 @@ extern uint32_t tp_learn_samples;
 void tp_learn_init(void);
 /* LEARN's last chunk arrived: learn x (the whole vector) with `label`, answer n_samples and cycles. */
 void tp_on_learn(uint8_t seq, const int8_t *x, uint8_t label);
+/* Every well-formed request, before it is handled: 1 if it was the LEARN just learned, sent again with its seq,
+ * and is now answered again (not learned twice); any other request ends that. */
+uint8_t tp_learn_repeat(uint8_t type, uint8_t seq);
 /* Exact payload length of READ_COUNTS / CLEAR / EEPROM_*, or TP_NO_SUCH_TYPE if this build lacks the type. */
 uint16_t tp_learn_payload(uint8_t type);
 void tp_on_learning_request(uint8_t type, uint8_t seq);

@@ -52,10 +52,18 @@ static void tp_ee_update(uint16_t addr, uint8_t value)
 
 uint32_t tp_learn_samples; /* samples learned since start-up / CLEAR, or as restored by EEPROM_LOAD */
 
+/* The LEARN just learned, until any other request arrives: the host sends a request again, with its seq, when
+ * the answer was lost or came after its timeout (a busy host, a noisy line), and learning that sample twice
+ * would change the counts. So that LEARN is answered again, with the same figures, and not learned again. */
+static uint8_t tp_learned_seq;
+static uint8_t tp_learned_live; /* 1 while the last request was that LEARN */
+static uint32_t tp_learned_cycles;
+
 void tp_learn_init(void)
 {
     tp_flynn_counts_from_flash();
     tp_learn_samples = 0;
+    tp_learned_live = 0;
 #if !defined(__AVR__)
     memset(tp_ee_image, 0xFF, sizeof tp_ee_image);
 #endif
@@ -71,17 +79,34 @@ static uint8_t tp_learn_step(const int8_t *x, int32_t *scores)
     return 0;
 }
 
+static void tp_learn_ack(uint8_t seq)
+{
+    tp_put_u32(tp_buf.b + 2, tp_learn_samples);
+    tp_put_u32(tp_buf.b + 6, tp_learned_cycles);
+    tp_reply(TP_MSG_LEARN | TP_MSG_RESPONSE, seq, TP_LEARN_ACK);
+}
+
 void tp_on_learn(uint8_t seq, const int8_t *x, uint8_t label)
 {
     uint8_t unused;
     tp_learn_label = label;
-    uint32_t cycles = tp_time_call(tp_learn_step, x, 0, &unused, TP_MARK_LEARN);
+    tp_learned_cycles = tp_time_call(tp_learn_step, x, 0, &unused, TP_MARK_LEARN);
     if (tp_learn_samples != UINT32_MAX) {
         ++tp_learn_samples;
     }
-    tp_put_u32(tp_buf.b + 2, tp_learn_samples);
-    tp_put_u32(tp_buf.b + 6, cycles);
-    tp_reply(TP_MSG_LEARN | TP_MSG_RESPONSE, seq, TP_LEARN_ACK);
+    tp_learned_seq = seq;
+    tp_learned_live = 1;
+    tp_learn_ack(seq);
+}
+
+uint8_t tp_learn_repeat(uint8_t type, uint8_t seq)
+{
+    if (tp_learned_live && type == TP_MSG_LEARN && seq == tp_learned_seq) {
+        tp_learn_ack(seq);
+        return 1;
+    }
+    tp_learned_live = 0;
+    return 0;
 }
 
 /* READ_COUNTS: offset u16 at 2, length u8 at 4 -> total u16, then as many bytes as asked, left and fit. */

@@ -262,6 +262,10 @@ static void tp_dispatch(uint16_t len)
     uint8_t code = tp_request_check(type, n_payload);
     if (code != 0) {
         tp_reply_error(seq, code);
+#ifdef TP_FLYNN_LEARN
+    } else if (tp_learn_repeat(type, seq)) {
+        return; /* answered again */
+#endif
     } else if (type == TP_MSG_HELLO) {
         tp_on_hello(seq);
     } else if (type == TP_MSG_STATS) {

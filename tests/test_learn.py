@@ -193,6 +193,42 @@ def test_host_learning_app_saturates_like_the_host(tmp_path, bits, m):
         client.close()
 
 
+@needs("gcc")
+def test_a_learn_sent_again_with_its_seq_is_answered_again_not_learned_twice(tmp_path):
+    """The host sends a request again, with its seq, when the answer was lost or late (a busy host, a noisy line).
+    The learning app answers that LEARN again with the same figures and does not learn the sample twice; any other
+    request in between ends that, so a later LEARN that reuses the seq (after 256 requests) is learned."""
+    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.device.codec import MSG_LEARN, FrameReader, encode_frame
+
+    model_dir = flynn_dir(tmp_path / "model", 2, 101)
+    model = families.load_int_model(load_model_dir(model_dir))
+    port = PipePort(host_learning_app(model_dir, tmp_path / "app"))
+    client = P.DeviceClient(port, n_retries=1, timeout=2.0)
+    reader = FrameReader(port)
+    x = np.random.default_rng(1).integers(-128, 128, size=model.n_features).astype(np.int8)
+    learn_frame = b"\x00" + encode_frame(MSG_LEARN, 200, bytes((1,)) + (0).to_bytes(2, "little") + x.tobytes())
+
+    def learn_answers(times: int) -> list[bytes]:
+        port.write(learn_frame * times)
+        answers = [reader.read_frame(2.0) for _ in range(times)]
+        assert all(a is not None and a.seq == 200 and a.type == MSG_LEARN | 0x80 for a in answers), answers
+        return [a.payload for a in answers]
+
+    try:
+        client.hello()
+        client.clear()
+        assert model.n_features <= 64  # one chunk: the frame is the whole LEARN
+        first, again, third = learn_answers(3)
+        assert first == again == third and int.from_bytes(first[:4], "little") == 1
+        once = FL.host_counts(model, x[None, :], np.array([1]))
+        assert np.array_equal(FL.unpack_counts(client.read_all_counts(), model), once)
+        assert int.from_bytes(learn_answers(1)[0][:4], "little") == 2  # READ_COUNTS came between: learned
+        assert not np.array_equal(FL.unpack_counts(client.read_all_counts(), model), once)
+    finally:
+        client.close()
+
+
 # ---- the simulated Uno -------------------------------------------------------------------------------------
 
 

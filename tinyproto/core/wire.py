@@ -69,12 +69,13 @@ EEPROM_HEADER_BYTES = 14
 # Static SRAM of the device app besides its frame buffer, the int8 input buffer and the FlyNN counts (AVR: no
 # padding): parser 9 (pointer 2, cap 2, len 2, code, left, flags), bad-frame counter 2, next expected feature 2,
 # type of the vector under way 1, Timer1 overflows 2, calibrated call overhead 2, the last vector's confidence
-# and decided label 2. A streaming family adds the
-# chunk handed to it (first 2, n 1) and the vector's cycles so far 4; the learning firmware its label 1 and sample
-# counter 4. tests/test_learn.py and tests/test_widths.py check these against avr-size.
+# and decided label 2. A streaming family adds the chunk handed to it (first 2, n 1) and the vector's cycles so
+# far 4; the learning firmware its label 1, sample counter 4, and the last LEARN's seq 1, flag 1 and cycles 4 (a
+# LEARN sent again is answered again, not learned twice). tests/test_learn.py and tests/test_widths.py check
+# these against avr-size.
 APP_STATIC_BYTES = 9 + 2 + 2 + 1 + 2 + 2 + 2
 STREAM_STATIC_BYTES = 2 + 1 + 4
-LEARN_STATIC_BYTES = 1 + 4
+LEARN_STATIC_BYTES = 1 + 4 + 1 + 1 + 4
 
 
 def _round4(n: int) -> int:

@@ -41,8 +41,11 @@ def tree_sum(values: list) -> Any:
         return sum_all(values)
     if len(values) > 2 and isinstance(values[0], np.ndarray) and values[0].dtype.kind in "iu" \
             and all(isinstance(v, np.ndarray) and v.dtype == values[0].dtype and v.shape == values[0].shape
-                    for v in values):  # integer arrays of one type: one reduction (the same wrap-around as pairs)
-        return np.add.reduce(np.stack(values), axis=0, dtype=values[0].dtype)
+                    for v in values):  # integer arrays of one type: added in place into one (the same wrap-around
+        total = values[0].copy()  # as pairs; no stacked copy of every party's array)
+        for v in values[1:]:
+            np.add(total, v, out=total)
+        return total
     while len(values) > 1:
         values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
     return values[0]

@@ -17,7 +17,8 @@
  * request's seq, nothing else may be sent, and the answer plus the device's state afterwards (SRAM counts,
  * n_samples, EEPROM) must match an independent model of the protocol (docs/design.md, tp_main.c's comments):
  * errors change nothing (and STATS counts them), LEARN adds +1 (saturating) to at most rho counts of its class
- * only, READ_COUNTS returns the SRAM bytes, PREDICT's label is the argmin of scores that a class of equal counts
+ * only (a LEARN repeating the seq of the one just learned is answered again and changes nothing), READ_COUNTS
+ * returns the SRAM bytes, PREDICT's label is the argmin of scores that a class of equal counts
  * fixes exactly, a saved record loads back, a tampered one does not, EEPROM writes stay inside the record.
  * Any violation aborts (a "crash" for libFuzzer).
  */
@@ -226,6 +227,12 @@ static void check_predict(msg_t a)
     expect_unchanged();
 }
 
+/* The LEARN just learned, until the next well-formed request: a LEARN with its seq gets its answer again. */
+static int h_learned_live;
+static uint8_t h_learned_seq;
+static uint8_t h_learned_answer[8];
+static uint8_t h_seq; /* the seq of the request being checked */
+
 /* LEARN: one +1 per winner (rho rows) on the sample's class, saturating; nothing else moves. */
 static void check_learn(msg_t a, const uint8_t *req)
 {
@@ -254,6 +261,9 @@ static void check_learn(msg_t a, const uint8_t *req)
     }
     /* every winner is a distinct row: exactly rho counts rise unless some were already at the ceiling */
     expect(any_saturated ? raised <= TP_FLYNN_RHO : raised == TP_FLYNN_RHO);
+    h_learned_live = 1;
+    h_learned_seq = h_seq;
+    memcpy(h_learned_answer, a.p, sizeof h_learned_answer);
     /* padding bits after the last field belong to no count */
     uint32_t used = (uint32_t)TP_FLYNN_M * TP_N_CLASSES * TP_FLYNN_BITS;
     if (used & 7u) {
@@ -402,6 +412,18 @@ static void check_request(const uint8_t *body, uint16_t n, msg_t a)
     uint8_t type = body[0];
     const uint8_t *req = body + 2;
     long want = request_payload(type);
+    int well_formed = type == TP_MSG_PREDICT ? n > 2u && n <= 2u + TP_CHUNK_BYTES
+                      : type == TP_MSG_LEARN ? n > 3u && n <= 3u + TP_CHUNK_BYTES
+                                             : want >= 0 && n == want;
+    if (well_formed && h_learned_live && type == TP_MSG_LEARN && body[1] == h_learned_seq) {
+        expect(a.type == (TP_MSG_LEARN | TP_MSG_RESPONSE) && a.n == 8 && memcmp(a.p, h_learned_answer, 8) == 0);
+        expect_unchanged();
+        return;
+    }
+    if (well_formed) {
+        h_learned_live = 0;
+    }
+    h_seq = body[1];
     if (type == TP_MSG_PREDICT || type == TP_MSG_LEARN) {
         check_chunk(type, req, n, a);
     } else if (want < 0) {
@@ -475,6 +497,7 @@ static void boot(void)
     errors_sent = 0;
     h_next = 0;
     h_type = 0;
+    h_learned_live = 0;
     tp_app_init();
     tp_parser_init(&shadow, shadow_buf, sizeof shadow_buf);
 }
