@@ -1,6 +1,6 @@
 """A simulated board that stops is reported as stopped, with how (halted, crashed), never as a serial port that
-"does not exist: is the Uno plugged in?" (device/sim.py: SimulatedUno.__exit__ explains a failure to talk to a
-chip that has stopped)."""
+"does not exist: is the Uno plugged in?", and one that runs but never answers as such, not "is the firmware flashed
+and the baud rate ...?" (device/sim.py: SimulatedUno.__exit__ explains a failure to talk to a simulated chip)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ PROGRAMS = {
     "halts": "#include <avr/interrupt.h>\n#include <avr/sleep.h>\n"
              "int main(void) { cli(); sleep_enable(); sleep_cpu(); for (;;) {} }\n",
     "crashes": "int main(void) { ((void (*)(void))0x3000)(); for (;;) {} }\n",  # erased flash: invalid opcode
+    "never answers": "int main(void) { for (;;) {} }\n",  # runs for ever, never reads the serial line
 }
-EXPECTED = {"halts": "stopped: the firmware finished: it halted", "crashes": "stopped: the firmware crashed"}
+EXPECTED = {"halts": "stopped: the firmware finished: it halted", "crashes": "stopped: the firmware crashed",
+            "never answers": "runs never answers.elf but it never answered the serial protocol"}
 
 
 def _elf(tmp_path, name: str):
@@ -44,6 +46,7 @@ def test_a_stopped_chip_is_named_as_stopped(tmp_path, name):
             client.hello()
     message = str(caught.value)
     assert EXPECTED[name] in message and "plugged in" not in message.split("(while")[0], message
+    assert "is the firmware flashed" not in message, message  # the simulator runs the very ELF it was given
 
 
 @pytest.mark.slow

@@ -16,8 +16,8 @@ import numpy as np
 from tinyproto.core import wire
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.device.codec import (
-    CANNOT_LEARN, CHUNKED_MESSAGES, DEFAULT_TIMEOUT, DeviceError, EEPROM_SAVE_TIMEOUT, ERR_ARGUMENT, ERR_CRC,
-    ERR_LENGTH, ERR_TOO_LONG, ERR_UNKNOWN_TYPE, EepromLoad, EepromSave, Frame, FrameReader, Hello, PORT_ERRORS,
+    CANNOT_LEARN, CHUNKED_MESSAGES, DEFAULT_TIMEOUT, DeviceError, DeviceSilent, EEPROM_SAVE_TIMEOUT, ERR_ARGUMENT,
+    ERR_CRC, ERR_LENGTH, ERR_TOO_LONG, ERR_UNKNOWN_TYPE, EepromLoad, EepromSave, Frame, FrameReader, Hello, PORT_ERRORS,
     LEARNING_MESSAGES, LearnAck, MSG_CLEAR, MSG_EEPROM_LOAD, MSG_EEPROM_SAVE, MSG_ERROR, MSG_HELLO, MSG_LEARN,
     MSG_PREDICT, MSG_PREDICT_RAW, MSG_READ_COUNTS, MSG_RESPONSE, MSG_STATS, Prediction, READ_SLICE,
     RawPrediction, SerialPort, Stats, _CHUNK_FIRST, _EEPROM_LOAD, _EEPROM_SAVE, _LEARN_ACK, _READ_COUNTS,
@@ -555,7 +555,7 @@ class DeviceClient:
         return int(getattr(self.port, "baudrate", 115200) or 115200)
 
     def _silent(self, tries: int) -> DeviceError:
-        return DeviceError(
+        return DeviceSilent(
             f"no answer from the device on {self.name} after {tries} tries — is the firmware flashed and the "
             f"baud rate {self._baud()}?"
         )

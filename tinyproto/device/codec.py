@@ -95,6 +95,10 @@ class DeviceError(TinyprotoError):
     """The device did not answer, answered garbage, or refused a request."""
 
 
+class DeviceSilent(DeviceError):
+    """The device never answered a request: every try timed out."""
+
+
 class FrameError(ValueError):
     """A received frame is malformed (broken COBS, too short, wrong CRC)."""
 

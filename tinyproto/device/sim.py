@@ -331,10 +331,17 @@ class SimulatedUno:
         tb: TracebackType | None,
     ) -> None:
         stopped = self._stopped_reason() if isinstance(exc, (TinyprotoError, OSError)) else None
+        from tinyproto.device.codec import DeviceSilent
+
+        silent = stopped is None and isinstance(exc, DeviceSilent) and self.running
         self._shutdown()
         if stopped is not None:
             # the port vanished or went silent because the simulated chip stopped: say that, not "is it plugged in?"
             raise TinyprotoError(f"{stopped} (while talking to it: {str(exc)[:160]})") from None
+        if silent:  # the chip runs this very ELF at the rate it was built for: "is it flashed, the baud?" is wrong
+            raise TinyprotoError(f"the simulated board ({self.mcu}) runs {self.elf_path.name} but it never answered "
+                                 "the serial protocol: it is not a tinyproto device app, or it hangs before its "
+                                 f"serial loop; build it again (tinyproto build){_tail(self.stderr_text())}") from None
 
     def _stopped_reason(self, grace_s: float = 0.5) -> str | None:
         """Why the simulated chip stopped, or None while it runs (waiting `grace_s`: its pty closes first)."""
