@@ -144,6 +144,26 @@ def test_empty_and_dead_scratch_directories_are_removed_live_ones_kept(tmp_path)
         os.close(fd)
 
 
+def test_a_dead_scratch_beside_a_model_is_removed_by_any_verb_that_locks_it(fresh):
+    """A compile --out killed while it replaced a model left its scratch beside it, and build / validate / learn
+    on that model (which take its lock, not its parent's) kept it for ever; export and flash (tidy) removed it."""
+    from tinyproto.core.outdir import _new_scratch, locked
+
+    parent = fresh.parent
+    dead = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))
+    (dead / LOCK).write_text("")
+    (dead / "model.json").write_text("{}")
+    empty = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))
+    live, fd = _new_scratch(parent, "compile")
+    try:
+        with locked(fresh, "validate"):
+            pass
+        assert _scratch(parent) == [live.name]
+    finally:
+        os.close(fd)
+    assert not dead.exists() and not empty.exists()
+
+
 @pytest.mark.slow
 def test_kill_right_after_compile_starts_leaves_nothing_the_next_run_keeps(tmp_path):
     """SIGKILL (and SIGINT) a compile at several moments, from before its scratch exists to mid-training: the next

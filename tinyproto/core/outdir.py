@@ -124,6 +124,7 @@ def locked(directory: Path, verb: str) -> Iterator[None]:
         if os.fstat(fd).st_ino != os.stat(lock_path).st_ino:  # replaced by a compile while we waited
             raise TinyprotoError(f"{directory} was replaced while opening it; run the command again")
         _remove_leftovers(directory)  # ours to remove: we hold the lock every writer of this directory takes
+        remove_stale_scratch(directory.parent)  # a killed compile's scratch beside it, as tidy does: any verb
         yield
     finally:
         os.close(fd)
@@ -136,7 +137,8 @@ def locked(directory: Path, verb: str) -> Iterator[None]:
 #   sweep.json or the manifest): removed by the next command that takes the directory's lock (every writer
 #   does, `locked`), or that checks the directory (`tidy`: compile --out, export, report), when the lock is
 #   free, so no live writer can be mid-write;
-# - a scratch directory ".tinyproto-tmp-*" beside the output: removed by the next command that writes there when
+# - a scratch directory ".tinyproto-tmp-*" beside the output: removed by the next command that writes there or
+#   that writes into or checks a directory beside it (`locked`, `tidy`: build, validate, learn, export, ...), when
 #   its lock is free, or when it is empty (killed before its lock was made; a live creator whose directory is
 #   removed under it makes another, see _new_scratch).
 # Only these names, only in a directory tinyproto wrote (a manifest), never anything else.
