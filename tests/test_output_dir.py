@@ -55,6 +55,19 @@ def test_out_dot_in_an_empty_working_directory(work, monkeypatch):
     assert "was replaced" in output.stderr  # the shell's directory is now the old one: say so
 
 
+@pytest.mark.parametrize("verb", [["compile", *IRIS], ["federate", *IRIS, "--parties", "2", "--backend", "local"]])
+@pytest.mark.parametrize("kind, words", [("sweep", "is a sweep directory"), ("export", "is an Arduino library export")])
+def test_a_model_never_replaces_another_kind_of_output(work, compiled, verb, kind, words):
+    """compile --out on a sweep's directory replaced its results (every point, hours of work) with a model; the
+    sweep and the export already refused a model directory. Each kind of output replaces only its own kind."""
+    out = work / kind
+    if kind == "sweep":
+        accepted(["sweep", *SWEEP, "--out", str(out)])
+    else:
+        accepted(["export", str(compiled("iris", "1kB")), "--arduino", "--out", str(out)])
+    refused([*verb, "--out", str(out)], words, work)
+
+
 @pytest.mark.parametrize("entry", ["notes.txt", ".hidden", "sub/"])
 def test_non_empty_foreign_out_gets_no_lock(work, entry):
     out = work / "mine"

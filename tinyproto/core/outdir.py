@@ -192,6 +192,21 @@ def tidy(directory: Path) -> None:
 # ------------------------------------------------------------------------------------------------ replacing
 
 
+# The other kinds of output tinyproto writes, by the file that marks each: a model directory replaces none of them
+# (compile --out on a sweep's directory replaced its results, hours of points, with a model).
+OTHER_KINDS = {"sweep.json": "a sweep directory (tinyproto sweep)", "export.json": "an Arduino library export"}
+
+
+def check_model_output_dir(out: Path) -> Path:
+    """check_output_dir, and never another kind of tinyproto's output (a sweep, an export): compile, federate."""
+    out = check_output_dir(out)
+    for name, what in OTHER_KINDS.items():
+        if os.path.lexists(out / name):
+            raise TinyprotoError(f"--out {out} is {what}, not a model directory; choose another --out, nothing "
+                                 "was changed")
+    return out
+
+
 def check_output_dir(out: Path) -> Path:
     """Refuse an --out that could not be written, before any training: returns the absolute path."""
     out = Path(os.path.abspath(out))

@@ -26,7 +26,7 @@ from tinyproto.core.folds import Folds
 from tinyproto.core.ledger import Ledger
 from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, TestVectors, int_model_digest
 from tinyproto.core.safe_io import file_sha256, write_json
-from tinyproto.core.outdir import atomic_directory, check_output_dir
+from tinyproto.core.outdir import atomic_directory, check_model_output_dir
 from tinyproto.core.render import check_prefix, default_prefix, model_hash, write_sources
 
 INT8_LOSS_WARNING_POINTS = 0.5
@@ -199,7 +199,7 @@ def compile_model(data: str, options: CompileOptions | None = None,
                              "the device")
     dataset = load_dataset(data, label=o.label)
     out_dir = Path(o.out) if o.out is not None else default_out_dir(dataset)
-    check_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
+    check_model_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
     sp = split(dataset)
     if o.holdout_classes is not None:
         sp = hold_out(sp, o.holdout_classes)

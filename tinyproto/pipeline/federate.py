@@ -163,7 +163,7 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
     from tinyproto.families import buffer_room
     from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
     from tinyproto.core.datasets import default_out_dir, load_dataset, split
-    from tinyproto.core.outdir import check_output_dir
+    from tinyproto.core.outdir import check_model_output_dir
     from tinyproto.federated.dp import DPParams
     from tinyproto.federated.party import party_accuracy
     from tinyproto.federated.protocol import agree_classes, central_fit, choose_config, federated_fit
@@ -190,7 +190,7 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         if parties > n_train:
             raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
         out_dir = Path(out) if out is not None else default_out_dir(dataset, "-federated")
-        check_output_dir(out_dir)  # an unusable --out is refused now, not after the parties have trained
+        check_model_output_dir(out_dir)  # an unusable --out is refused now, not after the parties have trained
 
         rows = split_parties(sp.y_train, parties, split_kind, seed)
         shards = [(sp.X_train[r], sp.y_train[r]) for r in rows]
