@@ -3,6 +3,10 @@ for byte) does not depend on how many."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 from tinyproto import families
@@ -123,3 +127,26 @@ def test_a_killed_compile_takes_its_solver_workers_with_it(tmp_path):
         except ProcessLookupError:
             pass
         process.wait()
+
+
+WORKERS_AND_CTRL_C = textwrap.dedent("""
+    import os, signal, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, even under nohup
+    from tinyproto.families.solving import map_in_processes
+    def probe(i):
+        time.sleep(0.2)
+        return os.getpid(), signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    results = map_in_processes(probe, [(i,) for i in range(6)], 2)
+    workers = {ignored for pid, ignored in results if pid != os.getpid()}
+    print("workers", sorted(workers), "parent", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+          signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+""")
+
+
+def test_solver_workers_never_see_ctrl_c_and_the_parent_keeps_it():
+    """Ctrl-C during compile --model auto printed a KeyboardInterrupt traceback from a loky worker that was still
+    importing (the terminal signals the whole process group). Workers start with SIGINT ignored; the parent's
+    handler and signal mask are as before."""
+    result = subprocess.run([sys.executable, "-c", WORKERS_AND_CTRL_C], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["workers", "[True]", "parent", "True", "False"], result.stdout

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -224,8 +226,9 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
 
     from joblib.externals.loky import get_reusable_executor
 
-    executor = get_reusable_executor(max_workers=jobs - 1, initializer=_end_with_the_parent,
-                                     initargs=(os.getpid(),))
+    with _workers_deaf_to_ctrl_c():
+        executor = get_reusable_executor(max_workers=jobs - 1, initializer=_end_with_the_parent,
+                                         initargs=(os.getpid(),))
     pending = deque(range(len(argument_tuples)))
     results: list = [None] * len(argument_tuples)
     failures: dict[int, BaseException] = {}
@@ -252,7 +255,9 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
             depth = (2 if workers_ready else 1) * (jobs - 1)
             while len(pending) > len(in_flight) and len(in_flight) < depth:
                 index = pending.pop()
-                in_flight[index] = executor.submit(_with_one_blas_thread, function, argument_tuples[index])
+                with _workers_deaf_to_ctrl_c() if not in_flight and not workers_ready else nullcontext():
+                    # (the first submit starts the workers; later ones find them running)
+                    in_flight[index] = executor.submit(_with_one_blas_thread, function, argument_tuples[index])
             if pending:
                 index = pending.popleft()
                 try:
@@ -266,6 +271,28 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
     if failures:
         raise failures[min(failures)]
     return results
+
+
+@contextmanager
+def _workers_deaf_to_ctrl_c() -> Iterator[None]:
+    """SIGINT ignored while loky starts its worker processes (the executor and the first submit, which spawns
+    them): they inherit the ignored disposition through exec and never see the terminal's Ctrl-C, which signals the
+    whole process group (one that got it while importing printed a KeyboardInterrupt traceback over the user's
+    terminal); this process shuts them down. As with dask's fork server, a Ctrl-C in those milliseconds is not
+    seen (a blocked SIGINT would only land in numpy's BLAS threads, where the ignored disposition drops it too);
+    never while this process computes. Only Python's own handler is replaced."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
+        yield
+        return
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
 
 
 def _end_with_the_parent(parent: int) -> None:
