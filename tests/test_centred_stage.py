@@ -1,6 +1,7 @@
-"""The centred input stage (core.inputstage.centred_stage): one offset and gain, then a few bits of centre per
-feature. Its arithmetic on the host equals the C input stage bit for bit, it survives JSON and keep_only, its
-bytes are what stage_bytes prices, and it is what gives FlyNN on wide pixel data its accuracy back."""
+"""The centred input stage (core.moments.centred_stage, core.inputstage.centred_from_means): one offset and gain,
+then a few bits of centre per feature. Its arithmetic on the host equals the C input stage bit for bit, it survives
+JSON and keep_only, its bytes are what stage_bytes prices, and it is what gives FlyNN on wide pixel data its
+accuracy back."""
 
 from __future__ import annotations
 
@@ -9,12 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
-from tinyproto.core.inputstage import (
-    InputStage,
-    centred_stage,
-    shared_stage,
-    stage_bytes,
-)
+from tinyproto.core.inputstage import InputStage, shared_stage, stage_bytes
+from tinyproto.core.moments import centred_stage
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs the host C compiler")
 

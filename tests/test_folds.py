@@ -118,6 +118,18 @@ def test_federated_without_dp_is_the_model_compile_deploys(tmp_path, compiled, d
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("pooled_reference_once")
+def test_on_wide_inputs_the_parties_agree_on_compiles_centred_stage(tmp_path, compiled):
+    """784 pixels: compile also tries a centred stage (a 2- or 4-bit centre per pixel, from the feature means of
+    the shared stage's values); the parties agree on it from the exact sums of those values, so the federated
+    model is still compile's, centred stage included."""
+    out = _federate_and_compile(tmp_path, compiled, "digits28", 4, "by-class")
+    assert out["same_int_model"] and out["report"]["identical_to_compile"] is True
+    federated = json.loads((tmp_path / "federated/model.json").read_text())
+    assert federated["int_model"]["input_stage"]["kind"] == "centred"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("data,split", [("digits", "iid"), ("segment", "dirichlet:0.3")])
 @pytest.mark.usefixtures("pooled_reference_once")
 def test_a_thousand_parties_still_deploy_compiles_model(tmp_path, compiled, data, split):

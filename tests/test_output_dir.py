@@ -68,6 +68,23 @@ def test_a_model_never_replaces_another_kind_of_output(work, compiled, verb, kin
     refused([*verb, "--out", str(out)], words, work)
 
 
+@pytest.mark.parametrize("kind", ["a symbolic link", "a directory"])
+def test_a_link_or_a_directory_at_the_lock_is_named(work, compiled, kind):
+    """A link at .tinyproto.lock (to a file of the user's) or a directory there was refused as "cannot lock m for
+    writing: Too many levels of symbolic links" / "Is a directory": true, but not where to look."""
+    model = work / "m"
+    shutil.copytree(compiled("iris", "1kB"), model, symlinks=True)
+    (model / LOCK).unlink(missing_ok=True)
+    if kind == "a symbolic link":
+        (work / "victim.txt").write_text("mine\n")
+        (model / LOCK).symlink_to(work / "victim.txt")
+    else:
+        (model / LOCK).mkdir()
+    for verb in (["build", str(model)], ["learn", str(model), "--sim"]):
+        line = refused(verb, f"{model / LOCK} is {kind}", work)
+        assert "move it away" in line, line
+
+
 @pytest.mark.parametrize("entry", ["notes.txt", ".hidden", "sub/"])
 def test_non_empty_foreign_out_gets_no_lock(work, entry):
     out = work / "mine"

@@ -3,7 +3,7 @@
 Three kinds, priced by what they store (`stage_bytes`): "feature" (a mean and a gain per kept feature, 4 B each),
 "shared" (one offset and one gain for every feature, 4 B in all: pixels, same-unit sensors) and "centred" (the
 shared offset and gain, then a per-feature centre of 2 or 4 bits in int8 steps: 4 B + d/4 or d/2 B; pixels whose
-typical brightness differs from place to place, see `centred_stage`). Only the
+typical brightness differs from place to place, see `centred_from_means`). Only the
 columns a model reads are kept (`kept`, `keep_only`): the others store nothing and are never sent.
 For any family: `shared_stage(X)` builds the shared stage from training rows, `stage.quantize(X)` is what the
 device computes (train on it), `shared_float` its value before rounding, `stage_bytes(kind, d)` its price.
@@ -342,21 +342,27 @@ def shared_stage(X: np.ndarray, kept=None, n_inputs: int | None = None) -> Input
     return InputStage.shared(offset, gain, np.asarray(X).shape[1], kept=kept, n_inputs=n_inputs)
 
 
-def centred_stage(X: np.ndarray, bits: int, kept=None, n_inputs: int | None = None) -> InputStage:
-    """The centred stage for training rows X: the shared stage's offset and gain, then each feature's mean (in int8
+def shared_values(stage: InputStage, X: np.ndarray) -> np.ndarray:
+    """A shared stage's values before rounding, float32 (n, d), as quantize computes them and clamped: what the
+    centres of a centred stage are the feature means of."""
+    x = np.asarray(X, dtype=np.float32)
+    return np.clip((x - stage.mean) * stage.gain, -INPUT_MAX, INPUT_MAX)
+
+
+def centred_from_means(shared: InputStage, means: np.ndarray, bits: int, kept=None,
+                       n_inputs: int | None = None) -> InputStage:
+    """The centred stage: the shared stage's offset and gain, then each feature's mean of `shared_values` (in int8
     steps) rounded to one of 2^bits evenly spaced whole-number centres spanning the features' means.
 
     Why: with one offset for every pixel, a pixel that is dark in every image sits at -127 and its mirror (FlyNN's
     sign split) at +126 in every sample, so the hash rows over such pixels win for every input and say nothing;
     per pixel, what tells digits apart is the deviation from that pixel's usual value. A per-feature stage
     centres exactly but costs 4 B per feature (3 kB for 784 pixels); a few bits per feature centre well enough
-    (the means' spread over 2^bits levels: 784 pixels at 2 bits are 196 B)."""
+    (the means' spread over 2^bits levels: 784 pixels at 2 bits are 196 B). The means come from exact sums
+    (core.moments.centred_stage), so the rows of a federation's parties give the pooled rows' stage."""
     if bits not in CENTRE_BITS:
         raise ValueError(f"centre bits must be one of {CENTRE_BITS}")
-    shared = shared_stage(X, kept=None, n_inputs=None)
-    x = np.asarray(X, dtype=np.float32)
-    t = np.clip((x - shared.mean) * shared.gain, -INPUT_MAX, INPUT_MAX)  # float32, as quantize computes it
-    means = t.astype(np.float64).mean(axis=0)
+    means = np.asarray(means, dtype=np.float64)
     levels = (1 << bits) - 1
     base = int(np.floor(means.min()))
     step = max(1, int(np.ceil((means.max() - base) / levels)))

@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.inputstage import standardise_moments
+from tinyproto.core.inputstage import InputStage, centred_from_means, shared_stage, shared_values, standardise_moments
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,24 @@ def standardisation(sums: MomentSums, scaling: str) -> tuple[np.ndarray, np.ndar
     return result.mean, result.scale
 
 
+def column_means(sums: MomentSums) -> np.ndarray:
+    """Each column's mean, rounded once from its exact sum: the same float64 for any partition of the rows."""
+    if sums.n < 1:
+        raise TinyprotoError("no training rows to average")
+    return np.array([float(_scaled(s1, sums.exponent, sums.n)) for s1 in sums.sum1], dtype=np.float64)
+
+
+def centred_stage(X: np.ndarray, bits: int, kept=None, n_inputs: int | None = None) -> InputStage:
+    """The centred stage (inputstage.centred_from_means) of training rows X: the shared stage of X, and its values'
+    feature means from their exact sums, which a federation's parties add up to the same means."""
+    shared = shared_stage(X)
+    return centred_from_means(shared, column_means(moment_sums(shared_values(shared, X))), bits, kept, n_inputs)
+
+
 def exact_standardisation(X: np.ndarray, scaling: str = "feature") -> tuple[np.ndarray, np.ndarray]:
     """(mean, scale) of the rows of X from their exact moments (what every partition of the rows agrees on)."""
     return standardisation(moment_sums(X), scaling)
 
 
-__all__ = ["MomentSums", "exact_standardisation", "moment_sums", "standardisation"]
+__all__ = ["MomentSums", "centred_stage", "column_means", "exact_standardisation", "moment_sums",
+           "standardisation"]

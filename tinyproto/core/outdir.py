@@ -117,6 +117,11 @@ def locked(directory: Path, verb: str) -> Iterator[None]:
     try:
         fd = _try_lock(lock_path, verb)
     except OSError as exc:
+        # a link or a directory at the lock's name said only "Too many levels of symbolic links" / "Is a directory"
+        what = {errno.ELOOP: "a symbolic link", errno.EISDIR: "a directory"}.get(exc.errno)
+        if what is not None:
+            raise TinyprotoError(f"cannot lock {directory} for writing: {lock_path} is {what}, not the lock file "
+                                 "tinyproto makes; move it away") from None
         raise TinyprotoError(f"cannot lock {directory} for writing: {exc.strerror}") from None
     if fd is None:
         raise TinyprotoError(f"{directory} is in use by {_holder(lock_path)}; wait for it to finish")

@@ -15,7 +15,8 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, stage_bytes
 from tinyproto.families.flynn.quantize import IntFlyNN, scaled_counts
 from tinyproto.families.flynn.solver import (
-    DEFAULT_CAP, F_CPU, MIN_HASHES, CountLimit, largest_m, model_bytes, solver_random_state, default_max_ms,
+    DEFAULT_CAP, DEVICE_STAGES, F_CPU, MIN_HASHES, CountLimit, largest_m, model_bytes, solver_random_state,
+    default_max_ms,
 )
 from tinyproto.families.flynn.pricing import fastest_m
 from tinyproto.families.flynn.seeded_index import draw_seed
@@ -71,18 +72,19 @@ class FederatedSpec:
     mean: np.ndarray
     scale: np.ndarray
     input_scale: float | None = None  # known after the quantile search
-    shared: tuple[float, float] | None = None  # scaling "shared": the agreed (offset, gain) of the device's stage
+    # a stage built from the raw values (scaling "shared" or "centredB"), agreed by the parties; mean and scale then
+    # serve only the float model, standardised globally
+    device_stage: InputStage | None = None
 
     @property
     def n_features(self) -> int:
         return int(self.mean.size)
 
     def input_stage(self) -> InputStage:
-        """The device's input stage: per-feature from the standardisation and int8 step, or the shared one (as
-        the budget solver builds it: one offset and gain for every feature; mean and scale then serve only the
-        float model, standardised globally)."""
-        if self.shared is not None:
-            return InputStage.shared(*self.shared, self.n_features)
+        """The device's input stage: per-feature from the standardisation and int8 step, or the agreed shared or
+        centred one (as the budget solver builds them; mean and scale then serve only the float model)."""
+        if self.device_stage is not None:
+            return self.device_stage
         if self.input_scale is None:
             raise ValueError("the int8 step is not agreed yet")
         return InputStage.from_standardisation(self.mean, self.scale, self.input_scale)
@@ -142,14 +144,16 @@ def fit_to_classes(config: FlyNNConfig, n_classes: int, n_features: int, budget_
 
 
 def float_scaling(scaling: str) -> str:
-    """The float model's standardisation for a scaling: a shared stage's float view is the global one, as in the
-    budget solver."""
-    return "global" if scaling == "shared" else scaling
+    """The float model's standardisation for a scaling: a shared or centred stage's float view is the global one, as
+    in the budget solver."""
+    return "global" if scaling in DEVICE_STAGES else scaling
 
 
 def stage_bytes_of(scaling: str, n_features: int) -> int | None:
     """The input stage's flash bytes for the byte pricing (None: the pricing's default, a mean and a gain per
     feature)."""
+    if scaling.startswith("centred"):
+        return stage_bytes("centred", n_features, int(scaling[len("centred"):]))
     return stage_bytes("shared", n_features) if scaling == "shared" else None
 
 

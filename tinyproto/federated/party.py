@@ -6,10 +6,12 @@ shard lives (in this process, on a dask worker, beside a device).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
 
+from tinyproto.core.inputstage import InputStage, shared_values
 from tinyproto.families.flynn.quantize import IntFlyNN, integer_winners
 from tinyproto.families.flynn.train import count_winners
 from tinyproto.federated.config import FederatedSpec, build_estimator
@@ -24,6 +26,11 @@ def party_classes(shard: Shard) -> np.ndarray:
 
 def party_moment_sums(shard: Shard) -> MomentSums:
     return moment_sums(shard[0])
+
+
+def party_shared_value_sums(shard: Shard, shared: InputStage) -> MomentSums:
+    """Exact sums of the shared stage's values of the party's rows: their totals give a centred stage's centres."""
+    return moment_sums(shared_values(shared, shard[0]))
 
 
 def party_z_bits(shard: Shard, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -79,7 +86,8 @@ def _hashing_of(spec: FederatedSpec):
     per party: drawing M (seeded_walk) dominated the counting round at 1,000 parties. Only read afterwards."""
     classes = spec.classes
     key = (spec.config, classes.dtype.str, tuple(classes.tolist()) if classes.dtype == object else classes.tobytes(),
-           spec.mean.tobytes(), spec.scale.tobytes(), spec.input_scale, spec.shared)
+           spec.mean.tobytes(), spec.scale.tobytes(), spec.input_scale,
+           None if spec.device_stage is None else json.dumps(spec.device_stage.to_json()))
     cached = _HASHING.get(key)
     if cached is None:
         cached = (build_estimator(spec), spec.input_stage())
@@ -94,5 +102,5 @@ def party_accuracy(shard: Shard, model: IntFlyNN) -> float:
     return float(np.mean(model.predict(X) == y)) if len(y) else float("nan")
 
 
-__all__ = ["CountRelease", "party_accuracy", "party_classes", "party_counts", "party_moment_sums", "party_value_keys",
-           "party_z_bits"]
+__all__ = ["CountRelease", "party_accuracy", "party_classes", "party_counts", "party_moment_sums",
+           "party_shared_value_sums", "party_value_keys", "party_z_bits"]

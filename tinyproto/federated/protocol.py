@@ -53,8 +53,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinyproto.core.inputstage import CENTRE_BITS, InputStage, centred_from_means
+from tinyproto.core.moments import column_means
+from tinyproto.families.flynn.pricing import WIDE_FEATURES
 from tinyproto.families.flynn.quantize import IntFlyNN
-from tinyproto.families.flynn.solver import F_CPU, CountLimit, estimate_cycles, model_bytes, solver_random_state
+from tinyproto.families.flynn.solver import (DEVICE_STAGES, F_CPU, CountLimit, estimate_cycles, model_bytes,
+                                           solver_random_state)
 from tinyproto.families.flynn.seeded_index import draw_seed
 from tinyproto.families.flynn.train import FlyNNClassifier
 from tinyproto.federated.config import (
@@ -62,7 +66,8 @@ from tinyproto.federated.config import (
 )
 from tinyproto.federated.dp import DPParams
 from tinyproto.federated.local_parties import Backend, LocalBackend
-from tinyproto.federated.party import party_classes, party_moment_sums, party_value_keys, party_z_bits
+from tinyproto.federated.party import (party_classes, party_moment_sums, party_shared_value_sums, party_value_keys,
+                                     party_z_bits)
 from tinyproto.federated.selection import Communication, select_config
 from tinyproto.federated.shards import party_seed_sequences
 from tinyproto.federated.stats import (
@@ -119,22 +124,40 @@ def agree_shared_range(backend: Backend, n_values: int, communication: Communica
     return offset, gain, rounds
 
 
+def _sums_bytes(sums: MomentSums) -> int:
+    """What a party sends for moment sums: n and each exact integer."""
+    return 8 + sum((abs(v).bit_length() + 8) // 8 for v in sums.sum1 + sums.sum2)
+
+
+def agree_centred_stages(backend: Backend, shared: InputStage, bits: Sequence[int],
+                         communication: Communication | None = None) -> dict:
+    """{"centredB": the centred stage} for each B, from the agreed shared stage and the exact sums of its values
+    over every party's rows: the stage `compile` builds on the pooled rows (core.moments.centred_stage)."""
+    sums = backend.allreduce(party_shared_value_sums, backend.handles, shared)
+    if communication is not None:
+        communication.allreduce(1, _sums_bytes(sums), broadcast=False)
+    means = column_means(sums)
+    return {f"centred{b}": centred_from_means(shared, means, b) for b in bits}
+
+
 def agree_input_stages(backend: Backend, communication: Communication | None = None,
                        scalings: Sequence[str] = ("feature", "global", "shared")) -> dict:
     """{"n": rows, scaling: InputStage} for each scaling, by the same exact all-reduces as the training (moment
-    sums once, one distributed quantile search per scaling)."""
-    from tinyproto.core.inputstage import InputStage
-
+    sums once, one distributed quantile search per scaling); on wide inputs also the centred stages the solver
+    tries there."""
     comm = communication if communication is not None else Communication()
     sums = backend.allreduce(party_moment_sums, backend.handles)
-    comm.allreduce(1, 8 + sum((abs(v).bit_length() + 8) // 8 for v in sums.sum1 + sums.sum2), broadcast=False)
+    comm.allreduce(1, _sums_bytes(sums), broadcast=False)
+    n_features = len(sums.sum1)
     stages: dict = {"n": sums.n}
     for scaling in scalings:
         if scaling == "shared":
-            offset, gain, _ = agree_shared_range(backend, sums.n * len(sums.sum1), comm)
-            stages[scaling] = InputStage.shared(offset, gain, len(sums.sum1))
+            offset, gain, _ = agree_shared_range(backend, sums.n * n_features, comm)
+            stages[scaling] = InputStage.shared(offset, gain, n_features)
         else:
             stages[scaling] = InputStage.from_standardisation(*agree_input_stage(backend, sums, scaling, comm)[:3])
+    if "shared" in stages and n_features > WIDE_FEATURES:
+        stages |= agree_centred_stages(backend, stages["shared"], CENTRE_BITS, comm)
     return stages
 
 
@@ -198,11 +221,16 @@ def federated_fit(backend: Backend, config: FlyNNConfig, classes: np.ndarray, dp
     say = progress or (lambda message: None)
     sums = backend.allreduce(party_moment_sums, backend.handles)
     say(f"all-reduce: standardisation of {len(sums.sum1)} features from {sums.n} rows (exact sums)")
-    if config.scaling == "shared":  # the device's stage: one offset and gain; the float model: global scaling
+    if config.scaling in DEVICE_STAGES:  # the device's stage from the raw values; the float model: global scaling
         mean, scale = standardisation(sums, float_scaling(config.scaling))
         offset, gain, rounds = agree_shared_range(backend, sums.n * len(sums.sum1))
-        spec = FederatedSpec(config, np.asarray(classes), mean, scale, 1.0, shared=(offset, gain))
+        stage = InputStage.shared(offset, gain, len(sums.sum1))
         say(f"all-reduce: shared input stage from the exact quantiles of every value ({rounds} rounds)")
+        if config.scaling != "shared":
+            bits = int(config.scaling[len("centred"):])
+            stage = agree_centred_stages(backend, stage, (bits,))[config.scaling]
+            say(f"all-reduce: {bits}-bit centres of the input stage from the exact sums of its values")
+        spec = FederatedSpec(config, np.asarray(classes), mean, scale, 1.0, device_stage=stage)
     else:
         mean, scale, input_scale, rounds = agree_input_stage(backend, sums, config.scaling)
         spec = FederatedSpec(config, np.asarray(classes), mean, scale, input_scale)
@@ -223,5 +251,5 @@ def central_fit(X: np.ndarray, y: np.ndarray, config: FlyNNConfig, classes: np.n
     return federated_fit(backend, config, agree_classes(backend) if classes is None else classes)
 
 
-__all__ = ["DP_SHAPE_NOTE", "FederatedFit", "agree_classes", "agree_input_stage", "agree_input_stages",
-           "agree_shared_range", "central_fit", "choose_config", "federated_fit"]
+__all__ = ["DP_SHAPE_NOTE", "FederatedFit", "agree_centred_stages", "agree_classes", "agree_input_stage",
+           "agree_input_stages", "agree_shared_range", "central_fit", "choose_config", "federated_fit"]

@@ -36,13 +36,13 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.folds import Folds, Plan, assign, bin_folds, class_bins, row_keys
 from tinyproto.families.flynn import solver as _solver
 from tinyproto.families.flynn.quantize import count_scales, decay_lut, hash_inputs, scaled_counts
+from tinyproto.families.flynn.pricing import WIDE_FEATURES
 from tinyproto.families.flynn.solver import (
-    BITS_GRID, DEFAULT_CAP, F_CPU, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING, Candidate,
-    CountLimit, cycle_limit_within, estimate_cycles,
+    BITS_GRID, CENTRED_PREPROCESSING, DEFAULT_CAP, F_CPU, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING,
+    Candidate, CountLimit, cycle_limit_within, estimate_cycles,
 )
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.flynn.train import project, projection_matrix
-from tinyproto.core.inputstage import stage_bytes
 
 STAGE1 = ((4, 8), (8, 16, 32), (1, 2), (False,))  # the solver's reference grid for the preprocessing
 STAGE2 = (S_GRID, RHO_GRID, BITS_GRID, (False, True))
@@ -394,7 +394,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
                   communication: Communication | None = None):
     """The solver's candidate set ranked by federated K-fold accuracy; returns (the winning Candidate, info).
 
-    stages: scaling -> its InputStage ("feature", "global", "shared"), agreed beforehand by exact all-reduces.
+    stages: scaling -> its InputStage ("feature", "global", "shared", and "centred2" / "centred4" on wide inputs),
+    agreed beforehand by exact all-reduces.
     The row count n is the sum of the parties' (from the moment sums)."""
     from tinyproto.families.flynn.solver import solver_random_state
 
@@ -411,7 +412,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     tried: dict[Candidate, Candidate] = {}
     limits = _solver.PlanLimits(budget, max_cycles, L, d, count_limit, sram_room)
     replays = _solver.CycleReplays(seed_M)  # the solver's stream replays, one per (s, inputs)
-    preprocessings = PREPROCESSING + SHARED_PREPROCESSING  # the solver's, in its order (ties keep the first)
+    centred = CENTRED_PREPROCESSING if d > WIDE_FEATURES else ()  # as the solver: wide inputs only
+    preprocessings = PREPROCESSING + SHARED_PREPROCESSING + centred  # the solver's, in its order (ties keep the first)
     scalings = {scaling for scaling, _ in preprocessings}
     histogram = backend.allreduce(party_key_bins, backend.handles, np.asarray(classes), n_repeats, seed)
     comm.allreduce(histogram.size, 4)
@@ -425,7 +427,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
         n_in = 2 * d if sign_split else d
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):
             plan = _solver.exact_plan(limits, s, _solver.ShapeGrid(rho_grid, bits_grid, store_grid), n_in,
-                                      stage_bytes(stages[scaling].kind, d), replays)
+                                      sum(a.nbytes for a in stages[scaling].carrays()), replays)
             if not plan:
                 continue
             by_shape: dict[tuple[int, int], list[Candidate]] = {}

@@ -27,7 +27,7 @@ from sklearn.utils import check_random_state
 from tinyproto.core.cost import headroom_text, latency_cycle_limit
 from tinyproto.core.errors import BudgetTooSmall, TinyprotoError
 from tinyproto.core.folds import Folds
-from tinyproto.core.moments import MomentSums, moment_sums
+from tinyproto.core.moments import MomentSums, centred_stage, moment_sums
 from tinyproto.core.moments import standardisation as exact_standardisation
 from tinyproto.families.solving import SolveOptions, training_classes
 from tinyproto.families.flynn.cost import estimate_cycles
@@ -43,7 +43,7 @@ from tinyproto.families.flynn.quantize import (
 )
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.flynn.train import FlyNNClassifier, project, projection_matrix
-from tinyproto.core.inputstage import InputStage, centred_stage, choose_input_scale, shared_stage, stage_bytes
+from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, stage_bytes
 
 F_CPU = 16_000_000
 MIN_HASHES = 16  # fewer hash bits than this is not a FlyNN worth deploying
@@ -54,10 +54,10 @@ BITS_GRID = (1, 2, 3, 4)
 DECAY_GRID = (0.5, 0.25, 0.1)
 PREPROCESSING = (("feature", True), ("global", True), ("feature", False), ("global", False))
 SHARED_PREPROCESSING = (("shared", True), ("shared", False))  # one offset and gain for every feature (4 B)
-# The central solver only, on wide inputs (pixels): the shared stage and a 2- or 4-bit centre per feature
-# ("centred2", "centred4": core.inputstage.centred_stage), which gives back what one offset for every pixel loses
-# (the always-dark border's mirror wins every hash). Federated parties agree on the other stages only
-# (federated.selection), so on narrow data, where federated must equal central, it is not searched.
+# On wide inputs (pixels) only: the shared stage and a 2- or 4-bit centre per feature
+# ("centred2", "centred4": core.moments.centred_stage), which gives back what one offset for every pixel loses
+# (the always-dark border's mirror wins every hash). Its centres come from exact sums, so a federation's parties
+# agree on the same stage (federated.protocol); on narrow data it is not searched.
 CENTRED_PREPROCESSING = (("centred2", True), ("centred2", False), ("centred4", True), ("centred4", False))
 DEVICE_STAGES = ("shared", "centred2", "centred4")  # preprocessings whose stage is built from the raw values
 
@@ -94,7 +94,7 @@ def _prepare(X: np.ndarray, scaling: str, sign_split: bool, sums: MomentSums) ->
     """Standardise and quantize as the deployed model will (its input stage is this one). The mean and scale come
     from the rows' exact moments (core.moments), as a federation computes them, so a federated model is this one
     bit for bit. "shared": one offset and gain for every feature (4 B instead of 4 B per feature: pixels,
-    same-unit sensors); "centredB": the same and a B-bit centre per feature (wide inputs, central solver only)."""
+    same-unit sensors); "centredB": the same and a B-bit centre per feature (wide inputs)."""
     if scaling == "shared":
         stage = shared_stage(X)
     elif scaling.startswith("centred"):
