@@ -3,7 +3,9 @@
 Each float64 is an integer times a power of two, so the sums are exact Python integers and never round; mean and
 population variance are then rounded once each from the exact totals. Any partition of the same rows (the parties
 of a federation, or the pooled rows in compile) therefore gives bit-identical statistics: FlyNN's solver and the
-federated protocol both standardise this way, so a federated model equals the pooled one bit for bit.
+federated protocol both standardise this way, so a federated model equals the pooled one bit for bit. The centred
+input stage of wide inputs takes its centres from exact column sums of float32 values the same way
+(`float32_column_sums`, `centred_stage`).
 Layer: core.
 """
 
