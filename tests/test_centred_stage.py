@@ -80,3 +80,30 @@ def test_host_c_input_stage_equals_numpy(tmp_path, bits, d):
     np.testing.assert_array_equal(xq_c, xq)
     np.testing.assert_array_equal(scores, model.scores(xq))
     np.testing.assert_array_equal(labels, model.labels(model.scores(xq)))
+
+
+def test_the_centres_come_from_exact_sums_that_any_partition_of_the_rows_adds_up_to():
+    """A federation's parties add their column sums of the shared stage's values: the totals, and so the means and
+    the centre codes, are those of the pooled rows whatever the partition (values of any magnitude, zeros too)."""
+    from fractions import Fraction
+
+    from tinyproto.core.inputstage import centred_from_means, shared_values
+    from tinyproto.core.moments import float32_column_sums
+
+    rng = np.random.default_rng(5)
+    values = (rng.normal(size=(600, 40)) * 10.0 ** rng.integers(-30, 3, size=(600, 40))).astype(np.float32)
+    values[:, 3] = 0
+    whole = float32_column_sums(values)
+    for j in (0, 3, 17):
+        assert Fraction(whole.sums[j]) * Fraction(2) ** whole.exponent == sum(Fraction(float(v)) for v in values[:, j])
+    cuts = [0, 1, 250, 251, 600]
+    parts = [float32_column_sums(values[a:b]) for a, b in zip(cuts, cuts[1:])]
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    assert total.n == 600 and np.array_equal(total.means(), whole.means())
+    X = pixels(300, 300, 2)
+    shared = shared_stage(X)
+    pooled = centred_stage(X, 2)
+    halves = float32_column_sums(shared_values(shared, X[:120])) + float32_column_sums(shared_values(shared, X[120:]))
+    assert np.array_equal(centred_from_means(shared, halves.means(), 2).centre_codes, pooled.centre_codes)

@@ -150,3 +150,29 @@ def test_solver_workers_never_see_ctrl_c_and_the_parent_keeps_it():
     result = subprocess.run([sys.executable, "-c", WORKERS_AND_CTRL_C], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["workers", "[True]", "parent", "True", "False"], result.stdout
+
+
+def test_one_thread_limits_the_libraries_and_a_new_import_makes_a_new_controller(monkeypatch):
+    """solving.one_thread is threadpool_limits(limits=1) with one controller kept while no module is imported: the
+    limit holds inside and is undone after, and an import (which may load a BLAS) makes a controller that sees it."""
+    import sys
+    import types
+
+    from threadpoolctl import threadpool_info
+
+    from tinyproto.families import solving
+
+    before = threadpool_info()
+    with solving.one_thread("blas"):
+        inside = threadpool_info()
+    assert [i["num_threads"] for i in inside if i["user_api"] == "blas"] == [1] * len(
+        [i for i in before if i["user_api"] == "blas"])
+    assert threadpool_info() == before
+    with solving.one_thread():
+        first = solving._THREADPOOLS[1]
+        assert all(i["num_threads"] == 1 for i in threadpool_info())
+    with solving.one_thread():
+        assert solving._THREADPOOLS[1] is first  # nothing imported in between: the same controller
+    monkeypatch.setitem(sys.modules, "tinyproto_test_a_new_module", types.ModuleType("tinyproto_test_a_new_module"))
+    with solving.one_thread():
+        assert solving._THREADPOOLS[1] is not first

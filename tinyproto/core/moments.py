@@ -3,7 +3,9 @@
 Each float64 is an integer times a power of two, so the sums are exact Python integers and never round; mean and
 population variance are then rounded once each from the exact totals. Any partition of the same rows (the parties
 of a federation, or the pooled rows in compile) therefore gives bit-identical statistics: FlyNN's solver and the
-federated protocol both standardise this way, so a federated model equals the pooled one bit for bit.
+federated protocol both standardise this way, so a federated model equals the pooled one bit for bit. The centred
+input stage of wide inputs takes its centres from exact column sums of float32 values the same way
+(`float32_column_sums`, `centred_stage`).
 Layer: core.
 """
 
@@ -75,18 +77,53 @@ def standardisation(sums: MomentSums, scaling: str) -> tuple[np.ndarray, np.ndar
     return result.mean, result.scale
 
 
-def column_means(sums: MomentSums) -> np.ndarray:
-    """Each column's mean, rounded once from its exact sum: the same float64 for any partition of the rows."""
-    if sums.n < 1:
-        raise TinyprotoError("no training rows to average")
-    return np.array([float(_scaled(s1, sums.exponent, sums.n)) for s1 in sums.sum1], dtype=np.float64)
+@dataclass(frozen=True)
+class ColumnSums:
+    """n and, per column, Σx = sums · 2^exponent as exact integers (of float32 values: see float32_column_sums)."""
+
+    n: int
+    exponent: int
+    sums: tuple[int, ...]
+
+    def __add__(self, other: "ColumnSums") -> "ColumnSums":
+        if len(self.sums) != len(other.sums):
+            raise ValueError("column sums over different numbers of columns")
+        e = min(self.exponent, other.exponent)
+        return ColumnSums(self.n + other.n, e, tuple((a << (self.exponent - e)) + (b << (other.exponent - e))
+                                                     for a, b in zip(self.sums, other.sums)))
+
+    def means(self) -> np.ndarray:
+        """Each column's mean, rounded once from its exact sum: the same float64 for any partition of the rows."""
+        if self.n < 1:
+            raise TinyprotoError("no training rows to average")
+        return np.array([float(_scaled(v, self.exponent, self.n)) for v in self.sums], dtype=np.float64)
+
+
+def float32_column_sums(values: np.ndarray) -> ColumnSums:
+    """Exact Σx per column of float32 values. A float32 is an integer of at most 24 bits times 2^e: the integers
+    of each exponent are summed per column by bincount in float64, exactly while a partial sum stays below 2^53
+    (fewer than 2^29 rows), then the few exponents are joined as Python integers."""
+    x = np.asarray(values, dtype=np.float32)
+    n, d = x.shape
+    frac, exp = np.frexp(x)
+    mant = np.ldexp(frac.astype(np.float64), 24)  # whole numbers, |mant| < 2^24: x = mant · 2^(exp - 24)
+    exponents, index = np.unique(exp, return_inverse=True)
+    cell = index.reshape(n, d) * d + np.arange(d)
+    per = np.bincount(cell.ravel(), weights=mant.ravel(), minlength=exponents.size * d).reshape(exponents.size, d)
+    base = int(exponents.min()) - 24 if n else 0
+    sums = [0] * d
+    for k, e in enumerate(exponents.tolist()):
+        shift = e - 24 - base
+        sums = [total + (int(v) << shift) for total, v in zip(sums, per[k].tolist())]
+    return ColumnSums(int(n), base, tuple(sums))
 
 
 def centred_stage(X: np.ndarray, bits: int, kept=None, n_inputs: int | None = None) -> InputStage:
     """The centred stage (inputstage.centred_from_means) of training rows X: the shared stage of X, and its values'
     feature means from their exact sums, which a federation's parties add up to the same means."""
     shared = shared_stage(X)
-    return centred_from_means(shared, column_means(moment_sums(shared_values(shared, X))), bits, kept, n_inputs)
+    means = float32_column_sums(shared_values(shared, X)).means()
+    return centred_from_means(shared, means, bits, kept, n_inputs)
 
 
 def exact_standardisation(X: np.ndarray, scaling: str = "feature") -> tuple[np.ndarray, np.ndarray]:
@@ -94,5 +131,5 @@ def exact_standardisation(X: np.ndarray, scaling: str = "feature") -> tuple[np.n
     return standardisation(moment_sums(X), scaling)
 
 
-__all__ = ["MomentSums", "centred_stage", "column_means", "exact_standardisation", "moment_sums",
-           "standardisation"]
+__all__ = ["ColumnSums", "MomentSums", "centred_stage", "exact_standardisation", "float32_column_sums",
+           "moment_sums", "standardisation"]

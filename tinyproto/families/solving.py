@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
@@ -208,6 +209,24 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_THREADPOOLS: tuple[int, Any] | None = None  # (modules imported when it was made, the ThreadpoolController)
+
+
+def one_thread(user_api: str | None = None):
+    """threadpoolctl.threadpool_limits(limits=1, user_api=user_api), through one ThreadpoolController for as long as
+    no module has been imported since it was made (scikit-learn keeps one controller the same way). A new controller
+    per fit looked every loaded library up again: ~3 ms, 112 times in a compile of wine at 1 kB (8 % of its CPU). A
+    library that could need limiting arrives with an import (numpy's and scipy's BLAS, scikit-learn's OpenMP), and
+    any import makes a new controller that sees it."""
+    from threadpoolctl import ThreadpoolController
+
+    global _THREADPOOLS
+    modules = len(sys.modules)
+    if _THREADPOOLS is None or _THREADPOOLS[0] != modules:
+        _THREADPOOLS = (modules, ThreadpoolController())
+    return _THREADPOOLS[1].limit(limits=1, user_api=user_api)
+
+
 def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: int) -> list:
     """[function(*args) for args in argument_tuples] in this process and up to n_jobs - 1 worker processes (loky,
     reused from one call to the next), results in the order given.
@@ -216,11 +235,9 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
     numpy, scikit-learn and tinyproto: about 1.5 s of CPU) and then take tasks from the back. Every task runs with
     one BLAS thread wherever it runs, so a result never depends on the process that computed it or on n_jobs. An
     exception of a task is raised here (the first task's, in list order, when several fail)."""
-    from threadpoolctl import threadpool_limits
-
     jobs = min(int(n_jobs), len(argument_tuples))
     if jobs <= 1:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with one_thread("blas"):
             return [function(*args) for args in argument_tuples]
     from collections import deque
 
@@ -248,7 +265,7 @@ def map_in_processes(function: Callable, argument_tuples: list[tuple], n_jobs: i
             except BaseException as exc:  # noqa: BLE001  (re-raised below, in list order)
                 failures[index] = exc
 
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_thread("blas"):
         while pending and not failures:
             # A started worker keeps its next task at hand while this process computes one; a starting one gets
             # one task. The workers never hold more queued tasks than are left here, so all finish about together.
@@ -312,9 +329,7 @@ def _end_with_the_parent(parent: int) -> None:
 
 def _with_one_blas_thread(function: Callable, args: tuple) -> Any:
     """A task in a worker process, with one BLAS thread (as in the parent: the same arithmetic everywhere)."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_thread("blas"):
         return function(*args)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinyproto.core.inputstage import InputStage, shared_values
+from tinyproto.core.moments import ColumnSums, float32_column_sums
 from tinyproto.families.flynn.quantize import IntFlyNN, integer_winners
 from tinyproto.families.flynn.train import count_winners
 from tinyproto.federated.config import FederatedSpec, build_estimator
@@ -28,9 +29,9 @@ def party_moment_sums(shard: Shard) -> MomentSums:
     return moment_sums(shard[0])
 
 
-def party_shared_value_sums(shard: Shard, shared: InputStage) -> MomentSums:
+def party_shared_value_sums(shard: Shard, shared: InputStage) -> ColumnSums:
     """Exact sums of the shared stage's values of the party's rows: their totals give a centred stage's centres."""
-    return moment_sums(shared_values(shared, shard[0]))
+    return float32_column_sums(shared_values(shared, shard[0]))
 
 
 def party_z_bits(shard: Shard, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:

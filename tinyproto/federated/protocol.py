@@ -54,7 +54,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinyproto.core.inputstage import CENTRE_BITS, InputStage, centred_from_means
-from tinyproto.core.moments import column_means
 from tinyproto.families.flynn.pricing import WIDE_FEATURES
 from tinyproto.families.flynn.quantize import IntFlyNN
 from tinyproto.families.flynn.solver import (DEVICE_STAGES, F_CPU, CountLimit, estimate_cycles, model_bytes,
@@ -135,8 +134,8 @@ def agree_centred_stages(backend: Backend, shared: InputStage, bits: Sequence[in
     over every party's rows: the stage `compile` builds on the pooled rows (core.moments.centred_stage)."""
     sums = backend.allreduce(party_shared_value_sums, backend.handles, shared)
     if communication is not None:
-        communication.allreduce(1, _sums_bytes(sums), broadcast=False)
-    means = column_means(sums)
+        communication.allreduce(1, 8 + sum((abs(v).bit_length() + 8) // 8 for v in sums.sums), broadcast=False)
+    means = sums.means()
     return {f"centred{b}": centred_from_means(shared, means, b) for b in bits}
 
 

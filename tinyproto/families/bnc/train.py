@@ -50,7 +50,6 @@ from sklearn import config_context
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
-from threadpoolctl import ThreadpoolController
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
@@ -58,6 +57,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from tinyproto.core.inputstage import INPUT_MAX, choose_input_scale, shared_stage, standardisation
 from tinyproto.families.bnc.pattern import pattern_mask
+from tinyproto.families.solving import one_thread
 
 
 def allocate_prototypes(class_sizes: np.ndarray, m: int) -> np.ndarray:
@@ -152,20 +152,6 @@ def _prototype_gradient(shape: tuple[int, int], jp: np.ndarray, jn: np.ndarray, 
     values = np.concatenate([-TA, TA])
     np.add.at(gB.reshape(-1), (rows[:, None] * r + np.arange(r)).reshape(-1), values.reshape(-1))
     return gB
-
-
-_THREADPOOLS: ThreadpoolController | None = None
-
-
-def _one_thread():
-    """threadpool_limits(limits=1) through one ThreadpoolController per process (scikit-learn keeps one too): a new
-    controller per fit looked every loaded library up again (~2.5 ms a fit: 8 % of a search on 120 rows). The
-    libraries a fit runs (numpy's BLAS, scikit-learn's OpenMP for KMeans) are loaded when this module is imported,
-    before the first fit makes the controller."""
-    global _THREADPOOLS
-    if _THREADPOOLS is None:
-        _THREADPOOLS = ThreadpoolController()
-    return _THREADPOOLS.limit(limits=1)
 
 
 def _kmeans_centres(Zc: np.ndarray, k: int, seed: int) -> np.ndarray:
@@ -297,7 +283,7 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
         # fastest. On a shared machine multi-threaded BLAS or OpenMP (KMeans) waiting for busy cores made each fit
         # several times slower (a 300-row search: 127 s with OpenMP on 2 busy cores, 24 s with one thread), and
         # one thread also keeps KMeans's sums in one order whatever the machine's core count.
-        with _one_thread():
+        with one_thread():
             return self._fit(X, y)
 
     def _fit(self, X, y) -> "BNCClassifier":

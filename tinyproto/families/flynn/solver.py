@@ -90,18 +90,21 @@ class _Prepared:
     stage: InputStage
 
 
-def _prepare(X: np.ndarray, scaling: str, sign_split: bool, sums: MomentSums) -> _Prepared:
-    """Standardise and quantize as the deployed model will (its input stage is this one). The mean and scale come
-    from the rows' exact moments (core.moments), as a federation computes them, so a federated model is this one
-    bit for bit. "shared": one offset and gain for every feature (4 B instead of 4 B per feature: pixels,
-    same-unit sensors); "centredB": the same and a B-bit centre per feature (wide inputs)."""
+def _input_stage(X: np.ndarray, scaling: str, sums: MomentSums) -> InputStage:
+    """The input stage the deployed model will have for this preprocessing. The mean and scale come from the
+    rows' exact moments (core.moments), as a federation computes them, so a federated model is this one bit for
+    bit. "shared": one offset and gain for every feature (4 B instead of 4 B per feature: pixels, same-unit
+    sensors); "centredB": the same and a B-bit centre per feature (wide inputs)."""
     if scaling == "shared":
-        stage = shared_stage(X)
-    elif scaling.startswith("centred"):
-        stage = centred_stage(X, int(scaling[len("centred"):]))
-    else:
-        mean, scale = exact_standardisation(sums, scaling)
-        stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
+        return shared_stage(X)
+    if scaling.startswith("centred"):
+        return centred_stage(X, int(scaling[len("centred"):]))
+    mean, scale = exact_standardisation(sums, scaling)
+    return InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
+
+
+def _prepare(X: np.ndarray, scaling: str, sign_split: bool, stage: InputStage) -> _Prepared:
+    """Standardise and quantize as the deployed model will: the hash inputs of `stage` (see _input_stage)."""
     return _Prepared(scaling, sign_split, hash_inputs(stage.quantize(X), sign_split).astype(np.float64), stage)
 
 
@@ -231,7 +234,8 @@ def fit_chosen_flynn(X_train: np.ndarray, y_train: np.ndarray, chosen: dict,
     so the same bytes and, M being seeded, the same predicted cycles as the solver's model."""
     X = np.asarray(X_train, dtype=np.float64)
     y = np.asarray(y_train)
-    prep = _prepare(X, str(chosen["scaling"]), bool(chosen["sign_split"]), moment_sums(X))
+    scaling = str(chosen["scaling"])
+    prep = _prepare(X, scaling, bool(chosen["sign_split"]), _input_stage(X, scaling, moment_sums(X)))
     clf = FlyNNClassifier(
         n_hashes=int(chosen["n_hashes"]),
         n_inputs_per_hash=int(chosen["n_inputs_per_hash"]),
@@ -290,7 +294,9 @@ def search_flynn(
 
     sums = moment_sums(X)
     centred = CENTRED_PREPROCESSING if d > WIDE_FEATURES else ()
-    prepared = [_prepare(X, scaling, split, sums) for scaling, split in PREPROCESSING + SHARED_PREPROCESSING + centred]
+    preprocessings = PREPROCESSING + SHARED_PREPROCESSING + centred
+    stages = {scaling: _input_stage(X, scaling, sums) for scaling, _ in preprocessings}  # one per scaling
+    prepared = [_prepare(X, scaling, split, stages[scaling]) for scaling, split in preprocessings]
     limits = PlanLimits(budget, max_cycles, L, d, count_limit, sram_room)
     replays = CycleReplays(seed)
     tried: dict[Candidate, Candidate] = {}  # without its accuracy -> with it (stage 2 repeats stage 1's grid)

@@ -33,8 +33,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
-from threadpoolctl import threadpool_limits
 
+from tinyproto.families.solving import one_thread
 from tinyproto.families.protonn.optim import (  # noqa: F401  (re-exported: tests and tools import them from here)
     ARMIJO_SHRINK,
     ARMIJO_TRIALS,
@@ -140,7 +140,7 @@ class ProtoNNClassifier(ClassifierMixin, BaseEstimator):
 
         # The matrices are tiny: a second BLAS thread only adds synchronisation, and when the other core is busy
         # (parallel fits, other jobs) its spin-waiting can make a fit several times slower.
-        with threadpool_limits(limits=1, user_api="blas"):
+        with one_thread("blas"):
             params = self._initialise(Xs, y_index, rng)
             self.gamma_ = self._initial_gamma(Xs @ params.W.T, params.B)
             fit_score_scale(params, Xs, Y, gamma_schedule(self.gamma_, 1, int(self.n_epochs)) ** 2)
