@@ -542,3 +542,15 @@ class FakeDevice:
                 instead = codec.encode_frame(frame.type | codec.MSG_RESPONSE, frame.seq,
                                              self._encode(frame.type, answer))
             os.write(self.master, instead)
+
+
+def other_user_python() -> str | None:
+    """An interpreter another user may run: this one if its files are world-readable, else the system python3 of
+    the same version (it borrows this environment's packages through PYTHONPATH)."""
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        probe = subprocess.run([shutil.which("runuser") or "runuser", "-u", "nobody", "--", candidate, "-c",
+                                "import sys; print(sys.version_info[:2])"],
+                               capture_output=True, text=True, cwd="/", env={"PATH": "/usr/bin:/bin"})
+        if probe.returncode == 0 and probe.stdout.strip() == str(tuple(sys.version_info[:2])):
+            return candidate
+    return None

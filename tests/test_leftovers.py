@@ -144,6 +144,39 @@ def test_empty_and_dead_scratch_directories_are_removed_live_ones_kept(tmp_path)
         os.close(fd)
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root and runuser")
+def test_another_users_private_scratch_in_a_shared_tmp_is_left_alone():
+    """Build tools' scratch is a private directory in $TMPDIR (tinyproto-tool-*): another user's command, cleaning up
+    killed runs' scratch there, could not look inside one of root's and failed with "Permission denied" (a build
+    by one user while another user built)."""
+    import site
+
+    from helpers import other_user_python
+    from tinyproto.core.outdir import _new_scratch
+    from tinyproto.core.resources import IMPORT_ROOT
+
+    python = other_user_python()
+    if python is None:
+        pytest.skip("no Python interpreter of this version that the user nobody may run")
+    shared = Path(tempfile.mkdtemp(prefix="tinyproto-test-shared-tmp-"))
+    try:
+        shared.chmod(0o1777)  # like /tmp
+        mine, fd = _new_scratch(shared, "scratch", "tinyproto-tool-")  # root's, mode 0700, lock held
+        os.close(fd)  # and dead: another user's run may not remove it either (it cannot)
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(shared), "LANG": "C.UTF-8",
+               "PYTHONPATH": os.pathsep.join([str(IMPORT_ROOT), *site.getsitepackages()])}
+        code = ("import sys; from pathlib import Path; from tinyproto.core.outdir import private_scratch; import os\n"
+                "os.environ['TMPDIR'] = sys.argv[1]\nimport tempfile; tempfile.tempdir = sys.argv[1]\n"
+                "with private_scratch('tinyproto-tool-') as scratch: print(scratch.stat().st_uid)")
+        command = [shutil.which("runuser"), "-u", "nobody", "--", "env", *[f"{k}={v}" for k, v in env.items()],
+                   python, "-c", code, str(shared)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert int(result.stdout) != 0 and mine.is_dir()  # nobody made its own; root's is still there
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
 def test_a_dead_scratch_beside_a_model_is_removed_by_any_verb_that_locks_it(fresh):
     """A compile --out killed while it replaced a model left its scratch beside it, and build / validate / learn
     on that model (which take its lock, not its parent's) kept it for ever; export and flash (tidy) removed it."""

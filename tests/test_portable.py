@@ -23,6 +23,8 @@ import pytest
 
 from tinyproto.core.resources import IMPORT_ROOT
 
+from helpers import other_user_python
+
 pytestmark = [
     pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed"),
     pytest.mark.skipif(not Path("/usr/include/simavr/sim_avr.h").is_file(), reason="libsimavr-dev not installed"),
@@ -116,21 +118,9 @@ def test_copied_to_another_path_and_home_it_builds_validates_and_runs_pio(model,
     assert_no_absolute_path(moved, str(model.parent), str(tmp_path), str(home))
 
 
-def _other_user_python() -> str | None:
-    """An interpreter another user may run: this one if its files are world-readable, else the system python3 of
-    the same version (it borrows this environment's packages through PYTHONPATH)."""
-    for candidate in (sys.executable, "/usr/bin/python3"):
-        probe = subprocess.run([RUNUSER, "-u", "nobody", "--", candidate, "-c",
-                                "import sys; print(sys.version_info[:2])"],
-                               capture_output=True, text=True, cwd="/", env={"PATH": "/usr/bin:/bin"})
-        if probe.returncode == 0 and probe.stdout.strip() == str(tuple(sys.version_info[:2])):
-            return candidate
-    return None
-
-
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root and runuser")
 def test_copied_to_another_user_it_builds_validates_and_runs_pio(model):
-    python = _other_user_python()
+    python = other_user_python()
     if python is None:
         pytest.skip("no Python interpreter of this version that the user nobody may run")
     # Outside pytest's tmp_path (mode 0700, root's): a world-traversable directory owned by the other user.

@@ -311,9 +311,13 @@ def remove_stale_scratch(parent: Path, prefix: str = SCRATCH_PREFIX) -> None:
         return
     for scratch in candidates:
         lock_path = scratch / LOCK
-        if scratch.is_symlink() or not scratch.is_dir():
+        try:
+            if scratch.is_symlink() or not scratch.is_dir():
+                continue
+            has_lock = lock_path.is_file()
+        except OSError:  # another user's scratch in a shared /tmp (mkdtemp makes it private): not ours to remove
             continue
-        if not lock_path.is_file():
+        if not has_lock:
             try:
                 scratch.rmdir()  # empty: killed before it locked it (rmdir refuses a directory with anything in it)
             except OSError:
