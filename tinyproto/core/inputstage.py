@@ -241,6 +241,11 @@ class InputStage:
                    "per-feature 1/(std*step), half float x 2^TP_INPUT_GAIN_EXP"),
         ]
 
+    @property
+    def nbytes(self) -> int:
+        """Flash bytes of the stage's arrays (what the ledger counts; stage_bytes prices a kind before one exists)."""
+        return sum(a.nbytes for a in self.carrays())
+
     def defines(self) -> dict[str, int]:
         out = {"TP_INPUT_MEAN_EXP": self.mean_exp, "TP_INPUT_GAIN_EXP": self.gain_exp}
         if self.kind in ("shared", "centred"):  # written only when set: a per-feature stage's header is unchanged

@@ -15,8 +15,8 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, stage_bytes
 from tinyproto.families.flynn.quantize import IntFlyNN, scaled_counts
 from tinyproto.families.flynn.solver import (
-    DEFAULT_CAP, DEVICE_STAGES, F_CPU, MIN_HASHES, CountLimit, largest_m, model_bytes, solver_random_state,
-    default_max_ms,
+    DEFAULT_CAP, DEVICE_STAGES, F_CPU, MIN_HASHES, CountLimit, centre_bits, largest_m, model_bytes,
+    solver_random_state, default_max_ms,
 )
 from tinyproto.families.flynn.pricing import fastest_m
 from tinyproto.families.flynn.seeded_index import draw_seed
@@ -152,8 +152,9 @@ def float_scaling(scaling: str) -> str:
 def stage_bytes_of(scaling: str, n_features: int) -> int | None:
     """The input stage's flash bytes for the byte pricing (None: the pricing's default, a mean and a gain per
     feature)."""
-    if scaling.startswith("centred"):
-        return stage_bytes("centred", n_features, int(scaling[len("centred"):]))
+    bits = centre_bits(scaling)
+    if bits is not None:
+        return stage_bytes("centred", n_features, bits)
     return stage_bytes("shared", n_features) if scaling == "shared" else None
 
 

@@ -56,8 +56,8 @@ import numpy as np
 from tinyproto.core.inputstage import CENTRE_BITS, InputStage, centred_from_means
 from tinyproto.families.flynn.pricing import WIDE_FEATURES
 from tinyproto.families.flynn.quantize import IntFlyNN
-from tinyproto.families.flynn.solver import (DEVICE_STAGES, F_CPU, CountLimit, estimate_cycles, model_bytes,
-                                           solver_random_state)
+from tinyproto.families.flynn.solver import (DEVICE_STAGES, F_CPU, CountLimit, centre_bits, estimate_cycles,
+                                           model_bytes, solver_random_state)
 from tinyproto.families.flynn.seeded_index import draw_seed
 from tinyproto.families.flynn.train import FlyNNClassifier
 from tinyproto.federated.config import (
@@ -123,9 +123,9 @@ def agree_shared_range(backend: Backend, n_values: int, communication: Communica
     return offset, gain, rounds
 
 
-def _sums_bytes(sums: MomentSums) -> int:
-    """What a party sends for moment sums: n and each exact integer."""
-    return 8 + sum((abs(v).bit_length() + 8) // 8 for v in sums.sum1 + sums.sum2)
+def _sums_bytes(values: Sequence[int]) -> int:
+    """What a party sends for exact integer sums (moment or column sums): n and each integer."""
+    return 8 + sum((abs(v).bit_length() + 8) // 8 for v in values)
 
 
 def agree_centred_stages(backend: Backend, shared: InputStage, bits: Sequence[int],
@@ -134,7 +134,7 @@ def agree_centred_stages(backend: Backend, shared: InputStage, bits: Sequence[in
     over every party's rows: the stage `compile` builds on the pooled rows (core.moments.centred_stage)."""
     sums = backend.allreduce(party_shared_value_sums, backend.handles, shared)
     if communication is not None:
-        communication.allreduce(1, 8 + sum((abs(v).bit_length() + 8) // 8 for v in sums.sums), broadcast=False)
+        communication.allreduce(1, _sums_bytes(sums.sums), broadcast=False)
     means = sums.means()
     return {f"centred{b}": centred_from_means(shared, means, b) for b in bits}
 
@@ -146,7 +146,7 @@ def agree_input_stages(backend: Backend, communication: Communication | None = N
     tries there."""
     comm = communication if communication is not None else Communication()
     sums = backend.allreduce(party_moment_sums, backend.handles)
-    comm.allreduce(1, _sums_bytes(sums), broadcast=False)
+    comm.allreduce(1, _sums_bytes(sums.sum1 + sums.sum2), broadcast=False)
     n_features = len(sums.sum1)
     stages: dict = {"n": sums.n}
     for scaling in scalings:
@@ -225,8 +225,8 @@ def federated_fit(backend: Backend, config: FlyNNConfig, classes: np.ndarray, dp
         offset, gain, rounds = agree_shared_range(backend, sums.n * len(sums.sum1))
         stage = InputStage.shared(offset, gain, len(sums.sum1))
         say(f"all-reduce: shared input stage from the exact quantiles of every value ({rounds} rounds)")
-        if config.scaling != "shared":
-            bits = int(config.scaling[len("centred"):])
+        bits = centre_bits(config.scaling)
+        if bits is not None:
             stage = agree_centred_stages(backend, stage, (bits,))[config.scaling]
             say(f"all-reduce: {bits}-bit centres of the input stage from the exact sums of its values")
         spec = FederatedSpec(config, np.asarray(classes), mean, scale, 1.0, device_stage=stage)

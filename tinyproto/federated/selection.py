@@ -427,7 +427,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
         n_in = 2 * d if sign_split else d
         for s in sorted({min(s, max(1, n_in // 2)) for s in s_grid}):
             plan = _solver.exact_plan(limits, s, _solver.ShapeGrid(rho_grid, bits_grid, store_grid), n_in,
-                                      sum(a.nbytes for a in stages[scaling].carrays()), replays)
+                                      stages[scaling].nbytes, replays)
             if not plan:
                 continue
             by_shape: dict[tuple[int, int], list[Candidate]] = {}

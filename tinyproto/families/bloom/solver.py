@@ -55,7 +55,7 @@ def _unit_stage(n_features: int, kind: str = "feature") -> InputStage:
 
 def stage_bytes(n_features: int, kind: str = "feature") -> int:
     """Bytes of the input stage for d features (from the stage's own arrays, as the ledger counts them)."""
-    return sum(a.nbytes for a in _unit_stage(n_features, kind).carrays())
+    return _unit_stage(n_features, kind).nbytes
 
 
 def placeholder_model(seed: int, n_features: int, n_classes: int, n_slots: int, n_hashes: int,

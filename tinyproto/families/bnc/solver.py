@@ -67,7 +67,7 @@ def input_stage_bytes(X: np.ndarray, kind: str = "feature") -> int:
     else:
         mean, scale = standardisation(X)
         stage = InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
-    nbytes = sum(a.nbytes for a in stage.carrays())
+    nbytes = stage.nbytes
     assert nbytes == priced_stage_bytes(kind, X.shape[1])
     return nbytes
 

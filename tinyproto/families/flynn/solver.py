@@ -61,6 +61,11 @@ SHARED_PREPROCESSING = (("shared", True), ("shared", False))  # one offset and g
 CENTRED_PREPROCESSING = (("centred2", True), ("centred2", False), ("centred4", True), ("centred4", False))
 DEVICE_STAGES = ("shared", "centred2", "centred4")  # preprocessings whose stage is built from the raw values
 
+
+def centre_bits(scaling: str) -> int | None:
+    """The bits of a centred preprocessing's centre codes ("centred2" -> 2), None for the other scalings."""
+    return int(scaling[len("centred"):]) if scaling.startswith("centred") else None
+
 # ---------------------------------------------------------------- candidates and their evaluation
 
 
@@ -97,8 +102,9 @@ def _input_stage(X: np.ndarray, scaling: str, sums: MomentSums) -> InputStage:
     sensors); "centredB": the same and a B-bit centre per feature (wide inputs)."""
     if scaling == "shared":
         return shared_stage(X)
-    if scaling.startswith("centred"):
-        return centred_stage(X, int(scaling[len("centred"):]))
+    bits = centre_bits(scaling)
+    if bits is not None:
+        return centred_stage(X, bits)
     mean, scale = exact_standardisation(sums, scaling)
     return InputStage.from_standardisation(mean, scale, choose_input_scale((X - mean) / scale))
 
@@ -109,7 +115,7 @@ def _prepare(X: np.ndarray, scaling: str, sign_split: bool, stage: InputStage) -
 
 
 def _stage_bytes(prep: _Prepared) -> int:
-    return sum(a.nbytes for a in prep.stage.carrays())
+    return prep.stage.nbytes
 
 
 # (ρ, b, hash inputs, stored M) -> the largest m whose counts the device can hold while learning
