@@ -24,12 +24,18 @@ import types
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 # Re-exported for test files written before helpers.py: `from conftest import needs` keeps working.
 from helpers import (HAVE_SIMULATOR, PipePort, fresh_copy, header_array_bytes, made_once, needs,  # noqa: F401
                      needs_simulator, read_only, run_wide_dir, tinyproto)
 
 TESTS = Path(__file__).resolve().parent
+
+# Property tests draw the same examples every run: a run's verdict must not depend on which examples it drew
+# (a test's own @settings changes only what it names).
+hypothesis_settings.register_profile("tinyproto", derandomize=True)
+hypothesis_settings.load_profile("tinyproto")
 
 # pytest-xdist's workers already keep every core busy: a solver's own pool of processes (compile's default --jobs,
 # every usable core) would only fight the other workers for the same cores and pay each pool worker's start (~1.5 s
