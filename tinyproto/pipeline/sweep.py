@@ -180,6 +180,7 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
     o = options or SweepOptions()
     check_arguments(o.device, o.workers, o.scheduler, o.timeout, o.max_latency_ms)
     points = parse_grid(o.models, o.budgets, o.seeds, o.boards)
+    out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write, before the data is read
     dataset = load_dataset(data, label=o.label)  # a bad DATA is refused here, not once per point on the workers
     # workers may run in another directory: a file is passed by its absolute path, a built-in set by its name
     # (load_dataset reads a built-in name first, even where a file or directory of that name sits in the cwd)
@@ -188,7 +189,6 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
     if o.clip_check and rate is None:
         raise TinyprotoError("--clip-check is part of --unknown-rate: give both (e.g. --unknown-rate 5% --clip-check)")
     binding = _binding(dataset, o.device, o.raw_check, o.max_latency_ms, rate, o.clip_check)
-    out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write
     created = _create_dirs(out)
     started = time.perf_counter()
     began = threading.Event()  # set once points are handed to the workers: from then on DIR is resumable
