@@ -99,6 +99,8 @@ def build_record_problem(model_dir: ModelDir, raw: dict) -> str | None:
     serial_baud, rx_ring_bytes or the section sizes: what is missing is not compared.)"""
     from tinyproto.device.project import parser_of, project_baud, project_rx_ring
 
+    if not all(_is_count(raw.get(key)) for key in ("flash_bytes", "sram_static_bytes")):
+        return "flash_bytes / sram_static_bytes are not byte counts"
     env = raw.get("env")
     known = [name[4:] for name in parser_of(model_dir.path).sections() if name.startswith("env:")]
     if not isinstance(env, str) or env not in known:
