@@ -367,8 +367,12 @@ def print_summary(console, data: ReportInput, max_bytes: int | None = None, max_
     measured = all(c["measured"] for c in configs) if configs else False
     boards = len({c["board"] for c in configs})
     table = Table(title=f"Pareto frontier, accuracy / model bytes ({len(frontier)} of {len(configs)} configurations)")
-    # the confidence columns only where a point has them (sweep --unknown-rate, --holdout-classes)
-    judged = [key for key in ("coverage", "auroc") if any(c[key] is not None for c in frontier)]
+    # the confidence columns only where they say something: "answered" for points that may decline (a sweep with
+    # --unknown-rate, or a point that declined test rows), "AUROC" for points with held-out classes
+    rate = (data.config.get("binding") or {}).get("unknown_rate") if isinstance(data.config, dict) else None
+    declines = rate is not None or any(c["coverage"] is not None and c["coverage"] < 1 for c in frontier)
+    judged = [key for key in ("coverage", "auroc")
+              if any(c[key] is not None for c in frontier) and (key != "coverage" or declines)]
     for column in ("model", "budget", "bytes", "acc.", "float", "int8", "device", "ms", "mJ") + tuple(
             JUDGED_COLUMNS[key] for key in judged):
         table.add_column(column, justify="left" if column == "model" else "right")
