@@ -629,10 +629,10 @@ def test_the_avr_assembly_of_tp_judge_equals_the_reference(tmp_path, n_classes, 
 
 
 def test_a_sweep_point_carries_the_rate_and_the_confidence_figures(tmp_path):
-    from tinyproto.pipeline.sweep_points import run_point
+    from tinyproto.pipeline.sweep_points import PointSettings, run_point
 
     point = {"model": "protonn", "budget_bytes": 1024, "seed": 0, "board": "uno"}
-    record = run_point(point, "iris", None, "none", str(tmp_path / "p"), False, unknown_rate="5%")
+    record = run_point(point, "iris", str(tmp_path / "p"), PointSettings(device="none", unknown_rate="5%"))
     assert record["status"] == "ok", record["error"]
     assert set(record["confidence"]) == {"coverage", "accepted_accuracy", "ece", "mean_confidence"}
     assert (tmp_path / "p" / "model.json").read_text().count('"unknown_above": null') == 0

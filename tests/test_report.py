@@ -73,6 +73,30 @@ def test_frontier_and_recommendation():
     assert recommend(configs, 512, None).startswith("nothing fits 0.5 kB; the smallest point is protonn 1kB")
 
 
+@pytest.mark.parametrize("rate, coverage, auroc, columns", [
+    (None, None, None, []),  # a sweep from before confidence
+    (None, 1.0, None, []),  # calibrated, nothing asked to decline: no "answered" column
+    (0.05, 1.0, None, ["answered"]),  # asked to decline (sweep --unknown-rate), declined none of the test rows
+    (None, 0.95, 0.9, ["answered", "AUROC"]),  # declined some, classes held out
+])
+def test_the_summary_shows_the_confidence_columns_that_say_something(rate, coverage, auroc, columns):
+    """A pipe gets the whole table (not cut to 80 columns), with "answered" only where points may decline and
+    "AUROC" only where classes were held out."""
+    import io
+
+    from rich.console import Console
+
+    from tinyproto.pipeline.report_data import ReportInput, print_summary
+
+    rows = [{**_row("protonn", 1024, 1000, 0.9, 1.0), "coverage": coverage, "auroc": auroc}]
+    config = {"binding": {"unknown_rate": rate}} if rate is not None else {}
+    out = io.StringIO()
+    print_summary(Console(file=out, width=80), ReportInput("sweep", Path("s"), rows, config=config))
+    header = next(line for line in out.getvalue().splitlines() if "model" in line and "budget" in line)
+    assert [c for c in ("answered", "AUROC") if c in header] == columns
+    assert "90.0 %" in out.getvalue()  # not wrapped as "90.0" over "%"
+
+
 def test_report_cli_refuses_what_is_not_a_sweep_or_model(tmp_path):
     result = CliRunner().invoke(main, ["report", str(tmp_path)])
     assert result.exit_code == 1 and "neither a sweep directory" in result.output

@@ -66,6 +66,8 @@ def test_grid_is_parsed_checked_and_ordered():
     (["--budgets", "abc"], "is not a size"),
     (["--max-bytes", "x"], "is not a size"),
     (["--max-ms", "-1"], "--max-ms must be a positive"),
+    (["--holdout-classes", "7"], "--holdout-classes: no class '7'"),
+    (["--holdout-classes", "0,2"], "must leave at least two classes"),
 ])
 def test_sweep_refuses_bad_arguments_in_one_line(tmp_path, args, message):
     result = _cli("sweep", "iris", "--device", "none", "--out", str(tmp_path / "s"), *args)
@@ -272,16 +274,32 @@ def test_a_point_that_meets_a_system_error_records_its_words_not_an_internal_err
     """A sweep into a full disk recorded each point as "internal error (OSError: [Errno 28] ...)", a bug's words
     for the system's refusal; a point records a system error as the CLI prints one."""
     import tinyproto.pipeline.compile as compile_module
-    from tinyproto.pipeline.sweep_points import run_point
+    from tinyproto.pipeline.sweep_points import PointSettings, run_point
 
     def refuse(*args, **kwargs):
         raise error
 
     monkeypatch.setattr(compile_module, "compile_model", refuse)
     point = {"model": "protonn", "budget_bytes": 512, "seed": 0, "board": "uno"}
-    record = run_point(point, "iris", None, "none", str(tmp_path / "p"), False)
+    record = run_point(point, "iris", str(tmp_path / "p"), PointSettings(device="none"))
     assert record["status"] == "failed" and record["stage"] == "compile", record
     assert record["error"].startswith(words) and "internal error" not in record["error"], record["error"]
+
+
+def test_holdout_classes_reach_every_point_and_bind_the_sweep(tmp_path):
+    """--holdout-classes is compile's at every point: each line carries the held-out rows' AUROC and share
+    declined, the summary shows the AUROC, and resuming with other classes held out is refused."""
+    out = tmp_path / "held"
+    result = _cli("sweep", "iris", "--models", "protonn", "--budgets", "1kB", "--device", "none", "--workers", "1",
+                  "--holdout-classes", "2", "--unknown-rate", "5%", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    (record,) = read_results(out / "results.jsonl")
+    held_out = record["confidence"]["held_out"]
+    assert held_out["rows"] == 50 and 0.5 < held_out["auroc"] <= 1 and 0 <= held_out["declined"] <= 1, held_out
+    assert "AUROC" in result.output and f"{held_out['auroc']:.3f}" in result.output
+    with pytest.raises(TinyprotoError, match="other inputs"):
+        sweep("iris", out, SweepOptions(models="protonn", budgets="1kB", resume=True, device="none",
+                                        unknown_rate="5%", holdout_classes="1"))
 
 
 def test_max_latency_reaches_every_point_and_binds_the_sweep(tmp_path):

@@ -264,6 +264,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="docs-examples-") as work:
         run = example_runner(Path(work))
+        for command in prerequisites(args.pages):  # e.g. wine.csv for a later tutorial run on its own
+            run(command, 0)
         if args.update:
             unmatched: list[str] = []
             for page in args.pages:

@@ -9,7 +9,8 @@ import click
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import label_option, not_blank, shown, TextPath, unknown_rate_option, clip_check_option
+from tinyproto.cli.options import (label_option, not_blank, shown, TextPath, unknown_rate_option, clip_check_option,
+                                   holdout_classes_option)
 from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepOptions, SweepProgress, sweep
 from tinyproto.pipeline.sweep_points import DEVICES, check_arguments
 from tinyproto.pipeline.htmlreport import FIGURES, write_report
@@ -47,13 +48,13 @@ from tinyproto.pipeline.sweep_files import RESULTS
                    "to run within MS ms on the point's board; a point that cannot is recorded as failed.")
 @unknown_rate_option
 @clip_check_option
+@holdout_classes_option
 @click.option("--max-bytes", default=None, help="For the recommendation: largest model, e.g. 2kB.")
 @click.option("--max-ms", type=float, default=None, help="For the recommendation: longest latency in ms.")
 def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str, device: str, raw_check: bool,
                   scheduler: str | None, workers: int | None, out: Path, resume: bool, label: str | None,
                   timeout: float, max_latency: float | None, unknown_rate: str | None, clip_check: bool,
-                  max_bytes: str | None,
-                  max_ms: float | None) -> None:
+                  holdout_classes: str | None, max_bytes: str | None, max_ms: float | None) -> None:
     """Compile DATA at every (model, budget, seed, board) point, in parallel on dask, and collect the results.
 
     \b
@@ -92,7 +93,7 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
                        failed=state.failed, running=state.running, last=state.last[-60:])
 
         options = SweepOptions(models, budgets, seeds, boards, device, scheduler, workers, resume, label, raw_check,
-                               timeout, max_latency, unknown_rate, clip_check)
+                               timeout, max_latency, unknown_rate, clip_check, holdout_classes)
         result = sweep(data, out, options, show)
     failed = [r for r in result.records if r.get("status") != "ok"]
     where = result.cluster or {}

@@ -67,7 +67,16 @@ def _row(record: dict) -> dict:
         "label_agreement": device["label_agreement"] if device else None,
         "score_agreement": device["score_agreement"] if device else None,
         "status": record.get("status", "ok"),
+        **_judged_figures(record),
     }
+
+
+def _judged_figures(record: dict) -> dict:
+    """A point's coverage (--unknown-rate) and its novelty score's AUROC (--holdout-classes), the device's where
+    it was validated; None where the point has none."""
+    figures = (record.get("device") or {}).get("confidence") or record.get("confidence") or {}
+    held_out = figures.get("held_out") or {}
+    return {"coverage": figures.get("coverage"), "auroc": held_out.get("auroc")}
 
 
 def load_sweep(path: Path) -> ReportInput:
@@ -302,13 +311,14 @@ def configurations(rows: list[dict]) -> list[dict]:
     out = []
     for (model, budget, board), members in groups.items():
         def mean(key):
-            values = [m[key] for m in members if m[key] is not None]
+            values = [m.get(key) for m in members if m.get(key) is not None]
             return float(np.mean(values)) if values else None
         out.append({"model": model, "budget_bytes": budget, "board": board, "n_seeds": len(members),
                     "model_bytes": mean("model_bytes"), "accuracy": mean("accuracy"),
                     "float_accuracy": mean("float_accuracy"), "int8_accuracy": mean("int8_accuracy"),
                     "device_accuracy": mean("device_accuracy"), "latency_ms": mean("latency_ms"),
-                    "energy_mj": mean("energy_mj"), "measured": all(m["measured"] for m in members)})
+                    "energy_mj": mean("energy_mj"), "measured": all(m["measured"] for m in members),
+                    "coverage": mean("coverage"), "auroc": mean("auroc")})
     return sorted(out, key=lambda c: (c["model_bytes"], -c["accuracy"], c["model"], c["board"]))
 
 
@@ -357,24 +367,57 @@ def print_summary(console, data: ReportInput, max_bytes: int | None = None, max_
     measured = all(c["measured"] for c in configs) if configs else False
     boards = len({c["board"] for c in configs})
     table = Table(title=f"Pareto frontier, accuracy / model bytes ({len(frontier)} of {len(configs)} configurations)")
-    for column in ("model", "budget", "bytes", "acc.", "float", "int8", "device", "ms", "mJ"):
+    # the confidence columns only where they say something: "answered" for points that may decline (a sweep with
+    # --unknown-rate, or a point that declined test rows), "AUROC" for points with held-out classes
+    rate = (data.config.get("binding") or {}).get("unknown_rate") if isinstance(data.config, dict) else None
+    declines = rate is not None or any(c["coverage"] is not None and c["coverage"] < 1 for c in frontier)
+    judged = [key for key in ("coverage", "auroc")
+              if any(c[key] is not None for c in frontier) and (key != "coverage" or declines)]
+    for column in ("model", "budget", "bytes", "acc.", "float", "int8", "device", "ms", "mJ") + tuple(
+            JUDGED_COLUMNS[key] for key in judged):
         table.add_column(column, justify="left" if column == "model" else "right")
     for c in frontier:
         table.add_row(c["model"] + (f" ({c['board']})" if boards > 1 else ""), kb(c["budget_bytes"]),
                       f"{c['model_bytes']:.0f}", _pct(c["accuracy"]), _pct(c["float_accuracy"]),
                       _pct(c["int8_accuracy"]), _pct(c["device_accuracy"]),
-                      f"{c['latency_ms']:.2f}" + ("" if c["measured"] else "*"), f"{c['energy_mj']:.3f}")
+                      f"{c['latency_ms']:.2f}" + ("" if c["measured"] else "*"), f"{c['energy_mj']:.3f}",
+                      *(_pct(c[key]) if key == "coverage" else _ratio(c[key]) for key in judged))
     table.caption = ("accuracy: the device's where validated, else the host int8 reference's; ms and mJ per inference"
-                     + ("" if measured else "; * predicted by the cost model"))
+                     + ("" if measured else "; * predicted by the cost model")
+                     + ("; answered: share of known-class test rows not declined as unknown" if "coverage" in judged
+                        else "")
+                     + ("; AUROC: how well the novelty score tells held-out classes' rows from known ones"
+                        if "auroc" in judged else ""))
     if frontier:
-        console.print(table)
+        _print_unwrapped(console, table)
     line = recommend(configs, max_bytes, max_ms)
     console.print(line)
     return line
 
 
+def _print_unwrapped(console, table) -> None:
+    """The table at its own width into a pipe or a file (there, rich assumes 80 columns and would wrap "100.0 %"
+    over two lines); a terminal gets it fitted to its width."""
+    from rich.measure import Measurement
+
+    width = console.width
+    if not console.is_terminal:
+        console.width = max(width, Measurement.get(console, console.options.update_width(10_000), table).maximum)
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+JUDGED_COLUMNS = {"coverage": "answered", "auroc": "AUROC"}
 
 
 # ------------------------------------------------------------------------------------------------ figures

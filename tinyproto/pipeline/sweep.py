@@ -37,8 +37,8 @@ from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.pipeline.sweep_files import (CONFIG, POINTS, RESULTS, SWEEP_FORMAT, SWEEP_FORMAT_VERSION, ResultsFile,
                                             _rewrite_in_order, is_drawn, read_config, read_results)
-from tinyproto.pipeline.sweep_points import (TOPIC, Point, _one_line, check_arguments, parse_grid, record_order,
-                                             run_point)
+from tinyproto.pipeline.sweep_points import (TOPIC, Point, PointSettings, _one_line, check_arguments, parse_grid,
+                                             record_order, run_point)
 
 DEFAULT_BUDGETS = "0.5kB,1kB,2kB,4kB,8kB"
 DEFAULT_TIMEOUT_S = 1800.0  # longest wait for the next point to finish (a point is compile + build + validate)
@@ -60,17 +60,20 @@ def data_fingerprint(dataset) -> str:
     return digest.hexdigest()
 
 
-def _binding(dataset, device: str, raw_check: bool, max_latency_ms: float | None,
-             unknown_rate: float | None = None, clip_check: bool = False) -> dict:
-    """What must be the same for --resume to continue a sweep (the grid itself may grow)."""
-    binding = {"dataset": dataset.name, "data_sha256": data_fingerprint(dataset), "device": device,
-               "raw_check": raw_check if device == "sim" else None}
-    if max_latency_ms is not None:  # absent without a limit: sweeps written before --max-latency still resume
-        binding["max_latency_ms"] = max_latency_ms
-    if unknown_rate is not None:  # likewise: sweeps written before --unknown-rate still resume
+def _binding(dataset, o: SweepOptions, unknown_rate: float | None, held_out: list[str] | None) -> dict:
+    """What must be the same for --resume to continue a sweep (the grid itself may grow): the data, where points
+    are checked, and every option each point is compiled with (unknown_rate parsed, held_out the classes named)."""
+    binding = {"dataset": dataset.name, "data_sha256": data_fingerprint(dataset), "device": o.device,
+               "raw_check": o.raw_check if o.device == "sim" else None}
+    # each option below is absent when not given, so sweeps written before it existed still resume
+    if o.max_latency_ms is not None:
+        binding["max_latency_ms"] = o.max_latency_ms
+    if unknown_rate is not None:
         binding["unknown_rate"] = unknown_rate
-    if clip_check:  # likewise: sweeps written before --clip-check still resume
+    if o.clip_check:
         binding["clip_check"] = True
+    if held_out is not None:
+        binding["holdout_classes"] = held_out
     return binding
 
 
@@ -167,13 +170,20 @@ class SweepOptions:
     max_latency_ms: float | None = None  # every point compiled with this latency limit (`compile --max-latency`)
     unknown_rate: str | None = None  # every point compiled with this decline rate (`compile --unknown-rate`)
     clip_check: bool = False  # and with the clip check (`compile --clip-check`)
+    holdout_classes: str | None = None  # these classes kept out of every point's training (`--holdout-classes`)
+
+    def point_settings(self) -> PointSettings:
+        return PointSettings(self.label, self.device, self.raw_check, self.max_latency_ms, self.unknown_rate,
+                             self.clip_check, self.holdout_classes)
 
 
 def sweep(data: str, out: Path, options: SweepOptions | None = None,
           progress: Callable[[SweepProgress], None] | None = None) -> SweepResult:
     """Run every point of the grid not yet in DIR/results.jsonl; see the module doc. A point that cannot meet
     options.max_latency_ms is a failed point."""
-    from tinyproto.core.confidence import parse_rate
+    import numpy as np
+
+    from tinyproto.core.confidence import parse_classes, parse_rate
     from tinyproto.core.datasets import BUILTIN, load_dataset
     from tinyproto.core.outdir import check_output_dir, locked
 
@@ -187,7 +197,11 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
     rate = None if o.unknown_rate is None else parse_rate(o.unknown_rate)  # refused now, not once per point
     if o.clip_check and rate is None:
         raise TinyprotoError("--clip-check is part of --unknown-rate: give both (e.g. --unknown-rate 5% --clip-check)")
-    binding = _binding(dataset, o.device, o.raw_check, o.max_latency_ms, rate, o.clip_check)
+    held_out = None  # refused now too: a class the data does not hold, or too few classes left to train on
+    if o.holdout_classes is not None:
+        known = sorted(set(np.asarray(dataset.y).tolist()), key=str)
+        held_out = [str(c) for c in parse_classes(o.holdout_classes, known)]
+    binding = _binding(dataset, o, rate, held_out)
     out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write
     created = _create_dirs(out)
     started = time.perf_counter()
@@ -314,10 +328,9 @@ def _run_points(client, cluster_info: dict, todo: list[Point], data: str, option
         pass
 
     futures = {}
+    settings = options.point_settings()
     for p in sorted(todo, key=lambda p: -p.budget_bytes):  # the longest points first: fewer idle workers at the end
-        future = client.submit(run_point, asdict(p), data, options.label, options.device, str(out / POINTS / p.id),
-                               options.raw_check, token, options.max_latency_ms, options.unknown_rate,
-                               options.clip_check,
+        future = client.submit(run_point, asdict(p), data, str(out / POINTS / p.id), settings, token,
                                key=f"tinyproto-sweep-{p.id}-{token[:8]}", pure=False, priority=p.budget_bytes)
         futures[future] = p
     finished: set[str] = set()

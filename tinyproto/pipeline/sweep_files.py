@@ -35,6 +35,8 @@ _DEVICE_AMOUNTS = ("cycles_mean", "latency_ms", "energy_mj_mcu", "energy_mj_boar
                    "sram_static_bytes", "stack_peak_bytes")
 # a point's confidence figures as sweep_points writes them (these keys of report.json's confidence block)
 CONFIDENCE_FIGURES = ("coverage", "accepted_accuracy", "ece", "mean_confidence")
+# and, with held-out classes, these of its "held_out" block (rows: how many test rows were of held-out classes)
+HELD_OUT_FIGURES = ("rows", "auroc", "declined")
 
 
 def _is_number(value: object) -> bool:
@@ -63,6 +65,14 @@ def _check_confidence(entry: dict, where: str) -> None:
         raise ValueError(f"{where}confidence is {_shown(figures)}, not an object")
     for key in CONFIDENCE_FIGURES:
         _check_fraction(figures, key, f"{where}confidence.")
+    held_out = figures.get("held_out")
+    if held_out is None:
+        return
+    if not isinstance(held_out, dict):
+        raise ValueError(f"{where}confidence.held_out is {_shown(held_out)}, not an object")
+    _check_amount(held_out, "rows", f"{where}confidence.held_out.")
+    for key in ("auroc", "declined"):
+        _check_fraction(held_out, key, f"{where}confidence.held_out.")
 
 
 def _shown(value: object) -> str:

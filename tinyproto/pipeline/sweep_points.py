@@ -10,7 +10,7 @@ from typing import Any
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError, os_error_line
-from tinyproto.pipeline.sweep_files import CONFIDENCE_FIGURES, POINTS
+from tinyproto.pipeline.sweep_files import CONFIDENCE_FIGURES, HELD_OUT_FIGURES, POINTS
 
 FAMILIES = families.names()
 MAX_SEED = 2**32 - 1  # numpy's seed range (the CLI's --seed accepts the same)
@@ -91,9 +91,20 @@ def check_arguments(device: str, workers: int | None, scheduler: str | None, tim
 # ------------------------------------------------------------------------------------------------ one point (a task)
 
 
-def run_point(point: dict, data: str, label: str | None, device: str, point_dir: str, raw_check: bool,
-              token: str = "", max_latency_ms: float | None = None, unknown_rate: str | None = None,
-              clip_check: bool = False) -> dict:
+@dataclass(frozen=True)
+class PointSettings:
+    """What every point of one sweep is made with, beside its own (model, budget, seed, board)."""
+
+    label: str | None = None  # DATA's label column
+    device: str = "sim"  # sim: build and validate each point on the simulated board; none: compile only
+    raw_check: bool = False  # validate's on-device input-stage pass too
+    max_latency_ms: float | None = None  # `compile --max-latency`
+    unknown_rate: str | None = None  # `compile --unknown-rate`
+    clip_check: bool = False  # `compile --clip-check`
+    holdout_classes: str | None = None  # `compile --holdout-classes`
+
+
+def run_point(point: dict, data: str, point_dir: str, settings: PointSettings, token: str = "") -> dict:
     """Compile one point into `point_dir` (and build + validate it with device 'sim'); return its result line.
 
     Runs on a dask worker. Never raises for a point that cannot be made: the error becomes part of the line.
@@ -109,19 +120,20 @@ def run_point(point: dict, data: str, label: str | None, device: str, point_dir:
     started = time.perf_counter()
     try:
         t = time.perf_counter()
-        options = CompileOptions(p.model, p.budget_bytes, p.seed, p.board, Path(point_dir), label,
-                                 max_latency_ms=max_latency_ms, unknown_rate=unknown_rate, clip_check=clip_check)
+        options = CompileOptions(p.model, p.budget_bytes, p.seed, p.board, Path(point_dir), settings.label,
+                                 max_latency_ms=settings.max_latency_ms, unknown_rate=settings.unknown_rate,
+                                 clip_check=settings.clip_check, holdout_classes=settings.holdout_classes)
         result = compile_model(data, options)
         seconds["compile"] = time.perf_counter() - t
         record.update(_compile_figures(result.report))
-        if device == "sim":
+        if settings.device == "sim":
             stage = "build"
             t = time.perf_counter()
             _build(Path(point_dir))
             seconds["build"] = time.perf_counter() - t
             stage = "validate"
             t = time.perf_counter()
-            summary = _validate(Path(point_dir), raw_check)
+            summary = _validate(Path(point_dir), settings.raw_check)
             seconds["validate"] = time.perf_counter() - t
             record["device"] = _device_figures(summary)
             failed = [name for name, check in summary["checks"].items() if check["ok"] is False]
@@ -195,10 +207,15 @@ def _compile_figures(report: dict) -> dict:
 
 
 def _judged(figures: dict | None) -> dict | None:
-    """A point's confidence figures (coverage, accuracy on the accepted rows, calibration error)."""
+    """A point's confidence figures (coverage, accuracy on the accepted rows, calibration error), and with held-out
+    classes how well the novelty score tells their rows from the known ones (AUROC, share declined)."""
     if not figures:
         return None
-    return {key: figures.get(key) for key in CONFIDENCE_FIGURES}
+    judged = {key: figures.get(key) for key in CONFIDENCE_FIGURES}
+    held_out = figures.get("held_out")
+    if isinstance(held_out, dict):
+        judged["held_out"] = {key: held_out.get(key) for key in HELD_OUT_FIGURES}
+    return judged
 
 
 def _device_figures(summary: dict) -> dict:
