@@ -57,11 +57,11 @@ from tinyproto.core.inputstage import CENTRE_BITS, InputStage, centred_from_mean
 from tinyproto.families.flynn.pricing import WIDE_FEATURES
 from tinyproto.families.flynn.quantize import IntFlyNN
 from tinyproto.families.flynn.solver import (DEVICE_STAGES, F_CPU, CountLimit, centre_bits, estimate_cycles,
-                                           model_bytes, solver_random_state)
+                                           float_scaling, model_bytes, solver_random_state)
 from tinyproto.families.flynn.seeded_index import draw_seed
 from tinyproto.families.flynn.train import FlyNNClassifier
 from tinyproto.federated.config import (
-    FederatedSpec, FlyNNConfig, assemble, default_config, fit_to_classes, float_scaling, stage_bytes_of,
+    FederatedSpec, FlyNNConfig, assemble, default_config, fit_to_classes, stage_bytes_of,
 )
 from tinyproto.federated.dp import DPParams
 from tinyproto.federated.local_parties import Backend, LocalBackend
@@ -220,10 +220,13 @@ def federated_fit(backend: Backend, config: FlyNNConfig, classes: np.ndarray, dp
     say = progress or (lambda message: None)
     sums = backend.allreduce(party_moment_sums, backend.handles)
     say(f"all-reduce: standardisation of {len(sums.sum1)} features from {sums.n} rows (exact sums)")
-    if config.scaling in DEVICE_STAGES:  # the device's stage from the raw values; the float model: global scaling
-        mean, scale = standardisation(sums, float_scaling(config.scaling))
+    if config.scaling in DEVICE_STAGES:  # the device's stage from the raw values; the float model: its view
         offset, gain, rounds = agree_shared_range(backend, sums.n * len(sums.sum1))
         stage = InputStage.shared(offset, gain, len(sums.sum1))
+        if float_scaling(config.scaling) == "shared":  # the stage's own offset and step, as FlyNNClassifier's
+            mean, scale = np.full(len(sums.sum1), offset), np.full(len(sums.sum1), 1.0 / gain)
+        else:
+            mean, scale = standardisation(sums, float_scaling(config.scaling))
         say(f"all-reduce: shared input stage from the exact quantiles of every value ({rounds} rounds)")
         bits = centre_bits(config.scaling)
         if bits is not None:

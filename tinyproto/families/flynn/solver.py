@@ -62,6 +62,13 @@ CENTRED_PREPROCESSING = (("centred2", True), ("centred2", False), ("centred4", T
 DEVICE_STAGES = ("shared", "centred2", "centred4")  # preprocessings whose stage is built from the raw values
 
 
+def float_scaling(scaling: str) -> str:
+    """The float model's standardisation for a preprocessing: a shared stage's own offset and step (what its int8
+    inputs round); a centred stage's view is the global one (each feature's exact mean, one std: the centres are
+    those means in a few bits); the others are their own."""
+    return "global" if scaling.startswith("centred") else scaling
+
+
 def centre_bits(scaling: str) -> int | None:
     """The bits of a centred preprocessing's centre codes ("centred2" -> 2), None for the other scalings."""
     return int(scaling[len("centred"):]) if scaling.startswith("centred") else None
@@ -247,7 +254,7 @@ def fit_chosen_flynn(X_train: np.ndarray, y_train: np.ndarray, chosen: dict,
         n_inputs_per_hash=int(chosen["n_inputs_per_hash"]),
         n_winners=int(chosen["n_winners"]),
         decay=float(chosen["decay"]),
-        scaling="global" if prep.scaling in DEVICE_STAGES else prep.scaling,
+        scaling=float_scaling(prep.scaling),
         sign_split=prep.sign_split,
         random_state=solver_random_state(options.seed),
         count_scale=int(chosen.get("count_scale", 1)),  # the float model reads the counts the int8 one rounds
@@ -363,8 +370,7 @@ def search_flynn(
         n_inputs_per_hash=best.s,
         n_winners=best.rho,
         decay=best.decay,
-        # the float view of a shared stage: one std; of a centred one: one std and each feature's exact mean
-        scaling="global" if best.scaling in DEVICE_STAGES else best.scaling,
+        scaling=float_scaling(best.scaling),
         sign_split=best.sign_split,
         random_state=clf_state,  # draws `seed`: the M that was evaluated
         count_scale=best.count_scale,  # the float model reads the counts the int8 one rounds (t / q)

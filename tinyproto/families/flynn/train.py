@@ -17,7 +17,8 @@ Preprocessing: the features are standardised (`scaling`). The papers also normal
 need it: every row of M has exactly s ones, so M(a·x) = a·Mx and the winners are unchanged by any per-sample
 positive scaling (without the sign split, by any per-sample shift as well). What matters is the per-feature
 scale, which `scaling` chooses: "feature" divides by each feature's std, "global" by one common std (keeps the
-relative scales of features that share a unit, such as pixels, instead of amplifying nearly constant ones).
+relative scales of features that share a unit, such as pixels, instead of amplifying nearly constant ones), and
+"shared" subtracts one offset from every feature too, as the device's shared input stage does.
 
 Sign split (`sign_split=True`, an addition to the papers): M projects the 2d vector [z, -z] instead of z.
 Winner-take-all only reacts to large projections, so without it a sample is described only by the features
@@ -38,7 +39,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from tinyproto.core.inputstage import standardisation
+from tinyproto.core.inputstage import shared_range, standardisation
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 
 # The float path hashes z rounded to multiples of 2^-24 and clipped to ±2^20: any sum of up to 256 such values is
@@ -66,6 +67,18 @@ def feature_scale(X: np.ndarray, scaling: str) -> np.ndarray:
     """Per-feature divisors by the one rule of every family (`tinyproto.core.inputstage.standardise_moments`): each
     feature's std ("feature") or their root-mean-square ("global"); constant features by their magnitude."""
     return standardisation(X, scaling)[1]
+
+
+def input_standardisation(X: np.ndarray, scaling: str) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, scale) per feature for `scaling`: "feature" and "global" by the one rule of every family; "shared"
+    is the device's shared input stage before its rounding, one offset and one step for every feature
+    (core.inputstage.shared_range), so that a float model of a shared stage is the one its int8 model rounds
+    (with the sign split the offset moves the winners, so per-feature means would make another model)."""
+    if scaling != "shared":
+        return standardisation(X, scaling)
+    offset, gain = shared_range(X)
+    n_features = np.asarray(X).shape[1]
+    return np.full(n_features, offset, dtype=np.float64), np.full(n_features, 1.0 / gain, dtype=np.float64)
 
 
 # ---------------------------------------------------------------- winner-take-all
@@ -112,7 +125,8 @@ class FlyNNClassifier(ClassifierMixin, BaseEstimator):
     n_inputs_per_hash : s, ones per row of M (clipped to the number of features).
     n_winners : ρ, winners kept by the winner-take-all (clipped to m).
     decay : c in (0, 1]; weight (1 - c)^t for a bit seen t times in the class (1.0 = binary filter).
-    scaling : "feature" (per-feature std) or "global" (one std for every feature).
+    scaling : "feature" (per-feature std), "global" (one std for every feature) or "shared" (one offset and one
+        step for every feature: the float view of the device's shared input stage).
     sign_split : hash [z, -z] (2d inputs) instead of z, so low values can win too.
     temperature : predict_proba = softmax(-f / temperature), f the novelty in [0, 1]; None means 1 / ρ, i.e.
         softmax of minus the raw novelty sums (a binary filter: minus the number of never-seen winners).
@@ -128,7 +142,7 @@ class FlyNNClassifier(ClassifierMixin, BaseEstimator):
         "n_inputs_per_hash": [Interval(Integral, 1, 255, closed="both")],
         "n_winners": [Interval(Integral, 1, 255, closed="both")],
         "decay": [Interval(Real, 0, 1, closed="right")],
-        "scaling": [StrOptions({"feature", "global"})],
+        "scaling": [StrOptions({"feature", "global", "shared"})],
         "sign_split": ["boolean"],
         "temperature": [Interval(Real, 0, None, closed="neither"), None],
         "random_state": ["random_state"],
@@ -188,7 +202,7 @@ class FlyNNClassifier(ClassifierMixin, BaseEstimator):
     def _initialise(self, X: np.ndarray, classes: np.ndarray) -> None:
         self.classes_ = classes
         n_features = X.shape[1]
-        self.mean_, self.scale_ = standardisation(X, self.scaling)
+        self.mean_, self.scale_ = input_standardisation(X, self.scaling)
         self.n_hash_inputs_ = 2 * n_features if self.sign_split else n_features
         self.n_hashes_ = int(self.n_hashes)
         self.n_inputs_per_hash_ = min(int(self.n_inputs_per_hash), self.n_hash_inputs_)
