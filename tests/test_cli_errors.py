@@ -296,6 +296,21 @@ BUILD_JSON_DAMAGE = {
     "other-model": (_edit_json("build.json", lambda d: d.update(model_hash="0x00000001")), "built for model"),
     "no-binding": (_edit_json("build.json", lambda d: d.pop("firmware_sha256")), "build"),
     "fifo": (_replace_with("build.json", "fifo"), "regular file"),
+    # every value build writes, checked against the file it came from (was: accepted, and validate talked at a
+    # baud or ring of the damaged record, or reported its sizes; a baud of 9600 passed and was reported)
+    "env-unknown": (_edit_json("build.json", lambda d: d.update(env="nosuch")), "environments"),
+    "env-number": (_edit_json("build.json", lambda d: d.update(env=3)), "environments"),
+    "tool": (_edit_json("build.json", lambda d: d.update(tool="rm -rf /")), "tool"),
+    **{f"{key}={value}": (_edit_json("build.json", lambda d, k=key, v=value: d.update({k: v})), key)
+       for key, value in [("serial_baud", 9600), ("serial_baud", 0), ("serial_baud", -1), ("serial_baud", 10**9),
+                          ("serial_baud", "x"), ("serial_baud", 1.5), ("serial_baud", None), ("rx_ring_bytes", 16),
+                          ("rx_ring_bytes", 100000), ("rx_ring_bytes", True), ("sram_bytes", 0),
+                          ("sram_bytes", -1), ("flash_available_bytes", 10), ("model_bytes", -1),
+                          ("text_bytes", "x"), ("bss_bytes", -1)]},
+    "flash-not-its-sections": (_edit_json("build.json", lambda d: d.update(flash_bytes=d["flash_bytes"] + 1)),
+                               "text_bytes"),
+    "sizes-beyond-the-board": (_edit_json("build.json", lambda d: d.update(
+        flash_bytes=40000, text_bytes=40000 - d["data_bytes"])), "exceed"),
 }
 
 

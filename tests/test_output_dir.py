@@ -97,6 +97,18 @@ def test_non_empty_foreign_out_gets_no_lock(work, entry):
     assert not (out / LOCK).exists()
 
 
+@pytest.mark.parametrize("verb", [["compile", "--budget", "1kB"], ["run", "--budget", "1kB"],
+                                  ["federate", "--budget", "1kB", "--parties", "2", "--backend", "local"],
+                                  ["sweep", "--models", "protonn", "--budgets", "1kB", "--device", "none"]])
+def test_an_unusable_out_is_refused_before_the_data_is_read(work, verb):
+    """A file at --out was refused only after the data was loaded (seconds for a built-in set, minutes for a large
+    CSV). DATA here is a file that does not exist: refusing it would name the data, so naming --out shows which
+    check ran first."""
+    (work / "f.txt").write_text("mine\n")
+    refused([verb[0], str(work / "nosuch.csv"), *verb[1:], "--out", str(work / "f.txt")],
+            "exists and is not a directory", work)
+
+
 @pytest.mark.parametrize("verb", ["compile", "validate", "build", "export", "report", "board-sim"])
 def test_directory_name_not_utf8_is_refused(work, verb):
     bad = os.fsdecode(b"m\xff")

@@ -254,6 +254,42 @@ def test_a_validation_json_whose_checks_are_not_checks_is_one_error(work, compil
     refused(["report", str(model)], "validation.json is damaged", model.parent)
 
 
+VALIDATION_DISAGREES = {
+    "other-model": lambda v: v.update(model_hash="0x00000001"),
+    "other-board": lambda v: v.update(board="mega2560"),
+    "other-clock": lambda v: v.update(f_cpu_hz=8_000_000),
+    "other-sram": lambda v: v.update(sram_bytes=8192),
+    "other-model-bytes": lambda v: v.update(model_bytes=v["model_bytes"] + 1),
+    "other-budget": lambda v: v.update(budget_bytes=4096),
+    "more-vectors-than-tested": lambda v: v.update(n_vectors=999),
+    "complete-with-fewer": lambda v: v.update(n_vectors=v["n_vectors"] - 1),
+    "passed-a-failed-check": lambda v: v["checks"]["scores"].update(ok=False),
+    "failed-all-checks-passed": lambda v: v.update(passed=False),
+    "passed-not-a-verdict": lambda v: v.update(passed="yes"),
+    "complete-not-its-check": lambda v: v.update(complete=False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VALIDATION_DISAGREES))
+def test_a_validation_json_that_disagrees_with_the_model_directory_is_one_error(built_models, case):
+    """Was: drawn as this model's device figures (another model's hash, another board's clock, 999 of 38 vectors,
+    passed with a failed check)."""
+    model = built_models("iris", "1kB")
+    summary = json.loads((model / "validation.json").read_text())
+    VALIDATION_DISAGREES[case](summary)
+    (model / "validation.json").write_text(json.dumps(summary))
+    refused(["report", str(model)], "disagrees with the model directory", model.parent)
+
+
+@pytest.mark.parametrize("change", [{"serial_baud": 9600}, {"model_bytes": -1}, {"env": "nosuch"}])
+def test_a_damaged_build_record_is_one_error(built_models, change):
+    """report drew build.json's figures unchecked (validate and flash refuse the same record)."""
+    model = built_models("iris", "1kB")
+    record = json.loads((model / "build.json").read_text())
+    (model / "build.json").write_text(json.dumps({**record, **change}))
+    refused(["report", str(model)], "build.json is damaged", model.parent)
+
+
 def test_names_the_figures_font_cannot_draw_are_escaped_without_a_warning():
     """Class names 日本 (and a data set's name in a title): matplotlib's font has no glyph for them, so the
     confusion matrix drew empty boxes and `report` printed a UserWarning with a line of tinyproto's source on

@@ -197,9 +197,12 @@ def compile_model(data: str, options: CompileOptions | None = None,
         raise TinyprotoError(f"--learnable is for --model {' or '.join(families.learnable_names())}: only "
                              f"{', '.join(families.family(n).title for n in families.learnable_names())} learns on "
                              "the device")
+    if o.out is not None:  # an unusable --out is refused now, before the data is read, not after minutes of training
+        check_model_output_dir(Path(o.out))
     dataset = load_dataset(data, label=o.label)
     out_dir = Path(o.out) if o.out is not None else default_out_dir(dataset)
-    check_model_output_dir(out_dir)  # an unusable --out is refused now, not after minutes of training
+    if o.out is None:  # the default --out is named after the data set
+        check_model_output_dir(out_dir)
     sp = split(dataset)
     if o.holdout_classes is not None:
         sp = hold_out(sp, o.holdout_classes)

@@ -158,12 +158,15 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
     o = options or FederateOptions()
     parties, dp_epsilon, dp_T, backend, split_spec, seed = (o.parties, o.dp_epsilon, o.dp_T, o.backend, o.split_spec,
                                                             o.seed)
+    from tinyproto.core.outdir import check_model_output_dir
+
+    if out is not None:  # an unusable --out is refused now, before the heavy imports and the data
+        check_model_output_dir(Path(out))
     from tinyproto.core.boards import load_board
     from tinyproto.core.budget import parse_budget
     from tinyproto.families import buffer_room
     from tinyproto.pipeline.compile import Fitted, TrainedOn, write_model_directory
     from tinyproto.core.datasets import default_out_dir, load_dataset, split
-    from tinyproto.core.outdir import check_model_output_dir
     from tinyproto.federated.dp import DPParams
     from tinyproto.federated.party import party_accuracy
     from tinyproto.federated.protocol import agree_classes, central_fit, choose_config, federated_fit
@@ -190,7 +193,8 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         if parties > n_train:
             raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
         out_dir = Path(out) if out is not None else default_out_dir(dataset, "-federated")
-        check_model_output_dir(out_dir)  # an unusable --out is refused now, not after the parties have trained
+        if out is None:  # the default --out is named after the data set: refused now, before the parties train
+            check_model_output_dir(out_dir)
 
         rows = split_parties(sp.y_train, parties, split_kind, seed)
         shards = [(sp.X_train[r], sp.y_train[r]) for r in rows]

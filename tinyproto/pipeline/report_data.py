@@ -205,6 +205,30 @@ def _ledger_ok(report: dict) -> bool:
                for a in arrays.values())
 
 
+def validation_problem(validation: dict, meta: dict, report: dict, board, n_test: int) -> str | None:
+    """What makes validation.json another model's or another board's, or disagree with itself, or None: its
+    model hash, board, clock, SRAM, model and budget bytes against the directory's, its vector count against the
+    test vectors, and its verdicts (passed, complete) against its own checks."""
+    expected = {"model_hash": meta.get("model_hash"), "board": board.name, "f_cpu_hz": board.f_cpu_hz,
+                "sram_bytes": board.sram_bytes, "model_bytes": report.get("model_bytes"),
+                "budget_bytes": report.get("budget_bytes")}
+    for key, value in expected.items():
+        if key in validation and validation[key] != value:
+            return f"its {key} is {json.dumps(validation[key])[:40]}, not {value!r}"
+    n = validation.get("n_vectors")
+    if n is not None and n > n_test:
+        return f"it measured {n} vectors of the {n_test} test vectors"
+    checks = validation.get("checks", {})
+    if "passed" in validation and validation["passed"] is not all(c.get("ok") is not False for c in checks.values()):
+        return f"passed is {json.dumps(validation['passed'])}, not what its checks say"
+    complete = checks.get("complete", {}).get("ok") if isinstance(checks.get("complete"), dict) else None
+    if "complete" in validation and complete is not None and validation["complete"] is not complete:
+        return f"complete is {json.dumps(validation['complete'])}, not what its checks say"
+    if validation.get("complete") is True and n is not None and n != n_test:
+        return f"it is complete with {n} of the {n_test} test vectors"
+    return None
+
+
 def load_single(path: Path) -> ReportInput:
     from tinyproto.core.boards import load_board
     from tinyproto.core.modeldir import load_model_dir
@@ -231,6 +255,19 @@ def load_single(path: Path) -> ReportInput:
     if validation is not None and validation.get("stack_peak_bytes") is not None:  # the SRAM figure adds the two
         check_fields(validation, {"sram_static_bytes": "amount"}, path / "validation.json")
     build = read_json(path / "build.json", "the build record") if os.path.lexists(path / "build.json") else None
+    model = families.load_int_model(model_dir)
+    vectors = model_dir.vectors()
+    problem = (validation_problem(validation, model_dir.meta, report, board, len(vectors.labels))
+               if validation is not None else None)
+    if problem:
+        raise TinyprotoError(f"{path / 'validation.json'} disagrees with the model directory: {problem}; run "
+                             f"`tinyproto validate {path}` again")
+    if build is not None:
+        from tinyproto.pipeline.validate import build_record_problem
+
+        problem = build_record_problem(model_dir, build)
+        if problem:
+            raise TinyprotoError(f"{path / 'build.json'} is damaged: {problem}; run `tinyproto build {path}` again")
     device = None
     if validation is not None and validation.get("n_vectors"):
         device = {"accuracy": validation["device_accuracy"], "latency_ms": validation["latency_ms_mean"],
@@ -245,8 +282,6 @@ def load_single(path: Path) -> ReportInput:
                                                      board.board_active_current_ma),
         "device": device,
     }
-    model = families.load_int_model(model_dir)
-    vectors = model_dir.vectors()
     device_labels = _device_labels(path, len(vectors.labels)) if device else None
     single = {"report": report, "validation": validation, "build": build, "board": board,
               "classes": [str(c) for c in model.classes], "y": vectors.y, "host_labels": vectors.labels,

@@ -190,6 +190,7 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
     o = options or SweepOptions()
     check_arguments(o.device, o.workers, o.scheduler, o.timeout, o.max_latency_ms)
     points = parse_grid(o.models, o.budgets, o.seeds, o.boards)
+    out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write, before the data is read
     dataset = load_dataset(data, label=o.label)  # a bad DATA is refused here, not once per point on the workers
     # workers may run in another directory: a file is passed by its absolute path, a built-in set by its name
     # (load_dataset reads a built-in name first, even where a file or directory of that name sits in the cwd)
@@ -202,7 +203,6 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
         known = sorted(set(np.asarray(dataset.y).tolist()), key=str)
         held_out = [str(c) for c in parse_classes(o.holdout_classes, known)]
     binding = _binding(dataset, o, rate, held_out)
-    out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write
     created = _create_dirs(out)
     started = time.perf_counter()
     began = threading.Event()  # set once points are handed to the workers: from then on DIR is resumable

@@ -16,6 +16,7 @@ Layer: pipeline.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -26,7 +27,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tinyproto.core import wire
 from tinyproto.core.boards import Board, load_board
 from tinyproto.core.confidence import UNKNOWN_LABEL, auroc, judged_figures
 from tinyproto.core.cost import lower_bound_cycles
@@ -76,16 +76,59 @@ def load_build_info(model_dir: ModelDir) -> BuildInfo:
     elf = _inside(model_dir, raw.get("elf"), "elf")
     hex_path = _inside(model_dir, raw.get("hex"), "hex")
     sizes = [raw.get(k) for k in ("flash_bytes", "sram_static_bytes")]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 24 for v in sizes):
+    if not all(_is_count(v) for v in sizes):
         raise TinyprotoError(f"{path} is damaged: flash_bytes / sram_static_bytes are not byte counts")
     if not elf.is_file():
         raise TinyprotoError(f"firmware {elf} is missing; run `tinyproto build {model_dir.path}` again")
-    baud = raw.get("serial_baud")
-    baud = baud if isinstance(baud, int) and not isinstance(baud, bool) and 0 < baud < 1 << 24 else None
-    ring = raw.get("rx_ring_bytes")
-    ring = ring if isinstance(ring, int) and not isinstance(ring, bool) and 0 <= ring <= wire.RX_RING_MAX else None
+    problem = build_record_problem(model_dir, raw)
+    if problem:
+        raise TinyprotoError(f"{path} is damaged: {problem}; run `tinyproto build {model_dir.path}` again")
     return BuildInfo(elf, hex_path, sizes[0], sizes[1], str(raw.get("tool", "?")), raw.get("firmware_sha256"),
-                     raw.get("model_hash"), baud, ring)
+                     raw.get("model_hash"), raw.get("serial_baud"), raw.get("rx_ring_bytes"))
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 24
+
+
+def build_record_problem(model_dir: ModelDir, raw: dict) -> str | None:
+    """What in build.json disagrees with the files it was built from, or None. Every value build writes is
+    checked against its source: the environment and the serial rate against platformio.ini, the receive ring
+    against include/tinyproto_sizes.h, the board's memory against its board file, the model's bytes against
+    report.json, and the section sizes against each other and the board. (A record of an older tinyproto lacks
+    serial_baud, rx_ring_bytes or the section sizes: what is missing is not compared.)"""
+    from tinyproto.device.project import parser_of, project_baud, project_rx_ring
+
+    if not all(_is_count(raw.get(key)) for key in ("flash_bytes", "sram_static_bytes")):
+        return "flash_bytes / sram_static_bytes are not byte counts"
+    env = raw.get("env")
+    known = [name[4:] for name in parser_of(model_dir.path).sections() if name.startswith("env:")]
+    if not isinstance(env, str) or env not in known:
+        return f"env {str(env)[:40]!r} is none of platformio.ini's environments ({', '.join(known)})"
+    if not isinstance(raw.get("tool"), str) or raw["tool"] not in ("platformio", "avr-gcc"):
+        return f"tool {str(raw.get('tool'))[:40]!r} is not platformio or avr-gcc"
+    board = load_board(model_dir.meta.get("board", "uno"))
+    expected = {"flash_available_bytes": (board.flash_bytes_for_sketch, f"the {board.name} board file's"),
+                "sram_bytes": (board.sram_bytes, f"the {board.name} board file's"),
+                "model_bytes": (model_dir.report.get("model_bytes"), "report.json's"),
+                "serial_baud": (project_baud(model_dir.path, env) or board.serial_baud,
+                                f"the rate platformio.ini's {env} builds in"),
+                "rx_ring_bytes": (project_rx_ring(model_dir.path), "include/tinyproto_sizes.h's TP_RX_RING")}
+    for key, (value, source) in expected.items():
+        if key in raw and not (_is_count(raw[key]) and raw[key] == value):
+            return f"{key} is {json.dumps(raw[key])[:40]}, not {source} {value}"
+    parts = {key: raw.get(key) for key in ("text_bytes", "data_bytes", "bss_bytes")}
+    if all(key in raw for key in parts):
+        if not all(_is_count(v) for v in parts.values()):
+            return "text_bytes / data_bytes / bss_bytes are not byte counts"
+        if raw["flash_bytes"] != parts["text_bytes"] + parts["data_bytes"]:
+            return f"flash_bytes {raw['flash_bytes']} is not text_bytes + data_bytes"
+        if raw["sram_static_bytes"] != parts["data_bytes"] + parts["bss_bytes"]:
+            return f"sram_static_bytes {raw['sram_static_bytes']} is not data_bytes + bss_bytes"
+    if raw["flash_bytes"] > board.flash_bytes_for_sketch or raw["sram_static_bytes"] >= board.sram_bytes:
+        return (f"its sizes ({raw['flash_bytes']} B of flash, {raw['sram_static_bytes']} B of SRAM) exceed the "
+                f"{board.title}")
+    return None
 
 
 def header_model_hash(model_dir: Path) -> str | None:
