@@ -10,10 +10,9 @@ import click
 from tinyproto.pipeline.firmware import build_model_dir
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import (not_blank, MODEL_DIR, baud_option, board_option, budget_option, data_argument,
-                                    label_option, jobs_option, max_latency_option, model_option, out_option,
-                                    seed_option, upload_port_option, unknown_rate_option, holdout_classes_option,
-                                    clip_check_option)
+from tinyproto.cli.options import (not_blank, MODEL_DIR, board_option, budget_option, data_argument,
+                                    label_option, model_option, out_option, seed_option, training_options,
+                                    upload_port_option)
 
 
 def _console(stderr: bool = False):
@@ -181,12 +180,7 @@ def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool
 @click.option("--port", default=None, callback=not_blank,
               help="A real board: flash it and validate there instead of the simulator.")
 @upload_port_option
-@max_latency_option
-@baud_option
-@jobs_option
-@unknown_rate_option
-@clip_check_option
-@holdout_classes_option
+@training_options
 def run_command(data: str, family: str, budget: str, seed: int, board: str, out: Path | None, label: str | None,
                 port: str | None, upload_port: str | None, max_latency: float | None, baud: int | None,
                 jobs: int | None, unknown_rate: str | None, clip_check: bool, holdout_classes: str | None) -> None:

@@ -17,10 +17,9 @@ from pathlib import Path
 import click
 
 from tinyproto.core.errors import TinyprotoError, os_error_line
-from tinyproto.cli.options import (baud_option, board_option, budget_option, data_argument, label_option,
-                                    holdout_classes_option, jobs_option, max_latency_option, model_option, out_option,
-                                    prefix_option, reserve_flash_option, reserve_sram_option, seed_option,
-                                    unknown_rate_option, clip_check_option)
+from tinyproto.cli.options import (board_option, budget_option, data_argument, label_option, model_option,
+                                    out_option, prefix_option, reserve_flash_option, reserve_sram_option, seed_option,
+                                    training_options)
 
 
 
@@ -115,12 +114,7 @@ def _progress_printer(console):
 @click.option("--learnable", is_flag=True,
               help="FlyNN only: keep the counts small enough to learn on the device (tinyproto learn): they must fit "
                    "the SRAM beside the learning firmware's buffers, and the EEPROM.")
-@max_latency_option
-@baud_option
-@jobs_option
-@unknown_rate_option
-@clip_check_option
-@holdout_classes_option
+@training_options
 @prefix_option
 @reserve_sram_option
 @reserve_flash_option

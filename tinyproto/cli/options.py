@@ -109,6 +109,15 @@ holdout_classes_option = click.option(
          "how well the novelty score tells them apart (AUROC) and the share declined.")
 
 
+def training_options(command):
+    """The options compile and run share after their own, in this order in --help: the latency limit, the line
+    speed, the solver's workers and the confidence stage (unknown rate, clip check, held-out classes)."""
+    for option in reversed((max_latency_option, baud_option, jobs_option, unknown_rate_option, clip_check_option,
+                            holdout_classes_option)):
+        command = option(command)
+    return command
+
+
 def out_option(what: str):
     return click.option("--out", type=TextPath(path_type=Path), default=None, help=what)
 
