@@ -1,7 +1,7 @@
 """The one label coding (core/labels.py): every way of writing labels reads to the same classes in a CSV and an
 .npz, and a model compiled from well-separated rows is right whatever the labels are called: negative, mixed
 sign, zero-padded, huge, float-like, text that sorts unlike its numbers, Unicode. Also the warning when a
-shipped model's test accuracy collapses below the validated one."""
+shipped model's test accuracy collapses below the validated one, and when rows occur under more than one label."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.labels import class_list, code_labels, encode
 from tinyproto.core.modeldir import TestVectors as Vectors
-from tinyproto.pipeline.compile import CompileOptions, accuracy_collapse, compile_model
+from tinyproto.pipeline.compile import CompileOptions, accuracy_collapse, compile_model, contradictory_rows_warning
 
 # each coding: the label text of geometric cluster 0, 1, 2 and the classes tinyproto must read them as
 CODINGS = {
@@ -112,3 +112,22 @@ def test_a_collapsed_model_is_named():
     assert accuracy_collapse(info, 22 / 23, y) is None  # one miss in 23: noise
     assert accuracy_collapse({"chosen_validation": {"val_int8_accuracy": 0.9}}, 0.74, np.arange(200) % 3)
     assert accuracy_collapse({"chosen_validation": {"val_int8_accuracy": 0.9}}, 0.85, np.arange(200) % 3) is None
+
+
+def test_rows_under_more_than_one_label_are_named(tmp_path):
+    """Two classes with identical rows compiled silently to 40 % test accuracy: the split put one copy of a row in
+    training and its twin, labelled otherwise, in the test rows. The labels are what to check: say so."""
+    X, y = _rows()
+    X[30:60] = X[0:30]  # cluster 1 now holds cluster 0's rows
+    _write_csv(tmp_path / "d.csv", X, y)
+    report = compile_model(str(tmp_path / "d.csv"), CompileOptions("protonn", "1kB", 0, "uno", tmp_path / "m")).report
+    named = [w for w in report["warnings"] if "more than one label" in w]
+    assert len(named) == 1 and "60 rows" in named[0] and "classes 0, 1)" in named[0], report["warnings"]
+    X, y = _rows()
+    assert contradictory_rows_warning(X, y) is None
+    assert contradictory_rows_warning(np.vstack([X, X[:1]]), np.append(y, y[0])) is None  # a duplicate, same label
+    warning = contradictory_rows_warning(np.vstack([X, X[:1]]), np.append(y, 2))
+    assert warning and warning.startswith("2 rows") and "classes 0, 2)" in warning
+    images = np.zeros((6, 2, 3), dtype=np.uint8)  # windows / images: the whole row is compared
+    images[1, 1, 2] = 1
+    assert contradictory_rows_warning(images, [0, 1, 0, 0, 1, 1]).startswith("5 rows")

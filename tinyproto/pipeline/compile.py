@@ -450,6 +450,29 @@ def int8_loss_warning(float_pred, int8_pred, y_test) -> str | None:
             f"{len(y_test)} test rows wrong after quantization (a larger --budget or another --model may keep them)")
 
 
+def contradictory_rows_warning(X, y) -> str | None:
+    """The warning when the same row occurs under more than one label: no model can tell those rows apart, and
+    the test split may put one copy in training and its twin, labelled otherwise, in the test rows, so accuracy
+    falls below what the rest of the data allows with nothing else to say why."""
+    X = np.ascontiguousarray(np.asarray(X))
+    y = np.asarray(y)
+    if X.ndim < 2 or not len(y):
+        return None
+    rows = X.reshape(len(X), -1).view(np.dtype((np.void, X.dtype.itemsize * int(np.prod(X.shape[1:])))))[:, 0]
+    _, row_ids = np.unique(rows, return_inverse=True)
+    _, label_ids = np.unique(y, return_inverse=True)
+    pairs = np.unique(np.stack([row_ids.ravel(), label_ids.ravel()], axis=1), axis=0)
+    ids, labels_per_row = np.unique(pairs[:, 0], return_counts=True)
+    shared = ids[labels_per_row > 1]
+    if not shared.size:
+        return None
+    n_rows = int(np.isin(row_ids, shared).sum())
+    classes = sorted({str(c) for c in y[np.isin(row_ids, shared)]})
+    shown = ", ".join(classes[:4]) + (", ..." if len(classes) > 4 else "")
+    return (f"{n_rows} rows of the data occur with more than one label (classes {shown}): no model can tell "
+            "them apart, and the accuracy on them is chance; check the labels")
+
+
 def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sram, train_seconds,
             float_pred, int8_pred, y_test) -> dict:
     from tinyproto.families import predict_cycles
@@ -463,6 +486,9 @@ def _report(dataset, family, seed, budget_bytes, board, ledger, model, info, sra
     collapse = accuracy_collapse(info, int8_acc, y_test)
     if collapse:
         warnings.append(collapse)
+    contradictory = contradictory_rows_warning(dataset.X, dataset.y)
+    if contradictory:
+        warnings.append(contradictory)
     # The receive ring takes only SRAM left free, so it is no part of the margin (a tight model gets a small ring).
     margin = board.sram_bytes - sram["estimated_total_bytes"] + wire.rx_ring_static_bytes(sram["rx_ring_bytes"])
     if margin < 256:
