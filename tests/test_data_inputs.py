@@ -212,6 +212,10 @@ def test_special_files_are_refused_without_blocking(tmp_path):
     dangling.symlink_to(tmp_path / "nowhere.csv")
     _refused(str(dangling), "symbolic link.*does not exist")
     _refused(str(tmp_path / "missing.csv"), "neither a built-in data set")
+    # `--budget 2 kB` leaves `kB` as DATA: the refusal says how to write the size
+    for unit in ("kB", "KB", "KiB", "B"):
+        assert f"--budget 2{unit}" in _refused(unit, "neither a built-in data set.*unit of a size")
+    assert "unit of a size" not in _refused("kilo", "neither a built-in data set")
     _refused(_write(tmp_path, "d.xlsx", "x"), "unsupported file type '.xlsx'")
     _refused("bad\x00name.csv", "cannot be read|neither")
     _refused("", "no data given")

@@ -36,6 +36,12 @@ def parse_budget(text: str | int, what: str = "budget") -> int:
     return n_bytes
 
 
+def is_size_unit(text: str) -> bool:
+    """True for a bare unit of a size (`kB`, `KiB`, `B`, `k`): what a size written with a space (`--budget 2 kB`)
+    leaves behind as the next argument."""
+    return str(text).strip().lower() in _UNITS and bool(str(text).strip())
+
+
 def format_bytes(n_bytes: int) -> str:
     """`2048` -> `2048 B (2.00 kB)`, for reports."""
     return f"{n_bytes} B ({n_bytes / 1024:.2f} kB)"

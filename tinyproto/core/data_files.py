@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinyproto.core.budget import is_size_unit
 from tinyproto.core.builtin_sets import BUILTIN
 from tinyproto.core.errors import TinyprotoError
 
@@ -44,8 +45,10 @@ def _check_exists(path: Path, spec: str) -> None:
             raise TinyprotoError(
                 f"{spec}: is a symbolic link to {os.readlink(path)!r}, which does not exist"
             ) from None
+        hint = (f"; {spec!r} looks like the unit of a size written with a space: write the size as one word, "
+                f"e.g. --budget 2{spec.strip()}" if is_size_unit(spec) else "")
         raise TinyprotoError(
-            f"data {spec!r} is neither a built-in data set ({', '.join(BUILTIN)}) nor an existing file"
+            f"data {spec!r} is neither a built-in data set ({', '.join(BUILTIN)}) nor an existing file{hint}"
         ) from None
     except (OSError, ValueError) as exc:
         raise TinyprotoError(f"{spec}: cannot be read ({_reason(exc)})") from None
