@@ -281,6 +281,36 @@ def test_a_validation_json_that_disagrees_with_the_model_directory_is_one_error(
     refused(["report", str(model)], "disagrees with the model directory", model.parent)
 
 
+def _journal_edit(edit):
+    def apply(model):
+        lines = (model / "validation.jsonl").read_text().splitlines()
+        rows = [json.loads(line) for line in lines]
+        edit(rows)
+        (model / "validation.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return apply
+
+
+JOURNAL_DISAGREES = {
+    "another-models-binding": (_journal_edit(lambda rows: rows[0]["binding"].update(model_hash="0x00000001")),
+                               "not the journal of this model"),
+    "other-vectors-binding": (_journal_edit(lambda rows: rows[0]["binding"].update(vectors_sha256="0" * 64)),
+                              "not the journal of this model"),
+    "no-binding": (_journal_edit(lambda rows: rows.__setitem__(0, {"x": 1})), "not the journal of this model"),
+    "labels-shifted": (_journal_edit(lambda rows: [row.update(label=(row["label"] + 1) % 3) for row in rows[1:]]),
+                       "disagrees with validation.json"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(JOURNAL_DISAGREES))
+def test_a_journal_that_is_not_this_validations_is_one_error(built_models, case):
+    """Was: the device confusion matrix drawn from validation.jsonl whatever model it bound, or labels that
+    disagree with validation.json's label agreement (0 % drawn beside 100 %)."""
+    model = built_models("iris", "1kB")
+    damage, words = JOURNAL_DISAGREES[case]
+    damage(model)
+    refused(["report", str(model)], words, model.parent)
+
+
 @pytest.mark.parametrize("change", [{"serial_baud": 9600}, {"model_bytes": -1}, {"env": "nosuch"}])
 def test_a_damaged_build_record_is_one_error(built_models, change):
     """report drew build.json's figures unchecked (validate and flash refuse the same record)."""

@@ -140,8 +140,9 @@ def judged_rows(path: Path, name: str, family: str, figures: dict) -> dict:
     from tinyproto.core.confidence import UNKNOWN_LABEL
     from tinyproto.core.modeldir import load_model_dir
 
-    vectors = load_model_dir(path).vectors()
-    answers = _device_answers(path, len(vectors.labels))
+    model_dir = load_model_dir(path)
+    vectors = model_dir.vectors()
+    answers = _device_answers(path, len(vectors.labels), model_dir.meta)
     labels, confidence = (vectors.labels, vectors.confidence) if answers is None else answers
     known = np.asarray(vectors.y) != UNKNOWN_LABEL
     return {"name": name, "model": family, "source": "host int8 reference" if answers is None else "device",
@@ -282,7 +283,13 @@ def load_single(path: Path) -> ReportInput:
                                                      board.board_active_current_ma),
         "device": device,
     }
-    device_labels = _device_labels(path, len(vectors.labels)) if device else None
+    device_labels = _device_labels(path, len(vectors.labels), model_dir.meta) if device else None
+    if device_labels is not None and not _same_fraction(np.mean(device_labels == vectors.labels),
+                                                        validation["label_agreement"], len(vectors.labels)):
+        raise TinyprotoError(f"{path / 'validation.jsonl'} disagrees with validation.json: its device labels agree "
+                             f"with the host on {np.mean(device_labels == vectors.labels):.1%} of the vectors, "
+                             f"validation.json says {validation['label_agreement']:.1%}; run `tinyproto validate "
+                             f"{path}` again")
     single = {"report": report, "validation": validation, "build": build, "board": board,
               "classes": [str(c) for c in model.classes], "y": vectors.y, "host_labels": vectors.labels,
               "device_labels": device_labels}
@@ -292,15 +299,20 @@ def load_single(path: Path) -> ReportInput:
     return ReportInput("model", path, [_row(record)], [], {}, single, judged)
 
 
-def _device_labels(path: Path, n: int) -> np.ndarray | None:
+def _same_fraction(a: float, b: float, n: int) -> bool:
+    return abs(float(a) - float(b)) < 0.5 / max(n, 1)
+
+
+def _device_labels(path: Path, n: int, meta: dict) -> np.ndarray | None:
     """The device's label per test vector from validation.jsonl, when every vector was measured."""
-    answers = _device_answers(path, n)
+    answers = _device_answers(path, n, meta)
     return None if answers is None else answers[0]
 
 
-def _device_answers(path: Path, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _device_answers(path: Path, n: int, meta: dict) -> tuple[np.ndarray, np.ndarray] | None:
     """The device's (label, confidence byte) per test vector from validation.jsonl, when every vector was
-    measured (a journal written before the confidence stage gives labels and confidence 0)."""
+    measured (a journal written before the confidence stage gives labels and confidence 0). Refused unless its
+    first line binds it to this model and these test vectors: another model's answers are not this one's."""
     journal = path / "validation.jsonl"
     if not journal.is_file():  # missing, or not a regular file (a FIFO would block)
         return None
@@ -309,11 +321,21 @@ def _device_answers(path: Path, n: int) -> tuple[np.ndarray, np.ndarray] | None:
     labels = np.full(n, -1, dtype=np.int64)
     confidence = np.zeros(n, dtype=np.int64)
     # bounded and non-blocking: a link to a huge file or to /dev/zero in the journal's place ends with one error
-    for line in read_text_file(journal, "the validation journal").splitlines()[1:]:
+    lines = read_text_file(journal, "the validation journal").splitlines()
+    try:
+        binding = json.loads(lines[0])["binding"] if lines else None
+        bound = all(binding[key] == meta.get(key) for key in ("model_hash", "vectors_sha256"))
+    except (ValueError, KeyError, TypeError, RecursionError):
+        bound = False
+    if not bound:
+        raise TinyprotoError(f"{journal} is not the journal of this model and its test vectors (its first line "
+                             f"binds another, or none); run `tinyproto validate {path}` again")
+    n_classes = len(meta.get("int_model", {}).get("classes", [])) or 2**31
+    for line in lines[1:]:
         try:
             entry = json.loads(line)
             i, label, byte = entry["i"], entry["label"], entry.get("confidence", 0)
-            if (isinstance(i, int) and isinstance(label, int) and 0 <= i < n and 0 <= label < 2**31
+            if (isinstance(i, int) and isinstance(label, int) and 0 <= i < n and 0 <= label < n_classes
                     and isinstance(byte, int) and 0 <= byte <= 255):
                 labels[i], confidence[i] = label, byte
         except (ValueError, KeyError, TypeError, IndexError, RecursionError, AttributeError):
