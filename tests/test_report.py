@@ -20,7 +20,7 @@ from tinyproto.pipeline.htmlreport import write_report
 from tinyproto.pipeline.report_data import configurations, pareto_frontier, recommend
 import os
 
-from helpers import refused
+from helpers import accepted, refused
 
 device = pytest.mark.device  # with the simulated board: avr-gcc and simavr (tools/setup.sh installs both)
 needs_avr_gcc = pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed")
@@ -309,6 +309,15 @@ def test_a_journal_that_is_not_this_validations_is_one_error(built_models, case)
     damage, words = JOURNAL_DISAGREES[case]
     damage(model)
     refused(["report", str(model)], words, model.parent)
+
+
+def test_a_journal_label_beyond_the_classes_is_not_drawn(built_models):
+    """Was: an internal error (IndexError: index 7 is out of bounds for axis 1 with size 3) drawing the device's
+    confusion matrix. Such a line is not a device answer: the host's labels are drawn instead."""
+    model = built_models("iris", "1kB")
+    _journal_edit(lambda rows: rows[1].update(label=7))(model)
+    accepted(["report", str(model)])
+    assert "(host int8 reference labels)" in (model / "report.html").read_text()
 
 
 @pytest.mark.parametrize("change", [{"serial_baud": 9600}, {"model_bytes": -1}, {"env": "nosuch"}])
