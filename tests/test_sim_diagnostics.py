@@ -45,7 +45,7 @@ def test_a_stopped_chip_is_named_as_stopped(tmp_path, name):
         with SimulatedUno(_elf(tmp_path, name)) as uno, open_device(uno.port, handshake_timeout=3.0) as client:
             client.hello()
     message = str(caught.value)
-    assert EXPECTED[name] in message and "plugged in" not in message.split("(while")[0], message
+    assert EXPECTED[name] in message and "plugged in" not in message, message
     assert "is the firmware flashed" not in message, message  # the simulator runs the very ELF it was given
 
 
@@ -70,5 +70,5 @@ def test_validate_of_a_firmware_that_halts_at_once(compiled, monkeypatch):
     assert result.returncode == 1
     assert ("stopped: the firmware finished: it halted" in result.stderr
             and "Traceback" not in result.stderr), result.stderr
-    assert "is the Uno plugged in" not in result.stderr.split("(while")[0]
+    assert "plugged in" not in result.stderr and "closed with it" in result.stderr, result.stderr
     assert not (out / "validation.json").exists() or json.loads((out / "validation.json").read_text())

@@ -337,7 +337,9 @@ class SimulatedUno:
         self._shutdown()
         if stopped is not None:
             # the port vanished or went silent because the simulated chip stopped: say that, not "is it plugged in?"
-            raise TinyprotoError(f"{stopped} (while talking to it: {str(exc)[:160]})") from None
+            # (what failed then is a consequence: its port vanished with it, and the port's own advice, "is the
+            # Uno plugged in?", is about a real board)
+            raise TinyprotoError(f"{stopped} (while talking to it: {_consequence(exc, self.port)})") from None
         if silent:  # the chip runs this very ELF at the rate it was built for: "is it flashed, the baud?" is wrong
             raise TinyprotoError(f"the simulated board ({self.mcu}) runs {self.elf_path.name} but it never answered "
                                  "the serial protocol: it is not a tinyproto device app, or it hangs before its "
@@ -439,6 +441,15 @@ def stopped_text(status: int) -> str:
     if status < 0:
         return f"the simulator was killed by signal {-status}"
     return f"{_EXIT_REASONS.get(status, 'the simulator ended')} (exit status {status})"
+
+
+def _consequence(exc: BaseException, port: str | None) -> str:
+    """What failed on the host side when the simulated chip had stopped, without advice meant for a real board:
+    its pseudo-terminal went away with it."""
+    text = str(exc)
+    if port and port in text or isinstance(exc, OSError):
+        return f"its serial port {port} closed with it"
+    return text[:160]
 
 
 def _tail(text: str) -> str:
