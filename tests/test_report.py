@@ -326,7 +326,7 @@ def test_a_damaged_build_record_is_one_error(built_models, change):
     model = built_models("iris", "1kB")
     record = json.loads((model / "build.json").read_text())
     (model / "build.json").write_text(json.dumps({**record, **change}))
-    refused(["report", str(model)], "build.json is damaged", model.parent)
+    refused(["report", str(model)], "build.json does not match the model directory", model.parent)
 
 
 def test_names_the_figures_font_cannot_draw_are_escaped_without_a_warning():

@@ -311,7 +311,8 @@ def load_single(path: Path) -> ReportInput:
 
         problem = build_record_problem(model_dir, build)
         if problem:
-            raise TinyprotoError(f"{path / 'build.json'} is damaged: {problem}; run `tinyproto build {path}` again")
+            raise TinyprotoError(f"{path / 'build.json'} does not match the model directory (damaged, or a file "
+                                 f"changed since the build): {problem}; run `tinyproto build {path}` again")
     device = None
     if validation is not None and validation.get("n_vectors"):
         device = {"accuracy": validation["device_accuracy"], "latency_ms": validation["latency_ms_mean"],

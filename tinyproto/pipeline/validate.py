@@ -82,7 +82,8 @@ def load_build_info(model_dir: ModelDir) -> BuildInfo:
         raise TinyprotoError(f"firmware {elf} is missing; run `tinyproto build {model_dir.path}` again")
     problem = build_record_problem(model_dir, raw)
     if problem:
-        raise TinyprotoError(f"{path} is damaged: {problem}; run `tinyproto build {model_dir.path}` again")
+        raise TinyprotoError(f"{path} does not match the model directory (damaged, or a file changed since the "
+                             f"build): {problem}; run `tinyproto build {model_dir.path}` again")
     return BuildInfo(elf, hex_path, sizes[0], sizes[1], str(raw.get("tool", "?")), raw.get("firmware_sha256"),
                      raw.get("model_hash"), raw.get("serial_baud"), raw.get("rx_ring_bytes"))
 
@@ -104,7 +105,7 @@ def build_record_problem(model_dir: ModelDir, raw: dict) -> str | None:
     env = raw.get("env")
     known = [name[4:] for name in parser_of(model_dir.path).sections() if name.startswith("env:")]
     if not isinstance(env, str) or env not in known:
-        return f"env {str(env)[:40]!r} is none of platformio.ini's environments ({', '.join(known)})"
+        return f"env {str(env)[:40]!r} is none of platformio.ini's environments ({', '.join(known) or 'none'})"
     if not isinstance(raw.get("tool"), str) or raw["tool"] not in ("platformio", "avr-gcc"):
         return f"tool {str(raw.get('tool'))[:40]!r} is not platformio or avr-gcc"
     board = load_board(model_dir.meta.get("board", "uno"))
