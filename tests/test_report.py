@@ -20,7 +20,7 @@ from tinyproto.pipeline.htmlreport import write_report
 from tinyproto.pipeline.report_data import configurations, pareto_frontier, recommend
 import os
 
-from helpers import refused
+from helpers import accepted, refused
 
 device = pytest.mark.device  # with the simulated board: avr-gcc and simavr (tools/setup.sh installs both)
 needs_avr_gcc = pytest.mark.skipif(shutil.which("avr-gcc") is None, reason="avr-gcc not installed")
@@ -279,6 +279,45 @@ def test_a_validation_json_that_disagrees_with_the_model_directory_is_one_error(
     VALIDATION_DISAGREES[case](summary)
     (model / "validation.json").write_text(json.dumps(summary))
     refused(["report", str(model)], "disagrees with the model directory", model.parent)
+
+
+def _journal_edit(edit):
+    def apply(model):
+        lines = (model / "validation.jsonl").read_text().splitlines()
+        rows = [json.loads(line) for line in lines]
+        edit(rows)
+        (model / "validation.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return apply
+
+
+JOURNAL_DISAGREES = {
+    "another-models-binding": (_journal_edit(lambda rows: rows[0]["binding"].update(model_hash="0x00000001")),
+                               "not the journal of this model"),
+    "other-vectors-binding": (_journal_edit(lambda rows: rows[0]["binding"].update(vectors_sha256="0" * 64)),
+                              "not the journal of this model"),
+    "no-binding": (_journal_edit(lambda rows: rows.__setitem__(0, {"x": 1})), "not the journal of this model"),
+    "labels-shifted": (_journal_edit(lambda rows: [row.update(label=(row["label"] + 1) % 3) for row in rows[1:]]),
+                       "disagrees with validation.json"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(JOURNAL_DISAGREES))
+def test_a_journal_that_is_not_this_validations_is_one_error(built_models, case):
+    """Was: the device confusion matrix drawn from validation.jsonl whatever model it bound, or labels that
+    disagree with validation.json's label agreement (0 % drawn beside 100 %)."""
+    model = built_models("iris", "1kB")
+    damage, words = JOURNAL_DISAGREES[case]
+    damage(model)
+    refused(["report", str(model)], words, model.parent)
+
+
+def test_a_journal_label_beyond_the_classes_is_not_drawn(built_models):
+    """Was: an internal error (IndexError: index 7 is out of bounds for axis 1 with size 3) drawing the device's
+    confusion matrix. Such a line is not a device answer: the host's labels are drawn instead."""
+    model = built_models("iris", "1kB")
+    _journal_edit(lambda rows: rows[1].update(label=7))(model)
+    accepted(["report", str(model)])
+    assert "(host int8 reference labels)" in (model / "report.html").read_text()
 
 
 @pytest.mark.parametrize("change", [{"serial_baud": 9600}, {"model_bytes": -1}, {"env": "nosuch"}])

@@ -69,6 +69,17 @@ def test_a_results_line_of_the_wrong_type_is_one_error_for_report_and_resume(swe
     refused(["sweep", *SWEEP, "--out", str(swept), "--resume"], "results.jsonl:1", swept.parent)
 
 
+@pytest.mark.parametrize("key, value", [("int8_accuracy", 0.5), ("float_accuracy", 0.25), ("model_bytes", 900),
+                                        ("n_test", 3), ("predicted_cycles", 5), ("predicted_latency_ms", 9.0),
+                                        ("dataset", "digits")])
+def test_a_results_line_that_disagrees_with_its_point_is_one_error(swept, key, value):
+    """Was: drawn as the point's figures (int8 accuracy 50 % in the report of a point whose report.json says 100 %,
+    a line naming another data set than the sweep's)."""
+    _edit_line(swept / "results.jsonl", key, value)
+    line = refused(["report", str(swept)], "results.jsonl", swept.parent)
+    assert key in line or "data set" in line, line
+
+
 @pytest.mark.parametrize("key, value", [("binding", [1]), ("binding", "x"), ("runs", 5), ("runs", [[1]]),
                                         ("runs", [{"cluster": "x"}]), ("format", None), (None, []),
                                         ("format_version", 99), ("format_version", "1"), ("format_version", True),

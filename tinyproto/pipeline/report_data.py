@@ -92,6 +92,10 @@ def load_sweep(path: Path) -> ReportInput:
         _check_no_lost_results(path)
     rows, failed = [], []
     for record in records:  # each one typed by read_results: a drawn line has every figure, as a number
+        problem = _point_disagreement(path, record, config)
+        if problem:
+            raise TinyprotoError(f"{path / RESULTS}: the line of point {record.get('id')} {problem}; the sweep "
+                                 "directory is damaged: run the sweep again in a new --out")
         if record["status"] == "ok":
             rows.append(_row(record))
         else:
@@ -102,6 +106,45 @@ def load_sweep(path: Path) -> ReportInput:
                 rows.append(_row(record))
     judged = [j for j in (_sweep_point_judged(path, r) for r in records if r["status"] == "ok") if j is not None]
     return ReportInput("sweep", path, rows, failed, config, judged=judged)
+
+
+# A result line's figures copied from its point's report.json and validation.json (sweep_points.py): a line that
+# disagrees with the files of its point was edited or belongs to another run, and drawing it would be wrong.
+_FROM_REPORT = {"model": "model", "board": "board", "budget_bytes": "budget_bytes", "seed": "seed",
+                "dataset": "dataset", "model_bytes": "model_bytes", "n_test": "n_test",
+                "float_accuracy": "float_accuracy", "int8_accuracy": "int8_accuracy",
+                "predicted_latency_ms": "predicted_latency_ms"}
+_FROM_VALIDATION = {"accuracy": "device_accuracy", "label_agreement": "label_agreement",
+                    "score_agreement": "score_agreement", "cycles_mean": "cycles_mean", "passed": "passed"}
+
+
+def _point_disagreement(path: Path, record: dict, config: dict) -> str | None:
+    """How a result line disagrees with the sweep's data set or with its point's report.json / validation.json,
+    or None (also when the point's directory or files are gone: the line is then all there is)."""
+    from tinyproto.core.safe_io import read_json
+
+    dataset = (config.get("binding") or {}).get("dataset")
+    if record.get("dataset") is not None and dataset is not None and record["dataset"] != dataset:
+        return f"names data set {str(record['dataset'])[:40]!r}, but the sweep ran on {dataset!r}"
+    if record.get("status") != "ok" or not isinstance(record.get("dir"), str):
+        return None
+    point = path / record["dir"]
+    sources = [("report.json", _FROM_REPORT, record), ("validation.json", _FROM_VALIDATION, record.get("device"))]
+    for name, keys, figures in sources:
+        if not isinstance(figures, dict) or not (point / name).is_file() or (point / name).is_symlink():
+            continue
+        try:
+            doc = read_json(point / name, "a point's record")
+        except TinyprotoError:
+            continue  # a damaged file of the point: its own figures are then the line's
+        for line_key, doc_key in keys.items():
+            if line_key in figures and doc_key in doc and figures[line_key] != doc[doc_key]:
+                return (f"says {line_key} {json.dumps(figures[line_key])[:30]}, but {record['dir']}/{name} "
+                        f"says {json.dumps(doc[doc_key])[:30]}")
+        if name == "report.json" and "predicted_cycles" in figures and isinstance(doc.get("predicted_cycles"), dict) \
+                and figures["predicted_cycles"] != doc["predicted_cycles"].get("total"):
+            return f"says predicted_cycles {figures['predicted_cycles']}, but {record['dir']}/report.json differs"
+    return None
 
 
 def _check_no_lost_results(path: Path) -> None:
@@ -140,8 +183,9 @@ def judged_rows(path: Path, name: str, family: str, figures: dict) -> dict:
     from tinyproto.core.confidence import UNKNOWN_LABEL
     from tinyproto.core.modeldir import load_model_dir
 
-    vectors = load_model_dir(path).vectors()
-    answers = _device_answers(path, len(vectors.labels))
+    model_dir = load_model_dir(path)
+    vectors = model_dir.vectors()
+    answers = _device_answers(path, len(vectors.labels), model_dir.meta)
     labels, confidence = (vectors.labels, vectors.confidence) if answers is None else answers
     known = np.asarray(vectors.y) != UNKNOWN_LABEL
     return {"name": name, "model": family, "source": "host int8 reference" if answers is None else "device",
@@ -282,7 +326,13 @@ def load_single(path: Path) -> ReportInput:
                                                      board.board_active_current_ma),
         "device": device,
     }
-    device_labels = _device_labels(path, len(vectors.labels)) if device else None
+    device_labels = _device_labels(path, len(vectors.labels), model_dir.meta) if device else None
+    if device_labels is not None and not _same_fraction(np.mean(device_labels == vectors.labels),
+                                                        validation["label_agreement"], len(vectors.labels)):
+        raise TinyprotoError(f"{path / 'validation.jsonl'} disagrees with validation.json: its device labels agree "
+                             f"with the host on {np.mean(device_labels == vectors.labels):.1%} of the vectors, "
+                             f"validation.json says {validation['label_agreement']:.1%}; run `tinyproto validate "
+                             f"{path}` again")
     single = {"report": report, "validation": validation, "build": build, "board": board,
               "classes": [str(c) for c in model.classes], "y": vectors.y, "host_labels": vectors.labels,
               "device_labels": device_labels}
@@ -292,15 +342,20 @@ def load_single(path: Path) -> ReportInput:
     return ReportInput("model", path, [_row(record)], [], {}, single, judged)
 
 
-def _device_labels(path: Path, n: int) -> np.ndarray | None:
+def _same_fraction(a: float, b: float, n: int) -> bool:
+    return abs(float(a) - float(b)) < 0.5 / max(n, 1)
+
+
+def _device_labels(path: Path, n: int, meta: dict) -> np.ndarray | None:
     """The device's label per test vector from validation.jsonl, when every vector was measured."""
-    answers = _device_answers(path, n)
+    answers = _device_answers(path, n, meta)
     return None if answers is None else answers[0]
 
 
-def _device_answers(path: Path, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _device_answers(path: Path, n: int, meta: dict) -> tuple[np.ndarray, np.ndarray] | None:
     """The device's (label, confidence byte) per test vector from validation.jsonl, when every vector was
-    measured (a journal written before the confidence stage gives labels and confidence 0)."""
+    measured (a journal written before the confidence stage gives labels and confidence 0). Refused unless its
+    first line binds it to this model and these test vectors: another model's answers are not this one's."""
     journal = path / "validation.jsonl"
     if not journal.is_file():  # missing, or not a regular file (a FIFO would block)
         return None
@@ -309,11 +364,21 @@ def _device_answers(path: Path, n: int) -> tuple[np.ndarray, np.ndarray] | None:
     labels = np.full(n, -1, dtype=np.int64)
     confidence = np.zeros(n, dtype=np.int64)
     # bounded and non-blocking: a link to a huge file or to /dev/zero in the journal's place ends with one error
-    for line in read_text_file(journal, "the validation journal").splitlines()[1:]:
+    lines = read_text_file(journal, "the validation journal").splitlines()
+    try:
+        binding = json.loads(lines[0])["binding"] if lines else None
+        bound = all(binding[key] == meta.get(key) for key in ("model_hash", "vectors_sha256"))
+    except (ValueError, KeyError, TypeError, RecursionError):
+        bound = False
+    if not bound:
+        raise TinyprotoError(f"{journal} is not the journal of this model and its test vectors (its first line "
+                             f"binds another, or none); run `tinyproto validate {path}` again")
+    n_classes = len(meta.get("int_model", {}).get("classes", [])) or 2**31
+    for line in lines[1:]:
         try:
             entry = json.loads(line)
             i, label, byte = entry["i"], entry["label"], entry.get("confidence", 0)
-            if (isinstance(i, int) and isinstance(label, int) and 0 <= i < n and 0 <= label < 2**31
+            if (isinstance(i, int) and isinstance(label, int) and 0 <= i < n and 0 <= label < n_classes
                     and isinstance(byte, int) and 0 <= byte <= 255):
                 labels[i], confidence[i] = label, byte
         except (ValueError, KeyError, TypeError, IndexError, RecursionError, AttributeError):
