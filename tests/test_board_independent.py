@@ -70,12 +70,19 @@ BOOT_START = {"atmega328p": "0x7e00", "atmega2560": "0x3e000"}
 
 
 @contextmanager
-def plain_board(binary: Path, loader: Path, mcu: str, *options: str):
+def plain_board(binary: Path, loader: Path, mcu: str, *options: str, started_for_s: float = 0.0):
+    """plainuno on a pty; with started_for_s, the port once the chip has run that long on its own clock (a busy
+    host paces the simulation slower than the wall clock, so a sleep would not tell)."""
+    if started_for_s:
+        options = (*options, "--say-after", str(started_for_s))
     proc = subprocess.Popen([str(binary), str(loader), BOOT_START[mcu], "--mcu", mcu, *options],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         port = proc.stdout.readline().strip()
         assert port.startswith("/dev/pts/"), proc.stderr.read()
+        if started_for_s:
+            said = proc.stdout.readline().strip()  # blocks until the simulated clock gets there
+            assert said == f"simulated {started_for_s:g} s", said
         yield port
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -208,14 +215,13 @@ def test_a_board_that_misses_the_first_open_of_its_port(plainuno, loaders, model
     platform does, so avrdude's own open is a reset there too."""
     hex_path = models["iris"] / json.loads((models["iris"] / "build.json").read_text())["hex"]
     missed = ("--first-open", "missed", "--reset-delay-ms", "100")
-    with plain_board(plainuno, loaders["atmega328p"], "atmega328p", *missed) as port:
-        time.sleep(1.5)  # the window of the board's own start is over: only a reset brings Optiboot back
+    # once the window of the board's own start is over (1.5 s of its clock), only a reset brings Optiboot back
+    with plain_board(plainuno, loaders["atmega328p"], "atmega328p", *missed, started_for_s=1.5) as port:
         plain = subprocess.run(["avrdude", "-p", "atmega328p", "-c", "arduino", "-P", port, "-b", "115200",
                                 "-x", "attempts=1", "-D", "-U", f"flash:w:{hex_path}:i"], capture_output=True,
                                text=True, timeout=120)
         assert plain.returncode != 0 and "not in sync" in plain.stderr  # the variant is on
-    with plain_board(plainuno, loaders["atmega328p"], "atmega328p", *missed) as port:
-        time.sleep(1.5)
+    with plain_board(plainuno, loaders["atmega328p"], "atmega328p", *missed, started_for_s=1.5) as port:
         flashed = cli("flash", str(models["iris"]), "--port", port)
         assert flashed.returncode == 0, flashed.stderr
 
@@ -225,8 +231,7 @@ def test_a_board_that_misses_the_first_open_of_its_port(plainuno, loaders, model
         pytest.skip("PlatformIO not installed")
     env = pio_environment(prepare_pio_core())
     env["PLATFORMIO_BUILD_DIR"] = str(models["iris"] / ".pio" / "port-test-build")  # keep build.json's firmware
-    with plain_board(plainuno, loaders["atmega328p"], "atmega328p", *missed) as port:
-        time.sleep(1.5)
+    with plain_board(plainuno, loaders["atmega328p"], "atmega328p", *missed, started_for_s=1.5) as port:
         upload = subprocess.run([sys.executable, "-m", "platformio", "run", "-d", str(models["iris"]), "-t", "upload",
                                  "--upload-port", port], capture_output=True, text=True, env=env, timeout=300)
     out = upload.stdout + upload.stderr
