@@ -421,6 +421,11 @@ def parse_classes(text: str, known: list) -> list:
     return chosen
 
 
+def held_out_classes(text: str, labels) -> list:
+    """parse_classes against the distinct values of `labels` (in the order their text sorts)."""
+    return parse_classes(text, sorted(set(np.asarray(labels).tolist()), key=str))
+
+
 # --- the figures -------------------------------------------------------------------------------------------------
 
 def reliability_bins(confidence: np.ndarray, correct: np.ndarray) -> list[tuple[int, float, float]]:

@@ -59,7 +59,7 @@ from tinyproto.families.flynn.quantize import IntFlyNN
 from tinyproto.families.flynn.solver import (DEVICE_STAGES, F_CPU, CountLimit, centre_bits, estimate_cycles,
                                            float_scaling, model_bytes, solver_random_state)
 from tinyproto.families.flynn.seeded_index import draw_seed
-from tinyproto.families.flynn.train import FlyNNClassifier
+from tinyproto.families.flynn.train import FlyNNClassifier, shared_standardisation
 from tinyproto.federated.config import (
     FederatedSpec, FlyNNConfig, assemble, default_config, fit_to_classes, stage_bytes_of,
 )
@@ -224,7 +224,7 @@ def federated_fit(backend: Backend, config: FlyNNConfig, classes: np.ndarray, dp
         offset, gain, rounds = agree_shared_range(backend, sums.n * len(sums.sum1))
         stage = InputStage.shared(offset, gain, len(sums.sum1))
         if float_scaling(config.scaling) == "shared":  # the stage's own offset and step, as FlyNNClassifier's
-            mean, scale = np.full(len(sums.sum1), offset), np.full(len(sums.sum1), 1.0 / gain)
+            mean, scale = shared_standardisation(offset, gain, len(sums.sum1))
         else:
             mean, scale = standardisation(sums, float_scaling(config.scaling))
         say(f"all-reduce: shared input stage from the exact quantiles of every value ({rounds} rounds)")

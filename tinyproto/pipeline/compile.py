@@ -287,10 +287,9 @@ def beside_sketch(model, board: Board, reserve: Reserve, progress: Callable[[str
 
 def hold_out(sp: Split, classes_text: str) -> Split:
     """The split with the named classes' training rows moved to the test split: the model never sees them."""
-    from tinyproto.core.confidence import parse_classes
+    from tinyproto.core.confidence import held_out_classes
 
-    known = sorted(set(np.unique(sp.y_train).tolist()), key=str)
-    chosen = parse_classes(classes_text, known)
+    chosen = held_out_classes(classes_text, sp.y_train)
     held = np.isin(sp.y_train, np.asarray(chosen, dtype=sp.y_train.dtype))
     return Split(sp.X_train[~held], sp.y_train[~held], np.concatenate([sp.X_test, sp.X_train[held]]),
                  np.concatenate([sp.y_test, sp.y_train[held]]))

@@ -71,10 +71,15 @@ def _row(record: dict) -> dict:
     }
 
 
+def _confidence_figures(record: dict) -> dict | None:
+    """A result line's confidence figures: the device's where it was validated, else the host reference's."""
+    return (record.get("device") or {}).get("confidence") or record.get("confidence")
+
+
 def _judged_figures(record: dict) -> dict:
     """A point's coverage (--unknown-rate) and its novelty score's AUROC (--holdout-classes), the device's where
     it was validated; None where the point has none."""
-    figures = (record.get("device") or {}).get("confidence") or record.get("confidence") or {}
+    figures = _confidence_figures(record) or {}
     held_out = figures.get("held_out") or {}
     return {"coverage": figures.get("coverage"), "auroc": held_out.get("auroc")}
 
@@ -168,7 +173,7 @@ def _check_no_lost_results(path: Path) -> None:
 def _sweep_point_judged(path: Path, record: dict) -> dict | None:
     """A sweep point's judged rows from its model directory; None when it has no table or its directory is gone
     or damaged (the confidence figures then leave the point out; the point's own line still holds its figures)."""
-    figures = (record.get("device") or {}).get("confidence") or record.get("confidence")
+    figures = _confidence_figures(record)
     if not figures or not isinstance(record.get("dir"), str):
         return None
     name = f"{record['model']} {kb(record['budget_bytes'])}" + (f" s{record['seed']}" if record["seed"] else "")
@@ -470,25 +475,22 @@ def print_summary(console, data: ReportInput, max_bytes: int | None = None, max_
     table = Table(title=f"Pareto frontier, accuracy / model bytes ({len(frontier)} of {len(configs)} configurations)")
     # the confidence columns only where they say something: "answered" for points that may decline (a sweep with
     # --unknown-rate, or a point that declined test rows), "AUROC" for points with held-out classes
-    rate = (data.config.get("binding") or {}).get("unknown_rate") if isinstance(data.config, dict) else None
+    rate = (data.config.get("binding") or {}).get("unknown_rate")
     declines = rate is not None or any(c["coverage"] is not None and c["coverage"] < 1 for c in frontier)
-    judged = [key for key in ("coverage", "auroc")
+    judged = [key for key in JUDGED_COLUMNS
               if any(c[key] is not None for c in frontier) and (key != "coverage" or declines)]
     for column in ("model", "budget", "bytes", "acc.", "float", "int8", "device", "ms", "mJ") + tuple(
-            JUDGED_COLUMNS[key] for key in judged):
+            JUDGED_COLUMNS[key][0] for key in judged):
         table.add_column(column, justify="left" if column == "model" else "right")
     for c in frontier:
         table.add_row(c["model"] + (f" ({c['board']})" if boards > 1 else ""), kb(c["budget_bytes"]),
                       f"{c['model_bytes']:.0f}", _pct(c["accuracy"]), _pct(c["float_accuracy"]),
                       _pct(c["int8_accuracy"]), _pct(c["device_accuracy"]),
                       f"{c['latency_ms']:.2f}" + ("" if c["measured"] else "*"), f"{c['energy_mj']:.3f}",
-                      *(_pct(c[key]) if key == "coverage" else _ratio(c[key]) for key in judged))
+                      *(JUDGED_COLUMNS[key][1](c[key]) for key in judged))
     table.caption = ("accuracy: the device's where validated, else the host int8 reference's; ms and mJ per inference"
                      + ("" if measured else "; * predicted by the cost model")
-                     + ("; answered: share of known-class test rows not declined as unknown" if "coverage" in judged
-                        else "")
-                     + ("; AUROC: how well the novelty score tells held-out classes' rows from known ones"
-                        if "auroc" in judged else ""))
+                     + "".join(f"; {JUDGED_COLUMNS[key][2]}" for key in judged))
     if frontier:
         _print_unwrapped(console, table)
     line = recommend(configs, max_bytes, max_ms)
@@ -518,7 +520,11 @@ def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-JUDGED_COLUMNS = {"coverage": "answered", "auroc": "AUROC"}
+# a configuration's confidence figure -> its column's header, its cell, its caption
+JUDGED_COLUMNS = {
+    "coverage": ("answered", _pct, "answered: share of known-class test rows not declined as unknown"),
+    "auroc": ("AUROC", _ratio, "AUROC: how well the novelty score tells held-out classes' rows from known ones"),
+}
 
 
 # ------------------------------------------------------------------------------------------------ figures

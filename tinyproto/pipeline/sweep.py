@@ -181,9 +181,7 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
           progress: Callable[[SweepProgress], None] | None = None) -> SweepResult:
     """Run every point of the grid not yet in DIR/results.jsonl; see the module doc. A point that cannot meet
     options.max_latency_ms is a failed point."""
-    import numpy as np
-
-    from tinyproto.core.confidence import parse_classes, parse_rate
+    from tinyproto.core.confidence import held_out_classes, parse_rate
     from tinyproto.core.datasets import BUILTIN, load_dataset
     from tinyproto.core.outdir import check_output_dir, locked
 
@@ -200,8 +198,7 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
         raise TinyprotoError("--clip-check is part of --unknown-rate: give both (e.g. --unknown-rate 5% --clip-check)")
     held_out = None  # refused now too: a class the data does not hold, or too few classes left to train on
     if o.holdout_classes is not None:
-        known = sorted(set(np.asarray(dataset.y).tolist()), key=str)
-        held_out = [str(c) for c in parse_classes(o.holdout_classes, known)]
+        held_out = [str(c) for c in held_out_classes(o.holdout_classes, dataset.y)]
     binding = _binding(dataset, o, rate, held_out)
     created = _create_dirs(out)
     started = time.perf_counter()

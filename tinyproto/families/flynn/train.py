@@ -76,8 +76,11 @@ def input_standardisation(X: np.ndarray, scaling: str) -> tuple[np.ndarray, np.n
     (with the sign split the offset moves the winners, so per-feature means would make another model)."""
     if scaling != "shared":
         return standardisation(X, scaling)
-    offset, gain = shared_range(X)
-    n_features = np.asarray(X).shape[1]
+    return shared_standardisation(*shared_range(X), np.asarray(X).shape[1])
+
+
+def shared_standardisation(offset: float, gain: float, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, scale) per feature of a shared stage's float view: its one offset, and one over its gain."""
     return np.full(n_features, offset, dtype=np.float64), np.full(n_features, 1.0 / gain, dtype=np.float64)
 
 
