@@ -208,6 +208,31 @@ def calibrate_flynn_wide_seeded(n: int, cache: Path | None) -> None:
     layout drawn by the benchmark's drawer (seed 6000, 200 .. 784 features), 8 random vectors each on the profiling
     simulator, the heap's steps counted on those very vectors; non-negative least squares on relative errors. Then
     N more shapes of each (seed 6001) are predicted with the fitted table: the held-out error."""
+    from tinyproto.families.flynn import cost
+
+    fit_wide_layouts("ws", WIDE_SEEDED_SEED, n, cache, cost.WIDE_SEEDED_CYCLES, cost.WIDE_SEEDED_UNITS,
+                     cost.wide_seeded_term, lambda m: (not m.store_M and m.n_hash_inputs & (m.n_hash_inputs - 1)))
+
+
+def calibrate_flynn_wide_stored_layouts(n: int, cache: Path | None) -> None:
+    """--flynn-wide-stored-layouts N: WIDE_STORED_CYCLES, the projection of a stored M over more than 256 hash
+    inputs for each layout (with or without the sign split, s = 1, 2 or more), as --flynn-wide-seeded fits its
+    table: N shapes of each layout (seed 2100), N more held out (seed 2101)."""
+    from tinyproto.families.flynn import cost
+
+    fit_wide_layouts("wst", WIDE_STORED_LAYOUT_SEED, n, cache, cost.WIDE_STORED_CYCLES, cost.WIDE_STORED_UNITS,
+                     cost.wide_stored_term, lambda m: m.store_M)
+
+
+WIDE_STORED_LAYOUT_SEED = 2100
+
+
+def fit_wide_layouts(tag: str, seed0: int, n: int, cache: Path | None, layouts, units, term, select) -> None:
+    """A table of cycles per unit for each layout of a wide (over 256 hash inputs) FlyNN projection that `select`
+    keeps: N shapes of each layout drawn by the benchmark's drawer (seed0, 200 .. 784 features), 8 random vectors
+    each on the profiling simulator, tp_flynn_project with its __umulhisi3 calls less the lookup's, the heap's steps
+    counted on those very vectors; non-negative least squares on relative errors. Then N more shapes of each (seed0
+    + 1) are predicted with the fitted table: the held-out error."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_costmodel import DRAW, draw_width, fits
     from profile_firmware import build_profiling_simulator
@@ -221,11 +246,10 @@ def calibrate_flynn_wide_seeded(n: int, cache: Path | None) -> None:
         shapes = []
         while len(shapes) < n:
             spec, model = DRAW["flynn"](rng, draw_width(rng, (200, 784)))
-            if (not model.store_M and model.n_hash_inputs > cost.WIDE_INPUTS
-                    and model.n_hash_inputs & (model.n_hash_inputs - 1)
+            if (select(model) and model.n_hash_inputs > cost.WIDE_INPUTS
                     and cost.wide_seeded_layout(model.sign_split, model.indices.shape[1]) == layout
                     and fits(model, load_board("uno"))):
-                shapes.append((f"ws{seed}-{model_hash_hex(model)}", spec, model, int(rng.integers(0, 2**31))))
+                shapes.append((f"{tag}{seed}-{model_hash_hex(model)}", spec, model, int(rng.integers(0, 2**31))))
         rows = []
         with tempfile.TemporaryDirectory() as tmp:
             simulator = None
@@ -237,24 +261,24 @@ def calibrate_flynn_wide_seeded(n: int, cache: Path | None) -> None:
                     if cache is not None:
                         cache.write_text(json.dumps(done, indent=0))
                 f = done[name]
-                lb = model.n_classes * model.bits
-                lookup_mul = 22 * model.n_winners * bool(lb & (lb - 1))  # the lookup's row offset (tp_predict)
+                L, b = model.n_classes, model.bits
+                lookup_mul = model.n_winners * (cost.LOOKUP_CYCLES[(L, b)][2] if (L, b) in cost.LOOKUP_CYCLES
+                                                else 22 * bool((L * b) & (L * b - 1)))
                 cycles = f.get("tp_flynn_project", 0.0) + f.get("__umulhisi3", 0.0) - lookup_mul
                 terms = cost.flynn_cost_terms(model, x=xq)
-                rows.append((name, spec, [terms[cost.wide_seeded_term(layout, t)] for t in cost.WIDE_SEEDED_UNITS],
-                             cycles))
+                rows.append((name, spec, [terms[term(layout, t)] for t in units], cycles))
         return rows
 
-    print("WIDE_SEEDED_CYCLES = {  # (sign split, s class): " + ", ".join(cost.WIDE_SEEDED_UNITS))
+    print(f"{tag.upper()}_CYCLES = {{  # (sign split, s class): " + ", ".join(units))
     report = []
-    for layout in cost.WIDE_SEEDED_CYCLES:
-        fit_rows = measured_rows(layout, WIDE_SEEDED_SEED)
+    for layout in layouts:
+        fit_rows = measured_rows(layout, seed0)
         A = np.array([r[2] for r in fit_rows])
         b = np.array([r[3] for r in fit_rows])
         values, _ = nnls(A / b[:, None], np.ones_like(b))
         values = np.round(values, 1)
         print(f"    {layout}: ({', '.join(f'{v:g}' for v in values)}),", flush=True)
-        for seed, rows in (("fit", fit_rows), ("held out", measured_rows(layout, WIDE_SEEDED_SEED + 1))):
+        for seed, rows in (("fit", fit_rows), ("held out", measured_rows(layout, seed0 + 1))):
             A = np.array([r[2] for r in rows])
             b = np.array([r[3] for r in rows])
             err = 100 * (A @ values - b) / b
@@ -1234,6 +1258,7 @@ def main() -> None:
         "--flynn-shapes": lambda n, cache: calibrate_flynn(flynn_random_shapes(n), cache),
         "--flynn-wide-stored": calibrate_flynn_wide_stored,
         "--flynn-wide-seeded": calibrate_flynn_wide_seeded,
+        "--flynn-wide-stored-layouts": calibrate_flynn_wide_stored_layouts,
         "--flynn-functions": calibrate_flynn_functions,
         "--flynn-lookup": calibrate_flynn_lookup,
         "--protonn-functions": calibrate_protonn_functions,

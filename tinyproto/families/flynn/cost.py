@@ -204,6 +204,35 @@ FLY_CYCLES.update({wide_seeded_term(layout, unit): cycles for layout, values in 
                    for unit, cycles in zip(WIDE_SEEDED_UNITS, values)})
 FLY_HELD += WIDE_SEEDED_TERMS  # fitted by --flynn-wide-seeded alone
 
+# A stored M over more than 256 hash inputs (16-bit flash indices, x read in place): avr-gcc compiles its row loop
+# in a layout of its own with and without the sign split and for s = 1, 2 and more, as for a wide seeded M, so each
+# layout has its cycles per unit (per row, index, mirrored input, heap fill and replacement, and once), fitted on
+# tp_flynn_project's own cycles on the profiling simulator: tools/calibrate_costmodel.py --flynn-wide-stored-layouts
+# 24 (24 shapes of each layout, seed 2100; 24 more, seed 2101, held out: exact but for the sign split at s = 1,
+# within 0.4 %, and at s >= 3, within 0.54 %). The whole-cycle values are the code's own: the fit recovers them
+# exactly. One shared fit of these terms had s = 2 without the split 3.8 cycles a row high (bench_costmodel seed
+# 7003: +4.6 %).
+WIDE_STORED_CYCLES: dict[tuple[bool, int], tuple[float, ...]] = {
+    (False, 1): (36, 0, 0, 35, 24, 66),
+    (False, 2): (0, 26.5, 0, 35, 24, 66),
+    (False, 3): (24, 21, 0, 34, 23, 65),
+    (True, 1): (40.4, 0, 1.8, 33.7, 25.9, 70.5),
+    (True, 2): (0, 37, 3, 34, 23, 70),
+    (True, 3): (24, 25, 3, 34, 23, 70),
+}
+WIDE_STORED_UNITS = ("row", "index", "mirror", "heap_fill", "heap_call", "once")
+
+
+def wide_stored_term(layout: tuple[bool, int], unit: str) -> str:
+    """The FLY_CYCLES name of one unit of one wide stored layout, e.g. wst_split2_index."""
+    return f"wst_{'split' if layout[0] else 'plain'}{layout[1]}_{unit}"
+
+
+WIDE_STORED_TERMS = tuple(wide_stored_term(layout, unit) for layout in WIDE_STORED_CYCLES for unit in WIDE_STORED_UNITS)
+FLY_CYCLES.update({wide_stored_term(layout, unit): cycles for layout, values in WIDE_STORED_CYCLES.items()
+                   for unit, cycles in zip(WIDE_STORED_UNITS, values)})
+FLY_HELD += WIDE_STORED_TERMS  # fitted by --flynn-wide-stored-layouts alone
+
 # A narrow seeded M's projection (tp_flynn_project with the asm scan of tp_flynn_avr.h), counted from its code
 # (avr-objdump; tools/calibrate_costmodel.py --flynn-seeded-scan walks it and checks it on the profiling simulator).
 # avr-gcc lays the function out by M modulo 4 (it knows the rows left, M - j, modulo 4: 0 and 1 share a layout), and
@@ -269,7 +298,7 @@ FLY_STAGES = {
                 "take_loop", "row_stored", "stored_index", "wide_proposal", "wide_shift_map", "wide_compare",
                 "wide_take", "wide_row", "wide_stored_index", "wide_stored_pair", "wide_stored_mirror", "wide_wrap",
                 "wide_mirror", "heap_fill",
-                "heap_call_seeded", "heap_call_stored") + NARROW_STORED + WIDE_SEEDED_TERMS,
+                "heap_call_seeded", "heap_call_stored") + NARROW_STORED + WIDE_SEEDED_TERMS + WIDE_STORED_TERMS,
     "top_rho": ("heapify", "heapify_fixed", "sift", "sift_level_pair", "sift_level_left", "sift_right",
                 "sift_stop_pair", "sift_stop_left", "sift_stop_leaf", "sift_wide_compare"),
     "lookup": ("winner", "winner_mul", "winner_shift", "lookup_table_once", "lookup_table_winner", "lookup_once",
@@ -575,6 +604,12 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
     if s > 2:
         terms["row_loop"] = m if store_M or wide else 0
     if store_M:
+        layout = wide_seeded_layout(shape.split, s)
+        if layout in WIDE_STORED_CYCLES:  # the layout's own cycles
+            units = dict(row=m, index=m * s, mirror=float(mirrors), heap_fill=rho, heap_call=replacements, once=1)
+            terms.update(heap_fill=0, row_loop=0, wide_stored_mirror=0.0)
+            terms.update({wide_stored_term(layout, unit): units[unit] for unit in WIDE_STORED_UNITS})
+            return terms
         terms.update(row_stored=m, heap_call_stored=replacements, wide_stored_index=m * s,
                      wide_stored_pair=m * s if s == 2 and shape.split else 0)
         return terms
