@@ -396,14 +396,16 @@ def expected_heap_replacements(m: int, rho: int) -> float:
     return rho * (_harmonic(m) - _harmonic(rho)) if m > rho else 0.0
 
 
-HEAP_TRIALS = 16  # random input vectors the heap is replayed on at least (their mean is the prediction)
+HEAP_TRIALS = 64  # random input vectors the heap is replayed on at least (their mean is the prediction)
 
 
 def heap_trials(rho: int) -> int:
-    """Vectors to replay a heap of rho winners on: a small heap's replacements are the noisiest share of their mean
-    over a few vectors, and the cheapest to replay (about rho ln(m / rho) sifts a vector), so it gets more: 64 for
-    rho = 8, 32 for 16, HEAP_TRIALS from 32 up. It depends on rho alone, so that the replay of a prefix of M's rows
-    (the solver's ExactCycles) gives the very figure the chosen model's own replay gives."""
+    """Vectors to replay a heap of rho winners on: HEAP_TRIALS, and more for a heap smaller than 8 (512 / rho), whose
+    replacements are the noisiest share of their mean over a few vectors. 16 vectors for rho = 32 and 64 left the
+    replay of a heap-bound shape 3 % above its mean (bench_costmodel seed 7002: a stored M over 472 inputs, rho =
+    32); 64 take compile wine --model flynn --budget 2kB from 3.65 to 4.38 s of CPU, digits' unchanged. It depends
+    on rho alone, so that the replay of a prefix of M's rows (the solver's ExactCycles) gives the very figure the
+    chosen model's own replay gives."""
     return max(HEAP_TRIALS, 512 // max(int(rho), 1))
 
 
