@@ -37,7 +37,6 @@
 #error "TP_BLOOM_ROWS must be 1 for two classes, else TP_N_CLASSES"
 #endif
 
-static uint8_t tp_bloom_phi[TP_BLOOM_M];
 /* loop counters over the slots: 8 bits when they fit (a 16-bit count costs a cycle or two per step); the loops
  * are do-while with the count tested after the decrement, so an 8-bit count of 256 starts at 0 */
 #if TP_BLOOM_M <= 256
@@ -49,23 +48,50 @@ typedef uint16_t tp_bloom_count_t;
 /* The range check's signal (compile --unknown-rate; IntBloom.range_signal, core/confidence.py): S, the sum of phi
  * over the slots, each value shifted right by the header's TP_BLOOM_RANGE_SHIFT so S fits 16 bits.
  * tp_stream_end sums it while it compacts phi, from -TP_UNKNOWN_RANGE_LOW, and keeps one byte, the bin
- * (S - LOW) >> 8 (modulo 2^16); tp_judge declines the input when the bin is TP_UNKNOWN_RANGE_BINS or more: S outside
- * LOW .. LOW + 256 BINS - 1. Only such a model defines it, and only it sums (nothing changes without the option). */
+ * (S - LOW) >> 8 (modulo 2^16), as the first byte of tp_range_signal; tp_judge declines the input when the bin is
+ * TP_UNKNOWN_RANGE_BINS or more: S outside LOW .. LOW + 256 BINS - 1. Only such a model defines it, and only it
+ * sums (nothing changes without the option). */
 #if TP_KERNELS_AVR /* tp_judge's assembly reads it by name: kept, and global, under -flto (the Arduino IDE's) */
 #define TP_BLOOM_ASM_READ __attribute__((used, externally_visible))
 #else
 #define TP_BLOOM_ASM_READ
 #endif
-TP_BLOOM_ASM_READ uint8_t tp_range_signal;
 #ifndef TP_BLOOM_RANGE_SHIFT
 #error "a range check needs TP_BLOOM_RANGE_SHIFT from the model header (IntBloom.range_shift)"
 #endif
+#if TP_N_FEATURES > 0xFF00
+#error "a range check keeps its bin beside a feature index of 0xFF00 or more: at most 65,280 features"
+#endif
+#endif
+#if defined(TP_UNKNOWN_RANGE_LOW) && TP_KERNELS_AVR
+/* On an AVR the bin rides in the stream's next-feature index, which tp_stream_end sets anyway to a value no
+ * feature has (a feed without tp_stream_begin() then re-walks the generator from the seed): 0xFF00 | bin instead
+ * of 0xFFFF, its low byte first, just before phi. tp_bloom_avr.h's compaction runs down phi and stores the two
+ * bytes through its own pointer as it leaves (two st -Z: 4 B, where the index's own store and a separate byte's
+ * took 16), and tp_judge reads the bin as tp_range_signal's first byte. */
+struct tp_bloom_ranged {
+    uint16_t next;              /* the feature index the generator state belongs to; after tp_stream_end 0xFF00 | bin */
+    uint8_t phi[TP_BLOOM_M];    /* phi, compacted to its last TP_BLOOM_USED slots */
+};
+TP_BLOOM_ASM_READ struct tp_bloom_ranged tp_range_signal;
+#define tp_bloom_phi (tp_range_signal.phi)
+#define tp_bloom_next (tp_range_signal.next)
+static uint16_t tp_bloom_state; /* generator state after the last fed feature's steps */
+#else
+static uint8_t tp_bloom_phi[TP_BLOOM_M];
+#ifdef TP_UNKNOWN_RANGE_LOW
+TP_BLOOM_ASM_READ uint8_t tp_range_signal;
 #endif
 static uint16_t tp_bloom_state; /* generator state after the last fed feature's steps */
 static uint16_t tp_bloom_next;  /* the feature index the state belongs to */
+#endif
 
 #if TP_KERNELS_AVR
 #include "tp_bloom_avr.h"
+#endif
+
+#ifndef TP_BLOOM_PHI_USED
+#define TP_BLOOM_PHI_USED tp_bloom_phi /* the compacted phi' */
 #endif
 
 #ifndef TP_BLOOM_AVR_STEP
@@ -190,7 +216,8 @@ uint8_t tp_stream_end(int32_t *scores)
 {
     /* Compact phi to the used slots in place (p <= i): a slot reads 0 exactly when nothing hashes to it. */
 #ifdef TP_BLOOM_AVR_COMPACT
-    tp_range_signal = (uint8_t)(tp_bloom_compact((uint16_t)(0u - (uint16_t)TP_UNKNOWN_RANGE_LOW)) >> 8);
+    /* to phi's last TP_BLOOM_USED slots (TP_BLOOM_PHI_USED), and tp_bloom_next = 0xFF00 | the bin */
+    tp_bloom_compact((uint16_t)(0u - (uint16_t)TP_UNKNOWN_RANGE_LOW));
 #else
     const uint8_t *src = tp_bloom_phi;
     uint8_t *dst = tp_bloom_phi;
@@ -220,7 +247,7 @@ uint8_t tp_stream_end(int32_t *scores)
 #else
         int32_t bias = tp_read_i32(&tp_bloom_b[r]);
 #endif
-        int32_t sum = bias + tp_bloom_row(w, tp_bloom_phi);
+        int32_t sum = bias + tp_bloom_row(w, TP_BLOOM_PHI_USED);
         w += TP_BLOOM_USED;
 #if TP_N_CLASSES == 2
         scores[0] = 0;
@@ -235,7 +262,9 @@ uint8_t tp_stream_end(int32_t *scores)
 #endif
     }
     (void)best;
+#ifndef TP_BLOOM_AVR_COMPACT /* (its compaction stored 0xFF00 | the bin) */
     tp_bloom_next = 0xFFFFu; /* phi is compacted: a feed without tp_stream_begin() re-walks from the seed */
+#endif
     return label;
 }
 

@@ -80,20 +80,22 @@ TP_NOINLINE static int32_t tp_bloom_row(const int8_t *w, const uint8_t *phi)
 #define TP_BLOOM_AVR_COMPACT 1
 #define TP_BLOOM_STR_(x) #x
 #define TP_BLOOM_STR(x) TP_BLOOM_STR_(x)
-/* The compaction with the range check's sum (compile --unknown-rate only): phi's non-zero values moved down in
- * place, every value (shifted right by TP_BLOOM_RANGE_SHIFT) added to sum, which starts at -TP_UNKNOWN_RANGE_LOW.
- * One pass, the sum fused into it: per slot ld, add, adc, cpse (which skips the store of a 0), st, and the end
- * compared on Z's low byte (its high byte too when M > 256): 9 cycles a slot, 1 more a used one, in as many bytes
- * as avr-gcc's loop without the sum. Returns the sum (its high byte is the bin tp_judge checks). */
-static inline __attribute__((always_inline)) uint16_t tp_bloom_compact(uint16_t sum)
+#define TP_BLOOM_PHI_USED (tp_bloom_phi + (TP_BLOOM_M - TP_BLOOM_USED)) /* where the compaction leaves phi' */
+/* The compaction with the range check's sum (compile --unknown-rate only): phi's non-zero values moved up in place
+ * to its last TP_BLOOM_USED slots, in slot order, every value (shifted right by TP_BLOOM_RANGE_SHIFT) added to sum,
+ * which starts at -TP_UNKNOWN_RANGE_LOW. One pass down phi, the sum fused into it: per slot ld -Z, add, adc, cpse
+ * (which skips the store of a 0), st -X, and the start compared on Z's low byte (its high byte too when M > 256):
+ * 9 cycles a slot, 1 more a used one, in as many bytes as avr-gcc's loop without the sum. Z then points at phi,
+ * right after tp_bloom_next (tp_bloom.c's struct tp_bloom_ranged), which the same pointer sets as it leaves: 0xFF
+ * (high byte: no feature's index), then the bin, the sum's high byte (low byte), which tp_judge reads. */
+typedef char tp_bloom_next_before_phi[__builtin_offsetof(struct tp_bloom_ranged, phi) == 2 ? 1 : -1];
+static inline __attribute__((always_inline)) void tp_bloom_compact(uint16_t sum)
 {
-    const uint8_t *src = tp_bloom_phi;
-    uint8_t *dst = tp_bloom_phi;
-#if TP_BLOOM_RANGE_SHIFT != 0 || TP_BLOOM_M > 256
+    const uint8_t *src = tp_bloom_phi + TP_BLOOM_M;
+    uint8_t *dst = tp_bloom_phi + TP_BLOOM_M;
     uint8_t t;
-#endif
     __asm__ volatile("1:\n\t"
-                     "ld __tmp_reg__, Z+\n\t"
+                     "ld __tmp_reg__, -Z\n\t"
 #if TP_BLOOM_RANGE_SHIFT == 0
                      "add %A[sum], __tmp_reg__\n\t"
 #else
@@ -105,19 +107,18 @@ static inline __attribute__((always_inline)) uint16_t tp_bloom_compact(uint16_t 
 #endif
                      "adc %B[sum], __zero_reg__\n\t"
                      "cpse __tmp_reg__, __zero_reg__\n\t"
-                     "st X+, __tmp_reg__\n\t"
-                     "cpi r30, lo8(%[end])\n\t"
+                     "st -X, __tmp_reg__\n\t"
+                     "cpi r30, lo8(%[start])\n\t"
 #if TP_BLOOM_M > 256
-                     "ldi %[t], hi8(%[end])\n\t"
+                     "ldi %[t], hi8(%[start])\n\t"
                      "cpc r31, %[t]\n\t"
 #endif
                      "brne 1b\n\t"
-                     : [sum] "+r"(sum), "+z"(src), "+x"(dst)
-#if TP_BLOOM_RANGE_SHIFT != 0 || TP_BLOOM_M > 256
-                       , [t] "=&d"(t)
-#endif
-                     : [end] "i"(tp_bloom_phi + TP_BLOOM_M)
+                     "ldi %[t], 0xFF\n\t"
+                     "st -Z, %[t]\n\t"
+                     "st -Z, %B[sum]\n\t"
+                     : [sum] "+r"(sum), "+z"(src), "+x"(dst), [t] "=&d"(t)
+                     : [start] "i"(tp_bloom_phi)
                      : "memory");
-    return sum;
 }
 #endif

@@ -435,16 +435,12 @@ static void tp_flynn_hash(const int8_t *x, uint32_t *heap)
 
 #endif /* TP_FLYNN_SEEDED */
 
-uint8_t tp_predict(const int8_t *x, int32_t *scores)
+/* The winners' counts summed per class into scores. Kept out of line, so that its code is the same for every
+ * M layout and input width: inlined into tp_predict it shared a frame with the hash's input buffers (hundreds of
+ * bytes), beyond which avr-gcc's spill slots cost a Y adjustment on every access, by a register allocation that no
+ * model of the shape could follow (tinyproto/families/flynn/cost.py counts this function's code). */
+static __attribute__((noinline)) void tp_flynn_lookup(const uint32_t *heap, int32_t *scores)
 {
-#ifdef TP_UNKNOWN_CLIPS
-    tp_judge_inputs(x, 0, TP_N_FEATURES); /* the clip check's count (tp_judge.c) */
-#endif
-    uint32_t heap[TP_FLYNN_RHO];
-    TP_STAGE(TP_STAGE_FLYNN_PREPARE);
-    tp_flynn_hash(x, heap); /* fills all TP_FLYNN_RHO entries (TP_FLYNN_RHO <= TP_FLYNN_M) */
-    TP_STAGE(TP_STAGE_FLYNN_LOOKUP);
-
     /* Novelty sums fit in uint16 (at most 255 * TP_FLYNN_RHO); widen once at the end. */
     uint16_t sums[TP_N_CLASSES];
     for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
@@ -476,6 +472,18 @@ uint8_t tp_predict(const int8_t *x, int32_t *scores)
     for (uint8_t l = 0; l < TP_N_CLASSES; ++l) {
         scores[l] = (int32_t)sums[l];
     }
+}
+
+uint8_t tp_predict(const int8_t *x, int32_t *scores)
+{
+#ifdef TP_UNKNOWN_CLIPS
+    tp_judge_inputs(x, 0, TP_N_FEATURES); /* the clip check's count (tp_judge.c) */
+#endif
+    uint32_t heap[TP_FLYNN_RHO];
+    TP_STAGE(TP_STAGE_FLYNN_PREPARE);
+    tp_flynn_hash(x, heap); /* fills all TP_FLYNN_RHO entries (TP_FLYNN_RHO <= TP_FLYNN_M) */
+    TP_STAGE(TP_STAGE_FLYNN_LOOKUP);
+    tp_flynn_lookup(heap, scores);
 
     uint8_t best = 0;
     for (uint8_t l = 1; l < TP_N_CLASSES; ++l) {

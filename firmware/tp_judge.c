@@ -25,9 +25,12 @@
 
 #ifdef TP_UNKNOWN_RANGE_LOW
 /* A family's range check (compile --unknown-rate; Bloom features' feature-map sum S): its runtime keeps the last
- * input's bin, (S - TP_UNKNOWN_RANGE_LOW) >> 8 modulo 2^16, and a bin of TP_UNKNOWN_RANGE_BINS or more (S outside
+ * input's bin, (S - TP_UNKNOWN_RANGE_LOW) >> 8 modulo 2^16, as the first byte of tp_range_signal (a byte, or on an
+ * AVR the start of the family's own state: tp_bloom.c), and a bin of TP_UNKNOWN_RANGE_BINS or more (S outside
  * LOW .. LOW + 256 BINS - 1) answers TP_UNKNOWN_LABEL whatever the scores (core/confidence.py, Calibration). */
+#if !TP_KERNELS_AVR /* the reference reads the byte; the AVR twin reads the symbol's first byte by name */
 extern uint8_t tp_range_signal;
+#endif
 #if TP_UNKNOWN_RANGE_LOW < 0 || TP_UNKNOWN_RANGE_BINS < 1 || TP_UNKNOWN_RANGE_BINS > 255 \
     || TP_UNKNOWN_RANGE_LOW + 256L * TP_UNKNOWN_RANGE_BINS > 65536L || !defined(TP_UNKNOWN_LIMIT)
 #error "TP_UNKNOWN_RANGE_LOW and _BINS must keep the range within 0..65535, beside TP_UNKNOWN_LIMIT"

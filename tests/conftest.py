@@ -64,8 +64,8 @@ def pytest_xdist_auto_num_workers(config):
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """compiled(data, budget, family='protonn', seed=0, board='uno', learnable=False) -> a model directory of the
-    caller's own (learnable: what `compile --learnable` writes).
+    """compiled(data, budget, family='protonn', seed=0, board='uno', learnable=False, unknown_rate=None) -> a model
+    directory of the caller's own (learnable: what `compile --learnable` writes; unknown_rate: `--unknown-rate`).
 
     Each model is trained once per run (whichever worker asks first; the others wait for it) into a master
     directory that no test ever sees; every call hands out a fresh copy of it. So a test may build, validate,
@@ -77,11 +77,13 @@ def compiled(tmp_path_factory):
     root.mkdir(exist_ok=True)
 
     def make(data: str, budget: str, family: str = "protonn", seed: int = 0, board: str = "uno",
-             learnable: bool = False) -> Path:
+             learnable: bool = False, unknown_rate: str | None = None) -> Path:
         def train(into: Path) -> None:
-            compile_model(data, CompileOptions(family, budget, seed, board, into / "model", learnable=learnable))
+            compile_model(data, CompileOptions(family, budget, seed, board, into / "model", learnable=learnable,
+                                               unknown_rate=unknown_rate))
 
-        on_board = ("" if board == "uno" else f"-{board}") + ("-learnable" if learnable else "")
+        on_board = (("" if board == "uno" else f"-{board}") + ("-learnable" if learnable else "")
+                    + (f"-unknown{unknown_rate.rstrip('%')}" if unknown_rate else ""))
         master = made_once(root, f"{family}-{data}-{budget}-{seed}{on_board}", train) / "model"
         return fresh_copy(master, tmp_path_factory, f"{family}-{data}-{budget}{on_board}")
 

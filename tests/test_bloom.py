@@ -447,6 +447,19 @@ def test_the_arduino_ide_build_keeps_the_byte_tp_judge_reads(tmp_path):
     assert "Sketch uses" in built.stdout
 
 
+
+def test_a_model_of_more_features_than_the_range_check_allows_keeps_no_range():
+    """tp_bloom.c keeps a range check's bin beside a feature index no feature has (0xFF00 | bin): a model of more
+    than 0xFF00 features has no such index, so the host fits no range for it (tp_bloom.c would refuse one)."""
+    from tinyproto.families.bloom.quantize import RANGE_FEATURES_MAX
+    from tinyproto.families.judging import training_range
+
+    X = np.random.RandomState(0).randn(4, RANGE_FEATURES_MAX + 1).astype(np.float32)
+    wide, fits = synthetic(RANGE_FEATURES_MAX + 1, 1, 64, 2), synthetic(RANGE_FEATURES_MAX, 1, 64, 2)
+    assert wide.range_signal(wide.input_stage.quantize(X)) is None and training_range(wide, X) == (None, None)
+    low, high = training_range(fits, X[:, :RANGE_FEATURES_MAX])
+    assert low is not None and high is not None
+
 RANGE_MAIN = r"""
 #include <stdio.h>
 #include "tinyproto.h"
@@ -470,7 +483,7 @@ RANGE_AVR_MAIN = r"""
 #include "tinyproto.h"
 #include "tinyproto_model.h"
 #include "range_rows.h"
-extern uint8_t tp_range_signal;
+extern uint8_t tp_range_signal[]; /* the first two bytes: tp_bloom_next, 0xFF00 | the bin */
 int main(void)
 {
     UBRR0H = 0;
@@ -486,10 +499,10 @@ int main(void)
         memcpy_P(x, range_rows[r], TP_N_FEATURES);
         tp_predict(x, scores);
         const uint8_t *bytes = (const uint8_t *)scores;
-        for (uint8_t i = 0; i <= sizeof scores; ++i) { /* the bin, then the scores' bytes */
+        for (uint8_t i = 0; i < 2 + sizeof scores; ++i) { /* the bin, the index's high byte, the scores' bytes */
             while (!(UCSR0A & (1 << UDRE0))) {
             }
-            UDR0 = i == 0 ? tp_range_signal : bytes[i - 1];
+            UDR0 = i < 2 ? tp_range_signal[i] : bytes[i - 2];
         }
     }
     for (;;) {
@@ -530,9 +543,10 @@ def test_the_range_sum_of_the_portable_c_equals_the_reference(tmp_path, d, k, m)
 @pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"), reason="libsimavr-dev not installed")
 @pytest.mark.parametrize("d,k,m", [(64, 3, 200), (30, 2, 256), (30, 2, 300), (200, 4, 400)])
 def test_the_fused_range_sum_on_the_simulated_uno_equals_the_reference(tmp_path, d, k, m):
-    """tp_bloom_avr.h's compaction with the range sum (ld, add, adc, cpse, st; the end on Z's low byte, or both
-    bytes beyond 256 slots; a shifted copy beyond 257 used slots), built with avr-gcc and run on the simulated
-    Uno: every row's bin is the reference's, and the scores it computes after it too (the compaction is right)."""
+    """tp_bloom_avr.h's compaction with the range sum (ld -Z, add, adc, cpse, st -X; the start on Z's low byte, or
+    both bytes beyond 256 slots; a shifted copy beyond 257 used slots), built with avr-gcc and run on the simulated
+    Uno: every row's bin is the reference's, stored with the stream's next feature index (0xFF00 | bin, which no
+    feature has), and the scores it computes after it too (the compaction to phi's last slots is right)."""
     import serial
 
     from tinyproto.device.sim import SimulatedUno
@@ -556,10 +570,11 @@ def test_the_fused_range_sum_on_the_simulated_uno_equals_the_reference(tmp_path,
                     str(lib / "tp_bloom.c"), "-o", str(elf)], check=True, capture_output=True)
     with SimulatedUno(elf, markers=False) as uno, serial.Serial(uno.port, 1_000_000, timeout=30) as port:
         port.write(b"g")
-        answer = port.read(rows * 13)
-    assert len(answer) == rows * 13, f"the simulated Uno answered {len(answer)} of {rows * 13} bytes"
-    answer = np.frombuffer(answer, dtype=np.uint8).reshape(rows, 13)
+        answer = port.read(rows * 14)
+    assert len(answer) == rows * 14, f"the simulated Uno answered {len(answer)} of {rows * 14} bytes"
+    answer = np.frombuffer(answer, dtype=np.uint8).reshape(rows, 14)
     bins = ((signal - model.calibration.range_low) % 65536) >> 8
     assert np.array_equal(answer[:, 0].astype(np.int64), bins) and len(set(bins.tolist())) > 3
-    scores = answer[:, 1:].copy().view("<i4").astype(np.int64)
+    assert (answer[:, 1] == 0xFF).all()
+    scores = answer[:, 2:].copy().view("<i4").astype(np.int64)
     assert np.array_equal(scores, model.scores(xq))

@@ -1077,3 +1077,35 @@ def test_the_clip_checks_count_is_in_the_ledger_and_its_cycles_keep_the_latency_
     assert _within_latency(clips, judged, options, lambda m: {"total": int(limit) - with_check}) == clips
     assert _within_latency(clips, judged, options, lambda m: {"total": int(limit) - with_check + 1}) is None
     assert _within_latency(clips, judged, SolveOptions(1024), lambda m: {"total": 10**9}) == clips
+
+
+def test_flynn_keeps_its_fold_models_margins_in_their_unit(monkeypatch):
+    """FlyNN's scores are sums of lut weights, one unit for every model of a shape (scores_in_fixed_units, as BNC's
+    bits): its fold models' margins fit the curve as they are, whatever the median winning score of each model's own
+    training rows, which measures how familiar they look to it (carried by that ratio, 9 against 36 to 40 on
+    segment with sky held out, the confidence was 5.4 points too sure). A family without a fixed unit carries them."""
+    from tinyproto import families
+    from tinyproto.core.datasets import load_dataset, split
+    from tinyproto.families import judging
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.solving import SolveOptions
+
+    assert IntFlyNN.scores_in_fixed_units
+    sp = split(load_dataset("wine"))
+
+    def curve(final_scale: float, fixed: bool | None = None):
+        calls = []
+
+        def scale(model, X, lowest_wins):
+            calls.append(1)
+            return final_scale if len(calls) == 1 else 10.0  # the final model's is asked first, then each fold's
+
+        monkeypatch.setattr(judging, "score_scale", scale)
+        if fixed is not None:
+            monkeypatch.setattr(judging, "fixed_units", lambda model: fixed)
+        _, model, _ = families.fit_judged("flynn", sp.X_train, sp.y_train, SolveOptions(1024, 0), None)
+        monkeypatch.undo()
+        return model.calibration.doubt, model.calibration.halving
+
+    assert curve(10.0) == curve(2.5) == curve(10.0, False)  # the ratio 1/4 changes nothing in FlyNN's unit
+    assert curve(2.5, False) != curve(10.0, False)  # carried, it would

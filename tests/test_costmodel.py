@@ -465,3 +465,48 @@ def test_the_profiler_maps_addresses_to_code_symbols_only(built_models):
     assert "tp_predict_raw" in names or any(name.endswith("_predict") for name in names)
     assert "__stack" not in names and "__heap_end" not in names
     assert addresses == sorted(addresses) and addresses[-1] <= build.flash_bytes  # _etext ends the code
+
+
+@pytest.mark.device
+def test_the_lookup_is_one_code_per_classes_and_bits(tmp_path):
+    """FlyNN's lookup (tp_flynn_lookup, out of line) compiles to the same instructions for one (classes, count bits)
+    whatever the M layout and input width around it, and costs what LOOKUP_CYCLES says on the profiling simulator.
+    Inlined into tp_predict it had shared a frame with the hash's input buffers, and avr-gcc kept the heap's walk
+    pointer in a slot beyond ldd's reach in some frames and not others (a seeded M over 213 inputs, s = 1, rho = 32,
+    two 1-bit classes: 34 cycles a winner over the terms, the whole inference 4.1 % over its prediction). The
+    shapes of each pair: that seeded M and a stored M over 5 inputs; 8 classes with rho = 64 (a stored M over 5
+    inputs, s = 5, was 3.1 % under) and a seeded M with the sign split over 300 inputs."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families import predict_cycles
+    from tinyproto.families.flynn.cost import FLY_CYCLES, FLY_STAGES, LOOKUP_CYCLES, flynn_cost_terms
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.seeded_index import seeded_indices
+
+    rng = np.random.default_rng(5)
+    simulator = build_profiling_simulator(tmp_path)
+    # (features, sign split, stored M, m, s, rho, classes, count bits)
+    pairs = [((213, False, False, 111, 1, 32, 2, 1), (5, False, True, 231, 5, 32, 2, 1)),
+             ((5, False, True, 231, 5, 64, 8, 1), (300, True, False, 150, 4, 64, 8, 1))]
+    for pair in pairs:
+        codes = []
+        for d, split, store, m, s, rho, L, b in pair:
+            n_in = 2 * d if split else d
+            model = IntFlyNN(list(range(L)), InputStage.shared(127.5, 1.0, d), split, 13,
+                             seeded_indices(13, m, s, n_in), rho, b, rng.integers(0, 1 << b, size=(L, m)),
+                             0.5 if b > 1 else 1.0, store)
+            xq = rng.integers(-127, 128, size=(16, d)).astype(np.int8)
+            work = tmp_path / f"d{d}-L{L}"
+            profile = calibrate.profile_shape(model, xq, "uno", work, simulator)
+            listing = calibrate.avr_listing(next(work.rglob("firmware.elf")), "tp_flynn_lookup")
+            codes.append([listing[a][0] for a in sorted(listing)])
+            terms = flynn_cost_terms(model, x=xq)
+            lookup = profile["functions"]["tp_flynn_lookup"] + rho * LOOKUP_CYCLES[(L, b)][2]  # its multiplies
+            predicted = sum(terms[k] * FLY_CYCLES[k] for k in FLY_STAGES["lookup"] if k != "class_argmin")
+            assert abs(predicted - lookup) / lookup < 0.01, (d, L, predicted, lookup)
+            measured = profile["cycles"] - 30  # less the judge stage's stub (tools/bench_costmodel.py)
+            total = predict_cycles(model)["total"]
+            assert abs(total - measured) / measured < 0.025, (d, L, total, measured)
+        assert codes[0] == codes[1], pair

@@ -150,7 +150,6 @@ def test_cli_errors_are_one_line(compiled, tmp_path):
         assert message in result.output and result.output.count("\n") == 1, result.output
     assert sorted(p.name for p in model_dir.iterdir()) == before
     assert (foreign / "notes.txt").read_text() == "mine"
-    assert run_cli("export", str(model_dir)).exit_code == 2  # no format chosen
 
 
 def test_damaged_model_is_refused(compiled, tmp_path):
@@ -171,6 +170,17 @@ def test_cli_export(compiled, tmp_path):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "lib" / "Tumour" / "src" / "Tumour.h").is_file()
     assert (tmp_path / "lib" / "Tumour.zip").is_file()
+
+
+def test_arduino_is_the_default_format(compiled, tmp_path):
+    """`tinyproto export DIR` ended in click's "Missing option '--arduino'" although it is the only format."""
+    model_dir = compiled("breast_cancer", "2kB")
+    for out, flag in (("plain", []), ("flagged", ["--arduino"])):
+        result = run_cli("export", str(model_dir), *flag, "--out", str(tmp_path / out))
+        assert result.exit_code == 0, result.output
+    library = sorted((tmp_path / "plain").rglob("*.h"))
+    assert library and [p.read_bytes() for p in library] == [
+        (tmp_path / "flagged" / p.relative_to(tmp_path / "plain")).read_bytes() for p in library]
 
 
 def test_cli_export_names_its_files_as_the_user_typed_them(compiled, tmp_path, monkeypatch):

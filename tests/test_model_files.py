@@ -111,6 +111,33 @@ def test_rehashed_int_model_must_be_runnable(work, compiled, verb, case):
     assert "model.json is damaged" in message
 
 
+def _confidence(**fields) -> Callable[[dict], None]:
+    return lambda im: im["confidence"].update(fields)
+
+
+REHASHED_CONFIDENCE = {
+    "doubt-negative": _confidence(doubt=-5), "doubt-text": _confidence(doubt="x"),
+    "halving-zero": _confidence(halving=0), "threshold-beyond-16-bits": _confidence(unknown_above=10**12),
+    "threshold-fraction": _confidence(unknown_above=0.5), "rate-negative": _confidence(unknown_rate=-0.1),
+    "rate-above-half": _confidence(unknown_rate=3), "rate-text": _confidence(unknown_rate="5%"),
+    "score-byte-7": _confidence(score_byte=7), "lowest-wins-text": _confidence(lowest_wins="yes"),
+    "range-reversed": _confidence(range=[512, 255]),
+    "clips-unknown-side": _confidence(clips={"side": "up", "above": 1}),
+    "not-an-object": lambda im: im.update(confidence=[1, 2]),
+}
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+@pytest.mark.parametrize("case", sorted(REHASHED_CONFIDENCE))
+def test_rehashed_confidence_must_be_in_range(work, compiled, verb, case):
+    """A calibration edited consistently (hashes rewritten) is refused naming model.json; a negative unknown_rate
+    was built, validated and exported (the report then stated it as the model's rate)."""
+    model = compiled("iris", "1kB", unknown_rate="5%")
+    _rehashed(model, REHASHED_CONFIDENCE[case])
+    message = refused(VERBS[verb](model), "model.json is damaged", model.parent, own_files_at_root=True)
+    assert "confidence" in message or "unknown" in message
+
+
 def test_the_four_families_round_trip_their_int_model(compiled):
     """The check above refuses any int_model that is not exactly what the rebuilt model writes: every family's
     own model.json must pass it."""

@@ -272,7 +272,8 @@ HEAP_CALLER_TERMS = ("fixed", "heap_fill", "heap_call_seeded", "heap_call_stored
 
 # Which firmware functions each FlyNN term's work runs in (avr-gcc inlines tp_flynn_block / tp_flynn_pattern into
 # tp_flynn_project, tp_flynn_fill into tp_predict); the rest of tp_predict is the lookup and the fixed work.
-FLY_FUNCTIONS = {"project": "tp_flynn_project", "sift": "tp_flynn_sift", "heapify": "tp_flynn_heapify"}
+FLY_FUNCTIONS = {"project": "tp_flynn_project", "sift": "tp_flynn_sift", "heapify": "tp_flynn_heapify",
+                 "lookup": "tp_flynn_lookup"}
 FLY_FUNCTION_HELD = ("sift", "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair", "sift_stop_left",
                      "sift_stop_leaf", "sift_wide_compare", "heapify", "heapify_fixed")
 
@@ -329,7 +330,7 @@ def calibrate_flynn_functions(n: int, cache: Path | None) -> None:
             shapes.append((f"fl{len(shapes):02d}-{model_hash_hex(model)}", spec, model, int(rng.integers(0, 2**31))))
     done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
     judge = 30  # the device app's judge stage, buffered (tools/bench_costmodel.py measures it)
-    groups = {"project": [], "sift": [], "heapify": [], "rest": []}
+    groups = {"project": [], "sift": [], "heapify": [], "lookup": [], "rest": []}
     with tempfile.TemporaryDirectory() as tmp:
         simulator = None
         for name, spec, model, xseed in shapes:
@@ -342,13 +343,21 @@ def calibrate_flynn_functions(n: int, cache: Path | None) -> None:
                 print(name, round(done[name]["cycles"]), flush=True)
             functions = done[name]["functions"]
             measured = {k: functions.get(f, 0.0) for k, f in FLY_FUNCTIONS.items()}
-            # libgcc's 16x16 -> 32-bit multiply (22 cycles with its ret) serves the lookup's row offset when L b is not
-            # a power of two, and a wide seeded M's proposal map: the rest of its cycles are the projection's
-            lookup_mul = 22 * model.n_winners * bool((model.n_classes * model.bits)
-                                                      & (model.n_classes * model.bits - 1))
+            # libgcc's 16x16 -> 32-bit multiply (22 cycles with its ret) serves the lookup's row offset where avr-gcc
+            # multiplies (LOOKUP_CYCLES says where), and a wide seeded M's proposal map: the rest is the projection's
+            L, b = model.n_classes, model.bits
+            lookup_mul = model.n_winners * (cost.LOOKUP_CYCLES[(L, b)][2] if (L, b) in cost.LOOKUP_CYCLES
+                                            else 22 * bool((L * b) & (L * b - 1)))
             measured["project"] += functions.get("__umulhisi3", 0.0) - lookup_mul
-            measured["rest"] = done[name]["cycles"] - judge - sum(measured.values())
+            measured["lookup"] += lookup_mul
+            # the rest of the timed call, less the Timer1 overflow interrupts among its cycles (40 each)
+            overflows = done[name]["cycles"] // 65536 * 40
+            measured["rest"] = done[name]["cycles"] - judge - overflows - sum(measured.values())
             terms = cost.flynn_cost_terms(model, x=xq)
+            # the lookup's terms by its parts (what an (L, b) beyond LOOKUP_CYCLES takes), fitted on every shape
+            terms = {**{k: 0.0 for k in cost.FLY_STAGES["lookup"]}, **{k: v for k, v in terms.items()
+                     if k not in cost.FLY_STAGES["lookup"]}, **cost.lookup_terms(L, b, model.n_winners, table=False),
+                     "class_argmin": terms["class_argmin"]}
             for group, cycles in measured.items():
                 groups[group].append((name, spec, model, cycles, terms))
     stage_of = {t: g for g, names in cost.FLY_STAGES.items() for t in names}
@@ -356,6 +365,7 @@ def calibrate_flynn_functions(n: int, cache: Path | None) -> None:
         "project": [t for t in cost.FLY_CYCLES if stage_of.get(t) == "hashing"],
         "sift": [t for t in FLY_FUNCTION_HELD if t.startswith("sift")],
         "heapify": ["heapify", "heapify_fixed"],
+        "lookup": [t for t in cost.FLY_STAGES["lookup"] if t != "class_argmin"],
     }
     group_terms["rest"] = [t for t in cost.FLY_CYCLES if not any(t in v for v in group_terms.values())]
     for group, names in group_terms.items():
@@ -382,6 +392,53 @@ def calibrate_flynn_functions(n: int, cache: Path | None) -> None:
             r = rows[k]
             print(f"    {r[0]:<16}{' '.join(f'{a}={v}' for a, v in r[1].items()):<52}{b[k]:>9.0f}"
                   f"{err_now[k]:>+8.2f}{err_fit[k]:>+8.2f}")
+
+
+LOOKUP_SEED = 4100
+
+
+def calibrate_flynn_lookup(n_vectors: int, cache: Path | None) -> None:
+    """--flynn-lookup N: tp_flynn_lookup's cycles for each (classes, count bits) of LOOKUP_CYCLES' range, read off
+    the profiling simulator. Its code is a function of L and b alone (rho is the loop's bound, M the filters'
+    address: tests/test_costmodel.py), so two builds of a narrow stored M (no other caller of __umulhisi3, which
+    serves the row offset when avr-gcc multiplies) with rho = 8 and 64 on N random vectors give its cycles once and
+    per winner (the winners' bit offsets (j L b) mod 8 as random rows give them); prints LOOKUP_CYCLES."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.families.flynn.cost import LOOKUP_BITS, LOOKUP_CLASSES
+    from tinyproto.families.flynn.quantize import IntFlyNN
+
+    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    d, m = 200, 512  # few ties between rows: the winners' rows, and so their bit offsets, as random as a model's
+    rng = np.random.default_rng(LOOKUP_SEED)
+    indices = rng.integers(0, d, size=(m, 1))
+    xq = rng.integers(-127, 128, size=(n_vectors, d)).astype(np.int8)
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        simulator = None
+        for L in LOOKUP_CLASSES:
+            for b in LOOKUP_BITS:
+                cycles = {}
+                for rho in (8, 64):
+                    key = f"L{L}-b{b}-rho{rho}-d{d}-m{m}-{n_vectors}"
+                    if key not in done:
+                        simulator = simulator or build_profiling_simulator(Path(tmp))
+                        model = IntFlyNN(list(range(L)), InputStage.shared(127.5, 1.0, d), False, 1, indices, rho, b,
+                                         rng.integers(0, 1 << b, size=(L, m)), 0.5 if b > 1 else 1.0, True)
+                        functions = profile_shape(model, xq, "uno", Path(tmp) / key, simulator)["functions"]
+                        done[key] = [functions["tp_flynn_lookup"], functions.get("__umulhisi3", 0.0)]
+                        if cache is not None:
+                            cache.write_text(json.dumps(done, indent=0))
+                    cycles[rho] = done[key]
+                per_winner = (sum(cycles[64]) - sum(cycles[8])) / 56
+                out[(L, b)] = (round(sum(cycles[8]) - 8 * per_winner, 1), round(per_winner, 2),
+                               round(cycles[64][1] / 64, 2))
+                print(L, b, out[(L, b)], flush=True)
+    print("LOOKUP_CYCLES = {")
+    for (L, b), values in out.items():
+        print(f"    ({L}, {b}): {values},")
+    print("}")
 
 
 # ---------------------------------------------------------------- FlyNN's narrow seeded scan, walked in its code
@@ -1178,6 +1235,7 @@ def main() -> None:
         "--flynn-wide-stored": calibrate_flynn_wide_stored,
         "--flynn-wide-seeded": calibrate_flynn_wide_seeded,
         "--flynn-functions": calibrate_flynn_functions,
+        "--flynn-lookup": calibrate_flynn_lookup,
         "--protonn-functions": calibrate_protonn_functions,
         "--flynn-heap": calibrate_flynn_heap,
         "--protonn-dense-rows": calibrate_protonn_dense_rows,

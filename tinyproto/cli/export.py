@@ -12,8 +12,8 @@ from tinyproto.cli.options import MODEL_DIR, TextPath, prefix_option, shown
 
 @click.command("export")
 @click.argument("model_dirs", nargs=-1, required=True, type=MODEL_DIR, metavar="MODEL_DIR...")
-@click.option("--arduino", "arduino", is_flag=True, required=True,
-              help="Export as an Arduino library (the only export format so far).")
+@click.option("--arduino", "arduino", is_flag=True, default=True,
+              help="Export as an Arduino library (the default, and so far the only format).")
 @click.option("--out", type=TextPath(path_type=Path), default=None,
               help="Directory to write (default: <MODEL_DIR>-arduino; for several models, models-arduino beside "
                    "the first): the libraries and their .zip files. Replaced only if tinyproto wrote it and nobody "
@@ -27,7 +27,7 @@ def export_command(model_dirs: tuple[Path, ...], arduino: bool, out: Path | None
     """Export the model of MODEL_DIR for use in your own code; several MODEL_DIRs for one sketch.
 
     \b
-    --arduino writes an Arduino library: library.properties, src/ (the model header, the runtime and
+    --arduino (the default) writes an Arduino library: library.properties, src/ (the model header, the runtime and
     <Name>.h, the documented C API), examples/<Name>/<Name>.ino (one vector per Serial line in, the class
     and its score out), plus <Name>.zip for the Arduino IDE's Sketch > Include Library > Add .ZIP Library.
     With several MODEL_DIRs: one library per model (each under the C prefix it was compiled with, so they link
@@ -35,8 +35,6 @@ def export_command(model_dirs: tuple[Path, ...], arduino: bool, out: Path | None
     """
     from tinyproto.pipeline.arduino import export_arduino, export_arduino_models
 
-    if not arduino:
-        raise click.UsageError("choose an export format: --arduino")
     if len(model_dirs) > 1:
         if name is not None or prefix is not None:
             raise click.UsageError("--name and --prefix are for one model; several models keep the prefixes they "

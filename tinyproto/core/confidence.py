@@ -245,6 +245,9 @@ class Calibration:
         if not _is_int_in(raw.get("score_byte"), 0, MAX_SCORE_BYTE):
             raise TinyprotoError(f"the confidence's score_byte must be 0 to {MAX_SCORE_BYTE}")
         rate = raw.get("unknown_rate")
+        if rate is not None and not (isinstance(rate, (int, float)) and not isinstance(rate, bool)
+                                     and 0 < rate <= MAX_UNKNOWN_RATE):
+            raise TinyprotoError(f"the confidence's unknown_rate must be above 0 and at most {MAX_UNKNOWN_RATE}")
         if not isinstance(raw.get("lowest_wins"), bool):
             raise TinyprotoError("the confidence's lowest_wins must be true or false")
         low = high = None

@@ -382,8 +382,8 @@ def load_int_model(model_dir: ModelDir) -> IntModel:
         model = int_model_from_json(raw)
         problem = _not_canonical(raw, model.to_json()) or inconsistency(model)
         digest = model_hash(model)
-    except TinyprotoError:
-        raise
+    except TinyprotoError as exc:  # a field out of its range: say which file holds it
+        raise TinyprotoError(f"{where} is damaged: {exc}") from None
     except Exception as exc:  # any malformed field: wrong type, shape, missing key
         raise TinyprotoError(f"{where} is damaged: its int_model cannot be read "
                              f"({type(exc).__name__}: {str(exc)[:80]})") from None

@@ -340,7 +340,10 @@ def training_range(model: Any, X: np.ndarray) -> tuple[int | None, int | None]:
     signal_of = getattr(model, "range_signal", None)
     if signal_of is None:
         return None, None
-    signal = np.asarray(signal_of(model.input_stage.quantize(X)), dtype=np.int64)
+    raw = signal_of(model.input_stage.quantize(X))
+    if raw is None:  # the family keeps no range for this model
+        return None, None
+    signal = np.asarray(raw, dtype=np.int64)
     checked = whole_bins(int(signal.min()), int(signal.max()))
     return (None, None) if checked is None else checked
 

@@ -51,7 +51,8 @@ BLOOM_CYCLES = {
     "range": 1,  # hand count, per cycle, with --unknown-rate's range check only: its compaction (tp_bloom_avr.h,
     # tp_bloom_compact) takes 9 cycles a slot like avr-gcc's loop (ld, add, adc, cpse skipping, cpi, brne) but 1,
     # not 3, per used slot and no reload; more: per slot, a shifted sum's mov and lsr (1 + shift), m > 256's
-    # ldi and cpc (2); once, the sum's and pointers' set-up and the bin's store (4)
+    # ldi and cpc (2); once, the sum's set-up and the stores of tp_bloom_next with the bin (2 + 5), less the
+    # stores of tp_bloom_next it replaces (6: two ldi, two sts), 1
     "used": 3,  # hand count, per used slot: kept by the compaction (breq not taken, st, adiw)
     # m > 256 (16-bit draws) or k > 8: the feed loop by its parts (FIT_LATER: with 16-bit draws a step and a draw
     # always come together, so the fit puts both on the step)
@@ -155,7 +156,7 @@ def bloom_cost_terms(model) -> dict[str, float]:
              "slot_rem": m % 4, "slot_wide": 0 if byte_draws else m, "wide_fixed": 0 if byte_draws else 1,
              "row_argmax": rows if rows > 1 else 0, "argmax_fixed": 1 if rows > 1 else 0,
              "row_c": 0 if asm else rows,
-             "range": used + m * ((1 + shift if shift else 0) + (2 if m > 256 else 0)) + 4 if ranged else 0,
+             "range": used + m * ((1 + shift if shift else 0) + (2 if m > 256 else 0)) + 1 if ranged else 0,
              "used": 0 if ranged else used, "store": other, "store_last": last, "row": rows,
              "row_bias32": rows if bias == 32 else 0, "mac": rows * used if asm else 0,
              "mac_group": rows * (used // 4) if asm else 0, "mac_c": 0 if asm else rows * used}

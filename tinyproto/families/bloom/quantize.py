@@ -33,6 +33,7 @@ from tinyproto.families.bloom.train import U_SCALE, BloomClassifier, bloom_max, 
 
 WEIGHT_MAX = 127
 INT16_MAX = 32767
+RANGE_FEATURES_MAX = 0xFF00  # a range check's bin rides beside a feature index no feature has (tp_bloom.c)
 
 
 def integer_inputs(xq: np.ndarray) -> np.ndarray:
@@ -128,7 +129,11 @@ class IntBloom(IntModelCommon):
         """The range signal tp_judge checks with --unknown-rate (families/judging.training_range): Σ (φ' >> shift)
         over the used slots, a uint16, as tp_stream_end sums it while it compacts φ. How much the input fills the
         feature map: an input beyond the training rows' range (a weaker or stronger signal than any class) moves
-        it where a linear score may only grow surer. (n,) int64."""
+        it where a linear score may only grow surer. (n,) int64; None for a model of more than
+        RANGE_FEATURES_MAX features, which keeps no range (tp_bloom.c keeps the bin beside a feature index of 0xFF00
+        or more, which no feature of such a model may have)."""
+        if self.n_features > RANGE_FEATURES_MAX:
+            return None
         return (self.features(xq) >> self.range_shift).sum(axis=1)
 
     def scores(self, xq: np.ndarray) -> np.ndarray:
@@ -174,7 +179,8 @@ class IntBloom(IntModelCommon):
     @property
     def checks_range(self) -> bool:
         """A judged model (families/judging.py) whose calibration checks the range of φ's sum: its header then
-        names TP_BLOOM_RANGE_SHIFT, its runtime keeps the sum's bin in a static byte, and the compaction sums φ."""
+        names TP_BLOOM_RANGE_SHIFT, its runtime keeps the sum's bin (on an AVR in the low byte of the stream's next
+        feature index), and the compaction sums φ."""
         calibration = getattr(self, "calibration", None)
         return calibration is not None and calibration.has_range
 
@@ -188,8 +194,8 @@ class IntBloom(IntModelCommon):
             SramItem("bloom_phi", self.n_slots, f"φ: one uint8 MAX per slot ({self.n_slots} slots, static)"),
             SramItem("bloom_stream", 4, "hash generator state and the next expected feature index (static)"),
         )
-        if self.checks_range:
-            items += (SramItem("range_signal", 1, "the bin of φ's sum, which tp_judge checks (static)"),)
+        # with a range check the bin of φ's sum, which tp_judge checks, rides in the next expected feature index's
+        # low byte once the input is scored (tp_bloom.c: struct tp_bloom_ranged): no byte more on the AVR
         return StaticState(predict=items)
 
     def model_bytes(self) -> int:

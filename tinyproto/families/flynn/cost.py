@@ -36,12 +36,12 @@ from tinyproto.families.flynn.seeded_index import (
 # shapes' totals. Several fitted terms come out 0 (collinear with others): the split between fitted terms is not
 # physical, the totals are what is checked (tools/bench_costmodel.py, docs/guides/latency-and-cost-model.md).
 FLY_CYCLES = {
-    "fixed": 0,  # calls, set-up, argmin (refitted on the totals with the heap counted exactly)
+    "fixed": 55,  # calls, set-up, argmin (refitted on the totals with the heap counted exactly)
     "input_seeded": 28,  # per hash input: the two biased copies
     "input_stored": 12,  # per hash input: one biased copy
     # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
-    "prepare_seeded": 303,
-    "prepare_stored": 47,  # narrow stored M, once: tp_fly_fill's call and loops
+    "prepare_seeded": 294,
+    "prepare_stored": 13,  # narrow stored M, once: tp_fly_fill's call and loops
     "block": 183,  # wide seeded M of a power-of-two input count: per block (the pattern's call, state in and out)
     "byte": 6,  # seeded: per proposal byte drawn (pattern or rotation): its fetch (asm hand count; byte_map maps it)
     "prng_step": 11,  # seeded: one xorshift16 step on top of its byte (asm hand count)
@@ -99,10 +99,9 @@ FLY_CYCLES = {
     "sift_wide_compare": 1,  # per child-offset test when the heap has 256 bytes or more (rho >= 64): one more
     # instruction (the 16-bit bound takes a register or a second branch)
     "winner": 0,  # lookup: per winner
-    "winner_mul": 33,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
-    "winner_shift": 44,  # lookup: per winner when L * b is 2 or 4 (a 32-bit shift, then the offset's shift)
-    "winner_stored": 0,  # lookup: per winner, stored M (avr-gcc allocates tp_predict's registers differently)
-    "class_loop": 30,  # lookup: per winner when L > 2 (avr-gcc unrolls the class loop of two classes)
+    "winner_mul": 51,  # lookup: per winner when L * b is not a power of two (a 32-bit multiply)
+    "winner_shift": 63,  # lookup: per winner when L * b is 2 or 4 (a 32-bit shift, then the offset's shift)
+    "class_loop": 28,  # lookup: per winner when L > 2 (avr-gcc unrolls the class loop of two classes)
     # lookup: per winner when L = 2, by count bits: avr-gcc unrolls the pair of classes into code of its own for each
     # b, which costs this much more (or less) than the class loop's terms say; fitted per b (signed least squares) on
     # the two-class shapes of the --flynn-functions draw (seed 4000), tp_predict's own cycles
@@ -110,22 +109,54 @@ FLY_CYCLES = {
     "winner_pair2": 2,
     "winner_pair3": 22,
     "winner_pair4": -28,
-    "class_once": 68,  # lookup: per class once: its sum cleared, widened to the int32 score, the argmin step
-    "winner_unaligned": 35,  # lookup: per winner when L * b is not a multiple of 8 (the bit offset is not always 0)
-    "lookup_class": 21,  # lookup: per winner and class, 1-bit filters
+    "class_once": 46,  # lookup: per class once: its sum cleared, widened to the int32 score
+    "lookup_table_once": 1,  # tp_flynn_lookup of an (L, b) in LOOKUP_CYCLES: its count is the cycles once
+    "lookup_table_winner": 1,  # ... and its count is rho times the cycles per winner
+    "lookup_once": 0,  # tp_flynn_lookup's call frame: the register saves and restores, the sums' frame, the call
+    "class_argmin": 36,  # tp_predict: per class after the first, the argmin's compare
+    "winner_unaligned": 0,  # lookup: per winner when L * b is not a multiple of 8 (the bit offset is not always 0)
+    "lookup_class": 19,  # lookup: per winner and class, 1-bit filters
     "lookup_class_lut": 27,  # lookup: per winner and class, b-bit counts through the LUT
-    "lookup_class_aligned": 5,  # lookup: per winner and class when L b is a multiple of 8 (every winner's counts start
+    "lookup_class_aligned": 4,  # lookup: per winner and class when L b is a multiple of 8 (every winner's counts start
     # a byte): avr-gcc lays the class loop out otherwise (the refill test at its bottom, the sums through Z)
     "lookup_class_bit": 2,  # lookup: per winner, class and count bit: the bit buffer's shift by b (TP_FLYNN_SHIFT_OUT's
     # lsr / ror pair, asm)
-    "lookup_align": 5,  # lookup: per bit of a winner's first filter byte shifted to its first count (lookup_walk)
-    "lookup_refill": 10,  # lookup: per filter byte fetched after a winner's first (lookup_walk), 1, 2 or 4 count bits:
+    "lookup_align": 12,  # lookup: per bit of a winner's first filter byte shifted to its first count (lookup_walk)
+    "lookup_refill": 11,  # lookup: per filter byte fetched after a winner's first (lookup_walk), 1, 2 or 4 count bits:
     # avr-gcc sees that the bits left are then always 0 (a multiple of b), so the byte joins the buffer unshifted
-    "lookup_refill_shift": 12,  # the same, 3 count bits: the byte shifted up by the bits left (a loop)
-    "lookup_refill_bit": 9,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
+    "lookup_refill_shift": 0,  # the same, 3 count bits: the byte shifted up by the bits left (a loop)
+    "lookup_refill_bit": 16,  # lookup: per bit a fetched byte is shifted up to join the bit buffer (lookup_walk)
+}
+# tp_flynn_lookup, the winners' counts summed per class (kept out of line: its code is a function of the classes L
+# and count bits b alone), read off the profiling simulator for every (L, b) the solvers draw: (cycles once: the
+# call, frame, sums cleared and widened to scores; per winner: its key, row offset, filter walk and class loop, as
+# the bit offsets of random rows make it; of which __umulhisi3, the row offset's multiply where avr-gcc calls it).
+# `python tools/calibrate_costmodel.py --flynn-lookup 48` prints it. Other (L, b): the lookup_* terms above.
+LOOKUP_CLASSES = tuple(range(2, 11))
+LOOKUP_BITS = (1, 2, 3, 4)
+LOOKUP_CYCLES: dict[tuple[int, int], tuple[float, float, float]] = {
+    (2, 1): (135.0, 134.07, 0.0), (2, 2): (141.1, 153.88, 0.0),
+    (2, 3): (127.0, 182.43, 22.0), (2, 4): (49.1, 50.98, 0.0),
+    (3, 1): (159.7, 182.97, 22.0), (3, 2): (157.9, 209.78, 22.0),
+    (3, 3): (151.1, 235.2, 22.0), (3, 4): (159.3, 220.86, 22.0),
+    (4, 1): (208.3, 192.86, 0.0), (4, 2): (174.3, 172.96, 0.0),
+    (4, 3): (196.3, 258.38, 22.0), (4, 4): (174.3, 205.96, 0.0),
+    (5, 1): (221.8, 239.89, 22.0), (5, 2): (220.0, 283.07, 22.0),
+    (5, 3): (219.2, 312.92, 22.0), (5, 4): (221.3, 293.86, 22.0),
+    (6, 1): (250.7, 263.3, 22.0), (6, 2): (248.1, 311.88, 22.0),
+    (6, 3): (241.8, 350.31, 22.0), (6, 4): (223.1, 340.98, 22.0),
+    (7, 1): (315.4, 283.79, 22.0), (7, 2): (306.9, 337.28, 22.0),
+    (7, 3): (301.1, 393.96, 22.0), (7, 4): (308.3, 370.86, 22.0),
+    (8, 1): (320.3, 215.96, 0.0), (8, 2): (310.3, 330.96, 0.0),
+    (8, 3): (307.3, 430.96, 22.0), (8, 4): (310.3, 390.96, 0.0),
+    (9, 1): (365.3, 335.56, 22.0), (9, 2): (360.2, 405.06, 22.0),
+    (9, 3): (363.3, 477.13, 22.0), (9, 4): (364.3, 449.86, 22.0),
+    (10, 1): (396.2, 358.06, 22.0), (10, 2): (392.3, 431.86, 22.0),
+    (10, 3): (392.0, 513.93, 22.0), (10, 4): (363.3, 519.96, 22.0),
 }
 NARROW_STORED = tuple(name for name in FLY_CYCLES if name.startswith("narrow_stored_"))
-FLY_HAND_COUNTS = NARROW_STORED + ("lookup_class_bit", "byte", "byte_map", "block_map", "seeded_scan",
+FLY_HAND_COUNTS = NARROW_STORED + ("lookup_table_once", "lookup_table_winner", "lookup_class_bit", "byte", "byte_map",
+                                   "block_map", "seeded_scan",
                                    "prng_step", "pattern_proposal", "compare", "accept",
                                    "take", "take_loop", "heapify", "heapify_fixed", "sift",
                    "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair", "sift_stop_left",
@@ -241,7 +272,8 @@ FLY_STAGES = {
                 "heap_call_seeded", "heap_call_stored") + NARROW_STORED + WIDE_SEEDED_TERMS,
     "top_rho": ("heapify", "heapify_fixed", "sift", "sift_level_pair", "sift_level_left", "sift_right",
                 "sift_stop_pair", "sift_stop_left", "sift_stop_leaf", "sift_wide_compare"),
-    "lookup": ("winner", "winner_mul", "winner_shift", "winner_stored", "class_loop", "winner_pair1", "winner_pair2",
+    "lookup": ("winner", "winner_mul", "winner_shift", "lookup_table_once", "lookup_table_winner", "lookup_once",
+               "class_argmin", "class_loop", "winner_pair1", "winner_pair2",
                "winner_pair3", "winner_pair4", "class_once", "winner_unaligned", "lookup_class", "lookup_class_lut",
                "lookup_class_aligned", "lookup_class_bit",
                "lookup_align", "lookup_refill", "lookup_refill_shift", "lookup_refill_bit"),
@@ -530,22 +562,8 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
     if 4 * rho > 255:  # two child-offset tests per step that reaches a node with a child, one at a leaf
         terms["sift_wide_compare"] = 2 * (terms["sift_level_pair"] + terms["sift_level_left"] + terms["sift_stop_pair"]
                                           + terms["sift_stop_left"]) + terms["sift_stop_leaf"]
-    terms["lookup_class" if bits == 1 else "lookup_class_lut"] = rho * L
-    terms["lookup_class_aligned"] = rho * L if (L * bits) % 8 == 0 else 0
-    align, refills, refill_bits = lookup_walk(L, bits)
-    terms.update(lookup_class_bit=rho * L * bits, lookup_align=rho * align, lookup_refill_bit=rho * refill_bits)
-    terms["lookup_refill" if 8 % bits == 0 else "lookup_refill_shift"] = rho * refills
-    if (L * bits) & (L * bits - 1):
-        terms["winner_mul"] = rho
-    elif (L * bits) % 8:  # row * (L b) is a 32-bit shift, and the bit offset is one of two or four
-        terms["winner_shift"] = rho
-    if (L * bits) % 8:
-        terms["winner_unaligned"] = rho
-    terms["class_once"] = L
-    terms["class_loop"] = rho if L > 2 else 0
-    if L == 2 and f"winner_pair{bits}" in FLY_CYCLES:  # fitted for the 1 .. 4 bits the solver draws
-        terms[f"winner_pair{bits}"] = rho
-    terms["winner_stored"] = rho if store_M else 0
+    terms.update(lookup_terms(L, bits, rho))
+    terms["class_argmin"] = L - 1
     terms["wide_stored_mirror" if store_M else "wide_mirror"] = float(mirrors) if wide else 0.0
     if store_M and not wide:  # counted off tp_flynn_project's code: the input loop unrolled for s <= 2
         loop = "_loop" if s > 2 else ""
@@ -587,6 +605,31 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
                      accept=blocks * s, take=groups * s, take_loop=groups * s if s > TAKE_UNROLLED else 0,
                      seeded_scan=seeded_scan_cycles(m, blocks, groups, offers, last), block=0, heap_fill=0,
                      heap_call_seeded=0)
+    return terms
+
+
+def lookup_terms(L: int, bits: int, rho: int, table: bool = True) -> dict[str, float]:
+    """tp_flynn_lookup's terms: its cycles once and per winner off LOOKUP_CYCLES for the (L, b) it holds (table),
+    else by the parts of its code (the class loop, the filter walk, the row offset's multiply or shift)."""
+    if table and (L, bits) in LOOKUP_CYCLES:
+        once, per_winner, _ = LOOKUP_CYCLES[(L, bits)]
+        return {"lookup_table_once": once, "lookup_table_winner": rho * per_winner}
+    terms = {"lookup_class" if bits == 1 else "lookup_class_lut": rho * L,
+             "lookup_class_aligned": rho * L if (L * bits) % 8 == 0 else 0}
+    align, refills, refill_bits = lookup_walk(L, bits)
+    terms.update(lookup_class_bit=rho * L * bits, lookup_align=rho * align, lookup_refill_bit=rho * refill_bits)
+    terms["lookup_refill" if 8 % bits == 0 else "lookup_refill_shift"] = rho * refills
+    if (L * bits) & (L * bits - 1):
+        terms["winner_mul"] = rho
+    elif (L * bits) % 8:  # row * (L b) is a 32-bit shift, and the bit offset is one of two or four
+        terms["winner_shift"] = rho
+    if (L * bits) % 8:
+        terms["winner_unaligned"] = rho
+    terms["class_once"] = L
+    terms["class_loop"] = rho if L > 2 else 0
+    if L == 2 and f"winner_pair{bits}" in FLY_CYCLES:  # fitted for the 1 .. 4 bits the solver draws
+        terms[f"winner_pair{bits}"] = rho
+    terms["lookup_once"] = 1
     return terms
 
 
