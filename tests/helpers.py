@@ -389,8 +389,11 @@ def compiled_model(compiled, family: str):
 
 def variants(compiled) -> list:
     """Every layout whose static state differs: each family's compiled model, ProtoNN's row-major (dense,
-    bitmap) and column-coded (streamed, 24- and 32-bit sums) W, BNC's dense, sparse and seeded W."""
+    bitmap) and column-coded (streamed, 24- and 32-bit sums) W, BNC's dense, sparse and seeded W, Bloom features
+    with --unknown-rate's range check (the bin in the stream's next-feature index, just before φ)."""
     from tinyproto import families
+    from tinyproto.core.confidence import Calibration
+    from tinyproto.families.judging import make_judged
 
     rng = np.random.default_rng(5)
     models = [compiled_model(compiled, name) for name in families.names()]
@@ -399,6 +402,7 @@ def variants(compiled) -> list:
         models.append(synthetic(D, d, 20, 3, rng, stage=stage, density=density, n_raw=n_raw)[0])
     models += [random_model(9, 64, 40, 30, 10, 1.0), random_model(9, 64, 40, 30, 10, 0.3),
                random_model(3, 50, 19, 12, 4, 0.0, per_row=5)]
+    models.append(make_judged(compiled_model(compiled, "bloom"), Calibration(100, 5, False, -10, 0.05, 0, 256, 767)))
     return models
 
 

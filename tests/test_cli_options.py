@@ -74,3 +74,40 @@ def test_an_option_that_would_be_silently_ignored_or_never_finish(work, compiled
     args, keyword, code = FLAG_CASES[case]
     model = compiled("iris", "1kB")
     refused([a.format(model=model) for a in args], keyword, work, code=code)
+
+
+# ---------------------------------------------------------------------------------------------------- start-up
+
+
+START_UP = """
+import runpy, sys
+def run(*args):
+    sys.argv = ["tinyproto", *args]
+    try:
+        runpy.run_module("tinyproto", run_name="__main__")
+    except SystemExit as exc:
+        assert exc.code in (0, None), exc.code
+run("compile", "--help")
+own = ("tinyproto.cli.main", "tinyproto.cli.options")
+print("other commands:", sorted(m for m in sys.modules if m.startswith("tinyproto.cli.") and m not in own))
+run("--help")
+heavy = ("numpy", "sklearn", "jinja2", "matplotlib", "dask", "rich")
+print("heavy:", sorted(name for name in heavy if name in sys.modules))
+"""
+
+
+def test_help_and_the_options_choices_import_no_numpy_nor_the_other_commands():
+    """Every command's options (--model's choices come from the family registry) and help are there without numpy,
+    scikit-learn, jinja2 or dask, and a command imports no other command's module: `tinyproto --help`, a usage
+    error or `boards` cost a tenth of a second of CPU, not a quarter (numpy) or more."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    result = subprocess.run([sys.executable, "-c", START_UP], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "other commands: []" in lines and lines[-1] == "heavy: []", result.stdout

@@ -33,6 +33,35 @@ def test_the_solvers_estimator_passes_scikit_learns_checks(name):
     check_estimator(clone(clf))
 
 
+READ_WITHOUT_TRAINING = """
+import sys
+from pathlib import Path
+from tinyproto.core.modeldir import load_model_dir
+from tinyproto.families import load_int_model, predict_cycles
+for path in sys.argv[1:]:
+    predict_cycles(load_int_model(load_model_dir(Path(path))))
+print("sklearn" in sys.modules)
+"""
+
+
+def test_a_compiled_model_is_read_and_priced_without_the_training_code(compiled):
+    """build, validate and export rebuild a model directory's integer model (and price it) without
+    importing scikit-learn, about a second of CPU per command: its estimators only train. Every family at once,
+    in a process of its own (this one has imported everything)."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    dirs = [str(compiled("iris", "1kB", name)) for name in families.names()]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    result = subprocess.run([sys.executable, "-c", READ_WITHOUT_TRAINING, *dirs], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "False", result.stdout
+
+
 @pytest.mark.parametrize("name", families.names())
 def test_the_integer_model_survives_model_json(name):
     _, model, _ = solved(name)

@@ -64,10 +64,15 @@ def test_the_declared_score_rule_is_how_the_c_runtime_labels(compiled, tmp_path,
 
 
 def static_bytes(path: Path) -> int:
-    """.bss + .data bytes of an AVR object or ELF (avr-size -A), every section of either kind."""
+    """.bss + .data bytes of an AVR object or ELF (avr-size -A), every section of either kind, and an object's
+    common symbols (avr-nm: a global defined without an initialiser, e.g. Bloom features' tp_range_signal, which
+    the link puts in .bss)."""
     out = subprocess.run(["avr-size", "-A", str(path)], capture_output=True, text=True, check=True).stdout
-    return sum(int(parts[1]) for parts in (line.split() for line in out.splitlines())
-               if parts and parts[0].startswith((".bss", ".data")))
+    sections = sum(int(parts[1]) for parts in (line.split() for line in out.splitlines())
+                   if parts and parts[0].startswith((".bss", ".data")))
+    symbols = subprocess.run(["avr-nm", "-S", str(path)], capture_output=True, text=True, check=True).stdout
+    return sections + sum(int(parts[1], 16) for parts in (line.split() for line in symbols.splitlines())
+                          if len(parts) == 4 and parts[2] == "C")
 
 
 @pytest.mark.device

@@ -35,6 +35,17 @@ simulated Uno, and the figures are the device's own, every vector compared), eac
 novelty AUROC (ProtoNN and FlyNN 0.90, BNC and Bloom features 0.85), for ProtoNN and FlyNN at least 45 % of the
 held-out rows declined and the accuracy on the accepted known rows above the model's accuracy on all of them, and
 for every family a calibration error (10 bins) of at most 5 points. A missed goal is marked with `!`.
+
+With --goals and --feature-range W,..., a host-only probe instead (nothing of it is in tinyproto): what a range check
+per input feature would add beside each model's novelty score, the training rows' int8 minimum and maximum of
+every feature on the model's own input stage, each widened by W times that span a side (rounded up); a row beyond
+it in any feature ranks above every row inside (by how far beyond), then by the novelty score:
+
+    python tools/bench_confidence.py --goals iris:2 wine:2 --feature-range 0,0.1,0.25
+
+per model and W: the novelty AUROC without and with the check, the held-out and known test rows it puts beyond the
+range (declined on top of the threshold's), and the share of the fold models' validation rows beyond their own
+training rows' range (what a solver deciding the check on validation rows, as the clip check is, would see).
 """
 
 from __future__ import annotations
@@ -139,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--goals", nargs="+", metavar="DATA:CLASSES", default=None,
                         help="check the goals on these data sets, each with these classes held out")
     parser.add_argument("--device", action="store_true", help="with --goals: build and validate every model")
+    parser.add_argument("--feature-range", default=None, metavar="W,...",
+                        help="with --goals: the host-only probe of a per-feature range check widened by W a side")
     args = parser.parse_args(argv)
+    if args.goals and args.feature_range is not None:
+        return feature_range_probe(args)
     if args.goals:
         return goals(args)
     from tinyproto.pipeline.compile import Fitted
@@ -224,6 +239,48 @@ def goals(args) -> int:
                   + f" | {clip_check(fitted.model)} | {device} |", flush=True)
     print(f"\n{missed} goal(s) missed" + (f"; {failed} model(s) NOT bit-exact on the device" if failed else ""))
     return 1 if failed else 0
+
+
+def feature_range_probe(args) -> int:
+    """The --feature-range probe's table (Markdown): one row per data set, held-out classes, family and widening."""
+    import numpy as np
+
+    from tinyproto import families
+    from tinyproto.core.confidence import auroc
+    from tinyproto.core.folds import Folds
+
+    def bounds(xq, widen: float):
+        low, high = xq.min(axis=0), xq.max(axis=0)
+        pad = np.ceil(widen * (high - low)).astype(np.int64)
+        return low - pad, high + pad
+
+    def beyond(xq, low, high):
+        return (np.maximum(low - xq, 0) + np.maximum(xq - high, 0)).sum(axis=1)
+
+    print("| data | held out | family | widened | novelty AUROC: score / + range | held-out rows beyond "
+          "| known test rows beyond | fold validation rows beyond |")
+    print("|---|---|---|---|---|---|---|---|")
+    for spec in args.goals:
+        data, _, held = spec.partition(":")
+        for family in args.models.split(","):
+            fitted, on = fit(data, family, args.budget, args.rate, args.seed, held, args.clip_check)
+            model, sp = fitted.model, on.split
+            quantize = model.input_stage.quantize
+            x_train = quantize(sp.X_train).astype(np.int64)
+            x_test = quantize(sp.X_test).astype(np.int64)
+            known = np.isin(sp.y_test, np.asarray(model.classes))
+            scores = model.scores(x_test)
+            labels = np.asarray(model.labels(scores))
+            novelty = np.asarray(families.novelty_score(model, scores, labels, x_test), dtype=np.float64)
+            folds = Folds.standard(sp.X_train, sp.y_train, args.seed).splits()
+            for widen in (float(w) for w in args.feature_range.split(",")):
+                out = beyond(x_test, *bounds(x_train, widen))
+                ranked = np.where(out > 0, 2.0**40 + out, novelty)
+                fold_out = np.concatenate([beyond(x_train[va], *bounds(x_train[tr], widen)) > 0 for tr, va in folds])
+                print(f"| {data} | {held} | {family} | {widen:g} | {auroc(novelty[~known], novelty[known]):.3f} / "
+                      f"{auroc(ranked[~known], ranked[known]):.3f} | {100 * (out[~known] > 0).mean():.1f} % | "
+                      f"{100 * (out[known] > 0).mean():.1f} % | {100 * (fold_out > 0).mean():.1f} % |", flush=True)
+    return 0
 
 
 def print_judged(judged: list) -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from tinyproto.cli.options import MODEL_DIR, TextPath, prefix_option, shown
-from tinyproto.pipeline.arduino import export_arduino, export_arduino_models
 
 
 @click.command("export")
@@ -34,6 +33,8 @@ def export_command(model_dirs: tuple[Path, ...], arduino: bool, out: Path | None
     With several MODEL_DIRs: one library per model (each under the C prefix it was compiled with, so they link
     together), and an example sketch Models/Models.ino that runs any of them.
     """
+    from tinyproto.pipeline.arduino import export_arduino, export_arduino_models
+
     if len(model_dirs) > 1:
         if name is not None or prefix is not None:
             raise click.UsageError("--name and --prefix are for one model; several models keep the prefixes they "

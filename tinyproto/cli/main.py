@@ -9,6 +9,7 @@ Layer: cli.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import threading
@@ -34,8 +35,34 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+# The other commands live in their own modules, each imported when its command runs (or `tinyproto --help` lists
+# it), and their heavy imports (numpy, scikit-learn, jinja2, dask) are inside the commands: `tinyproto build --help`
+# or a command refused for its arguments does not pay for what compile or sweep import.
+_COMMANDS = {
+    "run": "device:run_command", "build": "device:build_command", "flash": "device:flash_command",
+    "validate": "device:validate_command", "learn": "learn:learn_command", "federate": "federate:federate_command",
+    "sweep": "sweep:sweep_command", "report": "sweep:report_command", "board-sim": "boards:board_sim_command",
+    "boards": "boards:boards_command", "export": "export:export_command",
+}
+
+
 class _Group(click.Group):
     """Turns every exception into one line on stderr and an exit status (see the module doc)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in _COMMANDS:
+            module, attribute = _COMMANDS[name].split(":")
+            try:
+                command = getattr(importlib.import_module(f"tinyproto.cli.{module}"), attribute)
+            except BaseException as exc:  # a signal during the import, as during the CLI's own (tinyproto.__main__)
+                if isinstance(exc, KeyboardInterrupt) or _interrupt_behind(exc):
+                    _fail("interrupted", 130)
+                raise
+            self.add_command(command, name)
+        return self.commands.get(name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -170,20 +197,3 @@ def _inode(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return info.st_dev, info.st_ino
-
-
-def _register_commands() -> None:
-    """The other commands live in their own modules; their heavy imports are inside the commands."""
-    from tinyproto.cli.boards import board_sim_command, boards_command
-    from tinyproto.cli.export import export_command
-    from tinyproto.cli.device import build_command, flash_command, run_command, validate_command
-    from tinyproto.cli.learn import learn_command
-    from tinyproto.cli.federate import federate_command
-    from tinyproto.cli.sweep import report_command, sweep_command
-
-    for command in (run_command, build_command, flash_command, validate_command, learn_command, federate_command,
-                    sweep_command, report_command, board_sim_command, boards_command, export_command):
-        main.add_command(command)
-
-
-_register_commands()

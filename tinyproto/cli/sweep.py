@@ -13,7 +13,6 @@ from tinyproto.cli.options import (label_option, not_blank, shown, TextPath, unk
                                    holdout_classes_option)
 from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepOptions, SweepProgress, sweep
 from tinyproto.pipeline.sweep_points import DEVICES, check_arguments
-from tinyproto.pipeline.htmlreport import FIGURES, write_report
 from tinyproto.pipeline.sweep_files import RESULTS
 
 
@@ -133,6 +132,7 @@ def report_command(directory: Path, max_bytes: str | None, max_ms: float | None)
     from rich.console import Console
 
     from tinyproto.core.budget import parse_budget
+    from tinyproto.pipeline.htmlreport import FIGURES, write_report
 
     if max_ms is not None and not max_ms > 0:
         raise TinyprotoError(f"--max-ms must be a positive number of milliseconds, got {max_ms}")

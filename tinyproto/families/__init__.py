@@ -11,19 +11,31 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-import numpy as np
-
-from tinyproto.core.carray import CArray
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.inputstage import InputStage
-from tinyproto.core.ledger import SramItem
-from tinyproto.core.modeldir import ModelDir
-from tinyproto.core.render import model_hash
-from tinyproto.families.solving import (  # noqa: F401  (re-exported)
-    FitShape, FitUnderBudget, SolveOptions, buffer_room, default_jobs,
-)
+
+if TYPE_CHECKING:  # annotations only: the registry is read by every command's --help, which imports no numpy
+    import numpy as np
+
+    from tinyproto.core.carray import CArray
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.core.ledger import SramItem
+    from tinyproto.core.modeldir import ModelDir
+    from tinyproto.families.solving import FitShape, FitUnderBudget, SolveOptions
+
+# Re-exported from families/solving.py, imported on first use (PEP 562): the registry's names (the CLI's --model
+# choices) cost no numpy, so a command that fails on its arguments or prints its help starts in a fraction of the time.
+_SOLVING = ("FitShape", "FitUnderBudget", "SolveOptions", "buffer_room", "default_jobs")
+
+
+def __getattr__(name: str):
+    if name in _SOLVING:
+        from tinyproto.families import solving
+
+        value = globals()[name] = getattr(solving, name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # The registry: family name -> the package that declares it. The order is the order users see (--help, tables).
 _PACKAGES = {
@@ -76,6 +88,8 @@ class IntModelCommon:
         """The constructor's classes and input_stage from a model.json of this family (another family's refused)."""
         if raw.get("family") != cls.family:
             raise ValueError(f"not a {cls.family} model: {raw.get('family')!r}")
+        from tinyproto.core.inputstage import InputStage
+
         return {"classes": list(raw["classes"]), "input_stage": InputStage.from_json(raw["input_stage"])}
 
 # fit_under_budget(X_train, y_train, options: SolveOptions) -> (float estimator, IntModel, info): the one solver
@@ -312,6 +326,8 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOpti
     fits_board(model) raises TinyprotoError for a model the board cannot run (its SRAM): that family is refused.
     info["auto"] lists every family's outcome (its validated accuracy, its spread over the validation parts, bytes
     and cycles, or why it was refused)."""
+    import numpy as np
+
     from tinyproto.core.folds import Folds
     from tinyproto.families import choosing
 
@@ -358,6 +374,8 @@ def int_model_from_json(raw: dict) -> IntModel:
 
 def load_int_model(model_dir: ModelDir) -> IntModel:
     """The integer model of a model directory; a damaged or edited model.json is refused, never trusted."""
+    from tinyproto.core.render import model_hash
+
     raw = model_dir.int_model_json()
     where = model_dir.path / "model.json"
     try:
@@ -438,6 +456,8 @@ def inconsistency(model: IntModel) -> str | None:
     since it was hashed: one edited and re-hashed (or written by a buggy tool) must still be a model whose sizes
     agree (classes, features, the input stage's columns), whose constants the C code can use, and whose host
     reference computes, or build, export and validate would each trust something the device cannot run."""
+    import numpy as np
+
     from tinyproto.core.data_checks import MAX_CLASSES, MAX_FEATURES
 
     n, classes = model.n_features, model.n_classes

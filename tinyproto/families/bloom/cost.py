@@ -35,7 +35,7 @@ import numpy as np
 
 from tinyproto.core.cost import lower_bound_cycles, timer_overflow_cycles
 from tinyproto.core.wire import CHUNK_BYTES
-from tinyproto.families.bloom.train import BYTE_SLOTS
+from tinyproto.families.bloom.slots import BYTE_SLOTS
 
 BLOOM_CYCLES = {
     "fixed": 38.3,  # calls, set-up, the label, the first chunk's tp_stream_begin call and the last's end

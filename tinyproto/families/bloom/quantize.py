@@ -22,6 +22,7 @@ Layer: families.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,7 +30,10 @@ from tinyproto.core.carray import CArray
 from tinyproto.core.inputstage import InputStage
 from tinyproto.core.ledger import SramItem
 from tinyproto.families import IntModelCommon, StaticState
-from tinyproto.families.bloom.train import U_SCALE, BloomClassifier, bloom_max, seeded_slots, used_slots
+from tinyproto.families.bloom.slots import U_SCALE, bloom_max, seeded_slots, used_slots
+
+if TYPE_CHECKING:
+    from tinyproto.families.bloom.train import BloomClassifier
 
 WEIGHT_MAX = 127
 INT16_MAX = 32767

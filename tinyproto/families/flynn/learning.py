@@ -22,7 +22,7 @@ from tinyproto.core.boards import Board
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.render import model_hash
 from tinyproto.families.flynn.quantize import fly_working_sram, unpack_bits
-from tinyproto.families.flynn.train import count_winners
+from tinyproto.families.flynn.hashing import count_winners
 
 EEPROM_HEADER_BYTES = wire.EEPROM_HEADER_BYTES  # the record's header (firmware/tp_learn.c, tinyproto_sizes.h)
 # .bss of the learning app besides the counts, the frame buffer and the input vector (checked against avr-size

@@ -25,6 +25,7 @@ Layer: families.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,13 +40,10 @@ from tinyproto.families.flynn.seeded_index import (
     block_rows,
     seeded_indices,
 )
-from tinyproto.families.flynn.train import (
-    FlyNNClassifier,
-    count_winners,
-    project,
-    projection_matrix,
-    top_winners,
-)
+from tinyproto.families.flynn.hashing import count_winners, project, projection_matrix, top_winners
+
+if TYPE_CHECKING:
+    from tinyproto.families.flynn.train import FlyNNClassifier
 
 LUT_SCALE = 255  # lut entries are uint8
 MAX_BITS = 8

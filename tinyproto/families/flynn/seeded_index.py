@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from sklearn.utils import check_random_state
 
 SEED_PERIOD = 65535  # xorshift16 visits every non-zero 16-bit state
 
@@ -167,4 +166,6 @@ def seeded_indices(seed: int, n_rows: int, n_per_row: int, n_features: int) -> n
 
 def draw_seed(random_state) -> int:
     """The 16-bit seed of M that a FlyNNClassifier with this random_state uses."""
+    from sklearn.utils import check_random_state
+
     return int(check_random_state(random_state).randint(1, SEED_PERIOD + 1))

@@ -33,13 +33,15 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
-from scipy import sparse
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from tinyproto.core.inputstage import shared_range, standardisation
+from tinyproto.families.flynn.hashing import (  # noqa: F401  (re-exported: the hash lives in hashing.py)
+    count_winners, project, projection_matrix, top_winners,
+)
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 
 # The float path hashes z rounded to multiples of 2^-24 and clipped to ±2^20: any sum of up to 256 such values is
@@ -48,19 +50,6 @@ from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 _GRID = 2.0**24
 _CLIP = 2.0**20
 _CHUNK = 512  # samples hashed at once (bounds the n x m projection matrix in memory)
-
-
-def projection_matrix(indices: np.ndarray, n_features: int) -> sparse.csr_matrix:
-    """M as a sparse 0/1 float64 matrix (m, d), m·s non-zeros: `Z @ M.T` gives every projection at once, exactly
-    for integer inputs (sums of small integers are exact in float64)."""
-    m, s = indices.shape
-    data = np.ones(m * s, dtype=np.float64)
-    return sparse.csr_matrix((data, indices.reshape(-1), np.arange(0, m * s + 1, s)), shape=(m, n_features))
-
-
-def project(Z: np.ndarray, M: sparse.csr_matrix) -> np.ndarray:
-    """P = Z M^T as a dense (n, m) array."""
-    return np.asarray(M @ np.asarray(Z, dtype=np.float64).T).T
 
 
 def feature_scale(X: np.ndarray, scaling: str) -> np.ndarray:
@@ -82,33 +71,6 @@ def input_standardisation(X: np.ndarray, scaling: str) -> tuple[np.ndarray, np.n
 def shared_standardisation(offset: float, gain: float, n_features: int) -> tuple[np.ndarray, np.ndarray]:
     """(mean, scale) per feature of a shared stage's float view: its one offset, and one over its gain."""
     return np.full(n_features, offset, dtype=np.float64), np.full(n_features, 1.0 / gain, dtype=np.float64)
-
-
-# ---------------------------------------------------------------- winner-take-all
-
-
-def top_winners(P: np.ndarray, rho: int) -> np.ndarray:
-    """Indices (n, rho) of the rho largest entries of each row of P; ties at the cut go to the lower index.
-
-    Exact for float and integer P: everything above the rho-th largest value wins, then the value equal to it
-    is taken in index order until rho winners are found (the same set a stable descending sort gives).
-    """
-    n, m = P.shape
-    if not 1 <= rho <= m:
-        raise ValueError(f"need 1 <= rho <= m, got rho={rho}, m={m}")
-    cut = -np.partition(-P, rho - 1, axis=1)[:, rho - 1 : rho]
-    above = P > cut
-    equal = P == cut
-    need = rho - above.sum(axis=1, keepdims=True)
-    chosen = above | (equal & (np.cumsum(equal, axis=1) <= need))
-    rows, cols = np.nonzero(chosen)  # row-major: each row's winners come out in increasing index
-    return cols.reshape(n, rho)
-
-
-def count_winners(winners: np.ndarray, y_index: np.ndarray, n_classes: int, n_hashes: int) -> np.ndarray:
-    """t_lj: how many samples of class l have bit j among their winners, (L, m) int64."""
-    flat = y_index[:, None] * n_hashes + winners
-    return np.bincount(flat.reshape(-1), minlength=n_classes * n_hashes).reshape(n_classes, n_hashes)
 
 
 def novelty_sums(weights: np.ndarray, winners: np.ndarray) -> np.ndarray:
