@@ -23,20 +23,21 @@ from tinyproto.families.flynn.seeded_index import (
 # FlyNN (firmware/tp_flynn.c): cycles per unit of work. The counts follow the C code: the seeded generator's work
 # exactly (the proposal stream is replayed: patterns, repeat-scan compares, xorshift16 steps), the narrow seeded
 # scan counted whole (seeded_scan_cycles: each group's four offers by their outcomes), the loops avr-gcc unrolls
-# (the input loop for s <= 2, the class loop for two classes),
-# the filter walk per winner (lookup_walk: bit offsets and byte refills; row * (L b) a multiply, a shift or nothing),
-# and the top-rho heap replayed on random inputs over the model's own rows (simulated_heap: a seeded M's rows are
-# rotations of one pattern, not rows in random order, and repeated rows tie), each kind of sift step counted.
-# The cycles per unit: the hand counts (FLY_HAND_COUNTS: the narrow seeded and stored projections, tp_flynn_sift's
-# and tp_flynn_heapify's steps, exact on the profiling simulator) held; the prepare and lookup terms fitted stage by
-# stage (GPIOR0 markers) by `tools/calibrate_costmodel.py --flynn-shapes 80` on 80 shapes drawn at random (the
-# benchmark's drawer, seed 1000: 4..784 features, seeded and stored M, split or not, s 1..16, rho 8..64, 1..4
-# count bits, 2..10 classes); the other projections' terms (the "hashing" stage, the heap's callers included) fitted on
-# tp_flynn_project's own cycles by `--flynn-functions 200` (200 such shapes, seed 4000), then "fixed" on those
-# shapes' totals. Several fitted terms come out 0 (collinear with others): the split between fitted terms is not
+# (the input loop for s <= 2), the lookup (tp_flynn_lookup, out of line) by its cycles per (classes, count bits)
+# (LOOKUP_CYCLES; other (L, b) by its parts: lookup_walk's bit offsets and byte refills, row * (L b) a multiply, a
+# shift or nothing), and the top-rho heap replayed on random inputs over the model's own rows (simulated_heap: a
+# seeded M's rows are rotations of one pattern, not rows in random order, and repeated rows tie), each kind of sift
+# step counted. The cycles per unit: the hand counts (FLY_HAND_COUNTS: the narrow seeded and stored projections,
+# tp_flynn_sift's and tp_flynn_heapify's steps, exact on the profiling simulator, and LOOKUP_CYCLES) held; the wide
+# projections per layout (WIDE_SEEDED_CYCLES, WIDE_STORED_CYCLES); the other terms fitted function by function on
+# the profiling simulator by `tools/calibrate_costmodel.py --flynn-functions 160` (the benchmark's drawer, seed
+# 4000: 4..784 features, seeded and stored M, split or not, s 1..16, rho 8..64, 1..4 count bits, 2..10 classes):
+# tp_flynn_project's own cycles for the "hashing" stage (the heap's callers included), tp_flynn_lookup's for the
+# lookup's parts, and the rest of the timed call (less Timer1's overflows) for the prepare terms, the argmin and
+# "fixed". Several fitted terms come out 0 (collinear with others): the split between fitted terms is not
 # physical, the totals are what is checked (tools/bench_costmodel.py, docs/guides/latency-and-cost-model.md).
 FLY_CYCLES = {
-    "fixed": 55,  # calls, set-up, argmin (refitted on the totals with the heap counted exactly)
+    "fixed": 55,  # tp_predict's call, set-up and return besides the hash and the lookup (--flynn-functions)
     "input_seeded": 28,  # per hash input: the two biased copies
     "input_stored": 12,  # per hash input: one biased copy
     # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
