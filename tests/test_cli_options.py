@@ -111,3 +111,24 @@ def test_help_and_the_options_choices_import_no_numpy_nor_the_other_commands():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "other commands: []" in lines and lines[-1] == "heavy: []", result.stdout
+
+
+def test_every_command_a_cli_module_defines_is_a_command_of_tinyproto():
+    """The group imports each command's module when it is asked for (cli/main._COMMANDS): a command added to a
+    module but not to that table would be missing from `tinyproto --help` and unreachable."""
+    import importlib
+    import pkgutil
+
+    import click
+
+    import tinyproto.cli
+    from tinyproto.cli import main
+
+    defined = set()
+    for module in pkgutil.iter_modules(tinyproto.cli.__path__):
+        namespace = vars(importlib.import_module(f"tinyproto.cli.{module.name}"))
+        defined |= {value.name for value in namespace.values()
+                    if isinstance(value, click.Command) and not isinstance(value, click.Group)}
+    listed = main.list_commands(click.Context(main))
+    assert sorted(defined) == listed
+    assert all(main.get_command(click.Context(main), name).name == name for name in listed)
