@@ -51,6 +51,19 @@ def read_until(port, marker: bytes, timeout: float) -> bytes:
     return data
 
 
+def get_sync(line, deadline_s: float = 15.0) -> bytes:
+    """STK_GET_SYNC, repeated every 0.25 s (as avrdude repeats it) until Optiboot answers or the deadline passes.
+    The open resets the board, and Optiboot then listens for about 1 s of the chip's time; a simulator on a busy
+    host may see the open a while after it happened, and a sync sent before its reset is lost with the old
+    program, so a single sync sent at a fixed wall-clock delay failed under load."""
+    data = b""
+    deadline = time.monotonic() + deadline_s
+    while STK_IN_SYNC_OK not in data and time.monotonic() < deadline:
+        line.write(STK_GET_SYNC)
+        data += read_until(line, STK_IN_SYNC_OK, 0.25)
+    return data
+
+
 def avrdude(mcu: str, protocol: str, port: str, hex_path: Path, *extra: str, **kwargs):
     return subprocess.run(["avrdude", "-p", mcu, "-c", protocol, "-P", port, "-b", "115200", *extra, "-D",
                            "-U", f"flash:w:{hex_path}:i"], capture_output=True, text=True, timeout=120, **kwargs)
@@ -347,9 +360,7 @@ def test_board_sim_command_serves_several_boards_and_stops_cleanly(tmp_path):
         assert [name for name, _ in lines] == ["uno-0", "uno-1"]
         for _, port in lines:
             with serial.Serial(port, 115200, timeout=0.05) as line:
-                time.sleep(0.05)  # the reset on open; Optiboot then listens for ~1 s
-                line.write(STK_GET_SYNC)
-                assert read_until(line, STK_IN_SYNC_OK, 2.0).endswith(STK_IN_SYNC_OK)
+                assert STK_IN_SYNC_OK in get_sync(line)
         children = _children(proc.pid)
         assert len(children) == 2
         proc.send_signal(signal.SIGINT)
