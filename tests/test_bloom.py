@@ -24,14 +24,8 @@ from tinyproto.families import family, int_model_from_json, predict_cycles
 from tinyproto.families.bloom import solver
 from tinyproto.families.bloom.quantize import IntBloom, integer_inputs
 from tinyproto.families.solving import SolveOptions
-from tinyproto.families.bloom.train import (
-    BloomClassifier,
-    bloom_max,
-    hash_draws,
-    seeded_slots,
-    used_slots,
-    xorshift16_step,
-)
+from tinyproto.families.bloom.slots import bloom_max, hash_draws, seeded_slots, used_slots, xorshift16_step
+from tinyproto.families.bloom.train import BloomClassifier
 
 from helpers import ARDUINO_HARDWARE, arduino_build, needs
 

@@ -37,7 +37,8 @@ from tinyproto.families.flynn.seeded_index import (
     xorshift16_states,
     xorshift16_step,
 )
-from tinyproto.families.flynn.train import FlyNNClassifier, count_winners, standardisation, top_winners
+from tinyproto.families.flynn.hashing import count_winners, top_winners
+from tinyproto.families.flynn.train import FlyNNClassifier, standardisation
 from tinyproto.core.inputstage import InputStage
 from tinyproto.core.resources import resource_dir
 from tinyproto.families.solving import SolveOptions

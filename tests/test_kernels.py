@@ -116,7 +116,7 @@ def _bnc(d, r, m, L, *, density=1.0, per_row=0):
 def _bloom(d, k, m, classes, *, bias):
     def build(rng):
         from tinyproto.families.bloom.quantize import IntBloom
-        from tinyproto.families.bloom.train import seeded_slots, used_slots
+        from tinyproto.families.bloom.slots import seeded_slots, used_slots
 
         seed = int(rng.integers(1, 65536))
         rows = 1 if classes == 2 else classes

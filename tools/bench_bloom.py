@@ -199,7 +199,7 @@ SHAPES = [  # (d, k, m, classes)
 
 def synthetic_model(d: int, k: int, m: int, classes: int, seed: int) -> IntBloom:
     from tinyproto.core.inputstage import InputStage
-    from tinyproto.families.bloom.train import seeded_slots, used_slots
+    from tinyproto.families.bloom.slots import seeded_slots, used_slots
 
     rng = np.random.RandomState(seed)
     rows = 1 if classes == 2 else classes

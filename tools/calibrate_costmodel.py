@@ -972,7 +972,7 @@ def bnc_shape_model(d: int, r: int, m: int, L: int, density: float, K: int, stag
 def bloom_shape_model(d: int, k: int, m: int, L: int, stage: str, n_raw: int, seed: int):
     """A valid IntBloom of this shape with random weights and biases (some shapes with 32-bit biases)."""
     from tinyproto.families.bloom.quantize import IntBloom
-    from tinyproto.families.bloom.train import seeded_slots, used_slots
+    from tinyproto.families.bloom.slots import seeded_slots, used_slots
 
     rng = np.random.default_rng(seed)
     rows = 1 if L == 2 else L
@@ -1162,7 +1162,7 @@ def calibrate_family(kind: str, cache: Path | None) -> None:
 def replay_stores(model, xq: np.ndarray) -> tuple[float, float]:
     """Mean MAX stores of a Bloom model on these int8 vectors, exactly as tp_stream_feed makes them (u = x + 128,
     -128 read as -127; a slot stores when u rises above it): (by a feature's last draw, by its other draws)."""
-    from tinyproto.families.bloom.train import seeded_slots
+    from tinyproto.families.bloom.slots import seeded_slots
 
     k = model.n_hashes
     slots = seeded_slots(model.seed, model.n_features, k, model.n_slots)

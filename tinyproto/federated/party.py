@@ -14,7 +14,7 @@ import numpy as np
 from tinyproto.core.inputstage import InputStage, shared_values
 from tinyproto.core.moments import ColumnSums, float32_column_sums
 from tinyproto.families.flynn.quantize import IntFlyNN, integer_winners
-from tinyproto.families.flynn.train import count_winners
+from tinyproto.families.flynn.hashing import count_winners
 from tinyproto.federated.config import FederatedSpec, build_estimator
 from tinyproto.federated.dp import DPParams, dp_release
 from tinyproto.federated.shards import Shard

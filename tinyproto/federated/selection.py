@@ -42,7 +42,7 @@ from tinyproto.families.flynn.solver import (
     Candidate, CountLimit, cycle_limit_within, estimate_cycles,
 )
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
-from tinyproto.families.flynn.train import project, projection_matrix
+from tinyproto.families.flynn.hashing import project, projection_matrix
 
 STAGE1 = ((4, 8), (8, 16, 32), (1, 2), (False,))  # the solver's reference grid for the preprocessing
 STAGE2 = (S_GRID, RHO_GRID, BITS_GRID, (False, True))

@@ -28,7 +28,8 @@ from tinyproto.families.solving import SolveOptions, calibration_splits, map_in_
 from tinyproto.core.inputstage import InputStage
 from tinyproto.families.bloom.cost import predict_cycles
 from tinyproto.families.bloom.quantize import IntBloom
-from tinyproto.families.bloom.train import BYTE_SLOTS, BloomClassifier, draw_seed, hash_draws, seeded_slots, used_slots
+from tinyproto.families.bloom.slots import BYTE_SLOTS, hash_draws, seeded_slots, used_slots
+from tinyproto.families.bloom.train import BloomClassifier, draw_seed
 
 K_CANDIDATES = (1, 2, 3, 4, 6, 8)
 C_CANDIDATES = (0.1, 1.0, 10.0)

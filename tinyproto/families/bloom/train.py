@@ -35,9 +35,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from tinyproto.core.inputstage import INPUT_MAX, standardisation, shared_stage
-from tinyproto.families.bloom.slots import (  # noqa: F401  (re-exported: the hash lives in slots.py)
-    BYTE_SLOTS, SEED_PERIOD, U_SCALE, bloom_max, hash_draws, seeded_slots, used_slots, xorshift16_step,
-)
+from tinyproto.families.bloom.slots import SEED_PERIOD, U_SCALE, bloom_max, seeded_slots, used_slots
 
 STEP_QUANTILE = 0.995  # as every family's input step: this quantile of the training data maps to the int8 top
 STEP_FLOOR = 2.5  # ... but at least this many scale units

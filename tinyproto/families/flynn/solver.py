@@ -42,7 +42,8 @@ from tinyproto.families.flynn.quantize import (
     scaled_counts,
 )
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
-from tinyproto.families.flynn.train import FlyNNClassifier, project, projection_matrix
+from tinyproto.families.flynn.hashing import project, projection_matrix
+from tinyproto.families.flynn.train import FlyNNClassifier
 from tinyproto.core.inputstage import InputStage, choose_input_scale, shared_stage, stage_bytes
 
 F_CPU = 16_000_000

@@ -39,9 +39,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from tinyproto.core.inputstage import shared_range, standardisation
-from tinyproto.families.flynn.hashing import (  # noqa: F401  (re-exported: the hash lives in hashing.py)
-    count_winners, project, projection_matrix, top_winners,
-)
+from tinyproto.families.flynn.hashing import count_winners, project, projection_matrix, top_winners
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 
 # The float path hashes z rounded to multiples of 2^-24 and clipped to ±2^20: any sum of up to 256 such values is
