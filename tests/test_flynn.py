@@ -556,9 +556,7 @@ def test_sensor_windows_keep_their_counts_apart_through_a_small_count_scale():
     count per bit is well under what they hold (the rule before tried q = 1 only). The solver now also tries
     q = 2 and 4 and ships q = 2; the same shape with q = 1 scores 90.7 % on the held-out rows against 95.3 %
     (seed 3; seeds 5 and 6: 88.7 / 99.3 %, 92.7 / 99.3 %)."""
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
     from make_sensor_windows import sensor_windows as shocked_windows
 
     X, y = shocked_windows(600, 200, 3, spikes=0.01)
