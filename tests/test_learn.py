@@ -372,7 +372,9 @@ def test_firmware_that_cannot_learn_says_so(learned_bc, tmp_path):
                 client.clear()
         result = cli("learn", str(out), "--port", uno.port, "--no-flash")
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "this firmware cannot learn; run tinyproto learn (it builds the learning firmware)" in result.stderr
+    # the line's hint is for this very run: --no-flash, not "run tinyproto learn"
+    assert (f"the board on {uno.port} runs a firmware that cannot learn, not this model's learning firmware: run "
+            "learn without --no-flash, which builds and flashes it") in result.stderr
 
 
 def test_learn_on_a_leonardo_needs_its_usb_upload_port(tmp_path):

@@ -529,9 +529,10 @@ class DeviceClient:
                 continue
             if frame.type == type | MSG_RESPONSE:
                 return frame
-            if frame.type == MSG_ERROR and len(frame.payload) == 1:
-                self._on_error(type, frame.payload[0])
-                raise _Retry(frame.payload[0])
+            if frame.type == MSG_ERROR:  # an ERROR of another length than one code byte: an unknown error
+                code = frame.payload[0] if len(frame.payload) == 1 else -1
+                self._on_error(type, code)
+                raise _Retry(code)
             self._drop(frame)  # a valid frame of an unexpected type: an echo (loop://) or stale
 
     def _drop(self, frame: Frame) -> None:
@@ -556,6 +557,8 @@ class DeviceClient:
                 f"the device on {self.name} rejected the {what} payload length — it runs a model with another "
                 "number of features (check hello() / check_model)"
             )
+        if code < 0:
+            raise DeviceError(f"the device on {self.name} answered {what} with a malformed ERROR (not one code byte)")
         if code not in (ERR_CRC, ERR_TOO_LONG):
             raise DeviceError(f"the device on {self.name} answered {what} with unknown error code {code}")
 
