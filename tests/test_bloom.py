@@ -27,7 +27,8 @@ from tinyproto.families.solving import SolveOptions
 from tinyproto.families.bloom.slots import bloom_max, hash_draws, seeded_slots, used_slots, xorshift16_step
 from tinyproto.families.bloom.train import BloomClassifier
 
-from helpers import ARDUINO_HARDWARE, arduino_build, needs
+from arduino_builder import ARDUINO_HARDWARE, arduino_build
+from helpers import needs
 
 needs_gcc = needs("gcc")
 

@@ -701,9 +701,7 @@ def test_the_goals_table_marks_every_missed_goal():
     """tools/bench_confidence.py --goals: each goal is checked against the figures and a miss is marked `!` and
     counted: the AUROC per family, and for the families with the stricter goals also the declined share and
     the accuracy on the accepted rows above the accuracy on all; the calibration error for every family."""
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
     from bench_confidence import goal_row
 
     good = {"held_out": {"auroc": 0.93, "declined": 0.5}, "accepted_accuracy": 0.99, "accuracy": 0.98, "ece": 0.01}

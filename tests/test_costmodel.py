@@ -10,7 +10,6 @@ measurement finds the call it removes.
 from __future__ import annotations
 
 import os
-import sys
 import zlib
 from pathlib import Path
 
@@ -19,7 +18,6 @@ import pytest
 
 from helpers import needs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 pytestmark = [
     needs("avr-gcc"),

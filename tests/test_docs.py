@@ -15,7 +15,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-sys.path.insert(0, str(ROOT / "tools"))
 from docs_examples import (  # noqa: E402 (tools/ goes on the path first)
     EXECUTED_PAGES, PAGE_GROUPS, WINE_PAGE, comparable, console_blocks, example_runner, exit_of, is_excerpt,
     missing_lines, normalise, page_commands, prerequisites, stale_lines, unshown_lines)

@@ -20,7 +20,8 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.modeldir import load_model_dir
 from tinyproto import families
 
-from helpers import ARDUINO_HARDWARE, accepted, arduino_build, refused
+from arduino_builder import ARDUINO_HARDWARE, arduino_build
+from helpers import accepted, refused
 
 N_VECTORS = 20
 RESULT_RE = re.compile(r"^(unknown: closest )?class (\d+) \((.*)\) score (-?\d+) confidence (\d+)$")

@@ -149,6 +149,37 @@ def test_one_gather_for_every_shape_tallies_as_the_loop_over_shapes(monkeypatch,
     assert config == config_loop and info["candidates"] == info_loop["candidates"]
 
 
+def test_the_local_backend_runs_row_wise_steps_once_on_the_pooled_rows_with_the_same_tallies(monkeypatch):
+    """LocalBackend hashes, counts per fold and tallies every party's rows in one call on the pooled rows (the steps
+    are row-wise, their sums exact integers): the same choice and every candidate's accuracy as one call per party,
+    on parties of 1 to dozens of rows."""
+    from tinyproto.federated.local_parties import RowWise
+
+    sp = data("wine")
+    parts = shards(sp, 12, "dirichlet:0.3")
+    assert min(len(y) for _, y in parts) <= 2 < max(len(y) for _, y in parts)
+    steps = (sel.party_hash, sel.party_fold_counts, sel.party_correct)
+    pooled_calls = []
+    for fn in steps:
+        rows = fn.row_wise
+
+        def counted(handles, pool=rows.pool, name=fn.__name__):
+            pooled_calls.append((name, len(handles)))
+            return pool(handles)
+
+        monkeypatch.setattr(fn, "row_wise", RowWise(counted, rows.split))
+    with LocalBackend(parts) as backend:
+        pooled = choose_config(backend, 1024, 0, agree_classes(backend), sp.X_train.shape[1])
+    assert {name for name, _ in pooled_calls} == {fn.__name__ for fn in steps}
+    assert all(n == len(parts) for _, n in pooled_calls)
+    for fn in steps:
+        monkeypatch.delattr(fn, "row_wise")
+    with LocalBackend(parts) as backend:
+        per_party = choose_config(backend, 1024, 0, agree_classes(backend), sp.X_train.shape[1])
+    strip = lambda info: {k: v for k, v in info.items() if k != "selection_seconds"}  # noqa: E731
+    assert pooled[0] == per_party[0] and strip(pooled[1]) == strip(per_party[1])
+
+
 def test_sparse_counts_add_exactly():
     rng = np.random.default_rng(0)
     sizes = {(4, 2): 40}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,6 @@ from tinyproto.core.inputstage import InputStage
 
 from conftest import needs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 FIRMWARE = Path(__file__).resolve().parent.parent / "firmware"
 
 pytestmark = [pytest.mark.usefixtures("private_cache")]

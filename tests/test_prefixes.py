@@ -19,7 +19,8 @@ from tinyproto.core.modeldir import load_model_dir
 from tinyproto.core.render import check_prefix, default_prefix, external_symbols, model_sources, write_sources
 from tinyproto.device.hostc import HOST_CFLAGS
 
-from helpers import ARDUINO_HARDWARE, AVR_FLAGS, accepted, arduino_build, needs, refused, variants
+from arduino_builder import ARDUINO_HARDWARE, arduino_build
+from helpers import AVR_FLAGS, accepted, needs, refused, variants
 
 PAIR = {"digits": ("digits", "2kB", "protonn"), "breast_cancer": ("breast_cancer", "2kB", "flynn")}
 N_VECTORS = 25  # per model, on the simulated Uno (tools/bench_two_models.py runs every test vector)

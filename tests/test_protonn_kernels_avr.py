@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,6 @@ from tinyproto.families.solving import SolveOptions
 
 from helpers import needs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 pytestmark = [
     needs("avr-gcc"),

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""A model beside a sketch that really uses what was reserved: the figures of tests/test_reserve.py, printed.
+"""A model beside a sketch that really uses what was reserved: the figures tests/test_reserve.py checks, printed.
 
 For a model directory compiled with --reserve-sram S --reserve-flash F (its report.json's beside_sketch), builds
 with the Arduino IDE's builder a sketch of the user's own sized to use exactly F bytes of flash and S bytes of
 SRAM (its globals plus its stack, measured by painting the free SRAM on the simulated Uno), then the same sketch
-calling the model (tests/fixtures/beside/Beside.ino.tmpl), runs it over the first N test vectors and prints the
+calling the model (tools/beside_sketch.py), runs it over the first N test vectors and prints the
 flash and SRAM of both, what compile predicted, and whether every score equals the host reference's.
 
     python tools/bench_reserve.py build/digits-beside [--vectors 20]
@@ -21,9 +21,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
-from test_reserve import ANSWER, build, run_lines, size_own_sketch, sram_used  # noqa: E402
+from beside_sketch import ANSWER, build, run_lines, size_own_sketch, sram_used  # noqa: E402
 
 from tinyproto.core.boards import load_board  # noqa: E402
 from tinyproto.core.modeldir import load_model_dir  # noqa: E402

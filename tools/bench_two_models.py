@@ -27,9 +27,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
-from helpers import arduino_build  # noqa: E402
+from arduino_builder import arduino_build  # noqa: E402
 
 from tinyproto import families  # noqa: E402
 from tinyproto.core.modeldir import load_model_dir  # noqa: E402

@@ -43,6 +43,7 @@ from tinyproto.families.flynn.solver import (
 )
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.flynn.hashing import project, projection_matrix
+from tinyproto.federated.local_parties import row_wise
 
 STAGE1 = ((4, 8), (8, 16, 32), (1, 2), (False,))  # the solver's reference grid for the preprocessing
 STAGE2 = (S_GRID, RHO_GRID, BITS_GRID, (False, True))
@@ -69,6 +70,18 @@ class PartyData:
     folds: np.ndarray
     scored: np.ndarray
 
+    @staticmethod
+    def pool(parts: list["PartyData"]) -> "PartyData":
+        """Every party's rows as one party's, in party order."""
+        xq = {scaling: np.concatenate([p.xq[scaling] for p in parts]) for scaling in parts[0].xq}
+        return PartyData(xq, *_pooled_rows(parts))
+
+
+def _pooled_rows(parts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(y_index, folds, scored) of the parties' rows one after another."""
+    return (np.concatenate([p.y_index for p in parts]), np.concatenate([p.folds for p in parts], axis=1),
+            np.concatenate([p.scored for p in parts], axis=1))
+
 
 def party_setup(shard, stages: dict, classes: np.ndarray, seed: int, folds_of_bins: np.ndarray, n_folds: int,
                 validated: int) -> PartyData:
@@ -92,7 +105,20 @@ class PartyState:
     folds: np.ndarray
     scored: np.ndarray  # (R, n): the row is in a validated fold of that repeat
 
+    @staticmethod
+    def pool(parts: list["PartyState"]) -> "PartyState":
+        """Every party's hashed rows as one party's, in party order."""
+        ranked = {m: np.concatenate([p.ranked[m] for p in parts]) for m in parts[0].ranked}
+        return PartyState(ranked, *_pooled_rows(parts))
 
+    def split(self, parties: list) -> list["PartyState"]:
+        """The pooled state cut into the parties' (each party's rows: len(party.y_index)), as views."""
+        ends = np.cumsum([len(p.y_index) for p in parties])
+        return [PartyState({m: r[a:b] for m, r in self.ranked.items()}, self.y_index[a:b], self.folds[:, a:b],
+                           self.scored[:, a:b]) for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
+
+
+@row_wise(PartyData.pool, lambda state, parties: state.split(parties))
 def party_hash(data: PartyData, scaling: str, sign_split: bool, M, m_values: list[int], k: int) -> PartyState:
     """The top-k winners of every m in m_values (M: the projection of the largest m), as the solver ranks them."""
     U = hash_inputs(data.xq[scaling], sign_split).astype(np.float64)
@@ -190,6 +216,7 @@ def _compact(keys: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarra
     return _smaller_form(_dense(keys, values, size))
 
 
+@row_wise(PartyState.pool)
 def party_fold_counts(state: PartyState, shapes: list[tuple[int, int]], n_folds: int, n_classes: int) -> SparseCounts:
     """Counts t_lj of each fold (of every repeat) of the party's rows, for each shape (m, ρ): key
     (fold·L + class)·m + j, n_folds counting every repeat's folds."""
@@ -345,6 +372,7 @@ class GatherTables:
 GATHER_AT_ONCE = 1 << 18  # index entries (R x rows x candidates x L x ρ) a party scores in one gather, at most
 
 
+@row_wise(PartyState.pool)
 def party_correct(state: PartyState, weights, plan: list) -> np.ndarray:
     """How many of the party's rows each candidate classifies correctly, every row scored (once per repeat) by
     the model of the folds it is not in: the solver's _cv_accuracies restricted to this party's rows. plan lists
