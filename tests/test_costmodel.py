@@ -544,6 +544,41 @@ def test_the_profiler_maps_addresses_to_code_symbols_only(built_models):
 
 
 @pytest.mark.device
+def test_a_narrow_fly_call_besides_its_functions_is_counted_exactly(tmp_path):
+    """FlyNN with a narrow M (at most 256 hash inputs): the timed call less tp_flynn_project, the heap's functions,
+    the lookup (with its multiply) and the judge stub equals narrow_call_cycles on the profiling simulator, in each
+    layout avr-gcc compiles: a seeded M with and without the sign split, its copy's extension through a
+    displacement (16 features split) or not, tp_flynn_hash out of line (rho = 8, more than 144 inputs); a stored M
+    with and without the split, with rho = 8 and its frame within or past ldd's reach, and the split's argmin of
+    rho >= 32. The fitted terms these replace were 2 cycles a feature over a stored M without the split (514 over
+    255 inputs) and 4 over a seeded M with it (bench seed 7003's 68 features, 30 rows, rho = 8: 2.4 % of the
+    inference)."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.flynn.cost import flynn_cost_terms
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.seeded_index import seeded_indices
+
+    rng = np.random.default_rng(14)
+    simulator = build_profiling_simulator(tmp_path)
+    functions = ("tp_flynn_project", "tp_flynn_sift", "tp_flynn_heapify", "tp_flynn_lookup", "__umulhisi3")
+    # (features, sign split, stored M, rho, classes)
+    for d, split, store, rho, L in ((16, True, False, 8, 3), (68, True, False, 8, 4), (150, False, False, 8, 2),
+                                    (40, False, False, 32, 7), (23, True, True, 8, 3), (40, True, True, 32, 5),
+                                    (100, False, True, 8, 4), (40, False, True, 16, 6), (6, False, True, 8, 2)):
+        n_in = 2 * d if split else d
+        m = 2 * rho + 7
+        model = IntFlyNN(list(range(L)), InputStage.shared(127.5, 1.0, d), split, 13, seeded_indices(13, m, 2, n_in),
+                         rho, 2, rng.integers(0, 4, size=(L, m)), 0.5, store)
+        xq = rng.integers(-127, 128, size=(2, d)).astype(np.int8)
+        profile = calibrate.profile_shape(model, xq, "uno", tmp_path / f"n{d}-{split}-{store}-{rho}", simulator)
+        rest = profile["cycles"] - 30 - sum(profile["functions"].get(name, 0.0) for name in functions)
+        assert flynn_cost_terms(model, x=xq)["narrow_call"] == rest, (d, split, store, rho, L)
+
+
+@pytest.mark.device
 def test_the_lookup_is_one_code_per_classes_and_bits(tmp_path):
     """FlyNN's lookup (tp_flynn_lookup, out of line) compiles to the same instructions for one (classes, count bits)
     whatever the M layout and input width around it, and costs what LOOKUP_CYCLES says on the profiling simulator.
