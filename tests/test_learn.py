@@ -439,6 +439,15 @@ def test_device_figures_that_are_no_measurement_fail_learn(learned_bc, monkeypat
     assert summary["sram"]["stack_peak_bytes"] is None and summary["sram"]["margin_bytes"] is None
 
 
+def test_learn_data_with_other_features_names_the_file_as_given(compiled, work):
+    """Was: "d has 1 features, the model 4" (the data set's stem, and '1 features')."""
+    model = compiled("iris", "1kB", "flynn", learnable=True)
+    (work / "d.csv").write_text("f0,label\n" + "".join(f"{i % 7}.5,{i % 3}\n" for i in range(60)))
+    line = refused(["learn", str(model), "--data", "d.csv", "--sim"], "features", work)
+    assert "--data d.csv has 1 feature, the model was compiled on 4" in line, line
+    assert not (model / "learning").exists()
+
+
 @pytest.mark.parametrize("kind", ["directory", "link", "fifo"])
 def test_an_eeprom_image_that_is_not_a_file_is_refused_before_building(compiled, tmp_path, kind):
     """learning/eeprom.bin, the simulated board's EEPROM across runs: a directory there was kept and learn went on

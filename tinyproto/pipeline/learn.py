@@ -76,9 +76,9 @@ def training_samples(model, data: str, label: str | None) -> tuple[str, np.ndarr
 
     dataset = load_dataset(data, label=label)
     if dataset.X.shape[1] != model.n_features:
-        raise TinyprotoError(
-            f"{dataset.name} has {dataset.X.shape[1]} features, the model {model.n_features}"
-        )
+        n = dataset.X.shape[1]  # named as given (--data d.csv, not the data set's name "d")
+        raise TinyprotoError(f"--data {data} has {n} feature{'s' if n != 1 else ''}, the model was compiled on "
+                             f"{model.n_features}: learn data with the model's features")
     sp = split(dataset)
     return dataset.name, model.input_stage.quantize(sp.X_train), class_indices(model, sp.y_train)
 
