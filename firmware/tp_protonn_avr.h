@@ -388,21 +388,42 @@ static inline __attribute__((always_inline)) uint8_t tp_protonn_proto_kernel(con
         : "r0", "memory");
     uint8_t index;
 #if ((TP_PROTONN_TABLE_SIZE - 1) << TP_PROTONN_TABLE_SHIFT) <= 0xFFFF
-    if ((uint8_t)(dist >> 16) != 0 || (uint16_t)dist >= (uint16_t)TP_PROTONN_TABLE_REACH) {
-        index = TP_PROTONN_TABLE_SIZE - 1;
-    } else {
+    /* reach <= 0xFFFF: the index of a distance within reach from the distance's low bytes, always computed, then
+     * clamped to the last entry without a branch whose time depends on the distance (the time, and the cost
+     * model's count, is the same for every input). Within reach dist << (8 - SHIFT) < (SIZE - 1) << 8 fits 16
+     * bits, so the index is a short left shift and the high byte (or the middle byte shifted right by SHIFT - 8);
+     * beyond reach it is garbage, which the clamp replaces. */
 #if TP_PROTONN_TABLE_SHIFT >= 8
-        index = (uint8_t)((uint8_t)((uint16_t)dist >> 8) >> (TP_PROTONN_TABLE_SHIFT - 8));
+    index = (uint8_t)((uint16_t)dist >> 8);
+    __asm__(".rept %[k]\n\tlsr %0\n\t.endr" : "+r"(index) : [k] "n"(TP_PROTONN_TABLE_SHIFT - 8));
 #else
-        /* dist < (SIZE - 1) << SHIFT, so dist << (8 - SHIFT) < (SIZE - 1) << 8 fits 16 bits: a short left shift
-         * and the high byte instead of a SHIFT-step right-shift loop. */
-        index = (uint8_t)((uint16_t)((uint16_t)dist << (8 - TP_PROTONN_TABLE_SHIFT)) >> 8);
+    uint16_t low = (uint16_t)dist;
+    __asm__(".rept %[k]\n\tlsl %A0\n\trol %B0\n\t.endr" : "+r"(low) : [k] "n"(8 - TP_PROTONN_TABLE_SHIFT));
+    index = (uint8_t)(low >> 8);
 #endif
+    {
+        uint8_t beyond;
+        /* beyond = 0xFF when dist >= reach (24-bit compare, borrow into sbc), else 0; the index ORed with it and
+         * limited to SIZE - 1: brlo taken (2 cycles) or not taken and ldi (1 + 1), the same either way. */
+        __asm__("ldi %[t], lo8(%[reach])\n\t"
+                "cp %A[d], %[t]\n\t"
+                "ldi %[t], hi8(%[reach])\n\t"
+                "cpc %B[d], %[t]\n\t"
+                "cpc %C[d], __zero_reg__\n\t"
+                "sbc %[t], %[t]\n\t"
+                "com %[t]\n\t"
+                "or %[i], %[t]\n\t"
+                "cpi %[i], %[last]\n\t"
+                "brlo 1f\n\t"
+                "ldi %[i], %[last]\n\t"
+                "1:"
+                : [i] "+d"(index), [t] "=&d"(beyond)
+                : [d] "r"(dist), [reach] "i"(TP_PROTONN_TABLE_REACH), [last] "n"(TP_PROTONN_TABLE_SIZE - 1));
     }
 #else
     /* reach > 0xFFFF (SHIFT >= 9, as SIZE <= 256): dist >> SHIFT from whole bytes and a short shift (not
-     * tp_protonn_table_index's 32-bit shift loop), always computed, then clamped, so the time does not depend on
-     * the distance (the cost model stays exact). */
+     * tp_protonn_table_index's 32-bit shift loop), always computed, then clamped in constant time, so the time does
+     * not depend on the distance (the cost model's count is exact). */
 #if TP_PROTONN_TABLE_SHIFT >= 24
     uint16_t wide = 0; /* dist < 2^24 */
     (void)dist;
@@ -415,7 +436,16 @@ static inline __attribute__((always_inline)) uint8_t tp_protonn_proto_kernel(con
     uint16_t wide = (uint16_t)(dist >> 8);
     __asm__(".rept %[k]\n\tlsr %B0\n\tror %A0\n\t.endr" : "+r"(wide) : [k] "n"(TP_PROTONN_TABLE_SHIFT - 8));
 #endif
-    index = wide < TP_PROTONN_TABLE_SIZE - 1 ? (uint8_t)wide : (uint8_t)(TP_PROTONN_TABLE_SIZE - 1);
+    /* min(wide, SIZE - 1) without a branch whose time depends on the distance: brlo taken (2 cycles) or not
+     * taken and ldi (1 + 1) */
+    index = (uint8_t)wide;
+    __asm__("cpi %[i], %[last]\n\t"
+            "cpc %[h], __zero_reg__\n\t"
+            "brlo 1f\n\t"
+            "ldi %[i], %[last]\n\t"
+            "1:"
+            : [i] "+d"(index)
+            : [h] "r"((uint8_t)(wide >> 8)), [last] "n"(TP_PROTONN_TABLE_SIZE - 1));
 #endif
     return tp_read_u8(&tp_protonn_kernel[index]);
 }

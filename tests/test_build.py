@@ -159,6 +159,36 @@ def test_missing_avr_gcc_names_the_apt_packages(tmp_path, monkeypatch):
         build.build_project(project, "uno_sim")
 
 
+@needs_pio
+def test_a_path_with_a_tab_is_refused_before_platformio_writes_beside_it(tmp_path):
+    """PlatformIO turns a tab of the project's path into a space: it wrote .pio/ into "m x" (another directory,
+    perhaps the user's) and failed with "Nothing to build". Refused in one line, nothing written."""
+    from tinyproto.device.build import build_project
+
+    project = make_project(tmp_path / "m\tx")
+    with pytest.raises(TinyprotoError, match=r"cannot build in .*m\\tx/project: its path holds a tab") as info:
+        build_project(project, "uno_sim")
+    assert "\n" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m\tx"]
+    assert not (project / ".pio").exists()
+
+
+@pytest.mark.parametrize("part", ["src", "include", "lib"])
+def test_a_file_where_the_project_has_a_directory_is_one_line(tmp_path, part):
+    """Was: SCons's own traceback inside the build failure (src) or a missing-header compiler error (lib)."""
+    from tinyproto.device.build import build_project
+
+    project = make_project(tmp_path)
+    target = project / part
+    if target.is_dir():
+        shutil.rmtree(target)
+    target.write_text("the user's notes\n")
+    with pytest.raises(TinyprotoError, match=f"{part} is not a directory, where the generated project keeps") as info:
+        build_project(project, "uno_sim")
+    assert "\n" not in str(info.value) and "move it away" in str(info.value)
+    assert target.read_text() == "the user's notes\n" and not (project / ".pio").exists()
+
+
 def test_unknown_environment_is_a_clear_error(tmp_path):
     from tinyproto.device.build import build_project
 

@@ -418,6 +418,55 @@ def test_the_dense_asm_rescale_projection_counts_equal_the_device_cycles(tmp_pat
 
 
 @pytest.mark.device
+def test_the_general_distance_loop_takes_the_same_cycles_for_every_input(tmp_path):
+    """ProtoNN's general distance loop (more than 16 dimensions, or a table reaching past 0xFFFF) computes the
+    table index of every prototype and clamps it in constant time, so tp_protonn_kernels' cycles on the profiling
+    simulator equal general_kernels_cycles' counts whether the distances fall within the table's reach or beyond
+    it, for every index form: a table within 0xFFFF shifted right (seed 7001's dense W over 9 features with 20
+    dimensions, -6.4 % when a distance within reach took a shift loop) or left, with more than 64 dimensions,
+    and past 0xFFFF with shifts of 9 to 15, 16 to 23 and 24. Each shape runs a vector whose prototypes are all
+    within reach and one whose prototypes are all beyond it (scores checked against the host reference)."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.protonn.cost import PN_CYCLES, protonn_cost_terms
+    from tinyproto.families.protonn.quantize import IntProtoNN
+
+    rng = np.random.default_rng(31)
+    simulator = build_profiling_simulator(tmp_path)
+    names = ("kernels_frame", "kernels_proto", "dist_term", "dist_step")
+    # (features, dimensions, prototypes, table size, table shift)
+    for d, D, m, size, shift in ((9, 20, 75, 16, 12), (12, 25, 30, 32, 3), (8, 70, 9, 64, 6), (7, 20, 20, 16, 13),
+                                 (7, 60, 40, 16, 16), (7, 30, 12, 32, 24)):
+        W = rng.integers(-127, 128, size=(D, d)).astype(np.int8)
+        table = np.rint(255 * np.exp(-np.arange(size) / size * 4)).astype(np.uint8)
+
+        def protonn(B):
+            return IntProtoNN([0, 1, 2], InputStage.shared(127.5, 1.0, d), W, B.astype(np.int8),
+                              rng.integers(-127, 128, size=(m, 3)).astype(np.int8), proj_shift=1, table=table,
+                              table_shift=shift, scales={}, offset=None)
+
+        near_x = rng.integers(-127, 128, size=(1, d)).astype(np.int8)
+        z = protonn(np.zeros((m, D))).projections(near_x)[0]
+        far = np.where(z > 0, -60, 60)
+        if shift >= 24:  # a reach past 2^24: no distance is beyond it, the index is 0 for every input
+            far = np.clip(z, -60, 60)
+        B = np.clip(z[None, :] + rng.integers(-1, 2, size=(m, D)), -127, 127)  # each prototype near z
+        B[m // 2:] = far  # and half of them far from it
+        model = protonn(B)
+        far_x = -near_x
+        reach = (size - 1) << shift
+        dist = ((model.projections(np.vstack([near_x, far_x]))[:, None, :] - B[None]) ** 2).sum(axis=2)
+        assert (dist < reach).any() and ((dist >= reach).any() or shift >= 24), (d, D, shift)
+        terms = protonn_cost_terms(model)
+        counted = sum(terms[name] * PN_CYCLES[name] for name in names)
+        for label, xq in (("near", near_x), ("far", far_x)):
+            profile = calibrate.profile_shape(model, xq, "uno", tmp_path / f"k{D}-{shift}-{label}", simulator)
+            assert profile["functions"]["tp_protonn_kernels"] == counted, (d, D, shift, label)
+
+
+@pytest.mark.device
 def test_the_streamed_projection_counts_equal_the_device_cycles(tmp_path):
     """ProtoNN's streamed projection (a column-coded W): the timed calls less the judge stub, the distance and
     score kernels and the offset rescale equal stream_projection_cycles on the profiling simulator, its rescale's
@@ -492,6 +541,41 @@ def test_the_profiler_maps_addresses_to_code_symbols_only(built_models):
     assert "tp_predict_raw" in names or any(name.endswith("_predict") for name in names)
     assert "__stack" not in names and "__heap_end" not in names
     assert addresses == sorted(addresses) and addresses[-1] <= build.flash_bytes  # _etext ends the code
+
+
+@pytest.mark.device
+def test_a_narrow_fly_call_besides_its_functions_is_counted_exactly(tmp_path):
+    """FlyNN with a narrow M (at most 256 hash inputs): the timed call less tp_flynn_project, the heap's functions,
+    the lookup (with its multiply) and the judge stub equals narrow_call_cycles on the profiling simulator, in each
+    layout avr-gcc compiles: a seeded M with and without the sign split, its copy's extension through a
+    displacement (16 features split) or not, tp_flynn_hash out of line (rho = 8, more than 144 inputs); a stored M
+    with and without the split, with rho = 8 and its frame within or past ldd's reach, and the split's argmin of
+    rho >= 32. The fitted terms these replace were 2 cycles a feature over a stored M without the split (514 over
+    255 inputs) and 4 over a seeded M with it (bench seed 7003's 68 features, 30 rows, rho = 8: 2.4 % of the
+    inference)."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.flynn.cost import flynn_cost_terms
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.seeded_index import seeded_indices
+
+    rng = np.random.default_rng(14)
+    simulator = build_profiling_simulator(tmp_path)
+    functions = ("tp_flynn_project", "tp_flynn_sift", "tp_flynn_heapify", "tp_flynn_lookup", "__umulhisi3")
+    # (features, sign split, stored M, rho, classes)
+    for d, split, store, rho, L in ((16, True, False, 8, 3), (68, True, False, 8, 4), (150, False, False, 8, 2),
+                                    (40, False, False, 32, 7), (23, True, True, 8, 3), (40, True, True, 32, 5),
+                                    (100, False, True, 8, 4), (40, False, True, 16, 6), (6, False, True, 8, 2)):
+        n_in = 2 * d if split else d
+        m = 2 * rho + 7
+        model = IntFlyNN(list(range(L)), InputStage.shared(127.5, 1.0, d), split, 13, seeded_indices(13, m, 2, n_in),
+                         rho, 2, rng.integers(0, 4, size=(L, m)), 0.5, store)
+        xq = rng.integers(-127, 128, size=(2, d)).astype(np.int8)
+        profile = calibrate.profile_shape(model, xq, "uno", tmp_path / f"n{d}-{split}-{store}-{rho}", simulator)
+        rest = profile["cycles"] - 30 - sum(profile["functions"].get(name, 0.0) for name in functions)
+        assert flynn_cost_terms(model, x=xq)["narrow_call"] == rest, (d, split, store, rho, L)
 
 
 @pytest.mark.device

@@ -37,6 +37,27 @@ def refuse(tmp_path, *args, max_seconds: float = 15.0) -> str:
     return lines[0]
 
 
+def test_no_flynn_within_the_default_time_cap_names_the_cap(tmp_path):
+    """Was: "no FlyNN fits 1024 B within default ms per inference" (the cap's marker, not its value)."""
+    import numpy as np
+
+    from tinyproto.families.flynn.pricing import default_max_ms
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 5000))
+    X[20:, :40] += 3
+    data = tmp_path / "wide.csv"
+    header = ",".join(f"f{j}" for j in range(5000)) + ",label\n"
+    data.write_text(header + "".join(",".join(f"{v:.2f}" for v in row) + f",{i // 20}\n" for i, row in enumerate(X)))
+    out = tmp_path / "never"
+    result = CliRunner().invoke(federate_command, [str(data), "--parties", "2", "--backend", "local", "--budget",
+                                                   "1kB", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert f"within the default cap of {default_max_ms(5000):g} ms per inference" in line, line
+    assert "default ms" not in line and not out.exists()
+
+
 # ---------------------------------------------------------------- options
 
 

@@ -274,6 +274,24 @@ def test_solver_keeps_its_buffers_in_the_sram_the_board_leaves():
     check_fits_board(model, load_board("uno"))
 
 
+@pytest.mark.parametrize("samples, phrase", [(545, "the {room} B of SRAM the device app leaves beside 1635 int8"),
+                                             (700, "already needs {short} B more than it has")])
+def test_a_board_too_small_for_any_flynn_is_refused_saying_how_much_is_missing(samples, phrase):
+    """Where no FlyNN's buffers fit, the refusal says how much SRAM there is, or, where the device app and the
+    input buffer alone overflow the board (2,100 inputs on the Uno), how much is missing: never a negative room."""
+    from helpers import sensor_windows
+
+    from tinyproto.core.boards import load_board
+
+    X, y = sensor_windows(6, samples=samples)
+    options = SolveOptions(2048, seed=0, board=load_board("uno"))
+    room = options.buffer_room(X.shape[1], 5, streamable=False)
+    with pytest.raises(TinyprotoError) as refusal:
+        solver.fit_flynn_under_budget(X, y, options)
+    message = str(refusal.value)
+    assert phrase.format(room=room, short=-room) in message and "-" not in message.split("(")[0], message
+
+
 # ---------------------------------------------------------------- winner-take-all
 
 

@@ -82,6 +82,18 @@ def test_learnable_compile_fits_sram_and_eeprom(compiled, tmp_path):
         item.nbytes for item in m.working_sram())
 
 
+def test_counts_of_another_size_from_the_device_are_one_error_line():
+    """A device running another model's learning firmware sends counts of another size: one line, no reshape."""
+    from types import SimpleNamespace
+
+    model = SimpleNamespace(n_hashes=546, n_classes=4, bits=2)
+    good = bytes(FL.count_bytes(546, 4, 2))
+    assert FL.unpack_counts(good, model).shape == (4, 546)
+    for packed in (b"\x01\x02\x03\x04", good + b"\x00", b""):
+        with pytest.raises(TinyprotoError, match="bytes of counts, this model's 546 x 4 counts of 2 bits take 546"):
+            FL.unpack_counts(packed, model)
+
+
 def test_learnable_is_flynn_only(tmp_path):
     result = cli("compile", "iris", "--model", "protonn", "--learnable", "--out", str(tmp_path / "x"))
     assert result.returncode == 1 and "only FlyNN learns" in result.stderr and "Traceback" not in result.stderr
@@ -360,7 +372,9 @@ def test_firmware_that_cannot_learn_says_so(learned_bc, tmp_path):
                 client.clear()
         result = cli("learn", str(out), "--port", uno.port, "--no-flash")
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "this firmware cannot learn; run tinyproto learn (it builds the learning firmware)" in result.stderr
+    # the line's hint is for this very run: --no-flash, not "run tinyproto learn"
+    assert (f"the board on {uno.port} runs a firmware that cannot learn, not this model's learning firmware: run "
+            "learn without --no-flash, which builds and flashes it") in result.stderr
 
 
 def test_learn_on_a_leonardo_needs_its_usb_upload_port(tmp_path):
@@ -423,6 +437,15 @@ def test_device_figures_that_are_no_measurement_fail_learn(learned_bc, monkeypat
     assert summary["counts_identical"] and len(summary["device_figure_problems"]) == 2
     assert summary["learn_cycles_mean"] is None and summary["learn_ms_mean"] is None
     assert summary["sram"]["stack_peak_bytes"] is None and summary["sram"]["margin_bytes"] is None
+
+
+def test_learn_data_with_other_features_names_the_file_as_given(compiled, work):
+    """Was: "d has 1 features, the model 4" (the data set's stem, and '1 features')."""
+    model = compiled("iris", "1kB", "flynn", learnable=True)
+    (work / "d.csv").write_text("f0,label\n" + "".join(f"{i % 7}.5,{i % 3}\n" for i in range(60)))
+    line = refused(["learn", str(model), "--data", "d.csv", "--sim"], "features", work)
+    assert "--data d.csv has 1 feature, the model was compiled on 4" in line, line
+    assert not (model / "learning").exists()
 
 
 @pytest.mark.parametrize("kind", ["directory", "link", "fifo"])

@@ -56,3 +56,22 @@ def test_auto_refuses_in_one_message_when_no_family_fits(tmp_path):
 def test_auto_is_not_learnable(tmp_path):
     with pytest.raises(TinyprotoError, match="--learnable is for --model flynn"):
         compile_model("iris", CompileOptions(families.AUTO, "1kB", 0, out=tmp_path / "x", learnable=True))
+
+
+def test_the_auto_table_prints_each_refusal_whole():
+    """A family's refusal is a sentence the user acts on: printed whole under the table, markup-like brackets
+    included (it was cut to 60 characters inside the cycles column)."""
+    from rich.console import Console
+
+    from tinyproto.cli.tables import _print_auto
+
+    reason = ("no FlyNN's buffers fit the board's SRAM: the device app with 2100 int8 inputs already needs 428 B "
+              "more than it has (the smallest need 42 B); use fewer features or a family that streams its input [x]")
+    report = {"auto": {"chosen": "bnc", "selection": "the best validated int8 accuracy",
+                       "families": [{"family": "flynn", "refused": reason},
+                                    {"family": "bnc", "val_int8_accuracy": 0.9, "model_bytes": 2000,
+                                     "predicted_cycles": 7000}]}}
+    console = Console(record=True, width=100)
+    _print_auto(console, report)
+    text = " ".join(console.export_text().split())
+    assert f"flynn refused: {reason}" in text

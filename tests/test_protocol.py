@@ -332,6 +332,23 @@ def test_silent_device_raises_after_bounded_tries():
     assert "firmware flashed and the baud rate 115200" in str(info.value)
 
 
+@pytest.mark.parametrize("answer, words", [
+    (lambda frame, n: b"\x07garbage\x00" * 3, "it sent 81 bytes but no frame answering STATS (9 malformed)"),
+    (lambda frame, n: P.encode_frame(frame.type | P.MSG_RESPONSE, (frame.seq + 1) & 255, b"\x00" * 6),
+     "did not answer STATS in 3 tries: the 3 frames it sent answer no request under way"),
+    (lambda frame, n: b"", "after 3 tries (it sent nothing)"),
+    (lambda frame, n: P.encode_frame(P.MSG_ERROR, frame.seq, b""), "answered STATS with a malformed ERROR"),
+])
+def test_a_request_no_try_got_an_answer_to_says_what_the_device_sent_instead(answer, words):
+    """The line says what came instead of the answer: nothing, bytes that are no frame, or frames answering no
+    request under way (where a slower baud rate would not help, so it does not start "no answer")."""
+    client = P.DeviceClient(ScriptedDevice(answer), n_retries=2, timeout=0.05)
+    with pytest.raises(P.DeviceError) as info:
+        client.stats()
+    assert words in str(info.value), str(info.value)
+    assert "\n" not in str(info.value)
+
+
 def test_loop_url_echo_is_not_an_answer():
     # loop:// returns our own request: a valid frame with our seq but a request type, so it must be ignored.
     client = P.DeviceClient(serial.serial_for_url("loop://", timeout=0.02), n_retries=1, timeout=0.1)

@@ -263,6 +263,20 @@ def test_a_sweep_where_every_point_fails_exits_non_zero(tmp_path):
     assert "every point of the sweep failed" in result.output
     records = read_results(out / "results.jsonl")
     assert len(records) == 2 and all(r["status"] == "failed" and r["stage"] == "compile" for r in records)
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("error: every point of the sweep failed; see"), last  # two causes: the file has them
+
+
+def test_a_sweep_whose_points_all_fail_for_one_reason_says_it_in_the_last_line(tmp_path):
+    """Was: "every point of the sweep failed; see results.jsonl", the reason (a budget no model fits) only in the
+    lines above it."""
+    out = tmp_path / "refused"
+    result = _cli("sweep", "iris", "--models", "protonn", "--budgets", "1B", "--device", "none", "--workers", "1",
+                  "--out", str(out))
+    assert result.exit_code == 1, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("error: every point of the sweep failed: budget 1 B is too small for ProtoNN"), last
+    assert last.endswith("results.jsonl"), last
 
 
 @pytest.mark.parametrize("error, words", [

@@ -68,7 +68,7 @@ SHAPES = [
 N_VECTORS = 6
 # Terms held at their hand count (the cycles of the asm instructions, see firmware/tp_protonn.c): left free, nnls
 # trades them against the terms they always occur with, and mispredicts shapes unlike the calibration set.
-HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "wide_index_bit": 2, "wide_index_high_bit": 1,
+HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "kernels_frame": 1, "kernels_proto": 1,
                "dist_term": 13, "dist_term_reg": 11,
                "score_term": 8, "score_load": 2, "score_step": 4, "nonzero": 13, "clear_bit": 3, "rshift_asm": 2,
                "mask_step": 6, "offset_rescale": 1, "dense_z_row": 13, "dense_z_in": 3, "dense_z_group": 4,
@@ -597,8 +597,8 @@ def calibrate_flynn_seeded_scan() -> None:
 
 
 KERNELS_SEED = 5000
-PN_KERNEL_TERMS = ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit", "wide_index_16", "dist_term",
-                   "dist_step", "fixed_reg", "proto_reg", "proto_reg_reach_low", "reach_index_reg", "dist_term_reg")
+PN_KERNEL_TERMS = ("kernels_frame", "kernels_proto", "dist_term", "dist_step", "fixed_reg", "proto_reg",
+                   "proto_reg_reach_low", "reach_index_reg", "dist_term_reg")
 PN_SCORE_TERMS = ("class", "score_group", "score_load", "score_step", "score_term")
 
 

@@ -112,7 +112,9 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
                              f"({', '.join(disagreeing[:3])}); "
                              f"see {result.out_dir / RESULTS}")
     if result.records and len(failed) == len(result.records):
-        raise TinyprotoError(f"every point of the sweep failed; see {result.out_dir / RESULTS}")
+        reasons = {str(r.get("error")) for r in failed}
+        why = f": {reasons.pop()}" if len(reasons) == 1 else ""  # one cause (a budget no model fits): say it
+        raise TinyprotoError(f"every point of the sweep failed{why}; see {result.out_dir / RESULTS}")
 
 
 @click.command("report")

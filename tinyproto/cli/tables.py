@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -137,10 +138,14 @@ def _print_auto(console: Console, report: dict) -> None:
     for row in auto["families"]:
         name = f"[b]{row['family']}[/b]" if row["family"] == auto["chosen"] else row["family"]
         if "refused" in row:
-            table.add_row(name, "refused", "", row["refused"][:60])
+            table.add_row(name, "refused", "", "")
         else:
             table.add_row(name, _pct(row["val_int8_accuracy"]), str(row["model_bytes"]), str(row["predicted_cycles"]))
     console.print(table)
+    # a refusal is a sentence: whole, under the table (cut to a column it lost its point)
+    for row in auto["families"]:
+        if "refused" in row:
+            console.print(f"[dim]{row['family']} refused: {escape(row['refused'])}[/dim]")
     console.print(f"[dim]chosen: {auto['chosen']} ({auto['selection']})[/dim]")
 
 

@@ -119,6 +119,10 @@ def firmware_sizes(elf: Path) -> FirmwareSizes:
 
 
 def _build_with_platformio(project_dir: Path, env: str, progress: Progress | None) -> tuple[Path, str]:
+    if "\t" in str(project_dir):  # PlatformIO reads a tab as a space: it built in (and wrote) another directory
+        shown = str(project_dir).replace("\t", "\\t")
+        raise TinyprotoError(f"PlatformIO cannot build in {shown}: its path holds a tab, which PlatformIO turns into "
+                             "a space (it would write to another directory); rename the directory")
     core = prepare_pio_core()
     command = [sys.executable, "-m", "platformio", "run", "-e", env, "-d", str(project_dir)]
     _say(progress, f"PlatformIO: pio run -e {env}")
@@ -165,6 +169,12 @@ def build_project(project_dir: Path, env: str | None = None, progress: Progress 
     """Builds the firmware of a generated project; `pio run -e env`, or avr-gcc when PlatformIO is missing.
     env None: the project's default environment (`<board>_sim`)."""
     project_dir = Path(project_dir).resolve()
+    for part in ("src", "include", "lib"):  # a file in a directory's place: SCons fails with its own traceback
+        where = project_dir / part
+        if (where.exists() or where.is_symlink()) and not where.is_dir():
+            raise TinyprotoError(f"{where} is not a directory, where the generated project keeps its "
+                                 f"{'sources' if part == 'src' else 'headers' if part == 'include' else 'library'}; "
+                                 "move it away and compile again")
     parser = _read_ini(project_dir)
     env = env or project_default_env(parser)
     _check_env(parser, env)

@@ -63,6 +63,7 @@ class DeviceClient:
         self.name = str(getattr(port, "port", None) or getattr(port, "name", None) or port)
         self.info: Hello | None = None  # set by hello()
         self.stale_frames = 0
+        self.echoes = 0  # of stale_frames: frames of a request type (a line that echoes what is sent: loop://)
         self._mid_vector = False  # the request under way continues a vector (an ERROR argument means "order")
         self._reader = FrameReader(port)
         self._seq = 0
@@ -85,6 +86,7 @@ class DeviceClient:
         deadline = time.monotonic() + deadline_s
         seq = self._next_seq()
         tries = 0
+        self._mark_heard()
         while True:
             tries += 1
             self._reader.reset()  # the bootloader's chatter may have left half a "frame"
@@ -98,7 +100,7 @@ class DeviceClient:
                 self.info = parse_hello(frame.payload)
                 return self.info
             if time.monotonic() >= deadline:
-                raise self._silent(tries)
+                raise self._silent(tries, MSG_HELLO)
 
     def predict(self, xq: np.ndarray) -> Prediction:
         """The inference of int8 features, with its exact cycles. To a firmware with a receive ring that gathers
@@ -404,7 +406,7 @@ class DeviceClient:
                 return None
             if frame.seq in window and (frame.type == MSG_ERROR or frame.type & MSG_RESPONSE):
                 return frame
-            self.stale_frames += 1
+            self._drop(frame)
 
     def _wait_quiet(self, quiet_s: float = QUIET_S) -> None:
         """Drop frames until none came for quiet_s: the device has answered everything still in its ring."""
@@ -483,6 +485,7 @@ class DeviceClient:
         self._mid_vector = type in CHUNKED_MESSAGES and not restart
         tries = 1 + self.n_retries
         refused: list[int] = []  # ERROR codes a retry may fix (CRC, too long)
+        self._mark_heard()
         for attempt in range(tries):
             if attempt:
                 self.requests_sent_again += 1
@@ -506,7 +509,7 @@ class DeviceClient:
                 f"the device on {self.name} received {what} corrupted {tries} times — check the cable and that "
                 f"the baud rate is {self._baud()}"
             )
-        raise self._silent(tries)
+        raise self._silent(tries, type)
 
     def _await(self, type: int, seq: int, timeout: float) -> Frame | None:
         """The answer to (type, seq) within ``timeout`` s; None if none came; _Retry if the device asks for it."""
@@ -522,14 +525,20 @@ class DeviceClient:
             if frame is None:
                 return None
             if frame.seq != seq:
-                self.stale_frames += 1
+                self._drop(frame)
                 continue
             if frame.type == type | MSG_RESPONSE:
                 return frame
-            if frame.type == MSG_ERROR and len(frame.payload) == 1:
-                self._on_error(type, frame.payload[0])
-                raise _Retry(frame.payload[0])
-            self.stale_frames += 1  # a valid frame of an unexpected type: an echo (loop://) or stale
+            if frame.type == MSG_ERROR:  # an ERROR of another length than one code byte: an unknown error
+                code = frame.payload[0] if len(frame.payload) == 1 else -1
+                self._on_error(type, code)
+                raise _Retry(code)
+            self._drop(frame)  # a valid frame of an unexpected type: an echo (loop://) or stale
+
+    def _drop(self, frame: Frame) -> None:
+        """A well-formed frame that answers nothing under way: stale (late, another seq) or an echo."""
+        self.stale_frames += 1
+        self.echoes += not frame.type & MSG_RESPONSE and frame.type != MSG_ERROR
 
     def _on_error(self, type: int, code: int) -> None:
         """Raise for errors a retry cannot fix; return for corruption (CRC, too long), which it can."""
@@ -548,14 +557,47 @@ class DeviceClient:
                 f"the device on {self.name} rejected the {what} payload length — it runs a model with another "
                 "number of features (check hello() / check_model)"
             )
+        if code < 0:
+            raise DeviceError(f"the device on {self.name} answered {what} with a malformed ERROR (not one code byte)")
         if code not in (ERR_CRC, ERR_TOO_LONG):
             raise DeviceError(f"the device on {self.name} answered {what} with unknown error code {code}")
 
     def _baud(self) -> int:
         return int(getattr(self.port, "baudrate", 115200) or 115200)
 
-    def _silent(self, tries: int) -> DeviceError:
+    def _mark_heard(self) -> None:
+        """Remember what the line carried so far: _silent says what came during the request's tries."""
+        self._heard0 = (self._reader.bytes_read, self._reader.bad_frames, self.stale_frames, self.echoes)
+
+    def _silent(self, tries: int, type: int = MSG_HELLO) -> DeviceError:
+        """The error of a request no try got an answer to, saying what the device sent instead: nothing (not
+        flashed, wrong port), its requests echoed, bytes that are no frame (another baud rate, another program),
+        or well-formed frames that answer no request under way (late answers, a firmware out of step), where a
+        slower baud rate would not help."""
+        read0, bad0, stale0, echoes0 = getattr(self, "_heard0", (0, 0, 0, 0))
+        heard = self._reader.bytes_read - read0
+        bad = self._reader.bad_frames - bad0
+        echoes = self.echoes - echoes0
+        stale = self.stale_frames - stale0 - echoes
+        what = _REQUEST_NAMES.get(type, "the request")
+        if echoes and not stale and not bad:
+            return DeviceSilent(
+                f"no answer from the device on {self.name} after {tries} tries: the line echoes the requests sent "
+                "(a loopback, or a board held in reset) — is the board's port the right one?"
+            )
+        if stale and not bad:
+            return DeviceSilent(
+                f"the device on {self.name} did not answer {what} in {tries} tries: the {stale} frame"
+                f"{'s' if stale != 1 else ''} it sent answer{'s' if stale == 1 else ''} no request under way "
+                "(late answers, or a firmware out of step) — reset the board and try again"
+            )
+        if heard:
+            return DeviceSilent(
+                f"no answer from the device on {self.name} after {tries} tries: it sent {heard} bytes but no "
+                f"frame answering {what} ({bad} malformed) — is the firmware tinyproto's and the baud rate "
+                f"{self._baud()}?"
+            )
         return DeviceSilent(
-            f"no answer from the device on {self.name} after {tries} tries — is the firmware flashed and the "
-            f"baud rate {self._baud()}?"
+            f"no answer from the device on {self.name} after {tries} tries (it sent nothing) — is the firmware "
+            f"flashed and the baud rate {self._baud()}?"
         )

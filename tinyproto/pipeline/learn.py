@@ -76,9 +76,9 @@ def training_samples(model, data: str, label: str | None) -> tuple[str, np.ndarr
 
     dataset = load_dataset(data, label=label)
     if dataset.X.shape[1] != model.n_features:
-        raise TinyprotoError(
-            f"{dataset.name} has {dataset.X.shape[1]} features, the model {model.n_features}"
-        )
+        n = dataset.X.shape[1]  # named as given (--data d.csv, not the data set's name "d")
+        raise TinyprotoError(f"--data {data} has {n} feature{'s' if n != 1 else ''}, the model was compiled on "
+                             f"{model.n_features}: learn data with the model's features")
     sp = split(dataset)
     return dataset.name, model.input_stage.quantize(sp.X_train), class_indices(model, sp.y_train)
 
@@ -215,6 +215,9 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
     vectors = checked_vectors(model_dir, model)
     with ExitStack() as stack:
         client = target.open(stack, firmware.elf, board.serial_baud)
+        if port is not None and not flash and not client.info.learning:  # the hint of CANNOT_LEARN is this run
+            raise TinyprotoError(f"the board on {port} runs a firmware that cannot learn, not this model's learning "
+                                 "firmware: run learn without --no-flash, which builds and flashes it")
         check_learning_device(client.info, model_dir.model_hash, model.n_features, model.n_classes)
         if save_eeprom and not client.info.eeprom:
             raise TinyprotoError("the learning firmware has no EEPROM support: its counts do not fit the EEPROM")

@@ -184,6 +184,11 @@ def host_counts(model, xq: np.ndarray, y_index: np.ndarray) -> np.ndarray:
 def unpack_counts(packed: bytes, model) -> np.ndarray:
     """Device bytes -> (L, m) counts (the packing is (j, l) order, LSB first, like tp_flynn_filters)."""
     m, L = model.n_hashes, model.n_classes
+    expected = count_bytes(m, L, model.bits)
+    if len(packed) != expected:  # a device running another learning firmware (or none): no reshape error
+        raise TinyprotoError(f"the device holds {len(packed)} bytes of counts, this model's {m} x {L} counts of "
+                             f"{model.bits} bits take {expected} — it runs another model's learning firmware: "
+                             "flash it again (tinyproto learn without --no-flash)")
     values = unpack_bits(np.frombuffer(packed, dtype=np.uint8), model.bits, m * L)
     return values.reshape(m, L).T.copy()
 

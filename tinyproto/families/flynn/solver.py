@@ -349,9 +349,12 @@ def search_flynn(
         smallest = min(_buffer_bytes(rho, p.U.shape[1], L, store, s)
                        for p in prepared for rho in RHO_GRID for store in (False, True) for s in S_GRID)
         if smallest > sram_room:
+            room = (f"the {sram_room} B of SRAM the device app leaves beside {d} int8 inputs" if sram_room >= 0
+                    else f"the board's SRAM: the device app with {d} int8 inputs already needs {-sram_room} B more "
+                    "than it has")
             raise TinyprotoError(
-                f"no FlyNN's buffers fit the {sram_room} B of SRAM the device app leaves beside {d} int8 inputs "
-                f"(the smallest need {smallest} B); use fewer features or a family that streams its input")
+                f"no FlyNN's buffers fit {room} (the smallest need {smallest} B); use fewer features or a family that "
+                "streams its input")
     if not tried:
         learnable = " with counts that fit the device's SRAM and EEPROM (--learnable)" if count_limit else ""
         raise TinyprotoError(

@@ -65,13 +65,12 @@ PN_CYCLES = {
     "dense_step": 4,  # per 8 inputs and group of a dense W (the loop step)
     "dense_load": 2,  # per input and group of a dense W: ld x_i
     "dense_mac": 9,  # per entry of a dense W: lpm, muls, biased 24-bit add
-    "proto": 30,  # per prototype: table index and lookup, store, kernel sum (D > 16: z read from SRAM)
-    "kernels_fixed": 65,  # once, the general distance loop (not the register-z loop): its call, register saves, set-up
-    "wide_index_bit": 2,  # per prototype and bit of the index shift when the table reaches past 0xFFFF, shifts of
-    # 9 .. 15 (lsr, ror of the distance's middle bytes)
-    "wide_index_high_bit": 1,  # the same for shifts of 16 .. 23: one lsr of the distance's high byte
-    "wide_index_16": 4,  # per prototype, shifts of 9 .. 15: the index is clamped in 16 bits (beyond 15, in 8);
-    # fitted on seeds 7 and 11 of tools/bench_costmodel.py's draw (4.2)
+    # the general distance loop (more than 16 dimensions, or a table reaching past 0xFFFF): every part is a count of
+    # its code, exact on the profiling simulator (general_kernels_cycles; tests/test_costmodel.py): its frame once
+    # and its work per prototype besides the distance terms (the table index, always computed and clamped in
+    # constant time, the lookup, store, kernel sum and loop)
+    "kernels_frame": 1,  # its count: general_kernels_cycles(...)[0]
+    "kernels_proto": 1,  # its count: m * general_kernels_cycles(...)[1]
     "dist_step": 3,  # per 4 distance terms (only when D > 64): dec, brne (hand count; the last brne's cycle
     # saved is the step counter's ldi)
     "dist_term": 13,  # per |z_r - b_jr|^2 term
@@ -327,6 +326,35 @@ def reach_index_cycles(table_shift: int) -> int:
     return 1 + (table_shift - 8 if table_shift >= 8 else 2 * (8 - table_shift))
 
 
+def general_kernels_cycles(table_shift: int, table_size: int, n_components: int) -> tuple[int, int]:
+    """The general distance loop's cycles besides its distance terms (13 each, and 3 per 4 terms above 64
+    dimensions): (once, per prototype), counted from the code avr-gcc lays out for tp_protonn_proto_kernel's table
+    index and read off the profiling simulator for every index form. The index is always computed, then clamped in
+    constant time (cpi, brlo or ldi: 2 cycles either way), so neither count depends on the distances.
+
+    - a table within 0xFFFF (D > 16): per prototype 37 besides the index shift, which is the middle byte shifted
+      right by SHIFT - 8 (lsr) or the low two bytes copied (movw) and shifted left by 8 - SHIFT (lsl, rol); once
+      48 cycles (its call, register saves, set-up), 16 more with a left shift (four more registers saved);
+    - past 0xFFFF, shifts of 9 to 15: per prototype 33 and two a bit (lsr, ror of the middle bytes); once 64;
+    - shifts of 16 to 23: per prototype 30 and one a bit (lsr of the high byte); once 48;
+    - 24 and beyond (the index is 0): per prototype 23; once 65;
+    - above 64 dimensions (the distance loop over groups of 4 terms) the frame takes 9 cycles more where it is
+      48, else 10."""
+    reach = (table_size - 1) << table_shift
+    if reach <= 0xFFFF:
+        frame = 48 + (16 if table_shift < 8 else 0)
+        per_proto = 37 + (table_shift - 8 if table_shift >= 8 else 1 + 2 * (8 - table_shift))
+    elif table_shift < 16:
+        frame, per_proto = 64, 33 + 2 * (table_shift - 8)
+    elif table_shift < 24:
+        frame, per_proto = 48, 30 + (table_shift - 16)
+    else:
+        frame, per_proto = 65, 23
+    if n_components > 64:
+        frame += 9 if frame == 48 else 10
+    return frame, per_proto
+
+
 def mean_reach_index_cycles(model) -> float:
     """The register-z loop's index shifts of one inference: its prototypes within the table's reach (data-
     dependent) times reach_index_cycles, the mean over OFFSET_TRIALS fixed random int8 vectors (the offset
@@ -395,14 +423,9 @@ def protonn_cost_terms(model) -> dict[str, int]:
         terms.update(fixed_reg=1, proto_reg=m, dist_term_reg=m * D, reach_index_reg=mean_reach_index_cycles(model))
         if ((model.table.size - 1) << model.table_shift) & 0xFF:
             terms["proto_reg_reach_low"] = m
-    else:
-        terms.update(kernels_fixed=1, proto=m, dist_term=m * D)
-        if (model.table.size - 1) << model.table_shift > 0xFFFF and model.table_shift < 24:
-            if model.table_shift >= 16:
-                terms["wide_index_high_bit"] = m * (model.table_shift - 16)
-            else:
-                terms["wide_index_bit"] = m * (model.table_shift - 8)
-                terms["wide_index_16"] = m
+    else:  # the general loop
+        frame, per_proto = general_kernels_cycles(model.table_shift, model.table.size, D)
+        terms.update(kernels_frame=frame, kernels_proto=m * per_proto, dist_term=m * D)
     if D > 64:
         terms["dist_step"] = m * (D // 4)
     terms.update({name: 0 for name in PN_STREAM_CYCLES})
@@ -476,9 +499,8 @@ def predict_cycles(model) -> dict:
                                                 "dense_z_row", "dense_z_in",
                                                 "dense_z_group", "dense_z_frame",
                                                 *PN_STREAM_CYCLES, *PN_C_ROWS_CYCLES))
-    distances = sum(cycles.get(k, 0) for k in ("kernels_fixed", "proto", "wide_index_bit", "wide_index_high_bit",
-                                               "wide_index_16", "dist_term", "dist_step", "fixed_reg", "proto_reg",
-                                               "proto_reg_reach_low", "reach_index_reg",
+    distances = sum(cycles.get(k, 0) for k in ("kernels_frame", "kernels_proto", "dist_term", "dist_step",
+                                               "fixed_reg", "proto_reg", "proto_reg_reach_low", "reach_index_reg",
                                                "dist_term_reg"))
     scores = sum(cycles.get(k, 0) for k in ("class", "score_term", "score_step", "score_group", "score_load"))
     own = cycles["fixed"] + projection + distances + scores
