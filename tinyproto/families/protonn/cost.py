@@ -393,10 +393,17 @@ def dense_c_project_cycles(model, x: np.ndarray | None = None) -> float:
     return float(dense_c_frame_cycles(model.n_components, model.proj_shift) + rows)
 
 
+# The largest D the layout counts were checked at (exact on the profiling simulator up to 240 dimensions; 250 to
+# 255 take a few hundred cycles more or less, avr-gcc's group loop changing near its 8-bit counter's end): beyond,
+# the fitted row terms.
+DENSE_C_MAX_DIM = 240
+
+
 def dense_c_counted(model) -> bool:
     """Whether tp_protonn_project is counted whole by dense_c_project_cycles: a dense W in the row kernels rescaled
-    in C (no asm rescale, no offset) with a projection shift below 8."""
-    return (model.w_dense and protonn_uses_asm_rows(model) and model.offset is None and model.proj_shift < 8)
+    in C (no asm rescale, no offset) with a projection shift below 8, up to DENSE_C_MAX_DIM dimensions."""
+    return (model.w_dense and protonn_uses_asm_rows(model) and model.offset is None and model.proj_shift < 8
+            and model.n_components <= DENSE_C_MAX_DIM)
 
 
 def reach_index_cycles(table_shift: int) -> int:
