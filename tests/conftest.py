@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import types
 from pathlib import Path
@@ -98,6 +99,30 @@ def shared_once(tmp_path_factory):
     root = run_wide_dir(tmp_path_factory) / "shared"
     root.mkdir(exist_ok=True)
     return lambda key, make: made_once(root, key, make)
+
+
+@pytest.fixture(scope="session")
+def release_dist(shared_once) -> Path:
+    """The release's sdist and wheel: `python -m build` of a copy of the tracked files (the wheel built from the
+    sdist; the checkout itself is not written to), made once per run for every worker and test file that installs
+    them (test_release, test_install). Read-only: install from it, never into it."""
+    root = TESTS.parent
+    listed = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: the release is built from the tracked files")
+    tracked = [name for name in listed.stdout.splitlines() if (root / name).is_file()]
+
+    def build(into: Path) -> None:
+        source = into / "source"
+        for name in tracked:
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, source / name)
+        made = subprocess.run([sys.executable, "-m", "build", "--outdir", str(into / "dist"), str(source)],
+                              capture_output=True, text=True, timeout=1800, check=False)
+        assert made.returncode == 0, (made.stdout[-3000:], made.stderr[-3000:])
+        shutil.rmtree(source)
+
+    return shared_once("release-dist", build) / "dist"
 
 
 @pytest.fixture(scope="session")

@@ -123,7 +123,7 @@ def test_the_benchmark_builds_and_talks_to_the_firmware_compile_ships(tmp_path):
 
 
 def test_path_specific_cost_terms():
-    """The terms of one firmware path are counted on that path only: ProtoNN's dense_row_c on a dense W rescaled
+    """The terms of one firmware path are counted on that path only: ProtoNN's dense_c_project on a dense W rescaled
     in C (not with the assembly rescale, not on a bitmap W); FlyNN's wide stored-M terms on a stored M over more
     than 256 hash inputs, its layout's (sign split, s) only, the mirrored inputs only with the sign split."""
     from tinyproto.core.inputstage import InputStage
@@ -145,11 +145,15 @@ def test_path_specific_cost_terms():
 
     dense_c, dense_asm, bitmap_c = protonn(1.0, 3), protonn(1.0, 10), protonn(0.2, 3)
     assert dense_c.w_dense and dense_asm.w_dense and not bitmap_c.w_dense
-    assert protonn_cost_terms(dense_c)["dense_row_c"] == 20
+    # a dense W rescaled in C below a right shift of 8: counted whole, none of the fitted row terms
+    assert protonn_cost_terms(dense_c)["dense_c_project"] > 0
+    assert all(protonn_cost_terms(dense_c)[name] == 0 for name in ("dense_row_c", "row", "row32", "rshift32",
+                                                                   "rescale_call", "dense_z_row"))
     assert protonn_cost_terms(dense_asm)["dense_row_c"] == 0 and protonn_cost_terms(dense_asm)["row_asm"] == 0
     assert protonn_cost_terms(dense_asm)["dense_z_row"] == 20  # the dense asm rescale, counted whole
+    assert protonn_cost_terms(dense_asm)["dense_c_project"] == 0
     assert protonn_cost_terms(bitmap_c)["dense_row_c"] == 0 and protonn_cost_terms(bitmap_c)["dense_z_row"] == 0
-    assert protonn_cost_terms(dense_c)["rescale_call"] == 0  # a right shift: inlined
+    assert protonn_cost_terms(bitmap_c)["dense_c_project"] == 0
 
     def flynn(d: int, s: int, split: bool, store: bool):
         from tinyproto.families.flynn.seeded_index import seeded_indices
@@ -418,6 +422,38 @@ def test_the_dense_asm_rescale_projection_counts_equal_the_device_cycles(tmp_pat
 
 
 @pytest.mark.device
+def test_the_dense_c_rescale_projection_counts_equal_the_device_cycles(tmp_path):
+    """ProtoNN's dense W rescaled in C (a projection shift below 8, no offset): tp_protonn_project's cycles (and
+    tp_protonn_rescale's, out of line) on the profiling simulator equal the kernels' MAC, load and step terms plus
+    dense_c_project_cycles replayed on the very vectors run, for every rescale form (right shifts, a left shift of
+    1 and longer, none) and D layout (a remainder group alone, one full group with one, full groups alone and with
+    a remainder, the rescale out of line), odd and even widths; the rest of the timed call is PN_CYCLES' fixed.
+    Seed 7202's protonn-008 (10 features, 8 dimensions, a left shift of 1) was 65 cycles above the fitted terms."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.families.protonn.cost import PN_CYCLES, dense_c_project_cycles, protonn_cost_terms
+
+    rng = np.random.default_rng(15)
+    simulator = build_profiling_simulator(tmp_path)
+    names = ("dense_c_project", "dense_mac", "dense_load", "dense_step")
+    for d, D, shift in ((10, 8, -1), (22, 5, 1), (20, 3, 2), (9, 7, -2), (14, 11, 0), (31, 20, -3), (40, 14, 4),
+                        (13, 2, 0)):
+        model = calibrate.synthetic_model(d, D, 10, 3, 1.0, 32, shift, rng)
+        xq = rng.integers(-127, 128, size=(4, d)).astype(np.int8)
+        profile = calibrate.profile_shape(model, xq, "uno", tmp_path / f"c{D}-{shift}", simulator)
+        terms = protonn_cost_terms(model)
+        assert terms["dense_c_project"] == dense_c_project_cycles(model) and terms["row"] == 0, (d, D, shift)
+        terms["dense_c_project"] = dense_c_project_cycles(model, xq)  # the clamps of these vectors
+        counted = sum(terms[name] * PN_CYCLES[name] for name in names)
+        functions = profile["functions"]
+        measured = functions["tp_protonn_project"] + functions.get("tp_protonn_rescale", 0.0)
+        assert counted == pytest.approx(measured), (d, D, shift)
+        own = sum(cycles for name, cycles in functions.items() if name.startswith("tp_protonn"))
+        assert profile["cycles"] - 30 - own == pytest.approx(PN_CYCLES["fixed"]), (d, D, shift)  # less tp_judge
+
+
+@pytest.mark.device
 def test_the_general_distance_loop_takes_the_same_cycles_for_every_input(tmp_path):
     """ProtoNN's general distance loop (more than 16 dimensions, or a table reaching past 0xFFFF) computes the
     table index of every prototype and clamps it in constant time, so tp_protonn_kernels' cycles on the profiling
@@ -541,6 +577,41 @@ def test_the_profiler_maps_addresses_to_code_symbols_only(built_models):
     assert "tp_predict_raw" in names or any(name.endswith("_predict") for name in names)
     assert "__stack" not in names and "__heap_end" not in names
     assert addresses == sorted(addresses) and addresses[-1] <= build.flash_bytes  # _etext ends the code
+
+
+@pytest.mark.device
+def test_a_narrow_fly_call_besides_its_functions_is_counted_exactly(tmp_path):
+    """FlyNN with a narrow M (at most 256 hash inputs): the timed call less tp_flynn_project, the heap's functions,
+    the lookup (with its multiply) and the judge stub equals narrow_call_cycles on the profiling simulator, in each
+    layout avr-gcc compiles: a seeded M with and without the sign split, its copy's extension through a
+    displacement (16 features split) or not, tp_flynn_hash out of line (rho = 8, more than 144 inputs); a stored M
+    with and without the split, with rho = 8 and its frame within or past ldd's reach, and the split's argmin of
+    rho >= 32. The fitted terms these replace were 2 cycles a feature over a stored M without the split (514 over
+    255 inputs) and 4 over a seeded M with it (bench seed 7003's 68 features, 30 rows, rho = 8: 2.4 % of the
+    inference)."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.flynn.cost import flynn_cost_terms
+    from tinyproto.families.flynn.quantize import IntFlyNN
+    from tinyproto.families.flynn.seeded_index import seeded_indices
+
+    rng = np.random.default_rng(14)
+    simulator = build_profiling_simulator(tmp_path)
+    functions = ("tp_flynn_project", "tp_flynn_sift", "tp_flynn_heapify", "tp_flynn_lookup", "__umulhisi3")
+    # (features, sign split, stored M, rho, classes)
+    for d, split, store, rho, L in ((16, True, False, 8, 3), (68, True, False, 8, 4), (150, False, False, 8, 2),
+                                    (40, False, False, 32, 7), (23, True, True, 8, 3), (40, True, True, 32, 5),
+                                    (100, False, True, 8, 4), (40, False, True, 16, 6), (6, False, True, 8, 2)):
+        n_in = 2 * d if split else d
+        m = 2 * rho + 7
+        model = IntFlyNN(list(range(L)), InputStage.shared(127.5, 1.0, d), split, 13, seeded_indices(13, m, 2, n_in),
+                         rho, 2, rng.integers(0, 4, size=(L, m)), 0.5, store)
+        xq = rng.integers(-127, 128, size=(2, d)).astype(np.int8)
+        profile = calibrate.profile_shape(model, xq, "uno", tmp_path / f"n{d}-{split}-{store}-{rho}", simulator)
+        rest = profile["cycles"] - 30 - sum(profile["functions"].get(name, 0.0) for name in functions)
+        assert flynn_cost_terms(model, x=xq)["narrow_call"] == rest, (d, split, store, rho, L)
 
 
 @pytest.mark.device

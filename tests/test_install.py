@@ -1,14 +1,14 @@
 """A real install: the wheel, installed into a fresh virtualenv outside the checkout, runs the whole loop.
 
-The wheel is built from a copy of the files a release ships (so nothing is written into the checkout) and
-installed without dependencies; the fresh venv borrows them from the test venv's site-packages through a
+The wheel is the release's (conftest's release_dist: `python -m build` of a copy of the tracked files, so nothing
+is written into the checkout; made once per run, test_release installs it too) and is installed without
+dependencies; the fresh venv borrows them from the test venv's site-packages through a
 plain path entry (no editable-install hooks), so `import tinyproto` can only find the installed wheel.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import site
 import subprocess
 import sys
@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ("pyproject.toml", "setup.py", "README.md", "tinyproto", "templates", "firmware", "boards", "tools")
 
 
 def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -27,18 +26,9 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
+def installed(tmp_path_factory, release_dist) -> Path:
     work = tmp_path_factory.mktemp("install")
-    source = work / "source"
-    source.mkdir()
-    for name in SHIPPED:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(src, source / name)
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(source)])
-    wheel = next((work / "dist").glob("tinyproto-*.whl"))
+    wheel = next(release_dist.glob("tinyproto-*.whl"))
     venv = work / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / "bin" / "python"

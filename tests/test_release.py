@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import site
 import subprocess
 import sys
@@ -36,23 +35,11 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
-def _tracked_files() -> list[str]:
-    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False)
-    if listed.returncode != 0:
-        pytest.skip("not a git checkout: the release is built from the tracked files")
-    return [name for name in listed.stdout.splitlines() if (ROOT / name).is_file()]
-
-
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory) -> Path:
-    """sdist + wheel from a copy of the tracked files (the checkout itself is not written to)."""
-    work = tmp_path_factory.mktemp("release")
-    source = work / "source"
-    for name in _tracked_files():
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, source / name)
-    _run([sys.executable, "-m", "build", "--outdir", str(work / "dist"), str(source)])
-    return work / "dist"
+@pytest.fixture
+def dist(release_dist) -> Path:
+    """sdist + wheel from a copy of the tracked files: the run's one build of them (conftest's release_dist, which
+    test_install installs too)."""
+    return release_dist
 
 
 def _fresh_venv(where: Path, with_pip: bool = True) -> Path:

@@ -38,6 +38,10 @@ from tinyproto.families.flynn.seeded_index import (
 # physical, the totals are what is checked (tools/bench_costmodel.py, docs/guides/latency-and-cost-model.md).
 FLY_CYCLES = {
     "fixed": 55,  # tp_predict's call, set-up and return besides the hash and the lookup (--flynn-functions)
+    # narrow M (at most 256 hash inputs): the timed call besides tp_flynn_project, the heap's functions and the
+    # lookup, counted whole from its compiled code (its count is narrow_call_cycles(...), which replaces fixed,
+    # class_argmin and the input_* / prepare_* terms there)
+    "narrow_call": 1,
     "input_seeded": 28,  # per hash input: the two biased copies
     "input_stored": 12,  # per hash input: one biased copy
     # narrow seeded M, once: tp_fly_fill's call and loops, the cyclic extension's TP_FLY_BLOCK bytes
@@ -156,8 +160,8 @@ LOOKUP_CYCLES: dict[tuple[int, int], tuple[float, float, float]] = {
     (10, 3): (392.0, 513.93, 22.0), (10, 4): (363.3, 519.96, 22.0),
 }
 NARROW_STORED = tuple(name for name in FLY_CYCLES if name.startswith("narrow_stored_"))
-FLY_HAND_COUNTS = NARROW_STORED + ("lookup_table_once", "lookup_table_winner", "lookup_class_bit", "byte", "byte_map",
-                                   "block_map", "seeded_scan",
+FLY_HAND_COUNTS = NARROW_STORED + ("narrow_call", "lookup_table_once", "lookup_table_winner", "lookup_class_bit",
+                                   "byte", "byte_map", "block_map", "seeded_scan",
                                    "prng_step", "pattern_proposal", "compare", "accept",
                                    "take", "take_loop", "heapify", "heapify_fixed", "sift",
                    "sift_level_pair", "sift_level_left", "sift_right", "sift_stop_pair", "sift_stop_left",
@@ -293,7 +297,7 @@ def seeded_scan_cycles(m: int, blocks: int, groups: int, offers: dict, last: dic
 
 # Which FLY_CYCLES terms make up each stage tools/bench_latency.py measures (the rest is "fixed").
 FLY_STAGES = {
-    "prepare": ("input_seeded", "input_stored", "prepare_seeded", "prepare_stored"),
+    "prepare": ("input_seeded", "input_stored", "prepare_seeded", "prepare_stored", "narrow_call"),
     "hashing": ("row_loop", "block", "byte", "byte_map", "block_map", "prng_step", "pattern_proposal", "compare",
                 "accept", "seeded_scan", "take",
                 "take_loop", "row_stored", "stored_index", "wide_proposal", "wide_shift_map", "wide_compare",
@@ -398,16 +402,20 @@ def expected_heap_replacements(m: int, rho: int) -> float:
 
 
 HEAP_TRIALS = 64  # random input vectors the heap is replayed on at least (their mean is the prediction)
+HEAP_TRIALS_SMALL = 128  # ... for a heap of 16 winners or fewer
 
 
 def heap_trials(rho: int) -> int:
-    """Vectors to replay a heap of rho winners on: HEAP_TRIALS, and more for a heap smaller than 8 (512 / rho), whose
-    replacements are the noisiest share of their mean over a few vectors. 16 vectors for rho = 32 and 64 left the
-    replay of a heap-bound shape 3 % above its mean (bench_costmodel seed 7002: a stored M over 472 inputs, rho =
-    32); 64 take compile wine --model flynn --budget 2kB from 3.65 to 4.38 s of CPU, digits' unchanged. It depends
-    on rho alone, so that the replay of a prefix of M's rows (the solver's ExactCycles) gives the very figure the
-    chosen model's own replay gives."""
-    return max(HEAP_TRIALS, 512 // max(int(rho), 1))
+    """Vectors to replay a heap of rho winners on: HEAP_TRIALS, HEAP_TRIALS_SMALL for rho <= 16. 16 vectors for
+    rho = 32 and 64 left the replay of a heap-bound shape 3 % above its mean (bench_costmodel seed 7002: a stored M
+    over 472 inputs, rho = 32); 64 take compile wine --model flynn --budget 2kB from 3.65 to 4.38 s of CPU, digits'
+    unchanged. A heap of 8 or 16 winners among a few dozen rows does its work much by the vector (seed 7102's stored
+    M of 35 rows, rho = 8: 64 vectors gave 2.4 % below the mean over 4,096); on the 120 shapes of rho <= 16 of seeds
+    7001 to 7003, 7101 and 7102 64 vectors are within 2.55 % of the mean over 2,048 (6 beyond 1 %), 128 within 1.56 %
+    (3), 256 within 1.14 % (1); 128 take compile wine --model flynn --budget 2kB from 4.6 to 5.0 s of CPU. It
+    depends on rho alone, so that the replay of a prefix of M's rows (the solver's ExactCycles) gives the very figure
+    the chosen model's own replay gives."""
+    return HEAP_TRIALS_SMALL if rho <= 16 else max(HEAP_TRIALS, 512 // max(int(rho), 1))
 
 
 # What one tp_flynn_sift call does, counted by the replay (SIFT_STATS): the branches of its loop cost differently
@@ -601,7 +609,7 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
         loop = "_loop" if s > 2 else ""
         terms.update({f"narrow_stored_row{loop}": m, f"narrow_stored_index{loop}": m * s,
                       f"narrow_stored_fill{loop}": rho, f"narrow_stored_replace{loop}": replacements,
-                      f"narrow_stored_once{loop}": 1}, input_stored=n_in, prepare_stored=1)
+                      f"narrow_stored_once{loop}": 1}, fixed=0, class_argmin=0, narrow_call=narrow_call_cycles(shape))
         return terms
     terms["heap_fill"] = rho
     if s > 2:
@@ -637,13 +645,57 @@ def shape_terms(shape: FlyShape, walk: GeneratorTotals) -> dict[str, float]:
         else:
             offers, last = (dict(p) for p in expected_offer_patterns(int(m), int(rho)))
         mapped = n_in != 256
-        terms.update(input_seeded=n_in, prepare_seeded=1, byte=drawn, byte_map=drawn * mapped,
+        terms.update(fixed=0, class_argmin=0, narrow_call=narrow_call_cycles(shape), byte=drawn,
+                     byte_map=drawn * mapped,
                      block_map=blocks * mapped,
                      prng_step=(drawn + 1) // 2, pattern_proposal=pattern_proposals, compare=compares,
                      accept=blocks * s, take=groups * s, take_loop=groups * s if s > TAKE_UNROLLED else 0,
                      seeded_scan=seeded_scan_cycles(m, blocks, groups, offers, last), block=0, heap_fill=0,
                      heap_call_seeded=0)
     return terms
+
+
+def narrow_argmin_cycles(n_classes: int, third: int, fourth: int) -> int:
+    """The argmin over the class scores in tp_predict, against the three classes narrow_call_cycles' bases hold:
+    the third class costs `third` (two classes save it), the fourth `fourth` and every later one 33."""
+    L = n_classes
+    return -third if L <= 2 else 0 if L == 3 else fourth + 33 * (L - 4)
+
+
+def narrow_call_cycles(shape: FlyShape) -> int:
+    """The timed call of a narrow M (at most 256 hash inputs) besides tp_flynn_project, tp_flynn_sift,
+    tp_flynn_heapify and tp_flynn_lookup: tp_predict's frame, the biased input copies, the cyclic extension of a
+    seeded M's copy, the calls and the argmin over the classes, and the device app's timed wrapper (less the judge
+    stage). Counted from avr-gcc's code and read off the profiling simulator by layout (the timed span less those
+    functions' cycles, d = 4 to 256 features, 2 to 10 classes, rho = 8 to 64); the same for every input.
+
+    - seeded M: the input copied twice, 28 cycles a feature (two copies of a 14-cycle loop step), 52 with the sign
+      split (its second loop, 12 more a copy); the extension's 32 bytes through a displacement (std Z+q) while
+      2 * inputs - 1 <= 63, else 3 cycles a byte more (96); where the copy buffer (2 * inputs + 32 bytes) is more
+      than ten times the caller's heap (4 rho bytes: rho = 8 and more than 144 inputs) avr-gcc no longer inlines
+      tp_flynn_hash (56 cycles more, 62 with the split); the argmin 35 cycles for the third class and 44 the fourth
+      (39 and 40 with tp_flynn_hash out of line), 33 each later one;
+    - stored M, one copy: 26 cycles a feature with the split, 10 without. With the split, 3 cycles less once the
+      frame (the copy and the heap, inputs + 4 rho bytes) is past ldd's reach (63), and the argmin 39 cycles for
+      the third class and 29 the fourth up to rho = 16, 35 and 44 from 32 on. Without it, with rho = 8 and a frame
+      past that reach, avr-gcc allocates its registers otherwise: 3 cycles less, and from four classes on 12
+      cycles a feature; else the argmin 39 cycles for the third class, 40 the fourth. Every later class 33."""
+    L, n_in, rho, split = shape.n_classes, shape.n_inputs, shape.rho, shape.split
+    d = n_in // 2 if split else n_in
+    if not shape.store_M:
+        cycles = (446 + 52 * d) if split else (407 + 28 * d)
+        if 2 * n_in - 1 > 63:
+            cycles += 96
+        if 2 * n_in + 32 > 10 * 4 * rho:  # tp_flynn_hash out of line
+            return cycles + (62 if split else 56) + narrow_argmin_cycles(L, 39, 40)
+        return cycles + narrow_argmin_cycles(L, 35, 44)
+    if split:  # a frame (the copy and the heap) past ldd's reach: 3 cycles less
+        return ((149 if n_in + 4 * rho > 63 else 152) + 26 * d
+                + narrow_argmin_cycles(L, *((39, 29) if rho <= 16 else (35, 44))))
+    tight = rho == 8 and n_in + 32 > 63  # a frame past ldd's reach with rho = 8: another register allocation
+    if tight and L >= 4:
+        return 169 + 12 * d + 33 * (L - 4)
+    return (138 if tight else 141) + 10 * d + narrow_argmin_cycles(L, 39, 40)
 
 
 def lookup_terms(L: int, bits: int, rho: int, table: bool = True) -> dict[str, float]:

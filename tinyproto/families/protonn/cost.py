@@ -62,6 +62,10 @@ PN_CYCLES = {
     "dense_z_in": 3,
     "dense_z_group": 4,
     "dense_z_frame": 1,  # its count is dense_z_frame_cycles(D)
+    # a dense W rescaled in C with a projection shift below 8 (no offset): tp_protonn_project besides the kernels'
+    # dense_mac, dense_load and dense_step, counted whole (dense_c_project_cycles: its layout's count, DENSE_C_FRAME,
+    # and each row's rescale paths replayed on random vectors; exact on the profiling simulator)
+    "dense_c_project": 1,
     "dense_step": 4,  # per 8 inputs and group of a dense W (the loop step)
     "dense_load": 2,  # per input and group of a dense W: ld x_i
     "dense_mac": 9,  # per entry of a dense W: lpm, muls, biased 24-bit add
@@ -152,6 +156,7 @@ STREAM_END_RSHIFT24 = (63, 8)  # 24-bit sums shifted by 24 or more (the 32-bit r
 # the 16-bit rescale's (TP_PROTONN_AVR_RESCALE: d <= 511, a right shift of 8 or more, no offset; _rescale16)
 CLAMP32 = (7, 12, 14)
 CLAMP16 = (5, 8, 10)
+CLAMP32_CALLED = (8, 12, 14)  # tp_protonn_rescale out of line (a dense W, a left shift): +127 returned a cycle later
 # A left shift or none clamps the sum to +-127 first (two compares of 32 bits): within, outside
 CLAMP_FIRST = {True: (14, 17), False: (13, 16)}
 
@@ -319,6 +324,88 @@ def dense_z_rows_in(model) -> float:
     return float((q < 128).sum(axis=1).mean())
 
 
+# tp_protonn_project of a dense W rescaled in C (the row kernels in assembly, a projection shift below 8, no
+# offset), besides the group kernels' MAC, input load and loop-step terms: read off the profiling simulator per
+# rescale form and D layout (full groups of 4 rows, the remainder group of D % 4), on inputs of 0 (every clamp's
+# within path), less each row's rounding add, shift and clamp paths (dense_c_row_cycles): the groups' register
+# moves, stores of the 24-bit sums to acc[] and reads back, the bias removal, the rescale's set-up and z's store,
+# the loop and the frame. A right shift of 1 to 7 takes the same code around its shift; a left shift or none with
+# full groups and a remainder (rescale_out_of_line) calls tp_protonn_rescale per row (its cycles counted here too).
+# Keyed by form: (remainder group alone, D = 1 to 3), (one full group, remainder 0 to 3), (from two full groups,
+# per remainder 0 to 3: once, per full group). A left shift of 1 keeps its one-bit shift inline in the loop of
+# full groups alone (193 a group instead of 197).
+DENSE_C_FRAME = {
+    "right": ((137, 169, 221), (257, 373, 407, 456), ((119, 197), (170, 233), (204, 233), (251, 229))),
+    "left1": ((136, 183, 218), (253, 439, 488, 636), ((119, 193), (192, 326), (243, 326), (308, 282))),
+    "left": ((136, 183, 218), (253, 439, 488, 636), ((119, 197), (192, 326), (243, 326), (308, 282))),
+    "none": ((136, 167, 227), (265, 444, 494, 643), ((119, 193), (193, 330), (245, 330), (311, 286))),
+}
+
+
+def dense_c_form(proj_shift: int) -> str:
+    """The C rescale's form for DENSE_C_FRAME: a right shift, a left shift of 1, a longer left shift, or none."""
+    if proj_shift > 0:
+        return "right"
+    return "none" if proj_shift == 0 else ("left1" if proj_shift == -1 else "left")
+
+
+def dense_c_frame_cycles(n_components: int, proj_shift: int) -> int:
+    """tp_protonn_project's cycles for a dense W rescaled in C besides the kernels' MAC, load and step terms and
+    each row's data-dependent rescale (dense_c_row_cycles), by D's layout (DENSE_C_FRAME)."""
+    rest_only, one, loop = DENSE_C_FRAME[dense_c_form(proj_shift)]
+    full, rest = divmod(n_components, 4)
+    if full == 0:
+        return rest_only[rest - 1]
+    if full == 1:
+        return one[rest]
+    once, per_group = loop[rest]
+    return once + per_group * full
+
+
+def dense_c_row_cycles(p: np.ndarray, proj_shift: int, n_features: int, out_of_line: bool = False) -> np.ndarray:
+    """The C rescale's cycles for each projection sum p that depend on the shift and the data: the rounding add,
+    the shift (shift32_cycles) and the final clamp's path (CLAMP32); a left shift or none clamps to +-127 first
+    (CLAMP_FIRST's 24-bit sums). An odd number of features costs one cycle more a row: the bias n << 15 then has
+    a nonzero middle byte to subtract (sbci). Out of line (rescale_out_of_line), a left-shifted sum at +128 or
+    above takes one cycle more to return +127 (CLAMP32_CALLED)."""
+    p = np.asarray(p, dtype=np.int64)
+    cycles = np.full(p.shape, n_features & 1, dtype=np.int64)
+    if proj_shift > 0:
+        s = (p + (1 << (proj_shift - 1))) >> proj_shift
+        return cycles + rounding_add_cycles(proj_shift) + shift32_cycles(proj_shift) + _clamp(s, CLAMP32)
+    inside, outside = CLAMP_FIRST[True]
+    cycles += np.where(np.abs(p) > 127, outside, inside)
+    if proj_shift < 0:
+        cycles += shift32_cycles(-proj_shift) + _clamp(np.clip(p, -127, 127) << -proj_shift,
+                                                       CLAMP32_CALLED if out_of_line else CLAMP32)
+    return cycles
+
+
+def dense_c_project_cycles(model, x: np.ndarray | None = None) -> float:
+    """tp_protonn_project's cycles of one inference for a dense W rescaled in C (and tp_protonn_rescale's, out of
+    line) besides the kernels' MAC, load and step terms: the layout's count and every row's rescale paths, the
+    mean over OFFSET_TRIALS fixed random int8 vectors (or over the vectors x)."""
+    if x is None:
+        x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, model.n_features))
+    p = np.asarray(x, dtype=np.int64) @ np.asarray(model.W_q, dtype=np.int64).T
+    rows = dense_c_row_cycles(p, model.proj_shift, model.n_features, rescale_out_of_line(model))
+    rows = rows.sum(axis=1).mean()
+    return float(dense_c_frame_cycles(model.n_components, model.proj_shift) + rows)
+
+
+# The largest D the layout counts were checked at (exact on the profiling simulator up to 240 dimensions; 250 to
+# 255 take a few hundred cycles more or less, avr-gcc's group loop changing near its 8-bit counter's end): beyond,
+# the fitted row terms.
+DENSE_C_MAX_DIM = 240
+
+
+def dense_c_counted(model) -> bool:
+    """Whether tp_protonn_project is counted whole by dense_c_project_cycles: a dense W in the row kernels rescaled
+    in C (no asm rescale, no offset) with a projection shift below 8, up to DENSE_C_MAX_DIM dimensions."""
+    return (model.w_dense and protonn_uses_asm_rows(model) and model.offset is None and model.proj_shift < 8
+            and model.n_components <= DENSE_C_MAX_DIM)
+
+
 def reach_index_cycles(table_shift: int) -> int:
     """The register-z loop's table index of a distance within the table's reach (TP_PROTONN_INDEX_SHIFT, beyond
     the 3 cycles the clamp to the last entry takes instead): the high byte moved and shifted right by SHIFT - 8,
@@ -457,6 +544,9 @@ def protonn_cost_terms(model) -> dict[str, int]:
         if terms["row_asm"]:  # the group kernel's asm rescale: counted whole
             terms.update(row_asm=0, dense_group=0, fixed_dense=0, dense_z_row=D, dense_z_in=dense_z_rows_in(model),
                          dense_z_group=groups, dense_z_frame=dense_z_frame_cycles(D))
+        elif dense_c_counted(model):  # the C rescale: counted whole
+            terms.update(row=0, row32=0, rshift32=0, lshift32=0, dense_group=0, fixed_dense=0, dense_row_c=0,
+                         rescale_call=0, dense_c_project=dense_c_project_cycles(model))
     else:
         mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
         nonzero_bytes = mask[mask != 0]
@@ -497,7 +587,7 @@ def predict_cycles(model) -> dict:
                                                 "dense_mac", "dense_step", "dense_load", "dense_group", "dense_group_c",
                                                 "fixed_dense", "fixed_bitmap", "rescale_call", "dense_row_c",
                                                 "dense_z_row", "dense_z_in",
-                                                "dense_z_group", "dense_z_frame",
+                                                "dense_z_group", "dense_z_frame", "dense_c_project",
                                                 *PN_STREAM_CYCLES, *PN_C_ROWS_CYCLES))
     distances = sum(cycles.get(k, 0) for k in ("kernels_frame", "kernels_proto", "dist_term", "dist_step",
                                                "fixed_reg", "proto_reg", "proto_reg_reach_low", "reach_index_reg",
