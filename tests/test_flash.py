@@ -63,3 +63,16 @@ def _avrdude_running(port: str) -> bool:
         if cmdline and cmdline[0].endswith(b"avrdude") and port.encode() in cmdline:
             return True
     return False
+
+
+def test_avrdude_refusing_a_url_is_not_told_to_plug_the_board_in():
+    """flash --port loop:// (or socket://...): avrdude cannot open a pyserial URL; the line said "is the board
+    plugged in?"."""
+    from tinyproto.core.boards import load_board
+    from tinyproto.device.flash import explain_failure
+
+    log = "avrdude: ser_open(): cannot open port loop://: No such file or directory\n"
+    line = explain_failure(load_board("uno"), "loop://", log)
+    assert "avrdude cannot open the URL loop://" in line and "plugged in" not in line, line
+    line = explain_failure(load_board("uno"), "/dev/ttyACM7", log.replace("loop://", "/dev/ttyACM7"))
+    assert "cannot open /dev/ttyACM7 — is the board plugged in?" in line, line

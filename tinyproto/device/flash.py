@@ -107,6 +107,9 @@ def explain_failure(board: Board, port: str, log: str) -> str:
         return f"{tried}: the flash read back differs from the image — flash again; if it repeats the chip is worn"
     if re.search(r"Permission denied", log):
         return f"{tried}: no permission to open {port} — add your user to the 'dialout' group"
+    if re.search(r"cannot open port|No such file", log) and "://" in port:  # "is it plugged in?" is not the cause
+        return (f"{tried}: avrdude cannot open the URL {port}; it uploads through a serial device such as "
+                "/dev/ttyACM0 (validate and learn --no-flash take pyserial URLs, flash does not)")
     if re.search(r"cannot open port|No such file", log):
         return f"{tried}: cannot open {port} — is the board plugged in? (ls /dev/ttyACM* /dev/ttyUSB*)"
     last = next((line.strip() for line in reversed(log.strip().splitlines()) if "error" in line.lower()), "")
