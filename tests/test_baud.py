@@ -50,6 +50,11 @@ def test_a_board_silent_at_the_fast_rate_is_told_the_fallback_in_one_line():
     hint = no_answer_hint(silent, uno, 1_000_000, "/dev/ttyACM0")
     assert "\n" not in str(hint) and "--baud 115200" in str(hint) and "1000000 baud" in str(hint)
     assert no_answer_hint(silent, uno, 115200, "/dev/ttyACM0") is silent  # nothing slower to fall back to
+    from tinyproto.device.codec import DeviceSilent
+
+    echoed = DeviceSilent("no answer from the device on loop:// after 4 tries: the line echoes the requests sent",
+                          speed_may_help=False)
+    assert no_answer_hint(echoed, uno, 1_000_000, "loop://") is echoed  # was replaced by the baud hint
     missing = TinyprotoError("serial port /dev/ttyACM9 does not exist — is the Uno plugged in?")
     assert no_answer_hint(missing, uno, 1_000_000, "/dev/ttyACM9") is missing  # not a question of speed
     build = BuildInfo(*[None] * 7, serial_baud=115200)

@@ -328,7 +328,10 @@ def test_damaged_build_record(tmp_path, golden, monkeypatch, verb, case):
 
 def _journal(lines: list[str] | bytes) -> Callable[[Path], None]:
     def damage(model: Path) -> None:
+        from tinyproto.core.manifest import record_outputs
+
         content = lines if isinstance(lines, bytes) else "".join(line + "\n" for line in lines).encode()
+        record_outputs(model, "validation.jsonl")  # as validate does before it writes its journal
         (model / "validation.jsonl").write_bytes(content)
 
     return damage

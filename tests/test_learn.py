@@ -453,7 +453,10 @@ def test_an_eeprom_image_that_is_not_a_file_is_refused_before_building(compiled,
     """learning/eeprom.bin, the simulated board's EEPROM across runs: a directory there was kept and learn went on
     without EEPROM state; a link would have the simulator write into the file it points at. One line, before the
     learning firmware's build, and nothing changed."""
+    from tinyproto.core.manifest import record_outputs
+
     model = compiled("iris", "1kB", "flynn", learnable=True)
+    record_outputs(model, "learning")  # as learn does before it writes learning/ (the name is tinyproto's)
     image = model / "learning" / "eeprom.bin"
     image.parent.mkdir()
     outside = tmp_path / "mine.bin"

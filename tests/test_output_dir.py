@@ -227,9 +227,9 @@ def test_what_the_user_put_at_a_name_tinyproto_owns_is_foreign(work, compiled, c
     the directory counted everything at or under them as tinyproto's: compile --out deleted the user's files."""
     model = compiled("iris", "1kB")
     (model.parent / "outside.txt").write_text("the user's\n")
-    (model / ".pio").mkdir(exist_ok=True)
     record_outputs(model, ".pio", "build.json", "validation.json", "learn.json", "figures", "learned", "learning",
-                   "points")
+                   "points")  # before writing, as every command does
+    (model / ".pio").mkdir(exist_ok=True)
     (model / "build.json").write_text("{}")
     USERS_AT_OWNED_NAMES[case](model)
     refused(["compile", *IRIS, "--out", str(model)], "tinyproto did not write", model.parent)
@@ -237,6 +237,7 @@ def test_what_the_user_put_at_a_name_tinyproto_owns_is_foreign(work, compiled, c
 
 def test_what_tinyproto_writes_at_its_names_stays_replaceable(work, compiled):
     model = compiled("iris", "1kB")
+    record_outputs(model, ".pio", "build.json", "figures", "learned", "learning")  # before writing, as commands do
     (model / ".pio" / "build").mkdir(parents=True)
     (model / ".pio" / "build" / "firmware.elf").write_bytes(b"elf")
     (model / "figures").mkdir()
@@ -246,7 +247,7 @@ def test_what_tinyproto_writes_at_its_names_stays_replaceable(work, compiled):
         (model / "learning" / name).mkdir(parents=True)
     (model / "learning" / "eeprom.bin").write_bytes(bytes(1024))
     (model / "learning" / "src" / "main.c").write_text("int main(void) { return 0; }\n")
-    record_outputs(model, ".pio", "build.json", "figures", "learned", "learning")
+    record_outputs(model, ".pio", "build.json", "figures", "learned", "learning")  # again: now they are there
     from tinyproto.core.manifest import foreign_entries
 
     assert foreign_entries(model) == []
@@ -310,3 +311,18 @@ def test_without_a_manifest_no_file_at_an_output_name_is_replaced(work, compiled
             "validate": ["validate", str(model), "--sim"]}[verb]
     line = refused(args, "no readable tinyproto manifest", model.parent)
     assert name in line and (model / name).read_text() == "the user's own\n"
+
+
+@pytest.mark.parametrize("verb, name", [("build", "build.json"), ("report", "report.html"),
+                                        ("report", "figures/accuracy_vs_bytes.png"), ("learn", "learn.json"),
+                                        ("learn", "learning/platformio.ini")])
+def test_a_users_file_at_a_name_a_later_command_writes_is_not_replaced(work, compiled, verb, name):
+    """A file the user put after compile at a name build, report or learn writes later (their own report.html or
+    build.json) was claimed by that command's record in the manifest and overwritten. It is refused, unchanged."""
+    model = compiled("iris", "1kB", "flynn", learnable=True) if verb == "learn" else compiled("iris", "1kB")
+    target = model / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("the user's own\n")
+    args = {"build": ["build", str(model)], "report": ["report", str(model)], "learn": ["learn", str(model), "--sim"]}
+    line = refused(args[verb], "was not written by tinyproto", model.parent)
+    assert name.split("/")[0] in line and target.read_text() == "the user's own\n"

@@ -85,8 +85,17 @@ def record_outputs(directory: Path, *names: str) -> None:
             raise TinyprotoError(f"{directory} has no readable tinyproto manifest ({MANIFEST}), so its {present[0]} "
                                  "may not be tinyproto's: it is not replaced; move it away, nothing was written")
         return
-    owned = set(data.get("owned", [])) | set(names)
-    if owned != set(data.get("owned", [])):
+    before = set(data.get("owned", []))
+    written = data["files"]  # what tinyproto wrote when it made the directory
+    for name in names:
+        # an entry at a name tinyproto never claimed is the user's (a report.html or build.json of their own, put
+        # there after compile): claiming it now would let this command overwrite it
+        if name not in before and os.path.lexists(directory / name) and not (
+                name in written or any(rel.startswith(name + "/") for rel in written)):
+            raise TinyprotoError(f"{directory / name} was not written by tinyproto (its manifest {MANIFEST} does not "
+                                 "list it), so it is not replaced; move it away, nothing was written")
+    owned = before | set(names)
+    if owned != before:
         write_json(directory / MANIFEST, {**data, "owned": sorted(owned)})
 
 

@@ -583,13 +583,13 @@ class DeviceClient:
         if echoes and not stale and not bad:
             return DeviceSilent(
                 f"no answer from the device on {self.name} after {tries} tries: the line echoes the requests sent "
-                "(a loopback, or a board held in reset) — is the board's port the right one?"
+                "(a loopback, or a board held in reset) — is the board's port the right one?", speed_may_help=False
             )
         if stale and not bad:
             return DeviceSilent(
                 f"the device on {self.name} did not answer {what} in {tries} tries: the {stale} frame"
                 f"{'s' if stale != 1 else ''} it sent answer{'s' if stale == 1 else ''} no request under way "
-                "(late answers, or a firmware out of step) — reset the board and try again"
+                "(late answers, or a firmware out of step) — reset the board and try again", speed_may_help=False
             )
         if heard:
             return DeviceSilent(

@@ -96,7 +96,13 @@ class DeviceError(TinyprotoError):
 
 
 class DeviceSilent(DeviceError):
-    """The device never answered a request: every try timed out."""
+    """The device never answered a request: every try timed out. speed_may_help: a slower baud rate may help (it
+    sent nothing, or bytes that are no frame), not when the line echoes the requests or frames came that answer
+    another request."""
+
+    def __init__(self, message: str, speed_may_help: bool = True) -> None:
+        super().__init__(message)
+        self.speed_may_help = speed_may_help
 
 
 class FrameError(ValueError):

@@ -158,8 +158,8 @@ def learn_on_device(path: Path, options: LearnOptions | None = None,
     o = options or LearnOptions()
     model_dir = load_model_dir(path)
     with locked(model_dir.path, "learn"):
+        _check_learned_replaceable(model_dir.path / LEARNED_DIR)  # first: it names the user's files in learned/
         record_outputs(model_dir.path, LEARNING_DIR, LEARNED_DIR, "learn.json")
-        _check_learned_replaceable(model_dir.path / LEARNED_DIR)
         return _learn_locked(model_dir, o.data, o.port, o.save_eeprom, o.label, o.flash, o.build_learned,
                              progress_factory, say, o.upload_port, o.baud)
 

@@ -559,6 +559,8 @@ def no_answer_hint(exc: TinyprotoError, board: Board, baud: int, target: str) ->
     """A board silent at a rate above its fallback: say how to fall back, in one line."""
     if baud <= board.serial_baud_fallback or target == "sim" or not str(exc).startswith("no answer"):
         return exc
+    if not getattr(exc, "speed_may_help", True):  # its requests echoed: a slower rate would not help
+        return exc
     return TinyprotoError(f"no answer from {target} at {baud} baud — if its USB bridge or cable does not carry "
                           f"{baud}, fall back to {board.serial_baud_fallback}: tinyproto run ... --baud "
                           f"{board.serial_baud_fallback} (or compile --baud {board.serial_baud_fallback}, build, "

@@ -82,7 +82,10 @@ def count_scales(n_rows: int, n_classes: int, m: int, rho: int, bits: int, learn
 
 def scaled_counts(raw: np.ndarray, count_scale: int, bits: int) -> np.ndarray:
     """The deployed counts: raw training counts divided by the count scale (floor), saturated to `bits` bits."""
-    return np.minimum(np.asarray(raw, dtype=np.int64) // int(count_scale), (1 << bits) - 1)
+    raw = np.asarray(raw, dtype=np.int64)
+    if int(count_scale) != 1:  # t // 1 is t: the division is skipped, not changed
+        raw = raw // int(count_scale)
+    return np.minimum(raw, (1 << bits) - 1)
 
 
 def row_arrays(n_classes: int, bits: int, n_inputs: int, store_M: bool, decay: float, packed: np.ndarray,

@@ -181,8 +181,10 @@ def _cv_correct(winners: np.ndarray, y_index: np.ndarray, folds: Folds, n_classe
         rows = np.flatnonzero(ids < folds.validated)
         # t of every winner of every scored sample for every class, from the filters that did not see it: (n, L, ρ)
         gathered = held_out[ids[rows, None, None], np.arange(n_classes)[None, :, None], winners[rows, None, :]]
+        saturated, saturated_as = None, None  # the decays of one (bits, count scale) share their counts t
         for k, (bits, decay, count_scale) in enumerate(weightings):
-            saturated = scaled_counts(gathered, count_scale, bits)
+            if saturated_as != (bits, count_scale):
+                saturated, saturated_as = scaled_counts(gathered, count_scale, bits), (bits, count_scale)
             if bits == 1:
                 scores = (saturated == 0).sum(axis=2)
             else:
