@@ -454,6 +454,57 @@ def test_the_dense_c_rescale_projection_counts_equal_the_device_cycles(tmp_path)
 
 
 @pytest.mark.device
+def test_the_c_bitmap_row_loop_counts_equal_the_device_cycles(tmp_path):
+    """ProtoNN's bitmap W over more than 511 features (the C row loop): tp_protonn_row_dot's cycles on the
+    profiling simulator equal its count per row, bitmap byte, scanned bit and nonzero, and tp_protonn_project's
+    c_rows_project_cycles on the very vectors run, for right shifts (a loop, one bit, byte moves), a left shift and
+    none, and with an offset (its rescale counted by offset_rescale_cycles); the rest of the call is fixed's."""
+    import calibrate_costmodel as calibrate
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.core.inputstage import InputStage
+    from tinyproto.families.protonn.cost import (
+        PN_CYCLES,
+        c_rows_project_cycles,
+        offset_rescale_cycles,
+        protonn_cost_terms,
+    )
+    from tinyproto.families.protonn.quantize import IntProtoNN, kernel_table
+
+    rng = np.random.default_rng(16)
+    simulator = build_profiling_simulator(tmp_path)
+    table, table_shift = kernel_table(gamma=0.05, b_scale=1.0, size=32)
+    names = ("c_bitmap_row", "c_bitmap_byte", "c_bitmap_bit", "c_bitmap_nonzero", "c_rows_project")
+    for d, D, density, shift, offset in ((600, 10, 0.2, 9, False), (530, 5, 0.1, -2, False), (700, 3, 0.3, 0, False),
+                                         (517, 12, 0.05, 1, False), (560, 4, 0.4, 16, False), (599, 6, 0.1, 5, True)):
+        W = rng.integers(-127, 128, size=(D, d)) * (rng.random((D, d)) < density)
+        W[:, 0] = 5
+        stage = InputStage.shared(127.5, 1.0, d) if offset else InputStage.from_standardisation(np.zeros(d), np.ones(d),
+                                                                                                 1 / 32)
+        model = IntProtoNN([0, 1, 2], stage, W.astype(np.int8), rng.integers(-60, 61, size=(10, D)).astype(np.int8),
+                           rng.integers(-127, 128, size=(10, 3)).astype(np.int8), proj_shift=shift, table=table,
+                           table_shift=table_shift, scales={},
+                           offset=rng.integers(-300, 300, size=D).astype(np.int16) if offset else None)
+        assert not model.w_dense, (d, D)
+        xq = rng.integers(-127, 128, size=(3, d)).astype(np.int8)
+        profile = calibrate.profile_shape(model, xq, "uno", tmp_path / f"b{d}-{shift}", simulator)
+        terms = protonn_cost_terms(model)
+        assert terms["c_row"] == 0 and terms["row"] == 0 and terms["c_bitmap_row"] == D, (d, D, shift)
+        terms["c_rows_project"] = c_rows_project_cycles(model, xq)  # the clamps of these vectors
+        counted = sum(terms[name] * PN_CYCLES[name] for name in names)
+        functions = profile["functions"]
+        assert counted == pytest.approx(functions["tp_protonn_row_dot"] + functions["tp_protonn_project"]), (d, shift)
+        if offset:
+            p = xq.astype(np.int64) @ model.W_q.T.astype(np.int64)
+            rescale = offset_rescale_cycles(p, shift, model.offset).sum(axis=1).mean()
+            assert rescale == pytest.approx(functions["tp_protonn_rescale_offset"]), (d, shift)
+        own = sum(cycles for name, cycles in functions.items() if name.startswith("tp_protonn"))
+        handler = functions.get("__vector_13", 0.0)  # Timer1's overflows: 40 cycles each with the jump
+        overflows = handler + 3 * handler / 37
+        assert profile["cycles"] - 30 - own - overflows == pytest.approx(PN_CYCLES["fixed"]), (d, D, shift)
+
+
+@pytest.mark.device
 def test_the_general_distance_loop_takes_the_same_cycles_for_every_input(tmp_path):
     """ProtoNN's general distance loop (more than 16 dimensions, or a table reaching past 0xFFFF) computes the
     table index of every prototype and clamps it in constant time, so tp_protonn_kernels' cycles on the profiling

@@ -73,7 +73,8 @@ HAND_COUNTS = {"dense_mac": 9, "dense_load": 2, "dense_step": 4, "kernels_frame"
                "score_term": 8, "score_load": 2, "score_step": 4, "nonzero": 13, "clear_bit": 3, "rshift_asm": 2,
                "mask_step": 6, "offset_rescale": 1, "dense_z_row": 13, "dense_z_in": 3, "dense_z_group": 4,
                "dense_z_frame": 1, "fixed": 61, "proto_reg": 21, "proto_reg_reach_low": 1, "reach_index_reg": 1,
-               "dist_step": 3, "stream_projection": 1}
+               "dist_step": 3, "stream_projection": 1, "dense_c_project": 1, "c_bitmap_row": 67, "c_bitmap_byte": 14,
+               "c_bitmap_bit": 10, "c_bitmap_nonzero": 17, "c_rows_project": 1}
 
 
 def synthetic_model(d: int, D: int, m: int, L: int, density: float, table_size: int, proj_shift: int,

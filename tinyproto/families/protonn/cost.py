@@ -66,6 +66,15 @@ PN_CYCLES = {
     # dense_mac, dense_load and dense_step, counted whole (dense_c_project_cycles: its layout's count, DENSE_C_FRAME,
     # and each row's rescale paths replayed on random vectors; exact on the profiling simulator)
     "dense_c_project": 1,
+    # a bitmap W over more than 511 features (the C row loop, TP_PROTONN_ASM_ROWS 0): tp_protonn_row_dot
+    # (out of line, data-independent) per row, bitmap byte, bit scanned up to a byte's highest set bit and nonzero,
+    # and tp_protonn_project (its frame and each row's inlined 32-bit rescale) counted whole by
+    # c_rows_project_cycles; exact on the profiling simulator (tests/test_costmodel.py)
+    "c_bitmap_row": 67,
+    "c_bitmap_byte": 14,
+    "c_bitmap_bit": 10,
+    "c_bitmap_nonzero": 17,
+    "c_rows_project": 1,
     "dense_step": 4,  # per 8 inputs and group of a dense W (the loop step)
     "dense_load": 2,  # per input and group of a dense W: ld x_i
     "dense_mac": 9,  # per entry of a dense W: lpm, muls, biased 24-bit add
@@ -393,6 +402,37 @@ def dense_c_project_cycles(model, x: np.ndarray | None = None) -> float:
     return float(dense_c_frame_cycles(model.n_components, model.proj_shift) + rows)
 
 
+# tp_protonn_project around the C row loop (a bitmap W over more than 511 features, no offset): its frame, and per
+# row the call's side and z's store besides the rescale's rounding add, shift and clamps (a right shift; a left
+# shift or none, which clamps the 32-bit sum to +-127 first: CLAMP_FIRST[False]); read off the profiling simulator
+# on inputs of 0 for shifts of -2 to 16 and D = 2 to 30
+C_ROWS_PROJECT = (55, 20, 18)  # once, a row with a right shift, a row with a left shift or none
+C_ROWS_CLAMP_RIGHT = (7, 12, 11)  # a right-shifted sum's clamp here: below -127 three cycles sooner than CLAMP32
+C_ROWS_OFFSET = (49, 21)  # with an offset: once, and per row the call of tp_protonn_rescale_offset and z's store
+
+
+def c_rows_project_cycles(model, x: np.ndarray | None = None) -> float:
+    """tp_protonn_project's own cycles around the C row loop of a bitmap W: its frame and every row's inlined
+    rescale, the mean over OFFSET_TRIALS fixed random int8 vectors (or over the vectors x); with an offset its
+    frame and each row's call and store only (C_ROWS_OFFSET: tp_protonn_rescale_offset is offset_rescale)."""
+    if model.offset is not None:
+        return float(C_ROWS_OFFSET[0] + C_ROWS_OFFSET[1] * model.n_components)
+    if x is None:
+        x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, model.n_features))
+    p = np.asarray(x, dtype=np.int64) @ np.asarray(model.W_q, dtype=np.int64).T
+    frame, right_row, other_row = C_ROWS_PROJECT
+    r = model.proj_shift
+    if r > 0:
+        s = (p + (1 << (r - 1))) >> r
+        rows = right_row + rounding_add_cycles(r) + shift32_cycles(r) + _clamp(s, C_ROWS_CLAMP_RIGHT)
+    else:
+        inside, outside = CLAMP_FIRST[False]
+        rows = other_row + np.where(np.abs(p) > 127, outside, inside)
+        if r < 0:
+            rows = rows + shift32_cycles(-r) + _clamp(np.clip(p, -127, 127) << -r, CLAMP32)
+    return float(frame + rows.sum(axis=1).mean())
+
+
 # The largest D the layout counts were checked at (exact on the profiling simulator up to 240 dimensions; 250 to
 # 255 take a few hundred cycles more or less, avr-gcc's group loop changing near its 8-bit counter's end): beyond,
 # the fitted row terms.
@@ -531,6 +571,12 @@ def protonn_cost_terms(model) -> dict[str, int]:
             mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
             terms.update(c_mask_byte=int(mask.size), c_scanned_bit=int(sum(int(b).bit_length() for b in mask)),
                          c_nonzero=int(np.count_nonzero(model.W_q)))
+            # counted whole: the row loop's code and tp_protonn_project's (the offset rescale apart, counted)
+            terms.update(c_row=0, c_mask_byte=0, c_scanned_bit=0, c_nonzero=0, row=0, row32=0, rshift32=0,
+                         lshift32=0, c_bitmap_row=D, c_bitmap_byte=int(mask.size),
+                         c_bitmap_bit=int(sum(int(b).bit_length() for b in mask)),
+                         c_bitmap_nonzero=int(np.count_nonzero(model.W_q)),
+                         c_rows_project=c_rows_project_cycles(model))
     elif model.w_dense:
         groups = -(-D // DENSE_GROUP)
         terms["dense_mac"] = D * d
@@ -588,6 +634,8 @@ def predict_cycles(model) -> dict:
                                                 "fixed_dense", "fixed_bitmap", "rescale_call", "dense_row_c",
                                                 "dense_z_row", "dense_z_in",
                                                 "dense_z_group", "dense_z_frame", "dense_c_project",
+                                                "c_bitmap_row", "c_bitmap_byte", "c_bitmap_bit", "c_bitmap_nonzero",
+                                                "c_rows_project",
                                                 *PN_STREAM_CYCLES, *PN_C_ROWS_CYCLES))
     distances = sum(cycles.get(k, 0) for k in ("kernels_frame", "kernels_proto", "dist_term", "dist_step",
                                                "fixed_reg", "proto_reg", "proto_reg_reach_low", "reach_index_reg",
