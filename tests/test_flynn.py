@@ -292,6 +292,18 @@ def test_a_board_too_small_for_any_flynn_is_refused_saying_how_much_is_missing(s
     assert phrase.format(room=room, short=-room) in message and "-" not in message.split("(")[0], message
 
 
+def test_a_default_cap_nothing_meets_is_refused_naming_its_value():
+    """A clock so slow (100 kHz) that no FlyNN meets the default time cap: the refusal names the cap in ms (it
+    printed the cap's marker: "within default ms per inference"), as the federated selection's does."""
+    from sklearn.datasets import load_iris
+
+    from tinyproto.families.flynn.pricing import default_max_ms
+
+    X, y = load_iris(return_X_y=True)
+    with pytest.raises(TinyprotoError, match=f"within the default cap of {default_max_ms(4):g} ms per inference"):
+        solver.search_flynn(X, y, 2048, 0, f_cpu=100_000)
+
+
 # ---------------------------------------------------------------- winner-take-all
 
 

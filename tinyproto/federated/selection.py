@@ -36,7 +36,7 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.folds import Folds, Plan, assign, bin_folds, class_bins, row_keys
 from tinyproto.families.flynn import solver as _solver
 from tinyproto.families.flynn.quantize import count_scales, decay_lut, hash_inputs, scaled_counts
-from tinyproto.families.flynn.pricing import WIDE_FEATURES, default_max_ms
+from tinyproto.families.flynn.pricing import WIDE_FEATURES
 from tinyproto.families.flynn.solver import (
     BITS_GRID, CENTRED_PREPROCESSING, DEFAULT_CAP, F_CPU, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING,
     Candidate, CountLimit, cycle_limit_within, estimate_cycles,
@@ -495,13 +495,7 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
         say(f"selection: preprocessing {scaling}/{'split' if sign_split else 'plain'} tried on all parties")
     if not tried:
         learnable = " with counts that fit the device's SRAM and EEPROM" if count_limit else ""
-        if max_inference_ms is None:
-            cap = ""
-        elif max_inference_ms == DEFAULT_CAP:  # was printed as "within default ms per inference"
-            cap = f" within the default cap of {default_max_ms(d):g} ms per inference"
-        else:
-            cap = f" within {float(max_inference_ms):g} ms per inference"
-        raise TinyprotoError(f"no FlyNN fits {budget} B{cap}{learnable}; raise the budget or the time cap")
+        raise TinyprotoError(_solver.no_fit_message(budget, max_inference_ms, d, learnable))
     best_prep = max(tried.values(), key=_solver.candidate_rank)
     evaluate(best_prep.scaling, best_prep.sign_split, *STAGE2)
     backend.release(setup)

@@ -199,6 +199,18 @@ def _weightings(bits_grid) -> list[tuple[int, float]]:
     return [(b, 1.0) if b == 1 else (b, c) for b in bits_grid for c in ((1.0,) if b == 1 else DECAY_GRID)]
 
 
+def no_fit_message(budget: int, max_inference_ms, n_features: int, learnable: str = "") -> str:
+    """The refusal when no candidate fits the budget and the time cap (max_inference_ms: None, DEFAULT_CAP or the
+    user's limit), the cap by its value; learnable: what else the counts had to fit, if anything."""
+    if max_inference_ms is None:
+        cap = ""
+    elif max_inference_ms == DEFAULT_CAP:
+        cap = f" within the default cap of {default_max_ms(n_features):g} ms per inference"
+    else:
+        cap = f" within {float(max_inference_ms):g} ms per inference"
+    return f"no FlyNN fits {budget} B{cap}{learnable}; raise the budget or the time cap"
+
+
 def cycle_limit_within(budget: int, n_classes: int, n_features: int, max_inference_ms, f_cpu: int,
                        exact_latency: bool = False) -> float | None:
     """The predicted cycles per inference the search may accept (max_inference_ms: None, DEFAULT_CAP or the
@@ -359,10 +371,7 @@ def search_flynn(
                 "streams its input")
     if not tried:
         learnable = " with counts that fit the device's SRAM and EEPROM (--learnable)" if count_limit else ""
-        raise TinyprotoError(
-            f"no FlyNN fits {budget} B within {max_inference_ms} ms per inference{learnable}; raise the budget or "
-            "the time cap"
-        )
+        raise TinyprotoError(no_fit_message(budget, max_inference_ms, d, learnable))
     best_prep = max(tried.values(), key=candidate_rank)
     prep = next(p for p in prepared if (p.scaling, p.sign_split) == (best_prep.scaling, best_prep.sign_split))
     evaluate(prep, S_GRID, RHO_GRID, BITS_GRID, (False, True))
