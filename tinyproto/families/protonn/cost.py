@@ -115,10 +115,7 @@ PN_CYCLES_C = {
 # PN_CYCLES' 32-bit terms. Fitted with the rest of the call's terms by --protonn-functions (--protonn-c fits them
 # alone, PN_CYCLES held).
 PN_C_ROWS_CYCLES = {
-    "c_row": 153,  # per row: tp_pn_row_dot's call and loop
-    "c_mask_byte": 13,  # per bitmap byte: fetch, zero test, pointer step
-    "c_scanned_bit": 10,  # per bit scanned up to a byte's highest set bit: test, shift, input pointer step
-    "c_nonzero": 18,  # per W nonzero: fetch, 8x8 multiply, 32-bit add
+    "c_row": 153,  # per row of a dense W: tp_pn_row_dot's call and loop (a bitmap W's: c_bitmap_*, counted)
     "c_dense_mac": 23,  # per dense W entry: the C dot product
 }
 
@@ -567,13 +564,9 @@ def protonn_cost_terms(model) -> dict[str, int]:
         terms.update({name: 0 for name in PN_C_ROWS_CYCLES}, c_row=D)
         if model.w_dense:
             terms["c_dense_mac"] = D * d
-        else:
+        else:  # a bitmap W, counted whole: the row loop's code and tp_protonn_project's (the offset rescale apart)
             mask = np.packbits(model.W_q != 0, axis=1, bitorder="little").reshape(-1)
-            terms.update(c_mask_byte=int(mask.size), c_scanned_bit=int(sum(int(b).bit_length() for b in mask)),
-                         c_nonzero=int(np.count_nonzero(model.W_q)))
-            # counted whole: the row loop's code and tp_protonn_project's (the offset rescale apart, counted)
-            terms.update(c_row=0, c_mask_byte=0, c_scanned_bit=0, c_nonzero=0, row=0, row32=0, rshift32=0,
-                         lshift32=0, c_bitmap_row=D, c_bitmap_byte=int(mask.size),
+            terms.update(c_row=0, row=0, row32=0, rshift32=0, lshift32=0, c_bitmap_row=D, c_bitmap_byte=int(mask.size),
                          c_bitmap_bit=int(sum(int(b).bit_length() for b in mask)),
                          c_bitmap_nonzero=int(np.count_nonzero(model.W_q)),
                          c_rows_project=c_rows_project_cycles(model))
