@@ -35,13 +35,6 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
-@pytest.fixture
-def dist(release_dist) -> Path:
-    """sdist + wheel from a copy of the tracked files: the run's one build of them (conftest's release_dist, which
-    test_install installs too)."""
-    return release_dist
-
-
 def _fresh_venv(where: Path, with_pip: bool = True) -> Path:
     """A new virtualenv; with_pip=False skips ensurepip (4 s of CPU) where the test venv's pip installs into it."""
     _run([sys.executable, "-m", "venv", str(where), *(() if with_pip else ("--without-pip",))])
@@ -54,8 +47,8 @@ def _env(home: Path, bin_dir: Path) -> dict:
             **{k: v for k, v in os.environ.items() if k.startswith(("PIP_", "SSL_"))}}
 
 
-def test_build_gives_an_sdist_and_a_wheel_with_the_data_and_the_license(dist):
-    sdists, wheels = sorted(dist.glob("tinyproto-*.tar.gz")), sorted(dist.glob("tinyproto-*.whl"))
+def test_build_gives_an_sdist_and_a_wheel_with_the_data_and_the_license(release_dist):
+    sdists, wheels = sorted(release_dist.glob("tinyproto-*.tar.gz")), sorted(release_dist.glob("tinyproto-*.whl"))
     assert len(sdists) == 1 and len(wheels) == 1
     with zipfile.ZipFile(wheels[0]) as wheel:
         names = wheel.namelist()
@@ -69,11 +62,11 @@ def test_build_gives_an_sdist_and_a_wheel_with_the_data_and_the_license(dist):
 
 
 @pytest.mark.device
-def test_wheel_installs_in_a_fresh_venv_and_runs_the_demo(dist, tmp_path):
+def test_wheel_installs_in_a_fresh_venv_and_runs_the_demo(release_dist, tmp_path):
     # installed into by this interpreter's pip (ensurepip's own, as the new venv's would be; 3.7 s of CPU fewer): it
     # resolves the wheel's dependencies from the configured index into the new venv as that one would
     bin_dir = _fresh_venv(tmp_path / "venv", with_pip=False)
-    wheel = next(dist.glob("tinyproto-*.whl"))
+    wheel = next(release_dist.glob("tinyproto-*.whl"))
     # --no-compile: pip does not byte-compile the dependencies' thousands of modules at install (12 s of CPU of
     # this test's 20; Python compiles what the demo imports when it imports it), the resolution is the same
     _run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "-q", "--no-compile",
@@ -89,13 +82,13 @@ def test_wheel_installs_in_a_fresh_venv_and_runs_the_demo(dist, tmp_path):
     assert summary["passed"] and summary["score_agreement"] == 1.0 and summary["complete"]
 
 
-def test_sdist_installs_in_a_fresh_venv_and_compiles(dist, tmp_path):
+def test_sdist_installs_in_a_fresh_venv_and_compiles(release_dist, tmp_path):
     bin_dir = _fresh_venv(tmp_path / "venv", with_pip=False)  # installed into by this interpreter's pip
     # the dependencies are the wheel test's business; here, the sdist itself must build and carry every file
     purelib = Path(_run([str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
                         ).stdout.strip())
     (purelib / "borrowed-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    sdist = next(dist.glob("tinyproto-*.tar.gz"))
+    sdist = next(release_dist.glob("tinyproto-*.tar.gz"))
     _run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "-q", "--no-deps", str(sdist)],
          cwd=tmp_path, env=_env(tmp_path, bin_dir))
     elsewhere = tmp_path / "elsewhere"

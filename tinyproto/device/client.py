@@ -64,6 +64,7 @@ class DeviceClient:
         self.info: Hello | None = None  # set by hello()
         self.stale_frames = 0
         self.echoes = 0  # of stale_frames: frames of a request type (a line that echoes what is sent: loop://)
+        self._heard0 = (0, 0, 0, 0)  # what the line had carried when the request under way began
         self._mid_vector = False  # the request under way continues a vector (an ERROR argument means "order")
         self._reader = FrameReader(port)
         self._seq = 0
@@ -574,7 +575,7 @@ class DeviceClient:
         flashed, wrong port), its requests echoed, bytes that are no frame (another baud rate, another program),
         or well-formed frames that answer no request under way (late answers, a firmware out of step), where a
         slower baud rate would not help."""
-        read0, bad0, stale0, echoes0 = getattr(self, "_heard0", (0, 0, 0, 0))
+        read0, bad0, stale0, echoes0 = self._heard0
         heard = self._reader.bytes_read - read0
         bad = self._reader.bad_frames - bad0
         echoes = self.echoes - echoes0
