@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import needs
+from helpers import needs, tinyproto
 
 pytestmark = [
     pytest.mark.device,
@@ -41,7 +41,7 @@ HARNESS = Path(__file__).parent / "fixtures" / "plainuno" / "plainuno.c"
 
 
 def cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=timeout)
+    return tinyproto(*args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
