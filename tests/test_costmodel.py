@@ -97,6 +97,25 @@ def test_the_benchmark_finds_the_judge_call_it_removes():
         assert app.count(old) == 1, old
 
 
+def test_the_benchmark_runs_more_vectors_where_their_cycles_spread_widely():
+    """The benchmark estimates the mean over random inputs that the cost model predicts: 32 vectors where their
+    cycles agree, as many more as bring the mean's standard error to SE_TARGET where they spread (seed 7302's
+    flynn-057 is bimodal, about 56,400 or 68,000 cycles a vector: its mean of 32 was 5.3 % below the mean of
+    2,048), never more than MAX_VECTORS; the first vectors of a longer draw are the shorter draw's."""
+    from bench_costmodel import MAX_VECTORS, N_VECTORS, SE_TARGET, shape_vectors, standard_error, vectors_needed
+
+    steady = [60_000 + (i % 3) for i in range(N_VECTORS)]
+    assert standard_error(steady) < SE_TARGET and vectors_needed(steady) == N_VECTORS
+    bimodal = [56_400 if i % 3 else 68_000 for i in range(N_VECTORS)]  # sd about 9 % of the mean
+    n = vectors_needed(bimodal)
+    assert N_VECTORS < n < MAX_VECTORS
+    spread = np.std(bimodal, ddof=1) / np.mean(bimodal)
+    assert spread / np.sqrt(n) <= SE_TARGET < spread / np.sqrt(n - 1)  # the fewest that reach the target
+    assert vectors_needed([1_000 if i % 2 else 100_000 for i in range(N_VECTORS)]) == MAX_VECTORS
+    shape = {"xseed": 5, "model": type("M", (), {"n_features": 7})()}
+    assert np.array_equal(shape_vectors(shape, 1024)[:N_VECTORS], shape_vectors(shape, N_VECTORS))
+
+
 @pytest.mark.device
 def test_the_benchmark_builds_and_talks_to_the_firmware_compile_ships(tmp_path):
     """A FlyNN over 1,578 features leaves the Uno no room for a receive ring: compile renders it without one
