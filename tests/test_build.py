@@ -160,16 +160,19 @@ def test_missing_avr_gcc_names_the_apt_packages(tmp_path, monkeypatch):
 
 
 @needs_pio
-def test_a_path_with_a_tab_is_refused_before_platformio_writes_beside_it(tmp_path):
-    """PlatformIO turns a tab of the project's path into a space: it wrote .pio/ into "m x" (another directory,
-    perhaps the user's) and failed with "Nothing to build". Refused in one line, nothing written."""
+@pytest.mark.parametrize("name, said", [("m\tx", r"m\\tx/project: its path holds a tab"),
+                                        ("m  x", r"m  x/project: its path holds 2 spaces in a row")])
+def test_a_path_with_a_tab_is_refused_before_platformio_writes_beside_it(tmp_path, name, said):
+    """PlatformIO turns a tab of the project's path into a space, and two spaces into one: it wrote .pio/ into
+    "m x" (another directory, perhaps the user's) and failed with "Nothing to build". Refused in one line, nothing
+    written."""
     from tinyproto.device.build import build_project
 
-    project = make_project(tmp_path / "m\tx")
-    with pytest.raises(TinyprotoError, match=r"cannot build in .*m\\tx/project: its path holds a tab") as info:
+    project = make_project(tmp_path / name)
+    with pytest.raises(TinyprotoError, match=r"cannot build in .*" + said) as info:
         build_project(project, "uno_sim")
     assert "\n" not in str(info.value)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m\tx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
     assert not (project / ".pio").exists()
 
 
