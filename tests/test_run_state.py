@@ -194,3 +194,20 @@ def test_build_never_writes_through_a_planted_pio_link(compiled, work):
     os.symlink(elsewhere, model / ".pio")
     refused(["build", str(model)], ".pio", model.parent)
     assert not any(elsewhere.iterdir())
+
+
+def test_a_journal_that_cannot_be_opened_says_why(tmp_path):
+    """Any failure to open the journal said "tinyproto writes only regular files it made", true only of a link
+    planted at its name: a directory nobody may write (chattr +i, a read-only mount) got the same words."""
+    import errno
+
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.pipeline.journal import _open_own
+
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(TinyprotoError, match="is a symbolic link; tinyproto writes only regular files it made"):
+        _open_own(tmp_path / "link", os.O_WRONLY | os.O_CREAT)
+    assert not (tmp_path / "elsewhere").exists()
+    with pytest.raises(TinyprotoError) as info:
+        _open_own(tmp_path / "no" / "dir" / "j.jsonl", os.O_WRONLY | os.O_CREAT)
+    assert os.strerror(errno.ENOENT) in str(info.value) and "regular files" not in str(info.value)
