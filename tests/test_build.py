@@ -381,3 +381,22 @@ def test_a_build_removes_the_scons_database_temporary_file_a_stopped_build_left(
     with pytest.raises(TinyprotoError, match="unused_var"):
         build.build_project(project, "uno_sim")
     assert not any(path.exists() for path in leftovers) and kept.read_bytes() == b"half a database"
+
+
+@needs_pio
+def test_a_build_from_a_working_directory_that_was_deleted(compiled, tmp_path):
+    """`cd dir; rm -r ../dir; tinyproto build /abs/model`: PlatformIO, started in the deleted directory, failed with
+    "An unexpected error occurred" (its getcwd()); the tools now start in their scratch directory."""
+    import os
+    import subprocess
+
+    from helpers import ROOT
+
+    model = compiled("iris", "1kB")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    script = f'cd "{gone}" && rmdir "{gone}" && exec "{sys.executable}" -m tinyproto build "{model}"'
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert (model / "build.json").is_file() and not gone.exists()
