@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -232,6 +233,7 @@ def _bump_first_array_value(text: str) -> str:
 
 
 HEADER = "include/tinyproto_model.h"
+SIZES = "include/tinyproto_sizes.h"
 
 
 BUILD_DAMAGE = {
@@ -248,6 +250,14 @@ BUILD_DAMAGE = {
                      "tp_input.c"),
     "ini-devzero": (lambda m: ((m / "platformio.ini").unlink(), (m / "platformio.ini").symlink_to("/dev/zero")),
                     "platformio.ini"),
+    # the sizes header was checked only for being a file: a directory there was "missing (the directory predates
+    # protocol version 2)", and a link to another file, or a size edited, went to the compiler
+    "sizes-directory": (lambda m: ((m / SIZES).unlink(), (m / SIZES).mkdir()), "sizes.h is not a regular file"),
+    "sizes-link-to-a-user-file": (lambda m: ((m / SIZES).unlink(), (m.parent / "notes.txt").write_text("mine\n"),
+                                             (m / SIZES).symlink_to(m.parent / "notes.txt")),
+                                  "not what compile writes"),
+    "sizes-ring-edited": (lambda m: (m / SIZES).write_text(re.sub(r"(#define TP_RX_RING )\d+", r"\g<1>8",
+                                                                  (m / SIZES).read_text())), "not what compile writes"),
 }
 
 

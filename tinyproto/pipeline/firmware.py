@@ -5,8 +5,8 @@ Layer: pipeline."""
 
 from __future__ import annotations
 
+import os
 import re
-
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
@@ -41,9 +41,7 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
     if built_hash != model_dir.meta["model_hash"]:
         raise TinyprotoError(f"{model_dir.path}/include/tinyproto_model.h does not hold the model of model.json "
                              f"({built_hash} vs {model_dir.meta['model_hash']}); run `tinyproto compile` again")
-    if not (model_dir.path / "include" / "tinyproto_sizes.h").is_file():  # compiled before streamed frames
-        raise TinyprotoError(f"{model_dir.path}/include/tinyproto_sizes.h is missing (the directory predates "
-                             f"protocol version 2); run `tinyproto compile` again")
+    _check_sizes_header(model_dir, model, board)
     from tinyproto.device.build import resolve_env
 
     from tinyproto.device.project import project_baud, project_rx_ring
@@ -91,6 +89,23 @@ def _header_body(text: str) -> str:
     The rest of the banner is compared too: a line put there is compiled like any other (a #define, an #include)."""
     first, _, rest = text.partition("\n")
     return rest if _VERSION_LINE.fullmatch(first) else text  # anything else on it is compared (and differs)
+
+
+def _check_sizes_header(model_dir, model, board) -> None:
+    """include/tinyproto_sizes.h must be what compile wrote for this model and board: a directory in its place was
+    called missing "(the directory predates protocol version 2)", and a link to another file was compiled, the
+    build failing on that file's text."""
+    from tinyproto.core.safe_io import read_text_file
+    from tinyproto.core.render import render_sizes_header
+    from tinyproto.pipeline.compile import rx_ring_of
+
+    path = model_dir.path / "include" / "tinyproto_sizes.h"
+    if not os.path.lexists(path):
+        raise TinyprotoError(f"{path} is missing; run `tinyproto compile` again")
+    on_disk = read_text_file(path, "the generated sizes header", limit=1 << 20)
+    if on_disk != render_sizes_header(model.n_classes, rx_ring_of(model, board)):
+        raise TinyprotoError(f"{path} is not what compile writes for this model (edited after compile?); run "
+                             "`tinyproto compile` again")
 
 
 def _check_header_is_the_model(model_dir, model) -> None:
