@@ -104,6 +104,14 @@ class ModelDir:
     def model_hash(self) -> int:
         return int(self.meta["model_hash"], 16)
 
+    def require_report(self) -> dict:
+        """report.json, for the verbs that record or check figures from it (build, validate, flash): a missing one
+        was read as empty, and validate then blamed build.json ("model_bytes is 330, not report.json's None")."""
+        if not (self.path / "report.json").is_file():
+            raise TinyprotoError(f"{self.path} has no report.json (the compile report); run `tinyproto compile` "
+                                 "again")
+        return self.report
+
     def int_model_json(self) -> dict:
         """model.json's int_model, checked against its recorded sha256 (a damaged or edited one is refused).
         `tinyproto.families.load_int_model` rebuilds the integer model from it."""
