@@ -221,6 +221,27 @@ def test_edited_test_vectors_are_refused_by_every_verb(work, compiled, verb, edi
     refused(args, "test_vectors.npz is damaged or edited", model.parent)
 
 
+@pytest.mark.parametrize("key, change", [("y", lambda a: a + 0.5), ("labels", lambda a: a.astype(np.float64)),
+                                         ("X_raw", lambda a: a.astype(np.int64))])
+def test_test_vectors_of_another_dtype_are_refused_even_rehashed(work, built_models, tmp_path, key, change):
+    """Rewritten with vectors_sha256 recorded anew (as a tool that knows the format would): true labels of 3.5 were
+    validated (exit 0, the device's accuracy computed against labels no class has); each array has its dtype."""
+    import hashlib
+    import shutil
+
+    model = tmp_path / "m"
+    shutil.copytree(built_models("iris", "1kB"), model)
+    path = model / "test_vectors.npz"
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays[key] = change(arrays[key])
+    np.savez(path, **arrays)
+    meta = json.loads((model / "model.json").read_text())
+    meta["vectors_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (model / "model.json").write_text(json.dumps(meta))
+    refused(["validate", str(model), "--sim"], f"its array {key} has shape", tmp_path, own_files_at_root=True)
+
+
 # ---------------------------------------------------------------------------------------------- header and sources
 
 
