@@ -160,16 +160,19 @@ def test_missing_avr_gcc_names_the_apt_packages(tmp_path, monkeypatch):
 
 
 @needs_pio
-def test_a_path_with_a_tab_is_refused_before_platformio_writes_beside_it(tmp_path):
-    """PlatformIO turns a tab of the project's path into a space: it wrote .pio/ into "m x" (another directory,
-    perhaps the user's) and failed with "Nothing to build". Refused in one line, nothing written."""
+@pytest.mark.parametrize("name, said", [("m\tx", r"m\\tx/project: its path holds a tab"),
+                                        ("m  x", r"m  x/project: its path holds 2 spaces in a row")])
+def test_a_path_with_a_tab_is_refused_before_platformio_writes_beside_it(tmp_path, name, said):
+    """PlatformIO turns a tab of the project's path into a space, and two spaces into one: it wrote .pio/ into
+    "m x" (another directory, perhaps the user's) and failed with "Nothing to build". Refused in one line, nothing
+    written."""
     from tinyproto.device.build import build_project
 
-    project = make_project(tmp_path / "m\tx")
-    with pytest.raises(TinyprotoError, match=r"cannot build in .*m\\tx/project: its path holds a tab") as info:
+    project = make_project(tmp_path / name)
+    with pytest.raises(TinyprotoError, match=r"cannot build in .*" + said) as info:
         build_project(project, "uno_sim")
     assert "\n" not in str(info.value)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m\tx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
     assert not (project / ".pio").exists()
 
 
@@ -378,3 +381,22 @@ def test_a_build_removes_the_scons_database_temporary_file_a_stopped_build_left(
     with pytest.raises(TinyprotoError, match="unused_var"):
         build.build_project(project, "uno_sim")
     assert not any(path.exists() for path in leftovers) and kept.read_bytes() == b"half a database"
+
+
+@needs_pio
+def test_a_build_from_a_working_directory_that_was_deleted(compiled, tmp_path):
+    """`cd dir; rm -r ../dir; tinyproto build /abs/model`: PlatformIO, started in the deleted directory, failed with
+    "An unexpected error occurred" (its getcwd()); the tools now start in their scratch directory."""
+    import os
+    import subprocess
+
+    from helpers import ROOT
+
+    model = compiled("iris", "1kB")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    script = f'cd "{gone}" && rmdir "{gone}" && exec "{sys.executable}" -m tinyproto build "{model}"'
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert (model / "build.json").is_file() and not gone.exists()

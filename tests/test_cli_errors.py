@@ -578,4 +578,21 @@ def test_a_full_disk_names_the_file_written_and_what_to_do(tmp_path, monkeypatch
     line = os_error_line(full)
     assert line.endswith("/checkout/firmware/tp_avr.h -> /full/m/lib/tp_avr.h; free some space and run the command "
                          "again"), line
-    assert os_error_line(OSError(errno.EACCES, "Permission denied", "/x")) == "Permission denied: /x"
+    assert os_error_line(OSError(errno.EACCES, "Permission denied", "/x")).startswith("Permission denied: /x;")
+
+
+@pytest.mark.parametrize("code, said", [("EPERM", "check the permissions of /m/.tinyproto and of its directory"),
+                                        ("EACCES", "check the permissions of /m/.tinyproto and of its directory"),
+                                        ("EROFS", "read-only file system: work on a copy")])
+def test_a_directory_tinyproto_may_not_write_says_what_to_do_and_names_the_file_not_its_temporary(code, said):
+    """An immutable model directory said 'Operation not permitted: /m/..tinyproto.t4imcu5k.tmp': the temporary file
+    a JSON file is written through, a name the user never sees, and nothing to do."""
+    import errno
+
+    from tinyproto.cli.main import os_error_line
+
+    number = getattr(errno, code)
+    line = os_error_line(OSError(number, os.strerror(number), "/m/..tinyproto.t4imcu5k.tmp"))
+    assert line.startswith(f"{os.strerror(number)}: /m/.tinyproto;") and said in line and ".tmp" not in line, line
+    named = os_error_line(OSError(number, os.strerror(number), "/m/.validation.json.AbC_1234.tmp"))
+    assert named.startswith(f"{os.strerror(number)}: /m/validation.json;"), named

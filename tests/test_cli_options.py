@@ -64,6 +64,10 @@ FLAG_CASES = {
     "sweep-raw-check-without-device": (["sweep", "iris", "--raw-check", "--device", "none", "--out", "s"],
                                        "--raw-check", 1),
     "build-env-empty": (["build", "{model}", "--env", ""], "empty", 2),
+    # an unset shell variable (--max-bytes "$MAX") was read as no limit; learn --data "" as the built-in default
+    "sweep-max-bytes-empty": (["sweep", "iris", "--device", "none", "--out", "s", "--max-bytes", ""], "empty", 2),
+    "report-max-bytes-empty": (["report", "{model}", "--max-bytes", ""], "empty", 2),
+    "learn-data-empty": (["learn", "{model}", "--data", ""], "empty", 2),
     "board-sim-100000-boards": (["board-sim", "--count", "100000"], "--count", 2),
     "board-sim-no-boards": (["board-sim", "--count", "0"], "--count", 2),
 }

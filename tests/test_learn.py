@@ -395,6 +395,18 @@ def test_learn_checks_the_port_before_building(compiled, work, port):
     assert not (model / "learning").exists(), "the learning firmware was built before the port was checked"
 
 
+@pytest.mark.parametrize("kind", ["directory", "missing"])
+def test_learn_checks_the_test_vectors_before_building(compiled, work, kind):
+    """A damaged test_vectors.npz was refused only after the learning firmware's build, leaving learning/ built."""
+    model = compiled("iris", "1kB", "flynn", learnable=True)
+    vectors = model / "test_vectors.npz"
+    vectors.unlink()
+    if kind == "directory":
+        vectors.mkdir()
+    refused(["learn", str(model), "--sim"], "test_vectors.npz", work)
+    assert not (model / "learning").exists(), "the learning firmware was built before the vectors were checked"
+
+
 @pytest.mark.parametrize("manifest", [False, True])
 def test_a_learned_directory_holding_the_users_files_is_refused_before_learning(compiled, manifest):
     """learn refused it only after the device had learned, when it wrote the learned model, and in words about an

@@ -106,3 +106,16 @@ def test_vectors_that_do_not_fit_the_model_are_refused_under_their_own_name(flyn
         assert len(line.splitlines()) == 1 and "test_vectors.npz is damaged" in line, line
         assert "model.json" in line.split("test_vectors.npz is damaged", 1)[1]  # what it does not fit
         assert "model.json is damaged" not in line, line
+
+
+def test_a_directory_without_its_report_is_refused_by_the_verbs_that_record_its_figures(built_models, tmp_path):
+    """report.json missing was read as empty: build wrote model_bytes null into build.json, and validate then
+    blamed build.json ("model_bytes is 330, not report.json's None; run tinyproto build again", which cannot help)."""
+    from helpers import refused
+
+    m = tmp_path / "m"
+    shutil.copytree(built_models("iris", "1kB"), m)
+    (m / "report.json").unlink()
+    for verb in (["build", str(m)], ["validate", str(m), "--sim"], ["flash", str(m), "--sim"]):
+        line = refused(verb, "has no report.json", tmp_path, own_files_at_root=True)
+        assert "run `tinyproto compile` again" in line, line

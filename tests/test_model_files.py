@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -220,6 +221,27 @@ def test_edited_test_vectors_are_refused_by_every_verb(work, compiled, verb, edi
     refused(args, "test_vectors.npz is damaged or edited", model.parent)
 
 
+@pytest.mark.parametrize("key, change", [("y", lambda a: a + 0.5), ("labels", lambda a: a.astype(np.float64)),
+                                         ("X_raw", lambda a: a.astype(np.int64))])
+def test_test_vectors_of_another_dtype_are_refused_even_rehashed(work, built_models, tmp_path, key, change):
+    """Rewritten with vectors_sha256 recorded anew (as a tool that knows the format would): true labels of 3.5 were
+    validated (exit 0, the device's accuracy computed against labels no class has); each array has its dtype."""
+    import hashlib
+    import shutil
+
+    model = tmp_path / "m"
+    shutil.copytree(built_models("iris", "1kB"), model)
+    path = model / "test_vectors.npz"
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays[key] = change(arrays[key])
+    np.savez(path, **arrays)
+    meta = json.loads((model / "model.json").read_text())
+    meta["vectors_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (model / "model.json").write_text(json.dumps(meta))
+    refused(["validate", str(model), "--sim"], f"its array {key} has shape", tmp_path, own_files_at_root=True)
+
+
 # ---------------------------------------------------------------------------------------------- header and sources
 
 
@@ -232,6 +254,7 @@ def _bump_first_array_value(text: str) -> str:
 
 
 HEADER = "include/tinyproto_model.h"
+SIZES = "include/tinyproto_sizes.h"
 
 
 BUILD_DAMAGE = {
@@ -248,6 +271,14 @@ BUILD_DAMAGE = {
                      "tp_input.c"),
     "ini-devzero": (lambda m: ((m / "platformio.ini").unlink(), (m / "platformio.ini").symlink_to("/dev/zero")),
                     "platformio.ini"),
+    # the sizes header was checked only for being a file: a directory there was "missing (the directory predates
+    # protocol version 2)", and a link to another file, or a size edited, went to the compiler
+    "sizes-directory": (lambda m: ((m / SIZES).unlink(), (m / SIZES).mkdir()), "sizes.h is not a regular file"),
+    "sizes-link-to-a-user-file": (lambda m: ((m / SIZES).unlink(), (m.parent / "notes.txt").write_text("mine\n"),
+                                             (m / SIZES).symlink_to(m.parent / "notes.txt")),
+                                  "not what compile writes"),
+    "sizes-ring-edited": (lambda m: (m / SIZES).write_text(re.sub(r"(#define TP_RX_RING )\d+", r"\g<1>8",
+                                                                  (m / SIZES).read_text())), "not what compile writes"),
 }
 
 

@@ -117,6 +117,18 @@ def test_a_special_file_in_place_of_a_sweep_file_is_refused_without_blocking(swe
     refused(["report", str(swept)], name, swept.parent)
 
 
+@pytest.mark.parametrize("key", ["energy_mj_board", "latency_ms_mean", "stack_peak_bytes"])
+def test_a_validation_summary_without_a_figure_it_may_leave_null_is_reported(built_models, tmp_path, key):
+    """These figures are null when the device's cycle counts are not plausible (or before a vector was measured):
+    the key missing was an internal error in report (KeyError: 'energy_mj_board'), the page now shows no figure."""
+    model = tmp_path / "m"
+    shutil.copytree(built_models("iris", "1kB"), model)
+    summary = json.loads((model / "validation.json").read_text())
+    del summary[key]
+    (model / "validation.json").write_text(json.dumps(summary))
+    accepted(["report", str(model)])
+
+
 @pytest.mark.parametrize("name, key, value", [
     ("validation.json", "device_accuracy", "x"), ("validation.json", "cycles_mean", float("nan")),
     ("validation.json", "latency_ms_mean", [1]), ("validation.json", "n_vectors", 10**400),
@@ -194,3 +206,20 @@ def test_build_never_writes_through_a_planted_pio_link(compiled, work):
     os.symlink(elsewhere, model / ".pio")
     refused(["build", str(model)], ".pio", model.parent)
     assert not any(elsewhere.iterdir())
+
+
+def test_a_journal_that_cannot_be_opened_says_why(tmp_path):
+    """Any failure to open the journal said "tinyproto writes only regular files it made", true only of a link
+    planted at its name: a directory nobody may write (chattr +i, a read-only mount) got the same words."""
+    import errno
+
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.pipeline.journal import _open_own
+
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(TinyprotoError, match="is a symbolic link; tinyproto writes only regular files it made"):
+        _open_own(tmp_path / "link", os.O_WRONLY | os.O_CREAT)
+    assert not (tmp_path / "elsewhere").exists()
+    with pytest.raises(TinyprotoError) as info:
+        _open_own(tmp_path / "no" / "dir" / "j.jsonl", os.O_WRONLY | os.O_CREAT)
+    assert os.strerror(errno.ENOENT) in str(info.value) and "regular files" not in str(info.value)

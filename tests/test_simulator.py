@@ -317,3 +317,16 @@ def test_a_cache_that_is_not_a_directory_is_one_line_naming_the_variable(built_m
         line = refused(verb, f"{variable}={value}", tmp_path, own_files_at_root=True)
         assert "is not a directory" in line and "point TINYPROTO_CACHE at a directory" in line, line
     assert (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_a_home_where_the_cache_cannot_be_made_is_one_line_saying_what_to_do(built_models, monkeypatch, tmp_path):
+    """HOME=/proc (a home nobody may write, even root) said only "No such file or directory: /proc/.cache"."""
+    from helpers import refused
+
+    model = built_models("iris", "1kB")
+    for variable in ("TINYPROTO_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", "/proc")
+    for verb in (["build", str(model)], ["validate", str(model), "--sim"]):
+        line = refused(verb, "/proc/.cache/tinyproto", tmp_path, own_files_at_root=True)
+        assert "cannot create" in line and "point TINYPROTO_CACHE at a directory you can write" in line, line

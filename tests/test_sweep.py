@@ -88,6 +88,7 @@ def test_sweep_refuses_foreign_and_model_directories(tmp_path, compiled):
         sweep("iris", model_dir, SweepOptions(**GRID))
     with pytest.raises(TinyprotoError, match="nothing to resume"):
         sweep("iris", tmp_path / "new", SweepOptions(resume=True, **GRID))
+    assert not (tmp_path / "new").exists()  # the refusal left no directory holding only its lock file
 
 
 def test_results_survive_a_kill_and_resume_gives_the_same_set(tmp_path):

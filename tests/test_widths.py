@@ -94,5 +94,4 @@ def test_a_model_directory_without_the_sizes_header_is_refused_in_one_line(compi
     built = cli("build", str(model_dir))
     assert built.returncode != 0
     assert built.stderr.strip().splitlines() == [
-        f"error: {model_dir}/include/tinyproto_sizes.h is missing (the directory predates protocol version 2); "
-        "run `tinyproto compile` again"]
+        f"error: {model_dir}/include/tinyproto_sizes.h is missing; run `tinyproto compile` again"]

@@ -11,10 +11,16 @@ Timer1 figure, summed over a vector's chunks for a streaming family. Every score
 reference. Prints one row per shape (predicted, measured, error %) and per family the largest |error| and the
 share of shapes within 3 % (COST_MODEL_TOLERANCE, the headroom --max-latency keeps).
 
+The cost model predicts the mean over random inputs; the benchmark estimates that mean from random vectors: 32,
+and more where their cycles spread so widely that the mean of 32 is not within SE_TARGET (0.5 %) of the
+expectation by its standard error (a FlyNN heap of ties among few hash inputs: one vector's cycles can differ by
+20 %), up to MAX_VECTORS. Each row prints the vectors run and the measured mean's standard error in %.
+
     nice -n 10 python tools/bench_costmodel.py --shapes 200 --cache build/costmodel-bench.json
     python tools/bench_costmodel.py --shapes 12             # a quick run
     python tools/bench_costmodel.py --families flynn --shapes 40 --seed 3
     python tools/bench_costmodel.py --shapes 40 --widths 784 9000   # images, sensor windows of 3 x 3,000 samples
+    python tools/bench_costmodel.py --shapes 200 --seed 7302 --only flynn-057   # one shape of a draw, alone
 
 Measurements are cached (--cache, keyed by each shape, its board and the runtime sources' digest), so a refit of
 the constants re-prints the table without rebuilding; a change to firmware/ re-measures. Builds call avr-gcc
@@ -46,8 +52,11 @@ from tinyproto.core.wire import n_chunks  # noqa: E402
 
 BOARDS = ("uno", "pro_mini_3v3")  # 16 MHz and 8 MHz
 FAMILIES = ("protonn", "flynn", "bnc", "bloom")
-N_VECTORS = 32  # random int8 vectors per shape; the cost model predicts their mean (FlyNN's top-rho heap is
+N_VECTORS = 32  # random int8 vectors per shape at least; the cost model predicts their mean (FlyNN's top-rho heap is
 # data-dependent: one vector's cycles spread by up to ~5 % around it, so 4 vectors left a shape's mean ~2.5 % noisy)
+SE_TARGET = 0.005  # more vectors while the measured mean's standard error is above this share of it ...
+MAX_VECTORS = 1024  # ... up to this many (seed 7302's flynn-057, five hash inputs: sd 10.7 % of the mean, so the
+# mean of its 32 vectors was 3.1 standard errors, 5.3 %, below the mean of 2,048: about 460 vectors make it 0.5 %)
 MARK_START, MARK_CALIBRATE = 1, 17
 
 
@@ -283,12 +292,33 @@ def marker_cycles(markers: list[tuple[int, int]], per_vector: int) -> list[int]:
     return [sum(spans[k : k + per_vector]) for k in range(0, len(spans) - per_vector + 1, per_vector)]
 
 
-def measure(shape: dict, workdir: Path) -> dict:
+def shape_vectors(shape: dict, n: int) -> np.ndarray:
+    """The shape's first n random int8 vectors (any n: a longer draw starts with the shorter one's vectors)."""
+    rng = np.random.default_rng(shape["xseed"])
+    return rng.integers(-127, 128, size=(n, shape["model"].n_features)).astype(np.int8)
+
+
+def measure(shape: dict, workdir: Path, start: int = 0, stop: int = N_VECTORS) -> dict:
+    """Cycles (markers and Timer1) of the shape's vectors start .. stop - 1 on the simulated board."""
     model = shape["model"]
-    xq = np.random.default_rng(shape["xseed"]).integers(-127, 128, size=(N_VECTORS, model.n_features)).astype(np.int8)
     elf = build(model, workdir, shape["board"])
-    cycles, timer1 = measure_elf(elf, model, xq, shape["name"], shape["board"])
+    cycles, timer1 = measure_elf(elf, model, shape_vectors(shape, stop)[start:], shape["name"], shape["board"])
     return {"cycles": cycles, "timer1": timer1}
+
+
+def standard_error(cycles) -> float:
+    """The standard error of the mean of these per-vector cycles, as a share of the mean."""
+    c = np.asarray(cycles, dtype=float)
+    return float(c.std(ddof=1) / math.sqrt(c.size) / c.mean()) if c.size > 1 and c.mean() > 0 else 0.0
+
+
+def vectors_needed(cycles) -> int:
+    """How many vectors bring the mean's standard error to SE_TARGET, as far as these cycles' spread tells (at
+    least those run, at most MAX_VECTORS)."""
+    n = len(cycles)
+    if standard_error(cycles) <= SE_TARGET:
+        return n
+    return min(MAX_VECTORS, max(n, math.ceil(n * (standard_error(cycles) / SE_TARGET) ** 2)))
 
 
 def measure_elf(elf: Path, model, xq: np.ndarray, name: str = "",
@@ -349,6 +379,8 @@ def main() -> None:
     parser.add_argument("--boards", nargs="+", default=list(BOARDS), choices=BOARDS)
     parser.add_argument("--widths", type=int, nargs=2, default=list(WIDTHS), metavar=("MIN", "MAX"),
                         help="input widths to draw from, log-uniform (default 4 784)")
+    parser.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                        help="measure only these shapes of the draw (e.g. flynn-057: the draw is the same)")
     parser.add_argument("--cache", type=Path, default=None, help="JSON file of measurements to reuse and extend")
     parser.add_argument("--json", type=Path, default=None, help="write every row as JSON")
     args = parser.parse_args()
@@ -359,36 +391,49 @@ def main() -> None:
     digest = runtime_digest()
     cache = json.loads(args.cache.read_text()) if args.cache is not None and args.cache.exists() else {}
     shapes = draw_shapes(args.shapes, args.seed, args.families, args.boards, tuple(args.widths))
+    if args.only is not None:
+        unknown = sorted(set(args.only) - {shape["name"] for shape in shapes})
+        if unknown:
+            parser.error(f"--only: no shape {', '.join(unknown)} in this draw")
+        shapes = [shape for shape in shapes if shape["name"] in args.only]
     judge = judge_stages(shapes, digest, cache, args.cache)
-    print(f"{len(shapes)} shapes (seed {args.seed}, {args.widths[0]}..{args.widths[1]} features), {N_VECTORS} random "
-          f"vectors each, runtime {digest}")
+    print(f"{len(shapes)} shapes (seed {args.seed}, {args.widths[0]}..{args.widths[1]} features), {N_VECTORS} to "
+          f"{MAX_VECTORS} random vectors each (se: the measured mean's standard error), runtime {digest}")
     print("measured: the timed call less the device app's judge stage (tp_judge, not the family's code): "
           + ", ".join(f"{'streamed' if s else 'buffered'} {c} cycles" for s, c in sorted(judge.items())))
     head = (f"{'shape':<12}{'board':<13}{'d':>5}  {'layout':<18}{'size':<26}{'measured':>10}{'predicted':>10}"
-            f"{'err %':>8}")
+            f"{'err %':>8}{'n':>6}{'se %':>6}")
     print(head)
     print("-" * len(head))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for shape in shapes:
             key = f"{digest}:{shape_key(shape)}"
+            runs = len(cache[key]["cycles"]) if key in cache else 0
             if key not in cache:
                 started = time.perf_counter()
                 cache[key] = measure(shape, Path(tmp) / shape["name"])
                 cache[key]["seconds"] = round(time.perf_counter() - started, 1)
-                if args.cache is not None:
-                    args.cache.parent.mkdir(parents=True, exist_ok=True)
-                    args.cache.write_text(json.dumps(cache, indent=0))
+            while len(cache[key]["cycles"]) < vectors_needed(cache[key]["cycles"]):  # a wide spread: more vectors
+                started, have = time.perf_counter(), len(cache[key]["cycles"])
+                more = measure(shape, Path(tmp) / f"{shape['name']}-more", have, vectors_needed(cache[key]["cycles"]))
+                for name in ("cycles", "timer1"):
+                    cache[key][name] = cache[key][name] + more[name]
+                cache[key]["seconds"] = round(cache[key].get("seconds", 0) + time.perf_counter() - started, 1)
+            if args.cache is not None and len(cache[key]["cycles"]) != runs:
+                args.cache.parent.mkdir(parents=True, exist_ok=True)
+                args.cache.write_text(json.dumps(cache, indent=0))
             measured = float(np.mean(cache[key]["cycles"])) - judge[streams_of(shape["model"])]
             predicted = float(families.family_of(shape["model"]).predict_cycles(shape["model"])["total"])
             error = 100 * (predicted - measured) / measured
             size = " ".join(f"{k}={shape[k]}" for k in ("D", "r", "m", "s", "rho", "bits", "L") if k in shape)
+            n, se = len(cache[key]["cycles"]), 100 * standard_error(cache[key]["cycles"])
             rows.append({"name": shape["name"], "family": shape["family"], "board": shape["board"], "d": shape["d"],
                          "layout": shape["layout"], "size": size, "measured": measured, "predicted": predicted,
-                         "error_pct": error})
+                         "error_pct": error, "vectors": n, "se_pct": se})
             flag = "" if abs(error) <= 100 * COST_MODEL_TOLERANCE else "  <-- outside"
             print(f"{shape['name']:<12}{shape['board']:<13}{shape['d']:>5}  {shape['layout']:<18}{size:<26}"
-                  f"{measured:>10.0f}{predicted:>10.0f}{error:>+8.2f}{flag}", flush=True)
+                  f"{measured:>10.0f}{predicted:>10.0f}{error:>+8.2f}{n:>6}{se:>6.2f}{flag}", flush=True)
     print_summary(rows)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))

@@ -49,7 +49,7 @@ def print_learn_report(console, s: dict, model_dir: Path) -> None:
 
 @click.command("learn")
 @click.argument("model_dir", type=MODEL_DIR)
-@click.option("--data", default=None,
+@click.option("--data", default=None, callback=not_blank,
               help="Data to learn (built-in name, CSV or .npz with the model's features); its training split is "
                    "streamed. Default: the built-in data set the model was compiled on.")
 @label_option

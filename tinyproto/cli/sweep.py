@@ -48,7 +48,7 @@ from tinyproto.pipeline.sweep_files import RESULTS
 @unknown_rate_option
 @clip_check_option
 @holdout_classes_option
-@click.option("--max-bytes", default=None, help="For the recommendation: largest model, e.g. 2kB.")
+@click.option("--max-bytes", default=None, callback=not_blank, help="For the recommendation: largest model, e.g. 2kB.")
 @click.option("--max-ms", type=float, default=None, help="For the recommendation: longest latency in ms.")
 def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str, device: str, raw_check: bool,
                   scheduler: str | None, workers: int | None, out: Path, resume: bool, label: str | None,
@@ -119,7 +119,7 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
 
 @click.command("report")
 @click.argument("directory", type=TextPath(path_type=Path, file_okay=False))
-@click.option("--max-bytes", default=None, help="For the recommendation: largest model, e.g. 2kB.")
+@click.option("--max-bytes", default=None, callback=not_blank, help="For the recommendation: largest model, e.g. 2kB.")
 @click.option("--max-ms", type=float, default=None, help="For the recommendation: longest latency per inference, ms.")
 def report_command(directory: Path, max_bytes: str | None, max_ms: float | None) -> None:
     """Draw the figures of DIRECTORY (a `tinyproto sweep` directory or one model directory) into a

@@ -26,8 +26,30 @@ def os_error_line(exc: OSError) -> str:
     says what to do."""
     import errno
 
-    where = f": {exc.filename}" if exc.filename else ""
-    if exc.filename and exc.filename2:
-        where = f": {exc.filename} -> {exc.filename2}"
-    hint = "; free some space and run the command again" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    first, second = _shown(exc.filename), _shown(exc.filename2)
+    where = f": {first}" if first else ""
+    if first and second:
+        where = f": {first} -> {second}"
+    hint = ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "; free some space and run the command again"
+    elif exc.errno == errno.EROFS:
+        hint = "; it is on a read-only file system: work on a copy in a directory you can write"
+    elif exc.errno in (errno.EACCES, errno.EPERM) and first:
+        # an immutable or read-only directory said only "Operation not permitted: DIR/..tinyproto.t4imcu5k.tmp"
+        hint = f"; check the permissions of {first} and of its directory, or work on a copy in one you can write"
     return f"{exc.strerror or exc}{where}{hint}"
+
+
+def _shown(filename) -> str | None:
+    """A file name as the user knows it: a temporary file tinyproto writes a JSON file through
+    (DIR/.validation.json.XXXXXXXX.tmp) is named as the file it becomes (DIR/validation.json)."""
+    import os
+    import re
+
+    if filename is None:
+        return None
+    text = os.fsdecode(filename) if isinstance(filename, bytes) else str(filename)
+    head, name = os.path.split(text)
+    temp = re.fullmatch(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp", name)
+    return os.path.join(head, temp.group(1)) if temp else text

@@ -119,10 +119,13 @@ def firmware_sizes(elf: Path) -> FirmwareSizes:
 
 
 def _build_with_platformio(project_dir: Path, env: str, progress: Progress | None) -> tuple[Path, str]:
-    if "\t" in str(project_dir):  # PlatformIO reads a tab as a space: it built in (and wrote) another directory
+    # PlatformIO reads a tab as a space and a run of spaces as one: it built in (and wrote) another directory
+    run = re.search(r"\t|  +", str(project_dir))
+    if run:
         shown = str(project_dir).replace("\t", "\\t")
-        raise TinyprotoError(f"PlatformIO cannot build in {shown}: its path holds a tab, which PlatformIO turns into "
-                             "a space (it would write to another directory); rename the directory")
+        what = "a tab" if "\t" in run.group() else f"{len(run.group())} spaces in a row"
+        raise TinyprotoError(f"PlatformIO cannot build in {shown}: its path holds {what}, which PlatformIO turns into "
+                             "one space (it would write to another directory); rename the directory")
     core = prepare_pio_core()
     command = [sys.executable, "-m", "platformio", "run", "-e", env, "-d", str(project_dir)]
     _say(progress, f"PlatformIO: pio run -e {env}")

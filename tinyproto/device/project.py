@@ -145,6 +145,8 @@ def _run(command: list[str], timeout: float | None = None, **kwargs) -> subproce
     env = dict(kwargs.pop("env", None) or os.environ)
     with private_scratch("tinyproto-tool-") as scratch:
         env["TMPDIR"] = str(scratch)
+        if "cwd" not in kwargs and not _cwd_exists():  # PlatformIO failed with "An unexpected error occurred"
+            kwargs["cwd"] = scratch  # the command names its files by absolute paths (a relative one could not be)
         with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               encoding="utf-8", errors="replace", process_group=0, env=env, **kwargs) as process:
             try:
@@ -153,6 +155,15 @@ def _run(command: list[str], timeout: float | None = None, **kwargs) -> subproce
                 _end_group(process)
                 raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _cwd_exists() -> bool:
+    """False when the working directory was deleted under us (a tool's own getcwd() then fails)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _end_group(process: subprocess.Popen) -> None:

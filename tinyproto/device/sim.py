@@ -110,6 +110,11 @@ def _usable_cache(path: Path, chosen_by: str) -> Path:
                 raise TinyprotoError(f"{chosen_by}: {path} is not a directory{what}; tinyproto keeps its simulator "
                                      "and PlatformIO home there: point TINYPROTO_CACHE at a directory")
             break
+    try:  # a home nobody may write (HOME=/proc, a read-only mount) said only "No such file or directory: /proc/.cache"
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TinyprotoError(f"{chosen_by}: cannot create {path} ({exc.strerror}); tinyproto keeps its simulator and "
+                             "PlatformIO home there: point TINYPROTO_CACHE at a directory you can write") from None
     return path
 
 

@@ -5,8 +5,8 @@ Layer: pipeline."""
 
 from __future__ import annotations
 
+import os
 import re
-
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
@@ -36,14 +36,13 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
     board = load_board(model_dir.meta.get("board", "uno"))
     model = families.load_int_model(model_dir)  # refuses an edited or damaged model.json before any build
     check_project_files(model_dir.path)
+    model_dir.require_report()  # build.json records its model_bytes, which validate checks
     _check_header_is_the_model(model_dir, model)
     built_hash = header_model_hash(model_dir.path)
     if built_hash != model_dir.meta["model_hash"]:
         raise TinyprotoError(f"{model_dir.path}/include/tinyproto_model.h does not hold the model of model.json "
                              f"({built_hash} vs {model_dir.meta['model_hash']}); run `tinyproto compile` again")
-    if not (model_dir.path / "include" / "tinyproto_sizes.h").is_file():  # compiled before streamed frames
-        raise TinyprotoError(f"{model_dir.path}/include/tinyproto_sizes.h is missing (the directory predates "
-                             f"protocol version 2); run `tinyproto compile` again")
+    _check_sizes_header(model_dir, model)
     from tinyproto.device.build import resolve_env
 
     from tinyproto.device.project import project_baud, project_rx_ring
@@ -91,6 +90,30 @@ def _header_body(text: str) -> str:
     The rest of the banner is compared too: a line put there is compiled like any other (a #define, an #include)."""
     first, _, rest = text.partition("\n")
     return rest if _VERSION_LINE.fullmatch(first) else text  # anything else on it is compared (and differs)
+
+
+def _check_sizes_header(model_dir, model) -> None:
+    """include/tinyproto_sizes.h must be what compile wrote for this model: a directory in its place was
+    called missing "(the directory predates protocol version 2)", and a link to another file was compiled, the
+    build failing on that file's text."""
+    from tinyproto.core.safe_io import read_text_file
+    from tinyproto.core.render import render_sizes_header
+
+    path = model_dir.path / "include" / "tinyproto_sizes.h"
+    if not os.path.lexists(path):
+        raise TinyprotoError(f"{path} is missing; run `tinyproto compile` again")
+    on_disk = read_text_file(path, "the generated sizes header", limit=1 << 20)
+    ring = _RING_DEFINE.search(on_disk)
+    try:  # the ring compile chose (it follows the SRAM the model leaves free), any size the firmware accepts
+        expected = render_sizes_header(model.n_classes, int(ring.group(1))) if ring else None
+    except ValueError:
+        expected = None
+    if on_disk != expected:
+        raise TinyprotoError(f"{path} is not what compile writes for this model (edited after compile?); run "
+                             "`tinyproto compile` again")
+
+
+_RING_DEFINE = re.compile(r"^#define TP_RX_RING ([0-9]{1,5})u$", re.MULTILINE)
 
 
 def _check_header_is_the_model(model_dir, model) -> None:

@@ -158,7 +158,7 @@ def _display(c: dict) -> dict:
             "float_pct": _pct(c["float_accuracy"]), "int8_pct": _pct(c["int8_accuracy"]),
             "device_pct": _pct(c["device_accuracy"]),
             "latency": f"{c['latency_ms']:.2f}" + ("" if c["measured"] else " (pred.)"),
-            "energy": f"{c['energy_mj']:.3f}"}
+            "energy": "-" if c["energy_mj"] is None else f"{c['energy_mj']:.3f}"}  # none: no plausible figure
 
 
 def _png_size(png: bytes) -> tuple[int, int]:

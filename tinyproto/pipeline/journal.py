@@ -6,13 +6,14 @@ validating it. Layer: pipeline."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 import time
 from pathlib import Path
 
-from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.errors import TinyprotoError, os_error_line
 
 JOURNAL = "validation.jsonl"
 JOURNAL_NEW = ".validation.jsonl.new"
@@ -113,8 +114,10 @@ def _open_own(path: Path, flags: int):
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise TinyprotoError(f"cannot open {path}: {exc.strerror}; "
-                             "tinyproto writes only regular files it made") from None
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a link planted at the journal's name
+            raise TinyprotoError(f"cannot open {path}: it is a symbolic link; tinyproto writes only regular files "
+                                 "it made: move it away") from None
+        raise TinyprotoError(f"cannot open the journal: {os_error_line(exc)}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise TinyprotoError(f"{path} is not a regular file; move it away")

@@ -320,8 +320,8 @@ def load_single(path: Path) -> ReportInput:
                                  f"changed since the build): {problem}; run `tinyproto build {path}` again")
     device = None
     if validation is not None and validation.get("n_vectors"):
-        device = {"accuracy": validation["device_accuracy"], "latency_ms": validation["latency_ms_mean"],
-                  "energy_mj_board": validation["energy_mj_board"], "cycles_mean": validation["cycles_mean"],
+        device = {"accuracy": validation["device_accuracy"], "latency_ms": validation.get("latency_ms_mean"),
+                  "energy_mj_board": validation.get("energy_mj_board"), "cycles_mean": validation["cycles_mean"],
                   "label_agreement": validation["label_agreement"], "score_agreement": validation["score_agreement"]}
     record = {
         "id": path.name, "model": report["model"], "budget_bytes": report["budget_bytes"], "seed": report["seed"],
@@ -486,7 +486,8 @@ def print_summary(console, data: ReportInput, max_bytes: int | None = None, max_
         table.add_row(c["model"] + (f" ({c['board']})" if boards > 1 else ""), kb(c["budget_bytes"]),
                       f"{c['model_bytes']:.0f}", _pct(c["accuracy"]), _pct(c["float_accuracy"]),
                       _pct(c["int8_accuracy"]), _pct(c["device_accuracy"]),
-                      f"{c['latency_ms']:.2f}" + ("" if c["measured"] else "*"), f"{c['energy_mj']:.3f}",
+                      f"{c['latency_ms']:.2f}" + ("" if c["measured"] else "*"),
+                      "-" if c["energy_mj"] is None else f"{c['energy_mj']:.3f}",  # none: no plausible figure
                       *(JUDGED_COLUMNS[key][1](c[key]) for key in judged))
     table.caption = ("accuracy: the device's where validated, else the host int8 reference's; ms and mJ per inference"
                      + ("" if measured else "; * predicted by the cost model")

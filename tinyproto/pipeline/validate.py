@@ -73,6 +73,7 @@ def load_build_info(model_dir: ModelDir) -> BuildInfo:
     if not path.exists():
         raise TinyprotoError(f"{model_dir.path} has no firmware yet; run `tinyproto build {model_dir.path}` first")
     raw = read_json(path, "the build record")
+    model_dir.require_report()
     elf = _inside(model_dir, raw.get("elf"), "elf")
     hex_path = _inside(model_dir, raw.get("hex"), "hex")
     sizes = [raw.get(k) for k in ("flash_bytes", "sram_static_bytes")]

@@ -341,39 +341,66 @@ class WalkCounts:
     def m_max(self) -> int:
         return int(self.pattern_proposals.size - 1)
 
-    def heap_work(self, m: int, rho: int) -> tuple[np.ndarray, np.ndarray]:
+    def _replay(self, rho: int, noisy: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """simulated_heap over these rows: on heap_trials(rho) vectors (or the given ones: use_heap_work), or on
+        HEAP_TRIALS_NOISY (noisy)."""
+        key = ("noisy", rho) if noisy else rho
+        if key not in self._sifts:
+            self._sifts[key] = simulated_heap(self.indices, self.n_features, self.n_inputs, rho,
+                                              trials=HEAP_TRIALS_NOISY if noisy else None)
+        return self._sifts[key]
+
+    def heap_work(self, m: int, rho: int, noisy: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(replacements, heapify): the sift steps (SIFT_STATS) of the top-rho heap over the first m rows, replayed
         on random inputs over these very rows (simulated_heap): rows of a seeded block are rotations of one
-        pattern, so they are not in random order, and repeated rows tie (a tie never enters)."""
+        pattern, so they are not in random order, and repeated rows tie (a tie never enters). noisy: the replay of
+        HEAP_TRIALS_NOISY vectors."""
         m = min(m, self.m_max)
         if m < rho:
             return np.zeros(len(SIFT_STATS)), np.zeros(len(SIFT_STATS))
-        if rho not in self._sifts:
-            self._sifts[rho] = simulated_heap(self.indices, self.n_features, self.n_inputs, rho)
-        replaced, heapified, _ = self._sifts[rho]
+        replaced, heapified, _ = self._replay(rho, noisy)
         return replaced[m], heapified
 
-    def offer_patterns(self, m: int, rho: int) -> tuple[dict[str, float], dict[str, float]]:
+    def offer_patterns(self, m: int, rho: int, noisy: bool = False) -> tuple[dict[str, float], dict[str, float]]:
         """The outcome tuples (SEEDED_OFFER_PATTERNS) of the groups of the first m rows before the last, and of the
         last (its rows past m S: their sums are cleared), as mean counts over the heap replay's vectors."""
         m = min(m, self.m_max)
         if m < rho:
             return {}, {}
-        self.heap_work(m, rho)
-        codes = self._sifts[rho][2]
-        if ("offers", rho) not in self._sifts:  # per group, the codes' counts over the vectors, cumulative
+        codes = self._replay(rho, noisy)[2]
+        key = ("offers", noisy, rho)
+        if key not in self._sifts:  # per group, the codes' counts over the vectors, cumulative
             trials, groups = codes.shape
             flat = (codes + 4**GROUP_ROWS * np.arange(groups)[None, :]).ravel()
             per_group = np.bincount(flat, minlength=groups * 4**GROUP_ROWS).reshape(groups, 4**GROUP_ROWS)
-            self._sifts[("offers", rho)] = np.vstack([np.zeros(4**GROUP_ROWS), np.cumsum(per_group, axis=0)]) / trials
+            self._sifts[key] = np.vstack([np.zeros(4**GROUP_ROWS), np.cumsum(per_group, axis=0)]) / trials
         last = -(-m // GROUP_ROWS) - 1
         tail = np.bincount(codes[:, last] % 4 ** (m - GROUP_ROWS * last), minlength=4**GROUP_ROWS) / len(codes)
-        return _patterns_of(self._sifts[("offers", rho)][last]), _patterns_of(tail)
+        return _patterns_of(self._sifts[key][last]), _patterns_of(tail)
+
+    def replay_noise(self, m: int, rho: int) -> float:
+        """The standard error of the heap replay's mean replacements among the first m rows: its vectors' spread
+        over the square root of their number (0 where the vectors were given: use_heap_work). A function of the
+        first m rows and rho alone, like the replay, so that a prefix of M's rows (the solver's ExactCycles) and
+        the chosen model decide alike."""
+        m = min(m, self.m_max)
+        if m < rho or ("given", rho) in self._sifts:
+            return 0.0
+        key = ("replaced", rho)
+        if key not in self._sifts:  # per vector, the rows replaced among the first m, for every m
+            codes = self._replay(rho)[2]
+            digits = (codes[:, :, None] // 4 ** np.arange(GROUP_ROWS)) % 4
+            taken = (digits == OFFER_OUTCOMES.index("R")).reshape(len(codes), -1)
+            self._sifts[key] = np.hstack([np.zeros((len(codes), 1)), np.cumsum(taken, axis=1)])
+        replaced = self._sifts[key][:, m]
+        return float(replaced.std(ddof=1) / math.sqrt(replaced.size)) if replaced.size > 1 else 0.0
 
     def use_heap_work(self, rho: int, sifts: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
         """Price the top-rho heap by these sift steps (simulated_heap on given inputs) instead of random ones."""
         self._sifts[rho] = sifts
-        self._sifts.pop(("offers", rho), None)
+        self._sifts[("given", rho)] = True
+        for key in [k for k in self._sifts if isinstance(k, tuple) and k[-1] == rho and k[0] != "given"]:
+            del self._sifts[key]
 
     def replacements(self, m: int, rho: int) -> float:
         return float(self.heap_work(m, rho)[0][0])
@@ -403,6 +430,8 @@ def expected_heap_replacements(m: int, rho: int) -> float:
 
 HEAP_TRIALS = 64  # random input vectors the heap is replayed on at least (their mean is the prediction)
 HEAP_TRIALS_SMALL = 128  # ... for a heap of 16 winners or fewer
+HEAP_TRIALS_NOISY = 1024  # ... where those leave the replay's mean noisy (HEAP_NOISE)
+HEAP_NOISE = 0.01  # the largest standard error of the replay's mean, as a share of the predicted cycles
 
 
 def heap_trials(rho: int) -> int:
@@ -414,7 +443,8 @@ def heap_trials(rho: int) -> int:
     7001 to 7003, 7101 and 7102 64 vectors are within 2.55 % of the mean over 2,048 (6 beyond 1 %), 128 within 1.56 %
     (3), 256 within 1.14 % (1); 128 take compile wine --model flynn --budget 2kB from 4.6 to 5.0 s of CPU. It
     depends on rho alone, so that the replay of a prefix of M's rows (the solver's ExactCycles) gives the very figure
-    the chosen model's own replay gives."""
+    the chosen model's own replay gives. Where the replay's own vectors spread too widely for its mean
+    (WalkCounts.replay_noise), cost_terms replays HEAP_TRIALS_NOISY vectors instead."""
     return HEAP_TRIALS_SMALL if rho <= 16 else max(HEAP_TRIALS, 512 // max(int(rho), 1))
 
 
@@ -451,11 +481,13 @@ def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int
     outcome = np.zeros((trials, groups * GROUP_ROWS), dtype=np.int64)  # S
     outcome[:, :rho] = OFFER_OUTCOMES.index("A")
     outcome[:, rho - 1] = OFFER_OUTCOMES.index("H")
+    top = P[:, rho:].max(axis=1, initial=0)  # no row enters once the floor is at the largest sum after the first rho
     for t in range(trials):
         heap = keys[t, :rho].tolist()
         _heapify(heap, heapified)
         row, floor = rho, heap[0] >> 16
-        while row < m_max:  # the floor only rises: a row not above it at a chunk's start never enters in the chunk
+        while row < m_max and floor < top[t]:  # the floor only rises: a row not above it at a chunk's start never
+            # enters in the chunk
             stop = min(m_max, row + 256)
             for j in (row + np.nonzero(P[t, row:stop] > floor)[0]).tolist():
                 if P[t, j] > floor:
@@ -573,9 +605,32 @@ class GeneratorTotals:
 
 def cost_terms(counts: WalkCounts, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> dict[str, float]:
     """How many times each costed unit of work runs in one FlyNN inference of the first m rows of `counts`' M
-    (heap replacements: expected). The one source of both predict_cycles and the solver's ExactCycles."""
-    sifts, heapify = counts.heap_work(m, rho)
-    offers = counts.offer_patterns(m, rho) if not store_M and counts.n_inputs <= WIDE_INPUTS else None
+    (heap replacements: their mean over random vectors). The one source of both predict_cycles and the solver's
+    ExactCycles. Where the replay's mean is noisy (its vectors' replacements spread so widely that their standard
+    error, at a replacement's cycles, is above HEAP_NOISE of the total), the replay of HEAP_TRIALS_NOISY vectors:
+    seed 7302's flynn-057 of tools/bench_costmodel.py (a seeded M of s = 2 over 5 inputs, rho = 32: ten distinct
+    rows, whose ties make one vector's cycles about 56,400 or 68,000) was 1.3 % noisy on 64 vectors."""
+    terms = _replayed_terms(counts, m, rho, bits, n_classes, store_M, False)
+    noise = counts.replay_noise(m, rho)
+    if noise and noise * replacement_cycles(terms) > HEAP_NOISE * total_cycles(terms):
+        terms = _replayed_terms(counts, m, rho, bits, n_classes, store_M, True)
+    return terms
+
+
+def replacement_cycles(terms: dict[str, float]) -> float:
+    """A heap replacement's mean cycles in these terms: its sift (the replay's steps; the heap's build aside) and
+    the call's (heap_call_seeded's)."""
+    calls = terms["sift"] - terms["heapify"]
+    if calls <= 0:
+        return 0.0
+    sift = sum(terms[name] * FLY_CYCLES[name] for name in FLY_STAGES["top_rho"] if name.startswith("sift"))
+    return sift / terms["sift"] + FLY_CYCLES["heap_call_seeded"]
+
+
+def _replayed_terms(counts: WalkCounts, m: int, rho: int, bits: int, n_classes: int, store_M: bool,
+                    noisy: bool) -> dict[str, float]:
+    sifts, heapify = counts.heap_work(m, rho, noisy)
+    offers = counts.offer_patterns(m, rho, noisy) if not store_M and counts.n_inputs <= WIDE_INPUTS else None
     return shape_terms(FlyShape(m, counts.s, counts.n_inputs, rho, bits, n_classes, store_M,
                                 counts.n_inputs > counts.n_features),
                        GeneratorTotals(counts.pattern_proposals[m], counts.compares[m], counts.wraps[m],
