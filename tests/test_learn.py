@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,17 +23,14 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto import families
 
 from helpers import PipePort, fresh_copy, needs
-from helpers import refused
+from helpers import refused, tinyproto
 
 HAVE_SIM = os.path.exists("/usr/include/simavr/sim_avr.h")
 BOARD = load_board("uno")
 
 
 def cli(*args, cwd=None):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env=env)
+    return tinyproto(*args, timeout=300, cwd=cwd)
 
 
 def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16, board=BOARD) -> Path:
