@@ -424,17 +424,24 @@ def _device_program(args) -> str | None:
 _original_popen_init = subprocess.Popen.__init__
 
 
-def _watched_popen_init(self, args, *rest, **kwargs):
+def _watch(args) -> None:
     item = _current["item"]
     if item is not None and item.get_closest_marker("device") is None:
         program = _device_program(args)
         if program:
             _leaks.setdefault(item.nodeid, program)
+
+
+def _watched_popen_init(self, args, *rest, **kwargs):
+    _watch(args)
     return _original_popen_init(self, args, *rest, **kwargs)
 
 
 def pytest_configure(config):
+    import cli_forkserver
+
     subprocess.Popen.__init__ = _watched_popen_init
+    cli_forkserver.WATCHERS.append(_watch)  # a command from the fork server is no Popen
     if not hasattr(config, "workerinput"):  # once, before pytest-xdist starts the workers
         compile_bytecode_once(config)
 
@@ -471,6 +478,9 @@ def compile_bytecode_once(config) -> None:
 
 def pytest_unconfigure(config):
     subprocess.Popen.__init__ = _original_popen_init
+    import cli_forkserver
+
+    cli_forkserver.SERVER.close()  # its children's CPU time counts in this process's, as a subprocess's does
 
 
 @pytest.hookimpl(wrapper=True)

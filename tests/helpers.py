@@ -58,15 +58,20 @@ needs_bootloaders = [
 
 
 def tinyproto(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
-              timeout: float = 600, input: str | None = None) -> subprocess.CompletedProcess:
+              timeout: float = 600, input: str | None = None, fresh: bool = False) -> subprocess.CompletedProcess:
     """`python -m tinyproto ARGS` in a child process, as a user runs it: returncode, stdout and stderr (text).
     The checkout is on the child's PYTHONPATH, so it runs this tinyproto from any working directory. Use it where
-    the test needs a real process (exit status, signals, a working directory, the environment); in-process
-    CliRunner calls are for checking one command's messages quickly."""
+    the test needs a real process (exit status, a working directory, the environment); in-process CliRunner calls
+    are for checking one command's messages quickly. The child comes from a fork server that has imported numpy,
+    SciPy and scikit-learn already (tests/cli_forkserver.py: about 1 s of CPU less per training command), unless
+    something the test could observe would differ there: then, and with fresh=True (a test of a new interpreter:
+    its start, its hash seed, its imports), it is a new interpreter. A test that signals, kills or talks to the
+    process while it runs starts it itself (subprocess.Popen)."""
+    import cli_forkserver
+
     child_env = dict(os.environ if env is None else env)
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), child_env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, "-m", "tinyproto", *map(str, args)], cwd=cwd, env=child_env,
-                          capture_output=True, text=True, timeout=timeout, input=input)
+    return cli_forkserver.run(args, cwd=cwd, env=child_env, timeout=timeout, input=input, fresh=fresh)
 
 
 def snapshot(root: Path, own_files_at_root: bool = False) -> dict[str, str]:

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from tinyproto.families.bloom.slots import bloom_max, hash_draws, seeded_slots, 
 from tinyproto.families.bloom.train import BloomClassifier
 
 from arduino_builder import ARDUINO_HARDWARE, arduino_build
-from helpers import needs
+from helpers import needs, tinyproto
 
 needs_gcc = needs("gcc")
 
@@ -289,8 +288,8 @@ def test_solver_latency_limit():
 
 
 def test_compile_refusal_is_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "tinyproto", "compile", "digits", "--model", "bloom", "--budget",
-                             "50B", "--out", str(tmp_path / "m")], capture_output=True, text=True, timeout=300)
+    result = tinyproto("compile", "digits", "--model", "bloom", "--budget", "50B", "--out", str(tmp_path / "m"),
+                       timeout=300)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().count("\n") == 0 and "needs 54 B" in result.stderr
 
@@ -305,7 +304,7 @@ def test_compile_build_validate_on_the_simulated_uno(compiled):
     report = json.loads((model_dir / "report.json").read_text())
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=600)
+        return tinyproto(*args, timeout=600)
 
     built = cli("build", str(model_dir))
     assert built.returncode == 0, built.stderr
@@ -405,7 +404,7 @@ def test_the_simulated_uno_checks_the_range_like_the_host(tmp_path):
     out = tmp_path / "m"
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=900)
+        return tinyproto(*args, timeout=900)
 
     compiled = cli("compile", str(csv), "--model", "bloom", "--budget", "1kB", "--holdout-classes", "idle",
                    "--unknown-rate", "5%", "--out", str(out))
@@ -430,7 +429,7 @@ def test_the_arduino_ide_build_keeps_the_byte_tp_judge_reads(tmp_path):
     out = tmp_path / "m"
     for args in (("compile", "digits", "--model", "bloom", "--budget", "1kB", "--unknown-rate", "5%", "--out",
                   str(out)), ("export", str(out), "--arduino", "--out", str(tmp_path / "export"))):
-        done = subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=900)
+        done = tinyproto(*args, timeout=900)
         assert done.returncode == 0, done.stderr
     assert "TP_UNKNOWN_RANGE_LOW" in (out / "include" / "tinyproto_model.h").read_text()
     library = next(p for p in (tmp_path / "export").iterdir() if p.is_dir())

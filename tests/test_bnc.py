@@ -6,7 +6,6 @@ import functools
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from tinyproto.families.bnc.pattern import pattern_mask, seeded_positions
 from tinyproto.families.bnc.train import BNCClassifier, allocate_prototypes
 from tinyproto.families.solving import SolveOptions
 
-from helpers import header_array_bytes, needs, random_model
+from helpers import header_array_bytes, needs, random_model, tinyproto
 
 FIRMWARE = resource_dir("firmware")
 
@@ -347,7 +346,7 @@ def test_solver_keeps_the_latency_limit():
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=600)
+    return tinyproto(*args, timeout=600)
 
 
 @needs("avr-gcc")

@@ -9,8 +9,6 @@ import json
 import os
 import select
 import shutil
-import subprocess
-import sys
 import termios
 import threading
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 from tinyproto.core.boards import available_boards, load_board
 from tinyproto.core.errors import TinyprotoError
 
-from helpers import fresh_copy, needs
+from helpers import fresh_copy, needs, tinyproto
 
 BOARDS = ["uno", "nano", "pro_mini_3v3", "mega2560", "leonardo"]
 needs_sim = [needs("avr-gcc"), pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"),
@@ -30,7 +28,7 @@ pytestmark = needs_sim
 
 
 def cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=timeout)
+    return tinyproto(*args, timeout=timeout)
 
 
 # ---------------------------------------------------------------------------------------------------- board files

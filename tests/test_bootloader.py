@@ -21,7 +21,7 @@ import pytest
 
 from tinyproto.core.errors import TinyprotoError
 
-from helpers import needs
+from helpers import needs, tinyproto
 
 pytestmark = [
     pytest.mark.device,
@@ -40,7 +40,7 @@ STK_IN_SYNC_OK = b"\x14\x10"
 
 
 def cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=timeout)
+    return tinyproto(*args, timeout=timeout)
 
 
 def read_until(port, marker: bytes, timeout: float) -> bytes:
@@ -388,8 +388,7 @@ def test_board_sim_command_serves_several_boards_and_stops_cleanly(tmp_path):
 
 def test_board_sim_command_errors_are_one_line(tmp_path):
     for args, message in ((["--board", "nosuch"], "unknown board"), (["--board", "atmega32u4"], "USB")):
-        result = subprocess.run([sys.executable, "-m", "tinyproto", "board-sim", *args, "--state",
-                                 str(tmp_path)], capture_output=True, text=True, timeout=30)
+        result = tinyproto("board-sim", *args, "--state", str(tmp_path), timeout=30)
         assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr
     # two boards on one state directory would lose uploads: the second refuses
     from tinyproto.device.board_sim import SimulatedBoard

@@ -2,8 +2,6 @@
 model; and the odd-but-fine inputs that must be accepted."""
 
 import os
-import subprocess
-import sys
 import time
 import zipfile
 
@@ -17,7 +15,7 @@ from tinyproto.core.inputstage import InputStage, choose_input_scale, standardis
 import io
 import json
 
-from helpers import accepted, refused
+from helpers import accepted, refused, tinyproto
 
 GOOD_BODY = "1,2,a\n3,4,b\n5,6,a\n7,8,b\n9,1,a\n2,3,b\n4,5,a\n6,7,b\n"
 
@@ -542,8 +540,7 @@ def test_cli_prints_one_error_line(tmp_path, name, content, pattern):
         path.mkdir()
     else:
         _write(tmp_path, name, content)
-    result = subprocess.run([sys.executable, "-m", "tinyproto", "compile", str(path), "--out", str(tmp_path / "m")],
-                            capture_output=True, text=True, timeout=120)
+    result = tinyproto("compile", str(path), "--out", str(tmp_path / "m"), timeout=120)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and pattern in lines[0], result.stderr

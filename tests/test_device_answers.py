@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import tinyproto
 
 from tinyproto.core.measured import MAX_CYCLES, cycle_problem, drawable, ratio
 
@@ -217,8 +218,7 @@ def test_a_chip_paused_past_the_timeout_runs_a_request_twice_and_the_check_stays
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "tinyproto", *map(str, args)], capture_output=True, text=True,
-                          timeout=900)
+    return tinyproto(*args, timeout=900)
 
 
 @pytest.mark.device

@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tinyproto.families.protonn.solver import minimum_budget
 
-from helpers import needs
+from helpers import needs, tinyproto
 
 pytestmark = [needs("avr-gcc"), pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"),
                                                    reason="libsimavr-dev not installed")]
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=600)
+    return tinyproto(*args, timeout=600)
 
 
 def build_and_validate(model_dir):

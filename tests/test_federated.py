@@ -43,7 +43,7 @@ from tinyproto import families
 import tempfile
 from pathlib import Path
 
-from helpers import read_only
+from helpers import read_only, tinyproto
 from tinyproto.core.manifest import LOCK
 
 REPORT_KEYS = {
@@ -397,15 +397,7 @@ def needs_simulated_uno():
 
 
 def tinyproto_cli(*args):
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=300,
-                          env=env)
+    return tinyproto(*args, timeout=300)
 
 
 def test_device_parties_release_saturated_counts_and_the_resaturated_sum_is_exact():

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import tinyproto as tinyproto_cli
 
 from tinyproto.core.manifest import SCRATCH_PREFIX
 from tinyproto.core.modeldir import load_model_dir
@@ -33,8 +34,7 @@ def tinyproto(*args: str, cwd: Path | None = None) -> subprocess.Popen:
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tinyproto", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+    return tinyproto_cli(*args, cwd=cwd, timeout=600)
 
 
 def kill_when(proc: subprocess.Popen, ready, timeout: float = 120.0) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,11 +14,11 @@ from tinyproto.families import predict_cycles
 from tinyproto.families import int_model_from_json
 from tinyproto.families.solving import SolveOptions
 
-from helpers import needs
+from helpers import needs, tinyproto
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=600)
+    return tinyproto(*args, timeout=600)
 
 
 def _predicted_ms(model_dir) -> float:

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,17 +23,14 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto import families
 
 from helpers import PipePort, fresh_copy, needs
-from helpers import refused
+from helpers import refused, tinyproto
 
 HAVE_SIM = os.path.exists("/usr/include/simavr/sim_avr.h")
 BOARD = load_board("uno")
 
 
 def cli(*args, cwd=None):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env=env)
+    return tinyproto(*args, timeout=300, cwd=cwd)
 
 
 def flynn_dir(out: Path, bits: int, m: int, s: int = 8, rho: int = 16, board=BOARD) -> Path:
@@ -397,6 +393,18 @@ def test_learn_checks_the_port_before_building(compiled, work, port):
     (work / "data.csv").write_text("a,b\n1,2\n")
     refused(["learn", str(model), "--port", port], port.lstrip("./") or "port", work)
     assert not (model / "learning").exists(), "the learning firmware was built before the port was checked"
+
+
+@pytest.mark.parametrize("kind", ["directory", "missing"])
+def test_learn_checks_the_test_vectors_before_building(compiled, work, kind):
+    """A damaged test_vectors.npz was refused only after the learning firmware's build, leaving learning/ built."""
+    model = compiled("iris", "1kB", "flynn", learnable=True)
+    vectors = model / "test_vectors.npz"
+    vectors.unlink()
+    if kind == "directory":
+        vectors.mkdir()
+    refused(["learn", str(model), "--sim"], "test_vectors.npz", work)
+    assert not (model / "learning").exists(), "the learning firmware was built before the vectors were checked"
 
 
 @pytest.mark.parametrize("manifest", [False, True])

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import tinyproto
 
 from tinyproto.core.manifest import LOCK, SCRATCH_PREFIX
 from tinyproto.core.outdir import is_leftover_name, locked, tidy
@@ -22,8 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args, cwd=None, timeout=600):
-    return subprocess.run([sys.executable, "-m", "tinyproto", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    return tinyproto(*args, timeout=timeout, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

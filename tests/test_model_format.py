@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from helpers import tinyproto
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.modeldir import MODEL_FORMAT, MODEL_FORMAT_VERSION, load_model_dir
@@ -28,8 +27,7 @@ def test_an_older_format_is_refused_with_what_to_do(tmp_path, version):
     with pytest.raises(TinyprotoError,
                        match=rf"format version {version}, written by an older tinyproto .* compile` again"):
         load_model_dir(old)
-    result = subprocess.run([sys.executable, "-m", "tinyproto", "build", str(old)], capture_output=True, text=True,
-                            timeout=120)
+    result = tinyproto("build", str(old), timeout=120)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "compile` again" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 

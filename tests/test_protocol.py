@@ -436,6 +436,39 @@ def test_open_busy_port(host_builds):
             holder.close()
 
 
+def test_a_board_that_needs_silence_is_reset_again_with_a_longer_one(monkeypatch):
+    """A board whose bootloader starts the sketch only after a silence (the Mega's stk500v2) takes an early HELLO
+    for an upload and stays in it: while no HELLO is answered the host reopens the port (a reset) and doubles the
+    silence, QUIET_ROUNDS times; a silent port then gets the same one-line answer as any other. A board with no
+    such bootloader gets one open and one handshake, as before."""
+    master, slave = os.openpty()
+    opened, quiet = [], []
+    real_open, real_sleep = P.open_port, time.sleep
+
+    def open_port(url, baud=115200):
+        opened.append(url)
+        return real_open(url, baud)
+
+    def sleep(seconds):
+        quiet.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(P, "open_port", open_port)
+    monkeypatch.setattr(P.time, "sleep", sleep)
+    try:
+        with pytest.raises(P.DeviceError, match=r"no answer from the device on /dev/pts/\d+ after \d+ tries"):
+            P.open_device(os.ttyname(slave), handshake_timeout=0.3, boot_quiet_s=0.05)
+        assert len(opened) == P.QUIET_ROUNDS == 3
+        assert [q for q in quiet if q >= 0.05] == [0.05, 0.1, 0.2]  # (open_port's own short wait for a reset)
+        opened.clear()
+        with pytest.raises(P.DeviceError, match="no answer from the device"):
+            P.open_device(os.ttyname(slave), handshake_timeout=0.3)
+        assert len(opened) == 1
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
 def test_open_device_handshake_times_out_on_silent_port():
     master, slave = os.openpty()
     try:

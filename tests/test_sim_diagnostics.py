@@ -8,9 +8,9 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
+from helpers import tinyproto
 
 from tinyproto.core.errors import TinyprotoError
 
@@ -65,8 +65,7 @@ def test_validate_of_a_firmware_that_halts_at_once(compiled, monkeypatch):
     main_c.write_text("#include <avr/interrupt.h>\n#include <avr/io.h>\n" + edited)
     monkeypatch.setattr(modeldir, "check_project_files", lambda path: None)
     firmware.build_model_dir(out, None, Console(quiet=True))
-    result = subprocess.run([sys.executable, "-m", "tinyproto", "validate", str(out)], capture_output=True,
-                            text=True, timeout=600)
+    result = tinyproto("validate", str(out), timeout=600)
     assert result.returncode == 1
     assert ("stopped: the firmware finished: it halted" in result.stderr
             and "Traceback" not in result.stderr), result.stderr

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+from helpers import tinyproto
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
@@ -53,8 +54,6 @@ def test_the_default_is_every_usable_core(monkeypatch):
 
 
 def test_the_environment_sets_the_default_and_a_bad_value_is_one_error(monkeypatch, tmp_path):
-    import subprocess
-    import sys
 
     monkeypatch.setenv(JOBS_VARIABLE, "3")
     assert default_jobs() == 3
@@ -62,8 +61,7 @@ def test_the_environment_sets_the_default_and_a_bad_value_is_one_error(monkeypat
         monkeypatch.setenv(JOBS_VARIABLE, bad)
         with pytest.raises(TinyprotoError, match=f"{JOBS_VARIABLE} must be a whole number"):
             default_jobs()
-    result = subprocess.run([sys.executable, "-m", "tinyproto", "compile", "iris", "--out", str(tmp_path / "m")],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = tinyproto("compile", "iris", "--out", str(tmp_path / "m"), timeout=120)
     assert result.returncode == 1 and result.stderr.strip().splitlines() == [
         f"error: {JOBS_VARIABLE} must be a whole number of processes, at least 1; got '-1'"]
     assert not (tmp_path / "m").exists()

@@ -17,7 +17,7 @@ from tinyproto.families.protonn import encoding
 from tinyproto.families.protonn.quantize import IntProtoNN
 from tinyproto.families.solving import SolveOptions
 
-from helpers import needs, one_per_column, synthetic
+from helpers import needs, one_per_column, synthetic, tinyproto
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -245,16 +245,14 @@ def test_wide_budget_refusal_is_one_clear_line(d16):
 def test_a_family_that_does_not_stream_is_refused_on_too_wide_data_before_training(tmp_path):
     """FlyNN holds the whole int8 input in SRAM: 3,000 features cannot fit an Uno, which is said at once (naming
     how many would fit and the families that stream), not after the shape search."""
-    import subprocess
-    import sys
     import time
 
     rng = np.random.default_rng(0)
     data = tmp_path / "window.npz"
     np.savez(data, X=rng.normal(size=(40, 3000)).astype(np.float32), y=np.arange(40) % 2)
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "tinyproto", "compile", str(data), "--model", "flynn",
-                             "--out", str(tmp_path / "m")], capture_output=True, text=True, timeout=300)
+    result = tinyproto("compile", str(data), "--model", "flynn",
+                             "--out", str(tmp_path / "m"), timeout=300)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert "FlyNN keeps the whole int8 input in SRAM: 3000 features need" in result.stderr
     assert "features fit" in result.stderr and "protonn" in result.stderr

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ from click.testing import CliRunner
 
 from tinyproto.cli import main
 
-from helpers import needs
+from helpers import needs, tinyproto
 
 pytestmark = [needs("avr-gcc"), pytest.mark.skipif(not os.path.exists("/usr/include/simavr/sim_avr.h"),
                                                    reason="libsimavr-dev not installed")]
@@ -26,7 +25,7 @@ SRAM_GOAL = 1792  # static + stack peak for every accepted model up to 1,024 fea
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tinyproto", *args], capture_output=True, text=True, timeout=600)
+    return tinyproto(*args, timeout=600)
 
 
 def synthetic(path: Path, n_features: int, n_rows: int = 90, n_classes: int = 3, seed: int = 0) -> Path:

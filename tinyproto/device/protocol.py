@@ -13,7 +13,7 @@ import time
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.device.client import DeviceClient, _closed_at
 from tinyproto.device.codec import *  # noqa: F401,F403 - the protocol's public names, re-exported
-from tinyproto.device.codec import _HELLO, DEFAULT_TIMEOUT, READ_SLICE, SerialPort  # noqa: F401 - _HELLO: tests
+from tinyproto.device.codec import _HELLO, DEFAULT_TIMEOUT, READ_SLICE, DeviceSilent, SerialPort  # noqa: F401 - _HELLO: tests
 
 
 # ---- opening a port ----------------------------------------------------------------------------------------
@@ -84,6 +84,16 @@ def open_port(port_url: str, baud: int = 115200) -> SerialPort:
         raise _open_error(port_url, exc) from exc
 
 
+# A bootloader that starts the sketch only after a silence (Board.boot_quiet_s: the Mega's stk500v2) takes a byte that
+# arrives earlier for the start of an upload and stays in its command loop until several seconds pass without one:
+# a HELLO sent too early is then never answered, however often it is sent again. On a real board the quiet wait is
+# exact. A simulated chip on a busy host runs slower than the wall clock, so its bootloader may not have had its
+# second when the wait ends (the Mega on the board simulator at a load of 10 on 2 cores). So while no HELLO is
+# answered, the host starts again: it closes the port, reopens it (a reset) and waits twice as long in silence.
+QUIET_ROUNDS = 3  # waits of 1, 2 and 4 times boot_quiet_s
+QUIET_LISTEN_S = 2.0  # how long a round but the last sends HELLOs
+
+
 def open_device(
     port_url: str,
     baud: int = 115200,
@@ -97,14 +107,25 @@ def open_device(
     Uno's reset + bootloader: no fixed sleep, the first answer ends the wait); the returned client's ``info``
     holds the device's Hello. The deadline leaves room for a bootloader's 1 s window on a simulated board that
     runs at a quarter of real time or slower (a busy host); only a board that never answers waits it out.
+    boot_quiet_s: the silence the board's bootloader needs after the reset before the sketch starts; while no
+    HELLO is answered, the port is reopened (a reset) and the silence doubled, QUIET_ROUNDS times in all.
     rx_ring: the firmware's receive ring (build.json's rx_ring_bytes), how far ahead a window may send; None
     assumes the smallest ring a firmware has (wire.RX_RING_MIN)."""
-    port = open_port(port_url, baud)
-    client = DeviceClient(port, n_retries=n_retries, timeout=timeout, rx_ring=rx_ring)
-    try:
-        time.sleep(boot_quiet_s)  # a board whose bootloader waits for silence (Board.boot_quiet_s)
-        client.handshake(handshake_timeout)
-    except BaseException:
-        port.close()
-        raise
-    return client
+    rounds = QUIET_ROUNDS if boot_quiet_s > 0 else 1
+    for round_ in range(rounds):
+        port = open_port(port_url, baud)
+        client = DeviceClient(port, n_retries=n_retries, timeout=timeout, rx_ring=rx_ring)
+        last = round_ == rounds - 1
+        try:
+            time.sleep(boot_quiet_s * 2 ** round_)  # a board whose bootloader waits for silence
+            client.handshake(handshake_timeout if last else min(QUIET_LISTEN_S, handshake_timeout))
+        except DeviceSilent:
+            client.close()  # the next open is a reset (open_port waits out RESET_GAP_S)
+            if last:
+                raise
+            continue
+        except BaseException:
+            port.close()
+            raise
+        return client
+    raise AssertionError("unreachable")

@@ -202,6 +202,7 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
     data_name, xq, y_index = training_samples(model, data, label)
     learning = families.family_of(model).learning
     expected = learning.host_counts(model, xq, y_index)
+    vectors = checked_vectors(model_dir, model)  # before the build: a damaged file left learning/ built, then refused
     firmware = build_learning_firmware(prepare_learning_project(model_dir, model, board), model, board, sizes, say)
     if port is not None and flash:
         say(f"flashing {upload_port} with the learning firmware")
@@ -212,7 +213,6 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
     def tick(what: str, total: int) -> Callable[[int], None] | None:
         return progress_factory(what, total) if progress_factory else None
 
-    vectors = checked_vectors(model_dir, model)
     with ExitStack() as stack:
         client = target.open(stack, firmware.elf, board.serial_baud)
         if port is not None and not flash and not client.info.learning:  # the hint of CANNOT_LEARN is this run
