@@ -440,3 +440,22 @@ def test_board_sim_refuses_a_state_image_that_is_not_a_file(tmp_path, image, kin
                        tmp_path)
         assert ("a directory" if kind == "directory" else "a symbolic link") in line and "move it away" in line
     assert mine.read_bytes() == bytes(32768)
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_board_sim_refuses_a_state_directory_holding_other_files(tmp_path, count):
+    """`--state ~` or a model directory: a flash.bin of the user's there was read as the chip's flash, rewritten at
+    exit, and removed by --fresh. A state directory holds only the board's images; anything else is refused in one
+    line, nothing changed."""
+    from helpers import refused
+
+    state = tmp_path / "state"
+    boards = [state] if count == 1 else [state / "uno-0", state / "uno-1"]
+    for folder in boards:
+        folder.mkdir(parents=True)
+        (folder / "flash.bin").write_bytes(b"the user's own image")
+        (folder / "notes.txt").write_text("mine\n")
+    for fresh in ([], ["--fresh"]):
+        line = refused(["board-sim", "--count", str(count), "--state", str(state), *fresh], "notes.txt", tmp_path)
+        assert "give an empty or new directory" in line, line
+    assert all((folder / "flash.bin").read_bytes() == b"the user's own image" for folder in boards)

@@ -292,6 +292,9 @@ BUILD_JSON_DAMAGE = {
     "sizes-text": (_edit_json("build.json", lambda d: d.update(flash_bytes="lots")), "build.json"),
     "sizes-bool": (_edit_json("build.json", lambda d: d.update(sram_static_bytes=True)), "build.json"),
     "elf-missing": (lambda m: (m / _elf_rel(m)).unlink(), "missing"),
+    # the ELF replaced by a link out of the directory was blamed on build.json ("points elf outside"), untrue
+    "elf-linked-out": (lambda m: ((m / _elf_rel(m)).unlink(), (m / _elf_rel(m)).symlink_to("/bin/true")),
+                       "leads out of the model directory through a symbolic link"),
     "elf-changed": (lambda m: _append(_elf_rel(m), b"\0")(m), "changed"),
     "other-model": (_edit_json("build.json", lambda d: d.update(model_hash="0x00000001")), "built for model"),
     "no-binding": (_edit_json("build.json", lambda d: d.pop("firmware_sha256")), "build"),

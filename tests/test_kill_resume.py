@@ -309,6 +309,35 @@ def test_a_signal_during_start_up_is_an_interrupt(name):
     assert result.stderr.strip() == "interrupted" and result.stdout == ""
 
 
+SIGNAL_AFTER_THE_VERB = textwrap.dedent("""
+    import os, signal, sys, time
+    import tinyproto.__main__ as entry
+    signo, sys.argv = getattr(signal, sys.argv[1]), ["tinyproto", "boards"]
+    try:
+        entry.run()
+    except SystemExit as exc:
+        code = exc.code
+    os.kill(os.getpid(), signo)  # as in the interpreter's teardown, after the verb's work
+    time.sleep(0.2)
+    sys.exit(code)
+""")
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_signal_after_the_verb_finished_changes_nothing(name):
+    """A SIGTERM in the moment between a verb's end and the process's (the interpreter's teardown, where Python
+    resets its handlers to the default) killed a compile that had written its directory: exit 143, no line. Once
+    the verb has ended its exit status stands."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # the child inherits it even under nohup
+    try:
+        result = subprocess.run([sys.executable, "-c", SIGNAL_AFTER_THE_VERB, name], capture_output=True, text=True,
+                                timeout=120)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, (result.returncode, result.stderr)
+    assert "uno" in result.stdout
+
+
 SIGNAL_WHILE_DASK_STARTS = textwrap.dedent("""
     import os, signal, sys
     import multiprocessing.context as context

@@ -407,6 +407,18 @@ def test_learn_checks_the_test_vectors_before_building(compiled, work, kind):
     assert not (model / "learning").exists(), "the learning firmware was built before the vectors were checked"
 
 
+def test_learn_without_data_on_a_model_json_naming_none_says_so(compiled, work):
+    """model.json without its dataset: "say which data to learn: --data FILE (the model was compiled on None)"."""
+    import json
+
+    model = compiled("iris", "1kB", "flynn", learnable=True)
+    meta = json.loads((model / "model.json").read_text())
+    del meta["dataset"]
+    (model / "model.json").write_text(json.dumps(meta))
+    line = refused(["learn", str(model), "--sim"], "--data FILE", work)
+    assert "names no data set" in line and "None" not in line, line
+
+
 @pytest.mark.parametrize("manifest", [False, True])
 def test_a_learned_directory_holding_the_users_files_is_refused_before_learning(compiled, manifest):
     """learn refused it only after the device had learned, when it wrote the learned model, and in words about an

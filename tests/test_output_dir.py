@@ -85,6 +85,22 @@ def test_a_link_or_a_directory_at_the_lock_is_named(work, compiled, kind):
         assert "move it away" in line, line
 
 
+def test_a_lock_that_cannot_be_made_on_a_full_disk_says_what_to_do(tmp_path, monkeypatch):
+    """sweep on a full disk said "cannot lock DIR for writing: No space left on device" and nothing to do."""
+    import errno
+
+    import tinyproto.core.outdir as outdir
+    from tinyproto.core.errors import TinyprotoError
+
+    def full(path, verb):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(outdir, "_try_lock", full)
+    with pytest.raises(TinyprotoError, match="No space left on device; free some space and run the command again"):
+        with outdir.locked(tmp_path, "sweep"):
+            pass
+
+
 @pytest.mark.parametrize("entry", ["notes.txt", ".hidden", "sub/"])
 def test_non_empty_foreign_out_gets_no_lock(work, entry):
     out = work / "mine"

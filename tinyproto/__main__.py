@@ -25,7 +25,24 @@ def run() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
-    main()
+    try:
+        main()
+    finally:
+        _finished(signal)
+
+
+def _finished(signal) -> None:
+    """The verb has ended (its files written, or its refusal printed) and its exit status is decided: a signal from
+    now on changes nothing. The interpreter's teardown takes a moment, and a SIGTERM in it killed the process with
+    exit 143 and no line after the verb had done its work (Python resets its own handlers to the default there,
+    but leaves an ignored signal ignored)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away, a closed stream: nothing more to say
+            pass
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

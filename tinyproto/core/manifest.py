@@ -135,8 +135,8 @@ def foreign_entries(directory: Path, limit: int = 3) -> list[str]:
     """Entries of `directory` that tinyproto did not write or that changed since it wrote them."""
     directory = Path(directory)
     data = read_manifest(directory)
-    if data is None:  # the lock alone is tinyproto's (a run refused or killed before it wrote the manifest)
-        entries = sorted(p.name for p in directory.iterdir() if p.name != LOCK or not p.is_file() or p.is_symlink())
+    if data is None:
+        entries = sorted(p.name for p in directory.iterdir())
         return entries[:limit] if entries else []
     files, owned = data["files"], set(data.get("owned", [])) & OWNED_NAMES
     foreign: list[str] = []

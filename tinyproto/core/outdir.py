@@ -122,7 +122,8 @@ def locked(directory: Path, verb: str) -> Iterator[None]:
         if what is not None:
             raise TinyprotoError(f"cannot lock {directory} for writing: {lock_path} is {what}, not the lock file "
                                  "tinyproto makes; move it away") from None
-        raise TinyprotoError(f"cannot lock {directory} for writing: {exc.strerror}") from None
+        hint = "; free some space and run the command again" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        raise TinyprotoError(f"cannot lock {directory} for writing: {exc.strerror}{hint}") from None
     if fd is None:
         raise TinyprotoError(f"{directory} is in use by {_holder(lock_path)}; wait for it to finish")
     try:

@@ -223,6 +223,23 @@ def _describe(name: str, board: SimulatedBoard) -> str:
             f"-b {loader.speed} -P {board.port}; flash and EEPROM kept in {board.state_dir}")
 
 
+# what a simulated board keeps in its state directory: its images, and their temporary names while simuno writes one
+STATE_NAMES = frozenset({FLASH_IMAGE, EEPROM_IMAGE, f"{FLASH_IMAGE}.tmp", f"{EEPROM_IMAGE}.tmp"})
+
+
+def check_state_dir(directory: Path) -> None:
+    """A --state directory holds only the board's images: `--state ~` or a model directory would have had a
+    flash.bin of the user's read as the chip's flash and overwritten at exit (or removed by --fresh)."""
+    if not Path(directory).is_dir():
+        return  # made by the board (or refused there, one line, if a file is in the way)
+    others = sorted(entry.name for entry in Path(directory).iterdir() if entry.name not in STATE_NAMES)
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise TinyprotoError(f"--state {directory} holds files that are not a simulated board's ({shown}); a board "
+                             f"keeps only {FLASH_IMAGE} and {EEPROM_IMAGE} there and rewrites them: give an empty "
+                             "or new directory")
+
+
 def serve(board_name: str, count: int, state: Path | None, fresh: bool, out=sys.stdout, err=sys.stderr) -> int:
     """Start `count` boards, print `<name> <port>` per board, run until SIGINT/SIGTERM, stop them cleanly."""
     if count < 1:
@@ -231,6 +248,8 @@ def serve(board_name: str, count: int, state: Path | None, fresh: bool, out=sys.
     names = [board_name if count == 1 else f"{board_name}-{i}" for i in range(count)]
     if state is not None:
         dirs = [state] if count == 1 else [state / name for name in names]
+        for directory in dirs:
+            check_state_dir(directory)
     else:
         dirs = [default_state_dir(name) for name in names]
     stop_requested: list[int] = []

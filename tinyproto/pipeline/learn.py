@@ -278,6 +278,9 @@ def _default_data(model_dir: ModelDir) -> str:
     name = model_dir.meta.get("dataset")
     if name in BUILTIN:
         return name
+    if not isinstance(name, str):  # model.json without its dataset said "the model was compiled on None"
+        raise TinyprotoError(f"say which data to learn: --data FILE ({model_dir.path / 'model.json'} names no data "
+                             "set)")
     raise TinyprotoError(f"say which data to learn: --data FILE (the model was compiled on {name!r})")
 
 

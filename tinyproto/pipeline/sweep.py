@@ -235,12 +235,12 @@ def _create_dirs(out: Path) -> list[Path]:
 def _remove_if_unused(out: Path, created: list[Path]) -> None:
     """After a failure, with the lock still held: remove the --out this sweep created if no point was recorded
     in it (nothing worth resuming) and nothing but tinyproto's files is in it; then its parents we created."""
-    from tinyproto.core.manifest import foreign_entries
+    from tinyproto.core.manifest import LOCK, foreign_entries
 
     if out not in created:
         return
-    try:
-        if read_results(out / RESULTS) or foreign_entries(out):
+    try:  # the lock in it is ours: this run made the directory and took it (a refused --resume left it behind)
+        if read_results(out / RESULTS) or [entry for entry in foreign_entries(out) if entry != LOCK]:
             return
     except (TinyprotoError, OSError):
         return

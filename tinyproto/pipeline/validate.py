@@ -60,11 +60,17 @@ class BuildInfo:
 
 
 def _inside(model_dir: ModelDir, relative: object, what: str) -> Path:
+    again = f"run `tinyproto build {model_dir.path}` again"
     if not isinstance(relative, str) or os.path.isabs(relative) or "\0" in relative or not relative.strip():
-        raise TinyprotoError(f"{model_dir.path / 'build.json'} is damaged: {what} {relative!r}")
+        raise TinyprotoError(f"{model_dir.path / 'build.json'} is damaged: {what} {str(relative)[:40]!r}; {again}")
+    root = model_dir.path.resolve()
     path = (model_dir.path / relative).resolve()
-    if not path.is_relative_to(model_dir.path.resolve()):
-        raise TinyprotoError(f"{model_dir.path / 'build.json'} points {what} outside the model directory")
+    if not path.is_relative_to(root):
+        named = Path(os.path.normpath(root / relative))
+        if named.is_relative_to(root):  # build.json names a file inside; that file is a link out of the directory
+            raise TinyprotoError(f"firmware {model_dir.path / relative} leads out of the model directory through a "
+                                 f"symbolic link: not the file `tinyproto build` wrote; {again}")
+        raise TinyprotoError(f"{model_dir.path / 'build.json'} points {what} outside the model directory; {again}")
     return path
 
 
