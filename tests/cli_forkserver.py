@@ -7,12 +7,14 @@ iris spent about 1 s of its 2.4 s of CPU importing scikit-learn and SciPy (`pyth
 It is a plain child process as far as the test can tell: its own pid, exit status (negative for a signal), stdout
 and stderr (pipes), stdin, working directory and environment; `sys.argv`, `sys.path[0]` and `__main__` as `-m`
 makes them; atexit handlers and non-daemon threads run at its end; numpy's global random state is drawn afresh.
-What it cannot be is a fresh interpreter, so `run()` starts a real one (subprocess.run) whenever that could show:
-the environment differs from the server's in anything but the variables tinyproto reads when a command runs
-(FRESH_ENOUGH: locale, Python and thread-library settings are read at start-up or at an import), SIGINT's
-disposition differs, coverage.py measures the run (its child processes are measured through the environment), or
-the caller asks for `fresh=True` (a test of what a new interpreter does: its start-up time, its hash seed, its
-imports). tinyproto itself is never preloaded: every command imports it anew, with its environment.
+The server starts with the environment of the request that starts it, and starts again for a request whose
+environment differs in anything but the variables tinyproto reads while a command runs (FRESH_ENOUGH: the locale,
+Python's and the thread libraries' settings are read at start-up or at an import), or whose SIGINT disposition
+differs. What it cannot be is a fresh interpreter, so `run()` starts a real one (subprocess.run) where that could
+show: coverage.py measures the run (its child processes are measured through the environment), the old server's
+children still run when another environment is asked for, or the caller asks for `fresh=True` (a test of what a
+new interpreter does: its start-up time, its hash seed, its imports). tinyproto itself is never preloaded: every
+command imports it anew, with its environment.
 
 Layer: tests only (nothing in tinyproto imports it).
 """
@@ -167,16 +169,20 @@ def serve(control: socket.socket, lifeline: int) -> None:
 
 
 class ForkServer:
-    """The client's end: one server per process that asks, started at the first request."""
+    """The client's end: one server per process that asks, started at the first request with that request's
+    environment, and started again (when none of its children runs) for a request whose start-up environment or
+    SIGINT disposition differs: a new interpreter would start with those too."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._control: socket.socket | None = None
         self._lifeline = -1
-        self._env: dict[str, str] = {}
-        self._sigint = None
+        self._start_env: dict[str, str] = {}
+        self._sigint_ignored = False
         self._pid = -1
+        self._running = 0  # children under way
+        self._atexit = False
 
     def _start(self, env: dict[str, str]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -189,35 +195,56 @@ class ForkServer:
             stderr=subprocess.DEVNULL, env=env)
         theirs.close()
         os.close(read_end)
-        self._control, self._lifeline, self._env = ours, write_end, env
-        self._sigint, self._pid = signal.getsignal(signal.SIGINT), os.getpid()
-        import atexit
+        self._control, self._lifeline, self._start_env = ours, write_end, _start_up(env)
+        self._sigint_ignored, self._pid = signal.getsignal(signal.SIGINT) == signal.SIG_IGN, os.getpid()
+        if not self._atexit:
+            import atexit
 
-        atexit.register(self.close)
+            atexit.register(self.close)
+            self._atexit = True
+
+    def _stop(self) -> None:
+        if self._proc is not None and self._pid == os.getpid():
+            os.close(self._lifeline)
+            self._control.close()
+            self._proc.wait()
+        self._proc = None
 
     def close(self) -> None:
         """End the server (its running children with it) and wait for it."""
         with self._lock:
-            if self._proc is not None and self._pid == os.getpid():
-                os.close(self._lifeline)
-                self._control.close()
-                self._proc.wait()
-            self._proc = None
+            self._stop()
 
-    def serves(self, env: dict[str, str]) -> bool:
-        """Whether a child with this environment may come from the server (started now with it if need be)."""
+    def _acquire(self, env: dict[str, str]) -> bool:
+        """Whether a child with this environment comes from the server (then counted as running until _release):
+        the server is started, or started again with this environment, where need be."""
         if os.environ.get("COVERAGE_PROCESS_CONFIG") or os.environ.get("COVERAGE_PROCESS_START"):
             return False
         if env.get("COVERAGE_PROCESS_CONFIG") or env.get("COVERAGE_PROCESS_START"):
             return False
         sigint_ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
         with self._lock:
-            if self._proc is None or self._pid != os.getpid() or self._proc.poll() is not None:
+            if self._pid != os.getpid():  # a fork of the process that started it: start one of its own
+                self._proc, self._running = None, 0
+            alive = self._proc is not None and self._proc.poll() is None
+            if not (alive and self._start_env == _start_up(env) and self._sigint_ignored == sigint_ignored):
+                if alive and self._running:
+                    return False  # the old server's children still run: a new interpreter for this one
+                self._stop()
                 self._start(env)
-            elif (self._sigint == signal.SIG_IGN) != sigint_ignored:
-                return False
-        keys = (set(env) | set(self._env)) - FRESH_ENOUGH
-        return all(env.get(k) == self._env.get(k) for k in keys)
+            self._running += 1
+            return True
+
+    def _release(self) -> None:
+        with self._lock:
+            self._running -= 1
+
+    def serves(self, env: dict[str, str]) -> bool:
+        """Whether a child with this environment would come from the server (started for it if need be)."""
+        if self._acquire(env):
+            self._release()
+            return True
+        return False
 
     def run(self, args: list[str], cwd: str | None, env: dict[str, str], timeout: float | None,
             input: str | None) -> subprocess.CompletedProcess:
@@ -258,6 +285,11 @@ class ForkServer:
         finally:
             ours.close()
         return subprocess.CompletedProcess(command, status, _text(stdout), _text(stderr))
+
+
+def _start_up(env: dict[str, str]) -> dict[str, str]:
+    """What of an environment a new interpreter reads at its start or at an import of what the server preloads."""
+    return {k: v for k, v in env.items() if k not in FRESH_ENOUGH}
 
 
 def _text(data: bytearray) -> str:
@@ -325,9 +357,12 @@ def run(args, cwd=None, env: dict[str, str] | None = None, timeout: float | None
     server where nothing the test could observe differs, else in a fresh interpreter."""
     args = [str(a) for a in args]
     child_env = dict(os.environ if env is None else env)
-    if not fresh and SERVER.serves(child_env):
-        for watch in WATCHERS:
-            watch([sys.executable, "-m", "tinyproto", *args])
-        return SERVER.run(args, None if cwd is None else str(cwd), child_env, timeout, input)
+    if not fresh and SERVER._acquire(child_env):
+        try:
+            for watch in WATCHERS:
+                watch([sys.executable, "-m", "tinyproto", *args])
+            return SERVER.run(args, None if cwd is None else str(cwd), child_env, timeout, input)
+        finally:
+            SERVER._release()
     return subprocess.run([sys.executable, "-m", "tinyproto", *args], cwd=cwd, env=child_env, capture_output=True,
                           text=True, timeout=timeout, input=input)

@@ -76,10 +76,16 @@ def test_a_timeout_ends_the_command_as_subprocess_run_does(tmp_path):
     assert time.monotonic() - started < 60  # killed, not waited for
 
 
-def test_what_a_new_interpreter_reads_at_its_start_is_not_served():
+def test_a_start_up_environment_of_its_own_gets_a_server_started_with_it(tmp_path):
+    """The locale decides the encoding of Python's streams when an interpreter starts: a child asked for with
+    another LC_ALL comes from a server started with it, and prints what a new interpreter under it prints."""
+    args = ["compile", "no-such-file-café.csv", "--budget", "1kB"]
+    for env in (env_with(LC_ALL="C"), env_with(LC_ALL="C.UTF-8"), env_with()):
+        served = cli_forkserver.run(args, cwd=tmp_path, env=env, timeout=120)
+        fresh = cli_forkserver.run(args, cwd=tmp_path, env=env, timeout=120, fresh=True)
+        assert (served.returncode, served.stdout, served.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+        assert served.returncode == 1
     assert cli_forkserver.SERVER.serves(env_with(TINYPROTO_JOBS="2", TMPDIR="/tmp"))  # read as a command runs
-    assert not cli_forkserver.SERVER.serves(env_with(LC_ALL="C"))  # the locale: Python's streams at start-up
-    assert not cli_forkserver.SERVER.serves(env_with(OMP_NUM_THREADS="3"))  # read when numpy is imported
     assert not cli_forkserver.SERVER.serves(env_with(COVERAGE_PROCESS_START="pyproject.toml"))  # coverage's child
 
 
