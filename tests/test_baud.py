@@ -42,6 +42,14 @@ def test_a_rate_below_what_the_12_bit_divisor_reaches_is_refused(baud):
     assert load_board("uno").with_baud(489).serial_baud == 489
 
 
+@pytest.mark.parametrize("baud", [2_000_001, 4_000_000, 99_999_999_999])
+def test_a_rate_above_what_the_clock_reaches_is_called_too_fast(baud):
+    """A rate past f_cpu / 8 (the divisor at 0 with U2X) was "-100.0 % off", which said nothing of being too fast."""
+    with pytest.raises(TinyprotoError, match="too fast for the USART at 16 MHz \\(2000000 baud at the most\\)"):
+        load_board("uno").with_baud(baud)
+    assert load_board("uno").with_baud(2_000_000).serial_baud == 2_000_000
+
+
 def test_a_board_silent_at_the_fast_rate_is_told_the_fallback_in_one_line():
     from tinyproto.pipeline.validate import BuildInfo, line_baud, no_answer_hint
 
@@ -64,7 +72,7 @@ def test_a_board_silent_at_the_fast_rate_is_told_the_fallback_in_one_line():
     assert "\n" not in str(info.value) and "--baud 1000000" in str(info.value)
 
 
-@pytest.mark.parametrize("baud, words", [(3, "too slow"), (10**23, "% off"), (300000, "% off")])
+@pytest.mark.parametrize("baud, words", [(3, "too slow"), (10**23, "too fast"), (300000, "% off")])
 def test_validate_refuses_a_rate_the_board_cannot_make_rather_than_suggesting_a_build_at_it(baud, words):
     """`validate --baud 3` said "build it for 3 first (compile --baud 3 ...)", which compile then refuses."""
     from tinyproto.pipeline.validate import BuildInfo, line_baud

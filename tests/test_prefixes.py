@@ -188,6 +188,14 @@ def test_an_export_of_several_models_refuses_a_prefix_twice(work, compiled):
     refused(["export", str(first), str(second), "--arduino", "--prefix", "a"], "one model", work)
 
 
+def test_an_export_of_the_same_model_twice_says_so(work, compiled):
+    """The same directory twice was refused as "A and A have the C prefix 'iris'; compile one of them again"."""
+    model = compiled("iris", "1kB")
+    (work / "link").symlink_to(model)
+    refused(["export", str(model), str(model), "--out", str(work / "x")], f"{model} is given twice", work)
+    refused(["export", str(model), str(work / "link"), "--out", str(work / "x")], "are the same directory", work)
+
+
 def test_the_exported_headers_name_each_model_by_its_prefix(pair):
     for prefix, (_, export) in pair[1].items():
         header = (export.library_dir / "src" / f"{export.name}.h").read_text()

@@ -50,6 +50,10 @@ class Board:
             raise TinyprotoError(f"{baud} baud is too slow for the USART at {self.mhz:g} MHz (its divisor has 12 bits: "
                                  f"{slowest} baud at the least); {self.title} talks at {self.serial_baud} or "
                                  f"{self.serial_baud_fallback}")
+        fastest = self.f_cpu_hz // 8  # U2X with a divisor of 0: "-100.0 % off" said nothing of being too fast
+        if baud > fastest:
+            raise TinyprotoError(f"{baud} baud is too fast for the USART at {self.mhz:g} MHz ({fastest} baud at the "
+                                 f"most); {self.title} talks at {self.serial_baud} or {self.serial_baud_fallback}")
         error = baud_error(self.f_cpu_hz, baud)
         if abs(error) > MAX_BAUD_ERROR:
             raise TinyprotoError(f"{baud} baud is {100 * error:+.1f} % off at {self.mhz:g} MHz (a UART tolerates "

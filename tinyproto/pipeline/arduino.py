@@ -312,6 +312,14 @@ def export_arduino_models(model_paths: list[Path], out: Path | None = None) -> S
 
     if len(model_paths) < 2:
         raise TinyprotoError("an export of several models needs two model directories or more")
+    seen: dict[Path, Path] = {}
+    for path in model_paths:  # the same directory twice was refused as "A and A have the C prefix 'iris'"
+        real = Path(os.path.realpath(path))
+        if real in seen:
+            twice = f"{path} is given twice" if str(seen[real]) == str(path) else \
+                f"{seen[real]} and {path} are the same directory"
+            raise TinyprotoError(f"{twice}; give each model directory once, nothing was changed")
+        seen[real] = Path(path)
     loaded = []
     for path in model_paths:
         model_dir = load_model_dir(path)
