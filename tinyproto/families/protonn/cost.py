@@ -234,9 +234,7 @@ def stream_projection_cycles(model, x: np.ndarray | None = None) -> float:
               + stream_end_frame(model))
     if model.offset is not None:
         return float(cycles + STREAM_END_OFFSET[1] * D)
-    if x is None:
-        x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, d))
-    p = np.asarray(x, dtype=np.int64) @ np.asarray(model.W_q, dtype=np.int64).T
+    p = projection_sums(model, x)
     rows = stream_end_row_cycles(p, model.proj_shift, acc24, _rescale16(model))
     return float(cycles + rows.sum(axis=1).mean())
 
@@ -301,11 +299,23 @@ def offset_rescale_cycles(p: np.ndarray, proj_shift: int, offset: np.ndarray) ->
 OFFSET_TRIALS = 64  # random int8 vectors the offset rescale's clamps are replayed on (their mean is the count)
 
 
+def trial_vectors(n_features: int) -> np.ndarray:
+    """The OFFSET_TRIALS fixed random int8 vectors (int64) every data-dependent term of the model is replayed on."""
+    return np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, n_features))
+
+
+def projection_sums(model, x: np.ndarray | None = None) -> np.ndarray:
+    """The projection's sums W·x before any rescale (int64, one row per vector) of the vectors x, by default
+    trial_vectors."""
+    if x is None:
+        x = trial_vectors(model.n_features)
+    return np.asarray(x, dtype=np.int64) @ np.asarray(model.W_q, dtype=np.int64).T
+
+
 def mean_offset_rescale_cycles(model) -> float:
     """tp_protonn_rescale_offset's cycles of one inference (every row), the mean over OFFSET_TRIALS fixed random
     int8 vectors: its clamps are taken or not with the projection sums."""
-    x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, model.n_features))
-    p = x @ np.asarray(model.W_q, dtype=np.int64).T
+    p = projection_sums(model)
     return float(offset_rescale_cycles(p, model.proj_shift, model.offset).sum(axis=1).mean())
 
 
@@ -325,8 +335,7 @@ def dense_z_rows_in(model) -> float:
     """Rows of a dense W with the asm rescale whose z is below +128 before its clamp (the clamp's longer path),
     per inference: the mean over OFFSET_TRIALS fixed random int8 vectors (mean_offset_rescale_cycles' vectors)."""
     right = model.proj_shift
-    x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, model.n_features))
-    q = (x @ np.asarray(model.W_q, dtype=np.int64).T + (1 << (right - 1))) >> right
+    q = (projection_sums(model) + (1 << (right - 1))) >> right
     return float((q < 128).sum(axis=1).mean())
 
 
@@ -391,9 +400,7 @@ def dense_c_project_cycles(model, x: np.ndarray | None = None) -> float:
     """tp_protonn_project's cycles of one inference for a dense W rescaled in C (and tp_protonn_rescale's, out of
     line) besides the kernels' MAC, load and step terms: the layout's count and every row's rescale paths, the
     mean over OFFSET_TRIALS fixed random int8 vectors (or over the vectors x)."""
-    if x is None:
-        x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, model.n_features))
-    p = np.asarray(x, dtype=np.int64) @ np.asarray(model.W_q, dtype=np.int64).T
+    p = projection_sums(model, x)
     rows = dense_c_row_cycles(p, model.proj_shift, model.n_features, rescale_out_of_line(model))
     rows = rows.sum(axis=1).mean()
     return float(dense_c_frame_cycles(model.n_components, model.proj_shift) + rows)
@@ -414,9 +421,7 @@ def c_rows_project_cycles(model, x: np.ndarray | None = None) -> float:
     frame and each row's call and store only (C_ROWS_OFFSET: tp_protonn_rescale_offset is offset_rescale)."""
     if model.offset is not None:
         return float(C_ROWS_OFFSET[0] + C_ROWS_OFFSET[1] * model.n_components)
-    if x is None:
-        x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, model.n_features))
-    p = np.asarray(x, dtype=np.int64) @ np.asarray(model.W_q, dtype=np.int64).T
+    p = projection_sums(model, x)
     frame, right_row, other_row = C_ROWS_PROJECT
     r = model.proj_shift
     if r > 0:
@@ -483,7 +488,7 @@ def mean_reach_index_cycles(model) -> float:
     """The register-z loop's index shifts of one inference: its prototypes within the table's reach (data-
     dependent) times reach_index_cycles, the mean over OFFSET_TRIALS fixed random int8 vectors (the offset
     rescale's)."""
-    x = np.random.default_rng(0).integers(-127, 128, size=(OFFSET_TRIALS, model.n_features)).astype(np.int8)
+    x = trial_vectors(model.n_features).astype(np.int8)
     z = model.projections(x).astype(np.int64)
     dist = ((z[:, None, :] - np.asarray(model.B_q, dtype=np.int64)[None]) ** 2).sum(axis=2)
     within = (dist < (model.table.size - 1) << model.table_shift).sum(axis=1).mean()
