@@ -30,15 +30,21 @@ def os_error_line(exc: OSError) -> str:
     where = f": {first}" if first else ""
     if first and second:
         where = f": {first} -> {second}"
-    hint = ""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        hint = "; free some space and run the command again"
-    elif exc.errno == errno.EROFS:
+    if exc.errno == errno.EROFS:
         hint = "; it is on a read-only file system: work on a copy in a directory you can write"
     elif exc.errno in (errno.EACCES, errno.EPERM) and first:
         # an immutable or read-only directory said only "Operation not permitted: DIR/..tinyproto.t4imcu5k.tmp"
         hint = f"; check the permissions of {first} and of its directory, or work on a copy in one you can write"
+    else:
+        hint = no_space_hint(exc)
     return f"{exc.strerror or exc}{where}{hint}"
+
+
+def no_space_hint(exc: OSError) -> str:
+    """What to do about a full disk or quota, as a clause to end an error line with; "" for any other error."""
+    import errno
+
+    return "; free some space and run the command again" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
 
 
 def _shown(filename) -> str | None:
