@@ -5,6 +5,7 @@ ends in one line and exit 130, like Ctrl-C anywhere else, instead of a traceback
 otherwise killed the process silently until the CLI installed its own handlers.
 """
 
+import signal
 import sys
 
 
@@ -13,8 +14,6 @@ def _interrupt(signum, frame) -> None:
 
 
 def run() -> None:
-    import signal
-
     for signum in (signal.SIGTERM, signal.SIGHUP):  # from the start: a SIGTERM during the imports is Ctrl-C too
         signal.signal(signum, _interrupt)
     try:
@@ -28,10 +27,10 @@ def run() -> None:
     try:
         main()
     finally:
-        _finished(signal)
+        _finished()
 
 
-def _finished(signal) -> None:
+def _finished() -> None:
     """The verb has ended (its files written, or its refusal printed) and its exit status is decided: a signal from
     now on changes nothing. The interpreter's teardown takes a moment, and a SIGTERM in it killed the process with
     exit 143 and no line after the verb had done its work (Python resets its own handlers to the default there,
