@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.pipeline.report_data import (FIGURES, REPORT, ReportInput, _pct, configurations, kb, load_input,
-                                            pareto_frontier, print_summary, recommend)
+from tinyproto.pipeline.report_data import (FIGURES, REPORT, ReportInput, _pct, _three_places, configurations, kb,
+                                            load_input, pareto_frontier, print_summary, recommend)
 from tinyproto.pipeline.report_figures import (fig_accuracy_vs, fig_accuracy_vs_bytes, fig_agreement, fig_confusion,
                                                fig_cycles, fig_ledger, fig_reliability, fig_risk_coverage,
                                                fig_single_accuracy, fig_single_cycles, fig_sram)
@@ -158,7 +158,7 @@ def _display(c: dict) -> dict:
             "float_pct": _pct(c["float_accuracy"]), "int8_pct": _pct(c["int8_accuracy"]),
             "device_pct": _pct(c["device_accuracy"]),
             "latency": f"{c['latency_ms']:.2f}" + ("" if c["measured"] else " (pred.)"),
-            "energy": "-" if c["energy_mj"] is None else f"{c['energy_mj']:.3f}"}  # none: no plausible figure
+            "energy": _three_places(c["energy_mj"])}  # none: no plausible figure
 
 
 def _png_size(png: bytes) -> tuple[int, int]:

@@ -487,7 +487,7 @@ def print_summary(console, data: ReportInput, max_bytes: int | None = None, max_
                       f"{c['model_bytes']:.0f}", _pct(c["accuracy"]), _pct(c["float_accuracy"]),
                       _pct(c["int8_accuracy"]), _pct(c["device_accuracy"]),
                       f"{c['latency_ms']:.2f}" + ("" if c["measured"] else "*"),
-                      "-" if c["energy_mj"] is None else f"{c['energy_mj']:.3f}",  # none: no plausible figure
+                      _three_places(c["energy_mj"]),  # none: no plausible figure
                       *(JUDGED_COLUMNS[key][1](c[key]) for key in judged))
     table.caption = ("accuracy: the device's where validated, else the host int8 reference's; ms and mJ per inference"
                      + ("" if measured else "; * predicted by the cost model")
@@ -517,14 +517,15 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
-def _ratio(x: float | None) -> str:
+def _three_places(x: float | None) -> str:
+    """A figure with three decimals (an AUROC, millijoules), or "-" where there is none."""
     return "-" if x is None else f"{x:.3f}"
 
 
 # a configuration's confidence figure -> its column's header, its cell, its caption
 JUDGED_COLUMNS = {
     "coverage": ("answered", _pct, "answered: share of known-class test rows not declined as unknown"),
-    "auroc": ("AUROC", _ratio, "AUROC: how well the novelty score tells held-out classes' rows from known ones"),
+    "auroc": ("AUROC", _three_places, "AUROC: how well the novelty score tells held-out classes' rows from known ones"),
 }
 
 
