@@ -266,7 +266,7 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
                              "beside it, nothing was changed")
     out = check_output_dir(out)
     _check_export_dir(out)
-    board = load_board(model_dir.meta.get("board", "uno"))  # the board the model was compiled for
+    board = load_board(model_dir.board)  # the board the model was compiled for
     with atomic_directory(out, "export") as scratch:
         write_library(model_dir, model, name, scratch / name, board, prefix)
         write_zip(scratch / name, scratch / f"{name}.zip")
@@ -335,7 +335,7 @@ def export_arduino_models(model_paths: list[Path], out: Path | None = None) -> S
                 raise TinyprotoError(f"{taken[key]} and {model_dir.path} have {what}; compile one of them again "
                                      "with --prefix NAME, nothing was changed")
             taken[key] = model_dir.path
-        boards.setdefault(model_dir.meta.get("board", "uno"), model_dir.path)
+        boards.setdefault(model_dir.board, model_dir.path)
     if len(boards) > 1:
         raise TinyprotoError(f"the models were compiled for different boards ({', '.join(sorted(boards))}); one "
                              "sketch runs on one board, nothing was changed")

@@ -115,7 +115,7 @@ def build_record_problem(model_dir: ModelDir, raw: dict) -> str | None:
         return f"env {str(env)[:40]!r} is none of platformio.ini's environments ({', '.join(known) or 'none'})"
     if not isinstance(raw.get("tool"), str) or raw["tool"] not in ("platformio", "avr-gcc"):
         return f"tool {str(raw.get('tool'))[:40]!r} is not platformio or avr-gcc"
-    board = load_board(model_dir.meta.get("board", "uno"))
+    board = load_board(model_dir.board)
     expected = {"flash_available_bytes": (board.flash_bytes_for_sketch, f"the {board.name} board file's"),
                 "sram_bytes": (board.sram_bytes, f"the {board.name} board file's"),
                 "model_bytes": (model_dir.report.get("model_bytes"), "report.json's"),
@@ -619,7 +619,7 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
     from tinyproto.device.protocol import DeviceError, check_model, open_device
     from tinyproto.device.sim import SimulatedUno
 
-    board = load_board(model_dir.meta.get("board", "uno"))
+    board = load_board(model_dir.board)
     model = families.load_int_model(model_dir)
     vectors = checked_vectors(model_dir, model)
     build = load_build_info(model_dir)
