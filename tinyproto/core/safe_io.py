@@ -48,7 +48,7 @@ def read_json(path: Path, what: str, strict: bool = False) -> dict:
     with _open_regular(path, what) as handle:  # non-blocking: a FIFO swapped in after the check cannot hang us
         raw = handle.read(MAX_JSON_BYTES + 1)
     try:
-        data = strict_json.loads(raw.decode("utf-8")) if strict else json.loads(raw.decode("utf-8"))
+        data = strict_json.loads(raw.decode("utf-8")) if strict else strict_json.loads_unique_keys(raw.decode("utf-8"))
     except (UnicodeError, ValueError, RecursionError) as exc:
         raise TinyprotoError(f"{path} is damaged: not valid JSON ({what}): {str(exc)[:80]}") from None
     if not isinstance(data, dict):
