@@ -179,6 +179,16 @@ def test_a_build_record_naming_no_file_is_one_error(built, value):
     refused(["validate", str(built), "--no-raw"], "build.json", built.parent)
 
 
+@pytest.mark.parametrize("verb", ["validate", "flash"])
+def test_a_firmware_that_is_a_loop_of_links_is_one_error(built, verb):
+    """The ELF build.json names replaced by a link to itself: an internal error (RuntimeError: Symlink loop)."""
+    elf = built / json.loads((built / "build.json").read_text())["elf"]
+    elf.unlink()
+    elf.symlink_to(elf.name)
+    line = refused([verb, str(built), "--sim"], "loop of symbolic links", built.parent)
+    assert "tinyproto build" in line, line
+
+
 @pytest.mark.parametrize("name, verb", [("build.json", "validate"), ("build.json", "flash"),
                                         ("report.json", "build"), ("validation.json", "report")])
 def test_a_key_given_twice_in_a_model_directory_record_is_one_error(built, name, verb):

@@ -32,6 +32,7 @@ from tinyproto.core.version import __version__
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.render import check_prefix
 from tinyproto.core.resources import resource_dir
+from tinyproto.core.safe_io import resolved
 from tinyproto import families
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
@@ -260,7 +261,7 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
         check_prefix(prefix)
     if out is None:
         out = model_dir.path.parent / f"{model_dir.path.resolve().name}-arduino"
-    source, target = model_dir.path.resolve(), Path(out).resolve()
+    source, target = model_dir.path.resolve(), resolved(out, "--out", "give a directory beside the model")
     if target == source or source in target.parents or target in source.parents:
         raise TinyprotoError(f"--out {out} is the model directory, inside it or around it; choose a directory "
                              "beside it, nothing was changed")
@@ -341,7 +342,7 @@ def export_arduino_models(model_paths: list[Path], out: Path | None = None) -> S
                              "sketch runs on one board, nothing was changed")
     if out is None:
         out = loaded[0][0].path.parent / "models-arduino"
-    target = Path(out).resolve()
+    target = resolved(out, "--out", "give a directory beside the models")
     for model_dir, _ in loaded:
         source = model_dir.path.resolve()
         if target == source or source in target.parents or target in source.parents:

@@ -35,7 +35,7 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.measured import PLAUSIBLE_FACTOR, cycle_problem, plausible_cycles, ratio, stack_problem
 from tinyproto.core.manifest import record_outputs
 from tinyproto.core.modeldir import ModelDir, load_model_dir
-from tinyproto.core.safe_io import file_sha256, read_json, read_text_file, write_json
+from tinyproto.core.safe_io import file_sha256, read_json, read_text_file, resolved, write_json
 from tinyproto.core.outdir import locked
 from tinyproto.pipeline.journal import JOURNAL, JOURNAL_NEW, Journal
 from tinyproto import families
@@ -64,7 +64,7 @@ def _inside(model_dir: ModelDir, relative: object, what: str) -> Path:
     if not isinstance(relative, str) or os.path.isabs(relative) or "\0" in relative or not relative.strip():
         raise TinyprotoError(f"{model_dir.path / 'build.json'} is damaged: {what} {str(relative)[:40]!r}; {again}")
     root = model_dir.path.resolve()
-    path = (model_dir.path / relative).resolve()
+    path = resolved(model_dir.path / relative, f"build.json's {what}", again)
     if not path.is_relative_to(root):
         named = Path(os.path.normpath(root / relative))
         if named.is_relative_to(root):  # build.json names a file inside; that file is a link out of the directory
