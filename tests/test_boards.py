@@ -97,6 +97,12 @@ BOARD_FILE_DAMAGE = {
     "title with a newline": ('"title": "Arduino Uno', '"title": "x\\n[env:evil]\\nArduino Uno', "title"),
     "truncated": ('"mcu_active_current_source"', '', "JSON"),
     "a list": (None, "[]", "object"),
+    # rates the clock cannot make were taken: a firmware built to talk at them never answers a real board
+    "serial_baud inexact": ('"serial_baud": 1000000', '"serial_baud": 150000', "serial_baud: 150000 baud is .* off"),
+    "serial_baud too fast": ('"serial_baud": 1000000', '"serial_baud": 9000000', "serial_baud: 9000000 .* too fast"),
+    "serial_baud too slow": ('"serial_baud": 1000000', '"serial_baud": 300', "serial_baud: 300 baud is too slow"),
+    "fallback inexact": ('"serial_baud_fallback": 115200', '"serial_baud_fallback": 777777', "serial_baud_fallback"),
+    "clock that makes no rate": ('"f_cpu_hz": 16000000', '"f_cpu_hz": 20000001', "serial_baud"),
 }
 
 

@@ -70,6 +70,7 @@ def test_grid_is_parsed_checked_and_ordered():
     (["--max-ms", "-1"], "--max-ms must be a positive"),
     (["--holdout-classes", "7"], "--holdout-classes: no class '7'"),
     (["--holdout-classes", "0,2"], "must leave at least two classes"),
+    (["--holdout-classes", "0,"], "without empty items"),
 ])
 def test_sweep_refuses_bad_arguments_in_one_line(tmp_path, args, message):
     result = _cli("sweep", "iris", "--device", "none", "--out", str(tmp_path / "s"), *args)
