@@ -128,6 +128,32 @@ def test_every_field_of_a_board_file_is_checked(tmp_path, monkeypatch, case):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("verb", ["compile", "federate", "sweep"])
+def test_a_board_file_naming_an_mcu_avr_gcc_does_not_know_is_refused_before_anything_is_written(
+        tmp_path, monkeypatch, verb):
+    """mcu "atmega9999": compile wrote the project, and its build failed on a page of PlatformIO's log."""
+    import shutil
+
+    import tinyproto.core.boards as boards
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
+    from tinyproto.pipeline.federate import FederateOptions, federate_model
+    from tinyproto.pipeline.sweep import SweepOptions, sweep
+
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed: there is nothing to check the MCU against")
+    text = (boards.resource_dir("boards") / "uno.json").read_text().replace('"atmega328p"', '"atmega9999"')
+    (tmp_path / "boards").mkdir()
+    (tmp_path / "boards" / "uno.json").write_text(text)
+    monkeypatch.setattr(boards, "resource_dir", lambda name: tmp_path / "boards")
+    out = tmp_path / "out"
+    run = {"compile": lambda: compile_model("iris", CompileOptions("protonn", "1kB", out=out)),
+           "federate": lambda: federate_model("iris", FederateOptions(parties=2, backend="local"), out),
+           "sweep": lambda: sweep("iris", out, SweepOptions(models="protonn", budgets="1kB", device="none"))}[verb]
+    with pytest.raises(TinyprotoError, match="names the MCU 'atmega9999', which avr-gcc does not know"):
+        run()
+    assert not out.exists()
+
+
 def test_the_shipped_board_files_pass_the_checks():
     from tinyproto.core.boards import board_file_problem
     from tinyproto.core.resources import resource_dir

@@ -189,6 +189,9 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         # party's rows again)
         model_budget = budget_bytes
         board = load_board(o.board_name)
+        from tinyproto.device.build import check_mcu_known
+
+        check_mcu_known(board)
         dataset = load_dataset(data, label=o.label)
         sp = split(dataset)
         n_train = len(sp.y_train)

@@ -45,6 +45,7 @@ def _unique(values: list) -> list:
 def parse_grid(models: str, budgets: str, seeds: str, boards: str) -> list[Point]:
     """Every (model, budget, seed, board) point, in grid order; each item is checked here, before any work."""
     from tinyproto.core.boards import load_board
+    from tinyproto.device.build import check_mcu_known
     from tinyproto.core.budget import parse_budget
 
     families = _unique([item.lower() for item in comma_items(models, "--models")])  # --model is case-blind too
@@ -59,7 +60,7 @@ def parse_grid(models: str, budgets: str, seeds: str, boards: str) -> list[Point
         seed_values.append(int(text))
     board_names = _unique(comma_items(boards, "--boards"))
     for name in board_names:
-        load_board(name)  # an unknown board is refused in one line, naming the known ones
+        check_mcu_known(load_board(name))  # an unknown board is refused in one line, naming the known ones
     points = [Point(f, b, s, n) for f in families for b in budget_bytes for s in _unique(seed_values)
               for n in board_names]
     return sorted(points, key=Point.order)
