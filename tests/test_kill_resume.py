@@ -340,6 +340,37 @@ def test_a_signal_after_the_verb_finished_changes_nothing(name):
     assert "uno" in result.stdout
 
 
+INTERRUPT_THROUGH_EMBEDDED_CODE = textwrap.dedent("""
+    import ctypes, sys
+    import tinyproto.core.boards as boards
+    import tinyproto.__main__ as entry
+    run_string = ctypes.pythonapi.PyRun_String
+    run_string.restype, run_string.argtypes = ctypes.py_object, [ctypes.c_char_p, ctypes.c_int, ctypes.py_object,
+                                                                 ctypes.py_object]
+    def rows():  # the SIGTERM lands in Python code a compiled library runs through PyRun_String
+        run_string(b"raise KeyboardInterrupt", 257, {}, {})
+    boards.boards_table_rows = rows
+    sys.argv = ["tinyproto", "boards"]
+    entry.run()
+""")
+
+
+def test_an_interrupt_that_passed_through_embedded_code_still_exits_130(tmp_path):
+    """`python -m tinyproto federate`, SIGTERM at 4 s: "error: interrupted; nothing was written" and exit 130
+    decided, yet the process died of SIGINT (status -2): CPython records a KeyboardInterrupt that left code run
+    through PyRun_String (as compiled libraries do), and a `python -m` run then kills itself with SIGINT at its
+    exit, whatever status was decided."""
+    (tmp_path / "interrupted_entry.py").write_text(INTERRUPT_THROUGH_EMBEDDED_CODE)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # the child inherits it even under nohup
+    try:
+        result = subprocess.run([sys.executable, "-m", "interrupted_entry"], capture_output=True, text=True,
+                                timeout=120, cwd=tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert result.returncode == 130, (result.returncode, result.stderr)
+    assert result.stderr.strip() == "interrupted; nothing half-written was left behind", result.stderr
+
+
 SIGNAL_WHILE_DASK_STARTS = textwrap.dedent("""
     import os, signal, sys
     import multiprocessing.context as context
