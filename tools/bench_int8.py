@@ -98,7 +98,7 @@ PANEL = {
     "breast_cancer": None,
     "wine": None,
     "segment": None,
-    "mc40x5c3": lambda: _classification(3000, 40, 10, 5, 3, 1),  # issue 31's low-accuracy set (about 55 %)
+    "mc40x5c3": lambda: _classification(3000, 40, 10, 5, 3, 1),  # like issue 31's low-accuracy set
     "mc20x3c2": lambda: _classification(2000, 20, 6, 3, 2, 2),
     "mc12x4c3": lambda: _classification(3000, 12, 4, 4, 3, 3, flip=0.1),  # noisy labels, low accuracy
     "mc30x6c2": lambda: _classification(1500, 30, 5, 6, 2, 4),
