@@ -97,6 +97,12 @@ BOARD_FILE_DAMAGE = {
     "title with a newline": ('"title": "Arduino Uno', '"title": "x\\n[env:evil]\\nArduino Uno', "title"),
     "truncated": ('"mcu_active_current_source"', '', "JSON"),
     "a list": (None, "[]", "object"),
+    # rates the clock cannot make were taken: a firmware built to talk at them never answers a real board
+    "serial_baud inexact": ('"serial_baud": 1000000', '"serial_baud": 150000', "serial_baud: 150000 baud is .* off"),
+    "serial_baud too fast": ('"serial_baud": 1000000', '"serial_baud": 9000000', "serial_baud: 9000000 .* too fast"),
+    "serial_baud too slow": ('"serial_baud": 1000000', '"serial_baud": 300', "serial_baud: 300 baud is too slow"),
+    "fallback inexact": ('"serial_baud_fallback": 115200', '"serial_baud_fallback": 777777', "serial_baud_fallback"),
+    "clock that makes no rate": ('"f_cpu_hz": 16000000', '"f_cpu_hz": 20000001', "serial_baud"),
 }
 
 
@@ -120,6 +126,32 @@ def test_every_field_of_a_board_file_is_checked(tmp_path, monkeypatch, case):
     with pytest.raises(TinyprotoError, match=f"uno.json is damaged.*{keyword}") as info:
         boards.load_board("uno")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("verb", ["compile", "federate", "sweep"])
+def test_a_board_file_naming_an_mcu_avr_gcc_does_not_know_is_refused_before_anything_is_written(
+        tmp_path, monkeypatch, verb):
+    """mcu "atmega9999": compile wrote the project, and its build failed on a page of PlatformIO's log."""
+    import shutil
+
+    import tinyproto.core.boards as boards
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
+    from tinyproto.pipeline.federate import FederateOptions, federate_model
+    from tinyproto.pipeline.sweep import SweepOptions, sweep
+
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed: there is nothing to check the MCU against")
+    text = (boards.resource_dir("boards") / "uno.json").read_text().replace('"atmega328p"', '"atmega9999"')
+    (tmp_path / "boards").mkdir()
+    (tmp_path / "boards" / "uno.json").write_text(text)
+    monkeypatch.setattr(boards, "resource_dir", lambda name: tmp_path / "boards")
+    out = tmp_path / "out"
+    run = {"compile": lambda: compile_model("iris", CompileOptions("protonn", "1kB", out=out)),
+           "federate": lambda: federate_model("iris", FederateOptions(parties=2, backend="local"), out),
+           "sweep": lambda: sweep("iris", out, SweepOptions(models="protonn", budgets="1kB", device="none"))}[verb]
+    with pytest.raises(TinyprotoError, match="names the MCU 'atmega9999', which avr-gcc does not know"):
+        run()
+    assert not out.exists()
 
 
 def test_the_shipped_board_files_pass_the_checks():

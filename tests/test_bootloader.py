@@ -459,3 +459,15 @@ def test_board_sim_refuses_a_state_directory_holding_other_files(tmp_path, count
         line = refused(["board-sim", "--count", str(count), "--state", str(state), *fresh], "notes.txt", tmp_path)
         assert "give an empty or new directory" in line, line
     assert all((folder / "flash.bin").read_bytes() == b"the user's own image" for folder in boards)
+
+
+@pytest.mark.parametrize("kind", ["loop", "dangling"])
+def test_board_sim_refuses_a_state_link_that_leads_nowhere(tmp_path, kind):
+    """--state a link that loops (or points at nothing) was "error: File exists: state", which said nothing of what
+    to do."""
+    from helpers import refused
+
+    state = tmp_path / "state"
+    state.symlink_to("state" if kind == "loop" else tmp_path / "gone" / "x")
+    line = refused(["board-sim", "--state", str(state)], "leads nowhere", tmp_path)
+    assert "give a directory" in line, line

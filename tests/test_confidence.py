@@ -390,6 +390,11 @@ def test_holdout_and_rate_errors_are_one_line(tmp_path):
 
     with pytest.raises(TinyprotoError, match="--holdout-classes: no class"):
         compile_model("iris", CompileOptions("protonn", "1kB", out=tmp_path / "x", holdout_classes="7"))
+    for typo in ("0,", ",0", "0,,1"):  # "0," held out class 0 alone where "0,1" was meant: every list option refuses
+        with pytest.raises(TinyprotoError, match="without empty items"):
+            compile_model("iris", CompileOptions("protonn", "1kB", out=tmp_path / "x", holdout_classes=typo))
+    with pytest.raises(TinyprotoError, match="needs at least one class"):
+        compile_model("iris", CompileOptions("protonn", "1kB", out=tmp_path / "x", holdout_classes=" , "))
     with pytest.raises(TinyprotoError, match="--unknown-rate"):
         compile_model("iris", CompileOptions("protonn", "1kB", out=tmp_path / "x", unknown_rate="lots"))
     assert not (tmp_path / "x").exists()

@@ -125,7 +125,7 @@ CSV_BAD = {
 def test_bad_csv_is_one_clear_error(tmp_path, case):
     text, pattern = CSV_BAD[case]
     message = _refused(_write(tmp_path, "bad.csv", text), pattern)
-    assert "bad" in message  # the file (or, for the split, the data set) it is about
+    assert "bad.csv" in message  # the file it is about, as given (the split's checks once named its stem, "bad")
 
 
 def _outlier_rows(n_outliers: int, value: float, rows_per_class: int = 30) -> str:

@@ -460,6 +460,10 @@ def test_federate_port_backend_refuses_a_missing_port(tmp_path):
                  ["--backend", "port", "--ports", "/dev/null,/dev/null"]):
         result = CliRunner().invoke(federate_command, ["iris", "--parties", "2", *args, "--out", str(out)])
         assert result.exit_code == 1 and result.stderr.startswith("error: ") and not out.exists()
+    # an empty item (a trailing comma) was dropped: "/dev/ttyACM0," went on as one port, as --budgets "1kB," never did
+    result = CliRunner().invoke(federate_command, ["iris", "--parties", "1", "--backend", "port", "--ports",
+                                                   "/dev/does-not-exist,", "--out", str(out)])
+    assert result.exit_code == 1 and "without empty items" in result.stderr and not out.exists(), result.stderr
 
 
 def test_many_parties_are_summarised_not_listed(tmp_path):

@@ -407,16 +407,17 @@ def test_learn_checks_the_test_vectors_before_building(compiled, work, kind):
     assert not (model / "learning").exists(), "the learning firmware was built before the vectors were checked"
 
 
-def test_learn_without_data_on_a_model_json_naming_none_says_so(compiled, work):
-    """model.json without its dataset: "say which data to learn: --data FILE (the model was compiled on None)"."""
+def test_learn_on_a_model_json_without_its_dataset_says_it_is_damaged(compiled, work):
+    """model.json without its dataset: once "say which data to learn: --data FILE (the model was compiled on
+    None)"; compile always writes it, so the file is damaged, said before anything is built."""
     import json
 
     model = compiled("iris", "1kB", "flynn", learnable=True)
     meta = json.loads((model / "model.json").read_text())
     del meta["dataset"]
     (model / "model.json").write_text(json.dumps(meta))
-    line = refused(["learn", str(model), "--sim"], "--data FILE", work)
-    assert "names no data set" in line and "None" not in line, line
+    line = refused(["learn", str(model), "--sim"], "has no dataset", work)
+    assert "None" not in line and not (model / "learning").exists(), line
 
 
 @pytest.mark.parametrize("manifest", [False, True])

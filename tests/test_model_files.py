@@ -63,6 +63,20 @@ def test_model_json_fields_have_the_type_compile_writes(work, compiled, verb, fi
     refused(VERBS[verb](model), "model.json", model.parent, own_files_at_root=True)
 
 
+@pytest.mark.parametrize("verb", ["build", "export", "validate"])
+@pytest.mark.parametrize("field", ["board", "prefix", "seed", "dataset"])
+def test_model_json_without_a_field_compile_writes_is_refused(work, compiled, verb, field):
+    """A missing board was filled in as uno (a Mega's model built and validated for an Uno), a missing prefix as
+    the data set's name, a missing seed as 0: each default builds another firmware than compile's."""
+    model = compiled("iris", "1kB")
+    meta = json.loads((model / "model.json").read_text())
+    del meta[field]
+    (model / "model.json").write_text(json.dumps(meta))
+    args = VERBS[verb](model) if verb in VERBS else ["validate", str(model), "--sim"]
+    line = refused(args, f"has no {field}", model.parent, own_files_at_root=True)
+    assert "run `tinyproto compile` again" in line, line
+
+
 def _rehashed(model: Path, edit: Callable[[dict], object]) -> None:
     """Edit int_model and record its sha256 and model hash anew, as a tool (or a person) that knows the format
     would: the hashes then prove nothing, and what is left is whether the model itself holds together."""

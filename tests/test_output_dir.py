@@ -125,6 +125,19 @@ def test_an_unusable_out_is_refused_before_the_data_is_read(work, verb):
             "exists and is not a directory", work)
 
 
+@pytest.mark.parametrize("verb", [["compile", "iris", "--budget", "1kB"], ["export", "MODEL"],
+                                  ["export", "MODEL", "MODEL2"], ["sweep", "iris", "--device", "none"]])
+@pytest.mark.parametrize("out", ["loop", "loop/sub"])
+def test_an_out_in_a_loop_of_links_is_one_line(work, compiled, verb, out):
+    """export --out LOOP was an internal error (RuntimeError: Symlink loop, from resolving it)."""
+    (work / "loop").symlink_to("loop")
+    model = compiled("iris", "1kB")
+    other = compiled("wine", "1kB") if "MODEL2" in verb else None
+    args = [str(model) if a == "MODEL" else str(other) if a == "MODEL2" else a for a in verb]
+    line = refused([*args, "--out", str(work / out)], "loop", work)
+    assert "internal error" not in line
+
+
 @pytest.mark.parametrize("verb", ["compile", "validate", "build", "export", "report", "board-sim"])
 def test_directory_name_not_utf8_is_refused(work, verb):
     bad = os.fsdecode(b"m\xff")

@@ -349,6 +349,21 @@ def test_a_request_no_try_got_an_answer_to_says_what_the_device_sent_instead(ans
     assert "\n" not in str(info.value)
 
 
+def test_a_device_that_stops_answering_after_the_handshake_is_not_asked_about_its_firmware():
+    """Silent after answering HELLO (a hang or a reset mid-run): "is the firmware flashed and the baud rate ...?"
+    was untrue there, the device had answered at that rate; the line says it stopped answering and what to do."""
+    def answer(frame, n):
+        return P.encode_frame(P.MSG_HELLO | P.MSG_RESPONSE, frame.seq, hello_payload()) if frame.type == P.MSG_HELLO \
+            else b""
+    client = P.DeviceClient(ScriptedDevice(answer), n_retries=2, timeout=0.05)
+    client.hello()
+    with pytest.raises(P.DeviceSilent) as info:
+        client.stats()
+    message = str(info.value)
+    assert "stopped answering: no answer to STATS in 3 tries" in message and "reset the board" in message, message
+    assert "firmware flashed" not in message and not info.value.speed_may_help
+
+
 def test_loop_url_echo_is_not_an_answer():
     # loop:// returns our own request: a valid frame with our seq but a request type, so it must be ignored.
     client = P.DeviceClient(serial.serial_for_url("loop://", timeout=0.02), n_retries=1, timeout=0.1)

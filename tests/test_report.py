@@ -344,3 +344,23 @@ def test_names_the_figures_font_cannot_draw_are_escaped_without_a_warning():
         warnings.simplefilter("error")
         png = fig_confusion(["café", "日本", "x"], np.array([0, 1, 2]), np.array([0, 1, 1]), "confusion: 日本")
     assert png.startswith(b"\x89PNG")
+
+
+def test_held_out_rows_get_their_own_row_in_the_confusion_matrix(tmp_path):
+    """A model compiled with --holdout-classes keeps those classes' test rows under the unknown code (255): the
+    model report draws them as a "held out" row (and the device's unknown answers as an "unknown" column) instead
+    of failing on a class index beyond the matrix."""
+    import numpy as np
+
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
+    from tinyproto.pipeline.report_figures import fig_confusion
+
+    model_dir = tmp_path / "held"
+    compile_model("iris", CompileOptions("protonn", "1kB", 0, "uno", model_dir, holdout_classes="2",
+                                         unknown_rate="5%"))
+    report = write_report(model_dir)
+    assert "confusion" in {p.stem for p in report.figures}
+    y, known = np.array([0, 1, 255, 255]), np.array([0, 1, 1, 1])
+    with_held_out = fig_confusion(["a", "b"], y, known, "t")
+    assert with_held_out != fig_confusion(["a", "b"], np.array([0, 1, 1, 1]), known, "t")
+    assert fig_confusion(["a", "b"], y, np.array([0, 255, 255, 1]), "t") != with_held_out  # an unknown column

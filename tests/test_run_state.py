@@ -92,6 +92,16 @@ def test_a_sweep_json_of_the_wrong_shape_is_one_error(swept, key, value):
     refused(["sweep", *SWEEP, "--out", str(swept), "--resume"], "sweep.json", swept.parent)
 
 
+@pytest.mark.parametrize("name", ["sweep.json", "results.jsonl"])
+def test_a_key_given_twice_in_a_sweep_file_is_one_error(swept, name):
+    """Which of two values a parser keeps is its whim: sweep.json's was read as the last one."""
+    path = swept / name
+    key = next(iter(json.loads(path.read_text().splitlines()[0] if name.endswith("l") else path.read_text())))
+    path.write_text(path.read_text().replace("{", "{" + json.dumps(key) + ": 7, ", 1))
+    refused(["report", str(swept)], name, swept.parent)
+    refused(["sweep", *SWEEP, "--out", str(swept), "--resume"], name, swept.parent)
+
+
 def test_a_second_line_for_one_point_is_refused(swept):
     results = swept / "results.jsonl"
     results.write_text(results.read_text() * 2)
@@ -167,6 +177,29 @@ def test_a_build_record_naming_no_file_is_one_error(built, value):
     record["elf"] = value
     (built / "build.json").write_text(json.dumps(record))
     refused(["validate", str(built), "--no-raw"], "build.json", built.parent)
+
+
+@pytest.mark.parametrize("verb", ["validate", "flash"])
+def test_a_firmware_that_is_a_loop_of_links_is_one_error(built, verb):
+    """The ELF build.json names replaced by a link to itself: an internal error (RuntimeError: Symlink loop)."""
+    elf = built / json.loads((built / "build.json").read_text())["elf"]
+    elf.unlink()
+    elf.symlink_to(elf.name)
+    line = refused([verb, str(built), "--sim"], "loop of symbolic links", built.parent)
+    assert "tinyproto build" in line, line
+
+
+@pytest.mark.parametrize("name, verb", [("build.json", "validate"), ("build.json", "flash"),
+                                        ("report.json", "build"), ("validation.json", "report")])
+def test_a_key_given_twice_in_a_model_directory_record_is_one_error(built, name, verb):
+    """build.json with "elf" twice was read as its last value, and validate or flash ran whichever firmware it named."""
+    path = built / name
+    key = next(iter(json.loads(path.read_text())))
+    path.write_text(path.read_text().replace("{", "{" + json.dumps(key) + ': "x", ', 1))
+    args = {"validate": ["validate", str(built), "--no-raw"], "flash": ["flash", str(built), "--sim"],
+            "build": ["build", str(built)], "report": ["report", str(built)]}[verb]
+    line = refused(args, name, built.parent)
+    assert "appears twice" in line, line
 
 
 def test_a_deeply_nested_journal_line_is_one_error_for_resume(built):

@@ -15,19 +15,29 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.families.solving import JOBS_VARIABLE, default_jobs
 
 
-@pytest.mark.parametrize("name", families.names())
-def test_the_header_is_the_same_with_one_and_two_workers(tmp_path, name):
+def one_worker_compile(compiled, tmp_path, family: str):
+    """What `compile wine --budget 1kB --model FAMILY --jobs 1` writes: the run's shared compile of it (conftest's
+    `compiled`) where the suite compiles with one worker (its TINYPROTO_JOBS=1, unless the environment sets another),
+    else a compile of its own."""
     from tinyproto.pipeline.compile import CompileOptions, compile_model
 
-    headers = []
-    for jobs in (1, 2):
-        compile_model("wine", CompileOptions(name, "1kB", 0, out=tmp_path / f"j{jobs}", jobs=jobs))
-        headers.append((tmp_path / f"j{jobs}/include/tinyproto_model.h").read_bytes())
+    if default_jobs() == 1:
+        return compiled("wine", "1kB", family)
+    return compile_model("wine", CompileOptions(family, "1kB", 0, out=tmp_path / "j1", jobs=1)).out_dir
+
+
+@pytest.mark.parametrize("name", families.names())
+def test_the_header_is_the_same_with_one_and_two_workers(compiled, tmp_path, name):
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
+
+    headers = [(one_worker_compile(compiled, tmp_path, name) / "include/tinyproto_model.h").read_bytes()]
+    compile_model("wine", CompileOptions(name, "1kB", 0, out=tmp_path / "j2", jobs=2))
+    headers.append((tmp_path / "j2/include/tinyproto_model.h").read_bytes())
     assert headers[0] == headers[1]
 
 
 @pytest.mark.slow
-def test_protonn_fits_in_two_workers_give_the_same_header(tmp_path, monkeypatch):
+def test_protonn_fits_in_two_workers_give_the_same_header(compiled, tmp_path, monkeypatch):
     """ProtoNN starts workers only for large searches; with the threshold at 0 the wine search runs in two worker
     processes (each (shape, fold) fit a task) and must give the single process's header and report."""
     import json
@@ -36,13 +46,13 @@ def test_protonn_fits_in_two_workers_give_the_same_header(tmp_path, monkeypatch)
     from tinyproto.pipeline.compile import CompileOptions, compile_model
 
     monkeypatch.setattr(solver, "PARALLEL_MIN_VALUES", 0)
+    # one worker runs every fit in its own process whatever the threshold
+    compile_model("wine", CompileOptions("protonn", "1kB", 0, out=tmp_path / "j2", jobs=2))
     outs = []
-    for jobs in (1, 2):
-        compile_model("wine", CompileOptions("protonn", "1kB", 0, out=tmp_path / f"j{jobs}", jobs=jobs))
-        report = json.loads((tmp_path / f"j{jobs}/report.json").read_text())
-        outs.append(((tmp_path / f"j{jobs}/include/tinyproto_model.h").read_bytes(),
-                     (tmp_path / f"j{jobs}/model.json").read_bytes(), report["solver"]["candidates"],
-                     report["solver"]["confidence"]))
+    for out in (one_worker_compile(compiled, tmp_path, "protonn"), tmp_path / "j2"):
+        report = json.loads((out / "report.json").read_text())
+        outs.append(((out / "include/tinyproto_model.h").read_bytes(), (out / "model.json").read_bytes(),
+                     report["solver"]["candidates"], report["solver"]["confidence"]))
     assert outs[0] == outs[1]
 
 

@@ -23,6 +23,7 @@ def run() -> None:
         from tinyproto.cli import main
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
+        _forget_embedded_interrupts()
         sys.exit(130)
     try:
         main()
@@ -42,6 +43,20 @@ def _finished() -> None:
             pass
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
+    _forget_embedded_interrupts()
+
+
+def _forget_embedded_interrupts() -> None:
+    """CPython records a KeyboardInterrupt that left code run through PyRun_String (compiled libraries run Python
+    that way) and, under `python -m tinyproto`, kills the process with SIGINT at its exit whatever status was
+    decided: a SIGTERM taken as Ctrl-C, its line printed and exit 130 decided, ended as "killed by SIGINT" (-2).
+    Running empty code the same way clears that record; the exit status decided stands."""
+    try:
+        import ctypes
+
+        ctypes.pythonapi.PyRun_SimpleString(b"")
+    except Exception:  # (an interpreter without ctypes: the record, if any, stays)
+        pass
 
 
 if __name__ == "__main__":

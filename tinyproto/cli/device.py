@@ -79,7 +79,7 @@ def flash_command(model_dir: Path, port: str | None, upload_port: str | None, si
     from tinyproto.core.outdir import tidy
 
     tidy(md.path)  # what a killed run left there (core/outdir.py, "leftovers")
-    board = load_board(md.meta.get("board", "uno"))
+    board = load_board(md.board)
     from tinyproto.device.flash import upload_target
 
     upload_port = upload_target(board, port, upload_port)

@@ -37,7 +37,7 @@ def shown(path: Path) -> str:
     path = Path(path)
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # (RuntimeError: a loop of symbolic links, Python 3.11)
         return str(path)
 
 

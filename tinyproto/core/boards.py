@@ -45,19 +45,9 @@ class Board:
             return self
         if baud <= 0:
             raise TinyprotoError(f"--baud must be a positive number of bits per second, got {baud}")
-        if ubrr_of(self.f_cpu_hz, baud) > MAX_UBRR:
-            slowest = -(-self.f_cpu_hz // (8 * (MAX_UBRR + 1)))
-            raise TinyprotoError(f"{baud} baud is too slow for the USART at {self.mhz:g} MHz (its divisor has 12 bits: "
-                                 f"{slowest} baud at the least); {self.title} talks at {self.serial_baud} or "
-                                 f"{self.serial_baud_fallback}")
-        fastest = self.f_cpu_hz // 8  # U2X with a divisor of 0: "-100.0 % off" said nothing of being too fast
-        if baud > fastest:
-            raise TinyprotoError(f"{baud} baud is too fast for the USART at {self.mhz:g} MHz ({fastest} baud at the "
-                                 f"most); {self.title} talks at {self.serial_baud} or {self.serial_baud_fallback}")
-        error = baud_error(self.f_cpu_hz, baud)
-        if abs(error) > MAX_BAUD_ERROR:
-            raise TinyprotoError(f"{baud} baud is {100 * error:+.1f} % off at {self.mhz:g} MHz (a UART tolerates "
-                                 f"about 2 %); {self.title} talks at {self.serial_baud} or {self.serial_baud_fallback}")
+        problem = baud_problem(self.f_cpu_hz, baud)
+        if problem:
+            raise TinyprotoError(f"{problem}; {self.title} talks at {self.serial_baud} or {self.serial_baud_fallback}")
         return replace(self, serial_baud=baud)
 
     @property
@@ -71,6 +61,23 @@ class Board:
 
 MAX_UBRR = 4095  # UBRRn is 12 bits wide on every AVR USART of the boards here
 MAX_BAUD_ERROR = 0.025  # the firmware's fallback rates are +2.1 % off (115200 at 16 MHz, 57600 at 8 MHz)
+
+
+def baud_problem(f_cpu_hz: int, baud: int) -> str | None:
+    """Why the USART at f_cpu_hz cannot talk at `baud` (a positive rate), or None: its 12-bit divisor, its fastest
+    rate, and the 2 % a UART tolerates. Checked for --baud and for the rates a board file states."""
+    mhz = f_cpu_hz / 1e6
+    if ubrr_of(f_cpu_hz, baud) > MAX_UBRR:
+        slowest = -(-f_cpu_hz // (8 * (MAX_UBRR + 1)))
+        return (f"{baud} baud is too slow for the USART at {mhz:g} MHz (its divisor has 12 bits: {slowest} baud at "
+                "the least)")
+    fastest = f_cpu_hz // 8  # U2X with a divisor of 0: "-100.0 % off" said nothing of being too fast
+    if baud > fastest:
+        return f"{baud} baud is too fast for the USART at {mhz:g} MHz ({fastest} baud at the most)"
+    error = baud_error(f_cpu_hz, baud)
+    if abs(error) > MAX_BAUD_ERROR:
+        return f"{baud} baud is {100 * error:+.1f} % off at {mhz:g} MHz (a UART tolerates about 2 %)"
+    return None
 
 
 def ubrr_of(f_cpu_hz: int, baud: int) -> int:
@@ -162,6 +169,11 @@ def board_file_problem(raw: object, name: str) -> str | None:
         return f"its name {raw['name']!r} is not its file's name {name!r}"
     if raw["sram_reserved_bytes"] >= raw["sram_bytes"]:
         return f"sram_reserved_bytes {raw['sram_reserved_bytes']} leaves nothing of sram_bytes {raw['sram_bytes']}"
+    for key in ("serial_baud", "serial_baud_fallback"):  # the firmware's line: a rate its clock cannot make is no line
+        if key in raw:
+            problem = baud_problem(raw["f_cpu_hz"], raw[key])
+            if problem:
+                return f"{key}: {problem}"
     return None
 
 

@@ -410,9 +410,11 @@ def parse_rate(text: str) -> float:
 
 def parse_classes(text: str, known: list) -> list:
     """'8,9' -> the class values named (as the data set spells them); one clear error otherwise."""
-    names = [part.strip() for part in str(text).split(",") if part.strip()]
-    if not names:
+    from tinyproto.core.option_lists import comma_items
+
+    if not str(text).strip(", "):
         raise TinyprotoError("--holdout-classes needs at least one class, e.g. 8,9")
+    names = comma_items(text, "--holdout-classes")
     by_text = {str(c): c for c in known}
     missing = [n for n in names if n not in by_text]
     if missing:

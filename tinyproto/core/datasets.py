@@ -79,6 +79,14 @@ class Dataset:
     # the file's own name without its suffix, as the system gave it (a name that is not UTF-8 keeps its bytes as
     # surrogate escapes, where `name` shows U+FFFD): the default output directory is named after it
     file_stem: str | None = None
+    # the data file as the user named it (None for a built-in set): what a message about the data names, so that
+    # "my data: too few samples" names the file, "data/my data.csv", not its stem
+    source: str | None = None
+
+    @property
+    def where(self) -> str:
+        """The data set as messages name it: the file as given, or the built-in set's name."""
+        return self.source or self.name
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,7 @@ def load_dataset(spec: str, label: str | None = None) -> Dataset:
         X, y, columns = load_csv(read_regular_file(path), spec, label)  # the bytes' only reference: freed once decoded
     X, y = validate_xy(X, y, source=spec, columns=columns)
     return Dataset(_display_name(path.stem or path.name), X, y, tuple(columns) if columns is not None else None,
-                   path.stem or path.name)
+                   path.stem or path.name, _display_name(spec))
 
 
 def _display_name(name: str) -> str:
@@ -147,16 +155,16 @@ def split(dataset: Dataset, seed: int = 0) -> Split:
     n_test = int(np.ceil(TEST_FRACTION * len(dataset.y)))
     if n_test < classes.size or counts.min() < 4:
         raise TinyprotoError(
-            f"{dataset.name}: too few samples ({len(dataset.y)} rows, smallest class {counts.min()}) for a "
+            f"{dataset.where}: too few samples ({len(dataset.y)} rows, smallest class {counts.min()}) for a "
             f"stratified 25 % test split; every class needs at least 4 samples"
         )
     X_tr, X_te, y_tr, y_te = train_test_split(
         dataset.X, dataset.y, test_size=TEST_FRACTION, stratify=dataset.y, random_state=seed
     )
     names = dataset.columns
-    check_features_usable(X_tr, f"{dataset.name} (training split)",
+    check_features_usable(X_tr, f"{dataset.where} (training split)",
                           (lambda j: names[j]) if names is not None else (lambda j: f"column {j}"))
-    check_int8_inputs_vary(X_tr, f"{dataset.name} (training split)", y_tr)
+    check_int8_inputs_vary(X_tr, f"{dataset.where} (training split)", y_tr)
     return Split(X_tr, y_tr, X_te, y_te)
 
 __all__ = ["BUILTIN", "CSV_SUFFIXES", "MAX_CLASSES", "MAX_FILE_BYTES", "MAX_VALUES", "TEST_FRACTION", "Dataset",

@@ -14,7 +14,6 @@ core/outdir.py enforces them (locks, pre-flight checks, the atomic swap). Layer:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.safe_io import MAX_JSON_BYTES, file_sha256, write_json
+from tinyproto.core.strict_json import loads_unique_keys
 
 MANIFEST = ".tinyproto"
 LOCK = ".tinyproto.lock"
@@ -46,7 +46,7 @@ def read_manifest(directory: Path) -> dict | None:
     try:
         if path.stat().st_size > MAX_JSON_BYTES:
             return None
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_unique_keys(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("written_by") != "tinyproto" or not isinstance(data.get("files"), dict):

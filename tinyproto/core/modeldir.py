@@ -137,15 +137,18 @@ class ModelDir:
     def header_args(self) -> tuple[str, int, int]:
         """(dataset, seed, budget_bytes) for the generated header's banner, as compile wrote them (load_model_dir
         checked their types)."""
-        return str(self.meta.get("dataset", "?")), int(self.meta.get("seed", 0)), int(self.meta.get("budget_bytes", 0))
+        return str(self.meta["dataset"]), int(self.meta["seed"]), int(self.meta["budget_bytes"])
 
     @property
     def prefix(self) -> str:
-        """The model's C prefix (every external symbol of its runtime: <prefix>_predict, ...): model.json's, or
-        for a directory written before prefixes, the data set's name made a C identifier."""
-        from tinyproto.core.render import default_prefix
+        """The model's C prefix (every external symbol of its runtime: <prefix>_predict, ...), as compile wrote it
+        (load_model_dir refuses a model.json without one)."""
+        return str(self.meta["prefix"])
 
-        return str(self.meta.get("prefix") or default_prefix(self.header_args()[0]))
+    @property
+    def board(self) -> str:
+        """The name of the board the model was compiled for (load_model_dir refuses a model.json without one)."""
+        return str(self.meta["board"])
 
     def vectors(self) -> TestVectors:
         """test_vectors.npz, refused unless it is the file compile wrote (model.json's vectors_sha256): every verb
@@ -193,11 +196,20 @@ def _is_int(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
+# model.json's fields outside int_model that compile always writes and the verbs build from: the board the
+# firmware is for, the C prefix of its symbols, and the header banner's data set, seed and budget
+WRITTEN_FIELDS = ("dataset", "prefix", "seed", "board", "budget_bytes")
+
+
 def _check_meta_fields(meta: dict, meta_path: Path) -> None:
     """model.json's fields outside int_model are not covered by its hashes, yet go into generated C (the header's
     banner) and file names: each must have the type and range compile writes, or the directory is refused."""
     from tinyproto.core.budget import MAX_BUDGET_BYTES
 
+    missing = [key for key in WRITTEN_FIELDS if key not in meta]
+    if missing:  # a default in its place would build another model: uno's firmware for a Mega's, other C symbols
+        raise TinyprotoError(f"{meta_path} is damaged: it has no {missing[0]} (compile writes it; a default in its "
+                             "place would build another firmware); run `tinyproto compile` again")
     dataset = meta.get("dataset", "?")
     if not isinstance(dataset, str) or not 0 < len(dataset) <= NAME_MAX:
         raise TinyprotoError(f"{meta_path} is damaged: dataset must be a name of 1 to {NAME_MAX} characters")

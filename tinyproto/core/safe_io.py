@@ -31,6 +31,15 @@ def _regular_file(path: Path, what: str) -> os.stat_result:
     return info
 
 
+def resolved(path: Path, what: str, advice: str = "give a path without the loop") -> Path:
+    """Path(path).resolve(), a loop of symbolic links on the way being one line naming `what` (Python 3.11 raises
+    RuntimeError for it, later versions OSError: either was an internal error)."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError):
+        raise TinyprotoError(f"{path} ({what}) leads into a loop of symbolic links; {advice}") from None
+
+
 def check_regular_file(path: Path, what: str) -> None:
     """One clear error unless `path` is a regular file (checked before a reader could block on a FIFO)."""
     _regular_file(path, what)
@@ -48,7 +57,7 @@ def read_json(path: Path, what: str, strict: bool = False) -> dict:
     with _open_regular(path, what) as handle:  # non-blocking: a FIFO swapped in after the check cannot hang us
         raw = handle.read(MAX_JSON_BYTES + 1)
     try:
-        data = strict_json.loads(raw.decode("utf-8")) if strict else json.loads(raw.decode("utf-8"))
+        data = strict_json.loads(raw.decode("utf-8")) if strict else strict_json.loads_unique_keys(raw.decode("utf-8"))
     except (UnicodeError, ValueError, RecursionError) as exc:
         raise TinyprotoError(f"{path} is damaged: not valid JSON ({what}): {str(exc)[:80]}") from None
     if not isinstance(data, dict):

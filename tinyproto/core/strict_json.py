@@ -19,6 +19,13 @@ def loads(text: str) -> object:
     return data
 
 
+def loads_unique_keys(text: str | bytes) -> object:
+    """json.loads for every other file tinyproto wrote (build.json, validation.json, sweep.json, the journals,
+    the manifest): it may hold NaN, but a key given twice is refused (ValueError), never read as the parser's
+    pick of the two values."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number tinyproto writes")
 

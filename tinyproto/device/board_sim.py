@@ -230,6 +230,9 @@ STATE_NAMES = frozenset({FLASH_IMAGE, EEPROM_IMAGE, f"{FLASH_IMAGE}.tmp", f"{EEP
 def check_state_dir(directory: Path) -> None:
     """A --state directory holds only the board's images: `--state ~` or a model directory would have had a
     flash.bin of the user's read as the chip's flash and overwritten at exit (or removed by --fresh)."""
+    if os.path.islink(directory) and not os.path.exists(directory):  # mkdir said only "File exists"
+        raise TinyprotoError(f"--state {directory} is a symbolic link that leads nowhere (a dangling link or a loop); "
+                             "give a directory, or a new name")
     if not Path(directory).is_dir():
         return  # made by the board (or refused there, one line, if a file is in the way)
     others = sorted(entry.name for entry in Path(directory).iterdir() if entry.name not in STATE_NAMES)

@@ -24,7 +24,10 @@ Layer: device.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -89,6 +92,29 @@ class BuildResult:
 
 # ---------------------------------------------------------------------------------------------------------
 # avr-size
+
+
+@functools.lru_cache(maxsize=None)
+def avr_gcc_knows(mcu: str) -> bool | None:
+    """Whether the system's avr-gcc (which tinyproto builds with, through its offline PlatformIO platform or
+    directly) has a device spec for `mcu` (<prefix>/lib/gcc/avr/<version>/device-specs/specs-<mcu>, read from the
+    disk: no compiler is started for a compile); None without avr-gcc or its device-specs (nothing to check)."""
+    gcc = shutil.which("avr-gcc")
+    if gcc is None:
+        return None
+    prefix = Path(os.path.realpath(gcc)).parent.parent
+    spec_dirs = [d for d in prefix.glob("lib/gcc/avr/*/device-specs") if d.is_dir()]
+    if not spec_dirs:
+        return None
+    return any((d / f"specs-{mcu}").is_file() for d in spec_dirs)
+
+
+def check_mcu_known(board) -> None:
+    """A board file naming an MCU avr-gcc does not know (atmega9999) is refused before anything is written: compile
+    wrote its project, and the build failed on a page of PlatformIO's log."""
+    if avr_gcc_knows(board.mcu) is False:
+        raise TinyprotoError(f"boards/{board.name}.json names the MCU {board.mcu!r}, which avr-gcc does not know (it "
+                             f"has no device-specs/specs-{board.mcu}); fix the board file's mcu")
 
 
 def parse_avr_size(text: str) -> FirmwareSizes:

@@ -598,6 +598,12 @@ class DeviceClient:
                 f"frame answering {what} ({bad} malformed) — is the firmware tinyproto's and the baud rate "
                 f"{self._baud()}?"
             )
+        if type != MSG_HELLO and getattr(self, "info", None) is not None:  # it answered at this rate before
+            return DeviceSilent(
+                f"the device on {self.name} stopped answering: no answer to {what} in {tries} tries (it sent "
+                "nothing), after it had answered the handshake — it hung, was reset or lost power: reset the board "
+                "and run the command again", speed_may_help=False
+            )
         return DeviceSilent(
             f"no answer from the device on {self.name} after {tries} tries (it sent nothing) — is the firmware "
             f"flashed and the baud rate {self._baud()}?"

@@ -32,6 +32,7 @@ from tinyproto.core.version import __version__
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.render import check_prefix
 from tinyproto.core.resources import resource_dir
+from tinyproto.core.safe_io import resolved
 from tinyproto import families
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
@@ -260,13 +261,13 @@ def export_arduino(model_path: Path, out: Path | None = None, name: str | None =
         check_prefix(prefix)
     if out is None:
         out = model_dir.path.parent / f"{model_dir.path.resolve().name}-arduino"
-    source, target = model_dir.path.resolve(), Path(out).resolve()
+    source, target = model_dir.path.resolve(), resolved(out, "--out", "give a directory beside the model")
     if target == source or source in target.parents or target in source.parents:
         raise TinyprotoError(f"--out {out} is the model directory, inside it or around it; choose a directory "
                              "beside it, nothing was changed")
     out = check_output_dir(out)
     _check_export_dir(out)
-    board = load_board(model_dir.meta.get("board", "uno"))  # the board the model was compiled for
+    board = load_board(model_dir.board)  # the board the model was compiled for
     with atomic_directory(out, "export") as scratch:
         write_library(model_dir, model, name, scratch / name, board, prefix)
         write_zip(scratch / name, scratch / f"{name}.zip")
@@ -335,13 +336,13 @@ def export_arduino_models(model_paths: list[Path], out: Path | None = None) -> S
                 raise TinyprotoError(f"{taken[key]} and {model_dir.path} have {what}; compile one of them again "
                                      "with --prefix NAME, nothing was changed")
             taken[key] = model_dir.path
-        boards.setdefault(model_dir.meta.get("board", "uno"), model_dir.path)
+        boards.setdefault(model_dir.board, model_dir.path)
     if len(boards) > 1:
         raise TinyprotoError(f"the models were compiled for different boards ({', '.join(sorted(boards))}); one "
                              "sketch runs on one board, nothing was changed")
     if out is None:
         out = loaded[0][0].path.parent / "models-arduino"
-    target = Path(out).resolve()
+    target = resolved(out, "--out", "give a directory beside the models")
     for model_dir, _ in loaded:
         source = model_dir.path.resolve()
         if target == source or source in target.parents or target in source.parents:

@@ -190,6 +190,9 @@ def compile_model(data: str, options: CompileOptions | None = None,
     if o.max_latency_ms is not None and not (0 < o.max_latency_ms < math.inf):
         raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {o.max_latency_ms}")
     board = load_board(o.board).with_baud(o.baud)
+    from tinyproto.device.build import check_mcu_known
+
+    check_mcu_known(board)
     reserve.check_room_on(board)
     if o.family != families.AUTO:
         families.family(o.family)  # an unknown name is refused before the data is read

@@ -28,6 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.option_lists import comma_items
 from tinyproto.pipeline.interrupts import interrupts_kept
 
 BACKENDS = ("dask", "local", "sim", "port")
@@ -114,7 +115,7 @@ def check_arguments(options: FederateOptions) -> None:
     if ports is not None:
         from tinyproto.federated.device_parties import check_ports
 
-        check_ports(ports.split(","), parties)
+        check_ports(comma_items(ports, "--ports"), parties)
 
 
 @contextmanager
@@ -132,7 +133,8 @@ def open_backend(options: FederateOptions, shards: list, *, board=None, dataset:
     elif kind in DEVICE_BACKENDS:
         from tinyproto.federated.device_parties import DeviceBackend
 
-        backend = DeviceBackend(shards, board, None if kind == "sim" else ports.split(","), dataset=dataset,
+        port_list = None if kind == "sim" else comma_items(ports, "--ports")
+        backend = DeviceBackend(shards, board, port_list, dataset=dataset,
                                 budget_bytes=budget_bytes, progress=progress)
     else:
         import importlib.util
@@ -187,11 +189,14 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         # party's rows again)
         model_budget = budget_bytes
         board = load_board(o.board_name)
+        from tinyproto.device.build import check_mcu_known
+
+        check_mcu_known(board)
         dataset = load_dataset(data, label=o.label)
         sp = split(dataset)
         n_train = len(sp.y_train)
         if parties > n_train:
-            raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.name}")
+            raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.where}")
         out_dir = Path(out) if out is not None else default_out_dir(dataset, "-federated")
         if out is None:  # the default --out is named after the data set: refused now, before the parties train
             check_model_output_dir(out_dir)

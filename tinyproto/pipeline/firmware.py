@@ -33,7 +33,7 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
     from tinyproto.core.modeldir import check_project_files
     from tinyproto.core.safe_io import file_sha256, write_json
 
-    board = load_board(model_dir.meta.get("board", "uno"))
+    board = load_board(model_dir.board)
     model = families.load_int_model(model_dir)  # refuses an edited or damaged model.json before any build
     check_project_files(model_dir.path)
     model_dir.require_report()  # build.json records its model_bytes, which validate checks

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError, os_error_line
+from tinyproto.core.strict_json import loads_unique_keys
 
 JOURNAL = "validation.jsonl"
 JOURNAL_NEW = ".validation.jsonl.new"
@@ -59,7 +60,7 @@ class Journal:
                     good_end += 1
                 continue
             try:
-                entry = json.loads(line.decode("utf-8"))  # bytes would be guessed UTF-16 or -32
+                entry = loads_unique_keys(line.decode("utf-8"))  # bytes would be guessed UTF-16 or -32
                 if number == 1:
                     if not isinstance(entry, dict) or entry.get("binding") != self.binding:
                         raise TinyprotoError(f"{self.path} belongs to another model, firmware, test vectors or "

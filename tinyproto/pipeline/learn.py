@@ -85,9 +85,7 @@ def training_samples(model, data: str, label: str | None) -> tuple[str, np.ndarr
 
 def prepare_learning_project(model_dir: ModelDir, model, board: Board) -> Path:
     """DIR/learning/: the model's sources (rendered from model.json with today's runtime) + the learning flags."""
-    meta = model_dir.meta
-    return write_learning_project(model_dir.path / LEARNING_DIR, model, board, meta.get("dataset", "?"),
-                                  int(meta.get("seed", 0)), int(meta["budget_bytes"]))
+    return write_learning_project(model_dir.path / LEARNING_DIR, model, board, *model_dir.header_args())
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
@@ -106,7 +104,7 @@ def write_learned_dir(model_dir: ModelDir, learned, summary: dict) -> Path:
     confidence, decided = families.judge(learned, scores, labels, parent.xq)
     vectors = TestVectors(parent.X_raw, parent.xq, parent.y, scores.astype(np.int64), labels,
                           confidence.astype(np.int64), decided.astype(np.int64))
-    board = load_board(model_dir.meta.get("board", "uno"))
+    board = load_board(model_dir.board)
     digest = f"0x{model_hash(learned):08X}"
     meta = dict(model_dir.meta, model_hash=digest, int_model=learned.to_json(),
                 int_model_sha256=int_model_digest(learned.to_json()),
@@ -189,7 +187,7 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
     started = time.monotonic()
     say = say or (lambda message: None)
     model = families.load_int_model(model_dir)
-    board = load_board(model_dir.meta.get("board", "uno")).with_baud(baud)
+    board = load_board(model_dir.board).with_baud(baud)
     sizes = require_learnable(model, board, save_eeprom)  # before anything is built
     upload_port = upload_target(board, port, upload_port)
     for usable in dict.fromkeys(x for x in (port, upload_port if flash else None) if x is not None):
@@ -275,12 +273,9 @@ def _learn_locked(model_dir: ModelDir, data: str | None, port: str | None, save_
 def _default_data(model_dir: ModelDir) -> str:
     from tinyproto.core.datasets import BUILTIN
 
-    name = model_dir.meta.get("dataset")
+    name = model_dir.header_args()[0]  # load_model_dir refused a model.json without its dataset
     if name in BUILTIN:
         return name
-    if not isinstance(name, str):  # model.json without its dataset said "the model was compiled on None"
-        raise TinyprotoError(f"say which data to learn: --data FILE ({model_dir.path / 'model.json'} names no data "
-                             "set)")
     raise TinyprotoError(f"say which data to learn: --data FILE (the model was compiled on {name!r})")
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.measured import drawable
+from tinyproto.core.strict_json import loads_unique_keys
 
 REPORT = "report.html"
 FIGURES = "figures"
@@ -372,7 +373,7 @@ def _device_answers(path: Path, n: int, meta: dict) -> tuple[np.ndarray, np.ndar
     # bounded and non-blocking: a link to a huge file or to /dev/zero in the journal's place ends with one error
     lines = read_text_file(journal, "the validation journal").splitlines()
     try:
-        binding = json.loads(lines[0])["binding"] if lines else None
+        binding = loads_unique_keys(lines[0])["binding"] if lines else None
         bound = all(binding[key] == meta.get(key) for key in ("model_hash", "vectors_sha256"))
     except (ValueError, KeyError, TypeError, RecursionError):
         bound = False
@@ -382,7 +383,7 @@ def _device_answers(path: Path, n: int, meta: dict) -> tuple[np.ndarray, np.ndar
     n_classes = len(meta.get("int_model", {}).get("classes", [])) or 2**31
     for line in lines[1:]:
         try:
-            entry = json.loads(line)
+            entry = loads_unique_keys(line)
             i, label, byte = entry["i"], entry["label"], entry.get("confidence", 0)
             if (isinstance(i, int) and isinstance(label, int) and 0 <= i < n and 0 <= label < n_classes
                     and isinstance(byte, int) and 0 <= byte <= 255):

@@ -9,7 +9,7 @@ import io
 import numpy as np
 
 from tinyproto import families
-from tinyproto.core.confidence import ECE_BINS, reliability_bins, risk_coverage
+from tinyproto.core.confidence import ECE_BINS, UNKNOWN_LABEL, reliability_bins, risk_coverage
 from tinyproto.core.measured import drawable, is_positive
 from tinyproto.pipeline.report_data import configurations, kb, pareto_frontier
 
@@ -227,25 +227,27 @@ def fig_ledger(report: dict) -> bytes:
 
 
 def fig_confusion(classes: list[str], y: np.ndarray, predicted: np.ndarray, title: str) -> bytes:
+    """Counts of (true, predicted) over the test rows; rows of held-out classes (coded UNKNOWN_LABEL in the test
+    vectors) get a "held out" row and the device's "unknown" answers an "unknown" column, only when present."""
     import numpy as np
 
     n = len(classes)
-    matrix = np.zeros((n, n), dtype=np.int64)
-    np.add.at(matrix, (y, predicted), 1)
-    side = min(8.0, max(3.6, 0.45 * n + 2))
+    true_names = [*classes, *(["held out"] if np.any(y == UNKNOWN_LABEL) else [])]
+    predicted_names = [*classes, *(["unknown"] if np.any(predicted == UNKNOWN_LABEL) else [])]
+    matrix = np.zeros((len(true_names), len(predicted_names)), dtype=np.int64)
+    np.add.at(matrix, (np.where(y == UNKNOWN_LABEL, n, y), np.where(predicted == UNKNOWN_LABEL, n, predicted)), 1)
+    side = min(8.0, max(3.6, 0.45 * len(true_names) + 2))
     fig, ax = _figure(side + 0.8, side)
     image = ax.imshow(matrix, cmap="Blues")
     fig.colorbar(image, ax=ax, shrink=0.8)
-    if n <= 20:
-        for i in range(n):
-            for j in range(n):
-                if matrix[i, j]:
-                    ax.text(j, i, str(matrix[i, j]), ha="center", va="center", fontsize=7,
-                            color="white" if matrix[i, j] > matrix.max() / 2 else "black")
-    ticks = np.arange(n)
-    names = [_drawn(c) for c in classes]
-    ax.set_xticks(ticks, names, fontsize=7, rotation=90 if n > 10 else 0)
-    ax.set_yticks(ticks, names, fontsize=7)
+    if max(matrix.shape) <= 20:
+        for (i, j), count in np.ndenumerate(matrix):
+            if count:
+                ax.text(j, i, str(count), ha="center", va="center", fontsize=7,
+                        color="white" if count > matrix.max() / 2 else "black")
+    ax.set_xticks(np.arange(len(predicted_names)), [_drawn(c) for c in predicted_names], fontsize=7,
+                  rotation=90 if len(predicted_names) > 10 else 0)
+    ax.set_yticks(np.arange(len(true_names)), [_drawn(c) for c in true_names], fontsize=7)
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
     ax.set_title(_drawn(title))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.safe_io import read_bytes_file, write_bytes_atomic
+from tinyproto.core.strict_json import loads_unique_keys
 
 CONFIG = "sweep.json"
 RESULTS = "results.jsonl"
@@ -172,7 +173,7 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
             good_end += len(line) + (0 if last else 1)
             continue
         try:
-            entry = check_result_line(json.loads(line.decode("utf-8")))
+            entry = check_result_line(loads_unique_keys(line.decode("utf-8")))
             if entry["id"] in seen:  # the driver writes one line per point: a second is not its own
                 raise ValueError(f"a second line for {entry['id']}")
         except (ValueError, RecursionError) as exc:

@@ -10,6 +10,7 @@ from typing import Any
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError, os_error_line
+from tinyproto.core.option_lists import comma_items
 from tinyproto.pipeline.sweep_files import CONFIDENCE_FIGURES, HELD_OUT_FIGURES, POINTS
 
 FAMILIES = families.names()
@@ -37,13 +38,6 @@ class Point:
                 self.budget_bytes, self.seed, self.board)
 
 
-def _items(text: str, option: str) -> list[str]:
-    items = [item.strip() for item in str(text).split(",")]
-    if not items or any(not item for item in items):
-        raise TinyprotoError(f"{option} {text!r}: give a comma-separated list without empty items")
-    return items
-
-
 def _unique(values: list) -> list:
     return list(dict.fromkeys(values))
 
@@ -51,21 +45,22 @@ def _unique(values: list) -> list:
 def parse_grid(models: str, budgets: str, seeds: str, boards: str) -> list[Point]:
     """Every (model, budget, seed, board) point, in grid order; each item is checked here, before any work."""
     from tinyproto.core.boards import load_board
+    from tinyproto.device.build import check_mcu_known
     from tinyproto.core.budget import parse_budget
 
-    families = _unique([item.lower() for item in _items(models, "--models")])  # --model is case-blind too
+    families = _unique([item.lower() for item in comma_items(models, "--models")])  # --model is case-blind too
     for family in families:
         if family not in FAMILIES:
             raise TinyprotoError(f"--models: unknown model {family!r}; choose from {', '.join(FAMILIES)}")
-    budget_bytes = _unique([parse_budget(b) for b in _items(budgets, "--budgets")])
+    budget_bytes = _unique([parse_budget(b) for b in comma_items(budgets, "--budgets")])
     seed_values = []
-    for text in _items(seeds, "--seeds"):
+    for text in comma_items(seeds, "--seeds"):
         if not (text.isascii() and text.isdigit() and int(text) <= MAX_SEED):
             raise TinyprotoError(f"--seeds: {text!r} is not a seed (an integer from 0 to {MAX_SEED})")
         seed_values.append(int(text))
-    board_names = _unique(_items(boards, "--boards"))
+    board_names = _unique(comma_items(boards, "--boards"))
     for name in board_names:
-        load_board(name)  # an unknown board is refused in one line, naming the known ones
+        check_mcu_known(load_board(name))  # an unknown board is refused in one line, naming the known ones
     points = [Point(f, b, s, n) for f in families for b in budget_bytes for s in _unique(seed_values)
               for n in board_names]
     return sorted(points, key=Point.order)

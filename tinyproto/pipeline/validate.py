@@ -35,7 +35,7 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.measured import PLAUSIBLE_FACTOR, cycle_problem, plausible_cycles, ratio, stack_problem
 from tinyproto.core.manifest import record_outputs
 from tinyproto.core.modeldir import ModelDir, load_model_dir
-from tinyproto.core.safe_io import file_sha256, read_json, read_text_file, write_json
+from tinyproto.core.safe_io import file_sha256, read_json, read_text_file, resolved, write_json
 from tinyproto.core.outdir import locked
 from tinyproto.pipeline.journal import JOURNAL, JOURNAL_NEW, Journal
 from tinyproto import families
@@ -64,7 +64,7 @@ def _inside(model_dir: ModelDir, relative: object, what: str) -> Path:
     if not isinstance(relative, str) or os.path.isabs(relative) or "\0" in relative or not relative.strip():
         raise TinyprotoError(f"{model_dir.path / 'build.json'} is damaged: {what} {str(relative)[:40]!r}; {again}")
     root = model_dir.path.resolve()
-    path = (model_dir.path / relative).resolve()
+    path = resolved(model_dir.path / relative, f"build.json's {what}", again)
     if not path.is_relative_to(root):
         named = Path(os.path.normpath(root / relative))
         if named.is_relative_to(root):  # build.json names a file inside; that file is a link out of the directory
@@ -115,7 +115,7 @@ def build_record_problem(model_dir: ModelDir, raw: dict) -> str | None:
         return f"env {str(env)[:40]!r} is none of platformio.ini's environments ({', '.join(known) or 'none'})"
     if not isinstance(raw.get("tool"), str) or raw["tool"] not in ("platformio", "avr-gcc"):
         return f"tool {str(raw.get('tool'))[:40]!r} is not platformio or avr-gcc"
-    board = load_board(model_dir.meta.get("board", "uno"))
+    board = load_board(model_dir.board)
     expected = {"flash_available_bytes": (board.flash_bytes_for_sketch, f"the {board.name} board file's"),
                 "sram_bytes": (board.sram_bytes, f"the {board.name} board file's"),
                 "model_bytes": (model_dir.report.get("model_bytes"), "report.json's"),
@@ -619,7 +619,7 @@ def _validate_locked(model_dir: ModelDir, port: str | None, resume: bool, raw_ch
     from tinyproto.device.protocol import DeviceError, check_model, open_device
     from tinyproto.device.sim import SimulatedUno
 
-    board = load_board(model_dir.meta.get("board", "uno"))
+    board = load_board(model_dir.board)
     model = families.load_int_model(model_dir)
     vectors = checked_vectors(model_dir, model)
     build = load_build_info(model_dir)
