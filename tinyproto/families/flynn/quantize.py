@@ -189,7 +189,9 @@ class IntFlyNN(IntModelCommon):
     family: str = "flynn"  # the registry name (tinyproto.families)
     family_id = 2  # TP_FAMILY_ID
     # a score is a sum of ρ lut weights (1 per winner with one bit): one unit for every model of the same shape (ρ,
-    # bits, decay, count scale), so a fold model's margins hold for the final model as they are (families/judging.py).
+    # bits, decay, count scale; a calibrated lut weighs each code by the float weight (1-c)^(t/q) of its counts, which
+    # depends on the counts' spread, not on the number of rows), so a fold model's margins hold for the final model
+    # as they are (families/judging.py).
     # Carried by the ratio of the two models' median winning score on their own training rows instead, they were
     # scaled by how familiar those rows looked: 9 against 36 to 40 on segment with sky held out (most models: 0, no
     # carrying), which shrank the margins fourfold and made the confidence 5.4 points too sure (ECE 6.60 points)
@@ -248,8 +250,9 @@ class IntFlyNN(IntModelCommon):
     def left_out_scores(self, X: np.ndarray, y_index: np.ndarray) -> np.ndarray | None:
         """The scores of each training row (X raw, y_index its class index) as this model would give it had that row
         not been learned: its own class's counts less its own winners (exact: the filters are counts of the
-        training rows' winners). None when these rows' counts are not this model's (e.g. counts learned on the
-        device): the judging stage then fits on fold models instead (families/judging.py)."""
+        training rows' winners), weighed through this model's lut. None when these rows' counts are not this
+        model's (e.g. counts learned on the device): the judging stage then fits on fold models instead
+        (families/judging.py)."""
         winners = self.winners(self.input_stage.quantize(X))
         y_index = np.asarray(y_index, dtype=np.int64)
         raw = count_winners(winners, y_index, self.n_classes, self.n_hashes)
