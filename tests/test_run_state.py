@@ -82,6 +82,13 @@ def test_a_results_line_that_disagrees_with_its_point_is_one_error(swept, key, v
 
 @pytest.mark.parametrize("key, value", [("binding", [1]), ("binding", "x"), ("runs", 5), ("runs", [[1]]),
                                         ("runs", [{"cluster": "x"}]), ("format", None), (None, []),
+                                        # the report's table of runs: a run without points_to_run was an internal
+                                        # error (UndefinedError), a cluster without its workers too
+                                        ("runs", [{"cluster": None, "points_finished": 1, "wall_seconds": 2.0}]),
+                                        ("runs", [{"cluster": {"scheduler": "LocalCluster"}, "points_to_run": 1,
+                                                   "points_finished": 1, "wall_seconds": 2.0}]),
+                                        ("runs", [{"cluster": None, "points_to_run": 1, "points_finished": 1,
+                                                   "wall_seconds": float("nan")}]),
                                         ("format_version", 99), ("format_version", "1"), ("format_version", True),
                                         ("format_version", None)])
 def test_a_sweep_json_of_the_wrong_shape_is_one_error(swept, key, value):

@@ -149,7 +149,27 @@ def check_config(config: dict, path: Path) -> dict:
     if not isinstance(config.get("binding", {}), dict) or not runs_ok:
         raise TinyprotoError(f"{path} is damaged (its binding is not an object or its runs not a list); start the "
                              "sweep again in a new --out")
+    for number, run in enumerate(runs, start=1):
+        problem = _run_problem(run)
+        if problem:  # the report's table of runs printed it: a missing one was an internal error (UndefinedError)
+            raise TinyprotoError(f"{path} is damaged: its run {number} {problem}; start the sweep again in a new "
+                                 "--out")
     return config
+
+
+def _run_problem(run: dict) -> str | None:
+    """What is wrong with one entry of sweep.json's runs (as _record_run writes it), or None."""
+    for key in ("points_to_run", "points_finished"):
+        value = run.get(key)
+        if type(value) is not int or not 0 <= value <= MAX_COUNT:
+            return f"has {key} {_shown(value)}, not a count of points"
+    if not (_is_number(run.get("wall_seconds")) and run["wall_seconds"] >= 0):
+        return f"has wall_seconds {_shown(run.get('wall_seconds'))}, not a number of seconds"
+    cluster = run.get("cluster")
+    if cluster is not None and not (isinstance(cluster.get("scheduler"), str)
+                                    and type(cluster.get("workers")) is int and cluster["workers"] >= 0):
+        return "has a cluster without its scheduler's name and number of workers"
+    return None
 
 
 def read_config(path: Path) -> dict:
