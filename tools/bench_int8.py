@@ -25,8 +25,10 @@ and more than two standard errors below zero.
 `--stages` (FlyNN, with `--quick`) scores the solver's chosen shape stage by stage on the same test rows: the
 float model; the same on the int8-rounded inputs (each dequantized through the stage); the integer hash of the
 int8 inputs with the float model's mirror -x and its unsaturated counts; with the device's mirror ~x = -x - 1;
-the counts' b-bit codes through decay_lut's weights; the deployed int8 model (its calibrated lut). Each line gives
-the accuracy, and the gap and label agreement against the line before and against the float model.
+the counts' b-bit codes through decay_lut's weights; the deployed int8 model (its calibrated lut); and, not
+shipped, the same counts in logarithmic codes (code k for t/q in [2^k - 1, 2^(k+1) - 1), the last one open) with
+each code's mean float weight. Each line gives the accuracy, and the gap and label agreement against the line
+before and against the float model (the log2 line: against the deployed model).
 
     nice -n 5 python tools/bench_int8.py --quick --stages --panel mc12x4c3 win600s --models flynn --seeds 1
 """
@@ -199,9 +201,26 @@ def flynn_stages(data: str, budget: str, seed: int) -> tuple[list[tuple[str, np.
         (f"{model.bits}-bit codes, decay_lut", predicted(*device, codes_through(decay_lut(clf.decay, model.bits)))),
         ("int8 model (deployed lut)", model.labels(model.scores(xq_test))),
     ]
+    if model.bits > 1:  # what logarithmic codes would give this shape (not shipped: a candidate for the counts)
+        stages.append((f"{model.bits}-bit log2 codes (not shipped)", predicted(*device, log_codes_through(
+            count_winners(device[0], y_train, L, m), float_weights, q, model.bits))))
     luts = "" if model.bits == 1 else (f", lut {model.lut.tolist()} (decay_lut: "
                                        f"{decay_lut(clf.decay, model.bits).tolist()})")
     return stages, y_test, families.family("flynn").shape_text(info["chosen"]) + f", {stage.kind} stage" + luts
+
+
+def log_codes_through(train_counts: np.ndarray, float_weights, q: int, bits: int):
+    """Weights through codes k = min(floor(log2(t/q + 1)), 2^bits - 1) (q, 2q, 4q, ... per code instead of q), each
+    code weighing the mean float weight of the training counts it stands for, read as the winners read them."""
+    def codes(counts: np.ndarray) -> np.ndarray:
+        return np.minimum(np.floor(np.log2(counts / q + 1)).astype(np.int64), (1 << bits) - 1)
+
+    c, w = codes(train_counts), float_weights(train_counts)
+    reads = np.broadcast_to(train_counts.sum(axis=0), train_counts.shape)
+    lut = np.array([np.average(w[c == k], weights=reads[c == k]) if reads[c == k].sum() > 0 else 0.0
+                    for k in range(1 << bits)])
+    lut = np.floor(255 * lut + 0.5)
+    return lambda counts: lut[codes(counts)]
 
 
 def print_stages(data: str, budget: str, seed: int) -> None:
