@@ -534,8 +534,9 @@ def test_count_scales_are_tried_where_a_classs_rows_outnumber_what_the_counts_ho
     assert count_scales(1347, 10, 800, 32, 1) == (1,)
     assert count_scales(40, 4, 300, 16, 4) == (1,)
     assert count_scales(450, 5, 631, 64, 4, learnable=True) == (1,)
-    raw = np.array([[0, 3, 4, 100], [7, 8, 15, 16]])
-    assert scaled_counts(raw, 4, 2).tolist() == [[0, 0, 1, 3], [1, 2, 3, 3]]
+    raw = np.array([[0, 3, 4, 100], [7, 8, 15, 16], [3, 11, 12, 28]])  # q > 1: codes floor(log2(t // q + 1))
+    assert scaled_counts(raw, 4, 2).tolist() == [[0, 0, 1, 3], [1, 1, 2, 2], [0, 1, 2, 3]]
+    assert scaled_counts(raw, 1, 2).tolist() == [[0, 3, 3, 3], [3, 3, 3, 3], [3, 3, 3, 3]]  # q = 1: the counts
 
 
 @pytest.mark.parametrize("count_scale", [1, 4])
@@ -614,22 +615,21 @@ def test_the_lut_weighs_each_count_code_by_the_float_weights_it_stands_for():
     centres = rng.standard_normal((4, 10))
     y = np.arange(1200) % 4
     X = centres[y] + 1.5 * rng.standard_normal((1200, 10))
-    clf = FlyNNClassifier(n_hashes=160, n_inputs_per_hash=4, n_winners=16, decay=0.25, random_state=0,
-                          count_scale=2).fit(X, y)
-    model = IntFlyNN.from_classifier(clf, X, y, bits=2, count_scale=2)
+    clf = FlyNNClassifier(n_hashes=160, n_inputs_per_hash=4, n_winners=16, decay=0.25, random_state=0).fit(X, y)
+    model = IntFlyNN.from_classifier(clf, X, y, bits=2)
     raw = count_winners(model.winners(model.input_stage.quantize(X)), y, 4, 160)
-    codes, reads = scaled_counts(raw, 2, 2), np.broadcast_to(raw.sum(axis=0), raw.shape)
-    expected = [np.floor(255 * np.average(0.75 ** (raw[codes == k] / 2), weights=reads[codes == k]) + 0.5)
+    codes, reads = scaled_counts(raw, 1, 2), np.broadcast_to(raw.sum(axis=0), raw.shape)
+    expected = [np.floor(255 * np.average(0.75 ** raw[codes == k], weights=reads[codes == k]) + 0.5)
                 for k in range(4)]
     np.testing.assert_allclose(model.lut, expected, atol=1)  # exact integer sums against float64 ones
-    np.testing.assert_array_equal(model.lut, calibrated_lut(raw, 0.25, 2, 2))
+    np.testing.assert_array_equal(model.lut, calibrated_lut(raw, 0.25, 2, 1))
     assert raw.max() > 40 and model.lut[3] < decay_lut(0.25, 2)[3] - 40, model.lut  # 108 before
     old = replace(model, lut_values=None)
     float_labels = clf.predict(X)
     agree = {name: np.mean(m.predict(X) == float_labels) for name, m in (("calibrated", model), ("old", old))}
     assert agree["calibrated"] > agree["old"], agree
     # one lut per fold: a stack of count tables gives each its own
-    np.testing.assert_array_equal(calibrated_lut(np.stack([raw, raw // 2]), 0.25, 2, 2)[0], model.lut)
+    np.testing.assert_array_equal(calibrated_lut(np.stack([raw, raw // 2]), 0.25, 2, 1)[0], model.lut)
     again = IntFlyNN.from_json(model.to_json())
     np.testing.assert_array_equal(again.lut, model.lut)
     assert again.to_json() == model.to_json()

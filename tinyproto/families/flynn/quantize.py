@@ -9,8 +9,9 @@ The device computes, for an int8 input x (TP_N_FEATURES values):
     score_l  = Σ_{j in W} lut[t_lj]                           (int32; TP_FLYNN_BITS == 1: Σ_{j in W} [t_lj == 0])
     label    = argmin_l score_l, ties to the lowest index
 
-t_lj is the training count of class l on hash bit j, divided by the count scale q (a power of two, 1 unless the
-training rows are so many that the counts would saturate: count_scales) and saturated to TP_FLYNN_BITS bits;
+t_lj is the code of the training count of class l on hash bit j: the count itself (q = 1), or with a count scale
+q > 1 (a power of two: count_scales) its logarithmic code floor(log2(t // q + 1)) (scaled_counts), saturated to
+TP_FLYNN_BITS bits;
 lut[k] is the FBFC* weight (1 - c)^(t/q) scaled to uint8 for the counts t that code k stands for: their mean,
 weighted by how often the training rows' winners read them (`calibrated_lut`; a code no count reaches keeps
 round(255 (1-c)^k)). With one bit the filter is binary (FBF): a bit scores 1 when the class never set it (set it
@@ -84,11 +85,24 @@ def count_scales(n_rows: int, n_classes: int, m: int, rho: int, bits: int, learn
 
 
 def scaled_counts(raw: np.ndarray, count_scale: int, bits: int) -> np.ndarray:
-    """The deployed counts: raw training counts divided by the count scale (floor), saturated to `bits` bits."""
+    """The deployed count codes, saturated to `bits` bits: with q = 1 the raw training counts themselves (what a
+    model that learns on the device adds one by one); with a count scale q > 1 logarithmic codes,
+    k = floor(log2(t // q + 1)): k for t // q in [2^k - 1, 2^(k+1) - 1), the last code open.
+
+    Linear codes t // q gave the top code every count from (2^b - 1) q up, and on tables whose classes set a hash
+    bit tens of times that was most of them: at the shape the solver chose (2-bit codes, q = 4), a noisy 12-feature
+    table (tools/bench_int8.py's mc12x4c3, seed 1) lost 5.73 points to them (int8 57.87 % against 63.60 % float)
+    and sensor windows with shocks (win600s, seed 1) 4.50; in log2 codes, 62.53 % and 98.50 % (float 99.50 %):
+    `bench_int8.py --quick --stages`. A model.json of before with q > 1 keeps its linear codes and its scores (the
+    device reads codes and lut only); only its left-out scores are no longer exact (left_out_scores: None)."""
     raw = np.asarray(raw, dtype=np.int64)
-    if int(count_scale) != 1:  # t // 1 is t: the division is skipped, not changed
-        raw = raw // int(count_scale)
-    return np.minimum(raw, (1 << bits) - 1)
+    cap = (1 << bits) - 1
+    q = int(count_scale)
+    if q == 1:
+        return np.minimum(raw, cap)
+    steps = np.maximum(raw, 0) // q + 1  # >= 1, exact in float64 (below 2^53)
+    _, length = np.frexp(steps.astype(np.float64))  # steps = mantissa * 2^length, mantissa in [0.5, 1)
+    return np.minimum(length.astype(np.int64) - 1, cap)
 
 
 def row_arrays(n_classes: int, bits: int, n_inputs: int, store_M: bool, decay: float, packed: np.ndarray,
@@ -99,8 +113,8 @@ def row_arrays(n_classes: int, bits: int, n_inputs: int, store_M: bool, decay: f
     m, s = indices.shape
     L, b = n_classes, bits
     if b > 1:
-        scaled = f" divided by {count_scale}" if count_scale != 1 else ""
-        what = f"counts t_lj{scaled} saturated to {b} bits, entry (j*L+l), LSB first"
+        counted = f"codes floor(log2(t_lj/{count_scale} + 1)) of the counts" if count_scale != 1 else "counts t_lj"
+        what = f"{counted} saturated to {b} bits, entry (j*L+l), LSB first"
     else:
         times = f" at least {count_scale} times" if count_scale != 1 else ""
         what = f"binary filters: bit (j*L+l) = class l set hash bit j{times}"
@@ -184,7 +198,7 @@ class IntFlyNN(IntModelCommon):
     counts: np.ndarray  # (L, m) saturated counts, 0..2^b - 1
     decay: float  # c, reported and used for the lut
     store_M: bool
-    count_scale: int = 1  # q: counts are the training counts // q (count_scales); 1 for a model that learns
+    count_scale: int = 1  # q: > 1, counts are log2 codes of the training counts // q (scaled_counts); 1 to learn
     lut_values: np.ndarray | None = None  # b > 1: the calibrated lut (calibrated_lut); None: decay_lut's
     family: str = "flynn"  # the registry name (tinyproto.families)
     family_id = 2  # TP_FAMILY_ID
