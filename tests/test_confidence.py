@@ -298,7 +298,11 @@ def test_protonn_leaves_exactly_the_models_fit_shape_trains_on_the_folds():
 @pytest.mark.parametrize("bits,count_scale", [(1, 1), (2, 1), (1, 3), (2, 2)])
 def test_flynn_leaves_each_training_row_out_exactly(bits, count_scale):
     """IntFlyNN.left_out_scores: row i's scores are those of the same filters counted without row i (the model
-    recounted from the other rows), for every row; a model whose counts these rows do not give answers None."""
+    recounted from the other rows), for every row, weighed through the deployed model's lut (with counts of 2 bits
+    or more it is calibrated on all the rows' counts: quantize.calibrated_lut); a model whose counts these rows do
+    not give answers None."""
+    from dataclasses import replace
+
     from tinyproto.families.flynn.quantize import IntFlyNN
     from tinyproto.families.flynn.train import FlyNNClassifier
 
@@ -310,8 +314,8 @@ def test_flynn_leaves_each_training_row_out_exactly(bits, count_scale):
     left_out = model.left_out_scores(X, y)
     for i in range(len(y)):
         rest = np.arange(len(y)) != i
-        without = IntFlyNN.from_classifier(clf, X[rest], y[rest], bits=bits, input_stage=model.input_stage,
-                                           count_scale=count_scale)
+        without = replace(IntFlyNN.from_classifier(clf, X[rest], y[rest], bits=bits, input_stage=model.input_stage,
+                                                   count_scale=count_scale), lut_values=model.lut_values)
         assert np.array_equal(left_out[i], without.scores(model.input_stage.quantize(X[i:i + 1]))[0])
     # not the rows the counts were made of (half of them: with a count scale one row less can floor to the same)
     assert model.left_out_scores(X[:20], y[:20]) is None

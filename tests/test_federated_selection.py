@@ -109,14 +109,15 @@ def test_many_small_parties_choose_as_well_as_few(compiled, n, split_spec):
 
 def test_selection_is_identical_on_dask_and_deterministic():
     pytest.importorskip("distributed")
+    BUDGET = 512  # the same selection steps as at 1 kB over fewer candidate shapes
     sp = data("wine")
     parts = shards(sp, 5, "dirichlet:0.5")
     with LocalBackend(parts) as backend:
         classes = agree_classes(backend)
-        local = choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
-        again = choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
+        local = choose_config(backend, BUDGET, 3, classes, sp.X_train.shape[1])
+        again = choose_config(backend, BUDGET, 3, classes, sp.X_train.shape[1])
     with DaskBackend(parts, n_workers=2, processes=False) as backend:
-        remote = choose_config(backend, 1024, 3, classes, sp.X_train.shape[1])
+        remote = choose_config(backend, BUDGET, 3, classes, sp.X_train.shape[1])
     strip = lambda info: {k: v for k, v in info.items() if k != "selection_seconds"}  # noqa: E731
     assert local[0] == again[0] == remote[0]
     assert strip(local[1]) == strip(again[1]) == strip(remote[1])

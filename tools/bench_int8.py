@@ -21,6 +21,16 @@ gap (int8 - float), the gap's standard error paired over the test rows (the stan
 int8-right minus float-right, over the square root of the rows), the labels the two agree on, and the shape; the
 closing table gives, per family, the mean gap over the panel and how many rows are more than 1 point below float
 and more than two standard errors below zero.
+
+`--stages` (FlyNN, with `--quick`) scores the solver's chosen shape stage by stage on the same test rows: the
+float model; the same on the int8-rounded inputs (each dequantized through the stage); the integer hash of the
+int8 inputs with the float model's mirror -x and its unsaturated counts; with the device's mirror ~x = -x - 1;
+the counts' b-bit codes through decay_lut's weights; the deployed int8 model (its calibrated lut); and, not
+shipped, the same counts in logarithmic codes (code k for t/q in [2^k - 1, 2^(k+1) - 1), the last one open) with
+each code's mean float weight. Each line gives the accuracy, and the gap and label agreement against the line
+before and against the float model (the log2 line: against the deployed model).
+
+    nice -n 5 python tools/bench_int8.py --quick --stages --panel mc12x4c3 win600s --models flynn --seeds 1
 """
 
 from __future__ import annotations
@@ -98,7 +108,7 @@ PANEL = {
     "breast_cancer": None,
     "wine": None,
     "segment": None,
-    "mc40x5c3": lambda: _classification(3000, 40, 10, 5, 3, 1),  # issue 31's low-accuracy set (about 55 %)
+    "mc40x5c3": lambda: _classification(3000, 40, 10, 5, 3, 1),  # like issue 31's low-accuracy set
     "mc20x3c2": lambda: _classification(2000, 20, 6, 3, 2, 2),
     "mc12x4c3": lambda: _classification(3000, 12, 4, 4, 3, 3, flip=0.1),  # noisy labels, low accuracy
     "mc30x6c2": lambda: _classification(1500, 30, 5, 6, 2, 4),
@@ -148,6 +158,84 @@ def compiled(data: str, family: str, budget: str, seed: int, tmp: str) -> tuple[
             round((1 - report["int8_float_agreement"]) * n), n, report["hyperparameters"], int(report["model_bytes"]))
 
 
+def _dequantized(stage, xq: np.ndarray) -> np.ndarray:
+    """Raw values whose rounding through `stage` gives xq (the int8 inputs' float view)."""
+    t = np.asarray(xq, dtype=np.float64) + (stage.centre if stage.kind == "centred" else 0.0)
+    return t / stage.gain.astype(np.float64) + stage.mean.astype(np.float64)
+
+
+def flynn_stages(data: str, budget: str, seed: int) -> tuple[list[tuple[str, np.ndarray]], np.ndarray, str]:
+    """([(stage, predicted class index per test row)], true class index per row, shape) of FlyNN's chosen shape."""
+    from tinyproto.families.flynn.hashing import count_winners, project, projection_matrix, top_winners
+    from tinyproto.families.flynn.quantize import decay_lut, integer_winners, scaled_counts
+
+    sp = split(load_dataset(data))
+    clf, model, info = families.fit_under_budget("flynn", sp.X_train, sp.y_train,
+                                                 SolveOptions(parse_budget(budget), seed))
+    y_train, y_test = (np.searchsorted(clf.classes_, y) for y in (sp.y_train, sp.y_test))
+    stage, L, m, q = model.input_stage, clf.classes_.size, clf.n_hashes_, model.count_scale
+    xq_train, xq_test = (stage.quantize(X).astype(np.int64) for X in (sp.X_train, sp.X_test))
+
+    def float_weights(counts: np.ndarray) -> np.ndarray:
+        return (counts < q).astype(np.float64) if model.bits == 1 else np.power(1.0 - clf.decay, counts / q)
+
+    def predicted(w_train: np.ndarray, w_test: np.ndarray, weigh) -> np.ndarray:
+        weights = weigh(count_winners(w_train, y_train, L, m))
+        return np.argmin(weights[:, w_test].sum(axis=2).T, axis=1)
+
+    def negated_winners(xq: np.ndarray) -> np.ndarray:
+        u = np.hstack([xq, -xq]) if model.sign_split else xq
+        return top_winners(project(u, projection_matrix(model.indices, u.shape[1])).astype(np.int64), model.n_winners)
+
+    def codes_through(lut: np.ndarray):
+        return lambda counts: lut[scaled_counts(counts, q, model.bits)].astype(np.float64) if model.bits > 1 \
+            else (scaled_counts(counts, q, 1) == 0).astype(np.float64)
+
+    device = [integer_winners(x, model.indices, model.n_winners, model.sign_split) for x in (xq_train, xq_test)]
+    stages = [
+        ("float model", np.searchsorted(clf.classes_, clf.predict(sp.X_test))),
+        ("float, int8-rounded inputs", predicted(clf.winners(_dequantized(stage, xq_train)),
+                                                 clf.winners(_dequantized(stage, xq_test)), float_weights)),
+        ("integer hash, mirror -x", predicted(negated_winners(xq_train), negated_winners(xq_test), float_weights)),
+        ("integer hash, mirror ~x", predicted(*device, float_weights)),
+        (f"{model.bits}-bit codes, decay_lut", predicted(*device, codes_through(decay_lut(clf.decay, model.bits)))),
+        ("int8 model (deployed lut)", model.labels(model.scores(xq_test))),
+    ]
+    if model.bits > 1:  # what logarithmic codes would give this shape (not shipped: a candidate for the counts)
+        stages.append((f"{model.bits}-bit log2 codes (not shipped)", predicted(*device, log_codes_through(
+            count_winners(device[0], y_train, L, m), float_weights, q, model.bits))))
+    luts = "" if model.bits == 1 else (f", lut {model.lut.tolist()} (decay_lut: "
+                                       f"{decay_lut(clf.decay, model.bits).tolist()})")
+    return stages, y_test, families.family("flynn").shape_text(info["chosen"]) + f", {stage.kind} stage" + luts
+
+
+def log_codes_through(train_counts: np.ndarray, float_weights, q: int, bits: int):
+    """Weights through codes k = min(floor(log2(t/q + 1)), 2^bits - 1) (q, 2q, 4q, ... per code instead of q), each
+    code weighing the mean float weight of the training counts it stands for, read as the winners read them."""
+    def codes(counts: np.ndarray) -> np.ndarray:
+        return np.minimum(np.floor(np.log2(counts / q + 1)).astype(np.int64), (1 << bits) - 1)
+
+    c, w = codes(train_counts), float_weights(train_counts)
+    reads = np.broadcast_to(train_counts.sum(axis=0), train_counts.shape)
+    lut = np.array([np.average(w[c == k], weights=reads[c == k]) if reads[c == k].sum() > 0 else 0.0
+                    for k in range(1 << bits)])
+    lut = np.floor(255 * lut + 0.5)
+    return lambda counts: lut[codes(counts)]
+
+
+def print_stages(data: str, budget: str, seed: int) -> None:
+    stages, y, shape = flynn_stages(data, budget, seed)
+    print(f"{Path(data).stem} flynn seed {seed}: {shape}")
+    float_ok, before = stages[0][1] == y, stages[0][1]
+    for name, labels in stages:
+        ok = labels == y
+        prev_ok = before == y
+        print(f"  {name:<30}{100 * ok.mean():>7.2f} %   vs the line before {100 * (ok.mean() - prev_ok.mean()):+6.2f}"
+              f" (se {paired_se(prev_ok, ok):.2f}, agree {100 * np.mean(labels == before):6.2f} %)   vs float"
+              f" {100 * (ok.mean() - float_ok.mean()):+6.2f} (se {paired_se(float_ok, ok):.2f})", flush=True)
+        before = labels
+
+
 def paired_se(right_f: np.ndarray, right_q: np.ndarray) -> float:
     """Standard error (in points) of the mean of int8-right minus float-right over the same rows."""
     d = right_q.astype(np.float64) - right_f.astype(np.float64)
@@ -163,11 +251,12 @@ def main() -> None:
     parser.add_argument("--budget", default="2kB")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--quick", action="store_true", help="the solver and host reference only, no directory")
+    parser.add_argument("--stages", action="store_true", help="FlyNN with --quick: the chosen shape stage by stage")
     args = parser.parse_args()
+    if args.stages and (not args.quick or args.models != ["flynn"]):
+        parser.error("--stages needs --quick and --models flynn")
     if args.panel is not None and any(name not in PANEL for name in args.panel):
         parser.error(f"--panel takes names from: {', '.join(PANEL)}")
-    print(f"{'data':<14}{'family':<9}{'seed':>5}{'bytes':>7}{'float %':>9}{'int8 %':>8}{'int8-float':>11}"
-          f"{'se':>6}{'agree %':>9}{'right f/q of n':>17}{'differ':>7}  shape")
     gaps: dict[str, list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         data = list(args.data)
@@ -175,6 +264,13 @@ def main() -> None:
             data += panel_files(args.panel or list(PANEL), tmp)
         if not data:
             data = ["digits28"]
+        if args.stages:
+            for spec in data:
+                for seed in args.seeds:
+                    print_stages(spec, args.budget, seed)
+            return
+        print(f"{'data':<14}{'family':<9}{'seed':>5}{'bytes':>7}{'float %':>9}{'int8 %':>8}{'int8-float':>11}"
+              f"{'se':>6}{'agree %':>9}{'right f/q of n':>17}{'differ':>7}  shape")
         for spec in data:
             for family in args.models:
                 for seed in args.seeds:

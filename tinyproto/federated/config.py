@@ -13,7 +13,7 @@ import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.inputstage import InputStage, stage_bytes
-from tinyproto.families.flynn.quantize import IntFlyNN, scaled_counts
+from tinyproto.families.flynn.quantize import IntFlyNN, calibrated_lut, scaled_counts
 from tinyproto.families.flynn.solver import (
     DEFAULT_CAP, F_CPU, MIN_HASHES, CountLimit, centre_bits, float_scaling, largest_m, model_bytes,
     solver_random_state, default_max_ms,
@@ -188,6 +188,8 @@ def assemble(spec: FederatedSpec, int_counts: np.ndarray, float_counts: np.ndarr
         decay=1.0 if c.count_bits == 1 else float(c.decay),
         store_M=bool(c.store_M),
         count_scale=int(c.count_scale),
+        lut_values=None if c.count_bits == 1 else calibrated_lut(int_counts, float(c.decay), c.count_bits,
+                                                                 c.count_scale),
     )
     return clf, model
 

@@ -35,7 +35,7 @@ import numpy as np
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.folds import Folds, Plan, assign, bin_folds, class_bins, row_keys
 from tinyproto.families.flynn import solver as _solver
-from tinyproto.families.flynn.quantize import count_scales, decay_lut, hash_inputs, scaled_counts
+from tinyproto.families.flynn.quantize import calibrated_lut, count_scales, hash_inputs, scaled_counts
 from tinyproto.families.flynn.pricing import WIDE_FEATURES
 from tinyproto.families.flynn.solver import (
     BITS_GRID, CENTRED_PREPROCESSING, DEFAULT_CAP, F_CPU, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING,
@@ -259,14 +259,15 @@ def held_out_weights(per_fold: np.ndarray, n_folds: int, weightings: list[tuple[
     """What every party needs to score its rows, from the all-reduced per-fold counts (RK, L, m): for each fold
     f of each repeat and each (bits, decay, count scale), the weight of every filter bit in the model trained
     without fold f, (RK, weightings, L, m) uint8. Binary filters weigh [t == 0] (score = zeros among the winners),
-    others decay_lut[t], t the scaled and saturated count (quantize.scaled_counts); the lowest score wins, as in
-    the solver."""
+    others lut[t], t the scaled and saturated count (quantize.scaled_counts) and lut the one calibrated on that
+    fold's counts (quantize.calibrated_lut); the lowest score wins, as in the solver."""
     total = per_fold[:n_folds].sum(axis=0)  # one repeat's folds hold every row once
     held_out = total[None] - per_fold
     out = np.empty((per_fold.shape[0], len(weightings), *per_fold.shape[1:]), dtype=np.uint8)
+    folds = np.arange(per_fold.shape[0])[:, None, None]
     for k, (bits, decay, count_scale) in enumerate(weightings):
         t = scaled_counts(held_out, count_scale, bits)
-        out[:, k] = (t == 0) if bits == 1 else decay_lut(decay, bits)[t]
+        out[:, k] = (t == 0) if bits == 1 else calibrated_lut(held_out, decay, bits, count_scale)[folds, t]
     return out
 
 

@@ -9,11 +9,13 @@ The device computes, for an int8 input x (TP_N_FEATURES values):
     score_l  = Σ_{j in W} lut[t_lj]                           (int32; TP_FLYNN_BITS == 1: Σ_{j in W} [t_lj == 0])
     label    = argmin_l score_l, ties to the lowest index
 
-t_lj is the training count of class l on hash bit j, divided by the count scale q (a power of two, 1 unless the
-training rows are so many that the counts would saturate: count_scales) and saturated to TP_FLYNN_BITS bits;
-lut[t] = round(255 (1-c)^t) is the FBFC* weight (1 - c)^t scaled to uint8. With one bit the filter is binary
-(FBF): a bit scores 1 when the class never set it (set it fewer than q times). score_l is the novelty f_l times ρ
-(times 255 for lut models), so argmin is unchanged.
+t_lj is the code of the training count of class l on hash bit j: the count itself (q = 1), or with a count scale
+q > 1 (a power of two: count_scales) its logarithmic code floor(log2(t // q + 1)) (scaled_counts), saturated to
+TP_FLYNN_BITS bits;
+lut[k] is the FBFC* weight (1 - c)^(t/q) scaled to uint8 for the counts t that code k stands for: their mean,
+weighted by how often the training rows' winners read them (`calibrated_lut`; a code no count reaches keeps
+round(255 (1-c)^k)). With one bit the filter is binary (FBF): a bit scores 1 when the class never set it (set it
+fewer than q times). score_l is the novelty f_l times ρ (times 255 for lut models), so argmin is unchanged.
 
 Flash arrays (render order): the input stage, `flynn_filters` (t_lj packed LSB-first, entry (j, l) at bit
 (j·L + l)·b), `flynn_lut` (b > 1 only) and `flynn_M` (only when M is stored: row-major m x s indices, uint8 when
@@ -26,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import math
 
 import numpy as np
 
@@ -81,11 +85,24 @@ def count_scales(n_rows: int, n_classes: int, m: int, rho: int, bits: int, learn
 
 
 def scaled_counts(raw: np.ndarray, count_scale: int, bits: int) -> np.ndarray:
-    """The deployed counts: raw training counts divided by the count scale (floor), saturated to `bits` bits."""
+    """The deployed count codes, saturated to `bits` bits: with q = 1 the raw training counts themselves (what a
+    model that learns on the device adds one by one); with a count scale q > 1 logarithmic codes,
+    k = floor(log2(t // q + 1)): k for t // q in [2^k - 1, 2^(k+1) - 1), the last code open.
+
+    Linear codes t // q gave the top code every count from (2^b - 1) q up, and on tables whose classes set a hash
+    bit tens of times that was most of them: at the shape the solver chose (2-bit codes, q = 4), a noisy 12-feature
+    table (tools/bench_int8.py's mc12x4c3, seed 1) lost 5.73 points to them (int8 57.87 % against 63.60 % float)
+    and sensor windows with shocks (win600s, seed 1) 4.50; in log2 codes, 62.53 % and 98.50 % (float 99.50 %):
+    `bench_int8.py --quick --stages`. A model.json of before with q > 1 keeps its linear codes and its scores (the
+    device reads codes and lut only); only its left-out scores are no longer exact (left_out_scores: None)."""
     raw = np.asarray(raw, dtype=np.int64)
-    if int(count_scale) != 1:  # t // 1 is t: the division is skipped, not changed
-        raw = raw // int(count_scale)
-    return np.minimum(raw, (1 << bits) - 1)
+    cap = (1 << bits) - 1
+    q = int(count_scale)
+    if q == 1:
+        return np.minimum(raw, cap)
+    steps = np.maximum(raw, 0) // q + 1  # >= 1, exact in float64 (below 2^53)
+    _, length = np.frexp(steps.astype(np.float64))  # steps = mantissa * 2^length, mantissa in [0.5, 1)
+    return np.minimum(length.astype(np.int64) - 1, cap)
 
 
 def row_arrays(n_classes: int, bits: int, n_inputs: int, store_M: bool, decay: float, packed: np.ndarray,
@@ -96,8 +113,8 @@ def row_arrays(n_classes: int, bits: int, n_inputs: int, store_M: bool, decay: f
     m, s = indices.shape
     L, b = n_classes, bits
     if b > 1:
-        scaled = f" divided by {count_scale}" if count_scale != 1 else ""
-        what = f"counts t_lj{scaled} saturated to {b} bits, entry (j*L+l), LSB first"
+        counted = f"codes floor(log2(t_lj/{count_scale} + 1)) of the counts" if count_scale != 1 else "counts t_lj"
+        what = f"{counted} saturated to {b} bits, entry (j*L+l), LSB first"
     else:
         times = f" at least {count_scale} times" if count_scale != 1 else ""
         what = f"binary filters: bit (j*L+l) = class l set hash bit j{times}"
@@ -122,6 +139,44 @@ def decay_lut(decay: float, bits: int) -> np.ndarray:
     return np.floor(LUT_SCALE * np.power(1.0 - decay, t) + 0.5).astype(np.int64)
 
 
+_WEIGHT_UNIT = 1 << 16  # calibrated_lut sums weights in these units: every sum is a whole number below 2^53
+
+
+def calibrated_lut(raw: np.ndarray, decay: float, bits: int, count_scale: int = 1) -> np.ndarray:
+    """The lut of a model whose training counts are `raw` (L, m), or one per leading index ((..., L, m) ->
+    (..., 2^bits)): lut[k] = round(255 w_k), w_k the mean float weight (1 - c)^(t/q) of the counts t that code k
+    (scaled_counts) stands for, each (class, hash bit) entry weighted by how often the training rows' winners
+    read it (Σ_l t_lj, the rows that set bit j: a test row's winners fall where the training rows' did). A code
+    no entry is read at keeps decay_lut's round(255 (1-c)^k).
+
+    Why: the top code stands for every count from (2^b - 1) q up, whose float weights run from (1 - c)^(2^b - 1)
+    down to 0, and decay_lut gave it the largest of them: on 3,000 rows of make_classification(n_features=12,
+    n_informative=4, n_classes=4, n_clusters_per_class=3, flip_y=0.1, random_state=3), seed 2, 2 kB (2-bit counts,
+    q = 4, c = 0.25) the top weight fell from 108 to 41 and the int8 model went from 58.13 % to 60.53 % of the
+    test rows (float 62.67 %). Exact integer sums (weights in 2^-16 units), so the federated parties' summed
+    counts give the compile's lut bit for bit."""
+    raw = np.asarray(raw, dtype=np.int64)
+    n_codes = 1 << bits
+    lead = raw.shape[:-2]
+    groups = int(np.prod(lead, dtype=np.int64))
+    codes = scaled_counts(raw, count_scale, bits)
+    reads = np.broadcast_to(raw.sum(axis=-2, keepdims=True), raw.shape)
+    values, where = np.unique(raw, return_inverse=True)
+    units = np.array([math.floor(math.pow(1.0 - decay, int(t) / count_scale) * _WEIGHT_UNIT + 0.5) for t in values],
+                     dtype=np.int64)
+    index = (np.arange(groups, dtype=np.int64).reshape(lead + (1, 1)) * n_codes + codes).reshape(-1)
+    size = groups * n_codes
+    # float64 sums of whole numbers below 2^53 (L·n·ρ reads of at most 2^16 units each) are exact
+    den = np.bincount(index, weights=reads.reshape(-1).astype(np.float64), minlength=size).astype(np.int64)
+    num = np.bincount(index, weights=(reads * units[where.reshape(raw.shape)]).reshape(-1).astype(np.float64),
+                      minlength=size).astype(np.int64)
+    default = np.tile(decay_lut(decay, bits), groups)
+    read = den > 0
+    lut = default.copy()
+    lut[read] = (2 * LUT_SCALE * num[read] + den[read] * _WEIGHT_UNIT) // (2 * den[read] * _WEIGHT_UNIT)
+    return lut.reshape(lead + (n_codes,))
+
+
 def hash_inputs(xq: np.ndarray, sign_split: bool) -> np.ndarray:
     """int8 inputs -> the int64 values M projects: x, or [x, -x - 1] with the sign split (the one's complement
     is one XOR on the device and maps -128..127 onto itself)."""
@@ -143,11 +198,14 @@ class IntFlyNN(IntModelCommon):
     counts: np.ndarray  # (L, m) saturated counts, 0..2^b - 1
     decay: float  # c, reported and used for the lut
     store_M: bool
-    count_scale: int = 1  # q: counts are the training counts // q (count_scales); 1 for a model that learns
+    count_scale: int = 1  # q: > 1, counts are log2 codes of the training counts // q (scaled_counts); 1 to learn
+    lut_values: np.ndarray | None = None  # b > 1: the calibrated lut (calibrated_lut); None: decay_lut's
     family: str = "flynn"  # the registry name (tinyproto.families)
     family_id = 2  # TP_FAMILY_ID
     # a score is a sum of ρ lut weights (1 per winner with one bit): one unit for every model of the same shape (ρ,
-    # bits, decay, count scale), so a fold model's margins hold for the final model as they are (families/judging.py).
+    # bits, decay, count scale; a calibrated lut weighs each code by the float weight (1-c)^(t/q) of its counts, which
+    # depends on the counts' spread, not on the number of rows), so a fold model's margins hold for the final model
+    # as they are (families/judging.py).
     # Carried by the ratio of the two models' median winning score on their own training rows instead, they were
     # scaled by how familiar those rows looked: 9 against 36 to 40 on segment with sky held out (most models: 0, no
     # carrying), which shrank the margins fourfold and made the confidence 5.4 points too sure (ECE 6.60 points)
@@ -168,6 +226,12 @@ class IntFlyNN(IntModelCommon):
             raise ValueError(f"count_scale must be a whole number from 1 to 2^30, got {self.count_scale!r}")
         if self.counts.shape != (self.n_classes, m) or self.counts.min() < 0 or self.counts.max() >= 1 << self.bits:
             raise ValueError("counts must be (L, m) and fit in `bits` bits")
+        if self.lut_values is not None:
+            lut = np.asarray(self.lut_values)
+            if (self.bits == 1 or lut.shape != (1 << self.bits,) or not np.issubdtype(lut.dtype, np.integer)
+                    or lut.min() < 0 or lut.max() > LUT_SCALE):
+                raise ValueError(f"a lut needs 2^bits whole numbers from 0 to {LUT_SCALE} (and bits > 1)")
+            self.lut_values = lut.astype(np.int64)
         if not self.store_M and not np.array_equal(self.indices, seeded_indices(self.seed, m, s, self.n_hash_inputs)):
             # a model from before the block format of consecutive rotations (or an edited one): the device would
             # regenerate a different M, so refuse it in one line rather than deploy wrong winners
@@ -190,7 +254,7 @@ class IntFlyNN(IntModelCommon):
 
     @property
     def lut(self) -> np.ndarray:
-        return decay_lut(self.decay, self.bits)
+        return decay_lut(self.decay, self.bits) if self.lut_values is None else self.lut_values
 
     def score_bound(self) -> int:
         """No score exceeds ρ winners of the largest weight (1 per winner with one bit, else the lut's largest),
@@ -200,8 +264,9 @@ class IntFlyNN(IntModelCommon):
     def left_out_scores(self, X: np.ndarray, y_index: np.ndarray) -> np.ndarray | None:
         """The scores of each training row (X raw, y_index its class index) as this model would give it had that row
         not been learned: its own class's counts less its own winners (exact: the filters are counts of the
-        training rows' winners). None when these rows' counts are not this model's (e.g. counts learned on the
-        device): the judging stage then fits on fold models instead (families/judging.py)."""
+        training rows' winners), weighed through this model's lut. None when these rows' counts are not this
+        model's (e.g. counts learned on the device): the judging stage then fits on fold models instead
+        (families/judging.py)."""
         winners = self.winners(self.input_stage.quantize(X))
         y_index = np.asarray(y_index, dtype=np.int64)
         raw = count_winners(winners, y_index, self.n_classes, self.n_hashes)
@@ -233,7 +298,8 @@ class IntFlyNN(IntModelCommon):
 
         X, y are its training data: they fix the int8 step (choose_input_scale on the standardised X) and the
         counts are recounted with the integer hash of the quantized X, so the filters describe exactly what the
-        device will see (the float and int8 winners differ in a few near-ties). bits=1 deploys the binary filter
+        device will see (the float and int8 winners differ in a few near-ties), and with bits > 1 the lut is
+        calibrated on those counts (calibrated_lut). bits=1 deploys the binary filter
         whatever clf.decay is: with one-bit counts, Σ (1-c)^t over ρ winners is K·n_0 + K(1-c)(ρ - n_0), which
         ranks classes exactly like n_0, the number of never-seen winners.
         """
@@ -259,6 +325,7 @@ class IntFlyNN(IntModelCommon):
             decay=1.0 if bits == 1 else float(clf.decay),
             store_M=bool(store_M),
             count_scale=int(count_scale),
+            lut_values=None if bits == 1 else calibrated_lut(counts, float(clf.decay), bits, count_scale),
         )
 
     # -- the integer contract
@@ -330,6 +397,7 @@ class IntFlyNN(IntModelCommon):
             "store_M": self.store_M,
             # only when not 1: the models of before it (and every model with unsaturated counts) keep their bytes
             **({"count_scale": self.count_scale} if self.count_scale != 1 else {}),
+            **({"lut": self.lut_values.tolist()} if self.lut_values is not None else {}),
         }
 
     @classmethod
@@ -345,6 +413,7 @@ class IntFlyNN(IntModelCommon):
             decay=float(raw["decay"]),
             store_M=bool(raw["store_M"]),
             count_scale=raw.get("count_scale", 1),
+            lut_values=None if raw.get("lut") is None else np.asarray(raw["lut"], dtype=np.int64),
         )
 
 

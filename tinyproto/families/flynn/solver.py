@@ -35,8 +35,8 @@ from tinyproto.families.flynn.pricing import (DEFAULT_CAP, WIDE_FEATURES, ExactC
                                               largest_m, model_bytes, rows_bytes)
 from tinyproto.families.flynn.quantize import (
     IntFlyNN,
+    calibrated_lut,
     count_scales,
-    decay_lut,
     fly_working_sram,
     hash_inputs,
     scaled_counts,
@@ -182,13 +182,14 @@ def _cv_correct(winners: np.ndarray, y_index: np.ndarray, folds: Folds, n_classe
         # t of every winner of every scored sample for every class, from the filters that did not see it: (n, L, ρ)
         gathered = held_out[ids[rows, None, None], np.arange(n_classes)[None, :, None], winners[rows, None, :]]
         saturated, saturated_as = None, None  # the decays of one (bits, count scale) share their counts t
+        fold_rows = ids[rows, None, None]
         for k, (bits, decay, count_scale) in enumerate(weightings):
             if saturated_as != (bits, count_scale):
                 saturated, saturated_as = scaled_counts(gathered, count_scale, bits), (bits, count_scale)
             if bits == 1:
                 scores = (saturated == 0).sum(axis=2)
-            else:
-                scores = decay_lut(decay, bits)[saturated].sum(axis=2)
+            else:  # each fold's model has the lut calibrated on its own counts, as the deployed one has
+                scores = calibrated_lut(held_out, decay, bits, count_scale)[fold_rows, saturated].sum(axis=2)
             hits = np.argmin(scores, axis=1) == y_index[rows]
             out[k, r * folds.validated:(r + 1) * folds.validated] = np.bincount(ids[rows][hits],
                                                                                minlength=folds.validated)
