@@ -28,7 +28,7 @@ from tinyproto.core.manifest import NAME_MAX
 from tinyproto.core.safe_io import check_regular_file, file_sha256, read_json
 
 MODEL_FORMAT = "tinyproto-model"
-MODEL_FORMAT_VERSION = 6
+MODEL_FORMAT_VERSION = 7
 # Format 1 hashed the model under the runtime's former C names (TP_PN_*, TP_FLY_*: prefixes that did not follow the
 # family names), so this version cannot check its recorded model hash; such a directory is refused, not trusted.
 # Format 2 had no model prefix: its generated header gives every model the same C names (tp_predict), so a build
@@ -39,6 +39,8 @@ MODEL_FORMAT_VERSION = 6
 # a 16-bit view of the scores (TP_JUDGE_SCORE_BYTE, TP_JUDGE_MARGIN_SHIFT), so a format-4 table means other bins.
 # Format 5 read the confidence byte from a 16-byte table of margin bins; format 6 has no table (a doubt halved per
 # TP_JUDGE_HALVING of margin: TP_JUDGE_DOUBT), so a format-5 calibration means nothing to this runtime.
+# Format 6 FlyNN models had no calibrated count lut (format 7 stores it, and counts scaled by q > 1 as logarithmic
+# codes), so a format-6 FlyNN header is not what this version renders from the same model.json.
 
 
 def int_model_digest(int_model: dict) -> str:
