@@ -68,16 +68,18 @@ def test_a_model_never_replaces_another_kind_of_output(work, compiled, verb, kin
     refused([*verb, "--out", str(out)], words, work)
 
 
-@pytest.mark.parametrize("kind", ["a symbolic link", "a directory"])
+@pytest.mark.parametrize("kind", ["a symbolic link", "a directory", "a FIFO"])
 def test_a_link_or_a_directory_at_the_lock_is_named(work, compiled, kind):
-    """A link at .tinyproto.lock (to a file of the user's) or a directory there was refused as "cannot lock m for
-    writing: Too many levels of symbolic links" / "Is a directory": true, but not where to look."""
+    """A link at .tinyproto.lock (to a file of the user's), a directory or a FIFO there was refused as "cannot lock
+    m for writing: Too many levels of symbolic links" / "Is a directory" / "Invalid argument": not where to look."""
     model = work / "m"
     shutil.copytree(compiled("iris", "1kB"), model, symlinks=True)
     (model / LOCK).unlink(missing_ok=True)
     if kind == "a symbolic link":
         (work / "victim.txt").write_text("mine\n")
         (model / LOCK).symlink_to(work / "victim.txt")
+    elif kind == "a FIFO":
+        os.mkfifo(model / LOCK)
     else:
         (model / LOCK).mkdir()
     for verb in (["build", str(model)], ["learn", str(model), "--sim"]):

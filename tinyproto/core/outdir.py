@@ -10,6 +10,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,20 +33,34 @@ from tinyproto.core.manifest import (
 
 def _try_lock(lock_path: Path, verb: str) -> int | None:
     """An flock'ed descriptor on lock_path, or None when another live process holds it."""
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO there: flock took it, ftruncate failed, the fd leaked
+            raise OSError(errno.EINVAL, "not a regular file")  # holding the lock (locked names what it is)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {verb}\n".encode())
     except BlockingIOError:
         os.close(fd)
         return None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()} {verb}\n".encode())
+    except BaseException:
+        os.close(fd)  # never left open, and so never left locked, after a failure (a full disk at the write)
+        raise
     return fd
 
 
 def _holder(lock_path: Path) -> str:
+    """Who holds the lock, from what _try_lock wrote in it: read without blocking and only from a regular file (a
+    FIFO at the lock's name blocked this read for ever)."""
     try:
-        pid, _, verb = lock_path.read_text(errors="replace", encoding="utf-8").strip().partition(" ")
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return "another tinyproto command"
+            text = os.read(fd, 256).decode("utf-8", errors="replace")
+        finally:
+            os.close(fd)
+        pid, _, verb = text.strip().partition(" ")
         return f"`tinyproto {verb[:40]}`, pid {pid[:12]}"
     except OSError:
         return "another tinyproto command"
@@ -109,6 +124,19 @@ def _try_lock_quietly(lock_path: Path) -> int | None:
     return fd
 
 
+def _special(path: Path) -> str | None:
+    """What kind of special file is at `path` (a FIFO at the lock's name said only "Invalid argument"), or None."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return what
+    return None
+
+
 @contextmanager
 def locked(directory: Path, verb: str) -> Iterator[None]:
     """Hold the model directory's lock while `verb` writes into it; refuse at once if another command has it."""
@@ -118,7 +146,7 @@ def locked(directory: Path, verb: str) -> Iterator[None]:
         fd = _try_lock(lock_path, verb)
     except OSError as exc:
         # a link or a directory at the lock's name said only "Too many levels of symbolic links" / "Is a directory"
-        what = {errno.ELOOP: "a symbolic link", errno.EISDIR: "a directory"}.get(exc.errno)
+        what = {errno.ELOOP: "a symbolic link", errno.EISDIR: "a directory"}.get(exc.errno) or _special(lock_path)
         if what is not None:
             raise TinyprotoError(f"cannot lock {directory} for writing: {lock_path} is {what}, not the lock file "
                                  "tinyproto makes; move it away") from None
