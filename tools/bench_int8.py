@@ -25,10 +25,9 @@ and more than two standard errors below zero.
 `--stages` (FlyNN, with `--quick`) scores the solver's chosen shape stage by stage on the same test rows: the
 float model; the same on the int8-rounded inputs (each dequantized through the stage); the integer hash of the
 int8 inputs with the float model's mirror -x and its unsaturated counts; with the device's mirror ~x = -x - 1;
-the counts' b-bit codes through decay_lut's weights; the deployed int8 model (its calibrated lut); and, not
-shipped, the same counts in logarithmic codes (code k for t/q in [2^k - 1, 2^(k+1) - 1), the last one open) with
-each code's mean float weight. Each line gives the accuracy, and the gap and label agreement against the line
-before and against the float model (the log2 line: against the deployed model).
+the counts' linear b-bit codes min(t // q, 2^b - 1) through decay_lut's weights (what FlyNN shipped before the
+calibrated lut and, with q > 1, the logarithmic codes); the deployed int8 model. Each line gives the accuracy, and
+the gap and label agreement against the line before and against the float model.
 
     nice -n 5 python tools/bench_int8.py --quick --stages --panel mc12x4c3 win600s --models flynn --seeds 1
 """
@@ -167,7 +166,7 @@ def _dequantized(stage, xq: np.ndarray) -> np.ndarray:
 def flynn_stages(data: str, budget: str, seed: int) -> tuple[list[tuple[str, np.ndarray]], np.ndarray, str]:
     """([(stage, predicted class index per test row)], true class index per row, shape) of FlyNN's chosen shape."""
     from tinyproto.families.flynn.hashing import count_winners, project, projection_matrix, top_winners
-    from tinyproto.families.flynn.quantize import decay_lut, integer_winners, scaled_counts
+    from tinyproto.families.flynn.quantize import decay_lut, integer_winners
 
     sp = split(load_dataset(data))
     clf, model, info = families.fit_under_budget("flynn", sp.X_train, sp.y_train,
@@ -187,10 +186,6 @@ def flynn_stages(data: str, budget: str, seed: int) -> tuple[list[tuple[str, np.
         u = np.hstack([xq, -xq]) if model.sign_split else xq
         return top_winners(project(u, projection_matrix(model.indices, u.shape[1])).astype(np.int64), model.n_winners)
 
-    def codes_through(lut: np.ndarray):
-        return lambda counts: lut[scaled_counts(counts, q, model.bits)].astype(np.float64) if model.bits > 1 \
-            else (scaled_counts(counts, q, 1) == 0).astype(np.float64)
-
     device = [integer_winners(x, model.indices, model.n_winners, model.sign_split) for x in (xq_train, xq_test)]
     stages = [
         ("float model", np.searchsorted(clf.classes_, clf.predict(sp.X_test))),
@@ -198,29 +193,22 @@ def flynn_stages(data: str, budget: str, seed: int) -> tuple[list[tuple[str, np.
                                                  clf.winners(_dequantized(stage, xq_test)), float_weights)),
         ("integer hash, mirror -x", predicted(negated_winners(xq_train), negated_winners(xq_test), float_weights)),
         ("integer hash, mirror ~x", predicted(*device, float_weights)),
-        (f"{model.bits}-bit codes, decay_lut", predicted(*device, codes_through(decay_lut(clf.decay, model.bits)))),
-        ("int8 model (deployed lut)", model.labels(model.scores(xq_test))),
+        (f"{model.bits}-bit linear codes, decay_lut", predicted(*device, linear_codes_through(
+            decay_lut(clf.decay, model.bits), q, model.bits))),
+        ("int8 model (deployed)", model.labels(model.scores(xq_test))),
     ]
-    if model.bits > 1:  # what logarithmic codes would give this shape (not shipped: a candidate for the counts)
-        stages.append((f"{model.bits}-bit log2 codes (not shipped)", predicted(*device, log_codes_through(
-            count_winners(device[0], y_train, L, m), float_weights, q, model.bits))))
     luts = "" if model.bits == 1 else (f", lut {model.lut.tolist()} (decay_lut: "
                                        f"{decay_lut(clf.decay, model.bits).tolist()})")
     return stages, y_test, families.family("flynn").shape_text(info["chosen"]) + f", {stage.kind} stage" + luts
 
 
-def log_codes_through(train_counts: np.ndarray, float_weights, q: int, bits: int):
-    """Weights through codes k = min(floor(log2(t/q + 1)), 2^bits - 1) (q, 2q, 4q, ... per code instead of q), each
-    code weighing the mean float weight of the training counts it stands for, read as the winners read them."""
-    def codes(counts: np.ndarray) -> np.ndarray:
-        return np.minimum(np.floor(np.log2(counts / q + 1)).astype(np.int64), (1 << bits) - 1)
-
-    c, w = codes(train_counts), float_weights(train_counts)
-    reads = np.broadcast_to(train_counts.sum(axis=0), train_counts.shape)
-    lut = np.array([np.average(w[c == k], weights=reads[c == k]) if reads[c == k].sum() > 0 else 0.0
-                    for k in range(1 << bits)])
-    lut = np.floor(255 * lut + 0.5)
-    return lambda counts: lut[codes(counts)]
+def linear_codes_through(lut: np.ndarray, q: int, bits: int):
+    """Weights through the linear codes min(t // q, 2^bits - 1) and `lut` (FlyNN's codes and lut before the
+    calibrated lut and the logarithmic codes of a count scale)."""
+    cap = (1 << bits) - 1
+    if bits == 1:
+        return lambda counts: (np.minimum(counts // q, cap) == 0).astype(np.float64)
+    return lambda counts: lut[np.minimum(counts // q, cap)].astype(np.float64)
 
 
 def print_stages(data: str, budget: str, seed: int) -> None:

@@ -13,9 +13,10 @@ t_lj is the code of the training count of class l on hash bit j: the count itsel
 q > 1 (a power of two: count_scales) its logarithmic code floor(log2(t // q + 1)) (scaled_counts), saturated to
 TP_FLYNN_BITS bits;
 lut[k] is the FBFC* weight (1 - c)^(t/q) scaled to uint8 for the counts t that code k stands for: their mean,
-weighted by how often the training rows' winners read them (`calibrated_lut`; a code no count reaches keeps
-round(255 (1-c)^k)). With one bit the filter is binary (FBF): a bit scores 1 when the class never set it (set it
-fewer than q times). score_l is the novelty f_l times ρ (times 255 for lut models), so argmin is unchanged.
+weighted by how often the training rows' winners read them (`calibrated_lut`; a code no count reaches weighs
+the smallest count it stands for). With one bit the filter is binary (FBF): a bit scores 1 when the class never
+set it (set it fewer than q times). score_l is the novelty f_l times ρ (times 255 for lut models), so argmin is
+unchanged.
 
 Flash arrays (render order): the input stage, `flynn_filters` (t_lj packed LSB-first, entry (j, l) at bit
 (j·L + l)·b), `flynn_lut` (b > 1 only) and `flynn_M` (only when M is stored: row-major m x s indices, uint8 when
@@ -93,8 +94,9 @@ def scaled_counts(raw: np.ndarray, count_scale: int, bits: int) -> np.ndarray:
     bit tens of times that was most of them: at the shape the solver chose (2-bit codes, q = 4), a noisy 12-feature
     table (tools/bench_int8.py's mc12x4c3, seed 1) lost 5.73 points to them (int8 57.87 % against 63.60 % float)
     and sensor windows with shocks (win600s, seed 1) 4.50; in log2 codes, 62.53 % and 98.50 % (float 99.50 %):
-    `bench_int8.py --quick --stages`. A model.json of before with q > 1 keeps its linear codes and its scores (the
-    device reads codes and lut only); only its left-out scores are no longer exact (left_out_scores: None)."""
+    `bench_int8.py --quick --stages` at commit 0b989db. A model.json of before with q > 1 keeps its linear codes
+    and its scores (the device reads codes and lut only); only its left-out scores are no longer exact
+    (left_out_scores: None)."""
     raw = np.asarray(raw, dtype=np.int64)
     cap = (1 << bits) - 1
     q = int(count_scale)
@@ -147,14 +149,14 @@ def calibrated_lut(raw: np.ndarray, decay: float, bits: int, count_scale: int = 
     (..., 2^bits)): lut[k] = round(255 w_k), w_k the mean float weight (1 - c)^(t/q) of the counts t that code k
     (scaled_counts) stands for, each (class, hash bit) entry weighted by how often the training rows' winners
     read it (Σ_l t_lj, the rows that set bit j: a test row's winners fall where the training rows' did). A code
-    no entry is read at keeps decay_lut's round(255 (1-c)^k).
+    no entry is read at weighs the smallest count it stands for.
 
-    Why: the top code stands for every count from (2^b - 1) q up, whose float weights run from (1 - c)^(2^b - 1)
-    down to 0, and decay_lut gave it the largest of them: on 3,000 rows of make_classification(n_features=12,
-    n_informative=4, n_classes=4, n_clusters_per_class=3, flip_y=0.1, random_state=3), seed 2, 2 kB (2-bit counts,
-    q = 4, c = 0.25) the top weight fell from 108 to 41 and the int8 model went from 58.13 % to 60.53 % of the
-    test rows (float 62.67 %). Exact integer sums (weights in 2^-16 units), so the federated parties' summed
-    counts give the compile's lut bit for bit."""
+    Why: with linear codes the top code stands for every count from (2^b - 1) q up, whose float weights run from
+    (1 - c)^(2^b - 1) down to 0, and decay_lut gave it the largest of them: at commit 2285a20, on 3,000 rows of
+    make_classification(n_features=12, n_informative=4, n_classes=4, n_clusters_per_class=3, flip_y=0.1,
+    random_state=3), seed 2, 2 kB (2-bit counts, q = 4, c = 0.25) the top weight fell from 108 to 41 and the int8
+    model went from 58.13 % to 60.53 % of the test rows (float 62.67 %). Exact integer sums (weights in 2^-16
+    units), so the federated parties' summed counts give the compile's lut bit for bit."""
     raw = np.asarray(raw, dtype=np.int64)
     n_codes = 1 << bits
     lead = raw.shape[:-2]
@@ -170,7 +172,10 @@ def calibrated_lut(raw: np.ndarray, decay: float, bits: int, count_scale: int = 
     den = np.bincount(index, weights=reads.reshape(-1).astype(np.float64), minlength=size).astype(np.int64)
     num = np.bincount(index, weights=(reads * units[where.reshape(raw.shape)]).reshape(-1).astype(np.float64),
                       minlength=size).astype(np.int64)
-    default = np.tile(decay_lut(decay, bits), groups)
+    # a code no entry is read at (none of the training counts, so none of the stored codes): the weight of the
+    # smallest count it stands for, k (q = 1) or q (2^k - 1) (logarithmic codes)
+    smallest = np.arange(n_codes, dtype=np.float64) if count_scale == 1 else np.exp2(np.arange(n_codes)) - 1.0
+    default = np.tile(np.floor(LUT_SCALE * np.power(1.0 - decay, smallest) + 0.5).astype(np.int64), groups)
     read = den > 0
     lut = default.copy()
     lut[read] = (2 * LUT_SCALE * num[read] + den[read] * _WEIGHT_UNIT) // (2 * den[read] * _WEIGHT_UNIT)
