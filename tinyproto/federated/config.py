@@ -188,8 +188,8 @@ def assemble(spec: FederatedSpec, int_counts: np.ndarray, float_counts: np.ndarr
         decay=1.0 if c.count_bits == 1 else float(c.decay),
         store_M=bool(c.store_M),
         count_scale=int(c.count_scale),
-        lut_values=None if c.count_bits == 1 else calibrated_lut(int_counts, float(c.decay), c.count_bits,
-                                                                 c.count_scale),
+        lut_values=None if c.count_bits == 1 or c.count_scale == 1 else calibrated_lut(
+            int_counts, float(c.decay), c.count_bits, c.count_scale),
     )
     return clf, model
 

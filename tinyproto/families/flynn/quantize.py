@@ -144,8 +144,9 @@ _WEIGHT_UNIT = 1 << 16  # calibrated_lut sums weights in these units: every sum 
 
 
 def calibrated_lut(raw: np.ndarray, decay: float, bits: int, count_scale: int = 1) -> np.ndarray:
-    """The lut of a model whose training counts are `raw` (L, m), or one per leading index ((..., L, m) ->
-    (..., 2^bits)): lut[k] = round(255 w_k), w_k the mean float weight (1 - c)^(t/q) of the counts t that code k
+    """The lut of a model with a count scale q > 1 whose training counts are `raw` (L, m), or one per leading index
+    ((..., L, m) -> (..., 2^bits)); with q = 1 decay_lut's (the codes are the counts themselves):
+    lut[k] = round(255 w_k), w_k the mean float weight (1 - c)^(t/q) of the counts t that code k
     (scaled_counts) stands for, each (class, hash bit) entry weighted by how often the training rows' winners
     read it (Σ_l t_lj, the rows that set bit j: a test row's winners fall where the training rows' did). A code
     no entry is read at weighs the smallest count it stands for.
@@ -159,6 +160,9 @@ def calibrated_lut(raw: np.ndarray, decay: float, bits: int, count_scale: int = 
     raw = np.asarray(raw, dtype=np.int64)
     n_codes = 1 << bits
     lead = raw.shape[:-2]
+    if count_scale == 1:  # codes are the counts: only the top one stands for several, and a model that learns on
+        # devices sums saturated counts (federated parties): decay_lut, which every party reproduces
+        return np.broadcast_to(decay_lut(decay, bits), lead + (n_codes,)).copy()
     groups = int(np.prod(lead, dtype=np.int64))
     codes = scaled_counts(raw, count_scale, bits)
     reads = np.broadcast_to(raw.sum(axis=-2, keepdims=True), raw.shape)
@@ -329,7 +333,8 @@ class IntFlyNN(IntModelCommon):
             decay=1.0 if bits == 1 else float(clf.decay),
             store_M=bool(store_M),
             count_scale=int(count_scale),
-            lut_values=None if bits == 1 else calibrated_lut(counts, float(clf.decay), bits, count_scale),
+            lut_values=None if bits == 1 or count_scale == 1 else calibrated_lut(counts, float(clf.decay), bits,
+                                                                                 count_scale),
         )
 
     # -- the integer contract
