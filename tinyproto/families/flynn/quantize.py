@@ -94,9 +94,8 @@ def scaled_counts(raw: np.ndarray, count_scale: int, bits: int) -> np.ndarray:
     bit tens of times that was most of them: at the shape the solver chose (2-bit codes, q = 4), a noisy 12-feature
     table (tools/bench_int8.py's mc12x4c3, seed 1) lost 5.73 points to them (int8 57.87 % against 63.60 % float)
     and sensor windows with shocks (win600s, seed 1) 4.50; in log2 codes, 62.53 % and 98.50 % (float 99.50 %):
-    `bench_int8.py --quick --stages` at commit 0b989db. A model.json of before with q > 1 keeps its linear codes
-    and its scores (the device reads codes and lut only); only its left-out scores are no longer exact
-    (left_out_scores: None)."""
+    `bench_int8.py --quick --stages` at commit 0b989db. A model directory from before these codes (model format
+    6) is refused by every verb, to be compiled again (core/modeldir.MODEL_FORMAT_VERSION)."""
     raw = np.asarray(raw, dtype=np.int64)
     cap = (1 << bits) - 1
     q = int(count_scale)
