@@ -101,7 +101,19 @@ def scaled_counts(raw: np.ndarray, count_scale: int, bits: int) -> np.ndarray:
     q = int(count_scale)
     if q == 1:
         return np.minimum(raw, cap)
-    steps = np.maximum(raw, 0) // q + 1  # >= 1, exact in float64 (below 2^53)
+    counts = np.maximum(raw, 0)
+    top = int(counts.max(initial=0))
+    if top <= _TABLE_MAX:  # counts are at most the training rows: one code per count, then a gather (the solver
+        return _log2_codes(np.arange(top + 1, dtype=np.int64), q, cap)[counts]  # scores thousands of arrays)
+    return _log2_codes(counts, q, cap)
+
+
+_TABLE_MAX = 1 << 20  # larger counts are coded directly rather than through a table of every count up to them
+
+
+def _log2_codes(counts: np.ndarray, q: int, cap: int) -> np.ndarray:
+    """min(floor(log2(t // q + 1)), cap) for non-negative counts t."""
+    steps = counts // q + 1  # >= 1, exact in float64 (below 2^53)
     _, length = np.frexp(steps.astype(np.float64))  # steps = mantissa * 2^length, mantissa in [0.5, 1)
     return np.minimum(length.astype(np.int64) - 1, cap)
 
@@ -166,14 +178,12 @@ def calibrated_lut(raw: np.ndarray, decay: float, bits: int, count_scale: int = 
     groups = int(np.prod(lead, dtype=np.int64))
     codes = scaled_counts(raw, count_scale, bits)
     reads = np.broadcast_to(raw.sum(axis=-2, keepdims=True), raw.shape)
-    values, where = np.unique(raw, return_inverse=True)
-    units = np.array([math.floor(math.pow(1.0 - decay, int(t) / count_scale) * _WEIGHT_UNIT + 0.5) for t in values],
-                     dtype=np.int64)
+    units_of_reads = reads * _weight_units(raw, decay, count_scale)
     index = (np.arange(groups, dtype=np.int64).reshape(lead + (1, 1)) * n_codes + codes).reshape(-1)
     size = groups * n_codes
     # float64 sums of whole numbers below 2^53 (L·n·ρ reads of at most 2^16 units each) are exact
     den = np.bincount(index, weights=reads.reshape(-1).astype(np.float64), minlength=size).astype(np.int64)
-    num = np.bincount(index, weights=(reads * units[where.reshape(raw.shape)]).reshape(-1).astype(np.float64),
+    num = np.bincount(index, weights=units_of_reads.reshape(-1).astype(np.float64),
                       minlength=size).astype(np.int64)
     # a code no entry is read at (none of the training counts, so none of the stored codes): the weight of the
     # smallest count it stands for, k (q = 1) or q (2^k - 1) (logarithmic codes)
@@ -183,6 +193,21 @@ def calibrated_lut(raw: np.ndarray, decay: float, bits: int, count_scale: int = 
     lut = default.copy()
     lut[read] = (2 * LUT_SCALE * num[read] + den[read] * _WEIGHT_UNIT) // (2 * den[read] * _WEIGHT_UNIT)
     return lut.reshape(lead + (n_codes,))
+
+
+
+def _weight_units(raw: np.ndarray, decay: float, count_scale: int) -> np.ndarray:
+    """round((1 - c)^(t/q) * _WEIGHT_UNIT) of every count t in raw, each distinct t computed once with math.pow
+    (the same float arithmetic whichever way the counts are grouped): through a table of 0..max t when the
+    counts are a training set's, else over the distinct counts."""
+    def unit(t: int) -> int:
+        return math.floor(math.pow(1.0 - decay, t / count_scale) * _WEIGHT_UNIT + 0.5)
+
+    low, top = int(raw.min(initial=0)), int(raw.max(initial=0))
+    if low >= 0 and top <= _TABLE_MAX:
+        return np.array([unit(t) for t in range(top + 1)], dtype=np.int64)[raw]
+    values, where = np.unique(raw, return_inverse=True)
+    return np.array([unit(int(t)) for t in values], dtype=np.int64)[where.reshape(raw.shape)]
 
 
 def hash_inputs(xq: np.ndarray, sign_split: bool) -> np.ndarray:
