@@ -35,7 +35,7 @@ import numpy as np
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.folds import Folds, Plan, assign, bin_folds, class_bins, row_keys
 from tinyproto.families.flynn import solver as _solver
-from tinyproto.families.flynn.quantize import calibrated_lut, count_scales, hash_inputs, scaled_counts
+from tinyproto.families.flynn.quantize import count_scales, fold_lut_weights, hash_inputs, scaled_counts
 from tinyproto.families.flynn.pricing import WIDE_FEATURES
 from tinyproto.families.flynn.solver import (
     BITS_GRID, CENTRED_PREPROCESSING, DEFAULT_CAP, F_CPU, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING,
@@ -267,7 +267,7 @@ def held_out_weights(per_fold: np.ndarray, n_folds: int, weightings: list[tuple[
     folds = np.arange(per_fold.shape[0])[:, None, None]
     for k, (bits, decay, count_scale) in enumerate(weightings):
         t = scaled_counts(held_out, count_scale, bits)
-        out[:, k] = (t == 0) if bits == 1 else calibrated_lut(held_out, decay, bits, count_scale)[folds, t]
+        out[:, k] = (t == 0) if bits == 1 else fold_lut_weights(held_out, t, folds, decay, bits, count_scale)
     return out
 
 

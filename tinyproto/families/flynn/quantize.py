@@ -27,10 +27,9 @@ Layer: families.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import math
 
 import numpy as np
 
@@ -186,14 +185,24 @@ def calibrated_lut(raw: np.ndarray, decay: float, bits: int, count_scale: int = 
     num = np.bincount(index, weights=units_of_reads.reshape(-1).astype(np.float64),
                       minlength=size).astype(np.int64)
     # a code no entry is read at (none of the training counts, so none of the stored codes): the weight of the
-    # smallest count it stands for, k (q = 1) or q (2^k - 1) (logarithmic codes)
-    smallest = np.arange(n_codes, dtype=np.float64) if count_scale == 1 else np.exp2(np.arange(n_codes)) - 1.0
+    # smallest count it stands for, q (2^k - 1), whose t / q is 2^k - 1
+    smallest = np.exp2(np.arange(n_codes)) - 1.0
     default = np.tile(np.floor(LUT_SCALE * np.power(1.0 - decay, smallest) + 0.5).astype(np.int64), groups)
     read = den > 0
     lut = default.copy()
     lut[read] = (2 * LUT_SCALE * num[read] + den[read] * _WEIGHT_UNIT) // (2 * den[read] * _WEIGHT_UNIT)
     return lut.reshape(lead + (n_codes,))
 
+
+def fold_lut_weights(held_out: np.ndarray, codes: np.ndarray, fold_of: np.ndarray, decay: float, bits: int,
+                     count_scale: int) -> np.ndarray:
+    """The weight of each count code in `codes` through the lut of the fold model it is scored by: `held_out`
+    (folds, L, m) the fold models' counts, `fold_of` (broadcasting with codes) each code's fold. With q = 1 every
+    fold's lut is decay_lut's (calibrated_lut), so one table is read instead of a lut per fold (the solver and the
+    federated selection score thousands of such arrays)."""
+    if count_scale == 1:
+        return decay_lut(decay, bits)[codes]
+    return calibrated_lut(held_out, decay, bits, count_scale)[fold_of, codes]
 
 
 def _weight_units(raw: np.ndarray, decay: float, count_scale: int) -> np.ndarray:

@@ -35,9 +35,9 @@ from tinyproto.families.flynn.pricing import (DEFAULT_CAP, WIDE_FEATURES, ExactC
                                               largest_m, model_bytes, rows_bytes)
 from tinyproto.families.flynn.quantize import (
     IntFlyNN,
-    calibrated_lut,
     count_scales,
     fly_working_sram,
+    fold_lut_weights,
     hash_inputs,
     scaled_counts,
 )
@@ -189,7 +189,7 @@ def _cv_correct(winners: np.ndarray, y_index: np.ndarray, folds: Folds, n_classe
             if bits == 1:
                 scores = (saturated == 0).sum(axis=2)
             else:  # each fold's model has the lut calibrated on its own counts, as the deployed one has
-                scores = calibrated_lut(held_out, decay, bits, count_scale)[fold_rows, saturated].sum(axis=2)
+                scores = fold_lut_weights(held_out, saturated, fold_rows, decay, bits, count_scale).sum(axis=2)
             hits = np.argmin(scores, axis=1) == y_index[rows]
             out[k, r * folds.validated:(r + 1) * folds.validated] = np.bincount(ids[rows][hits],
                                                                                minlength=folds.validated)
