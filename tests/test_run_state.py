@@ -89,6 +89,9 @@ def test_a_results_line_that_disagrees_with_its_point_is_one_error(swept, key, v
                                                    "points_finished": 1, "wall_seconds": 2.0}]),
                                         ("runs", [{"cluster": None, "points_to_run": 1, "points_finished": 1,
                                                    "wall_seconds": float("nan")}]),
+                                        # a falsy cluster that is not null passed the runs' first check
+                                        ("runs", [{"cluster": 0, "points_to_run": 1, "points_finished": 1,
+                                                   "wall_seconds": 2.0}]),
                                         ("format_version", 99), ("format_version", "1"), ("format_version", True),
                                         ("format_version", None)])
 def test_a_sweep_json_of_the_wrong_shape_is_one_error(swept, key, value):

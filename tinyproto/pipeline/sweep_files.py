@@ -166,7 +166,7 @@ def _run_problem(run: dict) -> str | None:
     if not (_is_number(run.get("wall_seconds")) and run["wall_seconds"] >= 0):
         return f"has wall_seconds {_shown(run.get('wall_seconds'))}, not a number of seconds"
     cluster = run.get("cluster")
-    if cluster is not None and not (isinstance(cluster.get("scheduler"), str)
+    if cluster is not None and not (isinstance(cluster, dict) and isinstance(cluster.get("scheduler"), str)
                                     and type(cluster.get("workers")) is int and cluster["workers"] >= 0):
         return "has a cluster without its scheduler's name and number of workers"
     return None
