@@ -212,22 +212,21 @@ def _check_meta_fields(meta: dict, meta_path: Path) -> None:
     if missing:  # a default in its place would build another model: uno's firmware for a Mega's, other C symbols
         raise TinyprotoError(f"{meta_path} is damaged: it has no {missing[0]} (compile writes it; a default in its "
                              "place would build another firmware); run `tinyproto compile` again")
-    dataset = meta.get("dataset", "?")
+    dataset = meta["dataset"]
     if not isinstance(dataset, str) or not 0 < len(dataset) <= NAME_MAX:
         raise TinyprotoError(f"{meta_path} is damaged: dataset must be a name of 1 to {NAME_MAX} characters")
-    if not _is_int(meta.get("seed", 0), 0, 2**63 - 1):
-        raise TinyprotoError(f"{meta_path} is damaged: seed {str(meta.get('seed'))[:40]!r} is not a non-negative "
+    if not _is_int(meta["seed"], 0, 2**63 - 1):
+        raise TinyprotoError(f"{meta_path} is damaged: seed {str(meta['seed'])[:40]!r} is not a non-negative "
                              "integer")
-    if "prefix" in meta:
-        from tinyproto.core.render import PREFIX_MAX, check_prefix
+    from tinyproto.core.render import PREFIX_MAX, check_prefix
 
-        try:
-            check_prefix(meta["prefix"] if isinstance(meta["prefix"], str) else "?")
-        except TinyprotoError:
-            raise TinyprotoError(f"{meta_path} is damaged: prefix {str(meta['prefix'])[:40]!r} is not a lower-case C "
-                                 f"identifier of at most {PREFIX_MAX} characters") from None
-    if not _is_int(meta.get("budget_bytes", 1), 1, MAX_BUDGET_BYTES):
-        raise TinyprotoError(f"{meta_path} is damaged: budget_bytes {str(meta.get('budget_bytes'))[:40]!r} is not "
+    try:
+        check_prefix(meta["prefix"] if isinstance(meta["prefix"], str) else "?")
+    except TinyprotoError:
+        raise TinyprotoError(f"{meta_path} is damaged: prefix {str(meta['prefix'])[:40]!r} is not a lower-case C "
+                             f"identifier of at most {PREFIX_MAX} characters") from None
+    if not _is_int(meta["budget_bytes"], 1, MAX_BUDGET_BYTES):
+        raise TinyprotoError(f"{meta_path} is damaged: budget_bytes {str(meta['budget_bytes'])[:40]!r} is not "
                              "a positive number of bytes")
 
 

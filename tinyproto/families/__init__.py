@@ -415,7 +415,7 @@ def model_dir_disagreement(model_dir: ModelDir, model: IntModel) -> str | None:
         ("report.json's model_hash", report.get("model_hash", meta.get("model_hash")), meta.get("model_hash")),
         ("report.json's model_bytes", report.get("model_bytes", model_bytes), model_bytes),
         ("report.json's budget_bytes", report.get("budget_bytes", meta.get("budget_bytes")), meta.get("budget_bytes")),
-        ("report.json's board", report.get("board", meta.get("board", "uno")), meta.get("board", "uno")),
+        ("report.json's board", report.get("board", model_dir.board), model_dir.board),
     ]
     for what, found, expected in checks:
         if type(found) is not type(expected) or found != expected:
