@@ -399,6 +399,8 @@ def parse_rate(text: str) -> float:
     """'5%' or '0.05' -> 0.05; one clear error otherwise."""
     raw = str(text).strip()
     try:
+        if not raw.isascii() or "_" in raw:  # float() reads '５%' and '0_05' (the digits 0-9 only, as --budget)
+            raise ValueError(raw)
         value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
     except ValueError:
         raise TinyprotoError(f"--unknown-rate must be a share like 5% or 0.05, not {text!r}") from None
