@@ -453,7 +453,7 @@ OUT_CASES = {
     "under-dangling-link": (lambda w, m: (w / "dl").symlink_to(w / "gone") or str(w / "dl" / "sub"),
                             "broken symbolic link"),
     "name-too-long": (lambda w, m: str(w / ("x" * 300)), "255"),
-    "proc": (lambda w, m: "/proc/tinyproto-out", "/proc"),
+    "proc": (lambda w, m: "/proc/tinyproto-out", "a directory cannot be created in /proc"),
     "cwd-with-user-files": (lambda w, m: _then((w / "data.csv").write_text("a,b\n"), "."), "not written by tinyproto"),
 }
 

@@ -38,7 +38,8 @@ def _finished() -> None:
     but leaves an ignored signal ignored)."""
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # (None: a descriptor closed before Python started and not reopened)
+                stream.flush()
         except (OSError, ValueError):  # a reader that went away, a closed stream: nothing more to say
             pass
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

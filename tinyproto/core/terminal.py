@@ -146,10 +146,33 @@ class AsciiStream(ReaderSafeStream):
         return to_ascii(text)
 
 
+def reopen_closed_stdio() -> None:
+    """A standard descriptor the caller closed (`tinyproto ... >&-`, `2>&-`) is opened on /dev/null, and its
+    sys stream with it: Python left sys.stdout None (a traceback at the first print or flush: `boards >&-` exited
+    1 after its work), and the next file tinyproto opened would have become descriptor 1, where a tool started
+    with an inherited stdout writes. What would have been printed there is dropped, as the caller asked."""
+    for fd, name, mode in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY), (2, "stderr", os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, mode)
+            except OSError:
+                continue
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", errors="backslashreplace",
+                                        closefd=False, buffering=-1 if fd == 0 else 1))
+
+
 def ascii_safe_stdio() -> None:
     """Wrap sys.stdout and sys.stderr in AsciiStream when their encoding is not a UTF, else in ReaderSafeStream
     (idempotent): either outlives a reader that went away. The inner streams of AsciiStream also get
-    errors='backslashreplace', so a write that bypasses the wrapper cannot raise either."""
+    errors='backslashreplace', so a write that bypasses the wrapper cannot raise either. A closed standard
+    descriptor is opened on /dev/null first (reopen_closed_stdio)."""
+    reopen_closed_stdio()
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is None or isinstance(stream, ReaderSafeStream):
