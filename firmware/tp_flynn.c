@@ -1,7 +1,9 @@
 /* FlyNN inference: FlyHash winner-take-all + per-class Bloom-filter novelty (see tinyproto/families/flynn/quantize.py,
  * whose IntFlyNN.scores() this file matches bit for bit).
  *
- *   u       = x, or [x, ~x] with TP_FLYNN_SPLIT (TP_FLYNN_INPUTS values; ~x = -x - 1 is exact for every int8)
+ *   u       = x, or [x, -x] with TP_FLYNN_SPLIT (TP_FLYNN_INPUTS values: the float model's mirror, exact for the
+ *             input stage's -127..127; with the split, -128, which only a caller's own int8 can hold, reads
+ *             as +128 in both halves)
  *   P_j     = sum of the TP_FLYNN_S inputs of row j of M, for j = 0 .. TP_FLYNN_M-1
  *   W       = the TP_FLYNN_RHO rows with the largest P_j; ties at the cut go to the lower row index
  *   score_l = sum over j in W of lut[t_lj]   (TP_FLYNN_BITS == 1: of [t_lj == 0])
@@ -19,8 +21,8 @@
  * are alike, so rows a fixed step apart would win and lose together, and wide rows are summed one by one anyway. An
  * index costs one pattern byte and one load: no per-index bookkeeping.
  *
- * Inputs are summed biased (u + 128, 0..255) so the inner loop adds zero-extended bytes into a uint16; every row
- * has exactly TP_FLYNN_S terms, so the bias shifts all P_j equally and does not change the winners.
+ * Inputs are summed biased (u + TP_FLYNN_BIAS, 0..255) so the inner loop adds zero-extended bytes into a uint16;
+ * every row has exactly TP_FLYNN_S terms, so the bias shifts all P_j equally and does not change the winners.
  *
  * TP_FLYNN_LEARN (the learning firmware, see tinyproto/federated/device_learning.py): the counts live in SRAM
  * (tp_flynn_counts, same packing as tp_flynn_filters, which only seeds them at start-up), tp_predict reads them
@@ -52,7 +54,7 @@
 #error "TP_FLYNN_BITS must be in 1..8"
 #endif
 
-/* A winner is one uint32 key: P_j + 128 * TP_FLYNN_S + 1 in the high half (>= 1 for every row), the
+/* A winner is one uint32 key: P_j + TP_FLYNN_BIAS * TP_FLYNN_S + 1 in the high half (>= 1 for every row), the
  * complement of the row index in the low half. Keys are unique, and key a < key b exactly when a ranks below b
  * (smaller projection, or the same projection from a later row), so the heap needs one comparison per step. */
 #ifdef TP_FLYNN_LEARN
@@ -138,33 +140,47 @@ static __attribute__((noinline)) uint16_t tp_flynn_heapify(uint32_t *heap)
         }                                                                                                      \
     } while (0)
 
-/* Narrow inputs (TP_FLYNN_INPUTS <= 256) are copied once into a buffer of biased bytes u + 128 (doubled for a
- * seeded M, so a rotated row never wraps); wide inputs are read in place from x (never copied: d bytes only). */
+/* Narrow inputs (TP_FLYNN_INPUTS <= 256) are copied once into a buffer of biased bytes u + TP_FLYNN_BIAS (doubled
+ * for a seeded M, so a rotated row never wraps); wide inputs are read in place from x (never copied: d bytes only). */
 #define TP_FLYNN_WIDE (TP_FLYNN_INPUTS > 256)
 
-/* Biased hash input i, read from x: x_i + 128, or (~x_{i-d}) + 128 for the mirrored half (one XOR each). */
+/* The bias of every hash input. With the split both halves are biased by 127, so that each costs one instruction:
+ * x + 127 (one subtract) and -x + 127 = x ^ 0x7F (one XOR, exact for every int8), and every row's sum carries
+ * the same bias. (The mirror used to be ~x = -x - 1 biased by 128, that is x ^ 0x7F too, beside x + 128: each
+ * row's projection came out lower by its number of mirrored inputs than the float model's, which reordered the
+ * winners: tinyproto/families/flynn/hashing.py, split_inputs.) Without the split: x + 128 = x ^ 0x80. */
+#if TP_FLYNN_SPLIT
+#define TP_FLYNN_BIAS 127u
+#define TP_FLYNN_DIRECT(v) ((uint8_t)((uint8_t)(v) + 0x7Fu))
+#define TP_FLYNN_MIRROR(v) ((uint8_t)((uint8_t)(v) ^ 0x7Fu))
+#else
+#define TP_FLYNN_BIAS 128u
+#define TP_FLYNN_DIRECT(v) ((uint8_t)((uint8_t)(v) ^ 0x80u))
+#endif
+
+/* Biased hash input i, read from x: x_i + TP_FLYNN_BIAS, or -x_{i-d} + 127 for the mirrored half. */
 __attribute__((unused)) static inline uint8_t tp_flynn_biased(const int8_t *x, uint16_t i)
 {
 #if TP_FLYNN_SPLIT
     if (i >= TP_N_FEATURES) {
-        return (uint8_t)((uint8_t)x[i - TP_N_FEATURES] ^ 0x7Fu);
+        return TP_FLYNN_MIRROR(x[i - TP_N_FEATURES]);
     }
 #endif
-    return (uint8_t)((uint8_t)x[i] ^ 0x80u);
+    return TP_FLYNN_DIRECT(x[i]);
 }
 
 #if !TP_FLYNN_WIDE
-/* The biased inputs, `copies` times in a row (u + 128, then for the split (~x) + 128). */
+/* The biased inputs, `copies` times in a row (x + TP_FLYNN_BIAS, then for the split -x + 127). */
 static void tp_flynn_fill(const int8_t *x, uint8_t *u, uint8_t copies)
 {
     do {
         const int8_t *end = x + TP_N_FEATURES;
         for (const int8_t *p = x; p != end; ++p) {
-            *u++ = (uint8_t)((uint8_t)*p ^ 0x80u);
+            *u++ = TP_FLYNN_DIRECT(*p);
         }
 #if TP_FLYNN_SPLIT
         for (const int8_t *p = x; p != end; ++p) {
-            *u++ = (uint8_t)((uint8_t)*p ^ 0x7Fu);
+            *u++ = TP_FLYNN_MIRROR(*p);
         }
 #endif
     } while (--copies);

@@ -132,6 +132,21 @@ def test_fit_is_seeded_and_phases_beat_the_initialisation(monkeypatch):
     assert a.score(Xte, yte) > init.score(Xte, yte) + 0.05 and a.score(Xte, yte) > 0.93
 
 
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_one_feature_gives_no_code_to_two_classes(n_classes):
+    """One feature has one sign, so the hash has two codes; every class's prototypes held both, every input tied
+    and went to class 0: compile answered one class for everything (50 % on two classes, 33 % on three). Each
+    code now belongs to the class of most rows hashing to it."""
+    rng = np.random.default_rng(1)
+    y = np.repeat(np.arange(n_classes), 60)
+    X = (y * 3.0 + rng.normal(size=y.size))[:, None] + 5.0
+    model = BNCClassifier(n_bits=8, n_prototypes=50, random_state=0).fit(X, y)
+    codes, owner = np.unique(model.B_, axis=0, return_inverse=True)
+    shared = [k for k in range(len(codes)) if np.unique(model.proto_class_[owner.ravel() == k]).size > 1]
+    assert not shared
+    assert model.score(X, y) > {2: 0.9, 3: 0.6}[n_classes]  # three classes, two codes: two thirds at most
+
+
 def test_the_kmeans_memo_gives_what_a_fresh_kmeans_gives(monkeypatch):
     """A fit that takes its per-class k-means from the process's memo (the solver's shapes share rows and seeds)
     is bit for bit the fit that runs them all; the memo keeps to its bytes, the most recently used kept."""

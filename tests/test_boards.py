@@ -154,6 +154,30 @@ def test_a_board_file_naming_an_mcu_avr_gcc_does_not_know_is_refused_before_anyt
     assert not out.exists()
 
 
+def test_a_board_file_naming_an_mcu_without_a_usart_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """mcu "attiny85" (no USART, an 8-bit Timer1): avr-gcc knows it, so compile wrote the project and the build
+    failed on the device app's registers."""
+    import json
+    import shutil
+
+    import tinyproto.core.boards as boards
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
+
+    if shutil.which("avr-gcc") is None:
+        pytest.skip("avr-gcc not installed: there is nothing to check the MCU against")
+    board = json.loads((boards.resource_dir("boards") / "uno.json").read_text())
+    board.update(name="tiny", mcu="attiny85", f_cpu_hz=8_000_000, sram_bytes=512, flash_bytes_for_sketch=8192,
+                 eeprom_bytes=512, sram_reserved_bytes=128, serial_baud=38400, serial_baud_fallback=38400)
+    (tmp_path / "boards").mkdir()
+    (tmp_path / "boards" / "tiny.json").write_text(json.dumps(board))
+    monkeypatch.setattr(boards, "resource_dir", lambda name: tmp_path / "boards")
+    out = tmp_path / "out"
+    with pytest.raises(TinyprotoError, match="names the MCU 'attiny85', which lacks what tinyproto's device app "
+                                             "needs .* no UDR0 or UDR1"):
+        compile_model("iris", CompileOptions("protonn", "256B", board="tiny", out=out))
+    assert not out.exists()
+
+
 def test_the_shipped_board_files_pass_the_checks():
     from tinyproto.core.boards import board_file_problem
     from tinyproto.core.resources import resource_dir

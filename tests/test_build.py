@@ -360,6 +360,45 @@ def test_a_build_tool_ended_early_takes_everything_it_started_with_it(tmp_path, 
     pytest.fail("the tool's child outlived the interrupted run")
 
 
+def test_a_build_tool_ends_with_a_tinyproto_killed_by_sigkill(tmp_path):
+    """`kill -9` of tinyproto (learn, build) left `pio run` and its compilers building into .pio/ for seconds,
+    beside the next run's build: the tool's group leader gets the parent-death signal and ends its group."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "grandchild.pid"
+    script = "import sys; from tinyproto.device.project import _run; _run(sys.argv[1:], timeout=120)"
+    runner = subprocess.Popen([sys.executable, "-c", script, "sh", "-c", 'sleep 300 & echo $! > "$0"; wait',
+                               str(pid_file)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert runner.poll() is None and time.monotonic() < deadline, "the tool never started"
+            time.sleep(0.02)
+        runner.kill()
+        runner.wait()
+        grandchild = int(pid_file.read_text())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(grandchild, 0)
+            except ProcessLookupError:
+                return
+            with open(f"/proc/{grandchild}/stat") as stat:
+                if stat.read().split(")")[-1].split()[0] == "Z":
+                    return
+            time.sleep(0.05)
+        os.kill(grandchild, signal.SIGKILL)
+        pytest.fail("the tool's child outlived a tinyproto killed by SIGKILL")
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+
+
 @needs_avr
 def test_a_build_removes_the_scons_database_temporary_file_a_stopped_build_left(tmp_path):
     """SCons writes its signature database through .sconsign<version>.tmp: a build stopped by a full disk (seen on

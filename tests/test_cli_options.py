@@ -39,6 +39,7 @@ OPTION_CASES = {
     "board-relative-path": (["compile", "iris", "--board", "../boards/uno"], "unknown board"),
     "board-absolute-path": (["compile", "iris", "--board", "/etc/passwd"], "unknown board"),
     "federate-more-workers-than-parties": (["federate", "iris", "--parties", "2", "--workers", "100000"], "--workers"),
+    "unknown-rate-full-width-digit": (["compile", "iris", "--unknown-rate", "\uff15%"], "--unknown-rate"),
 }
 
 
@@ -46,6 +47,32 @@ OPTION_CASES = {
 def test_option_out_of_range(work, case):
     args, keyword = OPTION_CASES[case]
     refused(args, keyword, work, code=1)
+
+
+def _number_options() -> list[tuple[str, str]]:
+    """(command, option) for every option of every command that takes a number, read from the commands."""
+    import click
+
+    from tinyproto.cli import main
+
+    ctx = click.Context(main)
+    found = []
+    for name in main.list_commands(ctx):
+        for param in main.get_command(ctx, name).params:
+            if isinstance(param, click.Option) and isinstance(param.type, (click.types.IntParamType,
+                                                                           click.types.FloatParamType)):
+                found.append((name, max(param.opts, key=len)))
+    return found
+
+
+@pytest.mark.parametrize("value", ["\uff12", "\u0662", "1_0"])
+def test_every_number_option_takes_the_digits_0_to_9_only(work, value):
+    """click reads '２' (full-width), '٢' (Arabic-Indic) and '1_0' as numbers, as Python's int and float do: --seed ２
+    trained with seed 2 where sweep --seeds ２ and --budget ２kB were refused."""
+    options = _number_options()
+    assert {("compile", "--seed"), ("federate", "--parties"), ("board-sim", "--count")} <= set(options)
+    for command, option in options:
+        refused([command, option, value], option, work, code=2)
 
 
 @pytest.mark.parametrize("spelling", ["ProtoNN", "FLYNN", "Auto"])

@@ -132,6 +132,18 @@ def test_holdout_classes_must_name_classes_and_leave_two():
         C.parse_classes("0,1", [0, 1, 2])
 
 
+def test_holdout_classes_are_read_as_labels_are():
+    """A label '02' is the class 2 (core.labels), so --holdout-classes 02 names it too; it said "no class '02'"."""
+    assert C.parse_classes("02,+3", [0, 1, 2, 3, 4]) == [2, 3]
+    assert C.parse_classes("-1.0", [-3, -2, -1]) == [-1]
+    assert C.parse_classes(" \u0063\u0327 ", ["a b", "\u00e7", "x"]) == ["\u00e7"]  # NFC, as a label cell
+    assert C.parse_classes("True", [False, True, 2]) == [True]
+    with pytest.raises(TinyprotoError, match="no class '1.5'"):
+        C.parse_classes("1.5", [0, 1, 2])
+    with pytest.raises(TinyprotoError, match="no class '1'"):
+        C.parse_classes("1", ["a", "b", "c"])
+
+
 @pytest.fixture(scope="module")
 def iris_dirs(tmp_path_factory):
     """One small ProtoNN, compiled without and with --unknown-rate and --clip-check (class 2 held out of the third)."""

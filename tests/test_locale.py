@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import select
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -225,6 +226,23 @@ def _reader_gone(args: list[str], locale: str) -> subprocess.CompletedProcess:
 def test_a_reader_that_went_away_does_not_change_the_exit(locale):
     """`tinyproto boards | head -0` exits 0 (it exited 1, as for a user's error, having printed nothing)."""
     assert _reader_gone(["boards"], locale).returncode == 0
+
+
+@pytest.mark.parametrize("closed", [">&-", "2>&-", "<&- >&- 2>&-"])
+def test_a_closed_standard_stream_does_not_change_the_exit(tmp_path, closed):
+    """`tinyproto boards >&-` exited 1 with a traceback after its work (Python leaves sys.stdout None and the exit
+    flushed it), and a refusal with stderr closed still exits 1; the next file opened must not become fd 1."""
+    script = ("import os, sys; from tinyproto.core.terminal import ascii_safe_stdio; ascii_safe_stdio(); "
+              "f = open(sys.argv[1], 'w'); print('to stdout'); f.close(); os.write(1, b'raw')")
+    cases = [([sys.executable, "-m", "tinyproto", "boards"], 0),
+             ([sys.executable, "-m", "tinyproto", "compile", str(tmp_path / "missing.csv")], 1),
+             ([sys.executable, "-c", script, str(tmp_path / "file.txt")], 0)]
+    for command, code in cases:
+        shell = " ".join(shlex.quote(word) for word in command) + " " + closed
+        result = subprocess.run(["sh", "-c", shell], env=_env("C.UTF-8"), capture_output=True, timeout=600)
+        assert result.returncode == code, (shell, result.stderr[-2000:])
+        assert b"Traceback" not in result.stdout + result.stderr
+    assert (tmp_path / "file.txt").read_text() == ""
 
 
 def test_a_reader_that_went_away_leaves_validate_its_verdict(built_models):

@@ -27,6 +27,14 @@ def run() -> None:
         sys.exit(130)
     try:
         main()
+    except OSError as exc:  # click printing --help or a usage error, outside the commands' own handling
+        from tinyproto.core.errors import os_error_line
+
+        try:
+            sys.stderr.write(f"error: {os_error_line(exc)}\n")
+        except (OSError, ValueError):
+            pass
+        sys.exit(1)
     finally:
         _finished()
 
@@ -38,7 +46,8 @@ def _finished() -> None:
     but leaves an ignored signal ignored)."""
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # (None: a descriptor closed before Python started and not reopened)
+                stream.flush()
         except (OSError, ValueError):  # a reader that went away, a closed stream: nothing more to say
             pass
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -12,7 +12,7 @@ import click
 from tinyproto.core.boards import all_boards, boards_table_rows
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import TextPath
+from tinyproto.cli.options import IntRange, TextPath
 from tinyproto.device.board_sim import serve
 
 
@@ -22,7 +22,7 @@ MAX_BOARDS = 64  # each board is a simulator process with its own pty; 100000 of
 @click.command("board-sim", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--board", "board_name", default="uno", show_default=True,
               help="A board file (boards/NAME.json) or an MCU with a simulated bootloader (atmega2560).")
-@click.option("--count", default=1, show_default=True, type=click.IntRange(1, MAX_BOARDS),
+@click.option("--count", default=1, show_default=True, type=IntRange(1, MAX_BOARDS),
               help="How many boards (each its own port and state).")
 @click.option("--state", type=TextPath(path_type=Path, file_okay=False), default=None,
               help="Directory for flash.bin / eeprom.bin (one sub-directory per board with --count > 1). "

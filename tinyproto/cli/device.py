@@ -10,7 +10,7 @@ import click
 from tinyproto.pipeline.firmware import build_model_dir
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import (not_blank, MODEL_DIR, board_option, budget_option, data_argument,
+from tinyproto.cli.options import (IntRange, not_blank, MODEL_DIR, board_option, budget_option, data_argument,
                                     label_option, model_option, out_option, seed_option, training_options,
                                     upload_port_option)
 
@@ -153,7 +153,7 @@ def finish_validation(summary: dict, model_dir: Path, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print validation.json instead of the table.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from validation.jsonl.")
 @click.option("--no-raw", is_flag=True, help="Skip the check of the on-device input stage (raw float features).")
-@click.option("--baud", default=None, type=click.IntRange(min=1),
+@click.option("--baud", default=None, type=IntRange(min=1),
               help="Serial line speed (default: the rate the firmware was built for, build.json). To fall back to a "
                    "slower one, build for it: `tinyproto run ... --baud 115200` or `compile --baud`.")
 def validate_command(model_dir: Path, port: str | None, sim: bool, as_json: bool, resume: bool, no_raw: bool,

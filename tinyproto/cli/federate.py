@@ -11,21 +11,21 @@ from pathlib import Path
 
 import click
 
-from tinyproto.cli.options import label_option, not_blank, BUDGET_HELP, TextPath
+from tinyproto.cli.options import FLOAT, INT, label_option, not_blank, BUDGET_HELP, TextPath
 from tinyproto.core.errors import TinyprotoError
 
 
 @click.command("federate")
 @click.argument("data", default="digits", required=False)
-@click.option("--parties", type=int, required=True,
+@click.option("--parties", type=INT, required=True,
               help="Number of parties N; the training rows are divided among them and never leave them.")
 @click.option("--split", "split_spec", default="iid", show_default=True,
               help="How the training rows are divided: iid, by-class (each party holds one or a few classes) or "
                    "dirichlet:ALPHA (class proportions ~ Dirichlet(ALPHA); 0.1 is very uneven).")
-@click.option("--dp-epsilon", type=float, default=None,
+@click.option("--dp-epsilon", type=FLOAT, default=None,
               help="Differential privacy budget epsilon (> 0) for the released counts (Ram & Sinha, Algorithm 2). "
                    "Without it the federated model equals the central one exactly.")
-@click.option("--dp-T", "--dp-t", "dp_T", type=int, default=None,
+@click.option("--dp-T", "--dp-t", "dp_T", type=INT, default=None,
               help="Counts each party releases under DP (>= 1); default: L*m/64 of the L*m counts.")
 @click.option("--backend", type=click.Choice(["dask", "local", "sim", "port"], case_sensitive=False), default="dask",
               show_default=True,
@@ -36,15 +36,15 @@ from tinyproto.core.errors import TinyprotoError
               help="--backend port: one serial port per party (each board is flashed with the learning firmware).")
 @click.option("--scheduler", default=None, callback=not_blank, metavar="ADDRESS",
               help="Address of a running dask scheduler (e.g. tcp://10.0.0.5:8786); default: a LocalCluster.")
-@click.option("--workers", type=int, default=None,
+@click.option("--workers", type=INT, default=None,
               help="LocalCluster workers (default: min(parties, CPUs)).")
 @click.option("--processes", is_flag=True,
               help="LocalCluster workers as processes (parallel, slower start) instead of threads.")
-@click.option("--timeout", type=float, default=None,
+@click.option("--timeout", type=FLOAT, default=None,
               help="Seconds to wait for a dask scheduler's answer or a LocalCluster to start (default 20); every "
                    "all-reduce round waits at most 600 s.")
 @click.option("--budget", default="2kB", show_default=True, help=BUDGET_HELP)
-@click.option("--seed", default=0, show_default=True, type=int,
+@click.option("--seed", default=0, show_default=True, type=INT,
               help="Seed (0..2^32-1) of M, the party split, the validation folds and every party's DP noise.")
 @click.option("--board", default="uno", show_default=True, help="Target board (boards/<name>.json).")
 @click.option("--out", type=TextPath(path_type=Path), default=None,

@@ -12,8 +12,37 @@ import click
 
 from tinyproto import families
 
+class _AsciiNumber:
+    """A number option takes the digits 0-9 only, as --budget and sweep's --seeds do: click reads '２' (a full-width
+    digit), '٢' and '1_000' as numbers (Python's int and float do), so --seed ２ trained with seed 2 where
+    --seeds ２ was refused."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and (not value.isascii() or "_" in value):
+            self.fail(f"{value!r} is not a number written with the digits 0-9", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class _Int(_AsciiNumber, click.types.IntParamType):
+    pass
+
+
+class _Float(_AsciiNumber, click.types.FloatParamType):
+    pass
+
+
+class IntRange(_AsciiNumber, click.IntRange):
+    pass
+
+
+class FloatRange(_AsciiNumber, click.FloatRange):
+    pass
+
+
+INT = _Int()
+FLOAT = _Float()
 # numpy's seed range: a seed outside it is refused by click in one line, not deep inside training
-SEED = click.IntRange(0, 2**32 - 1)
+SEED = IntRange(0, 2**32 - 1)
 BUDGET_HELP = "Model size limit in flash: 2kB, 2KiB, 1.5kB, 2048B or 2048 (1 kB = 1024 bytes)."
 
 
@@ -62,7 +91,7 @@ seed_option = click.option("--seed", default=0, show_default=True, type=SEED,
 board_option = click.option("--board", default="uno", show_default=True,
                             help="Target board (boards/<name>.json; `tinyproto boards` lists them).")
 baud_option = click.option(
-    "--baud", default=None, type=click.IntRange(min=1),
+    "--baud", default=None, type=IntRange(min=1),
     help="Serial line speed of the firmware (default: the board's fastest exact rate, `tinyproto boards`); give "
          "the board's fallback (e.g. 115200) when its USB bridge or cable does not carry the fast one.")
 label_option = click.option(
@@ -70,11 +99,11 @@ label_option = click.option(
     help="The CSV column that holds the classes, by its header name (default: the last column); quote a name "
          "with spaces: --label 'heart rate'.")
 max_latency_option = click.option(
-    "--max-latency", "max_latency", type=click.FloatRange(0, min_open=True), default=None, metavar="MS",
+    "--max-latency", "max_latency", type=FloatRange(0, min_open=True), default=None, metavar="MS",
     help="Only models whose predicted time per inference on --board (the cost model) is within MS ms.")
 
 jobs_option = click.option(
-    "--jobs", "jobs", type=click.IntRange(1), default=None, metavar="N",
+    "--jobs", "jobs", type=IntRange(1), default=None, metavar="N",
     help="Worker processes that validate the solver's candidates (default: 1 inside a dask worker, else "
          "$TINYPROTO_JOBS when set, else every usable core). The model is the same for any N.")
 

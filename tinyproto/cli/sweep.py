@@ -9,8 +9,8 @@ import click
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.cli.options import (label_option, not_blank, shown, TextPath, unknown_rate_option, clip_check_option,
-                                   holdout_classes_option)
+from tinyproto.cli.options import (FLOAT, INT, label_option, not_blank, shown, TextPath, unknown_rate_option,
+                                   clip_check_option, holdout_classes_option)
 from tinyproto.pipeline.sweep import DEFAULT_BUDGETS, DEFAULT_TIMEOUT_S, SweepOptions, SweepProgress, sweep
 from tinyproto.pipeline.sweep_points import DEVICES, check_arguments
 from tinyproto.pipeline.sweep_files import RESULTS
@@ -32,7 +32,7 @@ from tinyproto.pipeline.sweep_files import RESULTS
 @click.option("--scheduler", default=None, callback=not_blank, metavar="ADDRESS",
               help="A running dask scheduler (e.g. tcp://10.0.0.5:8786); its workers must see --out at the same "
                    "path. Default: a LocalCluster on this machine.")
-@click.option("--workers", type=int, default=None,
+@click.option("--workers", type=INT, default=None,
               help="LocalCluster worker processes (default: one per CPU, at most one per point).")
 @click.option("--out", type=TextPath(path_type=Path), required=True,
               help="Sweep directory: results.jsonl, sweep.json and the points' model directories (points/).")
@@ -40,16 +40,16 @@ from tinyproto.pipeline.sweep_files import RESULTS
                                              "without a line in results.jsonl (also points added to the grid, and "
                                              "compiled points whose directory in points/ is gone).")
 @label_option
-@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
+@click.option("--timeout", type=FLOAT, default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds to wait for the next point to finish before giving up (the finished ones are kept).")
-@click.option("--max-latency", "max_latency", type=float, default=None, metavar="MS",
+@click.option("--max-latency", "max_latency", type=FLOAT, default=None, metavar="MS",
               help="Compile every point with this latency limit (as `compile --max-latency`): only models predicted "
                    "to run within MS ms on the point's board; a point that cannot is recorded as failed.")
 @unknown_rate_option
 @clip_check_option
 @holdout_classes_option
 @click.option("--max-bytes", default=None, callback=not_blank, help="For the recommendation: largest model, e.g. 2kB.")
-@click.option("--max-ms", type=float, default=None, help="For the recommendation: longest latency in ms.")
+@click.option("--max-ms", type=FLOAT, default=None, help="For the recommendation: longest latency in ms.")
 def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str, device: str, raw_check: bool,
                   scheduler: str | None, workers: int | None, out: Path, resume: bool, label: str | None,
                   timeout: float, max_latency: float | None, unknown_rate: str | None, clip_check: bool,
@@ -120,7 +120,7 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
 @click.command("report")
 @click.argument("directory", type=TextPath(path_type=Path, file_okay=False))
 @click.option("--max-bytes", default=None, callback=not_blank, help="For the recommendation: largest model, e.g. 2kB.")
-@click.option("--max-ms", type=float, default=None, help="For the recommendation: longest latency per inference, ms.")
+@click.option("--max-ms", type=FLOAT, default=None, help="For the recommendation: longest latency per inference, ms.")
 def report_command(directory: Path, max_bytes: str | None, max_ms: float | None) -> None:
     """Draw the figures of DIRECTORY (a `tinyproto sweep` directory or one model directory) into a
     self-contained DIRECTORY/report.html (no network needed) and DIRECTORY/figures/*.png; print the

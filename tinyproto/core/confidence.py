@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.labels import code_labels, plain
 
 DOUBT_HALVINGS = 8  # a byte's doubt is 0 after 8 halvings: the device's loop runs at most this often
 MAX_HALVING = 2**16 - 1  # the margin's step is a uint16 the device subtracts
@@ -399,6 +400,8 @@ def parse_rate(text: str) -> float:
     """'5%' or '0.05' -> 0.05; one clear error otherwise."""
     raw = str(text).strip()
     try:
+        if not raw.isascii() or "_" in raw:  # float() reads '５%' and '0_05' (the digits 0-9 only, as --budget)
+            raise ValueError(raw)
         value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
     except ValueError:
         raise TinyprotoError(f"--unknown-rate must be a share like 5% or 0.05, not {text!r}") from None
@@ -416,11 +419,24 @@ def parse_classes(text: str, known: list) -> list:
         raise TinyprotoError("--holdout-classes needs at least one class, e.g. 8,9")
     names = comma_items(text, "--holdout-classes")
     by_text = {str(c): c for c in known}
-    missing = [n for n in names if n not in by_text]
+    by_value = {(type(c), c): c for c in known}
+
+    def named(name: str):
+        """The class a name means, read as a label is (core.labels: '02', '+2' and '2.0' are the class 2, text is
+        trimmed and NFC), or None."""
+        if name in by_text:
+            return by_text[name]
+        try:
+            value = plain(code_labels([name], lambda i: "--holdout-classes", "a class")[0])
+        except TinyprotoError:
+            return None
+        return by_value.get((type(value), value))
+
+    missing = [n for n in names if named(n) is None]
     if missing:
         raise TinyprotoError(f"--holdout-classes: no class {missing[0]!r} in the data (classes: "
                              f"{', '.join(str(c) for c in known)[:200]})")
-    chosen = list(dict.fromkeys(by_text[n] for n in names))
+    chosen = list(dict.fromkeys(named(n) for n in names))
     if len(known) - len(chosen) < 2:
         raise TinyprotoError("--holdout-classes must leave at least two classes to train on")
     return chosen

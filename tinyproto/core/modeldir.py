@@ -28,7 +28,7 @@ from tinyproto.core.manifest import NAME_MAX
 from tinyproto.core.safe_io import check_regular_file, file_sha256, read_json
 
 MODEL_FORMAT = "tinyproto-model"
-MODEL_FORMAT_VERSION = 7
+MODEL_FORMAT_VERSION = 8
 # Format 1 hashed the model under the runtime's former C names (TP_PN_*, TP_FLY_*: prefixes that did not follow the
 # family names), so this version cannot check its recorded model hash; such a directory is refused, not trusted.
 # Format 2 had no model prefix: its generated header gives every model the same C names (tp_predict), so a build
@@ -41,6 +41,9 @@ MODEL_FORMAT_VERSION = 7
 # TP_JUDGE_HALVING of margin: TP_JUDGE_DOUBT), so a format-5 calibration means nothing to this runtime.
 # Format 6 FlyNN models had no calibrated count lut (format 7 stores it, and counts scaled by q > 1 as logarithmic
 # codes), so a format-6 FlyNN header is not what this version renders from the same model.json.
+# Format 7 FlyNN firmware mirrored an input as ~x = -x - 1 for the sign split, format 8 as -x (the float model's
+# mirror): the same model.json and header, other winners, so a format-7 directory's vectors and firmware would
+# disagree with this version's reference.
 
 
 def int_model_digest(int_model: dict) -> str:

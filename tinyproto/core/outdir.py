@@ -275,7 +275,9 @@ def _probe_writable(folder: Path, out: Path) -> None:
     try:
         probe = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=folder)
     except OSError as exc:
-        raise TinyprotoError(f"cannot write --out {out}: {folder}: {exc.strerror}") from None
+        # (mkdir in /proc says "No such file or directory" of a /proc that exists: say what was tried)
+        raise TinyprotoError(f"cannot write --out {out}: a directory cannot be created in {folder} "
+                             f"({exc.strerror}){no_space_hint(exc) or '; choose another --out'}") from None
     finally:
         if probe is not None:
             try:

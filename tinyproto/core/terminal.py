@@ -97,6 +97,8 @@ class ReaderSafeStream(io.TextIOBase):
             self._inner.write(self._text(text))
         except BrokenPipeError:
             self._reader_gone()
+        except OSError as exc:
+            raise self._named(exc) from None
         return len(text)
 
     def flush(self) -> None:
@@ -104,6 +106,21 @@ class ReaderSafeStream(io.TextIOBase):
             self._inner.flush()
         except BrokenPipeError:
             self._reader_gone()
+        except OSError as exc:
+            raise self._named(exc) from None
+
+    def _named(self, exc: OSError) -> OSError:
+        """A write error that names the stream (`> /dev/full` said "No space left on device" and no file)."""
+        if exc.filename is not None or exc.errno is None:
+            return exc
+        name = {1: "standard output", 2: "standard error"}.get(self._fd(), "an output stream")
+        return type(exc)(exc.errno, exc.strerror, name)
+
+    def _fd(self) -> int | None:
+        try:
+            return self._inner.fileno()
+        except (OSError, ValueError, AttributeError):
+            return None
 
     def _reader_gone(self) -> None:
         """From now on the descriptor writes to /dev/null (for this stream, a child process that inherited it and
@@ -146,10 +163,33 @@ class AsciiStream(ReaderSafeStream):
         return to_ascii(text)
 
 
+def reopen_closed_stdio() -> None:
+    """A standard descriptor the caller closed (`tinyproto ... >&-`, `2>&-`) is opened on /dev/null, and its
+    sys stream with it: Python left sys.stdout None (a traceback at the first print or flush: `boards >&-` exited
+    1 after its work), and the next file tinyproto opened would have become descriptor 1, where a tool started
+    with an inherited stdout writes. What would have been printed there is dropped, as the caller asked."""
+    for fd, name, mode in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY), (2, "stderr", os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, mode)
+            except OSError:
+                continue
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", errors="backslashreplace",
+                                        closefd=False, buffering=-1 if fd == 0 else 1))
+
+
 def ascii_safe_stdio() -> None:
     """Wrap sys.stdout and sys.stderr in AsciiStream when their encoding is not a UTF, else in ReaderSafeStream
     (idempotent): either outlives a reader that went away. The inner streams of AsciiStream also get
-    errors='backslashreplace', so a write that bypasses the wrapper cannot raise either."""
+    errors='backslashreplace', so a write that bypasses the wrapper cannot raise either. A closed standard
+    descriptor is opened on /dev/null first (reopen_closed_stdio)."""
+    reopen_closed_stdio()
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is None or isinstance(stream, ReaderSafeStream):

@@ -109,12 +109,44 @@ def avr_gcc_knows(mcu: str) -> bool | None:
     return any((d / f"specs-{mcu}").is_file() for d in spec_dirs)
 
 
+# What the device app reads of the MCU (firmware/tp_transport.c, tp_measure.c, tp_main.c): a USART (0 or 1) for
+# the serial protocol, the 16-bit Timer1 that counts an inference's cycles, and GPIOR0 for the simulator's markers.
+DEVICE_APP_REGISTERS = (("UDR0", "UDR1"), ("TCCR1A",), ("TCCR1B",), ("TCNT1",), ("TIFR1",), ("TIMSK1",),
+                        ("GPIOR0",))
+
+
+@functools.lru_cache(maxsize=None)
+def mcu_lacks(mcu: str) -> tuple[str, ...] | None:
+    """The registers of DEVICE_APP_REGISTERS that avr-libc's <avr/io.h> does not define for `mcu` (an ATtiny85 has
+    no USART and an 8-bit Timer1), from avr-gcc's preprocessor (about 40 ms); None without avr-gcc or when it
+    cannot tell (nothing to check)."""
+    gcc = shutil.which("avr-gcc")
+    if gcc is None:
+        return None
+    try:
+        result = subprocess.run([gcc, f"-mmcu={mcu}", "-E", "-dM", "-x", "c", "-"], input="#include <avr/io.h>\n",
+                                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if result.returncode != 0:
+        return None
+    defined = set(re.findall(r"^#define (\w+)", result.stdout, re.M))
+    return tuple(" or ".join(group) for group in DEVICE_APP_REGISTERS if not defined.intersection(group))
+
+
 def check_mcu_known(board) -> None:
-    """A board file naming an MCU avr-gcc does not know (atmega9999) is refused before anything is written: compile
-    wrote its project, and the build failed on a page of PlatformIO's log."""
+    """A board file naming an MCU avr-gcc does not know (atmega9999), or one without what the device app needs (an
+    ATtiny85: no USART), is refused before anything is written: compile wrote its project, and the build failed
+    on a page of PlatformIO's log."""
     if avr_gcc_knows(board.mcu) is False:
         raise TinyprotoError(f"boards/{board.name}.json names the MCU {board.mcu!r}, which avr-gcc does not know (it "
                              f"has no device-specs/specs-{board.mcu}); fix the board file's mcu")
+    lacking = mcu_lacks(board.mcu)
+    if lacking:
+        raise TinyprotoError(
+            f"boards/{board.name}.json names the MCU {board.mcu!r}, which lacks what tinyproto's device app needs "
+            f"(a USART for the serial protocol and the 16-bit Timer1; it has no {', '.join(lacking)}); choose a "
+            "board with an ATmega328P, ATmega2560 or ATmega32U4 (`tinyproto boards`)")
 
 
 def parse_avr_size(text: str) -> FirmwareSizes:

@@ -11,8 +11,10 @@ Layer: device.
 from __future__ import annotations
 
 import configparser
+import functools
 import os
 import re
+import shutil
 import signal
 import subprocess
 from collections.abc import Callable
@@ -136,10 +138,17 @@ def _uses_system_toolchain(parser: configparser.ConfigParser, env: str) -> bool:
 # avr-gcc without PlatformIO
 
 
+# The tool's group leader: a shell that runs the tool and, when SIGTERM reaches it, ends the whole group; util-linux's
+# setpriv has Linux send it that SIGTERM when tinyproto dies (the parent-death signal), so a `kill -9` of tinyproto
+# ends what it started too: `pio run` went on building into .pio/, beside the next run's build, or hung.
+_GROUP_GUARD = 'trap \'trap "" TERM; kill -TERM 0; exit 143\' TERM; "$@" & wait $!'
+
+
 def _run(command: list[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess[str]:
     """A build tool's run, its output captured. The tool leads a process group of its own, and whatever ends this
     call early (Ctrl-C, SIGTERM, a timeout) ends that whole group: `pio run` starts scons, scons the compilers,
     which kept building into .pio/ after tinyproto had said it was interrupted (subprocess.run kills only pio).
+    So does tinyproto's own death by SIGKILL (_GROUP_GUARD).
     Its TMPDIR is a private scratch directory, removed when the tool ends (a killed run's by the next run): the
     compilers' temporary files (cc*.s, cc*.o, cc*.ld, cc*.le) of a group ended mid-link stayed in $TMPDIR."""
     env = dict(kwargs.pop("env", None) or os.environ)
@@ -147,14 +156,25 @@ def _run(command: list[str], timeout: float | None = None, **kwargs) -> subproce
         env["TMPDIR"] = str(scratch)
         if "cwd" not in kwargs and not _cwd_exists():  # PlatformIO failed with "An unexpected error occurred"
             kwargs["cwd"] = scratch  # the command names its files by absolute paths (a relative one could not be)
-        with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              encoding="utf-8", errors="replace", process_group=0, env=env, **kwargs) as process:
+        with subprocess.Popen([*_group_guard(), *command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, encoding="utf-8", errors="replace", process_group=0, env=env,
+                              **kwargs) as process:
             try:
                 stdout, stderr = process.communicate(timeout=timeout)
             except BaseException:
                 _end_group(process)
                 raise
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+@functools.lru_cache(maxsize=None)
+def _group_guard() -> tuple[str, ...]:
+    """The words before a tool's command that end its group with tinyproto (nothing without setpriv or /bin/sh).
+    (Not a preexec_fn calling prctl: Python then runs its fork handlers, and a Ctrl-C inside one was lost.)"""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or not os.path.exists("/bin/sh"):
+        return ()
+    return (setpriv, "--pdeathsig", "TERM", "/bin/sh", "-c", _GROUP_GUARD, "tinyproto-tool")
 
 
 def _cwd_exists() -> bool:

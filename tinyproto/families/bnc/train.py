@@ -138,6 +138,43 @@ def nearest_classes(A: np.ndarray, Bt: np.ndarray, proto_class: np.ndarray, n_cl
     return proto_class[np.argmax(dots, axis=1)]
 
 
+def _without_shared_codes(B: np.ndarray, proto_class: np.ndarray, row_codes: np.ndarray,
+                          y_index: np.ndarray) -> np.ndarray:
+    """B with no code held by prototypes of two classes where the training rows decide between them. A code that
+    prototypes of several classes hold is a tie for every input that hashes to it, and a tie goes to the lowest
+    class: with one feature (one sign: two codes) every class held both codes and the model answered class 0
+    for everything (33 % on three learnable classes). The code goes to the class of most training rows hashing to
+    it; in each other class its prototype becomes a copy of one of that class's own codes (the bytes and the
+    prototypes' order are kept), or, in a class without a code of its own, that code with its first bit flipped. A
+    code no training row has is left."""
+    B = B.copy()
+    codes, owners = np.unique(B, axis=0, return_inverse=True)
+    owners = owners.ravel()
+    classes_of = [np.unique(proto_class[owners == k]) for k in range(len(codes))]
+    shared = [k for k in range(len(codes)) if classes_of[k].size > 1]
+    if not shared:
+        return B
+    winner = {}
+    for k in shared:
+        rows = np.all(row_codes == codes[k], axis=1)
+        votes = np.bincount(y_index[rows], minlength=int(proto_class.max()) + 1)[classes_of[k]]
+        if votes.max() > 0:
+            winner[k] = int(classes_of[k][np.argmax(votes)])
+    for k, owner in winner.items():
+        for c in classes_of[k]:
+            if c == owner:
+                continue
+            own = np.flatnonzero((proto_class == c) & ~np.isin(owners, list(winner)))
+            own = own if own.size else np.flatnonzero((proto_class == c) & np.array(
+                [winner.get(j) == c for j in owners]))
+            losing = (proto_class == c) & (owners == k)
+            if own.size:
+                B[losing] = B[own[0]]
+            else:  # one bit away: the owner's exact match wins the inputs of this code, not the lowest class
+                B[losing] = codes[k] * np.r_[-1.0, np.ones(B.shape[1] - 1)]
+    return B
+
+
 def _prototype_gradient(shape: tuple[int, int], jp: np.ndarray, jn: np.ndarray, TA: np.ndarray,
                         active: np.ndarray) -> np.ndarray:
     """The prototypes' gradient of a mini-batch, bit for bit what
@@ -320,7 +357,7 @@ class BNCClassifier(ClassifierMixin, BaseEstimator):
                 W = W * mask
             W, Bt = self._sgd(Z, y_index, W, Bt, mask, rng, int(self.epochs_w), train_b=False)
         self.W_ = W * mask
-        self.B_ = binary_codes(Bt)
+        self.B_ = _without_shared_codes(binary_codes(Bt), self.proto_class_, binary_codes(Z @ self.W_.T), y_index)
         # what the quantizer needs to keep each row's threshold where training put it (quantize.row_int8)
         self.input_mean_, self.input_var_ = Z.mean(axis=0), Z.var(axis=0)
         self.n_bits_, self.n_prototypes_ = r, int(counts.sum())

@@ -13,6 +13,7 @@ import numpy as np
 from scipy.special import digamma
 
 from tinyproto.core.cost import lower_bound_cycles, timer_overflow_cycles
+from tinyproto.families.flynn.hashing import split_inputs
 from tinyproto.families.flynn.seeded_index import (
     GROUP_ROWS,
     WIDE_INPUTS,
@@ -460,7 +461,7 @@ def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int
     heap of the first rho rows once (tp_flynn_heapify); and per vector and group of GROUP_ROWS rows the rows'
     outcomes (S, R, A, H: offer_code), shape (trials, ceil(m_max / GROUP_ROWS)), rows past m_max S.
     Mean over `trials` fixed pseudo-random int8 vectors (hash
-    inputs x, and ~x with the sign split). Keys as on the device: projection, then the lower row; a row enters only
+    inputs x, and -x with the sign split). Keys as on the device: projection, then the lower row; a row enters only
     strictly above the floor. trials: default heap_trials(rho). x: replay these int8 vectors instead
     (tools/calibrate_costmodel.py, to count the very inferences it measured)."""
     m_max = len(indices)
@@ -472,7 +473,7 @@ def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int
         x = np.random.default_rng(rho).integers(-127, 128, size=(trials, n_features))
     x = np.asarray(x, dtype=np.int64)
     trials = len(x)
-    u = np.hstack([x, -x - 1]) if n_inputs > n_features else x
+    u = split_inputs(x) if n_inputs > n_features else x
     P = u[:, indices].sum(axis=2)  # (trials, m_max)
     keys = P * 65536 + (65535 - np.arange(m_max))[None, :]
     replaced = [[0] * k for _ in range(m_max + 1)]
@@ -587,7 +588,7 @@ class FlyShape:
     bits: int  # count bits
     n_classes: int
     store_M: bool
-    split: bool = False  # the sign split (hash inputs x and ~x)
+    split: bool = False  # the sign split (hash inputs x and -x)
 
 
 @dataclass(frozen=True)

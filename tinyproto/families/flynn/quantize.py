@@ -2,8 +2,10 @@
 
 The device computes, for an int8 input x (TP_N_FEATURES values):
 
-    u        = x, or [x, ~x] with the sign split             (TP_FLYNN_INPUTS = d or 2d values; ~x = -x - 1, so
-                                                               every int8 has its mirror and no clamp is needed)
+    u        = x, or [x, -x] with the sign split             (TP_FLYNN_INPUTS = d or 2d values: the float model's
+                                                               [z, -z] on the input stage's -127..127; with the
+                                                               split, -128, which only a caller's own int8 can
+                                                               hold, reads as +128: hashing.split_inputs)
     P_j      = Σ_{i in row j of M} u_i                        (exact; the C adds u_i + 128 in uint16)
     W        = the TP_FLYNN_RHO rows with the largest P_j; ties at the cut go to the lower row index
     score_l  = Σ_{j in W} lut[t_lj]                           (int32; TP_FLYNN_BITS == 1: Σ_{j in W} [t_lj == 0])
@@ -44,7 +46,7 @@ from tinyproto.families.flynn.seeded_index import (
     block_rows,
     seeded_indices,
 )
-from tinyproto.families.flynn.hashing import count_winners, project, projection_matrix, top_winners
+from tinyproto.families.flynn.hashing import count_winners, project, projection_matrix, split_inputs, top_winners
 
 if TYPE_CHECKING:
     from tinyproto.families.flynn.train import FlyNNClassifier
@@ -220,10 +222,9 @@ def _weight_units(raw: np.ndarray, decay: float, count_scale: int) -> np.ndarray
 
 
 def hash_inputs(xq: np.ndarray, sign_split: bool) -> np.ndarray:
-    """int8 inputs -> the int64 values M projects: x, or [x, -x - 1] with the sign split (the one's complement
-    is one XOR on the device and maps -128..127 onto itself)."""
+    """int8 inputs -> the int64 values M projects: x, or [x, -x] with the sign split (hashing.split_inputs)."""
     x = np.asarray(xq, dtype=np.int64)
-    return np.hstack([x, -x - 1]) if sign_split else x
+    return split_inputs(x) if sign_split else x
 
 
 @dataclass
