@@ -584,6 +584,34 @@ def test_a_full_disk_names_the_file_written_and_what_to_do(tmp_path, monkeypatch
     assert os_error_line(OSError(errno.EACCES, "Permission denied", "/x")).startswith("Permission denied: /x;")
 
 
+@pytest.mark.parametrize("args", [["--help"], ["compile", "--help"], ["boards"]])
+def test_a_full_standard_output_is_one_line_naming_it(args):
+    """`tinyproto --help > /dev/full` ended in a traceback (click prints help outside the commands' handling), and
+    `boards > /dev/full` said "No space left on device; free some space", as if the disk were full."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "tinyproto", *args], stdout=full, stderr=subprocess.PIPE,
+                                text=True, timeout=300)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines == ["error: No space left on device: standard output; what the command printed there was lost"]
+
+
+def test_a_deleted_working_directory_is_named_with_what_to_do(tmp_path, monkeypatch):
+    """compile --out rel from a deleted directory said only "error: No such file or directory"."""
+    from tinyproto.cli.main import os_error_line
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(FileNotFoundError) as info:
+        os.getcwd()
+    assert os_error_line(info.value).startswith("the current directory no longer exists")
+
+
 @pytest.mark.parametrize("code, said", [("EPERM", "check the permissions of /m/.tinyproto and of its directory"),
                                         ("EACCES", "check the permissions of /m/.tinyproto and of its directory"),
                                         ("EROFS", "read-only file system: work on a copy")])

@@ -132,6 +132,26 @@ def test_too_few_rows_for_the_split(tmp_path):
     assert result.returncode == 1 and "too few samples" in result.stderr
 
 
+def test_more_classes_than_the_device_apps_frame_holds_are_refused_before_training(tmp_path):
+    """255 classes (the data checks' limit) compiled for the Uno, and the build then stopped on tp_app.h's #error:
+    the scores of 255 classes (1,100 B of frame) exceed TP_MAX_BUF, half the Uno's SRAM."""
+    from tinyproto.core.boards import load_board
+    from tinyproto.core.wire import frame_buffer_limit
+    from tinyproto.device.project import render_platformio_ini
+    from tinyproto.pipeline.compile import refuse_too_many_classes
+
+    uno, mega = load_board("uno"), load_board("mega2560")
+    assert f"-DTP_MAX_BUF={frame_buffer_limit(uno.sram_bytes)}" in render_platformio_ini(uno)
+    y = np.repeat(np.arange(240), 4)
+    X = np.stack([y * 1.0, (y % 7) * 1.0 + np.arange(y.size) % 2], axis=1)
+    np.savez(tmp_path / "many.npz", X=X, y=y)
+    result = run_cli("compile", str(tmp_path / "many.npz"), "--model", "flynn", "--out", str(tmp_path / "o"))
+    assert result.returncode == 1 and "at most 236 classes fit" in result.stderr.splitlines()[-1], result.stderr
+    assert not (tmp_path / "o").exists()
+    refuse_too_many_classes(236, uno)
+    refuse_too_many_classes(255, mega)
+
+
 def test_too_small_budget_says_the_minimum(tmp_path):
     # a shared input stage fits 300 B
     result = run_cli("compile", "digits", "--budget", "100B", "--out", str(tmp_path / "o"))

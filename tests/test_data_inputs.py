@@ -400,7 +400,8 @@ Y8 = np.array([0, 1] * 4)
 
 NPZ_BAD = {
     "missing y": (dict(X=X8), "needs arrays named 'X' and 'y' \\(missing y; arrays found: X\\)"),
-    "object y": (dict(X=X8, y=np.array([0, 1] * 4, dtype=object)), "pickle"),
+    "object y": (dict(X=X8, y=np.array([0, 1] * 4, dtype=object)), "pickle.*save y as numbers .or as fixed-width"),
+    "object X": (dict(X=X8.astype(object), y=Y8), r"pickle.*save X as numbers \(X.astype"),
     "complex y": (dict(X=X8, y=Y8 + 1j), "complex"),
     "float labels": (dict(X=X8, y=np.array([1.0, 1.5] * 4)), r"y\[1\] is 1.5, not a whole number"),
     "nan label": (dict(X=X8, y=np.array([0.0, np.nan] * 4)), "not a class"),
@@ -417,7 +418,7 @@ NPZ_BAD = {
     "no features": (dict(X=np.zeros((8, 0)), y=Y8), "no samples or no features"),
     "length mismatch": (dict(X=X8, y=Y8[:5]), r"X must be \(n, d\)"),
     "one class": (dict(X=X8, y=np.zeros(8)), "at least two classes"),
-    "singleton class": (dict(X=X8, y=np.array([0, 1, 1, 1, 1, 1, 1, 1])), "single sample"),
+    "singleton class": (dict(X=X8, y=np.array([0, 1, 1, 1, 1, 1, 1, 1])), "single sample; .* at least 4"),
     "256 classes": (dict(X=np.arange(1024.0).reshape(512, 2), y=np.arange(512) % 256), "at most 255"),
     "millions of classes": (dict(X=np.arange(2e6).reshape(-1, 1), y=np.arange(2_000_000)), "at most 255"),
     "constant X": (dict(X=np.full((8, 3), 0.3), y=Y8), "no feature varies"),

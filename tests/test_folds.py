@@ -66,11 +66,16 @@ def test_small_data_is_repeated_and_large_data_held_out():
     assert Plan.for_rows(5000) == Plan(Plan.for_rows(5000).n_folds, 1, 1)
 
 
-@pytest.fixture
-def pooled_reference_once(shared_once, monkeypatch):
-    """federate's second reference (what compile's solver deploys from the pooled rows: seconds of solver on digits
-    or segment) computed once per run for each exact input (the rows, budget, seed, board), whichever worker asks
-    first, by the real function: the partitions of one data set into parties all compare with the same one."""
+# federate compares its model with a reference: what compile's solver deploys from the pooled rows
+# (pipeline.federate._compile_reference, seconds of solver). On digits the real function computes it, once per run for
+# each exact input (whichever worker asks first), so digits' three partitions compare with one solve of it; on the
+# other data sets the reference is the model `compile` itself wrote (read from its directory, its calibration left
+# out), which every test here compares with anyway: a second solve of the same rows would only repeat it.
+REFERENCE_SOLVED_ON = "digits"
+
+
+def _solved_once(shared_once):
+    """_compile_reference by the real function, shared by every test and worker of the run."""
     from tinyproto.pipeline import federate
 
     real = federate._compile_reference
@@ -87,43 +92,71 @@ def pooled_reference_once(shared_once, monkeypatch):
 
         return json.loads((shared_once(key, make) / "reference.json").read_text())
 
-    monkeypatch.setattr(federate, "_compile_reference", once)
+    return once
 
 
-def _federate_and_compile(tmp_path: Path, compiled, data: str, parties: int, split: str) -> dict:
+def _compiled_as_reference(central: Path):
+    """_compile_reference's answer read from what `compile` wrote into `central` (same budget, seed and board)."""
+    from tinyproto import families
+    from tinyproto.pipeline import federate
+
+    model_json = json.loads((central / "model.json").read_text())
+    report = json.loads((central / "report.json").read_text())
+
+    def reference(sp, budget_bytes, seed, board, learnable):
+        asked = (budget_bytes, seed, board.name, learnable)
+        assert asked == (model_json["budget_bytes"], model_json["seed"], model_json["board"], False), asked
+        model = families.int_model_from_json({k: v for k, v in model_json["int_model"].items() if k != "confidence"})
+        return {"accuracy": float(np.mean(model.predict(sp.X_test) == sp.y_test)),
+                "model_bytes": model.model_bytes(), "hyperparameters": report["hyperparameters"],
+                "cv_accuracy": report["solver"]["cv_accuracy"],
+                "digests": federate.deployed_digests(model, seed, budget_bytes), "seed": seed,
+                "budget_bytes": budget_bytes}
+
+    return reference
+
+
+@pytest.fixture
+def federate_and_compile(tmp_path, compiled, shared_once, monkeypatch):
+    """federate_and_compile(data, parties, split) -> {report, same_int_model}: `federate DATA --parties N --split S
+    --backend local` against what `compile DATA --model <that family> --budget 2kB --seed 0` writes (the run's
+    shared compile of it)."""
+    from tinyproto.pipeline import federate
     from tinyproto.pipeline.federate import FederateOptions, federate_model
 
     from tinyproto import families
 
-    federated_family = families.learnable_names()[0]  # the family federated training trains
-    # what `compile DATA --model <that family> --budget 2kB --seed 0` writes: the run's shared compile of it
-    central = compiled(data, "2kB", federated_family)
-    options = FederateOptions(parties=parties, backend="local", split_spec=split)
-    federated = federate_model(data, options, out=tmp_path / "federated")
-    report = federated.report
-    central_json = json.loads((central / "model.json").read_text())
-    federated_json = json.loads((tmp_path / "federated/model.json").read_text())
-    central_model = {k: v for k, v in central_json["int_model"].items() if k != "confidence"}
-    return {"report": report, "same_int_model": central_model == federated_json["int_model"]}
+    def run(data: str, parties: int, split: str) -> dict:
+        federated_family = families.learnable_names()[0]  # the family federated training trains
+        central = compiled(data, "2kB", federated_family)
+        monkeypatch.setattr(federate, "_compile_reference", _solved_once(shared_once) if data == REFERENCE_SOLVED_ON
+                            else _compiled_as_reference(central))
+        options = FederateOptions(parties=parties, backend="local", split_spec=split)
+        federated = federate_model(data, options, out=tmp_path / "federated")
+        report = federated.report
+        central_json = json.loads((central / "model.json").read_text())
+        federated_json = json.loads((tmp_path / "federated/model.json").read_text())
+        central_model = {k: v for k, v in central_json["int_model"].items() if k != "confidence"}
+        return {"report": report, "same_int_model": central_model == federated_json["int_model"]}
+
+    return run
 
 
 @pytest.mark.parametrize("data,parties,split", [("digits", 1, "iid"), ("digits", 5, "by-class"),
                                                 ("segment", 8, "dirichlet:0.3")])
-@pytest.mark.usefixtures("pooled_reference_once")
-def test_federated_without_dp_is_the_model_compile_deploys(tmp_path, compiled, data, parties, split):
-    out = _federate_and_compile(tmp_path, compiled, data, parties, split)
+def test_federated_without_dp_is_the_model_compile_deploys(federate_and_compile, data, parties, split):
+    out = federate_and_compile(data, parties, split)
     # compile's model less its calibration (which a federated model does not carry); the report's
     # identical_to_compile compares both rendered headers
     assert out["same_int_model"] and out["report"]["identical_to_compile"] is True
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("pooled_reference_once")
-def test_on_wide_inputs_the_parties_agree_on_compiles_centred_stage(tmp_path, compiled):
+def test_on_wide_inputs_the_parties_agree_on_compiles_centred_stage(tmp_path, federate_and_compile):
     """784 pixels: compile also tries a centred stage (a 2- or 4-bit centre per pixel, from the feature means of
     the shared stage's values); the parties agree on it from the exact sums of those values, so the federated
     model is still compile's, centred stage included."""
-    out = _federate_and_compile(tmp_path, compiled, "digits28", 4, "by-class")
+    out = federate_and_compile("digits28", 4, "by-class")
     assert out["same_int_model"] and out["report"]["identical_to_compile"] is True
     federated = json.loads((tmp_path / "federated/model.json").read_text())
     assert federated["int_model"]["input_stage"]["kind"] == "centred"
@@ -131,9 +164,8 @@ def test_on_wide_inputs_the_parties_agree_on_compiles_centred_stage(tmp_path, co
 
 @pytest.mark.slow
 @pytest.mark.parametrize("data,split", [("digits", "iid"), ("segment", "dirichlet:0.3")])
-@pytest.mark.usefixtures("pooled_reference_once")
-def test_a_thousand_parties_still_deploy_compiles_model(tmp_path, compiled, data, split):
-    out = _federate_and_compile(tmp_path, compiled, data, 1000, split)
+def test_a_thousand_parties_still_deploy_compiles_model(federate_and_compile, data, split):
+    out = federate_and_compile(data, 1000, split)
     assert out["same_int_model"] and out["report"]["identical_to_compile"] is True
 
 

@@ -151,7 +151,17 @@ def test_directory_name_not_utf8_is_refused(work, verb):
 # ------------------------------------------------------------------------------------------- locks and failed runs
 
 
-def test_a_directory_holding_only_a_dead_runs_lock_is_reusable(work):
+@pytest.fixture(scope="module")
+def dask_fork_server() -> None:
+    """multiprocessing's fork server for dask workers, started once per process with its socket's scratch directory
+    in the temporary directory of the moment: started inside `work` (an in-process sweep, the first of a process,
+    as with -n 0 alone) it is left in the test's private one, which `work` then finds at teardown."""
+    from tinyproto.core.dask_cluster import start_forkserver_deaf_to_ctrl_c
+
+    start_forkserver_deaf_to_ctrl_c()
+
+
+def test_a_directory_holding_only_a_dead_runs_lock_is_reusable(dask_fork_server, work):
     for verb in (["sweep", *SWEEP], ["compile", "iris", "--budget", "1kB"]):
         out = work / f"left-by-a-kill-{verb[0]}"
         out.mkdir()

@@ -27,6 +27,14 @@ def run() -> None:
         sys.exit(130)
     try:
         main()
+    except OSError as exc:  # click printing --help or a usage error, outside the commands' own handling
+        from tinyproto.core.errors import os_error_line
+
+        try:
+            sys.stderr.write(f"error: {os_error_line(exc)}\n")
+        except (OSError, ValueError):
+            pass
+        sys.exit(1)
     finally:
         _finished()
 

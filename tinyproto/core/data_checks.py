@@ -64,7 +64,8 @@ def validate_xy(X: np.ndarray, y: np.ndarray, source: str,
         raise TinyprotoError(f"{source}: {classes.size} classes; the device supports at most {MAX_CLASSES}")
     if counts.min() < 2:
         raise TinyprotoError(
-            f"{source}: class {_plain(classes[counts.argmin()])!r} has a single sample; every class needs at least 2"
+            f"{source}: class {_plain(classes[counts.argmin()])!r} has a single sample; every class needs at least 4 "
+            "(for the stratified 25 % test split)"
         )
     check_features_usable(X, source, column)
     return X, y

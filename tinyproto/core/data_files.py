@@ -224,8 +224,8 @@ def _check_npy_header(archive: zipfile.ZipFile, member: str, key: str, name: str
         shape, _, dtype = read(handle)
     if dtype.hasobject:
         raise TinyprotoError(
-            f"{name}: array {key} holds Python objects, which need pickle (never loaded); save {key} as numbers "
-            "(or y as fixed-width strings)"
+            f"{name}: array {key} holds Python objects, which need pickle (never loaded); save {key} as numbers"
+            + (" (or as fixed-width strings: y.astype(str))" if key == "y" else " (X.astype(np.float32))")
         )
     if math.prod(shape) > MAX_VALUES:
         raise TinyprotoError(f"{name}: array {key} has shape {shape}, more than {MAX_VALUES:,} values")

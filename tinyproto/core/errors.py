@@ -26,11 +26,17 @@ def os_error_line(exc: OSError) -> str:
     says what to do."""
     import errno
 
+    if exc.errno == errno.ENOENT and exc.filename is None and _cwd_gone():
+        # os.getcwd() under a relative path: "No such file or directory" named no file and said nothing to do
+        return ("the current directory no longer exists (it was deleted or moved); cd into an existing directory "
+                "and run the command again")
     first, second = _shown(exc.filename), _shown(exc.filename2)
     where = f": {first}" if first else ""
     if first and second:
         where = f": {first} -> {second}"
-    if exc.errno == errno.EROFS:
+    if first in ("standard output", "standard error"):  # (core.terminal names them) the disk is not the problem
+        hint = "; what the command printed there was lost"
+    elif exc.errno == errno.EROFS:
         hint = "; it is on a read-only file system: work on a copy in a directory you can write"
     elif exc.errno in (errno.EACCES, errno.EPERM) and first:
         # an immutable or read-only directory said only "Operation not permitted: DIR/..tinyproto.t4imcu5k.tmp"
@@ -38,6 +44,16 @@ def os_error_line(exc: OSError) -> str:
     else:
         hint = no_space_hint(exc)
     return f"{exc.strerror or exc}{where}{hint}"
+
+
+def _cwd_gone() -> bool:
+    import os
+
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def no_space_hint(exc: OSError) -> str:

@@ -97,6 +97,8 @@ class ReaderSafeStream(io.TextIOBase):
             self._inner.write(self._text(text))
         except BrokenPipeError:
             self._reader_gone()
+        except OSError as exc:
+            raise self._named(exc) from None
         return len(text)
 
     def flush(self) -> None:
@@ -104,6 +106,21 @@ class ReaderSafeStream(io.TextIOBase):
             self._inner.flush()
         except BrokenPipeError:
             self._reader_gone()
+        except OSError as exc:
+            raise self._named(exc) from None
+
+    def _named(self, exc: OSError) -> OSError:
+        """A write error that names the stream (`> /dev/full` said "No space left on device" and no file)."""
+        if exc.filename is not None or exc.errno is None:
+            return exc
+        name = {1: "standard output", 2: "standard error"}.get(self._fd(), "an output stream")
+        return type(exc)(exc.errno, exc.strerror, name)
+
+    def _fd(self) -> int | None:
+        try:
+            return self._inner.fileno()
+        except (OSError, ValueError, AttributeError):
+            return None
 
     def _reader_gone(self) -> None:
         """From now on the descriptor writes to /dev/null (for this stream, a child process that inherited it and

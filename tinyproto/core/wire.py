@@ -98,6 +98,18 @@ def frame_buffer_bytes(n_classes: int, raw_input: bool = True) -> int:
     return _round4(need)
 
 
+def frame_buffer_limit(sram_bytes: int) -> int:
+    """TP_MAX_BUF: the largest frame buffer the device app builds with on a board of `sram_bytes` (half its SRAM;
+    platformio.ini's build flag, and firmware/tp_app.h's #error above it)."""
+    return sram_bytes // 2
+
+
+def most_classes(sram_bytes: int) -> int:
+    """The most classes whose frame buffer (scores of 4 B each) fits frame_buffer_limit on that board."""
+    limit = frame_buffer_limit(sram_bytes)
+    return max((n for n in range(1, 256) if frame_buffer_bytes(n) <= limit), default=0)
+
+
 def input_buffer_bytes(n_features: int, streamable: bool) -> int:
     """The app's int8 input vector: a streamable family consumes each chunk as it comes and needs none."""
     return 0 if streamable else n_features

@@ -62,8 +62,11 @@ def sim_test_command(board=None) -> list[str]:
 def render_platformio_ini(board) -> str:
     """platformio.ini text for `board` (a tinyproto.core.boards.Board): environments <name>, <name>_offline,
     <name>_sim."""
+    from tinyproto.core.wire import frame_buffer_limit
+
     return jinja_env().get_template("platformio.ini.j2").render(
         board=board,
+        max_buf=frame_buffer_limit(board.sram_bytes),
         platform_name=PLATFORM_NAME,
         core_dir=CORE_DIR_IN_INI,
         sim_test_command=sim_test_command(board),

@@ -114,6 +114,19 @@ def check_fits_board(model, board: Board) -> None:
         raise TinyprotoError(sram_refusal(sram, model.n_features, board))
 
 
+def refuse_too_many_classes(n_classes: int, board: Board) -> None:
+    """The device app answers every class's int32 score in one frame: its buffer must fit the board's limit
+    (wire.frame_buffer_limit), or the build fails on tp_app.h's #error. Refused before training, for every family."""
+    from tinyproto.core.wire import frame_buffer_bytes, frame_buffer_limit, most_classes
+
+    need, limit = frame_buffer_bytes(n_classes), frame_buffer_limit(board.sram_bytes)
+    if need > limit:
+        raise TinyprotoError(
+            f"{n_classes} classes need a serial frame buffer of {need} B on the device (4 B of score per class), more "
+            f"than the {limit} B its app may take of {board.title}'s SRAM: at most {most_classes(board.sram_bytes)} "
+            "classes fit; merge classes or choose a board with more SRAM (`tinyproto boards`)")
+
+
 def refuse_too_wide(family_name: str, n_features: int, n_classes: int, board: Board) -> None:
     """A family that does not stream keeps the whole int8 input in SRAM: on more features than the board holds
     (beside the serial frame, the app and the reserve), no model of it fits, so it is refused before training."""
@@ -211,6 +224,7 @@ def compile_model(data: str, options: CompileOptions | None = None,
         sp = hold_out(sp, o.holdout_classes)
 
     n_classes = len(np.unique(sp.y_train))
+    refuse_too_many_classes(n_classes, board)
     if o.family != families.AUTO:
         refuse_too_wide(o.family, sp.X_train.shape[1], n_classes, board)
     started = time.perf_counter()

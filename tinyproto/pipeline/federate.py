@@ -194,6 +194,9 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         check_mcu_known(board)
         dataset = load_dataset(data, label=o.label)
         sp = split(dataset)
+        from tinyproto.pipeline.compile import refuse_too_many_classes
+
+        refuse_too_many_classes(len(np.unique(sp.y_train)), board)
         n_train = len(sp.y_train)
         if parties > n_train:
             raise TinyprotoError(f"--parties {parties} is more than the {n_train} training rows of {dataset.where}")
