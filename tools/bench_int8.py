@@ -26,10 +26,13 @@ and more than two standard errors below zero.
 float model; the same on the int8-rounded inputs (each dequantized through the stage); the integer hash of the
 int8 inputs (the device's, mirror -x since model format 8) with its unsaturated counts; the counts' linear b-bit
 codes min(t // q, 2^b - 1) through decay_lut's weights (what FlyNN shipped before the
-calibrated lut and, with q > 1, the logarithmic codes); the deployed int8 model; last, not shipped, the integer
-hash with the one's complement mirror ~x = -x - 1 of model format 7, compared with the device's hash instead of
-the line before. Each line gives the accuracy, and the gap and label agreement against the line before and
-against the float model.
+calibrated lut and, with q > 1, the logarithmic codes); the deployed int8 model; then two lines not shipped, each
+compared with the line it varies instead of the line before: the integer hash with the one's complement mirror
+~x = -x - 1 of model format 7 (against the device's hash), and, with b > 1, b-bit codes whose edges are a
+weighted 1-D k-means of the float weights (1 - c)^(t/q) of the training counts, each (class, bit) weighted as
+the calibrated lut weighs it, and a lut of the clusters' means (against the deployed model: what code edges
+fitted to the counts would give at this shape). Each line gives the accuracy, and the gap and label agreement
+against the line before (or the line it varies) and against the float model.
 
     nice -n 5 python tools/bench_int8.py --quick --stages --panel mc12x4c3 win600s --models flynn --seeds 1
 """
@@ -199,6 +202,9 @@ def flynn_stages(data: str, budget: str, seed: int) -> tuple[list[tuple[str, np.
         ("int8 model (deployed)", model.labels(model.scores(xq_test))),
         (NOT_SHIPPED, predicted(complement_winners(xq_train), complement_winners(xq_test), float_weights)),
     ]
+    if model.bits > 1:
+        stages.append((FITTED_CODES, predicted(*device, fitted_codes(clf.decay, q, model.bits, y_train, device[0],
+                                                                     L, m))))
     luts = "" if model.bits == 1 else (f", lut {model.lut.tolist()} (decay_lut: "
                                        f"{decay_lut(clf.decay, model.bits).tolist()})")
     return stages, y_test, families.family("flynn").shape_text(info["chosen"]) + f", {stage.kind} stage" + luts
@@ -213,7 +219,35 @@ def linear_codes_through(lut: np.ndarray, q: int, bits: int):
     return lambda counts: lut[np.minimum(counts // q, cap)].astype(np.float64)
 
 
-NOT_SHIPPED = "format 7's mirror ~x (vs -x)"  # the last stage line, compared with the device's hash line
+def fitted_codes(decay: float, q: int, bits: int, y_train: np.ndarray, winners: np.ndarray, L: int, m: int):
+    """Weights through b-bit codes with fitted edges (not shipped): the distinct training counts t ordered, their
+    float weights (1 - c)^(t/q) clustered into 2^b groups of consecutive counts by a weighted 1-D k-means (each
+    (class, bit) entry weighing as often as the training rows' winners read it, as calibrated_lut weighs it;
+    started at the weighted quantiles), each group's weight its mean rounded to the lut's 1/255 steps."""
+    from tinyproto.families.flynn.hashing import count_winners
+
+    raw = count_winners(winners, y_train, L, m)
+    reads = np.broadcast_to(raw.sum(axis=0, keepdims=True), raw.shape).reshape(-1).astype(np.float64)
+    values, where = np.unique(raw.reshape(-1), return_inverse=True)
+    weight = np.bincount(where, weights=reads, minlength=len(values))
+    x = np.power(1.0 - decay, values / q)
+    levels = 1 << bits
+    cdf = np.cumsum(weight) / max(weight.sum(), 1.0)
+    centres = x[np.minimum(np.searchsorted(cdf, (np.arange(levels) + 0.5) / levels), len(x) - 1)].copy()
+    for _ in range(50):
+        code = np.argmin(np.abs(x[:, None] - centres[None, :]), axis=1)
+        for k in range(levels):
+            if weight[code == k].sum() > 0:
+                centres[k] = np.average(x[code == k], weights=weight[code == k])
+    code = np.argmin(np.abs(x[:, None] - centres[None, :]), axis=1)
+    lut = np.round(255 * centres)[code]  # the weight of each distinct count
+    table = dict(zip(values.tolist(), lut.tolist()))
+    return lambda counts: np.vectorize(lambda t: table.get(int(t), lut[-1]), otypes=[np.float64])(counts)
+
+
+NOT_SHIPPED = "format 7's mirror ~x (vs -x)"  # stage lines compared with the line they vary, not the line before
+FITTED_CODES = "fitted code edges (vs deployed)"
+COMPARED_WITH = {NOT_SHIPPED: "integer hash, mirror -x", FITTED_CODES: "int8 model (deployed)"}
 
 
 def print_stages(data: str, budget: str, seed: int) -> None:
@@ -221,11 +255,11 @@ def print_stages(data: str, budget: str, seed: int) -> None:
     print(f"{Path(data).stem} flynn seed {seed}: {shape}")
     float_ok, before = stages[0][1] == y, stages[0][1]
     for name, labels in stages:
-        if name == NOT_SHIPPED:
-            before = dict(stages)["integer hash, mirror -x"]
+        if name in COMPARED_WITH:
+            before = dict(stages)[COMPARED_WITH[name]]
         ok = labels == y
         prev_ok = before == y
-        print(f"  {name:<30}{100 * ok.mean():>7.2f} %   vs the line before {100 * (ok.mean() - prev_ok.mean()):+6.2f}"
+        print(f"  {name:<32}{100 * ok.mean():>7.2f} %   vs the line before {100 * (ok.mean() - prev_ok.mean()):+6.2f}"
               f" (se {paired_se(prev_ok, ok):.2f}, agree {100 * np.mean(labels == before):6.2f} %)   vs float"
               f" {100 * (ok.mean() - float_ok.mean()):+6.2f} (se {paired_se(float_ok, ok):.2f})", flush=True)
         before = labels
