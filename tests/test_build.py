@@ -297,6 +297,13 @@ def test_a_build_on_a_full_disk_says_so_in_one_line(tmp_path, words):
            f"'{words}'\n*** [.pio/build/uno_sim/x.o] Error 1\nOSError: [Errno 28] {words}:\n  File \"Main.py\"")
     line = build_failure("pio run -e uno_sim", log, tmp_path / ".pio")
     assert "\n" not in line and "no space left" in line and str(tmp_path) in line and "Main.py" not in line
+    # the compilers write in the tool's TMPDIR: a full one reads the same (export's measurement said it cut short)
+    import tempfile
+
+    from tinyproto.device.library_cost import _failure
+
+    assert f"temporary directory {tempfile.gettempdir()}" in line
+    assert _failure(log, tmp_path).startswith("measuring the model's library failed (avr-gcc): no space left on")
     assert build_failure("avr-gcc", "src/main.c:5:9: error: x", tmp_path).startswith("firmware build failed (avr-gcc):")
 
 

@@ -21,7 +21,7 @@ from tinyproto.core.outdir import private_scratch
 from tinyproto.core.render import model_sources, write_sources
 from tinyproto.device.build import firmware_sizes
 from tinyproto.device.piohome import require_tool
-from tinyproto.device.project import C_FLAGS, LINK_FLAGS, LINK_LIBS, _run
+from tinyproto.device.project import C_FLAGS, LINK_FLAGS, LINK_LIBS, _run, no_space_line
 
 RETURN_ADDRESS_BYTES = 2  # per call level on a 16-bit program counter (ATmega328P)
 # avr-libc's soft-float routines (the input stage's float arithmetic, ldexp) save at most the 18 call-saved
@@ -104,7 +104,7 @@ def measure_library(model, board) -> LibraryCost:
             result = _run([gcc, *flags, *extra, str(project / "probe.c"), *map(str, runtime), *LINK_FLAGS,
                            "-o", str(elf), *LINK_LIBS], cwd=project)
             if result.returncode != 0:
-                raise TinyprotoError(f"measuring the model's library failed (avr-gcc): {result.stderr.strip()[:300]}")
+                raise TinyprotoError(_failure(result.stderr, project))
             sizes[name] = firmware_sizes(elf)
         objects = project / "su"
         objects.mkdir()
@@ -112,7 +112,7 @@ def measure_library(model, board) -> LibraryCost:
             result = _run([gcc, *flags, "-fstack-usage", "-c", str(source), "-o", str(objects / f"{source.stem}.o")],
                           cwd=project)
             if result.returncode != 0:
-                raise TinyprotoError(f"measuring the model's library failed (avr-gcc): {result.stderr.strip()[:300]}")
+                raise TinyprotoError(_failure(result.stderr, project))
         frames, functions = _frames(objects)
     with_model, without = sizes["with"], sizes["without"]
     return LibraryCost(
@@ -121,3 +121,8 @@ def measure_library(model, board) -> LibraryCost:
         stack_bound_bytes=frames + RETURN_ADDRESS_BYTES * functions + SOFT_FLOAT_STACK_BYTES,
         caller_bytes=caller_buffer_bytes(model),
     )
+
+
+def _failure(log: str, where: Path) -> str:
+    """The one line of a failed measurement: a full disk said so (no_space_line), else avr-gcc's first words."""
+    return f"measuring the model's library failed (avr-gcc): {no_space_line(log, where) or log.strip()[:300]}"

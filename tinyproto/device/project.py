@@ -205,10 +205,22 @@ def _end_group(process: subprocess.Popen) -> None:
 def build_failure(tool: str, log: str, where: Path) -> str:
     """The one line a failed build says: the disk being full (the compiler's and SCons' own words for it are pages
     of "can't write ... to section" and a traceback), else the compiler's first errors."""
-    if "No space left on device" in log or "Disk quota exceeded" in log:
-        return (f"firmware build failed ({tool}): no space left on the device that holds {where}; free some space "
-                "and build again")
+    full = no_space_line(log, where)
+    if full:
+        return f"firmware build failed ({tool}): {full}"
     return f"firmware build failed ({tool}):\n{_first_errors(log)}"
+
+
+def no_space_line(log: str, where: Path) -> str | None:
+    """What a tool's log of a full disk means, in one clause, or None. The compilers write their temporary files
+    in the tool's TMPDIR (_run: a scratch directory in the temporary directory), so a full $TMPDIR reads the same
+    as a full `where` (a 200 kB TMPDIR was reported as a cut "can't write 60 bytes to section ... because:")."""
+    import tempfile
+
+    if "No space left on device" not in log and "Disk quota exceeded" not in log:
+        return None
+    return (f"no space left on the device that holds {where} or the temporary directory {tempfile.gettempdir()}; "
+            "free some space (or set TMPDIR to a directory with room) and run the command again")
 
 
 def _first_errors(log: str, limit: int = 12) -> str:
