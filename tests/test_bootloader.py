@@ -471,3 +471,14 @@ def test_board_sim_refuses_a_state_link_that_leads_nowhere(tmp_path, kind):
     state.symlink_to("state" if kind == "loop" else tmp_path / "gone" / "x")
     line = refused(["board-sim", "--state", str(state)], "leads nowhere", tmp_path)
     assert "give a directory" in line, line
+
+
+def test_board_sim_refuses_a_state_that_is_a_fifo(tmp_path):
+    """--state a FIFO (not a regular file, so click's file check let it by) said "error: File exists: state"."""
+    import os
+
+    from helpers import refused
+
+    os.mkfifo(tmp_path / "state")
+    line = refused(["board-sim", "--state", str(tmp_path / "state")], "exists and is not a directory", tmp_path)
+    assert "give a directory" in line, line

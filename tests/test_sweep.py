@@ -66,7 +66,8 @@ def test_grid_is_parsed_checked_and_ordered():
     (["--timeout", "0"], "--timeout must be a positive"),
     (["--models", "svm"], "unknown model"),
     (["--budgets", "abc"], "is not a size"),
-    (["--max-bytes", "x"], "is not a size"),
+    (["--max-bytes", "x"], "--max-bytes 'x' is not a size"),
+    (["--max-bytes", "0"], "--max-bytes '0' is zero"),  # it said "budget '0'": not the option given
     (["--max-ms", "-1"], "--max-ms must be a positive"),
     (["--holdout-classes", "7"], "--holdout-classes: no class '7'"),
     (["--holdout-classes", "0,2"], "must leave at least two classes"),

@@ -74,7 +74,7 @@ def sweep_command(data: str, models: str, budgets: str, seeds: str, boards: str,
     from tinyproto.core.budget import parse_budget
     from tinyproto.pipeline.report_data import load_sweep, print_summary
 
-    max_bytes_n = parse_budget(max_bytes) if max_bytes else None  # refused now, not after the sweep
+    max_bytes_n = parse_budget(max_bytes, "--max-bytes") if max_bytes else None  # refused now, not after the sweep
     if max_ms is not None and not max_ms > 0:
         raise TinyprotoError(f"--max-ms must be a positive number of milliseconds, got {max_ms}")
     check_arguments(device, workers, scheduler, timeout, max_latency)
@@ -138,6 +138,6 @@ def report_command(directory: Path, max_bytes: str | None, max_ms: float | None)
 
     if max_ms is not None and not max_ms > 0:
         raise TinyprotoError(f"--max-ms must be a positive number of milliseconds, got {max_ms}")
-    limit = parse_budget(max_bytes) if max_bytes else None
+    limit = parse_budget(max_bytes, "--max-bytes") if max_bytes else None
     result = write_report(directory, limit, max_ms, console=Console())
     click.echo(f"wrote {result.html} and {len(result.figures)} figures in {result.html.parent / FIGURES}")

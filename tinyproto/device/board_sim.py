@@ -233,8 +233,10 @@ def check_state_dir(directory: Path) -> None:
     if os.path.islink(directory) and not os.path.exists(directory):  # mkdir said only "File exists"
         raise TinyprotoError(f"--state {directory} is a symbolic link that leads nowhere (a dangling link or a loop); "
                              "give a directory, or a new name")
+    if os.path.lexists(directory) and not Path(directory).is_dir():  # a file, a FIFO, a device: "File exists"
+        raise TinyprotoError(f"--state {directory} exists and is not a directory; give a directory, or a new name")
     if not Path(directory).is_dir():
-        return  # made by the board (or refused there, one line, if a file is in the way)
+        return  # made by the board
     others = sorted(entry.name for entry in Path(directory).iterdir() if entry.name not in STATE_NAMES)
     if others:
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
