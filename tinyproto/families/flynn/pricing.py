@@ -86,13 +86,18 @@ class ExactCycles:
         them and mirrors them as the device does."""
         self.s, self.n_inputs = s, n_inputs
         self.counts = WalkCounts.replay(seed, s, n_inputs, n_features, m_max)
+        self._cycles: dict[tuple[int, int, int, int, bool], int] = {}
 
     @property
     def m_max(self) -> int:
         return self.counts.m_max
 
     def cycles(self, m: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
-        return total_cycles(cost_terms(self.counts, m, rho, bits, n_classes, store_M))
+        # Remembered per shape: the solver prices the same shape once for every decay and count scale it scores.
+        key = (m, rho, bits, n_classes, store_M)
+        if key not in self._cycles:
+            self._cycles[key] = total_cycles(cost_terms(self.counts, m, rho, bits, n_classes, store_M))
+        return self._cycles[key]
 
     def largest_m(self, max_cycles: float, m_high: int, rho: int, bits: int, n_classes: int, store_M: bool) -> int:
         """The largest m <= m_high predicted within max_cycles (cost grows with m), or 0."""
