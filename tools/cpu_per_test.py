@@ -6,11 +6,12 @@ A pytest plugin: each test's CPU is the growth, over its setup, call and teardow
 a dask cluster, a simulated board), a process reaped during the test counted in its parent's. Wall time under load
 says little (a test of a second idle takes three beside other jobs); CPU is the yardstick of a shared machine.
 
-    PYTHONPATH=tools .venv/bin/python -m pytest -q -p cpu_per_test          # writes /tmp/cpu_per_test.jsonl
+    PYTHONPATH=$PWD/tools .venv/bin/python -m pytest -q -p cpu_per_test     # writes /tmp/cpu_per_test.jsonl
     .venv/bin/python tools/cpu_per_test.py /tmp/cpu_per_test.jsonl          # the total and the costliest tests
 
-CPU_PER_TEST=FILE writes another file (one JSON line per test, appended: remove the file before a run). A process
-that leaves the tree (a daemon re-parented to init) is counted only up to then.
+PYTHONPATH must be absolute: a relative entry makes the interpreters that test_build starts in a deleted working
+directory fail at start-up. CPU_PER_TEST=FILE writes another file (one JSON line per test, appended: remove the file
+before a run). A process that leaves the tree (a daemon re-parented to init) is counted only up to then.
 """
 
 from __future__ import annotations
