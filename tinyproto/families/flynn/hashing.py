@@ -1,6 +1,7 @@
 """FlyNN's hash, the part the integer reference shares with the float estimator (no scikit-learn: `validate`,
-`build` and `export` rebuild a model without importing it): M as a sparse matrix, its projections, the
-winner-take-all (ties at the cut to the lower row index) and the per-class counts of the winners. The conventions
+`build` and `export` rebuild a model without importing it): the sign split's int8 hash inputs [x, -x], M as a
+sparse matrix, its projections, the winner-take-all (ties at the cut to the lower row index) and the per-class
+counts of the winners. The conventions
 are in train.py's docstring. Layer: families.
 """
 
