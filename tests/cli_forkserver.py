@@ -168,6 +168,12 @@ def serve(control: socket.socket, lifeline: int) -> None:
 # ------------------------------------------------------------------------------------------------ the client
 
 
+def measured_by_coverage(env) -> bool:
+    """Whether coverage.py measures a process with this environment (tools/coverage.sh): then every command runs in a
+    new interpreter, which coverage's settings in the environment reach, and no server serves."""
+    return bool(env.get("COVERAGE_PROCESS_CONFIG") or env.get("COVERAGE_PROCESS_START"))
+
+
 class ForkServer:
     """The client's end: one server per process that asks, started at the first request with that request's
     environment, and started again (when none of its children runs) for a request whose start-up environment or
@@ -218,9 +224,7 @@ class ForkServer:
     def _acquire(self, env: dict[str, str]) -> bool:
         """Whether a child with this environment comes from the server (then counted as running until _release):
         the server is started, or started again with this environment, where need be."""
-        if os.environ.get("COVERAGE_PROCESS_CONFIG") or os.environ.get("COVERAGE_PROCESS_START"):
-            return False
-        if env.get("COVERAGE_PROCESS_CONFIG") or env.get("COVERAGE_PROCESS_START"):
+        if measured_by_coverage(os.environ) or measured_by_coverage(env):
             return False
         sigint_ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
         with self._lock:

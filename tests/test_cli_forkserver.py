@@ -27,6 +27,12 @@ def untimed(value):
     return [untimed(v) for v in value] if isinstance(value, list) else value
 
 
+# Under tools/coverage.sh no command is served (a new interpreter runs each, for coverage's sake): a test of what
+# the server serves has nothing to test there.
+needs_the_server = pytest.mark.skipif(cli_forkserver.measured_by_coverage(os.environ),
+                                      reason="coverage.py measures this run: every command runs in a new interpreter")
+
+
 def env_with(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
@@ -41,6 +47,7 @@ def env_with(**extra: str) -> dict[str, str]:
     ["compile", "iris", "--budget", "2 parsecs"],  # click's usage error, exit 2
     ["no-such-verb"],
 ])
+@needs_the_server
 def test_a_served_command_answers_as_a_new_interpreter_does(args, tmp_path):
     env = env_with()
     assert cli_forkserver.SERVER.serves(env)  # served, not handed on
@@ -76,6 +83,7 @@ def test_a_timeout_ends_the_command_as_subprocess_run_does(tmp_path):
     assert time.monotonic() - started < 60  # killed, not waited for
 
 
+@needs_the_server
 def test_a_start_up_environment_of_its_own_gets_a_server_started_with_it(tmp_path):
     """The locale decides the encoding of Python's streams when an interpreter starts: a child asked for with
     another LC_ALL comes from a server started with it, and prints what a new interpreter under it prints."""
