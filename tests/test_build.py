@@ -326,7 +326,6 @@ def test_a_build_tool_ended_early_takes_everything_it_started_with_it(tmp_path, 
     """project._run (pio run, avr-gcc, avr-size) ended by a timeout or by Ctrl-C / SIGTERM in tinyproto ends the
     tool's whole process group: `pio run` starts scons and scons the compilers, which kept building into .pio/
     after tinyproto had exited 130 (subprocess.run ended only pio)."""
-    import os
     import signal
     import subprocess
     import threading
@@ -352,26 +351,33 @@ def test_a_build_tool_ended_early_takes_everything_it_started_with_it(tmp_path, 
                 _run(command, timeout=60)
         finally:
             signal.signal(signal.SIGINT, previous)
-    grandchild = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
+    if not _ends_within(int(pid_file.read_text()), seconds=10):
+        pytest.fail("the tool's child outlived the interrupted run")
+
+
+def _ends_within(pid: int, seconds: float) -> bool:
+    """Whether process `pid` ends (or is a zombie waiting for init) within `seconds`; if not it is killed."""
+    import os
+    import signal
+    import time
+
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            os.kill(grandchild, 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
-            return
-        with open(f"/proc/{grandchild}/stat") as stat:
+            return True
+        with open(f"/proc/{pid}/stat") as stat:
             if stat.read().split(")")[-1].split()[0] == "Z":  # ended, waiting for init to reap it
-                return
+                return True
         time.sleep(0.05)
-    os.kill(grandchild, signal.SIGKILL)
-    pytest.fail("the tool's child outlived the interrupted run")
+    os.kill(pid, signal.SIGKILL)
+    return False
 
 
 def test_a_build_tool_ends_with_a_tinyproto_killed_by_sigkill(tmp_path):
     """`kill -9` of tinyproto (learn, build) left `pio run` and its compilers building into .pio/ for seconds,
     beside the next run's build: the tool's group leader gets the parent-death signal and ends its group."""
-    import os
-    import signal
     import subprocess
     import sys
     import time
@@ -387,19 +393,8 @@ def test_a_build_tool_ends_with_a_tinyproto_killed_by_sigkill(tmp_path):
             time.sleep(0.02)
         runner.kill()
         runner.wait()
-        grandchild = int(pid_file.read_text())
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.kill(grandchild, 0)
-            except ProcessLookupError:
-                return
-            with open(f"/proc/{grandchild}/stat") as stat:
-                if stat.read().split(")")[-1].split()[0] == "Z":
-                    return
-            time.sleep(0.05)
-        os.kill(grandchild, signal.SIGKILL)
-        pytest.fail("the tool's child outlived a tinyproto killed by SIGKILL")
+        if not _ends_within(int(pid_file.read_text()), seconds=10):
+            pytest.fail("the tool's child outlived a tinyproto killed by SIGKILL")
     finally:
         if runner.poll() is None:
             runner.kill()
