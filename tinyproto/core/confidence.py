@@ -432,11 +432,12 @@ def parse_classes(text: str, known: list) -> list:
             return None
         return by_value.get((type(value), value))
 
-    missing = [n for n in names if named(n) is None]
+    found = {n: named(n) for n in names}
+    missing = [n for n in names if found[n] is None]
     if missing:
         raise TinyprotoError(f"--holdout-classes: no class {missing[0]!r} in the data (classes: "
                              f"{', '.join(str(c) for c in known)[:200]})")
-    chosen = list(dict.fromkeys(named(n) for n in names))
+    chosen = list(dict.fromkeys(found[n] for n in names))
     if len(known) - len(chosen) < 2:
         raise TinyprotoError("--holdout-classes must leave at least two classes to train on")
     return chosen

@@ -26,7 +26,7 @@ def os_error_line(exc: OSError) -> str:
     says what to do."""
     import errno
 
-    if exc.errno == errno.ENOENT and exc.filename is None and _cwd_gone():
+    if exc.errno == errno.ENOENT and exc.filename is None and not cwd_exists():
         # os.getcwd() under a relative path: "No such file or directory" named no file and said nothing to do
         return ("the current directory no longer exists (it was deleted or moved); cd into an existing directory "
                 "and run the command again")
@@ -46,14 +46,15 @@ def os_error_line(exc: OSError) -> str:
     return f"{exc.strerror or exc}{where}{hint}"
 
 
-def _cwd_gone() -> bool:
+def cwd_exists() -> bool:
+    """False when the working directory was deleted under us (os.getcwd() then fails, and so does a tool's)."""
     import os
 
     try:
         os.getcwd()
     except FileNotFoundError:
-        return True
-    return False
+        return False
+    return True
 
 
 def no_space_hint(exc: OSError) -> str:

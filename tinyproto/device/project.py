@@ -20,7 +20,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.errors import TinyprotoError, cwd_exists
 from tinyproto.core.outdir import private_scratch
 from tinyproto.core.render import jinja_env
 from tinyproto.device.piohome import CORE_DIR_IN_INI, PLATFORM_NAME, require_tool
@@ -157,7 +157,7 @@ def _run(command: list[str], timeout: float | None = None, **kwargs) -> subproce
     env = dict(kwargs.pop("env", None) or os.environ)
     with private_scratch("tinyproto-tool-") as scratch:
         env["TMPDIR"] = str(scratch)
-        if "cwd" not in kwargs and not _cwd_exists():  # PlatformIO failed with "An unexpected error occurred"
+        if "cwd" not in kwargs and not cwd_exists():  # PlatformIO failed with "An unexpected error occurred"
             kwargs["cwd"] = scratch  # the command names its files by absolute paths (a relative one could not be)
         with subprocess.Popen([*_group_guard(), *command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, encoding="utf-8", errors="replace", process_group=0, env=env,
@@ -178,15 +178,6 @@ def _group_guard() -> tuple[str, ...]:
     if setpriv is None or not os.path.exists("/bin/sh"):
         return ()
     return (setpriv, "--pdeathsig", "TERM", "/bin/sh", "-c", _GROUP_GUARD, "tinyproto-tool")
-
-
-def _cwd_exists() -> bool:
-    """False when the working directory was deleted under us (a tool's own getcwd() then fails)."""
-    try:
-        os.getcwd()
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def _end_group(process: subprocess.Popen) -> None:
