@@ -63,6 +63,22 @@ def test_model_json_fields_have_the_type_compile_writes(work, compiled, verb, fi
     refused(VERBS[verb](model), "model.json", model.parent, own_files_at_root=True)
 
 
+@pytest.mark.parametrize("field, value", [("int8_accuracy", [1]), ("float_accuracy", 1.5), ("model_bytes", "330"),
+                                          ("budget_bytes", -5)])
+def test_report_json_figures_any_verb_reads_have_their_kind(work, compiled, field, value):
+    """learn printed report.json's int8_accuracy after learning: a list there was an internal error at its end;
+    build and validate record model_bytes. Every verb that loads the directory checks them first."""
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.core.modeldir import load_model_dir
+
+    model = compiled("iris", "1kB")
+    report = json.loads((model / "report.json").read_text())
+    report[field] = value
+    (model / "report.json").write_text(json.dumps(report))
+    with pytest.raises(TinyprotoError, match=rf"report\.json is damaged: {field} is "):
+        load_model_dir(model)
+
+
 @pytest.mark.parametrize("verb", ["build", "export", "validate"])
 @pytest.mark.parametrize("field", ["board", "prefix", "seed", "dataset"])
 def test_model_json_without_a_field_compile_writes_is_refused(work, compiled, verb, field):

@@ -25,6 +25,7 @@ import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.manifest import NAME_MAX
+from tinyproto.core.strict_json import check_fields
 from tinyproto.core.safe_io import check_regular_file, file_sha256, read_json
 
 MODEL_FORMAT = "tinyproto-model"
@@ -98,6 +99,11 @@ class TestVectors:
                 raise TinyprotoError(f"{path} is damaged: it does not fit the model of model.json ({n_features} "
                                      f"features, {n_classes} classes): its array {key} has shape {array.shape} "
                                      f"{array.dtype}; run `tinyproto compile` again")
+
+
+# report.json's figures any verb reads (each may be absent): report's own, stricter list is report_data's
+REPORT_FIGURES = {"model_bytes": "count", "budget_bytes": "count", "float_accuracy": "fraction",
+                  "int8_accuracy": "fraction"}
 
 
 @dataclass(frozen=True)
@@ -193,6 +199,10 @@ def load_model_dir(path: Path) -> ModelDir:
         raise TinyprotoError(f"{meta_path} is damaged: model_hash {digest!r} is not a 32-bit hex value") from None
     report_path = path / "report.json"
     report = read_json(report_path, "the compile report") if report_path.exists() else {}
+    if report:
+        # the figures the verbs take from it beside the report verb's own checks (learn printed int8_accuracy
+        # [1] as an internal error at its end; validate and build record model_bytes and budget_bytes)
+        check_fields(report, REPORT_FIGURES, report_path, optional=set(REPORT_FIGURES))
     return ModelDir(path, meta, report)
 
 
