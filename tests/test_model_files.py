@@ -99,24 +99,27 @@ def test_a_link_in_a_files_place_is_named_not_called_missing(work, compiled, nam
 def test_a_file_that_cannot_be_read_is_said_so_not_damaged_or_changed(work, compiled):
     """Unreadable files (no read permission) were called what they are not: test_vectors.npz "damaged
     (PermissionError); run tinyproto compile again", the header "no longer matches the built firmware",
-    platformio.ini a project of no environments (configparser skips a file it cannot open). Each reader now says
+    platformio.ini a project of no environments (configparser skips a file it cannot open), the manifest (.tinyproto)
+    "not written by tinyproto". Each reader now says
     it cannot read the file and what to do. Root reads any file: it runs without CAP_DAC_OVERRIDE then."""
     import subprocess
     import sys
 
     model = compiled("iris", "1kB")
-    files = ["test_vectors.npz", "include/tinyproto_model.h", "platformio.ini"]
+    files = ["test_vectors.npz", "include/tinyproto_model.h", "platformio.ini", ".tinyproto"]
     for name in files:
         os.chmod(model / name, 0)
     script = (
         "import sys\n"
         "from pathlib import Path\n"
         "from tinyproto.core.errors import TinyprotoError\n"
+        "from tinyproto.core.manifest import read_manifest\n"
         "from tinyproto.core.modeldir import load_model_dir\n"
         "from tinyproto.device.project import parser_of\n"
         "from tinyproto.pipeline.validate import header_model_hash\n"
         "m = Path(sys.argv[1])\n"
-        "for read in (lambda: load_model_dir(m).vectors(), lambda: header_model_hash(m), lambda: parser_of(m)):\n"
+        "for read in (lambda: load_model_dir(m).vectors(), lambda: header_model_hash(m), lambda: parser_of(m),\n"
+        "             lambda: read_manifest(m)):\n"
         "    try:\n"
         "        read()\n"
         "        print('read')\n"
@@ -128,7 +131,7 @@ def test_a_file_that_cannot_be_read_is_said_so_not_damaged_or_changed(work, comp
         pytest.skip("root without setpriv reads any file")
     lines = subprocess.run([*prefix, sys.executable, "-c", script, str(model)], capture_output=True, text=True,
                            check=True).stdout.splitlines()
-    assert len(lines) == 3, lines
+    assert len(lines) == 4, lines
     for name, line in zip(files, lines):
         assert line.startswith(f"cannot read {model / name} (") and "Permission denied; make it readable" in line, line
 
