@@ -128,6 +128,23 @@ def test_every_field_of_a_board_file_is_checked(tmp_path, monkeypatch, case):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("kind, words", [("directory", "is not a regular file"), ("loop", "loop of symbolic links"),
+                                         ("dangling", "which does not exist")])
+def test_a_board_file_that_is_no_file_is_named_not_called_unknown(tmp_path, monkeypatch, kind, words):
+    """--board uno with boards/uno.json a directory or a broken link said "unknown board 'uno'; known boards: ..."
+    (the file is there); it is named now. The listing still leaves it out."""
+    import tinyproto.core.boards as boards
+
+    {"directory": lambda p: p.mkdir(), "loop": lambda p: p.symlink_to(p.name),
+     "dangling": lambda p: p.symlink_to("gone.json")}[kind](tmp_path / "uno.json")
+    monkeypatch.setattr(boards, "resource_dir", lambda name: tmp_path)
+    assert boards.available_boards() == []
+    with pytest.raises(TinyprotoError, match=f"uno.json.*{words}"):
+        boards.load_board("uno")
+    with pytest.raises(TinyprotoError, match="unknown board 'nano'"):
+        boards.load_board("nano")
+
+
 @pytest.mark.parametrize("verb", ["compile", "federate", "sweep"])
 def test_a_board_file_naming_an_mcu_avr_gcc_does_not_know_is_refused_before_anything_is_written(
         tmp_path, monkeypatch, verb):

@@ -387,6 +387,19 @@ def test_resume_runs_again_a_point_whose_directory_is_gone_and_report_names_lost
     again = read_results(out / "results.jsonl")
     assert _without_timings(again) == _without_timings(first)  # each point once, the same figures
 
+    # a line that disagrees with its point's files: --resume of a larger grid ran the new point, then refused the
+    # directory as damaged, having written the point and a run into sweep.json; it refuses before anything now
+    results = out / "results.jsonl"
+    saved = results.read_text()
+    results.write_text("".join(json.dumps(dict(line, model_bytes=7) if line["id"] == lost else line) + "\n"
+                               for line in map(json.loads, saved.splitlines())))
+    before = {name: (out / name).read_bytes() for name in ("sweep.json", "results.jsonl")}
+    result = _cli("sweep", "iris", *[("8B,0.5kB,1kB" if a == "8B,0.5kB" else a) for a in grid], "--resume")
+    assert result.exit_code == 1 and "says model_bytes 7, but" in result.stderr, result.output
+    assert {name: (out / name).read_bytes() for name in before} == before
+    assert not (out / "points" / "flynn-1024B-seed0-uno").exists()
+    results.write_text(saved)
+
     for damage, words in [("garbage", "holds no result line"), ("empty", "holds no result line"),
                           ("missing", "is missing")]:
         (out / "results.jsonl").unlink()

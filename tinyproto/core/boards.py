@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, replace
 
@@ -102,7 +103,7 @@ def load_board(name: str) -> Board:
     if not isinstance(name, str) or not _BOARD_NAME.fullmatch(name):
         raise TinyprotoError(f"unknown board {name!r}; known boards: {', '.join(available_boards())}")
     path = resource_dir("boards") / f"{name}.json"
-    if not path.is_file():
+    if not os.path.lexists(path):  # a directory or a loop of links there is named by read_json, not "unknown"
         raise TinyprotoError(f"unknown board {name!r}; known boards: {', '.join(available_boards())}")
     from tinyproto.core.safe_io import read_json
 

@@ -36,7 +36,8 @@ from typing import Any, Callable, Iterator
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.pipeline.sweep_files import (CONFIG, POINTS, RESULTS, SWEEP_FORMAT, SWEEP_FORMAT_VERSION, ResultsFile,
-                                            _rewrite_in_order, is_drawn, read_config, read_results)
+                                            _rewrite_in_order, check_points_agree, is_drawn, read_config,
+                                            read_results)
 from tinyproto.pipeline.sweep_points import (TOPIC, Point, PointSettings, _one_line, check_arguments, parse_grid,
                                              record_order, run_point)
 
@@ -260,7 +261,9 @@ def _sweep_locked(out: Path, points: list[Point], data_ref: str, options: SweepO
     config = _open_sweep_dir(out, binding, options.resume)
     record_outputs(out, CONFIG, RESULTS, f".{RESULTS}.tmp", POINTS)  # also refuses a link planted at one of them
     (out / POINTS).mkdir(exist_ok=True)
-    previous = _forget_lost_points(out, read_results(out / RESULTS, repair=True), {p.id for p in points})
+    recorded = read_results(out / RESULTS, repair=True)
+    check_points_agree(out, recorded, config)  # before a line is dropped or a point runs into a damaged directory
+    previous = _forget_lost_points(out, recorded, {p.id for p in points})
     done_ids = {r["id"] for r in previous}
     todo = [p for p in points if p.id not in done_ids]
     state = SweepProgress(total=len(points), skipped=len(points) - len(todo))

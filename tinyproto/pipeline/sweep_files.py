@@ -233,3 +233,53 @@ class ResultsFile:
 def _rewrite_in_order(path: Path, records: list[dict]) -> None:
     """Replace results.jsonl by the same lines in grid order (one atomic rename, through .results.jsonl.tmp)."""
     write_bytes_atomic(path, "".join(json.dumps(record, sort_keys=True) + "\n" for record in records).encode("utf-8"))
+
+
+# A result line's figures copied from its point's report.json and validation.json (sweep_points.py): a line that
+# disagrees with the files of its point was edited or belongs to another run, and drawing it would be wrong.
+_FROM_REPORT = {"model": "model", "board": "board", "budget_bytes": "budget_bytes", "seed": "seed",
+                "dataset": "dataset", "model_bytes": "model_bytes", "n_test": "n_test",
+                "float_accuracy": "float_accuracy", "int8_accuracy": "int8_accuracy",
+                "predicted_latency_ms": "predicted_latency_ms"}
+_FROM_VALIDATION = {"accuracy": "device_accuracy", "label_agreement": "label_agreement",
+                    "score_agreement": "score_agreement", "cycles_mean": "cycles_mean", "passed": "passed"}
+
+
+def point_disagreement(path: Path, record: dict, config: dict) -> str | None:
+    """How a result line disagrees with the sweep's data set or with its point's report.json / validation.json,
+    or None (also when the point's directory or files are gone: the line is then all there is)."""
+    from tinyproto.core.safe_io import read_json
+
+    dataset = (config.get("binding") or {}).get("dataset")
+    if record.get("dataset") is not None and dataset is not None and record["dataset"] != dataset:
+        return f"names data set {str(record['dataset'])[:40]!r}, but the sweep ran on {dataset!r}"
+    if record.get("status") != "ok" or not isinstance(record.get("dir"), str):
+        return None
+    point = path / record["dir"]
+    sources = [("report.json", _FROM_REPORT, record), ("validation.json", _FROM_VALIDATION, record.get("device"))]
+    for name, keys, figures in sources:
+        if not isinstance(figures, dict) or not (point / name).is_file() or (point / name).is_symlink():
+            continue
+        try:
+            doc = read_json(point / name, "a point's record")
+        except TinyprotoError:
+            continue  # a damaged file of the point: its own figures are then the line's
+        for line_key, doc_key in keys.items():
+            if line_key in figures and doc_key in doc and figures[line_key] != doc[doc_key]:
+                return (f"says {line_key} {json.dumps(figures[line_key])[:30]}, but {record['dir']}/{name} "
+                        f"says {json.dumps(doc[doc_key])[:30]}")
+        if name == "report.json" and "predicted_cycles" in figures and isinstance(doc.get("predicted_cycles"), dict) \
+                and figures["predicted_cycles"] != doc["predicted_cycles"].get("total"):
+            return f"says predicted_cycles {figures['predicted_cycles']}, but {record['dir']}/report.json differs"
+    return None
+
+
+def check_points_agree(path: Path, records: list[dict], config: dict) -> None:
+    """One clear error unless every result line agrees with its point's files: report draws nothing from a damaged
+    sweep, and `sweep --resume` runs nothing into one (it ran the missing points, then refused at the end, having
+    written a point and sweep.json's run into a directory it called damaged)."""
+    for record in records:
+        problem = point_disagreement(path, record, config)
+        if problem:
+            raise TinyprotoError(f"{path / RESULTS}: the line of point {record.get('id')} {problem}; the sweep "
+                                 "directory is damaged: run the sweep again in a new --out")
