@@ -371,9 +371,9 @@ def load_input(path: Path) -> ReportInput:
     path = Path(path)
     if not path.is_dir():
         raise TinyprotoError(f"{path} is not a directory; give a sweep directory or a model directory")
-    if (path / "sweep.json").exists():
+    if os.path.lexists(path / "sweep.json"):  # (a loop of links there is said so by the loader, not "no sweep.json")
         return load_sweep(path)
-    if (path / "model.json").exists():
+    if os.path.lexists(path / "model.json"):
         return load_single(path)
     raise TinyprotoError(f"{path} is neither a sweep directory (no sweep.json) nor a model directory (no "
                          "model.json); run `tinyproto sweep` or `tinyproto compile` first")
