@@ -582,6 +582,8 @@ def test_a_full_disk_names_the_file_written_and_what_to_do(tmp_path, monkeypatch
     assert line.endswith("/checkout/firmware/tp_avr.h -> /full/m/lib/tp_avr.h; free some space and run the command "
                          "again"), line
     assert os_error_line(OSError(errno.EACCES, "Permission denied", "/x")).startswith("Permission denied: /x;")
+    # a directory where a file goes (learn's learning/build.json) said "Is a directory: ..." and nothing to do
+    assert os_error_line(OSError(errno.EISDIR, "Is a directory", "/m/b.json")).endswith("move the directory away")
 
 
 @pytest.mark.parametrize("args", [["--help"], ["compile", "--help"], ["boards"]])

@@ -118,7 +118,7 @@ def test_rate_parses(text, value):
     assert C.parse_rate(text) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text", ["0", "-1%", "abc", "60%", "nan"])
+@pytest.mark.parametrize("text", ["0", "-1%", "abc", "60%", "nan", "\uff15%", "0_05"])
 def test_bad_rate_is_one_clear_error(text):
     with pytest.raises(TinyprotoError, match="--unknown-rate"):
         C.parse_rate(text)

@@ -660,6 +660,41 @@ def test_the_lut_weighs_each_count_code_by_the_float_weights_it_stands_for():
     assert "lut" not in IntFlyNN.from_classifier(clf, X, y, bits=1).to_json()  # a binary filter has none
 
 
+def test_cross_validation_scores_the_count_codes_of_the_model_that_ships():
+    """A fold model counts (K - 1)/K of the rows the shipped model counts, so its logarithmic codes saturated
+    fewer filter bits than the shipped model's: the search validated codes that did not ship. On sensor windows
+    (tools/make_sensor_windows.py --rows 800 --samples 1000 --seed 9 --spikes 0.005, solver seed 1, 2 kB) it
+    chose 2-bit codes with q = 4 at 97.0 % cross-validated and shipped 86.0 % on the test rows (float 96.0 %).
+    Each fold model's counts are now coded and weighed as the shipped model's (quantize.fold_codes): where every
+    row has K copies, one per fold, each fold model is the shipped one with (K - 1)/K of its counts, and the
+    cross-validated accuracy is exactly the shipped model's on those rows."""
+    from tinyproto.core.folds import Folds
+    from tinyproto.families.flynn.quantize import calibrated_lut, fold_codes
+
+    rng = np.random.default_rng(5)
+    K, L, m, rho, base = 5, 3, 48, 8, 60
+    y_base = np.arange(base) % L
+    favoured = rng.permutation(m)[: L * 12].reshape(L, 12)  # each class's rows win mostly on 12 bits of its own
+    winners_base = np.stack([rng.choice(np.concatenate([favoured[c], rng.permutation(m)[:10]]), rho, replace=False)
+                             for c in y_base])
+    winners, y_index = np.tile(winners_base, (K, 1)), np.tile(y_base, K)
+    folds = Folds(np.repeat(np.arange(K), base)[None, :], K, K, labels=y_index)  # copy k of every row in fold k
+    total = count_winners(winners, y_index, L, m)
+    for bits, decay, q in ((2, 0.25, 4), (2, 0.5, 2), (3, 0.25, 2), (1, 1.0, 4)):
+        held_out = total * (K - 1) // K  # every fold model's counts: exact, total holds K copies
+        np.testing.assert_array_equal(fold_codes(held_out, q, bits, held_out.sum(), total.sum()),
+                                      scaled_counts(total, q, bits))
+        lut = calibrated_lut(total, decay, bits, q) if bits > 1 else None
+        if bits > 1:
+            np.testing.assert_array_equal(calibrated_lut(held_out[None], decay, bits, q, [held_out.sum()],
+                                                         total.sum())[0], lut)
+        scores = scores_from_winners(winners_base, scaled_counts(total, q, bits), bits,
+                                     lut)
+        shipped = float(np.mean(np.argmin(scores, axis=1) == y_base))
+        assert solver._cv_accuracies(winners, y_index, folds, L, m, [(bits, decay, q)]) == [shipped]
+    # the codes the fold models had before, their own counts at q, were not the shipped ones here
+    assert not np.array_equal(scaled_counts(total * (K - 1) // K, 4, 2), scaled_counts(total, 4, 2))
+
 def test_the_float_filters_read_the_counts_divided_by_the_count_scale():
     """With a count scale q the int8 model stores t // q: the float estimator the report compares it with reads
     t / q too (a binary filter: 1 where the class set the bit fewer than q times). Before, the float row was the

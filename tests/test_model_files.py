@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -61,6 +62,78 @@ def test_model_json_fields_have_the_type_compile_writes(work, compiled, verb, fi
     meta[field] = value
     (model / "model.json").write_text(json.dumps(meta))
     refused(VERBS[verb](model), "model.json", model.parent, own_files_at_root=True)
+
+
+@pytest.mark.parametrize("field, value", [("int8_accuracy", [1]), ("float_accuracy", 1.5), ("model_bytes", "330"),
+                                          ("budget_bytes", -5)])
+def test_report_json_figures_any_verb_reads_have_their_kind(work, compiled, field, value):
+    """learn printed report.json's int8_accuracy after learning: a list there was an internal error at its end;
+    build and validate record model_bytes. Every verb that loads the directory checks them first."""
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.core.modeldir import load_model_dir
+
+    model = compiled("iris", "1kB")
+    report = json.loads((model / "report.json").read_text())
+    report[field] = value
+    (model / "report.json").write_text(json.dumps(report))
+    with pytest.raises(TinyprotoError, match=rf"report\.json is damaged: {field} is "):
+        load_model_dir(model)
+
+
+@pytest.mark.parametrize("name", ["model.json", "report.json"])
+@pytest.mark.parametrize("link", ["loop", "dangling"])
+def test_a_link_in_a_files_place_is_named_not_called_missing(work, compiled, name, link):
+    """exists() is False for a loop of symbolic links or a dangling one: model.json there was "not a tinyproto
+    model directory (no model.json)", report.json "has no report.json" (build) or silently none (learn)."""
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.core.modeldir import load_model_dir
+
+    model = compiled("iris", "1kB")
+    (model / name).unlink()
+    (model / name).symlink_to(name if link == "loop" else "gone.json")
+    words = "loop of symbolic links" if link == "loop" else "which does not exist; put the file itself there"
+    with pytest.raises(TinyprotoError, match=rf"{re.escape(str(model / name))}.*{words}"):
+        load_model_dir(model).require_report()
+
+
+def test_a_file_that_cannot_be_read_is_said_so_not_damaged_or_changed(work, compiled):
+    """Unreadable files (no read permission) were called what they are not: test_vectors.npz "damaged
+    (PermissionError); run tinyproto compile again", the header "no longer matches the built firmware",
+    platformio.ini a project of no environments (configparser skips a file it cannot open), the manifest (.tinyproto)
+    "not written by tinyproto". Each reader now says
+    it cannot read the file and what to do. Root reads any file: it runs without CAP_DAC_OVERRIDE then."""
+    import subprocess
+    import sys
+
+    model = compiled("iris", "1kB")
+    files = ["test_vectors.npz", "include/tinyproto_model.h", "platformio.ini", ".tinyproto"]
+    for name in files:
+        os.chmod(model / name, 0)
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from tinyproto.core.errors import TinyprotoError\n"
+        "from tinyproto.core.manifest import read_manifest\n"
+        "from tinyproto.core.modeldir import load_model_dir\n"
+        "from tinyproto.device.project import parser_of\n"
+        "from tinyproto.pipeline.validate import header_model_hash\n"
+        "m = Path(sys.argv[1])\n"
+        "for read in (lambda: load_model_dir(m).vectors(), lambda: header_model_hash(m), lambda: parser_of(m),\n"
+        "             lambda: read_manifest(m)):\n"
+        "    try:\n"
+        "        read()\n"
+        "        print('read')\n"
+        "    except TinyprotoError as exc:\n"
+        "        print(exc)\n")
+    prefix = ([shutil.which("setpriv"), "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps",
+               "-dac_override,-dac_read_search"] if os.geteuid() == 0 else [])
+    if os.geteuid() == 0 and prefix[0] is None:
+        pytest.skip("root without setpriv reads any file")
+    lines = subprocess.run([*prefix, sys.executable, "-c", script, str(model)], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    assert len(lines) == 4, lines
+    for name, line in zip(files, lines):
+        assert line.startswith(f"cannot read {model / name} (") and "Permission denied; make it readable" in line, line
 
 
 @pytest.mark.parametrize("verb", ["build", "export", "validate"])

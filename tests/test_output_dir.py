@@ -98,7 +98,8 @@ def test_a_lock_that_cannot_be_made_on_a_full_disk_says_what_to_do(tmp_path, mon
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setattr(outdir, "_try_lock", full)
-    with pytest.raises(TinyprotoError, match="No space left on device; free some space and run the command again"):
+    with pytest.raises(TinyprotoError, match=r"No space left on device: \S+\.tinyproto\.lock; free some space and run "
+                                             "the command again"):
         with outdir.locked(tmp_path, "sweep"):
             pass
 

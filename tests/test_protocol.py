@@ -362,6 +362,59 @@ def test_a_device_that_stops_answering_after_the_handshake_is_not_asked_about_it
     message = str(info.value)
     assert "stopped answering: no answer to STATS in 3 tries" in message and "reset the board" in message, message
     assert "firmware flashed" not in message and not info.value.speed_may_help
+    assert info.value.answered_before  # a simulated board does not call it "not a tinyproto device app" then
+
+
+class SlowLine(ScriptedDevice):
+    """A ScriptedDevice behind a line of `baudrate` (10 bits a byte, each way): a request's answer starts once the
+    request has crossed the line and the device's earlier answers have left, and arrives a byte at a time."""
+
+    def __init__(self, answer, baudrate: int, carries: int | None = None) -> None:
+        super().__init__(answer)
+        self.baudrate = baudrate  # what the port says
+        self.carries = carries or baudrate  # what it carries (a simulated board slower than real time: less)
+        self._up = self._down = 0.0  # when the host-to-device and the device-to-host line are free again
+        self._pending: list[tuple[float, int]] = []
+
+    def write(self, data: bytes) -> int:
+        byte_s = 10.0 / self.carries
+        self._up = max(self._up, time.monotonic()) + len(data) * byte_s
+        before = len(self.rx)
+        super().write(data)
+        answer, self.rx[before:] = bytes(self.rx[before:]), b""
+        start = max(self._down, self._up)
+        self._pending += [(start + (i + 1) * byte_s, b) for i, b in enumerate(answer)]
+        self._down = start + len(answer) * byte_s
+        return len(data)
+
+    def read(self, size: int = 1) -> bytes:
+        now = time.monotonic()
+        while self._pending and self._pending[0][0] <= now:
+            self.rx.append(self._pending.pop(0)[1])
+        return super().read(size)
+
+
+def test_a_slow_line_is_waited_for_not_called_silent():
+    """At 1200 baud a HELLO and its answer take 0.3 s, longer than a handshake try (0.25 s), and each try reset the
+    reader, cutting the answer under way: learn --sim --baud 1200 said "not a tinyproto device app". 255 bytes of
+    counts at 4800 baud take 0.55 s, longer than a try of 0.2 s. A try waits for what the line carries, and for an
+    answer still arriving."""
+    counts = bytes(range(255))
+
+    def answer(frame, n):
+        if frame.type == P.MSG_HELLO:
+            return P.encode_frame(P.MSG_HELLO | P.MSG_RESPONSE, frame.seq, hello_payload(flags=P.FLAG_LEARN))
+        return P.encode_frame(frame.type | P.MSG_RESPONSE, frame.seq, struct.pack("<H", 255) + counts)
+    client = P.DeviceClient(SlowLine(answer, 1200), n_retries=0, timeout=0.2)
+    assert client.handshake(3.0).model_hash == MODEL_HASH
+    client = P.DeviceClient(SlowLine(answer, 4800), n_retries=0, timeout=0.2)
+    client.hello()
+    assert client.read_counts() == (255, counts)
+    # a line slower than its baud says (learn --sim --baud 600 on a loaded machine): an answer still arriving
+    # when the try ends is waited for, not cut by the retry and every answer after it
+    client = P.DeviceClient(SlowLine(answer, 115200, carries=2400), n_retries=1, timeout=0.2)
+    client.hello()
+    assert client.read_counts() == (255, counts)
 
 
 def test_loop_url_echo_is_not_an_answer():

@@ -52,6 +52,7 @@ def test_grid_is_parsed_checked_and_ordered():
         ("protonn", "1kB,,2kB", "0", "uno", "without empty items"),
         ("protonn", "1 MB", "0", "uno", "unknown unit"),
         ("protonn", "1kB", "-1", "uno", "is not a seed"),
+        ("protonn", "1kB", "\uff12", "uno", "is not a seed"),  # the digits 0-9 only (core.option_lists.plain_digits)
         ("protonn", "1kB", "0", "mega", "unknown board 'mega'"),
     ]:
         with pytest.raises(TinyprotoError, match=message):

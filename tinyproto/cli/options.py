@@ -11,14 +11,14 @@ from pathlib import Path
 import click
 
 from tinyproto import families
+from tinyproto.core.option_lists import plain_digits
 
 class _AsciiNumber:
-    """A number option takes the digits 0-9 only, as --budget and sweep's --seeds do: click reads '２' (a full-width
-    digit), '٢' and '1_000' as numbers (Python's int and float do), so --seed ２ trained with seed 2 where
-    --seeds ２ was refused."""
+    """A number option takes the digits 0-9 only (core.option_lists.plain_digits), as --budget and sweep's --seeds
+    do."""
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str) and (not value.isascii() or "_" in value):
+        if isinstance(value, str) and not plain_digits(value):
             self.fail(f"{value!r} is not a number written with the digits 0-9", param, ctx)
         return super().convert(value, param, ctx)
 

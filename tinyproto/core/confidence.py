@@ -38,6 +38,7 @@ import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.labels import code_labels, plain
+from tinyproto.core.option_lists import comma_items, plain_digits
 
 DOUBT_HALVINGS = 8  # a byte's doubt is 0 after 8 halvings: the device's loop runs at most this often
 MAX_HALVING = 2**16 - 1  # the margin's step is a uint16 the device subtracts
@@ -400,7 +401,7 @@ def parse_rate(text: str) -> float:
     """'5%' or '0.05' -> 0.05; one clear error otherwise."""
     raw = str(text).strip()
     try:
-        if not raw.isascii() or "_" in raw:  # float() reads '５%' and '0_05' (the digits 0-9 only, as --budget)
+        if not plain_digits(raw):  # float() reads '５%' and '0_05' (the digits 0-9 only, as --budget)
             raise ValueError(raw)
         value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
     except ValueError:
@@ -413,8 +414,6 @@ def parse_rate(text: str) -> float:
 
 def parse_classes(text: str, known: list) -> list:
     """'8,9' -> the class values named (as the data set spells them); one clear error otherwise."""
-    from tinyproto.core.option_lists import comma_items
-
     if not str(text).strip(", "):
         raise TinyprotoError("--holdout-classes needs at least one class, e.g. 8,9")
     names = comma_items(text, "--holdout-classes")

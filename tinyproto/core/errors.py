@@ -38,6 +38,8 @@ def os_error_line(exc: OSError) -> str:
         hint = "; what the command printed there was lost"
     elif exc.errno == errno.EROFS:
         hint = "; it is on a read-only file system: work on a copy in a directory you can write"
+    elif exc.errno == errno.EISDIR and first:  # "Is a directory: DIR/learning/build.json" said nothing to do
+        hint = "; tinyproto reads or writes a file there: move the directory away"
     elif exc.errno in (errno.EACCES, errno.EPERM) and first:
         # an immutable or read-only directory said only "Operation not permitted: DIR/..tinyproto.t4imcu5k.tmp"
         hint = f"; check the permissions of {first} and of its directory, or work on a copy in one you can write"

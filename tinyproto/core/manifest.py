@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.safe_io import MAX_JSON_BYTES, file_sha256, write_json
+from tinyproto.core.safe_io import MAX_JSON_BYTES, cannot_read, file_sha256, write_json
 from tinyproto.core.strict_json import loads_unique_keys
 
 MANIFEST = ".tinyproto"
@@ -47,6 +47,8 @@ def read_manifest(directory: Path) -> dict | None:
         if path.stat().st_size > MAX_JSON_BYTES:
             return None
         data = loads_unique_keys(path.read_text(encoding="utf-8"))
+    except PermissionError as exc:  # there but unreadable: not "was not written by tinyproto"
+        raise cannot_read(path, "the directory's tinyproto manifest", exc) from None
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("written_by") != "tinyproto" or not isinstance(data.get("files"), dict):

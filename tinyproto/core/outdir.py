@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from tinyproto.core.errors import TinyprotoError, no_space_hint
+from tinyproto.core.errors import TinyprotoError, no_space_hint, os_error_line
 from tinyproto.core.manifest import (
     LOCK,
     MANIFEST,
@@ -150,7 +150,7 @@ def locked(directory: Path, verb: str) -> Iterator[None]:
         if what is not None:
             raise TinyprotoError(f"cannot lock {directory} for writing: {lock_path} is {what}, not the lock file "
                                  "tinyproto makes; move it away") from None
-        raise TinyprotoError(f"cannot lock {directory} for writing: {exc.strerror}{no_space_hint(exc)}") from None
+        raise TinyprotoError(f"cannot lock {directory} for writing: {os_error_line(exc)}") from None
     if fd is None:
         raise TinyprotoError(f"{directory} is in use by {_holder(lock_path)}; wait for it to finish")
     try:

@@ -18,14 +18,32 @@ from tinyproto.core.errors import TinyprotoError
 MAX_JSON_BYTES = 64 * 1024 * 1024
 
 
+class Unreadable(TinyprotoError):
+    """A file that is there but cannot be read (no read permission, a loop of symbolic links): never "missing",
+    "damaged" or "changed", which would send the user to recompile what is only unreadable."""
+
+
+def cannot_read(path: Path, what: str, exc: OSError) -> Unreadable:
+    """The one line for a file the system will not let us read, with what to do about it."""
+    import errno
+
+    hint = {errno.EACCES: "; make it readable (chmod u+r) or run as its owner",
+            errno.EPERM: "; make it readable (chmod u+r) or run as its owner",
+            errno.ELOOP: "; it is a loop of symbolic links: put the file itself there"}.get(exc.errno, "")
+    return Unreadable(f"cannot read {path} ({what}): {exc.strerror}{hint}")
+
+
 def _regular_file(path: Path, what: str) -> os.stat_result:
     """stat() of a regular file, or a one-line error (a FIFO or a device would block or never end)."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
+        if os.path.islink(path):  # "is missing" of a file that is there as a link said nothing to do
+            raise TinyprotoError(f"{path} ({what}) is a symbolic link to {os.readlink(path)}, which does not exist; "
+                                 "put the file itself there") from None
         raise TinyprotoError(f"{path} is missing ({what})") from None
     except OSError as exc:
-        raise TinyprotoError(f"cannot read {path} ({what}): {exc.strerror}") from None
+        raise cannot_read(path, what, exc) from None
     if not stat.S_ISREG(info.st_mode):
         raise TinyprotoError(f"{path} is not a regular file ({what})")
     return info
@@ -54,7 +72,7 @@ def read_json(path: Path, what: str, strict: bool = False) -> dict:
     info = _regular_file(path, what)
     if info.st_size > MAX_JSON_BYTES:
         raise TinyprotoError(f"{path} is {info.st_size} bytes, too large for {what}")
-    with _open_regular(path, what) as handle:  # non-blocking: a FIFO swapped in after the check cannot hang us
+    with open_regular(path, what) as handle:  # non-blocking: a FIFO swapped in after the check cannot hang us
         raw = handle.read(MAX_JSON_BYTES + 1)
     try:
         data = strict_json.loads(raw.decode("utf-8")) if strict else strict_json.loads_unique_keys(raw.decode("utf-8"))
@@ -107,14 +125,14 @@ def _name_the_file(exc: BaseException, path: Path, tmp: Path) -> None:
         exc.filename, exc.filename2 = str(path), None
 
 
-def _open_regular(path: Path, what: str):
+def open_regular(path: Path, what: str):
     """A binary reader on a regular file. Opened non-blocking and checked on the descriptor, so a FIFO or a
     device put in a file's place (or swapped in after a check) is refused instead of blocking or never ending."""
     _regular_file(path, what)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
-        raise TinyprotoError(f"cannot read {path} ({what}): {exc.strerror}") from None
+        raise cannot_read(path, what, exc) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise TinyprotoError(f"{path} is not a regular file ({what})")
@@ -123,7 +141,7 @@ def _open_regular(path: Path, what: str):
 
 def read_text_file(path: Path, what: str, limit: int = MAX_JSON_BYTES) -> str:
     """The text of a regular file of at most `limit` bytes (undecodable bytes replaced), or one clear error."""
-    with _open_regular(path, what) as handle:
+    with open_regular(path, what) as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise TinyprotoError(f"{path} is over {limit} bytes, too large for {what}")
@@ -132,7 +150,7 @@ def read_text_file(path: Path, what: str, limit: int = MAX_JSON_BYTES) -> str:
 
 def read_bytes_file(path: Path, what: str, limit: int) -> bytes:
     """The bytes of a regular file of at most `limit` bytes, or one clear error (never blocks on a FIFO)."""
-    with _open_regular(path, what) as handle:
+    with open_regular(path, what) as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise TinyprotoError(f"{path} is over {limit} bytes, too large for {what}")
@@ -141,7 +159,7 @@ def read_bytes_file(path: Path, what: str, limit: int) -> bytes:
 
 def file_sha256(path: Path, what: str = "a file to check") -> str:
     digest = hashlib.sha256()
-    with _open_regular(path, what) as handle:
+    with open_regular(path, what) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -2,13 +2,17 @@
 
 json.loads accepts NaN and Infinity, turns 1e400 into inf, keeps the last of two equal keys and lets lone
 surrogate escapes through; each of those would reach an int(), a float() or a header writer later as a value no
-tinyproto run wrote. Layer: core.
+tinyproto run wrote. check_fields: the kind of every value a verb reads from such a file (a count, a fraction,
+text), checked before it is used. Layer: core.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+
+from tinyproto.core.errors import TinyprotoError
 
 
 def loads(text: str) -> object:
@@ -58,3 +62,29 @@ def _check_text(value: object) -> None:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+
+
+def kind_ok(value: object, kind: str) -> bool:
+    if kind == "text":
+        return isinstance(value, str)
+    if kind == "object":
+        return isinstance(value, dict)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2**53:
+        return False  # range first: math.isfinite() of a huge int raises OverflowError
+    return (kind != "count" or isinstance(value, int)) and (kind != "fraction" or value <= 1)
+
+
+def check_fields(doc: dict, fields: dict[str, str], file: Path, optional: set[str] = frozenset()) -> None:
+    """One clear error unless every dotted key of `fields` holds a value of its kind in `doc`."""
+    for key, kind in fields.items():
+        value: object = doc
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None and key in optional:
+            continue
+        if not kind_ok(value, kind):
+            shown = json.dumps(value)[:24] if not isinstance(value, float) else str(value)
+            what = {"text": "text", "object": "an object", "count": "a whole number >= 0",
+                    "fraction": "a fraction in 0..1", "amount": "a number >= 0"}[kind]
+            raise TinyprotoError(f"{file} is damaged: {key} is {shown}, not {what}; run the command that wrote "
+                                 "it again")

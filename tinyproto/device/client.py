@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from tinyproto.core import wire
+from tinyproto.core.data_checks import MAX_CLASSES
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.device.codec import (
     CANNOT_LEARN, CHUNKED_MESSAGES, DEFAULT_TIMEOUT, DeviceError, DeviceSilent, EEPROM_SAVE_TIMEOUT, ERR_ARGUMENT,
@@ -86,15 +87,16 @@ class DeviceClient:
         ~1-2 s before our firmware runs, so the first HELLOs are lost (or eaten by the bootloader)."""
         deadline = time.monotonic() + deadline_s
         seq = self._next_seq()
+        hello_bytes = 2 * (2 + wire.FRAME_OVERHEAD) + wire.HELLO_PAYLOAD + 1  # the request and its answer, framed
         tries = 0
         self._mark_heard()
         while True:
             tries += 1
-            self._reader.reset()  # the bootloader's chatter may have left half a "frame"
+            self._reader.reset(self._frame_gap_s())  # the bootloader's chatter may have left half a "frame"
             self._send(MSG_HELLO, seq, b"")
             left = deadline - time.monotonic()
             try:
-                frame = self._await(MSG_HELLO, seq, max(0.0, min(try_timeout, left)))
+                frame = self._await(MSG_HELLO, seq, max(0.0, min(try_timeout + self._line_s(hello_bytes), left)))
             except _Retry:
                 frame = None
             if frame is not None:
@@ -331,7 +333,7 @@ class DeviceClient:
                 return answered  # every vector answered: in_flight and queue are empty
             expected, encoded = frames[0]
             try:
-                frame = self._await_any(self.timeout, {seq for seq, _ in frames})
+                frame = self._await_any(self._try_s(unanswered_bytes), {seq for seq, _ in frames})
             except PORT_ERRORS as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
                 raise DeviceError(f"lost the serial port {self.name}: {exc}") from exc
             if frame is None or frame.seq != expected or frame.type == MSG_ERROR or frame.type != type | MSG_RESPONSE:
@@ -378,7 +380,7 @@ class DeviceClient:
                 self._write(b"".join(batch), drain=False)  # waiting for the bytes to leave would idle the line
             expected = seqs[len(answers)]
             try:
-                frame = self._await_any(self.timeout, set(seqs[len(answers) : sent]))
+                frame = self._await_any(self._try_s(in_flight), set(seqs[len(answers) : sent]))
             except PORT_ERRORS as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
                 raise DeviceError(f"lost the serial port {self.name}: {exc}") from exc
             if frame is None or frame.seq != expected:
@@ -402,7 +404,7 @@ class DeviceClient:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            frame = self._reader.read_frame(left)
+            frame = self._read(left)
             if frame is None:
                 return None
             if frame.seq in window and (frame.type == MSG_ERROR or frame.type & MSG_RESPONSE):
@@ -490,10 +492,10 @@ class DeviceClient:
         for attempt in range(tries):
             if attempt:
                 self.requests_sent_again += 1
-                self._reader.reset()
+                self._reader.reset(self._frame_gap_s())
             self._send(type, seq, payload)
             try:
-                frame = self._await(type, seq, self.timeout)
+                frame = self._await(type, seq, self._try_s(len(payload) + 2 + wire.FRAME_OVERHEAD))
             except _Retry as retry:
                 refused.append(retry.code)
                 continue
@@ -520,7 +522,7 @@ class DeviceClient:
             if left <= 0:
                 return None
             try:
-                frame = self._reader.read_frame(left)
+                frame = self._read(left)
             except PORT_ERRORS as exc:  # pyserial's SerialException is an OSError (unplugged cable, closed pty)
                 raise DeviceError(f"lost the serial port {self.name}: {exc}") from exc
             if frame is None:
@@ -566,6 +568,32 @@ class DeviceClient:
     def _baud(self) -> int:
         return int(getattr(self.port, "baudrate", 115200) or 115200)
 
+    def _line_s(self, n_bytes: int) -> float:
+        """The seconds the line takes to carry n_bytes at the port's baud (10 bits a byte: start, 8 data, stop)."""
+        return 10.0 * n_bytes / self._baud()
+
+    def _frame_gap_s(self) -> float:
+        """Longer than any pause between two bytes of one frame (a few byte times, and a busy host's hiccup): a
+        partial frame quiet for longer will not be finished."""
+        return 0.1 + self._line_s(16)
+
+    def _read(self, timeout: float) -> Frame | None:
+        """The next frame within `timeout` s, or a frame still arriving then (at most what the largest frame takes
+        on the line eight times over, and the timeout, more)."""
+        return self._reader.read_frame(timeout, self._frame_gap_s(), self.timeout + 8 * self._line_s(self._largest()))
+
+    def _largest(self) -> int:
+        """The bytes on the line of the largest answer the device may send (its frame buffer bounds it)."""
+        n_classes = self.info.n_classes if self.info is not None else MAX_CLASSES
+        largest = max(wire.frame_buffer_bytes(n_classes), wire.FRAME_OVERHEAD + _READ_COUNTS.size + 255)
+        return wire.cobs_bytes(largest) + 1
+
+    def _try_s(self, sent_bytes: int) -> float:
+        """How long a try waits for its answer: the timeout, plus what the line takes to carry the bytes sent and
+        the largest answer at the port's baud: a few ms at 115200; at 1200 baud a HELLO and its answer alone take
+        0.3 s and 255 bytes of counts 2.2 s, and a fixed wait made a slow line look silent."""
+        return self.timeout + self._line_s(sent_bytes + self._largest())
+
     def _mark_heard(self) -> None:
         """Remember what the line carried so far: _silent says what came during the request's tries."""
         self._heard0 = (self._reader.bytes_read, self._reader.bad_frames, self.stale_frames, self.echoes)
@@ -581,6 +609,12 @@ class DeviceClient:
         echoes = self.echoes - echoes0
         stale = self.stale_frames - stale0 - echoes
         what = _REQUEST_NAMES.get(type, "the request")
+        error = self._silent_error(tries, type, what, heard, bad, echoes, stale)
+        error.answered_before = type != MSG_HELLO and getattr(self, "info", None) is not None
+        return error
+
+    def _silent_error(self, tries: int, type: int, what: str, heard: int, bad: int, echoes: int,
+                      stale: int) -> DeviceSilent:
         if echoes and not stale and not bad:
             return DeviceSilent(
                 f"no answer from the device on {self.name} after {tries} tries: the line echoes the requests sent "

@@ -98,11 +98,12 @@ class DeviceError(TinyprotoError):
 class DeviceSilent(DeviceError):
     """The device never answered a request: every try timed out. speed_may_help: a slower baud rate may help (it
     sent nothing, or bytes that are no frame), not when the line echoes the requests or frames came that answer
-    another request."""
+    another request. answered_before: it had answered the handshake (the app runs; a later request went unanswered)."""
 
-    def __init__(self, message: str, speed_may_help: bool = True) -> None:
+    def __init__(self, message: str, speed_may_help: bool = True, answered_before: bool = False) -> None:
         super().__init__(message)
         self.speed_may_help = speed_may_help
+        self.answered_before = answered_before
 
 
 class FrameError(ValueError):
@@ -218,27 +219,38 @@ class FrameReader:
         self.bytes_read = 0  # every byte read from the port (the line's load, device to host)
         self._buf = bytearray()
         self._skipping = False  # inside an over-long run: drop bytes up to the next delimiter
+        self._last_byte_at = 0.0  # time.monotonic() of the last byte read
 
-    def reset(self) -> None:
-        """Forget a partial frame (before a retry: its tail may never come)."""
-        self._buf.clear()
-        self._skipping = False
+    def reset(self, quiet_s: float = 0.0) -> None:
+        """Forget a partial frame (before a retry: its tail may never come); quiet_s: only if no byte came for that
+        long. A frame still arriving (a slow line, a simulated board slower than real time) is kept: a retry keeps
+        its request's seq, so that answer is the retry's too, and forgetting its start made every answer that
+        outlasted a try malformed, try after try."""
+        if time.monotonic() - self._last_byte_at >= quiet_s:
+            self._buf.clear()
+            self._skipping = False
 
-    def read_frame(self, timeout: float) -> Frame | None:
-        """The next well-formed frame, or None when ``timeout`` seconds pass without one."""
+    def read_frame(self, timeout: float, finish_s: float = 0.0, finish_max_s: float = 0.0) -> Frame | None:
+        """The next well-formed frame, or None when ``timeout`` seconds pass without one. finish_s: a frame still
+        arriving when the time is up (its last byte came within finish_s) is waited for, up to finish_max_s more (a
+        slow line, a simulated board slower than real time: an answer that outlasted every try was lost)."""
         deadline = time.monotonic() + timeout
         while True:
             frame = self._pop_frame()
             if frame is not None:
                 return frame
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline and not (now < deadline + finish_max_s and self._buf and not self._skipping
+                                        and now - self._last_byte_at < finish_s):
                 return None
             self._buf += self._read_some()
 
     def _read_some(self) -> bytes:
         waiting = getattr(self.port, "in_waiting", 0) or 0
         data = self.port.read(max(1, min(waiting, 4096)))
-        self.bytes_read += len(data)
+        if data:
+            self.bytes_read += len(data)
+            self._last_byte_at = time.monotonic()
         return data
 
     def _pop_frame(self) -> Frame | None:

@@ -338,7 +338,8 @@ class SimulatedUno:
         stopped = self._stopped_reason() if isinstance(exc, (TinyprotoError, OSError)) else None
         from tinyproto.device.codec import DeviceSilent
 
-        silent = stopped is None and isinstance(exc, DeviceSilent) and self.running
+        # (a request after the handshake went unanswered: the app runs, so the client's own line says what came)
+        silent = (stopped is None and isinstance(exc, DeviceSilent) and not exc.answered_before and self.running)
         self._shutdown()
         if stopped is not None:
             # the port vanished or went silent because the simulated chip stopped: say that, not "is it plugged in?"

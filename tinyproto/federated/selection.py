@@ -35,7 +35,7 @@ import numpy as np
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.folds import Folds, Plan, assign, bin_folds, class_bins, row_keys
 from tinyproto.families.flynn import solver as _solver
-from tinyproto.families.flynn.quantize import count_scales, fold_lut_weights, hash_inputs, scaled_counts
+from tinyproto.families.flynn.quantize import count_scales, fold_codes, fold_lut_weights, hash_inputs
 from tinyproto.families.flynn.pricing import WIDE_FEATURES
 from tinyproto.families.flynn.solver import (
     BITS_GRID, CENTRED_PREPROCESSING, DEFAULT_CAP, F_CPU, PREPROCESSING, RHO_GRID, S_GRID, SHARED_PREPROCESSING,
@@ -259,15 +259,18 @@ def held_out_weights(per_fold: np.ndarray, n_folds: int, weightings: list[tuple[
     """What every party needs to score its rows, from the all-reduced per-fold counts (RK, L, m): for each fold
     f of each repeat and each (bits, decay, count scale), the weight of every filter bit in the model trained
     without fold f, (RK, weightings, L, m) uint8. Binary filters weigh [t == 0] (score = zeros among the winners),
-    others lut[t], t the scaled and saturated count (quantize.scaled_counts) and lut the one calibrated on that
-    fold's counts (quantize.calibrated_lut); the lowest score wins, as in the solver."""
+    others lut[t], t the scaled and saturated count read as the deployed model's (quantize.fold_codes) and lut
+    the one calibrated on that fold's counts so read (quantize.calibrated_lut); the lowest score wins, as in the
+    solver."""
     total = per_fold[:n_folds].sum(axis=0)  # one repeat's folds hold every row once
     held_out = total[None] - per_fold
     out = np.empty((per_fold.shape[0], len(weightings), *per_fold.shape[1:]), dtype=np.uint8)
     folds = np.arange(per_fold.shape[0])[:, None, None]
+    deployed, counted = int(total.sum()), held_out.sum(axis=(1, 2))[:, None, None]  # rows times ρ
     for k, (bits, decay, count_scale) in enumerate(weightings):
-        t = scaled_counts(held_out, count_scale, bits)
-        out[:, k] = (t == 0) if bits == 1 else fold_lut_weights(held_out, t, folds, decay, bits, count_scale)
+        t = fold_codes(held_out, count_scale, bits, counted, deployed)  # as the deployed model's counts
+        out[:, k] = (t == 0) if bits == 1 else fold_lut_weights(held_out, t, folds, decay, bits, count_scale,
+                                                                 deployed)
     return out
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.measured import drawable
-from tinyproto.core.strict_json import loads_unique_keys
+from tinyproto.core.strict_json import check_fields, kind_ok, loads_unique_keys
 
 REPORT = "report.html"
 FIGURES = "figures"
@@ -216,32 +216,6 @@ _OPTIONAL = {"n_vectors", "stack_peak_bytes", "sram_static_bytes",  # absent or 
              "latency_ms_mean", "energy_mj_board"}  # null when the device's cycle counts were not plausible
 
 
-def _kind_ok(value: object, kind: str) -> bool:
-    if kind == "text":
-        return isinstance(value, str)
-    if kind == "object":
-        return isinstance(value, dict)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2**53:
-        return False  # range first: math.isfinite() of a huge int raises OverflowError
-    return (kind != "count" or isinstance(value, int)) and (kind != "fraction" or value <= 1)
-
-
-def check_fields(doc: dict, fields: dict[str, str], file: Path, optional: set[str] = frozenset()) -> None:
-    """One clear error unless every dotted key of `fields` holds a value of its kind in `doc`."""
-    for key, kind in fields.items():
-        value: object = doc
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        if value is None and key in optional:
-            continue
-        if not _kind_ok(value, kind):
-            shown = json.dumps(value)[:24] if not isinstance(value, float) else str(value)
-            what = {"text": "text", "object": "an object", "count": "a whole number >= 0",
-                    "fraction": "a fraction in 0..1", "amount": "a number >= 0"}[kind]
-            raise TinyprotoError(f"{file} is damaged: {key} is {shown}, not {what}; run the command that wrote "
-                                 "it again")
-
-
 def _checks_ok(checks: object) -> bool:
     """validation.json's checks as the page's table reads them: {name: {"ok": true/false/null, "detail": text}}."""
     return isinstance(checks, dict) and all(
@@ -251,7 +225,7 @@ def _checks_ok(checks: object) -> bool:
 
 def _ledger_ok(report: dict) -> bool:
     arrays = report["ledger"]["arrays"]
-    return all(isinstance(a, dict) and _kind_ok(a.get("bytes"), "count") and isinstance(a.get("ctype"), str)
+    return all(isinstance(a, dict) and kind_ok(a.get("bytes"), "count") and isinstance(a.get("ctype"), str)
                for a in arrays.values())
 
 
@@ -397,9 +371,9 @@ def load_input(path: Path) -> ReportInput:
     path = Path(path)
     if not path.is_dir():
         raise TinyprotoError(f"{path} is not a directory; give a sweep directory or a model directory")
-    if (path / "sweep.json").exists():
+    if os.path.lexists(path / "sweep.json"):  # (a loop of links there is said so by the loader, not "no sweep.json")
         return load_sweep(path)
-    if (path / "model.json").exists():
+    if os.path.lexists(path / "model.json"):
         return load_single(path)
     raise TinyprotoError(f"{path} is neither a sweep directory (no sweep.json) nor a model directory (no "
                          "model.json); run `tinyproto sweep` or `tinyproto compile` first")

@@ -10,7 +10,7 @@ from typing import Any
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError, os_error_line
-from tinyproto.core.option_lists import comma_items
+from tinyproto.core.option_lists import comma_items, plain_digits
 from tinyproto.pipeline.sweep_files import CONFIDENCE_FIGURES, HELD_OUT_FIGURES, POINTS
 
 FAMILIES = families.names()
@@ -55,7 +55,7 @@ def parse_grid(models: str, budgets: str, seeds: str, boards: str) -> list[Point
     budget_bytes = _unique([parse_budget(b) for b in comma_items(budgets, "--budgets")])
     seed_values = []
     for text in comma_items(seeds, "--seeds"):
-        if not (text.isascii() and text.isdigit() and int(text) <= MAX_SEED):
+        if not (plain_digits(text) and text.isdigit() and int(text) <= MAX_SEED):
             raise TinyprotoError(f"--seeds: {text!r} is not a seed (an integer from 0 to {MAX_SEED})")
         seed_values.append(int(text))
     board_names = _unique(comma_items(boards, "--boards"))

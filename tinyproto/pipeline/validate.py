@@ -35,7 +35,7 @@ from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.measured import PLAUSIBLE_FACTOR, cycle_problem, plausible_cycles, ratio, stack_problem
 from tinyproto.core.manifest import record_outputs
 from tinyproto.core.modeldir import ModelDir, load_model_dir
-from tinyproto.core.safe_io import file_sha256, read_json, read_text_file, resolved, write_json
+from tinyproto.core.safe_io import Unreadable, file_sha256, read_json, read_text_file, resolved, write_json
 from tinyproto.core.outdir import locked
 from tinyproto.pipeline.journal import JOURNAL, JOURNAL_NEW, Journal
 from tinyproto import families
@@ -76,7 +76,7 @@ def _inside(model_dir: ModelDir, relative: object, what: str) -> Path:
 
 def load_build_info(model_dir: ModelDir) -> BuildInfo:
     path = model_dir.path / "build.json"
-    if not path.exists():
+    if not os.path.lexists(path):
         raise TinyprotoError(f"{model_dir.path} has no firmware yet; run `tinyproto build {model_dir.path}` first")
     raw = read_json(path, "the build record")
     model_dir.require_report()
@@ -144,6 +144,8 @@ def header_model_hash(model_dir: Path) -> str | None:
     header = Path(model_dir) / "include" / "tinyproto_model.h"
     try:
         match = _HEADER_HASH.search(read_text_file(header, "the generated header", limit=1 << 24))
+    except Unreadable:
+        raise  # there but unreadable: said so, not "no longer matches the built firmware"
     except TinyprotoError:
         return None  # missing, a FIFO or a device in its place: no hash, so it matches no firmware
     return f"0x{match.group(1).upper()}" if match else None

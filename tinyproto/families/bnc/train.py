@@ -162,17 +162,24 @@ def _without_shared_codes(B: np.ndarray, proto_class: np.ndarray, row_codes: np.
             winner[k] = int(classes_of[k][np.argmax(votes)])
     for k, owner in winner.items():
         for c in classes_of[k]:
-            if c == owner:
-                continue
-            own = np.flatnonzero((proto_class == c) & ~np.isin(owners, list(winner)))
-            own = own if own.size else np.flatnonzero((proto_class == c) & np.array(
-                [winner.get(j) == c for j in owners]))
-            losing = (proto_class == c) & (owners == k)
-            if own.size:
-                B[losing] = B[own[0]]
-            else:  # one bit away: the owner's exact match wins the inputs of this code, not the lowest class
-                B[losing] = codes[k] * np.r_[-1.0, np.ones(B.shape[1] - 1)]
+            if c != owner:
+                B[(proto_class == c) & (owners == k)] = _code_kept_by(c, k, B, proto_class, owners, codes, winner)
     return B
+
+
+def _code_kept_by(c: int, lost: int, B: np.ndarray, proto_class: np.ndarray, owners: np.ndarray,
+                  codes: np.ndarray, winner: dict[int, int]) -> np.ndarray:
+    """The code class c's prototypes take in place of code `lost`, which another class won: one of c's codes that
+    no class won, else one c won itself (neither kind is ever replaced, so B still holds it), else `lost` with its
+    first bit flipped, one bit away, so the winner's exact match takes the inputs of `lost` rather than the lowest
+    class."""
+    decided = np.isin(owners, list(winner))
+    undecided = np.flatnonzero((proto_class == c) & ~decided)
+    won = np.flatnonzero((proto_class == c) & np.array([winner.get(j) == c for j in owners]))
+    for own in (undecided, won):
+        if own.size:
+            return B[own[0]]
+    return codes[lost] * np.r_[-1.0, np.ones(B.shape[1] - 1)]
 
 
 def _prototype_gradient(shape: tuple[int, int], jp: np.ndarray, jn: np.ndarray, TA: np.ndarray,

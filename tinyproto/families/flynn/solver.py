@@ -37,9 +37,9 @@ from tinyproto.families.flynn.quantize import (
     IntFlyNN,
     count_scales,
     fly_working_sram,
+    fold_codes,
     fold_lut_weights,
     hash_inputs,
-    scaled_counts,
 )
 from tinyproto.families.flynn.seeded_index import draw_seed, seeded_indices
 from tinyproto.families.flynn.hashing import project, projection_matrix
@@ -173,6 +173,7 @@ def _cv_correct(winners: np.ndarray, y_index: np.ndarray, folds: Folds, n_classe
     K = folds.n_folds
     flat = (y_index[:, None] * m + winners).reshape(-1)
     out = np.zeros((len(weightings), len(folds.parts())), dtype=np.int64)
+    deployed = n * rho  # the deployed model's counts sum to this; a fold model's to its rows times ρ
     for r in range(folds.n_repeats):
         ids = folds.ids[r]
         fold_of = np.repeat(ids, rho)
@@ -183,13 +184,16 @@ def _cv_correct(winners: np.ndarray, y_index: np.ndarray, folds: Folds, n_classe
         gathered = held_out[ids[rows, None, None], np.arange(n_classes)[None, :, None], winners[rows, None, :]]
         saturated, saturated_as = None, None  # the decays of one (bits, count scale) share their counts t
         fold_rows = ids[rows, None, None]
+        counted = held_out.sum(axis=(1, 2))[fold_rows]  # each scored row's fold model's rows times ρ
         for k, (bits, decay, count_scale) in enumerate(weightings):
-            if saturated_as != (bits, count_scale):
-                saturated, saturated_as = scaled_counts(gathered, count_scale, bits), (bits, count_scale)
+            if saturated_as != (bits, count_scale):  # codes as the deployed model's counts of all n rows get them
+                saturated = fold_codes(gathered, count_scale, bits, counted, deployed)
+                saturated_as = (bits, count_scale)
             if bits == 1:
                 scores = (saturated == 0).sum(axis=2)
             else:  # each fold's model has the lut calibrated on its own counts, as the deployed one has
-                scores = fold_lut_weights(held_out, saturated, fold_rows, decay, bits, count_scale).sum(axis=2)
+                scores = fold_lut_weights(held_out, saturated, fold_rows, decay, bits, count_scale,
+                                          deployed).sum(axis=2)
             hits = np.argmin(scores, axis=1) == y_index[rows]
             out[k, r * folds.validated:(r + 1) * folds.validated] = np.bincount(ids[rows][hits],
                                                                                minlength=folds.validated)
