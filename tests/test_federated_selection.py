@@ -65,7 +65,10 @@ def test_federated_tallies_are_the_pooled_cross_validation_on_compiles_folds():
     seed_M = draw_seed(solver_random_state(0))
     candidates = [solver.Candidate(**c) for c in info["candidates"]]
     rng = np.random.default_rng(0)
-    for i in rng.choice(len(candidates), 12, replace=False):
+    # and every one with a count scale: the folds' counts are coded as the deployed model's (quantize.fold_codes)
+    scaled = [i for i, c in enumerate(candidates) if c.count_scale > 1 and c.bits > 1]
+    assert len(scaled) >= 4
+    for i in sorted(set(rng.choice(len(candidates), 12, replace=False)) | set(scaled[:: max(1, len(scaled) // 8)])):
         c = candidates[i]
         U = hash_inputs(stages[c.scaling].quantize(X), c.sign_split).astype(float)
         ranked = solver._ranked_winners(U, seeded_indices(seed_M, c.m, c.s, U.shape[1]), [c.m], c.rho)

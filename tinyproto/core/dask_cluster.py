@@ -20,6 +20,12 @@ from tinyproto.core.errors import TinyprotoError
 
 CONNECT_TIMEOUT_S = 20.0  # connecting to a scheduler, starting workers (--timeout)
 _HANDSHAKE_MAX = 1 << 20  # a dask handshake is ~100 bytes
+# What a worker's tasks import besides dask (a sweep point's compile, a federated party's counts): scikit-learn and
+# SciPy, about 1 s of CPU per worker process. The fork server the worker processes are forked from imports them
+# once (start_forkserver_deaf_to_ctrl_c), so a cluster's workers, and every later cluster this process starts, skip
+# it. Third-party modules only: tinyproto's own are imported by each worker, from the files as they are then.
+WORKER_PRELOAD = ["scipy.sparse", "scipy.special", "scipy.stats", "scipy.ndimage", "sklearn.base",
+                  "sklearn.utils.validation", "sklearn.model_selection", "sklearn.cluster", "sklearn.svm", "joblib"]
 
 
 class DaskCluster:
@@ -172,12 +178,12 @@ def start_forkserver_deaf_to_ctrl_c() -> str:
     starts prints a KeyboardInterrupt traceback. An ignored signal stays ignored through exec, so the fork server
     and every worker forked from it never see Ctrl-C; this process shuts them down. The server's output goes to
     /dev/null (core/quiet_workers.py): a worker still starting when the cluster closes prints nothing. The fork
-    server also imports dask once instead of once per worker. The signal is ignored only while the server is
-    spawned (milliseconds): a Ctrl-C then is not seen."""
+    server also imports dask, numpy and WORKER_PRELOAD once instead of once per worker. The signal is ignored only
+    while the server is spawned (milliseconds): a Ctrl-C then is not seen."""
     import multiprocessing
     from multiprocessing import forkserver
 
-    multiprocessing.get_context("forkserver").set_forkserver_preload(["distributed", "numpy",
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["distributed", "numpy", *WORKER_PRELOAD,
                                                                          "tinyproto.core.quiet_workers"])
     in_main = threading.current_thread() is threading.main_thread()
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
