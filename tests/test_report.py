@@ -254,6 +254,21 @@ def test_a_validation_json_whose_checks_are_not_checks_is_one_error(work, compil
     refused(["report", str(model)], "validation.json is damaged", model.parent)
 
 
+@pytest.mark.parametrize("field", ["count", "what", "ctype", "bytes"])
+def test_a_ledger_entry_without_a_field_the_page_shows_is_one_error(compiled, field):
+    """A ledger array without its count (report.json of a federate directory, edited) was an internal error in the
+    page's template; every field the byte ledger shows is checked first."""
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.pipeline.report_data import load_input
+
+    model = compiled("iris", "1kB")
+    report = json.loads((model / "report.json").read_text())
+    del next(iter(report["ledger"]["arrays"].values()))[field]
+    (model / "report.json").write_text(json.dumps(report))
+    with pytest.raises(TinyprotoError, match="report.json is damaged: its ledger"):
+        load_input(model)
+
+
 VALIDATION_DISAGREES = {
     "other-model": lambda v: v.update(model_hash="0x00000001"),
     "other-board": lambda v: v.update(board="mega2560"),

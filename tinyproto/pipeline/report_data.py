@@ -183,9 +183,10 @@ def _checks_ok(checks: object) -> bool:
 
 
 def _ledger_ok(report: dict) -> bool:
+    """Every field the page's byte ledger shows (a count missing was an internal error in the template)."""
     arrays = report["ledger"]["arrays"]
-    return all(isinstance(a, dict) and kind_ok(a.get("bytes"), "count") and isinstance(a.get("ctype"), str)
-               for a in arrays.values())
+    return all(isinstance(a, dict) and kind_ok(a.get("bytes"), "count") and kind_ok(a.get("count"), "count")
+               and isinstance(a.get("ctype"), str) and isinstance(a.get("what"), str) for a in arrays.values())
 
 
 def validation_problem(validation: dict, meta: dict, report: dict, board, n_test: int) -> str | None:
@@ -224,7 +225,7 @@ def load_single(path: Path) -> ReportInput:
     check_fields(report, _REPORT_FIELDS, path / "report.json")
     if not _ledger_ok(report):
         raise TinyprotoError(f"{path / 'report.json'} is damaged: its ledger is not a list of arrays with their "
-                             "bytes; run `tinyproto compile` again")
+                             "type, count, bytes and description; run `tinyproto compile` again")
     board = load_board(report["board"])
     validation = read_json(path / "validation.json", "the validation summary") \
         if os.path.lexists(path / "validation.json") else None
