@@ -139,11 +139,18 @@ def fold_codes(raw: np.ndarray, count_scale: int, bits: int, rows, deployed_rows
     of them 86.0 % (the float weights of the same counts: 94.7, 96.3, 94.5 %). With the fold models read as the
     shipped one the search chose q = 4, ρ = 32, c = 0.5: 98.0 % (its float model 95.5 %)."""
     raw = np.asarray(raw, dtype=np.int64)
-    q = int(count_scale)
+    q, cap, N = int(count_scale), (1 << bits) - 1, int(deployed_rows)
     if q == 1:
-        return np.minimum(raw, (1 << bits) - 1)
+        return np.minimum(raw, cap)
+    counts = raw if raw.min(initial=0) >= 0 else np.maximum(raw, 0)
     n = np.maximum(np.asarray(rows, dtype=np.int64), 1)  # a model that counted nothing has no counts to code
-    return _log2_of_steps(np.maximum(raw, 0) * int(deployed_rows) // (q * n) + 1, (1 << bits) - 1)
+    sizes, which = np.unique(n, return_inverse=True)  # the folds' row counts: a handful, n broadcasts
+    top = int(counts.max(initial=0))
+    if sizes.size * (top + 1) <= max(counts.size, 1 << 16):  # one code per (fold size, count), then a gather: the
+        # solver codes thousands of arrays of the same few folds
+        table = _log2_of_steps(np.arange(top + 1, dtype=np.int64)[None, :] * N // (q * sizes[:, None]) + 1, cap)
+        return table.reshape(-1).take(which.reshape(n.shape) * (top + 1) + counts)
+    return _log2_of_steps(counts * N // (q * n) + 1, cap)
 
 
 def row_arrays(n_classes: int, bits: int, n_inputs: int, store_M: bool, decay: float, packed: np.ndarray,
@@ -245,7 +252,8 @@ def fold_lut_weights(held_out: np.ndarray, codes: np.ndarray, fold_of: np.ndarra
     if count_scale == 1:
         return decay_lut(decay, bits)[codes]
     rows = None if deployed_rows is None else held_out.sum(axis=(-2, -1))
-    return calibrated_lut(held_out, decay, bits, count_scale, rows, deployed_rows)[fold_of, codes]
+    luts = calibrated_lut(held_out, decay, bits, count_scale, rows, deployed_rows)  # (folds, 2^bits)
+    return luts.reshape(-1).take(np.asarray(fold_of) * luts.shape[-1] + codes)  # luts[fold_of, codes], flat: faster
 
 
 def _weight_units(raw: np.ndarray, decay: float, count_scale: int, times: int = 1, per: int = 1) -> np.ndarray:
