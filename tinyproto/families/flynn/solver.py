@@ -499,18 +499,28 @@ class ShapeGrid:
 
 
 class CycleReplays:
-    """The cost model's cycles of the seeded M that ships (ExactCycles), one stream replay per (s, inputs), grown
-    when a larger m is asked; shared by every plan of one solve."""
+    """The cost model's cycles of the seeded M that ships (ExactCycles), one stream replay per (seed, s, inputs),
+    grown when a larger m is asked. The replays are kept for the process (the last _KEPT_REPLAYS), not per solve:
+    a replay depends on nothing but its key, and the federated selection prices the very plans compile's search
+    priced (federate runs both), as a sweep's points and the folds' searches do."""
+
+    _replays: dict[tuple[int, int, int, int], ExactCycles] = {}
 
     def __init__(self, seed: int):
         self.seed = seed
-        self._replays: dict[tuple[int, int], ExactCycles] = {}
 
     def of(self, s: int, n_in: int, m_max: int, n_features: int) -> ExactCycles:
-        replay = self._replays.get((s, n_in))
+        key = (self.seed, s, n_in, n_features)
+        replay = self._replays.pop(key, None)
         if replay is None or replay.m_max < m_max:
-            replay = self._replays[(s, n_in)] = ExactCycles(self.seed, s, n_in, m_max, n_features)
+            replay = ExactCycles(self.seed, s, n_in, m_max, n_features)
+        self._replays[key] = replay  # the most recently used last
+        while len(self._replays) > _KEPT_REPLAYS:
+            del self._replays[next(iter(self._replays))]
         return replay
+
+
+_KEPT_REPLAYS = 32  # a solve uses one per s grid value and input count (a handful); a few solves' worth
 
 
 def _plan(limits: PlanLimits, s: int, grid: ShapeGrid, n_in: int, stage: int | None) -> list[Candidate]:
