@@ -97,24 +97,7 @@ def scaled_counts(raw: np.ndarray, count_scale: int, bits: int) -> np.ndarray:
     and sensor windows with shocks (win600s, seed 1) 4.50; in log2 codes, 62.53 % and 98.50 % (float 99.50 %):
     `bench_int8.py --quick --stages` at commit 0b989db. A model directory from before these codes (model format
     6) is refused by every verb, to be compiled again (core/modeldir.MODEL_FORMAT_VERSION)."""
-    raw = np.asarray(raw, dtype=np.int64)
-    cap = (1 << bits) - 1
-    q = int(count_scale)
-    if q == 1:
-        return np.minimum(raw, cap)
-    counts = np.maximum(raw, 0)
-    top = int(counts.max(initial=0))
-    if top <= _TABLE_MAX:  # counts are at most the training rows: one code per count, then a gather (the solver
-        return _log2_codes(np.arange(top + 1, dtype=np.int64), q, cap)[counts]  # scores thousands of arrays)
-    return _log2_codes(counts, q, cap)
-
-
-_TABLE_MAX = 1 << 20  # larger counts are coded directly rather than through a table of every count up to them
-
-
-def _log2_codes(counts: np.ndarray, q: int, cap: int) -> np.ndarray:
-    """min(floor(log2(t // q + 1)), cap) for non-negative counts t."""
-    return _log2_of_steps(counts // q + 1, cap)
+    return fold_codes(raw, count_scale, bits, 1, 1)  # the deployed model read as itself
 
 
 def _log2_of_steps(steps: np.ndarray, cap: int) -> np.ndarray:
@@ -127,8 +110,8 @@ def fold_codes(raw: np.ndarray, count_scale: int, bits: int, rows, deployed_rows
     """The codes of a fold model's counts `raw` read as the deployed model's: a model counted on `rows` rows
     (broadcasting with raw) stands for the one counted on all `deployed_rows`, whose counts are deployed_rows/rows
     times larger, so count t takes the code of t * deployed_rows / rows, k = floor(log2(floor(t N / (q n)) + 1))
-    (N = deployed_rows, n = rows; exact integers). With n = N: scaled_counts. With q = 1 the codes are the counts
-    themselves, as scaled_counts gives them (a model that learns on the device counts one by one).
+    (N = deployed_rows, n = rows; exact integers). With n = N: the deployed codes (scaled_counts). With q = 1 the
+    codes are the counts themselves (a model that learns on the device counts one by one).
 
     Why: logarithmic codes saturate at q (2^(2^b - 1) - 1), and the deployed model counts every training row, a
     fold model of K folds (K - 1)/K of them: validated at their own counts, the fold models saturated fewer filter
@@ -188,6 +171,7 @@ def decay_lut(decay: float, bits: int) -> np.ndarray:
 
 
 _WEIGHT_UNIT = 1 << 16  # calibrated_lut sums weights in these units: every sum is a whole number below 2^53
+_TABLE_MAX = 1 << 20  # larger counts are weighed one distinct count at a time rather than through a table
 
 
 def calibrated_lut(raw: np.ndarray, decay: float, bits: int, count_scale: int = 1, rows=None,
