@@ -245,7 +245,7 @@ _FROM_VALIDATION = {"accuracy": "device_accuracy", "label_agreement": "label_agr
                     "score_agreement": "score_agreement", "cycles_mean": "cycles_mean", "passed": "passed"}
 
 
-def point_disagreement(path: Path, record: dict, config: dict) -> str | None:
+def _point_disagreement(path: Path, record: dict, config: dict) -> str | None:
     """How a result line disagrees with the sweep's data set or with its point's report.json / validation.json,
     or None (also when the point's directory or files are gone: the line is then all there is)."""
     from tinyproto.core.safe_io import read_json
@@ -279,7 +279,7 @@ def check_points_agree(path: Path, records: list[dict], config: dict) -> None:
     sweep, and `sweep --resume` runs nothing into one (it ran the missing points, then refused at the end, having
     written a point and sweep.json's run into a directory it called damaged)."""
     for record in records:
-        problem = point_disagreement(path, record, config)
+        problem = _point_disagreement(path, record, config)
         if problem:
             raise TinyprotoError(f"{path / RESULTS}: the line of point {record.get('id')} {problem}; the sweep "
                                  "directory is damaged: run the sweep again in a new --out")
