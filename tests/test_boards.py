@@ -132,7 +132,8 @@ def test_every_field_of_a_board_file_is_checked(tmp_path, monkeypatch, case):
                                          ("dangling", "which does not exist")])
 def test_a_board_file_that_is_no_file_is_named_not_called_unknown(tmp_path, monkeypatch, kind, words):
     """--board uno with boards/uno.json a directory or a broken link said "unknown board 'uno'; known boards: ..."
-    (the file is there); it is named now. The listing still leaves it out."""
+    (the file is there); it is named now. --board's list of known boards leaves it out; `tinyproto boards` (every
+    board file, checked) names it, as it names a damaged one, where it left it out without a word."""
     import tinyproto.core.boards as boards
 
     {"directory": lambda p: p.mkdir(), "loop": lambda p: p.symlink_to(p.name),
@@ -143,6 +144,20 @@ def test_a_board_file_that_is_no_file_is_named_not_called_unknown(tmp_path, monk
         boards.load_board("uno")
     with pytest.raises(TinyprotoError, match="unknown board 'nano'"):
         boards.load_board("nano")
+    with pytest.raises(TinyprotoError, match=f"uno.json.*{words}"):
+        boards.all_boards()
+
+
+def test_tinyproto_boards_names_a_board_file_it_cannot_list(tmp_path, monkeypatch):
+    """A file in boards/ whose name is no board name ("my uno.json") is named with what to do, not "unknown
+    board", and `tinyproto boards` is one error line, not a listing that leaves a board out."""
+    import tinyproto.core.boards as boards
+    from helpers import refused
+
+    (tmp_path / "my uno.json").write_text((boards.resource_dir("boards") / "uno.json").read_text())
+    monkeypatch.setattr(boards, "resource_dir", lambda name: tmp_path)
+    line = refused(["boards"], "my uno.json", tmp_path)
+    assert "rename or remove it" in line, line
 
 
 @pytest.mark.parametrize("verb", ["compile", "federate", "sweep"])

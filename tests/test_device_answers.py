@@ -31,6 +31,20 @@ F_CPU = 16_000_000
 OVERFLOW = 65536
 
 
+def test_the_raw_input_detail_says_what_its_count_of_int8_inputs_counts():
+    """raw_input's detail said "0 of 27000 int8 inputs" for digits' 450 test vectors of 64 features: it counts
+    the inputs the model reads (60 per vector), which the detail now says, with the data's width beside it."""
+    from tinyproto.pipeline.validate import _checks
+
+    raw = {"n_vectors": 450, "n_inputs": 27000, "inputs_per_vector": 60, "data_features": 64, "inputs_differing": 0,
+           "labels_changed": 0, "score_vectors_changed": 0}
+    detail = _checks(450, 450, 450, 450, raw, False, None, 100, True)["raw_input"]["detail"]
+    assert detail.startswith("0 of 27000 int8 inputs (450 vectors x 60: the model reads 60 of the data's 64 "
+                             "features), 0 score vectors"), detail
+    detail = _checks(450, 450, 450, 450, raw | {"data_features": 60}, False, None, 100, True)["raw_input"]["detail"]
+    assert detail.startswith("0 of 27000 int8 inputs (450 vectors x 60 features), "), detail
+
+
 def test_ratio_and_cycle_problem_take_any_value():
     assert ratio(3, 2) == 1.5
     for bad in (0, -1, math.nan, math.inf, None, True, "7", 10**400):

@@ -49,6 +49,7 @@ def test_device_equals_host_reference(compiled, data, budget, family):
     assert v["model_bytes"] <= v["budget_bytes"]
     raw = v["raw_input"]
     assert raw["inputs_differing_by_more_than_1_lsb"] == 0 and raw["labels_changed"] == 0
+    assert raw["n_inputs"] == raw["n_vectors"] * raw["inputs_per_vector"] <= raw["n_vectors"] * raw["data_features"]
     assert v["cycles_min"] > 1000 and v["latency_ms_mean"] == pytest.approx(v["cycles_mean"] / 16000.0)
     # the static cost model (compile time, before any build) predicts the simulator's exact cycles within 10 %
     assert abs(v["predicted_error"]) < 0.10

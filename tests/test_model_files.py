@@ -282,6 +282,49 @@ def test_a_damaged_test_vectors_file_is_named_once(work, compiled, verb, damage)
     assert "model.json" not in line and line.count("tinyproto compile") == 1, line
 
 
+@pytest.mark.parametrize("verb", ["build", "report"])
+def test_a_missing_or_pickled_array_of_the_test_vectors_is_named_in_words(work, compiled, verb):
+    """A test_vectors.npz without its scores array was "is damaged (KeyError)"; one whose array holds Python
+    objects "(ValueError)": every .npz reader names what is missing or wrong, never numpy's exception class."""
+    model = compiled("iris", "1kB")
+    path = model / "test_vectors.npz"
+    arrays = dict(np.load(path))
+    del arrays["scores"]
+    np.savez(path, **arrays)
+    line = refused([verb, str(model)], "it has no array 'scores' (arrays in it: X_raw", model.parent)
+    assert "Error" not in line and "run `tinyproto compile` again" in line, line
+    arrays["scores"] = np.array([{"a": 1}], dtype=object)
+    np.savez(path, **arrays)
+    line = refused([verb, str(model)], "its array 'scores' holds Python objects", model.parent)
+    assert "Error" not in line, line
+
+
+def test_the_advice_names_the_command_that_made_the_directory(work, compiled):
+    """A federated model's damaged report.json or test vectors said "run tinyproto compile again": the manifest
+    records the verb that made a directory (made_by), and every "make it again" advice names that verb (federate,
+    learn for its learned/ model, a sweep for its point); a directory with no such record is compile's."""
+    from tinyproto.core.modeldir import remake_advice
+
+    accepted(["federate", "iris", "--parties", "2", "--backend", "local", "--budget", "1kB", "--out",
+              str(work / "fed")])
+    assert json.loads((work / "fed" / ".tinyproto").read_text())["made_by"] == "federate"
+    (work / "fed" / "report.json").write_text('{"model": ')
+    line = refused(["build", str(work / "fed")], "report.json is damaged", work)
+    assert line.endswith("run `tinyproto federate` again"), line
+    model = compiled("iris", "1kB")
+    assert json.loads((model / ".tinyproto").read_text())["made_by"] == "compile"
+    assert remake_advice(model) == "run `tinyproto compile` again"
+    (work / "learnable").mkdir()
+    (work / "learnable" / "learn.json").write_text("{}")
+    shutil.copytree(model, work / "learnable" / "learned", symlinks=True)
+    (work / "learnable" / "learned" / ".tinyproto").unlink()  # no record: decided from where it is
+    assert remake_advice(work / "learnable" / "learned") == f"run `tinyproto learn {work / 'learnable'}` again"
+    (work / "sweep" / "points").mkdir(parents=True)
+    (work / "sweep" / "sweep.json").write_text("{}")
+    shutil.copytree(model, work / "sweep" / "points" / "p1", symlinks=True)
+    assert remake_advice(work / "sweep" / "points" / "p1").startswith("run the sweep again in a new --out")
+
+
 VECTOR_EDITS = {
     "a label out of range": lambda a: a.__setitem__("y", a["y"] + 50),
     "a negative label": lambda a: a.__setitem__("y", a["y"] - 50),

@@ -422,3 +422,28 @@ def test_a_results_line_of_the_wrong_type_is_named_in_plain_words(tmp_path, fiel
     path.write_text(f"{json.dumps(entry)}\n{_line('b')}\n")
     with pytest.raises(TinyprotoError, match=f"results.jsonl:1 is not a result line \\({wording}\\)"):
         read_results(path)
+
+
+def test_sweep_called_by_a_worker_importing_the_users_script_refuses_before_touching_a_file(tmp_path, monkeypatch):
+    """A script calling sweep() with no `if __name__ == "__main__":` guard: every worker process imports it again
+    (multiprocessing's start), so each called sweep() on the same directory; the first run said "Nanny failed to
+    start" and a worker's run failed writing sweep.json (FileNotFoundError). In such a worker sweep() refuses at
+    once, and the first run's error says what to do."""
+    import multiprocessing
+    import types
+
+    from tinyproto.core import dask_cluster
+
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(TinyprotoError, match=r"put the call under `if __name__ == \"__main__\":`"):
+        sweep("iris", tmp_path / "out", SweepOptions(models="protonn", budgets="512B", device="none"))
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", False, raising=False)
+
+    script = types.ModuleType("__main__")
+    script.__file__, script.__spec__ = str(tmp_path / "my_sweep.py"), None
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    assert "imports " + str(tmp_path / "my_sweep.py") in dask_cluster._script_hint(None, processes=True)
+    assert dask_cluster._script_hint("tcp://127.0.0.1:8786", processes=True) == ""
+    script.__file__ = os.path.join(sys.prefix, "bin", "tinyproto")  # the command line: nothing to add
+    assert dask_cluster._script_hint(None, processes=True) == ""

@@ -207,8 +207,10 @@ def print_validation_report(console: Console, v: dict, model_dir: Path) -> None:
                       f"{markers['marker_minus_timer1_min']}..{markers['marker_minus_timer1_max']}")
     raw = v.get("raw_input")
     if raw:
-        table.add_row("on-device input stage", f"{raw['inputs_differing']} of {raw['n_inputs']} int8 inputs differ "
-                      f"({raw['inputs_differing_by_more_than_1_lsb']} by > 1 LSB); "
+        from tinyproto.pipeline.validate import inputs_counted
+
+        table.add_row("on-device input stage", f"{raw['inputs_differing']} of {raw['n_inputs']} int8 inputs"
+                      f"{inputs_counted(raw)} differ ({raw['inputs_differing_by_more_than_1_lsb']} by > 1 LSB); "
                       f"{raw['labels_changed']} labels change")
     line = v.get("line")
     if line:

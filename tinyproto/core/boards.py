@@ -207,7 +207,14 @@ def _board_from_json(raw: dict) -> Board:
 
 
 def all_boards() -> list[Board]:
-    return [load_board(name) for name in available_boards()]
+    """Every board file, each checked: a boards/NAME.json that is a directory, a broken link or unreadable is
+    named by load_board, never left out of `tinyproto boards` without a word."""
+    every = sorted(resource_dir("boards").glob("*.json"))
+    for path in every:
+        if not _BOARD_NAME.fullmatch(path.stem):
+            raise TinyprotoError(f"{path}: not a board file name (letters, digits, '_', '.' and '-', at most 64); "
+                                 "rename or remove it")
+    return [load_board(path.stem) for path in every]
 
 
 def boards_table_rows() -> list[tuple[str, ...]]:

@@ -52,7 +52,8 @@ class DaskCluster:
                                  f"{one_line(exc)}") from None
         except (RuntimeError, OSError) as exc:  # e.g. "Nanny failed to start", no free port
             self.close()
-            raise TinyprotoError(f"could not start the dask cluster ({self.where}): {one_line(exc)}") from None
+            raise TinyprotoError(f"could not start the dask cluster ({self.where}): {one_line(exc).rstrip('.')}"
+                                 + _script_hint(scheduler, processes)) from None
         except BaseException:
             self.close()
             raise
@@ -136,6 +137,38 @@ class DaskCluster:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def refuse_in_a_worker_importing_main(call: str) -> None:
+    """Called first by the functions that start worker processes (sweep, federate): multiprocessing starts each
+    worker by importing the user's script again (as __mp_main__), and a script that calls sweep() at import, with
+    no `if __name__ == "__main__":` guard, called it again in every worker, which then touched the sweep's own
+    directory (a FileNotFoundError from writing sweep.json) while the first run said "Nanny failed to start". In
+    such a worker this refuses at once, before any file is touched; the first run's error says why (_script_hint)."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # multiprocessing's own test
+        raise TinyprotoError(f"{call} was called while a worker process imported the script that started it; "
+                             "put the call under `if __name__ == \"__main__\":`")
+
+
+def _script_hint(scheduler: str | None, processes: bool) -> str:
+    """What the failure of a LocalCluster's worker processes to start most likely means when tinyproto runs from
+    the user's own script (not the CLI): each worker imports that script again (see
+    refuse_in_a_worker_importing_main). Empty for the CLI, a scheduler's cluster or thread workers."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = spec.name if spec is not None else getattr(main, "__file__", None)
+    if scheduler or not processes or not name:
+        return ""
+    path = os.path.realpath(str(name)) if spec is None else ""
+    if str(name).split(".")[0] == "tinyproto" or os.path.basename(str(name)) == "tinyproto" or (
+            path and path.startswith(os.path.realpath(sys.prefix) + os.sep)):
+        return ""  # the command line, or a tool installed beside tinyproto (pytest): not a script of the user's
+    return (f"; each worker process imports {name} again: if it calls tinyproto's sweep or federate when imported, "
+            "put that call under `if __name__ == \"__main__\":`")
 
 
 @contextmanager

@@ -18,6 +18,7 @@ import numpy as np
 from tinyproto.core.budget import is_size_unit
 from tinyproto.core.builtin_sets import BUILTIN
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.npz_arrays import NpzProblem, read_npz_arrays
 
 MAX_FILE_BYTES = 512 * 1024 * 1024  # a 10,000 x 784 CSV of pixels is ~30 MB
 MAX_VALUES = 1 << 26  # X entries (537 MB as float64)
@@ -205,14 +206,17 @@ def load_npz(raw: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
                 )
             for key in ("X", "y"):
                 _check_npy_header(archive, members[key], key, name)
-        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
-            X, y = data["X"], data["y"]
+        arrays = read_npz_arrays(raw, ("X", "y"), MAX_VALUES)
+        X, y = arrays["X"], arrays["y"]
     except TinyprotoError:
         raise
     except MemoryError:
         raise TinyprotoError(f"{name}: too large to load into memory") from None
-    except Exception as exc:  # a damaged archive raises many types (BadZipFile, EOFError, zlib.error, ...)
-        raise TinyprotoError(f"{name}: cannot be read as .npz ({type(exc).__name__}: {_reason(exc)})") from None
+    except NpzProblem as exc:
+        raise TinyprotoError(f"{name}: {exc}; save it again with numpy.savez(path, X=X, y=y)") from None
+    except Exception:  # the archive's directory or an array's .npy header is damaged (BadZipFile, EOFError, ...)
+        raise TinyprotoError(f"{name}: is not a complete .npz archive (cut short or overwritten); save it again "
+                             "with numpy.savez(path, X=X, y=y)") from None
     return _npz_features(X, name), _npz_labels(y, name)
 
 

@@ -59,14 +59,18 @@ def read_manifest(directory: Path) -> dict | None:
     return data
 
 
-def write_manifest(directory: Path) -> None:
-    """Record every file now under `directory` with its sha256 (called last when a directory is created)."""
+def write_manifest(directory: Path, made_by: str | None = None) -> None:
+    """Record every file now under `directory` with its sha256 (called last when a directory is created), and the
+    verb that made it (`made_by`: what a reader's "make it again" advice names, see modeldir.remake_advice)."""
     files = {}
     for path in sorted(Path(directory).rglob("*")):
         rel = path.relative_to(directory).as_posix()
         if path.is_file() and not path.is_symlink() and rel not in (MANIFEST, LOCK):
             files[rel] = file_sha256(path)
-    write_json(Path(directory) / MANIFEST, {"written_by": "tinyproto", "version": 1, "files": files})
+    doc = {"written_by": "tinyproto", "version": 1, "files": files}
+    if made_by:
+        doc["made_by"] = made_by
+    write_json(Path(directory) / MANIFEST, doc)
 
 
 def record_outputs(directory: Path, *names: str) -> None:

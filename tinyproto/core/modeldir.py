@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.manifest import NAME_MAX
+from tinyproto.core.manifest import NAME_MAX, read_manifest
+from tinyproto.core.npz_arrays import NpzProblem, read_npz_arrays
 from tinyproto.core.strict_json import check_fields
 from tinyproto.core.safe_io import file_sha256, open_regular, read_json
 
@@ -45,6 +46,29 @@ MODEL_FORMAT_VERSION = 8
 # Format 7 FlyNN firmware mirrored an input as ~x = -x - 1 for the sign split, format 8 as -x (the float model's
 # mirror): the same model.json and header, other winners, so a format-7 directory's vectors and firmware would
 # disagree with this version's reference.
+
+
+MAX_VECTOR_VALUES = 1 << 28  # an array of test_vectors.npz (compile's data sets hold at most 1 << 26 values)
+# the verbs that make a model directory (the manifest's made_by) and how to make one again
+REMAKE = {"compile": "run `tinyproto compile` again", "federate": "run `tinyproto federate` again",
+          "export": "run `tinyproto export` again"}
+
+
+def remake_advice(directory: Path) -> str:
+    """What to run to make a model directory again, named for the command that made it: compile, federate (the
+    manifest's made_by), learn (its learned/ model) or a sweep (one of its points). A damaged directory must not send
+    the user to a command that never wrote it ("run tinyproto compile again" for a federated model)."""
+    directory = Path(directory)
+    try:
+        made_by = (read_manifest(directory) or {}).get("made_by")
+    except TinyprotoError:  # an unreadable manifest: decided from where the directory is
+        made_by = None
+    if made_by == "learn" or (made_by is None and directory.name == "learned"
+                              and os.path.lexists(directory.parent / "learn.json")):
+        return f"run `tinyproto learn {directory.parent}` again"
+    if directory.parent.name == "points" and os.path.lexists(directory.parent.parent / "sweep.json"):
+        return f"run the sweep again in a new --out (this is its point {directory.name})"
+    return REMAKE.get(made_by, REMAKE["compile"])
 
 
 def int_model_digest(int_model: dict) -> str:
@@ -82,11 +106,14 @@ class TestVectors:
     def load(cls, path: Path) -> "TestVectors":
         handle = open_regular(path, "the test vectors")  # one that cannot be read is said so, not "damaged"
         try:
-            with handle, np.load(handle, allow_pickle=False) as data:
-                arrays = [np.asarray(data[k]) for k in cls.KEYS]
-        except Exception as exc:  # zipfile, numpy and OS errors alike: the file is not what compile wrote
-            raise TinyprotoError(f"{path} is damaged ({type(exc).__name__}); run `tinyproto compile` again") from None
-        return cls(*arrays)
+            with handle:
+                arrays = read_npz_arrays(handle, cls.KEYS, MAX_VECTOR_VALUES)
+        except NpzProblem as exc:  # what is missing or wrong, in words (never numpy's exception class)
+            raise TinyprotoError(f"{path} is damaged: {exc}; {remake_advice(path.parent)}") from None
+        except OSError as exc:
+            raise TinyprotoError(f"{path} cannot be read ({exc.strerror or exc}); {remake_advice(path.parent)}") \
+                from None
+        return cls(*(arrays[k] for k in cls.KEYS))
 
     def check_shapes(self, n_features: int, n_classes: int, path: Path) -> None:
         n = self.labels.shape[0] if self.labels.ndim == 1 else -1
@@ -98,7 +125,7 @@ class TestVectors:
             if array.shape != expected[key] or array.dtype.kind not in kinds or n < 1:
                 raise TinyprotoError(f"{path} is damaged: it does not fit the model of model.json ({n_features} "
                                      f"features, {n_classes} classes): its array {key} has shape {array.shape} "
-                                     f"{array.dtype}; run `tinyproto compile` again")
+                                     f"{array.dtype}; {remake_advice(path.parent)}")
 
 
 # report.json's figures any verb reads (each may be absent): report's own, stricter list is report_data's
@@ -120,8 +147,8 @@ class ModelDir:
         """report.json, for the verbs that record or check figures from it (build, validate, flash): a missing one
         was read as empty, and validate then blamed build.json ("model_bytes is 330, not report.json's None")."""
         if not os.path.lexists(self.path / "report.json"):  # (a loop or a directory there: read_json says so)
-            raise TinyprotoError(f"{self.path} has no report.json (the compile report); run `tinyproto compile` "
-                                 "again")
+            raise TinyprotoError(f"{self.path} has no report.json (the compile report); "
+                                 f"{remake_advice(self.path)}")
         return self.report
 
     def int_model_json(self) -> dict:
@@ -132,7 +159,7 @@ class ModelDir:
             raise TinyprotoError(f"{self.path / 'model.json'} is damaged: no int_model")
         if "int_model_sha256" not in self.meta:
             raise TinyprotoError(f"{self.path / 'model.json'} has no int_model_sha256 (written by an older "
-                                 "tinyproto, or edited); run `tinyproto compile` again")
+                                 f"tinyproto, or edited); {remake_advice(self.path)}")
         if self.meta["int_model_sha256"] != int_model_digest(raw):
             raise TinyprotoError(f"{self.path / 'model.json'} was changed after it was written: its int_model "
                                  "does not match its recorded sha256")
@@ -168,8 +195,8 @@ class ModelDir:
         path = self.path / "test_vectors.npz"
         vectors = TestVectors.load(path)  # first: a damaged file says so, with what is wrong with it
         if file_sha256(path, "the test vectors") != self.meta.get("vectors_sha256"):
-            raise TinyprotoError(f"{path} is damaged or edited: not the file compile wrote (its sha256 differs from "
-                                 "model.json's); run `tinyproto compile` again")
+            raise TinyprotoError(f"{path} is damaged or edited: not the file tinyproto wrote (its sha256 differs "
+                                 f"from model.json's); {remake_advice(self.path)}")
         return vectors
 
 
@@ -181,15 +208,15 @@ def load_model_dir(path: Path) -> ModelDir:
     if not os.path.lexists(meta_path):  # a loop of links or an unreadable one is not "no model.json"
         raise TinyprotoError(f"{path} is not a tinyproto model directory (no model.json); "
                              "run `tinyproto compile` first")
-    meta = read_json(meta_path, "the model", strict=True)
+    meta = read_json(meta_path, "the model", strict=True, advice=remake_advice(path))
     if meta.get("format") != MODEL_FORMAT or not _is_int(meta.get("format_version"), MODEL_FORMAT_VERSION,
                                                          MODEL_FORMAT_VERSION):
         if meta.get("format") == MODEL_FORMAT and _is_int(meta.get("format_version"), 1, MODEL_FORMAT_VERSION - 1):
             raise TinyprotoError(f"{meta_path}: a model of format version {meta['format_version']}, "
                                  f"written by an older tinyproto whose generated header differs; "
-                                 f"run `tinyproto compile` again")
+                                 f"{remake_advice(path)}")
         raise TinyprotoError(f"{meta_path}: not a tinyproto model of format version {MODEL_FORMAT_VERSION}")
-    _check_meta_fields(meta, meta_path)
+    _check_meta_fields(meta, meta_path, remake_advice(path))
     digest = meta.get("model_hash")
     if not isinstance(digest, str) or len(digest) != 10 or not digest.startswith("0x"):
         raise TinyprotoError(f"{meta_path} is damaged: model_hash {digest!r} is not a 32-bit hex value")
@@ -198,11 +225,12 @@ def load_model_dir(path: Path) -> ModelDir:
     except ValueError:
         raise TinyprotoError(f"{meta_path} is damaged: model_hash {digest!r} is not a 32-bit hex value") from None
     report_path = path / "report.json"
-    report = read_json(report_path, "the compile report") if os.path.lexists(report_path) else {}
+    report = (read_json(report_path, "the model's report", advice=remake_advice(path))
+              if os.path.lexists(report_path) else {})
     if report:
         # the figures the verbs take from it beside the report verb's own checks (learn printed int8_accuracy
         # [1] as an internal error at its end; validate and build record model_bytes and budget_bytes)
-        check_fields(report, REPORT_FIGURES, report_path, optional=set(REPORT_FIGURES))
+        check_fields(report, REPORT_FIGURES, report_path, optional=set(REPORT_FIGURES), advice=remake_advice(path))
     return ModelDir(path, meta, report)
 
 
@@ -216,7 +244,7 @@ def _is_int(value: object, low: int, high: int) -> bool:
 WRITTEN_FIELDS = ("dataset", "prefix", "seed", "board", "budget_bytes")
 
 
-def _check_meta_fields(meta: dict, meta_path: Path) -> None:
+def _check_meta_fields(meta: dict, meta_path: Path, advice: str) -> None:
     """model.json's fields outside int_model are not covered by its hashes, yet go into generated C (the header's
     banner) and file names: each must have the type and range compile writes, or the directory is refused."""
     from tinyproto.core.budget import MAX_BUDGET_BYTES
@@ -224,7 +252,7 @@ def _check_meta_fields(meta: dict, meta_path: Path) -> None:
     missing = [key for key in WRITTEN_FIELDS if key not in meta]
     if missing:  # a default in its place would build another model: uno's firmware for a Mega's, other C symbols
         raise TinyprotoError(f"{meta_path} is damaged: it has no {missing[0]} (compile writes it; a default in its "
-                             "place would build another firmware); run `tinyproto compile` again")
+                             f"place would build another firmware); {advice}")
     dataset = meta["dataset"]
     if not isinstance(dataset, str) or not 0 < len(dataset) <= NAME_MAX:
         raise TinyprotoError(f"{meta_path} is damaged: dataset must be a name of 1 to {NAME_MAX} characters")
@@ -262,7 +290,7 @@ def check_project_files(directory: Path) -> None:
             try:
                 mode = os.stat(path).st_mode
             except OSError as exc:
-                raise TinyprotoError(f"{path} cannot be read ({exc.strerror}); run `tinyproto compile` again") from None
+                raise TinyprotoError(f"{path} cannot be read ({exc.strerror}); {remake_advice(directory)}") from None
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 raise TinyprotoError(f"{path} is not a regular file (a FIFO or a device in a source's place); "
-                                     "run `tinyproto compile` again")
+                                     f"{remake_advice(directory)}")

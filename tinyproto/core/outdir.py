@@ -392,7 +392,7 @@ def atomic_directory(out: Path, verb: str = "compile") -> Iterator[Path]:
         scratch, fd = _new_scratch(out.parent, verb)  # held across the swap: the new directory is born locked
         scratch.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary directory
         yield scratch
-        write_manifest(scratch)
+        write_manifest(scratch, verb)
         _swap_in(scratch, out, verb)
     except BaseException as exc:
         if scratch is not None:

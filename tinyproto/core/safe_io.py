@@ -63,7 +63,7 @@ def check_regular_file(path: Path, what: str) -> None:
     _regular_file(path, what)
 
 
-def read_json(path: Path, what: str, strict: bool = False) -> dict:
+def read_json(path: Path, what: str, strict: bool = False, advice: str | None = None) -> dict:
     """A JSON object from a regular file of sane size, or one clear line saying what is wrong with it.
 
     strict (the files tinyproto rebuilds a model from): no NaN / Infinity literals or numbers that overflow to
@@ -77,9 +77,10 @@ def read_json(path: Path, what: str, strict: bool = False) -> dict:
     try:
         data = strict_json.loads(raw.decode("utf-8")) if strict else strict_json.loads_unique_keys(raw.decode("utf-8"))
     except (UnicodeError, ValueError, RecursionError) as exc:
-        raise TinyprotoError(f"{path} is damaged: not valid JSON ({what}): {str(exc)[:80]}") from None
+        raise TinyprotoError(f"{path} is damaged: not valid JSON ({what}): {str(exc)[:80]}"
+                             + (f"; {advice}" if advice else "")) from None
     if not isinstance(data, dict):
-        raise TinyprotoError(f"{path} is damaged: expected a JSON object ({what})")
+        raise TinyprotoError(f"{path} is damaged: expected a JSON object ({what})" + (f"; {advice}" if advice else ""))
     return data
 
 

@@ -74,7 +74,8 @@ def kind_ok(value: object, kind: str) -> bool:
     return (kind != "count" or isinstance(value, int)) and (kind != "fraction" or value <= 1)
 
 
-def check_fields(doc: dict, fields: dict[str, str], file: Path, optional: set[str] = frozenset()) -> None:
+def check_fields(doc: dict, fields: dict[str, str], file: Path, optional: set[str] = frozenset(),
+                 advice: str = "run the command that wrote it again") -> None:
     """One clear error unless every dotted key of `fields` holds a value of its kind in `doc`."""
     for key, kind in fields.items():
         value: object = doc
@@ -86,5 +87,4 @@ def check_fields(doc: dict, fields: dict[str, str], file: Path, optional: set[st
             shown = json.dumps(value)[:24] if not isinstance(value, float) else str(value)
             what = {"text": "text", "object": "an object", "count": "a whole number >= 0",
                     "fraction": "a fraction in 0..1", "amount": "a number >= 0"}[kind]
-            raise TinyprotoError(f"{file} is damaged: {key} is {shown}, not {what}; run the command that wrote "
-                                 "it again")
+            raise TinyprotoError(f"{file} is damaged: {key} is {shown}, not {what}; {advice}")

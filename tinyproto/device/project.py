@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError, cwd_exists
+from tinyproto.core.modeldir import remake_advice
 from tinyproto.core.outdir import private_scratch
 from tinyproto.core.render import jinja_env
 from tinyproto.core.safe_io import MAX_JSON_BYTES, read_bytes_file
@@ -88,7 +89,8 @@ def render_arduino_platformio_ini(board, name: str | list[str], sketch: str | No
 def _read_ini(project_dir: Path) -> configparser.ConfigParser:
     ini = project_dir / "platformio.ini"
     if not os.path.lexists(ini):
-        raise TinyprotoError(f"{project_dir} is not a PlatformIO project (no platformio.ini); run tinyproto compile")
+        raise TinyprotoError(f"{project_dir} is not a PlatformIO project (no platformio.ini); "
+                             f"{remake_advice(project_dir)}")
     # read here, not by parser.read(), which skips a file it cannot open: an unreadable platformio.ini was a
     # project of no environments ("env 'uno_sim' is none of platformio.ini's environments (none)")
     text = read_bytes_file(ini, "the PlatformIO project file", MAX_JSON_BYTES)
@@ -97,7 +99,7 @@ def _read_ini(project_dir: Path) -> configparser.ConfigParser:
         parser.read_string(text.decode("utf-8"), str(ini))
     except (configparser.Error, UnicodeDecodeError) as exc:
         first = str(exc).splitlines()[0][:120]
-        raise TinyprotoError(f"{ini} is damaged ({first}); run tinyproto compile again") from None
+        raise TinyprotoError(f"{ini} is damaged ({first}); {remake_advice(project_dir)}") from None
     return parser
 
 

@@ -372,8 +372,21 @@ def int_model_from_json(raw: dict) -> IntModel:
     return wrap_from_json(family(name).from_json(own), calibration, lowest_wins(name))
 
 
+def _in_words(exc: Exception) -> str:
+    """A malformed int_model's fault as the user reads it (a missing field is not "KeyError")."""
+    text = " ".join(str(exc).split())[:80]
+    if isinstance(exc, KeyError):
+        return f"it has no field {exc.args[0]!r}" if exc.args else "a field is missing"
+    if isinstance(exc, IndexError):
+        return "an array is shorter than its shape says"
+    if isinstance(exc, (TypeError, ValueError)):
+        return f"a field has the wrong type or shape: {text}"
+    return f"a field is malformed: {text}"
+
+
 def load_int_model(model_dir: ModelDir) -> IntModel:
     """The integer model of a model directory; a damaged or edited model.json is refused, never trusted."""
+    from tinyproto.core.modeldir import remake_advice
     from tinyproto.core.render import model_hash
 
     raw = model_dir.int_model_json()
@@ -385,8 +398,8 @@ def load_int_model(model_dir: ModelDir) -> IntModel:
     except TinyprotoError as exc:  # a field out of its range: say which file holds it
         raise TinyprotoError(f"{where} is damaged: {exc}") from None
     except Exception as exc:  # any malformed field: wrong type, shape, missing key
-        raise TinyprotoError(f"{where} is damaged: its int_model cannot be read "
-                             f"({type(exc).__name__}: {str(exc)[:80]})") from None
+        raise TinyprotoError(f"{where} is damaged: its int_model cannot be read ({_in_words(exc)}); "
+                             f"{remake_advice(model_dir.path)}") from None
     if problem:
         raise TinyprotoError(f"{where} is damaged: its int_model is not a model tinyproto can run ({problem})")
     if digest != model_dir.model_hash:
@@ -394,8 +407,8 @@ def load_int_model(model_dir: ModelDir) -> IntModel:
                              f"recorded {model_dir.meta['model_hash']}")
     disagreement = model_dir_disagreement(model_dir, model)
     if disagreement:
-        raise TinyprotoError(f"{where} is damaged: the directory is inconsistent, {disagreement}; run "
-                             "`tinyproto compile` again")
+        raise TinyprotoError(f"{where} is damaged: the directory is inconsistent, {disagreement}; "
+                             f"{remake_advice(model_dir.path)}")
     return model
 
 

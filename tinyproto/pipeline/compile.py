@@ -313,12 +313,13 @@ def hold_out(sp: Split, classes_text: str) -> Split:
 
 
 def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress: Callable[[str], None] | None = None,
-                          extra_report: dict | None = None) -> CompileResult:
+                          extra_report: dict | None = None, verb: str = "compile") -> CompileResult:
     """Check a fitted model against the budget and the board, then write its model directory atomically.
 
     Shared by `compile` and every other producer of models (federated training, benchmarks), so each
     directory has the same files, report keys and checks. `extra_report` adds a producer's own keys to
-    report.json inside the same atomic write.
+    report.json inside the same atomic write. `verb` is the command that made it (the manifest records it, so a
+    reader's "make it again" advice names that command).
     """
     clf, model, info, train_seconds = fitted.clf, fitted.model, fitted.info, fitted.train_seconds
     dataset, sp, seed, budget_bytes, board = on.dataset, on.split, on.seed, on.budget_bytes, on.board
@@ -342,7 +343,7 @@ def write_model_directory(fitted: Fitted, on: TrainedOn, out_dir: Path, progress
 
     if progress:
         progress(f"writing {out_dir}")
-    with atomic_directory(out_dir) as scratch:
+    with atomic_directory(out_dir, verb) as scratch:
         write_model_files(scratch, model, _model_json(model, dataset, family, seed, budget_bytes, board, info,
                                                       on.prefix), report, vectors, board)
     return CompileResult(Path(out_dir), report, ledger)

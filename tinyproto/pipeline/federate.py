@@ -157,6 +157,9 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
                    progress: Callable[[str], None] | None = None) -> FederateResult:
     """Train FlyNN across options.parties parties (optionally with DP) and write the model directory; see the
     module doc."""
+    from tinyproto.core.dask_cluster import refuse_in_a_worker_importing_main
+
+    refuse_in_a_worker_importing_main("tinyproto's federate_model()")  # before any file is touched
     o = options or FederateOptions()
     parties, dp_epsilon, dp_T, backend, split_spec, seed = (o.parties, o.dp_epsilon, o.dp_T, o.backend, o.split_spec,
                                                             o.seed)
@@ -248,7 +251,7 @@ def federate_model(data: str = "digits", options: FederateOptions | None = None,
         interrupted()  # a Ctrl-C that a finalizer swallowed still means: write nothing
         result = write_model_directory(Fitted(fit.clf, fit.model, info, federated_seconds),
                                        TrainedOn(dataset, sp, seed, budget_bytes, board), out_dir, progress,
-                                       extra_report=extra)
+                                       extra_report=extra, verb="federate")
         return FederateResult(result.out_dir, result.report)
 
 

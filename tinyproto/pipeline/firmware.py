@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.modeldir import remake_advice
 from tinyproto import families
 
 
@@ -41,7 +42,7 @@ def _build_locked(model_dir, env: str | None, console) -> dict:
     built_hash = header_model_hash(model_dir.path)
     if built_hash != model_dir.meta["model_hash"]:
         raise TinyprotoError(f"{model_dir.path}/include/tinyproto_model.h does not hold the model of model.json "
-                             f"({built_hash} vs {model_dir.meta['model_hash']}); run `tinyproto compile` again")
+                             f"({built_hash} vs {model_dir.meta['model_hash']}); {remake_advice(model_dir.path)}")
     _check_sizes_header(model_dir, model)
     from tinyproto.device.build import resolve_env
 
@@ -101,7 +102,7 @@ def _check_sizes_header(model_dir, model) -> None:
 
     path = model_dir.path / "include" / "tinyproto_sizes.h"
     if not os.path.lexists(path):
-        raise TinyprotoError(f"{path} is missing; run `tinyproto compile` again")
+        raise TinyprotoError(f"{path} is missing; {remake_advice(model_dir.path)}")
     on_disk = read_text_file(path, "the generated sizes header", limit=1 << 20)
     ring = _RING_DEFINE.search(on_disk)
     try:  # the ring compile chose (it follows the SRAM the model leaves free), any size the firmware accepts
@@ -109,8 +110,8 @@ def _check_sizes_header(model_dir, model) -> None:
     except ValueError:
         expected = None
     if on_disk != expected:
-        raise TinyprotoError(f"{path} is not what compile writes for this model (edited after compile?); run "
-                             "`tinyproto compile` again")
+        raise TinyprotoError(f"{path} is not what tinyproto writes for this model (edited since?); "
+                             f"{remake_advice(model_dir.path)}")
 
 
 _RING_DEFINE = re.compile(r"^#define TP_RX_RING ([0-9]{1,5})u$", re.MULTILINE)
@@ -126,5 +127,5 @@ def _check_header_is_the_model(model_dir, model) -> None:
     on_disk = read_text_file(path, "the generated header", limit=1 << 24)
     expected = render_header(model, *model_dir.header_args(), model_dir.prefix)  # load_model_dir checked them
     if _header_body(on_disk) != _header_body(expected):
-        raise TinyprotoError(f"{path} is not what model.json renders (edited after compile?); run `tinyproto "
-                             "compile` again, or edit the model through tinyproto, not the header")
+        raise TinyprotoError(f"{path} is not what model.json renders (edited since?); "
+                             f"{remake_advice(model_dir.path)}, or edit the model through tinyproto, not the header")

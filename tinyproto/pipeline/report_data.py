@@ -215,17 +215,17 @@ def validation_problem(validation: dict, meta: dict, report: dict, board, n_test
 
 def load_single(path: Path) -> ReportInput:
     from tinyproto.core.boards import load_board
-    from tinyproto.core.modeldir import load_model_dir
+    from tinyproto.core.modeldir import load_model_dir, remake_advice
     from tinyproto.core.safe_io import read_json
 
     model_dir = load_model_dir(path)
     report = model_dir.report
     if not report:
-        raise TinyprotoError(f"{path} has no report.json; run `tinyproto compile` again")
-    check_fields(report, _REPORT_FIELDS, path / "report.json")
+        raise TinyprotoError(f"{path} has no report.json; {remake_advice(path)}")
+    check_fields(report, _REPORT_FIELDS, path / "report.json", advice=remake_advice(path))
     if not _ledger_ok(report):
         raise TinyprotoError(f"{path / 'report.json'} is damaged: its ledger is not a list of arrays with their "
-                             "type, count, bytes and description; run `tinyproto compile` again")
+                             f"type, count, bytes and description; {remake_advice(path)}")
     board = load_board(report["board"])
     validation = read_json(path / "validation.json", "the validation summary") \
         if os.path.lexists(path / "validation.json") else None

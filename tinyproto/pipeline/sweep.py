@@ -186,6 +186,9 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
     from tinyproto.core.datasets import BUILTIN, load_dataset
     from tinyproto.core.outdir import check_output_dir, locked
 
+    from tinyproto.core.dask_cluster import refuse_in_a_worker_importing_main
+
+    refuse_in_a_worker_importing_main("tinyproto's sweep()")  # before any file is touched
     o = options or SweepOptions()
     check_arguments(o.device, o.workers, o.scheduler, o.timeout, o.max_latency_ms)
     points = parse_grid(o.models, o.budgets, o.seeds, o.boards)
