@@ -233,6 +233,63 @@ def test_a_noisy_heap_replay_is_made_on_more_vectors():
     assert predict_cycles(model(5, 590, 2, 32, 50953))["total"] == 63_112
 
 
+def _replayed_heap(indices, n_features, n_inputs, rho, trials=None, x=None):
+    """simulated_heap as it was before its loop was inlined (at ab54622, less its skipping of rows below the
+    floor): every row after the first rho offered to tp_flynn_sift's replay (_sift) in turn, its steps added to its
+    row's."""
+    from tinyproto.families.flynn.cost import GROUP_ROWS, SIFT_STATS, _heapify, _sift, heap_trials
+    from tinyproto.families.flynn.hashing import split_inputs
+
+    m_max, k = len(indices), len(SIFT_STATS)
+    if m_max < rho:
+        return np.zeros((m_max + 1, k)), np.zeros(k), np.zeros((1, 0), dtype=np.int64)
+    if x is None:
+        trials = heap_trials(rho) if trials is None else trials
+        x = np.random.default_rng(rho).integers(-127, 128, size=(trials, n_features))
+    x = np.asarray(x, dtype=np.int64)
+    u = split_inputs(x) if n_inputs > n_features else x
+    P = u[:, indices].sum(axis=2)
+    keys = P * 65536 + (65535 - np.arange(m_max))[None, :]
+    replaced, heapified = [[0] * k for _ in range(m_max + 1)], [0] * k
+    groups = -(-m_max // GROUP_ROWS)
+    outcome = np.zeros((len(x), groups * GROUP_ROWS), dtype=np.int64)  # S 0, R 1, A 2, H 3
+    outcome[:, :rho], outcome[:, rho - 1] = 2, 3
+    for t, (sums, row_keys) in enumerate(zip(P.tolist(), keys.tolist())):
+        heap = _heapify(row_keys[:rho], heapified)
+        for j in range(rho, m_max):
+            if sums[j] > heap[0] >> 16:
+                _sift(heap, row_keys[j], replaced[j + 1])
+                outcome[t, j] = 1
+    codes = (outcome.reshape(len(x), groups, GROUP_ROWS) * 4 ** np.arange(GROUP_ROWS)).sum(axis=2)
+    return (np.cumsum(np.array(replaced, dtype=float), axis=0) / len(x), np.array(heapified, dtype=float) / len(x),
+            codes)
+
+
+def test_the_heap_replay_equals_tp_flynn_sift_row_by_row():
+    """simulated_heap (its sift loop inlined, each replacement's steps read off where its key came to rest) counts
+    exactly what offering every row to _sift in turn counts (_replayed_heap): the same sift steps per row, heap
+    build and group outcomes, on 3,000 random draws: seeded and stored M (repeated inputs, so tied rows), the sign
+    split, 1 to 70 winners (odd heaps too), fewer rows than winners, given vectors with -128."""
+    from tinyproto.families.flynn.cost import simulated_heap
+    from tinyproto.families.flynn.seeded_index import seeded_walk
+
+    rng = np.random.default_rng(2024)
+    for _ in range(3000):
+        d = int(rng.integers(1, 30))
+        split = bool(rng.integers(0, 2))
+        n_in = 2 * d if split else d
+        m, s, rho = int(rng.integers(1, 120)), int(rng.integers(1, min(n_in, 8) + 1)), int(rng.integers(1, 70))
+        if rng.integers(0, 2):
+            indices = seeded_walk(int(rng.integers(0, 1 << 16)), m, s, n_in).indices
+        else:
+            indices = rng.integers(0, n_in, size=(m, s))
+        trials = int(rng.integers(1, 5))
+        x = rng.integers(-128, 128, size=(trials, d)) if rng.integers(0, 4) == 0 else None
+        got, want = simulated_heap(indices, d, n_in, rho, trials, x), _replayed_heap(indices, d, n_in, rho, trials, x)
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and np.array_equal(a, b), (d, split, m, s, rho, trials, x is not None)
+
+
 def test_the_heap_replay_counts_each_kind_of_sift_step():
     """tp_flynn_sift's steps cost differently (FLY_CYCLES' sift_* terms, read off its code): a level moved at a node
     with two children or with only the left one, the right child taken, and where the key stops. The replay counts

@@ -463,7 +463,11 @@ def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int
     Mean over `trials` fixed pseudo-random int8 vectors (hash
     inputs x, and -x with the sign split). Keys as on the device: projection, then the lower row; a row enters only
     strictly above the floor. trials: default heap_trials(rho). x: replay these int8 vectors instead
-    (tools/calibrate_costmodel.py, to count the very inferences it measured)."""
+    (tools/calibrate_costmodel.py, to count the very inferences it measured).
+
+    The replay is tp_flynn_sift's loop, inlined: each replacement is kept as its row and the hole where its key
+    came to rest (and whether the stopping node's right child was the smaller), which decide its steps
+    (_sift_steps), counted per row at the end."""
     m_max = len(indices)
     k = len(SIFT_STATS)
     if m_max < rho:
@@ -474,31 +478,94 @@ def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int
     x = np.asarray(x, dtype=np.int64)
     trials = len(x)
     u = split_inputs(x) if n_inputs > n_features else x
-    P = u[:, indices].sum(axis=2)  # (trials, m_max)
-    keys = P * 65536 + (65535 - np.arange(m_max))[None, :]
-    replaced = [[0] * k for _ in range(m_max + 1)]
+    P = _projections(u, np.asarray(indices))  # (trials, m_max)
     heapified = [0] * k
     groups = -(-m_max // GROUP_ROWS)
     outcome = np.zeros((trials, groups * GROUP_ROWS), dtype=np.int64)  # S
     outcome[:, :rho] = OFFER_OUTCOMES.index("A")
     outcome[:, rho - 1] = OFFER_OUTCOMES.index("H")
-    top = P[:, rho:].max(axis=1, initial=0)  # no row enters once the floor is at the largest sum after the first rho
-    for t in range(trials):
-        heap = keys[t, :rho].tolist()
+    n, stride = rho, 2 * rho
+    heaps = (P[:, :rho] * 65536 + (65535 - np.arange(rho))[None, :]).tolist()
+    for heap in heaps:
         _heapify(heap, heapified)
-        row, floor = rho, heap[0] >> 16
-        while row < m_max and floor < top[t]:  # the floor only rises: a row not above it at a chunk's start never
-            # enters in the chunk
-            stop = min(m_max, row + 256)
-            for j in (row + np.nonzero(P[t, row:stop] > floor)[0]).tolist():
-                if P[t, j] > floor:
-                    _sift(heap, int(keys[t, j]), replaced[j + 1])
-                    outcome[t, j] = OFFER_OUTCOMES.index("R")
-                    floor = heap[0] >> 16
-            row = stop
+    floors = [heap[0] >> 16 for heap in heaps]
+    events: list[int] = []  # per replacement: (its vector, its row) * stride + 2 * its key's last hole + whether
+    # the right child was the smaller where it stopped
+    row = rho
+    while row < m_max:  # spans of rows, each as long as the rows before it: the floors only rise, so a row not
+        # above its vector's floor at a span's start never enters in the span (about rho rows of a span are)
+        stop = min(m_max, 2 * row)
+        span = P[:, row:stop]
+        above = np.nonzero(span > np.array(floors)[:, None])
+        t_now, floor, heap = -1, 0, heaps[0]
+        for t, j, p in zip(above[0].tolist(), (row + above[1]).tolist(), span[above].tolist()):
+            if t != t_now:  # the next vector's rows (np.nonzero gives them in order, vector by vector)
+                if t_now >= 0:
+                    floors[t_now] = floor
+                t_now, floor, heap = t, floors[t], heaps[t]
+            if p > floor:
+                key = p * 65536 + 65535 - j
+                hole, child = 0, 1
+                while child < n:
+                    c = heap[child]
+                    if child + 1 < n:
+                        right = heap[child + 1]
+                        if right < c:
+                            child += 1
+                            c = right
+                    if c >= key:
+                        break
+                    heap[hole] = c
+                    hole, child = child, 2 * child + 1
+                heap[hole] = key
+                floor = heap[0] >> 16
+                events.append((t * m_max + j) * stride + 2 * hole + (child < n and not child & 1))
+        if t_now >= 0:
+            floors[t_now] = floor
+        row = stop
+    steps = np.zeros((m_max + 1, k))
+    if events:
+        where, code = np.divmod(np.array(events, dtype=np.int64), stride)
+        trial, rows = np.divmod(where, m_max)
+        table = _sift_steps(n)[code]
+        for i in range(k):
+            steps[:, i] = np.bincount(rows + 1, weights=table[:, i], minlength=m_max + 1)
+        outcome[trial, rows] = OFFER_OUTCOMES.index("R")
     codes = (outcome.reshape(trials, groups, GROUP_ROWS) * 4 ** np.arange(GROUP_ROWS)).sum(axis=2)
-    return (np.cumsum(np.array(replaced, dtype=float), axis=0) / trials, np.array(heapified, dtype=float) / trials,
-            codes)
+    return np.cumsum(steps, axis=0) / trials, np.array(heapified, dtype=float) / trials, codes
+
+
+def _projections(u: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """P[t, j] = sum of u[t, indices[j]] (int64): gathered a column of indices at a time from u's transpose (whole
+    rows of it), in int32 where the sums fit."""
+    narrow = np.abs(u).max(initial=0) * max(indices.shape[1], 1) < 2**31
+    uT = np.ascontiguousarray(u.T, dtype=np.int32 if narrow else np.int64)
+    PT = np.zeros((len(indices), len(u)), dtype=uT.dtype)
+    for column in indices.T:
+        PT += uT[column]
+    return PT.T.astype(np.int64)
+
+
+@lru_cache(maxsize=None)
+def _sift_steps(n: int) -> np.ndarray:
+    """The steps (SIFT_STATS) of a tp_flynn_sift from the root of a heap of n keys, by 2 * the hole where the key
+    comes to rest + whether the right child was the smaller where it stopped (_sift's counts): each level of the
+    root's path to that hole was moved at a node with two children, or at the last one with a left child only (its
+    child is n - 1), and a right child is taken at every even node on the path."""
+    table = np.zeros((2 * n, len(SIFT_STATS)))
+    for hole in range(n):
+        depth = rights = 0
+        node = hole
+        while node:
+            rights += node % 2 == 0
+            node = (node - 1) // 2
+            depth += 1
+        left = int(n % 2 == 0 and hole == n - 1)
+        stop = 6 if 2 * hole + 1 >= n else 4 if 2 * hole + 2 < n else 5
+        for right in (0, 1):
+            table[2 * hole + right, :4] = (1, depth - left, left, rights + right)
+            table[2 * hole + right, stop] = 1
+    return table
 
 
 def _patterns_of(counts: np.ndarray) -> dict[str, float]:
@@ -815,12 +882,13 @@ def estimate_cycles(m: int, s: int, rho: int, bits: int, n_classes: int, n_input
     compares = sum((k + 1) * n_inputs / (n_inputs - k) for k in range(s))  # scans of k entries + the sentinel
     terms = shape_terms(FlyShape(m, s, n_inputs, rho, bits, n_classes, store_M),
                         GeneratorTotals(blocks * per_pattern, blocks * compares, m * s / 2, m * s / 2))
-    return float(sum(count * FLY_CYCLES[name] for name, count in terms.items()))
+    return float(sum(count * FLY_CYCLES[name] for name, count in terms.items() if count))
 
 
 def total_cycles(terms: dict[str, float]) -> int:
-    """The terms' cycles and the Timer1 overflow interrupts that run among them (one timed call)."""
-    own = sum(count * FLY_CYCLES[name] for name, count in terms.items())
+    """The terms' cycles and the Timer1 overflow interrupts that run among them (one timed call). Terms that do not
+    run are skipped (most of FLY_CYCLES' in any one shape): adding their 0.0 changes no sum."""
+    own = sum(count * FLY_CYCLES[name] for name, count in terms.items() if count)
     return int(round(own)) + timer_overflow_cycles(own)
 
 
