@@ -96,6 +96,22 @@ def test_no_session_history_in_the_docs():
             assert not pattern.search(line), f"{page}:{number}: {line.strip()}"
 
 
+def test_the_pages_state_the_int8_loss_warning_threshold_the_code_uses():
+    """compile warns above INT8_LOSS_WARNING_POINTS; a page saying another threshold sends a reader looking for a
+    warning that is not there (quantization.md said "more than a point" while the code warns above half)."""
+    from tinyproto.pipeline.compile import INT8_LOSS_WARNING_POINTS
+
+    words = {0.5: "half a point", 1.0: "a point"}[INT8_LOSS_WARNING_POINTS]
+    statement = re.compile(r"(?:warns when int8 is|int8 model \(what the device runs\) gets) more than "
+                           r"((?:half )?a point)")
+    stated = []
+    for page in ["README.md", *_pages(["docs/**/*.md"])]:
+        text = " ".join((ROOT / page).read_text().split())
+        stated += [(page, found) for found in statement.findall(text)]
+    assert stated, "no page states the threshold of compile's int8 loss warning"
+    assert all(found == words for _, found in stated), stated
+
+
 @pytest.mark.parametrize("page", _pages(MUST_RUN))
 def test_every_example_with_output_is_executed(page):
     for marked, steps in console_blocks(page):
