@@ -311,6 +311,29 @@ def test_a_signal_during_start_up_is_an_interrupt(name):
     assert result.stderr.strip() == "interrupted" and result.stdout == ""
 
 
+SIGNAL_WHILE_CLICK_STARTS = textwrap.dedent("""
+    import sys
+    import click
+    import tinyproto.__main__ as entry
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # as a SIGINT landing there does
+    where, sys.argv = sys.argv[1], ["tinyproto", "boards"]
+    setattr(click.Group, where, interrupted)
+    entry.run()
+""")
+
+
+@pytest.mark.parametrize("where", ["_main_shell_completion", "parse_args"])
+def test_a_signal_while_click_starts_is_an_interrupt(where):
+    """Ctrl-C in click's own start, once the CLI was imported: in its shell-completion check it was a traceback,
+    while it parsed the command line "Aborted!" and exit 1 (a compile killed 50 ms after its signal handlers were
+    set, test_leftovers); now one line, exit 130, as anywhere else."""
+    result = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_CLICK_STARTS, where], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 130, (result.returncode, result.stderr)
+    assert result.stderr.strip() == "interrupted" and result.stdout == ""
+
+
 SIGNAL_AFTER_THE_VERB = textwrap.dedent("""
     import os, signal, sys, time
     import tinyproto.__main__ as entry
