@@ -37,6 +37,7 @@ from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
 from tinyproto.core.ledger import FirmwareSizes
+from tinyproto.core.modeldir import remake_advice
 # Re-exported: callers import the build's public names from here.
 from tinyproto.device.piohome import (  # noqa: F401
     APT_AVR,
@@ -178,6 +179,12 @@ def firmware_sizes(elf: Path) -> FirmwareSizes:
 
 def _build_with_platformio(project_dir: Path, env: str, progress: Progress | None) -> tuple[Path, str]:
     # PlatformIO reads a tab as a space and a run of spaces as one: it built in (and wrote) another directory
+    try:  # a directory reached through a non-UTF-8 name (from its working directory): "An unexpected error"
+        os.fsencode(project_dir).decode("utf-8")
+    except UnicodeDecodeError:
+        shown = os.fsencode(project_dir).decode("utf-8", "backslashreplace")
+        raise TinyprotoError(f"PlatformIO cannot build in {shown}: its path is not UTF-8 text, which PlatformIO "
+                             "fails on; rename the directory, or move the model to a path that is") from None
     run = re.search(r"\t|  +", str(project_dir))
     if run:
         shown = str(project_dir).replace("\t", "\\t")
@@ -235,7 +242,7 @@ def build_project(project_dir: Path, env: str | None = None, progress: Progress 
         if (where.exists() or where.is_symlink()) and not where.is_dir():
             raise TinyprotoError(f"{where} is not a directory, where the generated project keeps its "
                                  f"{'sources' if part == 'src' else 'headers' if part == 'include' else 'library'}; "
-                                 "move it away and compile again")
+                                 f"move it away and {remake_advice(project_dir)}")
     parser = _read_ini(project_dir)
     env = env or project_default_env(parser)
     _check_env(parser, env)
