@@ -37,6 +37,10 @@ OWNED_NAMES = frozenset({".pio", "build.json", "validation.json", "validation.js
 # be of its kind, and an owned tree holds only what tinyproto writes there (see foreign_entries): a directory the
 # user put where build.json goes, or a note in figures/, is the user's, and replacing the directory would delete it.
 OWNED_TREES = frozenset({".pio", "learning", "learned", "figures", "points"})
+# The owned trees that hold outputs of their own, each written through an --out of its own (check_output_dir), and
+# how deep below the directory that owns them such an output sits: learn's learned model (DIR/learned), a sweep's
+# points (DIR/points/<id>). Any other --out inside a directory tinyproto wrote is refused.
+NESTED_OUTPUTS = {"learned": 1, "points": 2}
 
 
 def read_manifest(directory: Path) -> dict | None:
