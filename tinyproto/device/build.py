@@ -177,9 +177,13 @@ def firmware_sizes(elf: Path) -> FirmwareSizes:
 # Building
 
 
-def _build_with_platformio(project_dir: Path, env: str, progress: Progress | None) -> tuple[Path, str]:
-    # PlatformIO reads a tab as a space and a run of spaces as one: it built in (and wrote) another directory
-    try:  # a directory reached through a non-UTF-8 name (from its working directory): "An unexpected error"
+def check_platformio_path(project_dir: Path) -> None:
+    """Refuse a project directory PlatformIO cannot build in, in one line: a path that is not UTF-8 text (a
+    directory reached through such a name from the working directory: pio failed with "An unexpected error
+    occurred"), or one holding a tab or a run of spaces, which PlatformIO reads as one space (it built in, and wrote,
+    another directory). `run` asks before training; the build asks again."""
+    project_dir = Path(os.path.abspath(project_dir))
+    try:
         os.fsencode(project_dir).decode("utf-8")
     except UnicodeDecodeError:
         shown = os.fsencode(project_dir).decode("utf-8", "backslashreplace")
@@ -191,6 +195,10 @@ def _build_with_platformio(project_dir: Path, env: str, progress: Progress | Non
         what = "a tab" if "\t" in run.group() else f"{len(run.group())} spaces in a row"
         raise TinyprotoError(f"PlatformIO cannot build in {shown}: its path holds {what}, which PlatformIO turns into "
                              "one space (it would write to another directory); rename the directory")
+
+
+def _build_with_platformio(project_dir: Path, env: str, progress: Progress | None) -> tuple[Path, str]:
+    check_platformio_path(project_dir)
     core = prepare_pio_core()
     command = [sys.executable, "-m", "platformio", "run", "-e", env, "-d", str(project_dir)]
     _say(progress, f"PlatformIO: pio run -e {env}")
