@@ -309,7 +309,11 @@ def test_the_advice_names_the_command_that_made_the_directory(work, compiled):
 
     accepted(["federate", "iris", "--parties", "2", "--backend", "local", "--budget", "1kB", "--out",
               str(work / "fed")])
-    assert json.loads((work / "fed" / ".tinyproto").read_text())["made_by"] == "federate"
+    manifest = json.loads((work / "fed" / ".tinyproto").read_text())
+    assert manifest.pop("made_by") == "federate"
+    (work / "fed" / ".tinyproto").write_text(json.dumps(manifest))  # as a federate before made_by wrote it
+    assert remake_advice(work / "fed") == "run `tinyproto federate` again"  # from its report.json's parties
+    (work / "fed" / ".tinyproto").write_text(json.dumps({**manifest, "made_by": "federate"}))
     (work / "fed" / "report.json").write_text('{"model": ')
     line = refused(["build", str(work / "fed")], "report.json is damaged", work)
     assert line.endswith("run `tinyproto federate` again"), line

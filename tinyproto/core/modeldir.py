@@ -68,7 +68,17 @@ def remake_advice(directory: Path) -> str:
         return f"run `tinyproto learn {directory.parent}` again"
     if directory.parent.name == "points" and os.path.lexists(directory.parent.parent / "sweep.json"):
         return f"run the sweep again in a new --out (this is its point {directory.name})"
+    if made_by is None and _federation_report(directory):  # written before the manifest recorded its verb
+        made_by = "federate"
     return REMAKE.get(made_by, REMAKE["compile"])
+
+
+def _federation_report(directory: Path) -> bool:
+    """Whether the directory's report.json, if it can be read, is a federated model's (it has `parties`)."""
+    try:
+        return "parties" in read_json(directory / "report.json", "the model's report")
+    except (TinyprotoError, OSError):
+        return False
 
 
 def int_model_digest(int_model: dict) -> str:
