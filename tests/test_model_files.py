@@ -185,6 +185,8 @@ REHASHED = {
     "inputs-huge": (_stage(n_inputs=10**12), "inputs"),
     "input-scale-zero": (_stage(input_scale=0.0), "input_scale"),
     "exponent-huge": (_stage(mean_exp=10**6), "EXP"),
+    # a field missing: named in words ("it has no field 'table'"), where the line said "(KeyError: 'table')"
+    "table-missing": (lambda im: im.pop("table"), "it has no field 'table'"),
 }
 
 

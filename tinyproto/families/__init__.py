@@ -373,7 +373,7 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOpti
     for name in names():
         options.say(f"--model auto: {name}")
         try:
-            clf, model, info = fit_under_budget(name, X_train, y_train, options)
+            clf, model, info = family(name).fit_under_budget(X_train, y_train, options)  # rows checked above
             if fits_board is not None:
                 fits_board(model)
         except TinyprotoError as exc:
