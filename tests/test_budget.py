@@ -14,7 +14,7 @@ def test_budget_forms(text, expected):
     assert parse_budget(text) == expected
 
 
-@pytest.mark.parametrize("text", ["abc", "0kB", "0", "-1kB", "2MB", "", "kB"])
+@pytest.mark.parametrize("text", ["abc", "0kB", "0", "-1kB", "2MB", "", "kB", True])  # True: an int to Python, 1 B
 def test_bad_budgets_are_user_errors(text):
     with pytest.raises(TinyprotoError):
         parse_budget(text)

@@ -6,6 +6,7 @@ Uses the fake model project in tests/fixtures/sim/project (scores[c] = (c + 1) *
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import struct
 import sys
@@ -173,6 +174,20 @@ def test_a_path_with_a_tab_is_refused_before_platformio_writes_beside_it(tmp_pat
         build_project(project, "uno_sim")
     assert "\n" not in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+    assert not (project / ".pio").exists()
+
+
+@needs_pio
+def test_a_project_under_a_non_utf8_name_is_refused_before_platformio(tmp_path):
+    """A model compiled from a working directory whose name is not UTF-8 (`--out` is refused so, not a relative one
+    under it): PlatformIO failed with "An unexpected error occurred ... Report this problem to the developers"."""
+    from tinyproto.device.build import build_project
+
+    name = os.fsdecode(b"d\xff\xfe")
+    project = make_project(tmp_path / name)
+    with pytest.raises(TinyprotoError, match=r"cannot build in .*d\\xff\\xfe/project: its path is not UTF-8") as info:
+        build_project(project, "uno_sim")
+    assert "\n" not in str(info.value)
     assert not (project / ".pio").exists()
 
 

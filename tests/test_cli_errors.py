@@ -530,6 +530,23 @@ def test_run_without_the_avr_toolchain_is_refused_before_training(tmp_path, monk
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("place", ["a  b", "non-utf8"])
+def test_run_into_a_directory_platformio_cannot_build_in_is_refused_before_training(tmp_path, monkeypatch, place):
+    """`run --out "a  b"` (PlatformIO reads two spaces as one), or a relative --out under a working directory whose
+    name is not UTF-8: it trained and wrote the model, then the build failed (for the second with PlatformIO's
+    "An unexpected error occurred"). One line now, before training, nothing written."""
+    from tinyproto.device.build import platformio_available
+
+    if not platformio_available():
+        pytest.skip("PlatformIO is not installed: run builds with avr-gcc")
+    here = tmp_path / (os.fsdecode(b"d\xff") if place == "non-utf8" else "w")
+    here.mkdir()
+    monkeypatch.chdir(here)
+    result = CliRunner().invoke(main, ["run", "iris", "--budget", "1kB", "--out", "a  b" if place == "a  b" else "r"])
+    assert result.exit_code == 1 and "PlatformIO cannot build in" in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and os.listdir(here) == []
+
+
 @pytest.mark.parametrize("link", ["cause", "context", "deep"])
 def test_an_error_a_library_raised_because_of_ctrl_c_is_an_interrupt_not_a_bug(tmp_path, monkeypatch, link):
     """A Ctrl-C inside an extension's import comes back as its own error ("ImportError: initialization failed",

@@ -191,3 +191,32 @@ def test_the_int8_loss_warning_counts_the_rows_behind_its_points():
         "--budget or another --model may keep them)")
     float_pred[7] = 1 - y[7]  # the float model wrong on another row: no net loss, no warning
     assert int8_loss_warning(float_pred, int8_pred, y) is None
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"seed": -1}, r"seed must be in 0\.\.4294967295"), ({"seed": "x"}, "seed must be a whole number"),
+    ({"baud": "fast"}, "baud must be a whole number"), ({"max_latency_ms": "x"}, "max_latency_ms must be a number"),
+    ({"jobs": "x"}, "jobs must be a whole number"), ({"prefix": 5}, "prefix must be text"),
+    ({"out": 123}, "out must be a path"), ({"learnable": "yes"}, "learnable must be True or False"),
+    ({"budget": 1.5e3}, "budget must be a size")])
+def test_compile_options_of_the_wrong_type_are_one_line(fields, words):
+    """CompileOptions from Python: a baud of "fast" was "'<=' not supported between 'str' and 'int'", seed=-1
+    numpy's range error from deep in the solver, prefix=5 re's TypeError."""
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.pipeline.compile import CompileOptions
+
+    with pytest.raises(TinyprotoError, match=words):
+        CompileOptions(**fields)
+
+
+def test_compile_model_refuses_wrong_options_and_rates_before_reading_data(tmp_path):
+    """compile_model("iris", {"budget": "1kB"}) was an AttributeError; an unknown_rate of 2.0 given as a float
+    skipped parse_rate's range and compiled a model declining '200 %' of the rows."""
+    from tinyproto.core.errors import TinyprotoError
+    from tinyproto.pipeline.compile import CompileOptions, compile_model
+
+    with pytest.raises(TinyprotoError, match="options must be a CompileOptions"):
+        compile_model("iris", {"budget": "1kB"})
+    with pytest.raises(TinyprotoError, match="unknown rate must be above 0 and at most 50%"):
+        compile_model("iris", CompileOptions(budget="512B", unknown_rate=2.0, out=tmp_path / "m"))
+    assert not (tmp_path / "m").exists()

@@ -709,3 +709,18 @@ def test_a_data_file_named_as_a_directory_is_refused(work):
     """'data.csv/' was read as data.csv (pathlib drops the slash); the system itself says it is not a directory."""
     (work / "d.csv").write_text("a,b,label\n" + GOOD_ROWS)
     refused(["compile", "d.csv/", "--budget", "1kB", "--out", "o"], "not a directory", work, own_files_at_root=True)
+
+
+def test_the_python_api_names_what_it_takes_for_data(tmp_path):
+    """load_dataset(a DataFrame or an array) said "no data given"; a pathlib.Path was refused the same way;
+    split("iris") was an AttributeError ('str' object has no attribute 'y')."""
+    from pathlib import Path
+
+    np.savez(tmp_path / "d.npz", X=np.random.default_rng(0).random((40, 3)), y=np.arange(40) % 2)
+    assert load_dataset(Path(tmp_path / "d.npz")).X.shape == (40, 3)
+    with pytest.raises(TinyprotoError, match="not ndarray; to train on arrays in Python, use tinyproto.families"):
+        load_dataset(np.zeros((4, 2)))
+    with pytest.raises(TinyprotoError, match="split\\(\\) takes the Dataset that load_dataset\\(\\) returns, not str"):
+        split("iris")
+    with pytest.raises(TinyprotoError, match="seed must be in"):
+        split(load_dataset("iris"), seed=-1)

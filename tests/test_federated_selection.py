@@ -80,6 +80,33 @@ def test_federated_tallies_are_the_pooled_cross_validation_on_compiles_folds():
     assert info["cv_accuracy"] == best.cv_accuracy
 
 
+def test_on_large_data_the_parties_rank_on_every_fold_as_the_solver_does():
+    """Where the yardstick validates one fold of three (more than 2,000 training rows), the solver ranks FlyNN's
+    candidates on every fold (solver.ranking_folds), and so do the parties: the same candidates, accuracies and
+    choice as the solver's on the pooled rows."""
+    from tinyproto.families import SolveOptions
+
+    rng = np.random.default_rng(4)
+    y = np.arange(2400) % 3
+    X = rng.standard_normal((3, 5))[y] + 1.2 * rng.standard_normal((2400, 5))
+    assert Folds.standard(X, y, 0).validated == 1
+    parts = [(X[i::3], y[i::3]) for i in range(3)]
+    with LocalBackend(parts) as backend:
+        config, info = choose_config(backend, 512, 0, agree_classes(backend), 5)
+    pooled_X, pooled_y = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    _, _, central = solver.fit_flynn_under_budget(pooled_X, pooled_y, SolveOptions(512, 0))
+    chosen = central["chosen"]
+    assert (config.n_hashes, config.n_inputs_per_hash, config.n_winners, config.count_bits, config.decay,
+            config.count_scale, config.scaling, config.sign_split) == \
+        (chosen["n_hashes"], chosen["n_inputs_per_hash"], chosen["n_winners"], chosen["count_bits"],
+         chosen["decay"], chosen.get("count_scale", 1), chosen["scaling"], chosen["sign_split"])
+    assert info["cv_accuracy"] == central["cv_accuracy"] == central["chosen_validation"]["ranked_accuracy"]
+    key = lambda c: (c["scaling"], c["sign_split"], c["s"], c["m"], c["rho"], c["bits"], c["decay"],  # noqa: E731
+                     c["store_M"], c["count_scale"])
+    accuracy = {key(c): c["cv_accuracy"] for c in info["candidates"]}
+    assert all(accuracy[key(c)] == c["cv_accuracy"] for c in central["candidates"])
+
+
 def test_selection_uses_the_solvers_candidates_and_tracks_compile(compiled):
     """With four parties the candidate set is the solver's (same shapes, bytes, cycles) and the winner's accuracy on
     the test split is within a point of what compile deploys."""

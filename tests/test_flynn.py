@@ -695,6 +695,33 @@ def test_cross_validation_scores_the_count_codes_of_the_model_that_ships():
     # the codes the fold models had before, their own counts at q, were not the shipped ones here
     assert not np.array_equal(scaled_counts(total * (K - 1) // K, 4, 2), scaled_counts(total, 4, 2))
 
+def test_the_search_ranks_on_every_fold_where_the_yardstick_holds_one_out():
+    """On more than 2,000 training rows the yardstick validates one fold of three; FlyNN's search ranks its
+    candidates on all three (ranking_folds: a fold model is the counts less the fold's, so the other folds cost
+    little), which triples the rows each candidate is judged by. The chosen candidate's figure on the yardstick,
+    the one every family reports and `--model auto` compares, is kept beside it."""
+    from tinyproto.core.folds import Folds
+
+    rng = np.random.default_rng(4)
+    y = np.arange(2400) % 3
+    X = rng.standard_normal((3, 5))[y] + 1.2 * rng.standard_normal((2400, 5))
+    folds = Folds.standard(X, y, 0)
+    ranking = solver.ranking_folds(folds)
+    assert folds.validated == 1 and ranking.validated == 3 and ranking.n_scored() == 2400
+    np.testing.assert_array_equal(ranking.ids, folds.ids)
+    assert solver.ranking_folds(ranking) is ranking  # a yardstick that validates every fold is ranked on as it is
+    _, model, info = solver.fit_flynn_under_budget(X, y, SolveOptions(512, seed=0))
+    chosen = info["chosen_validation"]
+    best = max((solver.Candidate(**c) for c in info["candidates"]), key=solver.candidate_rank)
+    assert chosen["ranked_accuracy"] == info["cv_accuracy"] == best.cv_accuracy
+    # ranked on 2,400 rows: some accuracies are not a whole number of the yardstick's 800
+    assert any(abs(c["cv_accuracy"] * 800 - round(c["cv_accuracy"] * 800)) > 1e-6 for c in info["candidates"])
+    # the yardstick's figure: the chosen candidate's correct rows of the one validated fold
+    assert chosen["val_int8_accuracy"] == pytest.approx(chosen["fold_accuracies"][0])
+    assert len(chosen["fold_accuracies"]) == 1 and "hold-out" in info["validation"]
+    assert all("ranked_accuracy" in row for row in info["runners_up"])
+
+
 def test_the_float_filters_read_the_counts_divided_by_the_count_scale():
     """With a count scale q the int8 model stores t // q: the float estimator the report compares it with reads
     t / q too (a binary filter: 1 where the class set the bit fewer than q times). Before, the float row was the

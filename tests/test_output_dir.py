@@ -368,3 +368,14 @@ def test_a_users_file_at_a_name_a_later_command_writes_is_not_replaced(work, com
     args = {"build": ["build", str(model)], "report": ["report", str(model)], "learn": ["learn", str(model), "--sim"]}
     line = refused(args[verb], "was not written by tinyproto", model.parent)
     assert name.split("/")[0] in line and target.read_text() == "the user's own\n"
+
+
+@pytest.mark.parametrize("inside", ["m/sub", "m/.pio/x", "m/learned/x", "m/src"])
+def test_an_out_inside_a_directory_tinyproto_wrote_is_refused(work, compiled, inside):
+    """compile --out m/sub wrote a model into model directory m: m's next compile then refused m (an entry its
+    manifest does not list), and a model under m/.pio went with the next build. An --out inside a directory
+    tinyproto wrote is refused, but for the outputs it owns for that (learn's m/learned, a sweep's points)."""
+    shutil.copytree(compiled("iris", "1kB"), work / "m", symlinks=True)
+    line = refused(["compile", *IRIS, "--out", str(work / inside)], "a directory tinyproto wrote", work)
+    assert f"is inside {work / 'm'}" in line and "choose a directory outside it" in line, line
+    refused(["sweep", *SWEEP, "--out", str(work / inside)], "a directory tinyproto wrote", work)

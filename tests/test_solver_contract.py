@@ -113,3 +113,92 @@ def test_a_family_that_cannot_learn_refuses_learn_on(name, small_digits):
     X, y = small_digits
     with pytest.raises(TinyprotoError, match="learn"):
         families.fit_under_budget(name, X, y, SolveOptions(1024, 0, learn_on=load_board("uno")))
+
+
+class _FrameLike:
+    """What a pandas DataFrame or Series is to numpy (pandas is no dependency): values through __array__, and an
+    index that is not 0..n-1, which the solvers' row indexing (X[rows]) took for labels (a KeyError from pandas)."""
+
+    def __init__(self, values):
+        self.values = np.asarray(values)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.values if dtype is None else self.values.astype(dtype)
+
+    def __getitem__(self, rows):
+        raise KeyError(f"None of [{rows!r}] are in the [columns]")
+
+
+def _iris_rows():
+    from sklearn.datasets import load_iris
+
+    data = load_iris()
+    return data.data[::2], data.target[::2]
+
+
+BAD_ROWS = {
+    "X None": (lambda X, y: (None, y), "both X"),
+    "a 1-D X": (lambda X, y: (X[:, 0], y), r"X must be \(n, d\)"),
+    "no columns": (lambda X, y: (X[:, :0], y), "no samples or no features"),
+    "no rows": (lambda X, y: (X[:0], y[:0]), "no samples or no features"),
+    "labels short": (lambda X, y: (X, y[:-3]), r"X must be \(n, d\)"),
+    "NaN features": (lambda X, y: (np.where(X > 7, np.nan, X), y), "NaN or infinite"),
+    "complex features": (lambda X, y: (X + 0j, y), "complex numbers"),
+    "text features": (lambda X, y: (np.full(X.shape, "a"), y), "features must be numeric"),
+    "NaN labels": (lambda X, y: (X, np.where(y == 0, np.nan, y)), "labels are NaN"),
+    "labels of numbers and text": (lambda X, y: (X, np.array([1, "a", 2.5], dtype=object)[y]), "mix numbers and text"),
+    "fractional labels": (lambda X, y: (X, y + 0.5), "is a fraction"),
+    "one class": (lambda X, y: (X[y == 0], y[y == 0]), "at least two classes"),
+    "a class of one row": (lambda X, y: (X[[0, 1, -1]], y[[0, 1, -1]]), "has a single row"),
+    "constant features": (lambda X, y: (np.ones_like(X), y), "no feature varies"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ROWS))
+def test_the_registry_refuses_bad_training_rows_in_one_line_for_every_family(case):
+    """fit_under_budget, fit_judged and fit_best_family (the documented API) passed any rows to the family, and
+    each failed its own way: "tuple index out of range", ZeroDivisionError, numpy's "'<' not supported between
+    'str' and 'int'", a KeyError from pandas. They are checked once, at the registry, in one TinyprotoError."""
+    make, words = BAD_ROWS[case]
+    X, y = make(*_iris_rows())
+    for name in families.names():
+        with pytest.raises(TinyprotoError, match=words):
+            families.fit_under_budget(name, X, y, SolveOptions(512))
+    with pytest.raises(TinyprotoError, match=words):
+        families.fit_judged(families.names()[0], X, y, SolveOptions(512))
+    with pytest.raises(TinyprotoError, match=words):
+        families.fit_best_family(X, y, SolveOptions(512))
+
+
+def test_the_registry_takes_lists_and_frames_as_numpy_arrays():
+    """A DataFrame's values and a list of rows are read as numpy arrays (the solvers index rows by position); a
+    numeric ndarray is passed on as it is, its dtype kept (the same model, bit for bit)."""
+    X, y = _iris_rows()
+    rows, labels = families.training_rows(_FrameLike(X), _FrameLike(y), SolveOptions(512))
+    assert isinstance(rows, np.ndarray) and np.array_equal(rows, X) and np.array_equal(labels, y)
+    rows, labels = families.training_rows(X.tolist(), y.tolist(), SolveOptions(512))
+    assert rows.dtype == np.float64 and np.array_equal(rows, X)
+    X32 = X.astype(np.float32)
+    assert families.training_rows(X32, y, SolveOptions(512))[0] is X32
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"budget_bytes": "1kB"}, "budget_bytes .* whole number"), ({"budget_bytes": None}, "budget_bytes"),
+    ({"budget_bytes": 512, "seed": -1}, r"seed must be in 0\.\.4294967295"), ({"budget_bytes": 512, "seed": "x"},
+                                                                              "seed must be a whole number"),
+    ({"budget_bytes": 512, "n_jobs": "two"}, "n_jobs"), ({"budget_bytes": 512, "max_latency_ms": "5"},
+                                                          "max_latency_ms must be a number"),
+    ({"budget_bytes": True}, "budget_bytes")])
+def test_solve_options_of_the_wrong_type_are_one_line(fields, words):
+    """SolveOptions(budget_bytes="1kB") raised ValueError from int(), seed=-1 numpy's own range error from deep in
+    the solver; options=None an AttributeError."""
+    with pytest.raises(TinyprotoError, match=words):
+        SolveOptions(**fields)
+    X, y = _iris_rows()
+    with pytest.raises(TinyprotoError, match="options must be a tinyproto.families.solving.SolveOptions"):
+        families.fit_under_budget("protonn", X, y, None)
+
+
+def test_predict_cycles_of_something_not_a_model_says_what_it_takes():
+    with pytest.raises(TinyprotoError, match="expected an integer model .* not str"):
+        families.predict_cycles("protonn")

@@ -447,3 +447,15 @@ def test_sweep_called_by_a_worker_importing_the_users_script_refuses_before_touc
     assert dask_cluster._script_hint("tcp://127.0.0.1:8786", processes=True) == ""
     script.__file__ = os.path.join(sys.prefix, "bin", "tinyproto")  # the command line: nothing to add
     assert dask_cluster._script_hint(None, processes=True) == ""
+
+
+def test_a_sim_sweep_into_a_directory_platformio_cannot_build_in_is_refused_before_any_point(tmp_path):
+    """--device sim builds every point in DIR/points: with two spaces in a row in DIR's path (PlatformIO reads them
+    as one) every point failed after its compile; refused in one line now, nothing written."""
+    from tinyproto.device.build import platformio_available
+
+    if not platformio_available():
+        pytest.skip("PlatformIO is not installed: the points build with avr-gcc")
+    with pytest.raises(TinyprotoError, match="2 spaces in a row"):
+        sweep("iris", tmp_path / "a  b", SweepOptions(models="protonn", budgets="512B", device="sim"))
+    assert os.listdir(tmp_path) == []

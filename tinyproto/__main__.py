@@ -27,6 +27,10 @@ def run() -> None:
         sys.exit(130)
     try:
         main()
+    except KeyboardInterrupt:  # Ctrl-C in click's own start, before it parses the command line (its shell
+        # completion check), where neither click nor the group's handlers catch it
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
     except OSError as exc:  # click printing --help or a usage error, outside the commands' own handling
         from tinyproto.core.errors import os_error_line
 

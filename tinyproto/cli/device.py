@@ -203,6 +203,10 @@ def run_command(data: str, family: str, budget: str, seed: int, board: str, out:
     from tinyproto.device.piohome import require_tool
 
     require_tool("avr-gcc")  # the build's default environment uses the system toolchain: say so before training
+    from tinyproto.device.build import check_platformio_path, platformio_available
+
+    if platformio_available():  # a directory PlatformIO cannot build in is refused before training, not after it
+        check_platformio_path(Path(out) if out is not None else Path("build"))
     console = _console()
     with console.status("training under the budget...", spinner="dots"):
         options = CompileOptions(family, budget, seed, board, out, label, max_latency_ms=max_latency, baud=baud,

@@ -64,6 +64,12 @@ class _Group(click.Group):
             self.add_command(command, name)
         return self.commands.get(name)
 
+    def make_context(self, *args, **kwargs) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:  # Ctrl-C while click parses the command line: click said "Aborted!", exit 1
+            _fail("interrupted", 130)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)

@@ -15,6 +15,8 @@ _PATTERN = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 def parse_budget(text: str | int, what: str = "budget") -> int:
     """Return the budget in whole bytes. kB and KiB both mean 1024 bytes; fractions round down. `what` names the
     size in errors (e.g. '--reserve-sram')."""
+    if isinstance(text, bool):  # True is an int in Python: a budget of 1 byte
+        raise TinyprotoError(f"{what} {text!r} is not a size; write it like 2kB, 1.5kB, 2KiB, 2048B or 2048")
     if isinstance(text, int):
         value, unit = float(text), ""
     else:

@@ -20,14 +20,25 @@ MAX_FEATURES = 65535  # the device counts and indexes input columns in 16 bits (
 # ---------------------------------------------------------------------------------------------- checks
 
 
-def validate_xy(X: np.ndarray, y: np.ndarray, source: str,
-                columns: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Shape, range, class and usefulness checks, each with one clear message. `columns` names the features."""
-    try:
-        with np.errstate(over="ignore", invalid="ignore"):
-            X = np.asarray(X, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        raise TinyprotoError(f"{source}: features must be numeric") from None
+def check_training_arrays(X, y, source: str, columns: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The checks any training rows pass, whoever gives them (a data file, or the Python API's arrays: lists, a
+    pandas DataFrame and Series, numpy arrays): numbers in a 2-D X with one label per row, finite and within
+    float32's range, labels all numbers or all text, 2 to 255 classes. Returns (X, y) as numpy arrays: a numeric
+    ndarray as it was (its dtype kept, so a model is the same bit for bit), anything else as float64."""
+    if X is None or y is None:
+        raise TinyprotoError(f"{source}: both X (the features) and y (the labels) are needed, got "
+                             f"{'X None' if X is None else 'y None'}")
+    raw = X if isinstance(X, np.ndarray) else np.asarray(X)  # a DataFrame: its values
+    if raw.dtype.kind == "c" or np.asarray(y).dtype.kind == "c":
+        raise TinyprotoError(f"{source}: complex numbers; features and labels must be real numbers")
+    if raw.dtype.kind in "biuf":
+        X = raw
+    else:
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                X = np.asarray(raw, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            raise TinyprotoError(f"{source}: features must be numeric") from None
     y = np.asarray(y)
     if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0]:
         raise TinyprotoError(f"{source}: X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
@@ -36,9 +47,6 @@ def validate_xy(X: np.ndarray, y: np.ndarray, source: str,
     if X.shape[1] > MAX_FEATURES:
         raise TinyprotoError(f"{source}: {X.shape[1]:,} features; the device indexes inputs in 16 bits, at most "
                              f"{MAX_FEATURES:,} (reduce or pool the columns first)")
-
-    def column(j: int) -> str:
-        return columns[j] if columns is not None else f"column {j}"
 
     def cell(row: int, col: int) -> str:  # 0-based array indices, or a named column
         return f"row {row + 1}, {columns[col]}" if columns is not None else f"X[{row}, {col}]"
@@ -57,11 +65,31 @@ def validate_xy(X: np.ndarray, y: np.ndarray, source: str,
             f"{source}: {cell(row, col)} is {X[row, col]:.3g}, beyond float32's range (|x| > 3.4e38), "
             "which the device computes in"
         )
-    classes, counts = np.unique(y, return_counts=True)
+    if y.dtype.kind == "f" and not np.isfinite(y).all():
+        raise TinyprotoError(f"{source}: {int((~np.isfinite(y)).sum())} labels are NaN or infinite; every row needs "
+                             "its class")
+    try:
+        classes = np.unique(y)
+    except TypeError:  # numpy cannot order them: 1 and 'a', or None among numbers
+        raise TinyprotoError(f"{source}: the labels mix numbers and text (or hold values that cannot be ordered, "
+                             "such as None); give every label as a number, or every one as text") from None
     if classes.size < 2:
         raise TinyprotoError(f"{source}: needs at least two classes, found {classes.size}")
     if classes.size > MAX_CLASSES:
         raise TinyprotoError(f"{source}: {classes.size} classes; the device supports at most {MAX_CLASSES}")
+    return X, y
+
+
+def validate_xy(X: np.ndarray, y: np.ndarray, source: str,
+                columns: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Shape, range, class and usefulness checks, each with one clear message. `columns` names the features."""
+    X, y = check_training_arrays(X, y, source, columns)
+    X = X.astype(np.float64, copy=False)
+
+    def column(j: int) -> str:
+        return columns[j] if columns is not None else f"column {j}"
+
+    classes, counts = np.unique(y, return_counts=True)
     if counts.min() < 2:
         raise TinyprotoError(
             f"{source}: class {_plain(classes[counts.argmin()])!r} has a single sample; every class needs at least 4 "

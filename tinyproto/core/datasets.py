@@ -65,6 +65,7 @@ from tinyproto.core.data_csv import load_csv
 from tinyproto.core.data_files import (CSV_SUFFIXES, MAX_FILE_BYTES, MAX_VALUES, _check_exists,  # noqa: F401
                                        decode_text, load_npz, read_regular_file)
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.option_lists import check_seed
 
 TEST_FRACTION = 0.25
 
@@ -99,6 +100,13 @@ class Split:
 
 def load_dataset(spec: str, label: str | None = None) -> Dataset:
     """`spec` is a built-in name, a .csv file (header row; label = last column or `label`) or an .npz (X, y)."""
+    if isinstance(spec, os.PathLike):  # a pathlib.Path is a file's name too
+        spec = os.fspath(spec)
+        spec = spec if isinstance(spec, str) else os.fsdecode(spec)
+    if spec is not None and not isinstance(spec, str):  # arrays or a DataFrame were "no data given"
+        raise TinyprotoError(f"data must be a built-in data set's name or a file's path, not {type(spec).__name__}; "
+                             "to train on arrays in Python, use tinyproto.families.fit_under_budget(family, X, y, "
+                             "options), or save them with numpy.savez(path, X=X, y=y)")
     if not isinstance(spec, str) or not spec.strip():
         raise TinyprotoError(f"no data given: name a built-in data set ({', '.join(BUILTIN)}), a CSV or an .npz file")
     if spec in BUILTIN:
@@ -150,6 +158,10 @@ def default_out_dir(dataset: Dataset, suffix: str = "") -> Path:
 def split(dataset: Dataset, seed: int = 0) -> Split:
     """The fixed stratified split used for every reported figure (25 % test)."""
     from sklearn.model_selection import train_test_split
+
+    if not isinstance(dataset, Dataset):  # an AttributeError ("'str' object has no attribute 'y'") said nothing
+        raise TinyprotoError(f"split() takes the Dataset that load_dataset() returns, not {type(dataset).__name__}")
+    check_seed(seed, "the split's seed")
 
     classes, counts = np.unique(dataset.y, return_counts=True)
     n_test = int(np.ceil(TEST_FRACTION * len(dataset.y)))

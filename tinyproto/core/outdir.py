@@ -21,6 +21,7 @@ from tinyproto.core.manifest import (
     LOCK,
     MANIFEST,
     NAME_MAX,
+    NESTED_OUTPUTS,
     SCRATCH_PREFIX,
     foreign_entries,
     read_manifest,
@@ -246,6 +247,7 @@ def check_output_dir(out: Path) -> Path:
     if len(os.fsencode(out.name)) > NAME_MAX:
         raise TinyprotoError(f"--out name is {len(os.fsencode(out.name))} bytes long; "
                              f"file names are limited to {NAME_MAX}")
+    _check_not_inside_an_output(out)
     if out.is_symlink():
         raise TinyprotoError(f"--out {out} is a symbolic link; give the directory itself")
     if out.exists():
@@ -266,6 +268,26 @@ def check_output_dir(out: Path) -> Path:
         raise TinyprotoError(f"cannot write --out {out}: {ancestor} is not writable")
     _probe_writable(ancestor, out)
     return out
+
+
+def _check_not_inside_an_output(out: Path) -> None:
+    """Refuse an --out inside a directory tinyproto wrote (the nearest one above it with a manifest): `compile --out
+    m/sub` wrote a model into model directory m, whose next compile then refused m (an entry its manifest does not
+    list), and one under m/.pio or a sweep's figures/ is deleted by the next build or report. Only the outputs a
+    directory owns for that purpose may be there (NESTED_OUTPUTS: learn's DIR/learned, a sweep's DIR/points/<id>)."""
+    for ancestor in out.parents:
+        if not os.path.lexists(ancestor / MANIFEST):
+            continue
+        try:
+            owned = set((read_manifest(ancestor) or {}).get("owned", []))
+        except TinyprotoError:  # its manifest cannot be read: still a directory tinyproto wrote
+            owned = set()
+        rel = out.relative_to(ancestor).parts
+        if rel[0] in owned and len(rel) == NESTED_OUTPUTS.get(rel[0]):
+            return
+        raise TinyprotoError(f"--out {out} is inside {ancestor}, a directory tinyproto wrote (its next command "
+                             "would refuse or replace what is put there); choose a directory outside it, nothing was "
+                             "changed")
 
 
 def _probe_writable(folder: Path, out: Path) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.manifest import remake_advice
 from tinyproto.core.ledger import FirmwareSizes
 # Re-exported: callers import the build's public names from here.
 from tinyproto.device.piohome import (  # noqa: F401
@@ -176,14 +177,28 @@ def firmware_sizes(elf: Path) -> FirmwareSizes:
 # Building
 
 
-def _build_with_platformio(project_dir: Path, env: str, progress: Progress | None) -> tuple[Path, str]:
-    # PlatformIO reads a tab as a space and a run of spaces as one: it built in (and wrote) another directory
+def check_platformio_path(project_dir: Path) -> None:
+    """Refuse a project directory PlatformIO cannot build in, in one line: a path that is not UTF-8 text (a
+    directory reached through such a name from the working directory: pio failed with "An unexpected error
+    occurred"), or one holding a tab or a run of spaces, which PlatformIO reads as one space (it built in, and wrote,
+    another directory). `run` asks before training; the build asks again."""
+    project_dir = Path(os.path.abspath(project_dir))
+    try:
+        os.fsencode(project_dir).decode("utf-8")
+    except UnicodeDecodeError:
+        shown = os.fsencode(project_dir).decode("utf-8", "backslashreplace")
+        raise TinyprotoError(f"PlatformIO cannot build in {shown}: its path is not UTF-8 text, which PlatformIO "
+                             "fails on; rename the directory, or move the model to a path that is") from None
     run = re.search(r"\t|  +", str(project_dir))
     if run:
         shown = str(project_dir).replace("\t", "\\t")
         what = "a tab" if "\t" in run.group() else f"{len(run.group())} spaces in a row"
         raise TinyprotoError(f"PlatformIO cannot build in {shown}: its path holds {what}, which PlatformIO turns into "
                              "one space (it would write to another directory); rename the directory")
+
+
+def _build_with_platformio(project_dir: Path, env: str, progress: Progress | None) -> tuple[Path, str]:
+    check_platformio_path(project_dir)
     core = prepare_pio_core()
     command = [sys.executable, "-m", "platformio", "run", "-e", env, "-d", str(project_dir)]
     _say(progress, f"PlatformIO: pio run -e {env}")
@@ -235,7 +250,7 @@ def build_project(project_dir: Path, env: str | None = None, progress: Progress 
         if (where.exists() or where.is_symlink()) and not where.is_dir():
             raise TinyprotoError(f"{where} is not a directory, where the generated project keeps its "
                                  f"{'sources' if part == 'src' else 'headers' if part == 'include' else 'library'}; "
-                                 "move it away and compile again")
+                                 f"move it away and {remake_advice(project_dir)}")
     parser = _read_ini(project_dir)
     env = env or project_default_env(parser)
     _check_env(parser, env)

@@ -239,13 +239,47 @@ def family(name: str) -> Family:
 
 
 def family_of(model: IntModel) -> Family:
-    return family(getattr(model, "family", "?"))
+    name = getattr(model, "family", None)
+    if not isinstance(name, str) or not hasattr(model, "carrays"):  # "unknown model '?'" for a string or None
+        raise TinyprotoError(f"expected an integer model (what fit_under_budget returns second, or "
+                             f"int_model_from_json gives), not {type(model).__name__}")
+    return family(name)
+
+
+def training_rows(X_train, y_train, options) -> tuple[np.ndarray, np.ndarray]:
+    """The registry's fitting functions' arguments, checked before any family sees them: a SolveOptions, and rows
+    as core/data_checks.check_training_arrays takes them (numpy arrays, lists, a pandas DataFrame and Series).
+    Each family failed on bad rows its own way (a KeyError from pandas, a ZeroDivisionError, "tuple index out of
+    range", numpy's "'<' not supported" for mixed labels); now one TinyprotoError line says what is wrong."""
+    import numpy as np
+
+    from tinyproto.core.data_checks import check_training_arrays
+    from tinyproto.families.solving import SolveOptions
+
+    if not isinstance(options, SolveOptions):
+        raise TinyprotoError(f"options must be a tinyproto.families.solving.SolveOptions (SolveOptions(budget_bytes, "
+                             f"seed=0, ...)), not {type(options).__name__}")
+    X_train, y_train = check_training_arrays(X_train, y_train, "the training rows")
+    if y_train.dtype.kind == "f" and (y_train != np.round(y_train)).any():  # scikit-learn: "continuous" (a regression)
+        raise TinyprotoError(f"the training rows: label {y_train[y_train != np.round(y_train)][0].item()!r} is a "
+                             "fraction; give each class as a whole number or as text (y.astype(str))")
+    classes, counts = np.unique(y_train, return_counts=True)
+    if counts.min() < 2:  # FlyNN divided by zero on two rows of two classes
+        raise TinyprotoError(f"the training rows: class {classes[counts.argmin()].item()!r} has a single row; every "
+                             "class needs at least two (more to validate the model on)")
+    if (X_train.max(axis=0) == X_train.min(axis=0)).all():
+        raise TinyprotoError("the training rows: no feature varies (every column is constant); a model would be "
+                             "useless")
+    return X_train, y_train
 
 
 def fit_under_budget(name: str, X_train: np.ndarray, y_train: np.ndarray, options: SolveOptions):
     """(fitted float estimator, integer model, solver info) for family `name`; with options.max_latency_ms, only
-    models whose predicted cycles per inference (the family's cost model) fit that many ms at options.f_cpu_hz."""
-    return family(name).fit_under_budget(X_train, y_train, options)
+    models whose predicted cycles per inference (the family's cost model) fit that many ms at options.f_cpu_hz.
+    Bad rows or options are one TinyprotoError (training_rows)."""
+    fam = family(name)
+    X_train, y_train = training_rows(X_train, y_train, options)
+    return fam.fit_under_budget(X_train, y_train, options)
 
 
 def lowest_wins(name: str) -> bool:
@@ -260,6 +294,7 @@ def fit_judged(name: str, X_train: np.ndarray, y_train: np.ndarray, options: Sol
     from tinyproto.families.judging import fit_judged as judged
 
     fam = family(name)
+    X_train, y_train = training_rows(X_train, y_train, options)
     return judged(fam.fit_under_budget, fam.fit_shape, X_train, y_train, options, lowest_wins(name),
                   unknown_rate, fam.predict_cycles)
 
@@ -331,13 +366,14 @@ def fit_best_family(X_train: np.ndarray, y_train: np.ndarray, options: SolveOpti
     from tinyproto.core.folds import Folds
     from tinyproto.families import choosing
 
+    X_train, y_train = training_rows(X_train, y_train, options)  # checked once, not once per family
     if options.folds is None:
         options = options.with_(folds=Folds.standard(X_train, y_train, options.seed))
     outcomes, fitted = [], []
     for name in names():
         options.say(f"--model auto: {name}")
         try:
-            clf, model, info = fit_under_budget(name, X_train, y_train, options)
+            clf, model, info = family(name).fit_under_budget(X_train, y_train, options)  # rows checked above
             if fits_board is not None:
                 fits_board(model)
         except TinyprotoError as exc:
@@ -386,7 +422,7 @@ def _in_words(exc: Exception) -> str:
 
 def load_int_model(model_dir: ModelDir) -> IntModel:
     """The integer model of a model directory; a damaged or edited model.json is refused, never trusted."""
-    from tinyproto.core.modeldir import remake_advice
+    from tinyproto.core.manifest import remake_advice
     from tinyproto.core.render import model_hash
 
     raw = model_dir.int_model_json()

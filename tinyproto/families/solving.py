@@ -66,13 +66,18 @@ class SolveOptions:
     clip_check: bool = False
 
     def __post_init__(self) -> None:
-        if int(self.budget_bytes) < 1:
+        from tinyproto.core.option_lists import api_int, api_number, check_seed
+
+        # each field's type too: from Python, budget_bytes="1kB" or seed=-1 raised ValueError from int() or numpy
+        if api_int(self.budget_bytes, "budget_bytes (use tinyproto.core.budget.parse_budget('1kB'))") < 1:
             raise TinyprotoError(f"the budget must be at least 1 byte, got {self.budget_bytes}")
-        if self.max_latency_ms is not None and not (self.max_latency_ms > 0 and math.isfinite(self.max_latency_ms)):
+        check_seed(self.seed, "seed")
+        if self.max_latency_ms is not None and not (api_number(self.max_latency_ms, "max_latency_ms") > 0
+                                                    and math.isfinite(self.max_latency_ms)):
             raise TinyprotoError(f"--max-latency must be a positive number of milliseconds, got {self.max_latency_ms}")
-        if int(self.n_jobs) < 1:
+        if api_int(self.n_jobs, "n_jobs (--jobs)") < 1:
             raise TinyprotoError(f"--jobs must be at least 1, got {self.n_jobs}")
-        if int(self.f_cpu_hz) < 1:
+        if api_int(self.f_cpu_hz, "f_cpu_hz") < 1:
             raise TinyprotoError(f"the clock must be a positive number of Hz, got {self.f_cpu_hz}")
 
     def say(self, message: str) -> None:

@@ -5,6 +5,7 @@ Layer: pipeline."""
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,17 +185,49 @@ class CompileOptions:
     reserve_sram: str | int | None = None
     reserve_flash: str | int | None = None
 
+    def __post_init__(self) -> None:
+        """Each field's type, for a caller in Python (the CLI's parser gives these types): a baud of "fast", a
+        max_latency_ms of "x" or a seed of -1 raised TypeError / ValueError from deep inside."""
+        from tinyproto.core.option_lists import api_int, api_number, api_text, check_seed
+
+        api_text(self.family, "family")
+        if not isinstance(self.budget, (str, int)) or isinstance(self.budget, bool):
+            raise TinyprotoError(f"budget must be a size such as '2kB' or a number of bytes, not "
+                                 f"{type(self.budget).__name__} {str(self.budget)[:40]!r}")
+        check_seed(self.seed, "seed")
+        api_text(self.board, "board")
+        for name in ("label", "holdout_classes", "prefix"):
+            if getattr(self, name) is not None:
+                api_text(getattr(self, name), name)
+        if self.out is not None and not isinstance(self.out, (str, os.PathLike)):
+            raise TinyprotoError(f"out must be a path (a str or a pathlib.Path), not {type(self.out).__name__}")
+        if self.baud is not None:
+            api_int(self.baud, "baud")
+        if self.jobs is not None:
+            api_int(self.jobs, "jobs")
+        if self.max_latency_ms is not None:
+            api_number(self.max_latency_ms, "max_latency_ms")
+        for name in ("learnable", "clip_check"):
+            if not isinstance(getattr(self, name), bool):
+                raise TinyprotoError(f"{name} must be True or False, not {getattr(self, name)!r}")
+
 
 def compile_model(data: str, options: CompileOptions | None = None,
                   progress: Callable[[str], None] | None = None) -> CompileResult:
     """Train DATA's model within the budget, quantize it and write its model directory, as `tinyproto compile`
     does (see CompileOptions for every option). progress: called with one line per step."""
-    from tinyproto.core.confidence import parse_rate
+    from tinyproto.core.confidence import MAX_UNKNOWN_RATE, parse_rate
 
+    if options is not None and not isinstance(options, CompileOptions):  # a dict: "no attribute 'budget'"
+        raise TinyprotoError(f"options must be a CompileOptions (tinyproto.pipeline.compile.CompileOptions(budget="
+                             f"'2kB', ...)), not {type(options).__name__}")
     o = options or CompileOptions()
     budget_bytes = parse_budget(o.budget)
     rate = None if o.unknown_rate is None else (float(o.unknown_rate) if isinstance(o.unknown_rate, float)
                                                 else parse_rate(o.unknown_rate))
+    if rate is not None and not 0.0 < rate <= MAX_UNKNOWN_RATE:  # a float given in Python skipped parse_rate's check
+        raise TinyprotoError(f"the unknown rate must be above 0 and at most {100 * MAX_UNKNOWN_RATE:g}%, not "
+                             f"{o.unknown_rate!r}")
     if o.clip_check and rate is None:
         raise TinyprotoError("--clip-check is part of --unknown-rate: give both (e.g. --unknown-rate 5% --clip-check)")
     if o.prefix is not None:

@@ -193,6 +193,11 @@ def sweep(data: str, out: Path, options: SweepOptions | None = None,
     check_arguments(o.device, o.workers, o.scheduler, o.timeout, o.max_latency_ms)
     points = parse_grid(o.models, o.budgets, o.seeds, o.boards)
     out = check_output_dir(out)  # refuses a DIR holding files tinyproto did not write, before the data is read
+    if o.device == "sim":  # every point is built there: a DIR PlatformIO cannot build in failed every point
+        from tinyproto.device.build import check_platformio_path, platformio_available
+
+        if platformio_available():
+            check_platformio_path(out)
     dataset = load_dataset(data, label=o.label)  # a bad DATA is refused here, not once per point on the workers
     # workers may run in another directory: a file is passed by its absolute path, a built-in set by its name
     # (load_dataset reads a built-in name first, even where a file or directory of that name sits in the cwd)

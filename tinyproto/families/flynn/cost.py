@@ -484,31 +484,34 @@ def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int
     outcome = np.zeros((trials, groups * GROUP_ROWS), dtype=np.int64)  # S
     outcome[:, :rho] = OFFER_OUTCOMES.index("A")
     outcome[:, rho - 1] = OFFER_OUTCOMES.index("H")
-    n, stride = rho, 2 * rho
+    n, last, stride = rho, rho - 1, 2 * rho
     heaps = (P[:, :rho] * 65536 + (65535 - np.arange(rho))[None, :]).tolist()
     for heap in heaps:
         _heapify(heap, heapified)
     floors = [heap[0] >> 16 for heap in heaps]
     events: list[int] = []  # per replacement: (its vector, its row) * stride + 2 * its key's last hole + whether
     # the right child was the smaller where it stopped
+    append = events.append
     row = rho
     while row < m_max:  # spans of rows, each as long as the rows before it: the floors only rise, so a row not
         # above its vector's floor at a span's start never enters in the span (about rho rows of a span are)
         stop = min(m_max, 2 * row)
         span = P[:, row:stop]
-        above = np.nonzero(span > np.array(floors)[:, None])
+        t_of, j_of = np.nonzero(span > np.array(floors)[:, None])
+        sums = span[t_of, j_of]
+        j_of += row
         t_now, floor, heap = -1, 0, heaps[0]
-        for t, j, p in zip(above[0].tolist(), (row + above[1]).tolist(), span[above].tolist()):
+        for t, p, key, event in zip(t_of.tolist(), sums.tolist(), (sums * 65536 + (65535 - j_of)).tolist(),
+                                    ((t_of * m_max + j_of) * stride).tolist()):
             if t != t_now:  # the next vector's rows (np.nonzero gives them in order, vector by vector)
                 if t_now >= 0:
                     floors[t_now] = floor
                 t_now, floor, heap = t, floors[t], heaps[t]
             if p > floor:
-                key = p * 65536 + 65535 - j
                 hole, child = 0, 1
                 while child < n:
                     c = heap[child]
-                    if child + 1 < n:
+                    if child < last:
                         right = heap[child + 1]
                         if right < c:
                             child += 1
@@ -519,7 +522,7 @@ def simulated_heap(indices: np.ndarray, n_features: int, n_inputs: int, rho: int
                     hole, child = child, 2 * child + 1
                 heap[hole] = key
                 floor = heap[0] >> 16
-                events.append((t * m_max + j) * stride + 2 * hole + (child < n and not child & 1))
+                append(event + 2 * hole + (child < n and not child & 1))
         if t_now >= 0:
             floors[t_now] = floor
         row = stop

@@ -200,6 +200,20 @@ def _cv_correct(winners: np.ndarray, y_index: np.ndarray, folds: Folds, n_classe
     return out
 
 
+def ranking_folds(folds: Folds) -> Folds:
+    """The folds the search ranks its candidates on: every fold of the yardstick's draws. On large data the
+    yardstick validates one fold of three (a hold-out, which keeps the other families' searches affordable); a FlyNN
+    fold model is the counts less that fold's, so scoring the other two folds as well costs little, and it
+    triples the rows each candidate is ranked by. With a hold-out of 750 rows (3,000-row sets) the standard error
+    of a candidate's accuracy is 1.8 points, and among hundreds of candidates the pick was often one whose count
+    codes fitted those rows by chance: FlyNN's 12 hardest panel runs (tools/bench_int8.py --quick --models flynn
+    --seeds 0 1 2 --panel mc12x4c3 win600s mc30x6c2 mc40x5c3) had int8 - float -0.52 points on average, worst -2.93;
+    ranked on every fold, -0.08, worst -1.73, and mean int8 accuracy 63.02 -> 63.11 % (docs/guides/quantization.md).
+    The chosen candidate's own figure on the yardstick (chosen_validation) is what `--model auto` compares. The
+    federated selection ranks on the same folds (federated/selection.py), so it picks what compile picks."""
+    return folds if folds.validated == folds.n_folds else replace(folds, validated=folds.n_folds)
+
+
 def _weightings(bits_grid) -> list[tuple[int, float]]:
     return [(b, 1.0) if b == 1 else (b, c) for b in bits_grid for c in ((1.0,) if b == 1 else DECAY_GRID)]
 
@@ -324,6 +338,7 @@ def search_flynn(
     clf_state = int(rng.randint(0, 2**31 - 1))  # the classifier's random_state; it draws M's seed from it
     seed = draw_seed(clf_state)
     folds = Folds.standard(X, y, random_state or 0) if folds is None else folds
+    ranking = ranking_folds(folds)
 
     sums = moment_sums(X)
     centred = CENTRED_PREPROCESSING if d > WIDE_FEATURES else ()
@@ -353,7 +368,8 @@ def search_flynn(
                 weightings = sorted({(c.bits, c.decay, c.count_scale) for c in group if c not in tried})
                 if not weightings:
                     continue
-                accs = dict(zip(weightings, _cv_accuracies(ranked[m][:, :rho], y_index, folds, L, m, weightings)))
+                accs = dict(zip(weightings, _cv_accuracies(ranked[m][:, :rho], y_index, ranking, L, m,
+                                                           weightings)))
                 for c in group:
                     if c not in tried:
                         tried[c] = replace(c, cv_accuracy=accs[(c.bits, c.decay, c.count_scale)])
@@ -418,10 +434,13 @@ def search_flynn(
     ranked_best = _ranked_winners(chosen_prep.U, seeded_indices(seed, best.m, best.s, n_in_best), [best.m], best.rho)
     best_parts = _cv_correct(ranked_best[best.m], y_index, folds, L, best.m,
                              [(best.bits, best.decay, best.count_scale)])[0]
+    on_yardstick = _yardstick_accuracies(shown, prepared, seed, y_index, folds, ranking, L)
     rows = [{"n_hashes": c.m, "n_inputs_per_hash": c.s, "n_winners": c.rho, "count_bits": c.bits,
              "decay": c.decay, "store_M": c.store_M, "scaling": c.scaling, "sign_split": c.sign_split,
              **({"count_scale": c.count_scale} if c.count_scale != 1 else {}),
-             "val_int8_accuracy": c.cv_accuracy, "model_bytes": c.model_bytes, "predicted_cycles": for_table[c],
+             "val_int8_accuracy": on_yardstick[c],
+             **({"ranked_accuracy": c.cv_accuracy} if ranking is not folds else {}),
+             "model_bytes": c.model_bytes, "predicted_cycles": for_table[c],
              "predicted_latency_ms": round(for_table[c] / f_cpu * 1e3, 4)} for c in shown]
     rows[0]["fold_accuracies"] = folds.part_accuracies(best_parts)
     info = {
@@ -441,7 +460,9 @@ def search_flynn(
             **({"count_scale": best.count_scale} if best.count_scale != 1 else {}),
         },
         "cv_accuracy": best.cv_accuracy,
-        "validation": folds.describe() + ", of the integer model on the training data",
+        "validation": folds.describe() + ", of the integer model on the training data" + (
+            "; candidates ranked on every fold of its draws (" + ranking.describe() + ")" if ranking is not folds
+            else ""),
         "folds": folds.to_json(),
         "estimated_cycles": int(cycles),
         "estimated_ms": cycles / f_cpu * 1e3,
@@ -457,6 +478,20 @@ def search_flynn(
     say(f"flynn: chose m={best.m} s={best.s} rho={best.rho} b={best.bits} c={best.decay:g} "
         f"{'stored' if best.store_M else 'seeded'} M, {nbytes} B, CV accuracy {best.cv_accuracy:.3f}")
     return clf, model, info
+
+
+def _yardstick_accuracies(shown: list[Candidate], prepared: list[_Prepared], seed: int, y_index: np.ndarray,
+                          folds: Folds, ranking: Folds, L: int) -> dict[Candidate, float]:
+    """Each shown candidate's validated accuracy on the yardstick (the one every family reports), which is the
+    accuracy it was ranked by unless the search ranked on more folds (ranking_folds)."""
+    if ranking is folds:
+        return {c: c.cv_accuracy for c in shown}
+    out = {}
+    for c in shown:
+        prep = next(p for p in prepared if (p.scaling, p.sign_split) == (c.scaling, c.sign_split))
+        winners = _ranked_winners(prep.U, seeded_indices(seed, c.m, c.s, prep.U.shape[1]), [c.m], c.rho)[c.m]
+        out[c] = _cv_accuracies(winners, y_index, folds, L, c.m, [(c.bits, c.decay, c.count_scale)])[0]
+    return out
 
 
 def candidate_rank(c: Candidate) -> tuple:
