@@ -13,10 +13,13 @@ import os
 import re
 import select
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import termios
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -72,6 +75,74 @@ def tinyproto(*args: str, cwd: Path | str | None = None, env: dict[str, str] | N
     child_env = dict(os.environ if env is None else env)
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), child_env.get("PYTHONPATH", "")) if p)
     return cli_forkserver.run(args, cwd=cwd, env=child_env, timeout=timeout, input=input, fresh=fresh)
+
+
+# ------------------------------------------------------------------------------------------------ killing a run
+
+
+def scratch_dirs(parent: Path) -> list[str]:
+    """The names of the scratch directories in `parent` (a replaced output's new contents, written beside it)."""
+    from tinyproto.core.manifest import SCRATCH_PREFIX
+
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(SCRATCH_PREFIX))
+
+
+def new_scratch_files(parent: Path, before: set[str]) -> set[str]:
+    """The names in the scratch directories of `parent` not in `before` (the output's scratch holds its lock from
+    its start; the empty one check_output_dir makes and removes at once to probe the parent is not counted)."""
+    names: set[str] = set()
+    for name in set(scratch_dirs(parent)) - before:
+        try:
+            names.update(os.listdir(parent / name))
+        except OSError:  # removed meanwhile
+            pass
+    return names
+
+
+def _read_lines(stream, into: list[str]) -> None:
+    for line in iter(stream.readline, ""):
+        into.append(line)  # as it comes
+
+
+def signal_when(command: list[str], reached: Callable[[subprocess.Popen, list[str]], bool],
+                sig: int = signal.SIGKILL, then: float = 0.0,
+                timeout: float = 600) -> tuple[subprocess.Popen, list[str], str]:
+    """Start `command` (a session of its own), send it `sig` as soon as reached(proc, its stdout lines so far)
+    holds (polled every 2 ms; `then` seconds later), and wait for it: an event seen from outside, not a delay,
+    which lands elsewhere on a slower or busier machine. Fails if it ended first. Returns the process (ended),
+    its stdout lines and its stderr; what it left running in its session and still holding its pipes after 30 s
+    (a solver's workers) is killed."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    errors: list[str] = []
+    readers = [threading.Thread(target=_read_lines, args=pair, daemon=True)
+               for pair in ((proc.stdout, lines), (proc.stderr, errors))]
+    for reader in readers:
+        reader.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not reached(proc, lines):
+            assert proc.poll() is None, f"it ended before the moment: {''.join(lines)}{''.join(errors)}"
+            assert time.monotonic() < deadline, f"the moment never came in {timeout} s"
+            time.sleep(0.002)
+        time.sleep(then)
+        proc.send_signal(sig)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for reader in readers:  # to the end of its output
+        reader.join(timeout=30)
+    if any(reader.is_alive() for reader in readers):  # what it left running holds its pipes (a solver's workers)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # its session: those, nothing of this test run
+        except ProcessLookupError:
+            pass
+        for reader in readers:
+            reader.join(timeout=30)
+    return proc, lines, "".join(errors)
 
 
 def snapshot(root: Path, own_files_at_root: bool = False) -> dict[str, str]:

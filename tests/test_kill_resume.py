@@ -18,44 +18,22 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import new_scratch_files, signal_when
 from helpers import tinyproto as tinyproto_cli
 
-from tinyproto.core.manifest import SCRATCH_PREFIX
+from tinyproto.core.manifest import LOCK, SCRATCH_PREFIX
 from tinyproto.core.modeldir import load_model_dir
 from tinyproto import families
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def tinyproto(*args: str, cwd: Path | None = None) -> subprocess.Popen:
-    # a session of its own: kill_when can end what the killed process leaves running (its solver's workers)
-    return subprocess.Popen([sys.executable, "-m", "tinyproto", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tinyproto", *args]
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return tinyproto_cli(*args, cwd=cwd, timeout=600)
-
-
-def kill_when(proc: subprocess.Popen, ready, timeout: float = 120.0) -> None:
-    """SIGKILL `proc` as soon as ready() holds (polled), or fail if it ended or never got there."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        assert proc.poll() is None, f"ended before the kill point: {proc.communicate()}"
-        assert time.monotonic() < deadline, "kill point never reached"
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    reap_killed(proc)
-
-
-def reap_killed(proc: subprocess.Popen) -> None:
-    """Wait for a killed `proc` and read its output to the end."""
-    proc.wait()
-    try:  # the solver's worker processes inherited the output pipes: they may outlive the killed process
-        proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # its session: those workers, nothing of this test run
-        proc.communicate()
 
 
 def journal_lines(model: Path) -> int:
@@ -116,17 +94,32 @@ def test_compile_killed_while_replacing_leaves_old_or_new(tmp_path, point, compi
     no_scratch_left(tmp_path)
 
 
-@pytest.mark.parametrize("delay", [0.5, 2.0])
-def test_compile_killed_while_training_changes_nothing(tmp_path, delay, compiled):
+# A compile into an existing model directory, killed at each moment before its swap: its training (the solver's
+# first progress line) and a file of the new model written into its scratch directory beside the old one
+COMPILE_MOMENTS = {
+    "training": lambda parent, before, lines: any(line.startswith("· ") for line in lines),
+    "scratch written": lambda parent, before, lines: bool(new_scratch_files(parent, before) - {LOCK}),
+}
+
+
+@pytest.mark.parametrize("moment", COMPILE_MOMENTS)
+def test_compile_killed_before_its_swap_changes_nothing(tmp_path, moment, compiled):
     out = tmp_path / "m"
     shutil.copytree(compiled("iris", "1kB"), out, symlinks=True)  # what `compile iris --budget 1kB` wrote
-    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".tinyproto.lock"}
-    proc = tinyproto("compile", "digits", "--budget", "2kB", "--out", str(out))
-    start = time.monotonic()
-    kill_when(proc, lambda: time.monotonic() - start > delay)
-    after = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".tinyproto.lock"}
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != LOCK}
+    old_hash = assert_complete_model(out)
+    reached = COMPILE_MOMENTS[moment]
+    again = ("compile", "iris", "--budget", "1kB", "--seed", "3", "--out", str(out))  # another model: other bytes
+    proc, _, _ = signal_when(command(*again), lambda proc, lines: reached(tmp_path, set(), lines))
+    assert proc.returncode == -signal.SIGKILL  # killed there, not ended
+    after = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != LOCK}
     assert after == before
-    assert run("compile", "iris", "--budget", "1kB", "--out", str(out)).returncode == 0
+    if moment == "training":
+        no_scratch_left(tmp_path)  # nothing was written yet
+        return
+    assert LOCK in new_scratch_files(tmp_path, set())  # the kill landed in the write: left for the next run
+    assert run(*again).returncode == 0
+    assert assert_complete_model(out) != old_hash  # replaced by the next run
     no_scratch_left(tmp_path)
 
 
@@ -174,9 +167,11 @@ def test_validate_killed_then_resumed_measures_every_vector_once(built_digits, p
     model = built_digits
     n_vectors = len(load_model_dir(model).vectors().labels)
     first_kill_at = 60 if phase == "vectors" else n_vectors + 1  # +1: the binding line
-    proc = tinyproto("validate", str(model))
-    kill_when(proc, lambda: journal_lines(model) >= first_kill_at)
-    time.sleep(0.5)
+    proc, _, _ = signal_when(command("validate", str(model)), lambda proc, lines: journal_lines(model) >= first_kill_at)
+    assert proc.returncode == -signal.SIGKILL  # killed there, not ended
+    deadline = time.monotonic() + 10  # it sees its parent gone at its next read: a moment, however busy the machine
+    while simulators_of(model) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not simulators_of(model), "the simulator outlived its parent"
     summary = json.loads((model / "validation.json").read_text()) if (model / "validation.json").exists() else {}
     assert summary.get("complete") is not True or summary.get("n_vectors") == n_vectors
@@ -189,6 +184,21 @@ def test_validate_killed_then_resumed_measures_every_vector_once(built_digits, p
     assert sorted(row["i"] for row in rows) == list(range(n_vectors))
 
 
+def _holds_open(pid: int, path: str) -> bool:
+    """Whether process `pid` has `path` open (/proc/PID/fd)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                return True
+        except OSError:  # closed meanwhile
+            pass
+    return False
+
+
 def test_validate_killed_before_its_first_result_keeps_the_old_journal(built_digits):
     """Killed while it waits for a board that never answers: the previous run's results are still there."""
     model = built_digits
@@ -196,12 +206,13 @@ def test_validate_killed_before_its_first_result_keeps_the_old_journal(built_dig
     old = (model / "validation.jsonl").read_bytes()
     controller, device = os.openpty()  # a port nobody answers on
     try:
-        proc = tinyproto("validate", str(model), "--no-raw", "--port", os.ttyname(device))
-        start = time.monotonic()
-        kill_when(proc, lambda: time.monotonic() - start > 3.0)
+        port = os.ttyname(device)
+        proc, _, _ = signal_when(command("validate", str(model), "--no-raw", "--port", port),
+                                 lambda proc, lines: _holds_open(proc.pid, port))  # waiting for the board
     finally:
         os.close(controller)
         os.close(device)
+    assert proc.returncode == -signal.SIGKILL  # killed there, not ended
     assert (model / "validation.jsonl").read_bytes() == old
     assert run("validate", str(model), "--no-raw", "--resume").returncode == 0
 
@@ -240,9 +251,9 @@ def test_a_second_writer_is_refused_while_the_first_runs(built_digits):
 def test_learn_killed_then_run_again(tmp_path, private_cache, compiled):
     model = tmp_path / "fly"  # what `compile iris --model flynn --budget 1kB --learnable` writes: the run's copy
     shutil.copytree(compiled("iris", "1kB", "flynn", learnable=True), model, symlinks=True)
-    proc = tinyproto("learn", str(model), "--sim")
-    kill_when(proc, lambda: (model / "learning" / "build.json").exists(), timeout=300)
-    time.sleep(0.5)
+    proc, _, _ = signal_when(command("learn", str(model), "--sim"),
+                             lambda proc, lines: (model / "learning" / "build.json").exists())  # its firmware built
+    assert proc.returncode == -signal.SIGKILL  # killed there, not ended
     assert not (model / "learned").exists() or assert_complete_model(model / "learned")
     again = run("learn", str(model), "--sim")
     assert again.returncode == 0, again.stderr
@@ -250,34 +261,40 @@ def test_learn_killed_then_run_again(tmp_path, private_cache, compiled):
     no_scratch_left(model)
 
 
-@pytest.mark.parametrize("delay", [1.0, 3.0])
-def test_federate_killed_leaves_no_partial_output(tmp_path, delay):
-    # 0.5 kB: the same writes as the default 2 kB in half the search (5.8 s of CPU for the whole run against 11.1 s,
-    # measured on this machine), still seconds after the later kill
-    out, small = tmp_path / "fed", ("--budget", "0.5kB")
-    proc = tinyproto("federate", "wine", "--parties", "3", "--backend", "local", *small, "--out", str(out))
-    start = time.monotonic()
-    while proc.poll() is None and time.monotonic() - start < delay:
-        time.sleep(0.02)
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
-    reap_killed(proc)
-    assert not out.exists() or assert_complete_model(out)
-    again = run("federate", "wine", "--parties", "3", "--backend", "local", *small, "--out", str(out))
-    assert again.returncode == 0, again.stderr
+# A federation killed at each moment: its parties reading their rows (the backend's progress line, after the split),
+# and a file of its output written (into the scratch directory beside --out; or at --out, which must not happen)
+FEDERATE_MOMENTS = {
+    "parties read": lambda parent, lines: any(line.startswith("· backend:") for line in lines),
+    "scratch written": lambda parent, lines: bool(new_scratch_files(parent, set()) - {LOCK})
+    or (parent / "fed").is_dir() and any((parent / "fed").iterdir()),
+}
+
+
+@pytest.mark.parametrize("moment", FEDERATE_MOMENTS)
+def test_federate_killed_leaves_no_partial_output(tmp_path, moment):
+    # iris and 0.5 kB: the same writes as wine or the default 2 kB, in less time (a whole run 2.7 s of CPU, wine's
+    # 3.9 s; measured on this machine, load 8)
+    out = tmp_path / "fed"
+    again = ("federate", "iris", "--parties", "3", "--backend", "local", "--budget", "0.5kB", "--out", str(out))
+    reached = FEDERATE_MOMENTS[moment]
+    proc, _, _ = signal_when(command(*again), lambda proc, lines: reached(tmp_path, lines))
+    assert proc.returncode == -signal.SIGKILL  # killed there, not ended
+    assert not out.exists()  # before its swap: nothing at --out
+    if moment == "parties read":
+        no_scratch_left(tmp_path)  # nothing was written yet
+        return
+    assert LOCK in new_scratch_files(tmp_path, set())  # the kill landed in the write: left for the next run
+    result = run(*again)
+    assert result.returncode == 0, result.stderr
+    assert_complete_model(out)
     no_scratch_left(tmp_path)
 
 
 def test_sigterm_cleans_up_like_ctrl_c(tmp_path):
     out = tmp_path / "m"
-    proc = tinyproto("compile", "digits", "--budget", "2kB", "--out", str(out))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # signal it in the middle of training (the first candidate's progress line)
-        line = proc.stdout.readline()
-        if not line or "candidate" in line:
-            break
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    proc, _, err = signal_when(command("compile", "digits", "--budget", "2kB", "--out", str(out)),
+                               lambda proc, lines: any("candidate" in line for line in lines),  # in its training
+                               signal.SIGTERM)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
     assert not out.exists()
     no_scratch_left(tmp_path)

@@ -49,7 +49,10 @@ def test_equal_spellings_are_one_class():
     decomposed, composed = "e\u0301", "\u00e9"
     assert code_labels([decomposed, composed], where).tolist() == [composed, composed]
     for bad, message in ((["1", "a"], "mixes numbers"), (["1.5", "2"], "not a whole number"), (["", "1"], "empty"),
-                         (["nan", "1"], "not a class"), (["9" * 20, "1"], "too large")):
+                         (["nan", "1"], "not a class"), (["9" * 20, "1"], "too large"),
+                         # what to do, not only what is wrong ("too large for a class id" said nothing more)
+                         ([str(2**63 + 1), "1"], "too large for a class id .*; give such classes as text"),
+                         (["9" * 40, "1"], "give such classes as text")):
         with pytest.raises(TinyprotoError, match=message):
             code_labels(bad, where)
 

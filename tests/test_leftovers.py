@@ -11,12 +11,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from helpers import tinyproto
+from helpers import new_scratch_files, scratch_dirs, signal_when, tinyproto
 
 from tinyproto.core.manifest import LOCK, SCRATCH_PREFIX
 from tinyproto.core.outdir import is_leftover_name, locked, tidy
@@ -123,10 +122,6 @@ def test_killed_validate_writer_then_compile_out(fresh):
     assert not any(is_leftover_name(p.name) for p in fresh.iterdir())
 
 
-def _scratch(parent: Path) -> list[str]:
-    return sorted(p.name for p in parent.iterdir() if p.name.startswith(SCRATCH_PREFIX))
-
-
 def test_empty_and_dead_scratch_directories_are_removed_live_ones_kept(tmp_path):
     from tinyproto.core.outdir import _new_scratch, remove_stale_scratch
 
@@ -195,7 +190,7 @@ def test_a_dead_scratch_beside_a_model_is_removed_by_any_verb_that_locks_it(fres
     try:
         with locked(fresh, "validate"):
             pass
-        assert _scratch(parent) == [live.name]
+        assert scratch_dirs(parent) == [live.name]
     finally:
         os.close(fd)
     assert not dead.exists() and not empty.exists()
@@ -212,31 +207,14 @@ def _handles_sigterm_and_sighup(pid: int) -> bool:
     return all(caught >> (signum - 1) & 1 for signum in (signal.SIGTERM, signal.SIGHUP))
 
 
-def _new_scratch_files(parent: Path, before: set[str]) -> set[str]:
-    """The names in the scratch directories of `parent` not in `before` (the output's scratch holds its lock from
-    its start; the empty one check_output_dir makes and removes at once to probe the parent is not counted)."""
-    names = set()
-    for name in set(_scratch(parent)) - before:
-        try:
-            names.update(os.listdir(parent / name))
-        except OSError:  # removed meanwhile
-            pass
-    return names
-
-
-def _lines_of(stream, into: list[str]) -> None:
-    for line in iter(stream.readline, ""):
-        into.append(line)
-
-
 # The moments a compile is killed at, each an event seen from outside (not a delay, which lands elsewhere on a
 # slower or busier machine): its start (run()'s signal handlers set, then 50 ms, so inside its try), its training
 # (the solver's first progress line), its scratch directory made (its lock in it), and a file written into it.
 KILL_MOMENTS = {
     "starting": lambda proc, lines, parent, before: _handles_sigterm_and_sighup(proc.pid),
     "training": lambda proc, lines, parent, before: any(line.startswith("· flynn:") for line in lines),
-    "scratch made": lambda proc, lines, parent, before: LOCK in _new_scratch_files(parent, before),
-    "scratch written": lambda proc, lines, parent, before: bool(_new_scratch_files(parent, before) - {LOCK}),
+    "scratch made": lambda proc, lines, parent, before: LOCK in new_scratch_files(parent, before),
+    "scratch written": lambda proc, lines, parent, before: bool(new_scratch_files(parent, before) - {LOCK}),
 }
 
 
@@ -258,36 +236,19 @@ def test_a_compile_killed_at_each_moment_leaves_nothing_the_next_run_keeps(tmp_p
         signal.signal(signal.SIGINT, previous)
     result = cli(*args)
     assert result.returncode == 0, result.stderr
-    assert _scratch(tmp_path) == []
+    assert scratch_dirs(tmp_path) == []
 
 
 def _kill_at_each_moment(command: list[str], parent: Path) -> None:
     for sig, (moment, reached) in itertools.product((signal.SIGKILL, signal.SIGINT), KILL_MOMENTS.items()):
-        before = set(_scratch(parent))
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        lines: list[str] = []  # stdout's, as they come (the progress lines)
-        errors: list[str] = []
-        readers = [threading.Thread(target=_lines_of, args=pair, daemon=True)
-                   for pair in ((proc.stdout, lines), (proc.stderr, errors))]
-        for reader in readers:
-            reader.start()
-        deadline = time.monotonic() + 600
-        while not reached(proc, lines, parent, before):
-            assert proc.poll() is None, f"the compile ended before '{moment}': {''.join(lines)}"
-            assert time.monotonic() < deadline, f"no '{moment}' in 600 s"
-            time.sleep(0.002)
-        if moment == "starting":
-            time.sleep(0.05)
-        proc.send_signal(sig)
-        proc.wait(timeout=120)
-        for reader in readers:
-            reader.join(timeout=120)
-        err = "".join(errors)
+        before = set(scratch_dirs(parent))
+        proc, _, err = signal_when(command, lambda proc, lines: reached(proc, lines, parent, before), sig,
+                                   then=0.05 if moment == "starting" else 0.0)
         assert "Traceback" not in err, (moment, err)
         if sig == signal.SIGINT:
             assert proc.returncode == 130 and err.startswith("interrupted") and err.count("\n") == 1, (moment, err)
         elif moment.startswith("scratch"):
-            assert LOCK in _new_scratch_files(parent, before), moment  # killed with it: left for the next run
+            assert LOCK in new_scratch_files(parent, before), moment  # killed with it: left for the next run
 
 
 # ---------------------------------------------------------------------------------------------- failed writes

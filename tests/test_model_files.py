@@ -305,11 +305,15 @@ def test_the_advice_names_the_command_that_made_the_directory(work, compiled):
     """A federated model's damaged report.json or test vectors said "run tinyproto compile again": the manifest
     records the verb that made a directory (made_by), and every "make it again" advice names that verb (federate,
     learn for its learned/ model, a sweep for its point); a directory with no such record is compile's."""
-    from tinyproto.core.modeldir import remake_advice
+    from tinyproto.core.manifest import remake_advice
 
     accepted(["federate", "iris", "--parties", "2", "--backend", "local", "--budget", "1kB", "--out",
               str(work / "fed")])
-    assert json.loads((work / "fed" / ".tinyproto").read_text())["made_by"] == "federate"
+    manifest = json.loads((work / "fed" / ".tinyproto").read_text())
+    assert manifest.pop("made_by") == "federate"
+    (work / "fed" / ".tinyproto").write_text(json.dumps(manifest))  # as a federate before made_by wrote it
+    assert remake_advice(work / "fed") == "run `tinyproto federate` again"  # from its report.json's parties
+    (work / "fed" / ".tinyproto").write_text(json.dumps({**manifest, "made_by": "federate"}))
     (work / "fed" / "report.json").write_text('{"model": ')
     line = refused(["build", str(work / "fed")], "report.json is damaged", work)
     assert line.endswith("run `tinyproto federate` again"), line

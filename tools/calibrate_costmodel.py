@@ -1179,10 +1179,13 @@ def replay_stores(model, xq: np.ndarray) -> tuple[float, float]:
     return last / len(xq), other / len(xq)
 
 
-def bloom_feed_cycles(k: int, m: int, d: int, workdir: Path, simulator: Path, n_vectors: int = 4) -> dict:
+def bloom_feed_cycles(k: int, m: int, d: int, workdir: Path, simulator: Path, n_vectors: int = 4,
+                      ranged: bool = False) -> dict:
     """A Bloom model of d features, k hashes and m slots on the profiling simulator: tp_stream_feed's cycles per
     vector (its prefixed name, the benchmark's build), less its MAX stores (replayed on the very vectors: 1 cycle
-    each, 3 by a feature's last draw where avr-gcc put that draw after the loop), and the chunks."""
+    each, 3 by a feature's last draw where avr-gcc put that draw after the loop), and the chunks. ranged: the model
+    judged with --unknown-rate's range check, whose runtime keeps phi behind the stream's next-feature index
+    (firmware/tp_bloom.c, struct tp_bloom_ranged), which avr-gcc addresses otherwise in the feed loop."""
     import bisect
     import collections
 
@@ -1195,6 +1198,13 @@ def bloom_feed_cycles(k: int, m: int, d: int, workdir: Path, simulator: Path, n_
 
     model = bloom_shape_model(d, k, m, 3, "shared", 0, 7)
     xq = np.random.default_rng(d).integers(-127, 128, size=(n_vectors, d)).astype(np.int8)
+    if ranged:
+        from tinyproto.core.confidence import Calibration, whole_bins
+        from tinyproto.families.judging import make_judged
+
+        signal = model.range_signal(xq)
+        low, high = whole_bins(int(signal.min()), int(signal.max()))
+        model = make_judged(model, Calibration(100, 5, False, -10, 0.05, 0, low, high))
     elf = build(model, workdir, "uno")
     profile = workdir / "profile.txt"
     ring = firmware_ring(model, load_board("uno"))
@@ -1211,7 +1221,8 @@ def bloom_feed_cycles(k: int, m: int, d: int, workdir: Path, simulator: Path, n_
     feed = sum(v for name, v in cycles.items() if name.endswith("_stream_feed")) / len(xq)
     last, other = replay_stores(model, xq)
     looped_last = k >= 4 and k % 2 == 0  # the last draw inside the draws' loop: its store costs 1 too
-    return {"feed": feed - other - (1 if looped_last else 3) * last, "chunks": n_chunks(d), "features": d}
+    return {"feed": feed - other - (1 if looped_last else 3) * last, "chunks": n_chunks(d), "features": d,
+            "stores": other + last}
 
 
 def calibrate_bloom_feed() -> None:

@@ -263,7 +263,8 @@ def _npz_labels(y: np.ndarray, name: str) -> np.ndarray:
         return y.astype(np.int64)
     if kind == "u":
         if y.size and int(y.max()) >= 2**63:
-            raise TinyprotoError(f"{name}: y holds {int(y.max())}, too large for a class id")
+            raise TinyprotoError(f"{name}: y holds {int(y.max())}, too large for a class id (a 64-bit integer); save "
+                                 "the labels as text (y.astype(str)) or as smaller numbers")
         return y.astype(np.int64)
     if kind == "f":
         bad = ~np.isfinite(y)
@@ -278,7 +279,8 @@ def _npz_labels(y: np.ndarray, name: str) -> np.ndarray:
                 "(a regression target? tinyproto classifies)"
             )
         if y.size and float(np.abs(y).max()) >= 2.0**63:
-            raise TinyprotoError(f"{name}: y holds {float(np.abs(y).max())!r}, too large for a class id")
+            raise TinyprotoError(f"{name}: y holds {float(np.abs(y).max())!r}, too large for a class id (a 64-bit "
+                                 "integer); save the labels as text (y.astype(str)) or as smaller numbers")
         return y.astype(np.int64)
     if kind in "US":
         if kind == "S":

@@ -60,7 +60,9 @@ def code_labels(raw: list[str], where: Callable[[int], str], column: str = "the 
     ids = []
     for i, value in enumerate(labels):
         if len(value) > MAX_ID_DIGITS:
-            raise TinyprotoError(f"{where(i)}: the label {_short(value)} is too large for a class id")
+            raise TinyprotoError(f"{where(i)}: the label {_short(value)} is too large for a class id (a 64-bit "
+                                 "integer); give such classes as text (a letter before the digits) or as smaller "
+                                 "numbers")
         number = int(value) if _INTEGER.fullmatch(value) else float(value)
         if isinstance(number, float) and not number.is_integer():
             raise TinyprotoError(
@@ -68,7 +70,9 @@ def code_labels(raw: list[str], where: Callable[[int], str], column: str = "the 
                 "(is this column a measurement? choose the label with --label)")
         number = int(number)
         if not -(2**63) <= number < 2**63:
-            raise TinyprotoError(f"{where(i)}: the label {_short(value)} is too large for a class id")
+            raise TinyprotoError(f"{where(i)}: the label {_short(value)} is too large for a class id (a 64-bit "
+                                 "integer); give such classes as text (a letter before the digits) or as smaller "
+                                 "numbers")
         ids.append(number)
     return np.asarray(ids, dtype=np.int64)
 

@@ -235,3 +235,37 @@ def _laid_out(tree: str, top: bool, name: str, is_dir: bool) -> bool:
     if tree == "learning" and top:
         return _LEARNING_TOP.get(name) == is_dir or (not is_dir and bool(_LEARNING_TEMP.match(name)))
     return True
+
+
+# the verbs that make a model directory (the manifest's made_by) and how to make one again
+REMAKE = {"compile": "run `tinyproto compile` again", "federate": "run `tinyproto federate` again",
+          "export": "run `tinyproto export` again"}
+
+
+def remake_advice(directory: Path) -> str:
+    """What to run to make a model directory again, named for the command that made it: compile, federate (the
+    manifest's made_by), learn (its learned/ model) or a sweep (one of its points). A damaged directory must not send
+    the user to a command that never wrote it ("run tinyproto compile again" for a federated model)."""
+    directory = Path(directory)
+    try:
+        made_by = (read_manifest(directory) or {}).get("made_by")
+    except TinyprotoError:  # an unreadable manifest: decided from where the directory is
+        made_by = None
+    if made_by == "learn" or (made_by is None and directory.name == "learned"
+                              and os.path.lexists(directory.parent / "learn.json")):
+        return f"run `tinyproto learn {directory.parent}` again"
+    if directory.parent.name == "points" and os.path.lexists(directory.parent.parent / "sweep.json"):
+        return f"run the sweep again in a new --out (this is its point {directory.name})"
+    if made_by is None and _federation_report(directory):  # written before the manifest recorded its verb
+        made_by = "federate"
+    return REMAKE.get(made_by, REMAKE["compile"])
+
+
+def _federation_report(directory: Path) -> bool:
+    """Whether the directory's report.json, if it can be read, is a federated model's (it has `parties`)."""
+    from tinyproto.core.safe_io import read_json
+
+    try:
+        return "parties" in read_json(directory / "report.json", "the model's report")
+    except (TinyprotoError, OSError):
+        return False

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.manifest import NAME_MAX, read_manifest
+from tinyproto.core.manifest import NAME_MAX, remake_advice
 from tinyproto.core.npz_arrays import NpzProblem, read_npz_arrays
 from tinyproto.core.strict_json import check_fields
 from tinyproto.core.safe_io import file_sha256, open_regular, read_json
@@ -49,28 +49,6 @@ MODEL_FORMAT_VERSION = 8
 
 
 MAX_VECTOR_VALUES = 1 << 28  # an array of test_vectors.npz (compile's data sets hold at most 1 << 26 values)
-# the verbs that make a model directory (the manifest's made_by) and how to make one again
-REMAKE = {"compile": "run `tinyproto compile` again", "federate": "run `tinyproto federate` again",
-          "export": "run `tinyproto export` again"}
-
-
-def remake_advice(directory: Path) -> str:
-    """What to run to make a model directory again, named for the command that made it: compile, federate (the
-    manifest's made_by), learn (its learned/ model) or a sweep (one of its points). A damaged directory must not send
-    the user to a command that never wrote it ("run tinyproto compile again" for a federated model)."""
-    directory = Path(directory)
-    try:
-        made_by = (read_manifest(directory) or {}).get("made_by")
-    except TinyprotoError:  # an unreadable manifest: decided from where the directory is
-        made_by = None
-    if made_by == "learn" or (made_by is None and directory.name == "learned"
-                              and os.path.lexists(directory.parent / "learn.json")):
-        return f"run `tinyproto learn {directory.parent}` again"
-    if directory.parent.name == "points" and os.path.lexists(directory.parent.parent / "sweep.json"):
-        return f"run the sweep again in a new --out (this is its point {directory.name})"
-    return REMAKE.get(made_by, REMAKE["compile"])
-
-
 def int_model_digest(int_model: dict) -> str:
     """sha256 of model.json's int_model in canonical form: binds every field (class names included), where
     the 32-bit model hash covers what the device computes with."""

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.manifest import remake_advice
 from tinyproto.core.ledger import FirmwareSizes
-from tinyproto.core.modeldir import remake_advice
 # Re-exported: callers import the build's public names from here.
 from tinyproto.device.piohome import (  # noqa: F401
     APT_AVR,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError, cwd_exists
-from tinyproto.core.modeldir import remake_advice
+from tinyproto.core.manifest import remake_advice
 from tinyproto.core.outdir import private_scratch
 from tinyproto.core.render import jinja_env
 from tinyproto.core.safe_io import MAX_JSON_BYTES, read_bytes_file

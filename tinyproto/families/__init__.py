@@ -422,7 +422,7 @@ def _in_words(exc: Exception) -> str:
 
 def load_int_model(model_dir: ModelDir) -> IntModel:
     """The integer model of a model directory; a damaged or edited model.json is refused, never trusted."""
-    from tinyproto.core.modeldir import remake_advice
+    from tinyproto.core.manifest import remake_advice
     from tinyproto.core.render import model_hash
 
     raw = model_dir.int_model_json()

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.modeldir import remake_advice
+from tinyproto.core.manifest import remake_advice
 from tinyproto import families
 
 

@@ -215,7 +215,8 @@ def validation_problem(validation: dict, meta: dict, report: dict, board, n_test
 
 def load_single(path: Path) -> ReportInput:
     from tinyproto.core.boards import load_board
-    from tinyproto.core.modeldir import load_model_dir, remake_advice
+    from tinyproto.core.manifest import remake_advice
+    from tinyproto.core.modeldir import load_model_dir
     from tinyproto.core.safe_io import read_json
 
     model_dir = load_model_dir(path)

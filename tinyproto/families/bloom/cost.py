@@ -67,6 +67,10 @@ BLOOM_CYCLES = {
     # difference between m < 256 and m = 256 is 5 to 6.5 a draw)
     "feed_feature": 1,  # byte draws, k <= 8: a feature's cycles in tp_stream_feed, FEED_CYCLES (hand count)
     "feed_chunk": 1,  # byte draws, k <= 8: a chunk's own cycles in tp_stream_feed, FEED_CYCLES (hand count)
+    "ranged_draw": 4,  # hand count, per draw, --unknown-rate's range check with k = 1 or 3 and m = 256 only: phi then
+    # lies behind the stream's next-feature index (firmware/tp_bloom.c, struct tp_bloom_ranged) and avr-gcc reaches
+    # it through X, which has no displacement: adiw and sbiw around each draw's load (RANGED_FEED_KS)
+    "ranged_store": 2,  # hand count, per MAX store, the same models: the adiw before the store
     "draw_wide": 33.7,  # per draw, m > 256 only: the 16 x 16 -> 32-bit multiply of a draw (__umulhisi3)
     "draw_pow2": 5,  # hand count, per draw, m > 256 a power of two: avr-gcc shifts instead of multiplying
     "draw_shift": 7,  # hand count, per bit of that shift (16 - log2 m per draw): a 32-bit shift loop
@@ -82,7 +86,8 @@ BLOOM_CYCLES = {
 }
 HAND_COUNTS = {name: BLOOM_CYCLES[name] for name in ("store", "store_last", "mac", "mac_group", "draw_pow2",
                                                      "draw_shift", "slot", "slot_reload", "slot_rem",
-                                                     "used", "feed_feature", "feed_chunk", "draw_mul", "range")}
+                                                     "used", "feed_feature", "feed_chunk", "draw_mul", "range",
+                                                     "ranged_draw", "ranged_store")}
 # The feed loop with byte draws (m <= 256), per k: (cycles per feature, per chunk) in tp_stream_feed, for an 8x8
 # multiply's map (m < 256) and for the byte taken as it is (m = 256). A feature's: the loop's test, the load and
 # bias, ceil(k/2) xorshift16 steps, k draws mapped and compared, with no MAX store (stores are the "store" terms);
@@ -95,6 +100,12 @@ FEED_CYCLES = {  # k: ((per feature, per chunk) with the multiply, (per feature,
     1: ((35, 77), (30, 67)), 2: ((54, 90), (41, 72)), 3: ((80, 97), (62, 68)), 4: ((106, 90), (81, 64)),
     5: ((129, 102), (103, 65)), 6: ((150, 94), (116, 64)), 7: ((181, 98), (138, 73)), 8: ((200, 90), (151, 64)),
 }
+# The k whose feed loop, with m = 256 (the byte taken as it is), costs more with a range check (ranged_draw,
+# ranged_store): tools/calibrate_costmodel.py's bloom_feed_cycles(..., ranged=True) for k = 1 .. 8, m = 200 and 256,
+# 640, 650 and 1,280 features gave FEED_CYCLES exactly but for these, whose extra is 4 a draw and 2 a store with a
+# residual of 0 (640, 650, 1,280 and 333 features). Before it was counted, a range-checked k = 3 model on sensor
+# windows (3 x 200 samples, m = 256) ran 14.4 % above its prediction (65,116 cycles against 55,738).
+RANGED_FEED_KS = (1, 3)
 # m > 256 (16-bit draws; not searched by the solver), and k > 8 with byte draws: the feed's terms per step (feature,
 # step, draw, ...), fitted after the rest on the shapes that take that path
 FIT_LATER = ("slot_wide", "wide_fixed", "draw_wide", "mac_c", "row_c", "feature", "step", "draw", "pair_loop",
@@ -162,6 +173,8 @@ def bloom_cost_terms(model) -> dict[str, float]:
              "mac_group": rows * (used // 4) if asm else 0, "mac_c": 0 if asm else rows * used}
     terms.update({name: 0 for name in ("feature", "step", "draw", "pair_loop", "loop_feature", "draw_mul",
                                        "feed_feature", "feed_chunk", "draw_wide", "draw_pow2", "draw_shift")})
+    ranged_feed = ranged and m == BYTE_SLOTS and k in RANGED_FEED_KS
+    terms.update(ranged_draw=d * k if ranged_feed else 0, ranged_store=last + other if ranged_feed else 0)
     if byte_draws and k in FEED_CYCLES:  # the feed loop as compiled, counted whole
         per_feature, per_chunk = FEED_CYCLES[k][m == BYTE_SLOTS]
         terms.update(feed_feature=d * per_feature, feed_chunk=chunks * per_chunk)
@@ -181,7 +194,7 @@ def predict_cycles(model) -> dict:
     terms = bloom_cost_terms(model)
     cycles = {name: count * BLOOM_CYCLES[name] for name, count in terms.items()}
     hashing = ("feature", "step", "draw", "store", "store_last", "pair_loop", "loop_feature", "draw_mul",
-               "feed_feature", "feed_chunk", "draw_wide", "draw_pow2", "draw_shift")
+               "feed_feature", "feed_chunk", "draw_wide", "draw_pow2", "draw_shift", "ranged_draw", "ranged_store")
     out = {
         "hashing": int(round(sum(cycles[n] for n in hashing))),
         "compaction": int(round(sum(cycles[n] for n in ("slot", "slot_reload", "slot_rem", "slot_wide", "wide_fixed",
