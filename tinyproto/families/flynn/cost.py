@@ -22,21 +22,22 @@ from tinyproto.families.flynn.seeded_index import (
 )
 
 # FlyNN (firmware/tp_flynn.c): cycles per unit of work. The counts follow the C code: the seeded generator's work
-# exactly (the proposal stream is replayed: patterns, repeat-scan compares, xorshift16 steps), the narrow seeded
-# scan counted whole (seeded_scan_cycles: each group's four offers by their outcomes), the loops avr-gcc unrolls
-# (the input loop for s <= 2), the lookup (tp_flynn_lookup, out of line) by its cycles per (classes, count bits)
-# (LOOKUP_CYCLES; other (L, b) by its parts: lookup_walk's bit offsets and byte refills, row * (L b) a multiply, a
-# shift or nothing), and the top-rho heap replayed on random inputs over the model's own rows (simulated_heap: a
-# seeded M's rows are rotations of one pattern, not rows in random order, and repeated rows tie), each kind of sift
-# step counted. The cycles per unit: the hand counts (FLY_HAND_COUNTS: the narrow seeded and stored projections,
-# tp_flynn_sift's and tp_flynn_heapify's steps, exact on the profiling simulator, and LOOKUP_CYCLES) held; the wide
-# projections per layout (WIDE_SEEDED_CYCLES, WIDE_STORED_CYCLES); the other terms fitted function by function on
-# the profiling simulator by `tools/calibrate_costmodel.py --flynn-functions 160` (the benchmark's drawer, seed
-# 4000: 4..784 features, seeded and stored M, split or not, s 1..16, rho 8..64, 1..4 count bits, 2..10 classes):
-# tp_flynn_project's own cycles for the "hashing" stage (the heap's callers included), tp_flynn_lookup's for the
-# lookup's parts, and the rest of the timed call (less Timer1's overflows) for the prepare terms, the argmin and
-# "fixed". Several fitted terms come out 0 (collinear with others): the split between fitted terms is not
-# physical, the totals are what is checked (tools/bench_costmodel.py, docs/guides/latency-and-cost-model.md).
+# exactly (the proposal stream is replayed: patterns, repeat-scan compares, xorshift16 steps), the narrow seeded scan
+# counted whole (seeded_scan_cycles: each group's four offers by their outcomes), the loops avr-gcc unrolls (the input
+# loop for s <= 2), the lookup (tp_flynn_lookup, out of line) by its cycles per (classes, count bits) (LOOKUP_CYCLES;
+# more classes by its code layout, LOOKUP_LAYOUTS; other (L, b) by its parts: lookup_walk's bit offsets and byte
+# refills, row * (L b) a multiply, a shift or nothing), and the top-rho heap replayed on random inputs over the
+# model's own rows (simulated_heap: a seeded M's rows are rotations of one pattern, not rows in random order, and
+# repeated rows tie), each kind of sift step counted. The cycles per unit: the hand counts (FLY_HAND_COUNTS: the
+# narrow seeded and stored projections, tp_flynn_sift's and tp_flynn_heapify's steps, exact on the profiling
+# simulator, and LOOKUP_CYCLES) held; the wide projections per layout (WIDE_SEEDED_CYCLES, WIDE_STORED_CYCLES); the
+# other terms fitted function by function on the profiling simulator by `tools/calibrate_costmodel.py
+# --flynn-functions 160` (the benchmark's drawer, seed 4000: 4..784 features, seeded and stored M, split or not, s
+# 1..16, rho 8..64, 1..4 count bits, 2..10 classes): tp_flynn_project's own cycles for the "hashing" stage (the heap's
+# callers included), tp_flynn_lookup's for the lookup's parts, and the rest of the timed call (less Timer1's
+# overflows) for the prepare terms, the argmin and "fixed". Several fitted terms come out 0 (collinear with others):
+# the split between fitted terms is not physical, the totals are what is checked (tools/bench_costmodel.py,
+# docs/guides/latency-and-cost-model.md).
 FLY_CYCLES = {
     "fixed": 55,  # tp_predict's call, set-up and return besides the hash and the lookup (--flynn-functions)
     # narrow M (at most 256 hash inputs): the timed call besides tp_flynn_project, the heap's functions and the
@@ -172,8 +173,8 @@ LOOKUP_CYCLES: dict[tuple[int, int], tuple[float, float, float]] = {
 # offsets; once it costs O + P L (the frame, the sums cleared and widened to scores). W, C, O, P: lines through the
 # cycles on the profiling simulator, `python tools/calibrate_costmodel.py --flynn-lookup-layouts 24` (11 to 200
 # classes, 1 to 4 bits, rho 8 and 64; every shape within 0.1 % of its count, rho = 64). The unaligned layouts' C
-# is their class loop's hand count: 25 cycles (1 bit: the count's xor), 25 + 2 b through the LUT (b bits shifted
-# out, two cycles each), less nothing: the line only checks it.
+# is their class loop's hand count: 25 cycles (1 bit: the count's xor), 28 + 2 b through the LUT (b bits shifted
+# out, two cycles each), which the line through the simulator's cycles confirms.
 LOOKUP_REFILL = {1: (6, 0), 2: (7, 0), 3: (15, 5), 4: (7, 0)}  # b: (cycles a refill, a bit of its shift-up)
 LOOKUP_ALIGN_BIT = 5
 LOOKUP_LAYOUTS: dict[tuple[int, bool, bool, bool], tuple[float, float, float, float]] = {
