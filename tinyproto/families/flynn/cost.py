@@ -160,6 +160,57 @@ LOOKUP_CYCLES: dict[tuple[int, int], tuple[float, float, float]] = {
     (10, 1): (396.2, 358.06, 22.0), (10, 2): (392.3, 431.86, 22.0),
     (10, 3): (392.0, 513.93, 22.0), (10, 4): (363.3, 519.96, 22.0),
 }
+# tp_flynn_lookup beyond LOOKUP_CYCLES' classes, by its code. avr-gcc compiles it in one layout per count bits b,
+# row offset (row * L b: __umulhisi3's multiply, 22 cycles with its call, or a shift where L b is a power of two),
+# alignment (L b a multiple of 8: every winner's counts start a byte, the first byte's shift loop is gone and the
+# class loop laid out otherwise) and, for exactly 128 classes (sums of 256 bytes), class loops counted in a
+# register; the immediates aside, a layout's code is the same for every L (avr-objdump). Per winner it costs
+# W + C L + its refills and shifts (lookup_per_winner): a filter byte fetched after the first costs LOOKUP_REFILL
+# (6 cycles with 1 count bit, 7 with 2 or 4: cpse/cpi and the branch, the pointer's step, lpm, or; 15 with 3 bits,
+# and 5 a bit of the byte's shift-up loop), a bit of the first byte's shift to the winner's first count
+# LOOKUP_ALIGN_BIT (asr, ror, dec, brpl), both asm hand counts, as lookup_walk's means over the winners' bit
+# offsets; once it costs O + P L (the frame, the sums cleared and widened to scores). W, C, O, P: lines through the
+# cycles on the profiling simulator, `python tools/calibrate_costmodel.py --flynn-lookup-layouts 24` (11 to 200
+# classes, 1 to 4 bits, rho 8 and 64; every shape within 0.1 % of its count, rho = 64). The unaligned layouts' C
+# is their class loop's hand count: 25 cycles (1 bit: the count's xor), 25 + 2 b through the LUT (b bits shifted
+# out, two cycles each), less nothing: the line only checks it.
+LOOKUP_REFILL = {1: (6, 0), 2: (7, 0), 3: (15, 5), 4: (7, 0)}  # b: (cycles a refill, a bit of its shift-up)
+LOOKUP_ALIGN_BIT = 5
+LOOKUP_LAYOUTS: dict[tuple[int, bool, bool, bool], tuple[float, float, float, float]] = {
+    # (b, shift, aligned, 128 classes): (W, C, O, P); the unaligned layouts' W and C are hand counts (the line
+    # through the simulator's cycles gives 86.9 and 25.00, 88.2 and 32.00, 87.9 and 34.00, 87.7 and 36.00)
+    (1, False, False, False): (87, 25, 121.4, 28.01),
+    (1, False, True, False): (73.96, 24.38, 81.1, 28.01),
+    (1, True, True, False): (25.46, 25.73, 85.8, 27.98),
+    (1, True, True, True): (3686.98, 0, 3800.1, 0),
+    (2, False, False, False): (88, 32, 110.6, 28.07),
+    (2, False, True, False): (71.96, 37.5, 83.1, 28.01),
+    (2, True, True, False): (30.46, 37.78, 86.8, 27.98),
+    (2, True, True, True): (4983.96, 0, 3793.3, 0),
+    (3, False, False, False): (88, 34, 111.7, 28.01),
+    (3, False, True, False): (73.96, 39, 82.9, 28.01),
+    (3, False, True, True): (5194.96, 0, 3790.3, 0),
+    (4, False, False, False): (88, 36, 113.6, 28.0),
+    (4, False, True, False): (71.96, 42, 83.1, 28.01),
+    (4, True, True, False): (37.46, 42.28, 86.8, 27.98),
+    (4, True, True, True): (5566.96, 0, 3793.3, 0),
+}
+
+
+def lookup_layout(n_classes: int, bits: int) -> tuple[int, bool, bool, bool]:
+    """tp_flynn_lookup's code layout for L classes of b count bits: (b, row offset a shift, L b a multiple of 8,
+    exactly 128 classes)."""
+    n = n_classes * bits
+    return bits, n & (n - 1) == 0, n % 8 == 0, n_classes == 128
+
+
+def lookup_per_winner(n_classes: int, bits: int, w: float, c: float) -> float:
+    """tp_flynn_lookup's cycles per winner: w + c L and the filter walk's refills and shifts (hand counts)."""
+    align, refills, refill_bits = lookup_walk(n_classes, bits)
+    per_refill, per_refill_bit = LOOKUP_REFILL[bits]
+    return w + c * n_classes + per_refill * refills + per_refill_bit * refill_bits + LOOKUP_ALIGN_BIT * align
+
+
 NARROW_STORED = tuple(name for name in FLY_CYCLES if name.startswith("narrow_stored_"))
 FLY_HAND_COUNTS = NARROW_STORED + ("narrow_call", "lookup_table_once", "lookup_table_winner", "lookup_class_bit",
                                    "byte", "byte_map", "block_map", "seeded_scan",
@@ -826,10 +877,14 @@ def narrow_call_cycles(shape: FlyShape) -> int:
 
 def lookup_terms(L: int, bits: int, rho: int, table: bool = True) -> dict[str, float]:
     """tp_flynn_lookup's terms: its cycles once and per winner off LOOKUP_CYCLES for the (L, b) it holds (table),
-    else by the parts of its code (the class loop, the filter walk, the row offset's multiply or shift)."""
+    then off its layout's code (LOOKUP_LAYOUTS, more classes), else by the fitted parts of its code (the class
+    loop, the filter walk, the row offset's multiply or shift: what --flynn-functions fits)."""
     if table and (L, bits) in LOOKUP_CYCLES:
         once, per_winner, _ = LOOKUP_CYCLES[(L, bits)]
         return {"lookup_table_once": once, "lookup_table_winner": rho * per_winner}
+    if table and lookup_layout(L, bits) in LOOKUP_LAYOUTS:  # more classes: its layout's code
+        w, c, o, p = LOOKUP_LAYOUTS[lookup_layout(L, bits)]
+        return {"lookup_table_once": o + p * L, "lookup_table_winner": rho * lookup_per_winner(L, bits, w, c)}
     terms = {"lookup_class" if bits == 1 else "lookup_class_lut": rho * L,
              "lookup_class_aligned": rho * L if (L * bits) % 8 == 0 else 0}
     align, refills, refill_bits = lookup_walk(L, bits)
