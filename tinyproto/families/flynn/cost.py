@@ -161,20 +161,20 @@ LOOKUP_CYCLES: dict[tuple[int, int], tuple[float, float, float]] = {
     (10, 1): (396.2, 358.06, 22.0), (10, 2): (392.3, 431.86, 22.0),
     (10, 3): (392.0, 513.93, 22.0), (10, 4): (363.3, 519.96, 22.0),
 }
-# tp_flynn_lookup beyond LOOKUP_CYCLES' classes, by its code. avr-gcc compiles it in one layout per count bits b,
-# row offset (row * L b: __umulhisi3's multiply, 22 cycles with its call, or a shift where L b is a power of two),
+# tp_flynn_lookup beyond LOOKUP_CYCLES' classes, by its code. avr-gcc compiles it in one layout per count bits b, row
+# offset (row * L b: __umulhisi3's multiply, 22 cycles with its call, or a shift where L b is a power of two),
 # alignment (L b a multiple of 8: every winner's counts start a byte, the first byte's shift loop is gone and the
-# class loop laid out otherwise) and, for exactly 128 classes (sums of 256 bytes), class loops counted in a
-# register; the immediates aside, a layout's code is the same for every L (avr-objdump). Per winner it costs
-# W + C L + its refills and shifts (lookup_per_winner): a filter byte fetched after the first costs LOOKUP_REFILL
-# (6 cycles with 1 count bit, 7 with 2 or 4: cpse/cpi and the branch, the pointer's step, lpm, or; 15 with 3 bits,
-# and 5 a bit of the byte's shift-up loop), a bit of the first byte's shift to the winner's first count
-# LOOKUP_ALIGN_BIT (asr, ror, dec, brpl), both asm hand counts, as lookup_walk's means over the winners' bit
-# offsets; once it costs O + P L (the frame, the sums cleared and widened to scores). W, C, O, P: lines through the
-# cycles on the profiling simulator, `python tools/calibrate_costmodel.py --flynn-lookup-layouts 24` (11 to 200
-# classes, 1 to 4 bits, rho 8 and 64; every shape within 0.1 % of its count, rho = 64). The unaligned layouts' C
-# is their class loop's hand count: 25 cycles (1 bit: the count's xor), 28 + 2 b through the LUT (b bits shifted
-# out, two cycles each), which the line through the simulator's cycles confirms.
+# class loop laid out otherwise) and, for exactly 128 classes (sums of 256 bytes), class loops counted in a register;
+# the immediates aside, a layout's code is the same for every L (avr-objdump). Per winner it costs W + C L + the row
+# offset's shift (lookup_row_shift) + its refills and shifts (lookup_per_winner): a filter byte fetched after the
+# first costs LOOKUP_REFILL (6 cycles with 1 count bit, 7 with 2 or 4: cpse/cpi and the branch, the pointer's step,
+# lpm, or; 15 with 3 bits, and 5 a bit of the byte's shift-up loop), a bit of the first byte's shift to the winner's
+# first count LOOKUP_ALIGN_BIT (asr, ror, dec, brpl), both asm hand counts, as lookup_walk's means over the winners'
+# bit offsets; once it costs O + P L (the frame, the sums cleared and widened to scores). W, C, O, P: lines through
+# the cycles on the profiling simulator, `python tools/calibrate_costmodel.py --flynn-lookup-layouts 24` (11 to 200
+# classes, 1 to 4 bits, rho 8 and 64: all within 0.07 %; 216 more of 14 to 199 classes held out: within 0.17 %). The
+# unaligned layouts' C is their class loop's hand count: 25 cycles (1 bit: the count's xor), 28 + 2 b through the LUT
+# (b bits shifted out, two cycles each), which the line through the simulator's cycles confirms.
 LOOKUP_REFILL = {1: (6, 0), 2: (7, 0), 3: (15, 5), 4: (7, 0)}  # b: (cycles a refill, a bit of its shift-up)
 LOOKUP_ALIGN_BIT = 5
 LOOKUP_LAYOUTS: dict[tuple[int, bool, bool, bool], tuple[float, float, float, float]] = {
@@ -182,19 +182,19 @@ LOOKUP_LAYOUTS: dict[tuple[int, bool, bool, bool], tuple[float, float, float, fl
     # through the simulator's cycles gives 86.9 and 25.00, 88.2 and 32.00, 87.9 and 34.00, 87.7 and 36.00)
     (1, False, False, False): (87, 25, 121.4, 28.01),
     (1, False, True, False): (73.96, 24.38, 81.1, 28.01),
-    (1, True, True, False): (25.46, 25.73, 85.8, 27.98),
-    (1, True, True, True): (3686.98, 0, 3800.1, 0),
+    (1, True, True, False): (24.96, 25.39, 85.8, 27.98),
+    (1, True, True, True): (3658.98, 0, 3800.1, 0),
     (2, False, False, False): (88, 32, 110.6, 28.07),
     (2, False, True, False): (71.96, 37.5, 83.1, 28.01),
-    (2, True, True, False): (30.46, 37.78, 86.8, 27.98),
-    (2, True, True, True): (4983.96, 0, 3793.3, 0),
+    (2, True, True, False): (19.96, 37.5, 86.8, 27.98),
+    (2, True, True, True): (4948.96, 0, 3793.3, 0),
     (3, False, False, False): (88, 34, 111.7, 28.01),
     (3, False, True, False): (73.96, 39, 82.9, 28.01),
     (3, False, True, True): (5194.96, 0, 3790.3, 0),
     (4, False, False, False): (88, 36, 113.6, 28.0),
     (4, False, True, False): (71.96, 42, 83.1, 28.01),
-    (4, True, True, False): (37.46, 42.28, 86.8, 27.98),
-    (4, True, True, True): (5566.96, 0, 3793.3, 0),
+    (4, True, True, False): (19.96, 42, 86.8, 27.98),
+    (4, True, True, True): (5524.96, 0, 3793.3, 0),
 }
 
 
@@ -205,11 +205,24 @@ def lookup_layout(n_classes: int, bits: int) -> tuple[int, bool, bool, bool]:
     return bits, n & (n - 1) == 0, n % 8 == 0, n_classes == 128
 
 
+def lookup_row_shift(n_classes: int, bits: int) -> int:
+    """Cycles per winner of the row's byte offset where L b is a power of two, 2^(k + 3): row << k (hand count: one
+    bit unrolled, an add and three adc; more bits a loop of 7 cycles a bit, its counter's ldi less the last
+    branch); 0 where avr-gcc multiplies (the multiply is in the layout's W)."""
+    n = n_classes * bits
+    k = n.bit_length() - 4
+    if n & (n - 1) or k < 1:
+        return 0
+    return 4 if k == 1 else 7 * k
+
+
 def lookup_per_winner(n_classes: int, bits: int, w: float, c: float) -> float:
-    """tp_flynn_lookup's cycles per winner: w + c L and the filter walk's refills and shifts (hand counts)."""
+    """tp_flynn_lookup's cycles per winner: w + c L, the row offset's shift and the filter walk's refills and shifts
+    (hand counts)."""
     align, refills, refill_bits = lookup_walk(n_classes, bits)
     per_refill, per_refill_bit = LOOKUP_REFILL[bits]
-    return w + c * n_classes + per_refill * refills + per_refill_bit * refill_bits + LOOKUP_ALIGN_BIT * align
+    return (w + c * n_classes + lookup_row_shift(n_classes, bits) + per_refill * refills
+            + per_refill_bit * refill_bits + LOOKUP_ALIGN_BIT * align)
 
 
 NARROW_STORED = tuple(name for name in FLY_CYCLES if name.startswith("narrow_stored_"))
