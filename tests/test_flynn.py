@@ -710,6 +710,9 @@ def test_the_search_ranks_on_every_fold_where_the_yardstick_holds_one_out():
     assert folds.validated == 1 and ranking.validated == 3 and ranking.n_scored() == 2400
     np.testing.assert_array_equal(ranking.ids, folds.ids)
     assert solver.ranking_folds(ranking) is ranking  # a yardstick that validates every fold is ranked on as it is
+    big = Folds.standard(rng.standard_normal((7500, 2)), np.arange(7500) % 3, 0)
+    assert big.validated == 1 and big.n_scored() >= solver.RANKED_ROWS
+    assert solver.ranking_folds(big) is big  # a hold-out of 2,500 rows is ranked on as it is
     _, model, info = solver.fit_flynn_under_budget(X, y, SolveOptions(512, seed=0))
     chosen = info["chosen_validation"]
     best = max((solver.Candidate(**c) for c in info["candidates"]), key=solver.candidate_rank)

@@ -15,6 +15,8 @@ measured vs predicted cycles. Paste the constants into tinyproto/families/<name>
     python tools/calibrate_costmodel.py --flynn-wide-seeded 16 --cache build/flynn-wide-seeded.json
                                                    # FlyNN's WIDE_SEEDED_CYCLES, per layout, function by function
     python tools/calibrate_costmodel.py --flynn-seeded-scan   # a narrow seeded M's offer cycles, walked in its code
+    python tools/calibrate_costmodel.py --flynn-lookup-layouts 24 --cache build/flynn-lookup-layouts.json
+                                                   # FlyNN's LOOKUP_LAYOUTS: the lookup beyond ten classes
     python tools/calibrate_costmodel.py --flynn-heap 60 --cache build/flynn-heap.json
                                                    # FLY_CYCLES' terms around the heap, the rest held
     python tools/calibrate_costmodel.py --protonn-dense-rows 40 --cache build/protonn-dense-rows.json
@@ -464,6 +466,63 @@ def calibrate_flynn_lookup(n_vectors: int, cache: Path | None) -> None:
     for (L, b), values in out.items():
         print(f"    ({L}, {b}): {values},")
     print("}")
+
+
+LOOKUP_LAYOUT_CLASSES = (11, 12, 13, 16, 20, 24, 32, 40, 61, 64, 100, 120, 128, 136, 200)
+
+
+def calibrate_flynn_lookup_layouts(n_vectors: int, cache: Path | None) -> None:
+    """--flynn-lookup-layouts N: LOOKUP_LAYOUTS' cycles (tp_flynn_lookup beyond LOOKUP_CYCLES' ten classes), read
+    off the profiling simulator as --flynn-lookup does (rho = 8 and 64, a narrow stored M of 128 rows, N random
+    vectors) for 11 to 200 classes and 1 to 4 count bits: per layout, the line W + C L through the cycles per winner
+    less the hand-counted refills and shifts (LOOKUP_REFILL, LOOKUP_ALIGN_BIT), and O + P L through the cycles once
+    (128 classes, a layout of one L: W and O alone). Prints LOOKUP_LAYOUTS and each shape's error against the cost
+    model."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from profile_firmware import build_profiling_simulator
+
+    from tinyproto.families.flynn import cost
+    from tinyproto.families.flynn.quantize import IntFlyNN
+
+    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    d, m = 200, 128
+    rng = np.random.default_rng(LOOKUP_SEED)
+    indices = rng.integers(0, d, size=(m, 1))
+    xq = rng.integers(-127, 128, size=(n_vectors, d)).astype(np.int8)
+    points: dict[tuple, list] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        simulator = None
+        for L in LOOKUP_LAYOUT_CLASSES:
+            for b in cost.LOOKUP_BITS:
+                cycles = {}
+                for rho in (8, 64):
+                    key = f"L{L}-b{b}-rho{rho}-d{d}-m{m}-{n_vectors}"
+                    if key not in done:
+                        simulator = simulator or build_profiling_simulator(Path(tmp))
+                        model = IntFlyNN(list(range(L)), InputStage.shared(127.5, 1.0, d), False, 1, indices, rho, b,
+                                         rng.integers(0, 1 << b, size=(L, m)), 0.5 if b > 1 else 1.0, True)
+                        functions = profile_shape(model, xq, "uno", Path(tmp) / key, simulator)["functions"]
+                        done[key] = functions["tp_flynn_lookup"] + functions.get("__umulhisi3", 0.0)
+                        if cache is not None:
+                            cache.write_text(json.dumps(done, indent=0))
+                    cycles[rho] = done[key]
+                per_winner = (cycles[64] - cycles[8]) / 56
+                held = cost.lookup_per_winner(L, b, 0.0, 0.0)
+                points.setdefault(cost.lookup_layout(L, b), []).append((L, b, cycles[8] - 8 * per_winner,
+                                                                       per_winner, per_winner - held))
+    print("LOOKUP_LAYOUTS = {  # (bits, shift, aligned): (W, C, O, P)")
+    for layout, rows in sorted(points.items()):
+        ls = np.array([[1.0, r[0]] for r in rows]) if len(rows) > 1 else np.array([[1.0, 0.0]])  # 128: one L
+        w, c = np.linalg.lstsq(ls, np.array([r[4] for r in rows]), rcond=None)[0]
+        o, p = np.linalg.lstsq(ls, np.array([r[2] for r in rows]), rcond=None)[0]
+        print(f"    {layout}: ({w:.2f}, {c:.2f}, {o:.1f}, {p:.2f}),  # L = {[r[0] for r in rows]}")
+    for rows in points.values():
+        for L, b, once, per_winner, _ in rows:
+            for rho in (8, 64):
+                predicted = sum(n * cost.FLY_CYCLES[k] for k, n in cost.lookup_terms(L, b, rho).items())
+                measured = once + rho * per_winner
+                print(f"L={L} b={b} rho={rho}: measured {measured:.0f}, predicted {predicted:.0f} "
+                      f"({100 * (predicted / measured - 1):+.2f} %)")
 
 
 # ---------------------------------------------------------------- FlyNN's narrow seeded scan, walked in its code
@@ -1273,6 +1332,7 @@ def main() -> None:
         "--flynn-wide-stored-layouts": calibrate_flynn_wide_stored_layouts,
         "--flynn-functions": calibrate_flynn_functions,
         "--flynn-lookup": calibrate_flynn_lookup,
+        "--flynn-lookup-layouts": calibrate_flynn_lookup_layouts,
         "--protonn-functions": calibrate_protonn_functions,
         "--flynn-heap": calibrate_flynn_heap,
         "--protonn-dense-rows": calibrate_protonn_dense_rows,

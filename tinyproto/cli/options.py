@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from tinyproto import families
-from tinyproto.core.option_lists import plain_digits
+from tinyproto.core.option_lists import MAX_SEED, plain_digits
 
 class _AsciiNumber:
     """A number option takes the digits 0-9 only (core.option_lists.plain_digits), as --budget and sweep's --seeds
@@ -42,7 +42,7 @@ class FloatRange(_AsciiNumber, click.FloatRange):
 INT = _Int()
 FLOAT = _Float()
 # numpy's seed range: a seed outside it is refused by click in one line, not deep inside training
-SEED = IntRange(0, 2**32 - 1)
+SEED = IntRange(0, MAX_SEED)
 BUDGET_HELP = "Model size limit in flash: 2kB, 2KiB, 1.5kB, 2048B or 2048 (1 kB = 1024 bytes)."
 
 

@@ -16,7 +16,8 @@ model on the pooled rows. Here the same candidates are ranked the same way, but 
 4. every party scores its rows of fold k with the counts of the other folds (total - fold k), for every count
    width and decay, and the numbers of correct predictions are all-reduced: the global K-fold accuracy of every
    candidate, exactly the solver's estimate on the pooled rows (the same folds, the same rows scored: every fold
-   of the yardstick's draws, solver.ranking_folds, also where the yardstick validates one);
+   of the yardstick's draws, solver.ranking_folds, also where the yardstick validates one, unless that one is
+   large);
 5. the solver's two stages (preprocessing on a reference grid, then every shape for the best one) and its
    ranking (accuracy, then speed, then size) pick the winner; M is seeded as the solver seeds it.
 
@@ -451,7 +452,8 @@ def select_config(backend, budget_bytes: int, seed: int, classes: np.ndarray, n_
     histogram = backend.allreduce(party_key_bins, backend.handles, np.asarray(classes), n_repeats, seed)
     comm.allreduce(histogram.size, 4)
     folds_of_bins = bin_folds(histogram, K)
-    ranked = _solver.ranking_folds(Folds(np.zeros((n_repeats, 0), dtype=np.int64), K, plan.validated)).validated
+    on_yardstick = int(sum(histogram[r][folds_of_bins[r] < plan.validated].sum() for r in range(n_repeats)))
+    ranked = _solver.ranked_folds(K, plan.validated, on_yardstick)  # the folds the solver ranks on
     n_scored = int(sum(histogram[r][folds_of_bins[r] < ranked].sum() for r in range(n_repeats)))
     setup = backend.derive(party_setup, backend.handles, {sc: stages[sc] for sc in scalings}, np.asarray(classes),
                            seed, folds_of_bins, K, ranked)  # the folds the solver ranks on (ranking_folds)

@@ -28,7 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from tinyproto.core.errors import TinyprotoError
-from tinyproto.core.option_lists import comma_items
+from tinyproto.core.option_lists import MAX_SEED, comma_items
 from tinyproto.pipeline.interrupts import interrupts_kept
 
 BACKENDS = ("dask", "local", "sim", "port")
@@ -51,7 +51,6 @@ def default_dp_T(n_classes: int, n_hashes: int) -> int:
     return max(1, (n_classes * n_hashes) // 64)
 
 
-SEED_MAX = 2**32 - 1  # numpy's RandomState and SeedSequence take 0..2^32-1
 
 
 @dataclass(frozen=True)
@@ -83,8 +82,8 @@ def check_arguments(options: FederateOptions) -> None:
     seed, workers, processes, timeout, split_spec = o.seed, o.workers, o.processes, o.timeout, o.split_spec
     if parties < 1:
         raise TinyprotoError(f"--parties must be at least 1, got {parties}")
-    if not 0 <= seed <= SEED_MAX:
-        raise TinyprotoError(f"--seed must be in 0..{SEED_MAX}, got {seed}")
+    if not 0 <= seed <= MAX_SEED:
+        raise TinyprotoError(f"--seed must be in 0..{MAX_SEED}, got {seed}")
     if workers is not None and workers < 1:
         raise TinyprotoError(f"--workers must be at least 1, got {workers}")
     if workers is not None and (backend != "dask" or scheduler):

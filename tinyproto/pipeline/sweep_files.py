@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from tinyproto.core.errors import TinyprotoError
+from tinyproto.core.option_lists import MAX_SEED
 from tinyproto.core.safe_io import read_bytes_file, write_bytes_atomic
 from tinyproto.core.strict_json import loads_unique_keys
 
@@ -18,7 +19,6 @@ CONFIG = "sweep.json"
 RESULTS = "results.jsonl"
 POINTS = "points"
 MAX_RESULTS_BYTES = 256 << 20  # ~100,000 points; more is not a results file tinyproto wrote
-MAX_SEED = 2**32 - 1
 SWEEP_FORMAT = "tinyproto-sweep"
 SWEEP_FORMAT_VERSION = 1
 MAX_COUNT = 2**53  # bytes, cycles: anything larger is not a figure a tinyproto run measured or predicted

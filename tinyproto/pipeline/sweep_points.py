@@ -10,11 +10,10 @@ from typing import Any
 
 from tinyproto import families
 from tinyproto.core.errors import TinyprotoError, os_error_line
-from tinyproto.core.option_lists import comma_items, plain_digits
+from tinyproto.core.option_lists import MAX_SEED, comma_items, plain_digits
 from tinyproto.pipeline.sweep_files import CONFIDENCE_FIGURES, HELD_OUT_FIGURES, POINTS
 
 FAMILIES = families.names()
-MAX_SEED = 2**32 - 1  # numpy's seed range (the CLI's --seed accepts the same)
 DEVICES = ("sim", "none")
 TOPIC = "tinyproto-sweep"
 

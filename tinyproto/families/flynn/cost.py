@@ -22,21 +22,22 @@ from tinyproto.families.flynn.seeded_index import (
 )
 
 # FlyNN (firmware/tp_flynn.c): cycles per unit of work. The counts follow the C code: the seeded generator's work
-# exactly (the proposal stream is replayed: patterns, repeat-scan compares, xorshift16 steps), the narrow seeded
-# scan counted whole (seeded_scan_cycles: each group's four offers by their outcomes), the loops avr-gcc unrolls
-# (the input loop for s <= 2), the lookup (tp_flynn_lookup, out of line) by its cycles per (classes, count bits)
-# (LOOKUP_CYCLES; other (L, b) by its parts: lookup_walk's bit offsets and byte refills, row * (L b) a multiply, a
-# shift or nothing), and the top-rho heap replayed on random inputs over the model's own rows (simulated_heap: a
-# seeded M's rows are rotations of one pattern, not rows in random order, and repeated rows tie), each kind of sift
-# step counted. The cycles per unit: the hand counts (FLY_HAND_COUNTS: the narrow seeded and stored projections,
-# tp_flynn_sift's and tp_flynn_heapify's steps, exact on the profiling simulator, and LOOKUP_CYCLES) held; the wide
-# projections per layout (WIDE_SEEDED_CYCLES, WIDE_STORED_CYCLES); the other terms fitted function by function on
-# the profiling simulator by `tools/calibrate_costmodel.py --flynn-functions 160` (the benchmark's drawer, seed
-# 4000: 4..784 features, seeded and stored M, split or not, s 1..16, rho 8..64, 1..4 count bits, 2..10 classes):
-# tp_flynn_project's own cycles for the "hashing" stage (the heap's callers included), tp_flynn_lookup's for the
-# lookup's parts, and the rest of the timed call (less Timer1's overflows) for the prepare terms, the argmin and
-# "fixed". Several fitted terms come out 0 (collinear with others): the split between fitted terms is not
-# physical, the totals are what is checked (tools/bench_costmodel.py, docs/guides/latency-and-cost-model.md).
+# exactly (the proposal stream is replayed: patterns, repeat-scan compares, xorshift16 steps), the narrow seeded scan
+# counted whole (seeded_scan_cycles: each group's four offers by their outcomes), the loops avr-gcc unrolls (the input
+# loop for s <= 2), the lookup (tp_flynn_lookup, out of line) by its cycles per (classes, count bits) (LOOKUP_CYCLES;
+# more classes by its code layout, LOOKUP_LAYOUTS; other (L, b) by its parts: lookup_walk's bit offsets and byte
+# refills, row * (L b) a multiply, a shift or nothing), and the top-rho heap replayed on random inputs over the
+# model's own rows (simulated_heap: a seeded M's rows are rotations of one pattern, not rows in random order, and
+# repeated rows tie), each kind of sift step counted. The cycles per unit: the hand counts (FLY_HAND_COUNTS: the
+# narrow seeded and stored projections, tp_flynn_sift's and tp_flynn_heapify's steps, exact on the profiling
+# simulator, and LOOKUP_CYCLES) held; the wide projections per layout (WIDE_SEEDED_CYCLES, WIDE_STORED_CYCLES); the
+# other terms fitted function by function on the profiling simulator by `tools/calibrate_costmodel.py
+# --flynn-functions 160` (the benchmark's drawer, seed 4000: 4..784 features, seeded and stored M, split or not, s
+# 1..16, rho 8..64, 1..4 count bits, 2..10 classes): tp_flynn_project's own cycles for the "hashing" stage (the heap's
+# callers included), tp_flynn_lookup's for the lookup's parts, and the rest of the timed call (less Timer1's
+# overflows) for the prepare terms, the argmin and "fixed". Several fitted terms come out 0 (collinear with others):
+# the split between fitted terms is not physical, the totals are what is checked (tools/bench_costmodel.py,
+# docs/guides/latency-and-cost-model.md).
 FLY_CYCLES = {
     "fixed": 55,  # tp_predict's call, set-up and return besides the hash and the lookup (--flynn-functions)
     # narrow M (at most 256 hash inputs): the timed call besides tp_flynn_project, the heap's functions and the
@@ -160,6 +161,70 @@ LOOKUP_CYCLES: dict[tuple[int, int], tuple[float, float, float]] = {
     (10, 1): (396.2, 358.06, 22.0), (10, 2): (392.3, 431.86, 22.0),
     (10, 3): (392.0, 513.93, 22.0), (10, 4): (363.3, 519.96, 22.0),
 }
+# tp_flynn_lookup beyond LOOKUP_CYCLES' classes, by its code. avr-gcc compiles it in one layout per count bits b, row
+# offset (row * L b: __umulhisi3's multiply, 22 cycles with its call, or a shift where L b is a power of two),
+# alignment (L b a multiple of 8: every winner's counts start a byte, the first byte's shift loop is gone and the
+# class loop laid out otherwise) and, for exactly 128 classes (sums of 256 bytes), class loops counted in a register;
+# the immediates aside, a layout's code is the same for every L (avr-objdump). Per winner it costs W + C L + the row
+# offset's shift (lookup_row_shift) + its refills and shifts (lookup_per_winner): a filter byte fetched after the
+# first costs LOOKUP_REFILL (6 cycles with 1 count bit, 7 with 2 or 4: cpse/cpi and the branch, the pointer's step,
+# lpm, or; 15 with 3 bits, and 5 a bit of the byte's shift-up loop), a bit of the first byte's shift to the winner's
+# first count LOOKUP_ALIGN_BIT (asr, ror, dec, brpl), both asm hand counts, as lookup_walk's means over the winners'
+# bit offsets; once it costs O + P L (the frame, the sums cleared and widened to scores). W, C, O, P: lines through
+# the cycles on the profiling simulator, `python tools/calibrate_costmodel.py --flynn-lookup-layouts 24` (11 to 200
+# classes, 1 to 4 bits, rho 8 and 64: all within 0.07 %; 216 more of 14 to 199 classes held out: within 0.17 %). The
+# unaligned layouts' C is their class loop's hand count: 25 cycles (1 bit: the count's xor), 28 + 2 b through the LUT
+# (b bits shifted out, two cycles each), which the line through the simulator's cycles confirms.
+LOOKUP_REFILL = {1: (6, 0), 2: (7, 0), 3: (15, 5), 4: (7, 0)}  # b: (cycles a refill, a bit of its shift-up)
+LOOKUP_ALIGN_BIT = 5
+LOOKUP_LAYOUTS: dict[tuple[int, bool, bool, bool], tuple[float, float, float, float]] = {
+    # (b, shift, aligned, 128 classes): (W, C, O, P); the unaligned layouts' W and C are hand counts (the line
+    # through the simulator's cycles gives 86.9 and 25.00, 88.2 and 32.00, 87.9 and 34.00, 87.7 and 36.00)
+    (1, False, False, False): (87, 25, 121.4, 28.01),
+    (1, False, True, False): (73.96, 24.38, 81.1, 28.01),
+    (1, True, True, False): (24.96, 25.39, 85.8, 27.98),
+    (1, True, True, True): (3658.98, 0, 3800.1, 0),
+    (2, False, False, False): (88, 32, 110.6, 28.07),
+    (2, False, True, False): (71.96, 37.5, 83.1, 28.01),
+    (2, True, True, False): (19.96, 37.5, 86.8, 27.98),
+    (2, True, True, True): (4948.96, 0, 3793.3, 0),
+    (3, False, False, False): (88, 34, 111.7, 28.01),
+    (3, False, True, False): (73.96, 39, 82.9, 28.01),
+    (3, False, True, True): (5194.96, 0, 3790.3, 0),
+    (4, False, False, False): (88, 36, 113.6, 28.0),
+    (4, False, True, False): (71.96, 42, 83.1, 28.01),
+    (4, True, True, False): (19.96, 42, 86.8, 27.98),
+    (4, True, True, True): (5524.96, 0, 3793.3, 0),
+}
+
+
+def lookup_layout(n_classes: int, bits: int) -> tuple[int, bool, bool, bool]:
+    """tp_flynn_lookup's code layout for L classes of b count bits: (b, row offset a shift, L b a multiple of 8,
+    exactly 128 classes)."""
+    n = n_classes * bits
+    return bits, n & (n - 1) == 0, n % 8 == 0, n_classes == 128
+
+
+def lookup_row_shift(n_classes: int, bits: int) -> int:
+    """Cycles per winner of the row's byte offset where L b is a power of two, 2^(k + 3): row << k (hand count: one
+    bit unrolled, an add and three adc; more bits a loop of 7 cycles a bit, its counter's ldi less the last
+    branch); 0 where avr-gcc multiplies (the multiply is in the layout's W)."""
+    n = n_classes * bits
+    k = n.bit_length() - 4
+    if n & (n - 1) or k < 1:
+        return 0
+    return 4 if k == 1 else 7 * k
+
+
+def lookup_per_winner(n_classes: int, bits: int, w: float, c: float) -> float:
+    """tp_flynn_lookup's cycles per winner: w + c L, the row offset's shift and the filter walk's refills and shifts
+    (hand counts)."""
+    align, refills, refill_bits = lookup_walk(n_classes, bits)
+    per_refill, per_refill_bit = LOOKUP_REFILL[bits]
+    return (w + c * n_classes + lookup_row_shift(n_classes, bits) + per_refill * refills
+            + per_refill_bit * refill_bits + LOOKUP_ALIGN_BIT * align)
+
+
 NARROW_STORED = tuple(name for name in FLY_CYCLES if name.startswith("narrow_stored_"))
 FLY_HAND_COUNTS = NARROW_STORED + ("narrow_call", "lookup_table_once", "lookup_table_winner", "lookup_class_bit",
                                    "byte", "byte_map", "block_map", "seeded_scan",
@@ -826,10 +891,14 @@ def narrow_call_cycles(shape: FlyShape) -> int:
 
 def lookup_terms(L: int, bits: int, rho: int, table: bool = True) -> dict[str, float]:
     """tp_flynn_lookup's terms: its cycles once and per winner off LOOKUP_CYCLES for the (L, b) it holds (table),
-    else by the parts of its code (the class loop, the filter walk, the row offset's multiply or shift)."""
+    then off its layout's code (LOOKUP_LAYOUTS, more classes), else by the fitted parts of its code (the class
+    loop, the filter walk, the row offset's multiply or shift: what --flynn-functions fits)."""
     if table and (L, bits) in LOOKUP_CYCLES:
         once, per_winner, _ = LOOKUP_CYCLES[(L, bits)]
         return {"lookup_table_once": once, "lookup_table_winner": rho * per_winner}
+    if table and lookup_layout(L, bits) in LOOKUP_LAYOUTS:  # more classes: its layout's code
+        w, c, o, p = LOOKUP_LAYOUTS[lookup_layout(L, bits)]
+        return {"lookup_table_once": o + p * L, "lookup_table_winner": rho * lookup_per_winner(L, bits, w, c)}
     terms = {"lookup_class" if bits == 1 else "lookup_class_lut": rho * L,
              "lookup_class_aligned": rho * L if (L * bits) % 8 == 0 else 0}
     align, refills, refill_bits = lookup_walk(L, bits)
