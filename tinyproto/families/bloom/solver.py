@@ -145,7 +145,7 @@ def _validate_candidate(n_slots: int, n_hashes: int, offset: str, scaling: str, 
     out, models = [], []
     for tr, va in splits:
         clf = BloomClassifier(n_slots, n_hashes, offset, scaling, C, random_state)
-        model = IntBloom.from_classifier(clf.fit(X[tr], y[tr]), X[tr])
+        model = IntBloom.from_classifier(clf.fit(X[tr], y[tr]), X[tr], y[tr])
         out.append(int(np.sum(model.predict(X[va]) == y[va])))
         models.append(model)
     return out, models
@@ -164,7 +164,7 @@ def fit_chosen_bloom(X_train: np.ndarray, y_train: np.ndarray, chosen: dict,
                           str(chosen["scaling"]), float(chosen["C"]), options.seed)
     X = np.asarray(X_train, dtype=np.float64)
     clf.fit(X, np.asarray(y_train))
-    return clf, IntBloom.from_classifier(clf, X)
+    return clf, IntBloom.from_classifier(clf, X, np.asarray(y_train))
 
 
 def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
@@ -239,7 +239,7 @@ def fit_bloom_under_budget(X_train: np.ndarray, y_train: np.ndarray,
         progress(f"refit {shape_text(chosen)} on all training data")
     clf = BloomClassifier(chosen["n_slots"], chosen["n_hashes"], chosen["offset"], chosen["scaling"], chosen["C"],
                           random_state).fit(X_train, y_train)
-    model = IntBloom.from_classifier(clf, X_train)
+    model = IntBloom.from_classifier(clf, X_train, y_train)
     if model.model_bytes() > budget_bytes:  # the byte count is the shape's, known before training: a bug
         raise TinyprotoError(f"internal error: Bloom model is {model.model_bytes()} B, over {budget_bytes} B")
     keys = ("n_slots", "n_hashes", "n_used", "offset", "scaling", "C", "seed")
