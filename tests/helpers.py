@@ -105,13 +105,29 @@ def _read_lines(stream, into: list[str]) -> None:
 
 
 def signal_when(command: list[str], reached: Callable[[subprocess.Popen, list[str]], bool],
-                sig: int = signal.SIGKILL, then: float = 0.0,
-                timeout: float = 600) -> tuple[subprocess.Popen, list[str], str]:
+                sig: int = signal.SIGKILL, then: float = 0.0, timeout: float = 600,
+                again: Callable[[], None] | None = None, tries: int = 5) -> tuple[subprocess.Popen, list[str], str]:
     """Start `command` (a session of its own), send it `sig` as soon as reached(proc, its stdout lines so far)
     holds (polled every 2 ms; `then` seconds later), and wait for it: an event seen from outside, not a delay,
-    which lands elsewhere on a slower or busier machine. Fails if it ended first. Returns the process (ended),
-    its stdout lines and its stderr; what it left running in its session and still holding its pipes after 30 s
-    (a solver's workers) is killed."""
+    which lands elsewhere on a slower or busier machine. Returns the process (ended), its stdout lines and its
+    stderr; what it left running in its session and still holding its pipes after 30 s (a solver's workers) is
+    killed.
+
+    Fails if it ended first, unless `again` is given: a moment a few milliseconds of the command's CPU long (a
+    small model's files written) can pass while this process waits for a core; a command that ended (exit 0)
+    before the signal reached it is then tried afresh, after again() has put back what it changed, up to `tries`
+    times."""
+    for _ in range(tries if again is not None else 1):
+        proc, lines, errors, signalled = _signal_once(command, reached, sig, then, timeout)
+        if signalled and proc.returncode != 0:  # exit 0: it ended between the moment and the signal
+            return proc, lines, errors
+        if again is None or proc.returncode != 0:
+            break
+        again()
+    raise AssertionError(f"it ended (exit {proc.returncode}) before the moment: {''.join(lines)}{errors}")
+
+
+def _signal_once(command, reached, sig, then, timeout) -> tuple[subprocess.Popen, list[str], str, bool]:
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     lines: list[str] = []
@@ -122,12 +138,13 @@ def signal_when(command: list[str], reached: Callable[[subprocess.Popen, list[st
         reader.start()
     try:
         deadline = time.monotonic() + timeout
-        while not reached(proc, lines):
-            assert proc.poll() is None, f"it ended before the moment: {''.join(lines)}{''.join(errors)}"
+        while not reached(proc, lines) and proc.poll() is None:
             assert time.monotonic() < deadline, f"the moment never came in {timeout} s"
             time.sleep(0.002)
-        time.sleep(then)
-        proc.send_signal(sig)
+        signalled = proc.poll() is None
+        if signalled:
+            time.sleep(then)
+            proc.send_signal(sig)
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
@@ -142,7 +159,7 @@ def signal_when(command: list[str], reached: Callable[[subprocess.Popen, list[st
             pass
         for reader in readers:
             reader.join(timeout=30)
-    return proc, lines, "".join(errors)
+    return proc, lines, "".join(errors), signalled
 
 
 def snapshot(root: Path, own_files_at_root: bool = False) -> dict[str, str]:

@@ -105,12 +105,18 @@ COMPILE_MOMENTS = {
 @pytest.mark.parametrize("moment", COMPILE_MOMENTS)
 def test_compile_killed_before_its_swap_changes_nothing(tmp_path, moment, compiled):
     out = tmp_path / "m"
-    shutil.copytree(compiled("iris", "1kB"), out, symlinks=True)  # what `compile iris --budget 1kB` wrote
+
+    def the_old_model() -> None:  # what `compile iris --budget 1kB` wrote
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(compiled("iris", "1kB"), out, symlinks=True)
+
+    the_old_model()
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != LOCK}
     old_hash = assert_complete_model(out)
     reached = COMPILE_MOMENTS[moment]
     again = ("compile", "iris", "--budget", "1kB", "--seed", "3", "--out", str(out))  # another model: other bytes
-    proc, _, _ = signal_when(command(*again), lambda proc, lines: reached(tmp_path, set(), lines))
+    proc, _, _ = signal_when(command(*again), lambda proc, lines: reached(tmp_path, set(), lines),
+                             again=the_old_model)  # if it ended first (a moment of a few ms of its CPU)
     assert proc.returncode == -signal.SIGKILL  # killed there, not ended
     after = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != LOCK}
     assert after == before
@@ -277,7 +283,8 @@ def test_federate_killed_leaves_no_partial_output(tmp_path, moment):
     out = tmp_path / "fed"
     again = ("federate", "iris", "--parties", "3", "--backend", "local", "--budget", "0.5kB", "--out", str(out))
     reached = FEDERATE_MOMENTS[moment]
-    proc, _, _ = signal_when(command(*again), lambda proc, lines: reached(tmp_path, lines))
+    proc, _, _ = signal_when(command(*again), lambda proc, lines: reached(tmp_path, lines),
+                             again=lambda: shutil.rmtree(out))  # if it ended first (a moment of a few ms of its CPU)
     assert proc.returncode == -signal.SIGKILL  # killed there, not ended
     assert not out.exists()  # before its swap: nothing at --out
     if moment == "parties read":
