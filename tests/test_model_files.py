@@ -412,9 +412,10 @@ BUILD_DAMAGE = {
     "sizes-directory": (lambda m: ((m / SIZES).unlink(), (m / SIZES).mkdir()), "sizes.h is not a regular file"),
     "sizes-link-to-a-user-file": (lambda m: ((m / SIZES).unlink(), (m.parent / "notes.txt").write_text("mine\n"),
                                              (m / SIZES).symlink_to(m.parent / "notes.txt")),
-                                  "not what compile writes"),
+                                  "not what tinyproto writes"),
     "sizes-ring-edited": (lambda m: (m / SIZES).write_text(re.sub(r"(#define TP_RX_RING )\d+", r"\g<1>8",
-                                                                  (m / SIZES).read_text())), "not what compile writes"),
+                                                                  (m / SIZES).read_text())),
+                          "not what tinyproto writes"),
 }
 
 

@@ -247,6 +247,8 @@ def check_output_dir(out: Path) -> Path:
     if len(os.fsencode(out.name)) > NAME_MAX:
         raise TinyprotoError(f"--out name is {len(os.fsencode(out.name))} bytes long; "
                              f"file names are limited to {NAME_MAX}")
+    ancestor = out.parent if out.exists() else _existing_ancestor(out)  # a file on the way is named first: it is
+    # why nothing can be made there, wherever it is
     _check_not_inside_an_output(out)
     if out.is_symlink():
         raise TinyprotoError(f"--out {out} is a symbolic link; give the directory itself")
@@ -255,19 +257,23 @@ def check_output_dir(out: Path) -> Path:
             raise TinyprotoError(f"--out {out} exists and is not a directory; choose another --out")
         _check_replaceable(out)
         _check_not_in_use(out)
-        ancestor = out.parent
-    else:
-        ancestor = out.parent
-        while not ancestor.exists():
-            if ancestor.is_symlink():  # a dangling link on the way
-                raise TinyprotoError(f"cannot create {out}: {ancestor} is a broken symbolic link")
-            ancestor = ancestor.parent
-        if not ancestor.is_dir():
-            raise TinyprotoError(f"cannot create {out}: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise TinyprotoError(f"cannot write --out {out}: {ancestor} is not writable")
     _probe_writable(ancestor, out)
     return out
+
+
+def _existing_ancestor(out: Path) -> Path:
+    """The nearest directory above an --out that does not exist yet (where it will be made); refused if that nearest
+    existing entry is a file, or a link on the way is broken."""
+    ancestor = out.parent
+    while not ancestor.exists():
+        if ancestor.is_symlink():  # a dangling link on the way
+            raise TinyprotoError(f"cannot create {out}: {ancestor} is a broken symbolic link")
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise TinyprotoError(f"cannot create {out}: {ancestor} is not a directory")
+    return ancestor
 
 
 def _check_not_inside_an_output(out: Path) -> None:
