@@ -424,28 +424,24 @@ def calibrate_flynn_functions(n: int, cache: Path | None) -> None:
 LOOKUP_SEED = 4100
 
 
-def calibrate_flynn_lookup(n_vectors: int, cache: Path | None) -> None:
-    """--flynn-lookup N: tp_flynn_lookup's cycles for each (classes, count bits) of LOOKUP_CYCLES' range, read off
-    the profiling simulator. Its code is a function of L and b alone (rho is the loop's bound, M the filters'
-    address: tests/test_costmodel.py), so two builds of a narrow stored M (no other caller of __umulhisi3, which
-    serves the row offset when avr-gcc multiplies) with rho = 8 and 64 on N random vectors give its cycles once and
-    per winner (the winners' bit offsets (j L b) mod 8 as random rows give them); prints LOOKUP_CYCLES."""
+def _profiled_lookups(classes, bits, m: int, n_vectors: int, cache: Path | None):
+    """(L, b, {rho: [tp_flynn_lookup's cycles, __umulhisi3's]}) for every L of classes and b of bits, rho = 8 and
+    64: a narrow stored M of m random rows over 200 inputs, N random vectors, on the profiling simulator; each shape
+    profiled once (cache: a JSON file kept between runs)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from profile_firmware import build_profiling_simulator
 
-    from tinyproto.families.flynn.cost import LOOKUP_BITS, LOOKUP_CLASSES
     from tinyproto.families.flynn.quantize import IntFlyNN
 
     done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
-    d, m = 200, 512  # few ties between rows: the winners' rows, and so their bit offsets, as random as a model's
+    d = 200
     rng = np.random.default_rng(LOOKUP_SEED)
     indices = rng.integers(0, d, size=(m, 1))
     xq = rng.integers(-127, 128, size=(n_vectors, d)).astype(np.int8)
-    out = {}
     with tempfile.TemporaryDirectory() as tmp:
         simulator = None
-        for L in LOOKUP_CLASSES:
-            for b in LOOKUP_BITS:
+        for L in classes:
+            for b in bits:
                 cycles = {}
                 for rho in (8, 64):
                     key = f"L{L}-b{b}-rho{rho}-d{d}-m{m}-{n_vectors}"
@@ -458,10 +454,23 @@ def calibrate_flynn_lookup(n_vectors: int, cache: Path | None) -> None:
                         if cache is not None:
                             cache.write_text(json.dumps(done, indent=0))
                     cycles[rho] = done[key]
-                per_winner = (sum(cycles[64]) - sum(cycles[8])) / 56
-                out[(L, b)] = (round(sum(cycles[8]) - 8 * per_winner, 1), round(per_winner, 2),
-                               round(cycles[64][1] / 64, 2))
-                print(L, b, out[(L, b)], flush=True)
+                yield L, b, cycles
+
+
+def calibrate_flynn_lookup(n_vectors: int, cache: Path | None) -> None:
+    """--flynn-lookup N: tp_flynn_lookup's cycles for each (classes, count bits) of LOOKUP_CYCLES' range, read off
+    the profiling simulator. Its code is a function of L and b alone (rho is the loop's bound, M the filters'
+    address: tests/test_costmodel.py), so two builds of a narrow stored M (no other caller of __umulhisi3, which
+    serves the row offset when avr-gcc multiplies) with rho = 8 and 64 on N random vectors give its cycles once and
+    per winner (the winners' bit offsets (j L b) mod 8 as random rows give them); prints LOOKUP_CYCLES."""
+    from tinyproto.families.flynn.cost import LOOKUP_BITS, LOOKUP_CLASSES
+
+    out = {}
+    # m = 512: few ties between rows, so the winners' rows, and their bit offsets, are as random as a model's
+    for L, b, cycles in _profiled_lookups(LOOKUP_CLASSES, LOOKUP_BITS, 512, n_vectors, cache):
+        per_winner = (sum(cycles[64]) - sum(cycles[8])) / 56
+        out[(L, b)] = (round(sum(cycles[8]) - 8 * per_winner, 1), round(per_winner, 2), round(cycles[64][1] / 64, 2))
+        print(L, b, out[(L, b)], flush=True)
     print("LOOKUP_CYCLES = {")
     for (L, b), values in out.items():
         print(f"    ({L}, {b}): {values},")
@@ -478,38 +487,15 @@ def calibrate_flynn_lookup_layouts(n_vectors: int, cache: Path | None) -> None:
     less the hand-counted refills and shifts (LOOKUP_REFILL, LOOKUP_ALIGN_BIT), and O + P L through the cycles once
     (128 classes, a layout of one L: W and O alone). Prints LOOKUP_LAYOUTS and each shape's error against the cost
     model."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from profile_firmware import build_profiling_simulator
-
     from tinyproto.families.flynn import cost
-    from tinyproto.families.flynn.quantize import IntFlyNN
 
-    done = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
-    d, m = 200, 128
-    rng = np.random.default_rng(LOOKUP_SEED)
-    indices = rng.integers(0, d, size=(m, 1))
-    xq = rng.integers(-127, 128, size=(n_vectors, d)).astype(np.int8)
     points: dict[tuple, list] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        simulator = None
-        for L in LOOKUP_LAYOUT_CLASSES:
-            for b in cost.LOOKUP_BITS:
-                cycles = {}
-                for rho in (8, 64):
-                    key = f"L{L}-b{b}-rho{rho}-d{d}-m{m}-{n_vectors}"
-                    if key not in done:
-                        simulator = simulator or build_profiling_simulator(Path(tmp))
-                        model = IntFlyNN(list(range(L)), InputStage.shared(127.5, 1.0, d), False, 1, indices, rho, b,
-                                         rng.integers(0, 1 << b, size=(L, m)), 0.5 if b > 1 else 1.0, True)
-                        functions = profile_shape(model, xq, "uno", Path(tmp) / key, simulator)["functions"]
-                        done[key] = functions["tp_flynn_lookup"] + functions.get("__umulhisi3", 0.0)
-                        if cache is not None:
-                            cache.write_text(json.dumps(done, indent=0))
-                    cycles[rho] = done[key]
-                per_winner = (cycles[64] - cycles[8]) / 56
-                held = cost.lookup_per_winner(L, b, 0.0, 0.0)
-                points.setdefault(cost.lookup_layout(L, b), []).append((L, b, cycles[8] - 8 * per_winner,
-                                                                       per_winner, per_winner - held))
+    for L, b, functions in _profiled_lookups(LOOKUP_LAYOUT_CLASSES, cost.LOOKUP_BITS, 128, n_vectors, cache):
+        cycles = {rho: sum(pair) for rho, pair in functions.items()}
+        per_winner = (cycles[64] - cycles[8]) / 56
+        held = cost.lookup_per_winner(L, b, 0.0, 0.0)
+        points.setdefault(cost.lookup_layout(L, b), []).append((L, b, cycles[8] - 8 * per_winner, per_winner,
+                                                               per_winner - held))
     print("LOOKUP_LAYOUTS = {  # (bits, shift, aligned): (W, C, O, P)")
     for layout, rows in sorted(points.items()):
         ls = np.array([[1.0, r[0]] for r in rows]) if len(rows) > 1 else np.array([[1.0, 0.0]])  # 128: one L
