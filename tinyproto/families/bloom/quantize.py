@@ -57,6 +57,13 @@ def _quantized(coef: np.ndarray, intercept: np.ndarray, phi: np.ndarray | None,
     return weights, np.round(bias), step
 
 
+def feature_scores(phi: np.ndarray, weights: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """The score vectors tp_predict writes for feature maps φ, (n, L): φ W^T + b; with two classes W is one row and
+    the scores are (0, s), so that argmax gives the second class where s > 0, as the C code decides."""
+    s = phi @ weights.T + bias
+    return np.hstack([np.zeros_like(s), s]) if s.shape[1] == 1 else s
+
+
 def integer_inputs(xq: np.ndarray) -> np.ndarray:
     """u = clamp(x, -127, 127) + 128 as int64 (1..255)."""
     return np.clip(np.asarray(xq, dtype=np.int64), -127, 127) + 128
@@ -152,20 +159,12 @@ class IntBloom(IntModelCommon):
                             used_slots(slots))
         if phi is None or not pick_step:
             quantiles = (1.0,)
-        else:
+        candidates = [_quantized(coef, intercept, phi, q) for q in quantiles]
+        weights, bias, step = candidates[0]
+        if len(candidates) > 1:
             target = np.searchsorted(clf.classes_, clf.predict(np.asarray(X, dtype=np.float64)))
-        best, most_right = None, -1
-        for q in quantiles:
-            weights, bias, step = _quantized(coef, intercept, phi, q)
-            if len(quantiles) > 1:
-                scores = phi @ weights.T + bias
-                picked = (scores[:, 0] > 0).astype(np.int64) if scores.shape[1] == 1 else np.argmax(scores, axis=1)
-                right = int(np.sum(picked == target))
-            else:
-                right = 0
-            if right > most_right:  # ties keep the earlier candidate: the larger step
-                best, most_right = (weights, bias, step), right
-        weights, bias, step = best
+            agreement = [int(np.sum(np.argmax(feature_scores(phi, w, b), axis=1) == target)) for w, b, _ in candidates]
+            weights, bias, step = candidates[int(np.argmax(agreement))]  # ties: the first, the larger step
         return cls(classes=clf.classes_.tolist(), input_stage=stage, seed=int(clf.seed_), n_slots=int(clf.n_slots),
                    n_hashes=int(clf.n_hashes), weights=weights, bias=bias, weight_step=step)
 
@@ -197,10 +196,7 @@ class IntBloom(IntModelCommon):
 
     def scores(self, xq: np.ndarray) -> np.ndarray:
         """The int32 score vectors tp_predict writes, (n, L) int64."""
-        s = self.features(xq) @ self.weights.T + self.bias
-        if self.n_classes == 2:
-            return np.hstack([np.zeros_like(s), s])
-        return s
+        return feature_scores(self.features(xq), self.weights, self.bias)
 
     def labels(self, scores: np.ndarray) -> np.ndarray:
         """np.argmax returns the lowest index among ties, as the C loop does."""
