@@ -406,9 +406,13 @@ def parse_rate(text: str) -> float:
         value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
     except ValueError:
         raise TinyprotoError(f"--unknown-rate must be a share like 5% or 0.05, not {text!r}") from None
+    return check_rate(value, text)
+
+
+def check_rate(value: float, given: object, what: str = "--unknown-rate") -> float:
+    """A share of known rows to decline, above 0 and at most MAX_UNKNOWN_RATE (given: as the user wrote it)."""
     if not 0.0 < value <= MAX_UNKNOWN_RATE:
-        raise TinyprotoError(f"--unknown-rate must be above 0 and at most {100 * MAX_UNKNOWN_RATE:g}%, "
-                             f"not {text!r}")
+        raise TinyprotoError(f"{what} must be above 0 and at most {100 * MAX_UNKNOWN_RATE:g}%, not {given!r}")
     return value
 
 

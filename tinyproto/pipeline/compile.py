@@ -216,18 +216,16 @@ def compile_model(data: str, options: CompileOptions | None = None,
                   progress: Callable[[str], None] | None = None) -> CompileResult:
     """Train DATA's model within the budget, quantize it and write its model directory, as `tinyproto compile`
     does (see CompileOptions for every option). progress: called with one line per step."""
-    from tinyproto.core.confidence import MAX_UNKNOWN_RATE, parse_rate
+    from tinyproto.core.confidence import check_rate, parse_rate
 
     if options is not None and not isinstance(options, CompileOptions):  # a dict: "no attribute 'budget'"
         raise TinyprotoError(f"options must be a CompileOptions (tinyproto.pipeline.compile.CompileOptions(budget="
                              f"'2kB', ...)), not {type(options).__name__}")
     o = options or CompileOptions()
     budget_bytes = parse_budget(o.budget)
-    rate = None if o.unknown_rate is None else (float(o.unknown_rate) if isinstance(o.unknown_rate, float)
-                                                else parse_rate(o.unknown_rate))
-    if rate is not None and not 0.0 < rate <= MAX_UNKNOWN_RATE:  # a float given in Python skipped parse_rate's check
-        raise TinyprotoError(f"the unknown rate must be above 0 and at most {100 * MAX_UNKNOWN_RATE:g}%, not "
-                             f"{o.unknown_rate!r}")
+    rate = None if o.unknown_rate is None else (  # a float given in Python, or text as the CLI's option
+        check_rate(float(o.unknown_rate), o.unknown_rate, "the unknown rate") if isinstance(o.unknown_rate, float)
+        else parse_rate(o.unknown_rate))
     if o.clip_check and rate is None:
         raise TinyprotoError("--clip-check is part of --unknown-rate: give both (e.g. --unknown-rate 5% --clip-check)")
     if o.prefix is not None:
